@@ -1,0 +1,64 @@
+"""The ``sparserl`` command: one thin subcommand per pipeline stage.
+
+Library code raises :class:`sparserl.errors.SparseRLError` for bad input; :func:`main`
+turns that into a one-line ``error: ...`` message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from sparserl.errors import SparseRLError
+from sparserl.kernels.cli import app as library_app
+from sparserl.matrices.cli import app as matrix_app
+
+app = typer.Typer(
+    name="sparserl",
+    help=(
+        "SparseRL: train language models to write sparse CUDA kernels (SpMV, SpMM) specialised "
+        "to one matrix, and hand back a verified kernel that beats cuSPARSE on it.\n\n"
+        "Stages available now: 'matrix' (load, inspect, generate sparse matrices) and 'library' "
+        "(the reference kernel library: list, render, compile)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(matrix_app, name="matrix")
+app.add_typer(library_app, name="library")
+
+
+@app.callback()
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show debug logging.")) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main() -> None:
+    """Console entry point: run the Typer app, print user errors as one line."""
+    try:
+        app(standalone_mode=False)
+    except SparseRLError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(1)
+    except Exception as exc:  # click usage errors come through here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()
