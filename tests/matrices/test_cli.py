@@ -1,0 +1,157 @@
+"""``sparserl matrix``: info / gen / families through CliRunner, and the error path end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import sparserl
+from sparserl.errors import MatrixError
+from sparserl.matrices import FAMILIES, compute_features, generate, load_matrix, save_matrix
+from sparserl.matrices.cli import app
+
+runner = CliRunner()
+
+
+def ok(args: list[str]) -> str:
+    result = runner.invoke(app, args)
+    assert result.exception is None, result.output
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def fails(args: list[str], *needles: str) -> MatrixError:
+    result = runner.invoke(app, args)
+    exc = result.exception
+    assert isinstance(exc, MatrixError), (exc, result.output)
+    msg = str(exc)
+    assert msg and "\n" not in msg
+    for needle in needles:
+        assert needle in msg, msg
+    return exc
+
+
+def test_families_lists_every_family_with_defaults() -> None:
+    out = ok(["families"])
+    for name in FAMILIES:
+        assert name in out
+    assert "nnz_per_row=16" in out and "bands=9" in out
+
+
+def test_gen_help_lists_families_descriptions_and_defaults() -> None:
+    out = " ".join(ok(["gen", "--help"]).split())  # undo line wrapping
+    for name, spec in FAMILIES.items():
+        assert f"{name}:" in out
+        for key, value in spec.defaults.items():
+            assert f"{key}={'auto' if value is None else value}" in out
+    assert "main diagonal only" in out
+
+
+@pytest.mark.parametrize("suffix", [".mtx", ".mtx.gz", ".npz"])
+def test_gen_writes_the_same_matrix_as_generate(tmp_path: Path, suffix: str) -> None:
+    out_path = tmp_path / f"m{suffix}"
+    out = ok(
+        [
+            "gen",
+            "banded",
+            "--rows",
+            "120",
+            "--cols",
+            "100",
+            "--seed",
+            "3",
+            "-p",
+            "bands=5",
+            "-o",
+            str(out_path),
+        ]
+    )
+    assert out.count("\n") == 1 and "120 x 100" in out and "nonzeros" in out and "s (generate" in out
+    A = load_matrix(out_path)
+    B = generate("banded", 120, cols=100, seed=3, bands=5)
+    np.testing.assert_array_equal(A.indices, B.indices)
+    np.testing.assert_array_equal(A.data, B.data)
+
+
+def test_gen_param_types(tmp_path: Path) -> None:
+    ok(
+        [
+            "gen",
+            "powerlaw",
+            "--rows",
+            "300",
+            "--param",
+            "alpha=2.5",
+            "--param",
+            "mean_degree=4",
+            "--out",
+            str(tmp_path / "p.npz"),
+        ]
+    )
+    ok(["gen", "skewed", "--rows", "300", "-p", "long_len=none", "-o", str(tmp_path / "s.npz")])
+    assert load_matrix(tmp_path / "s.npz").shape == (300, 300)
+
+
+def test_info_table_and_json(tmp_path: Path) -> None:
+    path = tmp_path / "t.mtx"
+    save_matrix(generate("stencil2d", 100, seed=1), path)
+    table = ok(["info", str(path)])
+    for key in ("rows", "bandwidth", "num_diagonals", "block_density_8", "pattern_symmetric", "row_len_hist"):
+        assert key in table
+    data = json.loads(ok(["info", str(path), "--json"]))
+    assert data.pop("file") == str(path)
+    assert data == compute_features(load_matrix(path)).to_dict()
+
+
+def test_errors_are_matrix_errors(tmp_path: Path) -> None:
+    fails(["info", str(tmp_path / "absent.mtx")], "absent.mtx", "no such file")
+    bad = tmp_path / "bad.mtx"
+    bad.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n3 1 1.0\n")
+    fails(["info", str(bad)], "bad.mtx", "line 3")
+    out = str(tmp_path / "o.mtx")
+    fails(["gen", "nope", "--rows", "5", "-o", out], "unknown matrix family")
+    fails(["gen", "random", "--rows", "5", "-p", "nnz_per_row", "-o", out], "KEY=VALUE")
+    fails(["gen", "random", "--rows", "5", "-p", "nnz_per_row=many", "-o", out], "not a number")
+    fails(["gen", "random", "--rows", "5", "-p", "k=3", "-o", out], "unknown parameter")
+    fails(["gen", "random", "--rows", "0", "-o", out], "rows must be")
+    fails(["gen", "random", "--rows", "5", "-o", str(tmp_path / "o.csv")], "extension")
+    assert not (tmp_path / "o.mtx").exists()
+
+
+def test_usage_errors_stay_click_errors() -> None:
+    result = runner.invoke(app, ["gen", "random"])  # --rows and --out missing
+    assert result.exit_code == 2 and not isinstance(result.exception, MatrixError)
+
+
+def test_root_cli_mounts_matrix_app(tmp_path: Path) -> None:
+    from sparserl.cli import app as root_app
+
+    result = runner.invoke(root_app, ["matrix", "families"])
+    assert result.exit_code == 0 and "stencil3d_27" in result.output
+    result = runner.invoke(root_app, ["matrix", "info", str(tmp_path / "absent.npz")])
+    assert isinstance(result.exception, MatrixError)
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    src = str(Path(sparserl.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run(
+        [sys.executable, "-m", "sparserl.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_subprocess_bad_file_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "BAD.mtx"
+    bad.write_text("%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 nan\n2 2 1\n")
+    proc = _run_cli("matrix", "info", str(bad))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "BAD.mtx: line 3" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
