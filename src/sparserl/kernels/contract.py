@@ -1,0 +1,541 @@
+"""The kernel contract: what a completion must look like, and what it is called with.
+
+This module is the one place where the contract is written in code. The harness
+(extraction, signature checks, launches) and the data builder (rendering the
+library) both read it; ``docs/contract.md`` is the same contract in prose.
+
+A completion is::
+
+    FORMAT: NAME [key=value ...]
+    LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
+    [LAUNCH: ...]                       # several LAUNCH lines run in order
+    <CUDA device code only>
+
+Kernels are ``extern "C" __global__`` functions. Every kernel a completion
+launches takes the same argument list: the common prefix ``int m, int n, int nnz``
+(SpMM adds ``int k``), then the format's integer sizes, then the format's arrays,
+then ``x, y`` (SpMV) or ``X, Y`` (SpMM, row-major ``n x k`` and ``m x k``).
+Values are ``float`` (fp32), indices ``int`` (int32).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from sparserl.errors import ContractError
+from sparserl.kernels.launch import Expr, parse_expr
+
+
+class Op(str, Enum):
+    """The sparse operation a kernel computes."""
+
+    SPMV = "spmv"  # y = A x
+    SPMM = "spmm"  # Y = A X, X is n x k row-major, Y is m x k row-major
+
+    @property
+    def kernel_name(self) -> str:
+        """Default name of the launched kernel (``spmv_kernel`` / ``spmm_kernel``)."""
+        return f"{self.value}_kernel"
+
+
+@dataclass(frozen=True)
+class ArrayArg:
+    """One device array argument of a format."""
+
+    name: str
+    ctype: str  # "int" or "float"
+    length: str  # length as a formula over the sizes, for the docs
+    doc: str
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One ``key=value`` parameter of a ``FORMAT:`` line (always an integer)."""
+
+    name: str
+    doc: str
+    default: int | None  # None = required, or chosen by the converter when optional
+    lo: int
+    hi: int
+    optional: bool = False  # may be left out; the converter then chooses
+
+    def check(self, value: int, fmt: str) -> None:
+        if not (self.lo <= value <= self.hi):
+            raise ContractError(f"{fmt} parameter {self.name}={value} is out of range [{self.lo}, {self.hi}]")
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """A storage format as the contract fixes it: parameters, sizes, arrays, y policy."""
+
+    name: str
+    summary: str
+    params: tuple[ParamSpec, ...]
+    sizes: tuple[str, ...]  # int scalar arguments after the common prefix, in order
+    arrays: tuple[ArrayArg, ...]  # device arrays after the sizes, in order
+    zero_fill_y: bool  # True: y is zeroed before the first launch (formats that accumulate)
+    layout: str  # how entries are laid out, for the docs and the model
+
+    def param(self, name: str) -> ParamSpec:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise ContractError(
+            f"{self.name} has no parameter {name!r}; its parameters are: "
+            f"{', '.join(p.name for p in self.params) or 'none'}"
+        )
+
+    def resolve_params(self, given: Mapping[str, int]) -> dict[str, int]:
+        """Check ``given`` and fill defaults; optional parameters left out stay absent."""
+        out: dict[str, int] = {}
+        for key, value in given.items():
+            self.param(key).check(int(value), self.name)
+            out[key] = int(value)
+        for p in self.params:
+            if p.name not in out and p.default is not None:
+                out[p.name] = p.default
+            elif p.name not in out and not p.optional:
+                raise ContractError(f"{self.name} needs parameter {p.name} ({p.doc})")
+        _check_cross(self.name, out)
+        return out
+
+
+def _check_cross(fmt: str, params: Mapping[str, int]) -> None:
+    if fmt == "SELL":
+        c, sigma = params["C"], params["sigma"]
+        if sigma != 1 and sigma % c != 0:
+            raise ContractError(f"SELL sigma={sigma} must be 1 (no sorting) or a multiple of C={c}")
+    if fmt == "BSR" and params["R"] * params["C"] > 1024:
+        raise ContractError("BSR block R*C must be at most 1024 entries")
+
+
+_I = "int"
+_F = "float"
+
+FORMATS: dict[str, FormatSpec] = {
+    spec.name: spec
+    for spec in (
+        FormatSpec(
+            name="CSR",
+            summary="compressed sparse rows",
+            params=(),
+            sizes=(),
+            arrays=(
+                ArrayArg("row_ptr", _I, "m + 1", "offset of each row's first entry; row_ptr[m] = nnz"),
+                ArrayArg("col_idx", _I, "nnz", "column of each entry, sorted within a row"),
+                ArrayArg("val", _F, "nnz", "value of each entry"),
+            ),
+            zero_fill_y=False,
+            layout="Entries of row i are row_ptr[i] .. row_ptr[i+1]-1, columns ascending. Rows may be empty.",
+        ),
+        FormatSpec(
+            name="COO",
+            summary="coordinate list, sorted by row then column",
+            params=(),
+            sizes=(),
+            arrays=(
+                ArrayArg("row_idx", _I, "nnz", "row of each entry (non-decreasing)"),
+                ArrayArg("col_idx", _I, "nnz", "column of each entry (ascending within a row)"),
+                ArrayArg("val", _F, "nnz", "value of each entry"),
+            ),
+            zero_fill_y=True,
+            layout="Entries sorted by (row, column). y is zeroed before the first launch: accumulate with atomicAdd.",
+        ),
+        FormatSpec(
+            name="ELL",
+            summary="ELLPACK, column-major, padded to the longest row",
+            params=(),
+            sizes=("width",),
+            arrays=(
+                ArrayArg("col_idx", _I, "width * m", "slot j of row i at [j*m + i]; -1 in padding slots"),
+                ArrayArg("val", _F, "width * m", "slot j of row i at [j*m + i]; 0 in padding slots"),
+            ),
+            zero_fill_y=False,
+            layout=(
+                "width = longest row. Slot j of row i is at index j*m + i (column-major, so consecutive "
+                "threads reading consecutive rows coalesce). A row's entries come first in column order, "
+                "then padding with col_idx = -1 and val = 0; a kernel may stop at the first -1."
+            ),
+        ),
+        FormatSpec(
+            name="SELL",
+            summary="SELL-C-sigma: slices of C rows, rows sorted by length within windows of sigma rows",
+            params=(
+                ParamSpec("C", "rows per slice", 32, 1, 1024),
+                ParamSpec("sigma", "sorting window in rows (1 = no sorting; else a multiple of C)", 1, 1, 1 << 20),
+            ),
+            sizes=("num_slices",),
+            arrays=(
+                ArrayArg("slice_ptr", _I, "num_slices + 1", "offset of each slice's first slot"),
+                ArrayArg("row_perm", _I, "num_slices * C", "original row of lane r of slice s at [s*C + r]; -1 for padding lanes"),
+                ArrayArg("col_idx", _I, "slice_ptr[num_slices]", "slot j of lane r of slice s at [slice_ptr[s] + j*C + r]; -1 in padding"),
+                ArrayArg("val", _F, "slice_ptr[num_slices]", "same layout as col_idx; 0 in padding"),
+            ),
+            zero_fill_y=False,
+            layout=(
+                "num_slices = ceil(m / C). Rows are permuted (stable sort by decreasing length inside each "
+                "window of sigma rows; sigma = 1 keeps the natural order) and cut into slices of C rows. "
+                "Slice s has width w_s = (slice_ptr[s+1] - slice_ptr[s]) / C, its longest row; slot j of "
+                "lane r is at slice_ptr[s] + j*C + r. Padding slots have col_idx = -1, val = 0; padding "
+                "lanes (beyond m) have row_perm = -1 and must not write y. A kernel writes y[row_perm[s*C+r]]."
+            ),
+        ),
+        FormatSpec(
+            name="DIA",
+            summary="diagonals, stored per row",
+            params=(),
+            sizes=("num_diags",),
+            arrays=(
+                ArrayArg("offsets", _I, "num_diags", "column - row of each stored diagonal, ascending"),
+                ArrayArg("val", _F, "num_diags * m", "A[i, i + offsets[d]] at [d*m + i]; 0 where not stored or outside the matrix"),
+            ),
+            zero_fill_y=False,
+            layout=(
+                "Diagonal d holds A[i, i + offsets[d]] at val[d*m + i] for every row i in [0, m); where "
+                "i + offsets[d] falls outside [0, n) or the entry is not stored the value is 0, and the "
+                "kernel must not read x outside [0, n)."
+            ),
+        ),
+        FormatSpec(
+            name="BSR",
+            summary="block sparse rows with dense R x C blocks",
+            params=(
+                ParamSpec("R", "rows per block", 4, 1, 64),
+                ParamSpec("C", "columns per block", 4, 1, 64),
+            ),
+            sizes=("mb", "nb", "nnzb"),
+            arrays=(
+                ArrayArg("block_row_ptr", _I, "mb + 1", "offset of each block row's first block"),
+                ArrayArg("block_col_idx", _I, "nnzb", "block column of each block, ascending within a block row"),
+                ArrayArg("block_val", _F, "nnzb * R * C", "block b, entry (r, c) at [b*R*C + r*C + c] (row-major blocks)"),
+            ),
+            zero_fill_y=False,
+            layout=(
+                "mb = ceil(m / R), nb = ceil(n / C). Block b of block row I covers rows I*R .. I*R+R-1 and "
+                "columns block_col_idx[b]*C .. +C-1, stored row-major. Entries of edge blocks outside the "
+                "matrix are 0; a kernel must not write y[i] for i >= m nor read x[j] for j >= n. Block rows "
+                "may be empty (their rows of y must still be written)."
+            ),
+        ),
+        FormatSpec(
+            name="HYB",
+            summary="hybrid: an ELL part of fixed width plus a COO part for the rest",
+            params=(
+                ParamSpec(
+                    "width",
+                    "ELL width; left out, the converter picks the widest that at least a third of rows fill",
+                    None,
+                    0,
+                    1 << 16,
+                    optional=True,
+                ),
+            ),
+            sizes=("width", "coo_nnz"),
+            arrays=(
+                ArrayArg("ell_col_idx", _I, "width * m", "as ELL: slot j of row i at [j*m + i]; -1 in padding"),
+                ArrayArg("ell_val", _F, "width * m", "as ELL; 0 in padding"),
+                ArrayArg("coo_row_idx", _I, "coo_nnz", "rows of the overflow entries (non-decreasing)"),
+                ArrayArg("coo_col_idx", _I, "coo_nnz", "columns of the overflow entries"),
+                ArrayArg("coo_val", _F, "coo_nnz", "values of the overflow entries"),
+            ),
+            zero_fill_y=True,
+            layout=(
+                "Each row's first `width` entries (column order) go to the ELL part, laid out as ELL; the "
+                "rest go to the COO part, sorted by (row, column). y is zeroed before the first launch. "
+                "coo_nnz may be 0: a LAUNCH whose grid is 0 is skipped."
+            ),
+        ),
+    )
+}
+
+FORMAT_NAMES: tuple[str, ...] = tuple(FORMATS)
+
+
+def format_spec(name: str) -> FormatSpec:
+    """The :class:`FormatSpec` for ``name`` (case-insensitive)."""
+    spec = FORMATS.get(name.upper())
+    if spec is None:
+        raise ContractError(f"unknown format {name!r}; formats are: {', '.join(FORMAT_NAMES)}")
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# Signatures
+
+
+@dataclass(frozen=True)
+class Param:
+    """One C parameter of a kernel: its C type (``int``, ``const int*``, ``float*`` ...) and name."""
+
+    ctype: str
+    name: str
+
+    @property
+    def base(self) -> str:
+        """The type with qualifiers dropped: ``int``, ``int*``, ``float*``."""
+        t = self.ctype.replace("const", "").replace("__restrict__", "").replace(" ", "")
+        return t
+
+
+def kernel_params(fmt: str, op: Op) -> tuple[Param, ...]:
+    """The kernel's parameters in order, for ``fmt`` and ``op``."""
+    spec = format_spec(fmt)
+    params = [Param("int", "m"), Param("int", "n"), Param("int", "nnz")]
+    if op is Op.SPMM:
+        params.append(Param("int", "k"))
+    params += [Param("int", s) for s in spec.sizes]
+    params += [Param(f"const {a.ctype}* __restrict__", a.name) for a in spec.arrays]
+    if op is Op.SPMV:
+        params += [Param("const float* __restrict__", "x"), Param("float* __restrict__", "y")]
+    else:
+        params += [Param("const float* __restrict__", "X"), Param("float* __restrict__", "Y")]
+    return tuple(params)
+
+
+def signature(fmt: str, op: Op, name: str | None = None, launch_bounds: int | None = None) -> str:
+    """The kernel's C declaration line(s), e.g. for rendering a completion."""
+    ps = kernel_params(fmt, op)
+    name = name or op.kernel_name
+    lb = f"__launch_bounds__({launch_bounds}) " if launch_bounds else ""
+    args = ",\n    ".join(f"{p.ctype} {p.name}" for p in ps)
+    return f'extern "C" __global__ void {lb}{name}(\n    {args})'
+
+
+def launch_variables(fmt: str, op: Op) -> tuple[str, ...]:
+    """Names a LAUNCH expression may use for ``fmt`` and ``op``."""
+    spec = format_spec(fmt)
+    names = ["m", "n", "nnz"] + (["k"] if op is Op.SPMM else []) + list(spec.sizes)
+    names += [p.name for p in spec.params if p.name not in names] + ["num_sms"]
+    return tuple(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Header grammar
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FORMAT_RE = re.compile(r"^\s*FORMAT\s*:\s*(.*)$", re.IGNORECASE)
+_LAUNCH_RE = re.compile(r"^\s*LAUNCH\s*:\s*(.*)$", re.IGNORECASE)
+
+MAX_LAUNCHES = 4
+MAX_BLOCK_THREADS = 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_SMEM_BYTES = 227 * 1024  # Hopper's opt-in limit per block; the harness may lower it
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One ``LAUNCH:`` line: grid and block as 1-3 expressions each, dynamic smem, kernel name."""
+
+    grid: tuple[Expr, ...]
+    block: tuple[Expr, ...]
+    smem: Expr | None = None
+    kernel: str | None = None  # None: the op's default name
+
+    def render(self) -> str:
+        parts = [f"grid={_dims(self.grid)}", f"block={_dims(self.block)}"]
+        if self.smem is not None:
+            parts.append(f"smem={self.smem}")
+        if self.kernel is not None:
+            parts.append(f"kernel={self.kernel}")
+        return "LAUNCH: " + ", ".join(parts)
+
+
+def _dims(d: tuple[Expr, ...]) -> str:
+    return str(d[0]) if len(d) == 1 else "(" + ", ".join(map(str, d)) + ")"
+
+
+@dataclass(frozen=True)
+class Header:
+    """The parsed header of a completion."""
+
+    format: str  # upper-case name in FORMATS
+    params: dict[str, int] = field(default_factory=dict)  # as written (resolved against defaults)
+    launches: tuple[LaunchSpec, ...] = ()
+
+    @property
+    def spec(self) -> FormatSpec:
+        return FORMATS[self.format]
+
+    def kernel_names(self, op: Op) -> tuple[str, ...]:
+        """Names of the kernels launched, in order (duplicates kept)."""
+        return tuple(l.kernel or op.kernel_name for l in self.launches)
+
+    def render(self) -> str:
+        fmt = " ".join([self.format] + [f"{k}={v}" for k, v in self.params.items()])
+        return "\n".join([f"FORMAT: {fmt}"] + [l.render() for l in self.launches])
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One concrete launch: kernel name, grid, block, dynamic shared memory bytes."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+
+    @property
+    def empty(self) -> bool:
+        """A launch with a zero grid dimension does nothing and is skipped."""
+        return 0 in self.grid
+
+
+def parse_format_line(text: str) -> tuple[str, dict[str, int]]:
+    """Parse the body of a ``FORMAT:`` line (``NAME [key=value ...]``)."""
+    tokens = text.replace(",", " ").split()
+    if not tokens:
+        raise ContractError("FORMAT: line names no format")
+    spec = format_spec(tokens[0])
+    given: dict[str, int] = {}
+    for tok in tokens[1:]:
+        key, eq, value = tok.partition("=")
+        if not eq or not key:
+            raise ContractError(f"FORMAT parameter {tok!r} is not key=value")
+        canonical = next((p.name for p in spec.params if p.name.lower() == key.lower()), key)
+        if canonical in given:
+            raise ContractError(f"FORMAT parameter {canonical} given twice")
+        try:
+            given[canonical] = int(value)
+        except ValueError:
+            raise ContractError(f"FORMAT parameter {key}={value!r} is not an integer") from None
+    return spec.name, spec.resolve_params(given)
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise ContractError(f"unbalanced parentheses in LAUNCH line {text!r}")
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise ContractError(f"unbalanced parentheses in LAUNCH line {text!r}")
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
+
+
+def _parse_dims(text: str, what: str) -> tuple[Expr, ...]:
+    t = text.strip()
+    if t.startswith("(") and t.endswith(")"):
+        inner = _split_top_level(t[1:-1])
+        # "(m + 1)" is one expression in parentheses, "(a, b)" is a tuple
+        if len(inner) > 1:
+            if len(inner) > 3:
+                raise ContractError(f"{what} has more than 3 dimensions: {text!r}")
+            return tuple(parse_expr(p) for p in inner)
+    return (parse_expr(t),)
+
+
+def parse_launch_line(text: str) -> LaunchSpec:
+    """Parse the body of a ``LAUNCH:`` line."""
+    fields: dict[str, str] = {}
+    for part in _split_top_level(text):
+        if not part:
+            continue
+        key, eq, value = part.partition("=")
+        key = key.strip().lower()
+        if not eq:
+            raise ContractError(f"LAUNCH field {part!r} is not key=value")
+        if key not in ("grid", "block", "smem", "kernel"):
+            raise ContractError(f"unknown LAUNCH field {key!r} (fields: grid, block, smem, kernel)")
+        if key in fields:
+            raise ContractError(f"LAUNCH field {key} given twice")
+        fields[key] = value.strip()
+    for req in ("grid", "block"):
+        if req not in fields:
+            raise ContractError(f"LAUNCH line needs {req}=...")
+    kernel = fields.get("kernel")
+    if kernel is not None and not _IDENT.match(kernel):
+        raise ContractError(f"LAUNCH kernel={kernel!r} is not a C identifier")
+    return LaunchSpec(
+        grid=_parse_dims(fields["grid"], "grid"),
+        block=_parse_dims(fields["block"], "block"),
+        smem=parse_expr(fields["smem"]) if "smem" in fields else None,
+        kernel=kernel,
+    )
+
+
+def parse_header(lines: list[str], op: Op) -> Header:
+    """Parse header lines (``FORMAT:`` first, then ``LAUNCH:`` lines) and check their names.
+
+    Every name a LAUNCH expression reads must be one of :func:`launch_variables`.
+    """
+    if not lines:
+        raise ContractError("completion has no FORMAT: line")
+    m = _FORMAT_RE.match(lines[0])
+    if not m:
+        raise ContractError(f"first header line must be 'FORMAT: ...', got {lines[0].strip()[:60]!r}")
+    fmt, params = parse_format_line(m.group(1))
+    launches = []
+    for line in lines[1:]:
+        lm = _LAUNCH_RE.match(line)
+        if not lm:
+            raise ContractError(f"expected a 'LAUNCH: ...' line, got {line.strip()[:60]!r}")
+        launches.append(parse_launch_line(lm.group(1)))
+    if not launches:
+        raise ContractError("completion has no LAUNCH: line")
+    if len(launches) > MAX_LAUNCHES:
+        raise ContractError(f"at most {MAX_LAUNCHES} LAUNCH lines are allowed, got {len(launches)}")
+    allowed = set(launch_variables(fmt, op))
+    for l in launches:
+        exprs = list(l.grid) + list(l.block) + ([l.smem] if l.smem is not None else [])
+        for e in exprs:
+            bad = e.names - allowed
+            if bad:
+                raise ContractError(
+                    f"LAUNCH expression {e.text!r} uses {', '.join(sorted(bad))}; "
+                    f"for {op.value} {fmt} the names are: {', '.join(sorted(allowed))}"
+                )
+    return Header(fmt, params, tuple(launches))
+
+
+def split_completion(text: str, op: Op) -> tuple[Header, str]:
+    """Split a clean completion into its parsed header and its CUDA code.
+
+    Header lines are the leading non-blank lines that start with ``FORMAT:`` or
+    ``LAUNCH:``. Tolerant extraction (markdown fences, chatter) is the harness's job.
+    """
+    lines = text.splitlines()
+    header: list[str] = []
+    i = 0
+    while i < len(lines):
+        s = lines[i].strip()
+        if not s and not header:
+            i += 1
+            continue
+        if _FORMAT_RE.match(s) or _LAUNCH_RE.match(s):
+            header.append(s)
+            i += 1
+            continue
+        break
+    return parse_header(header, op), "\n".join(lines[i:]).strip("\n") + "\n"
+
+
+def evaluate_launches(header: Header, op: Op, env: Mapping[str, int]) -> list[LaunchConfig]:
+    """Evaluate every LAUNCH line against ``env`` and check CUDA's limits."""
+    out = []
+    for l in header.launches:
+        grid = [e.evaluate(env) for e in l.grid] + [1] * (3 - len(l.grid))
+        block = [e.evaluate(env) for e in l.block] + [1] * (3 - len(l.block))
+        smem = l.smem.evaluate(env) if l.smem is not None else 0
+        if any(g < 0 for g in grid):
+            raise ContractError(f"LAUNCH grid evaluates to {tuple(grid)}: negative")
+        for g, lim in zip(grid, MAX_GRID):
+            if g > lim:
+                raise ContractError(f"LAUNCH grid {tuple(grid)} exceeds CUDA's limit {MAX_GRID}")
+        if any(b < 1 for b in block) or block[0] * block[1] * block[2] > MAX_BLOCK_THREADS or block[2] > 64:
+            raise ContractError(f"LAUNCH block {tuple(block)} is not a valid CUDA block (1..1024 threads)")
+        if not (0 <= smem <= MAX_SMEM_BYTES):
+            raise ContractError(f"LAUNCH smem={smem} bytes is outside [0, {MAX_SMEM_BYTES}]")
+        out.append(LaunchConfig(l.kernel or op.kernel_name, tuple(grid), tuple(block), smem))  # type: ignore[arg-type]
+    return out

@@ -1,0 +1,79 @@
+"""Render the kernel contract as Markdown (``docs/contract.md`` is this output).
+
+``python -m sparserl.kernels.contract_doc > docs/contract.md`` regenerates the file; a test
+checks that the committed file matches, so the prose cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+from sparserl.kernels.contract import FORMATS, MAX_LAUNCHES, Op, launch_variables, signature
+
+INTRO = f"""# The kernel contract
+
+This is what a model (or a person) writes for SparseRL, and what the harness calls it with.
+The code of record is `src/sparserl/kernels/contract.py`; this page is generated from it
+(`python -m sparserl.kernels.contract_doc > docs/contract.md`) and a test keeps the two equal.
+
+## A completion
+
+```
+FORMAT: NAME [key=value ...]
+LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
+[LAUNCH: ... up to {MAX_LAUNCHES} lines, run in order on one stream]
+<CUDA device code>
+```
+
+* `FORMAT:` names the storage format and its integer parameters. The harness converts the
+  matrix on the host (the cost is measured and reported separately) and passes the arrays below.
+* `LAUNCH:` gives the grid and block (one expression, or `(x, y)` / `(x, y, z)`), optional dynamic
+  shared memory in bytes and the kernel's name (default `spmv_kernel` / `spmm_kernel`). A launch
+  whose grid has a 0 dimension is skipped (e.g. an empty COO part of HYB). Blocks have at most 1024
+  threads; dynamic shared memory at most 227 KiB.
+* Expressions are integers over the names listed per format below, with `+ - * / %`
+  (C semantics: `/` truncates toward zero), `ceil_div(a, b)`, `min(...)`, `max(...)` and parentheses.
+  They are parsed with an allow-list, never evaluated as Python. `num_sms` is the GPU's
+  multiprocessor count.
+* The code is device code only: `extern "C" __global__` kernels and `__device__` helpers; no host
+  code. Every launched kernel takes the same argument list (below). Values are `float` (fp32),
+  indices `int` (int32).
+* SpMV computes `y = A x` (`x` has n entries, `y` has m). SpMM computes `Y = A X` with `X` n x k and
+  `Y` m x k, both row-major; its kernels take `int k` after `nnz` and `X, Y` in place of `x, y`.
+* Output policy: for formats marked *zeroed* the harness sets y (Y) to 0 before the first launch
+  and kernels accumulate (atomics are fine); for all other formats y is filled with NaN before the
+  first launch and the kernels must write every entry of it.
+"""
+
+
+def format_reference() -> str:
+    """The per-format part of the contract."""
+    out = ["## Formats\n"]
+    for spec in FORMATS.values():
+        out.append(f"### {spec.name}: {spec.summary}\n")
+        if spec.params:
+            out.append("Parameters (`FORMAT: " + spec.name + " " + " ".join(f"{p.name}=..." for p in spec.params) + "`):\n")
+            for p in spec.params:
+                default = "chosen by the converter if left out" if p.optional else f"default {p.default}"
+                out.append(f"* `{p.name}` in [{p.lo}, {p.hi}], {default}: {p.doc}")
+            out.append("")
+        else:
+            out.append(f"No parameters: `FORMAT: {spec.name}`.\n")
+        out.append(f"Output: {'**zeroed** before the first launch' if spec.zero_fill_y else 'NaN-poisoned; every row must be written'}.\n")
+        out.append(f"Layout: {spec.layout}\n")
+        if spec.sizes:
+            out.append("Size arguments: " + ", ".join(f"`int {s}`" for s in spec.sizes) + ".\n")
+        out.append("| array | type | length | meaning |\n| --- | --- | --- | --- |")
+        for a in spec.arrays:
+            out.append(f"| `{a.name}` | `{a.ctype}*` | {a.length} | {a.doc} |")
+        out.append("")
+        for op in Op:
+            out.append(f"{op.value.upper()} signature (LAUNCH names: {', '.join(f'`{v}`' for v in launch_variables(spec.name, op))}):\n")
+            out.append("```cuda\n" + signature(spec.name, op) + "\n```\n")
+    return "\n".join(out)
+
+
+def contract_markdown() -> str:
+    return INTRO + "\n" + format_reference()
+
+
+if __name__ == "__main__":
+    print(contract_markdown(), end="")
