@@ -1,0 +1,274 @@
+"""Compile CUDA device code to a cubin with nvcc, cached on disk by content hash.
+
+* The cache key hashes the source, the target architecture, the flags and the nvcc
+  version, so a cached cubin is only reused for exactly the same build.
+* Concurrent processes share the cache safely: a build takes a per-key file lock and
+  looks in the cache again once it holds the lock (the first one builds, the others
+  read its result). Files are written under a temporary name and renamed into place.
+* Compiles run in parallel across CPU cores (:func:`compile_many`) with a time limit each.
+* Works without a GPU: only nvcc is needed, so CI compiles the whole kernel library.
+* ``ptxas -v`` is parsed into :class:`KernelResources` per kernel (registers, static
+  shared memory, stack frame, spills) for resource penalties.
+
+Failures are values (:class:`CompileResult` with ``ok=False`` and an ``error_kind``),
+never exceptions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from filelock import FileLock
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_CHARS = 4000
+_CACHE_FORMAT = 1  # bump when the cached metadata changes meaning
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to build a kernel."""
+
+    arch: str = "sm_90"
+    """Target, as nvcc's -arch (sm_90 = Hopper H100/H200)."""
+    flags: tuple[str, ...] = ("-O3", "--std=c++17")
+    """Extra nvcc flags (part of the cache key)."""
+    timeout_s: float = 60.0
+    """Wall-clock limit of one nvcc run, in seconds."""
+    nvcc: str | None = None
+    """Path of nvcc; default: $CUDA_HOME/bin/nvcc, then nvcc on the PATH."""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"sm_\d+[a-z]?", self.arch):
+            raise ValueError(f"arch must look like sm_90, got {self.arch!r}")
+        if self.timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reports for one kernel."""
+
+    name: str
+    registers: int
+    smem_bytes: int  # static shared memory
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """The outcome of one compile."""
+
+    ok: bool
+    key: str
+    """Hash of (source, arch, flags, nvcc version): the cache key."""
+    cubin_path: str | None
+    """Path of the cubin in the cache (None when the build failed)."""
+    seconds: float
+    """Wall time of this call (near zero on a cache hit)."""
+    cached: bool
+    """True when the result came from the disk cache."""
+    error_kind: str | None = None
+    """None, or one of: compile_error, timeout, no_compiler."""
+    log: str = ""
+    """Tail of nvcc's output (errors, warnings, ptxas report)."""
+    resources: tuple[KernelResources, ...] = field(default_factory=tuple)
+    build_seconds: float = 0.0
+    """How long the original (uncached) build took."""
+
+    def resources_of(self, kernel: str) -> KernelResources | None:
+        return next((r for r in self.resources if r.name == kernel), None)
+
+
+def default_cache_dir() -> Path:
+    """``$SPARSERL_CACHE_DIR`` or ``~/.cache/sparserl``; compiles go in its ``cubin/`` folder."""
+    root = os.environ.get("SPARSERL_CACHE_DIR") or os.path.join(Path.home(), ".cache", "sparserl")
+    return Path(root) / "cubin"
+
+
+def find_nvcc(explicit: str | None = None) -> str | None:
+    """Locate nvcc: the explicit path, $CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, then PATH."""
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            cand = os.path.join(home, "bin", "nvcc")
+            if os.access(cand, os.X_OK):
+                return cand
+    return shutil.which("nvcc")
+
+
+@lru_cache(maxsize=8)
+def nvcc_version(nvcc: str) -> str:
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    m = re.search(r"release [\d.]+, V[\d.]+", out)
+    return m.group(0) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def cache_key(source: str, options: CompileOptions, version: str) -> str:
+    h = hashlib.sha256()
+    for part in (str(_CACHE_FORMAT), version, options.arch, "\0".join(options.flags), source):
+        h.update(part.encode())
+        h.update(b"\0\1")
+    return h.hexdigest()
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas(text: str) -> tuple[KernelResources, ...]:
+    """Per-kernel resources from ``ptxas -v`` output."""
+    out: list[KernelResources] = []
+    name = None
+    props = (0, 0, 0)
+    for line in text.splitlines():
+        if m := _ENTRY.search(line):
+            name, props = m.group(1), (0, 0, 0)
+        elif (m := _PROPS.search(line)) and name:
+            props = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        elif (m := _USED.search(line)) and name:
+            out.append(KernelResources(name, int(m.group(1)), int(m.group(2) or 0), *props))
+            name = None
+    return tuple(out)
+
+
+def _tail(text: str) -> str:
+    return text if len(text) <= LOG_TAIL_CHARS else "..." + text[-LOG_TAIL_CHARS:]
+
+
+def _result_from_meta(meta: dict, cubin: Path, seconds: float) -> CompileResult:
+    res = tuple(KernelResources(**r) for r in meta.get("resources", []))
+    return CompileResult(
+        ok=meta["ok"],
+        key=meta["key"],
+        cubin_path=str(cubin) if meta["ok"] else None,
+        seconds=seconds,
+        cached=True,
+        error_kind=meta.get("error_kind"),
+        log=meta.get("log", ""),
+        resources=res,
+        build_seconds=meta.get("build_seconds", 0.0),
+    )
+
+
+def compile_source(
+    source: str,
+    options: CompileOptions | None = None,
+    cache_dir: Path | str | None = None,
+) -> CompileResult:
+    """Build ``source`` (device code) into a cubin, using and filling the disk cache.
+
+    Failed builds are cached too (same source, same error), except timeouts.
+    """
+    options = options or CompileOptions()
+    t0 = time.perf_counter()
+    nvcc = find_nvcc(options.nvcc)
+    if nvcc is None:
+        return CompileResult(False, "", None, 0.0, False, "no_compiler",
+                             "nvcc not found: install the CUDA toolkit or set CUDA_HOME")
+    key = cache_key(source, options, nvcc_version(nvcc))
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = folder / key[:2]
+    folder.mkdir(parents=True, exist_ok=True)
+    cubin, meta_path = folder / f"{key}.cubin", folder / f"{key}.json"
+
+    def lookup() -> CompileResult | None:
+        if not meta_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        if meta.get("ok") and not cubin.exists():
+            return None
+        return _result_from_meta(meta, cubin, time.perf_counter() - t0)
+
+    if (hit := lookup()) is not None:
+        return hit
+    with FileLock(str(folder / f"{key}.lock"), timeout=max(600.0, 10 * options.timeout_s)):
+        if (hit := lookup()) is not None:  # another process built it while we waited
+            return hit
+        return _build(nvcc, source, options, key, cubin, meta_path, t0)
+
+
+def _build(nvcc: str, source: str, options: CompileOptions, key: str, cubin: Path, meta_path: Path,
+           t0: float) -> CompileResult:
+    with tempfile.TemporaryDirectory(prefix="sparserl-nvcc-") as tmp:
+        src = Path(tmp) / "kernel.cu"
+        out = Path(tmp) / "kernel.cubin"
+        src.write_text(source)
+        cmd = [nvcc, "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.flags, "-o", str(out), str(src)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            secs = time.perf_counter() - t0
+            return CompileResult(False, key, None, secs, False, "timeout",
+                                 f"nvcc ran past its {options.timeout_s:g} s limit", (), secs)
+        text = (proc.stdout + proc.stderr).replace(tmp + "/", "")
+        build_seconds = time.perf_counter() - t0
+        ok = proc.returncode == 0 and out.exists()
+        meta = {
+            "ok": ok,
+            "key": key,
+            "error_kind": None if ok else "compile_error",
+            "log": _tail(text),
+            "resources": [asdict(r) for r in parse_ptxas(text)] if ok else [],
+            "build_seconds": build_seconds,
+            "arch": options.arch,
+        }
+        if ok:
+            tmp_cubin = cubin.with_suffix(f".cubin.{os.getpid()}.tmp")
+            shutil.copyfile(out, tmp_cubin)
+            os.replace(tmp_cubin, cubin)
+        tmp_meta = meta_path.with_suffix(f".json.{os.getpid()}.tmp")
+        tmp_meta.write_text(json.dumps(meta))
+        os.replace(tmp_meta, meta_path)
+    result = _result_from_meta(meta, cubin, time.perf_counter() - t0)
+    return CompileResult(**{**result.__dict__, "cached": False})
+
+
+def compile_many(
+    sources: Sequence[str],
+    options: CompileOptions | None = None,
+    cache_dir: Path | str | None = None,
+    jobs: int | None = None,
+    on_done: Callable[[int, CompileResult], None] | None = None,
+) -> list[CompileResult]:
+    """Compile several sources in parallel (``jobs`` nvcc processes, default: CPU cores).
+
+    ``on_done(index, result)`` is called as each finishes (for progress bars).
+    Results come back in the order of ``sources``.
+    """
+    jobs = jobs or os.cpu_count() or 1
+    results: list[CompileResult | None] = [None] * len(sources)
+
+    def one(i: int) -> None:
+        r = compile_source(sources[i], options, cache_dir)
+        results[i] = r
+        if on_done is not None:
+            on_done(i, r)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(one, range(len(sources))))
+    return [r for r in results if r is not None]

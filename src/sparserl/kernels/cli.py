@@ -1,0 +1,98 @@
+"""``sparserl library``: list, render and compile the reference kernel library."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sparserl.errors import SparseRLError
+from sparserl.kernels.contract import FORMAT_NAMES, Op, split_completion
+from sparserl.kernels.library import get_variant, variants
+
+app = typer.Typer(
+    help="The reference kernel library: parameterised SpMV/SpMM kernels for every format, "
+    "rendered as completions in the kernel contract (FORMAT/LAUNCH header + device code).",
+    no_args_is_help=True,
+)
+console = Console()
+
+
+def _select(op: str | None, fmt: str | None):
+    if op is not None and op not in ("spmv", "spmm"):
+        raise SparseRLError(f"--op must be spmv or spmm, got {op!r}")
+    if fmt is not None and fmt.upper() not in FORMAT_NAMES:
+        raise SparseRLError(f"--format must be one of {', '.join(FORMAT_NAMES)}, got {fmt!r}")
+    return variants(op, fmt)
+
+
+@app.command("list")
+def list_cmd(
+    op: str = typer.Option(None, "--op", help="spmv or spmm (default: both)"),
+    fmt: str = typer.Option(None, "--format", help="CSR, COO, ELL, SELL, DIA, BSR or HYB"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """List library variants (id, strategy, what it is good for)."""
+    vs = _select(op, fmt)
+    if as_json:
+        typer.echo(json.dumps([{"id": v.id, "op": v.op.value, "format": v.format, "strategy": v.strategy,
+                                "format_params": dict(v.format_params), "tunables": dict(v.tunables),
+                                "k_multiple": v.k_multiple, "atomic": v.atomic, "doc": v.doc} for v in vs], indent=1))
+        return
+    table = Table(title=f"{len(vs)} library variants")
+    for col in ("id", "atomics", "what it does"):
+        table.add_column(col)
+    for v in vs:
+        table.add_row(v.id, "yes" if v.atomic else "", v.doc)
+    console.print(table)
+    counts = Counter((v.op.value, v.format) for v in vs)
+    console.print(", ".join(f"{o}/{f}: {c}" for (o, f), c in sorted(counts.items())))
+
+
+@app.command()
+def render(variant_id: str = typer.Argument(..., help="a variant id from 'sparserl library list'")) -> None:
+    """Print one variant as a completion (header lines + CUDA device code)."""
+    typer.echo(get_variant(variant_id).render(), nl=False)
+
+
+@app.command()
+def compile(
+    op: str = typer.Option(None, "--op", help="spmv or spmm (default: both)"),
+    fmt: str = typer.Option(None, "--format", help="only this format"),
+    arch: str = typer.Option("sm_90", help="nvcc -arch target"),
+    jobs: int = typer.Option(0, help="parallel nvcc processes (0 = CPU cores)"),
+    cache_dir: Path = typer.Option(None, help="compile cache (default: $SPARSERL_CACHE_DIR or ~/.cache/sparserl)"),
+) -> None:
+    """Compile every selected variant with nvcc (no GPU needed); report times and cache hits."""
+    from sparserl.harness.compile import CompileOptions, compile_many, find_nvcc
+
+    if find_nvcc() is None:
+        raise SparseRLError("nvcc not found: install the CUDA toolkit or set CUDA_HOME")
+    vs = _select(op, fmt)
+    codes = [split_completion(v.render(), v.op)[1] for v in vs]
+    t0 = time.perf_counter()
+    with Progress(TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar:
+        task = bar.add_task("compile", total=len(codes))
+        results = compile_many(codes, CompileOptions(arch=arch), cache_dir, jobs or None,
+                               on_done=lambda i, r: bar.advance(task))
+    wall = time.perf_counter() - t0
+    failed = [(v, r) for v, r in zip(vs, results) if not r.ok]
+    hits = sum(r.cached for r in results)
+    builds = [r.build_seconds for r in results]
+    console.print(
+        f"{len(results)} variants for {arch} in {wall:.1f} s wall: {hits} cache hits, "
+        f"{len(results) - hits} built; build time per variant median {statistics.median(builds):.2f} s, "
+        f"max {max(builds):.2f} s; {len(failed)} failed"
+    )
+    for v, r in failed:
+        console.print(f"[red]FAILED[/red] {v.id}: {r.error_kind}\n{r.log[-1500:]}")
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,234 @@
+"""CSR kernels: scalar (thread per row), vector (a group of lanes per row), merge-path.
+
+* ``csr_scalar``: one thread per row. Best for very short, even rows.
+* ``csr_vector``: ``tpr`` lanes per row (2..32), strided loads of the row, butterfly
+  reduction with ``__shfl_xor_sync``. Pick ``tpr`` near the mean row length.
+* ``csr_merge``: merge-path load balancing (Merrill & Garland, SC'16): the merge of row
+  ends and nonzero indices is cut into equal tiles, so a row of a million nonzeros and
+  a million empty rows cost the same per thread. Rows split between threads are
+  combined with ``atomicAdd`` into a y zeroed by a first launch.
+* SpMM ``csr_rows``: a group of ``g`` lanes per row; the group loads ``g`` (col, val)
+  pairs at once and broadcasts them with shuffles while each lane accumulates ``vec``
+  columns of Y (float4 loads of X when ``vec`` = 4).
+"""
+
+from __future__ import annotations
+
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library.common import (
+    FULL_MASK,
+    Variant,
+    acc_decl,
+    acc_fma,
+    acc_store,
+    fill,
+    group_mask,
+    group_sum,
+    make,
+)
+
+
+def _scalar(v: Variant) -> str:
+    b = v.t("block")
+    return v.header([f"grid=ceil_div(m, {b}), block={b}"]) + "\n" + fill(
+        """
+${SIG}
+{
+    const int row = blockIdx.x * ${B} + threadIdx.x;
+    if (row >= m) return;
+    const int start = __ldg(row_ptr + row);
+    const int end = __ldg(row_ptr + row + 1);
+    float sum = 0.f;
+    for (int j = start; j < end; ++j)
+        sum = fmaf(__ldg(val + j), __ldg(x + __ldg(col_idx + j)), sum);
+    y[row] = sum;
+}
+""",
+        SIG=v.sig(launch_bounds=b),
+        B=b,
+    )
+
+
+def _vector(v: Variant) -> str:
+    b, tpr = v.t("block"), v.t("tpr")
+    rows_per_block = b // tpr
+    return v.header([f"grid=ceil_div(m, {rows_per_block}), block={b}"]) + "\n" + fill(
+        """
+${SIG}
+{
+    // ${TPR} lanes per row; groups never straddle a warp, and every lane reaches the shuffles.
+    const int lane = threadIdx.x & ${TPRM1};
+    const int row = blockIdx.x * ${RPB} + threadIdx.x / ${TPR};
+    float sum = 0.f;
+    if (row < m) {
+        const int start = __ldg(row_ptr + row);
+        const int end = __ldg(row_ptr + row + 1);
+        for (int j = start + lane; j < end; j += ${TPR})
+            sum = fmaf(__ldg(val + j), __ldg(x + __ldg(col_idx + j)), sum);
+    }
+${REDUCE}
+    if (lane == 0 && row < m) y[row] = sum;
+}
+""",
+        SIG=v.sig(launch_bounds=b),
+        TPR=tpr,
+        TPRM1=tpr - 1,
+        RPB=rows_per_block,
+        REDUCE=group_sum("sum", tpr, FULL_MASK),
+    )
+
+
+def _merge(v: Variant) -> str:
+    b, ipt = v.t("block"), v.t("ipt")
+    tile = b * ipt
+    zero_sig = v.sig("spmv_zero_y")
+    return v.header(
+        [
+            "grid=ceil_div(m, 256), block=256, kernel=spmv_zero_y",
+            f"grid=ceil_div(m + nnz, {tile}), block={b}",
+        ]
+    ) + "\n" + fill(
+        """
+${ZSIG}
+{
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    if (i < m) y[i] = 0.f;
+}
+
+// Merge-path search: the split (row, nz) of diagonal `diag` of the merge of the row-end
+// offsets `ends[0..num_rows)` with the nonzero indices `first_nz ..< first_nz + num_nz`.
+static __device__ __forceinline__ int merge_search(int diag, const int* ends, int num_rows,
+                                                   int first_nz, int num_nz)
+{
+    int lo = max(diag - num_nz, 0);
+    int hi = min(diag, num_rows);
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (ends[mid] <= first_nz + diag - mid - 1) lo = mid + 1; else hi = mid;
+    }
+    return lo;  // rows consumed; nonzeros consumed = diag - lo
+}
+
+${SIG}
+{
+    __shared__ int s_coord[5];
+    __shared__ int s_ends[${TILE} + 1];
+    __shared__ float s_prod[${TILE}];
+    const int total = m + nnz;
+    const int tile_begin = blockIdx.x * ${TILE};
+    const int tile_end = min(tile_begin + ${TILE}, total);
+    if (threadIdx.x < 2) {
+        const int diag = threadIdx.x == 0 ? tile_begin : tile_end;
+        const int r = merge_search(diag, row_ptr + 1, m, 0, nnz);
+        s_coord[2 * threadIdx.x] = r;
+        s_coord[2 * threadIdx.x + 1] = diag - r;
+        if (threadIdx.x == 0) s_coord[4] = __ldg(row_ptr + r);
+    }
+    __syncthreads();
+    const int row0 = s_coord[0], nz0 = s_coord[1];
+    const int tile_rows = s_coord[2] - row0, tile_nnz = s_coord[3] - nz0;
+    const int row0_begin = s_coord[4];
+    // Stage the tile: products (coalesced loads) and the row ends it needs.
+    for (int i = threadIdx.x; i < tile_nnz; i += ${B})
+        s_prod[i] = __ldg(val + nz0 + i) * __ldg(x + __ldg(col_idx + nz0 + i));
+    for (int i = threadIdx.x; i <= tile_rows; i += ${B})
+        s_ends[i] = (row0 + i < m) ? __ldg(row_ptr + row0 + i + 1) : nnz;
+    __syncthreads();
+
+    const int items = tile_rows + tile_nnz;
+    const int diag = min((int)threadIdx.x * ${IPT}, items);
+    const int diag_end = min(diag + ${IPT}, items);
+    int r = merge_search(diag, s_ends, tile_rows, nz0, tile_nnz);
+    int z = diag - r;
+    // Did the current row begin before this thread's first item?
+    bool partial = (nz0 + z) > (r == 0 ? row0_begin : s_ends[r - 1]);
+    bool carry = false;
+    float sum = 0.f;
+    for (int it = diag; it < diag_end; ++it) {
+        if (nz0 + z < s_ends[r]) {
+            sum += s_prod[z];
+            ++z;
+            carry = true;
+        } else {
+            if (partial) atomicAdd(y + row0 + r, sum); else y[row0 + r] = sum;
+            sum = 0.f;
+            partial = false;
+            carry = false;
+            ++r;
+        }
+    }
+    if (carry) atomicAdd(y + row0 + r, sum);  // the row goes on in the next thread
+}
+""",
+        ZSIG=zero_sig,
+        SIG=v.sig(launch_bounds=b),
+        TILE=tile,
+        B=b,
+        IPT=ipt,
+    )
+
+
+def _spmm_rows(v: Variant) -> str:
+    b, g, vec = v.t("block"), v.t("g"), v.t("vec")
+    rpb = b // g
+    mask = group_mask(g)
+    return v.header([f"grid=ceil_div(m, {rpb}), block={b}"]) + "\n" + fill(
+        """
+${SIG}
+{
+    // ${G} lanes per row; each lane owns ${VEC} consecutive columns of Y per column tile.
+    const int lane = threadIdx.x & ${GM1};
+    const int row = blockIdx.x * ${RPB} + threadIdx.x / ${G};
+    if (row >= m) return;  // whole groups leave together; shuffles use the group's mask
+    const unsigned gmask = ${MASK};
+    const int start = __ldg(row_ptr + row);
+    const int end = __ldg(row_ptr + row + 1);
+    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
+        const int c0 = t0 + lane * ${VEC};
+        const bool active = c0 < k;
+        ${ACC_DECL}
+        for (int base = start; base < end; base += ${G}) {
+            const int j = base + lane;
+            const int my_col = j < end ? __ldg(col_idx + j) : 0;
+            const float my_val = j < end ? __ldg(val + j) : 0.f;
+            const int cnt = min(${G}, end - base);
+            for (int t = 0; t < cnt; ++t) {
+                const int c = __shfl_sync(gmask, my_col, t, ${G});
+                const float a = __shfl_sync(gmask, my_val, t, ${G});
+                if (active) ${FMA}
+            }
+        }
+        if (active) ${STORE}
+    }
+}
+""",
+        SIG=v.sig(launch_bounds=b),
+        G=g,
+        GM1=g - 1,
+        RPB=rpb,
+        VEC=vec,
+        MASK=mask,
+        ACC_DECL=acc_decl(vec),
+        FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"),
+        STORE=acc_store(vec, "Y + (size_t)row * k + c0"),
+    )
+
+
+def variants() -> list[Variant]:
+    out: list[Variant] = []
+    for b in (128, 256):
+        out.append(make(Op.SPMV, "CSR", "csr_scalar", _scalar, {"block": b},
+                        doc="one thread per row; short even rows"))
+    for tpr in (2, 4, 8, 16, 32):
+        for b in (128, 256):
+            out.append(make(Op.SPMV, "CSR", "csr_vector", _vector, {"tpr": tpr, "block": b},
+                            doc="tpr lanes per row with a shuffle reduction; rows of ~tpr or more nonzeros"))
+    for b, ipt in ((128, 7), (256, 7), (256, 3)):
+        out.append(make(Op.SPMV, "CSR", "csr_merge", _merge, {"block": b, "ipt": ipt}, atomic=True,
+                        doc="merge-path load balancing; skewed and power-law rows"))
+    for g, vec in ((32, 4), (8, 4), (2, 4), (32, 1), (8, 1)):
+        for b in (128, 256):
+            out.append(make(Op.SPMM, "CSR", "csr_rows", _spmm_rows, {"g": g, "vec": vec, "block": b},
+                            k_multiple=vec,
+                            doc="g lanes per row, shuffle-broadcast (col, val), vec columns per lane"))
+    return out

@@ -1,0 +1,92 @@
+"""SELL-C-sigma kernels.
+
+* ``sell_lanes``: one thread per slice lane (row), C consecutive threads per slice, so
+  each slot column of a slice is one coalesced load; padding is only up to the
+  slice's longest row, and sorting inside sigma-windows makes slices even.
+* SpMM ``sell_lanes``: ``g`` lanes per row over the columns of X.
+"""
+
+from __future__ import annotations
+
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library.common import Variant, acc_decl, acc_fma, acc_store, fill, make
+
+
+def _spmv(v: Variant) -> str:
+    b, C = v.t("block"), v.params["C"]
+    return v.header([f"grid=ceil_div(num_slices * {C}, {b}), block={b}"]) + "\n" + fill(
+        """
+${SIG}
+{
+    const int t = blockIdx.x * ${B} + threadIdx.x;
+    const int s = t / ${C};
+    const int lane = t % ${C};
+    if (s >= num_slices) return;
+    const int row = __ldg(row_perm + t);
+    if (row < 0) return;  // padding lane
+    const int base = __ldg(slice_ptr + s);
+    const int w = (__ldg(slice_ptr + s + 1) - base) / ${C};
+    float sum = 0.f;
+    for (int j = 0; j < w; ++j) {
+        const int idx = base + j * ${C} + lane;
+        const int c = __ldg(col_idx + idx);
+        if (c < 0) break;
+        sum = fmaf(__ldg(val + idx), __ldg(x + c), sum);
+    }
+    y[row] = sum;
+}
+""",
+        SIG=v.sig(launch_bounds=b), B=b, C=C,
+    )
+
+
+def _spmm(v: Variant) -> str:
+    b, g, vec, C = v.t("block"), v.t("g"), v.t("vec"), v.params["C"]
+    rpb = b // g
+    return v.header([f"grid=ceil_div(num_slices * {C}, {rpb}), block={b}"]) + "\n" + fill(
+        """
+${SIG}
+{
+    const int lane = threadIdx.x & ${GM1};
+    const int t = blockIdx.x * ${RPB} + threadIdx.x / ${G};  // slot row (slice * C + lane)
+    if (t >= num_slices * ${C}) return;
+    const int row = __ldg(row_perm + t);
+    if (row < 0) return;
+    const int s = t / ${C};
+    const int r = t % ${C};
+    const int base = __ldg(slice_ptr + s);
+    const int w = (__ldg(slice_ptr + s + 1) - base) / ${C};
+    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
+        const int c0 = t0 + lane * ${VEC};
+        if (c0 >= k) break;
+        ${ACC_DECL}
+        for (int j = 0; j < w; ++j) {
+            const int idx = base + j * ${C} + r;
+            const int c = __ldg(col_idx + idx);
+            if (c < 0) break;
+            const float a = __ldg(val + idx);
+            ${FMA}
+        }
+        ${STORE}
+    }
+}
+""",
+        SIG=v.sig(launch_bounds=b), G=g, GM1=g - 1, RPB=rpb, VEC=vec, C=C,
+        ACC_DECL=acc_decl(vec),
+        FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"),
+        STORE=acc_store(vec, "Y + (size_t)row * k + c0"),
+    )
+
+
+def variants() -> list[Variant]:
+    out = []
+    for C, sigma in ((32, 1), (32, 512), (8, 64), (128, 1024)):
+        for b in (128, 256):
+            out.append(make(Op.SPMV, "SELL", "sell_lanes", _spmv, {"block": b}, {"C": C, "sigma": sigma},
+                            doc="thread per slice lane; uneven rows with little padding"))
+    for C, sigma in ((32, 1), (32, 512)):
+        for g, vec in ((32, 4), (8, 1), (2, 4)):
+            out.append(make(Op.SPMM, "SELL", "sell_lanes", _spmm, {"g": g, "vec": vec, "block": 256},
+                            {"C": C, "sigma": sigma}, k_multiple=vec,
+                            doc="g lanes per slice row over the columns of X"))
+    return out

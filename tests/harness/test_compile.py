@@ -1,0 +1,109 @@
+"""The compile service: cache hits and misses, failures as values, concurrency, ptxas parsing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparserl.harness.compile import CompileOptions, compile_many, compile_source, find_nvcc, parse_ptxas
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+
+GOOD = """
+extern "C" __global__ void spmv_kernel(int m, int n, int nnz, const int* __restrict__ row_ptr,
+    const int* __restrict__ col_idx, const float* __restrict__ val, const float* __restrict__ x,
+    float* __restrict__ y)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < m) { float s = 0.f; for (int j = row_ptr[i]; j < row_ptr[i + 1]; ++j) s += val[j] * x[col_idx[j]]; y[i] = s; }
+}
+"""
+
+
+@needs_nvcc
+def test_miss_then_hit(tmp_path: Path) -> None:
+    first = compile_source(GOOD, cache_dir=tmp_path)
+    assert first.ok and not first.cached and first.cubin_path and Path(first.cubin_path).stat().st_size > 0
+    second = compile_source(GOOD, cache_dir=tmp_path)
+    assert second.ok and second.cached and second.key == first.key and second.cubin_path == first.cubin_path
+    assert second.seconds < first.seconds
+    assert second.resources == first.resources and second.resources[0].name == "spmv_kernel"
+
+
+@needs_nvcc
+def test_key_depends_on_source_arch_and_flags(tmp_path: Path) -> None:
+    a = compile_source(GOOD, cache_dir=tmp_path)
+    b = compile_source(GOOD + "\n// changed\n", cache_dir=tmp_path)
+    c = compile_source(GOOD, CompileOptions(arch="sm_80"), cache_dir=tmp_path)
+    d = compile_source(GOOD, CompileOptions(flags=("-O1",)), cache_dir=tmp_path)
+    assert len({a.key, b.key, c.key, d.key}) == 4
+    assert not any(r.cached for r in (b, c, d))
+
+
+@needs_nvcc
+def test_compile_error_is_a_value_and_is_cached(tmp_path: Path) -> None:
+    bad = GOOD.replace("s += val[j]", "s += undefined_thing[j]")
+    r = compile_source(bad, cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "compile_error" and "undefined_thing" in r.log and r.cubin_path is None
+    again = compile_source(bad, cache_dir=tmp_path)
+    assert again.cached and again.error_kind == "compile_error"
+    assert str(tmp_path) not in r.log, "logs must not leak the temporary build folder"
+
+
+@needs_nvcc
+def test_timeout_is_a_value_and_not_cached(tmp_path: Path) -> None:
+    r = compile_source(GOOD, CompileOptions(timeout_s=0.001), cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "timeout"
+    assert compile_source(GOOD, cache_dir=tmp_path).ok
+
+
+def test_missing_compiler_is_a_value(tmp_path: Path) -> None:
+    r = compile_source(GOOD, CompileOptions(nvcc=str(tmp_path / "no-nvcc")), cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "no_compiler" and "nvcc" in r.log
+
+
+@needs_nvcc
+def test_concurrent_processes_build_once(tmp_path: Path) -> None:
+    """Four processes compile the same new source at once: all succeed, one builds."""
+    src = GOOD + "\n// concurrency test\n"
+    code = (
+        "import json, sys; from sparserl.harness.compile import compile_source; "
+        f"r = compile_source({src!r}, cache_dir={str(tmp_path)!r}); "
+        "print(json.dumps({'ok': r.ok, 'cached': r.cached, 'key': r.key}))"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(o["ok"] for o in outs)
+    assert len({o["key"] for o in outs}) == 1
+    assert sum(not o["cached"] for o in outs) == 1
+    assert len(list(tmp_path.rglob("*.cubin"))) == 1
+
+
+@needs_nvcc
+def test_compile_many_keeps_order_and_reports_progress(tmp_path: Path) -> None:
+    sources = [GOOD.replace("s = 0.f", f"s = {i}.f") for i in range(4)]
+    seen = []
+    results = compile_many(sources, cache_dir=tmp_path, jobs=2, on_done=lambda i, r: seen.append(i))
+    assert sorted(seen) == [0, 1, 2, 3]
+    assert [r.key for r in results] == [compile_source(s, cache_dir=tmp_path).key for s in sources]
+
+
+def test_parse_ptxas() -> None:
+    text = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'spmv_zero_y' for 'sm_90'
+ptxas info    : Function properties for spmv_zero_y
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers, 380 bytes cmem[0]
+ptxas info    : Compiling entry function 'spmv_kernel' for 'sm_90'
+ptxas info    : Function properties for spmv_kernel
+    16 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 14356 bytes smem, 400 bytes cmem[0]
+"""
+    a, b = parse_ptxas(text)
+    assert (a.name, a.registers, a.smem_bytes, a.stack_bytes) == ("spmv_zero_y", 8, 0, 0)
+    assert (b.name, b.registers, b.smem_bytes, b.stack_bytes, b.spill_store_bytes, b.spill_load_bytes) == (
+        "spmv_kernel", 40, 14356, 16, 4, 8)
