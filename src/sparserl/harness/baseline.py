@@ -1,0 +1,157 @@
+"""cuSPARSE as the baseline: ``cusparseSpMV`` / ``cusparseSpMM`` on CSR, set up once.
+
+Descriptors and the work buffer are created once per (matrix, op, k, algorithm) and
+the call is timed with :func:`sparserl.harness.timing.time_run`, the same function
+and stream that time candidate kernels. Several cuSPARSE algorithms are tried and the
+fastest is the baseline, so a reported speedup is against cuSPARSE at its best on
+that matrix, not against its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparserl.harness.device import cupy_module
+from sparserl.harness.timing import FlushBuffer, Timing, TimingConfig, time_run
+from sparserl.kernels.contract import Op
+
+SPMV_ALGS = ("CUSPARSE_SPMV_ALG_DEFAULT", "CUSPARSE_SPMV_CSR_ALG1", "CUSPARSE_SPMV_CSR_ALG2")
+SPMM_ALGS = ("CUSPARSE_SPMM_ALG_DEFAULT", "CUSPARSE_SPMM_CSR_ALG1", "CUSPARSE_SPMM_CSR_ALG2",
+             "CUSPARSE_SPMM_CSR_ALG3")
+
+
+class CusparseOp:
+    """One cuSPARSE SpMV/SpMM call on fixed device buffers, ready to run many times."""
+
+    def __init__(self, A: sp.csr_array, op: Op, k: int | None = None, alg: str | None = None, seed: int = 0):
+        cp = cupy_module()
+        from cupy_backends.cuda.libs import cusparse as cs
+        from cupy.cuda import device
+
+        self._cs = cs
+        self.op, self.k = op, k
+        m, n = A.shape
+        self.indptr = cp.asarray(A.indptr.astype(np.int32))
+        self.indices = cp.asarray(A.indices.astype(np.int32))
+        self.data = cp.asarray(A.data.astype(np.float32))
+        rng = np.random.default_rng(seed)
+        self.handle = device.get_cusparse_handle()
+        f32 = 0  # CUDA_R_32F
+        self.alpha = np.array(1.0, np.float32)
+        self.beta = np.array(0.0, np.float32)
+        self.mat = cs.createCsr(m, n, A.nnz, self.indptr.data.ptr, self.indices.data.ptr, self.data.data.ptr,
+                                cs.CUSPARSE_INDEX_32I, cs.CUSPARSE_INDEX_32I, cs.CUSPARSE_INDEX_BASE_ZERO, f32)
+        opn = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
+        if op is Op.SPMV:
+            self.x = cp.asarray(rng.standard_normal(n).astype(np.float32))
+            self.y = cp.zeros(m, np.float32)
+            self.vx = cs.createDnVec(n, self.x.data.ptr, f32)
+            self.vy = cs.createDnVec(m, self.y.data.ptr, f32)
+            self.alg_name = alg or SPMV_ALGS[0]
+            self.alg = getattr(cs, self.alg_name)
+            size = cs.spMV_bufferSize(self.handle, opn, self.alpha.ctypes.data, self.mat, self.vx,
+                                      self.beta.ctypes.data, self.vy, f32, self.alg)
+            self.buffer = cp.empty(max(int(size), 1), np.uint8)
+            pre = getattr(cs, "spMV_preprocess", None)
+            if pre is not None:
+                pre(self.handle, opn, self.alpha.ctypes.data, self.mat, self.vx, self.beta.ctypes.data,
+                    self.vy, f32, self.alg, self.buffer.data.ptr)
+        else:
+            if not k or k < 1:
+                raise ValueError("SpMM needs k >= 1")
+            self.x = cp.asarray(rng.standard_normal((n, k)).astype(np.float32))
+            self.y = cp.zeros((m, k), np.float32)
+            row = cs.CUSPARSE_ORDER_ROW
+            self.vx = cs.createDnMat(n, k, k, self.x.data.ptr, f32, row)
+            self.vy = cs.createDnMat(m, k, k, self.y.data.ptr, f32, row)
+            self.alg_name = alg or SPMM_ALGS[0]
+            self.alg = getattr(cs, self.alg_name)
+            size = cs.spMM_bufferSize(self.handle, opn, opn, self.alpha.ctypes.data, self.mat, self.vx,
+                                      self.beta.ctypes.data, self.vy, f32, self.alg)
+            self.buffer = cp.empty(max(int(size), 1), np.uint8)
+            pre = getattr(cs, "spMM_preprocess", None)
+            if pre is not None:
+                pre(self.handle, opn, opn, self.alpha.ctypes.data, self.mat, self.vx, self.beta.ctypes.data,
+                    self.vy, f32, self.alg, self.buffer.data.ptr)
+        self._opn = opn
+
+    def run(self) -> None:
+        """Enqueue one call on CuPy's current stream."""
+        cp = cupy_module()
+        cs = self._cs
+        cs.setStream(self.handle, cp.cuda.get_current_stream().ptr)
+        if self.op is Op.SPMV:
+            cs.spMV(self.handle, self._opn, self.alpha.ctypes.data, self.mat, self.vx, self.beta.ctypes.data,
+                    self.vy, 0, self.alg, self.buffer.data.ptr)
+        else:
+            cs.spMM(self.handle, self._opn, self._opn, self.alpha.ctypes.data, self.mat, self.vx,
+                    self.beta.ctypes.data, self.vy, 0, self.alg, self.buffer.data.ptr)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) on the host after a run, for a sanity check against the reference."""
+        cp = cupy_module()
+        return cp.asnumpy(self.x), cp.asnumpy(self.y)
+
+    def close(self) -> None:
+        cs = self._cs
+        cs.destroySpMat(self.mat)
+        if self.op is Op.SPMV:
+            cs.destroyDnVec(self.vx)
+            cs.destroyDnVec(self.vy)
+        else:
+            cs.destroyDnMat(self.vx)
+            cs.destroyDnMat(self.vy)
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """cuSPARSE's best time on one matrix, and every algorithm tried."""
+
+    op: str
+    k: int | None
+    best_alg: str
+    timing: Timing
+    per_alg_us: dict[str, float]
+    errors: dict[str, str]
+    """Algorithms that refused this matrix/shape, with cuSPARSE's message."""
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "k": self.k, "best_alg": self.best_alg, "timing": self.timing.to_dict(),
+                "per_alg_us": self.per_alg_us, "errors": self.errors}
+
+
+def time_cusparse(A: sp.csr_array, op: Op, k: int | None, config: TimingConfig,
+                  flush: FlushBuffer | None = None, check: bool = True) -> BaselineResult:
+    """Time every cuSPARSE algorithm for ``op`` on ``A`` and keep the fastest correct one."""
+    from sparserl.harness.reference import compare
+
+    best: tuple[str, Timing] | None = None
+    per_alg: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    for alg in SPMV_ALGS if op is Op.SPMV else SPMM_ALGS:
+        try:
+            runner = CusparseOp(A, op, k, alg)
+        except Exception as exc:  # cuSPARSE refuses some algorithm/shape pairs
+            errors[alg] = str(exc)[:200]
+            continue
+        try:
+            if check:
+                cp = cupy_module()
+                runner.run()
+                cp.cuda.runtime.deviceSynchronize()
+                x, y = runner.result()
+                if not compare(A, x, y).ok:
+                    errors[alg] = "result differs from the fp64 reference"
+                    continue
+            t = time_run(runner.run, config, flush=flush)
+        finally:
+            runner.close()
+        per_alg[alg] = t.median_us
+        if best is None or t.median_us < best[1].median_us:
+            best = (alg, t)
+    if best is None:
+        raise RuntimeError(f"no cuSPARSE algorithm ran on this matrix: {errors}")
+    return BaselineResult(op.value, k, best[0], best[1], per_alg, errors)

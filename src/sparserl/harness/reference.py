@@ -1,0 +1,74 @@
+"""The fp64 reference and the tolerance a kernel's output is judged by.
+
+For row i with ``L_i`` stored entries, a correct fp32 kernel's result may differ from
+the fp64 product by rounding only. We accept::
+
+    |y_i - ref_i| <= rtol(L_i) * (|A| |x|)_i + atol,   rtol(L) = 16 * eps32 * sqrt(max(L, 1))
+
+``(|A| |x|)_i`` scales the bound by the magnitudes actually summed (a cancelling row
+gets no looser bound than its terms justify), and ``sqrt(L)`` is the typical growth
+of summation error in any order (atomics included). For a row of 4096 terms the
+bound is 1.2e-4 relative to ``|A||x|``: dropping one average term of such a row (2.4e-4)
+fails. ``atol`` (1e-30) only keeps all-zero rows well defined. NaN or Inf never passes.
+SpMM applies the same bound per column of X.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+EPS32 = float(np.finfo(np.float32).eps)
+ATOL = 1e-30
+
+
+def reference(A: sp.csr_array, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(A x, |A| |x|)`` in fp64 from the fp32 values; ``x`` is (n,) or (n, k)."""
+    A64 = sp.csr_array((A.data.astype(np.float64), A.indices, A.indptr), shape=A.shape)
+    x64 = np.asarray(x, dtype=np.float64)
+    absA = sp.csr_array((np.abs(A64.data), A.indices, A.indptr), shape=A.shape)
+    return A64 @ x64, absA @ np.abs(x64)
+
+
+def rtol_per_row(A: sp.csr_array) -> np.ndarray:
+    lengths = np.diff(A.indptr).astype(np.float64)
+    return 16.0 * EPS32 * np.sqrt(np.maximum(lengths, 1.0))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a kernel's output compares with the fp64 reference."""
+
+    ok: bool
+    bad_rows: int
+    """Rows (SpMM: rows with any bad column) outside the tolerance, NaN/Inf included."""
+    nonfinite: int
+    """Output entries that are NaN or Inf (e.g. never written: outputs are NaN-poisoned)."""
+    max_scaled_error: float
+    """max |y - ref| / bound over all entries (<= 1 passes); inf when an entry is not finite."""
+    first_bad_row: int | None
+
+
+def compare(A: sp.csr_array, x: np.ndarray, y: np.ndarray) -> Comparison:
+    """Check ``y`` (fp32 output of a kernel) against the fp64 product ``A x``."""
+    ref, mag = reference(A, x)
+    y64 = np.asarray(y, dtype=np.float64).reshape(ref.shape)
+    rtol = rtol_per_row(A)
+    if ref.ndim == 2:
+        rtol = rtol[:, None]
+    bound = rtol * mag + ATOL
+    finite = np.isfinite(y64)
+    err = np.where(finite, np.abs(y64 - ref), np.inf)
+    scaled = err / bound
+    bad = ~(scaled <= 1.0)
+    bad_rows_mask = bad.any(axis=1) if bad.ndim == 2 else bad
+    idx = np.flatnonzero(bad_rows_mask)
+    return Comparison(
+        ok=idx.size == 0,
+        bad_rows=int(idx.size),
+        nonfinite=int((~finite).sum()),
+        max_scaled_error=float(scaled.max()) if scaled.size else 0.0,
+        first_bad_row=int(idx[0]) if idx.size else None,
+    )
