@@ -27,21 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sparserl.errors import FormatError
-from sparserl.formats import convert
 from sparserl.harness.compile import CompileOptions, compile_many
-from sparserl.harness.device import (
-    DeviceMatrix,
-    LoadedKernels,
-    cupy_module,
-    device_arch,
-    kernel_args,
-    launch_all,
-    num_sms,
-    prepare_output,
-)
+from sparserl.harness.device import cupy_module, device_arch, num_sms
+from sparserl.harness.launcher import BoundKernel, MatrixOnDevice
 from sparserl.harness.reference import compare
-from sparserl.kernels.contract import Op, evaluate_launches, split_completion
+from sparserl.kernels.contract import Op, split_completion
 from sparserl.kernels.library import all_variants
 from sparserl.matrices import canonicalize, generate, load_matrix
 
@@ -113,36 +103,26 @@ def main() -> int:
     compiled = compile_many([code for _, code in parsed], CompileOptions(arch=arch))
     log.info("compiled %d variants in %.1f s (%d failed)", len(compiled), time.perf_counter() - t0,
              sum(not c.ok for c in compiled))
-    kernels = {v.id: LoadedKernels(c.cubin_path) for v, c in zip(variants, compiled) if c.ok}
 
     matrices = build_matrices(args.suitesparse, args.suitesparse_limit)
     rng = np.random.default_rng(args.seed)
     records = []
     for mname, A in matrices:
-        conversions: dict[tuple, object] = {}
+        on_dev = MatrixOnDevice(A)
         m, n = A.shape
         for v, (header, _), c in zip(variants, parsed, compiled):
-            key = (v.format, v.format_params)
             rec = {"variant": v.id, "matrix": mname, "rows": m, "cols": n, "nnz": int(A.nnz)}
             if not c.ok:
                 records.append(rec | {"status": "compile_error", "log": c.log[-2000:]})
                 continue
-            if key not in conversions:
-                try:
-                    fd = convert(A, v.format, dict(v.format_params))
-                    conversions[key] = DeviceMatrix.upload(fd)
-                except FormatError as exc:
-                    conversions[key] = str(exc)
-            dev = conversions[key]
-            if isinstance(dev, str):
-                records.append(rec | {"status": "refused", "reason": dev})
-                continue
             for k in ks if v.op is Op.SPMM else [None]:
                 if not v.applicable(k):
                     continue
-                env = dev.data.launch_env(v.op, k, sms)
-                launches = evaluate_launches(header, v.op, env)
-                status, worst = "pass", 0.0
+                bound = BoundKernel.bind(header, v.op, c.cubin_path, on_dev, k, sms)
+                if isinstance(bound, str):
+                    records.append(rec | {"k": k, "status": "refused", "reason": bound})
+                    break  # refusals do not depend on k
+                status, worst, extra = "pass", 0.0, {}
                 for trial in range(2):
                     shape = (n,) if k is None else (n, k)
                     xh = rng.standard_normal(shape).astype(np.float32)
@@ -150,18 +130,17 @@ def main() -> int:
                         xh *= np.float32(1e3) * np.sign(rng.standard_normal(shape)).astype(np.float32)
                     x = cp.asarray(xh)
                     y = cp.full((m,) if k is None else (m, k), np.nan, dtype=cp.float32)
-                    prepare_output(dev.data, y)
-                    launch_all(kernels[v.id], launches, kernel_args(v.op, dev, x, y, k))
+                    bound.run(x, y)
                     cp.cuda.runtime.deviceSynchronize()
                     res = compare(A, xh, cp.asnumpy(y))
                     worst = max(worst, res.max_scaled_error)
                     if not res.ok:
                         status = "fail"
-                        rec |= {"bad_rows": res.bad_rows, "nonfinite": res.nonfinite, "first_bad_row": res.first_bad_row}
+                        extra = {"bad_rows": res.bad_rows, "nonfinite": res.nonfinite, "first_bad_row": res.first_bad_row}
                         break
-                records.append(rec | {"k": k, "status": status, "max_scaled_error": worst})
+                records.append(rec | {"k": k, "status": status, "max_scaled_error": worst} | extra)
                 if status != "pass":
-                    log.warning("FAIL %s on %s (k=%s): %s", v.id, mname, k, rec)
+                    log.warning("FAIL %s on %s (k=%s): %s", v.id, mname, k, extra)
         log.info("%-24s %8d x %-8d nnz %-9d done", mname, m, n, A.nnz)
 
     summary: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))

@@ -57,3 +57,15 @@ def test_unwritten_rows_are_caught() -> None:
     x = np.ones(A.shape[1], np.float32)
     res = compare(A, x, run(broken, Op.SPMV, A, x))
     assert not res.ok and res.bad_rows == 500 and res.nonfinite == 500
+
+
+def test_timing_and_cusparse_baseline() -> None:
+    """cuSPARSE through the baseline path is correct and times with a small spread."""
+    from sparserl.harness.baseline import time_cusparse
+    from sparserl.harness.timing import TimingConfig
+
+    A = generate("stencil2d", 250_000, seed=0)
+    for op, k in ((Op.SPMV, None), (Op.SPMM, 8)):
+        res = time_cusparse(A, op, k, TimingConfig(regime="cold", trials=7), check=True)
+        assert res.best_alg in res.per_alg_us
+        assert res.timing.median_us > 0 and res.timing.spread < 0.5, res.to_dict()

@@ -12,6 +12,7 @@ CuPy is imported lazily: importing this module works on a machine without a GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,12 @@ class LoadedKernels:
         if fn is None:
             fn = self._fns[name] = self.module.get_function(name)
         return fn
+
+
+@lru_cache(maxsize=512)
+def load_kernels(cubin_path: str) -> LoadedKernels:
+    """Load a cubin once per process (least recently used modules are unloaded past 512)."""
+    return LoadedKernels(cubin_path)
 
 
 def kernel_args(op: Op, dev: DeviceMatrix, x: Any, y: Any, k: int | None = None) -> tuple:
