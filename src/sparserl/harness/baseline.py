@@ -18,9 +18,10 @@ from sparserl.harness.device import cupy_module
 from sparserl.harness.timing import FlushBuffer, Timing, TimingConfig, time_run
 from sparserl.kernels.contract import Op
 
-SPMV_ALGS = ("CUSPARSE_SPMV_ALG_DEFAULT", "CUSPARSE_SPMV_CSR_ALG1", "CUSPARSE_SPMV_CSR_ALG2")
-SPMM_ALGS = ("CUSPARSE_SPMM_ALG_DEFAULT", "CUSPARSE_SPMM_CSR_ALG1", "CUSPARSE_SPMM_CSR_ALG2",
-             "CUSPARSE_SPMM_CSR_ALG3")
+# cusparseSpMVAlg_t / cusparseSpMMAlg_t values from cusparse.h (CuPy does not export these names).
+SPMV_ALGS = {"CUSPARSE_SPMV_ALG_DEFAULT": 0, "CUSPARSE_SPMV_CSR_ALG1": 2, "CUSPARSE_SPMV_CSR_ALG2": 3}
+SPMM_ALGS = {"CUSPARSE_SPMM_ALG_DEFAULT": 0, "CUSPARSE_SPMM_CSR_ALG1": 4, "CUSPARSE_SPMM_CSR_ALG2": 6,
+             "CUSPARSE_SPMM_CSR_ALG3": 12}
 
 
 class CusparseOp:
@@ -50,8 +51,8 @@ class CusparseOp:
             self.y = cp.zeros(m, np.float32)
             self.vx = cs.createDnVec(n, self.x.data.ptr, f32)
             self.vy = cs.createDnVec(m, self.y.data.ptr, f32)
-            self.alg_name = alg or SPMV_ALGS[0]
-            self.alg = getattr(cs, self.alg_name)
+            self.alg_name = alg or "CUSPARSE_SPMV_ALG_DEFAULT"
+            self.alg = SPMV_ALGS[self.alg_name]
             size = cs.spMV_bufferSize(self.handle, opn, self.alpha.ctypes.data, self.mat, self.vx,
                                       self.beta.ctypes.data, self.vy, f32, self.alg)
             self.buffer = cp.empty(max(int(size), 1), np.uint8)
@@ -67,8 +68,8 @@ class CusparseOp:
             row = cs.CUSPARSE_ORDER_ROW
             self.vx = cs.createDnMat(n, k, k, self.x.data.ptr, f32, row)
             self.vy = cs.createDnMat(m, k, k, self.y.data.ptr, f32, row)
-            self.alg_name = alg or SPMM_ALGS[0]
-            self.alg = getattr(cs, self.alg_name)
+            self.alg_name = alg or "CUSPARSE_SPMM_ALG_DEFAULT"
+            self.alg = SPMM_ALGS[self.alg_name]
             size = cs.spMM_bufferSize(self.handle, opn, opn, self.alpha.ctypes.data, self.mat, self.vx,
                                       self.beta.ctypes.data, self.vy, f32, self.alg)
             self.buffer = cp.empty(max(int(size), 1), np.uint8)
