@@ -1,10 +1,10 @@
 """The library oracle against cuSPARSE: every variant verified, then timed side by side.
 
-For each matrix: every applicable library variant is run once against the fp64
-reference (NaN-poisoned output); the ones that pass are timed with the harness's
-timing function (CUDA graph, cold = L2 flushed before each run, or warm), and so is
-cuSPARSE (every CSR algorithm, fastest kept) in the same process on the same stream.
-The oracle is the fastest verified variant. Reported per matrix: cuSPARSE time, the
+For each matrix, every applicable library variant goes through the full harness
+(verification on six inputs with NaN-poisoned outputs, then timing in the cold regime,
+L2 flushed before each run, and the warm regime), in the same worker process and with
+the same timing function as cuSPARSE (every CSR algorithm, fastest kept). The oracle
+is the fastest verified variant. Reported per matrix: cuSPARSE time, the
 oracle's variant and time, speedup = t_cusparse / t_oracle, the best per format, and
 the roofline fraction = compulsory bytes / t / measured copy bandwidth, where
 compulsory bytes = 4 * (nnz + n*k + m*k) (values, x, y once; no index bytes).
@@ -28,13 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sparserl.harness.baseline import time_cusparse
-from sparserl.harness.compile import CompileOptions, compile_many
-from sparserl.harness.device import cupy_module, device_arch, num_sms
-from sparserl.harness.launcher import BoundKernel, MatrixOnDevice
-from sparserl.harness.reference import compare
-from sparserl.harness.timing import FlushBuffer, TimingConfig, measured_copy_bandwidth, time_run
-from sparserl.kernels.contract import Op, split_completion
+from sparserl.harness.evaluate import Evaluator, HarnessConfig
+from sparserl.kernels.contract import Op
 from sparserl.kernels.library import all_variants
 from sparserl.matrices import compute_features, generate, load_matrix
 
@@ -82,95 +77,73 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated matrix names")
     ap.add_argument("--op", choices=["spmv", "spmm"], default="spmv")
     ap.add_argument("--k", type=int, default=32)
-    ap.add_argument("--regime", choices=["cold", "warm"], default="cold")
-    ap.add_argument("--trials", type=int, default=11)
+    ap.add_argument("--regime", choices=["cold", "warm"], default="cold", help="regime of the headline speedup")
     ap.add_argument("--out", type=Path, default=Path("library_speed.json"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-    cp = cupy_module()
     op = Op(args.op)
     k = args.k if op is Op.SPMM else None
-    arch, sms = device_arch(), num_sms()
-    bw = measured_copy_bandwidth()
-    log.info("copy bandwidth %.0f GB/s", bw / 1e9)
-    variants = [v for v in all_variants() if v.op is op and v.applicable(k)]
-    parsed = [split_completion(v.render(), v.op) for v in variants]
-    built = compile_many([c for _, c in parsed], CompileOptions(arch=arch))
-    cfg = TimingConfig(regime=args.regime, trials=args.trials)
-    flush = FlushBuffer()
-    rng = np.random.default_rng(0)
+    texts = [(v.id, v.format, v.render()) for v in all_variants() if v.op is op and v.applicable(k)]
     rows = []
     only = set(filter(None, args.only.split(",")))
-    for name, fam, A in matrices(args.set, args.suitesparse, only or None):
-        m, n = A.shape
-        feats = compute_features(A)
-        base = time_cusparse(A, op, k, cfg, flush)
-        on_dev = MatrixOnDevice(A)
-        shape_x = (n,) if k is None else (n, k)
-        xh = rng.standard_normal(shape_x).astype(np.float32)
-        x = cp.asarray(xh)
-        y = cp.empty((m,) if k is None else (m, k), dtype=cp.float32)
-        results = []
-        for v, (header, _), c in zip(variants, parsed, built):
-            if not c.ok:
+    with Evaluator(HarnessConfig(reward_regime=args.regime)) as ev:
+        for name, fam, A in matrices(args.set, args.suitesparse, only or None):
+            m, n = A.shape
+            mat = ev.register(A, name)
+            t0 = time.perf_counter()
+            results = ev.evaluate_many([(text, mat, op, k) for _, _, text in texts])
+            ok = [(vid, fmt, r) for (vid, fmt, _), r in zip(texts, results) if r.ok]
+            bad = [(vid, r.error_kind.value, r.message) for (vid, _, _), r in zip(texts, results)
+                   if not r.ok and r.error_kind.value != "format_refused"]
+            if not ok:
+                log.warning("%s: no library variant passed: %s", name, bad[:3])
                 continue
-            bound = BoundKernel.bind(header, op, c.cubin_path, on_dev, k, sms)
-            if isinstance(bound, str):
-                continue
-            y.fill(np.nan)
-            bound.run(x, y)
-            cp.cuda.runtime.deviceSynchronize()
-            if not compare(A, xh, cp.asnumpy(y)).ok:
-                results.append({"variant": v.id, "format": v.format, "correct": False})
-                log.warning("INCORRECT %s on %s", v.id, name)
-                continue
-            try:
-                t = time_run(bound.runner(x, y), cfg, flush=flush)
-            except Exception as exc:
-                log.warning("timing failed for %s on %s: %s", v.id, name, exc)
-                results.append({"variant": v.id, "format": v.format, "correct": True, "timing_error": str(exc)})
-                continue
-            results.append({"variant": v.id, "format": v.format, "correct": True, "us": t.median_us,
-                            "spread": t.spread})
-        on_dev = None
-        ok = [r for r in results if r["correct"] and "us" in r]
-        best = min(ok, key=lambda r: r["us"])
-        per_fmt = {}
-        for r in ok:
-            if r["format"] not in per_fmt or r["us"] < per_fmt[r["format"]]["us"]:
-                per_fmt[r["format"]] = r
-        kk = k or 1
-        compulsory = 4 * (A.nnz + n * kk + m * kk)
-        row = {
-            "matrix": name, "family": fam, "rows": m, "cols": n, "nnz": int(A.nnz),
-            "features": feats.to_dict(),
-            "cusparse_us": base.timing.median_us, "cusparse_alg": base.best_alg, "cusparse_per_alg_us": base.per_alg_us,
-            "best_variant": best["variant"], "best_us": best["us"], "speedup": base.timing.median_us / best["us"],
-            "best_csr_speedup": base.timing.median_us / per_fmt["CSR"]["us"] if "CSR" in per_fmt else None,
-            "roofline_best": compulsory / (best["us"] * 1e-6) / bw,
-            "roofline_cusparse": compulsory / (base.timing.median_us * 1e-6) / bw,
-            "per_format_us": {f: r["us"] for f, r in per_fmt.items()},
-            "per_format_variant": {f: r["variant"] for f, r in per_fmt.items()},
-            "incorrect": [r["variant"] for r in results if not r["correct"]],
-            "variants_timed": len(ok),
-        }
-        rows.append(row)
-        log.info("%-20s cuSPARSE %8.1f us  best %8.1f us (%s)  speedup %.2fx  roofline %.2f", name,
-                 row["cusparse_us"], row["best_us"], row["best_variant"], row["speedup"], row["roofline_best"])
+            row = {"matrix": name, "family": fam, "rows": m, "cols": n, "nnz": int(A.nnz),
+                   "features": compute_features(A).to_dict(), "failed": bad, "variants_ok": len(ok),
+                   "eval_seconds": time.perf_counter() - t0}
+            for regime in ("cold", "warm"):
+                base = ok[0][2].baseline[regime].median_us
+                best_vid, best_fmt, best = min(ok, key=lambda t: t[2].timings[regime].median_us)
+                per_fmt: dict[str, float] = {}
+                for vid, fmt, r in ok:
+                    per_fmt[fmt] = min(per_fmt.get(fmt, float("inf")), r.timings[regime].median_us)
+                row[regime] = {
+                    "cusparse_us": base, "cusparse_alg": best.baseline_alg if regime == args.regime else None,
+                    "best_variant": best_vid, "best_format": best_fmt, "best_us": best.timings[regime].median_us,
+                    "speedup": base / best.timings[regime].median_us,
+                    "csr_only_speedup": base / per_fmt["CSR"] if "CSR" in per_fmt else None,
+                    "per_format_speedup": {f: base / t for f, t in per_fmt.items()},
+                    "roofline_best": (best.roofline * best.timings[args.regime].median_us
+                                      / best.timings[regime].median_us) if best.roofline else None,
+                }
+            rows.append(row)
+            h = row[args.regime]
+            log.info("%-22s cuSPARSE %8.1f us  best %8.1f us (%s)  speedup %.2fx  roofline %.2f  [%d ok, %.1f s]",
+                     name, h["cusparse_us"], h["best_us"], h["best_variant"], h["speedup"], h["roofline_best"],
+                     len(ok), row["eval_seconds"])
+        gpu = ev.pool.gpu if ev.has_gpu else "?"
 
-    print(f"\n{args.op} {args.regime} on {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, "
-          f"copy bandwidth {bw / 1e9:.0f} GB/s")
-    print(f"{'matrix':22} {'nnz':>10} {'cuSPARSE us':>11} {'best us':>9} {'speedup':>8} {'roofl':>6} {'CSR-only':>8}  best variant")
+    print(f"\n{args.op}{f' k={k}' if k else ''} on {gpu}: library oracle (fastest verified variant) vs cuSPARSE "
+          f"(fastest CSR algorithm), both timed by the harness; headline regime {args.regime}")
+    print(f"{'matrix':24} {'nnz':>10} {'cuSPARSE us':>11} {'best us':>9} {'speedup':>8} {'warm':>6} {'roofl':>6} "
+          f"{'CSR-only':>8}  best variant")
     for r in rows:
-        csr = f"{r['best_csr_speedup']:.2f}" if r["best_csr_speedup"] else "-"
-        print(f"{r['matrix']:22} {r['nnz']:>10} {r['cusparse_us']:>11.1f} {r['best_us']:>9.1f} "
-              f"{r['speedup']:>7.2f}x {r['roofline_best']:>6.2f} {csr:>8}  {r['best_variant']}")
-    gm = math.exp(np.mean([math.log(r["speedup"]) for r in rows]))
-    print(f"geometric-mean speedup of the library oracle over cuSPARSE: {gm:.2f}x over {len(rows)} matrices")
+        h, w = r[args.regime], r["warm" if args.regime == "cold" else "cold"]
+        csr = f"{h['csr_only_speedup']:.2f}" if h["csr_only_speedup"] else "-"
+        print(f"{r['matrix']:24} {r['nnz']:>10} {h['cusparse_us']:>11.2f} {h['best_us']:>9.2f} {h['speedup']:>7.2f}x "
+              f"{w['speedup']:>5.2f}x {h['roofline_best']:>6.2f} {csr:>8}  {h['best_variant']}")
+    summary = {}
+    for regime in ("cold", "warm"):
+        sp = [r[regime]["speedup"] for r in rows]
+        summary[regime] = {"geomean_speedup": math.exp(np.mean(np.log(sp))) if sp else None,
+                           "loses_to_cusparse": [r["matrix"] for r in rows if r[regime]["speedup"] < 1.0]}
+        print(f"{regime}: geometric-mean speedup {summary[regime]['geomean_speedup']:.2f}x over {len(rows)} matrices; "
+              f"library slower than cuSPARSE on {len(summary[regime]['loses_to_cusparse'])}: "
+              f"{', '.join(summary[regime]['loses_to_cusparse'][:12])}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"op": args.op, "k": k, "regime": args.regime, "set": args.set,
-                                    "copy_bandwidth_Bps": bw, "geomean_speedup": gm, "rows": rows}, indent=1))
+    args.out.write_text(json.dumps({"op": args.op, "k": k, "set": args.set, "headline_regime": args.regime,
+                                    "gpu": gpu, "summary": summary, "rows": rows}, indent=1))
     return 0
 
 

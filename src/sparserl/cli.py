@@ -12,6 +12,7 @@ import sys
 import typer
 
 from sparserl.errors import SparseRLError
+from sparserl.harness.cli import baseline, check_kernel
 from sparserl.kernels.cli import app as library_app
 from sparserl.matrices.cli import app as matrix_app
 
@@ -20,8 +21,9 @@ app = typer.Typer(
     help=(
         "SparseRL: train language models to write sparse CUDA kernels (SpMV, SpMM) specialised "
         "to one matrix, and hand back a verified kernel that beats cuSPARSE on it.\n\n"
-        "Stages available now: 'matrix' (load, inspect, generate sparse matrices) and 'library' "
-        "(the reference kernel library: list, render, compile)."
+        "Stages available now: 'matrix' (load, inspect, generate sparse matrices), 'library' "
+        "(the reference kernel library: list, render, compile), 'check-kernel' (the evaluation "
+        "harness: compile, verify, time against cuSPARSE) and 'baseline' (cuSPARSE's time)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -29,6 +31,8 @@ app = typer.Typer(
 )
 app.add_typer(matrix_app, name="matrix")
 app.add_typer(library_app, name="library")
+app.command("check-kernel")(check_kernel)
+app.command("baseline")(baseline)
 
 
 @app.callback()
@@ -42,7 +46,8 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show debu
 def main() -> None:
     """Console entry point: run the Typer app, print user errors as one line."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)  # click returns a command's exit code instead of raising
+        sys.exit(rc if isinstance(rc, int) else 0)
     except SparseRLError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

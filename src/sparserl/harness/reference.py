@@ -52,23 +52,41 @@ class Comparison:
 
 
 def compare(A: sp.csr_array, x: np.ndarray, y: np.ndarray) -> Comparison:
-    """Check ``y`` (fp32 output of a kernel) against the fp64 product ``A x``."""
+    """Check ``y`` (fp32 output of a kernel) against the fp64 product ``A x`` (on the host)."""
     ref, mag = reference(A, x)
-    y64 = np.asarray(y, dtype=np.float64).reshape(ref.shape)
-    rtol = rtol_per_row(A)
+    return compare_to(ref, mag, rtol_per_row(A), y)
+
+
+def compare_to(ref, mag, rtol, y) -> Comparison:
+    """Check ``y`` against a precomputed reference; works on NumPy or CuPy arrays alike.
+
+    ``ref`` and ``mag`` are ``A x`` and ``|A| |x|`` in fp64, ``rtol`` the per-row factor
+    from :func:`rtol_per_row` (same array module as ``ref``).
+    """
+    xp = _array_module(ref)
+    y64 = xp.asarray(y, dtype=xp.float64).reshape(ref.shape)
     if ref.ndim == 2:
         rtol = rtol[:, None]
     bound = rtol * mag + ATOL
-    finite = np.isfinite(y64)
-    err = np.where(finite, np.abs(y64 - ref), np.inf)
+    finite = xp.isfinite(y64)
+    err = xp.where(finite, xp.abs(y64 - ref), xp.inf)
     scaled = err / bound
     bad = ~(scaled <= 1.0)
     bad_rows_mask = bad.any(axis=1) if bad.ndim == 2 else bad
-    idx = np.flatnonzero(bad_rows_mask)
+    idx = xp.flatnonzero(bad_rows_mask)
+    n_bad = int(idx.size)
     return Comparison(
-        ok=idx.size == 0,
-        bad_rows=int(idx.size),
+        ok=n_bad == 0,
+        bad_rows=n_bad,
         nonfinite=int((~finite).sum()),
         max_scaled_error=float(scaled.max()) if scaled.size else 0.0,
-        first_bad_row=int(idx[0]) if idx.size else None,
+        first_bad_row=int(idx[0]) if n_bad else None,
     )
+
+
+def _array_module(a):
+    if type(a).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np

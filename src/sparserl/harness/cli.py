@@ -1,0 +1,104 @@
+"""``sparserl check-kernel`` and ``sparserl baseline``: the harness from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from sparserl.errors import SparseRLError
+
+console = Console()
+
+
+def _load(path: Path):
+    from sparserl.matrices import load_matrix
+
+    return load_matrix(path)
+
+
+def _op(op: str, k: int | None):
+    from sparserl.kernels.contract import Op
+
+    if op not in ("spmv", "spmm"):
+        raise SparseRLError(f"--op must be spmv or spmm, got {op!r}")
+    if op == "spmm" and (k is None or k < 1):
+        raise SparseRLError("--op spmm needs --k K (K >= 1 columns of X)")
+    return Op(op), (k if op == "spmm" else None)
+
+
+def _fmt_us(t) -> str:
+    return f"{t.median_us:.2f} us (p10 {t.p10_us:.2f}, p90 {t.p90_us:.2f})"
+
+
+def check_kernel(
+    kernel: Path = typer.Argument(..., exists=True, dir_okay=False, help="completion file: FORMAT/LAUNCH header + CUDA"),
+    matrix: Path = typer.Option(..., "--matrix", "-m", exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
+    op: str = typer.Option("spmv", help="spmv or spmm"),
+    k: int = typer.Option(None, help="SpMM: columns of X"),
+    regime: str = typer.Option("cold", help="regime for speedup/roofline: cold (L2 flushed) or warm"),
+    compile_only: bool = typer.Option(False, help="compile and check statically, do not run"),
+    as_json: bool = typer.Option(False, "--json", help="print the EvalResult as JSON"),
+) -> None:
+    """Check a kernel: extract, static checks, compile, then (on a GPU) verify and time it against cuSPARSE."""
+    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.harness.result import ErrorKind
+
+    o, kk = _op(op, k)
+    if regime not in ("cold", "warm"):
+        raise SparseRLError("--regime must be cold or warm")
+    A = _load(matrix)
+    with Evaluator(HarnessConfig(compile_only=compile_only, reward_regime=regime)) as ev:
+        if not ev.has_gpu and not compile_only:
+            console.print("[yellow]no CUDA GPU visible: compiling and checking statically only[/yellow]")
+        res = ev.evaluate(kernel.read_text(), ev.register(A, matrix.name), o, kk)
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), indent=1, default=str))
+    else:
+        verdict = {ErrorKind.NONE: "[green]CORRECT[/green]", ErrorKind.NO_GPU: "[yellow]COMPILED (not run)[/yellow]"}
+        console.print(f"{matrix.name}: {A.shape[0]} x {A.shape[1]}, {A.nnz} nonzeros; {op}{f' k={kk}' if kk else ''}")
+        console.print(f"verdict: {verdict.get(res.error_kind, '[red]' + res.error_kind.value.upper() + '[/red]')}"
+                      f"{': ' + res.message if res.message else ''}")
+        if res.format:
+            console.print(f"format: {res.format}"
+                          + (f"; conversion {res.conversion_seconds * 1e3:.1f} ms" if res.conversion_seconds else "")
+                          + (f"; registers {res.registers}" if res.registers is not None else "")
+                          + (f"; shared memory {res.smem_bytes} B" if res.smem_bytes is not None else ""))
+        for r, t in res.timings.items():
+            b = res.baseline.get(r)
+            console.print(f"{r:5} kernel {_fmt_us(t)}   cuSPARSE {_fmt_us(b) if b else '-'}"
+                          + (f"   speedup {b.median_us / t.median_us:.2f}x" if b else ""))
+        if res.speedup is not None:
+            be = f"{res.break_even_calls:.0f} calls" if res.break_even_calls is not None else "never (not faster)"
+            console.print(f"speedup vs cuSPARSE ({res.regime}): {res.speedup:.2f}x ({res.baseline_alg}); "
+                          f"roofline fraction {res.roofline:.2f}; conversion pays off after {be}")
+        if res.log_tail and res.error_kind is not ErrorKind.NONE:
+            console.print(res.log_tail[-1500:])
+    if res.error_kind not in (ErrorKind.NONE, ErrorKind.NO_GPU):
+        raise typer.Exit(1)
+
+
+def baseline(
+    matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
+    op: str = typer.Option("spmv", help="spmv or spmm"),
+    k: int = typer.Option(None, help="SpMM: columns of X"),
+) -> None:
+    """Time cuSPARSE (every CSR algorithm, best kept) on a matrix, cold and warm L2."""
+    from sparserl.harness.evaluate import Evaluator
+
+    o, kk = _op(op, k)
+    A = _load(matrix)
+    with Evaluator() as ev:
+        if not ev.has_gpu:
+            raise SparseRLError("no CUDA GPU visible: cuSPARSE needs a GPU (run this on the GPU machine)")
+        res = ev.baseline(ev.register(A, matrix.name), o, kk)
+    if "baselines" not in res:
+        raise SparseRLError(f"baseline failed: {res.get('message')}")
+    console.print(f"{matrix.name}: {A.shape[0]} x {A.shape[1]}, {A.nnz} nonzeros; {op}{f' k={kk}' if kk else ''}; "
+                  f"{res['gpu']}, copy bandwidth {res['bandwidth_Bps'] / 1e9:.0f} GB/s")
+    for r, b in res["baselines"].items():
+        per = ", ".join(f"{a.removeprefix('CUSPARSE_')} {t:.2f}" for a, t in b["per_alg_us"].items())
+        console.print(f"{r:5} cuSPARSE {b['median_us']:.2f} us (p10 {b['p10_us']:.2f}, p90 {b['p90_us']:.2f}) "
+                      f"best {b['alg']}; roofline fraction {b['roofline']:.2f}; per algorithm (us): {per}")

@@ -1,0 +1,261 @@
+"""The harness's front door: a completion and a matrix in, an :class:`EvalResult` out.
+
+    ev = Evaluator(HarnessConfig())
+    mat = ev.register(A, "bcsstk13")
+    res = ev.evaluate(completion_text, mat, "spmv")
+    ev.close()
+
+Steps: extract (tolerant of markdown and chatter) -> contract and static checks ->
+compile (nvcc, cached, in this process's threads) -> resources -> run in an isolated
+GPU worker (convert, verify, time against cuSPARSE). Without a GPU, or with
+``compile_only=True``, evaluation stops after the compile with ``error_kind=no_gpu``
+and ``compiled`` set, which is what compile-only rewards read.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import scipy.sparse as sp
+
+from sparserl.errors import SparseRLError
+from sparserl.harness.compile import CompileOptions, compile_source, default_cache_dir
+from sparserl.harness.extract import ExtractError, extract
+from sparserl.harness.pool import PhaseLimits, WorkerPool
+from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
+from sparserl.harness.static_check import static_check
+from sparserl.harness.verify import VerifyConfig
+from sparserl.harness.worker import save_matrix_file, settings_dict
+from sparserl.kernels.contract import Op
+
+log = logging.getLogger(__name__)
+
+_ATOMIC = re.compile(r"\batomic[A-Z]\w*\s*\(")
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """How kernels are evaluated."""
+
+    devices: tuple[int, ...] | None = None
+    """GPUs to run workers on (one worker each); None = every visible GPU."""
+    compile_only: bool = False
+    """Stop after compiling (no GPU needed): results have error_kind 'no_gpu'."""
+    regimes: tuple[str, ...] = ("cold", "warm")
+    """L2 regimes to time: 'cold' (flushed before each run) and/or 'warm' (back to back)."""
+    reward_regime: str = "cold"
+    """The regime speedup and roofline refer to."""
+    cold_trials: int = 21
+    """Timed runs in the cold regime (median reported)."""
+    warm_trials: int = 7
+    """Timed graph replays in the warm regime."""
+    warm_target_ms: float = 0.5
+    """Warm regime: length of one timed replay (sets the repetitions per replay)."""
+    warmup: int = 2
+    """Untimed runs before timing."""
+    max_smem_bytes: int = 100 * 1024
+    """Shared memory per block (static + dynamic) above this is a resource_limit failure."""
+    max_registers: int = 255
+    """Registers per thread above this (never, on sm_90) flags over_resource_limit."""
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    limits: PhaseLimits = field(default_factory=PhaseLimits)
+    compile: CompileOptions = field(default_factory=CompileOptions)
+    cache_dir: str | None = None
+    """Compile cache, saved matrices and baselines; default $SPARSERL_CACHE_DIR or ~/.cache/sparserl."""
+    compile_jobs: int = 0
+    """Parallel nvcc processes in evaluate_many (0 = CPU cores)."""
+
+    def __post_init__(self) -> None:
+        if not self.regimes or any(r not in ("cold", "warm") for r in self.regimes):
+            raise SparseRLError(f"regimes must be a non-empty subset of ('cold', 'warm'), got {self.regimes}")
+        if self.reward_regime not in self.regimes:
+            raise SparseRLError(f"reward_regime {self.reward_regime!r} must be one of the timed regimes {self.regimes}")
+        if self.cold_trials < 3 or self.warm_trials < 3:
+            raise SparseRLError("need at least 3 timing trials per regime")
+
+    @property
+    def root(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else default_cache_dir().parent
+
+
+@dataclass(frozen=True)
+class MatrixRef:
+    """A matrix registered with the evaluator (saved where workers can load it)."""
+
+    key: str
+    path: str
+    name: str
+    shape: tuple[int, int]
+    nnz: int
+
+    def job(self) -> dict:
+        return {"key": self.key, "path": self.path, "name": self.name}
+
+
+def _visible_gpus() -> list[int]:
+    try:
+        import cupy
+
+        return list(range(cupy.cuda.runtime.getDeviceCount()))
+    except Exception:
+        return []
+
+
+class Evaluator:
+    """Evaluates completions on matrices; owns the GPU worker pool (if any)."""
+
+    def __init__(self, config: HarnessConfig | None = None):
+        self.config = config or HarnessConfig()
+        self._pool: WorkerPool | None = None
+        self._pool_lock = threading.Lock()
+        self._devices = list(self.config.devices) if self.config.devices is not None else None
+        self._compile_pool = ThreadPoolExecutor(max_workers=self.config.compile_jobs or None,
+                                                thread_name_prefix="nvcc")
+
+    # -- setup ---------------------------------------------------------------------------
+
+    @property
+    def has_gpu(self) -> bool:
+        if self.config.compile_only:
+            return False
+        if self._devices is None:
+            self._devices = _visible_gpus()
+        return bool(self._devices)
+
+    @property
+    def pool(self) -> WorkerPool:
+        with self._pool_lock:
+            return self._pool or self._start_pool()
+
+    def _start_pool(self) -> WorkerPool:
+        if self._pool is None:
+            if not self.has_gpu:
+                raise SparseRLError("no CUDA GPU is visible (or CuPy is missing): evaluation can only compile")
+            cfg = self.config
+            settings = settings_dict(cfg) | {"cache_dir": str(cfg.root)}
+            self._pool = WorkerPool(self._devices, settings, cfg.limits)
+        return self._pool
+
+    def register(self, A: sp.csr_array, name: str = "matrix") -> MatrixRef:
+        """Make ``A`` (canonical CSR) available to the workers."""
+        key, path = save_matrix_file(A, self.config.root / "matrices")
+        return MatrixRef(key, str(path), name, (int(A.shape[0]), int(A.shape[1])), int(A.nnz))
+
+    # -- evaluation ----------------------------------------------------------------------
+
+    def _front(self, text: str, matrix: MatrixRef, op: Op, k: int | None, t0: float):
+        """Extraction, checks and compile: returns (job, None) or (None, failure result)."""
+        fail = lambda kind, msg, **kw: EvalResult.failure(op.value, k, matrix.name, kind, msg,  # noqa: E731
+                                                          eval_seconds=time.perf_counter() - t0, **kw)
+        ex = extract(text, op)
+        if isinstance(ex, ExtractError):
+            return None, fail(ErrorKind(ex.kind), ex.message)
+        viol = static_check(ex.code, ex.header, op)
+        if viol is not None:
+            return None, fail(ErrorKind(viol.kind), viol.message, format=ex.header.format)
+        built = compile_source(ex.code, self.config.compile, self.config.root / "cubin")
+        if not built.ok:
+            kind = ErrorKind.COMPILE_TIMEOUT if built.error_kind == "timeout" else ErrorKind.COMPILE
+            return None, fail(kind, (built.log.strip().splitlines() or ["compile failed"])[-1][:300],
+                              log_tail=built.log[-2000:], format=ex.header.format)
+        names = set(ex.header.kernel_names(op))
+        res = [r for r in built.resources if r.name in names]
+        regs = max((r.registers for r in res), default=None)
+        spills = sum(r.spill_store_bytes + r.spill_load_bytes for r in res)
+        job = {
+            "op": op.value, "k": k, "matrix": matrix.job(), "header": ex.header.render(),
+            "cubin_path": built.cubin_path, "uses_atomics": bool(_ATOMIC.search(ex.code)),
+            "static_smem": {r.name: r.smem_bytes for r in res}, "regimes": list(self.config.regimes),
+            "reward_regime": self.config.reward_regime, "verify": asdict(self.config.verify),
+        }
+        extra = {"format": ex.header.format, "registers": regs, "spill_bytes": spills,
+                 "over_resource_limit": bool(regs and regs > self.config.max_registers)}
+        return (job, extra), None
+
+    def _finish(self, payload: dict, extra: dict, matrix: MatrixRef, op: Op, k: int | None, t0: float) -> EvalResult:
+        kind = ErrorKind(payload.get("error_kind", "internal_error"))
+        timings = {r: KernelTiming(**t) for r, t in payload.get("timings", {}).items()}
+        baseline = {r: KernelTiming(**t) for r, t in payload.get("baseline", {}).items()}
+        fields = {k2: payload[k2] for k2 in ("message", "log_tail", "format", "max_scaled_error", "baseline_alg",
+                                             "regime", "speedup", "roofline", "conversion_seconds",
+                                             "break_even_calls", "smem_bytes", "gpu", "arch") if k2 in payload}
+        over = extra.get("over_resource_limit", False) or payload.get("over_resource_limit", False)
+        return EvalResult(
+            op=op.value, k=k, matrix=matrix.name, error_kind=kind, compiled=True,
+            correct=kind is ErrorKind.NONE, timings=timings, baseline=baseline,
+            **{**{k2: v for k2, v in extra.items() if k2 != "over_resource_limit"}, **fields},
+            over_resource_limit=over, eval_seconds=time.perf_counter() - t0,
+        )
+
+    def evaluate(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> EvalResult:
+        """Evaluate one completion (blocking)."""
+        return self.submit(text, matrix, op, k).result()
+
+    def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> Future:
+        """Evaluate asynchronously: compile on a CPU thread, then run on the next free GPU worker."""
+        op = Op(op)
+        if op is Op.SPMM and (k is None or k < 1):
+            raise SparseRLError("SpMM needs k >= 1")
+        if op is Op.SPMV:
+            k = None
+        t0 = time.perf_counter()
+        front = self._compile_pool.submit(self._front, text, matrix, op, k, t0)
+        out: Future = Future()
+
+        def after_front(f: Future) -> None:
+            try:
+                ready, failed = f.result()
+            except Exception as exc:  # a harness bug: report, never raise into the trainer
+                out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, str(exc)[:300]))
+                return
+            if failed is not None:
+                out.set_result(failed)
+                return
+            job, extra = ready
+            if not self.has_gpu:
+                out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.NO_GPU,
+                                                  "compiled; not run (no GPU or compile-only)", compiled=True,
+                                                  eval_seconds=time.perf_counter() - t0, **extra))
+                return
+            try:
+                fut = self.pool.submit("eval", job)
+            except Exception as exc:
+                out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, str(exc)[:300],
+                                                  compiled=True))
+                return
+            fut.add_done_callback(lambda g: out.set_result(
+                self._finish(g.result(), extra, matrix, op, k, t0) if g.exception() is None else
+                EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, str(g.exception())[:300],
+                                   compiled=True)))
+
+        front.add_done_callback(after_front)
+        return out
+
+    def evaluate_many(self, items: list[tuple[str, MatrixRef, Op | str, int | None]]) -> list[EvalResult]:
+        """Evaluate several completions: compiles in parallel, runs on all GPU workers."""
+        futures = [self.submit(t, m, o, k) for t, m, o, k in items]
+        return [f.result() for f in futures]
+
+    def baseline(self, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> dict:
+        """cuSPARSE's times on ``matrix`` in every configured regime (needs a GPU)."""
+        op = Op(op)
+        return self.pool.run("baseline", {"op": op.value, "k": k if op is Op.SPMM else None,
+                                          "matrix": matrix.job(), "regimes": list(self.config.regimes)})
+
+    def close(self) -> None:
+        self._compile_pool.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

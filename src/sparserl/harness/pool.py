@@ -1,0 +1,168 @@
+"""The parent side of the isolated worker pool: one worker process per GPU.
+
+``WorkerPool.run(kind, job)`` sends a job to an idle worker and waits for it under
+per-phase time limits (the worker announces each phase). If the worker exceeds a
+limit it is killed (SIGKILL: the only way to stop a running kernel) and restarted, and
+the job comes back as ``{"error_kind": "timeout"}``; if it dies or reports a poisoned
+CUDA context, it is restarted and the job comes back as ``crashed``. The caller never
+sees an exception from anything a kernel did, and the pool keeps serving.
+
+``submit`` runs jobs asynchronously (one thread per worker), so compiling on the CPU
+and generating on the policy GPU can overlap evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sparserl.harness.worker import worker_main
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PhaseLimits:
+    """Seconds a worker may spend in each phase of a job before it is killed."""
+
+    prepare: float = 600.0
+    """Loading and converting a matrix, timing cuSPARSE (first use of a matrix only)."""
+    verify: float = 10.0
+    """Running the candidate on the verification inputs: a hang is caught here."""
+    time: float = 120.0
+    """Timing the candidate (slow but correct kernels take a while)."""
+    startup: float = 180.0
+    """A new worker importing CUDA and creating its context."""
+
+
+class _Worker:
+    def __init__(self, ctx, device: int, settings: dict, limits: PhaseLimits):
+        self.ctx, self.device, self.settings, self.limits = ctx, device, settings, limits
+        self.proc = None
+        self.conn = None
+        self.info: dict = {}
+        self.restarts = -1
+        self.start()
+
+    def start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=worker_main, args=(child, self.device, self.settings), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.restarts += 1
+        if not parent.poll(self.limits.startup):
+            self.kill()
+            raise RuntimeError(f"GPU worker {self.device} did not start within {self.limits.startup:g} s")
+        tag, info = parent.recv()
+        if tag != "ready":
+            self.kill()
+            raise RuntimeError(f"GPU worker {self.device} failed to start: {info.get('message')}")
+        self.info = info
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.join(timeout=30)
+        if self.conn is not None:
+            self.conn.close()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def call(self, kind: str, job: dict) -> dict:
+        try:
+            self.conn.send((kind, job))
+        except (BrokenPipeError, OSError):
+            self.restart()
+            self.conn.send((kind, job))
+        limit = self.limits.prepare
+        phase = "prepare"
+        deadline = time.monotonic() + limit
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                ready = self.conn.poll(max(remaining, 0))
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                log.warning("worker %d: %s phase ran past %.0f s; killing it", self.device, phase, limit)
+                self.restart()
+                return {"error_kind": "timeout", "message": f"did not finish the {phase} phase within {limit:g} s"}
+            try:
+                tag, payload = self.conn.recv()
+            except (EOFError, OSError):
+                code = self.proc.exitcode if self.proc else None
+                self.restart()
+                return {"error_kind": "crashed", "message": f"the worker process died (exit code {code})"}
+            if tag == "phase":
+                phase = payload
+                limit = getattr(self.limits, payload, self.limits.prepare)
+                deadline = time.monotonic() + limit
+                continue
+            if tag == "fatal":
+                self.restart()
+                return payload
+            return payload
+
+
+class WorkerPool:
+    """Long-lived GPU workers, one per device, restarted whenever a job kills one."""
+
+    def __init__(self, devices: list[int], settings: dict, limits: PhaseLimits | None = None):
+        if not devices:
+            raise ValueError("WorkerPool needs at least one GPU")
+        ctx = mp.get_context("spawn")
+        self.limits = limits or PhaseLimits()
+        self.workers = [_Worker(ctx, d, settings, self.limits) for d in devices]
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        for w in self.workers:
+            self._idle.put(w)
+        self._executor = ThreadPoolExecutor(max_workers=len(self.workers), thread_name_prefix="harness")
+        self._lock = threading.Lock()
+        self.jobs_done = 0
+        self.queue_seconds = 0.0
+
+    @property
+    def restarts(self) -> int:
+        return sum(w.restarts for w in self.workers)
+
+    @property
+    def gpu(self) -> str:
+        return self.workers[0].info.get("gpu", "?")
+
+    def run(self, kind: str, job: dict) -> dict:
+        t0 = time.monotonic()
+        w = self._idle.get()
+        waited = time.monotonic() - t0
+        try:
+            out = w.call(kind, job)
+        finally:
+            self._idle.put(w)
+        with self._lock:
+            self.jobs_done += 1
+            self.queue_seconds += waited
+        out.setdefault("gpu", w.info.get("gpu"))
+        out["queue_seconds"] = waited
+        return out
+
+    def submit(self, kind: str, job: dict) -> Future:
+        return self._executor.submit(self.run, kind, job)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        for w in self.workers:
+            try:
+                w.conn.send(("stop", None))
+            except (BrokenPipeError, OSError):
+                pass
+            if w.proc is not None:
+                w.proc.join(timeout=10)
+            w.kill()

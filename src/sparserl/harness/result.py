@@ -1,0 +1,116 @@
+"""The typed record of one kernel evaluation: what every reward reads.
+
+Every failure anywhere in the harness (extraction, contract, static checks, compile,
+conversion, launch, crash, hang, wrong answer, ...) becomes an :class:`EvalResult`
+with ``ok=False`` and an :class:`ErrorKind`; nothing a completion does raises in the
+caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class ErrorKind(str, Enum):
+    """Why an evaluation did not produce a correct, timed kernel."""
+
+    NONE = "none"
+    EXTRACT = "extract_error"  # no FORMAT:/LAUNCH: header or no code found in the text
+    CONTRACT = "contract_error"  # header or signature breaks the contract
+    STATIC = "static_check"  # banned construct (host code, asm, printf, global state, ...)
+    COMPILE = "compile_error"
+    COMPILE_TIMEOUT = "compile_timeout"
+    FORMAT_REFUSED = "format_refused"  # the converter refused the format for this matrix (fill limit)
+    RESOURCE = "resource_limit"  # shared memory or registers past the configured limit
+    LAUNCH = "launch_error"  # the launch itself failed (bad config for this kernel, missing kernel)
+    CRASHED = "crashed"  # illegal address, trap, ... (the worker was restarted)
+    TIMEOUT = "timeout"  # did not finish in time (the worker was killed and restarted)
+    INCORRECT = "incorrect"  # wrong values, unwritten rows (NaN poison), ...
+    INPUT_MODIFIED = "input_modified"  # wrote to the matrix arrays or x
+    NONDETERMINISTIC = "nondeterministic"  # two runs on the same input disagree (no atomics used)
+    NO_GPU = "no_gpu"  # compile-only evaluation: nothing was run
+    INTERNAL = "internal_error"  # a harness bug, reported rather than raised
+
+    @property
+    def compiled(self) -> bool:
+        """Whether a result with this kind got as far as a successful compile."""
+        return self not in _NOT_COMPILED
+
+
+_NOT_COMPILED = {ErrorKind.EXTRACT, ErrorKind.CONTRACT, ErrorKind.STATIC, ErrorKind.COMPILE,
+                 ErrorKind.COMPILE_TIMEOUT}
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """Device time per run in one L2 regime (see :mod:`sparserl.harness.timing`)."""
+
+    regime: str
+    median_us: float
+    p10_us: float
+    p90_us: float
+    spread: float
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One completion evaluated on one matrix."""
+
+    op: str
+    """'spmv' or 'spmm'."""
+    k: int | None
+    """SpMM columns (None for SpMV)."""
+    matrix: str
+    """Name of the matrix (for reports)."""
+    error_kind: ErrorKind
+    """NONE when the kernel compiled, verified correct and was timed."""
+    message: str = ""
+    """One line on what went wrong (or empty)."""
+    log_tail: str = ""
+    """Tail of the compiler or worker output, for debugging."""
+    format: str | None = None
+    """Storage format the completion asked for."""
+    compiled: bool = False
+    correct: bool = False
+    max_scaled_error: float | None = None
+    """Worst |y - ref| / tolerance over the verification inputs (<= 1 passes)."""
+    timings: dict[str, KernelTiming] = field(default_factory=dict)
+    """Kernel time per regime ('cold', 'warm')."""
+    baseline: dict[str, KernelTiming] = field(default_factory=dict)
+    """cuSPARSE's best time per regime, measured the same way in the same worker."""
+    baseline_alg: str | None = None
+    regime: str = "cold"
+    """The regime ``speedup`` and ``roofline`` refer to (the reward's)."""
+    speedup: float | None = None
+    """t_cusparse / t_kernel in ``regime``."""
+    roofline: float | None = None
+    """Compulsory bytes / t_kernel / measured copy bandwidth, in ``regime``."""
+    conversion_seconds: float = 0.0
+    """Host time to convert CSR into the kernel's format."""
+    break_even_calls: float | None = None
+    """Calls after which the conversion has paid for itself against cuSPARSE (None: never)."""
+    registers: int | None = None
+    """Most registers per thread over the launched kernels."""
+    smem_bytes: int | None = None
+    """Most shared memory per block (static + dynamic) over the launched kernels."""
+    spill_bytes: int | None = None
+    over_resource_limit: bool = False
+    gpu: str | None = None
+    arch: str | None = None
+    eval_seconds: float = 0.0
+    """Wall time of the whole evaluation (compile included)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is ErrorKind.NONE
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["error_kind"] = self.error_kind.value
+        return d
+
+    @classmethod
+    def failure(cls, op: str, k: int | None, matrix: str, kind: ErrorKind, message: str, **kw) -> "EvalResult":
+        return cls(op=op, k=k, matrix=matrix, error_kind=kind, message=message,
+                   compiled=kw.pop("compiled", kind.compiled), **kw)

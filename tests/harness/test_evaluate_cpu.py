@@ -1,0 +1,59 @@
+"""The evaluator without a GPU: every cheat that can be caught statically is, with its kind;
+runtime cheats compile and stop with no_gpu; the library compiles through the same path."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparserl.errors import SparseRLError
+from sparserl.harness.compile import find_nvcc
+from sparserl.harness.evaluate import Evaluator, HarnessConfig
+from sparserl.harness.result import ErrorKind
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate
+from tests.harness.adversarial import ADVERSARIAL, GOOD, RUNTIME_KINDS
+
+pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory):
+    e = Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path_factory.mktemp("cache"))))
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def mat(ev):
+    return ev.register(generate("random", 500, seed=0, nnz_per_row=8), "random500")
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_adversarial_without_gpu(ev, mat, name: str) -> None:
+    text, kind = ADVERSARIAL[name]
+    res = ev.evaluate(text, mat, "spmv")
+    if kind in RUNTIME_KINDS:
+        assert res.error_kind is ErrorKind.NO_GPU and res.compiled, (name, res.message)
+    else:
+        assert res.error_kind.value == kind, (name, res.error_kind, res.message)
+        assert res.compiled == (kind not in ("extract_error", "contract_error", "static_check", "compile_error"))
+        assert res.message
+
+
+def test_good_kernel_and_library_compile(ev, mat) -> None:
+    res = ev.evaluate(GOOD, mat, "spmv")
+    assert res.error_kind is ErrorKind.NO_GPU and res.compiled and res.registers
+    many = ev.evaluate_many([(v.render(), mat, "spmv", None) for v in variants("spmv", "CSR")])
+    assert all(r.error_kind is ErrorKind.NO_GPU for r in many)
+
+
+def test_spmm_needs_k(ev, mat) -> None:
+    with pytest.raises(SparseRLError, match="k >= 1"):
+        ev.evaluate(GOOD, mat, "spmm")
+
+
+def test_config_validation() -> None:
+    with pytest.raises(SparseRLError, match="reward_regime"):
+        HarnessConfig(regimes=("warm",), reward_regime="cold")
+    with pytest.raises(SparseRLError, match="regimes"):
+        HarnessConfig(regimes=("hot",))

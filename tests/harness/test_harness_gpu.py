@@ -1,0 +1,79 @@
+"""GPU: the adversarial suite through the real worker pool, and the pool surviving it.
+
+Every cheat must come back with its failure kind, and a good kernel must evaluate
+correctly right after each one (the pool keeps serving: crashed and hung workers are
+replaced). Run on the device machine: python -m pytest -m gpu tests/harness
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sparserl.harness.evaluate import Evaluator, HarnessConfig
+from sparserl.harness.pool import PhaseLimits
+from sparserl.harness.result import ErrorKind
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate
+from tests.harness.adversarial import ADVERSARIAL, GOOD
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory):
+    cfg = HarnessConfig(limits=PhaseLimits(verify=3.0), cold_trials=7, warm_trials=3,
+                        cache_dir=str(tmp_path_factory.mktemp("harness")))
+    e = Evaluator(cfg)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def mat(ev):
+    return ev.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random20k")
+
+
+def test_good_kernel(ev, mat) -> None:
+    res = ev.evaluate(GOOD, mat, "spmv")
+    assert res.ok and res.correct and res.compiled, res.message
+    assert set(res.timings) == {"cold", "warm"} and set(res.baseline) == {"cold", "warm"}
+    assert res.speedup and res.speedup > 0 and 0 < res.roofline < 1.5
+    assert res.max_scaled_error is not None and res.max_scaled_error <= 1.0
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, name: str) -> None:
+    text, kind = ADVERSARIAL[name]
+    res = ev.evaluate(text, mat, "spmv")
+    assert res.error_kind.value == kind, (name, res.error_kind, res.message)
+    assert not res.correct and res.speedup is None
+    after = ev.evaluate(GOOD, mat, "spmv")
+    assert after.ok, (name, after.error_kind, after.message)
+
+
+def test_crash_and_hang_restart_the_worker(ev, mat) -> None:
+    before = ev.pool.restarts
+    assert ev.evaluate(ADVERSARIAL["illegal_address"][0], mat, "spmv").error_kind is ErrorKind.CRASHED
+    assert ev.evaluate(ADVERSARIAL["infinite_loop"][0], mat, "spmv").error_kind is ErrorKind.TIMEOUT
+    assert ev.pool.restarts == before + 2
+    assert ev.evaluate(GOOD, mat, "spmv").ok
+
+
+@pytest.mark.parametrize("fmt", ["CSR", "COO", "ELL", "SELL", "HYB"])
+def test_library_spmv_and_spmm(ev, mat, fmt: str) -> None:
+    for op, k in (("spmv", None), ("spmm", 8)):
+        v = variants(op, fmt, k)[0]
+        res = ev.evaluate(v.render(), mat, op, k)
+        assert res.ok, (v.id, res.error_kind, res.message)
+
+
+def test_format_refused_is_typed(ev, mat) -> None:
+    v = variants("spmv", "DIA")[0]
+    res = ev.evaluate(v.render(), mat, "spmv")
+    assert res.error_kind is ErrorKind.FORMAT_REFUSED and "would store" in res.message
+
+
+def test_baseline(ev, mat) -> None:
+    out = ev.baseline(mat, "spmv")
+    assert set(out["baselines"]) == {"cold", "warm"}
+    assert all(b["median_us"] > 0 and 0 < b["roofline"] < 1.5 for b in out["baselines"].values())
