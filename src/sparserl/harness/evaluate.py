@@ -51,7 +51,7 @@ class HarnessConfig:
     """L2 regimes to time: 'cold' (flushed before each run) and/or 'warm' (back to back)."""
     reward_regime: str = "cold"
     """The regime speedup and roofline refer to."""
-    cold_trials: int = 21
+    cold_trials: int = 41
     """Timed runs in the cold regime (median reported)."""
     warm_trials: int = 7
     """Timed graph replays in the warm regime."""

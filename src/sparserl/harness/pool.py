@@ -32,8 +32,8 @@ class PhaseLimits:
 
     prepare: float = 600.0
     """Loading and converting a matrix, timing cuSPARSE (first use of a matrix only)."""
-    verify: float = 10.0
-    """Running the candidate on the verification inputs: a hang is caught here."""
+    verify: float = 30.0
+    """Running the candidate on the verification inputs: a hang is caught here (costs this long)."""
     time: float = 120.0
     """Timing the candidate (slow but correct kernels take a while)."""
     startup: float = 180.0
@@ -64,6 +64,9 @@ class _Worker:
             self.kill()
             raise RuntimeError(f"GPU worker {self.device} failed to start: {info.get('message')}")
         self.info = info
+        if self.restarts:
+            log.info("GPU worker %d restarted (pid %s): waited %.1f s for an idle GPU, launch latency %.2f ms",
+                     self.device, info.get("pid"), info.get("waited_for_idle_s", 0), info.get("sync_latency_ms", 0))
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.is_alive():

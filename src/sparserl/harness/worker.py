@@ -89,6 +89,7 @@ class WorkerState:
         self._bandwidth: float | None = None
         self._flush = None
         self.cache = Path(settings["cache_dir"])
+        self.serving = False  # phases are reported to the parent only once "ready" was sent
 
     # -- state ---------------------------------------------------------------------------
 
@@ -156,40 +157,68 @@ class WorkerState:
         return res
 
     def warm_up(self) -> None:
-        """Run every CuPy operation the job phases use once, on a tiny matrix.
+        """Evaluate a library kernel on a tiny matrix (SpMV and SpMM) through the job path.
 
-        CuPy compiles its elementwise kernels on first use (seconds each on a fresh
-        machine); doing it here, under the startup time limit, keeps that cost out of
-        the verify phase, whose limit is meant for the candidate kernel alone.
+        CuPy compiles its elementwise kernels on first use and libraries initialise lazily
+        (seconds on a fresh machine); doing it here, under the startup time limit, keeps
+        that cost out of the verify phase, whose limit is meant for the candidate alone.
         """
-        from sparserl.harness.reference import compare_to
-        from sparserl.harness.timing import TimingConfig, time_run
-        from sparserl.harness.verify import VerifyConfig, Verifier
+        from sparserl.harness.compile import CompileOptions, compile_source
+        from sparserl.harness.verify import VerifyConfig
+        from sparserl.kernels.contract import split_completion
+        from sparserl.kernels.library import variants
         from sparserl.matrices import generate
 
-        cp = self.cp
         A = generate("random", 64, cols=48, seed=0, nnz_per_row=5)
-        for k in (None, 4):
-            v = Verifier(A, k, VerifyConfig())
-            for _, xh, ref, mag in v.inputs:
-                full, y = v._out()
-                x = cp.asarray(xh)
-                y[...] = ref.astype(cp.float32)
-                compare_to(ref, mag, v.rtol, y)
-                bool(cp.isnan(full[y.size:]).all())
-                bool(cp.array_equal(y, y.copy())) and bool(cp.array_equal(x, cp.asarray(xh)))
-                y.fill(0)
-        buf = cp.empty(1024, dtype=cp.float32)
-        for regime in ("cold", "warm"):
-            time_run(lambda: buf.fill(0), TimingConfig(regime=regime, trials=3, warmup=1, warm_target_ms=0.05),
-                     flush=self.flush_buffer())
-        self.bandwidth()
-        cp.cuda.runtime.deviceSynchronize()
+        key, path = save_matrix_file(A, self.cache / "matrices")
+        for op, k in (("spmv", None), ("spmm", 4)):
+            v = variants(op, "CSR", k)[0]
+            header, code = split_completion(v.render(), v.op)
+            built = compile_source(code, CompileOptions(arch=self.arch), self.cache / "cubin")
+            if not built.ok:
+                log.warning("warm-up kernel did not compile: %s", built.log[-300:])
+                return
+            job = {"op": op, "k": k, "matrix": {"key": key, "path": str(path), "name": "warm-up"},
+                   "header": header.render(), "cubin_path": built.cubin_path, "uses_atomics": False,
+                   "static_smem": {}, "regimes": list(self.settings["regimes"]),
+                   "reward_regime": self.settings["reward_regime"], "verify": asdict(VerifyConfig())}
+            res = self.evaluate(job)
+            if res.get("error_kind") != "none":
+                raise RuntimeError(f"warm-up evaluation failed: {res.get('message')}")
+        self.matrices.pop(key, None)
+        self.cp.cuda.runtime.deviceSynchronize()
+
+    def sync_latency_ms(self, samples: int = 20) -> float:
+        """Median round trip of a tiny launch + synchronize (ms): high while the GPU is shared."""
+        cp = self.cp
+        buf = cp.empty(1, dtype=cp.float32)
+        times = []
+        for _ in range(samples):
+            t = time.perf_counter()
+            buf.fill(0)
+            cp.cuda.runtime.deviceSynchronize()
+            times.append((time.perf_counter() - t) * 1e3)
+        return float(np.median(times))
+
+    def wait_for_idle_gpu(self, limit_s: float = 120.0, threshold_ms: float = 1.0) -> tuple[float, float]:
+        """Wait until launches are fast again (a killed worker's hung kernel can keep
+        the GPU busy while the driver tears its context down). Returns (waited s, latency ms)."""
+        t0 = time.perf_counter()
+        lat = self.sync_latency_ms()
+        while lat > threshold_ms and time.perf_counter() - t0 < limit_s:
+            time.sleep(0.25)
+            lat = self.sync_latency_ms()
+        return time.perf_counter() - t0, lat
 
     # -- jobs ----------------------------------------------------------------------------
 
     def phase(self, name: str) -> None:
-        self.conn.send(("phase", name))
+        now = time.perf_counter()
+        if getattr(self, "_phase", None) is not None:
+            self.phase_seconds[self._phase] = now - self._phase_t0
+        self._phase, self._phase_t0 = name, now
+        if self.serving:
+            self.conn.send(("phase", name))
 
     def evaluate(self, job: dict) -> dict:
         from sparserl.harness.launcher import BoundKernel
@@ -202,7 +231,9 @@ class WorkerState:
         op = Op(job["op"])
         k = job["k"]
         ref = job["matrix"]
-        out: dict = {"gpu": self.gpu, "arch": self.arch}
+        self.phase_seconds: dict[str, float] = {}
+        self._phase = None
+        out: dict = {"gpu": self.gpu, "arch": self.arch, "phase_seconds": self.phase_seconds}
         self.phase("prepare")
         st = self.matrix(ref)
         header, _ = split_completion(job["header"] + "\n", op)
@@ -302,11 +333,14 @@ def worker_main(conn, device: int, settings: dict) -> None:
 
     try:
         state = WorkerState(conn, settings)
+        waited, latency = state.wait_for_idle_gpu()
         state.warm_up()
     except Exception as exc:  # no usable GPU
         conn.send(("fatal", {"error_kind": "internal_error", "message": f"worker could not start: {exc}"}))
         return
-    conn.send(("ready", {"gpu": state.gpu, "arch": state.arch, "pid": os.getpid(), "device": device}))
+    state.serving = True
+    conn.send(("ready", {"gpu": state.gpu, "arch": state.arch, "pid": os.getpid(), "device": device,
+                         "waited_for_idle_s": waited, "sync_latency_ms": latency}))
     while True:
         try:
             kind, job = conn.recv()
