@@ -152,3 +152,33 @@ def acc_zero(vec: int, name: str = "acc") -> str:
     if vec == 4:
         return f"{name} = make_float4(0.f, 0.f, 0.f, 0.f);"
     return f"{name} = 0.f;"
+
+
+def spmm_row_group(sig: str, block: int, g: int, vec: int, prologue: str, entries: str) -> str:
+    """A SpMM kernel where ``g`` lanes share one output row and each owns ``vec`` columns.
+
+    ``prologue`` (CUDA statements) must define ``int row`` from the group index ``grp``
+    and return when the group has no row; ``entries`` loops over the row's nonzeros and
+    runs ``${FMA}`` with ``float a`` (the value) and ``int c`` (the column) in scope.
+    Columns of X are visited in tiles of ``g * vec``; Y's row is written once per tile.
+    """
+    body = fill(entries, FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"))
+    return fill(
+        """
+${SIG}
+{
+    const int lane = threadIdx.x & ${GM1};
+    const int grp = blockIdx.x * ${RPB} + threadIdx.x / ${G};  // ${G} lanes per row
+${PROLOGUE}
+    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
+        const int c0 = t0 + lane * ${VEC};
+        if (c0 >= k) break;
+        ${ACC_DECL}
+${BODY}
+        ${STORE}
+    }
+}
+""",
+        SIG=sig, G=g, GM1=g - 1, RPB=block // g, VEC=vec, PROLOGUE=prologue, BODY=body,
+        ACC_DECL=acc_decl(vec), STORE=acc_store(vec, "Y + (size_t)row * k + c0"),
+    )

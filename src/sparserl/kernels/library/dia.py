@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from sparserl.kernels.contract import Op
-from sparserl.kernels.library.common import Variant, acc_decl, acc_fma, acc_store, fill, make
+from sparserl.kernels.library.common import Variant, fill, make, spmm_row_group
 
 
 def _spmv(v: Variant) -> str:
@@ -96,32 +96,15 @@ ${SIG}
 
 def _spmm(v: Variant) -> str:
     b, g, vec = v.t("block"), v.t("g"), v.t("vec")
-    rpb = b // g
-    return v.header([f"grid=ceil_div(m, {rpb}), block={b}"]) + "\n" + fill(
-        """
-${SIG}
-{
-    const int lane = threadIdx.x & ${GM1};
-    const int row = blockIdx.x * ${RPB} + threadIdx.x / ${G};
-    if (row >= m) return;
-    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
-        const int c0 = t0 + lane * ${VEC};
-        if (c0 >= k) break;
-        ${ACC_DECL}
-        for (int d = 0; d < num_diags; ++d) {
+    return v.header([f"grid=ceil_div(m, {b // g}), block={b}"]) + "\n" + spmm_row_group(
+        v.sig(launch_bounds=b), b, g, vec,
+        prologue="    const int row = grp;\n    if (row >= m) return;",
+        entries="""        for (int d = 0; d < num_diags; ++d) {
             const int c = row + __ldg(offsets + d);
             if (c < 0 || c >= n) continue;
             const float a = __ldg(val + (size_t)d * m + row);
             ${FMA}
-        }
-        ${STORE}
-    }
-}
-""",
-        SIG=v.sig(launch_bounds=b), G=g, GM1=g - 1, RPB=rpb, VEC=vec,
-        ACC_DECL=acc_decl(vec),
-        FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"),
-        STORE=acc_store(vec, "Y + (size_t)row * k + c0"),
+        }""",
     )
 
 

@@ -11,7 +11,7 @@ The function builders take array names so HYB reuses them for its ELL part.
 from __future__ import annotations
 
 from sparserl.kernels.contract import Op
-from sparserl.kernels.library.common import Variant, acc_decl, acc_fma, acc_store, fill, make
+from sparserl.kernels.library.common import Variant, fill, make, spmm_row_group
 
 
 def spmv_launch(block: int, rpt: int) -> str:
@@ -73,32 +73,16 @@ def spmm_launch(block: int, g: int) -> str:
 
 def spmm_function(sig: str, block: int, g: int, vec: int, col: str = "col_idx", val: str = "val") -> str:
     """SpMM over column-major ELL arrays: g lanes per row, vec columns of Y per lane."""
-    return fill(
-        """
-${SIG}
-{
-    const int lane = threadIdx.x & ${GM1};
-    const int row = blockIdx.x * ${RPB} + threadIdx.x / ${G};
-    if (row >= m) return;
-    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
-        const int c0 = t0 + lane * ${VEC};
-        if (c0 >= k) break;
-        ${ACC_DECL}
-        for (int j = 0; j < width; ++j) {
+    return spmm_row_group(
+        sig, block, g, vec,
+        prologue="    const int row = grp;\n    if (row >= m) return;",
+        entries=fill("""        for (int j = 0; j < width; ++j) {
             const size_t s = (size_t)j * m + row;
             const int c = __ldg(${COL} + s);
             if (c < 0) break;
             const float a = __ldg(${VAL} + s);
-            ${FMA}
-        }
-        ${STORE}
-    }
-}
-""",
-        SIG=sig, G=g, GM1=g - 1, RPB=block // g, VEC=vec, COL=col, VAL=val,
-        ACC_DECL=acc_decl(vec),
-        FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"),
-        STORE=acc_store(vec, "Y + (size_t)row * k + c0"),
+            $${FMA}
+        }""", COL=col, VAL=val),
     )
 
 

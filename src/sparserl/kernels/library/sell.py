@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from sparserl.kernels.contract import Op
-from sparserl.kernels.library.common import Variant, acc_decl, acc_fma, acc_store, fill, make
+from sparserl.kernels.library.common import Variant, fill, make, spmm_row_group
 
 
 def _spmv(v: Variant) -> str:
@@ -42,39 +42,21 @@ ${SIG}
 
 def _spmm(v: Variant) -> str:
     b, g, vec, C = v.t("block"), v.t("g"), v.t("vec"), v.params["C"]
-    rpb = b // g
-    return v.header([f"grid=ceil_div(num_slices * {C}, {rpb}), block={b}"]) + "\n" + fill(
-        """
-${SIG}
-{
-    const int lane = threadIdx.x & ${GM1};
-    const int t = blockIdx.x * ${RPB} + threadIdx.x / ${G};  // slot row (slice * C + lane)
-    if (t >= num_slices * ${C}) return;
-    const int row = __ldg(row_perm + t);
+    return v.header([f"grid=ceil_div(num_slices * {C}, {b // g}), block={b}"]) + "\n" + spmm_row_group(
+        v.sig(launch_bounds=b), b, g, vec,
+        prologue=fill("""    if (grp >= num_slices * ${C}) return;  // grp = slice * C + lane of the slice
+    const int row = __ldg(row_perm + grp);
     if (row < 0) return;
-    const int s = t / ${C};
-    const int r = t % ${C};
-    const int base = __ldg(slice_ptr + s);
-    const int w = (__ldg(slice_ptr + s + 1) - base) / ${C};
-    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
-        const int c0 = t0 + lane * ${VEC};
-        if (c0 >= k) break;
-        ${ACC_DECL}
-        for (int j = 0; j < w; ++j) {
+    const int r = grp % ${C};
+    const int base = __ldg(slice_ptr + grp / ${C});
+    const int w = (__ldg(slice_ptr + grp / ${C} + 1) - base) / ${C};""", C=C),
+        entries=fill("""        for (int j = 0; j < w; ++j) {
             const int idx = base + j * ${C} + r;
             const int c = __ldg(col_idx + idx);
             if (c < 0) break;
             const float a = __ldg(val + idx);
-            ${FMA}
-        }
-        ${STORE}
-    }
-}
-""",
-        SIG=v.sig(launch_bounds=b), G=g, GM1=g - 1, RPB=rpb, VEC=vec, C=C,
-        ACC_DECL=acc_decl(vec),
-        FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"),
-        STORE=acc_store(vec, "Y + (size_t)row * k + c0"),
+            $${FMA}
+        }""", C=C),
     )
 
 
