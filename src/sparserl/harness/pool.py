@@ -33,7 +33,9 @@ class PhaseLimits:
     prepare: float = 600.0
     """Loading and converting a matrix, timing cuSPARSE (first use of a matrix only)."""
     verify: float = 30.0
-    """Running the candidate on the verification inputs: a hang is caught here (costs this long)."""
+    """One launch of the candidate on a verification input, to its end: a hang is caught here."""
+    check: float = 120.0
+    """The harness's checks of one output (fp64 comparison, inputs unchanged)."""
     time: float = 120.0
     """Timing the candidate (slow but correct kernels take a while)."""
     startup: float = 180.0
@@ -41,8 +43,9 @@ class PhaseLimits:
 
 
 class _Worker:
-    def __init__(self, ctx, device: int, settings: dict, limits: PhaseLimits):
+    def __init__(self, ctx, device: int, settings: dict, limits: PhaseLimits, target=worker_main):
         self.ctx, self.device, self.settings, self.limits = ctx, device, settings, limits
+        self.target = target
         self.proc = None
         self.conn = None
         self.info: dict = {}
@@ -51,7 +54,7 @@ class _Worker:
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=worker_main, args=(child, self.device, self.settings), daemon=True)
+        self.proc = self.ctx.Process(target=self.target, args=(child, self.device, self.settings), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
@@ -119,12 +122,14 @@ class _Worker:
 class WorkerPool:
     """Long-lived GPU workers, one per device, restarted whenever a job kills one."""
 
-    def __init__(self, devices: list[int], settings: dict, limits: PhaseLimits | None = None):
+    def __init__(self, devices: list[int], settings: dict, limits: PhaseLimits | None = None,
+                 target=worker_main):
+        """``target`` is the worker's entry point (tests substitute a CPU-only stand-in)."""
         if not devices:
             raise ValueError("WorkerPool needs at least one GPU")
         ctx = mp.get_context("spawn")
         self.limits = limits or PhaseLimits()
-        self.workers = [_Worker(ctx, d, settings, self.limits) for d in devices]
+        self.workers = [_Worker(ctx, d, settings, self.limits, target) for d in devices]
         self._idle: queue.Queue[_Worker] = queue.Queue()
         for w in self.workers:
             self._idle.put(w)

@@ -96,11 +96,15 @@ class Verifier:
         return full, y
 
     def run(self, bound: BoundKernel, uses_atomics: bool,
-            matrix_modified: Callable[[], list[str]] = lambda: []) -> VerifyOutcome:
+            matrix_modified: Callable[[], list[str]] = lambda: [],
+            phase: Callable[[str], None] = lambda name: None) -> VerifyOutcome:
         """Verify ``bound``; CUDA errors propagate to the worker, which classifies them.
 
         ``matrix_modified()`` names the matrix arrays that differ from their pristine
         copies; it is checked after every launch, before the output is judged.
+        ``phase("verify")`` is called right before each launch of the candidate and
+        ``phase("check")`` right after it finished, so the parent's tight time limit for
+        a hanging kernel covers the candidate only, not the harness's own checks.
         """
         import cupy as cp
 
@@ -111,8 +115,11 @@ class Verifier:
             x = cp.asarray(xh)
             full, y = self._out()
             keep += [x, full]
+            cp.cuda.runtime.deviceSynchronize()
+            phase("verify")
             bound.run(x, y)
             cp.cuda.runtime.deviceSynchronize()
+            phase("check")
             if not bool(cp.array_equal(x, cp.asarray(xh))):
                 return VerifyOutcome(ErrorKind.INPUT_MODIFIED, "the kernel wrote to x", worst)
             if modified := matrix_modified():

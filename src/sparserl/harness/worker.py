@@ -169,7 +169,8 @@ class WorkerState:
         from sparserl.kernels.library import variants
         from sparserl.matrices import generate
 
-        A = generate("random", 64, cols=48, seed=0, nnz_per_row=5)
+        # large enough that CuPy takes the same reduction paths (CUB) as on real matrices
+        A = generate("random", 50_000, cols=40_000, seed=0, nnz_per_row=5)
         key, path = save_matrix_file(A, self.cache / "matrices")
         for op, k in (("spmv", None), ("spmm", 4)):
             v = variants(op, "CSR", k)[0]
@@ -215,7 +216,7 @@ class WorkerState:
     def phase(self, name: str) -> None:
         now = time.perf_counter()
         if getattr(self, "_phase", None) is not None:
-            self.phase_seconds[self._phase] = now - self._phase_t0
+            self.phase_seconds[self._phase] = self.phase_seconds.get(self._phase, 0.0) + now - self._phase_t0
         self._phase, self._phase_t0 = name, now
         if self.serving:
             self.conn.send(("phase", name))
@@ -268,8 +269,7 @@ class WorkerState:
                 bound.dev.arrays[n][...] = pristine[n]
             return bad
 
-        self.phase("verify")
-        outcome = verifier.run(bound, job["uses_atomics"], modified)
+        outcome = verifier.run(bound, job["uses_atomics"], modified, self.phase)
         out["max_scaled_error"] = outcome.max_scaled_error
         if outcome.kind is not ErrorKind.NONE:
             return out | {"error_kind": outcome.kind.value, "message": outcome.message}

@@ -1,0 +1,32 @@
+"""A CPU-only stand-in for the GPU worker, speaking the same pipe protocol.
+
+Jobs are scripts: ``{"steps": [["phase", "verify"], ["sleep", 2.0], ["exit", 3], ["fatal"], ...]}``
+followed by a "done" reply, so the pool's limits and restarts can be tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def fake_worker_main(conn, device: int, settings: dict) -> None:
+    conn.send(("ready", {"gpu": "fake", "pid": os.getpid(), "device": device}))
+    while True:
+        try:
+            kind, job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if kind == "stop":
+            return
+        for step in job.get("steps", []):
+            if step[0] == "phase":
+                conn.send(("phase", step[1]))
+            elif step[0] == "sleep":
+                time.sleep(step[1])
+            elif step[0] == "exit":
+                os._exit(step[1])
+            elif step[0] == "fatal":
+                conn.send(("fatal", {"error_kind": "crashed", "message": "poisoned context"}))
+                os._exit(3)
+        conn.send(("done", {"error_kind": "none", "pid": os.getpid()}))

@@ -1,0 +1,64 @@
+"""The worker pool's limits and restarts, with a CPU stand-in worker (no GPU needed)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sparserl.harness.pool import PhaseLimits, WorkerPool
+from tests.harness.fake_worker import fake_worker_main
+
+LIMITS = PhaseLimits(prepare=5.0, verify=0.5, check=3.0, time=3.0, startup=60.0)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = WorkerPool([0], {}, LIMITS, target=fake_worker_main)
+    yield p
+    p.close()
+
+
+def test_normal_job(pool) -> None:
+    out = pool.run("eval", {"steps": [["phase", "verify"], ["phase", "check"]]})
+    assert out["error_kind"] == "none"
+
+
+def test_hang_in_verify_is_killed_and_worker_replaced(pool) -> None:
+    before, pid = pool.restarts, pool.workers[0].info["pid"]
+    t0 = time.monotonic()
+    out = pool.run("eval", {"steps": [["phase", "verify"], ["sleep", 30]]})
+    assert out["error_kind"] == "timeout" and "verify" in out["message"]
+    assert time.monotonic() - t0 < 10
+    assert pool.restarts == before + 1 and pool.workers[0].info["pid"] != pid
+    assert pool.run("eval", {"steps": []})["error_kind"] == "none"
+
+
+def test_slow_harness_checks_are_not_a_hang(pool) -> None:
+    """Time spent in the 'check' phase (the harness's own work) gets the check limit."""
+    before = pool.restarts
+    out = pool.run("eval", {"steps": [["phase", "verify"], ["phase", "check"], ["sleep", 1.5],
+                                      ["phase", "verify"], ["phase", "check"]]})
+    assert out["error_kind"] == "none" and pool.restarts == before
+
+
+def test_each_phase_gets_a_fresh_deadline(pool) -> None:
+    steps = [["phase", "verify"], ["sleep", 0.3], ["phase", "check"], ["phase", "verify"], ["sleep", 0.3]]
+    assert pool.run("eval", {"steps": steps})["error_kind"] == "none"
+
+
+def test_death_and_fatal_are_crashes(pool) -> None:
+    before = pool.restarts
+    out = pool.run("eval", {"steps": [["phase", "verify"], ["exit", 9]]})
+    assert out["error_kind"] == "crashed" and "died" in out["message"]
+    out = pool.run("eval", {"steps": [["phase", "verify"], ["fatal"]]})
+    assert out["error_kind"] == "crashed" and out["message"] == "poisoned context"
+    assert pool.restarts == before + 2
+    assert pool.run("eval", {"steps": []})["error_kind"] == "none"
+
+
+def test_submit_is_asynchronous_and_loses_nothing(pool) -> None:
+    jobs = [{"steps": [["phase", "verify"], ["sleep", 5]]} if i % 5 == 0 else {"steps": []} for i in range(15)]
+    futures = [pool.submit("eval", j) for j in jobs]
+    kinds = [f.result()["error_kind"] for f in futures]
+    assert kinds.count("timeout") == 3 and kinds.count("none") == 12
