@@ -6,6 +6,7 @@ turns that into a one-line ``error: ...`` message and exit status 2.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 
@@ -23,7 +24,8 @@ app = typer.Typer(
         "to one matrix, and hand back a verified kernel that beats cuSPARSE on it.\n\n"
         "Stages available now: 'matrix' (load, inspect, generate sparse matrices), 'library' "
         "(the reference kernel library: list, render, compile), 'check-kernel' (the evaluation "
-        "harness: compile, verify, time against cuSPARSE) and 'baseline' (cuSPARSE's time)."
+        "harness: compile, verify, time against cuSPARSE), 'baseline' (cuSPARSE's time) and 'pretrain' "
+        "(stage 1: tokenizer and model pre-trained on the CUDA corpus)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -33,6 +35,21 @@ app.add_typer(matrix_app, name="matrix")
 app.add_typer(library_app, name="library")
 app.command("check-kernel")(check_kernel)
 app.command("baseline")(baseline)
+
+
+def _pretrain_entry():
+    from sparserl.train.cli import pretrain_cmd
+
+    return pretrain_cmd
+
+
+if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it
+    app.command("pretrain")(_pretrain_entry())
+else:
+    @app.command("pretrain")
+    def _pretrain_missing() -> None:
+        """Stage 1: pre-train (needs the train extra: pip install -e '.[train]')."""
+        raise SparseRLError("pretraining needs torch and transformers: pip install -e '.[train]'")
 
 
 @app.callback()

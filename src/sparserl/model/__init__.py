@@ -1,0 +1,1 @@
+"""The policy model: tokenizer, the embedded default config, and the policy wrapper."""

@@ -1,0 +1,41 @@
+"""The embedded default model: a small Qwen3-architecture decoder trained here from scratch.
+
+No pretrained weights can be downloaded, so the project ships only this *config*; the
+weights come from ``sparserl pretrain``. Same architecture family as Qwen3-8B, so every
+code path (LoRA, generation, checkpointing) is the one a real checkpoint takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Shape of the default model (about 29M parameters at vocab 8192)."""
+
+    hidden_size: int = 512
+    intermediate_size: int = 1536
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
+    head_dim: int = 64
+    max_position_embeddings: int = 4096
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = True
+
+
+# Qwen3-8B's published shape (config.json of Qwen/Qwen3-8B), for random-weight memory checks.
+QWEN3_8B_SHAPE = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                      num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1000000.0,
+                      tie_word_embeddings=False, vocab_size=151936)
+
+
+def hf_config(vocab_size: int, shape: TinyModelConfig | None = None, bos_token_id: int | None = None,
+              eos_token_id: int | None = None, pad_token_id: int | None = None, **overrides):
+    """A ``transformers.Qwen3Config`` for the default model (or any shape via overrides)."""
+    from transformers import Qwen3Config
+
+    kw = asdict(shape or TinyModelConfig()) | overrides
+    return Qwen3Config(vocab_size=vocab_size, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
+                       pad_token_id=pad_token_id, **kw)

@@ -1,0 +1,271 @@
+"""The policy: any Hugging Face causal LM, with the matrix encoding prepended as soft tokens.
+
+Sequence layout (one sample; the batch is left-padded to a common length)::
+
+    [matrix tokens (summary + coordinates)] [prompt text tokens] [completion tokens <eos>]
+
+The matrix tokens come from :class:`sparserl.encoding.MatrixEncoder` and enter through
+``inputs_embeds``; the prompt names the op (and, unless ``text_prompt=False``, the shape
+and nonzero count). The loss is next-token cross-entropy on the completion tokens only.
+Generation uses the model's KV cache through ``generate(inputs_embeds=...)``, with
+temperature, top-k and top-p sampling, and stops at the end-of-kernel token.
+
+Fine-tuning is LoRA through PEFT (the base model frozen) or full. A checkpoint folder holds
+the model (or only the adapters, with the base model's path), the tokenizer, the encoder's
+weights (safetensors) and ``policy.json``; :meth:`Policy.load` restores all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from sparserl.encoding import EncodingConfig, MatrixEncoder, MatrixInput
+from sparserl.errors import SparseRLError
+from sparserl.kernels.contract import Op
+
+log = logging.getLogger(__name__)
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA adapters on the attention and MLP projections."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    targets: tuple[str, ...] = LORA_TARGETS
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """How the policy is built around a causal LM."""
+
+    encoding: EncodingConfig = field(default_factory=EncodingConfig)
+    text_prompt: bool = True
+    """Name the shape and nonzero count in the prompt text (off: only the op)."""
+    lora: LoraSpec | None = None
+    """LoRA adapters (None: full fine-tuning)."""
+    gradient_checkpointing: bool = False
+    dtype: str = "float32"
+    """Weights' dtype: float32 or bfloat16."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One policy input: a prepared matrix and the operation asked for."""
+
+    matrix: MatrixInput
+    op: Op
+    k: int | None = None
+    nnz: int = 0
+
+
+def prompt_text(s: Sample, text_prompt: bool) -> str:
+    what = "SpMV y = A x" if s.op is Op.SPMV else f"SpMM Y = A X with k = {s.k}"
+    if not text_prompt:
+        return f"{what}\n"
+    m, n = s.matrix.shape
+    return f"{what} for the {m} x {n} sparse matrix above ({s.nnz} nonzeros). Fastest correct kernel:\n"
+
+
+def _dtype(name: str) -> torch.dtype:
+    if name not in ("float32", "bfloat16"):
+        raise SparseRLError(f"dtype must be float32 or bfloat16, got {name!r}")
+    return getattr(torch, name)
+
+
+class Policy(torch.nn.Module):
+    """A causal LM plus the matrix encoder; ``loss`` for SFT, ``generate`` for sampling."""
+
+    def __init__(self, lm, tokenizer, config: PolicyConfig, base_path: str | None = None):
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.base_path = base_path
+        if config.lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            present = {n.split(".")[-1] for n, _ in lm.named_modules()}
+            targets = [t for t in config.lora.targets if t in present]
+            if not targets:
+                raise SparseRLError(f"none of the LoRA targets {config.lora.targets} exist in this model")
+            lm = get_peft_model(lm, LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha,
+                                               lora_dropout=config.lora.dropout, target_modules=targets,
+                                               task_type="CAUSAL_LM"))
+        if config.gradient_checkpointing:
+            if hasattr(lm, "activation_checkpointing_enable"):  # the name in newer transformers 5.x
+                lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.lm = lm
+        hidden = self.base_model.config.hidden_size
+        self.encoder = MatrixEncoder(hidden, config.encoding).to(self.embeddings.weight.device,
+                                                                 dtype=self.embeddings.weight.dtype)
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, config: PolicyConfig | None = None, device: str = "cpu") -> "Policy":
+        """Wrap the HF causal LM in local folder ``path`` (any architecture with input embeddings)."""
+        from transformers import AutoModelForCausalLM
+
+        from sparserl.model.tokenizer import load_tokenizer
+
+        config = config or PolicyConfig()
+        path = Path(path)
+        if not (path / "config.json").exists():
+            raise SparseRLError(f"{path} is not a Hugging Face model folder (no config.json)")
+        lm = AutoModelForCausalLM.from_pretrained(str(path), dtype=_dtype(config.dtype)).to(device)
+        return cls(lm, load_tokenizer(path), config, base_path=str(path.resolve()))
+
+    @classmethod
+    def from_config(cls, hf_config, tokenizer, config: PolicyConfig | None = None, device: str = "cpu",
+                    seed: int = 0) -> "Policy":
+        """A randomly initialised model of any shape (tests, memory checks: no download)."""
+        from transformers import AutoModelForCausalLM
+
+        config = config or PolicyConfig()
+        torch.manual_seed(seed)
+        lm = AutoModelForCausalLM.from_config(hf_config, dtype=_dtype(config.dtype)).to(device)
+        return cls(lm, tokenizer, config)
+
+    @property
+    def base_model(self):
+        return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
+
+    @property
+    def embeddings(self):
+        return self.base_model.get_input_embeddings()
+
+    @property
+    def device(self) -> torch.device:
+        return self.embeddings.weight.device
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def _prefix(self, samples: list[Sample]):
+        """Per sample: the embeddings of matrix tokens + prompt tokens, (L_i, d)."""
+        mat = [self.encoder.encode_one(s.matrix) for s in samples]
+        prompts = [self.tokenizer(prompt_text(s, self.config.text_prompt), add_special_tokens=False)["input_ids"]
+                   for s in samples]
+        emb = self.embeddings
+        out = []
+        for m, p in zip(mat, prompts):
+            pe = emb(torch.tensor(p, dtype=torch.long, device=self.device))
+            out.append(torch.cat([m.to(pe.dtype), pe], dim=0))
+        return out
+
+    def _batch(self, parts: list[torch.Tensor], labels: list[torch.Tensor] | None = None):
+        """Left-pad (L_i, d) sequences into inputs_embeds, attention_mask, position_ids[, labels]."""
+        T = max(p.shape[0] for p in parts)
+        B, d = len(parts), parts[0].shape[1]
+        embeds = parts[0].new_zeros(B, T, d)
+        mask = torch.zeros(B, T, dtype=torch.long, device=self.device)
+        lab = torch.full((B, T), -100, dtype=torch.long, device=self.device) if labels is not None else None
+        for b, p in enumerate(parts):
+            embeds[b, T - p.shape[0]:] = p
+            mask[b, T - p.shape[0]:] = 1
+            if lab is not None:
+                lab[b, T - p.shape[0]:] = labels[b]
+        pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        return embeds, mask, pos, lab
+
+    def completion_ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+
+    # -- training --------------------------------------------------------------------------
+
+    def loss(self, samples: list[Sample], completions: list[str]) -> torch.Tensor:
+        """Mean next-token cross-entropy over the completion tokens (EOS included)."""
+        if len(samples) != len(completions) or not samples:
+            raise SparseRLError("loss() needs one completion per sample")
+        prefix = self._prefix(samples)
+        parts, labels = [], []
+        emb = self.embeddings
+        for pre, text in zip(prefix, completions):
+            ids = torch.tensor(self.completion_ids(text), dtype=torch.long, device=self.device)
+            parts.append(torch.cat([pre, emb(ids)], dim=0))
+            # position t predicts token t+1: label the positions whose next token is a completion token
+            lab = torch.full((pre.shape[0] + ids.shape[0],), -100, dtype=torch.long, device=self.device)
+            lab[pre.shape[0] - 1: -1] = ids
+            labels.append(lab)
+        embeds, mask, pos, lab = self._batch(parts, labels)
+        logits = self.lm(inputs_embeds=embeds, attention_mask=mask, position_ids=pos).logits
+        return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1),
+                                                 ignore_index=-100)
+
+    # -- sampling --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, samples: list[Sample], max_new_tokens: int = 1024, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None) -> list[str]:
+        """Sample one completion per sample (KV cache, stops at the end-of-kernel token)."""
+        if seed is not None:
+            torch.manual_seed(seed)
+        was_training = self.training
+        self.eval()
+        embeds, mask, _, _ = self._batch(self._prefix(samples))
+        do_sample = temperature > 0
+        out = self.lm.generate(
+            inputs_embeds=embeds, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
+            temperature=temperature if do_sample else None, top_k=top_k if do_sample and top_k else None,
+            top_p=top_p if do_sample and top_p < 1.0 else None, eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
+        )
+        if was_training:
+            self.train()
+        return self.tokenizer.batch_decode(out, skip_special_tokens=True)
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save(self, folder: str | Path) -> None:
+        """Model (or LoRA adapters), tokenizer, encoder weights and policy.json."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.lm.save_pretrained(str(folder / "lm"))
+        self.tokenizer.save_pretrained(str(folder / "lm"))
+        save_file({k: v.contiguous() for k, v in self.encoder.state_dict().items()}, str(folder / "encoder.safetensors"))
+        meta = {"config": asdict(self.config), "base_path": self.base_path, "lora": self.config.lora is not None}
+        (folder / "policy.json").write_text(json.dumps(meta, indent=1))
+
+    @classmethod
+    def load(cls, folder: str | Path, device: str = "cpu") -> "Policy":
+        """Restore a policy saved with :meth:`save`."""
+        from safetensors.torch import load_file
+        from transformers import AutoModelForCausalLM
+
+        from sparserl.model.tokenizer import load_tokenizer
+
+        folder = Path(folder)
+        if not (folder / "policy.json").exists():
+            raise SparseRLError(f"{folder} is not a policy checkpoint (no policy.json)")
+        meta = json.loads((folder / "policy.json").read_text())
+        c = meta["config"]
+        config = PolicyConfig(encoding=EncodingConfig(**c["encoding"]), text_prompt=c["text_prompt"],
+                              lora=LoraSpec(**{**c["lora"], "targets": tuple(c["lora"]["targets"])}) if c["lora"] else None,
+                              gradient_checkpointing=c["gradient_checkpointing"], dtype=c["dtype"])
+        tok = load_tokenizer(folder / "lm")
+        if meta["lora"]:
+            from peft import PeftModel
+
+            if not meta["base_path"] or not Path(meta["base_path"], "config.json").exists():
+                raise SparseRLError(f"LoRA checkpoint {folder} needs its base model at {meta['base_path']}")
+            base = AutoModelForCausalLM.from_pretrained(meta["base_path"], dtype=_dtype(config.dtype))
+            lm = PeftModel.from_pretrained(base, str(folder / "lm"), is_trainable=True)
+            policy = cls(lm, tok, PolicyConfig(**{**asdict(config), "lora": None,
+                                                  "encoding": config.encoding}), base_path=meta["base_path"])
+            policy.config = config
+        else:
+            lm = AutoModelForCausalLM.from_pretrained(str(folder / "lm"), dtype=_dtype(config.dtype))
+            policy = cls(lm, tok, config, base_path=meta["base_path"])
+        policy.encoder.load_state_dict(load_file(str(folder / "encoder.safetensors")))
+        return policy.to(device)

@@ -1,0 +1,47 @@
+"""A byte-level BPE tokenizer trained on the CUDA corpus (the ``tokenizers`` library).
+
+Saved as a Hugging Face fast tokenizer, so ``AutoTokenizer.from_pretrained(folder)`` loads
+it like any other. ``<|endofkernel|>`` ends a completion (generation stops there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+BOS, EOS, PAD = "<|bos|>", "<|endofkernel|>", "<|pad|>"
+SPECIAL_TOKENS = [PAD, BOS, EOS]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency: int = 2):
+    """Train byte-level BPE on ``texts``; returns a ``PreTrainedTokenizerFast``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD,
+                                   clean_up_tokenization_spaces=False)
+
+
+def save_tokenizer(tokenizer, folder: str | Path) -> None:
+    tokenizer.save_pretrained(str(folder))
+
+
+def load_tokenizer(folder: str | Path):
+    """Any HF tokenizer from a local folder; adds a pad token (= eos) when the model has none."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok

@@ -1,0 +1,68 @@
+"""What the training stages share: device choice, LR schedule, metrics, progress bars."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from sparserl.errors import SparseRLError
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SparseRLError("--device cuda asked for, but no CUDA GPU is visible to torch")
+    if name not in ("cpu",) and not name.startswith("cuda"):
+        raise SparseRLError(f"--device must be auto, cpu or cuda[:N], got {name!r}")
+    return torch.device(name)
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -> float:
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then cosine decay to ``floor * peak``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = (step - warmup) / max(1, total - warmup)
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+class MetricLogger:
+    """Namespaced scalars to ``metrics.jsonl`` (always) and TensorBoard (when installed)."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / "metrics.jsonl"
+        self.file = self.path.open("a")
+        self.tb = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(Path(folder) / "tb"))
+        except Exception:  # tensorboard is optional
+            log.info("tensorboard not installed: metrics go to %s only", self.path)
+
+    def log(self, step: int, values: dict) -> None:
+        rec = {"step": step, "time": time.time(), **{k: float(v) for k, v in values.items()}}
+        self.file.write(json.dumps(rec) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            for k, v in values.items():
+                self.tb.add_scalar(k, float(v), step)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn())

@@ -1,0 +1,222 @@
+"""Stage 1: pre-train a causal LM on the CUDA corpus (the paper's domain pre-training).
+
+With no ``--model`` it trains a BPE tokenizer and the embedded default model
+(:mod:`sparserl.model.config`) from scratch; with ``--model PATH`` it continues
+pre-training any local Hugging Face causal LM with its own tokenizer. Held-out
+perplexity is measured on files the model never saw (:mod:`sparserl.data.corpus`).
+
+Output folder: ``model/`` (HF ``save_pretrained`` of model and tokenizer, loadable by
+``AutoModelForCausalLM``), ``state.pt`` (optimizer, step, RNG: ``--resume`` continues from
+it), ``metrics.jsonl`` (and TensorBoard events when tensorboard is installed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sparserl.data.corpus import CorpusConfig, build_corpus
+from sparserl.errors import SparseRLError
+from sparserl.model.config import TinyModelConfig, hf_config
+from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from sparserl.train.common import MetricLogger, cosine_lr, pick_device, progress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Stage-1 pre-training."""
+
+    out: str = "runs/pretrain"
+    """Output folder (model/, state.pt, metrics.jsonl)."""
+    model: str | None = None
+    """A local HF causal LM to continue pre-training; None trains the default model from scratch."""
+    vocab_size: int = 8192
+    """BPE vocabulary of the tokenizer trained from scratch."""
+    shape: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Shape of the model trained from scratch."""
+    seq_len: int = 512
+    """Tokens per training sequence."""
+    batch_size: int = 32
+    """Sequences per optimizer step."""
+    steps: int = 2000
+    """Optimizer steps."""
+    lr: float = 1e-3
+    """Peak learning rate (AdamW), after linear warm-up, cosine decay to 10%."""
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 500
+    """Steps between held-out perplexity evaluations."""
+    save_every: int = 500
+    """Steps between checkpoints."""
+    heldout_tokens: int = 200_000
+    """Held-out tokens scored for perplexity (at most)."""
+    device: str = "auto"
+    """'auto' (cuda if available), 'cuda', 'cpu'."""
+    bf16: bool = True
+    """bf16 autocast on CUDA."""
+    seed: int = 0
+    resume: bool = False
+    """Continue from ``out/state.pt`` if present."""
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
+            raise SparseRLError("need steps >= 1, batch_size >= 1, seq_len >= 8")
+        if self.lr <= 0:
+            raise SparseRLError("lr must be positive")
+
+
+def token_stream(texts: list[str], tokenizer, eos_id: int) -> np.ndarray:
+    """All texts tokenized and joined with EOS, as one int32 array."""
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    out = np.fromiter((t for seq in ids for t in (*seq, eos_id)), dtype=np.int32)
+    return out
+
+
+def batches(stream: np.ndarray, batch_size: int, seq_len: int, rng: np.random.Generator):
+    """Endless random windows of ``seq_len + 1`` tokens."""
+    if stream.size <= seq_len + 1:
+        raise SparseRLError(f"corpus has only {stream.size} tokens, fewer than seq_len + 1 = {seq_len + 1}")
+    while True:
+        starts = rng.integers(0, stream.size - seq_len - 1, size=batch_size)
+        yield torch.from_numpy(np.stack([stream[s: s + seq_len + 1] for s in starts]).astype(np.int64))
+
+
+@torch.no_grad()
+def heldout_perplexity(model, stream: np.ndarray, seq_len: int, max_tokens: int, device, bf16: bool,
+                       batch_size: int = 8) -> float:
+    """exp(mean next-token loss) over consecutive held-out windows."""
+    model.eval()
+    n = min(stream.size - 1, max_tokens) // seq_len
+    if n == 0:
+        raise SparseRLError("held-out set is shorter than one sequence")
+    windows = torch.from_numpy(stream[: n * seq_len + 1].astype(np.int64))
+    total, count = 0.0, 0
+    for i in range(0, n, batch_size):
+        idx = torch.arange(i, min(i + batch_size, n))
+        x = torch.stack([windows[j * seq_len: (j + 1) * seq_len + 1] for j in idx]).to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
+            logits = model(input_ids=x[:, :-1]).logits.float()
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
+                                                 reduction="sum")
+        total += float(loss)
+        count += x[:, 1:].numel()
+    model.train()
+    return math.exp(total / count)
+
+
+def _build(cfg: PretrainConfig, texts: list[str]):
+    from transformers import AutoModelForCausalLM
+
+    if cfg.model:
+        tok = load_tokenizer(cfg.model)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
+        return tok, model
+    t0 = time.perf_counter()
+    tok = train_tokenizer(texts, cfg.vocab_size)
+    log.info("trained a %d-token BPE tokenizer in %.1f s", len(tok), time.perf_counter() - t0)
+    hf = hf_config(len(tok), cfg.shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                   pad_token_id=tok.pad_token_id)
+    torch.manual_seed(cfg.seed)
+    return tok, AutoModelForCausalLM.from_config(hf)
+
+
+def pretrain(cfg: PretrainConfig) -> dict:
+    """Run stage 1; returns the final metrics (tokens/s, held-out perplexity, paths)."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = pick_device(cfg.device)
+    corpus = build_corpus(cfg.corpus)
+    state_path = out / "state.pt"
+    resuming = cfg.resume and state_path.exists() and (out / "model").exists()
+    if resuming:
+        from transformers import AutoModelForCausalLM
+
+        tok = load_tokenizer(out / "model")
+        model = AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
+    else:
+        tok, model = _build(cfg, corpus.train)
+    model.to(device)
+    t0 = time.perf_counter()
+    train_ids = token_stream(corpus.train, tok, tok.eos_token_id)
+    held_ids = token_stream(corpus.heldout, tok, tok.eos_token_id)
+    log.info("tokenized %d train and %d held-out tokens in %.1f s", train_ids.size, held_ids.size,
+             time.perf_counter() - t0)
+
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95),
+                            fused=device.type == "cuda")
+    rng = np.random.default_rng(cfg.seed)
+    step = 0
+    if resuming:
+        st = torch.load(state_path, map_location=device, weights_only=False)
+        opt.load_state_dict(st["optimizer"])
+        step = st["step"]
+        rng.bit_generator.state = st["rng"]
+        log.info("resumed from step %d", step)
+    logger = MetricLogger(out)
+    data = batches(train_ids, cfg.batch_size, cfg.seq_len, rng)
+    model.train()
+    tokens_done, t_train, last = 0, 0.0, {}
+    params = sum(p.numel() for p in model.parameters())
+    logger.log(step, {"model/params": params, "data/train_tokens": int(train_ids.size),
+                      "data/heldout_tokens": int(held_ids.size)})
+
+    def save() -> None:
+        model.save_pretrained(out / "model")
+        save_tokenizer(tok, out / "model")
+        tmp = state_path.with_suffix(".tmp")
+        torch.save({"optimizer": opt.state_dict(), "step": step, "rng": rng.bit_generator.state,
+                    "config": json.loads(json.dumps(asdict(cfg), default=str))}, tmp)
+        tmp.replace(state_path)
+
+    with progress() as bar:
+        task = bar.add_task("pretrain", total=cfg.steps, completed=step)
+        while step < cfg.steps:
+            x = next(data).to(device, non_blocking=True)
+            lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_steps)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            ts = time.perf_counter()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+                logits = model(input_ids=x[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                                     x[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t_train += time.perf_counter() - ts
+            tokens_done += x[:, :-1].numel()
+            step += 1
+            loss_v = loss.item()
+            last = {"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": float(gnorm),
+                    "charts/tokens_per_s": tokens_done / t_train}
+            if step % 10 == 0 or step == cfg.steps:
+                logger.log(step, last)
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                ppl = heldout_perplexity(model, held_ids, cfg.seq_len, cfg.heldout_tokens, device, cfg.bf16)
+                last["eval/heldout_ppl"] = ppl
+                logger.log(step, {"eval/heldout_ppl": ppl})
+            if step % cfg.save_every == 0 or step == cfg.steps:
+                save()
+            bar.update(task, advance=1, description=f"pretrain loss {loss_v:.3f}")
+    logger.close()
+    result = {"steps": step, "params": params, "tokens_per_s": tokens_done / max(t_train, 1e-9),
+              "train_seconds": t_train, "model_dir": str(out / "model"), **last}
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    return result
