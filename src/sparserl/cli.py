@@ -24,8 +24,9 @@ app = typer.Typer(
         "to one matrix, and hand back a verified kernel that beats cuSPARSE on it.\n\n"
         "Stages available now: 'matrix' (load, inspect, generate sparse matrices), 'library' "
         "(the reference kernel library: list, render, compile), 'check-kernel' (the evaluation "
-        "harness: compile, verify, time against cuSPARSE), 'baseline' (cuSPARSE's time) and 'pretrain' "
-        "(stage 1: tokenizer and model pre-trained on the CUDA corpus)."
+        "harness: compile, verify, time against cuSPARSE), 'baseline' (cuSPARSE's time), 'pretrain' "
+        "(stage 1: tokenizer and model pre-trained on the CUDA corpus), 'data build' (SFT pairs from the "
+        "library, checked by the harness) and 'sft' (stage 2)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -37,19 +38,17 @@ app.command("check-kernel")(check_kernel)
 app.command("baseline")(baseline)
 
 
-def _pretrain_entry():
-    from sparserl.train.cli import pretrain_cmd
-
-    return pretrain_cmd
-
-
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it
-    app.command("pretrain")(_pretrain_entry())
+    from sparserl.train.cli import data_app, pretrain_cmd, sft_cmd
+
+    app.command("pretrain")(pretrain_cmd)
+    app.add_typer(data_app, name="data")
+    app.command("sft")(sft_cmd)
 else:
     @app.command("pretrain")
     def _pretrain_missing() -> None:
         """Stage 1: pre-train (needs the train extra: pip install -e '.[train]')."""
-        raise SparseRLError("pretraining needs torch and transformers: pip install -e '.[train]'")
+        raise SparseRLError("the training stages need torch and transformers: pip install -e '.[train]'")
 
 
 @app.callback()

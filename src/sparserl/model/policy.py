@@ -207,6 +207,13 @@ class Policy(torch.nn.Module):
     def generate(self, samples: list[Sample], max_new_tokens: int = 1024, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None) -> list[str]:
         """Sample one completion per sample (KV cache, stops at the end-of-kernel token)."""
+        ids = self.generate_ids(samples, max_new_tokens, temperature, top_k, top_p, seed)
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    @torch.no_grad()
+    def generate_ids(self, samples: list[Sample], max_new_tokens: int = 1024, temperature: float = 1.0,
+                     top_k: int = 0, top_p: float = 1.0, seed: int | None = None) -> torch.Tensor:
+        """The generated token ids, (B, L) padded with the pad token after each sequence's end."""
         if seed is not None:
             torch.manual_seed(seed)
         was_training = self.training
@@ -221,7 +228,7 @@ class Policy(torch.nn.Module):
         )
         if was_training:
             self.train()
-        return self.tokenizer.batch_decode(out, skip_special_tokens=True)
+        return out
 
     # -- checkpoints -----------------------------------------------------------------------
 

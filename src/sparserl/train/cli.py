@@ -28,3 +28,65 @@ def pretrain_cmd(
                          seq_len=seq_len, lr=lr, vocab_size=vocab_size, device=device, resume=resume, seed=seed)
     result = pretrain(cfg)
     typer.echo(json.dumps(result, indent=1))
+
+
+data_app = typer.Typer(help="SFT data: (matrix, correct kernel) pairs from the reference library.", no_args_is_help=True)
+
+
+@data_app.command("build")
+def data_build_cmd(
+    out: Path = typer.Option(Path("runs/data"), help="output folder (matrices/, train/val/test.jsonl, summary.json)"),
+    families: str = typer.Option("", help="comma-separated generator families (default: all)"),
+    per_family: int = typer.Option(12, help="generated matrices per family"),
+    min_rows: int = typer.Option(2000),
+    max_rows: int = typer.Option(200000),
+    real_dir: Path = typer.Option(None, help="folder of real matrices (.mtx/.mtx.gz/.npz), test split by default"),
+    ops: str = typer.Option("spmv", help="spmv, spmm or spmv,spmm"),
+    ks: str = typer.Option("32", help="SpMM column counts, comma-separated"),
+    target: str = typer.Option("correct", help="correct (a random correct variant) or fastest"),
+    targets_per_matrix: int = typer.Option(2, help="rows per train (matrix, op, k)"),
+    compile_only: bool = typer.Option(False, help="no GPU: targets are variants that compile (no times)"),
+    seed: int = typer.Option(0),
+) -> None:
+    """Render library variants for each matrix, check them with the harness, write JSONL splits."""
+    from sparserl.data.sft_build import SFTDataConfig, build_sft_data
+
+    cfg = SFTDataConfig(out=str(out), families=tuple(filter(None, families.split(","))),
+                        matrices_per_family=per_family, min_rows=min_rows, max_rows=max_rows,
+                        real_dir=str(real_dir) if real_dir else None, ops=tuple(ops.split(",")),
+                        ks=tuple(int(k) for k in ks.split(",")), target=target,
+                        targets_per_matrix=targets_per_matrix, compile_only=compile_only, seed=seed)
+    summary = build_sft_data(cfg)
+    typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", "correct", "seconds")}, indent=1))
+
+
+def sft_cmd(
+    data: Path = typer.Option(Path("runs/data"), help="data folder (train.jsonl, val.jsonl) or a .jsonl file"),
+    model: Path = typer.Option(Path("runs/pretrain/model"), help="HF model folder or policy checkpoint"),
+    out: Path = typer.Option(Path("runs/sft"), help="output folder (checkpoint/, metrics.jsonl)"),
+    steps: int = typer.Option(1000),
+    batch_size: int = typer.Option(8),
+    lr: float = typer.Option(3e-4),
+    lora: bool = typer.Option(False, help="LoRA adapters on a frozen base (for large models)"),
+    lora_r: int = typer.Option(16),
+    max_nnz: int = typer.Option(128, help="coordinate tokens per matrix"),
+    text_prompt: bool = typer.Option(True, help="name shape and nonzeros in the prompt text"),
+    gradient_checkpointing: bool = typer.Option(False),
+    eval_every: int = typer.Option(250),
+    eval_samples: int = typer.Option(32),
+    eval_temperature: float = typer.Option(1.0),
+    save_every: int = typer.Option(250),
+    resume: bool = typer.Option(False),
+    device: str = typer.Option("auto"),
+    compile_only: bool = typer.Option(False, help="evaluate by compiling only (no GPU)"),
+    seed: int = typer.Option(0),
+) -> None:
+    """Stage 2: supervised fine-tuning on (matrix, kernel) pairs; validation through the harness."""
+    from sparserl.train.sft import SFTConfig, sft
+
+    cfg = SFTConfig(data=str(data), model=str(model), out=str(out), steps=steps, batch_size=batch_size, lr=lr,
+                    lora=lora, lora_r=lora_r, max_nnz=max_nnz, text_prompt=text_prompt,
+                    gradient_checkpointing=gradient_checkpointing, eval_every=eval_every, eval_samples=eval_samples,
+                    eval_temperature=eval_temperature, save_every=save_every, resume=resume, device=device,
+                    compile_only=compile_only, seed=seed)
+    typer.echo(json.dumps(sft(cfg), indent=1, default=str))

@@ -1,0 +1,105 @@
+"""Memory and throughput of the policy at a given shape, with random weights (no download).
+
+Builds the policy around a randomly initialised model of the embedded default's shape or
+Qwen3-8B's shape (``--shape 8b``; bf16, LoRA on a frozen base, gradient checkpointing), then
+measures: SFT steps (peak GPU memory, step time, tokens/s) and batched generation with the
+KV cache (tokens/s at ``--gen-batch``). Prints a table and writes JSON.
+
+    python benchmarks/model_scale.py --shape default --out results/scale_default.json
+    python benchmarks/model_scale.py --shape 8b --lora --out results/scale_8b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from sparserl.encoding import EncodingConfig, MatrixInput
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate
+from sparserl.model.config import QWEN3_8B_SHAPE, TinyModelConfig, hf_config
+from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
+from sparserl.model.tokenizer import train_tokenizer
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=["tiny-test", "default", "8b"], default="default")
+    ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="bf16 weights (default for 8b)")
+    ap.add_argument("--batch", type=int, default=8, help="SFT batch")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--gen-batch", type=int, default=32)
+    ap.add_argument("--gen-tokens", type=int, default=256)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--out", type=Path, default=Path("model_scale.json"))
+    args = ap.parse_args()
+    from sparserl.data.corpus import library_texts
+
+    tok = train_tokenizer(library_texts(), vocab_size=2048)
+    if args.shape == "8b":
+        shape = dict(QWEN3_8B_SHAPE)
+        vocab = shape.pop("vocab_size")
+        hf = hf_config(vocab, TinyModelConfig(**shape), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    elif args.shape == "tiny-test":
+        hf = hf_config(len(tok), TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                 num_attention_heads=2, num_key_value_heads=1, head_dim=32),
+                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    else:
+        hf = hf_config(len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    bf16 = args.bf16 or args.shape == "8b"
+    cfg = PolicyConfig(encoding=EncodingConfig(max_nnz=128), lora=LoraSpec() if args.lora else None,
+                       gradient_checkpointing=args.shape == "8b", dtype="bfloat16" if bf16 else "float32")
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    policy = Policy.from_config(hf, tok, cfg, device=args.device)
+    build_s = time.perf_counter() - t0
+    params = sum(p.numel() for p in policy.parameters())
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    A = generate("stencil2d", 100_000, seed=0)
+    sample = Sample(MatrixInput.from_matrix(A, cfg.encoding), Op.SPMV, None, int(A.nnz))
+    target = variants("spmv", "CSR")[3].render()
+    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-4)
+    ntok = len(policy.completion_ids(target)) * args.batch
+    step_s = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        loss = policy.loss([sample] * args.batch, [target] * args.batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        step_s.append(time.perf_counter() - t)
+    train_peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None
+    t = time.perf_counter()
+    ids = policy.generate_ids([sample] * args.gen_batch, max_new_tokens=args.gen_tokens, temperature=1.0, seed=0)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    gen_s = time.perf_counter() - t
+    gen_tokens = int((ids != tok.pad_token_id).sum())  # generated tokens, padding after EOS excluded
+    res = {
+        "shape": args.shape, "lora": args.lora, "bf16": bf16, "device": str(dev),
+        "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None,
+        "params": params, "trainable_params": trainable, "build_s": build_s,
+        "sft_batch": args.batch, "sft_step_s": sorted(step_s)[len(step_s) // 2],
+        "sft_tokens_per_s": ntok / sorted(step_s)[len(step_s) // 2], "sft_peak_gib": train_peak,
+        "gen_batch": args.gen_batch, "gen_tokens": gen_tokens, "gen_s": gen_s, "gen_tokens_per_s": gen_tokens / gen_s,
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None,
+    }
+    print(json.dumps(res, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""SFT data: (matrix, correct kernel) pairs from the reference library, checked by the harness.
+
+For every matrix (generated families at seeded sizes, plus real matrices from a folder),
+every applicable library variant is evaluated by the harness; the variants that come back
+correct are the candidates, and the target is drawn among them (``target="correct"``, the
+default, so SFT learns correctness and leaves speed to RL) or is the fastest
+(``target="fastest"``). Without a GPU (``compile_only``) "correct" means compiled and the
+format accepted the matrix, and no times are recorded.
+
+Splits are by matrix and seeded; real matrices (a SuiteSparse folder) go to the test split
+by default. Output folder: ``matrices/`` (one ``.npz`` per matrix), ``train.jsonl``,
+``val.jsonl``, ``test.jsonl`` and ``summary.json``. A row has the paper's fields
+``rows, cols, shape, format, code`` (rows/cols: up to ``coords`` sampled nonzeros; ``code``
+starts with ``FORMAT:``) plus ``op, k, matrix, family, split, variant, times``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sparserl.errors import SparseRLError
+from sparserl.kernels.contract import Op
+from sparserl.matrices import family_names, generate, load_matrix, save_matrix
+
+log = logging.getLogger(__name__)
+
+TARGETS = ("correct", "fastest")
+
+
+@dataclass(frozen=True)
+class SFTDataConfig:
+    """What goes into the SFT data set."""
+
+    out: str = "runs/data"
+    """Output folder."""
+    families: tuple[str, ...] = ()
+    """Generator families (empty: all)."""
+    matrices_per_family: int = 12
+    """Generated matrices per family."""
+    min_rows: int = 2_000
+    max_rows: int = 200_000
+    """Rows are drawn log-uniformly in [min_rows, max_rows]."""
+    real_dir: str | None = None
+    """A folder of .mtx / .mtx.gz / .npz matrices added as well (test split by default)."""
+    real_split: str = "test"
+    """Split for the real matrices: 'test' (default) or 'mixed' (split like the generated ones)."""
+    ops: tuple[str, ...] = ("spmv",)
+    """Operations: 'spmv' and/or 'spmm'."""
+    ks: tuple[int, ...] = (32,)
+    """SpMM column counts."""
+    target: str = "correct"
+    """'correct': a random correct variant; 'fastest': the fastest correct one."""
+    targets_per_matrix: int = 2
+    """Rows written per (matrix, op, k) in the train split (distinct variants when possible)."""
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    coords: int = 1024
+    """Sampled nonzeros stored in each row's rows/cols fields."""
+    compile_only: bool = False
+    """No GPU: 'correct' = compiled and accepted by the format (no times)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise SparseRLError(f"target must be one of {TARGETS}, got {self.target!r}")
+        bad = set(self.families) - set(family_names())
+        if bad:
+            raise SparseRLError(f"unknown families {sorted(bad)}; families are {family_names()}")
+        if any(o not in ("spmv", "spmm") for o in self.ops) or not self.ops:
+            raise SparseRLError("ops must be a non-empty subset of spmv, spmm")
+        if not (0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1
+                and self.val_fraction + self.test_fraction < 1):
+            raise SparseRLError("val_fraction + test_fraction must be below 1")
+        if self.real_split not in ("test", "mixed"):
+            raise SparseRLError("real_split must be 'test' or 'mixed'")
+        if self.min_rows < 1 or self.max_rows < self.min_rows or self.matrices_per_family < 0:
+            raise SparseRLError("need 1 <= min_rows <= max_rows and matrices_per_family >= 0")
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    name: str
+    family: str
+    path: str
+    split: str
+
+
+def _splits(n: int, cfg: SFTDataConfig, rng: np.random.Generator) -> list[str]:
+    """Splits for ``n`` matrices of one group: floor(n * fraction) each to test and val, in a
+    seeded random order, the rest (always at least one when n >= 1) to train."""
+    n_test = int(n * cfg.test_fraction)
+    n_val = min(int(n * cfg.val_fraction), max(0, n - n_test - 1))
+    labels = ["test"] * n_test + ["val"] * n_val + ["train"] * (n - n_test - n_val)
+    return [labels[i] for i in rng.permutation(n)]
+
+
+def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
+    """Generate (or list) the matrices and assign each to a split, seeded."""
+    out = Path(cfg.out) / "matrices"
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(cfg.seed)
+    entries = []
+    for fam in cfg.families or tuple(family_names()):
+        splits = _splits(cfg.matrices_per_family, cfg, rng)
+        for i in range(cfg.matrices_per_family):
+            rows = int(math.exp(rng.uniform(math.log(cfg.min_rows), math.log(cfg.max_rows))))
+            seed = int(rng.integers(1 << 30))
+            name = f"{fam}_{i:03d}_{rows}"
+            path = out / f"{name}.npz"
+            if not path.exists():
+                save_matrix(generate(fam, rows, seed=seed), path)
+            entries.append(MatrixEntry(name, fam, str(path), splits[i]))
+    if cfg.real_dir:
+        files = sorted(p for p in Path(cfg.real_dir).iterdir()
+                       if p.name.endswith((".mtx", ".mtx.gz", ".npz")))
+        if not files:
+            raise SparseRLError(f"no .mtx/.mtx.gz/.npz files in {cfg.real_dir}")
+        splits = ["test"] * len(files) if cfg.real_split == "test" else _splits(len(files), cfg, rng)
+        for f, split in zip(files, splits):
+            entries.append(MatrixEntry(f.name.split(".")[0], "real", str(f), split))
+    return entries
+
+
+def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
+    """Build the data set; ``evaluator`` defaults to a harness Evaluator (compile-only if asked or no GPU)."""
+    from sparserl.encoding import sample_nonzeros
+    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.kernels.library import variants
+    from sparserl.train.common import progress
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    entries = make_matrices(cfg)
+    own = evaluator is None
+    ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
+    if not cfg.compile_only and not ev.has_gpu:
+        raise SparseRLError("no GPU visible: building SFT data needs the harness on a GPU, or --compile-only")
+    rng = np.random.default_rng(cfg.seed + 1)
+    files = {s: (out / f"{s}.jsonl").open("w") for s in ("train", "val", "test")}
+    counts = {s: 0 for s in files}
+    stats = {"matrices": len(entries), "evaluations": 0, "correct": 0, "no_correct_variant": []}
+    jobs = [(e, Op(o), k) for e in entries for o in cfg.ops for k in ((None,) if o == "spmv" else cfg.ks)]
+    t0 = time.perf_counter()
+    try:
+        with progress() as bar:
+            task = bar.add_task("sft data", total=len(jobs))
+            for e, op, k in jobs:
+                A = load_matrix(e.path)
+                ref = ev.register(A, e.name)
+                vs = variants(op, None, k)
+                results = ev.evaluate_many([(v.render(), ref, op, k) for v in vs])
+                stats["evaluations"] += len(results)
+                if cfg.compile_only:  # no worker converted the matrix: check the format accepts it here
+                    accepted = _formats_accepting(A, vs)
+                    good = [(v, r) for v, r in zip(vs, results)
+                            if r.error_kind.value == "no_gpu" and accepted[(v.format, v.format_params)]]
+                else:
+                    good = [(v, r) for v, r in zip(vs, results) if r.ok]
+                stats["correct"] += len(good)
+                bar.update(task, advance=1, description=f"sft data {e.name} {op.value}")
+                if not good:
+                    stats["no_correct_variant"].append(f"{e.name}/{op.value}")
+                    continue
+                if cfg.target == "fastest" and not cfg.compile_only:
+                    picks = sorted(good, key=lambda vr: vr[1].timings["cold"].median_us)
+                else:
+                    picks = [good[i] for i in rng.permutation(len(good))]
+                n = cfg.targets_per_matrix if e.split == "train" else 1
+                r_idx, c_idx = sample_nonzeros(A, cfg.coords, cfg.seed)
+                for v, res in picks[:n]:
+                    row = {
+                        "rows": r_idx.tolist(), "cols": c_idx.tolist(), "shape": [int(A.shape[0]), int(A.shape[1])],
+                        "format": v.format, "code": v.render(), "op": op.value, "k": k, "nnz": int(A.nnz),
+                        "matrix": e.path, "family": e.family, "split": e.split, "variant": v.id,
+                        "times": None if cfg.compile_only else {
+                            "kernel_us": res.timings["cold"].median_us, "cusparse_us": res.baseline["cold"].median_us,
+                            "speedup": res.speedup, "regime": "cold"},
+                    }
+                    files[e.split].write(json.dumps(row) + "\n")
+                    counts[e.split] += 1
+    finally:
+        for f in files.values():
+            f.close()
+        if own:
+            ev.close()
+    summary = {"config": asdict(cfg), "rows": counts, "seconds": time.perf_counter() - t0,
+               "splits": {s: sorted({e.name for e in entries if e.split == s}) for s in files}, **stats}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _formats_accepting(A, vs) -> dict[tuple, bool]:
+    """Whether each (format, params) of ``vs`` converts ``A`` within the fill limits."""
+    from sparserl.errors import FormatError
+    from sparserl.formats import convert
+
+    out: dict[tuple, bool] = {}
+    for v in vs:
+        key = (v.format, v.format_params)
+        if key not in out:
+            try:
+                convert(A, v.format, dict(v.format_params))
+                out[key] = True
+            except FormatError:
+                out[key] = False
+    return out
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Rows of an SFT JSONL file, checked for the fields training needs."""
+    path = Path(path)
+    if not path.exists():
+        raise SparseRLError(f"{path}: no such file")
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SparseRLError(f"{path}:{i}: not JSON ({exc.msg})") from None
+        missing = {"rows", "cols", "shape", "code"} - set(row)
+        if missing:
+            raise SparseRLError(f"{path}:{i}: missing fields {sorted(missing)}")
+        if not str(row["code"]).lstrip().upper().startswith("FORMAT:"):
+            raise SparseRLError(f"{path}:{i}: code must start with 'FORMAT:'")
+        rows.append(row)
+    if not rows:
+        raise SparseRLError(f"{path}: no rows")
+    return rows

@@ -1,0 +1,248 @@
+"""Stage 2: supervised fine-tuning on (matrix, correct kernel) pairs.
+
+The loss is next-token cross-entropy on the completion only, with the matrix encoding as
+input (:class:`sparserl.model.policy.Policy`). Every ``eval_every`` steps it samples one
+completion per validation row at ``eval_temperature`` and runs each through the harness:
+compile rate and correctness (pass@1) on matrices the model was not trained on (compile
+only without a GPU). Checkpoints (policy + optimizer + step + RNG) every ``save_every``
+steps; ``resume`` continues from the last one. Metrics go to ``metrics.jsonl`` and
+TensorBoard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from sparserl.data.sft_build import read_jsonl
+from sparserl.encoding import EncodingConfig, MatrixInput
+from sparserl.errors import SparseRLError
+from sparserl.kernels.contract import Op
+from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
+from sparserl.train.common import MetricLogger, cosine_lr, pick_device, progress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Stage-2 supervised fine-tuning."""
+
+    data: str = "runs/data"
+    """A folder with train.jsonl (and val.jsonl), or one .jsonl file (then 10% is held out for val)."""
+    model: str = "runs/pretrain/model"
+    """A local HF causal LM folder, or a policy checkpoint (folder with policy.json)."""
+    out: str = "runs/sft"
+    steps: int = 1000
+    batch_size: int = 8
+    lr: float = 3e-4
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    lora: bool = False
+    """LoRA adapters on a frozen base (True for large models), else full fine-tuning."""
+    lora_r: int = 16
+    max_nnz: int = 128
+    """Coordinate tokens per matrix."""
+    text_prompt: bool = True
+    gradient_checkpointing: bool = False
+    eval_every: int = 250
+    eval_samples: int = 32
+    """Validation rows sampled and checked by the harness at each evaluation."""
+    eval_temperature: float = 1.0
+    max_new_tokens: int = 1536
+    save_every: int = 250
+    resume: bool = False
+    device: str = "auto"
+    bf16: bool = True
+    compile_only: bool = False
+    """Evaluate by compiling only (no GPU)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise SparseRLError("need steps >= 1, batch_size >= 1 and lr > 0")
+
+
+_MATRIX_CACHE: dict[str, sp.csr_array] = {}
+
+
+def matrix_of(row: dict) -> tuple[str, sp.csr_array]:
+    """(name, matrix) of a data row: its matrix file when it exists, else the stored
+    coordinates (the paper's rows/cols fields, whole matrices in its cut-down data) with
+    unit values."""
+    from sparserl.matrices import canonicalize, load_matrix
+
+    path = row.get("matrix")
+    if path and Path(path).exists():
+        A = _MATRIX_CACHE.get(path)
+        if A is None:
+            A = _MATRIX_CACHE[path] = load_matrix(path)
+        return Path(path).name.split(".")[0], A
+    m, n = (int(v) for v in row["shape"])
+    r, c = np.asarray(row["rows"], np.int64), np.asarray(row["cols"], np.int64)
+    if r.size == 0 or r.size != c.size or r.min() < 0 or c.min() < 0 or r.max() >= m or c.max() >= n:
+        raise SparseRLError(f"data row has rows/cols that do not fit its shape {m} x {n}")
+    A = canonicalize(sp.coo_array((np.ones(r.size, np.float32), (r, c)), shape=(m, n)).tocsr())
+    return f"coords_{m}x{n}_{r.size}", A
+
+
+def sample_of(row: dict, enc: EncodingConfig) -> Sample:
+    """The policy input for one data row."""
+    _, A = matrix_of(row)
+    op = Op(row.get("op", "spmv"))
+    return Sample(MatrixInput.from_matrix(A, enc), op, row.get("k") if op is Op.SPMM else None,
+                  int(row.get("nnz", A.nnz)))
+
+
+def load_rows(data: str, seed: int) -> tuple[list[dict], list[dict]]:
+    p = Path(data)
+    if p.is_dir():
+        train = read_jsonl(p / "train.jsonl")
+        v = p / "val.jsonl"
+        val = read_jsonl(v) if v.exists() and v.read_text().strip() else []
+        return train, val
+    rows = read_jsonl(p)
+    if len(rows) < 2:
+        return rows, []
+    idx = np.random.default_rng(seed).permutation(len(rows))
+    n_val = max(1, len(rows) // 10)
+    return [rows[i] for i in idx[n_val:]], [rows[i] for i in idx[:n_val]]
+
+
+def build_policy(cfg: SFTConfig, device: torch.device) -> Policy:
+    """The policy to fine-tune: a checkpoint, a HF model folder, or (no model there) the default from scratch."""
+    pcfg = PolicyConfig(encoding=EncodingConfig(max_nnz=cfg.max_nnz, seed=cfg.seed), text_prompt=cfg.text_prompt,
+                        lora=LoraSpec(r=cfg.lora_r, alpha=2 * cfg.lora_r) if cfg.lora else None,
+                        gradient_checkpointing=cfg.gradient_checkpointing)
+    path = Path(cfg.model)
+    if (path / "policy.json").exists():
+        return Policy.load(path, device=str(device))
+    if (path / "config.json").exists():
+        return Policy.from_pretrained(path, pcfg, device=str(device))
+    raise SparseRLError(f"no model at {path}: run 'sparserl pretrain' first, or pass --model PATH "
+                        "(a Hugging Face model folder or a policy checkpoint)")
+
+
+def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator) -> dict:
+    """Sample one completion per row and check each with the harness; rates in [0, 1]."""
+    from sparserl.harness.result import ErrorKind
+
+    if not rows:
+        return {}
+    samples = [sample_of(r, policy.config.encoding) for r in rows]
+    texts: list[str] = []
+    for i in range(0, len(samples), 8):
+        texts += policy.generate(samples[i:i + 8], max_new_tokens=cfg.max_new_tokens,
+                                 temperature=cfg.eval_temperature, seed=cfg.seed + i)
+    items = []
+    for r, s, t in zip(rows, samples, texts):
+        name, A = matrix_of(r)
+        items.append((t, evaluator.register(A, name), s.op, s.k))
+    res = evaluator.evaluate_many(items)
+    n = len(res)
+    compiled = sum(r.compiled for r in res)
+    correct = sum(r.correct for r in res)
+    kinds: dict[str, int] = {}
+    for r in res:
+        kinds[r.error_kind.value] = kinds.get(r.error_kind.value, 0) + 1
+    out = {"eval/compile_rate": compiled / n, "eval/samples": n}
+    if not all(r.error_kind is ErrorKind.NO_GPU for r in res if r.compiled):
+        out["eval/pass_at_1"] = correct / n
+        sp_ = [r.speedup for r in res if r.correct and r.speedup]
+        if sp_:
+            out["eval/speedup_geomean"] = float(np.exp(np.mean(np.log(sp_))))
+    out["eval/kinds"] = kinds
+    return out
+
+
+def sft(cfg: SFTConfig, evaluator=None) -> dict:
+    """Run stage 2; returns the final metrics."""
+    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = pick_device(cfg.device)
+    train_rows, val_rows = load_rows(cfg.data, cfg.seed)
+    ckpt, state_path = out / "checkpoint", out / "state.pt"
+    resuming = cfg.resume and state_path.exists() and (ckpt / "policy.json").exists()
+    policy = Policy.load(ckpt, device=str(device)) if resuming else build_policy(cfg, device)
+    policy.to(device)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    rng = np.random.default_rng(cfg.seed)
+    step = 0
+    if resuming:
+        st = torch.load(state_path, map_location=device, weights_only=False)
+        opt.load_state_dict(st["optimizer"])
+        step = st["step"]
+        rng.bit_generator.state = st["rng"]
+        log.info("resumed SFT at step %d", step)
+    own_eval = evaluator is None
+    ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
+    logger = MetricLogger(out)
+    logger.log(step, {"data/train_rows": len(train_rows), "data/val_rows": len(val_rows),
+                      "model/trainable_params": sum(p.numel() for p in params)})
+    val_subset = [val_rows[i] for i in np.random.default_rng(cfg.seed).permutation(len(val_rows))[: cfg.eval_samples]]
+
+    def save() -> None:
+        policy.save(ckpt)
+        tmp = state_path.with_suffix(".tmp")
+        torch.save({"optimizer": opt.state_dict(), "step": step, "rng": rng.bit_generator.state,
+                    "config": asdict(cfg)}, tmp)
+        tmp.replace(state_path)
+
+    last: dict = {}
+    t_train, seen = 0.0, 0
+    policy.train()
+    try:
+        with progress() as bar:
+            task = bar.add_task("sft", total=cfg.steps, completed=step)
+            while step < cfg.steps:
+                idx = rng.integers(0, len(train_rows), size=cfg.batch_size)
+                batch = [train_rows[i] for i in idx]
+                samples = [sample_of(r, policy.config.encoding) for r in batch]
+                lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_steps)
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                ts = time.perf_counter()
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+                    loss = policy.loss(samples, [r["code"] for r in batch])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                opt.step()
+                t_train += time.perf_counter() - ts
+                seen += len(batch)
+                step += 1
+                loss_v = loss.item()
+                last = {"losses/sft": loss_v, "charts/lr": lr, "charts/grad_norm": float(gnorm),
+                        "charts/samples_per_s": seen / t_train}
+                if step % 10 == 0 or step == cfg.steps:
+                    logger.log(step, last)
+                if (step % cfg.eval_every == 0 or step == cfg.steps) and val_subset:
+                    ev_metrics = evaluate_policy(policy, val_subset, cfg, ev)
+                    kinds = ev_metrics.pop("eval/kinds", {})
+                    logger.log(step, ev_metrics)
+                    last.update(ev_metrics)
+                    last["eval/kinds"] = kinds
+                    log.info("step %d: %s", step, {k: round(v, 3) if isinstance(v, float) else v
+                                                    for k, v in ev_metrics.items()} | {"kinds": kinds})
+                if step % cfg.save_every == 0 or step == cfg.steps:
+                    save()
+                bar.update(task, advance=1, description=f"sft loss {loss_v:.3f}")
+    finally:
+        logger.close()
+        if own_eval:
+            ev.close()
+    result = {"steps": step, "checkpoint": str(ckpt), "train_rows": len(train_rows), "val_rows": len(val_rows),
+              **last}
+    (out / "result.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
