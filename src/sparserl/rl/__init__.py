@@ -1,0 +1,1 @@
+"""Reinforcement learning: PPO and GRPO maths (core), rollouts, trainers."""
