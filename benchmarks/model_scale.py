@@ -2,8 +2,9 @@
 
 Builds the policy around a randomly initialised model of the embedded default's shape or
 Qwen3-8B's shape (``--shape 8b``; bf16, LoRA on a frozen base, gradient checkpointing), then
-measures: SFT steps (peak GPU memory, step time, tokens/s) and batched generation with the
-KV cache (tokens/s at ``--gen-batch``). Prints a table and writes JSON.
+measures: SFT steps (peak GPU memory, step time, tokens/s), batched generation with the
+KV cache (tokens/s at ``--gen-batch``), and one PPO step (reference + value head forward,
+two epochs of updates on ``--batch`` of the generated completions; peak memory and time). Prints a table and writes JSON.
 
     python benchmarks/model_scale.py --shape default --out results/scale_default.json
     python benchmarks/model_scale.py --shape 8b --lora --out results/scale_8b.json
@@ -86,7 +87,39 @@ def main() -> int:
         torch.cuda.synchronize()
     gen_s = time.perf_counter() - t
     gen_tokens = int((ids != tok.pad_token_id).sum())  # generated tokens, padding after EOS excluded
+    # one PPO step (policy + value head + reference forward, 2 epochs) on this rollout
+    from sparserl.rl.rollout import RolloutBatch, response_mask, token_logprobs
+    from sparserl.rl.trainer import Reference, RLConfig, ValueHead, _advantages, _update
+
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    ids = ids[: args.batch]
+    rmask = response_mask(ids, tok.eos_token_id, tok.pad_token_id).to(ids.device)
+    rs = [sample] * ids.shape[0]
+    vh = ValueHead(policy.base_model.config.hidden_size).to(dev)
+    ref = Reference(policy)
+    t = time.perf_counter()
+    with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        logits, h = policy.response_forward(rs, ids, rmask, hidden=True)
+        old = token_logprobs(logits, ids) * rmask
+        values = vh(h) * rmask
+        ref_lp = ref(rs, ids, rmask) * rmask
+    scores = torch.randn(ids.shape[0], device=dev)
+    batch = RolloutBatch(rs, [""] * ids.shape[0], ids, rmask, old, ref_lp, values, scores, [])
+    rl_cfg = RLConfig(algo="ppo", minibatch=max(1, ids.shape[0] // 2), epochs=2, device=args.device)
+    adv, rets = _advantages(rl_cfg, batch, 0.05)
+    ppo_params = [p for p in policy.parameters() if p.requires_grad] + list(vh.parameters())
+    ppo_opt = torch.optim.AdamW(ppo_params, lr=1e-5)
+    import numpy as np
+
+    _update(rl_cfg, policy, vh, ppo_opt, ppo_params, batch, adv, rets, 0.05, np.random.default_rng(0), dev)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    ppo_s = time.perf_counter() - t
+    ppo_peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None
     res = {
+        "ppo_step_s": ppo_s, "ppo_peak_gib": ppo_peak, "ppo_batch": int(ids.shape[0]),
+        "ppo_response_tokens": int(ids.shape[1]),
         "shape": args.shape, "lora": args.lora, "bf16": bf16, "device": str(dev),
         "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None,
         "params": params, "trainable_params": trainable, "build_s": build_s,

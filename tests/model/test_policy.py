@@ -121,3 +121,20 @@ def test_bad_paths(tmp_path) -> None:
         Policy.from_pretrained(tmp_path)
     with pytest.raises(SparseRLError, match="not a policy checkpoint"):
         Policy.load(tmp_path)
+
+
+def test_response_forward_matches_the_sft_loss(tiny_tokenizer, tiny_hf_config) -> None:
+    """Log-probs of given responses from response_forward equal the per-token SFT loss."""
+    p = Policy.from_config(tiny_hf_config, tiny_tokenizer, PolicyConfig(encoding=ENC))
+    ids = [torch.tensor(p.completion_ids(t)) for t in TARGETS]
+    T = max(len(i) for i in ids)
+    resp = torch.full((2, T), tiny_tokenizer.pad_token_id)
+    mask = torch.zeros(2, T)
+    for b, i in enumerate(ids):
+        resp[b, : len(i)] = i
+        mask[b, : len(i)] = 1
+    logits, hid = p.response_forward(samples(), resp, mask, hidden=True)
+    assert logits.shape[:2] == (2, T) and hid.shape == (2, T, tiny_hf_config.hidden_size)
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, resp[..., None]).squeeze(-1)
+    nll = -(logp * mask).sum() / mask.sum()
+    assert float(nll) == pytest.approx(float(p.loss(samples(), TARGETS)), rel=1e-4)

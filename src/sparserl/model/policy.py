@@ -201,6 +201,28 @@ class Policy(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1),
                                                  ignore_index=-100)
 
+    def response_forward(self, samples: list[Sample], response_ids: torch.Tensor, response_mask: torch.Tensor,
+                         hidden: bool = False):
+        """Logits (B, T, V) predicting each response token, and optionally the hidden states
+        (B, T, d) at the same positions (for a value head).
+
+        response_ids, response_mask: (B, T), right-padded. The prefixes are left-padded, so
+        every response ends at the same column and one slice serves the whole batch.
+        """
+        prefix = self._prefix(samples)
+        emb = self.embeddings(response_ids.to(self.device))
+        parts = [torch.cat([p, e.to(p.dtype)], dim=0) for p, e in zip(prefix, emb)]
+        embeds, mask, _, _ = self._batch(parts)
+        T = response_ids.shape[1]
+        mask[:, -T:] = response_mask.to(mask.dtype)
+        pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        out = self.lm(inputs_embeds=embeds, attention_mask=mask, position_ids=pos, output_hidden_states=hidden)
+        L = embeds.shape[1]
+        logits = out.logits[:, L - T - 1: L - 1]
+        if not hidden:
+            return logits, None
+        return logits, out.hidden_states[-1][:, L - T - 1: L - 1]
+
     # -- sampling --------------------------------------------------------------------------
 
     @torch.no_grad()

@@ -90,3 +90,44 @@ def sft_cmd(
                     eval_temperature=eval_temperature, save_every=save_every, resume=resume, device=device,
                     compile_only=compile_only, seed=seed)
     typer.echo(json.dumps(sft(cfg), indent=1, default=str))
+
+
+def _rl(algo: str):
+    def cmd(
+        config: Path = typer.Option(None, help="TOML or YAML file of RLConfig settings (flags below override it)"),
+        model: Path = typer.Option(None, help="policy checkpoint (sparserl sft) or HF model folder"),
+        matrices: Path = typer.Option(None, help="SFT data folder (train split) or a folder of matrices"),
+        out: Path = typer.Option(None, help=f"output folder (default runs/{algo})"),
+        steps: int = typer.Option(None, help="RL steps"),
+        matrices_per_step: int = typer.Option(None),
+        samples_per_matrix: int = typer.Option(None, help="completions per matrix per step (GRPO group size)"),
+        lr: float = typer.Option(None),
+        kl_coef: float = typer.Option(None),
+        reward: str = typer.Option(None, help="clipped_log (default) or paper"),
+        max_new_tokens: int = typer.Option(None),
+        resume: bool = typer.Option(False, help="continue from OUT/state.pt"),
+        compile_only: bool = typer.Option(False, help="no GPU: rewards from compiling only (smoke runs)"),
+        device: str = typer.Option(None),
+    ) -> None:
+        from sparserl.rewards import RewardConfig
+        from sparserl.rl.trainer import RLConfig, load_config_file, train_rl
+
+        given = {"model": str(model) if model else None, "matrices": str(matrices) if matrices else None,
+                 "out": str(out) if out else None, "steps": steps, "matrices_per_step": matrices_per_step,
+                 "samples_per_matrix": samples_per_matrix, "lr": lr, "kl_coef": kl_coef,
+                 "max_new_tokens": max_new_tokens, "device": device,
+                 "reward": RewardConfig(name=reward) if reward else None}
+        over = {k: v for k, v in given.items() if v is not None} | {"algo": algo, "resume": resume,
+                                                                    "compile_only": compile_only}
+        over.setdefault("out", f"runs/{algo}")
+        cfg = load_config_file(config, **over) if config else RLConfig(**over)
+        typer.echo(json.dumps(train_rl(cfg), indent=1, default=str))
+
+    cmd.__doc__ = (f"Stage 3: {algo.upper()} with rewards from the harness "
+                   + ("(critic, GAE, per-token KL to the reference)." if algo == "ppo"
+                      else "(group-normalised rewards, no critic)."))
+    return cmd
+
+
+ppo_cmd = _rl("ppo")
+grpo_cmd = _rl("grpo")

@@ -1,0 +1,63 @@
+"""Compatibility with the paper's release: ``python -m sparserl.train_minimal``.
+
+    python -m sparserl.train_minimal --steps 1 --max-nnz 128 --model-path P --tokenizer-path P
+
+Runs PPO as the release does: the policy at ``--model-path`` (a HF model folder or a
+policy checkpoint; the tokenizer must live in the same folder, as ``--tokenizer-path``
+says), on matrices from ``--matrices`` (default: 8 generated ones), rewards from the
+harness (compile-only without a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sparserl.errors import SparseRLError
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sparserl.train_minimal", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--max-nnz", type=int, default=128)
+    ap.add_argument("--model-path", type=Path, required=True)
+    ap.add_argument("--tokenizer-path", type=Path, default=None)
+    ap.add_argument("--matrices", type=Path, default=None, help="folder of matrices (default: generate 8)")
+    ap.add_argument("--out", type=Path, default=Path("runs/train_minimal"))
+    ap.add_argument("--max-new-tokens", type=int, default=1024)
+    ap.add_argument("--compile-only", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        from sparserl.harness.evaluate import _visible_gpus
+        from sparserl.matrices import generate, save_matrix
+        from sparserl.rl.trainer import RLConfig, train_rl
+
+        if args.tokenizer_path and args.tokenizer_path.resolve() != args.model_path.resolve():
+            raise SparseRLError("--tokenizer-path must be the model folder (the tokenizer is saved with the model)")
+        mats = args.matrices
+        if mats is None:
+            mats = args.out / "matrices"
+            mats.mkdir(parents=True, exist_ok=True)
+            for i, fam in enumerate(("banded", "stencil2d", "random", "block", "powerlaw", "diagonal",
+                                     "skewed", "empty_rows")):
+                f = mats / f"{fam}.npz"
+                if not f.exists():
+                    save_matrix(generate(fam, 20_000, seed=i), f)
+        cfg = RLConfig(algo="ppo", model=str(args.model_path), matrices=str(mats), out=str(args.out),
+                       steps=args.steps, matrices_per_step=4, samples_per_matrix=2, minibatch=4,
+                       max_new_tokens=args.max_new_tokens, eval_every=max(args.steps, 1), save_every=max(args.steps, 1),
+                       compile_only=args.compile_only or not _visible_gpus())
+        from sparserl.rl import trainer as _t  # noqa: F401  (the encoding size follows the policy's config)
+
+        print(json.dumps(train_rl(cfg), indent=1, default=str))
+    except SparseRLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
