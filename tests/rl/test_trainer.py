@@ -145,3 +145,9 @@ def test_train_minimal_entry_point(tiny_model: Path, tmp_path: Path) -> None:
     assert main(["--steps", "1", "--max-nnz", "128", "--model-path", str(tiny_model), "--tokenizer-path",
                  str(tiny_model), "--out", str(tmp_path / "tm"), "--max-new-tokens", "8", "--compile-only"]) == 0
     assert (tmp_path / "tm" / "checkpoint" / "policy.json").exists()
+
+
+def test_shipped_configs_load() -> None:
+    root = Path(__file__).resolve().parents[2] / "configs"
+    assert load_config_file(root / "ppo.toml").algo == "ppo"
+    assert load_config_file(root / "grpo.toml").samples_per_matrix == 8
