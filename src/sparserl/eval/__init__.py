@@ -1,0 +1,1 @@
+"""Evaluation: metrics (pass@k, fast_p, geometric means), baselines, reports."""
