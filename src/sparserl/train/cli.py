@@ -131,3 +131,27 @@ def _rl(algo: str):
 
 ppo_cmd = _rl("ppo")
 grpo_cmd = _rl("grpo")
+
+
+def generate_cmd(
+    matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
+    op: str = typer.Option("spmv", help="spmv or spmm"),
+    k: int = typer.Option(None, help="SpMM: columns of X"),
+    model: Path = typer.Option(Path("runs/ppo/checkpoint"), help="policy checkpoint or HF model folder"),
+    samples: int = typer.Option(16, help="completions to sample and evaluate"),
+    temperature: float = typer.Option(1.0),
+    out: Path = typer.Option(None, help="output folder (default runs/generate/<matrix>)"),
+    no_library_fallback: bool = typer.Option(False, help="fail instead of returning a library kernel"),
+    compile_only: bool = typer.Option(False, help="no GPU: the best compiling sample, unverified"),
+    device: str = typer.Option("auto"),
+    seed: int = typer.Option(0),
+) -> None:
+    """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
+    from sparserl.generate import GenerateConfig, generate_kernel
+
+    rep = generate_kernel(GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model), samples=samples,
+                                         temperature=temperature, out=str(out) if out else None,
+                                         library_fallback=not no_library_fallback, compile_only=compile_only,
+                                         device=device, seed=seed))
+    typer.echo(f"{rep['verdict']} [{rep['source']}]\nwrote {rep['out']}/kernel.cu, launch.json, report.md, "
+               f"report.json in {rep['seconds']:.1f} s")
