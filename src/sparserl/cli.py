@@ -26,7 +26,7 @@ app = typer.Typer(
         "(the reference kernel library: list, render, compile), 'check-kernel' (the evaluation "
         "harness: compile, verify, time against cuSPARSE), 'baseline' (cuSPARSE's time), 'pretrain' "
         "(stage 1: tokenizer and model pre-trained on the CUDA corpus), 'data build' (SFT pairs from the "
-        "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3) and 'generate' (the main job: a verified kernel for your matrix)."
+        "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3) and 'generate' (the main job: a verified kernel for your matrix) 'evaluate' (systems side by side) and 'demo' (all of it, small)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -39,9 +39,20 @@ app.command("baseline")(baseline)
 
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it
-    from sparserl.train.cli import data_app, generate_cmd, grpo_cmd, ppo_cmd, pretrain_cmd, sft_cmd
+    from sparserl.train.cli import (
+        data_app,
+        demo_cmd,
+        evaluate_cmd,
+        generate_cmd,
+        grpo_cmd,
+        ppo_cmd,
+        pretrain_cmd,
+        sft_cmd,
+    )
 
+    app.command("demo")(demo_cmd)
     app.command("generate")(generate_cmd)
+    app.command("evaluate")(evaluate_cmd)
     app.command("pretrain")(pretrain_cmd)
     app.add_typer(data_app, name="data")
     app.command("sft")(sft_cmd)

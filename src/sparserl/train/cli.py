@@ -155,3 +155,43 @@ def generate_cmd(
                                          device=device, seed=seed))
     typer.echo(f"{rep['verdict']} [{rep['source']}]\nwrote {rep['out']}/kernel.cu, launch.json, report.md, "
                f"report.json in {rep['seconds']:.1f} s")
+
+
+def evaluate_cmd(
+    matrices: str = typer.Option("runs/data", help="data folder (uses --split), a folder of matrices, or 'families'"),
+    split: str = typer.Option("test"),
+    checkpoint: list[str] = typer.Option([], "--checkpoint", "-c", help="NAME=PATH of a policy (repeatable)"),
+    baselines: str = typer.Option("cusparse,oracle,selector", help="comma-separated: cusparse, oracle, selector"),
+    op: str = typer.Option("spmv"),
+    k: int = typer.Option(32, help="SpMM columns"),
+    samples: int = typer.Option(8, help="completions per matrix per checkpoint (pass@k uses them)"),
+    out: Path = typer.Option(Path("runs/eval")),
+    compile_only: bool = typer.Option(False, help="no GPU: compile rates only"),
+    no_plots: bool = typer.Option(False),
+) -> None:
+    """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
+    from sparserl.eval.evaluate import EvalConfig, evaluate
+
+    res = evaluate(EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint),
+                              baselines=tuple(filter(None, baselines.split(","))), op=op, k=k, samples=samples,
+                              out=str(out), compile_only=compile_only, plots=not no_plots))
+    typer.echo((out / "eval.md").read_text())
+    typer.echo(f"wrote {out}/eval.json, eval.md" + (", plots" if res.get("plots") else ""))
+
+
+def demo_cmd(
+    out: Path = typer.Option(Path("runs/demo"), help="output folder"),
+    tiny: bool = typer.Option(False, help="tiny model and data (minutes on a CPU)"),
+    compile_only: bool = typer.Option(False, help="no GPU: compile-only rewards and checks"),
+    real_matrix: Path = typer.Option(None, help="matrix for the final generate step"),
+    seed: int = typer.Option(0),
+) -> None:
+    """The whole pipeline, small: data, pretrain, SFT, PPO, evaluate, generate (GPU; or --compile-only --tiny)."""
+    from sparserl.demo import DemoConfig, run_demo
+
+    rep = run_demo(DemoConfig(out=str(out), tiny=tiny, compile_only=compile_only,
+                              real_matrix=str(real_matrix) if real_matrix else None, seed=seed))
+    typer.echo(f"demo finished in {rep['seconds']:.0f} s")
+    for name, path in rep["artefacts"].items():
+        typer.echo(f"  {name:18} {path}")
+    typer.echo(f"  generate verdict   {rep['generate']['verdict']}")

@@ -1,0 +1,113 @@
+"""Reports of an evaluation: a markdown table and plots (matplotlib, optional)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _fmt(v, pct: bool = False) -> str:
+    if v is None or v != v:  # None or nan
+        return "-"
+    return f"{100 * v:.1f}%" if pct else f"{v:.2f}"
+
+
+def markdown(result: dict) -> str:
+    """The evaluation as a markdown page: one row per system, the paper's figures beside ours."""
+    s = result["summary"]
+    k = result["config"]["samples"]
+    op = result["op"] + (f" (k = {result['k']})" if result.get("k") else "")
+    lines = [f"# Evaluation: {op}", ""]
+    if result.get("compile_only"):
+        lines += ["Compile-only run (no GPU): only compile rates mean anything here.", ""]
+    head = ["system", "compile", "correct", "pass@1", f"pass@{k}", "coverage", "fast_1.0", "fast_1.2", "fast_1.5",
+            "geomean speedup", "geomean (covered)", "roofline"]
+    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    x = lambda v: _fmt(v) + "x" if v is not None else "-"  # noqa: E731
+    for name, m in s.items():
+        measured = [_fmt(m["correct_rate"], True), _fmt(m["pass@1"], True), _fmt(m.get(f"pass@{k}"), True),
+                    _fmt(m["coverage"], True), _fmt(m["fast_1.0"], True), _fmt(m["fast_1.2"], True),
+                    _fmt(m["fast_1.5"], True), x(m["geomean_speedup"]), x(m["geomean_speedup_covered"]),
+                    _fmt(m["roofline_mean"])]
+        if result.get("compile_only"):
+            measured = ["-"] * len(measured)  # nothing ran: no correctness or speed was measured
+        lines.append("| " + " | ".join([name, _fmt(m["compile_rate"], True)] + measured) + " |")
+    p = result["paper"]
+    lines.append(f"| paper ({p['gpu']}) | {_fmt(p['compile_rate'], True)} | - | {_fmt(p['pass_at_1'], True)} | - | - "
+                 f"| - | - | - | {_fmt(p['geomean_speedup'])}x | - | - |")
+    lines += ["", f"Paper figures: {p['source']}. Geomean speedup counts a matrix with no correct kernel as 1.0 "
+              "(the user keeps cuSPARSE); 'covered' is over the matrices with a correct kernel.", ""]
+    fams = sorted({f for m in s.values() for f in m["per_family_geomean"]})
+    if fams:
+        lines += ["## Geometric-mean speedup per family", "", "| system | " + " | ".join(fams) + " |",
+                  "|" + " --- |" * (len(fams) + 1)]
+        for name, m in s.items():
+            lines.append(f"| {name} | " + " | ".join(_fmt(m["per_family_geomean"].get(f)) for f in fams) + " |")
+    for name, conf in result.get("format_confusion_vs_oracle", {}).items():
+        lines += ["", f"## Formats chosen by {name} (oracle -> chosen)", ""]
+        lines += [f"- {pair}: {n}" for pair, n in sorted(conf.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines) + "\n"
+
+
+def plots(result: dict, out: Path) -> list[str]:
+    """speedup_sorted.png, family_bars.png and format_confusion_*.png; [] without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.info("matplotlib not installed: no plots")
+        return []
+    made = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, recs in result["per_matrix"].items():
+        sp = sorted(r["best_speedup"] or 1.0 for r in recs.values())
+        ax.plot(range(len(sp)), sp, marker=".", label=name)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("matrices, sorted")
+    ax.set_ylabel("speedup vs cuSPARSE (no correct kernel = 1)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "speedup_sorted.png", dpi=120)
+    plt.close(fig)
+    made.append(str(out / "speedup_sorted.png"))
+    s = result["summary"]
+    fams = sorted({f for m in s.values() for f in m["per_family_geomean"]})
+    if fams:
+        fig, ax = plt.subplots(figsize=(max(6, len(fams) * 0.9), 4))
+        w = 0.8 / max(len(s), 1)
+        for i, (name, m) in enumerate(s.items()):
+            ax.bar([j + i * w for j in range(len(fams))], [m["per_family_geomean"].get(f, 0) for f in fams], w,
+                   label=name)
+        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(fams))], fams, rotation=30, ha="right", fontsize=8)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_ylabel("geomean speedup vs cuSPARSE")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "family_bars.png", dpi=120)
+        plt.close(fig)
+        made.append(str(out / "family_bars.png"))
+    for name, conf in result.get("format_confusion_vs_oracle", {}).items():
+        pairs = [p.split(" -> ") for p in conf]
+        rows = sorted({a for a, _ in pairs})
+        cols = sorted({b for _, b in pairs})
+        grid = [[conf.get(f"{a} -> {b}", 0) for b in cols] for a in rows]
+        fig, ax = plt.subplots(figsize=(1 + len(cols) * 0.8, 1 + len(rows) * 0.6))
+        ax.imshow(grid, cmap="Blues")
+        ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right")
+        ax.set_yticks(range(len(rows)), rows)
+        ax.set_xlabel(f"format chosen by {name}")
+        ax.set_ylabel("oracle's format")
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                ax.text(j, i, str(v), ha="center", va="center", fontsize=8)
+        fig.tight_layout()
+        safe = "".join(c if c.isalnum() else "_" for c in name)
+        fig.savefig(out / f"format_confusion_{safe}.png", dpi=120)
+        plt.close(fig)
+        made.append(str(out / f"format_confusion_{safe}.png"))
+    return made

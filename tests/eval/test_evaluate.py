@@ -1,0 +1,54 @@
+"""Evaluation aggregation (pure) and a compile-only run with a stand-in sampler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from sparserl.eval.evaluate import EvalConfig, evaluate, summarize  # noqa: E402
+from sparserl.eval.report import markdown  # noqa: E402
+from sparserl.harness.compile import find_nvcc  # noqa: E402
+from sparserl.kernels.library import variants  # noqa: E402
+from sparserl.matrices import generate, save_matrix  # noqa: E402
+from tests.eval.test_generate import BROKEN, FixedSampler  # noqa: E402
+
+
+def test_summarize() -> None:
+    recs = {
+        "a": {"family": "banded", "n": 4, "compiled": 4, "correct": 2, "best_speedup": 2.0, "best_format": "DIA",
+              "roofline": 0.8, "kinds": {}},
+        "b": {"family": "random", "n": 4, "compiled": 2, "correct": 0, "best_speedup": None, "best_format": None,
+              "roofline": None, "kinds": {}},
+    }
+    s = summarize(recs, 4)
+    assert s["compile_rate"] == 0.75 and s["correct_rate"] == 0.25 and s["coverage"] == 0.5
+    assert s["pass@1"] == pytest.approx(0.25) and s["pass@4"] == pytest.approx(0.5)
+    assert s["geomean_speedup"] == pytest.approx(2 ** 0.5) and s["geomean_speedup_covered"] == pytest.approx(2.0)
+    assert s["fast_1.0"] == 0.5 and s["fast_1.5"] == 0.5 and s["per_family_geomean"] == {"banded": 2.0, "random": 1.0}
+    assert s["formats"] == {"DIA": 1}
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_compile_only_evaluation_writes_reports(tmp_path: Path) -> None:
+    d = tmp_path / "m"
+    d.mkdir()
+    for i, fam in enumerate(("banded", "random")):
+        save_matrix(generate(fam, 400, seed=i), d / f"{fam}.mtx")
+    sampler = FixedSampler([BROKEN, variants("spmv", "CSR")[0].render()])
+    res = evaluate(EvalConfig(matrices=str(d), samples=4, out=str(tmp_path / "e"), compile_only=True),
+                   policies={"stand-in": sampler})
+    s = res["summary"]["stand-in"]
+    assert s["compile_rate"] == 0.5 and s["matrices"] == 2 and s["coverage"] == 0.0
+    md = (tmp_path / "e" / "eval.md").read_text()
+    assert "Compile-only run" in md and "| stand-in | 50.0% |" in md and "paper (V100)" in md
+    assert json.loads((tmp_path / "e" / "eval.json").read_text())["compile_only"] is True
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "e" / "speedup_sorted.png").stat().st_size > 1000
+        assert (tmp_path / "e" / "family_bars.png").exists()
+    assert markdown(res) == md
