@@ -58,6 +58,13 @@ class SparseKernel:
         self.launches = evaluate_launches(self.header, self.op, fd.launch_env(self.op, self.k, self.sms))
         return self
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(m, n) of the planned matrix."""
+        if self.dev is None:
+            raise SparseRLError("call plan(A) first")
+        return self.dev.data.shape
+
     def __call__(self, x):
         """``y = A x`` (SpMV, x of n) or ``Y = A X`` (SpMM, X of n x k, row-major)."""
         import cupy as cp
