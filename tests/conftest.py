@@ -44,3 +44,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+# -- tiny model fixtures for the model-side tests (need the train extra) -------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """A BPE tokenizer trained on the rendered kernel library (600 tokens)."""
+    pytest.importorskip("transformers")
+    from sparserl.data.corpus import library_texts
+    from sparserl.model.tokenizer import train_tokenizer
+
+    return train_tokenizer(library_texts(), vocab_size=600)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_config(tiny_tokenizer):
+    """A two-layer Qwen3 config of hidden size 64 (random weights, CPU-fast)."""
+    from sparserl.model.config import TinyModelConfig, hf_config
+
+    shape = TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                            num_key_value_heads=1, head_dim=32, max_position_embeddings=2048)
+    t = tiny_tokenizer
+    return hf_config(len(t), shape, bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id,
+                     pad_token_id=t.pad_token_id)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer, tiny_hf_config) -> Path:
+    """That model with random weights saved as a Hugging Face folder (model + tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny_model")
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(tiny_hf_config).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder

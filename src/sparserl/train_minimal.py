@@ -47,11 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not f.exists():
                     save_matrix(generate(fam, 20_000, seed=i), f)
         cfg = RLConfig(algo="ppo", model=str(args.model_path), matrices=str(mats), out=str(args.out),
-                       steps=args.steps, matrices_per_step=4, samples_per_matrix=2, minibatch=4,
+                       steps=args.steps, max_nnz=args.max_nnz, matrices_per_step=4, samples_per_matrix=2, minibatch=4,
                        max_new_tokens=args.max_new_tokens, eval_every=max(args.steps, 1), save_every=max(args.steps, 1),
                        compile_only=args.compile_only or not _visible_gpus())
-        from sparserl.rl import trainer as _t  # noqa: F401  (the encoding size follows the policy's config)
-
         print(json.dumps(train_rl(cfg), indent=1, default=str))
     except SparseRLError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -31,17 +31,6 @@ def data_dir(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, tiny_tokenizer, tiny_hf_config) -> Path:
-    from transformers import AutoModelForCausalLM
-
-    folder = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(tiny_hf_config).save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_data_rows_splits_and_targets(data_dir: Path) -> None:
     summary = json.loads((data_dir / "summary.json").read_text())
     assert summary["matrices"] == 15 and summary["rows"]["train"] > 0
@@ -75,10 +64,10 @@ def test_read_jsonl_errors(tmp_path: Path) -> None:
         read_jsonl(bad)
 
 
-def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model: Path, tmp_path: Path) -> None:
+def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     from sparserl.train.sft import SFTConfig, sft
 
-    cfg = SFTConfig(data=str(data_dir), model=str(tiny_model), out=str(tmp_path / "sft"), steps=30, batch_size=4,
+    cfg = SFTConfig(data=str(data_dir), model=str(tiny_model_dir), out=str(tmp_path / "sft"), steps=30, batch_size=4,
                     lr=3e-3, warmup_steps=3, max_nnz=16, eval_every=30, eval_samples=3, max_new_tokens=24,
                     save_every=15, compile_only=True, device="cpu")
     r = sft(cfg)
@@ -93,17 +82,17 @@ def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model
     assert r2["steps"] == 40 and max(steps) == 40
 
 
-def test_paper_compatible_entry_points(tmp_path: Path, tiny_model: Path, data_dir: Path) -> None:
+def test_paper_compatible_entry_points(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:
     from sparserl.train_sft import main
 
     mtx = tmp_path / "mtx"
     mtx.mkdir()
     for i, fam in enumerate(("banded", "stencil2d", "random")):
         save_matrix(generate(fam, 300, seed=i), mtx / f"m{i}.mtx")
-    assert main(["--dataset-dir", str(mtx), "--max-nnz", "128", "--steps", "2", "--model-path", str(tiny_model),
+    assert main(["--dataset-dir", str(mtx), "--max-nnz", "128", "--steps", "2", "--model-path", str(tiny_model_dir),
                  "--out", str(tmp_path / "a"), "--compile-only", "--eval-samples", "1", "--batch-size", "2"]) == 0
     assert (tmp_path / "a" / "checkpoint" / "policy.json").exists()
-    assert main(["--data", str(data_dir / "train.jsonl"), "--steps", "2", "--model-path", str(tiny_model),
+    assert main(["--data", str(data_dir / "train.jsonl"), "--steps", "2", "--model-path", str(tiny_model_dir),
                  "--out", str(tmp_path / "b"), "--compile-only", "--eval-samples", "1", "--batch-size", "2"]) == 0
-    assert main(["--data", str(tmp_path / "missing.jsonl"), "--steps", "2", "--model-path", str(tiny_model),
+    assert main(["--data", str(tmp_path / "missing.jsonl"), "--steps", "2", "--model-path", str(tiny_model_dir),
                  "--out", str(tmp_path / "c"), "--compile-only"]) == 2

@@ -21,17 +21,6 @@ pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, tiny_tokenizer, tiny_hf_config) -> Path:
-    from transformers import AutoModelForCausalLM
-
-    folder = tmp_path_factory.mktemp("tiny_rl")
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(tiny_hf_config).save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def mats(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("mats")
     for i, fam in enumerate(("banded", "random", "stencil2d")):
@@ -39,8 +28,8 @@ def mats(tmp_path_factory) -> Path:
     return d
 
 
-def base(tiny_model: Path, mats: Path, out: Path, **kw) -> RLConfig:
-    return RLConfig(**({"model": str(tiny_model), "matrices": str(mats), "out": str(out), "steps": 2,
+def base(tiny_model_dir: Path, mats: Path, out: Path, **kw) -> RLConfig:
+    return RLConfig(**({"model": str(tiny_model_dir), "matrices": str(mats), "out": str(out), "steps": 2,
                         "matrices_per_step": 2, "samples_per_matrix": 2, "minibatch": 2, "epochs": 1,
                         "max_new_tokens": 12, "lr": 1e-3, "compile_only": True, "device": "cpu",
                         "eval_every": 2, "save_every": 1} | kw))
@@ -53,10 +42,10 @@ def test_response_mask() -> None:
 
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
-def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model: Path, mats: Path, tmp_path: Path) -> None:
+def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
     from sparserl.model.policy import Policy
 
-    r = train_rl(base(tiny_model, mats, tmp_path / algo, algo=algo))
+    r = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo))
     assert r["steps"] == 2 and 0 <= r["reward/compile_rate"] <= 1
     metrics = [json.loads(l) for l in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
     keys = set().union(*metrics)
@@ -66,8 +55,8 @@ def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model: Path, mats: Path
         assert {"losses/value_loss", "losses/explained_variance"} <= keys
     else:
         assert "losses/kl_loss" in keys
-    assert Policy.load(tmp_path / algo / "checkpoint").config.encoding == Policy.from_pretrained(tiny_model).config.encoding
-    r2 = train_rl(base(tiny_model, mats, tmp_path / algo, algo=algo, steps=3, resume=True))
+    assert Policy.load(tmp_path / algo / "checkpoint").config.encoding == Policy.from_pretrained(tiny_model_dir).config.encoding
+    r2 = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo, steps=3, resume=True))
     steps = [json.loads(l)["step"] for l in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
     assert r2["steps"] == 3 and steps[-1] == 3 and steps.count(3) == 1
 
@@ -118,13 +107,13 @@ def test_update_moves_toward_rewarded_completions(algo: str, tiny_tokenizer, tin
     assert stats["losses/clipfrac"] >= 0 and "losses/policy_loss" in stats
 
 
-def test_refuses_without_gpu_unless_compile_only(tiny_model: Path, mats: Path, tmp_path: Path) -> None:
+def test_refuses_without_gpu_unless_compile_only(tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
     from sparserl.harness.evaluate import _visible_gpus
 
     if _visible_gpus():
         pytest.skip("a GPU is visible")
     with pytest.raises(SparseRLError, match="compile-only"):
-        train_rl(base(tiny_model, mats, tmp_path / "x", compile_only=False))
+        train_rl(base(tiny_model_dir, mats, tmp_path / "x", compile_only=False))
 
 
 def test_config_files(tmp_path: Path) -> None:
@@ -139,11 +128,11 @@ def test_config_files(tmp_path: Path) -> None:
         RLConfig(algo="grpo", samples_per_matrix=1)
 
 
-def test_train_minimal_entry_point(tiny_model: Path, tmp_path: Path) -> None:
+def test_train_minimal_entry_point(tiny_model_dir: Path, tmp_path: Path) -> None:
     from sparserl.train_minimal import main
 
-    assert main(["--steps", "1", "--max-nnz", "128", "--model-path", str(tiny_model), "--tokenizer-path",
-                 str(tiny_model), "--out", str(tmp_path / "tm"), "--max-new-tokens", "8", "--compile-only"]) == 0
+    assert main(["--steps", "1", "--max-nnz", "128", "--model-path", str(tiny_model_dir), "--tokenizer-path",
+                 str(tiny_model_dir), "--out", str(tmp_path / "tm"), "--max-new-tokens", "8", "--compile-only"]) == 0
     assert (tmp_path / "tm" / "checkpoint" / "policy.json").exists()
 
 

@@ -47,6 +47,8 @@ class RLConfig:
     val_matrices: str | None = None
     """Held-out matrices for the learning curve (default: the data folder's val split)."""
     out: str = "runs/ppo"
+    max_nnz: int = 128
+    """Coordinate tokens per matrix when ``model`` is a plain HF folder (a checkpoint keeps its own)."""
     steps: int = 200
     """RL steps (one rollout batch and its updates each)."""
     matrices_per_step: int = 8
@@ -274,7 +276,7 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     ckpt, state_path = out / "checkpoint", out / "state.pt"
     resuming = cfg.resume and state_path.exists() and (ckpt / "policy.json").exists()
     policy = (Policy.load(ckpt, device=str(device)) if resuming
-              else build_policy(SFTConfig(model=cfg.model, seed=cfg.seed), device)).to(device)
+              else build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device)).to(device)
     value_head = ValueHead(policy.base_model.config.hidden_size).to(device) if cfg.algo == "ppo" else None
     reference = Reference(policy)  # at resume: the restored policy's state (documented limitation)
     params = [p for p in policy.parameters() if p.requires_grad] + (list(value_head.parameters()) if value_head else [])
