@@ -94,12 +94,18 @@ def matrix_of(row: dict) -> tuple[str, sp.csr_array]:
     return f"coords_{m}x{n}_{r.size}", A
 
 
+_INPUT_CACHE: dict[tuple, MatrixInput] = {}
+
+
 def sample_of(row: dict, enc: EncodingConfig) -> Sample:
-    """The policy input for one data row."""
-    _, A = matrix_of(row)
+    """The policy input for one data row (the sampled encoding input is cached per matrix)."""
+    name, A = matrix_of(row)
+    key = (row.get("matrix") or name, tuple(row["shape"]), enc)
+    inp = _INPUT_CACHE.get(key)
+    if inp is None:
+        inp = _INPUT_CACHE[key] = MatrixInput.from_matrix(A, enc)
     op = Op(row.get("op", "spmv"))
-    return Sample(MatrixInput.from_matrix(A, enc), op, row.get("k") if op is Op.SPMM else None,
-                  int(row.get("nnz", A.nnz)))
+    return Sample(inp, op, row.get("k") if op is Op.SPMM else None, int(row.get("nnz", A.nnz)))
 
 
 def load_rows(data: str, seed: int) -> tuple[list[dict], list[dict]]:
