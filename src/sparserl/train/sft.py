@@ -91,7 +91,10 @@ def matrix_of(row: dict) -> tuple[str, sp.csr_array]:
     if r.size == 0 or r.size != c.size or r.min() < 0 or c.min() < 0 or r.max() >= m or c.max() >= n:
         raise SparseRLError(f"data row has rows/cols that do not fit its shape {m} x {n}")
     A = canonicalize(sp.coo_array((np.ones(r.size, np.float32), (r, c)), shape=(m, n)).tocsr())
-    return f"coords_{m}x{n}_{r.size}", A
+    import hashlib
+
+    digest = hashlib.sha1(r.tobytes() + c.tobytes()).hexdigest()[:12]
+    return f"coords_{m}x{n}_{digest}", A
 
 
 _INPUT_CACHE: dict[tuple, MatrixInput] = {}
