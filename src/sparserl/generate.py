@@ -75,17 +75,10 @@ def _candidates(texts: list[str], results: list[EvalResult], op: Op, source: str
 
 
 def _converts(text: str, op: Op, A) -> bool:
-    from sparserl.errors import FormatError
-    from sparserl.formats import convert
+    from sparserl.formats import accepts
 
     ex = extract(text, op)
-    if not isinstance(ex, Extracted):
-        return False
-    try:
-        convert(A, ex.header.format, ex.header.params)
-        return True
-    except FormatError:
-        return False
+    return isinstance(ex, Extracted) and accepts(A, ex.header.format, ex.header.params)
 
 
 def _launch_info(text: str, op: Op, A, k: int | None) -> dict:
@@ -155,14 +148,7 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
             from sparserl.model.policy import Policy
             from sparserl.train.common import pick_device
 
-            device = pick_device(cfg.device)
-            path = Path(cfg.model)
-            if (path / "policy.json").exists():
-                policy = Policy.load(path, device=str(device))
-            elif (path / "config.json").exists():
-                policy = Policy.from_pretrained(path, device=str(device))
-            else:
-                raise SparseRLError(f"no model at {path}: train one (sparserl sft / ppo) or pass --model")
+            policy = Policy.open(cfg.model, device=str(pick_device(cfg.device)))
         from sparserl.encoding import MatrixInput
         from sparserl.model.policy import Sample
 

@@ -198,19 +198,10 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
 
 def _formats_accepting(A, vs) -> dict[tuple, bool]:
     """Whether each (format, params) of ``vs`` converts ``A`` within the fill limits."""
-    from sparserl.errors import FormatError
-    from sparserl.formats import convert
+    from sparserl.formats import accepts
 
-    out: dict[tuple, bool] = {}
-    for v in vs:
-        key = (v.format, v.format_params)
-        if key not in out:
-            try:
-                convert(A, v.format, dict(v.format_params))
-                out[key] = True
-            except FormatError:
-                out[key] = False
-    return out
+    keys = {(v.format, v.format_params) for v in vs}
+    return {key: accepts(A, key[0], dict(key[1])) for key in keys}
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

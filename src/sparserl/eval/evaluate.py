@@ -142,13 +142,14 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     if not cfg.compile_only and not ev.has_gpu:
         raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")
     policies = dict(policies or {})
-    for spec in cfg.checkpoints:
-        name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
+    if cfg.checkpoints:
         from sparserl.model.policy import Policy
         from sparserl.train.common import pick_device
 
-        policies[name] = Policy.load(path, device=str(pick_device("auto"))) if (Path(path) / "policy.json").exists() \
-            else Policy.from_pretrained(path, device=str(pick_device("auto")))
+        device = str(pick_device("auto"))
+        for spec in cfg.checkpoints:
+            name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
+            policies[name] = Policy.open(path, device=device)
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
     oracle_fmt: dict[str, str | None] = {}
     try:

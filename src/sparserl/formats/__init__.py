@@ -24,7 +24,7 @@ _CODECS: dict[str, ModuleType] = {
 }
 assert tuple(_CODECS) == FORMAT_NAMES
 
-__all__ = ["ConversionLimits", "FormatData", "convert", "to_csr", "FORMAT_NAMES"]
+__all__ = ["ConversionLimits", "FormatData", "accepts", "convert", "to_csr", "FORMAT_NAMES"]
 
 
 def _check_canonical(A: sp.csr_array) -> None:
@@ -60,6 +60,16 @@ def convert(
         arrays=arrays,
         convert_seconds=seconds,
     )
+
+
+def accepts(A: sp.csr_array, fmt: str, params: Mapping[str, int] | None = None,
+            limits: ConversionLimits | None = None) -> bool:
+    """Whether ``fmt`` with ``params`` converts ``A`` within the fill limits (by converting it)."""
+    try:
+        convert(A, fmt, params, limits)
+        return True
+    except FormatError:
+        return False
 
 
 def to_csr(fd: FormatData) -> sp.csr_array:

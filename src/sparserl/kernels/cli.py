@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sparserl.errors import SparseRLError
-from sparserl.kernels.contract import FORMAT_NAMES, Op, split_completion
+from sparserl.kernels.contract import FORMAT_NAMES, split_completion
 from sparserl.kernels.library import get_variant, variants
 
 app = typer.Typer(

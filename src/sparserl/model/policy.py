@@ -136,6 +136,17 @@ class Policy(torch.nn.Module):
         lm = AutoModelForCausalLM.from_config(hf_config, dtype=_dtype(config.dtype)).to(device)
         return cls(lm, tokenizer, config)
 
+    @classmethod
+    def open(cls, path: str | Path, config: PolicyConfig | None = None, device: str = "cpu") -> "Policy":
+        """A policy checkpoint (folder with policy.json) or, failing that, a HF model folder wrapped with ``config``."""
+        path = Path(path)
+        if (path / "policy.json").exists():
+            return cls.load(path, device=device)
+        if (path / "config.json").exists():
+            return cls.from_pretrained(path, config, device=device)
+        raise SparseRLError(f"no model at {path}: give a policy checkpoint (sparserl sft / ppo) or a Hugging Face "
+                            "model folder (sparserl pretrain writes one)")
+
     @property
     def base_model(self):
         return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm

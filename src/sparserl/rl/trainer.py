@@ -29,7 +29,7 @@ from sparserl.model.policy import Policy
 from sparserl.rewards import RewardConfig
 from sparserl.rl import core
 from sparserl.rl.rollout import MatrixPool, RolloutBatch, collect, matrix_items, token_logprobs
-from sparserl.train.common import MetricLogger, pick_device, progress
+from sparserl.train.common import MetricLogger, load_train_state, pick_device, progress, save_train_state
 
 log = logging.getLogger(__name__)
 
@@ -285,12 +285,10 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     rng = np.random.default_rng(cfg.seed)
     step = 0
     if resuming:
-        st = torch.load(state_path, map_location=device, weights_only=False)
-        opt.load_state_dict(st["optimizer"])
+        st = load_train_state(state_path, opt, rng, device)
         if value_head is not None and st.get("value_head"):
             value_head.load_state_dict(st["value_head"])
         step, kl_ctl.value = st["step"], st["kl_coef"]
-        rng.bit_generator.state = st["rng"]
         log.info("resumed %s at step %d", cfg.algo, step)
     train_paths = _matrix_paths(cfg.matrices, "train")
     val_paths = _matrix_paths(cfg.val_matrices, "val") if cfg.val_matrices else (
@@ -301,11 +299,8 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
 
     def save() -> None:
         policy.save(ckpt)
-        tmp = state_path.with_suffix(".tmp")
-        torch.save({"optimizer": opt.state_dict(), "value_head": value_head.state_dict() if value_head else None,
-                    "step": step, "kl_coef": kl_ctl.value, "rng": rng.bit_generator.state,
-                    "config": json.loads(json.dumps(asdict(cfg), default=str))}, tmp)
-        tmp.replace(state_path)
+        save_train_state(state_path, opt, step, rng, asdict(cfg), kl_coef=kl_ctl.value,
+                         value_head=value_head.state_dict() if value_head else None)
 
     last: dict = {}
     samples_done, t_start = 0, time.perf_counter()

@@ -63,6 +63,22 @@ class MetricLogger:
             self.tb.close()
 
 
+def save_train_state(path: Path, opt, step: int, rng, config, **extra) -> None:
+    """Optimizer, step, NumPy RNG state, the config and ``extra`` to ``path`` (written atomically)."""
+    tmp = Path(path).with_suffix(".tmp")
+    torch.save({"optimizer": opt.state_dict(), "step": step, "rng": rng.bit_generator.state,
+                "config": json.loads(json.dumps(config, default=str)), **extra}, tmp)
+    tmp.replace(path)
+
+
+def load_train_state(path: Path, opt, rng, device) -> dict:
+    """Restore what :func:`save_train_state` wrote into ``opt`` and ``rng``; returns the whole record."""
+    st = torch.load(path, map_location=device, weights_only=False)
+    opt.load_state_dict(st["optimizer"])
+    rng.bit_generator.state = st["rng"]
+    return st
+
+
 def progress() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TimeRemainingColumn())

@@ -26,7 +26,14 @@ from sparserl.data.corpus import CorpusConfig, build_corpus
 from sparserl.errors import SparseRLError
 from sparserl.model.config import TinyModelConfig, hf_config
 from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
-from sparserl.train.common import MetricLogger, cosine_lr, pick_device, progress
+from sparserl.train.common import (
+    MetricLogger,
+    cosine_lr,
+    load_train_state,
+    pick_device,
+    progress,
+    save_train_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +168,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     rng = np.random.default_rng(cfg.seed)
     step = 0
     if resuming:
-        st = torch.load(state_path, map_location=device, weights_only=False)
-        opt.load_state_dict(st["optimizer"])
-        step = st["step"]
-        rng.bit_generator.state = st["rng"]
+        step = load_train_state(state_path, opt, rng, device)["step"]
         log.info("resumed from step %d", step)
     logger = MetricLogger(out)
     data = batches(train_ids, cfg.batch_size, cfg.seq_len, rng)
@@ -177,10 +181,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     def save() -> None:
         model.save_pretrained(out / "model")
         save_tokenizer(tok, out / "model")
-        tmp = state_path.with_suffix(".tmp")
-        torch.save({"optimizer": opt.state_dict(), "step": step, "rng": rng.bit_generator.state,
-                    "config": json.loads(json.dumps(asdict(cfg), default=str))}, tmp)
-        tmp.replace(state_path)
+        save_train_state(state_path, opt, step, rng, asdict(cfg))
 
     with progress() as bar:
         task = bar.add_task("pretrain", total=cfg.steps, completed=step)

@@ -26,7 +26,14 @@ from sparserl.encoding import EncodingConfig, MatrixInput
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import Op
 from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
-from sparserl.train.common import MetricLogger, cosine_lr, pick_device, progress
+from sparserl.train.common import (
+    MetricLogger,
+    cosine_lr,
+    load_train_state,
+    pick_device,
+    progress,
+    save_train_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +138,7 @@ def build_policy(cfg: SFTConfig, device: torch.device) -> Policy:
     pcfg = PolicyConfig(encoding=EncodingConfig(max_nnz=cfg.max_nnz, seed=cfg.seed), text_prompt=cfg.text_prompt,
                         lora=LoraSpec(r=cfg.lora_r, alpha=2 * cfg.lora_r) if cfg.lora else None,
                         gradient_checkpointing=cfg.gradient_checkpointing)
-    path = Path(cfg.model)
-    if (path / "policy.json").exists():
-        return Policy.load(path, device=str(device))
-    if (path / "config.json").exists():
-        return Policy.from_pretrained(path, pcfg, device=str(device))
-    raise SparseRLError(f"no model at {path}: run 'sparserl pretrain' first, or pass --model PATH "
-                        "(a Hugging Face model folder or a policy checkpoint)")
+    return Policy.open(cfg.model, pcfg, device=str(device))
 
 
 def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator) -> dict:
@@ -189,10 +190,7 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
     rng = np.random.default_rng(cfg.seed)
     step = 0
     if resuming:
-        st = torch.load(state_path, map_location=device, weights_only=False)
-        opt.load_state_dict(st["optimizer"])
-        step = st["step"]
-        rng.bit_generator.state = st["rng"]
+        step = load_train_state(state_path, opt, rng, device)["step"]
         log.info("resumed SFT at step %d", step)
     own_eval = evaluator is None
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
@@ -203,10 +201,7 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
 
     def save() -> None:
         policy.save(ckpt)
-        tmp = state_path.with_suffix(".tmp")
-        torch.save({"optimizer": opt.state_dict(), "step": step, "rng": rng.bit_generator.state,
-                    "config": asdict(cfg)}, tmp)
-        tmp.replace(state_path)
+        save_train_state(state_path, opt, step, rng, asdict(cfg))
 
     last: dict = {}
     t_train, seen = 0.0, 0

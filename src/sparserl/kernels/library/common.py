@@ -109,7 +109,7 @@ def group_sum(var: str, g: int, mask: str = FULL_MASK) -> str:
     """Butterfly sum of ``var`` across an aligned group of ``g`` lanes (all lanes get the sum)."""
     if g == 1:
         return ""
-    lines = [f"    #pragma unroll", f"    for (int off = {g // 2}; off > 0; off >>= 1)",
+    lines = ["    #pragma unroll", f"    for (int off = {g // 2}; off > 0; off >>= 1)",
              f"        {var} += __shfl_xor_sync({mask}, {var}, off, {g});"]
     return "\n".join(lines)
 
