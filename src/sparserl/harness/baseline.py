@@ -37,8 +37,9 @@ def _libcusparse():
     if _LIB is None:
         path = None
         with open("/proc/self/maps") as maps:
-            for line in maps:
-                if "libcusparse" in line:
+            for line in maps:  # exactly libcusparse.so*, not libcusparseLt (torch loads that one too)
+                name = line.split()[-1].rsplit("/", 1)[-1]
+                if name.startswith("libcusparse.so"):
                     path = line.split()[-1]
                     break
         if path is None:
