@@ -61,7 +61,7 @@ def token_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl
     r = -kl_coef * kl * mask.to(kl.dtype)
     last = (mask.long().cumsum(1).argmax(1))  # index of the last 1 in each row
     has = mask.sum(1) > 0
-    r[torch.arange(r.shape[0])[has], last[has]] += scores[has].to(r.dtype)
+    r[torch.arange(r.shape[0], device=r.device)[has], last[has]] += scores[has].to(r.dtype)
     return r
 
 
