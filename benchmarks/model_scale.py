@@ -63,6 +63,7 @@ def main() -> int:
     t0 = time.perf_counter()
     policy = Policy.from_config(hf, tok, cfg, device=args.device)
     build_s = time.perf_counter() - t0
+    print(f"built {args.shape} policy in {build_s:.1f} s", flush=True)
     params = sum(p.numel() for p in policy.parameters())
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     A = generate("stencil2d", 100_000, seed=0)
@@ -81,12 +82,14 @@ def main() -> int:
             torch.cuda.synchronize()
         step_s.append(time.perf_counter() - t)
     train_peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None
+    print(f"SFT steps: {sorted(step_s)} s, peak {train_peak} GiB", flush=True)
     t = time.perf_counter()
     ids = policy.generate_ids([sample] * args.gen_batch, max_new_tokens=args.gen_tokens, temperature=1.0, seed=0)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     gen_s = time.perf_counter() - t
     gen_tokens = int((ids != tok.pad_token_id).sum())  # generated tokens, padding after EOS excluded
+    print(f"generation: {gen_tokens} tokens in {gen_s:.1f} s at batch {args.gen_batch}", flush=True)
     # one PPO step (policy + value head + reference forward, 2 epochs) on this rollout
     from sparserl.rl.rollout import RolloutBatch, response_mask, token_logprobs
     from sparserl.rl.trainer import Reference, RLConfig, ValueHead, _advantages, _update

@@ -133,7 +133,8 @@ class Policy(torch.nn.Module):
 
         config = config or PolicyConfig()
         torch.manual_seed(seed)
-        lm = AutoModelForCausalLM.from_config(hf_config, dtype=_dtype(config.dtype)).to(device)
+        with torch.device(device):  # initialise on the target device (an 8B model takes minutes on a CPU)
+            lm = AutoModelForCausalLM.from_config(hf_config, dtype=_dtype(config.dtype))
         return cls(lm, tokenizer, config)
 
     @classmethod

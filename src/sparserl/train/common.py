@@ -19,11 +19,14 @@ log = logging.getLogger(__name__)
 def pick_device(name: str) -> torch.device:
     """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise SparseRLError("--device cuda asked for, but no CUDA GPU is visible to torch")
     if name not in ("cpu",) and not name.startswith("cuda"):
         raise SparseRLError(f"--device must be auto, cpu or cuda[:N], got {name!r}")
+    if name.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls on tensor cores (TF32)
+        torch.backends.cudnn.allow_tf32 = True
     return torch.device(name)
 
 
