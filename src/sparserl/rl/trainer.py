@@ -28,6 +28,7 @@ from sparserl.errors import SparseRLError
 from sparserl.model.policy import Policy
 from sparserl.rewards import RewardConfig
 from sparserl.rl import core
+from sparserl.rl.curve import plot_learning_curve
 from sparserl.rl.rollout import MatrixPool, RolloutBatch, collect, matrix_items, token_logprobs
 from sparserl.train.common import MetricLogger, load_train_state, pick_device, progress, save_train_state
 
@@ -305,6 +306,8 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     last: dict = {}
     samples_done, t_start = 0, time.perf_counter()
     try:
+        if step == 0 and val_items and cfg.eval_every > 0:  # the starting point of the learning curve
+            logger.log(0, evaluate_heldout(policy, ev, val_items, cfg, seed=cfg.seed))
         with progress() as bar:
             task = bar.add_task(cfg.algo, total=cfg.steps, completed=step)
             while step < cfg.steps:
@@ -338,6 +341,7 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
         logger.close()
         if own_eval:
             ev.close()
-    result = {"algo": cfg.algo, "steps": step, "checkpoint": str(ckpt), **last}
+    plot = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png")
+    result = {"algo": cfg.algo, "steps": step, "checkpoint": str(ckpt), "learning_curve": plot, **last}
     (out / "result.json").write_text(json.dumps(result, indent=1))
     return result

@@ -1,0 +1,65 @@
+"""The learning curve of an RL run: reward and held-out metrics against the step.
+
+Read from the run's ``metrics.jsonl`` (one JSON object per logged step, ``step`` plus
+namespaced scalars); the plot is optional (matplotlib), the series are not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SERIES = ("reward/mean", "reward/correct_rate", "heldout/correct_rate", "heldout/speedup_geomean_correct")
+
+
+def read_curve(metrics_path: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """``{metric: [(step, value), ...]}`` for the metrics in :data:`SERIES`; later lines for a
+    step replace earlier ones (a resumed run logs some steps again)."""
+    by_step: dict[str, dict[int, float]] = {k: {} for k in SERIES}
+    path = Path(metrics_path)
+    if not path.exists():
+        return {k: [] for k in SERIES}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        for k in SERIES:
+            if isinstance(rec.get(k), (int, float)):
+                by_step[k][int(rec["step"])] = float(rec[k])
+    return {k: sorted(v.items()) for k, v in by_step.items()}
+
+
+def plot_learning_curve(metrics_path: str | Path, out_png: str | Path) -> str | None:
+    """Two panels (training reward and correctness; held-out speedup and correctness) saved as
+    ``out_png``; returns its path, or None when matplotlib is missing or nothing was logged."""
+    curve = read_curve(metrics_path)
+    if not any(curve.values()):
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.info("matplotlib is not installed: no learning-curve plot")
+        return None
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for k, ax in (("reward/mean", a), ("reward/correct_rate", a), ("heldout/speedup_geomean_correct", b),
+                  ("heldout/correct_rate", b)):
+        if curve[k]:
+            xs, ys = zip(*curve[k])
+            ax.plot(xs, ys, marker="o" if k.startswith("heldout") else None, label=k)
+    a.set_title("training rollouts")
+    b.set_title("held-out matrices (one sample each)")
+    b.axhline(1.0, color="grey", lw=0.8, ls="--")
+    for ax in (a, b):
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return str(out_png)

@@ -1,0 +1,27 @@
+"""The learning-curve reader keeps the last value logged for each step (resumed runs re-log steps)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sparserl.rl.curve import plot_learning_curve, read_curve
+
+
+def test_read_curve_last_value_per_step_and_plot(tmp_path: Path) -> None:
+    m = tmp_path / "metrics.jsonl"
+    lines = [{"step": 0, "heldout/correct_rate": 0.5, "heldout/speedup_geomean_correct": 1.1},
+             {"step": 1, "reward/mean": -0.2}, {"step": 2, "reward/mean": 0.1},
+             {"step": 2, "reward/mean": 0.3, "heldout/correct_rate": 0.75}]  # step 2 again after a resume
+    m.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    c = read_curve(m)
+    assert c["reward/mean"] == [(1, -0.2), (2, 0.3)]
+    assert c["heldout/correct_rate"] == [(0, 0.5), (2, 0.75)]
+    assert c["heldout/speedup_geomean_correct"] == [(0, 1.1)]
+    png = plot_learning_curve(m, tmp_path / "curve.png")
+    assert png is not None and Path(png).stat().st_size > 1000
+
+
+def test_no_metrics_no_plot(tmp_path: Path) -> None:
+    assert plot_learning_curve(tmp_path / "missing.jsonl", tmp_path / "c.png") is None
+    assert not (tmp_path / "c.png").exists()
