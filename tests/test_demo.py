@@ -29,3 +29,13 @@ def test_tiny_compile_only_demo(tmp_path: Path) -> None:
     md = (out / "eval" / "eval.md").read_text()
     assert "Compile-only run" in md and "| sft |" in md and "| ppo |" in md
     assert "demo finished" in proc.stdout and "generate verdict" in proc.stdout
+    stages = json.loads((out / "stages.json").read_text())
+    assert list(stages) == ["data", "pretrain", "sft", "ppo", "evaluate", "generate"]
+    assert (out / "ppo" / "learning_curve.png").stat().st_size > 1000
+    # a second run with --resume finds every stage done and redoes none of them
+    again = subprocess.run([sys.executable, "-m", "sparserl.cli", "demo", "--tiny", "--compile-only", "--resume",
+                            "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("done by an earlier run") == 6
+    rep2 = json.loads((out / "demo.json").read_text())
+    assert rep2["stage_seconds"] == rep["stage_seconds"] and rep2["seconds"] < rep["seconds"]

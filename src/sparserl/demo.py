@@ -21,6 +21,9 @@ from sparserl.errors import SparseRLError
 log = logging.getLogger(__name__)
 
 
+STAGES = ("data", "pretrain", "sft", "ppo", "evaluate", "generate")
+
+
 @dataclass(frozen=True)
 class DemoConfig:
     out: str = "runs/demo"
@@ -31,15 +34,27 @@ class DemoConfig:
     real_matrix: str | None = None
     """Matrix for the final generate step (default: a SuiteSparse file beside the checkout, else a generated one)."""
     seed: int = 0
+    resume: bool = False
+    """Skip the stages an earlier run of the same ``out`` finished (recorded in ``stages.json``)
+    and continue the interrupted one from its last checkpoint."""
 
 
-def _stage(name: str, fn, report: dict):
+def _stage(name: str, fn, report: dict, done: dict, record: Path):
+    """Run one stage (or reuse its recorded result when resuming) and record it in ``record``."""
+    if name in done:
+        report[name] = done[name]
+        log.info("== %s: done by an earlier run (%.1f s), skipped ==", name, done[name]["seconds"])
+        return done[name]
     t = time.perf_counter()
     log.info("== %s ==", name)
     res = fn()
     report[name] = {"seconds": round(time.perf_counter() - t, 1), **(res or {})}
+    done[name] = report[name]
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(done, indent=1, default=str))
+    tmp.replace(record)
     log.info("== %s done in %.1f s ==", name, report[name]["seconds"])
-    return res
+    return report[name]
 
 
 def _real_matrix(cfg: DemoConfig, out: Path) -> str:
@@ -76,38 +91,46 @@ def run_demo(cfg: DemoConfig) -> dict:
         raise SparseRLError("no GPU visible: run 'sparserl demo --compile-only --tiny' on a CPU")
     tiny = cfg.tiny
     report: dict = {"config": cfg.__dict__}
+    record = out / "stages.json"
+    done: dict = json.loads(record.read_text()) if cfg.resume and record.exists() else {}
+    if not cfg.resume:
+        record.unlink(missing_ok=True)
+
+    def stage(name, fn):
+        return _stage(name, fn, report, done, record)
+
     try:
-        _stage("data", lambda: {"summary": {k: v for k, v in build_sft_data(SFTDataConfig(
+        stage("data", lambda: {"summary": {k: v for k, v in build_sft_data(SFTDataConfig(
             out=str(out / "data"), matrices_per_family=3 if tiny else 8, min_rows=300 if tiny else 5_000,
             max_rows=2_000 if tiny else 100_000, compile_only=cfg.compile_only, targets_per_matrix=2,
-            val_fraction=0.34, test_fraction=0.34, seed=cfg.seed), evaluator=ev).items()
-            if k in ("matrices", "rows", "correct", "evaluations")}}, report)
+            val_fraction=0.34 if tiny else 0.25, test_fraction=0.34 if tiny else 0.25, seed=cfg.seed), evaluator=ev).items()
+            if k in ("matrices", "rows", "correct", "evaluations")}})
         shape = (TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                                  num_key_value_heads=1, head_dim=32) if tiny else TinyModelConfig())
-        _stage("pretrain", lambda: pretrain(PretrainConfig(
+        stage("pretrain", lambda: pretrain(PretrainConfig(
             out=str(out / "pretrain"), vocab_size=1024 if tiny else 8192, shape=shape, seq_len=128 if tiny else 512,
-            batch_size=8 if tiny else 64, steps=30 if tiny else 1500, lr=3e-3 if tiny else 1e-3,
+            batch_size=8 if tiny else 64, steps=30 if tiny else 1000, lr=3e-3 if tiny else 1e-3,
             warmup_steps=5 if tiny else 100, eval_every=30 if tiny else 500, save_every=30 if tiny else 500,
             heldout_tokens=5_000 if tiny else 200_000,
             corpus=CorpusConfig(max_bytes=(1 << 20) if tiny else (64 << 20), library_repeats=5 if tiny else 20),
-            seed=cfg.seed)), report)
-        _stage("sft", lambda: sft(SFTConfig(
+            resume=cfg.resume, seed=cfg.seed)))
+        stage("sft", lambda: sft(SFTConfig(
             data=str(out / "data"), model=str(out / "pretrain" / "model"), out=str(out / "sft"),
-            steps=20 if tiny else 600, batch_size=4 if tiny else 16, lr=3e-3 if tiny else 3e-4,
-            warmup_steps=2 if tiny else 30, max_nnz=32 if tiny else 128, eval_every=20 if tiny else 200,
+            steps=20 if tiny else 400, batch_size=4 if tiny else 16, lr=3e-3 if tiny else 3e-4,
+            warmup_steps=2 if tiny else 30, max_nnz=32 if tiny else 128, eval_every=20 if tiny else 400,
             eval_samples=4 if tiny else 32, max_new_tokens=64 if tiny else 1536, save_every=20 if tiny else 200,
-            compile_only=cfg.compile_only, seed=cfg.seed), evaluator=ev), report)
-        _stage("ppo", lambda: train_rl(RLConfig(
+            compile_only=cfg.compile_only, resume=cfg.resume, seed=cfg.seed), evaluator=ev))
+        stage("ppo", lambda: train_rl(RLConfig(
             algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
-            steps=2 if tiny else 30, matrices_per_step=2 if tiny else 8, samples_per_matrix=2 if tiny else 4,
-            minibatch=2 if tiny else 8, epochs=1 if tiny else 2, max_new_tokens=64 if tiny else 1536,
-            lr=1e-4 if tiny else 1e-5, eval_every=2 if tiny else 10, save_every=2 if tiny else 10,
-            compile_only=cfg.compile_only, seed=cfg.seed), evaluator=ev), report)
-        _stage("evaluate", lambda: {"summary": evaluate(EvalConfig(
+            steps=2 if tiny else 12, matrices_per_step=2 if tiny else 8, samples_per_matrix=2 if tiny else 4,
+            minibatch=2 if tiny else 16, epochs=1 if tiny else 2, max_new_tokens=64 if tiny else 1536,
+            lr=1e-4 if tiny else 3e-5, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
+            compile_only=cfg.compile_only, resume=cfg.resume, seed=cfg.seed), evaluator=ev))
+        stage("evaluate", lambda: {"summary": evaluate(EvalConfig(
             matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=2 if tiny else 4,
             max_new_tokens=64 if tiny else 1536, compile_only=cfg.compile_only,
             checkpoints=(f"sft={out / 'sft' / 'checkpoint'}", f"ppo={out / 'ppo' / 'checkpoint'}")),
-            evaluator=ev)["summary"]}, report)
+            evaluator=ev)["summary"]})
         real = _real_matrix(cfg, out)
 
         def gen():
@@ -120,10 +143,11 @@ def run_demo(cfg: DemoConfig) -> dict:
             except SparseRLError as exc:  # a tiny CPU model rarely writes a compiling kernel; say so
                 return {"verdict": f"no kernel: {exc}", "out": None}
 
-        _stage("generate", gen, report)
+        stage("generate", gen)
     finally:
         ev.close()
     report["seconds"] = round(time.perf_counter() - t0, 1)
+    report["stage_seconds"] = round(sum(report[n]["seconds"] for n in STAGES), 1)
     report["artefacts"] = {"data": str(out / "data"), "pretrained model": str(out / "pretrain" / "model"),
                            "sft checkpoint": str(out / "sft" / "checkpoint"), "ppo checkpoint": str(out / "ppo" / "checkpoint"),
                            "evaluation": str(out / "eval" / "eval.md"), "generated kernel": report["generate"].get("out")}

@@ -185,13 +185,15 @@ def demo_cmd(
     compile_only: bool = typer.Option(False, help="no GPU: compile-only rewards and checks"),
     real_matrix: Path = typer.Option(None, help="matrix for the final generate step"),
     seed: int = typer.Option(0),
+    resume: bool = typer.Option(False, help="skip the stages an earlier run in OUT finished; continue the interrupted one"),
 ) -> None:
     """The whole pipeline, small: data, pretrain, SFT, PPO, evaluate, generate (GPU; or --compile-only --tiny)."""
     from sparserl.demo import DemoConfig, run_demo
 
     rep = run_demo(DemoConfig(out=str(out), tiny=tiny, compile_only=compile_only,
-                              real_matrix=str(real_matrix) if real_matrix else None, seed=seed))
-    typer.echo(f"demo finished in {rep['seconds']:.0f} s")
+                              real_matrix=str(real_matrix) if real_matrix else None, seed=seed,
+                              resume=resume))
+    typer.echo(f"demo finished in {rep['seconds']:.0f} s (all stages, across resumed runs: {rep['stage_seconds']:.0f} s)")
     for name, path in rep["artefacts"].items():
         typer.echo(f"  {name:18} {path}")
     typer.echo(f"  generate verdict   {rep['generate']['verdict']}")
