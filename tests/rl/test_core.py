@@ -15,6 +15,7 @@ from sparserl.rl.core import (  # noqa: E402
     gae,
     grpo_advantages,
     kl_penalty,
+    loo_centred,
     masked_mean,
     masked_whiten,
     policy_loss,
@@ -179,6 +180,22 @@ def test_grpo_advantages_match_loop(seed: int) -> None:
     assert float(same.abs().max()) == 0, "identical rewards in a group give no signal"
     with pytest.raises(ValueError):
         grpo_advantages(torch.ones(7), 4)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_loo_centred_matches_loop(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(12, generator=g, dtype=torch.float64)
+    c = loo_centred(s, 3)
+    for i in range(12):
+        grp = [float(v) for v in s[3 * (i // 3): 3 * (i // 3) + 3]]
+        others = (sum(grp) - float(s[i])) / 2
+        assert math.isclose(float(c[i]), float(s[i]) - others, rel_tol=1e-12, abs_tol=1e-12)
+    offset = loo_centred(torch.tensor([5.0, 5.0, -7.0, -7.0]), 2)
+    assert float(offset.abs().max()) == 0, "a per-matrix offset alone carries no signal"
+    assert torch.equal(loo_centred(s, 1), s)
+    with pytest.raises(ValueError):
+        loo_centred(torch.ones(7), 2)
 
 
 def test_adaptive_kl() -> None:

@@ -107,6 +107,53 @@ def test_update_moves_toward_rewarded_completions(algo: str, tiny_tokenizer, tin
     assert stats["losses/clipfrac"] >= 0 and "losses/policy_loss" in stats
 
 
+def test_ppo_group_baseline_learns_on_the_hard_matrix(tiny_tokenizer, tiny_hf_config) -> None:
+    """Two matrices whose rewards differ by a large offset (an easy and a hard one), two samples
+    each, the first of each pair the better kernel. With the per-matrix baseline, one PPO update
+    raises the better sample on the *hard* matrix too; the offset alone must not decide."""
+    import numpy as np
+
+    from sparserl.encoding import EncodingConfig, MatrixInput
+    from sparserl.kernels.contract import Op
+    from sparserl.model.policy import Policy, PolicyConfig, Sample
+    from sparserl.rl.rollout import RolloutBatch, token_logprobs
+    from sparserl.rl.trainer import Reference, ValueHead, _advantages, _update
+
+    enc = EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2)
+    policy = Policy.from_config(tiny_hf_config, tiny_tokenizer, PolicyConfig(encoding=enc), seed=0)
+    easy, hard = generate("banded", 200, seed=0), generate("powerlaw", 200, seed=1)
+    samples = [Sample(MatrixInput.from_matrix(A, enc), Op.SPMV, None, int(A.nnz)) for A in (easy, easy, hard, hard)]
+    ids = policy.generate_ids(samples, max_new_tokens=10, temperature=1.0, seed=1)
+    mask = response_mask(ids, tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id)
+    vh = ValueHead(tiny_hf_config.hidden_size)
+
+    def seq_logp():
+        with torch.no_grad():
+            logits, h = policy.response_forward(samples, ids, mask, hidden=True)
+            return (token_logprobs(logits, ids) * mask).sum(1), h
+
+    lp0, h = seq_logp()
+    scores = torch.tensor([3.0, 2.0, -2.0, -3.0])  # easy: better, worse; hard: better, worse
+    with torch.no_grad():
+        old = token_logprobs(policy.response_forward(samples, ids, mask)[0], ids) * mask
+        values = vh(h) * mask
+    batch = RolloutBatch(samples, [""] * 4, ids, mask, old, old.clone(), values, scores, [])
+    cfg = RLConfig(algo="ppo", samples_per_matrix=2, minibatch=4, epochs=3, lr=1e-3, kl_coef=0.0, device="cpu")
+    assert cfg.score_baseline == "group"
+    adv, returns = _advantages(cfg, batch, 0.0)
+    first_adv = adv[torch.arange(4), mask.long().argmax(1)]
+    assert first_adv[2] > 0 > first_adv[3], "the better kernel on the hard matrix gets a positive advantage"
+    params = list(policy.parameters()) + list(vh.parameters())
+    policy.train()
+    _update(cfg, policy, vh, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0), params, batch, adv, returns,
+            0.0, np.random.default_rng(0), torch.device("cpu"))
+    gain = seq_logp()[0] - lp0
+    assert float(gain[2]) > float(gain[3]) + 0.1 and float(gain[0]) > float(gain[1]) + 0.1, gain
+    # the textbook score, by contrast, hands both samples of the hard matrix a negative advantage
+    plain = _advantages(RLConfig(algo="ppo", samples_per_matrix=2, score_baseline="none", device="cpu"), batch, 0.0)[0]
+    assert float(plain[2, mask[2].bool()].mean()) < 0 and float(plain[3, mask[3].bool()].mean()) < 0
+
+
 def test_refuses_without_gpu_unless_compile_only(tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
     from sparserl.harness.evaluate import _visible_gpus
 

@@ -144,6 +144,22 @@ def grpo_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6, sc
     return centred.reshape(-1).to(scores.dtype)
 
 
+def loo_centred(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Scores (B,) minus the mean of the *other* samples of their group (leave-one-out, RLOO),
+    for B = n_groups * group_size consecutive samples; unchanged when ``group_size`` is 1.
+
+    Rewards differ far more between matrices (a banded matrix earns more than a power-law
+    one whatever the kernel) than between the samples of one matrix; centring per matrix
+    keeps only the part that depends on what the policy wrote."""
+    if scores.numel() % group_size:
+        raise ValueError(f"{scores.numel()} scores do not split into groups of {group_size}")
+    if group_size == 1:
+        return scores.clone()
+    g = scores.view(-1, group_size).to(torch.float64)
+    others = (g.sum(1, keepdim=True) - g) / (group_size - 1)
+    return (g - others).reshape(-1).to(scores.dtype)
+
+
 class AdaptiveKL:
     """Adaptive KL coefficient (Ziegler et al. 2019): steer the observed KL toward ``target``."""
 

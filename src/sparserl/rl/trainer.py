@@ -75,6 +75,10 @@ class RLConfig:
     kl_estimator: str = "k1"
     """Per-token KL estimator in the reward (PPO) or loss (GRPO uses k3)."""
     whiten_advantages: bool = True
+    score_baseline: str = "group"
+    """PPO: 'group' subtracts from each score the mean score of the other samples of the same
+    matrix (leave-one-out) before GAE, so an untrained critic does not turn "this matrix is
+    hard" into "this kernel is bad"; 'none' is the textbook score. GRPO always centres per group."""
     grad_clip: float = 1.0
     reward: RewardConfig = field(default_factory=RewardConfig)
     regime: str = "cold"
@@ -98,6 +102,10 @@ class RLConfig:
             raise SparseRLError("steps, matrices_per_step, samples_per_matrix, epochs and minibatch must be >= 1")
         if self.lr <= 0 or not 0 < self.clip < 1:
             raise SparseRLError("need lr > 0 and 0 < clip < 1")
+        if self.score_baseline not in ("group", "none"):
+            raise SparseRLError(f"score_baseline must be group or none, got {self.score_baseline!r}")
+        if self.eval_every < 1 or self.save_every < 1:
+            raise SparseRLError("eval_every and save_every must be >= 1")
 
 
 def load_config_file(path: str | Path, **overrides) -> RLConfig:
@@ -180,7 +188,8 @@ def _advantages(cfg: RLConfig, batch: RolloutBatch, kl_coef: float):
         adv = core.grpo_advantages(batch.scores, cfg.samples_per_matrix)[:, None] * batch.mask
         return adv, None
     kl = core.kl_penalty(batch.old_logp, batch.ref_logp, cfg.kl_estimator)
-    rewards = core.token_rewards(batch.scores, kl, batch.mask, kl_coef)
+    scores = core.loo_centred(batch.scores, cfg.samples_per_matrix) if cfg.score_baseline == "group" else batch.scores
+    rewards = core.token_rewards(scores, kl, batch.mask, kl_coef)
     adv, returns = core.gae(rewards, batch.values, batch.mask, cfg.gamma, cfg.lam)
     if cfg.whiten_advantages:
         adv = core.masked_whiten(adv, batch.mask)
