@@ -154,6 +154,38 @@ def test_ppo_group_baseline_learns_on_the_hard_matrix(tiny_tokenizer, tiny_hf_co
     assert float(plain[2, mask[2].bool()].mean()) < 0 and float(plain[3, mask[3].bool()].mean()) < 0
 
 
+@pytest.mark.parametrize("lora", [False, True])
+def test_reference_after_resume_is_the_starting_policy(lora: bool, tiny_tokenizer, tiny_hf_config) -> None:
+    """After a resume the live policy has moved; the KL reference must still be where the run began."""
+    import copy
+
+    from sparserl.encoding import EncodingConfig, MatrixInput
+    from sparserl.kernels.contract import Op
+    from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
+    from sparserl.rl.rollout import token_logprobs
+    from sparserl.rl.trainer import Reference
+
+    enc = EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2)
+    pcfg = PolicyConfig(encoding=enc, lora=LoraSpec(r=4, alpha=8) if lora else None)
+    start = Policy.from_config(tiny_hf_config, tiny_tokenizer, pcfg, seed=0)
+    A = generate("banded", 200, seed=0)
+    samples = [Sample(MatrixInput.from_matrix(A, enc), Op.SPMV, None, int(A.nnz))] * 2
+    ids = start.generate_ids(samples, max_new_tokens=8, temperature=1.0, seed=1)
+    mask = response_mask(ids, tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id)
+    expected = Reference(start)(samples, ids, mask)
+    start_encoder = copy.deepcopy(start.encoder.state_dict())
+    moved = copy.deepcopy(start)  # stands for the policy restored from a later checkpoint
+    with torch.no_grad():
+        for p in moved.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    with torch.no_grad():
+        live = token_logprobs(moved.response_forward(samples, ids, mask)[0], ids)
+    assert not torch.allclose(live, expected, atol=1e-3)
+    ref = Reference(moved, encoder_state=start_encoder) if lora else Reference(moved, frozen=start)
+    assert torch.allclose(ref(samples, ids, mask), expected, atol=1e-5)
+
+
 def test_refuses_without_gpu_unless_compile_only(tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
     from sparserl.harness.evaluate import _visible_gpus
 

@@ -160,13 +160,23 @@ def _matrix_paths(source: str, split: str) -> list[str]:
 
 
 class Reference:
-    """Log-probs under the reference policy: adapters off (LoRA) or a frozen copy."""
+    """Log-probs under the reference policy (the policy the run started from): adapters off
+    (LoRA) or a frozen copy.
 
-    def __init__(self, policy: Policy):
+    At a resume the live policy has moved on, so the starting point comes back separately:
+    ``frozen`` is the starting policy reloaded (full fine-tuning), ``encoder_state`` the
+    starting matrix encoder (LoRA; the backbone with adapters off has not changed)."""
+
+    def __init__(self, policy: Policy, frozen: Policy | None = None, encoder_state: dict | None = None):
         self.policy = policy
         self.lora = policy.config.lora is not None
-        self.encoder = copy.deepcopy(policy.encoder).requires_grad_(False)
-        self.copy = None if self.lora else copy.deepcopy(policy).requires_grad_(False).eval()
+        source = frozen if frozen is not None else policy
+        self.encoder = copy.deepcopy(source.encoder).requires_grad_(False)
+        if encoder_state is not None:
+            self.encoder.load_state_dict(encoder_state)
+        self.copy = None if self.lora else (frozen if frozen is not None else copy.deepcopy(policy))
+        if self.copy is not None:
+            self.copy.requires_grad_(False).eval()
 
     @torch.no_grad()
     def __call__(self, samples, ids, mask) -> torch.Tensor:
@@ -288,18 +298,24 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     policy = (Policy.load(ckpt, device=str(device)) if resuming
               else build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device)).to(device)
     value_head = ValueHead(policy.base_model.config.hidden_size).to(device) if cfg.algo == "ppo" else None
-    reference = Reference(policy)  # at resume: the restored policy's state (documented limitation)
     params = [p for p in policy.parameters() if p.requires_grad] + (list(value_head.parameters()) if value_head else [])
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     kl_ctl = core.AdaptiveKL(cfg.kl_coef, cfg.kl_target)
     rng = np.random.default_rng(cfg.seed)
     step = 0
+    reference = None
     if resuming:
         st = load_train_state(state_path, opt, rng, device)
         if value_head is not None and st.get("value_head"):
             value_head.load_state_dict(st["value_head"])
         step, kl_ctl.value = st["step"], st["kl_coef"]
+        if policy.config.lora is not None:
+            reference = Reference(policy, encoder_state=st.get("ref_encoder"))
+        else:  # the KL keeps pointing at the starting policy, reloaded from cfg.model
+            start = build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device).to(device)
+            reference = Reference(policy, frozen=start)
         log.info("resumed %s at step %d", cfg.algo, step)
+    reference = reference or Reference(policy)
     train_paths = _matrix_paths(cfg.matrices, "train")
     val_paths = _matrix_paths(cfg.val_matrices, "val") if cfg.val_matrices else (
         _matrix_paths(cfg.matrices, "val") if (Path(cfg.matrices) / "val.jsonl").exists() else [])
@@ -310,7 +326,8 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     def save() -> None:
         policy.save(ckpt)
         save_train_state(state_path, opt, step, rng, asdict(cfg), kl_coef=kl_ctl.value,
-                         value_head=value_head.state_dict() if value_head else None)
+                         value_head=value_head.state_dict() if value_head else None,
+                         ref_encoder=reference.encoder.state_dict())
 
     last: dict = {}
     samples_done, t_start = 0, time.perf_counter()
