@@ -117,10 +117,10 @@ def _report_md(rep: dict) -> str:
                   + (f"pays off after {b['break_even_calls']:.0f} calls" if b.get("break_even_calls") is not None
                      else "not faster than cuSPARSE, so it never pays off")]
     if rep["runners_up"]:
-        lines += ["", "## Runners-up", "", "| source | format | verdict | speedup |", "| --- | --- | --- | --- |"]
+        lines += ["", "## Runners-up (distinct kernels)", "", "| source | format | verdict | speedup |", "| --- | --- | --- | --- |"]
         for r in rep["runners_up"]:
             sp = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
-            lines.append(f"| {r['source']} | {r.get('format') or '-'} | {r['error_kind']} | {sp} |")
+            lines.append(f"| {r['source']} | {r.get('format') or '-'} | {r['verdict']} | {sp} |")
     lines += ["", "Use it: `sparserl.load_kernel(folder)` returns a callable; see launch.json for the contract."]
     return "\n".join(lines) + "\n"
 
@@ -190,8 +190,17 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         (out / "kernel.cu").write_text(best["text"])
         (out / "launch.json").write_text(json.dumps(_launch_info(best["text"], op, A, k), indent=1))
-        runners = [{"source": c["source"], "format": c["result"].format, "error_kind": c["result"].error_kind.value,
-                    "speedup": c["result"].speedup} for c in sorted(cands, key=key, reverse=True)[1:6]]
+        runners, seen = [], {" ".join(best["text"].split())}
+        for c in sorted(cands, key=key, reverse=True):  # distinct kernels only (samples often repeat)
+            norm = " ".join(c["text"].split())
+            if norm in seen:
+                continue
+            seen.add(norm)
+            runners.append({"source": c["source"], "format": c["result"].format,
+                            "verdict": "correct" if c["result"].correct else c["result"].error_kind.value,
+                            "error_kind": c["result"].error_kind.value, "speedup": c["result"].speedup})
+            if len(runners) == 5:
+                break
         rep = {"matrix": name, "path": cfg.matrix, "shape": list(A.shape), "nnz": int(A.nnz), "op": op.value, "k": k,
                "verdict": verdict, "source": best["source"] if source == "model" else source,
                "verified": not cfg.compile_only, "best": br.to_dict(),
