@@ -1,6 +1,6 @@
 """A CPU-only stand-in for the GPU worker, speaking the same pipe protocol.
 
-Jobs are scripts: ``{"steps": [["phase", "verify"], ["sleep", 2.0], ["exit", 3], ["fatal"], ...]}``
+Jobs are scripts: ``{"steps": [["phase", "verify"], ["lease"], ["sleep", 2.0], ["exit", 3], ["fatal"], ...]}``
 followed by a "done" reply, so the pool's limits and restarts can be tested without a GPU.
 """
 
@@ -22,6 +22,9 @@ def fake_worker_main(conn, device: int, settings: dict) -> None:
         for step in job.get("steps", []):
             if step[0] == "phase":
                 conn.send(("phase", step[1]))
+            elif step[0] == "lease":  # as the real worker does before timing
+                conn.send(("want_gpu", None))
+                conn.recv()
             elif step[0] == "sleep":
                 time.sleep(step[1])
             elif step[0] == "exit":

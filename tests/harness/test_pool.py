@@ -62,3 +62,29 @@ def test_submit_is_asynchronous_and_loses_nothing(pool) -> None:
     futures = [pool.submit("eval", j) for j in jobs]
     kinds = [f.result()["error_kind"] for f in futures]
     assert kinds.count("timeout") == 3 and kinds.count("none") == 12
+
+
+def test_timing_waits_for_the_gpu_lease(pool) -> None:
+    """While the trainer holds the GPU's lease a job that wants to time waits, without being
+    charged for the wait; the lease comes back once the job moves on."""
+    job = {"steps": [["phase", "verify"], ["phase", "time"], ["lease"], ["sleep", 0.2]]}
+    with pool.gpu_lease(0):
+        fut = pool.submit("eval", job)
+        time.sleep(4.0)  # longer than the 'time' phase's limit: waiting for the lease is not timing
+        assert not fut.done(), "the job timed while the GPU was leased to someone else"
+    out = fut.result(timeout=10)
+    assert out["error_kind"] == "none"
+    assert pool.gpu_locks[0].acquire(timeout=1.0), "the lease was not given back"
+    pool.gpu_locks[0].release()
+
+
+def test_a_worker_that_dies_holding_the_lease_gives_it_back(pool) -> None:
+    out = pool.run("eval", {"steps": [["phase", "time"], ["lease"], ["exit", 9]]})
+    assert out["error_kind"] == "crashed"
+    out = pool.run("eval", {"steps": [["phase", "time"], ["lease"], ["sleep", 30]]})
+    assert out["error_kind"] == "timeout"
+    assert pool.gpu_locks[0].acquire(timeout=1.0), "a dead worker kept the GPU's lease"
+    pool.gpu_locks[0].release()
+    assert pool.gpu_lease(7) is not None  # a GPU the pool does not use: a no-op context
+    with pool.gpu_lease(7):
+        pass

@@ -14,6 +14,7 @@ and ``compiled`` set, which is what compile-only rewards read.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -141,6 +142,14 @@ class Evaluator:
             settings = settings_dict(cfg) | {"cache_dir": str(cfg.root)}
             self._pool = WorkerPool(self._devices, settings, cfg.limits)
         return self._pool
+
+    def gpu_lease(self, device):
+        """Hold a GPU against the harness's timing while computing on it (a context manager).
+        ``device`` is a CUDA index or a ``torch.device``; a no-op without workers or for a CPU."""
+        index = getattr(device, "index", device)
+        if getattr(device, "type", "cuda") != "cuda" or self._pool is None:
+            return contextlib.nullcontext()
+        return self._pool.gpu_lease(index or 0)
 
     def register(self, A: sp.csr_array, name: str = "matrix") -> MatrixRef:
         """Make ``A`` (canonical CSR) available to the workers."""

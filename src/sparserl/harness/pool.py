@@ -9,6 +9,12 @@ sees an exception from anything a kernel did, and the pool keeps serving.
 
 ``submit`` runs jobs asynchronously (one thread per worker), so compiling on the CPU
 and generating on the policy GPU can overlap evaluation.
+
+Timing owns its GPU. Before it times anything a worker asks for that GPU's lease
+(``want_gpu``) and waits for the grant; the lease goes back at the worker's next message
+(or when it dies). Whoever else computes on that GPU in this process, the trainer, takes
+the same lease with :meth:`WorkerPool.gpu_lease`, so no kernel is ever timed while the
+policy is generating or training beside it. Compiling and verifying need no lease.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import queue
+import contextlib
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,9 +50,11 @@ class PhaseLimits:
 
 
 class _Worker:
-    def __init__(self, ctx, device: int, settings: dict, limits: PhaseLimits, target=worker_main):
+    def __init__(self, ctx, device: int, settings: dict, limits: PhaseLimits, target=worker_main,
+                 gpu_lock: threading.Lock | None = None):
         self.ctx, self.device, self.settings, self.limits = ctx, device, settings, limits
         self.target = target
+        self.gpu_lock = gpu_lock or threading.Lock()
         self.proc = None
         self.conn = None
         self.info: dict = {}
@@ -84,6 +93,14 @@ class _Worker:
         self.start()
 
     def call(self, kind: str, job: dict) -> dict:
+        holding = [False]
+        try:
+            return self._call(kind, job, holding)
+        finally:
+            if holding[0]:
+                self.gpu_lock.release()
+
+    def _call(self, kind: str, job: dict, holding: list[bool]) -> dict:
         try:
             self.conn.send((kind, job))
         except (BrokenPipeError, OSError):
@@ -108,6 +125,16 @@ class _Worker:
                 code = self.proc.exitcode if self.proc else None
                 self.restart()
                 return {"error_kind": "crashed", "message": f"the worker process died (exit code {code})"}
+            if tag == "want_gpu":  # the worker is about to time: wait for the GPU's lease
+                if not holding[0]:
+                    self.gpu_lock.acquire()
+                    holding[0] = True
+                self.conn.send(("gpu", None))
+                deadline = time.monotonic() + limit  # the wait was not the worker's time
+                continue
+            if holding[0]:
+                self.gpu_lock.release()
+                holding[0] = False
             if tag == "phase":
                 phase = payload
                 limit = getattr(self.limits, payload, self.limits.prepare)
@@ -129,7 +156,8 @@ class WorkerPool:
             raise ValueError("WorkerPool needs at least one GPU")
         ctx = mp.get_context("spawn")
         self.limits = limits or PhaseLimits()
-        self.workers = [_Worker(ctx, d, settings, self.limits, target) for d in devices]
+        self.gpu_locks = {d: threading.Lock() for d in devices}
+        self.workers = [_Worker(ctx, d, settings, self.limits, target, self.gpu_locks[d]) for d in devices]
         self._idle: queue.Queue[_Worker] = queue.Queue()
         for w in self.workers:
             self._idle.put(w)
@@ -160,6 +188,11 @@ class WorkerPool:
         out.setdefault("gpu", w.info.get("gpu"))
         out["queue_seconds"] = waited
         return out
+
+    def gpu_lease(self, device: int):
+        """Hold GPU ``device`` against timing (a context manager; a no-op for a GPU the pool
+        does not use). Never wait on a harness result while holding it."""
+        return self.gpu_locks.get(device) or contextlib.nullcontext()
 
     def submit(self, kind: str, job: dict) -> Future:
         return self._executor.submit(self.run, kind, job)

@@ -119,6 +119,7 @@ class WorkerState:
             try:
                 self._bandwidth = float(json.loads(path.read_text())["bytes_per_s"])
             except (OSError, ValueError, KeyError):
+                self.lease_gpu()
                 self._bandwidth = measured_copy_bandwidth()
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps({"gpu": self.gpu, "bytes_per_s": self._bandwidth}))
@@ -147,6 +148,7 @@ class WorkerState:
         try:
             res = json.loads(path.read_text())
         except (OSError, ValueError):
+            self.lease_gpu()
             r = time_cusparse(st.A, op, k, cfg, self.flush_buffer())
             res = {"alg": r.best_alg, **r.timing.to_dict(), "per_alg_us": r.per_alg_us}
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -213,6 +215,14 @@ class WorkerState:
 
     # -- jobs ----------------------------------------------------------------------------
 
+    def lease_gpu(self) -> None:
+        """Wait until the parent grants this GPU for timing (see pool.py); held until the next message."""
+        if self.serving:
+            self.conn.send(("want_gpu", None))
+            tag, _ = self.conn.recv()
+            if tag != "gpu":
+                raise RuntimeError(f"expected the GPU lease, got {tag!r}")
+
     def phase(self, name: str) -> None:
         now = time.perf_counter()
         if getattr(self, "_phase", None) is not None:
@@ -275,6 +285,7 @@ class WorkerState:
             return out | {"error_kind": outcome.kind.value, "message": outcome.message}
 
         self.phase("time")
+        self.lease_gpu()
         x = cp.asarray(verifier.inputs[0][1])
         y = cp.empty((fd.m,) if k is None else (fd.m, k), dtype=cp.float32)
         timings = {}
