@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -119,8 +120,12 @@ def _rl(algo: str):
                  "reward": RewardConfig(name=reward) if reward else None}
         over = {k: v for k, v in given.items() if v is not None} | {"algo": algo, "resume": resume,
                                                                     "compile_only": compile_only}
-        over.setdefault("out", f"runs/{algo}")
-        cfg = load_config_file(config, **over) if config else RLConfig(**over)
+        if config:  # the file's settings, then the flags given; its out (if any) beats the default
+            cfg = load_config_file(config, **over)
+            if "out" not in over and cfg.out == RLConfig.out:
+                cfg = dataclasses.replace(cfg, out=f"runs/{algo}")
+        else:
+            cfg = RLConfig(**({"out": f"runs/{algo}"} | over))
         typer.echo(json.dumps(train_rl(cfg), indent=1, default=str))
 
     cmd.__doc__ = (f"Stage 3: {algo.upper()} with rewards from the harness "
