@@ -30,7 +30,14 @@ from sparserl.rewards import RewardConfig
 from sparserl.rl import core
 from sparserl.rl.curve import plot_learning_curve
 from sparserl.rl.rollout import MatrixPool, RolloutBatch, collect, matrix_items, token_logprobs
-from sparserl.train.common import MetricLogger, load_train_state, pick_device, progress, save_train_state
+from sparserl.train.common import (
+    MetricLogger,
+    NullLogger,
+    load_train_state,
+    pick_device,
+    progress,
+    save_train_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +154,19 @@ class ValueHead(torch.nn.Module):
         return self.v(h.float()).squeeze(-1)
 
 
+class ActorCritic(torch.nn.Module):
+    """Policy and value head as one module, so one DistributedDataParallel wrapper averages
+    the gradients of both. ``forward`` -> (logits (B, T, V), values (B, T) or None)."""
+
+    def __init__(self, policy: Policy, value_head: ValueHead | None):
+        super().__init__()
+        self.policy, self.value_head = policy, value_head
+
+    def forward(self, samples, ids: torch.Tensor, mask: torch.Tensor):
+        logits, hidden = self.policy.response_forward(samples, ids, mask, hidden=self.value_head is not None)
+        return logits, (self.value_head(hidden) if self.value_head is not None else None)
+
+
 def _matrix_paths(source: str, split: str) -> list[str]:
     p = Path(source)
     if (p / f"{split}.jsonl").exists():
@@ -207,7 +227,10 @@ def _advantages(cfg: RLConfig, batch: RolloutBatch, kl_coef: float):
 
 
 def _update(cfg: RLConfig, policy: Policy, value_head, opt, params, batch: RolloutBatch, adv, returns,
-            kl_coef: float, rng: np.random.Generator, device) -> dict:
+            kl_coef: float, rng: np.random.Generator, device, model: torch.nn.Module | None = None) -> dict:
+    """Epochs x minibatches of clipped PPO/GRPO updates on one rollout batch. ``model`` is the
+    ActorCritic to call (data-parallel: its DDP wrapper); by default policy + value head."""
+    model = model if model is not None else ActorCritic(policy, value_head)
     stats: dict[str, list[float]] = {}
     B = batch.response.shape[0]
     for _ in range(cfg.epochs):
@@ -217,13 +240,12 @@ def _update(cfg: RLConfig, policy: Policy, value_head, opt, params, batch: Rollo
             ids, mask = batch.response[idx], batch.mask[idx]
             samples = [batch.samples[int(i)] for i in idx]
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-                logits, hidden = policy.response_forward(samples, ids, mask, hidden=value_head is not None)
+                logits, values = model(samples, ids, mask)
             logp = token_logprobs(logits, ids)
             pl = core.policy_loss(logp, batch.old_logp[idx], adv[idx], mask, cfg.clip)
             loss = pl.loss
             ent = core.masked_mean(core.entropy_from_logits(logits.detach()), mask)
-            if value_head is not None:
-                values = value_head(hidden)
+            if values is not None:
                 vl, vclip = core.value_loss(values, batch.values[idx], returns[idx], mask, cfg.vf_clip)
                 loss = loss + cfg.vf_coef * vl
                 stats.setdefault("losses/value_loss", []).append(vl.item())
@@ -282,12 +304,15 @@ def evaluate_heldout(policy: Policy, evaluator, items, cfg: RLConfig, seed: int)
 def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     """Run PPO or GRPO; returns the final metrics."""
     from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.train import dist
     from sparserl.train.sft import SFTConfig, build_policy
 
-    device = pick_device(cfg.device)
+    info, dist_device = dist.init(cfg.device)  # torchrun: one process per GPU (train/dist.py)
+    device = dist_device or pick_device(cfg.device)
     own_eval = evaluator is None
-    ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=(cfg.regime,),
-                                              reward_regime=cfg.regime))
+    ev = evaluator or Evaluator(HarnessConfig(
+        compile_only=cfg.compile_only, regimes=(cfg.regime,), reward_regime=cfg.regime,
+        devices=(device.index,) if info.enabled and device.type == "cuda" else None))  # own GPU only
     if not cfg.compile_only and not ev.has_gpu:
         raise SparseRLError("RL needs the harness on a GPU for correctness and speed rewards; "
                             "pass --compile-only for a CPU smoke run (compile rewards only)")
@@ -306,6 +331,8 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     reference = None
     if resuming:
         st = load_train_state(state_path, opt, rng, device)
+        if info.rank:  # rank 0's saved stream; the other ranks draw their own
+            rng = np.random.default_rng([cfg.seed, info.rank, st["step"]])
         if value_head is not None and st.get("value_head"):
             value_head.load_state_dict(st["value_head"])
         step, kl_ctl.value = st["step"], st["kl_coef"]
@@ -316,14 +343,18 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
             reference = Reference(policy, frozen=start)
         log.info("resumed %s at step %d", cfg.algo, step)
     reference = reference or Reference(policy)
+    model = dist.wrap(ActorCritic(policy, value_head), info, device)  # DDP: gradients averaged over ranks
     train_paths = _matrix_paths(cfg.matrices, "train")
     val_paths = _matrix_paths(cfg.val_matrices, "val") if cfg.val_matrices else (
         _matrix_paths(cfg.matrices, "val") if (Path(cfg.matrices) / "val.jsonl").exists() else [])
-    pool = MatrixPool(matrix_items(train_paths, ev, policy, cfg.ops, cfg.k), seed=cfg.seed + step)
-    val_items = matrix_items(val_paths, ev, policy, cfg.ops, cfg.k)
-    logger = MetricLogger(out)
+    pool = MatrixPool(matrix_items(train_paths, ev, policy, cfg.ops, cfg.k), seed=cfg.seed + step + 7919 * info.rank)
+    val_items = matrix_items(val_paths, ev, policy, cfg.ops, cfg.k) if info.is_main else []
+    logger = MetricLogger(out) if info.is_main else NullLogger()
 
     def save() -> None:
+        dist.check_in_sync(params, info)
+        if not info.is_main:
+            return
         policy.save(ckpt)
         save_train_state(state_path, opt, step, rng, asdict(cfg), kl_coef=kl_ctl.value,
                          value_head=value_head.state_dict() if value_head else None,
@@ -334,29 +365,31 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     try:
         if step == 0 and val_items and cfg.eval_every > 0:  # the starting point of the learning curve
             logger.log(0, evaluate_heldout(policy, ev, val_items, cfg, seed=cfg.seed))
-        with progress() as bar:
+        with progress(info.is_main) as bar:
             task = bar.add_task(cfg.algo, total=cfg.steps, completed=step)
             while step < cfg.steps:
                 items = pool.next(cfg.matrices_per_step)
                 policy.eval()
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
                     batch = collect(policy, reference, value_head, ev, items, cfg.samples_per_matrix,
-                                    cfg.max_new_tokens, cfg.temperature, cfg.reward, seed=cfg.seed * 100_003 + step)
+                                    cfg.max_new_tokens, cfg.temperature, cfg.reward,
+                                    seed=cfg.seed * 100_003 + step + 1_000_003 * info.rank)
                 policy.train()
                 t_up = time.perf_counter()
                 adv, returns = _advantages(cfg, batch, kl_ctl.value)
-                upd = _update(cfg, policy, value_head, opt, params, batch, adv, returns, kl_ctl.value, rng, device)
+                upd = _update(cfg, policy, value_head, opt, params, batch, adv, returns, kl_ctl.value, rng, device,
+                              model=model)
                 t_update = time.perf_counter() - t_up
                 metrics = _batch_metrics(batch, cfg) | upd | batch.timings | {"time/update": t_update}
                 if returns is not None:
                     metrics["losses/explained_variance"] = float(core.explained_variance(batch.values, returns,
                                                                                          batch.mask))
-                kl_now = metrics["charts/kl_to_ref"]
-                metrics["charts/kl_coef"] = kl_ctl.update(kl_now, len(batch.texts))
                 step += 1
                 samples_done += len(batch.texts)
                 metrics["charts/samples_per_s"] = samples_done / (time.perf_counter() - t_start)
-                if step % cfg.eval_every == 0 or step == cfg.steps:
+                metrics = dist.gather_metrics(metrics, info, summed=("charts/samples_per_s",))  # all ranks
+                metrics["charts/kl_coef"] = kl_ctl.update(metrics["charts/kl_to_ref"], len(batch.texts) * info.world)
+                if (step % cfg.eval_every == 0 or step == cfg.steps) and info.is_main:
                     metrics |= evaluate_heldout(policy, ev, val_items, cfg, seed=cfg.seed + step)
                 logger.log(step, metrics)
                 last = metrics
@@ -367,7 +400,11 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
         logger.close()
         if own_eval:
             ev.close()
-    plot = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png")
-    result = {"algo": cfg.algo, "steps": step, "checkpoint": str(ckpt), "learning_curve": plot, **last}
-    (out / "result.json").write_text(json.dumps(result, indent=1))
+    dist.barrier(info)
+    dist.shutdown(info)
+    result = {"algo": cfg.algo, "steps": step, "checkpoint": str(ckpt), "rank": info.rank, "world_size": info.world,
+              **last}
+    if info.is_main:
+        result["learning_curve"] = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png")
+        (out / "result.json").write_text(json.dumps(result, indent=1))
     return result

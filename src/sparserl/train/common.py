@@ -82,6 +82,17 @@ def load_train_state(path: Path, opt, rng, device) -> dict:
     return st
 
 
-def progress() -> Progress:
+def progress(enabled: bool = True) -> Progress:
+    """The progress bar of long loops (``enabled=False``: data-parallel ranks other than 0)."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn())
+                    TimeRemainingColumn(), disable=not enabled)
+
+
+class NullLogger:
+    """MetricLogger's interface, writing nothing (data-parallel ranks other than 0)."""
+
+    def log(self, step: int, values: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -28,6 +28,7 @@ from sparserl.kernels.contract import Op
 from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
 from sparserl.train.common import (
     MetricLogger,
+    NullLogger,
     cosine_lr,
     load_train_state,
     pick_device,
@@ -176,10 +177,12 @@ def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator)
 def sft(cfg: SFTConfig, evaluator=None) -> dict:
     """Run stage 2; returns the final metrics."""
     from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.train import dist
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    device = pick_device(cfg.device)
+    info, dist_device = dist.init(cfg.device)  # torchrun: one process per GPU (train/dist.py)
+    device = dist_device or pick_device(cfg.device)
     train_rows, val_rows = load_rows(cfg.data, cfg.seed)
     ckpt, state_path = out / "checkpoint", out / "state.pt"
     resuming = cfg.resume and state_path.exists() and (ckpt / "policy.json").exists()
@@ -187,19 +190,27 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
     policy.to(device)
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(cfg.seed if not info.rank else [cfg.seed, info.rank])  # each rank its own batches
     step = 0
     if resuming:
         step = load_train_state(state_path, opt, rng, device)["step"]
+        if info.rank:
+            rng = np.random.default_rng([cfg.seed, info.rank, step])
         log.info("resumed SFT at step %d", step)
+    model = dist.wrap(_LossModule(policy), info, device)  # DDP: gradients averaged over ranks
     own_eval = evaluator is None
-    ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
-    logger = MetricLogger(out)
+    ev = evaluator or Evaluator(HarnessConfig(
+        compile_only=cfg.compile_only or not info.is_main, regimes=("cold",),  # rank 0 evaluates
+        devices=(device.index,) if info.enabled and device.type == "cuda" else None))
+    logger = MetricLogger(out) if info.is_main else NullLogger()
     logger.log(step, {"data/train_rows": len(train_rows), "data/val_rows": len(val_rows),
                       "model/trainable_params": sum(p.numel() for p in params)})
     val_subset = [val_rows[i] for i in np.random.default_rng(cfg.seed).permutation(len(val_rows))[: cfg.eval_samples]]
 
     def save() -> None:
+        dist.check_in_sync(params, info)
+        if not info.is_main:
+            return
         policy.save(ckpt)
         save_train_state(state_path, opt, step, rng, asdict(cfg))
 
@@ -207,7 +218,7 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
     t_train, seen = 0.0, 0
     policy.train()
     try:
-        with progress() as bar:
+        with progress(info.is_main) as bar:
             task = bar.add_task("sft", total=cfg.steps, completed=step)
             while step < cfg.steps:
                 idx = rng.integers(0, len(train_rows), size=cfg.batch_size)
@@ -218,7 +229,7 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
                     g["lr"] = lr
                 ts = time.perf_counter()
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-                    loss = policy.loss(samples, [r["code"] for r in batch])
+                    loss = model(samples, [r["code"] for r in batch])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -230,8 +241,9 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
                 last = {"losses/sft": loss_v, "charts/lr": lr, "charts/grad_norm": float(gnorm),
                         "charts/samples_per_s": seen / t_train}
                 if step % 10 == 0 or step == cfg.steps:
+                    last = dist.gather_metrics(last, info, summed=("charts/samples_per_s",))  # all ranks
                     logger.log(step, last)
-                if (step % cfg.eval_every == 0 or step == cfg.steps) and val_subset:
+                if (step % cfg.eval_every == 0 or step == cfg.steps) and val_subset and info.is_main:
                     ev_metrics = evaluate_policy(policy, val_subset, cfg, ev)
                     kinds = ev_metrics.pop("eval/kinds", {})
                     logger.log(step, ev_metrics)
@@ -246,7 +258,21 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
         logger.close()
         if own_eval:
             ev.close()
+    dist.barrier(info)
+    dist.shutdown(info)
     result = {"steps": step, "checkpoint": str(ckpt), "train_rows": len(train_rows), "val_rows": len(val_rows),
-              **last}
-    (out / "result.json").write_text(json.dumps(result, indent=1, default=str))
+              "world_size": info.world, **last}
+    if info.is_main:
+        (out / "result.json").write_text(json.dumps(result, indent=1, default=str))
     return result
+
+
+class _LossModule(torch.nn.Module):
+    """The policy's SFT loss as ``forward`` (what DistributedDataParallel wraps)."""
+
+    def __init__(self, policy: Policy):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, samples, completions: list[str]) -> torch.Tensor:
+        return self.policy.loss(samples, completions)

@@ -1,0 +1,124 @@
+"""Data-parallel training over several GPUs (or CPU processes), launched by ``torchrun``.
+
+``torchrun --nproc_per_node N -m sparserl.cli sft|ppo|grpo ...`` starts N copies of the same
+command; :func:`init` reads torchrun's environment, joins the process group (NCCL on GPUs,
+gloo on CPUs) and pins each process to GPU ``LOCAL_RANK``. Each process then trains a
+replica wrapped in PyTorch's ``DistributedDataParallel`` (gradients averaged across replicas
+in every backward pass), draws its own batches (SFT) or its own matrices and samples (RL),
+and owns the harness worker on its own GPU, where its timing waits for its own trainer's
+lease (harness/pool.py), so no kernel is timed beside training. Rank 0 logs, evaluates and
+writes checkpoints. Without torchrun's environment everything here is a single-process no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+
+from sparserl.errors import SparseRLError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits in the job."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init(device_name: str = "auto") -> tuple[DistInfo, torch.device | None]:
+    """Join torchrun's process group if launched by it; returns (info, device) where device is
+    this rank's device (None when not distributed: the caller picks as usual)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo(), None
+    import torch.distributed as dist
+
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device_name != "cpu" and torch.cuda.is_available()
+    if device_name.startswith("cuda") and not use_cuda:
+        raise SparseRLError("--device cuda asked for, but no CUDA GPU is visible to torch")
+    if use_cuda:
+        if local >= torch.cuda.device_count():
+            raise SparseRLError(f"LOCAL_RANK {local} but only {torch.cuda.device_count()} GPUs are visible")
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        torch.backends.cuda.matmul.allow_tf32 = True
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    log.info("data-parallel rank %d of %d on %s", rank, world, device)
+    return DistInfo(rank, world, local), device
+
+
+def wrap(module: torch.nn.Module, info: DistInfo, device: torch.device) -> torch.nn.Module:
+    """``module`` wrapped in DistributedDataParallel when distributed (parameters are
+    broadcast from rank 0 here, so every replica starts the same), else itself."""
+    if not info.enabled:
+        return module
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [device.index] if device.type == "cuda" else None
+    # find_unused_parameters: ablations can leave encoder parameters out of a forward pass
+    return DDP(module, device_ids=ids, find_unused_parameters=True)
+
+
+def gather_metrics(metrics: dict, info: DistInfo, summed: tuple[str, ...] = ()) -> dict:
+    """Every rank's scalar metrics combined on all ranks: the mean, or the sum for ``summed``
+    keys (throughputs). Keys missing on some ranks are combined over the ranks that have them."""
+    if not info.enabled:
+        return metrics
+    import torch.distributed as dist
+
+    parts: list[dict] = [None] * info.world  # type: ignore[list-item]
+    dist.all_gather_object(parts, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    out = dict(metrics)
+    for k in {k for p in parts for k in p}:
+        vals = [float(p[k]) for p in parts if k in p]
+        out[k] = sum(vals) if k in summed else sum(vals) / len(vals)
+    out["dist/world_size"] = float(info.world)
+    return out
+
+
+def check_in_sync(params: list[torch.Tensor], info: DistInfo) -> None:
+    """Raise if the replicas' trainable parameters have drifted apart (a checksum per rank)."""
+    if not info.enabled:
+        return
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        s = torch.stack([p.detach().float().sum() for p in params]).double().sum().reshape(1)
+    sums: list[float] = [0.0] * info.world
+    dist.all_gather_object(sums, float(s.item()))
+    if max(sums) - min(sums) > 1e-6 * max(1.0, max(abs(x) for x in sums)):
+        raise SparseRLError(f"data-parallel replicas diverged: parameter checksums {sums}")
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.enabled:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
