@@ -52,3 +52,11 @@ def test_compile_only_evaluation_writes_reports(tmp_path: Path) -> None:
         assert (tmp_path / "e" / "speedup_sorted.png").stat().st_size > 1000
         assert (tmp_path / "e" / "family_bars.png").exists()
     assert markdown(res) == md
+    rows = [json.loads(line) for line in (tmp_path / "e" / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {r["matrix"] for r in rows} == {"banded", "random"}
+    assert sum(r["verdict"] == "contract_error" for r in rows) == 4 and all(r["completion"] for r in rows)
+    # batches cut across matrices: 3 + 3 + 2 completions; each matrix must get its own four back
+    res = evaluate(EvalConfig(matrices=str(d), samples=4, gen_batch=3, out=str(tmp_path / "e3"), compile_only=True),
+                   policies={"stand-in": sampler})
+    per = res["per_matrix"]["stand-in"]  # B C B | B C B | B C  -> banded: B C B B, random: C B B C
+    assert per["banded"]["compiled"] == 1 and per["random"]["compiled"] == 2

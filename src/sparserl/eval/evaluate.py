@@ -53,6 +53,8 @@ class EvalConfig:
     samples: int = 8
     temperature: float = 1.0
     max_new_tokens: int = 1536
+    gen_batch: int = 32
+    """Completions generated together (across matrices): the policy's batch size."""
     out: str = "runs/eval"
     compile_only: bool = False
     plots: bool = True
@@ -62,8 +64,8 @@ class EvalConfig:
         bad = set(self.baselines) - set(BASELINES)
         if bad:
             raise SparseRLError(f"unknown baselines {sorted(bad)}; choose from {BASELINES}")
-        if self.samples < 1 or self.op not in ("spmv", "spmm"):
-            raise SparseRLError("need samples >= 1 and op spmv or spmm")
+        if self.samples < 1 or self.gen_batch < 1 or self.op not in ("spmv", "spmm"):
+            raise SparseRLError("need samples >= 1, gen_batch >= 1 and op spmv or spmm")
 
 
 def matrix_set(cfg: EvalConfig) -> list[tuple[str, str, object]]:
@@ -152,9 +154,13 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
             policies[name] = Policy.open(path, device=device)
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
     oracle_fmt: dict[str, str | None] = {}
+    (out / "completions.jsonl").unlink(missing_ok=True)
+    todo: list[tuple[str, str, object, dict]] = []  # (matrix, family, harness ref, {policy: Sample})
     try:
         for mname, fam, A in matrix_set(cfg):
             ref = ev.register(A, mname)
+            todo.append((mname, fam, ref, {pname: Sample(MatrixInput.from_matrix(A, pol.config.encoding), op, k,
+                                                         int(A.nnz)) for pname, pol in policies.items()}))
             if not cfg.compile_only:
                 if "cusparse" in cfg.baselines:
                     b = ev.baseline(ref, op, k)["baselines"]["cold"]
@@ -171,15 +177,23 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
                 if "selector" in cfg.baselines:
                     v = select_variant(compute_features(A), op)
                     systems["rule-based selector"][mname] = _record([ev.evaluate(v.render(), ref, op, k)], fam)
-            for pname, pol in policies.items():
-                sample = Sample(MatrixInput.from_matrix(A, pol.config.encoding), op, k, int(A.nnz))
-                texts = []
-                for i in range(0, cfg.samples, 16):
-                    texts += pol.generate([sample] * min(16, cfg.samples - i), max_new_tokens=cfg.max_new_tokens,
-                                          temperature=cfg.temperature, seed=cfg.seed + i)
-                rs = ev.evaluate_many([(t, ref, op, k) for t in texts])
-                systems[pname][mname] = _record(rs, fam)
-            log.info("evaluated %s", mname)
+            log.info("baselines done for %s", mname)
+        for pname, pol in policies.items():  # all matrices' samples in full batches, then the harness
+            jobs = [(mname, fam, ref, samples[pname]) for mname, fam, ref, samples in todo for _ in range(cfg.samples)]
+            texts: list[str] = []
+            for i in range(0, len(jobs), cfg.gen_batch):
+                texts += pol.generate([j[3] for j in jobs[i:i + cfg.gen_batch]], max_new_tokens=cfg.max_new_tokens,
+                                      temperature=cfg.temperature, seed=cfg.seed + i)
+                log.info("%s: generated %d of %d completions", pname, len(texts), len(jobs))
+            rs = ev.evaluate_many([(t, j[2], op, k) for t, j in zip(texts, jobs)])
+            for n, (mname, fam, _, _) in enumerate(todo):
+                systems[pname][mname] = _record(rs[n * cfg.samples:(n + 1) * cfg.samples], fam)
+            with (out / "completions.jsonl").open("a") as f:  # every sample, for reading the failures
+                for t, j, r in zip(texts, jobs, rs):
+                    f.write(json.dumps({"system": pname, "matrix": j[0], "verdict": r.error_kind.value,
+                                        "message": (r.message or "")[:500], "format": r.format,
+                                        "speedup": r.speedup, "completion": t}) + "\n")
+            log.info("evaluated %s on %d matrices", pname, len(todo))
     finally:
         if own:
             ev.close()
