@@ -40,6 +40,8 @@ def main() -> int:
     ap.add_argument("--gen-tokens", type=int, default=256)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, default=Path("model_scale.json"))
+    ap.add_argument("--cudnn-attention", action="store_true",
+                    help="leave torch's cuDNN attention on (the project turns it off; this measures why)")
     args = ap.parse_args()
     from sparserl.data.corpus import library_texts
 
@@ -58,6 +60,11 @@ def main() -> int:
     cfg = PolicyConfig(encoding=EncodingConfig(max_nnz=128), lora=LoraSpec() if args.lora else None,
                        gradient_checkpointing=args.shape == "8b", dtype="bfloat16" if bf16 else "float32")
     dev = torch.device(args.device)
+    if dev.type == "cuda":
+        from sparserl.train.common import cuda_defaults
+
+        cuda_defaults()
+        torch.backends.cuda.enable_cudnn_sdp(args.cudnn_attention)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -123,7 +130,7 @@ def main() -> int:
     res = {
         "ppo_step_s": ppo_s, "ppo_peak_gib": ppo_peak, "ppo_batch": int(ids.shape[0]),
         "ppo_response_tokens": int(ids.shape[1]),
-        "shape": args.shape, "lora": args.lora, "bf16": bf16, "device": str(dev),
+        "shape": args.shape, "lora": args.lora, "cudnn_attention": args.cudnn_attention, "bf16": bf16, "device": str(dev),
         "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None,
         "params": params, "trainable_params": trainable, "build_s": build_s,
         "sft_batch": args.batch, "sft_step_s": sorted(step_s)[len(step_s) // 2],

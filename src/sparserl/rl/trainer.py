@@ -289,8 +289,8 @@ def evaluate_heldout(policy: Policy, evaluator, items, cfg: RLConfig, seed: int)
     samples = [it.sample() for it in items for _ in range(cfg.eval_samples_per_matrix)]
     reps = [it for it in items for _ in range(cfg.eval_samples_per_matrix)]
     texts = []
-    for i in range(0, len(samples), 16):
-        texts += policy.generate(samples[i:i + 16], max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+    for i in range(0, len(samples), 32):
+        texts += policy.generate(samples[i:i + 32], max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                  seed=seed + i)
     res = evaluator.evaluate_many([(t, it.ref, it.op, it.k) for t, it in zip(texts, reps)])
     n = len(res)

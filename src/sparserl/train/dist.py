@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from sparserl.errors import SparseRLError
+from sparserl.train.common import cuda_defaults
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def init(device_name: str = "auto") -> tuple[DistInfo, torch.device | None]:
             raise SparseRLError(f"LOCAL_RANK {local} but only {torch.cuda.device_count()} GPUs are visible")
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
-        torch.backends.cuda.matmul.allow_tf32 = True
+        cuda_defaults()
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():

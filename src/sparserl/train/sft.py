@@ -150,8 +150,8 @@ def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator)
         return {}
     samples = [sample_of(r, policy.config.encoding) for r in rows]
     texts: list[str] = []
-    for i in range(0, len(samples), 8):
-        texts += policy.generate(samples[i:i + 8], max_new_tokens=cfg.max_new_tokens,
+    for i in range(0, len(samples), 32):
+        texts += policy.generate(samples[i:i + 32], max_new_tokens=cfg.max_new_tokens,
                                  temperature=cfg.eval_temperature, seed=cfg.seed + i)
     items = []
     for r, s, t in zip(rows, samples, texts):
