@@ -101,8 +101,9 @@ def run_demo(cfg: DemoConfig) -> dict:
 
     try:
         stage("data", lambda: {"summary": {k: v for k, v in build_sft_data(SFTDataConfig(
-            out=str(out / "data"), matrices_per_family=3 if tiny else 8, min_rows=300 if tiny else 5_000,
+            out=str(out / "data"), matrices_per_family=3 if tiny else 12, min_rows=300 if tiny else 5_000,
             max_rows=2_000 if tiny else 100_000, compile_only=cfg.compile_only, targets_per_matrix=2,
+            variants_per_matrix=None if tiny else 20,
             val_fraction=0.34 if tiny else 0.25, test_fraction=0.34 if tiny else 0.25, seed=cfg.seed), evaluator=ev).items()
             if k in ("matrices", "rows", "correct", "evaluations")}})
         shape = (TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,

@@ -51,6 +51,15 @@ def test_data_rows_splits_and_targets(data_dir: Path) -> None:
     assert not refused, "DIA is refused on random matrices and must never be a target"
 
 
+def test_variant_subset_per_matrix(tmp_path: Path) -> None:
+    s = build_sft_data(SFTDataConfig(out=str(tmp_path / "d"), families=("banded",), matrices_per_family=3, min_rows=200,
+                                     max_rows=400, compile_only=True, variants_per_matrix=5, val_fraction=0.0,
+                                     test_fraction=0.0))
+    assert s["evaluations"] == 3 * 5 and s["rows"]["train"] == 3 * 2
+    with pytest.raises(SparseRLError):
+        SFTDataConfig(variants_per_matrix=0)
+
+
 def test_read_jsonl_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"rows": [0], "cols": [0], "shape": [1, 1]}\n')

@@ -61,6 +61,9 @@ class SFTDataConfig:
     """Rows written per (matrix, op, k) in the train split (distinct variants when possible)."""
     val_fraction: float = 0.1
     test_fraction: float = 0.1
+    variants_per_matrix: int | None = None
+    """Evaluate only this many library variants per matrix, drawn at random (seeded); None: all.
+    Fewer variants per matrix buys more matrices for the same GPU time (targets stay correct)."""
     coords: int = 1024
     """Sampled nonzeros stored in each row's rows/cols fields."""
     compile_only: bool = False
@@ -80,6 +83,8 @@ class SFTDataConfig:
             raise SparseRLError("val_fraction + test_fraction must be below 1")
         if self.real_split not in ("test", "mixed"):
             raise SparseRLError("real_split must be 'test' or 'mixed'")
+        if self.variants_per_matrix is not None and self.variants_per_matrix < 1:
+            raise SparseRLError("variants_per_matrix must be >= 1 (or None for all)")
         if self.min_rows < 1 or self.max_rows < self.min_rows or self.matrices_per_family < 0:
             raise SparseRLError("need 1 <= min_rows <= max_rows and matrices_per_family >= 0")
 
@@ -155,6 +160,8 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
                 A = load_matrix(e.path)
                 ref = ev.register(A, e.name)
                 vs = variants(op, None, k)
+                if cfg.variants_per_matrix is not None and cfg.variants_per_matrix < len(vs):
+                    vs = [vs[i] for i in sorted(rng.choice(len(vs), cfg.variants_per_matrix, replace=False))]
                 results = ev.evaluate_many([(v.render(), ref, op, k) for v in vs])
                 stats["evaluations"] += len(results)
                 if cfg.compile_only:  # no worker converted the matrix: check the format accepts it here

@@ -46,6 +46,8 @@ def data_build_cmd(
     ks: str = typer.Option("32", help="SpMM column counts, comma-separated"),
     target: str = typer.Option("correct", help="correct (a random correct variant) or fastest"),
     targets_per_matrix: int = typer.Option(2, help="rows per train (matrix, op, k)"),
+    variants_per_matrix: int = typer.Option(None, help="evaluate this many random library variants per matrix "
+                                                       "(default: all)"),
     compile_only: bool = typer.Option(False, help="no GPU: targets are variants that compile (no times)"),
     seed: int = typer.Option(0),
 ) -> None:
@@ -56,7 +58,8 @@ def data_build_cmd(
                         matrices_per_family=per_family, min_rows=min_rows, max_rows=max_rows,
                         real_dir=str(real_dir) if real_dir else None, ops=tuple(ops.split(",")),
                         ks=tuple(int(k) for k in ks.split(",")), target=target,
-                        targets_per_matrix=targets_per_matrix, compile_only=compile_only, seed=seed)
+                        targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
+                        compile_only=compile_only, seed=seed)
     summary = build_sft_data(cfg)
     typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", "correct", "seconds")}, indent=1))
 
