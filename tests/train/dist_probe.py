@@ -20,7 +20,7 @@ def main() -> int:
     w = torch.nn.Linear(1, 1, bias=False)
     torch.nn.init.constant_(w.weight, float(info.rank))  # different on purpose: wrap() broadcasts rank 0's
     model = dist.wrap(w, info, device)
-    assert float(w.weight) == 0.0
+    assert float(w.weight.detach()) == 0.0
     model(torch.tensor([[info.rank + 1.0]])).sum().backward()
     assert abs(float(w.weight.grad) - 1.5) < 1e-6, float(w.weight.grad)
     dist.check_in_sync([w.weight], info)
@@ -32,6 +32,7 @@ def main() -> int:
         assert "diverged" in str(exc)
     else:
         raise AssertionError("check_in_sync missed diverged replicas")
+    del model
     dist.shutdown(info)
     print(f"rank {info.rank} ok")
     return 0

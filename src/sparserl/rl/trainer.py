@@ -400,7 +400,7 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
         logger.close()
         if own_eval:
             ev.close()
-    dist.barrier(info)
+    del model  # before leaving the process group (dist.shutdown)
     dist.shutdown(info)
     result = {"algo": cfg.algo, "steps": step, "checkpoint": str(ckpt), "rank": info.rank, "world_size": info.world,
               **last}

@@ -118,8 +118,14 @@ def barrier(info: DistInfo) -> None:
 
 
 def shutdown(info: DistInfo) -> None:
+    """Leave the process group, all ranks together. Drop every DistributedDataParallel wrapper
+    first: one that outlives its group aborts the process at exit."""
     if info.enabled:
+        import gc
+
         import torch.distributed as dist
 
         if dist.is_initialized():
+            gc.collect()
+            dist.barrier()
             dist.destroy_process_group()

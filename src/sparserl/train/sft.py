@@ -258,7 +258,7 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
         logger.close()
         if own_eval:
             ev.close()
-    dist.barrier(info)
+    del model  # before leaving the process group (dist.shutdown)
     dist.shutdown(info)
     result = {"steps": step, "checkpoint": str(ckpt), "train_rows": len(train_rows), "val_rows": len(val_rows),
               "world_size": info.world, **last}
