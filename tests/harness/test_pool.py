@@ -88,3 +88,24 @@ def test_a_worker_that_dies_holding_the_lease_gives_it_back(pool) -> None:
     assert pool.gpu_lease(7) is not None  # a GPU the pool does not use: a no-op context
     with pool.gpu_lease(7):
         pass
+
+
+def test_repeated_lease_requests_do_not_extend_the_time_limit(pool) -> None:
+    """Only time spent *waiting* for the lease is forgiven; asking again while holding it is not."""
+    out = pool.run("eval", {"steps": [["phase", "time"], ["lease"], ["sleep", 2.0], ["lease"], ["sleep", 2.0]]})
+    assert out["error_kind"] == "timeout", out  # 4 s of work against the 3 s time limit
+
+
+def test_a_restarted_worker_warms_up_under_the_lease(pool) -> None:
+    """Warm-up times kernels, so a (re)starting worker takes the lease: while it is held elsewhere,
+    the restart waits."""
+    import threading
+
+    w = pool.workers[0]
+    with pool.gpu_lease(0):
+        t = threading.Thread(target=w.restart)
+        t.start()
+        t.join(timeout=2.0)
+        assert t.is_alive(), "the worker restarted while the GPU was leased to someone else"
+    t.join(timeout=60)
+    assert not t.is_alive() and pool.run("eval", {"steps": []})["error_kind"] == "none"

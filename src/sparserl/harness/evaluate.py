@@ -143,13 +143,16 @@ class Evaluator:
             self._pool = WorkerPool(self._devices, settings, cfg.limits)
         return self._pool
 
+    @contextlib.contextmanager
     def gpu_lease(self, device):
         """Hold a GPU against the harness's timing while computing on it (a context manager).
-        ``device`` is a CUDA index or a ``torch.device``; a no-op without workers or for a CPU."""
+        ``device`` is a CUDA index or a ``torch.device``; a no-op without workers or for a CPU.
+        The pool is looked up on entry, so a lease taken before the workers exist still counts
+        once they do."""
         index = getattr(device, "index", device)
-        if getattr(device, "type", "cuda") != "cuda" or self._pool is None:
-            return contextlib.nullcontext()
-        return self._pool.gpu_lease(index or 0)
+        pool = self._pool if getattr(device, "type", "cuda") == "cuda" else None
+        with pool.gpu_lease(index or 0) if pool is not None else contextlib.nullcontext():
+            yield
 
     def register(self, A: sp.csr_array, name: str = "matrix") -> MatrixRef:
         """Make ``A`` (canonical CSR) available to the workers."""

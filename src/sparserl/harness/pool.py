@@ -61,7 +61,15 @@ class _Worker:
         self.restarts = -1
         self.start()
 
-    def start(self) -> None:
+    def start(self, lease: bool = True) -> None:
+        """Start the process; its warm-up times kernels, so under the GPU's lease unless the
+        caller holds it already."""
+        if not lease:
+            return self._start()
+        with self.gpu_lock:
+            return self._start()
+
+    def _start(self) -> None:
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(target=self.target, args=(child, self.device, self.settings), daemon=True)
         self.proc.start()
@@ -88,9 +96,9 @@ class _Worker:
         if self.conn is not None:
             self.conn.close()
 
-    def restart(self) -> None:
+    def restart(self, holding: bool = False) -> None:
         self.kill()
-        self.start()
+        self.start(lease=not holding)
 
     def call(self, kind: str, job: dict) -> dict:
         holding = [False]
@@ -104,7 +112,7 @@ class _Worker:
         try:
             self.conn.send((kind, job))
         except (BrokenPipeError, OSError):
-            self.restart()
+            self.restart(holding[0])
             self.conn.send((kind, job))
         limit = self.limits.prepare
         phase = "prepare"
@@ -117,20 +125,23 @@ class _Worker:
                 ready = True
             if not ready:
                 log.warning("worker %d: %s phase ran past %.0f s; killing it", self.device, phase, limit)
-                self.restart()
+                self.restart(holding[0])
                 return {"error_kind": "timeout", "message": f"did not finish the {phase} phase within {limit:g} s"}
             try:
                 tag, payload = self.conn.recv()
             except (EOFError, OSError):
                 code = self.proc.exitcode if self.proc else None
-                self.restart()
+                self.restart(holding[0])
                 return {"error_kind": "crashed", "message": f"the worker process died (exit code {code})"}
             if tag == "want_gpu":  # the worker is about to time: wait for the GPU's lease
                 if not holding[0]:
-                    self.gpu_lock.acquire()
+                    t_wait = time.monotonic()
+                    while not self.gpu_lock.acquire(timeout=60.0):
+                        log.warning("worker %d has waited %.0f s for its GPU's lease (held by the trainer)",
+                                    self.device, time.monotonic() - t_wait)
                     holding[0] = True
+                    deadline += time.monotonic() - t_wait  # the wait was not the worker's time
                 self.conn.send(("gpu", None))
-                deadline = time.monotonic() + limit  # the wait was not the worker's time
                 continue
             if holding[0]:
                 self.gpu_lock.release()
@@ -141,7 +152,7 @@ class _Worker:
                 deadline = time.monotonic() + limit
                 continue
             if tag == "fatal":
-                self.restart()
+                self.restart(holding[0])
                 return payload
             return payload
 

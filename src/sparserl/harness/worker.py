@@ -337,7 +337,9 @@ def _context_usable(cp) -> bool:
 
 def worker_main(conn, device: int, settings: dict) -> None:
     """Entry point of a worker process (spawned; owns GPU ``device``)."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    # ``device`` indexes the GPUs the parent sees, which may be a subset of the machine's
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[device] if device < len(visible) else str(device)
     for var in ("NCCL_NVLS_ENABLE",):
         os.environ.setdefault(var, "0")
     import cupy as cp

@@ -123,6 +123,8 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
         old_logp = token_logprobs(logits, ids) * mask
         values = value_fn(hidden) * mask if value_fn is not None else None
         ref_logp = ref_logp_fn(samples, ids, mask) * mask
+        if ids.device.type == "cuda":  # the lease goes back only once this GPU work has finished
+            torch.cuda.synchronize(ids.device)
     t_fwd = time.perf_counter() - t1
     t2 = time.perf_counter()
     results = [f.result() for f in futures]
