@@ -328,7 +328,7 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     kl_ctl = core.AdaptiveKL(cfg.kl_coef, cfg.kl_target)
     rng = np.random.default_rng(cfg.seed)
     step = 0
-    reference = None
+    st: dict = {}
     if resuming:
         st = load_train_state(state_path, opt, rng, device)
         if info.rank:  # rank 0's saved stream; the other ranks draw their own
@@ -336,20 +336,27 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
         if value_head is not None and st.get("value_head"):
             value_head.load_state_dict(st["value_head"])
         step, kl_ctl.value = st["step"], st["kl_coef"]
-        if policy.config.lora is not None:
-            reference = Reference(policy, encoder_state=st.get("ref_encoder"))
-        else:  # the KL keeps pointing at the starting policy, reloaded from cfg.model
-            start = build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device).to(device)
-            reference = Reference(policy, frozen=start)
         log.info("resumed %s at step %d", cfg.algo, step)
-    reference = reference or Reference(policy)
     model = dist.wrap(ActorCritic(policy, value_head), info, device)  # DDP: gradients averaged over ranks
+    # the reference after the wrap, which made every rank's replica rank 0's
+    if not resuming:
+        reference = Reference(policy)
+    else:
+        if st.get("ref_encoder") is None:
+            log.warning("%s has no reference encoder (older run): the KL reference uses the restored one",
+                        state_path)
+        frozen = None
+        if policy.config.lora is None:  # the KL keeps pointing at the starting policy, reloaded from cfg.model
+            frozen = build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device).to(device)
+        reference = Reference(policy, frozen=frozen, encoder_state=st.get("ref_encoder"))
+    if not cfg.compile_only:
+        _ = ev.pool  # start the GPU worker now, so its lease exists before the first rollout
     train_paths = _matrix_paths(cfg.matrices, "train")
     val_paths = _matrix_paths(cfg.val_matrices, "val") if cfg.val_matrices else (
         _matrix_paths(cfg.matrices, "val") if (Path(cfg.matrices) / "val.jsonl").exists() else [])
     pool = MatrixPool(matrix_items(train_paths, ev, policy, cfg.ops, cfg.k), seed=cfg.seed + step + 7919 * info.rank)
     val_items = matrix_items(val_paths, ev, policy, cfg.ops, cfg.k) if info.is_main else []
-    logger = MetricLogger(out) if info.is_main else NullLogger()
+    logger = MetricLogger(out, fresh=not resuming) if info.is_main else NullLogger()
 
     def save() -> None:
         dist.check_in_sync(params, info)

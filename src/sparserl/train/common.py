@@ -51,9 +51,10 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.
 class MetricLogger:
     """Namespaced scalars to ``metrics.jsonl`` (always) and TensorBoard (when installed)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, fresh: bool = False):
+        """``fresh``: start ``metrics.jsonl`` anew (a new run); else append (a resumed one)."""
         self.path = Path(folder) / "metrics.jsonl"
-        self.file = self.path.open("a")
+        self.file = self.path.open("w" if fresh else "a")
         self.tb = None
         try:
             from torch.utils.tensorboard import SummaryWriter

@@ -12,6 +12,7 @@ writes checkpoints. Without torchrun's environment everything here is a single-p
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 from dataclasses import dataclass
@@ -62,7 +63,8 @@ def init(device_name: str = "auto") -> tuple[DistInfo, torch.device | None]:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo")
+        # rank 0 evaluates alone while the others wait in a collective: allow for long evaluations
+        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(hours=2))
     log.info("data-parallel rank %d of %d on %s", rank, world, device)
     return DistInfo(rank, world, local), device
 
