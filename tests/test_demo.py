@@ -30,7 +30,8 @@ def test_tiny_compile_only_demo(tmp_path: Path) -> None:
     assert "Compile-only run" in md and "| sft |" in md and "| ppo |" in md
     assert "demo finished" in proc.stdout and "generate verdict" in proc.stdout
     stages = json.loads((out / "stages.json").read_text())
-    assert list(stages) == ["data", "pretrain", "sft", "ppo", "evaluate", "generate"]
+    assert list(stages["stages"]) == ["data", "pretrain", "sft", "ppo", "evaluate", "generate"]
+    assert stages["config"]["tiny"] is True and stages["config"]["compile_only"] is True
     assert (out / "ppo" / "learning_curve.png").stat().st_size > 1000
     # a second run with --resume finds every stage done and redoes none of them
     again = subprocess.run([sys.executable, "-m", "sparserl.cli", "demo", "--tiny", "--compile-only", "--resume",
@@ -39,3 +40,7 @@ def test_tiny_compile_only_demo(tmp_path: Path) -> None:
     assert again.stderr.count("done by an earlier run") == 6
     rep2 = json.loads((out / "demo.json").read_text())
     assert rep2["stage_seconds"] == rep["stage_seconds"] and rep2["seconds"] < rep["seconds"]
+    # a resume with other settings is refused rather than mixing two runs
+    other = subprocess.run([sys.executable, "-m", "sparserl.cli", "demo", "--tiny", "--compile-only", "--resume",
+                            "--seed", "1", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "other settings" in other.stderr

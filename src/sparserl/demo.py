@@ -39,7 +39,12 @@ class DemoConfig:
     and continue the interrupted one from its last checkpoint."""
 
 
-def _stage(name: str, fn, report: dict, done: dict, record: Path):
+def _identity(cfg: DemoConfig) -> dict:
+    """The settings that decide what the stages produce (a resume must not mix two of them)."""
+    return {"tiny": cfg.tiny, "compile_only": cfg.compile_only, "real_matrix": cfg.real_matrix, "seed": cfg.seed}
+
+
+def _stage(name: str, fn, report: dict, done: dict, record: Path, identity: dict):
     """Run one stage (or reuse its recorded result when resuming) and record it in ``record``."""
     if name in done:
         report[name] = done[name]
@@ -51,7 +56,7 @@ def _stage(name: str, fn, report: dict, done: dict, record: Path):
     report[name] = {"seconds": round(time.perf_counter() - t, 1), **(res or {})}
     done[name] = report[name]
     tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(done, indent=1, default=str))
+    tmp.write_text(json.dumps({"config": identity, "stages": done}, indent=1, default=str))
     tmp.replace(record)
     log.info("== %s done in %.1f s ==", name, report[name]["seconds"])
     return report[name]
@@ -92,12 +97,24 @@ def run_demo(cfg: DemoConfig) -> dict:
     tiny = cfg.tiny
     report: dict = {"config": cfg.__dict__}
     record = out / "stages.json"
-    done: dict = json.loads(record.read_text()) if cfg.resume and record.exists() else {}
+    done: dict = {}
+    if cfg.resume and record.exists():
+        saved = json.loads(record.read_text())
+        if saved.get("config") != _identity(cfg):
+            ev.close()
+            raise SparseRLError(f"{out} holds a demo run with other settings ({saved.get('config')}); "
+                                "run without --resume, or give another --out")
+        done = saved["stages"]
     if not cfg.resume:
         record.unlink(missing_ok=True)
+    first_todo = next((n for n in STAGES if n not in done), None)
 
     def stage(name, fn):
-        return _stage(name, fn, report, done, record)
+        return _stage(name, fn, report, done, record, _identity(cfg))
+
+    def resume(name: str) -> bool:
+        """Only the interrupted stage continues from its checkpoint; a later one starts afresh."""
+        return cfg.resume and name == first_todo
 
     try:
         stage("data", lambda: {"summary": {k: v for k, v in build_sft_data(SFTDataConfig(
@@ -114,19 +131,19 @@ def run_demo(cfg: DemoConfig) -> dict:
             warmup_steps=5 if tiny else 100, eval_every=30 if tiny else 500, save_every=30 if tiny else 500,
             heldout_tokens=5_000 if tiny else 200_000,
             corpus=CorpusConfig(max_bytes=(1 << 20) if tiny else (64 << 20), library_repeats=5 if tiny else 20),
-            resume=cfg.resume, seed=cfg.seed)))
+            resume=resume("pretrain"), seed=cfg.seed)))
         stage("sft", lambda: sft(SFTConfig(
             data=str(out / "data"), model=str(out / "pretrain" / "model"), out=str(out / "sft"),
             steps=20 if tiny else 400, batch_size=4 if tiny else 16, lr=3e-3 if tiny else 3e-4,
             warmup_steps=2 if tiny else 30, max_nnz=32 if tiny else 128, eval_every=20 if tiny else 400,
             eval_samples=4 if tiny else 32, max_new_tokens=64 if tiny else 1536, save_every=20 if tiny else 200,
-            compile_only=cfg.compile_only, resume=cfg.resume, seed=cfg.seed), evaluator=ev))
+            compile_only=cfg.compile_only, resume=resume("sft"), seed=cfg.seed), evaluator=ev))
         stage("ppo", lambda: train_rl(RLConfig(
             algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
             steps=2 if tiny else 12, matrices_per_step=2 if tiny else 8, samples_per_matrix=2 if tiny else 4,
             minibatch=2 if tiny else 16, epochs=1 if tiny else 2, max_new_tokens=64 if tiny else 1536,
             lr=1e-4 if tiny else 3e-5, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
-            compile_only=cfg.compile_only, resume=cfg.resume, seed=cfg.seed), evaluator=ev))
+            compile_only=cfg.compile_only, resume=resume("ppo"), seed=cfg.seed), evaluator=ev))
         stage("evaluate", lambda: {"summary": evaluate(EvalConfig(
             matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=2 if tiny else 4,
             max_new_tokens=64 if tiny else 1536, compile_only=cfg.compile_only,
