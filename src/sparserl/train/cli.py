@@ -173,6 +173,8 @@ def evaluate_cmd(
     op: str = typer.Option("spmv"),
     k: int = typer.Option(32, help="SpMM columns"),
     samples: int = typer.Option(8, help="completions per matrix per checkpoint (pass@k uses them)"),
+    family_rows: int = typer.Option(200_000, help="rows of each generated matrix with --matrices families"),
+    gen_batch: int = typer.Option(32, help="completions generated together"),
     out: Path = typer.Option(Path("runs/eval")),
     compile_only: bool = typer.Option(False, help="no GPU: compile rates only"),
     no_plots: bool = typer.Option(False),
@@ -182,7 +184,8 @@ def evaluate_cmd(
 
     res = evaluate(EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint),
                               baselines=tuple(filter(None, baselines.split(","))), op=op, k=k, samples=samples,
-                              out=str(out), compile_only=compile_only, plots=not no_plots))
+                              family_rows=family_rows, gen_batch=gen_batch, out=str(out),
+                              compile_only=compile_only, plots=not no_plots))
     typer.echo((out / "eval.md").read_text())
     typer.echo(f"wrote {out}/eval.json, eval.md" + (", plots" if res.get("plots") else ""))
 
