@@ -97,10 +97,11 @@ def run_demo(cfg: DemoConfig) -> dict:
     tiny = cfg.tiny
     report: dict = {"config": cfg.__dict__}
     record = out / "stages.json"
+    identity = _identity(cfg)
     done: dict = {}
     if cfg.resume and record.exists():
         saved = json.loads(record.read_text())
-        if saved.get("config") != _identity(cfg):
+        if saved.get("config") != identity:
             ev.close()
             raise SparseRLError(f"{out} holds a demo run with other settings ({saved.get('config')}); "
                                 "run without --resume, or give another --out")
@@ -110,7 +111,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     first_todo = next((n for n in STAGES if n not in done), None)
 
     def stage(name, fn):
-        return _stage(name, fn, report, done, record, _identity(cfg))
+        return _stage(name, fn, report, done, record, identity)
 
     def resume(name: str) -> bool:
         """Only the interrupted stage continues from its checkpoint; a later one starts afresh."""

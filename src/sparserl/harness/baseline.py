@@ -38,9 +38,9 @@ def _libcusparse():
         path = None
         with open("/proc/self/maps") as maps:
             for line in maps:  # exactly libcusparse.so*, not libcusparseLt (torch loads that one too)
-                name = line.split()[-1].rsplit("/", 1)[-1]
-                if name.startswith("libcusparse.so"):
-                    path = line.split()[-1]
+                mapped = line.split()[-1]
+                if mapped.rsplit("/", 1)[-1].startswith("libcusparse.so"):
+                    path = mapped
                     break
         if path is None:
             raise RuntimeError("libcusparse is not loaded")

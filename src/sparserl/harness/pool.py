@@ -19,10 +19,10 @@ policy is generating or training beside it. Compiling and verifying need no leas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import queue
-import contextlib
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor

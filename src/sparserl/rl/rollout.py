@@ -8,7 +8,6 @@ critic's values for the same tokens. Scores come from the named reward function.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,8 +116,7 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     futures = [evaluator.submit(t, it.ref, it.op, it.k) for t, it in zip(texts, rep)]  # harness runs meanwhile
     t1 = time.perf_counter()
     mask = response_mask(ids, tok.eos_token_id, tok.pad_token_id).to(ids.device)
-    lease = evaluator.gpu_lease(ids.device) if hasattr(evaluator, "gpu_lease") else contextlib.nullcontext()
-    with lease, torch.no_grad():  # compile and verify overlap these passes; timing waits for the GPU
+    with evaluator.gpu_lease(ids.device), torch.no_grad():  # compile and verify overlap these passes; timing waits for the GPU
         logits, hidden = policy.response_forward(samples, ids, mask, hidden=value_fn is not None)
         old_logp = token_logprobs(logits, ids) * mask
         values = value_fn(hidden) * mask if value_fn is not None else None

@@ -312,7 +312,7 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     own_eval = evaluator is None
     ev = evaluator or Evaluator(HarnessConfig(
         compile_only=cfg.compile_only, regimes=(cfg.regime,), reward_regime=cfg.regime,
-        devices=(device.index,) if info.enabled and device.type == "cuda" else None))  # own GPU only
+        devices=dist.harness_devices(info, device)))
     if not cfg.compile_only and not ev.has_gpu:
         raise SparseRLError("RL needs the harness on a GPU for correctness and speed rewards; "
                             "pass --compile-only for a CPU smoke run (compile rewards only)")
@@ -320,8 +320,11 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     ckpt, state_path = out / "checkpoint", out / "state.pt"
     resuming = cfg.resume and state_path.exists() and (ckpt / "policy.json").exists()
-    policy = (Policy.load(ckpt, device=str(device)) if resuming
-              else build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device)).to(device)
+
+    def starting_policy() -> Policy:
+        return build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device).to(device)
+
+    policy = Policy.load(ckpt, device=str(device)).to(device) if resuming else starting_policy()
     value_head = ValueHead(policy.base_model.config.hidden_size).to(device) if cfg.algo == "ppo" else None
     params = [p for p in policy.parameters() if p.requires_grad] + (list(value_head.parameters()) if value_head else [])
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
@@ -347,7 +350,7 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
                         state_path)
         frozen = None
         if policy.config.lora is None:  # the KL keeps pointing at the starting policy, reloaded from cfg.model
-            frozen = build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device).to(device)
+            frozen = starting_policy()
         reference = Reference(policy, frozen=frozen, encoder_state=st.get("ref_encoder"))
     if not cfg.compile_only:
         _ = ev.pool  # start the GPU worker now, so its lease exists before the first rollout
@@ -370,7 +373,7 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     last: dict = {}
     samples_done, t_start = 0, time.perf_counter()
     try:
-        if step == 0 and val_items and cfg.eval_every > 0:  # the starting point of the learning curve
+        if step == 0 and val_items:  # the starting point of the learning curve
             logger.log(0, evaluate_heldout(policy, ev, val_items, cfg, seed=cfg.seed))
         with progress(info.is_main) as bar:
             task = bar.add_task(cfg.algo, total=cfg.steps, completed=step)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from sparserl.errors import SparseRLError
-from sparserl.train.common import cuda_defaults
+from sparserl.train.common import pick_device
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +51,22 @@ def init(device_name: str = "auto") -> tuple[DistInfo, torch.device | None]:
     import torch.distributed as dist
 
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = device_name != "cpu" and torch.cuda.is_available()
-    if device_name.startswith("cuda") and not use_cuda:
-        raise SparseRLError("--device cuda asked for, but no CUDA GPU is visible to torch")
-    if use_cuda:
+    device = pick_device(device_name)  # checks the name and sets the CUDA defaults
+    if device.type == "cuda":  # each rank its own GPU, whatever index the name gave
         if local >= torch.cuda.device_count():
             raise SparseRLError(f"LOCAL_RANK {local} but only {torch.cuda.device_count()} GPUs are visible")
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
-        cuda_defaults()
-    else:
-        device = torch.device("cpu")
     if not dist.is_initialized():
         # rank 0 evaluates alone while the others wait in a collective: allow for long evaluations
-        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(hours=2))
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=2))
     log.info("data-parallel rank %d of %d on %s", rank, world, device)
     return DistInfo(rank, world, local), device
+
+
+def harness_devices(info: DistInfo, device: torch.device) -> tuple[int, ...] | None:
+    """The GPUs this process's harness may use: its own when distributed, else all (None)."""
+    return (device.index,) if info.enabled and device.type == "cuda" else None
 
 
 def wrap(module: torch.nn.Module, info: DistInfo, device: torch.device) -> torch.nn.Module:
@@ -110,13 +110,6 @@ def check_in_sync(params: list[torch.Tensor], info: DistInfo) -> None:
     dist.all_gather_object(sums, float(s.item()))
     if max(sums) - min(sums) > 1e-6 * max(1.0, max(abs(x) for x in sums)):
         raise SparseRLError(f"data-parallel replicas diverged: parameter checksums {sums}")
-
-
-def barrier(info: DistInfo) -> None:
-    if info.enabled:
-        import torch.distributed as dist
-
-        dist.barrier()
 
 
 def shutdown(info: DistInfo) -> None:

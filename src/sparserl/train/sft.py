@@ -201,7 +201,7 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
     own_eval = evaluator is None
     ev = evaluator or Evaluator(HarnessConfig(
         compile_only=cfg.compile_only or not info.is_main, regimes=("cold",),  # rank 0 evaluates
-        devices=(device.index,) if info.enabled and device.type == "cuda" else None))
+        devices=dist.harness_devices(info, device)))
     logger = MetricLogger(out, fresh=not resuming) if info.is_main else NullLogger()
     logger.log(step, {"data/train_rows": len(train_rows), "data/val_rows": len(val_rows),
                       "model/trainable_params": sum(p.numel() for p in params)})
