@@ -51,8 +51,8 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plots(result: dict, out: Path) -> list[str]:
-    """speedup_sorted.png, family_bars.png and format_confusion_*.png; [] without matplotlib."""
+def pyplot():
+    """``matplotlib.pyplot`` on the file-only Agg backend, or None when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -60,6 +60,14 @@ def plots(result: dict, out: Path) -> list[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         log.info("matplotlib not installed: no plots")
+        return None
+    return plt
+
+
+def plots(result: dict, out: Path) -> list[str]:
+    """speedup_sorted.png, family_bars.png and format_confusion_*.png; [] without matplotlib."""
+    plt = pyplot()
+    if plt is None:
         return []
     made = []
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -7,10 +7,7 @@ namespaced scalars); the plot is optional (matplotlib), the series are not.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 SERIES = ("reward/mean", "reward/correct_rate", "heldout/correct_rate", "heldout/speedup_geomean_correct")
 
@@ -38,13 +35,10 @@ def plot_learning_curve(metrics_path: str | Path, out_png: str | Path) -> str | 
     curve = read_curve(metrics_path)
     if not any(curve.values()):
         return None
-    try:
-        import matplotlib
+    from sparserl.eval.report import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.info("matplotlib is not installed: no learning-curve plot")
+    plt = pyplot()
+    if plt is None:
         return None
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for k, ax in (("reward/mean", a), ("reward/correct_rate", a), ("heldout/speedup_geomean_correct", b),
