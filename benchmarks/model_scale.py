@@ -3,7 +3,7 @@
 Builds the policy around a randomly initialised model of the embedded default's shape or
 Qwen3-8B's shape (``--shape 8b``; bf16, LoRA on a frozen base, gradient checkpointing), then
 measures: SFT steps (peak GPU memory, step time, tokens/s), batched generation with the
-KV cache (tokens/s at ``--gen-batch``), and one PPO step (reference + value head forward,
+KV cache (tokens/s at ``--gen-batch``, per decode engine: CUDA graph vs ``generate()``), and one PPO step (reference + value head forward,
 two epochs of updates on ``--batch`` of the generated completions; peak memory and time). Prints a table and writes JSON.
 
     python benchmarks/model_scale.py --shape default --out results/scale_default.json
@@ -40,6 +40,9 @@ def main() -> int:
     ap.add_argument("--gen-tokens", type=int, default=256)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, default=Path("model_scale.json"))
+    ap.add_argument("--decode", default="graph,hf",
+                    help="decode engines to time, comma-separated (graph, static, hf); the first one's "
+                         "completions feed the PPO step")
     ap.add_argument("--cudnn-attention", action="store_true",
                     help="leave torch's cuDNN attention on (the project turns it off; this measures why)")
     args = ap.parse_args()
@@ -90,13 +93,21 @@ def main() -> int:
         step_s.append(time.perf_counter() - t)
     train_peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None
     print(f"SFT steps: {sorted(step_s)} s, peak {train_peak} GiB", flush=True)
-    t = time.perf_counter()
-    ids = policy.generate_ids([sample] * args.gen_batch, max_new_tokens=args.gen_tokens, temperature=1.0, seed=0)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    gen_s = time.perf_counter() - t
-    gen_tokens = int((ids != tok.pad_token_id).sum())  # generated tokens, padding after EOS excluded
-    print(f"generation: {gen_tokens} tokens in {gen_s:.1f} s at batch {args.gen_batch}", flush=True)
+    gen = {}
+    ids = None
+    for engine in args.decode.split(","):
+        t = time.perf_counter()
+        out = policy.generate_ids([sample] * args.gen_batch, max_new_tokens=args.gen_tokens, temperature=1.0, seed=0,
+                                  engine=engine)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        gen_s = time.perf_counter() - t
+        gen_tokens = int((out != tok.pad_token_id).sum())  # generated tokens, padding after EOS excluded
+        gen[engine] = {"tokens": gen_tokens, "seconds": gen_s, "tokens_per_s": gen_tokens / gen_s,
+                       "steps": int(out.shape[1]), "ms_per_step": 1e3 * gen_s / out.shape[1]}
+        print(f"generation ({engine}): {gen_tokens} tokens in {gen_s:.2f} s at batch {args.gen_batch} "
+              f"({gen[engine]['ms_per_step']:.2f} ms per decode step)", flush=True)
+        ids = out if ids is None else ids
     # one PPO step (policy + value head + reference forward, 2 epochs) on this rollout
     from sparserl.rl.rollout import RolloutBatch, response_mask, token_logprobs
     from sparserl.rl.trainer import Reference, RLConfig, ValueHead, _advantages, _update
@@ -116,7 +127,8 @@ def main() -> int:
         ref_lp = ref(rs, ids, rmask) * rmask
     scores = torch.randn(ids.shape[0], device=dev)
     batch = RolloutBatch(rs, [""] * ids.shape[0], ids, rmask, old, ref_lp, values, scores, [])
-    rl_cfg = RLConfig(algo="ppo", minibatch=max(1, ids.shape[0] // 2), epochs=2, device=args.device)
+    rl_cfg = RLConfig(algo="ppo", minibatch=max(1, ids.shape[0] // 2), epochs=2, device=args.device,
+                      matrices_per_step=1, samples_per_matrix=int(ids.shape[0]))  # one matrix, one group
     adv, rets = _advantages(rl_cfg, batch, 0.05)
     ppo_params = [p for p in policy.parameters() if p.requires_grad] + list(vh.parameters())
     ppo_opt = torch.optim.AdamW(ppo_params, lr=1e-5)
@@ -135,7 +147,7 @@ def main() -> int:
         "params": params, "trainable_params": trainable, "build_s": build_s,
         "sft_batch": args.batch, "sft_step_s": sorted(step_s)[len(step_s) // 2],
         "sft_tokens_per_s": ntok / sorted(step_s)[len(step_s) // 2], "sft_peak_gib": train_peak,
-        "gen_batch": args.gen_batch, "gen_tokens": gen_tokens, "gen_s": gen_s, "gen_tokens_per_s": gen_tokens / gen_s,
+        "gen_batch": args.gen_batch, "gen_tokens_requested": args.gen_tokens, "generation": gen,
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None,
     }
     print(json.dumps(res, indent=1))

@@ -42,7 +42,7 @@ def main() -> int:
             + [("none", good[i % len(good)]) for i in range(args.jobs - n_bad)])
     rng.shuffle(jobs)
     cfg = HarnessConfig(limits=PhaseLimits(verify=args.verify_timeout), cold_trials=5, warm_trials=3,
-                        regimes=("cold",))
+                        regimes=("cold",), memo=0)  # every job really runs
     t0 = time.perf_counter()
     with Evaluator(cfg) as ev:
         mat = ev.register(generate("random", 50_000, seed=0, nnz_per_row=8), "random50k")

@@ -120,7 +120,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     try:
         stage("data", lambda: {"summary": {k: v for k, v in build_sft_data(SFTDataConfig(
             out=str(out / "data"), matrices_per_family=3 if tiny else 12, min_rows=300 if tiny else 5_000,
-            max_rows=2_000 if tiny else 100_000, compile_only=cfg.compile_only, targets_per_matrix=2,
+            max_rows=2_000 if tiny else 100_000, compile_only=cfg.compile_only, targets_per_matrix=2 if tiny else 6,
             variants_per_matrix=None if tiny else 20,
             val_fraction=0.34 if tiny else 0.25, test_fraction=0.34 if tiny else 0.25, seed=cfg.seed), evaluator=ev).items()
             if k in ("matrices", "rows", "correct", "evaluations")}})
@@ -141,9 +141,9 @@ def run_demo(cfg: DemoConfig) -> dict:
             compile_only=cfg.compile_only, resume=resume("sft"), seed=cfg.seed), evaluator=ev))
         stage("ppo", lambda: train_rl(RLConfig(
             algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
-            steps=2 if tiny else 12, matrices_per_step=2 if tiny else 8, samples_per_matrix=2 if tiny else 4,
+            steps=2 if tiny else 16, matrices_per_step=2 if tiny else 8, samples_per_matrix=2 if tiny else 8,
             minibatch=2 if tiny else 16, epochs=1 if tiny else 2, max_new_tokens=64 if tiny else 1536,
-            lr=1e-4 if tiny else 3e-5, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
+            lr=1e-4 if tiny else 2e-5, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
             compile_only=cfg.compile_only, resume=resume("ppo"), seed=cfg.seed), evaluator=ev))
         stage("evaluate", lambda: {"summary": evaluate(EvalConfig(
             matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=2 if tiny else 4,

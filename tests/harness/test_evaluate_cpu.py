@@ -47,6 +47,23 @@ def test_good_kernel_and_library_compile(ev, mat) -> None:
     assert all(r.error_kind is ErrorKind.NO_GPU for r in many)
 
 
+def test_memo_shares_the_first_result(tmp_path, mat) -> None:
+    with Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path), memo=2)) as e:
+        m = e.register(generate("random", 500, seed=0, nnz_per_row=8), "random500")
+        a = e.evaluate(GOOD, m, "spmv")
+        assert e.evaluate(GOOD, m, "spmv") is a and e.memo_hits == 1
+        other = e.register(generate("random", 400, seed=1, nnz_per_row=8), "random400")
+        assert e.evaluate(GOOD, other, "spmv") is not a  # another matrix is another evaluation
+        bad = ADVERSARIAL["noop"][0]
+        e.evaluate(bad, m, "spmv")  # a third entry pushes the oldest (GOOD on m) out of a memo of 2
+        assert e.evaluate(GOOD, m, "spmv") is not a and e.memo_hits == 1
+    with Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path), memo=0)) as e:
+        m = e.register(generate("random", 500, seed=0, nnz_per_row=8), "random500")
+        assert e.evaluate(GOOD, m, "spmv") is not e.evaluate(GOOD, m, "spmv") and e.memo_hits == 0
+    with pytest.raises(SparseRLError, match="memo"):
+        HarnessConfig(memo=-1)
+
+
 def test_spmm_needs_k(ev, mat) -> None:
     with pytest.raises(SparseRLError, match="k >= 1"):
         ev.evaluate(GOOD, mat, "spmm")

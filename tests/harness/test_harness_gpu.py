@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def ev(tmp_path_factory):
-    cfg = HarnessConfig(limits=PhaseLimits(verify=3.0), cold_trials=7, warm_trials=3,
+    cfg = HarnessConfig(limits=PhaseLimits(verify=3.0), cold_trials=7, warm_trials=3, memo=0,  # every call runs
                         cache_dir=str(tmp_path_factory.mktemp("harness")))
     e = Evaluator(cfg)
     yield e

@@ -15,10 +15,12 @@ and ``compiled`` set, which is what compile-only rewards read.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import re
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,6 +73,10 @@ class HarnessConfig:
     """Compile cache, saved matrices and baselines; default $SPARSERL_CACHE_DIR or ~/.cache/sparserl."""
     compile_jobs: int = 0
     """Parallel nvcc processes in evaluate_many (0 = CPU cores)."""
+    memo: int = 4096
+    """Remember this many results: the same completion text on the same (matrix, op, k) again
+    gets the first result instead of a new run (RL samples one kernel for a matrix many times).
+    Crashes, time-outs and internal errors are not remembered. 0 turns it off."""
 
     def __post_init__(self) -> None:
         if not self.regimes or any(r not in ("cold", "warm") for r in self.regimes):
@@ -79,6 +85,8 @@ class HarnessConfig:
             raise SparseRLError(f"reward_regime {self.reward_regime!r} must be one of the timed regimes {self.regimes}")
         if self.cold_trials < 3 or self.warm_trials < 3:
             raise SparseRLError("need at least 3 timing trials per regime")
+        if self.memo < 0:
+            raise SparseRLError("memo must be >= 0")
 
     @property
     def root(self) -> Path:
@@ -118,6 +126,10 @@ class Evaluator:
         self._devices = list(self.config.devices) if self.config.devices is not None else None
         self._compile_pool = ThreadPoolExecutor(max_workers=self.config.compile_jobs or None,
                                                 thread_name_prefix="nvcc")
+        self._memo: OrderedDict[tuple, Future] = OrderedDict()
+        self._memo_lock = threading.Lock()
+        self.memo_hits = 0
+        """Submissions answered from the memo (see ``HarnessConfig.memo``)."""
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -210,12 +222,37 @@ class Evaluator:
         return self.submit(text, matrix, op, k).result()
 
     def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> Future:
-        """Evaluate asynchronously: compile on a CPU thread, then run on the next free GPU worker."""
+        """Evaluate asynchronously: compile on a CPU thread, then run on the next free GPU worker.
+
+        A completion already submitted on the same (matrix, op, k) shares the first one's result."""
         op = Op(op)
         if op is Op.SPMM and (k is None or k < 1):
             raise SparseRLError("SpMM needs k >= 1")
         if op is Op.SPMV:
             k = None
+        if not self.config.memo:
+            return self._submit(text, matrix, op, k)
+        key = (hashlib.sha256(text.encode()).hexdigest(), matrix.key, op.value, k)
+        with self._memo_lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                self.memo_hits += 1
+                return self._memo[key]
+            out = self._submit(text, matrix, op, k)
+            self._memo[key] = out
+            while len(self._memo) > self.config.memo:
+                self._memo.popitem(last=False)
+
+        def forget_infrastructure_failures(f: Future) -> None:
+            if f.result().error_kind in (ErrorKind.CRASHED, ErrorKind.TIMEOUT, ErrorKind.INTERNAL):
+                with self._memo_lock:
+                    if self._memo.get(key) is f:
+                        del self._memo[key]
+
+        out.add_done_callback(forget_infrastructure_failures)
+        return out
+
+    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None) -> Future:
         t0 = time.perf_counter()
         front = self._compile_pool.submit(self._front, text, matrix, op, k, t0)
         out: Future = Future()

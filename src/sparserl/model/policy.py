@@ -7,8 +7,9 @@ Sequence layout (one sample; the batch is left-padded to a common length)::
 The matrix tokens come from :class:`sparserl.encoding.MatrixEncoder` and enter through
 ``inputs_embeds``; the prompt names the op (and, unless ``text_prompt=False``, the shape
 and nonzero count). The loss is next-token cross-entropy on the completion tokens only.
-Generation uses the model's KV cache through ``generate(inputs_embeds=...)``, with
-temperature, top-k and top-p sampling, and stops at the end-of-kernel token.
+Generation uses a static KV cache and, on a GPU, one CUDA graph per decode step
+(:mod:`sparserl.model.decode`), with temperature, top-k and top-p sampling, and stops at the
+end-of-kernel token.
 
 Fine-tuning is LoRA through PEFT (the base model frozen) or full. A checkpoint folder holds
 the model (or only the adapters, with the base model's path), the tokenizer, the encoder's
@@ -27,6 +28,7 @@ import torch
 from sparserl.encoding import EncodingConfig, MatrixEncoder, MatrixInput
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import Op
+from sparserl.model.decode import decode
 
 log = logging.getLogger(__name__)
 
@@ -239,27 +241,27 @@ class Policy(torch.nn.Module):
 
     @torch.no_grad()
     def generate(self, samples: list[Sample], max_new_tokens: int = 1024, temperature: float = 1.0,
-                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None) -> list[str]:
+                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None, engine: str | None = None) -> list[str]:
         """Sample one completion per sample (KV cache, stops at the end-of-kernel token)."""
-        ids = self.generate_ids(samples, max_new_tokens, temperature, top_k, top_p, seed)
+        ids = self.generate_ids(samples, max_new_tokens, temperature, top_k, top_p, seed, engine)
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     @torch.no_grad()
     def generate_ids(self, samples: list[Sample], max_new_tokens: int = 1024, temperature: float = 1.0,
-                     top_k: int = 0, top_p: float = 1.0, seed: int | None = None) -> torch.Tensor:
-        """The generated token ids, (B, L) padded with the pad token after each sequence's end."""
+                     top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+                     engine: str | None = None) -> torch.Tensor:
+        """The generated token ids, (B, L) padded with the pad token after each sequence's end.
+
+        ``engine``: see :mod:`sparserl.model.decode` (default: a CUDA graph per decode step on a
+        GPU, the same loop eagerly on a CPU, ``generate()`` for models it cannot drive)."""
         if seed is not None:
             torch.manual_seed(seed)
         was_training = self.training
         self.eval()
         embeds, mask, _, _ = self._batch(self._prefix(samples))
-        do_sample = temperature > 0
-        out = self.lm.generate(
-            inputs_embeds=embeds, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
-            temperature=temperature if do_sample else None, top_k=top_k if do_sample and top_k else None,
-            top_p=top_p if do_sample and top_p < 1.0 else None, eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
-        )
+        out = decode(self.lm, embeds, mask, max_new_tokens, eos_id=self.tokenizer.eos_token_id,
+                     pad_id=self.tokenizer.pad_token_id, temperature=temperature, top_k=top_k, top_p=top_p,
+                     engine=engine)
         if was_training:
             self.train()
         return out

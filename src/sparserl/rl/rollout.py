@@ -113,7 +113,9 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     tok = policy.tokenizer
     texts = tok.batch_decode(ids, skip_special_tokens=True)
     t_gen = time.perf_counter() - t0
+    hits = getattr(evaluator, "memo_hits", 0)
     futures = [evaluator.submit(t, it.ref, it.op, it.k) for t, it in zip(texts, rep)]  # harness runs meanwhile
+    hits = getattr(evaluator, "memo_hits", 0) - hits
     t1 = time.perf_counter()
     mask = response_mask(ids, tok.eos_token_id, tok.pad_token_id).to(ids.device)
     with evaluator.gpu_lease(ids.device), torch.no_grad():  # compile and verify overlap these passes; timing waits for the GPU
@@ -131,4 +133,5 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     eval_s = [r.eval_seconds for r in results]
     return RolloutBatch(samples, texts, ids, mask, old_logp, ref_logp, values, scores, results,
                         {"time/generate": t_gen, "time/forward": t_fwd, "time/harness_wait": t_wait,
-                         "time/harness_eval_mean": float(np.mean(eval_s)) if eval_s else 0.0})
+                         "time/harness_eval_mean": float(np.mean(eval_s)) if eval_s else 0.0,
+                         "charts/harness_memo_share": hits / len(texts) if texts else 0.0})

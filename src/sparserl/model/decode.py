@@ -1,0 +1,222 @@
+"""Batched sampling on a static KV cache, one CUDA graph per decode step.
+
+``transformers``' ``generate()`` launches every small kernel of every layer from Python for
+each new token. For the default 29M model that is the whole cost: on an H200 a decode step
+of a batch of 32 took about 14 ms, while its arithmetic takes well under one. Here the
+prompt is run once (eagerly), then one decode step -- the model's forward on a
+:class:`transformers.StaticCache`, temperature/top-k/top-p sampling and the bookkeeping of
+finished rows, all on the GPU with no host synchronisation -- is captured as a CUDA graph
+and replayed for each token. The host looks at the "all finished" flag every
+``check_every`` tokens only.
+
+Engines (``engine=``, or the ``SPARSERL_DECODE`` environment variable):
+
+* ``graph``: the above (CUDA only; falls back to ``static`` if capture fails);
+* ``static``: the same loop run eagerly (CPU, or a model that cannot be captured);
+* ``hf``: ``model.generate()`` (the reference the other two are tested against);
+* ``auto`` (default): ``graph`` on CUDA, ``static`` elsewhere, and ``hf`` for a model this
+  module cannot drive (attention other than SDPA, or sliding-window layers).
+
+Sampling is the Gumbel-max trick on the filtered logits (equivalent to drawing from the
+softmax), so it needs nothing but ``torch.rand`` and stays capturable. Output: the new
+token ids, ``(B, T)``, each row padded with ``pad_id`` after its end-of-sequence token.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from sparserl.errors import SparseRLError
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("auto", "graph", "static", "hf")
+_GRAPH_BROKEN: set[str] = set()  # model classes whose capture failed once: do not retry
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Logits (B, V) with everything outside the top-k and the top-p nucleus set to -inf.
+
+    Same rule as ``transformers``' warpers: top-k first, then the smallest set of tokens whose
+    probability mass reaches ``top_p`` (the most likely token is always kept).
+    """
+    neg = torch.finfo(logits.dtype).min
+    if top_k and 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, neg)
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=False)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        drop_sorted = cum <= 1.0 - top_p
+        drop_sorted[..., -1] = False
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, neg)
+    return logits
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """One token per row of ``logits`` (B, V): argmax at temperature 0, else a softmax draw."""
+    logits = logits.float()
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    logits = filter_logits(logits / temperature, top_k, top_p)
+    u = torch.rand_like(logits).clamp_(1e-12, 1.0 - 1e-7)
+    return (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+
+
+def _text_config(lm):
+    cfg = lm.config
+    return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+
+
+def static_supported(lm) -> bool:
+    """Whether ``lm`` is a model this module can drive: SDPA attention, full attention in every layer."""
+    cfg = _text_config(lm)
+    if getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return False
+    types = getattr(cfg, "layer_types", None)
+    return not types or all(t == "full_attention" for t in types)
+
+
+def pick_engine(lm, device: torch.device, engine: str | None = None) -> str:
+    engine = engine or os.environ.get("SPARSERL_DECODE", "auto")
+    if engine not in ENGINES:
+        raise SparseRLError(f"decode engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "auto":
+        if not static_supported(lm):
+            return "hf"
+        return "graph" if device.type == "cuda" and type(lm).__name__ not in _GRAPH_BROKEN else "static"
+    if engine == "graph" and device.type != "cuda":
+        return "static"
+    return engine
+
+
+@torch.no_grad()
+def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_id: int, pad_id: int,
+           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, engine: str | None = None,
+           check_every: int = 32) -> torch.Tensor:
+    """Sample up to ``max_new_tokens`` tokens after left-padded prompts.
+
+    embeds: (B, P, d) prompt embeddings; attention_mask: (B, P), 1 on real prompt positions
+    (left padding). Returns (B, T) new token ids, T <= max_new_tokens, ``pad_id`` after each
+    row's first ``eos_id``.
+    """
+    if max_new_tokens < 1:
+        raise SparseRLError("max_new_tokens must be >= 1")
+    engine = pick_engine(lm, embeds.device, engine)
+    if engine == "hf":
+        do_sample = temperature > 0
+        return lm.generate(
+            inputs_embeds=embeds, attention_mask=attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
+            temperature=temperature if do_sample else None, top_k=top_k if do_sample and top_k else None,
+            top_p=top_p if do_sample and top_p < 1.0 else None, eos_token_id=eos_id, pad_token_id=pad_id,
+            use_cache=True)
+    try:
+        state = _StaticDecode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a model whose forward takes other inputs
+        log.warning("static-cache decoding does not fit %s (%s: %s); using generate()", type(lm).__name__,
+                    type(exc).__name__, exc)
+        return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf")
+    return state.run(graph=engine == "graph", check_every=check_every)
+
+
+def _cache_kwarg(lm) -> str:
+    """The forward's name for the cache argument: ``cache`` in newer transformers 5.x, else ``past_key_values``."""
+    import inspect
+
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+class _StaticDecode:
+    """State of one batched decode: static buffers that a captured step reads and updates in place."""
+
+    def __init__(self, lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p):
+        from transformers import StaticCache
+
+        self.lm, self.eos, self.pad = lm, eos_id, pad_id
+        self.cache_kw = _cache_kwarg(lm)
+        self.sampling = (temperature, top_k, top_p)
+        self.n = max_new_tokens
+        dev = embeds.device
+        B, P, _ = embeds.shape
+        L = P + max_new_tokens
+        self.cache = StaticCache(config=_text_config(lm), max_cache_len=L)
+        key_ok = torch.zeros(B, L, dtype=torch.bool, device=dev)
+        key_ok[:, :P] = attention_mask.bool()
+        # Prompt mask (B, 1, P, L): causal and not padding; every position sees itself, so a
+        # padding row attends to something and stays finite (its keys are masked for others).
+        i = torch.arange(P, device=dev)
+        m = (torch.arange(L, device=dev)[None, :] <= i[:, None])[None] & key_ok[:, None, :]
+        m[:, i, i] = True
+        pos = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
+        out = self._forward(inputs_embeds=embeds, mask=m[:, None], position_ids=pos, logits_to_keep=1)
+        first = sample_tokens(out.logits[:, -1], *self.sampling)
+        # static buffers of the decode step
+        self.ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
+        self.ids[:, 0] = first
+        self.finished = first == eos_id
+        self.cur = first[:, None].clone()
+        self.pos = pos[:, -1:] + 1
+        self.mask = key_ok[:, None, None, :].clone()
+        self.col = torch.tensor([P], dtype=torch.long, device=dev)
+        self.t = torch.tensor([1], dtype=torch.long, device=dev)
+
+    def _forward(self, mask, **kw):
+        # a dict of prepared masks is taken as is by transformers 5's decoder models
+        return self.lm(attention_mask={"full_attention": mask}, use_cache=True, **{self.cache_kw: self.cache}, **kw)
+
+    def step(self) -> None:
+        """Feed the last token, sample the next; reads and writes only the static buffers."""
+        self.mask.index_fill_(3, self.col, True)
+        logits = self._forward(input_ids=self.cur, mask=self.mask, position_ids=self.pos).logits[:, -1]
+        nxt = sample_tokens(logits, *self.sampling)
+        nxt = torch.where(self.finished, torch.full_like(nxt, self.pad), nxt)
+        self.ids.index_copy_(1, self.t, nxt[:, None])
+        self.finished.logical_or_(nxt == self.eos)
+        self.cur.copy_(nxt[:, None])
+        self.pos.add_(1)
+        self.col.add_(1)
+        self.t.add_(1)
+
+    def run(self, graph: bool, check_every: int) -> torch.Tensor:
+        done, todo = 1, self.n - 1
+        replay = None
+        if graph and todo > 4:
+            replay, done = self._capture(done)
+        while done < self.n:
+            if done % check_every == 0 and bool(self.finished.all()):
+                break
+            if replay is not None:
+                replay()
+            else:
+                self.step()
+            done += 1
+        ids = self.ids[:, :done]
+        is_eos = ids == self.eos
+        ends = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, torch.full_like(ids[:, 0], done))
+        return ids[:, :int(ends.max())]
+
+    def _capture(self, done: int):
+        """Warm up (real steps) on a side stream, then capture one step; None if capture fails."""
+        name = type(self.lm).__name__
+        side = torch.cuda.Stream(device=self.ids.device)
+        side.wait_stream(torch.cuda.current_stream(self.ids.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.step()
+                done += 1
+        torch.cuda.current_stream(self.ids.device).wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g):
+                self.step()
+        except Exception as exc:  # noqa: BLE001 - any capture failure means "run eagerly"
+            _GRAPH_BROKEN.add(name)
+            log.warning("CUDA graph capture of %s failed (%s: %s); decoding eagerly", name, type(exc).__name__, exc)
+            torch.cuda.synchronize(self.ids.device)
+            return None, done
+        return g.replay, done
