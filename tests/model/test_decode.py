@@ -90,6 +90,17 @@ def test_static_decode_matches_generate_greedy(tiny_hf_config, lora) -> None:
     assert first <= 5 and (st[0, first + 1:] == pad).all() and st.shape[1] <= 24
 
 
+def test_static_decode_under_autocast(tiny_hf_config) -> None:
+    """RL samples inside bf16 autocast; the static cache must not see float32 keys with bf16 values."""
+    lm = _model(tiny_hf_config)
+    embeds, mask = _prompts(tiny_hf_config.hidden_size)
+    pad, eos = tiny_hf_config.pad_token_id, tiny_hf_config.eos_token_id
+    plain = decode(lm, embeds, mask, 12, eos_id=eos, pad_id=pad, temperature=0, engine="static")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        auto = decode(lm, embeds, mask, 12, eos_id=eos, pad_id=pad, temperature=0, engine="static")
+    assert torch.equal(auto, plain)  # the weights' dtype rules, not autocast
+
+
 def test_static_decode_sampling_is_seeded_and_stops_when_all_finish(tiny_hf_config) -> None:
     lm = _model(tiny_hf_config)
     embeds, mask = _prompts(tiny_hf_config.hidden_size)

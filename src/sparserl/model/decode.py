@@ -115,12 +115,17 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
             top_p=top_p if do_sample and top_p < 1.0 else None, eos_token_id=eos_id, pad_token_id=pad_id,
             use_cache=True)
     try:
-        state = _StaticDecode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p)
+        # No autocast: under it the rotary embedding leaves keys in float32 and values in bf16,
+        # and a static cache holds one dtype. The weights' own dtype (bf16 for large models) rules.
+        with torch.autocast(embeds.device.type, enabled=False):
+            state = _StaticDecode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k,
+                                  top_p)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a model whose forward takes other inputs
         log.warning("static-cache decoding does not fit %s (%s: %s); using generate()", type(lm).__name__,
                     type(exc).__name__, exc)
         return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf")
-    return state.run(graph=engine == "graph", check_every=check_every)
+    with torch.autocast(embeds.device.type, enabled=False):
+        return state.run(graph=engine == "graph", check_every=check_every)
 
 
 def _cache_kwarg(lm) -> str:
