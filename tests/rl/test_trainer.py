@@ -207,6 +207,20 @@ def test_config_files(tmp_path: Path) -> None:
         RLConfig(algo="grpo", samples_per_matrix=1)
 
 
+def test_cli_flags_not_given_leave_the_config_file(tmp_path: Path) -> None:
+    """`sparserl ppo --config F` keeps F's booleans and out; a flag given overrides F."""
+    from sparserl.train.cli import rl_config
+
+    f = tmp_path / "run.toml"
+    f.write_text('compile_only = true\nresume = true\nsteps = 5\nout = "elsewhere"\n')
+    none = dict.fromkeys(("model", "matrices", "out", "steps", "resume", "compile_only"))
+    cfg = rl_config("ppo", f, none)
+    assert cfg.compile_only and cfg.resume and cfg.steps == 5 and cfg.out == "elsewhere" and cfg.algo == "ppo"
+    cfg = rl_config("grpo", f, none | {"compile_only": False, "steps": 2})
+    assert not cfg.compile_only and cfg.steps == 2 and cfg.algo == "grpo"
+    assert rl_config("ppo", None, none).out == "runs/ppo" and not rl_config("ppo", None, none).resume
+
+
 def test_train_minimal_entry_point(tiny_model_dir: Path, tmp_path: Path) -> None:
     from sparserl.train_minimal import main
 

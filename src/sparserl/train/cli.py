@@ -96,6 +96,19 @@ def sft_cmd(
     typer.echo(json.dumps(sft(cfg), indent=1, default=str))
 
 
+def rl_config(algo: str, config: Path | None, given: dict):
+    """RLConfig from the defaults, then the config file (if any), then the flags given (None = not given)."""
+    from sparserl.rl.trainer import RLConfig, load_config_file
+
+    over = {k: v for k, v in given.items() if v is not None} | {"algo": algo}
+    if config:  # the file's settings, then the flags given; its out (if any) beats the default
+        cfg = load_config_file(config, **over)
+        if "out" not in over and cfg.out == RLConfig.out:
+            cfg = dataclasses.replace(cfg, out=f"runs/{algo}")
+        return cfg
+    return RLConfig(**({"out": f"runs/{algo}"} | over))
+
+
 def _rl(algo: str):
     def cmd(
         config: Path = typer.Option(None, help="TOML or YAML file of RLConfig settings (flags below override it)"),
@@ -109,26 +122,20 @@ def _rl(algo: str):
         kl_coef: float = typer.Option(None),
         reward: str = typer.Option(None, help="clipped_log (default) or paper"),
         max_new_tokens: int = typer.Option(None),
-        resume: bool = typer.Option(False, help="continue from OUT/state.pt"),
-        compile_only: bool = typer.Option(False, help="no GPU: rewards from compiling only (smoke runs)"),
+        resume: bool = typer.Option(None, help="continue from OUT/state.pt [default: no-resume]"),
+        compile_only: bool = typer.Option(None, help="no GPU: rewards from compiling only (smoke runs) "
+                                                     "[default: no-compile-only]"),
         device: str = typer.Option(None),
     ) -> None:
         from sparserl.rewards import RewardConfig
-        from sparserl.rl.trainer import RLConfig, load_config_file, train_rl
+        from sparserl.rl.trainer import train_rl
 
         given = {"model": str(model) if model else None, "matrices": str(matrices) if matrices else None,
                  "out": str(out) if out else None, "steps": steps, "matrices_per_step": matrices_per_step,
                  "samples_per_matrix": samples_per_matrix, "lr": lr, "kl_coef": kl_coef,
-                 "max_new_tokens": max_new_tokens, "device": device,
+                 "max_new_tokens": max_new_tokens, "device": device, "resume": resume, "compile_only": compile_only,
                  "reward": RewardConfig(name=reward) if reward else None}
-        over = {k: v for k, v in given.items() if v is not None} | {"algo": algo, "resume": resume,
-                                                                    "compile_only": compile_only}
-        if config:  # the file's settings, then the flags given; its out (if any) beats the default
-            cfg = load_config_file(config, **over)
-            if "out" not in over and cfg.out == RLConfig.out:
-                cfg = dataclasses.replace(cfg, out=f"runs/{algo}")
-        else:
-            cfg = RLConfig(**({"out": f"runs/{algo}"} | over))
+        cfg = rl_config(algo, config, given)
         typer.echo(json.dumps(train_rl(cfg), indent=1, default=str))
 
     cmd.__doc__ = (f"Stage 3: {algo.upper()} with rewards from the harness "
