@@ -48,12 +48,27 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
+def _row_step(line: str) -> float:
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):  # a torn last line of a killed run
+        return float("inf")
+
+
 class MetricLogger:
     """Namespaced scalars to ``metrics.jsonl`` (always) and TensorBoard (when installed)."""
 
-    def __init__(self, folder: Path, fresh: bool = False):
-        """``fresh``: start ``metrics.jsonl`` anew (a new run); else append (a resumed one)."""
+    def __init__(self, folder: Path, fresh: bool = False, resumed_at: int | None = None):
+        """``fresh``: start ``metrics.jsonl`` anew (a new run); else append (a resumed one).
+
+        ``resumed_at``: the checkpoint's step when resuming; rows a killed run logged after it
+        are dropped, since those steps run again (one row per step in the file)."""
         self.path = Path(folder) / "metrics.jsonl"
+        if not fresh and resumed_at is not None and self.path.exists():
+            keep = [ln for ln in self.path.read_text().splitlines() if _row_step(ln) <= resumed_at]
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(ln + "\n" for ln in keep))
+            tmp.replace(self.path)
         self.file = self.path.open("w" if fresh else "a")
         self.tb = None
         try:
