@@ -205,3 +205,17 @@ def test_adaptive_kl() -> None:
     assert c2.update(1.0, 100) < 0.1
     fixed = AdaptiveKL(0.05, target=None)
     assert fixed.update(100.0, 1000) == 0.05
+
+
+def test_gae_lambda_one_credits_the_first_token() -> None:
+    """Why lam defaults to 1.0: one score on the last of 600 tokens and an untrained critic
+    (values 0). With lam = 1 the first token (where the format is chosen) gets the whole score;
+    with 0.95 it gets almost nothing and only the last tokens are pushed."""
+    T = 600
+    rewards = torch.zeros(1, T)
+    rewards[0, -1] = 1.0
+    values, mask = torch.zeros(1, T), torch.ones(1, T)
+    adv1, _ = gae(rewards, values, mask, 1.0, 1.0)
+    adv095, _ = gae(rewards, values, mask, 1.0, 0.95)
+    assert torch.allclose(adv1, torch.ones(1, T))
+    assert adv095[0, 0] < 1e-10 and adv095[0, -1] == 1.0

@@ -75,7 +75,11 @@ class RLConfig:
     vf_coef: float = 0.5
     vf_clip: float = 0.2
     gamma: float = 1.0
-    lam: float = 0.95
+    lam: float = 1.0
+    """GAE's lambda. 1.0: the score on the last token reaches the first tokens, where the format
+    and parameters are chosen, undiminished (less the critic's value). With 0.95 and ~670-token
+    kernels an untrained critic left the choice tokens 0.95^600 ~ 1e-13 of it, and all of PPO's
+    push landed on the last tokens of the code (the 2026-11-30 H200 runs garbled kernel endings)."""
     kl_coef: float = 0.05
     kl_target: float | None = None
     """Adaptive KL target (None: fixed kl_coef)."""

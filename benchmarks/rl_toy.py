@@ -1,0 +1,177 @@
+"""RL settings on a CPU in minutes: the kernel-choice problem with a table instead of a GPU.
+
+K kernels (real rendered library variants, cut to their first ``--chars`` characters so a tiny
+model learns them) and M generated matrices; a fixed table gives each (matrix, kernel) pair a
+speedup, with a different best kernel for each matrix. A completion that is not exactly one of
+the K kernels scores as a compile error. The tiny policy is first fine-tuned to write every
+kernel for every matrix (SFT on correct targets, as ``sparserl data build`` does), then trained
+with the project's own RL code (``collect``, ``_advantages``, ``_update``) on rewards from the
+table through the default reward function. Per step it reports the share of intact kernels
+(exactly one of the K), the share of oracle picks (the best kernel for its matrix) and the mean
+reward; one run per ``--algos`` entry from the same SFT model, side by side, and a JSON file.
+
+It answers questions about the algorithm, not the GPU: does an update damage the code tokens
+after the choice, does the choice move toward the fast kernel, and how fast.
+
+    python benchmarks/rl_toy.py --algos ppo,grpo --steps 30 --out rl_toy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import sys
+import time
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sparserl.encoding import EncodingConfig, MatrixInput
+from sparserl.harness.result import ErrorKind, EvalResult
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate
+from sparserl.model.config import TinyModelConfig, hf_config
+from sparserl.model.policy import Policy, PolicyConfig
+from sparserl.model.tokenizer import train_tokenizer
+from sparserl.rewards import RewardConfig
+from sparserl.rl.rollout import MatrixItem, collect
+from sparserl.rl.trainer import Reference, RLConfig, ValueHead, _advantages, _update
+
+FAMILIES = ("diagonal", "banded", "random", "powerlaw")
+
+
+class TableEvaluator:
+    """Stands in for the harness: a completion's result is looked up in the speedup table."""
+
+    def __init__(self, kernels: list[str], table: np.ndarray, names: list[str]):
+        self.kernels, self.table, self.names = kernels, table, names
+        self.memo_hits = 0
+
+    def submit(self, text: str, ref: str, op: Op, k: int | None) -> Future:
+        f: Future = Future()
+        text = text.strip()
+        if text not in self.kernels:
+            f.set_result(EvalResult.failure(op.value, k, ref, ErrorKind.COMPILE, "not one of the kernels"))
+        else:
+            s = float(self.table[self.names.index(ref), self.kernels.index(text)])
+            f.set_result(EvalResult(op=op.value, k=k, matrix=ref, error_kind=ErrorKind.NONE, compiled=True,
+                                    correct=True, speedup=s))
+        return f
+
+    @contextlib.contextmanager
+    def gpu_lease(self, device):
+        yield
+
+
+def sft(policy: Policy, items: list[MatrixItem], kernels: list[str], steps: int, lr: float) -> float:
+    opt = torch.optim.AdamW(policy.parameters(), lr=lr)
+    pairs = [(it.sample(), k) for it in items for k in kernels]
+    rng = np.random.default_rng(0)
+    policy.train()
+    for _ in range(steps):
+        batch = [pairs[i] for i in rng.choice(len(pairs), 16)]
+        loss = policy.loss([b[0] for b in batch], [b[1] for b in batch])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return float(loss)
+
+
+def run(algo: str, policy: Policy, items, ev: TableEvaluator, args) -> list[dict]:
+    best = [ev.kernels[int(np.argmax(ev.table[i]))] for i in range(len(items))]
+    cfg = RLConfig(algo=algo, matrices_per_step=len(items), samples_per_matrix=args.group, minibatch=16,
+                   lr=args.lr, epochs=2, kl_coef=args.kl_coef, device="cpu", bf16=False,
+                   lam=args.lam, score_baseline=args.baseline, whiten_advantages=not args.no_whiten,
+                   vf_coef=args.vf_coef)
+    vh = ValueHead(policy.base_model.config.hidden_size) if algo == "ppo" else None
+    ref = Reference(policy)
+    params = [p for p in policy.parameters() if p.requires_grad] + (list(vh.parameters()) if vh else [])
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    rng = np.random.default_rng(1)
+    value_fn = (lambda h: vh(h)) if vh is not None else None
+    rows = []
+    for step in range(args.steps + 1):
+        policy.eval()
+        batch = collect(policy, ref, value_fn, ev, items, args.group, args.max_new_tokens, 1.0, RewardConfig(),
+                        seed=1000 + step)
+        texts = [t.strip() for t in batch.texts]
+        mats = [i for i in range(len(items)) for _ in range(args.group)]
+        row = {"step": step, "intact": float(np.mean([t in ev.kernels for t in texts])),
+               "oracle": float(np.mean([t == best[m] for t, m in zip(texts, mats)])),
+               "reward": float(batch.scores.mean())}
+        rows.append(row)
+        print(f"{algo} step {step:3d}: intact {row['intact']:.2f} oracle {row['oracle']:.2f} "
+              f"reward {row['reward']:+.2f}", flush=True)
+        if step == args.steps:
+            break
+        for g in opt.param_groups:  # linear warm-up over the first --warmup RL steps
+            g["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, args.warmup))
+        adv, returns = _advantages(cfg, batch, cfg.kl_coef)
+        policy.train()
+        _update(cfg, policy, vh, opt, params, batch, adv, returns, cfg.kl_coef, rng, torch.device("cpu"))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--algos", default="ppo,grpo", help="comma-separated runs: ppo, grpo")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--group", type=int, default=8, help="samples per matrix per step")
+    ap.add_argument("--kernels", type=int, default=4)
+    ap.add_argument("--chars", type=int, default=300, help="characters kept of each kernel")
+    ap.add_argument("--sft-steps", type=int, default=300)
+    ap.add_argument("--sft-lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=2e-4, help="RL learning rate (the demo's RL/SFT ratio is 1/15)")
+    ap.add_argument("--kl-coef", type=float, default=0.05)
+    ap.add_argument("--lam", type=float, default=RLConfig.lam)
+    ap.add_argument("--baseline", default="group", help="PPO score baseline: group or none")
+    ap.add_argument("--no-whiten", action="store_true", help="PPO: leave the advantages unwhitened")
+    ap.add_argument("--warmup", type=int, default=0, help="RL steps of linear learning-rate warm-up")
+    ap.add_argument("--vf-coef", type=float, default=0.5, help="PPO: weight of the value loss")
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("rl_toy.json"))
+    args = ap.parse_args()
+    torch.manual_seed(args.seed)
+    vs = [v for v in variants("spmv") if v.format in ("CSR", "ELL", "DIA", "COO")]
+    picked = [vs[i] for i in np.random.default_rng(args.seed).choice(len(vs), args.kernels, replace=False)]
+    kernels = [v.render()[: args.chars].strip() for v in picked]
+    tok = train_tokenizer(kernels * 20, vocab_size=400)
+    shape = TinyModelConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, head_dim=32, max_position_embeddings=1024)
+    hf = hf_config(len(tok), shape, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    enc = EncodingConfig(max_nnz=32, d_pe=16, summary_tokens=4)
+    policy = Policy.from_config(hf, tok, PolicyConfig(encoding=enc), seed=args.seed)
+    mats = [generate(f, 2000, seed=i) for i, f in enumerate(FAMILIES)]
+    items = [MatrixItem(f, A, f, MatrixInput.from_matrix(A, enc), Op.SPMV, None) for f, A in zip(FAMILIES, mats)]
+    rng = np.random.default_rng(args.seed + 1)
+    table = rng.uniform(0.8, 1.6, size=(len(items), len(kernels)))
+    for i in range(len(items)):
+        table[i, i % len(kernels)] = 2.5  # a different best kernel per matrix
+    ev = TableEvaluator(kernels, table, [it.name for it in items])
+    t0 = time.perf_counter()
+    loss = sft(policy, items, kernels, args.sft_steps, args.sft_lr)
+    print(f"SFT: {args.sft_steps} steps, last loss {loss:.4f}, {time.perf_counter() - t0:.0f} s", flush=True)
+    out = {"config": {k: str(v) for k, v in vars(args).items()}, "kernel_tokens": [len(tok(k)["input_ids"]) for k in kernels],
+           "table": table.tolist(), "runs": {}}
+    for algo in args.algos.split(","):
+        t0 = time.perf_counter()
+        out["runs"][algo] = run(algo, copy.deepcopy(policy), items, ev, args)
+        print(f"{algo}: {time.perf_counter() - t0:.0f} s", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1))
+    for algo, rows in out["runs"].items():
+        first, last = rows[0], rows[-1]
+        print(f"{algo}: intact {first['intact']:.2f} -> {last['intact']:.2f}, oracle {first['oracle']:.2f} -> "
+              f"{last['oracle']:.2f}, reward {first['reward']:+.2f} -> {last['reward']:+.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
