@@ -125,7 +125,7 @@ def main() -> int:
     ap.add_argument("--group", type=int, default=8, help="samples per matrix per step")
     ap.add_argument("--kernels", type=int, default=4)
     ap.add_argument("--chars", type=int, default=300, help="characters kept of each kernel")
-    ap.add_argument("--sft-steps", type=int, default=300)
+    ap.add_argument("--sft-steps", type=int, default=500)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
     ap.add_argument("--lr", type=float, default=2e-4, help="RL learning rate (the demo's RL/SFT ratio is 1/15)")
     ap.add_argument("--kl-coef", type=float, default=0.05)
@@ -139,9 +139,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("rl_toy.json"))
     args = ap.parse_args()
     torch.manual_seed(args.seed)
-    vs = [v for v in variants("spmv") if v.format in ("CSR", "ELL", "DIA", "COO")]
-    picked = [vs[i] for i in np.random.default_rng(args.seed).choice(len(vs), args.kernels, replace=False)]
-    kernels = [v.render()[: args.chars].strip() for v in picked]
+    cut = sorted({v.render()[: args.chars].strip() for v in variants("spmv") if v.format in ("CSR", "ELL", "DIA", "COO")})
+    if len(cut) < args.kernels:  # variants can coincide in their first characters
+        sys.exit(f"only {len(cut)} distinct kernels in the first {args.chars} characters; lower --kernels")
+    kernels = [cut[i] for i in np.random.default_rng(args.seed).choice(len(cut), args.kernels, replace=False)]
     tok = train_tokenizer(kernels * 20, vocab_size=400)
     shape = TinyModelConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                             num_key_value_heads=2, head_dim=32, max_position_embeddings=1024)

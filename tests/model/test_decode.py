@@ -129,7 +129,8 @@ def test_engine_choice(tiny_hf_config) -> None:
     assert pick_engine(lm, torch.device("cpu")) == "static"
     assert pick_engine(lm, torch.device("cpu"), "graph") == "static"  # graphs need CUDA
     assert pick_engine(lm, torch.device("cuda")) == "graph"
-    lm.config._attn_implementation = "eager"  # not a model this module drives
+    lm.config._attn_implementation = "eager"  # not a model this module drives: its mask would be added, not applied
     assert pick_engine(lm, torch.device("cuda")) == "hf"
+    assert pick_engine(lm, torch.device("cpu"), "static") == "hf" and pick_engine(lm, torch.device("cuda"), "graph") == "hf"
     with pytest.raises(SparseRLError, match="decode engine"):
         pick_engine(lm, torch.device("cpu"), "fast")

@@ -39,6 +39,8 @@ from sparserl.kernels.contract import Op
 
 log = logging.getLogger(__name__)
 
+# verdicts that may say more about the machine's load or state than about the kernel
+_NOT_REMEMBERED = (ErrorKind.CRASHED, ErrorKind.TIMEOUT, ErrorKind.COMPILE_TIMEOUT, ErrorKind.INTERNAL)
 _ATOMIC = re.compile(r"\batomic[A-Z]\w*\s*\(")
 
 
@@ -76,7 +78,8 @@ class HarnessConfig:
     memo: int = 4096
     """Remember this many results: the same completion text on the same (matrix, op, k) again
     gets the first result instead of a new run (RL samples one kernel for a matrix many times).
-    Crashes, time-outs and internal errors are not remembered. 0 turns it off."""
+    Crashes, time-outs (compile included) and internal errors are not remembered. The price: a
+    racy kernel that passed its two verification runs once is not checked again. 0 turns it off."""
 
     def __post_init__(self) -> None:
         if not self.regimes or any(r not in ("cold", "warm") for r in self.regimes):
@@ -232,7 +235,7 @@ class Evaluator:
             k = None
         if not self.config.memo:
             return self._submit(text, matrix, op, k)
-        key = (hashlib.sha256(text.encode()).hexdigest(), matrix.key, op.value, k)
+        key = (hashlib.sha256(text.encode()).hexdigest(), matrix.key, matrix.name, op.value, k)
         with self._memo_lock:
             if key in self._memo:
                 self._memo.move_to_end(key)
@@ -244,7 +247,7 @@ class Evaluator:
                 self._memo.popitem(last=False)
 
         def forget_infrastructure_failures(f: Future) -> None:
-            if f.result().error_kind in (ErrorKind.CRASHED, ErrorKind.TIMEOUT, ErrorKind.INTERNAL):
+            if f.result().error_kind in _NOT_REMEMBERED:
                 with self._memo_lock:
                     if self._memo.get(key) is f:
                         del self._memo[key]

@@ -24,6 +24,7 @@ token ids, ``(B, T)``, each row padded with ``pad_id`` after its end-of-sequence
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -35,6 +36,13 @@ log = logging.getLogger(__name__)
 
 ENGINES = ("auto", "graph", "static", "hf")
 _GRAPH_BROKEN: set[str] = set()  # model classes whose capture failed once: do not retry
+_STATIC_BROKEN: set[str] = set()  # model classes whose forward refused the static-cache inputs
+
+
+def _model_name(lm) -> str:
+    """The underlying model's class (not PEFT's wrapper), for the sets above."""
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return type(base).__name__
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -82,13 +90,21 @@ def static_supported(lm) -> bool:
 
 
 def pick_engine(lm, device: torch.device, engine: str | None = None) -> str:
+    """The engine that will run: ``engine`` (or ``$SPARSERL_DECODE``, default ``auto``), downgraded
+    where it cannot work (no CUDA for ``graph``; a model this module cannot drive: ``hf``)."""
     engine = engine or os.environ.get("SPARSERL_DECODE", "auto")
     if engine not in ENGINES:
         raise SparseRLError(f"decode engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "hf":
+        return engine
+    name = _model_name(lm)
+    if not static_supported(lm) or name in _STATIC_BROKEN:
+        if engine != "auto":  # a boolean mask would be added, not applied, by eager attention
+            log.warning("decode engine %r cannot drive %s (attention %r or sliding-window layers); using generate()",
+                        engine, name, getattr(_text_config(lm), "_attn_implementation", None))
+        return "hf"
     if engine == "auto":
-        if not static_supported(lm):
-            return "hf"
-        return "graph" if device.type == "cuda" and type(lm).__name__ not in _GRAPH_BROKEN else "static"
+        return "graph" if device.type == "cuda" and name not in _GRAPH_BROKEN else "static"
     if engine == "graph" and device.type != "cuda":
         return "static"
     return engine
@@ -114,18 +130,22 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
             temperature=temperature if do_sample else None, top_k=top_k if do_sample and top_k else None,
             top_p=top_p if do_sample and top_p < 1.0 else None, eos_token_id=eos_id, pad_token_id=pad_id,
             use_cache=True)
-    try:
-        # No autocast: under it the rotary embedding leaves keys in float32 and values in bf16,
-        # and a static cache holds one dtype. The weights' own dtype (bf16 for large models) rules.
-        with torch.autocast(embeds.device.type, enabled=False):
+    # No autocast: under it the rotary embedding leaves keys in float32 and values in bf16, and a
+    # static cache holds one dtype. The weights' own dtype rules (bf16 for large models), so a
+    # float32 policy samples in float32 here while generate() would follow the autocast.
+    on_device = torch.cuda.device(embeds.device) if embeds.device.type == "cuda" else contextlib.nullcontext()
+    with on_device, torch.autocast(embeds.device.type, enabled=False):
+        try:
             state = _StaticDecode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k,
                                   top_p)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a model whose forward takes other inputs
-        log.warning("static-cache decoding does not fit %s (%s: %s); using generate()", type(lm).__name__,
-                    type(exc).__name__, exc)
-        return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf")
-    with torch.autocast(embeds.device.type, enabled=False):
-        return state.run(graph=engine == "graph", check_every=check_every)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a forward that takes other inputs
+            _STATIC_BROKEN.add(_model_name(lm))
+            log.warning("static-cache decoding does not fit %s (%s: %s); using generate() from now on",
+                        _model_name(lm), type(exc).__name__, exc)
+            state = None
+        if state is not None:
+            return state.run(graph=engine == "graph", check_every=check_every)
+    return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf")
 
 
 def _cache_kwarg(lm) -> str:
@@ -207,7 +227,7 @@ class _StaticDecode:
 
     def _capture(self, done: int):
         """Warm up (real steps) on a side stream, then capture one step; None if capture fails."""
-        name = type(self.lm).__name__
+        name = _model_name(self.lm)
         side = torch.cuda.Stream(device=self.ids.device)
         side.wait_stream(torch.cuda.current_stream(self.ids.device))
         with torch.cuda.stream(side):
@@ -217,7 +237,7 @@ class _StaticDecode:
         torch.cuda.current_stream(self.ids.device).wait_stream(side)
         g = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(g):
+            with torch.cuda.graph(g, stream=side):  # captured on this GPU's stream, not a default one
                 self.step()
         except Exception as exc:  # noqa: BLE001 - any capture failure means "run eagerly"
             _GRAPH_BROKEN.add(name)

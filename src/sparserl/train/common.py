@@ -74,7 +74,9 @@ class MetricLogger:
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(Path(folder) / "tb"))
+            # after a resume, TensorBoard drops the killed run's points past the checkpoint too
+            purge = resumed_at + 1 if not fresh and resumed_at is not None else None
+            self.tb = SummaryWriter(str(Path(folder) / "tb"), purge_step=purge)
         except Exception:  # tensorboard is optional
             log.info("tensorboard not installed: metrics go to %s only", self.path)
 
