@@ -60,6 +60,16 @@ def test_variant_subset_per_matrix(tmp_path: Path) -> None:
         SFTDataConfig(variants_per_matrix=0)
 
 
+def test_empty_split_is_reported(tmp_path: Path, caplog) -> None:
+    from sparserl.data.sft_build import make_matrices
+
+    with caplog.at_level("WARNING", logger="sparserl.data.sft_build"):
+        entries = make_matrices(SFTDataConfig(out=str(tmp_path), families=("banded",), matrices_per_family=4,
+                                              min_rows=200, max_rows=300, val_fraction=0.1, test_fraction=0.25))
+    assert {e.split for e in entries} == {"train", "test"}  # 4 x 0.1 rounds down to no validation matrix
+    assert "no matrix went to the val split" in caplog.text and "test split" not in caplog.text
+
+
 def test_read_jsonl_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"rows": [0], "cols": [0], "shape": [1, 1]}\n')

@@ -130,6 +130,11 @@ def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
         splits = ["test"] * len(files) if cfg.real_split == "test" else _splits(len(files), cfg, rng)
         for f, split in zip(files, splits):
             entries.append(MatrixEntry(f.name.split(".")[0], "real", str(f), split))
+    for split, frac in (("val", cfg.val_fraction), ("test", cfg.test_fraction)):
+        if frac > 0 and not any(e.split == split for e in entries):
+            log.warning("no matrix went to the %s split: each family's share is rounded down "
+                        "(%d per family x %.2f); raise the matrices per family or the fraction",
+                        split, cfg.matrices_per_family, frac)
     return entries
 
 

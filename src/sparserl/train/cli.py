@@ -48,6 +48,8 @@ def data_build_cmd(
     targets_per_matrix: int = typer.Option(2, help="rows per train (matrix, op, k)"),
     variants_per_matrix: int = typer.Option(None, help="evaluate this many random library variants per matrix "
                                                        "(default: all)"),
+    val_fraction: float = typer.Option(0.1, help="share of each family's matrices for validation (rounded down)"),
+    test_fraction: float = typer.Option(0.1, help="share of each family's matrices for test (rounded down)"),
     compile_only: bool = typer.Option(False, help="no GPU: targets are variants that compile (no times)"),
     seed: int = typer.Option(0),
 ) -> None:
@@ -59,7 +61,7 @@ def data_build_cmd(
                         real_dir=str(real_dir) if real_dir else None, ops=tuple(ops.split(",")),
                         ks=tuple(int(k) for k in ks.split(",")), target=target,
                         targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
-                        compile_only=compile_only, seed=seed)
+                        val_fraction=val_fraction, test_fraction=test_fraction, compile_only=compile_only, seed=seed)
     summary = build_sft_data(cfg)
     typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", "correct", "seconds")}, indent=1))
 
