@@ -39,10 +39,14 @@ _GRAPH_BROKEN: set[str] = set()  # model classes whose capture failed once: do n
 _STATIC_BROKEN: set[str] = set()  # model classes whose forward refused the static-cache inputs
 
 
+def _base(lm):
+    """The underlying model (not PEFT's wrapper)."""
+    return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+
+
 def _model_name(lm) -> str:
-    """The underlying model's class (not PEFT's wrapper), for the sets above."""
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    return type(base).__name__
+    """The underlying model's class, for the sets above."""
+    return type(_base(lm)).__name__
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -152,8 +156,7 @@ def _cache_kwarg(lm) -> str:
     """The forward's name for the cache argument: ``cache`` in newer transformers 5.x, else ``past_key_values``."""
     import inspect
 
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(_base(lm).forward).parameters else "past_key_values"
 
 
 class _StaticDecode:
