@@ -16,7 +16,7 @@ def steps(folder) -> list[int]:
 
 
 def test_resume_drops_rows_after_the_checkpoint(tmp_path) -> None:
-    log = MetricLogger(tmp_path, fresh=True)
+    log = MetricLogger(tmp_path)  # a new run
     for s in range(0, 7):
         log.log(s, {"reward": s})
     log.file.write('{"step": 7, "rew')  # killed while writing step 7
@@ -26,5 +26,5 @@ def test_resume_drops_rows_after_the_checkpoint(tmp_path) -> None:
         log.log(s, {"reward": s})
     log.close()
     assert steps(tmp_path) == list(range(0, 9))
-    MetricLogger(tmp_path, fresh=True).close()  # a new run starts the file anew
+    MetricLogger(tmp_path).close()  # a new run starts the file anew
     assert steps(tmp_path) == []

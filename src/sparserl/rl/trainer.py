@@ -363,8 +363,7 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
         _matrix_paths(cfg.matrices, "val") if (Path(cfg.matrices) / "val.jsonl").exists() else [])
     pool = MatrixPool(matrix_items(train_paths, ev, policy, cfg.ops, cfg.k), seed=cfg.seed + step + 7919 * info.rank)
     val_items = matrix_items(val_paths, ev, policy, cfg.ops, cfg.k) if info.is_main else []
-    logger = (MetricLogger(out, fresh=not resuming, resumed_at=step if resuming else None) if info.is_main
-              else NullLogger())
+    logger = MetricLogger(out, resumed_at=step if resuming else None) if info.is_main else NullLogger()
 
     def save() -> None:
         dist.check_in_sync(params, info)

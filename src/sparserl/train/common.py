@@ -58,13 +58,13 @@ def _row_step(line: str) -> float:
 class MetricLogger:
     """Namespaced scalars to ``metrics.jsonl`` (always) and TensorBoard (when installed)."""
 
-    def __init__(self, folder: Path, fresh: bool = False, resumed_at: int | None = None):
-        """``fresh``: start ``metrics.jsonl`` anew (a new run); else append (a resumed one).
-
-        ``resumed_at``: the checkpoint's step when resuming; rows a killed run logged after it
-        are dropped, since those steps run again (one row per step in the file)."""
+    def __init__(self, folder: Path, resumed_at: int | None = None):
+        """``resumed_at``: None for a new run (``metrics.jsonl`` starts anew); for a resumed one,
+        the checkpoint's step: the file is appended to, and rows a killed run logged after that
+        step are dropped, since those steps run again (one row per step in the file)."""
         self.path = Path(folder) / "metrics.jsonl"
-        if not fresh and resumed_at is not None and self.path.exists():
+        fresh = resumed_at is None
+        if not fresh and self.path.exists():
             keep = [ln for ln in self.path.read_text().splitlines() if _row_step(ln) <= resumed_at]
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(ln + "\n" for ln in keep))
@@ -75,7 +75,7 @@ class MetricLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             # after a resume, TensorBoard drops the killed run's points past the checkpoint too
-            purge = resumed_at + 1 if not fresh and resumed_at is not None else None
+            purge = None if fresh else resumed_at + 1
             self.tb = SummaryWriter(str(Path(folder) / "tb"), purge_step=purge)
         except Exception:  # tensorboard is optional
             log.info("tensorboard not installed: metrics go to %s only", self.path)

@@ -170,7 +170,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     if resuming:
         step = load_train_state(state_path, opt, rng, device)["step"]
         log.info("resumed from step %d", step)
-    logger = MetricLogger(out, fresh=not resuming, resumed_at=step if resuming else None)
+    logger = MetricLogger(out, resumed_at=step if resuming else None)
     data = batches(train_ids, cfg.batch_size, cfg.seq_len, rng)
     model.train()
     tokens_done, t_train, last = 0, 0.0, {}

@@ -202,8 +202,7 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
     ev = evaluator or Evaluator(HarnessConfig(
         compile_only=cfg.compile_only or not info.is_main, regimes=("cold",),  # rank 0 evaluates
         devices=dist.harness_devices(info, device)))
-    logger = (MetricLogger(out, fresh=not resuming, resumed_at=step if resuming else None) if info.is_main
-              else NullLogger())
+    logger = MetricLogger(out, resumed_at=step if resuming else None) if info.is_main else NullLogger()
     logger.log(step, {"data/train_rows": len(train_rows), "data/val_rows": len(val_rows),
                       "model/trainable_params": sum(p.numel() for p in params)})
     val_subset = [val_rows[i] for i in np.random.default_rng(cfg.seed).permutation(len(val_rows))[: cfg.eval_samples]]
