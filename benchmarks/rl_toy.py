@@ -80,15 +80,16 @@ def sft(policy: Policy, items: list[MatrixItem], kernels: list[str], steps: int,
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
-def run(algo: str, policy: Policy, items, ev: TableEvaluator, args) -> list[dict]:
+def run(spec: str, policy: Policy, items, ev: TableEvaluator, args) -> list[dict]:
+    algo, _, share = spec.partition("@")
     best = [ev.kernels[int(np.argmax(ev.table[i]))] for i in range(len(items))]
     cfg = RLConfig(algo=algo, matrices_per_step=len(items), samples_per_matrix=args.group, minibatch=16,
                    lr=args.lr, epochs=2, kl_coef=args.kl_coef, device="cpu", bf16=False,
                    lam=args.lam, score_baseline=args.baseline, whiten_advantages=not args.no_whiten,
-                   vf_coef=args.vf_coef)
+                   vf_coef=args.vf_coef, pg_token_share=float(share) if share else args.pg_share)
     vh = ValueHead(policy.base_model.config.hidden_size) if algo == "ppo" else None
     ref = Reference(policy)
     params = [p for p in policy.parameters() if p.requires_grad] + (list(vh.parameters()) if vh else [])
@@ -106,7 +107,7 @@ def run(algo: str, policy: Policy, items, ev: TableEvaluator, args) -> list[dict
                "oracle": float(np.mean([t == best[m] for t, m in zip(texts, mats)])),
                "reward": float(batch.scores.mean())}
         rows.append(row)
-        print(f"{algo} step {step:3d}: intact {row['intact']:.2f} oracle {row['oracle']:.2f} "
+        print(f"{spec} step {step:3d}: intact {row['intact']:.2f} oracle {row['oracle']:.2f} "
               f"reward {row['reward']:+.2f}", flush=True)
         if step == args.steps:
             break
@@ -120,7 +121,8 @@ def run(algo: str, policy: Policy, items, ev: TableEvaluator, args) -> list[dict
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algos", default="ppo,grpo", help="comma-separated runs: ppo, grpo")
+    ap.add_argument("--algos", default="ppo,grpo",
+                    help="comma-separated runs: ppo, grpo, or ALGO@SHARE (that run's --pg-share)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--group", type=int, default=8, help="samples per matrix per step")
     ap.add_argument("--kernels", type=int, default=4)
@@ -134,8 +136,13 @@ def main() -> int:
     ap.add_argument("--no-whiten", action="store_true", help="PPO: leave the advantages unwhitened")
     ap.add_argument("--warmup", type=int, default=0, help="RL steps of linear learning-rate warm-up")
     ap.add_argument("--vf-coef", type=float, default=0.5, help="PPO: weight of the value loss")
+    ap.add_argument("--pg-share", type=float, default=RLConfig.pg_token_share,
+                    help="share of tokens (highest sampling entropy) that get the policy-gradient loss")
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sft-cache", type=Path, default=None,
+                    help="file of the SFT policy's weights: loaded when it exists, else written after SFT "
+                         "(same --kernels/--chars/--seed/--sft-steps only)")
     ap.add_argument("--out", type=Path, default=Path("rl_toy.json"))
     args = ap.parse_args()
     torch.manual_seed(args.seed)
@@ -157,8 +164,14 @@ def main() -> int:
         table[i, i % len(kernels)] = 2.5  # a different best kernel per matrix
     ev = TableEvaluator(kernels, table, [it.name for it in items])
     t0 = time.perf_counter()
-    loss = sft(policy, items, kernels, args.sft_steps, args.sft_lr)
-    print(f"SFT: {args.sft_steps} steps, last loss {loss:.4f}, {time.perf_counter() - t0:.0f} s", flush=True)
+    if args.sft_cache and args.sft_cache.exists():  # the same SFT start for runs launched separately
+        policy.load_state_dict(torch.load(args.sft_cache))
+        print(f"SFT: loaded {args.sft_cache}", flush=True)
+    else:
+        loss = sft(policy, items, kernels, args.sft_steps, args.sft_lr)
+        print(f"SFT: {args.sft_steps} steps, last loss {loss:.4f}, {time.perf_counter() - t0:.0f} s", flush=True)
+        if args.sft_cache:
+            torch.save(policy.state_dict(), args.sft_cache)
     out = {"config": {k: str(v) for k, v in vars(args).items()}, "kernel_tokens": [len(tok(k)["input_ids"]) for k in kernels],
            "table": table.tolist(), "runs": {}}
     for algo in args.algos.split(","):

@@ -119,7 +119,7 @@ def run_demo(cfg: DemoConfig) -> dict:
 
     try:
         stage("data", lambda: {"summary": {k: v for k, v in build_sft_data(SFTDataConfig(
-            out=str(out / "data"), matrices_per_family=3 if tiny else 12, min_rows=300 if tiny else 5_000,
+            out=str(out / "data"), matrices_per_family=3 if tiny else 16, min_rows=300 if tiny else 5_000,
             max_rows=2_000 if tiny else 100_000, compile_only=cfg.compile_only, targets_per_matrix=2 if tiny else 6,
             variants_per_matrix=None if tiny else 20,
             val_fraction=0.34 if tiny else 0.25, test_fraction=0.34 if tiny else 0.25, seed=cfg.seed), evaluator=ev).items()
@@ -135,19 +135,19 @@ def run_demo(cfg: DemoConfig) -> dict:
             resume=resume("pretrain"), seed=cfg.seed)))
         stage("sft", lambda: sft(SFTConfig(
             data=str(out / "data"), model=str(out / "pretrain" / "model"), out=str(out / "sft"),
-            steps=20 if tiny else 400, batch_size=4 if tiny else 16, lr=3e-3 if tiny else 3e-4,
-            warmup_steps=2 if tiny else 30, max_nnz=32 if tiny else 128, eval_every=20 if tiny else 400,
+            steps=20 if tiny else 500, batch_size=4 if tiny else 16, lr=3e-3 if tiny else 3e-4,
+            warmup_steps=2 if tiny else 30, max_nnz=32 if tiny else 128, eval_every=20 if tiny else 500,
             eval_samples=4 if tiny else 32, max_new_tokens=64 if tiny else 1536, save_every=20 if tiny else 200,
             compile_only=cfg.compile_only, resume=resume("sft"), seed=cfg.seed), evaluator=ev))
         stage("ppo", lambda: train_rl(RLConfig(
             algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
             steps=2 if tiny else 16, matrices_per_step=2 if tiny else 8, samples_per_matrix=2 if tiny else 8,
             minibatch=2 if tiny else 16, epochs=1 if tiny else 2, max_new_tokens=64 if tiny else 1536,
-            lr=1e-4 if tiny else 2e-5, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
+            lr=1e-4 if tiny else 2e-5, pg_token_share=0.05, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
             compile_only=cfg.compile_only, resume=resume("ppo"), seed=cfg.seed), evaluator=ev))
         stage("evaluate", lambda: {"summary": evaluate(EvalConfig(
             matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=2 if tiny else 4,
-            max_new_tokens=64 if tiny else 1536, compile_only=cfg.compile_only,
+            max_new_tokens=64 if tiny else 1536, gen_batch=64, compile_only=cfg.compile_only,
             checkpoints=(f"sft={out / 'sft' / 'checkpoint'}", f"ppo={out / 'ppo' / 'checkpoint'}")),
             evaluator=ev)["summary"]})
         real = _real_matrix(cfg, out)

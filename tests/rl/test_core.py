@@ -20,6 +20,7 @@ from sparserl.rl.core import (  # noqa: E402
     masked_whiten,
     policy_loss,
     token_rewards,
+    top_share_mask,
     value_loss,
 )
 
@@ -219,3 +220,31 @@ def test_gae_lambda_one_credits_the_first_token() -> None:
     adv095, _ = gae(rewards, values, mask, 1.0, 0.95)
     assert torch.allclose(adv1, torch.ones(1, T))
     assert adv095[0, 0] < 1e-10 and adv095[0, -1] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("share", [0.05, 0.3, 0.999])
+def test_top_share_mask_matches_sort(seed: int, share: float) -> None:
+    g, mask, _ = ragged(seed, B=6, T=11)
+    scores = torch.rand(mask.shape, generator=g, dtype=torch.float64) - 10 * (1 - mask)  # padding scores low...
+    scores = scores + 100 * (1 - mask) * (seed % 2)  # ...or high: neither may be picked
+    got = top_share_mask(scores, mask, share)
+    vals = sorted((float(scores[b, t]) for b in range(6) for t in range(11) if mask[b, t]), reverse=True)
+    keep = max(1, round(share * len(vals)))
+    want = torch.tensor([[1.0 if mask[b, t] and float(scores[b, t]) >= vals[keep - 1] else 0.0 for t in range(11)]
+                         for b in range(6)], dtype=mask.dtype)
+    assert torch.equal(got, want)
+    assert int(got.sum()) == keep  # random scores have no ties
+    assert torch.equal(top_share_mask(scores, mask, 1.0), mask)
+    with pytest.raises(ValueError):
+        top_share_mask(scores, mask, 0.0)
+
+
+def test_top_share_mask_keeps_the_forking_tokens() -> None:
+    """A completion whose only uncertain token is the choice: a 5% share keeps just that token."""
+    mask = torch.ones(2, 40)
+    entropy = torch.full((2, 40), 1e-4)
+    entropy[:, 2] = 1.2  # 'FORMAT: <choice>'
+    got = top_share_mask(entropy, mask, 0.025)
+    assert got[:, 2].tolist() == [1.0, 1.0] and int(got.sum()) == 2
+    assert int(top_share_mask(entropy, torch.zeros(2, 40), 0.5).sum()) == 0

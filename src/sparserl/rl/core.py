@@ -126,6 +126,29 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+def top_share_mask(scores: torch.Tensor, mask: torch.Tensor, share: float) -> torch.Tensor:
+    """(B, T) mask of the ``share`` of masked tokens with the highest ``scores`` (B, T), for
+    example the sampling entropy: 1 on at least one token when any is masked, 0 elsewhere;
+    ``share >= 1`` returns ``mask``.
+
+    "Forking" tokens (Wang et al. 2025, "Beyond the 80/20 rule"): RL that updates only the
+    highest-entropy tokens keeps the near-deterministic rest of a completion intact. In a kernel
+    these are the format, strategy and parameter choices; the code that follows a choice is
+    nearly determined by it."""
+    if share >= 1.0:
+        return mask.clone()
+    if not 0.0 < share:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    m = mask > 0
+    n = int(m.sum())
+    if n == 0:
+        return torch.zeros_like(mask)
+    keep = max(1, int(round(share * n)))
+    vals = scores[m].float()
+    threshold = torch.topk(vals, keep).values[-1]
+    return ((scores.float() >= threshold) & m).to(mask.dtype)
+
+
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """1 - Var(R - V) / Var(R) over the masked tokens (1 = perfect critic, <= 0 = useless)."""
     var_r = masked_var(returns, mask)

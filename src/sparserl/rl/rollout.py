@@ -21,6 +21,7 @@ from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.model.policy import Policy, Sample
 from sparserl.rewards import RewardConfig, reward
+from sparserl.rl.core import entropy_from_logits
 
 
 @dataclass
@@ -86,6 +87,7 @@ class RolloutBatch:
     scores: torch.Tensor  # (B,) reward of each completion
     results: list[EvalResult]
     timings: dict[str, float] = field(default_factory=dict)
+    entropy: torch.Tensor | None = None  # (B, T) the old policy's entropy at each response token
 
 
 def response_mask(ids: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
@@ -121,6 +123,8 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     with evaluator.gpu_lease(ids.device), torch.no_grad():  # compile and verify overlap these passes; timing waits for the GPU
         logits, hidden = policy.response_forward(samples, ids, mask, hidden=value_fn is not None)
         old_logp = token_logprobs(logits, ids) * mask
+        entropy = entropy_from_logits(logits) * mask
+        del logits
         values = value_fn(hidden) * mask if value_fn is not None else None
         ref_logp = ref_logp_fn(samples, ids, mask) * mask
         if ids.device.type == "cuda":  # the lease goes back only once this GPU work has finished
@@ -134,4 +138,4 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     return RolloutBatch(samples, texts, ids, mask, old_logp, ref_logp, values, scores, results,
                         {"time/generate": t_gen, "time/forward": t_fwd, "time/harness_wait": t_wait,
                          "time/harness_eval_mean": float(np.mean(eval_s)) if eval_s else 0.0,
-                         "charts/harness_memo_share": hits / len(texts) if texts else 0.0})
+                         "charts/harness_memo_share": hits / len(texts) if texts else 0.0}, entropy)

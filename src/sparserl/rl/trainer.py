@@ -90,6 +90,12 @@ class RLConfig:
     """PPO: 'group' subtracts from each score the mean score of the other samples of the same
     matrix (leave-one-out) before GAE, so an untrained critic does not turn "this matrix is
     hard" into "this kernel is bad"; 'none' is the textbook score. GRPO always centres per group."""
+    pg_token_share: float = 1.0
+    """Share of each batch's response tokens that get the policy-gradient loss: those where the
+    sampling policy's entropy was highest ("forking" tokens, Wang et al. 2025). 1.0 is the
+    textbook loss on every token. Below 1 the format/strategy/parameter choices carry the update
+    and the near-deterministic code after them is left alone (the KL penalty and the critic
+    still see every token)."""
     grad_clip: float = 1.0
     reward: RewardConfig = field(default_factory=RewardConfig)
     regime: str = "cold"
@@ -111,6 +117,8 @@ class RLConfig:
             raise SparseRLError("GRPO needs samples_per_matrix >= 2 (the group)")
         if min(self.steps, self.matrices_per_step, self.samples_per_matrix, self.epochs, self.minibatch) < 1:
             raise SparseRLError("steps, matrices_per_step, samples_per_matrix, epochs and minibatch must be >= 1")
+        if not 0 < self.pg_token_share <= 1:
+            raise SparseRLError(f"pg_token_share must be in (0, 1], got {self.pg_token_share}")
         if self.lr <= 0 or not 0 < self.clip < 1:
             raise SparseRLError("need lr > 0 and 0 < clip < 1")
         if self.score_baseline not in ("group", "none"):
@@ -237,6 +245,11 @@ def _update(cfg: RLConfig, policy: Policy, value_head, opt, params, batch: Rollo
     model = model if model is not None else ActorCritic(policy, value_head)
     stats: dict[str, list[float]] = {}
     B = batch.response.shape[0]
+    pg_mask = batch.mask
+    if cfg.pg_token_share < 1.0:
+        if batch.entropy is None:
+            raise SparseRLError("pg_token_share < 1 needs the rollout's entropies")
+        pg_mask = core.top_share_mask(batch.entropy, batch.mask, cfg.pg_token_share)
     for _ in range(cfg.epochs):
         order = torch.as_tensor(rng.permutation(B), device=batch.response.device)
         for start in range(0, B, cfg.minibatch):
@@ -246,7 +259,7 @@ def _update(cfg: RLConfig, policy: Policy, value_head, opt, params, batch: Rollo
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
                 logits, values = model(samples, ids, mask)
             logp = token_logprobs(logits, ids)
-            pl = core.policy_loss(logp, batch.old_logp[idx], adv[idx], mask, cfg.clip)
+            pl = core.policy_loss(logp, batch.old_logp[idx], adv[idx], pg_mask[idx], cfg.clip)
             loss = pl.loss
             ent = core.masked_mean(core.entropy_from_logits(logits.detach()), mask)
             if values is not None:

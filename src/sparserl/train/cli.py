@@ -122,6 +122,8 @@ def _rl(algo: str):
         samples_per_matrix: int = typer.Option(None, help="completions per matrix per step (GRPO group size)"),
         lr: float = typer.Option(None),
         kl_coef: float = typer.Option(None),
+        pg_token_share: float = typer.Option(None, help="share of tokens (highest sampling entropy) that get the "
+                                                        "policy-gradient loss [default: 1.0, every token]"),
         reward: str = typer.Option(None, help="clipped_log (default) or paper"),
         max_new_tokens: int = typer.Option(None),
         resume: bool = typer.Option(None, help="continue from OUT/state.pt [default: no-resume]"),
@@ -135,6 +137,7 @@ def _rl(algo: str):
         given = {"model": str(model) if model else None, "matrices": str(matrices) if matrices else None,
                  "out": str(out) if out else None, "steps": steps, "matrices_per_step": matrices_per_step,
                  "samples_per_matrix": samples_per_matrix, "lr": lr, "kl_coef": kl_coef,
+                 "pg_token_share": pg_token_share,
                  "max_new_tokens": max_new_tokens, "device": device, "resume": resume, "compile_only": compile_only,
                  "reward": RewardConfig(name=reward) if reward else None}
         cfg = rl_config(algo, config, given)
