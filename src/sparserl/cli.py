@@ -47,12 +47,14 @@ if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest
         grpo_cmd,
         ppo_cmd,
         pretrain_cmd,
+        rescore_cmd,
         sft_cmd,
     )
 
     app.command("demo")(demo_cmd)
     app.command("generate")(generate_cmd)
     app.command("evaluate")(evaluate_cmd)
+    app.command("rescore")(rescore_cmd)
     app.command("pretrain")(pretrain_cmd)
     app.add_typer(data_app, name="data")
     app.command("sft")(sft_cmd)

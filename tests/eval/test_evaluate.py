@@ -30,6 +30,38 @@ def test_summarize() -> None:
     assert s["geomean_speedup"] == pytest.approx(2 ** 0.5) and s["geomean_speedup_covered"] == pytest.approx(2.0)
     assert s["fast_1.0"] == 0.5 and s["fast_1.5"] == 0.5 and s["per_family_geomean"] == {"banded": 2.0, "random": 1.0}
     assert s["formats"] == {"DIA": 1}
+    assert s["speedup@1"] is None  # records without per-sample speedups (older eval.json files)
+    recs["a"]["sample_speedups"] = [2.0, 0.5, None, None]
+    recs["b"]["sample_speedups"] = [None] * 4
+    assert summarize(recs, 4)["speedup@1"] == pytest.approx(1.0)
+
+
+def test_rescore_adds_speedup_at_1_from_the_saved_samples(tmp_path: Path) -> None:
+    from sparserl.errors import SparseRLError
+    from sparserl.eval.rescore import rescore
+
+    rec = lambda n, best: {"family": "banded", "n": n, "compiled": n, "correct": n, "best_speedup": best,  # noqa: E731
+                           "best_format": "DIA", "roofline": 0.5, "kinds": {}}
+    per_matrix = {"cuSPARSE": {"m0": rec(1, 1.0), "m1": rec(1, 1.0)},
+                  "library oracle": {"m0": rec(1, 3.0), "m1": rec(1, 3.0)},
+                  "sft": {"m0": rec(2, 4.0), "m1": rec(2, 2.0)}}
+    result = {"config": {"samples": 2}, "op": "spmv", "k": None, "per_matrix": per_matrix,
+              "summary": {}, "paper": {"source": "x", "gpu": "V100", "compile_rate": 0.5, "pass_at_1": 0.1,
+                                       "geomean_speedup": 1.4}, "format_confusion_vs_oracle": {}}
+    (tmp_path / "eval.json").write_text(json.dumps(result))
+    lines = [{"system": "sft", "matrix": "m0", "verdict": "none", "speedup": 4.0},
+             {"system": "sft", "matrix": "m0", "verdict": "none", "speedup": 1.0},
+             {"system": "sft", "matrix": "m1", "verdict": "incorrect", "speedup": None},
+             {"system": "sft", "matrix": "m1", "verdict": "none", "speedup": 2.0}]
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    s = rescore(tmp_path)["summary"]
+    assert s["sft"]["speedup@1"] == pytest.approx((2.0 * 2 ** 0.5) ** 0.5)
+    assert s["library oracle"]["speedup@1"] == pytest.approx(3.0) and s["cuSPARSE"]["speedup@1"] == 1.0
+    assert "speedup@1" in (tmp_path / "eval.md").read_text()
+    assert json.loads((tmp_path / "eval.json").read_text())["summary"]["sft"]["speedup@1"] == s["sft"]["speedup@1"]
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines[:3]))
+    with pytest.raises(SparseRLError, match="1 samples of sft on m1"):
+        rescore(tmp_path)
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sparserl.eval.metrics import fast_p, geomean, mean_pass_at_k, pass_at_k
+from sparserl.eval.metrics import fast_p, geomean, mean_pass_at_k, pass_at_k, speedup_at_1
 
 
 @pytest.mark.parametrize("n", range(1, 8))
@@ -36,3 +36,15 @@ def test_fast_p_and_geomean() -> None:
     assert math.isnan(geomean([])) and math.isnan(fast_p([], 1.0))
     with pytest.raises(ValueError):
         geomean([1.0, 0.0])
+
+
+def test_speedup_at_1_is_the_expected_single_sample() -> None:
+    # problem 1: samples 4x and 1x (geomean 2); problem 2: 8x and an incorrect sample (counts 1: geomean sqrt 8)
+    got = speedup_at_1([[4.0, 1.0], [8.0, None]])
+    assert got == pytest.approx(math.sqrt(2 * math.sqrt(8)))
+    # drawing one sample uniformly per problem: the mean log over all draws is the same
+    draws = [math.log(a) + math.log(b) for a in (4.0, 1.0) for b in (8.0, 1.0)]
+    assert math.log(got) == pytest.approx(sum(draws) / len(draws) / 2)
+    assert speedup_at_1([[2.0], [0.5]]) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        speedup_at_1([[2.0], []])

@@ -4,6 +4,7 @@ paper-compatible entry point works."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,15 +62,17 @@ def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model_dir: Path, mats: 
     assert r2["steps"] == 3 and steps[-1] == 3 and steps.count(3) == 1
 
 
-@pytest.mark.parametrize("algo", ["ppo", "grpo"])
-def test_update_moves_toward_rewarded_completions(algo: str, tiny_tokenizer, tiny_hf_config) -> None:
+@pytest.mark.parametrize("algo,share", [("ppo", 1.0), ("grpo", 1.0), ("ppo", 0.3), ("grpo", 0.3)])
+def test_update_moves_toward_rewarded_completions(algo: str, share: float, tiny_tokenizer, tiny_hf_config) -> None:
     """With rewards +1/-1 on alternating completions, one update raises the log-likelihood of
-    the rewarded ones relative to the penalised ones (the learning signal, not noise)."""
+    the rewarded ones relative to the penalised ones (the learning signal, not noise), also
+    when only the highest-entropy 30% of the tokens carry the policy gradient."""
     import numpy as np
 
     from sparserl.encoding import EncodingConfig, MatrixInput
     from sparserl.kernels.contract import Op
     from sparserl.model.policy import Policy, PolicyConfig, Sample
+    from sparserl.rl.core import entropy_from_logits
     from sparserl.rl.rollout import RolloutBatch, token_logprobs
     from sparserl.rl.trainer import Reference, ValueHead, _advantages, _update
 
@@ -93,8 +96,11 @@ def test_update_moves_toward_rewarded_completions(algo: str, tiny_tokenizer, tin
         logits, _ = policy.response_forward(samples, ids, mask)
         old = token_logprobs(logits, ids) * mask
         values = vh(h) * mask if vh is not None else None
-    batch = RolloutBatch(samples, [""] * 4, ids, mask, old, ref(samples, ids, mask) * mask, values, scores, [])
-    cfg = RLConfig(algo=algo, samples_per_matrix=4, minibatch=4, epochs=3, lr=1e-3, kl_coef=0.0, device="cpu")
+        entropy = entropy_from_logits(logits) * mask
+    batch = RolloutBatch(samples, [""] * 4, ids, mask, old, ref(samples, ids, mask) * mask, values, scores, [],
+                         entropy=entropy)
+    cfg = RLConfig(algo=algo, samples_per_matrix=4, minibatch=4, epochs=3, lr=1e-3, kl_coef=0.0, device="cpu",
+                   pg_token_share=share)
     adv, returns = _advantages(cfg, batch, 0.0)
     params = [p for p in policy.parameters() if p.requires_grad] + (list(vh.parameters()) if vh else [])
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
@@ -105,6 +111,10 @@ def test_update_moves_toward_rewarded_completions(algo: str, tiny_tokenizer, tin
     gain = lp1 - lp0
     assert float(gain[[0, 2]].mean()) > float(gain[[1, 3]].mean()) + 0.1, gain
     assert stats["losses/clipfrac"] >= 0 and "losses/policy_loss" in stats
+    if share < 1.0:
+        with pytest.raises(SparseRLError, match="entropies"):
+            _update(cfg, policy, vh, opt, params, dataclasses.replace(batch, entropy=None), adv, returns, 0.0,
+                    np.random.default_rng(0), torch.device("cpu"))
 
 
 def test_ppo_group_baseline_learns_on_the_hard_matrix(tiny_tokenizer, tiny_hf_config) -> None:

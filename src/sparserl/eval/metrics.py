@@ -5,6 +5,10 @@
   ``1 - C(n-c, k) / C(n, k)``, computed as a stable product.
 * ``fast_p(speedups, p)``: the share of problems whose best *correct* kernel is faster than
   ``p`` times the baseline (KernelBench's fast_p); problems with no correct kernel count as not fast.
+* ``speedup_at_1(samples)``: the speedup one sampled kernel gives, in expectation: per problem
+  the geometric mean over its samples (a sample that is not correct counts as 1.0: the user keeps
+  the baseline), then the geometric mean over problems. It is the n = 1 case of the best-of-n
+  geomean, estimated from all n samples, so systems sampled n times compare at one sample too.
 * ``geomean``: geometric mean of positive ratios.
 """
 
@@ -49,3 +53,14 @@ def geomean(values: Iterable[float]) -> float:
     if any(v <= 0 for v in vals):
         raise ValueError("geometric mean needs positive values")
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def speedup_at_1(samples: Sequence[Sequence[float | None]]) -> float:
+    """Expected single-sample speedup: one list per problem of its samples' speedups (None = not
+    correct, counted as 1.0); geomean within each problem, then geomean over problems."""
+    per = []
+    for s in samples:
+        if not s:
+            raise ValueError("a problem with no samples")
+        per.append(math.exp(sum(math.log(v) if v is not None else 0.0 for v in s) / len(s)))
+    return geomean(per)

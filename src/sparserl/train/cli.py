@@ -202,6 +202,16 @@ def evaluate_cmd(
     typer.echo(f"wrote {out}/eval.json, eval.md" + (", plots" if res.get("plots") else ""))
 
 
+def rescore_cmd(
+    folder: Path = typer.Argument(..., exists=True, file_okay=False, help="a 'sparserl evaluate' output folder"),
+) -> None:
+    """Recompute an evaluation's summary and eval.md from its eval.json and completions.jsonl (no GPU)."""
+    from sparserl.eval.rescore import rescore
+
+    rescore(folder)
+    typer.echo((folder / "eval.md").read_text())
+
+
 def demo_cmd(
     out: Path = typer.Option(Path("runs/demo"), help="output folder"),
     tiny: bool = typer.Option(False, help="tiny model and data (minutes on a CPU)"),
