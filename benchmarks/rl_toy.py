@@ -25,7 +25,6 @@ import json
 import sys
 import time
 from concurrent.futures import Future
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

@@ -143,7 +143,7 @@ def run_demo(cfg: DemoConfig) -> dict:
             algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
             steps=2 if tiny else 16, matrices_per_step=2 if tiny else 8, samples_per_matrix=2 if tiny else 8,
             minibatch=2 if tiny else 16, epochs=1 if tiny else 2, max_new_tokens=64 if tiny else 1536,
-            lr=1e-4 if tiny else 2e-5, pg_token_share=0.05, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
+            lr=1e-4 if tiny else 2e-5, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
             compile_only=cfg.compile_only, resume=resume("ppo"), seed=cfg.seed), evaluator=ev))
         stage("evaluate", lambda: {"summary": evaluate(EvalConfig(
             matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=2 if tiny else 4,

@@ -127,7 +127,7 @@ def test_ppo_group_baseline_learns_on_the_hard_matrix(tiny_tokenizer, tiny_hf_co
     from sparserl.kernels.contract import Op
     from sparserl.model.policy import Policy, PolicyConfig, Sample
     from sparserl.rl.rollout import RolloutBatch, token_logprobs
-    from sparserl.rl.trainer import Reference, ValueHead, _advantages, _update
+    from sparserl.rl.trainer import ValueHead, _advantages, _update
 
     enc = EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2)
     policy = Policy.from_config(tiny_hf_config, tiny_tokenizer, PolicyConfig(encoding=enc), seed=0)
@@ -148,7 +148,8 @@ def test_ppo_group_baseline_learns_on_the_hard_matrix(tiny_tokenizer, tiny_hf_co
         old = token_logprobs(policy.response_forward(samples, ids, mask)[0], ids) * mask
         values = vh(h) * mask
     batch = RolloutBatch(samples, [""] * 4, ids, mask, old, old.clone(), values, scores, [])
-    cfg = RLConfig(algo="ppo", samples_per_matrix=2, minibatch=4, epochs=3, lr=1e-3, kl_coef=0.0, device="cpu")
+    cfg = RLConfig(algo="ppo", samples_per_matrix=2, minibatch=4, epochs=3, lr=1e-3, kl_coef=0.0, device="cpu",
+                   pg_token_share=1.0)  # every token: this test is about the baseline, not the token mask
     assert cfg.score_baseline == "group"
     adv, returns = _advantages(cfg, batch, 0.0)
     first_adv = adv[torch.arange(4), mask.long().argmax(1)]

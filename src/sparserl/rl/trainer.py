@@ -90,12 +90,14 @@ class RLConfig:
     """PPO: 'group' subtracts from each score the mean score of the other samples of the same
     matrix (leave-one-out) before GAE, so an untrained critic does not turn "this matrix is
     hard" into "this kernel is bad"; 'none' is the textbook score. GRPO always centres per group."""
-    pg_token_share: float = 1.0
+    pg_token_share: float = 0.05
     """Share of each batch's response tokens that get the policy-gradient loss: those where the
-    sampling policy's entropy was highest ("forking" tokens, Wang et al. 2025). 1.0 is the
+    sampling policy's entropy was highest ("forking" tokens, Wang et al. 2025); 1.0 is the
     textbook loss on every token. Below 1 the format/strategy/parameter choices carry the update
     and the near-deterministic code after them is left alone (the KL penalty and the critic
-    still see every token)."""
+    still see every token). On the H200 (2026-11-30, default tiny model, lr 2e-5, 16 steps)
+    0.05 kept held-out correctness (93.8% -> 94.9% PPO, 99.4% GRPO) while an earlier all-token
+    run lost a fifth of its compiles to garbled code; not a controlled ablation (lambda differed)."""
     grad_clip: float = 1.0
     reward: RewardConfig = field(default_factory=RewardConfig)
     regime: str = "cold"

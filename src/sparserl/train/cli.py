@@ -123,7 +123,7 @@ def _rl(algo: str):
         lr: float = typer.Option(None),
         kl_coef: float = typer.Option(None),
         pg_token_share: float = typer.Option(None, help="share of tokens (highest sampling entropy) that get the "
-                                                        "policy-gradient loss [default: 1.0, every token]"),
+                                                        "policy-gradient loss [default: 0.05; 1.0 = every token]"),
         reward: str = typer.Option(None, help="clipped_log (default) or paper"),
         max_new_tokens: int = typer.Option(None),
         resume: bool = typer.Option(None, help="continue from OUT/state.pt [default: no-resume]"),
