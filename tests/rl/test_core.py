@@ -233,8 +233,8 @@ def test_top_share_mask_matches_sort(seed: int, share: float) -> None:
     keep = max(1, round(share * len(vals)))
     want = torch.tensor([[1.0 if mask[b, t] and float(scores[b, t]) >= vals[keep - 1] else 0.0 for t in range(11)]
                          for b in range(6)], dtype=mask.dtype)
-    assert torch.equal(got, want)
-    assert int(got.sum()) == keep  # random scores have no ties
+    assert torch.equal(got, want)  # random scores have no ties
+    assert int(got.sum()) == keep
     assert torch.equal(top_share_mask(scores, mask, 1.0), mask)
     with pytest.raises(ValueError):
         top_share_mask(scores, mask, 0.0)
@@ -248,3 +248,12 @@ def test_top_share_mask_keeps_the_forking_tokens() -> None:
     got = top_share_mask(entropy, mask, 0.025)
     assert got[:, 2].tolist() == [1.0, 1.0] and int(got.sum()) == 2
     assert int(top_share_mask(entropy, torch.zeros(2, 40), 0.5).sum()) == 0
+    # ties at the cut-off: still exactly the share (5% of 80 = 4: the two choices and two others)
+    got = top_share_mask(entropy, mask, 0.05)
+    assert int(got.sum()) == 4 and got[:, 2].tolist() == [1.0, 1.0]
+    half = torch.ones(2, 40)
+    half[1, 20:] = 0  # padding is never picked, even with the highest score
+    padded = entropy.clone()
+    padded[1, 20:] = 99.0
+    got = top_share_mask(padded, half, 0.1)
+    assert int(got.sum()) == 6 and float((got * (1 - half)).sum()) == 0

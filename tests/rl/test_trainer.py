@@ -36,6 +36,18 @@ def base(tiny_model_dir: Path, mats: Path, out: Path, **kw) -> RLConfig:
                         "eval_every": 2, "save_every": 1} | kw))
 
 
+def test_logprobs_and_entropy_match_the_whole_batch_formulas() -> None:
+    from sparserl.rl.core import entropy_from_logits
+    from sparserl.rl.rollout import logprobs_and_entropy, token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, 5, 11, generator=g).to(torch.bfloat16)
+    ids = torch.randint(0, 11, (7, 5), generator=g)
+    lp, ent = logprobs_and_entropy(logits, ids, rows=3)  # chunks of 3, 3 and 1 rows
+    assert lp.dtype == ent.dtype == torch.float32 and lp.shape == ent.shape == (7, 5)
+    assert torch.allclose(lp, token_logprobs(logits, ids)) and torch.allclose(ent, entropy_from_logits(logits))
+
+
 def test_response_mask() -> None:
     ids = torch.tensor([[5, 6, 2, 0, 0], [5, 2, 7, 2, 0], [5, 6, 7, 8, 9]])
     m = response_mask(ids, eos_id=2, pad_id=0)

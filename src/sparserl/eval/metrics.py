@@ -9,6 +9,9 @@
   the geometric mean over its samples (a sample that is not correct counts as 1.0: the user keeps
   the baseline), then the geometric mean over problems. It is the n = 1 case of the best-of-n
   geomean, estimated from all n samples, so systems sampled n times compare at one sample too.
+  As in the best-of-n geomean, a correct kernel slower than the baseline counts at its speed
+  (below 1.0) while an incorrect one counts 1.0; compare it with the correct rate beside it
+  (a system that fails instead of writing slow kernels would gain).
 * ``geomean``: geometric mean of positive ratios.
 """
 

@@ -128,8 +128,8 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 def top_share_mask(scores: torch.Tensor, mask: torch.Tensor, share: float) -> torch.Tensor:
     """(B, T) mask of the ``share`` of masked tokens with the highest ``scores`` (B, T), for
-    example the sampling entropy: 1 on at least one token when any is masked, 0 elsewhere;
-    ``share >= 1`` returns ``mask``.
+    example the sampling entropy: 1 on exactly ``max(1, round(share * n))`` of the ``n`` masked
+    tokens (ties broken by position), 0 elsewhere; ``share >= 1`` returns ``mask``.
 
     "Forking" tokens (Wang et al. 2025, "Beyond the 80/20 rule"): RL that updates only the
     highest-entropy tokens keeps the near-deterministic rest of a completion intact. In a kernel
@@ -144,9 +144,10 @@ def top_share_mask(scores: torch.Tensor, mask: torch.Tensor, share: float) -> to
     if n == 0:
         return torch.zeros_like(mask)
     keep = max(1, int(round(share * n)))
-    vals = scores[m].float()
-    threshold = torch.topk(vals, keep).values[-1]
-    return ((scores.float() >= threshold) & m).to(mask.dtype)
+    flat = torch.where(m, scores.float(), torch.tensor(float("-inf"), device=scores.device)).reshape(-1)
+    out = torch.zeros(flat.shape, dtype=mask.dtype, device=mask.device)
+    out[torch.topk(flat, keep).indices] = 1  # exactly keep tokens, even among ties
+    return out.view(mask.shape)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

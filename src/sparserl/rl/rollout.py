@@ -21,7 +21,6 @@ from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.model.policy import Policy, Sample
 from sparserl.rewards import RewardConfig, reward
-from sparserl.rl.core import entropy_from_logits
 
 
 @dataclass
@@ -105,6 +104,18 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[..., None]).squeeze(-1)
 
 
+def logprobs_and_entropy(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(ids), entropy), both (B, T) in float32, from one log-softmax per ``rows`` sequences:
+    a float32 copy of the whole (B, T, V) logits would be tens of GB with a 150k-token vocabulary."""
+    lp, ent = [], []
+    for i in range(0, logits.shape[0], rows):
+        logp = torch.log_softmax(logits[i:i + rows].float(), dim=-1)
+        lp.append(logp.gather(-1, ids[i:i + rows, :, None]).squeeze(-1))
+        ent.append(-(logp.exp() * logp).sum(-1))
+        del logp
+    return torch.cat(lp), torch.cat(ent)
+
+
 def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
             max_new_tokens: int, temperature: float, reward_cfg: RewardConfig, seed: int) -> RolloutBatch:
     """Sample, score and annotate one batch (``len(items) * samples_per_item`` completions)."""
@@ -122,8 +133,8 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     mask = response_mask(ids, tok.eos_token_id, tok.pad_token_id).to(ids.device)
     with evaluator.gpu_lease(ids.device), torch.no_grad():  # compile and verify overlap these passes; timing waits for the GPU
         logits, hidden = policy.response_forward(samples, ids, mask, hidden=value_fn is not None)
-        old_logp = token_logprobs(logits, ids) * mask
-        entropy = entropy_from_logits(logits) * mask
+        old_logp, entropy = logprobs_and_entropy(logits, ids)
+        old_logp, entropy = old_logp * mask, entropy * mask
         del logits
         values = value_fn(hidden) * mask if value_fn is not None else None
         ref_logp = ref_logp_fn(samples, ids, mask) * mask
