@@ -89,12 +89,29 @@ def main() -> None:
         typer.echo("aborted", err=True)
         sys.exit(1)
     except Exception as exc:  # click usage errors come through here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
+        if isinstance(exc, _click_errors()):
             exc.show()
             sys.exit(exc.exit_code)
         raise
+
+
+def _click_errors() -> tuple[type, ...]:
+    """Click's usage-error class, and the copy of click that newer typer releases vendor
+    (``typer._click``): a missing file argument raises the latter, which is not a subclass."""
+    types: list[type] = []
+    try:
+        import click
+
+        types.append(click.ClickException)
+    except ImportError:
+        pass
+    try:
+        from typer._click.exceptions import ClickException
+
+        types.append(ClickException)
+    except ImportError:
+        pass
+    return tuple(types)
 
 
 if __name__ == "__main__":

@@ -155,3 +155,11 @@ def test_subprocess_bad_file_is_one_error_line_and_exit_2(tmp_path: Path) -> Non
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "BAD.mtx: line 3" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_subprocess_missing_file_argument_is_a_usage_error(tmp_path: Path) -> None:
+    """typer >= 0.2x raises its own vendored click's BadParameter for a missing file: still a
+    usage message and exit 2, not a traceback."""
+    proc = _run_cli("check-kernel", str(tmp_path / "absent.cu"), "--matrix", str(tmp_path / "absent.mtx"))
+    assert proc.returncode == 2, proc.stderr
+    assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
