@@ -45,7 +45,14 @@ def test_logprobs_and_entropy_match_the_whole_batch_formulas() -> None:
     ids = torch.randint(0, 11, (7, 5), generator=g)
     lp, ent = logprobs_and_entropy(logits, ids, rows=3)  # chunks of 3, 3 and 1 rows
     assert lp.dtype == ent.dtype == torch.float32 and lp.shape == ent.shape == (7, 5)
-    assert torch.allclose(lp, token_logprobs(logits, ids)) and torch.allclose(ent, entropy_from_logits(logits))
+    whole = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[..., None]).squeeze(-1)
+    assert torch.allclose(lp, whole) and torch.allclose(ent, entropy_from_logits(logits))
+    assert torch.equal(token_logprobs(logits, ids, rows=3), lp) and torch.equal(token_logprobs(logits, ids), lp)
+    # the chunked log-probs keep their gradient (the PPO update differentiates through them)
+    leaf = logits.float().requires_grad_()
+    token_logprobs(leaf, ids, rows=3).sum().backward()
+    want = torch.autograd.grad(torch.log_softmax(leaf, -1).gather(-1, ids[..., None]).sum(), leaf)[0]
+    assert torch.allclose(leaf.grad, want)
 
 
 def test_response_mask() -> None:

@@ -99,20 +99,24 @@ def response_mask(ids: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
     return mask.to(torch.float32)
 
 
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+def _log_softmax_rows(logits: torch.Tensor, rows: int):
+    """(row slice, float32 log-softmax of those rows) for ``rows`` sequences at a time: a float32
+    copy of the whole (B, T, V) logits would be tens of GB with a 150k-token vocabulary."""
+    for i in range(0, logits.shape[0], rows):
+        yield slice(i, i + rows), torch.log_softmax(logits[i:i + rows].float(), dim=-1)
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4) -> torch.Tensor:
     """log p(ids) under logits: (B, T, V), (B, T) -> (B, T), in float32."""
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[..., None]).squeeze(-1)
+    return torch.cat([logp.gather(-1, ids[sl, :, None]).squeeze(-1) for sl, logp in _log_softmax_rows(logits, rows)])
 
 
 def logprobs_and_entropy(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log p(ids), entropy), both (B, T) in float32, from one log-softmax per ``rows`` sequences:
-    a float32 copy of the whole (B, T, V) logits would be tens of GB with a 150k-token vocabulary."""
+    """(log p(ids), entropy), both (B, T) in float32, from one log-softmax per ``rows`` sequences."""
     lp, ent = [], []
-    for i in range(0, logits.shape[0], rows):
-        logp = torch.log_softmax(logits[i:i + rows].float(), dim=-1)
-        lp.append(logp.gather(-1, ids[i:i + rows, :, None]).squeeze(-1))
+    for sl, logp in _log_softmax_rows(logits, rows):
+        lp.append(logp.gather(-1, ids[sl, :, None]).squeeze(-1))
         ent.append(-(logp.exp() * logp).sum(-1))
-        del logp
     return torch.cat(lp), torch.cat(ent)
 
 
