@@ -6,7 +6,7 @@
 
 ``plan`` converts on the host (the conversion cost is in the report) and keeps the device
 buffers; ``__call__`` allocates y, applies the contract's output policy and launches the
-LAUNCH lines. The kernel is compiled for the GPU at hand (nvcc, cached).
+LAUNCH lines. The kernel is compiled for the GPU at hand (NVRTC or nvcc, cached).
 """
 
 from __future__ import annotations

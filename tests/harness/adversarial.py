@@ -76,4 +76,10 @@ ADVERSARIAL: dict[str, tuple[str, str]] = {
     "bad_launch_expression": (GOOD.replace("ceil_div(m, 256)", "__import__('os').getpid()"), "contract_error"),
 }
 
+# Writes a 4 MB band of garbage starting 1 MB past y, far beyond the poisoned guard. Its own
+# verdict depends on what the allocator put there (nothing, another buffer, unmapped memory), so
+# the GPU test asserts only that later jobs on every resident matrix are not blamed for it.
+FAR_WRITE = csr(f"if (row >= m) return; {DOT} y[row] = sum; "
+                "for (int i = row; i < (1 << 20); i += m) y[(size_t)m + (1 << 18) + i] = 1e30f;")
+
 RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit"}

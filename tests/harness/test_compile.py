@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sparserl.harness.compile import CompileOptions, compile_many, compile_source, find_nvcc, parse_ptxas
+from sparserl.harness import nvrtc
+from sparserl.harness.compile import (CompileOptions, available_backend, compile_many, compile_source, find_nvcc,
+                                      parse_ptxas)
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+needs_nvrtc = pytest.mark.skipif(nvrtc.load_nvrtc() is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+NVCC = CompileOptions(backend="nvcc")
+NVRTC = CompileOptions(backend="nvrtc")
 
 GOOD = """
 extern "C" __global__ void spmv_kernel(int m, int n, int nnz, const int* __restrict__ row_ptr,
@@ -61,9 +66,66 @@ def test_timeout_is_a_value_and_not_cached(tmp_path: Path) -> None:
     assert compile_source(GOOD, cache_dir=tmp_path).ok
 
 
-def test_missing_compiler_is_a_value(tmp_path: Path) -> None:
-    r = compile_source(GOOD, CompileOptions(nvcc=str(tmp_path / "no-nvcc")), cache_dir=tmp_path)
+def test_missing_compiler_is_a_value(tmp_path: Path, monkeypatch) -> None:
+    r = compile_source(GOOD, CompileOptions(nvcc=str(tmp_path / "no-nvcc"), backend="nvcc"), cache_dir=tmp_path)
     assert not r.ok and r.error_kind == "no_compiler" and "nvcc" in r.log
+    monkeypatch.setattr(nvrtc, "load_nvrtc", lambda: None)
+    r = compile_source(GOOD, NVRTC, cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "no_compiler" and "NVRTC" in r.log
+    r = compile_source(GOOD, CompileOptions(nvcc=str(tmp_path / "no-nvcc")), cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "no_compiler" and "NVRTC or nvcc" in r.log
+
+
+def test_bad_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="backend"):
+        CompileOptions(backend="clang")
+
+
+def test_nvrtc_options_translate_nvcc_flags(tmp_path: Path) -> None:
+    (tmp_path / "cccl").mkdir()
+    opts = nvrtc.nvrtc_options("sm_90", ("-O3", "--std=c++17", "-DX=1"), tmp_path)
+    assert opts == ["--gpu-architecture=sm_90", "--ptxas-options=-v", "--std=c++17", "-DX=1",
+                    f"--include-path={tmp_path / 'cccl'}", f"--include-path={tmp_path}"]
+    assert nvrtc.nvrtc_options("sm_80", (), None) == ["--gpu-architecture=sm_80", "--ptxas-options=-v"]
+
+
+@needs_nvrtc
+def test_nvrtc_builds_caches_and_reports_like_nvcc(tmp_path: Path) -> None:
+    first = compile_source(GOOD, NVRTC, cache_dir=tmp_path)
+    assert first.ok and first.backend == "nvrtc" and not first.cached and Path(first.cubin_path).stat().st_size > 0
+    assert Path(first.cubin_path).read_bytes()[:4] == b"\x7fELF"  # a cubin, not PTX
+    again = compile_source(GOOD, NVRTC, cache_dir=tmp_path)
+    assert again.cached and again.key == first.key and again.backend == "nvrtc"
+    assert available_backend(CompileOptions()) == "nvrtc"  # auto prefers it
+    if find_nvcc() is not None:
+        by_nvcc = compile_source(GOOD, NVCC, cache_dir=tmp_path)
+        assert by_nvcc.key != first.key and by_nvcc.backend == "nvcc"
+        assert by_nvcc.resources == first.resources and first.resources[0].name == "spmv_kernel"
+
+
+@needs_nvrtc
+def test_nvrtc_errors_and_timeouts_are_values(tmp_path: Path) -> None:
+    bad = GOOD.replace("s += val[j]", "s += undefined_thing[j]")
+    r = compile_source(bad, NVRTC, cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "compile_error" and "undefined_thing" in r.log and r.cubin_path is None
+    assert compile_source(bad, NVRTC, cache_dir=tmp_path).cached
+    slow = compile_source(GOOD + "// timeout\n", CompileOptions(backend="nvrtc", timeout_s=1e-4), cache_dir=tmp_path)
+    assert not slow.ok and slow.error_kind == "timeout" and "limit" in slow.log
+    assert compile_source(GOOD + "// timeout\n", NVRTC, cache_dir=tmp_path).ok  # not cached as failed
+
+
+@needs_nvrtc
+@needs_nvcc
+def test_auto_builds_with_nvcc_what_nvrtc_rejects(tmp_path: Path) -> None:
+    """<stdint.h> is a host header: NVRTC has none, nvcc finds the system's; a verdict must not
+    depend on which backend the machine has, so 'auto' asks nvcc too."""
+    src = "#include <stdint.h>\n" + GOOD
+    strict = compile_source(src, NVRTC, cache_dir=tmp_path)
+    assert not strict.ok and "stdint.h" in strict.log
+    auto = compile_source(src, cache_dir=tmp_path)
+    assert auto.ok and auto.backend == "nvcc"
+    broken = compile_source(GOOD.replace("y[i] = s;", "y[i] = s"), cache_dir=tmp_path)
+    assert not broken.ok and broken.error_kind == "compile_error" and broken.backend == "nvcc"
 
 
 @needs_nvcc

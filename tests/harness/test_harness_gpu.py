@@ -14,7 +14,7 @@ from sparserl.harness.pool import PhaseLimits
 from sparserl.harness.result import ErrorKind
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
-from tests.harness.adversarial import ADVERSARIAL, GOOD
+from tests.harness.adversarial import ADVERSARIAL, FAR_WRITE, GOOD
 
 pytestmark = pytest.mark.gpu
 
@@ -57,6 +57,18 @@ def test_crash_and_hang_restart_the_worker(ev, mat) -> None:
     assert ev.evaluate(ADVERSARIAL["infinite_loop"][0], mat, "spmv").error_kind is ErrorKind.TIMEOUT
     assert ev.pool.restarts == before + 2
     assert ev.evaluate(GOOD, mat, "spmv").ok
+
+
+def test_a_far_write_is_not_blamed_on_later_jobs(ev, mat) -> None:
+    """A kernel that scribbles far past y (out of the guard's sight) may damage another resident
+    matrix; the worker checks a matrix against its pristine copy before each job's first launch
+    and rebuilds it, so a correct kernel on either matrix afterwards is still judged correct."""
+    other = ev.register(generate("banded", 30_000, seed=5), "banded30k")
+    assert ev.evaluate(GOOD, other, "spmv").ok  # resident in the worker from now on
+    ev.evaluate(FAR_WRITE, mat, "spmv")  # its own verdict depends on what lies past y
+    for m in (other, mat):
+        after = ev.evaluate(GOOD, m, "spmv")
+        assert after.ok, (m.name, after.error_kind, after.message)
 
 
 @pytest.mark.parametrize("fmt", ["CSR", "COO", "ELL", "SELL", "HYB"])

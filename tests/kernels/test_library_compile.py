@@ -1,4 +1,5 @@
-"""Every library variant compiles with nvcc for sm_90 (no GPU needed), in parallel, cached.
+"""Every library variant compiles with nvcc for sm_90 (no GPU needed), in parallel, cached;
+and with NVRTC where its library is installed, to the same ptxas resource report.
 
 Uses the user compile cache (``$SPARSERL_CACHE_DIR`` or ``~/.cache/sparserl``) so reruns
 are fast; a fresh machine (CI) compiles everything. The cache behaviour itself is
@@ -12,6 +13,7 @@ from collections import Counter
 import pytest
 
 from sparserl.harness.compile import CompileOptions, compile_many, find_nvcc
+from sparserl.harness.nvrtc import load_nvrtc
 from sparserl.kernels.contract import FORMAT_NAMES, Op, split_completion
 from sparserl.kernels.library import all_variants, variants
 
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUD
 def compiled():
     vs = all_variants()
     codes = [split_completion(v.render(), v.op)[1] for v in vs]
-    return list(zip(vs, compile_many(codes, CompileOptions(arch="sm_90"))))
+    return list(zip(vs, compile_many(codes, CompileOptions(arch="sm_90", backend="nvcc"))))
 
 
 def test_all_variants_compile_for_sm90(compiled) -> None:
@@ -55,3 +57,14 @@ def test_every_op_and_format_has_variants() -> None:
     assert {"csr_scalar", "csr_vector", "csr_merge", "coo_atomic", "coo_segmented", "ell_rows",
             "sell_lanes", "dia_rows", "bsr_group", "hyb_ell_coo"} <= strategies
     assert {v.t("tpr") for v in variants(Op.SPMV, "CSR") if v.strategy == "csr_vector"} == {2, 4, 8, 16, 32}
+
+
+@pytest.mark.skipif(load_nvrtc() is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+def test_nvrtc_builds_every_variant_with_nvccs_resources(compiled) -> None:
+    codes = [split_completion(v.render(), v.op)[1] for v, _ in compiled]
+    by_nvrtc = compile_many(codes, CompileOptions(arch="sm_90", backend="nvrtc"))
+    failed = [(v.id, r.log[-800:]) for (v, _), r in zip(compiled, by_nvrtc) if not r.ok]
+    assert not failed, failed
+    assert all(r.backend == "nvrtc" for r in by_nvrtc) and all(r.backend == "nvcc" for _, r in compiled)
+    differ = [(v.id, a.resources, b.resources) for (v, a), b in zip(compiled, by_nvrtc) if a.resources != b.resources]
+    assert not differ, differ[:3]

@@ -56,20 +56,14 @@ class Corpus:
 
 def find_cuda_include(explicit: str | None = None) -> Path:
     """The CUDA toolkit's include folder (with the CCCL headers)."""
-    from sparserl.harness.compile import find_nvcc
+    from sparserl.harness.compile import find_cuda_include as find
 
-    cands = [explicit] if explicit else []
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
-        if home:
-            cands.append(os.path.join(home, "include"))
-    nvcc = find_nvcc()
-    if nvcc:
-        root = Path(os.path.realpath(nvcc)).parent.parent
-        cands += [str(root / "include"), str(root / "targets" / "x86_64-linux" / "include")]
-    cands.append("/usr/local/cuda/include")
-    for c in cands:
-        if c and (Path(c) / "cuda_runtime.h").exists():
-            return Path(c)
+    if explicit:
+        if (Path(explicit) / "cuda_runtime.h").exists():
+            return Path(explicit)
+        raise SparseRLError(f"{explicit}: no cuda_runtime.h there")
+    if (found := find()) is not None:
+        return found
     raise SparseRLError("CUDA headers not found: install the CUDA toolkit or set CUDA_HOME (needed for the corpus)")
 
 

@@ -31,7 +31,7 @@ from sparserl.matrices import family_names, generate, load_matrix, save_matrix
 
 log = logging.getLogger(__name__)
 
-TARGETS = ("correct", "fastest")
+TARGETS = ("correct", "fastest", "near_fastest")
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,13 @@ class SFTDataConfig:
     ks: tuple[int, ...] = (32,)
     """SpMM column counts."""
     target: str = "correct"
-    """'correct': a random correct variant; 'fastest': the fastest correct one."""
+    """'correct': a random correct variant; 'fastest': the fastest correct ones, in order;
+    'near_fastest': random among the correct ones within ``near_fastest_ratio`` of the fastest."""
     targets_per_matrix: int = 2
-    """Rows written per (matrix, op, k) in the train split (distinct variants when possible)."""
+    """Rows written per (matrix, op, k) in the train split (distinct variants when possible;
+    'near_fastest' repeats its candidates to fill them, so every train matrix weighs the same)."""
+    near_fastest_ratio: float = 1.10
+    """'near_fastest': a candidate's cold time is at most this times the fastest one's."""
     val_fraction: float = 0.1
     test_fraction: float = 0.1
     variants_per_matrix: int | None = None
@@ -85,6 +89,8 @@ class SFTDataConfig:
             raise SparseRLError("real_split must be 'test' or 'mixed'")
         if self.variants_per_matrix is not None and self.variants_per_matrix < 1:
             raise SparseRLError("variants_per_matrix must be >= 1 (or None for all)")
+        if self.near_fastest_ratio < 1.0:
+            raise SparseRLError("near_fastest_ratio must be >= 1.0")
         if self.min_rows < 1 or self.max_rows < self.min_rows or self.matrices_per_family < 0:
             raise SparseRLError("need 1 <= min_rows <= max_rows and matrices_per_family >= 0")
 
@@ -180,13 +186,12 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
                 if not good:
                     stats["no_correct_variant"].append(f"{e.name}/{op.value}")
                     continue
-                if cfg.target == "fastest" and not cfg.compile_only:
-                    picks = sorted(good, key=lambda vr: vr[1].timings["cold"].median_us)
-                else:
-                    picks = [good[i] for i in rng.permutation(len(good))]
                 n = cfg.targets_per_matrix if e.split == "train" else 1
+                times = None if cfg.compile_only else [r.timings["cold"].median_us for _, r in good]
+                picks = [good[i] for i in pick_targets(times, len(good), cfg.target, n, rng,
+                                                       cfg.near_fastest_ratio)]
                 r_idx, c_idx = sample_nonzeros(A, cfg.coords, cfg.seed)
-                for v, res in picks[:n]:
+                for v, res in picks:
                     row = {
                         "rows": r_idx.tolist(), "cols": c_idx.tolist(), "shape": [int(A.shape[0]), int(A.shape[1])],
                         "format": v.format, "code": v.render(), "op": op.value, "k": k, "nnz": int(A.nnz),
@@ -206,6 +211,32 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
                "splits": {s: sorted({e.name for e in entries if e.split == s}) for s in files}, **stats}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def pick_targets(times: list[float] | None, n_good: int, target: str, n: int,
+                 rng: np.random.Generator, ratio: float = 1.10) -> list[int]:
+    """Indices (into the correct variants) of the rows to write for one (matrix, op, k).
+
+    ``times``: each correct variant's cold median time, or None without a GPU, where every
+    target falls back to 'correct' (a random draw, distinct variants). 'fastest': the ``n``
+    fastest, fastest first. 'near_fastest': the variants within ``ratio`` of the fastest time,
+    shuffled, repeated in that order to fill ``n`` rows.
+    """
+    if n_good == 0 or n < 1:
+        return []
+    if times is None or target == "correct":
+        return [int(i) for i in rng.permutation(n_good)[:n]]
+    if len(times) != n_good:
+        raise SparseRLError(f"{len(times)} times for {n_good} correct variants")
+    order = sorted(range(n_good), key=lambda i: times[i])
+    if target == "fastest":
+        return order[:n]
+    if target != "near_fastest":
+        raise SparseRLError(f"target must be one of {TARGETS}, got {target!r}")
+    best = times[order[0]]
+    near = [i for i in order if times[i] <= best * ratio]
+    near = [near[i] for i in rng.permutation(len(near))]
+    return [near[j % len(near)] for j in range(n)]
 
 
 def _formats_accepting(A, vs) -> dict[tuple, bool]:

@@ -6,7 +6,7 @@
     ev.close()
 
 Steps: extract (tolerant of markdown and chatter) -> contract and static checks ->
-compile (nvcc, cached, in this process's threads) -> resources -> run in an isolated
+compile (NVRTC or nvcc, cached, in this process's threads) -> resources -> run in an isolated
 GPU worker (convert, verify, time against cuSPARSE). Without a GPU, or with
 ``compile_only=True``, evaluation stops after the compile with ``error_kind=no_gpu``
 and ``compiled`` set, which is what compile-only rewards read.
@@ -74,7 +74,7 @@ class HarnessConfig:
     cache_dir: str | None = None
     """Compile cache, saved matrices and baselines; default $SPARSERL_CACHE_DIR or ~/.cache/sparserl."""
     compile_jobs: int = 0
-    """Parallel nvcc processes in evaluate_many (0 = CPU cores)."""
+    """Parallel compiles in evaluate_many (0 = CPU cores)."""
     memo: int = 4096
     """Remember this many results: the same completion text on the same (matrix, op, k) again
     gets the first result instead of a new run (RL samples one kernel for a matrix many times).
@@ -128,7 +128,7 @@ class Evaluator:
         self._pool_lock = threading.Lock()
         self._devices = list(self.config.devices) if self.config.devices is not None else None
         self._compile_pool = ThreadPoolExecutor(max_workers=self.config.compile_jobs or None,
-                                                thread_name_prefix="nvcc")
+                                                thread_name_prefix="compile")
         self._memo: OrderedDict[tuple, Future] = OrderedDict()
         self._memo_lock = threading.Lock()
         self.memo_hits = 0
@@ -207,6 +207,10 @@ class Evaluator:
 
     def _finish(self, payload: dict, extra: dict, matrix: MatrixRef, op: Op, k: int | None, t0: float) -> EvalResult:
         kind = ErrorKind(payload.get("error_kind", "internal_error"))
+        if payload.get("matrix_rebuilt"):
+            log.warning("%s: the worker found %s changed before this job's first launch (an earlier kernel "
+                        "wrote outside its buffers) and rebuilt the matrix; this job ran on the rebuilt one",
+                        matrix.name, ", ".join(payload["matrix_rebuilt"]))
         timings = {r: KernelTiming(**t) for r, t in payload.get("timings", {}).items()}
         baseline = {r: KernelTiming(**t) for r, t in payload.get("baseline", {}).items()}
         fields = {k2: payload[k2] for k2 in ("message", "log_tail", "format", "max_scaled_error", "baseline_alg",

@@ -66,29 +66,36 @@ def render(variant_id: str = typer.Argument(..., help="a variant id from 'sparse
 def compile(
     op: str = typer.Option(None, "--op", help="spmv or spmm (default: both)"),
     fmt: str = typer.Option(None, "--format", help="only this format"),
-    arch: str = typer.Option("sm_90", help="nvcc -arch target"),
-    jobs: int = typer.Option(0, help="parallel nvcc processes (0 = CPU cores)"),
+    arch: str = typer.Option("sm_90", help="target architecture (sm_90 = H100/H200)"),
+    backend: str = typer.Option("auto", help="auto (NVRTC when its library loads, else nvcc), nvrtc or nvcc"),
+    jobs: int = typer.Option(0, help="parallel compiles (0 = CPU cores)"),
     cache_dir: Path = typer.Option(None, help="compile cache (default: $SPARSERL_CACHE_DIR or ~/.cache/sparserl)"),
 ) -> None:
-    """Compile every selected variant with nvcc (no GPU needed); report times and cache hits."""
-    from sparserl.harness.compile import CompileOptions, compile_many, find_nvcc
+    """Compile every selected variant with NVRTC or nvcc (no GPU needed); report times and cache hits."""
+    from sparserl.harness.compile import CompileOptions, available_backend, compile_many
 
-    if find_nvcc() is None:
-        raise SparseRLError("nvcc not found: install the CUDA toolkit or set CUDA_HOME")
+    try:
+        options = CompileOptions(arch=arch, backend=backend)
+    except ValueError as exc:
+        raise SparseRLError(str(exc)) from None
+    used = available_backend(options)
+    if used is None:
+        raise SparseRLError(f"no compiler for backend {backend!r}: install the CUDA toolkit (nvcc) or the "
+                            "nvidia-cuda-nvrtc wheel, or set CUDA_HOME / SPARSERL_NVRTC")
     vs = _select(op, fmt)
     codes = [split_completion(v.render(), v.op)[1] for v in vs]
     t0 = time.perf_counter()
     with Progress(TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
         task = bar.add_task("compile", total=len(codes))
-        results = compile_many(codes, CompileOptions(arch=arch), cache_dir, jobs or None,
+        results = compile_many(codes, options, cache_dir, jobs or None,
                                on_done=lambda i, r: bar.advance(task))
     wall = time.perf_counter() - t0
     failed = [(v, r) for v, r in zip(vs, results) if not r.ok]
     hits = sum(r.cached for r in results)
     builds = [r.build_seconds for r in results]
     console.print(
-        f"{len(results)} variants for {arch} in {wall:.1f} s wall: {hits} cache hits, "
+        f"{len(results)} variants for {arch} with {used} in {wall:.1f} s wall: {hits} cache hits, "
         f"{len(results) - hits} built; build time per variant median {statistics.median(builds):.2f} s, "
         f"max {max(builds):.2f} s; {len(failed)} failed"
     )

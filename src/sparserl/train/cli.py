@@ -44,8 +44,11 @@ def data_build_cmd(
     real_dir: Path = typer.Option(None, help="folder of real matrices (.mtx/.mtx.gz/.npz), test split by default"),
     ops: str = typer.Option("spmv", help="spmv, spmm or spmv,spmm"),
     ks: str = typer.Option("32", help="SpMM column counts, comma-separated"),
-    target: str = typer.Option("correct", help="correct (a random correct variant) or fastest"),
+    target: str = typer.Option("correct", help="correct (a random correct variant), fastest (the fastest ones) "
+                                                "or near_fastest (random among those within --near-fastest-ratio "
+                                                "of the fastest)"),
     targets_per_matrix: int = typer.Option(2, help="rows per train (matrix, op, k)"),
+    near_fastest_ratio: float = typer.Option(1.10, help="near_fastest: at most this times the fastest time"),
     variants_per_matrix: int = typer.Option(None, help="evaluate this many random library variants per matrix "
                                                        "(default: all)"),
     val_fraction: float = typer.Option(0.1, help="share of each family's matrices for validation (rounded down)"),
@@ -61,7 +64,7 @@ def data_build_cmd(
                         real_dir=str(real_dir) if real_dir else None, ops=tuple(ops.split(",")),
                         ks=tuple(int(k) for k in ks.split(",")), target=target,
                         targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
-                        val_fraction=val_fraction, test_fraction=test_fraction, compile_only=compile_only, seed=seed)
+                        near_fastest_ratio=near_fastest_ratio, val_fraction=val_fraction, test_fraction=test_fraction, compile_only=compile_only, seed=seed)
     summary = build_sft_data(cfg)
     typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", "correct", "seconds")}, indent=1))
 

@@ -7,6 +7,11 @@
 * ``dia_vec4``: four consecutive rows per thread, 16-byte loads of ``val`` (and of ``x``
   on diagonals whose offset is a multiple of 4) and 16-byte stores of ``y`` when m is a
   multiple of 4; a guarded scalar path otherwise.
+* ``dia_stream``: ``v`` groups of four rows per thread, the groups strided by the block (so
+  every 16-byte access is coalesced); ``val`` is read with streaming loads (``__ldcs``: used
+  once, evicted first) and ``y`` written with streaming stores (``__stcs``), so the L2 keeps
+  ``x``, which neighbouring diagonals read again. Aligned 16-byte path when m is a multiple
+  of 4, guarded scalar path otherwise.
 * SpMM ``dia_rows``: ``g`` lanes per row over the columns of X.
 """
 
@@ -94,6 +99,64 @@ ${SIG}
     )
 
 
+def _spmv_stream(v: Variant) -> str:
+    b, g = v.t("block"), v.t("v")
+    return v.header([f"grid=ceil_div(m, {b * g * 4}), block={b}"]) + "\n" + fill(
+        """
+${SIG}
+{
+    // ${V} groups of four consecutive rows per thread, strided by the block: group j starts at
+    // row 4 * (blockIdx.x * ${TILE} + j * ${B} + threadIdx.x). val streams (__ldcs), y too (__stcs).
+    const int q0 = blockIdx.x * ${TILE} + threadIdx.x;
+    const bool aligned = (m & 3) == 0;
+    float s[${V}][4];
+    #pragma unroll
+    for (int j = 0; j < ${V}; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int d = 0; d < num_diags; ++d) {
+        const int off = __ldg(offsets + d);
+        const float* vd = val + (size_t)d * m;
+        #pragma unroll
+        for (int j = 0; j < ${V}; ++j) {
+            const int r0 = (q0 + j * ${B}) * 4;
+            if (r0 >= m) continue;
+            const int c = r0 + off;
+            float a[4];
+            if (aligned && r0 + 3 < m) {
+                const float4 av = __ldcs(reinterpret_cast<const float4*>(vd + r0));
+                a[0] = av.x; a[1] = av.y; a[2] = av.z; a[3] = av.w;
+            } else {
+                #pragma unroll
+                for (int t = 0; t < 4; ++t) a[t] = r0 + t < m ? __ldcs(vd + r0 + t) : 0.f;
+            }
+            if ((off & 3) == 0 && c >= 0 && c + 3 < n) {
+                const float4 xv = __ldg(reinterpret_cast<const float4*>(x + c));
+                s[j][0] = fmaf(a[0], xv.x, s[j][0]); s[j][1] = fmaf(a[1], xv.y, s[j][1]);
+                s[j][2] = fmaf(a[2], xv.z, s[j][2]); s[j][3] = fmaf(a[3], xv.w, s[j][3]);
+            } else {
+                #pragma unroll
+                for (int t = 0; t < 4; ++t)
+                    if (r0 + t < m && c + t >= 0 && c + t < n) s[j][t] = fmaf(a[t], __ldg(x + c + t), s[j][t]);
+            }
+        }
+    }
+    #pragma unroll
+    for (int j = 0; j < ${V}; ++j) {
+        const int r0 = (q0 + j * ${B}) * 4;
+        if (r0 >= m) continue;
+        if (aligned && r0 + 3 < m) {
+            __stcs(reinterpret_cast<float4*>(y + r0), make_float4(s[j][0], s[j][1], s[j][2], s[j][3]));
+        } else {
+            #pragma unroll
+            for (int t = 0; t < 4; ++t)
+                if (r0 + t < m) y[r0 + t] = s[j][t];
+        }
+    }
+}
+""",
+        SIG=v.sig(launch_bounds=b), B=b, V=g, TILE=b * g,
+    )
+
+
 def _spmm(v: Variant) -> str:
     b, g, vec = v.t("block"), v.t("g"), v.t("vec")
     return v.header([f"grid=ceil_div(m, {b // g}), block={b}"]) + "\n" + spmm_row_group(
@@ -117,6 +180,9 @@ def variants() -> list[Variant]:
     for b in (128, 256):
         out.append(make(Op.SPMV, "DIA", "dia_vec4", _spmv_vec4, {"block": b},
                         doc="four rows per thread with 16-byte loads of val (and aligned x) and stores of y"))
+    for b, g in ((256, 1), (256, 2), (128, 2)):
+        out.append(make(Op.SPMV, "DIA", "dia_stream", _spmv_stream, {"block": b, "v": g},
+                        doc="v coalesced groups of four rows per thread; streaming loads of val, stores of y"))
     for g, vec in ((32, 4), (8, 4), (2, 4), (8, 1)):
         out.append(make(Op.SPMM, "DIA", "dia_rows", _spmm, {"g": g, "vec": vec, "block": 256},
                         k_multiple=vec, doc="g lanes per row over the columns of X"))
