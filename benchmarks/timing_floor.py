@@ -18,7 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from sparserl.harness.timing import FlushBuffer, TimingConfig, measured_copy_bandwidth, time_run
+from sparserl.harness.timing import (
+    FlushBuffer,
+    TimingConfig,
+    measured_copy_bandwidth,
+    time_run,
+)
 
 _SRC = r"""
 extern "C" __global__ void empty_kernel() {}

@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 
 from sparserl.harness import nvrtc
-from sparserl.harness.compile import (CompileOptions, available_backend, compile_many, compile_source, find_nvcc,
-                                      parse_ptxas)
+from sparserl.harness.compile import (
+    CompileOptions,
+    available_backend,
+    compile_many,
+    compile_source,
+    find_nvcc,
+    parse_ptxas,
+)
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 needs_nvrtc = pytest.mark.skipif(nvrtc.load_nvrtc() is None, reason="libnvrtc not found (pip install nvidia-cuda-nvrtc)")
