@@ -4,7 +4,14 @@ The harness times every launch sequence (candidates and cuSPARSE alike) by repla
 graph between two events after an L2 flush (``sparserl.harness.timing``). This measures, in
 the same process and the same cold regime, an empty kernel and a diagonal scaling kernel
 (y = d * x over 4M rows, 48 MB of compulsory traffic) launched both ways, plus the warm
-regime's graph timing, so the fixed cost the cold measurement carries is visible:
+regime's graph timing, so the fixed cost the cold measurement carries is visible.
+
+It also tries the other cold regime the harness issue allows, rotated buffers: ``--copies``
+copies of the data (each run's data was last touched ``copies - 1`` runs earlier, more bytes
+than L2 in between) run back to back in one graph, so every run reads from DRAM while the
+launches overlap as in the warm regime. cuSPARSE (every SpMV algorithm, fastest kept, on the
+same diagonal matrix in CSR) is timed both ways beside the diagonal kernel, so the two regimes'
+speedups can be compared side by side:
 
     python benchmarks/timing_floor.py --out results/timing_floor.json
 """
@@ -21,6 +28,7 @@ import numpy as np
 from sparserl.harness.timing import (
     FlushBuffer,
     TimingConfig,
+    capture,
     measured_copy_bandwidth,
     time_run,
 )
@@ -61,9 +69,57 @@ def direct_cold(run, trials: int = 21, warmup: int = 3) -> float:
     return float(np.median(samples))
 
 
+def rotated(runs, reps: int = 25, trials: int = 11) -> float:
+    """Median us per run of a graph that cycles through ``runs`` (one per data copy) ``reps`` times."""
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    seq = iter([runs[j % len(runs)] for j in range(len(runs) * reps)])
+    n = len(runs) * reps
+    graph = capture(lambda: next(seq)(), stream, reps=n)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    for _ in range(2):
+        graph.launch(stream)
+    samples = []
+    for _ in range(trials):
+        start.record(stream)
+        graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / n)
+    return float(np.median(samples))
+
+
+def cusparse_both_ways(rows: int, copies: int) -> dict:
+    """cuSPARSE SpMV on the rows x rows diagonal: flushed cold (the harness) and rotated, per algorithm."""
+    import scipy.sparse as sp
+
+    from sparserl.harness.baseline import SPMV_ALGS, CusparseOp
+    from sparserl.kernels.contract import Op
+
+    rng = np.random.default_rng(0)
+    A = sp.csr_array(sp.diags(rng.random(rows, dtype=np.float32) + 0.5, format="csr"))
+    out = {}
+    for alg in SPMV_ALGS:
+        try:
+            ops = [CusparseOp(A, Op.SPMV, None, alg, seed=i) for i in range(copies)]
+        except Exception as exc:  # noqa: BLE001 - an algorithm that refuses this matrix
+            out[alg] = {"error": str(exc)[:200]}
+            continue
+        try:
+            out[alg] = {"cold_flush": time_run(ops[0].run, TimingConfig(regime="cold")).median_us,
+                        "cold_rotated": rotated([o.run for o in ops]),
+                        "warm": time_run(ops[0].run, TimingConfig(regime="warm")).median_us}
+        finally:
+            for o in ops:
+                o.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--copies", type=int, default=4, help="data copies the rotated regime cycles through")
     ap.add_argument("--out", type=Path, default=Path("timing_floor.json"))
     args = ap.parse_args()
     import cupy as cp
@@ -85,12 +141,36 @@ def main() -> int:
         }
     cp.cuda.runtime.deviceSynchronize()
     assert bool(cp.allclose(y, d * x)), "diag_scale computed the wrong thing"
+    copies = [(cp.random.rand(args.rows, dtype=cp.float32), cp.random.rand(args.rows, dtype=cp.float32),
+               cp.empty(args.rows, dtype=cp.float32)) for _ in range(args.copies)]
+    out["us"]["empty"]["cold_rotated"] = rotated([kernels["empty"]] * args.copies)
+    out["us"]["diag_scale"]["cold_rotated"] = rotated(
+        [lambda c=c: diag(((n4 + 255) // 256,), (256,), (c[0], c[1], c[2], np.int32(n4))) for c in copies])
+    cp.cuda.runtime.deviceSynchronize()
+    assert all(bool(cp.allclose(c[2], c[0] * c[1])) for c in copies), "rotated diag_scale computed the wrong thing"
+    del copies
+    out["copies"] = args.copies
+    out["cusparse_us"] = cusparse_both_ways(args.rows, args.copies)
     bw = out["copy_bandwidth_bytes_per_s"]
     print(f"{out['gpu']}: copy bandwidth {bw / 1e9:.0f} GB/s; {args.rows} rows, "
           f"{out['compulsory_bytes'] / 1e6:.0f} MB at that bandwidth = {out['compulsory_bytes'] / bw * 1e6:.2f} us")
-    print(f"{'kernel':12} {'cold graph':>11} {'cold direct':>12} {'warm graph':>11}   (us, medians)")
+    print(f"{'kernel':12} {'cold graph':>11} {'cold direct':>12} {'cold rotated':>13} {'warm graph':>11}   (us, medians)")
     for name, t in out["us"].items():
-        print(f"{name:12} {t['cold_graph']:>11.2f} {t['cold_direct']:>12.2f} {t['warm_graph']:>11.2f}")
+        print(f"{name:12} {t['cold_graph']:>11.2f} {t['cold_direct']:>12.2f} {t['cold_rotated']:>13.2f} "
+              f"{t['warm_graph']:>11.2f}")
+    ok = {a: t for a, t in out["cusparse_us"].items() if "error" not in t}
+    for a, t in out["cusparse_us"].items():
+        print(f"cuSPARSE {a}: " + (t["error"] if "error" in t else
+                                   f"cold flushed {t['cold_flush']:.2f}, cold rotated {t['cold_rotated']:.2f}, "
+                                   f"warm {t['warm']:.2f} us"))
+    if ok:
+        dg = out["us"]["diag_scale"]
+        best = {r: min(t[r] for t in ok.values()) for r in ("cold_flush", "cold_rotated", "warm")}
+        out["diag_scale_speedup"] = {"cold_flush": best["cold_flush"] / dg["cold_graph"],
+                                     "cold_rotated": best["cold_rotated"] / dg["cold_rotated"],
+                                     "warm": best["warm"] / dg["warm_graph"]}
+        print("diag_scale against the fastest cuSPARSE algorithm: " +
+              ", ".join(f"{r} {v:.2f}x" for r, v in out["diag_scale_speedup"].items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
     return 0
