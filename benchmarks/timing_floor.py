@@ -101,12 +101,14 @@ def cusparse_both_ways(rows: int, copies: int) -> dict:
     A = sp.csr_array(sp.diags(rng.random(rows, dtype=np.float32) + 0.5, format="csr"))
     out = {}
     for alg in SPMV_ALGS:
+        ops = []
         try:
-            ops = [CusparseOp(A, Op.SPMV, None, alg, seed=i) for i in range(copies)]
-        except Exception as exc:  # noqa: BLE001 - an algorithm that refuses this matrix
-            out[alg] = {"error": str(exc)[:200]}
-            continue
-        try:
+            try:
+                for i in range(copies):
+                    ops.append(CusparseOp(A, Op.SPMV, None, alg, seed=i))
+            except Exception as exc:  # noqa: BLE001 - an algorithm that refuses this matrix
+                out[alg] = {"error": str(exc)[:200]}
+                continue
             out[alg] = {"cold_flush": time_run(ops[0].run, TimingConfig(regime="cold")).median_us,
                         "cold_rotated": rotated([o.run for o in ops]),
                         "warm": time_run(ops[0].run, TimingConfig(regime="warm")).median_us}
@@ -122,6 +124,10 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=4, help="data copies the rotated regime cycles through")
     ap.add_argument("--out", type=Path, default=Path("timing_floor.json"))
     args = ap.parse_args()
+    if args.rows < 4 or args.rows % 4:
+        ap.error("--rows must be a positive multiple of 4 (the kernel moves four rows per thread)")
+    if args.copies < 1:
+        ap.error("--copies must be at least 1")
     import cupy as cp
 
     mod = cp.RawModule(code=_SRC)

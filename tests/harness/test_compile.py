@@ -175,3 +175,43 @@ ptxas info    : Used 40 registers, used 1 barriers, 14356 bytes smem, 400 bytes 
     assert (a.name, a.registers, a.smem_bytes, a.stack_bytes) == ("spmv_zero_y", 8, 0, 0)
     assert (b.name, b.registers, b.smem_bytes, b.stack_bytes, b.spill_store_bytes, b.spill_load_bytes) == (
         "spmv_kernel", 40, 14356, 16, 4, 8)
+
+
+@needs_nvrtc
+def test_a_library_that_cannot_compile_is_not_used(monkeypatch) -> None:
+    """A libnvrtc that answers its version but cannot build (its builtins library missing, say)."""
+    monkeypatch.setattr(nvrtc.Nvrtc, "_compile", lambda self, src, opts: nvrtc.NvrtcOutput("failure", None, "broken"))
+    with pytest.raises(RuntimeError, match="trivial kernel"):
+        nvrtc.Nvrtc(nvrtc.load_nvrtc().path)
+
+
+@needs_nvrtc
+def test_an_nvrtc_failure_is_not_cached_and_auto_asks_nvcc(tmp_path: Path, monkeypatch) -> None:
+    lib = nvrtc.load_nvrtc()
+    real = lib.compile
+    monkeypatch.setattr(lib, "compile", lambda *a: nvrtc.NvrtcOutput("failure", None, "NVRTC failed: out of memory"))
+    r = compile_source(GOOD, NVRTC, cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "compiler_failure" and "out of memory" in r.log
+    if find_nvcc() is not None:
+        auto = compile_source(GOOD, cache_dir=tmp_path)
+        assert auto.ok and auto.backend == "nvcc"
+    monkeypatch.setattr(lib, "compile", real)
+    again = compile_source(GOOD, NVRTC, cache_dir=tmp_path)
+    assert again.ok and not again.cached  # the failure was not remembered
+
+
+@needs_nvrtc
+def test_timed_out_nvrtc_compiles_are_counted_until_they_end(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    before = nvrtc.stuck()
+    r = compile_source(GOOD + "// stuck\n", CompileOptions(backend="nvrtc", timeout_s=1e-4), cache_dir=tmp_path)
+    assert r.error_kind == "timeout" and nvrtc.stuck() == before + 1
+    deadline = time.monotonic() + 30
+    while nvrtc.stuck() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert nvrtc.stuck() == before
+    monkeypatch.setattr(nvrtc, "stuck", lambda: 99)  # too many still running: auto sends work to nvcc
+    if find_nvcc() is not None:
+        assert available_backend(CompileOptions()) == "nvcc"
+    assert available_backend(NVRTC) == "nvrtc"

@@ -89,3 +89,29 @@ def test_baseline(ev, mat) -> None:
     out = ev.baseline(mat, "spmv")
     assert set(out["baselines"]) == {"cold", "warm"}
     assert all(b["median_us"] > 0 and 0 < b["roofline"] < 1.5 for b in out["baselines"].values())
+
+
+def test_worker_state_finds_damage_to_arrays_pristine_copies_and_references() -> None:
+    """The check a worker runs before a job's first launch, on a matrix state built in this process."""
+    import cupy as cp
+
+    from sparserl.harness.verify import VerifyConfig, Verifier
+    from sparserl.harness.worker import _MatrixState, fingerprint
+
+    A = generate("random", 5_000, seed=1)
+    st = _MatrixState(A)
+    key = ("CSR", ())
+    arrays = {"row_ptr": cp.asarray(A.indptr), "val": cp.asarray(A.data)}
+    st.keep_pristine(key, arrays)
+    st.verifiers[None] = Verifier(A, None, VerifyConfig())
+    st.verifier_sums[None] = fingerprint(st.verifiers[None].device_arrays())
+    assert st.damage(key, arrays, None) == []
+    arrays["val"][7] += 1.0
+    assert st.damage(key, arrays, None) == ["val"]
+    arrays["val"][...] = st.pristine[key]["val"]
+    st.pristine[key]["row_ptr"][3] += 1  # a stray write into the pristine copy itself
+    assert st.damage(key, arrays, None) == ["row_ptr", "their pristine copies"]
+    st.pristine[key]["row_ptr"][3] -= 1
+    assert st.damage(key, arrays, None) == []
+    st.verifiers[None].inputs[0][2][0] += 1.0  # an fp64 reference
+    assert st.damage(key, arrays, None) == ["the verification references"]

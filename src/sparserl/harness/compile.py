@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 LOG_TAIL_CHARS = 4000
 BACKENDS = ("auto", "nvrtc", "nvcc")
+MAX_STUCK_NVRTC = 2
+"""Under 'auto', use nvcc (whose compiles can be killed) while this many NVRTC compiles that ran
+past their limit are still running in the background."""
 _CACHE_FORMAT = 1  # bump when the cached metadata changes meaning
 
 
@@ -199,10 +202,11 @@ def find_cuda_include() -> Path | None:
 
 def available_backend(options: CompileOptions) -> str | None:
     """The backend ``options`` resolves to on this machine, or None when it has neither."""
-    from sparserl.harness.nvrtc import load_nvrtc
+    from sparserl.harness import nvrtc
 
-    if options.backend in ("auto", "nvrtc") and load_nvrtc() is not None:
-        return "nvrtc"
+    if options.backend in ("auto", "nvrtc") and nvrtc.load_nvrtc() is not None:
+        if options.backend == "nvrtc" or nvrtc.stuck() < MAX_STUCK_NVRTC or find_nvcc(options.nvcc) is None:
+            return "nvrtc"
     if options.backend in ("auto", "nvcc") and find_nvcc(options.nvcc) is not None:
         return "nvcc"
     return None
@@ -227,7 +231,7 @@ def compile_source(
                              f"{want} not found: install the CUDA toolkit (or the nvidia-cuda-nvrtc wheel), "
                              "or set CUDA_HOME / SPARSERL_NVRTC")
     result = _cached_build(backend, source, options, cache_dir, t0)
-    if (backend == "nvrtc" and options.backend == "auto" and result.error_kind == "compile_error"
+    if (backend == "nvrtc" and options.backend == "auto" and result.error_kind in ("compile_error", "compiler_failure")
             and find_nvcc(options.nvcc) is not None):
         log.debug("NVRTC rejected a source; building it with nvcc too: %s", result.log[-300:])
         result = _cached_build("nvcc", source, options, cache_dir, t0)
@@ -236,10 +240,10 @@ def compile_source(
 
 def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir, t0: float) -> CompileResult:
     if backend == "nvrtc":
-        from sparserl.harness.nvrtc import load_nvrtc
+        from sparserl.harness.nvrtc import load_nvrtc, nvrtc_options
 
-        compiler = load_nvrtc()
-        version = compiler.version
+        compiler = load_nvrtc()  # its options (the include folders) are part of the build too
+        version = "\0".join([compiler.version, *nvrtc_options(options.arch, options.flags, find_cuda_include())])
     else:
         compiler = find_nvcc(options.nvcc)
         version = nvcc_version(compiler)
@@ -267,9 +271,9 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
             return hit
         build = _run_nvrtc if backend == "nvrtc" else _run_nvcc
         ok, blob, text, error_kind = build(compiler, source, options)
-        if error_kind == "timeout":
+        if error_kind in ("timeout", "compiler_failure"):  # not the source's fault: not cached
             secs = time.perf_counter() - t0
-            return CompileResult(False, key, None, secs, False, "timeout", text, (), secs, backend)
+            return CompileResult(False, key, None, secs, False, error_kind, text, (), secs, backend)
         meta = {
             "ok": ok,
             "key": key,
@@ -295,9 +299,8 @@ def _run_nvrtc(lib, source: str, options: CompileOptions) -> tuple[bool, bytes |
     from sparserl.harness.nvrtc import nvrtc_options
 
     out = lib.compile(source, nvrtc_options(options.arch, options.flags, find_cuda_include()), options.timeout_s)
-    if out.status == "timeout":
-        return False, None, out.log, "timeout"
-    return out.status == "ok", out.cubin, out.log, None if out.status == "ok" else "compile_error"
+    kind = {"ok": None, "compile_error": "compile_error", "timeout": "timeout"}.get(out.status, "compiler_failure")
+    return out.status == "ok", out.cubin, out.log, kind
 
 
 def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> tuple[bool, bytes | None, str, str | None]:

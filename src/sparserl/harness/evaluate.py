@@ -188,9 +188,10 @@ class Evaluator:
             return None, fail(ErrorKind(viol.kind), viol.message, format=ex.header.format)
         built = compile_source(ex.code, self.config.compile, self.config.root / "cubin")
         if not built.ok:
-            kind = ErrorKind.COMPILE_TIMEOUT if built.error_kind == "timeout" else ErrorKind.COMPILE
+            kind = {"timeout": ErrorKind.COMPILE_TIMEOUT, "compiler_failure": ErrorKind.INTERNAL}.get(
+                built.error_kind, ErrorKind.COMPILE)
             return None, fail(kind, (built.log.strip().splitlines() or ["compile failed"])[-1][:300],
-                              log_tail=built.log[-2000:], format=ex.header.format)
+                              log_tail=built.log[-2000:], format=ex.header.format, compiled=False)
         names = set(ex.header.kernel_names(op))
         res = [r for r in built.resources if r.name in names]
         regs = max((r.registers for r in res), default=None)

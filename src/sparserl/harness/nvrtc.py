@@ -9,9 +9,14 @@ The library is looked for in this order: ``$SPARSERL_NVRTC`` (a path to ``libnvr
 the ``nvidia-cuda-nvrtc`` wheel (``nvidia/cu13/lib``, which CuPy's CUDA 13 build depends
 on), the CUDA toolkit's ``lib64``, then the loader's search path. NVRTC loads its
 ``libnvrtc-builtins`` by name at the first compile, so that library is loaded first from the
-same folder. A compile runs in a helper thread (ctypes releases the GIL, so compiles on
-several threads run in parallel), and one that runs past its limit is reported as a timeout
-and left to finish in the background, since a running NVRTC call cannot be stopped.
+same folder, and a candidate must compile a trivial kernel before it is used.
+
+A compile runs in a helper thread (ctypes releases the GIL, so compiles on several threads run
+in parallel), and one that runs past its limit is reported as a timeout and left to finish in
+the background, since a running NVRTC call cannot be stopped; :func:`stuck` counts those, and
+the compile service sends work to nvcc while too many are still running. Only NVRTC's
+"compilation failed" and "invalid option" are compile errors (cacheable: the same source fails
+again); any other failure is ``failure`` and is never cached.
 """
 
 from __future__ import annotations
@@ -29,9 +34,20 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+_COMPILE_ERRORS = (5, 6)  # NVRTC_ERROR_INVALID_OPTION, NVRTC_ERROR_COMPILATION
+_PROBE = 'extern "C" __global__ void probe(float* y) { y[threadIdx.x] = 1.f; }'
+_stuck = 0
+_stuck_lock = threading.Lock()
+
+
+def stuck() -> int:
+    """Compiles that ran past their limit and are still running in the background."""
+    return _stuck
+
+
 @dataclass(frozen=True)
 class NvrtcOutput:
-    """One NVRTC compile: ``status`` is ok, compile_error or timeout."""
+    """One NVRTC compile: ``status`` is ok, compile_error, failure (NVRTC itself failed) or timeout."""
 
     status: str
     cubin: bytes | None
@@ -68,15 +84,22 @@ class Nvrtc:
 
     def __init__(self, path: str):
         folder = os.path.dirname(path)
-        for b in sorted(glob.glob(os.path.join(folder, "libnvrtc-builtins.so*"))):
-            if ".alt." not in b:
-                ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)  # found by name when NVRTC needs it
+        if folder:  # a bare name (from the loader's search path) has no folder to look in
+            for b in sorted(glob.glob(os.path.join(folder, "libnvrtc-builtins.so*"))):
+                if ".alt." not in b:
+                    ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)  # found by name when NVRTC needs it
         self.lib = ctypes.CDLL(path)
         self.path = path
         self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
         major, minor = ctypes.c_int(), ctypes.c_int()
         self._check(self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
-        self.version = f"nvrtc {major.value}.{minor.value}"
+        real = os.path.realpath(path)
+        size = os.path.getsize(real) if os.path.exists(real) else 0
+        # the file's name and size tell patch releases apart (nvrtcVersion gives major.minor only)
+        self.version = f"nvrtc {major.value}.{minor.value} {os.path.basename(real)} {size}"
+        probe = self._compile(_PROBE, ["--gpu-architecture=sm_80"])
+        if probe.status != "ok":
+            raise RuntimeError(f"cannot compile a trivial kernel: {probe.log.strip()[:300]}")
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -95,7 +118,8 @@ class Nvrtc:
             self._check(self.lib.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
             text = buf.value.decode(errors="replace")
             if rc != 0:
-                return NvrtcOutput("compile_error", None, text or self.lib.nvrtcGetErrorString(rc).decode())
+                kind = "compile_error" if rc in _COMPILE_ERRORS else "failure"
+                return NvrtcOutput(kind, None, text or self.lib.nvrtcGetErrorString(rc).decode())
             self._check(self.lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
             if size.value == 0:
                 return NvrtcOutput("compile_error", None, text + "\nNVRTC made no cubin (was a real sm_XX target given?)")
@@ -107,20 +131,33 @@ class Nvrtc:
 
     def compile(self, source: str, options: list[str], timeout_s: float) -> NvrtcOutput:
         """Compile ``source`` with NVRTC ``options``; a timeout leaves the call running in the background."""
+        global _stuck
         box: list = []
+        state = {"abandoned": False}
+        lock = threading.Lock()
 
         def run() -> None:
+            global _stuck
             try:
                 box.append(self._compile(source, options))
             except Exception as exc:  # noqa: BLE001 - reported as a failed compile, never raised
-                box.append(NvrtcOutput("compile_error", None, f"NVRTC failed: {exc}"))
+                box.append(NvrtcOutput("failure", None, f"NVRTC failed: {exc}"))
+            finally:
+                with lock:
+                    if state["abandoned"]:
+                        with _stuck_lock:
+                            _stuck -= 1
 
         t = threading.Thread(target=run, name="nvrtc", daemon=True)
         t.start()
         t.join(timeout_s)
-        if not box:
-            return NvrtcOutput("timeout", None, f"NVRTC ran past its {timeout_s:g} s limit")
-        return box[0]
+        with lock:
+            if box:
+                return box[0]
+            state["abandoned"] = True
+            with _stuck_lock:
+                _stuck += 1
+        return NvrtcOutput("timeout", None, f"NVRTC ran past its {timeout_s:g} s limit")
 
 
 @lru_cache(maxsize=1)

@@ -87,6 +87,10 @@ class Verifier:
             x64 = cp.asarray(xh, dtype=cp.float64)
             self.inputs.append((name, xh, A64 @ x64, absA @ cp.abs(x64)))
 
+    def device_arrays(self) -> list:
+        """Every array this verifier keeps on the GPU (per-row tolerances, references, magnitudes)."""
+        return [self.rtol] + [a for _, _, ref, mag in self.inputs for a in (ref, mag)]
+
     def _out(self):
         import cupy as cp
 

@@ -59,6 +59,19 @@ def load_matrix_file(path: str) -> sp.csr_array:
         return sp.csr_array((z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"]))
 
 
+def fingerprint(arrays) -> tuple[int, ...]:
+    """Per array, the sum of its 32- or 64-bit words (wrapping): computed on the GPU, kept on the
+    host, so damage to the device copies (pristine ones included) is found without a transfer."""
+    import cupy as cp
+
+    out = []
+    for a in arrays:
+        word = {8: cp.uint64, 4: cp.uint32}.get(a.dtype.itemsize, cp.uint8)
+        words = cp.ascontiguousarray(a).view(word)
+        out.append(int(words.sum(dtype=cp.uint64)))
+    return tuple(out)
+
+
 class _MatrixState:
     """Everything a worker keeps for one matrix."""
 
@@ -68,8 +81,28 @@ class _MatrixState:
         self.A = A
         self.on_device = MatrixOnDevice(A)
         self.pristine: dict[tuple, dict] = {}
+        self.pristine_sums: dict[tuple, tuple] = {}
         self.verifiers: dict = {}
+        self.verifier_sums: dict = {}
         self.baselines: dict = {}
+
+    def keep_pristine(self, conv_key: tuple, arrays: dict) -> None:
+        """Copy a fresh conversion's arrays (restored from after every launch) and fingerprint them."""
+        self.pristine[conv_key] = {n: a.copy() for n, a in arrays.items()}
+        self.pristine_sums[conv_key] = fingerprint(self.pristine[conv_key][n] for n in sorted(arrays))
+
+    def damage(self, conv_key: tuple, arrays: dict, k: int | None) -> list[str]:
+        """What differs from the upload: arrays unlike their pristine copies, pristine copies unlike
+        their fingerprints, verification references unlike theirs (empty when all is intact)."""
+        import cupy as cp
+
+        pristine = self.pristine[conv_key]
+        bad = [n for n, a in arrays.items() if not bool(cp.array_equal(a, pristine[n]))]
+        if fingerprint(pristine[n] for n in sorted(arrays)) != self.pristine_sums[conv_key]:
+            bad.append("their pristine copies")
+        if k in self.verifiers and fingerprint(self.verifiers[k].device_arrays()) != self.verifier_sums[k]:
+            bad.append("the verification references")
+        return bad
 
 
 class WorkerState:
@@ -252,6 +285,23 @@ class WorkerState:
         if isinstance(bound, str):
             kind = ErrorKind.FORMAT_REFUSED if "would store" in bound else ErrorKind.CONTRACT
             return out | {"error_kind": kind.value, "message": bound}
+        conv_key = (bound.dev.data.format, tuple(sorted(bound.dev.data.params.items())))
+        if conv_key in st.pristine and (damaged := st.damage(conv_key, bound.dev.arrays, k)):
+            # Before this job's first launch the matrix's state already differs from what was
+            # uploaded: an earlier job wrote far outside its own buffers (past y's guard) into
+            # memory this matrix owns (its arrays, their pristine copies or the verification
+            # references) and was judged only on its own output. Rebuild the matrix from its
+            # file so this job is not blamed for that damage.
+            log.warning("matrix %s: %s changed since the last job on it (an earlier kernel wrote outside its "
+                        "buffers); rebuilding its state on the GPU", ref["key"], ", ".join(damaged))
+            out["matrix_rebuilt"] = damaged
+            del self.matrices[ref["key"]]
+            st = self.matrix(ref)
+            bound = BoundKernel.bind(header, op, job["cubin_path"], st.on_device, k, self.sms)
+            if isinstance(bound, str):
+                return out | {"error_kind": ErrorKind.CONTRACT.value, "message": bound}
+        if conv_key not in st.pristine:  # right after the upload, before anything can launch
+            st.keep_pristine(conv_key, bound.dev.arrays)
         fd = bound.dev.data
         out["format"] = fd.format
         out["conversion_seconds"] = fd.convert_seconds
@@ -262,28 +312,10 @@ class WorkerState:
             return out | {"error_kind": ErrorKind.RESOURCE.value, "over_resource_limit": True,
                           "message": f"{smem} bytes of shared memory per block is over the limit "
                                      f"{self.settings['max_smem_bytes']}"}
-        conv_key = (fd.format, tuple(sorted(fd.params.items())))
-        if conv_key in st.pristine and (damaged := [
-                n for n, a in bound.dev.arrays.items() if not bool(cp.array_equal(a, st.pristine[conv_key][n]))]):
-            # Before this job's first launch the matrix already differs from its pristine copy:
-            # an earlier job wrote far outside its own buffers (past y's guard) into memory this
-            # matrix owns, the arrays or their pristine copies, and was judged only on its own
-            # output. Rebuild the matrix from its file so this job is not blamed for that damage.
-            log.warning("matrix %s: %s changed since the last job on it (an earlier kernel wrote outside its "
-                        "buffers); rebuilding its state on the GPU", ref["key"], ", ".join(damaged))
-            out["matrix_rebuilt"] = damaged
-            del self.matrices[ref["key"]]
-            st = self.matrix(ref)
-            bound = BoundKernel.bind(header, op, job["cubin_path"], st.on_device, k, self.sms)
-            if isinstance(bound, str):
-                return out | {"error_kind": ErrorKind.CONTRACT.value, "message": bound}
-            fd = bound.dev.data
-            out["conversion_seconds"] = fd.convert_seconds
-        if conv_key not in st.pristine:
-            st.pristine[conv_key] = {n: a.copy() for n, a in bound.dev.arrays.items()}
         vkey = k
         if vkey not in st.verifiers:
             st.verifiers[vkey] = Verifier(st.A, k, VerifyConfig(**job["verify"]))
+            st.verifier_sums[vkey] = fingerprint(st.verifiers[vkey].device_arrays())
         verifier = st.verifiers[vkey]
         baselines = {r: self.baseline(ref, op, k, r) for r in job["regimes"]}
 
