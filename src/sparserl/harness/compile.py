@@ -242,11 +242,18 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
     if backend == "nvrtc":
         from sparserl.harness.nvrtc import load_nvrtc, nvrtc_options
 
-        compiler = load_nvrtc()  # its options (the include folders) are part of the build too
-        version = "\0".join([compiler.version, *nvrtc_options(options.arch, options.flags, find_cuda_include())])
+        lib = load_nvrtc()
+        opts = nvrtc_options(options.arch, options.flags, find_cuda_include())
+        version = "\0".join([lib.version, *opts])  # the options (include folders) are part of the build too
+
+        def build():
+            return _run_nvrtc(lib, source, opts, options.timeout_s)
     else:
-        compiler = find_nvcc(options.nvcc)
-        version = nvcc_version(compiler)
+        nvcc = find_nvcc(options.nvcc)
+        version = nvcc_version(nvcc)
+
+        def build():
+            return _run_nvcc(nvcc, source, options)
     key = cache_key(source, options, version)
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     folder = folder / key[:2]
@@ -269,8 +276,7 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
     with FileLock(str(folder / f"{key}.lock"), timeout=max(600.0, 10 * options.timeout_s)):
         if (hit := lookup()) is not None:  # another process built it while we waited
             return hit
-        build = _run_nvrtc if backend == "nvrtc" else _run_nvcc
-        ok, blob, text, error_kind = build(compiler, source, options)
+        ok, blob, text, error_kind = build()
         if error_kind in ("timeout", "compiler_failure"):  # not the source's fault: not cached
             secs = time.perf_counter() - t0
             return CompileResult(False, key, None, secs, False, error_kind, text, (), secs, backend)
@@ -295,10 +301,8 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
     return CompileResult(**{**result.__dict__, "cached": False})
 
 
-def _run_nvrtc(lib, source: str, options: CompileOptions) -> tuple[bool, bytes | None, str, str | None]:
-    from sparserl.harness.nvrtc import nvrtc_options
-
-    out = lib.compile(source, nvrtc_options(options.arch, options.flags, find_cuda_include()), options.timeout_s)
+def _run_nvrtc(lib, source: str, opts: list[str], timeout_s: float) -> tuple[bool, bytes | None, str, str | None]:
+    out = lib.compile(source, opts, timeout_s)
     kind = {"ok": None, "compile_error": "compile_error", "timeout": "timeout"}.get(out.status, "compiler_failure")
     return out.status == "ok", out.cubin, out.log, kind
 

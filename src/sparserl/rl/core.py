@@ -120,10 +120,14 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     return loss, masked_mean((l2 > l1).to(values.dtype), mask).detach()
 
 
+def entropy_from_logp(logp: torch.Tensor) -> torch.Tensor:
+    """Per-token entropy (B, T) of the categorical distributions given by log-probabilities (B, T, V)."""
+    return -(logp.exp() * logp).sum(-1)
+
+
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Per-token entropy (B, T) of the categorical distributions given by logits (B, T, V)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    return entropy_from_logp(torch.log_softmax(logits.float(), dim=-1))
 
 
 def top_share_mask(scores: torch.Tensor, mask: torch.Tensor, share: float) -> torch.Tensor:

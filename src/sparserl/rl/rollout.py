@@ -21,6 +21,7 @@ from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.model.policy import Policy, Sample
 from sparserl.rewards import RewardConfig, reward
+from sparserl.rl.core import entropy_from_logp
 
 
 @dataclass
@@ -112,11 +113,15 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4) -> to
 
 
 def logprobs_and_entropy(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log p(ids), entropy), both (B, T) in float32, from one log-softmax per ``rows`` sequences."""
+    """(log p(ids), entropy), both (B, T) in float32, from one log-softmax per ``rows`` sequences.
+
+    Gradients flow through the log-probabilities only: the entropy is a measurement (computed
+    without autograd, so no per-chunk (rows, T, V) intermediate is kept for a backward pass)."""
     lp, ent = [], []
     for sl, logp in _log_softmax_rows(logits, rows):
         lp.append(logp.gather(-1, ids[sl, :, None]).squeeze(-1))
-        ent.append(-(logp.exp() * logp).sum(-1))
+        with torch.no_grad():
+            ent.append(entropy_from_logp(logp))
     return torch.cat(lp), torch.cat(ent)
 
 

@@ -29,7 +29,14 @@ from sparserl.model.policy import Policy
 from sparserl.rewards import RewardConfig
 from sparserl.rl import core
 from sparserl.rl.curve import plot_learning_curve
-from sparserl.rl.rollout import MatrixPool, RolloutBatch, collect, matrix_items, token_logprobs
+from sparserl.rl.rollout import (
+    MatrixPool,
+    RolloutBatch,
+    collect,
+    logprobs_and_entropy,
+    matrix_items,
+    token_logprobs,
+)
 from sparserl.train.common import (
     MetricLogger,
     NullLogger,
@@ -260,10 +267,10 @@ def _update(cfg: RLConfig, policy: Policy, value_head, opt, params, batch: Rollo
             samples = [batch.samples[int(i)] for i in idx]
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
                 logits, values = model(samples, ids, mask)
-            logp = token_logprobs(logits, ids)
+            logp, ent_tokens = logprobs_and_entropy(logits, ids)  # one chunked log-softmax for both
             pl = core.policy_loss(logp, batch.old_logp[idx], adv[idx], pg_mask[idx], cfg.clip)
             loss = pl.loss
-            ent = core.masked_mean(core.entropy_from_logits(logits.detach()), mask)
+            ent = core.masked_mean(ent_tokens, mask)
             if values is not None:
                 vl, vclip = core.value_loss(values, batch.values[idx], returns[idx], mask, cfg.vf_clip)
                 loss = loss + cfg.vf_coef * vl
