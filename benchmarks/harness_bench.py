@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from sparserl.harness.compile import CompileOptions, compile_many
-from sparserl.harness.evaluate import Evaluator, HarnessConfig
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op, split_completion
 from sparserl.kernels.library import get_variant, variants
 from sparserl.matrices import generate

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparserl.harness.evaluate import Evaluator, HarnessConfig
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.timing import TimingConfig, measured_copy_bandwidth, time_run
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import all_variants

@@ -64,7 +64,7 @@ def main() -> int:
                        gradient_checkpointing=args.shape == "8b", dtype="bfloat16" if bf16 else "float32")
     dev = torch.device(args.device)
     if dev.type == "cuda":
-        from sparserl.train.common import cuda_defaults
+        from sparserl.devices import cuda_defaults
 
         cuda_defaults()
         torch.backends.cuda.enable_cudnn_sdp(args.cudnn_attention)

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from sparserl.harness.evaluate import Evaluator, HarnessConfig
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.pool import PhaseLimits
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants

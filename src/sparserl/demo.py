@@ -79,9 +79,9 @@ def run_demo(cfg: DemoConfig) -> dict:
     """Run every stage; returns where each artefact is, with timings."""
     from sparserl.data.corpus import CorpusConfig
     from sparserl.data.sft_build import SFTDataConfig, build_sft_data
-    from sparserl.eval.evaluate import EvalConfig, evaluate
+    from sparserl.eval.compare import EvalConfig, evaluate
     from sparserl.generate import GenerateConfig, generate_kernel
-    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.model.config import TinyModelConfig
     from sparserl.rl.trainer import RLConfig, train_rl
     from sparserl.train.pretrain import PretrainConfig, pretrain

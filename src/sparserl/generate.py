@@ -127,7 +127,7 @@ def _report_md(rep: dict) -> str:
 
 def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
     """Run the main job; returns the report dict (also written to the output folder)."""
-    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.kernels.library import variants
     from sparserl.matrices import load_matrix
 
@@ -146,7 +146,7 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
                                 "(use --compile-only to see what the model writes, unverified)")
         if policy is None:
             from sparserl.model.policy import Policy
-            from sparserl.train.common import pick_device
+            from sparserl.devices import pick_device
 
             policy = Policy.open(cfg.model, device=str(pick_device(cfg.device)))
         from sparserl.encoding import MatrixInput

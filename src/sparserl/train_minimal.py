@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-only", action="store_true")
     args = ap.parse_args(argv)
     try:
-        from sparserl.harness.evaluate import _visible_gpus
+        from sparserl.devices import visible_gpus
         from sparserl.matrices import generate, save_matrix
         from sparserl.rl.trainer import RLConfig, train_rl
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RLConfig(algo="ppo", model=str(args.model_path), matrices=str(mats), out=str(args.out),
                        steps=args.steps, max_nnz=args.max_nnz, matrices_per_step=4, samples_per_matrix=2, minibatch=4,
                        max_new_tokens=args.max_new_tokens, eval_every=max(args.steps, 1), save_every=max(args.steps, 1),
-                       compile_only=args.compile_only or not _visible_gpus())
+                       compile_only=args.compile_only or not visible_gpus())
         print(json.dumps(train_rl(cfg), indent=1, default=str))
     except SparseRLError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -62,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        from sparserl.harness.evaluate import _visible_gpus
+        from sparserl.devices import visible_gpus
         from sparserl.train.sft import SFTConfig, sft
 
-        compile_only = args.compile_only or not _visible_gpus()
+        compile_only = args.compile_only or not visible_gpus()
         model = args.model_path
         if not (model / "config.json").exists() and not (model / "policy.json").exists():
             log.warning("no model at %s: initialising the embedded default from scratch "

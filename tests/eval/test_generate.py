@@ -65,9 +65,9 @@ def test_nothing_usable_is_a_clear_error(mtx: Path, tmp_path: Path) -> None:
 
 
 def test_needs_a_gpu_unless_compile_only(mtx: Path, tmp_path: Path) -> None:
-    from sparserl.harness.evaluate import _visible_gpus
+    from sparserl.devices import visible_gpus
 
-    if _visible_gpus():
+    if visible_gpus():
         pytest.skip("a GPU is visible")
     with pytest.raises(SparseRLError, match="no GPU"):
         generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(tmp_path / "y")),

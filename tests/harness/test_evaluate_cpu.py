@@ -7,7 +7,7 @@ import pytest
 
 from sparserl.errors import SparseRLError
 from sparserl.harness.compile import find_nvcc
-from sparserl.harness.evaluate import Evaluator, HarnessConfig
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.result import ErrorKind
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate

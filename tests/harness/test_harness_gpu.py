@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparserl.harness.evaluate import Evaluator, HarnessConfig
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.pool import PhaseLimits
 from sparserl.harness.result import ErrorKind
 from sparserl.kernels.library import variants

@@ -217,9 +217,9 @@ def test_reference_after_resume_is_the_starting_policy(lora: bool, tiny_tokenize
 
 
 def test_refuses_without_gpu_unless_compile_only(tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
-    from sparserl.harness.evaluate import _visible_gpus
+    from sparserl.devices import visible_gpus
 
-    if _visible_gpus():
+    if visible_gpus():
         pytest.skip("a GPU is visible")
     with pytest.raises(SparseRLError, match="compile-only"):
         train_rl(base(tiny_model_dir, mats, tmp_path / "x", compile_only=False))

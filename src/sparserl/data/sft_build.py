@@ -147,7 +147,7 @@ def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
 def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
     """Build the data set; ``evaluator`` defaults to a harness Evaluator (compile-only if asked or no GPU)."""
     from sparserl.encoding import sample_nonzeros
-    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.kernels.library import variants
     from sparserl.train.common import progress
 

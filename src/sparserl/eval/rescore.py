@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
-from sparserl.eval.evaluate import summarize
+from sparserl.eval.compare import summarize
 from sparserl.eval.report import markdown
 
 

@@ -43,7 +43,7 @@ def check_kernel(
     as_json: bool = typer.Option(False, "--json", help="print the EvalResult as JSON"),
 ) -> None:
     """Check a kernel: extract, static checks, compile, then (on a GPU) verify and time it against cuSPARSE."""
-    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.harness.result import ErrorKind
 
     o, kk = _op(op, k)
@@ -86,7 +86,7 @@ def baseline(
     k: int = typer.Option(None, help="SpMM: columns of X"),
 ) -> None:
     """Time cuSPARSE (every CSR algorithm, best kept) on a matrix, cold and warm L2."""
-    from sparserl.harness.evaluate import Evaluator
+    from sparserl.harness.evaluator import Evaluator
 
     o, kk = _op(op, k)
     A = _load(matrix)

@@ -37,11 +37,11 @@ from sparserl.rl.rollout import (
     matrix_items,
     token_logprobs,
 )
+from sparserl.devices import pick_device
 from sparserl.train.common import (
     MetricLogger,
     NullLogger,
     load_train_state,
-    pick_device,
     progress,
     save_train_state,
 )
@@ -329,7 +329,7 @@ def evaluate_heldout(policy: Policy, evaluator, items, cfg: RLConfig, seed: int)
 
 def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     """Run PPO or GRPO; returns the final metrics."""
-    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.train import dist
     from sparserl.train.sft import SFTConfig, build_policy
 

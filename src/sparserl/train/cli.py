@@ -195,7 +195,7 @@ def evaluate_cmd(
     no_plots: bool = typer.Option(False),
 ) -> None:
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
-    from sparserl.eval.evaluate import EvalConfig, evaluate
+    from sparserl.eval.compare import EvalConfig, evaluate
 
     res = evaluate(EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint),
                               baselines=tuple(filter(None, baselines.split(","))), op=op, k=k, samples=samples,

@@ -1,4 +1,4 @@
-"""What the training stages share: device choice, LR schedule, metrics, progress bars."""
+"""What the training stages share: LR schedule, metrics, progress bars (devices: sparserl.devices)."""
 
 from __future__ import annotations
 
@@ -11,33 +11,8 @@ from pathlib import Path
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from sparserl.errors import SparseRLError
 
 log = logging.getLogger(__name__)
-
-
-def pick_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SparseRLError("--device cuda asked for, but no CUDA GPU is visible to torch")
-    if name not in ("cpu",) and not name.startswith("cuda"):
-        raise SparseRLError(f"--device must be auto, cpu or cuda[:N], got {name!r}")
-    if name.startswith("cuda"):
-        cuda_defaults()
-    return torch.device(name)
-
-
-def cuda_defaults() -> None:
-    """Process-wide CUDA settings for training and generation: TF32 matmuls, and no cuDNN
-    attention. cuDNN's SDPA builds a new execution plan for every new key length, which is
-    what KV-cache decoding produces at every step (bf16 generation on the H200 ran several
-    times slower than fp32); flash and memory-efficient attention have no such cost."""
-    torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls on tensor cores (TF32)
-    torch.backends.cudnn.allow_tf32 = True
-    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
-        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -> float:

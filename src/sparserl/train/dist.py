@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from sparserl.errors import SparseRLError
-from sparserl.train.common import pick_device
+from sparserl.devices import pick_device
 
 log = logging.getLogger(__name__)
 

@@ -26,11 +26,11 @@ from sparserl.data.corpus import CorpusConfig, build_corpus
 from sparserl.errors import SparseRLError
 from sparserl.model.config import TinyModelConfig, hf_config
 from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from sparserl.devices import pick_device
 from sparserl.train.common import (
     MetricLogger,
     cosine_lr,
     load_train_state,
-    pick_device,
     progress,
     save_train_state,
 )

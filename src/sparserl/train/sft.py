@@ -26,12 +26,12 @@ from sparserl.encoding import EncodingConfig, MatrixInput
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import Op
 from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
+from sparserl.devices import pick_device
 from sparserl.train.common import (
     MetricLogger,
     NullLogger,
     cosine_lr,
     load_train_state,
-    pick_device,
     progress,
     save_train_state,
 )
@@ -176,7 +176,7 @@ def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator)
 
 def sft(cfg: SFTConfig, evaluator=None) -> dict:
     """Run stage 2; returns the final metrics."""
-    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.train import dist
 
     out = Path(cfg.out)

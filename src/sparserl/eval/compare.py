@@ -133,7 +133,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     """Run the evaluation; writes eval.json, eval.md and plots to ``cfg.out``; returns the summary."""
     from sparserl.encoding import MatrixInput
     from sparserl.eval.selector import select_variant
-    from sparserl.harness.evaluate import Evaluator, HarnessConfig
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.kernels.library import variants
     from sparserl.matrices import compute_features
     from sparserl.model.policy import Sample
@@ -150,7 +150,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     policies = dict(policies or {})
     if cfg.checkpoints:
         from sparserl.model.policy import Policy
-        from sparserl.train.common import pick_device
+        from sparserl.devices import pick_device
 
         device = str(pick_device("auto"))
         for spec in cfg.checkpoints:

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from sparserl.eval.evaluate import EvalConfig, evaluate, summarize  # noqa: E402
+from sparserl.eval.compare import EvalConfig, evaluate, summarize  # noqa: E402
 from sparserl.eval.report import markdown  # noqa: E402
 from sparserl.harness.compile import find_nvcc  # noqa: E402
 from sparserl.kernels.library import variants  # noqa: E402

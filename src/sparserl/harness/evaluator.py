@@ -27,6 +27,7 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
+from sparserl.devices import visible_gpus
 from sparserl.errors import SparseRLError
 from sparserl.harness.compile import CompileOptions, compile_source, default_cache_dir
 from sparserl.harness.extract import ExtractError, extract
@@ -110,15 +111,6 @@ class MatrixRef:
         return {"key": self.key, "path": self.path, "name": self.name}
 
 
-def _visible_gpus() -> list[int]:
-    try:
-        import cupy
-
-        return list(range(cupy.cuda.runtime.getDeviceCount()))
-    except Exception:
-        return []
-
-
 class Evaluator:
     """Evaluates completions on matrices; owns the GPU worker pool (if any)."""
 
@@ -141,7 +133,7 @@ class Evaluator:
         if self.config.compile_only:
             return False
         if self._devices is None:
-            self._devices = _visible_gpus()
+            self._devices = visible_gpus()
         return bool(self._devices)
 
     @property
