@@ -1,0 +1,67 @@
+"""The reference library's strategies as templates: each strategy's tunables become a product space.
+
+A library strategy (``csr_vector``, ``sell_lanes`` ...) renders any choice of its tunables, but the
+library enumerates only a few points of it. Here each strategy becomes a :class:`Template` whose
+domain per parameter is every value the library uses for it, so a search can walk between and
+around the library's points; the library's own points are the seeds. Generic constraints keep a
+point renderable: a lane group (``g``, ``tpr``) fits in a warp and divides the block, and SELL's
+sigma is 1 or a multiple of C (the contract's rule).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sparserl.errors import ContractError
+from sparserl.kernels.contract import format_spec
+from sparserl.kernels.library import all_variants
+from sparserl.kernels.library.common import Variant, make
+from sparserl.kernels.templates.base import Param, Params, Template
+from sparserl.matrices.card import MatrixCard
+
+
+def _generic_check(params: Params, card: MatrixCard | None, k: int | None, fmt: str) -> str | None:
+    block = params.get("block")
+    for lanes in ("g", "tpr"):
+        if lanes in params and block is not None and (params[lanes] > 32 or block % params[lanes]):
+            return f"{lanes}={params[lanes]} must be at most 32 and divide block={block}"
+    fp = {k2: v for k2, v in params.items() if k2 in {p.name for p in format_spec(fmt).params}}
+    if fp:
+        try:
+            format_spec(fmt).resolve_params(fp)
+        except ContractError as exc:
+            return str(exc)
+    return None
+
+
+def _template(group: list[Variant]) -> Template:
+    first = group[0]
+    fkeys = [k for k, _ in first.format_params]
+    tkeys = [k for k, _ in first.tunables]
+    space = tuple(
+        Param(key, tuple(sorted({dict(v.format_params + v.tunables)[key] for v in group})),
+              format_param=key in fkeys)
+        for key in fkeys + tkeys
+    )
+
+    def render(params: Params, card: MatrixCard | None) -> str:
+        v = make(first.op, first.format, first.strategy, first.body,
+                 {key: params[key] for key in tkeys}, {key: params[key] for key in fkeys},
+                 k_multiple=params.get("vec", 1), atomic=first.atomic, doc=first.doc)
+        return v.render()
+
+    seeds = [dict(v.format_params + v.tunables) for v in group]
+    return Template(
+        name=first.strategy, op=first.op, format=first.format, space=space, renderer=render,
+        checker=lambda p, c, k: _generic_check(p, c, k, first.format),
+        seed_points=lambda card, k: [dict(s) for s in seeds],
+        atomic=first.atomic, doc=first.doc,
+    )
+
+
+def library_templates() -> list[Template]:
+    """One template per (op, format, strategy) of the reference library."""
+    groups: dict[tuple, list[Variant]] = defaultdict(list)
+    for v in all_variants():
+        groups[(v.op, v.format, v.strategy)].append(v)
+    return [_template(g) for g in groups.values()]

@@ -1,0 +1,141 @@
+"""The matrix card: the exact structure facts a matrix-specialised kernel needs, and the
+structure fingerprint that names a sparsity pattern.
+
+The card is what a kernel writer (a template, a search, or the model through its prompt) may
+bake into code: shape, nnz, the exact diagonal offsets when there are few, a dense block shape,
+the row-length bins with their boundaries, and the longest rows. Values never appear on it: a
+kernel may be specialised to the structure, never to the values (docs/contract.md).
+
+:func:`structure_fingerprint` hashes the pattern only (shape, row pointers, column indices), so
+one structure with new values keeps its fingerprint: the key of the best-known store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparserl.matrices.features import compute_features
+from sparserl.matrices.io import canonicalize
+
+MAX_CARD_DIAGONALS = 64
+"""Diagonal offsets are listed exactly when the matrix has at most this many."""
+LONGEST_ROWS = 8
+"""How many of the longest rows the card names."""
+BLOCK_DENSITY_MIN = 0.6
+"""A dense block shape is named when BSR storage of that shape is at least this full."""
+
+
+def structure_fingerprint(A: Any) -> str:
+    """Hex digest of the sparsity pattern (shape, row pointers, column indices); values excluded."""
+    C = canonicalize(A)
+    h = hashlib.sha256()
+    h.update(np.asarray(C.shape, np.int64).tobytes())
+    h.update(np.ascontiguousarray(C.indptr, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(C.indices, dtype=np.int32).tobytes())
+    return h.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class RowBin:
+    """Rows whose length lies in ``[lo, hi]`` (a log2 bin: 0, 1, 2-3, 4-7, ...)."""
+
+    lo: int
+    hi: int
+    rows: int
+    nnz: int
+
+
+@dataclass(frozen=True)
+class MatrixCard:
+    """Exact structure facts of one matrix (no values)."""
+
+    rows: int
+    cols: int
+    nnz: int
+    fingerprint: str
+    """:func:`structure_fingerprint` of the pattern."""
+    row_len_mean: float
+    row_len_max: int
+    empty_rows: int
+    bins: tuple[RowBin, ...]
+    """Non-empty log2 row-length bins, shortest first, with their exact boundaries."""
+    longest_rows: tuple[tuple[int, int], ...]
+    """(row, length) of the longest rows, longest first."""
+    num_diagonals: int
+    diag_fill: float
+    dia_offsets: tuple[int, ...] | None
+    """Every diagonal offset (column - row), ascending, when there are at most MAX_CARD_DIAGONALS."""
+    block_shape: tuple[int, int] | None
+    """The largest square block (8, 4 or 2) whose BSR storage is at least BLOCK_DENSITY_MIN full."""
+    block_density: float
+    """BSR storage efficiency of ``block_shape`` (0 when there is none)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MatrixCard":
+        d = dict(d)
+        d["bins"] = tuple(RowBin(**b) for b in d["bins"])
+        d["longest_rows"] = tuple(tuple(r) for r in d["longest_rows"])
+        d["dia_offsets"] = tuple(d["dia_offsets"]) if d["dia_offsets"] is not None else None
+        d["block_shape"] = tuple(d["block_shape"]) if d["block_shape"] is not None else None
+        return cls(**d)
+
+    def render(self) -> str:
+        """The card as plain text, one fact per line (what the prompt carries)."""
+        lines = [f"shape: {self.rows} x {self.cols}, nnz: {self.nnz}",
+                 f"rows: mean length {self.row_len_mean:.2f}, longest {self.row_len_max}, empty {self.empty_rows}"]
+        lines.append("row-length bins: " + ", ".join(
+            f"[{b.lo},{b.hi}]:{b.rows} rows" for b in self.bins))
+        lines.append("longest rows: " + ", ".join(f"{r}:{n}" for r, n in self.longest_rows))
+        if self.dia_offsets is not None:
+            lines.append(f"diagonals: {self.num_diagonals} (fill {self.diag_fill:.2f}), offsets "
+                         + " ".join(str(o) for o in self.dia_offsets))
+        else:
+            lines.append(f"diagonals: {self.num_diagonals} (fill {self.diag_fill:.2f})")
+        if self.block_shape is not None:
+            r, c = self.block_shape
+            lines.append(f"dense blocks: {r}x{c} (fill {self.block_density:.2f})")
+        return "\n".join(lines)
+
+
+def _bins(lengths: np.ndarray) -> tuple[RowBin, ...]:
+    out = []
+    for lo, hi in [(0, 0), (1, 1)] + [(1 << b, (1 << (b + 1)) - 1) for b in range(1, 31)]:
+        sel = (lengths >= lo) & (lengths <= hi)
+        n = int(sel.sum())
+        if n:
+            out.append(RowBin(lo, hi, n, int(lengths[sel].sum())))
+        if hi >= lengths.max():
+            break
+    return tuple(out)
+
+
+def matrix_card(A: Any) -> MatrixCard:
+    """The card of ``A`` (anything :func:`~sparserl.matrices.io.canonicalize` accepts)."""
+    C: sp.csr_array = canonicalize(A)
+    f = compute_features(C)
+    lengths = np.diff(C.indptr).astype(np.int64)
+    top = np.argsort(-lengths, kind="stable")[:LONGEST_ROWS]
+    offsets = None
+    if f.num_diagonals <= MAX_CARD_DIAGONALS and C.nnz:
+        rows = np.repeat(np.arange(C.shape[0], dtype=np.int64), lengths)
+        offsets = tuple(int(o) for o in np.unique(C.indices.astype(np.int64) - rows))
+    block, density = None, 0.0
+    for b, d in ((8, f.block_density_8), (4, f.block_density_4), (2, f.block_density_2)):
+        if d >= BLOCK_DENSITY_MIN:
+            block, density = (b, b), float(d)
+            break
+    return MatrixCard(
+        rows=f.rows, cols=f.cols, nnz=f.nnz, fingerprint=structure_fingerprint(C),
+        row_len_mean=float(f.row_len_mean), row_len_max=f.row_len_max, empty_rows=f.empty_rows,
+        bins=_bins(lengths), longest_rows=tuple((int(r), int(lengths[r])) for r in top if lengths[r] > 0),
+        num_diagonals=f.num_diagonals, diag_fill=float(f.diag_fill), dia_offsets=offsets,
+        block_shape=block, block_density=density,
+    )

@@ -1,0 +1,61 @@
+"""Templates: explicit spaces, the library's points as seeds, checks and neighbours."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sparserl.errors import SparseRLError
+from sparserl.kernels.library import all_variants
+from sparserl.kernels.templates import get_template, templates
+from sparserl.matrices import generate
+from sparserl.matrices.card import matrix_card
+
+
+@pytest.fixture(scope="module")
+def card():
+    return matrix_card(generate("banded", 4000, seed=1, bands=9))
+
+
+def test_library_points_are_seeds_with_the_same_id_and_text(card) -> None:
+    lib = {v.id: v.render() for v in all_variants()}
+    seen = set()
+    for t in templates():
+        for p in t.seeds(card, 8 if t.op.value == "spmm" else None):
+            cand = t.candidate(p)
+            assert t.render(p, card) == lib[cand.id], cand.id
+            seen.add(cand.id)
+    spmv_ids = {i for i in lib if i.startswith("spmv/")}
+    assert spmv_ids <= seen
+
+
+def test_check_refuses_points_outside_the_space_and_invalid_groups(card) -> None:
+    t = get_template("spmv", "csr_vector")
+    assert t.check({"tpr": 8, "block": 128}, card) is None
+    assert "not one of" in t.check({"tpr": 3, "block": 128}, card)
+    assert "takes parameters" in t.check({"tpr": 8}, card)
+    sell = get_template("spmv", "sell_lanes")
+    bad = {"C": 128, "sigma": 64, "block": 128}
+    assert sell.check(bad, card) is not None  # sigma must be 1 or a multiple of C
+
+
+def test_neighbours_are_one_step_and_valid(card) -> None:
+    t = get_template("spmv", "csr_vector")
+    nb = t.neighbours({"tpr": 8, "block": 128}, card)
+    assert {"tpr": 4, "block": 128} in nb and {"tpr": 16, "block": 128} in nb and {"tpr": 8, "block": 256} in nb
+    assert all(t.check(p, card) is None for p in nb)
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        p = t.random_point(rng, card)
+        assert p is not None and t.check(p, card) is None
+
+
+def test_spmm_points_need_k_a_multiple_of_vec(card) -> None:
+    t = get_template("spmm", "csr_rows")
+    assert t.check({"g": 8, "vec": 4, "block": 128}, card, 6) is not None
+    assert t.check({"g": 8, "vec": 4, "block": 128}, card, 8) is None
+
+
+def test_unknown_template_is_a_one_line_error() -> None:
+    with pytest.raises(SparseRLError, match="templates are"):
+        get_template("spmv", "nope")
