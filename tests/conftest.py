@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+NEEDS_NVCC = "needs nvcc, the CUDA toolkit's compiler (no GPU needed): install the toolkit or set CUDA_HOME"
 
 
 def suitesparse_dir() -> Path | None:
@@ -29,21 +31,68 @@ def suitesparse() -> Path:
     return d
 
 
-def _gpu_available() -> bool:
+def _why_no_gpu() -> str | None:
+    """None when kernels can run here; otherwise why not, in words for someone new to the project."""
     try:
         import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
+    except ImportError:
+        return ("needs an NVIDIA GPU and CuPy, which is not installed here "
+                "(on a GPU machine: python -m pip install -e '.[gpu]')")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return None
     except Exception:
-        return False
+        pass
+    return "needs an NVIDIA GPU: CuPy sees none on this machine"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if any("gpu" in item.keywords for item in items) and not _gpu_available():
-        skip = pytest.mark.skip(reason="needs an NVIDIA GPU with cupy; run through the device tool")
+    why = _why_no_gpu() if any("gpu" in item.keywords for item in items) else None
+    if why:
+        skip = pytest.mark.skip(reason=why)
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+# -- the command line, in process -------------------------------------------------------------
+
+
+@dataclass
+class CliResult:
+    rc: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys):
+    """``cli("matrix", "info", path)``: run ``sparserl`` in this process exactly as the console
+    entry point does (:func:`sparserl.cli.main`); returns exit status, stdout and stderr."""
+    from sparserl.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in args])
+            rc = 0
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return CliResult(rc, out, err)
+
+    return run
+
+
+def one_line_error(res: CliResult, *needles: str) -> str:
+    """Assert ``res`` is a user error: exit status 2, one ``error:`` line on stderr, no
+    traceback, every needle in it; returns the line."""
+    lines = [ln for ln in res.err.splitlines() if ln.strip() and not ln.startswith(("INFO ", "WARNING ", "note: "))]
+    assert res.rc == 2, (res.rc, res.err[-2000:])
+    assert "Traceback" not in res.err and len(lines) == 1 and lines[0].startswith("error: "), res.err[-2000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
 
 
 # -- tiny model fixtures for the model-side tests (need the train extra) -------------------------

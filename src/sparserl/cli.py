@@ -26,11 +26,15 @@ app = typer.Typer(
         "(the reference kernel library: list, render, compile), 'check-kernel' (the evaluation "
         "harness: compile, verify, time against cuSPARSE), 'baseline' (cuSPARSE's time), 'pretrain' "
         "(stage 1: tokenizer and model pre-trained on the CUDA corpus), 'data build' (SFT pairs from the "
-        "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3) and 'generate' (the main job: a verified kernel for your matrix) 'evaluate' (systems side by side) and 'demo' (all of it, small)."
+        "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3), 'generate' (the main "
+        "job: a verified kernel for your matrix), "
+        "'evaluate' (systems side by side), 'rescore' (recompute a saved evaluation) and 'demo' "
+        "(all of it, small)."
     ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
 )
 app.add_typer(matrix_app, name="matrix")
 app.add_typer(library_app, name="library")
@@ -40,6 +44,7 @@ app.command("baseline")(baseline)
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it
     from sparserl.train.cli import (
+        RLCommand,
         data_app,
         demo_cmd,
         evaluate_cmd,
@@ -58,8 +63,8 @@ if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest
     app.command("pretrain")(pretrain_cmd)
     app.add_typer(data_app, name="data")
     app.command("sft")(sft_cmd)
-    app.command("ppo")(ppo_cmd)
-    app.command("grpo")(grpo_cmd)
+    app.command("ppo", cls=RLCommand)(ppo_cmd)
+    app.command("grpo", cls=RLCommand)(grpo_cmd)
 else:
     @app.command("pretrain")
     def _pretrain_missing() -> None:
@@ -67,32 +72,85 @@ else:
         raise SparseRLError("the training stages need torch and transformers: pip install -e '.[train]'")
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from sparserl import __version__
+
+        typer.echo(f"sparserl {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show debug logging.")) -> None:
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show debug logging."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
+                                 help="Print the version and exit."),
+) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
 
 
-def main() -> None:
-    """Console entry point: run the Typer app, print user errors as one line."""
+def command():
+    """The click command behind ``sparserl``, with its help tidied: no type placeholder
+    (``<bool>``) beside on/off flags (``--help`` included), no "[default: False]" on a flag
+    that is off unless given, and a default written into an option's help text (an option
+    whose default is not a plain value) shown as text rather than read as rich markup."""
+    cmd = typer.main.get_command(app)
+    _tidy_help(cmd)
+    return cmd
+
+
+def _tidy_help(cmd) -> None:
+    for param in cmd.params:
+        help_text = getattr(param, "help", None)
+        if help_text and "[default:" in help_text and "\\[default:" not in help_text:
+            param.help = help_text.replace("[default:", "\\[default:")  # a default written in the text, not markup
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+            if not param.secondary_opts and not param.default:
+                param.show_default = False
+    help_option = cmd.get_help_option(cmd.context_class(cmd))
+    if help_option is not None:
+        help_option.metavar = ""
+    for sub in getattr(cmd, "commands", {}).values():
+        _tidy_help(sub)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the command; user errors, usage errors and Ctrl-C print one
+    ``error: ...`` line (exit status 2; 130 after Ctrl-C), never a traceback."""
     try:
-        rc = app(standalone_mode=False)  # click returns a command's exit code instead of raising
+        # click returns a command's exit code instead of raising in non-standalone mode
+        rc = command()(args=argv, prog_name="sparserl", standalone_mode=False)
+        if rc == 130:  # newer typer turns Ctrl-C into this exit status, silently
+            typer.echo("error: interrupted", err=True)
         sys.exit(rc if isinstance(rc, int) else 0)
     except SparseRLError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        typer.echo("aborted", err=True)
-        sys.exit(1)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)
     except Exception as exc:  # click usage errors come through here in non-standalone mode
+        if type(exc).__name__ == "NoArgsIsHelpError":  # 'sparserl' or 'sparserl matrix' alone: the help, shown
+            sys.exit(0)
         if isinstance(exc, _click_errors()):
-            exc.show()
+            typer.echo(f"error: {_usage_message(exc)}", err=True)
             sys.exit(exc.exit_code)
         raise
+
+
+def _usage_message(exc) -> str:
+    """A click usage error as one line, with where to read the command's help."""
+    msg = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        msg += f" (see '{ctx.command_path} --help')"
+    return msg
 
 
 def _click_errors() -> tuple[type, ...]:

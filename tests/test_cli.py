@@ -1,0 +1,75 @@
+"""The ``sparserl`` command itself: version, usage errors, Ctrl-C, and help that a new user can read."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import sparserl
+from tests.conftest import one_line_error
+
+
+def test_version(cli) -> None:
+    res = cli("--version")
+    assert res.rc == 0 and res.out.strip() == f"sparserl {sparserl.__version__}"
+
+
+def test_usage_errors_use_the_one_error_prefix(cli) -> None:
+    line = one_line_error(cli("--nope"), "--nope", "sparserl --help")
+    assert "Error" not in line
+    one_line_error(cli("matrix", "info"), "Missing argument", "sparserl matrix info --help")
+
+
+def test_ctrl_c_is_one_line_and_status_130(cli, monkeypatch, tmp_path) -> None:
+    import sparserl.matrices.cli as mcli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mcli, "load_matrix", interrupted)
+    res = cli("matrix", "info", tmp_path / "a.mtx")
+    assert res.rc == 130 and res.err.strip() == "error: interrupted" and "Traceback" not in res.err
+
+
+def test_top_level_help_lists_every_stage_with_commas(cli) -> None:
+    text = " ".join(cli("--help").out.split())
+    assert "'generate' (the main job: a verified kernel for your matrix), 'evaluate'" in text
+    assert "--version" in text
+
+
+def _commands(cmd, path=()):
+    yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_every_help_shows_defaults_and_no_bool_placeholder_or_double_negation(capsys) -> None:
+    """Every option of every command is required, an on/off flag, or shows its default; no
+    `<bool>` placeholder; no `--no-no-...` flag (each help rendered as `--help` renders it)."""
+    from sparserl.cli import command
+
+    checked = 0
+    for path, cmd in _commands(command()):
+        if not path:
+            continue
+        cmd.get_help(cmd.context_class(cmd, info_name=path[-1]))  # what --help prints (fills ppo's defaults)
+        text = capsys.readouterr().out
+        assert "Usage:" in text and "<bool>" not in text and "--no-no-" not in text, (path, text)
+        for p in cmd.params:
+            if getattr(p, "param_type_name", "") != "option" or p.required or p.hidden or p.is_flag:
+                continue
+            shown = p.default is not None and p.show_default is not False
+            assert shown or "[default:" in (p.help or ""), (path, p.opts)
+            checked += 1
+    assert checked > 80
+
+
+def test_rl_help_shows_the_config_defaults(cli) -> None:
+    """ppo's options default to 'not given' (the config file, then RLConfig, decide); the help
+    prints RLConfig's values, which are what a run without --config uses."""
+    from sparserl.rl.trainer import RLConfig
+
+    text = " ".join(cli("ppo", "--help").out.split())
+    assert f"RL steps [default: {RLConfig.steps}]" in text
+    assert f"[default: {RLConfig.pg_token_share}" in text and f"[default: {RLConfig.lr}]" in text
