@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_graph_decode_matches_generate(tiny_hf_config, dtype) -> None:
     if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
+        pytest.skip("needs an NVIDIA GPU and a CUDA build of torch; torch sees no GPU here")
     lm = _model(tiny_hf_config).to("cuda", dtype=dtype)
     embeds, mask = _prompts(tiny_hf_config.hidden_size)
     embeds, mask = embeds.to("cuda", dtype=dtype), mask.to("cuda")
