@@ -26,7 +26,19 @@ def _op(op: str, k: int | None):
         raise SparseRLError(f"--op must be spmv or spmm, got {op!r}")
     if op == "spmm" and (k is None or k < 1):
         raise SparseRLError("--op spmm needs --k K (K >= 1 columns of X)")
+    if op == "spmv" and k is not None:
+        raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
     return Op(op), (k if op == "spmm" else None)
+
+
+def read_kernel(path: Path) -> str:
+    """A kernel file's text; a file that is not UTF-8 text is a one-line error."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SparseRLError(f"{path}: not a text file (byte 0x{data[exc.start]:02x} at offset {exc.start} is not "
+                            "UTF-8); a kernel file is CUDA source text with FORMAT/LAUNCH header lines") from None
 
 
 def _fmt_us(t) -> str:
@@ -37,23 +49,28 @@ def check_kernel(
     kernel: Path = typer.Argument(..., exists=True, dir_okay=False, help="completion file: FORMAT/LAUNCH header + CUDA"),
     matrix: Path = typer.Option(..., "--matrix", "-m", exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
     op: str = typer.Option("spmv", help="spmv or spmm"),
-    k: int = typer.Option(None, help="SpMM: columns of X"),
+    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
+                                     "[default: none]"),
     regime: str = typer.Option("cold", help="regime for speedup/roofline: cold (L2 flushed) or warm"),
-    compile_only: bool = typer.Option(False, help="compile and check statically, do not run"),
+    compile_only: bool = typer.Option(False, "--compile-only",
+                                      help="compile and check statically, do not run (the default without a GPU)"),
     as_json: bool = typer.Option(False, "--json", help="print the EvalResult as JSON"),
 ) -> None:
     """Check a kernel: extract, static checks, compile, then (on a GPU) verify and time it against cuSPARSE."""
+    from sparserl.devices import compile_only_or_fallback
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.harness.result import ErrorKind
 
     o, kk = _op(op, k)
     if regime not in ("cold", "warm"):
         raise SparseRLError("--regime must be cold or warm")
+    text = read_kernel(kernel)
     A = _load(matrix)
+    compile_only, note = compile_only_or_fallback(compile_only)
+    if note:
+        typer.echo(f"note: {note}", err=True)
     with Evaluator(HarnessConfig(compile_only=compile_only, reward_regime=regime)) as ev:
-        if not ev.has_gpu and not compile_only:
-            console.print("[yellow]no CUDA GPU visible: compiling and checking statically only[/yellow]")
-        res = ev.evaluate(kernel.read_text(), ev.register(A, matrix.name), o, kk)
+        res = ev.evaluate(text, ev.register(A, matrix.name), o, kk)
     if as_json:
         typer.echo(json.dumps(res.to_dict(), indent=1, default=str))
     else:
@@ -83,7 +100,8 @@ def check_kernel(
 def baseline(
     matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
     op: str = typer.Option("spmv", help="spmv or spmm"),
-    k: int = typer.Option(None, help="SpMM: columns of X"),
+    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
+                                     "[default: none]"),
 ) -> None:
     """Time cuSPARSE (every CSR algorithm, best kept) on a matrix, cold and warm L2."""
     from sparserl.harness.evaluator import Evaluator

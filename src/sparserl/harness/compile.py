@@ -304,6 +304,8 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
 def _run_nvrtc(lib, source: str, opts: list[str], timeout_s: float) -> tuple[bool, bytes | None, str, str | None]:
     out = lib.compile(source, opts, timeout_s)
     kind = {"ok": None, "compile_error": "compile_error", "timeout": "timeout"}.get(out.status, "compiler_failure")
+    if kind == "compile_error" and out.log.lstrip().startswith("nvrtc: error:"):  # an option (arch) it rejects
+        kind = "compiler_failure"
     return out.status == "ok", out.cubin, out.log, kind
 
 
@@ -319,6 +321,8 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> tuple[bool, by
             return False, None, f"nvcc ran past its {options.timeout_s:g} s limit", "timeout"
         text = (proc.stdout + proc.stderr).replace(tmp + "/", "")
         ok = proc.returncode == 0 and out.exists()
+        if not ok and "nvcc fatal" in text:  # nvcc's own failure (an unsupported arch, a bad flag), not the source's
+            return False, None, text, "compiler_failure"
         return ok, out.read_bytes() if ok else None, text, None if ok else "compile_error"
 
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from sparserl.progress import progress as _progress
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,10 @@ def load_train_state(path: Path, opt, rng, device) -> dict:
     return st
 
 
-def progress(enabled: bool = True) -> Progress:
-    """The progress bar of long loops (``enabled=False``: data-parallel ranks other than 0)."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), disable=not enabled)
+def progress(enabled: bool = True):
+    """The progress display of long loops: a bar on a terminal, periodic log lines otherwise
+    (:mod:`sparserl.progress`); ``enabled=False``: data-parallel ranks other than 0."""
+    return _progress(enabled)
 
 
 class NullLogger:

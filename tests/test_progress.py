@@ -1,0 +1,58 @@
+"""Progress displays: a bar on a terminal, log lines when output goes to a file or a pipe."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from rich.console import Console
+from rich.progress import Progress
+
+from sparserl.progress import LineProgress, progress
+
+
+def test_a_terminal_gets_the_bar_anything_else_gets_lines() -> None:
+    assert isinstance(progress(console=Console(file=io.StringIO(), force_terminal=True)), Progress)
+    assert isinstance(progress(console=Console(file=io.StringIO())), LineProgress)
+    assert isinstance(progress(enabled=False, console=Console(file=io.StringIO())), Progress)  # shows nothing
+
+
+def test_lines_at_each_tenth_and_at_the_end(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="sparserl.progress")
+    with progress(console=Console(file=io.StringIO()), min_gap_s=0) as bar:
+        task = bar.add_task("sft", total=20)
+        for i in range(20):
+            bar.update(task, advance=1, description=f"sft loss {1 / (i + 1):.3f}")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 10, lines  # one per tenth; the last one is the end
+    assert lines[0].startswith("sft loss 0.500: 2/20 (10%)") and "left" in lines[0]
+    assert lines[-1].startswith("sft loss 0.050: 20/20 (100%)") and "left" not in lines[-1]
+
+
+def test_a_quick_loop_says_only_its_end_and_a_resumed_one_counts_from_where_it_was(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="sparserl.progress")
+    bar = LineProgress(every_s=60, min_gap_s=5)
+    with bar:
+        task = bar.add_task("compiling", total=103)
+        for _ in range(103):
+            bar.advance(task)
+    assert [r.getMessage().split(",")[0] for r in caplog.records] == ["compiling: 103/103 (100%)"]
+    caplog.clear()
+    bar = LineProgress(every_s=0, min_gap_s=0)
+    with bar:
+        task = bar.add_task("ppo", total=10, completed=6)  # resumed at step 6
+        bar.update(task, advance=1)
+    assert caplog.records[0].getMessage().startswith("ppo: 7/10 (70%)")
+
+
+def test_an_interrupted_loop_says_where_it_stopped(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="sparserl.progress")
+    try:
+        with LineProgress(every_s=60, min_gap_s=60) as bar:
+            task = bar.add_task("pretrain", total=100)
+            for _ in range(37):
+                bar.advance(task)
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert caplog.records[-1].getMessage().startswith("pretrain: 37/100 (37%)")
