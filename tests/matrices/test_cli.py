@@ -163,3 +163,46 @@ def test_subprocess_missing_file_argument_is_a_usage_error(tmp_path: Path) -> No
     proc = _run_cli("check-kernel", str(tmp_path / "absent.cu"), "--matrix", str(tmp_path / "absent.mtx"))
     assert proc.returncode == 2, proc.stderr
     assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_gen_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "a.npz"
+    ok(["gen", "diagonal", "--rows", "10", "-o", str(out)])
+    fails(["gen", "banded", "--rows", "10", "-o", str(out)], "a.npz exists", "--force")
+    assert load_matrix(out).nnz == 10  # untouched
+    ok(["gen", "banded", "--rows", "10", "-o", str(out), "--force"])
+    assert load_matrix(out).nnz > 10
+
+
+def test_gen_refuses_what_does_not_fit_in_memory_at_once(tmp_path: Path, monkeypatch, cli) -> None:
+    """100M rows on a small machine: refused in one line before anything is built (it used to
+    run out of memory after minutes)."""
+    import time
+
+    import sparserl.matrices.generators as gens
+    from tests.conftest import one_line_error
+
+    monkeypatch.setattr(gens, "available_memory", lambda: 8 << 30)
+    t0 = time.perf_counter()
+    line = one_line_error(cli("matrix", "gen", "random", "--rows", "100000000", "-o", tmp_path / "big.mtx"),
+                          "1600000000 nonzeros", "GiB", "8.0 GiB is available", "fewer rows")
+    assert time.perf_counter() - t0 < 5, line
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_expected_nnz_is_what_generate_builds(family: str) -> None:
+    from sparserl.matrices.generators import _coerce_params, expected_nnz, memory_estimate
+
+    for rows, cols in ((1000, None), (777, 300)):
+        if not FAMILIES[family].takes_cols and cols is not None:
+            continue
+        A = generate(family, rows, cols=cols, seed=1)
+        est = expected_nnz(family, rows, cols, _coerce_params(family, FAMILIES[family], {}))
+        if family == "powerlaw":  # random row lengths with mean mean_degree (capped at cols)
+            assert 0.7 * est < A.nnz < 1.3 * est
+        elif family == "block":  # an edge block cut by the last column counts whole
+            assert A.nnz <= est < 1.05 * A.nnz
+        else:
+            assert est == A.nnz, (family, rows, cols)
+        assert memory_estimate(family, rows, cols) > 8 * A.nnz  # at least the matrix itself

@@ -406,3 +406,36 @@ def test_all_suitesparse_matrices_load_with_documented_shape_and_nnz(suitesparse
         zeros[row["name"]] = int(np.count_nonzero(A.data == 0))
     assert mismatches == []
     assert zeros["zenios"] == 25877 and sum(1 for z in zeros.values() if z) == 13
+
+
+def test_garbage_npz_never_suggests_unpickling(tmp_path: Path) -> None:
+    """numpy reads a file that is not a zip as a pickle and suggests allow_pickle: we never do."""
+    noise = tmp_path / "noise.npz"
+    noise.write_bytes(np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8).tobytes())
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, format=np.array(["csr"], dtype=object), shape=np.array([2, 2]))
+    for path, needle in ((noise, "not a zip archive"), (objects, "Python objects, which are never loaded")):
+        with pytest.raises(MatrixError) as info:
+            load_matrix(path)
+        assert_one_line_error(info.value, path.name, needle)
+        assert "pickle" not in str(info.value)
+
+
+@pytest.mark.parametrize("suffix", [".mtx", ".mtx.gz", ".npz"])
+def test_interrupted_write_leaves_nothing_behind(tmp_path: Path, monkeypatch, suffix: str) -> None:
+    """Ctrl-C in the middle of a write: no hidden .NAME.tmpPID file and no half-written matrix."""
+    import sparserl.matrices.io as io_mod
+
+    def interrupted_write(f, C):
+        f.write(b"%%MatrixMarket matrix coordinate real general\n" + b"1 1 1.0\n" * 1000)
+        raise KeyboardInterrupt
+
+    def interrupted_npz(f, C, compressed=True):
+        f.write(b"PK" + b"\0" * 5000)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(io_mod, "_mmwrite", interrupted_write)
+    monkeypatch.setattr(io_mod.sp, "save_npz", interrupted_npz)
+    with pytest.raises(KeyboardInterrupt):
+        save_matrix(sp.eye_array(50, format="csr"), tmp_path / f"a{suffix}")
+    assert list(tmp_path.iterdir()) == []

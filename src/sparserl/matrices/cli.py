@@ -24,6 +24,7 @@ from sparserl.matrices.io import load_matrix, save_matrix
 app = typer.Typer(
     help="Load, inspect and generate sparse matrices (.mtx, .mtx.gz, .npz).",
     no_args_is_help=True,
+    rich_markup_mode="rich",
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -107,13 +108,17 @@ def gen(
     ),
     rows: int = typer.Option(..., "--rows", help="Number of rows (stencils round it to a grid size)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output file: .mtx, .mtx.gz or .npz."),
-    cols: int | None = typer.Option(None, "--cols", help="Number of columns (default: the family's)."),
+    cols: int | None = typer.Option(None, "--cols", help="Number of columns [default: the family's]."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same matrix)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Family parameter KEY=VALUE (repeatable)."),
+    param: list[str] = typer.Option([], "--param", "-p",
+                                    help="Family parameter KEY=VALUE (repeatable) [default: the family's]."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
 ) -> None:
     """Generate a seeded synthetic matrix of FAMILY and write it to --out."""
     if not out.name.lower().endswith(_SUFFIXES):
         raise MatrixError(f"{out}: unknown matrix file extension; expected .mtx, .mtx.gz or .npz")
+    if out.exists() and not force:
+        raise MatrixError(f"{out} exists: pass --force to overwrite it, or give another --out")
     params = _parse_params(param)
     t0 = time.perf_counter()
     A = generate(family, rows, cols=cols, seed=seed, **params)

@@ -39,10 +39,16 @@ from sparserl.matrices.io import MAX_INT32, csr_from_sorted_parts
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAMILIES", "FamilySpec", "family_names", "generate", "random_values"]
+__all__ = ["FAMILIES", "FamilySpec", "expected_nnz", "family_names", "generate", "memory_estimate", "random_values"]
 
 _CHUNK_NNZ = 1 << 22
 """Nonzeros built per chunk of rows (bounds int64 temporaries to a few tens of MB)."""
+
+_BYTES_PER_NNZ = 24
+_BYTES_PER_ROW = 16
+"""Peak memory of a generator, measured at 8M-80M nonzeros (largest: stencil2d, 23 bytes per
+nonzero; the matrix itself takes 8 per nonzero and 4 per row): what :func:`generate` checks
+against the memory available before it builds anything."""
 
 _SKEWED_TOPUP_ROUNDS = 8
 """Top-up rounds that use a family's skewed column sampler before falling back to uniform draws."""
@@ -540,6 +546,90 @@ def _coerce_params(family: str, spec: FamilySpec, params: dict[str, Any]) -> dic
     return out
 
 
+def expected_nnz(family: str, rows: int, cols: int | None, params: dict[str, Any]) -> int:
+    """The number of nonzeros ``generate(family, rows, cols=cols, **params)`` builds, from the
+    arguments alone (``params`` complete): exact, except block (an upper bound: an edge block
+    cut by the last column counts whole), banded past 65536 bands (an upper bound) and powerlaw
+    (its mean: row lengths are drawn)."""
+    n = cols if cols is not None else (2 * rows if family == "rectangular" else rows)
+    p = params
+    if family == "diagonal":
+        return min(rows, n)
+    if family == "banded":  # per diagonal offset d: the rows i with 0 <= i + d < n
+        if p["bands"] > 1 << 16:  # more offsets than is worth counting: the upper bound
+            return rows * min(p["bands"], n)
+        lo = -(max(p["bands"], 0) // 2)
+        d = np.arange(lo, lo + max(p["bands"], 0), dtype=np.int64)
+        return int(np.maximum(np.minimum(rows, n - d) - np.maximum(0, -d), 0).sum())
+    if family in ("stencil2d", "stencil3d_7", "stencil3d_27"):  # per point: the cells whose neighbour is inside
+        dim = 2 if family == "stencil2d" else 3
+        s = _grid_side(rows, dim)
+        pts = ([(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)] if family == "stencil2d" else
+               [(0, 0, 0), (-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1)]
+               if family == "stencil3d_7" else
+               [(a, b, c) for a in (-1, 0, 1) for b in (-1, 0, 1) for c in (-1, 0, 1)])
+        return sum(math.prod(max(s - abs(x), 0) for x in pt) for pt in pts)
+    if family == "block":
+        return rows * min(max(p["blocks_per_row"], 0) * max(p["block"], 0), n)
+    if family in ("random", "rectangular"):
+        return rows * min(max(p["nnz_per_row"], 0), n)
+    if family == "powerlaw":
+        return int(rows * min(max(p["mean_degree"], 0.0), n))
+    if family == "skewed":
+        long_len = min(n, 4096) if p["long_len"] is None else p["long_len"]
+        n_long = 0 if p["long_fraction"] <= 0 else min(rows, max(1, round(p["long_fraction"] * rows)))
+        return (rows - n_long) * min(max(p["short_len"], 0), n) + n_long * min(max(long_len, 0), n)
+    if family == "empty_rows":
+        return (rows - min(rows - 1, round(p["empty_fraction"] * rows))) * min(max(p["nnz_per_row"], 0), n)
+    raise MatrixError(f"unknown matrix family {family!r}")
+
+
+def memory_estimate(family: str, rows: int, cols: int | None = None, **params: Any) -> int:
+    """Bytes ``generate`` needs at its peak for these arguments (an upper bound, measured)."""
+    spec = FAMILIES.get(family)
+    if spec is None:
+        raise MatrixError(f"unknown matrix family {family!r}; valid: {', '.join(FAMILIES)}")
+    nnz = expected_nnz(family, rows, cols, _coerce_params(family, spec, params))
+    return _BYTES_PER_NNZ * nnz + _BYTES_PER_ROW * rows
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still use: the system's available memory, or the
+    container's (cgroup) limit less its usage when that is lower; None when unknown."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    v1 = "/sys/fs/cgroup/memory/memory."
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
+        try:
+            with open(limit) as f, open(usage) as g:
+                text = f.read().strip()
+                if text != "max" and int(text) < 1 << 60:
+                    found.append(int(text) - int(g.read().strip()))
+        except (OSError, ValueError):
+            pass
+    return max(0, min(found)) if found else None
+
+
+def _check_memory(family: str, rows: int, cols: int | None, kwargs: dict[str, Any]) -> None:
+    nnz = expected_nnz(family, rows, cols, kwargs)
+    if nnz > MAX_INT32:
+        return  # the family's own check says why (int32 indices), before it allocates
+    need = _BYTES_PER_NNZ * nnz + _BYTES_PER_ROW * rows
+    have = available_memory()
+    if have is not None and need > have:
+        raise MatrixError(
+            f"{family}: {rows} rows make about {nnz} nonzeros, which need about {need / 2**30:.1f} GiB of memory "
+            f"to generate; {have / 2**30:.1f} GiB is available: use fewer rows"
+        )
+
+
 def generate(
     family: str, rows: int, *, cols: int | None = None, seed: int = 0, **params: Any
 ) -> sp.csr_array:
@@ -554,7 +644,8 @@ def generate(
         **params: the family's parameters (see ``FAMILIES[family].defaults``).
 
     Raises:
-        MatrixError: unknown family, unknown or invalid parameter, or a size past the int32 limits.
+        MatrixError: unknown family, unknown or invalid parameter, a size past the int32 limits, or
+            more memory than is available (checked before anything is built).
     """
     spec = FAMILIES.get(family)
     if spec is None:
@@ -568,6 +659,7 @@ def generate(
     if not _is_int(seed) or seed < 0:
         raise MatrixError(f"{family}: seed must be an integer >= 0, got {seed!r}")
     kwargs = _coerce_params(family, spec, params)
+    _check_memory(family, int(rows), None if cols is None else int(cols), kwargs)
     rng = np.random.default_rng(int(seed))
     t0 = time.perf_counter()
     A = spec.fn(rng, int(rows), None if cols is None else int(cols), **kwargs)

@@ -237,10 +237,17 @@ def load_matrix(path: str | os.PathLike[str]) -> sp.csr_array:
 
 
 def _load_npz(p: Path) -> sp.sparray | sp.spmatrix:
+    import zipfile
+
+    if not zipfile.is_zipfile(p):  # numpy would guess a pickle and suggest allow_pickle: never
+        raise MatrixError(f"{p}: not a .npz file (not a zip archive); write one with scipy.sparse.save_npz "
+                          "or 'sparserl matrix gen'")
     try:
         return sp.load_npz(p)
     except Exception as exc:  # zipfile, numpy and scipy raise a variety of types here
         reason = _one_line(exc)
+        if "pickle" in reason:  # object arrays inside: never unpickled (that would run the file's code)
+            reason = "it holds Python objects, which are never loaded"
         raise MatrixError(f"{p}: not a readable scipy.sparse .npz file ({reason})") from None
 
 
@@ -500,7 +507,8 @@ def save_matrix(A: object, path: str | os.PathLike[str]) -> None:
     Matrix Market output is ``coordinate real general`` with 9 significant digits, enough for
     every float32 value to read back bit-identical; explicit zeros are written. ``.mtx.gz`` uses
     gzip level 1 (fast; about 2x smaller than plain text). The file is written next to ``path``
-    and renamed into place, so a failed write never leaves a half-written matrix.
+    and renamed into place, so a failed or interrupted write never leaves a half-written matrix,
+    and the temporary file is removed on every way out.
 
     Raises:
         MatrixError: invalid matrix, unknown extension, or the file cannot be written.
@@ -522,8 +530,9 @@ def save_matrix(A: object, path: str | os.PathLike[str]) -> None:
                 _mmwrite(f, C)
         os.replace(tmp, p)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise MatrixError(f"{p}: cannot write file ({exc.strerror or _one_line(exc)})") from None
+    finally:  # every way out (an error, Ctrl-C, a signal turned into an exception) removes the partial file
+        tmp.unlink(missing_ok=True)
     log.debug("saved %s: %d x %d, %d nonzeros", p, C.shape[0], C.shape[1], C.nnz)
 
 
