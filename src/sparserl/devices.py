@@ -24,6 +24,20 @@ def visible_gpus() -> list[int]:
         return []
 
 
+NO_GPU_NOTE = ("no CUDA GPU visible: running compile-only (kernels are compiled and checked, not run, so "
+               "nothing is verified or timed)")
+"""What every command says when it falls back to compile-only (see :func:`compile_only_or_fallback`)."""
+
+
+def compile_only_or_fallback(compile_only: bool) -> tuple[bool, str | None]:
+    """The one rule every command follows on a machine without a GPU: it falls back to
+    compile-only and says so. Returns ``(compile_only to use, note)``; ``note`` is None unless
+    a fallback happened (asked for compile-only, or a GPU is visible), else the line to show."""
+    if compile_only or visible_gpus():
+        return compile_only, None
+    return True, NO_GPU_NOTE
+
+
 def pick_device(name: str) -> "torch.device":
     """The torch device for the model: 'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error."""
     import torch

@@ -44,28 +44,37 @@ def init_default_model(folder: Path) -> Path:
     return folder
 
 
+class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and every option's default in its help."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sparserl.train_sft", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m sparserl.train_sft", description=__doc__, formatter_class=HelpFormat)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset-dir", type=Path, help="folder of .mtx/.mtx.gz/.npz matrices")
     src.add_argument("--data", type=Path, help="SFT JSONL (rows, cols, shape, format, code)")
     ap.add_argument("--max-nnz", type=int, default=128, help="coordinate tokens per matrix")
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--model-path", type=Path, default=Path("runs/pretrain/model"))
-    ap.add_argument("--out", type=Path, default=Path("runs/sft"))
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--compile-only", action="store_true", help="no GPU: compile-only checks")
-    ap.add_argument("--eval-samples", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=1000, help="optimizer steps")
+    ap.add_argument("--batch-size", type=int, default=8, help="(matrix, kernel) pairs per step")
+    ap.add_argument("--lr", type=float, default=3e-4, help="peak learning rate")
+    ap.add_argument("--model-path", type=Path, default=Path("runs/pretrain/model"),
+                    help="HF model folder or policy checkpoint (none there: the default model, untrained)")
+    ap.add_argument("--out", type=Path, default=Path("runs/sft"), help="output folder")
+    ap.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    ap.add_argument("--compile-only", action="store_true", help="compile-only checks (the default without a GPU)")
+    ap.add_argument("--eval-samples", type=int, default=8, help="validation rows checked at the end")
+    ap.add_argument("--force", action="store_true", help="overwrite an earlier run in --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        from sparserl.devices import visible_gpus
+        from sparserl.devices import compile_only_or_fallback
+        from sparserl.runs import check_output
         from sparserl.train.sft import SFTConfig, sft
 
-        compile_only = args.compile_only or not visible_gpus()
+        check_output(args.out, "sft", args.force)
+        compile_only, note = compile_only_or_fallback(args.compile_only)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
         model = args.model_path
         if not (model / "config.json").exists() and not (model / "policy.json").exists():
             log.warning("no model at %s: initialising the embedded default from scratch "

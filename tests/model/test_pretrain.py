@@ -59,3 +59,22 @@ def test_config_validation(tmp_path) -> None:
         cfg(tmp_path, steps=0)
     with pytest.raises(SparseRLError):
         cfg(tmp_path, lr=0)
+
+
+def test_time_estimate_from_the_first_steps() -> None:
+    """Default pre-training on a CPU takes hours: after the first steps it says how long."""
+    from sparserl.train.pretrain import PretrainConfig, TimeEstimate
+
+    cfg = PretrainConfig(steps=2000, batch_size=32, seq_len=512)
+    slow = TimeEstimate(cfg, torch.device("cpu"), first_step=0)  # 30 s per step, the first 40 s
+    assert slow.step(1, 40.0) is not None and slow.said  # one slow step already tells
+    fast = TimeEstimate(cfg, torch.device("cpu"), first_step=0)  # 0.2 s per step after a 3 s first step
+    said = [fast.step(s, 3.0 + 0.2 * (s - 1)) for s in range(1, 13)]
+    assert said[:10] == [None] * 10 and said[11] is None  # warm-up, then 10 timed steps, then only once
+    msg = said[10]
+    assert msg.startswith(f"{10 * 32 * 512 / 2.0:.0f} tokens/s on cpu: the 2000 steps take about")
+    left = (2000 - 11) * 0.2
+    assert f"about {int(left) // 60} min {int(left) % 60:02d} s left" in msg and "--steps 200" not in msg
+    resumed = TimeEstimate(cfg, torch.device("cpu"), first_step=1500)
+    msg = [resumed.step(s, 30.0 * (s - 1500)) for s in range(1501, 1503)][0]
+    assert "about 4 h 09 min left" in msg and "--steps 200 --batch-size 8 --seq-len 256" in msg

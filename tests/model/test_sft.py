@@ -15,9 +15,10 @@ from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.formats import convert  # noqa: E402
 from sparserl.kernels.contract import Op, split_completion  # noqa: E402
 from sparserl.harness.compile import find_nvcc  # noqa: E402
+from tests.conftest import NEEDS_NVCC  # noqa: E402
 from sparserl.matrices import generate, load_matrix, save_matrix  # noqa: E402
 
-pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+pytestmark = pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
 
 FAMS = ("banded", "random", "block")
 

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 from sparserl.harness.compile import find_nvcc  # noqa: E402
+from tests.conftest import NEEDS_NVCC  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +35,7 @@ def test_helpers_average_gradients_and_catch_drift() -> None:
     assert "rank 0 ok" in p.stdout and "rank 1 ok" in p.stdout
 
 
-@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
 def test_ppo_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
     """Each rank draws its own matrices and samples; the replicas are checked identical at every
     checkpoint (they would drift apart if gradients were not averaged)."""
@@ -57,7 +58,7 @@ def test_ppo_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert (tmp_path / "ppo" / "checkpoint" / "policy.json").exists()
 
 
-@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
 def test_sft_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
     from sparserl.data.sft_build import SFTDataConfig, build_sft_data
 

@@ -1,4 +1,13 @@
-"""``sparserl pretrain``: stage 1 from the command line."""
+"""The model-side commands: ``pretrain``, ``data build``, ``sft``, ``ppo``/``grpo``, ``generate``,
+``evaluate``, ``rescore`` and ``demo``.
+
+Rules every one of them follows:
+
+* On a machine without a GPU a command that would verify kernels falls back to compile-only and
+  prints a ``note:`` line saying so (:func:`sparserl.devices.compile_only_or_fallback`).
+* A command that writes a run folder refuses one that holds an earlier run unless ``--force``
+  (or ``--resume``, where the stage can continue) is given (:mod:`sparserl.runs`).
+"""
 
 from __future__ import annotations
 
@@ -7,97 +16,135 @@ import json
 from pathlib import Path
 
 import typer
+from typer.core import TyperCommand
+
+from sparserl.errors import SparseRLError
+from sparserl.runs import check_output
+
+
+def _fallback(compile_only: bool) -> bool:
+    """compile-only as asked, or forced by a machine without a GPU (with a note)."""
+    from sparserl.devices import compile_only_or_fallback
+
+    compile_only, note = compile_only_or_fallback(compile_only)
+    if note:
+        typer.echo(f"note: {note}", err=True)
+    return compile_only
 
 
 def pretrain_cmd(
     out: Path = typer.Option(Path("runs/pretrain"), help="output folder (model/, state.pt, metrics.jsonl)"),
-    model: Path = typer.Option(None, help="continue pre-training this local HF model (default: train the "
-                                          "embedded default model and its tokenizer from scratch)"),
-    steps: int = typer.Option(2000, help="optimizer steps"),
+    model: Path = typer.Option(None, help="continue pre-training this local HF model [default: train the "
+                                          "embedded default model and its tokenizer from scratch]"),
+    steps: int = typer.Option(2000, help="optimizer steps (on a CPU try 200: see the README)"),
     batch_size: int = typer.Option(32, help="sequences per step"),
     seq_len: int = typer.Option(512, help="tokens per sequence"),
     lr: float = typer.Option(1e-3, help="peak learning rate (warm-up, then cosine decay)"),
     vocab_size: int = typer.Option(8192, help="BPE vocabulary when training the tokenizer from scratch"),
     device: str = typer.Option("auto", help="auto, cpu or cuda[:N]"),
-    resume: bool = typer.Option(False, help="continue from OUT/state.pt"),
-    seed: int = typer.Option(0),
+    resume: bool = typer.Option(False, "--resume", help="continue from OUT/state.pt"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
+    seed: int = typer.Option(0, help="random seed"),
 ) -> None:
     """Stage 1: pre-train on the CUDA corpus found on this machine (toolkit headers + kernel library)."""
     from sparserl.train.pretrain import PretrainConfig, pretrain
 
+    check_output(out, "pretrain", force, resume)
     cfg = PretrainConfig(out=str(out), model=str(model) if model else None, steps=steps, batch_size=batch_size,
                          seq_len=seq_len, lr=lr, vocab_size=vocab_size, device=device, resume=resume, seed=seed)
     result = pretrain(cfg)
     typer.echo(json.dumps(result, indent=1))
 
 
-data_app = typer.Typer(help="SFT data: (matrix, correct kernel) pairs from the reference library.", no_args_is_help=True)
+data_app = typer.Typer(help="SFT data: (matrix, correct kernel) pairs from the reference library.",
+                       no_args_is_help=True, rich_markup_mode="rich")
 
 
 @data_app.command("build")
 def data_build_cmd(
     out: Path = typer.Option(Path("runs/data"), help="output folder (matrices/, train/val/test.jsonl, summary.json)"),
-    families: str = typer.Option("", help="comma-separated generator families (default: all)"),
+    families: str = typer.Option("", help="comma-separated generator families [default: all]"),
     per_family: int = typer.Option(12, help="generated matrices per family"),
-    min_rows: int = typer.Option(2000),
-    max_rows: int = typer.Option(200000),
-    real_dir: Path = typer.Option(None, help="folder of real matrices (.mtx/.mtx.gz/.npz), test split by default"),
+    min_rows: int = typer.Option(2000, help="fewest rows of a generated matrix"),
+    max_rows: int = typer.Option(200000, help="most rows of a generated matrix"),
+    real_dir: Path = typer.Option(None, help="folder of real matrices (.mtx/.mtx.gz/.npz), test split "
+                                             "[default: none]"),
     ops: str = typer.Option("spmv", help="spmv, spmm or spmv,spmm"),
-    ks: str = typer.Option("32", help="SpMM column counts, comma-separated"),
+    ks: str = typer.Option(None, help="SpMM column counts, comma-separated (with spmm in --ops only) "
+                                      "[default: 32]"),
     target: str = typer.Option("correct", help="correct (a random correct variant), fastest (the fastest ones) "
                                                 "or near_fastest (random among those within --near-fastest-ratio "
                                                 "of the fastest)"),
     targets_per_matrix: int = typer.Option(2, help="rows per train (matrix, op, k)"),
     near_fastest_ratio: float = typer.Option(1.10, help="near_fastest: at most this times the fastest time"),
     variants_per_matrix: int = typer.Option(None, help="evaluate this many random library variants per matrix "
-                                                       "(default: all)"),
+                                                       "[default: all]"),
     val_fraction: float = typer.Option(0.1, help="share of each family's matrices for validation (rounded down)"),
     test_fraction: float = typer.Option(0.1, help="share of each family's matrices for test (rounded down)"),
-    compile_only: bool = typer.Option(False, help="no GPU: targets are variants that compile (no times)"),
-    seed: int = typer.Option(0),
+    compile_only: bool = typer.Option(False, "--compile-only", help="targets are variants that compile (no "
+                                                                    "times); the default without a GPU"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier data set in OUT"),
+    seed: int = typer.Option(0, help="random seed"),
 ) -> None:
     """Render library variants for each matrix, check them with the harness, write JSONL splits."""
     from sparserl.data.sft_build import SFTDataConfig, build_sft_data
 
+    op_list = tuple(filter(None, ops.split(",")))
+    if ks is not None and "spmm" not in op_list:
+        raise SparseRLError("--ks are SpMM column counts: give --ops spmm (or spmv,spmm), or leave --ks out")
+    try:
+        k_list = tuple(int(k) for k in (ks or "32").split(","))
+    except ValueError:
+        raise SparseRLError(f"--ks must be comma-separated integers, got {ks!r}") from None
+    check_output(out, "data", force)
+    compile_only = _fallback(compile_only)
     cfg = SFTDataConfig(out=str(out), families=tuple(filter(None, families.split(","))),
                         matrices_per_family=per_family, min_rows=min_rows, max_rows=max_rows,
-                        real_dir=str(real_dir) if real_dir else None, ops=tuple(ops.split(",")),
-                        ks=tuple(int(k) for k in ks.split(",")), target=target,
+                        real_dir=str(real_dir) if real_dir else None, ops=op_list, ks=k_list, target=target,
                         targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
-                        near_fastest_ratio=near_fastest_ratio, val_fraction=val_fraction, test_fraction=test_fraction, compile_only=compile_only, seed=seed)
+                        near_fastest_ratio=near_fastest_ratio, val_fraction=val_fraction,
+                        test_fraction=test_fraction, compile_only=compile_only, seed=seed)
     summary = build_sft_data(cfg)
-    typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", "correct", "seconds")}, indent=1))
+    usable = "compiled" if compile_only else "correct"  # compile-only: nothing was verified
+    typer.echo(json.dumps({"matrices": summary["matrices"], "rows": summary["rows"],
+                           "evaluations": summary["evaluations"], usable: summary["correct"],
+                           "seconds": summary["seconds"]}, indent=1))
 
 
 def sft_cmd(
     data: Path = typer.Option(Path("runs/data"), help="data folder (train.jsonl, val.jsonl) or a .jsonl file"),
     model: Path = typer.Option(Path("runs/pretrain/model"), help="HF model folder or policy checkpoint"),
     out: Path = typer.Option(Path("runs/sft"), help="output folder (checkpoint/, metrics.jsonl)"),
-    steps: int = typer.Option(1000),
-    batch_size: int = typer.Option(8),
-    lr: float = typer.Option(3e-4),
-    lora: bool = typer.Option(False, help="LoRA adapters on a frozen base (for large models)"),
-    lora_r: int = typer.Option(16),
+    steps: int = typer.Option(1000, help="optimizer steps"),
+    batch_size: int = typer.Option(8, help="(matrix, kernel) pairs per step"),
+    lr: float = typer.Option(3e-4, help="peak learning rate (warm-up, then cosine decay)"),
+    lora: bool = typer.Option(False, "--lora", help="LoRA adapters on a frozen base (for large models)"),
+    lora_r: int = typer.Option(16, help="LoRA rank (with --lora)"),
     max_nnz: int = typer.Option(128, help="coordinate tokens per matrix"),
-    text_prompt: bool = typer.Option(True, help="name shape and nonzeros in the prompt text"),
-    gradient_checkpointing: bool = typer.Option(False),
-    eval_every: int = typer.Option(250),
-    eval_samples: int = typer.Option(32),
-    eval_temperature: float = typer.Option(1.0),
-    save_every: int = typer.Option(250),
-    resume: bool = typer.Option(False),
-    device: str = typer.Option("auto"),
-    compile_only: bool = typer.Option(False, help="evaluate by compiling only (no GPU)"),
-    seed: int = typer.Option(0),
+    no_text_prompt: bool = typer.Option(False, "--no-text-prompt",
+                                        help="leave shape and nonzeros out of the prompt text (soft tokens only)"),
+    gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing",
+                                                help="recompute activations in the backward pass (less memory)"),
+    eval_every: int = typer.Option(250, help="steps between validation checks through the harness"),
+    eval_samples: int = typer.Option(32, help="validation rows sampled and checked at each validation"),
+    eval_temperature: float = typer.Option(1.0, help="sampling temperature of the validation (> 0)"),
+    save_every: int = typer.Option(250, help="steps between checkpoints"),
+    resume: bool = typer.Option(False, "--resume", help="continue from OUT/state.pt"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
+    device: str = typer.Option("auto", help="auto, cpu or cuda[:N]"),
+    compile_only: bool = typer.Option(False, "--compile-only",
+                                      help="validate by compiling only; the default without a GPU"),
+    seed: int = typer.Option(0, help="random seed"),
 ) -> None:
     """Stage 2: supervised fine-tuning on (matrix, kernel) pairs; validation through the harness."""
     from sparserl.train.sft import SFTConfig, sft
 
+    check_output(out, "sft", force, resume)
     cfg = SFTConfig(data=str(data), model=str(model), out=str(out), steps=steps, batch_size=batch_size, lr=lr,
-                    lora=lora, lora_r=lora_r, max_nnz=max_nnz, text_prompt=text_prompt,
+                    lora=lora, lora_r=lora_r, max_nnz=max_nnz, text_prompt=not no_text_prompt,
                     gradient_checkpointing=gradient_checkpointing, eval_every=eval_every, eval_samples=eval_samples,
                     eval_temperature=eval_temperature, save_every=save_every, resume=resume, device=device,
-                    compile_only=compile_only, seed=seed)
+                    compile_only=_fallback(compile_only), seed=seed)
     typer.echo(json.dumps(sft(cfg), indent=1, default=str))
 
 
@@ -110,29 +157,53 @@ def rl_config(algo: str, config: Path | None, given: dict):
         cfg = load_config_file(config, **over)
         if "out" not in over and cfg.out == RLConfig.out:
             cfg = dataclasses.replace(cfg, out=f"runs/{algo}")
-        return cfg
-    return RLConfig(**({"out": f"runs/{algo}"} | over))
+    else:
+        cfg = RLConfig(**({"out": f"runs/{algo}"} | over))
+    if cfg.temperature <= 0:
+        raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {cfg.temperature}")
+    return cfg
+
+
+class RLCommand(TyperCommand):
+    """``ppo`` / ``grpo``: their options default to "not given" (the config file decides, then
+    RLConfig); the help prints RLConfig's value beside each, read when the help is shown (so
+    the command line does not import torch to start)."""
+
+    def format_help(self, ctx, formatter):
+        from sparserl.rewards import RewardConfig
+        from sparserl.rl.trainer import RLConfig
+
+        defaults = {f.name: f.default for f in dataclasses.fields(RLConfig) if f.default is not dataclasses.MISSING}
+        defaults["reward"] = RewardConfig().name
+        defaults["out"] = f"runs/{ctx.info_name}"
+        for p in self.params:
+            if p.name in defaults and p.default is None and "[default:" not in (p.help or ""):
+                if not isinstance(defaults[p.name], bool):  # an on/off flag is off unless given
+                    p.help = f"{p.help or ''} \\[default: {defaults[p.name]}]".strip()
+        return super().format_help(ctx, formatter)
 
 
 def _rl(algo: str):
     def cmd(
-        config: Path = typer.Option(None, help="TOML or YAML file of RLConfig settings (flags below override it)"),
+        config: Path = typer.Option(None, help="TOML or YAML file of RLConfig settings (flags below override it) "
+                                               "[default: none]"),
         model: Path = typer.Option(None, help="policy checkpoint (sparserl sft) or HF model folder"),
         matrices: Path = typer.Option(None, help="SFT data folder (train split) or a folder of matrices"),
-        out: Path = typer.Option(None, help=f"output folder (default runs/{algo})"),
+        out: Path = typer.Option(None, help="output folder"),
         steps: int = typer.Option(None, help="RL steps"),
-        matrices_per_step: int = typer.Option(None),
+        matrices_per_step: int = typer.Option(None, help="matrices per rollout batch"),
         samples_per_matrix: int = typer.Option(None, help="completions per matrix per step (GRPO group size)"),
-        lr: float = typer.Option(None),
-        kl_coef: float = typer.Option(None),
+        lr: float = typer.Option(None, help="learning rate"),
+        kl_coef: float = typer.Option(None, help="weight of the KL to the starting policy"),
         pg_token_share: float = typer.Option(None, help="share of tokens (highest sampling entropy) that get the "
-                                                        "policy-gradient loss [default: 0.05; 1.0 = every token]"),
-        reward: str = typer.Option(None, help="clipped_log (default) or paper"),
-        max_new_tokens: int = typer.Option(None),
-        resume: bool = typer.Option(None, help="continue from OUT/state.pt [default: no-resume]"),
-        compile_only: bool = typer.Option(None, help="no GPU: rewards from compiling only (smoke runs) "
-                                                     "[default: no-compile-only]"),
-        device: str = typer.Option(None),
+                                                        "policy-gradient loss (1.0 = every token)"),
+        reward: str = typer.Option(None, help="clipped_log or paper"),
+        max_new_tokens: int = typer.Option(None, help="longest completion, in tokens"),
+        resume: bool = typer.Option(None, "--resume", help="continue from OUT/state.pt"),
+        force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
+        compile_only: bool = typer.Option(None, "--compile-only", help="rewards from compiling only (smoke runs); "
+                                                                       "the default without a GPU"),
+        device: str = typer.Option(None, help="auto, cpu or cuda[:N]"),
     ) -> None:
         from sparserl.rewards import RewardConfig
         from sparserl.rl.trainer import train_rl
@@ -144,6 +215,9 @@ def _rl(algo: str):
                  "max_new_tokens": max_new_tokens, "device": device, "resume": resume, "compile_only": compile_only,
                  "reward": RewardConfig(name=reward) if reward else None}
         cfg = rl_config(algo, config, given)
+        check_output(cfg.out, algo, force, cfg.resume)
+        if not cfg.compile_only and _fallback(False):
+            cfg = dataclasses.replace(cfg, compile_only=True)
         typer.echo(json.dumps(train_rl(cfg), indent=1, default=str))
 
     cmd.__doc__ = (f"Stage 3: {algo.upper()} with rewards from the harness "
@@ -159,48 +233,59 @@ grpo_cmd = _rl("grpo")
 def generate_cmd(
     matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
     op: str = typer.Option("spmv", help="spmv or spmm"),
-    k: int = typer.Option(None, help="SpMM: columns of X"),
-    model: Path = typer.Option(Path("runs/ppo/checkpoint"), help="policy checkpoint or HF model folder"),
+    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
+                                     "[default: none]"),
+    model: Path = typer.Option(Path("runs/ppo/checkpoint"), help="policy checkpoint or HF model folder; without "
+                                                                 "one, the best library kernel is returned"),
     samples: int = typer.Option(16, help="completions to sample and evaluate"),
-    temperature: float = typer.Option(1.0),
-    out: Path = typer.Option(None, help="output folder (default runs/generate/<matrix>)"),
-    no_library_fallback: bool = typer.Option(False, help="fail instead of returning a library kernel"),
-    compile_only: bool = typer.Option(False, help="no GPU: the best compiling sample, unverified"),
-    device: str = typer.Option("auto"),
-    seed: int = typer.Option(0),
+    temperature: float = typer.Option(1.0, help="sampling temperature (> 0)"),
+    out: Path = typer.Option(None, help="output folder [default: runs/generate/<matrix name>]"),
+    no_library_fallback: bool = typer.Option(False, "--no-library-fallback",
+                                             help="fail instead of returning a library kernel"),
+    compile_only: bool = typer.Option(False, "--compile-only", help="the best compiling kernel, unverified; "
+                                                                    "the default without a GPU"),
+    device: str = typer.Option("auto", help="auto, cpu or cuda[:N] (for the model)"),
+    seed: int = typer.Option(0, help="random seed"),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     from sparserl.generate import GenerateConfig, generate_kernel
 
-    rep = generate_kernel(GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model), samples=samples,
-                                         temperature=temperature, out=str(out) if out else None,
-                                         library_fallback=not no_library_fallback, compile_only=compile_only,
-                                         device=device, seed=seed))
-    typer.echo(f"{rep['verdict']} [{rep['source']}]\nwrote {rep['out']}/kernel.cu, launch.json, report.md, "
-               f"report.json in {rep['seconds']:.1f} s")
+    cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model), samples=samples,
+                         temperature=temperature, out=str(out) if out else None,
+                         library_fallback=not no_library_fallback, device=device, seed=seed,
+                         compile_only=compile_only)
+    rep = generate_kernel(dataclasses.replace(cfg, compile_only=_fallback(compile_only)))
+    typer.echo(f"{rep['verdict']} [{rep['source']}]")
+    for line in rep.get("notes", []):
+        typer.echo(f"note: {line}")
+    typer.echo(f"wrote {rep['out']}/kernel.cu, launch.json, report.md, report.json in {rep['seconds']:.1f} s")
 
 
 def evaluate_cmd(
     matrices: str = typer.Option("runs/data", help="data folder (uses --split), a folder of matrices, or 'families'"),
-    split: str = typer.Option("test"),
-    checkpoint: list[str] = typer.Option([], "--checkpoint", "-c", help="NAME=PATH of a policy (repeatable)"),
+    split: str = typer.Option("test", help="split of a data folder: train, val or test"),
+    checkpoint: list[str] = typer.Option([], "--checkpoint", "-c", help="NAME=PATH of a policy (repeatable) "
+                                                                        "[default: none, baselines only]"),
     baselines: str = typer.Option("cusparse,oracle,selector", help="comma-separated: cusparse, oracle, selector"),
-    op: str = typer.Option("spmv"),
-    k: int = typer.Option(32, help="SpMM columns"),
+    op: str = typer.Option("spmv", help="spmv or spmm"),
+    k: int = typer.Option(None, help="SpMM columns (with --op spmm only) [default: 32]"),
     samples: int = typer.Option(8, help="completions per matrix per checkpoint (pass@k uses them)"),
     family_rows: int = typer.Option(200_000, help="rows of each generated matrix with --matrices families"),
     gen_batch: int = typer.Option(32, help="completions generated together"),
-    out: Path = typer.Option(Path("runs/eval")),
-    compile_only: bool = typer.Option(False, help="no GPU: compile rates only"),
-    no_plots: bool = typer.Option(False),
+    out: Path = typer.Option(Path("runs/eval"), help="output folder (eval.md, eval.json, plots)"),
+    compile_only: bool = typer.Option(False, "--compile-only", help="compile rates only; the default without a GPU"),
+    no_plots: bool = typer.Option(False, "--no-plots", help="write no plots"),
 ) -> None:
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
     from sparserl.eval.compare import EvalConfig, evaluate
 
-    res = evaluate(EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint),
-                              baselines=tuple(filter(None, baselines.split(","))), op=op, k=k, samples=samples,
-                              family_rows=family_rows, gen_batch=gen_batch, out=str(out),
-                              compile_only=compile_only, plots=not no_plots))
+    if op == "spmv" and k is not None:
+        raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
+    cfg = EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint),
+                     baselines=tuple(filter(None, baselines.split(","))), op=op, k=32 if k is None else k,
+                     samples=samples, family_rows=family_rows, gen_batch=gen_batch, out=str(out),
+                     plots=not no_plots)
+    res = evaluate(dataclasses.replace(cfg, compile_only=_fallback(compile_only)))
     typer.echo((out / "eval.md").read_text())
     typer.echo(f"wrote {out}/eval.json, eval.md" + (", plots" if res.get("plots") else ""))
 
@@ -217,19 +302,26 @@ def rescore_cmd(
 
 def demo_cmd(
     out: Path = typer.Option(Path("runs/demo"), help="output folder"),
-    tiny: bool = typer.Option(False, help="tiny model and data (minutes on a CPU)"),
-    compile_only: bool = typer.Option(False, help="no GPU: compile-only rewards and checks"),
-    real_matrix: Path = typer.Option(None, help="matrix for the final generate step"),
-    seed: int = typer.Option(0),
-    resume: bool = typer.Option(False, help="skip the stages an earlier run in OUT finished; continue the interrupted one"),
+    tiny: bool = typer.Option(False, "--tiny", help="tiny model and data (minutes on a CPU)"),
+    compile_only: bool = typer.Option(False, "--compile-only", help="compile-only rewards and checks; the "
+                                                                    "default without a GPU"),
+    real_matrix: Path = typer.Option(None, help="matrix for the final generate step [default: a generated "
+                                                "3D 27-point stencil]"),
+    seed: int = typer.Option(0, help="random seed"),
+    resume: bool = typer.Option(False, "--resume", help="skip the stages an earlier run in OUT finished; "
+                                                        "continue the interrupted one"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
 ) -> None:
-    """The whole pipeline, small: data, pretrain, SFT, PPO, evaluate, generate (GPU; or --compile-only --tiny)."""
+    """The whole pipeline, small: data, pretrain, SFT, PPO, evaluate, generate (on a CPU: --tiny --compile-only)."""
     from sparserl.demo import DemoConfig, run_demo
 
-    rep = run_demo(DemoConfig(out=str(out), tiny=tiny, compile_only=compile_only,
+    check_output(out, "demo", force, resume)
+    rep = run_demo(DemoConfig(out=str(out), tiny=tiny, compile_only=_fallback(compile_only),
                               real_matrix=str(real_matrix) if real_matrix else None, seed=seed,
                               resume=resume))
-    typer.echo(f"demo finished in {rep['seconds']:.0f} s (all stages, across resumed runs: {rep['stage_seconds']:.0f} s)")
+    typer.echo(f"demo finished in {rep['seconds']:.0f} s "
+               f"(all stages, across resumed runs: {rep['stage_seconds']:.0f} s)")
     for name, path in rep["artefacts"].items():
         typer.echo(f"  {name:18} {path}")
-    typer.echo(f"  generate verdict   {rep['generate']['verdict']}")
+    for line in rep["summary"]:
+        typer.echo(line)

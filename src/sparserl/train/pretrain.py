@@ -138,6 +138,49 @@ def _build(cfg: PretrainConfig, texts: list[str]):
     return tok, AutoModelForCausalLM.from_config(hf)
 
 
+class TimeEstimate:
+    """Says, once the first steps are timed, how long the whole run will take (default
+    settings on a CPU take hours, which a user should know in the first minute): after
+    ``after_steps`` steps past the ``warmup`` ones, or as soon as ``after_s`` seconds of
+    training have gone by."""
+
+    def __init__(self, cfg: PretrainConfig, device: torch.device, first_step: int, warmup: int = 1,
+                 after_s: float = 10.0, after_steps: int = 10):
+        self.cfg, self.device, self.first = cfg, device, first_step
+        self.warmup, self.after_s, self.after_steps = warmup, after_s, after_steps
+        self.t_warm: float | None = None
+        self.said = False
+
+    def step(self, step: int, t_train: float) -> str | None:
+        """Called after each step with the training time so far; returns (and logs) the estimate once."""
+        done = step - self.first
+        if done == self.warmup:  # the first steps carry one-time costs (allocation, kernel selection)
+            self.t_warm = t_train
+        if self.said or done < 1 or step >= self.cfg.steps:
+            return None
+        if self.t_warm is not None and done > self.warmup:
+            timed, n = t_train - self.t_warm, done - self.warmup
+        else:  # slow steps (a CPU): the first ones already tell, warm-up costs and all (an overestimate)
+            timed, n = t_train, done
+        if n < self.after_steps and timed < self.after_s:
+            return None
+        self.said = True
+        left = (self.cfg.steps - step) * timed / n
+        c = self.cfg
+        msg = (f"{n * c.batch_size * c.seq_len / timed:.0f} tokens/s on {self.device.type}: the {c.steps} steps take "
+               f"about {_hours(left + t_train)} in all (about {_hours(left)} left)")
+        if self.device.type == "cpu" and left > 1800:
+            msg += ("; on a CPU, smaller settings finish in minutes: --steps 200 --batch-size 8 --seq-len 256 "
+                    "(see the README)")
+        log.info("%s", msg)
+        return msg
+
+
+def _hours(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else f"{s // 60} min {s % 60:02d} s"
+
+
 def pretrain(cfg: PretrainConfig) -> dict:
     """Run stage 1; returns the final metrics (tokens/s, held-out perplexity, paths)."""
     out = Path(cfg.out)
@@ -183,6 +226,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
         save_tokenizer(tok, out / "model")
         save_train_state(state_path, opt, step, rng, asdict(cfg))
 
+    estimate = TimeEstimate(cfg, device, first_step=step)
     with progress() as bar:
         task = bar.add_task("pretrain", total=cfg.steps, completed=step)
         while step < cfg.steps:
@@ -209,13 +253,15 @@ def pretrain(cfg: PretrainConfig) -> dict:
                     "charts/tokens_per_s": tokens_done / t_train}
             if step % 10 == 0 or step == cfg.steps:
                 logger.log(step, last)
+            bar.update(task, advance=1, description=f"pretrain loss {loss_v:.3f}")
+            estimate.step(step, t_train)
             if step % cfg.eval_every == 0 or step == cfg.steps:
+                log.info("step %d: held-out perplexity on %d tokens", step, min(held_ids.size, cfg.heldout_tokens))
                 ppl = heldout_perplexity(model, held_ids, cfg.seq_len, cfg.heldout_tokens, device, cfg.bf16)
                 last["eval/heldout_ppl"] = ppl
                 logger.log(step, {"eval/heldout_ppl": ppl})
             if step % cfg.save_every == 0 or step == cfg.steps:
                 save()
-            bar.update(task, advance=1, description=f"pretrain loss {loss_v:.3f}")
     logger.close()
     result = {"steps": step, "params": params, "tokens_per_s": tokens_done / max(t_train, 1e-9),
               "train_seconds": t_train, "model_dir": str(out / "model"), **last}

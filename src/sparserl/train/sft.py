@@ -77,6 +77,9 @@ class SFTConfig:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
             raise SparseRLError("need steps >= 1, batch_size >= 1 and lr > 0")
+        if not self.eval_temperature > 0:
+            raise SparseRLError(f"eval_temperature must be > 0 (1.0 samples the policy as it is), "
+                                f"got {self.eval_temperature}")
 
 
 _MATRIX_CACHE: dict[str, sp.csr_array] = {}
@@ -202,6 +205,10 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
     ev = evaluator or Evaluator(HarnessConfig(
         compile_only=cfg.compile_only or not info.is_main, regimes=("cold",),  # rank 0 evaluates
         devices=dist.harness_devices(info, device)))
+    if info.is_main and not cfg.compile_only and not ev.has_gpu:
+        from sparserl.devices import NO_GPU_NOTE
+
+        log.warning(NO_GPU_NOTE)
     logger = MetricLogger(out, resumed_at=step if resuming else None) if info.is_main else NullLogger()
     logger.log(step, {"data/train_rows": len(train_rows), "data/val_rows": len(val_rows),
                       "model/trainable_params": sum(p.numel() for p in params)})
@@ -243,7 +250,10 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
                 if step % 10 == 0 or step == cfg.steps:
                     last = dist.gather_metrics(last, info, summed=("charts/samples_per_s",))  # all ranks
                     logger.log(step, last)
+                bar.update(task, advance=1, description=f"sft loss {loss_v:.3f}")
                 if (step % cfg.eval_every == 0 or step == cfg.steps) and val_subset and info.is_main:
+                    log.info("step %d: sampling %d validation kernels and checking them with the harness%s", step,
+                             len(val_subset), " (compile-only)" if cfg.compile_only or not ev.has_gpu else "")
                     ev_metrics = evaluate_policy(policy, val_subset, cfg, ev)
                     kinds = ev_metrics.pop("eval/kinds", {})
                     logger.log(step, ev_metrics)
@@ -253,7 +263,6 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
                                                     for k, v in ev_metrics.items()} | {"kinds": kinds})
                 if step % cfg.save_every == 0 or step == cfg.steps:
                     save()
-                bar.update(task, advance=1, description=f"sft loss {loss_v:.3f}")
     finally:
         logger.close()
         if own_eval:
