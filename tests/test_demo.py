@@ -12,9 +12,10 @@ import pytest
 pytest.importorskip("torch")
 
 from sparserl.harness.compile import find_nvcc  # noqa: E402
+from tests.conftest import NEEDS_NVCC  # noqa: E402
 
 
-@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
 def test_tiny_compile_only_demo(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "sparserl.cli", "demo", "--tiny", "--compile-only", "--out", str(out)],
@@ -28,7 +29,26 @@ def test_tiny_compile_only_demo(tmp_path: Path) -> None:
     assert (out / "sft" / "checkpoint" / "policy.json").exists() and (out / "ppo" / "checkpoint" / "policy.json").exists()
     md = (out / "eval" / "eval.md").read_text()
     assert "Compile-only run" in md and "| sft |" in md and "| ppo |" in md
-    assert "demo finished" in proc.stdout and "generate verdict" in proc.stdout
+    assert "demo finished" in proc.stdout
+    # the user goes home with a kernel: labelled, compiled, unverified, with the command that verifies it
+    kernel = out / "generate" / "kernel.cu"
+    assert kernel.read_text().startswith("FORMAT:") and rep["generate"]["kernel"] == str(kernel)
+    assert f"kernel: {kernel}" in proc.stdout
+    assert ("written by the model" in proc.stdout) != ("library kernel: the rule-based format selector's choice"
+                                                       in proc.stdout)
+    assert "NOT verified" in proc.stdout
+    verify = next(ln for ln in proc.stdout.splitlines() if "verify it on a GPU with: " in ln)
+    cmd = verify.split("verify it on a GPU with: ")[1].split()
+    assert cmd[:2] == ["sparserl", "check-kernel"]
+    check = subprocess.run([sys.executable, "-m", "sparserl.cli", *cmd[1:]], capture_output=True, text=True,
+                           timeout=300)
+    assert check.returncode == 0 and "COMPILED" in check.stdout, check.stderr[-2000:]
+    # and it says whether RL changed anything, from the weights themselves
+    ch = rep["rl_change"]
+    assert ch["comparable"] and ch["tensors"] > 0
+    rl_line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RL stage: "))
+    assert ("did NOT change" in rl_line) == (ch["tensors_changed"] == 0)
+    assert "evaluation, ppo model:" in proc.stdout and "compiled (compile-only" in proc.stdout
     stages = json.loads((out / "stages.json").read_text())
     assert list(stages["stages"]) == ["data", "pretrain", "sft", "ppo", "evaluate", "generate"]
     assert stages["config"]["tiny"] is True and stages["config"]["compile_only"] is True
@@ -44,3 +64,8 @@ def test_tiny_compile_only_demo(tmp_path: Path) -> None:
     other = subprocess.run([sys.executable, "-m", "sparserl.cli", "demo", "--tiny", "--compile-only", "--resume",
                             "--seed", "1", "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and "other settings" in other.stderr
+    # and a run over it without --resume or --force is refused, leaving it as it was
+    over = subprocess.run([sys.executable, "-m", "sparserl.cli", "demo", "--tiny", "--compile-only",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert over.returncode == 2 and "holds an earlier demo run" in over.stderr and "--force" in over.stderr
+    assert json.loads((out / "demo.json").read_text())["seconds"] == rep2["seconds"]

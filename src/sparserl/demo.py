@@ -3,9 +3,15 @@
 Stages, each writing under ``out``: a generated matrix set with SFT data (``data/``),
 pre-training of the embedded default model (``pretrain/``), SFT (``sft/``), a short PPO
 (``ppo/``), evaluation on the held-out matrices (``eval/``), and ``generate`` for one
-real-structure matrix (``generate/``). On a GPU every reward and verdict comes from the
+matrix the model never saw (``generate/``). On a GPU every reward and verdict comes from the
 harness; ``compile_only`` runs the same stages on a CPU with compile-only rewards, and
 ``tiny`` shrinks the model and the data so that takes a minute or two (what CI runs).
+
+The demo always ends with a kernel: the model's when one is usable, else the library's
+(the fastest verified variant on a GPU; on a CPU the rule-based selector's choice, compiled
+but unverified), labelled as such. Its summary says where the kernel came from, whether it
+was verified (and the command that verifies it on a GPU), and whether the RL stage changed
+the policy at all.
 """
 
 from __future__ import annotations
@@ -26,14 +32,18 @@ STAGES = ("data", "pretrain", "sft", "ppo", "evaluate", "generate")
 
 @dataclass(frozen=True)
 class DemoConfig:
+    """One demo run."""
+
     out: str = "runs/demo"
+    """Output folder (one sub-folder per stage, stages.json, demo.json)."""
     tiny: bool = False
     """Tiny model and data (minutes on a CPU); the default sizes target one H200 in under 20 minutes."""
     compile_only: bool = False
     """No GPU: compile-only rewards and checks (nothing is verified or timed)."""
     real_matrix: str | None = None
-    """Matrix for the final generate step (default: a SuiteSparse file beside the checkout, else a generated one)."""
+    """Matrix for the final generate step (default: a generated 3D 27-point stencil, not in the data)."""
     seed: int = 0
+    """Seed of every stage."""
     resume: bool = False
     """Skip the stages an earlier run of the same ``out`` finished (recorded in ``stages.json``)
     and continue the interrupted one from its last checkpoint."""
@@ -65,9 +75,6 @@ def _stage(name: str, fn, report: dict, done: dict, record: Path, identity: dict
 def _real_matrix(cfg: DemoConfig, out: Path) -> str:
     if cfg.real_matrix:
         return cfg.real_matrix
-    for cand in (Path(__file__).resolve().parents[3] / "shared" / "matrices" / "suitesparse" / "bcsstk13.mtx.gz",):
-        if cand.exists():
-            return str(cand)
     from sparserl.matrices import generate, save_matrix
 
     p = out / "real_like.mtx"
@@ -75,17 +82,67 @@ def _real_matrix(cfg: DemoConfig, out: Path) -> str:
     return str(p)
 
 
-def run_demo(cfg: DemoConfig) -> dict:
-    """Run every stage; returns where each artefact is, with timings."""
+def _stages(cfg: DemoConfig, out: Path, ev, resume) -> dict:
+    """name -> a function that runs that stage (sizes: tiny or the H200 default)."""
     from sparserl.data.corpus import CorpusConfig
     from sparserl.data.sft_build import SFTDataConfig, build_sft_data
     from sparserl.eval.compare import EvalConfig, evaluate
-    from sparserl.generate import GenerateConfig, generate_kernel
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.model.config import TinyModelConfig
     from sparserl.rl.trainer import RLConfig, train_rl
     from sparserl.train.pretrain import PretrainConfig, pretrain
     from sparserl.train.sft import SFTConfig, sft
+
+    tiny, co, seed = cfg.tiny, cfg.compile_only, cfg.seed
+    t = lambda small, full: small if tiny else full  # noqa: E731
+    shape = (TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                             num_key_value_heads=1, head_dim=32) if tiny else TinyModelConfig())
+    data = SFTDataConfig(out=str(out / "data"), matrices_per_family=t(3, 16), min_rows=t(300, 5_000),
+                         max_rows=t(2_000, 100_000), compile_only=co, targets_per_matrix=t(2, 6),
+                         variants_per_matrix=t(None, 20), val_fraction=t(0.34, 0.25), test_fraction=t(0.34, 0.25),
+                         seed=seed)
+    keep = ("matrices", "rows", "correct", "evaluations")
+    return {
+        "data": lambda: {"summary": {k: v for k, v in build_sft_data(data, evaluator=ev).items() if k in keep}},
+        "pretrain": lambda: pretrain(PretrainConfig(
+            out=str(out / "pretrain"), vocab_size=t(1024, 8192), shape=shape, seq_len=t(128, 512),
+            batch_size=t(8, 64), steps=t(30, 1000), lr=t(3e-3, 1e-3), warmup_steps=t(5, 100), eval_every=t(30, 500),
+            save_every=t(30, 500), heldout_tokens=t(5_000, 200_000),
+            corpus=CorpusConfig(max_bytes=t(1 << 20, 64 << 20), library_repeats=t(5, 20)),
+            resume=resume("pretrain"), seed=seed)),
+        "sft": lambda: sft(SFTConfig(
+            data=str(out / "data"), model=str(out / "pretrain" / "model"), out=str(out / "sft"), steps=t(20, 500),
+            batch_size=t(4, 16), lr=t(3e-3, 3e-4), warmup_steps=t(2, 30), max_nnz=t(32, 128), eval_every=t(20, 500),
+            eval_samples=t(4, 32), max_new_tokens=t(64, 1536), save_every=t(20, 200), compile_only=co,
+            resume=resume("sft"), seed=seed), evaluator=ev),
+        "ppo": lambda: train_rl(RLConfig(
+            algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
+            steps=t(2, 16), matrices_per_step=t(2, 8), samples_per_matrix=t(2, 8), minibatch=t(2, 16),
+            epochs=t(1, 2), max_new_tokens=t(64, 1536), lr=t(1e-4, 2e-5), eval_every=t(2, 4), save_every=t(2, 4),
+            compile_only=co, resume=resume("ppo"), seed=seed), evaluator=ev),
+        "evaluate": lambda: {"summary": evaluate(EvalConfig(
+            matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=t(2, 4),
+            max_new_tokens=t(64, 1536), gen_batch=64, compile_only=co,
+            checkpoints=(f"sft={out / 'sft' / 'checkpoint'}", f"ppo={out / 'ppo' / 'checkpoint'}")),
+            evaluator=ev)["summary"]},
+        "generate": lambda: _generate(cfg, out, ev),
+    }
+
+
+def _generate(cfg: DemoConfig, out: Path, ev) -> dict:
+    """The main job on a matrix the model never saw; always returns a kernel (the library's if need be)."""
+    from sparserl.generate import GenerateConfig, generate_kernel
+
+    rep = generate_kernel(GenerateConfig(
+        matrix=_real_matrix(cfg, out), model=str(out / "ppo" / "checkpoint"), samples=4 if cfg.tiny else 16,
+        max_new_tokens=64 if cfg.tiny else 1536, out=str(out / "generate"), compile_only=cfg.compile_only,
+        seed=cfg.seed), evaluator=ev)
+    return {k: rep[k] for k in ("verdict", "source", "verified", "notes", "out")} | {
+        "kernel": str(Path(rep["out"]) / "kernel.cu"), "format": rep["best"]["format"]}
+
+
+def run_demo(cfg: DemoConfig) -> dict:
+    """Run every stage; returns where each artefact is, with timings and a plain summary."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -94,11 +151,8 @@ def run_demo(cfg: DemoConfig) -> dict:
     if not cfg.compile_only and not ev.has_gpu:
         ev.close()
         raise SparseRLError("no GPU visible: run 'sparserl demo --compile-only --tiny' on a CPU")
-    tiny = cfg.tiny
     report: dict = {"config": cfg.__dict__}
-    record = out / "stages.json"
-    identity = _identity(cfg)
-    done: dict = {}
+    record, identity, done = out / "stages.json", _identity(cfg), {}
     if cfg.resume and record.exists():
         saved = json.loads(record.read_text())
         if saved.get("config") != identity:
@@ -110,65 +164,85 @@ def run_demo(cfg: DemoConfig) -> dict:
         record.unlink(missing_ok=True)
     first_todo = next((n for n in STAGES if n not in done), None)
 
-    def stage(name, fn):
-        return _stage(name, fn, report, done, record, identity)
-
     def resume(name: str) -> bool:
         """Only the interrupted stage continues from its checkpoint; a later one starts afresh."""
         return cfg.resume and name == first_todo
 
     try:
-        stage("data", lambda: {"summary": {k: v for k, v in build_sft_data(SFTDataConfig(
-            out=str(out / "data"), matrices_per_family=3 if tiny else 16, min_rows=300 if tiny else 5_000,
-            max_rows=2_000 if tiny else 100_000, compile_only=cfg.compile_only, targets_per_matrix=2 if tiny else 6,
-            variants_per_matrix=None if tiny else 20,
-            val_fraction=0.34 if tiny else 0.25, test_fraction=0.34 if tiny else 0.25, seed=cfg.seed), evaluator=ev).items()
-            if k in ("matrices", "rows", "correct", "evaluations")}})
-        shape = (TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                                 num_key_value_heads=1, head_dim=32) if tiny else TinyModelConfig())
-        stage("pretrain", lambda: pretrain(PretrainConfig(
-            out=str(out / "pretrain"), vocab_size=1024 if tiny else 8192, shape=shape, seq_len=128 if tiny else 512,
-            batch_size=8 if tiny else 64, steps=30 if tiny else 1000, lr=3e-3 if tiny else 1e-3,
-            warmup_steps=5 if tiny else 100, eval_every=30 if tiny else 500, save_every=30 if tiny else 500,
-            heldout_tokens=5_000 if tiny else 200_000,
-            corpus=CorpusConfig(max_bytes=(1 << 20) if tiny else (64 << 20), library_repeats=5 if tiny else 20),
-            resume=resume("pretrain"), seed=cfg.seed)))
-        stage("sft", lambda: sft(SFTConfig(
-            data=str(out / "data"), model=str(out / "pretrain" / "model"), out=str(out / "sft"),
-            steps=20 if tiny else 500, batch_size=4 if tiny else 16, lr=3e-3 if tiny else 3e-4,
-            warmup_steps=2 if tiny else 30, max_nnz=32 if tiny else 128, eval_every=20 if tiny else 500,
-            eval_samples=4 if tiny else 32, max_new_tokens=64 if tiny else 1536, save_every=20 if tiny else 200,
-            compile_only=cfg.compile_only, resume=resume("sft"), seed=cfg.seed), evaluator=ev))
-        stage("ppo", lambda: train_rl(RLConfig(
-            algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
-            steps=2 if tiny else 16, matrices_per_step=2 if tiny else 8, samples_per_matrix=2 if tiny else 8,
-            minibatch=2 if tiny else 16, epochs=1 if tiny else 2, max_new_tokens=64 if tiny else 1536,
-            lr=1e-4 if tiny else 2e-5, eval_every=2 if tiny else 4, save_every=2 if tiny else 4,
-            compile_only=cfg.compile_only, resume=resume("ppo"), seed=cfg.seed), evaluator=ev))
-        stage("evaluate", lambda: {"summary": evaluate(EvalConfig(
-            matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=2 if tiny else 4,
-            max_new_tokens=64 if tiny else 1536, gen_batch=64, compile_only=cfg.compile_only,
-            checkpoints=(f"sft={out / 'sft' / 'checkpoint'}", f"ppo={out / 'ppo' / 'checkpoint'}")),
-            evaluator=ev)["summary"]})
-        real = _real_matrix(cfg, out)
-
-        def gen():
-            try:
-                rep = generate_kernel(GenerateConfig(
-                    matrix=real, model=str(out / "ppo" / "checkpoint"), samples=4 if tiny else 16,
-                    max_new_tokens=64 if tiny else 1536, out=str(out / "generate"), compile_only=cfg.compile_only,
-                    seed=cfg.seed), evaluator=ev)
-                return {"verdict": rep["verdict"], "source": rep["source"], "out": rep["out"]}
-            except SparseRLError as exc:  # a tiny CPU model rarely writes a compiling kernel; say so
-                return {"verdict": f"no kernel: {exc}", "out": None}
-
-        stage("generate", gen)
+        for name, fn in _stages(cfg, out, ev, resume).items():
+            _stage(name, fn, report, done, record, identity)
     finally:
         ev.close()
     report["seconds"] = round(time.perf_counter() - t0, 1)
     report["stage_seconds"] = round(sum(report[n]["seconds"] for n in STAGES), 1)
     report["artefacts"] = {"data": str(out / "data"), "pretrained model": str(out / "pretrain" / "model"),
-                           "sft checkpoint": str(out / "sft" / "checkpoint"), "ppo checkpoint": str(out / "ppo" / "checkpoint"),
-                           "evaluation": str(out / "eval" / "eval.md"), "generated kernel": report["generate"].get("out")}
+                           "sft checkpoint": str(out / "sft" / "checkpoint"),
+                           "ppo checkpoint": str(out / "ppo" / "checkpoint"),
+                           "evaluation": str(out / "eval" / "eval.md"), "kernel": report["generate"]["kernel"]}
+    report["rl_change"] = policy_change(out / "sft" / "checkpoint", out / "ppo" / "checkpoint", out / "ppo")
+    report["summary"] = summary_lines(report)
     (out / "demo.json").write_text(json.dumps(report, indent=1, default=str))
     return report
+
+
+def policy_change(before: Path, after: Path, rl_out: Path) -> dict:
+    """Whether the RL stage changed the policy: its checkpoint's weights against the SFT
+    checkpoint's (every ``.safetensors`` file, tensor by tensor), and the gradient norms it logged."""
+    from safetensors.numpy import load_file
+
+    files = sorted(p.relative_to(before) for p in before.rglob("*.safetensors"))
+    changed, total, largest = 0, 0, 0.0
+    for rel in files:
+        if not (after / rel).exists():
+            return {"comparable": False, "why": f"{after / rel} is missing"}
+        a, b = load_file(str(before / rel)), load_file(str(after / rel))
+        if a.keys() != b.keys():
+            return {"comparable": False, "why": f"{rel} holds other tensors after RL"}
+        for key in a:
+            total += 1
+            diff = float(abs(a[key].astype("float64") - b[key].astype("float64")).max()) if a[key].size else 0.0
+            changed += diff > 0
+            largest = max(largest, diff)
+    norms, rewards = [], []
+    metrics = rl_out / "metrics.jsonl"
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        rec = json.loads(line)
+        if "charts/grad_norm" in rec:
+            norms.append(rec["charts/grad_norm"])
+            rewards.append(rec.get("reward/mean"))
+    return {"comparable": bool(files), "tensors": total, "tensors_changed": changed, "largest_change": largest,
+            "grad_norms": norms, "reward_means": rewards}
+
+
+def summary_lines(report: dict) -> list[str]:
+    """What the user should know at the end: the kernel and where it came from, whether it was
+    verified, what the evaluation measured, and whether RL changed anything."""
+    g = report["generate"]
+    lines = [f"kernel: {g['kernel']} ({g['format']}), {g['source']}", f"verdict: {g['verdict']}"]
+    lines += [f"note: {n}" for n in g.get("notes", [])]
+    ev = report["evaluate"]["summary"]
+    compile_only = report["config"]["compile_only"]
+    for name in ("sft", "ppo"):
+        m = ev.get(name, {})
+        if compile_only:
+            lines.append(f"evaluation, {name} model: {100 * (m.get('compile_rate') or 0):.1f}% of samples compiled "
+                         "(compile-only: nothing verified or timed)")
+        else:
+            lines.append(f"evaluation, {name} model: {100 * (m.get('correct_rate') or 0):.1f}% correct, "
+                         f"geomean speedup {m.get('geomean_speedup') or 1.0:.2f}x (best of samples)")
+    lines.append(_rl_line(report["rl_change"]))
+    return lines
+
+
+def _rl_line(ch: dict) -> str:
+    if not ch.get("comparable"):
+        return f"RL stage: could not compare the policy before and after ({ch.get('why', 'no weights found')})"
+    if ch["tensors_changed"]:
+        return (f"RL stage: changed the policy ({ch['tensors_changed']} of {ch['tensors']} weight tensors moved, "
+                f"largest change {ch['largest_change']:.2g})")
+    why = ""
+    if ch["grad_norms"] and not any(ch["grad_norms"]):
+        means = ", ".join(f"{r:.2f}" for r in ch["reward_means"] if r is not None)
+        why = (f": the gradient was zero in all {len(ch['grad_norms'])} steps (mean reward per step: {means}); "
+               "PPO had no reward differences to learn from")
+    return f"RL stage: did NOT change the policy (its weights equal the SFT checkpoint's){why}"

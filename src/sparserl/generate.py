@@ -9,9 +9,18 @@ them with the harness (verified against fp64, timed against cuSPARSE), and write
 * ``report.json`` / ``report.md``: verdict, times, speedup vs cuSPARSE, roofline fraction,
   conversion cost and break-even call count, sample statistics, the runners-up.
 
-If no sample is correct, the best verified *library* variant is returned instead, labelled
-as such; if nothing beats cuSPARSE the report says so plainly. Without a GPU nothing can be
-verified: ``compile_only`` writes the best *compiling* sample, marked unverified.
+Every user gets a kernel:
+
+* If no sample is usable, the reference library is searched instead: every variant is
+  evaluated on the matrix and the fastest verified one returned, labelled as such.
+* With no trained model (nothing at ``model``), no model is used: the library alone, with a
+  note that says how to train one.
+* Without a GPU nothing can be verified: ``compile_only`` returns the best *compiling*
+  candidate (the model's, else the rule-based selector's library choice), marked unverified,
+  with the one command that verifies it on a GPU.
+
+Candidates from any source (samples, the library, a search) go through one function,
+:func:`best_of`, so another source of kernel texts plugs in there.
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ from sparserl.kernels.contract import Op, evaluate_launches, kernel_params
 
 log = logging.getLogger(__name__)
 
+TRAIN_HINT = ("train one with 'sparserl demo' (every stage, small), or 'sparserl pretrain', 'sparserl data build', "
+              "'sparserl sft' and 'sparserl ppo' (see the README), then pass --model")
+
 
 @dataclass(frozen=True)
 class GenerateConfig:
@@ -37,41 +49,63 @@ class GenerateConfig:
     matrix: str
     """.mtx, .mtx.gz or .npz file."""
     op: str = "spmv"
+    """'spmv' or 'spmm'."""
     k: int | None = None
-    """SpMM columns."""
+    """SpMM columns (required for spmm, refused for spmv)."""
     model: str = "runs/ppo/checkpoint"
-    """Policy checkpoint (or HF model folder)."""
+    """Policy checkpoint (or HF model folder); when there is none, only the library is searched."""
     samples: int = 16
+    """Completions sampled from the policy."""
     temperature: float = 1.0
+    """Sampling temperature (> 0)."""
     max_new_tokens: int = 1536
+    """Longest completion, in tokens."""
     out: str | None = None
     """Output folder (default runs/generate/<matrix name>)."""
     library_fallback: bool = True
-    """When no sample is correct, return the best verified library variant (labelled)."""
+    """When no sample is usable (or there is no model), return the best library variant (labelled)."""
     regime: str = "cold"
+    """L2 regime the speedup refers to: 'cold' (flushed) or 'warm'."""
     device: str = "auto"
+    """Device of the model: auto, cpu or cuda[:N]."""
     compile_only: bool = False
+    """No GPU: the best compiling kernel, unverified."""
     seed: int = 0
+    """Sampling seed."""
 
     def __post_init__(self) -> None:
         if self.op not in ("spmv", "spmm"):
             raise SparseRLError(f"op must be spmv or spmm, got {self.op!r}")
         if self.op == "spmm" and (self.k is None or self.k < 1):
             raise SparseRLError("SpMM needs --k K (K >= 1)")
+        if self.op == "spmv" and self.k is not None:
+            raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: "
+                                "leave --k out")
         if self.samples < 1:
             raise SparseRLError("samples must be >= 1")
+        if not self.temperature > 0:
+            raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {self.temperature}")
+        if self.regime not in ("cold", "warm"):
+            raise SparseRLError(f"regime must be cold or warm, got {self.regime!r}")
+
+
+@dataclass
+class Candidate:
+    """One kernel text from some source, with its harness verdict."""
+
+    text: str
+    source: str
+    """'model', 'selector' (the rule-based selector's library variant) or 'library'."""
+    result: EvalResult
 
 
 def _name(path: str) -> str:
     return Path(path).name.split(".")[0]
 
 
-def _candidates(texts: list[str], results: list[EvalResult], op: Op, source: str) -> list[dict]:
-    out = []
-    for t, r in zip(texts, results):
-        ex = extract(t, op)
-        out.append({"text": ex.text if isinstance(ex, Extracted) else t, "result": r, "source": source})
-    return out
+def has_model(path: str) -> bool:
+    """Whether ``path`` holds a policy checkpoint or a Hugging Face model folder."""
+    return (Path(path) / "policy.json").exists() or (Path(path) / "config.json").exists()
 
 
 def _converts(text: str, op: Op, A) -> bool:
@@ -79,6 +113,57 @@ def _converts(text: str, op: Op, A) -> bool:
 
     ex = extract(text, op)
     return isinstance(ex, Extracted) and accepts(A, ex.header.format, ex.header.params)
+
+
+def best_of(texts: list[tuple[str, str]], ev, ref, A, op: Op, k: int | None,
+            compile_only: bool) -> tuple[list[Candidate], list[Candidate]]:
+    """Evaluate ``(text, source)`` pairs on the matrix; returns (every candidate, the usable
+    ones best first). Usable: verified correct (fastest first); compile-only: compiled, with a
+    format that accepts the matrix (in the given order, since nothing was timed)."""
+    results = ev.evaluate_many([(t, ref, op, k) for t, _ in texts])
+    cands = []
+    for (t, source), r in zip(texts, results):
+        ex = extract(t, op)
+        cands.append(Candidate(ex.text if isinstance(ex, Extracted) else t, source, r))
+    if compile_only:
+        good = [c for c in cands if c.result.error_kind is ErrorKind.NO_GPU and _converts(c.text, op, A)]
+    else:
+        good = sorted((c for c in cands if c.result.ok), key=lambda c: c.result.speedup or 0.0, reverse=True)
+    return cands, good
+
+
+def library_texts(A, op: Op, k: int | None) -> list[tuple[str, str]]:
+    """Every library variant for the op, the rule-based selector's choice first."""
+    from sparserl.eval.selector import select_variant
+    from sparserl.kernels.library import variants
+    from sparserl.matrices import compute_features
+
+    pick = select_variant(compute_features(A), op)
+    rest = [v for v in variants(op, None, k) if v.id != pick.id]
+    return [(pick.render(), "selector")] + [(v.render(), "library") for v in rest]
+
+
+def sample_texts(cfg: GenerateConfig, A, op: Op, k: int | None, policy=None) -> list[str]:
+    """``cfg.samples`` completions from the policy (opened from ``cfg.model`` unless given)."""
+    from sparserl.encoding import MatrixInput
+    from sparserl.model.policy import Sample
+    from sparserl.progress import progress
+
+    if policy is None:
+        from sparserl.devices import pick_device
+        from sparserl.model.policy import Policy
+
+        policy = Policy.open(cfg.model, device=str(pick_device(cfg.device)))
+    sample = Sample(MatrixInput.from_matrix(A, policy.config.encoding), op, k, int(A.nnz))
+    texts: list[str] = []
+    with progress() as bar:
+        task = bar.add_task("sampling kernels", total=cfg.samples)
+        for i in range(0, cfg.samples, 16):
+            n = min(16, cfg.samples - i)
+            texts += policy.generate([sample] * n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                     seed=cfg.seed + i)
+            bar.update(task, advance=n)
+    return texts
 
 
 def _launch_info(text: str, op: Op, A, k: int | None) -> dict:
@@ -105,8 +190,9 @@ def _report_md(rep: dict) -> str:
              f"- matrix: {rep['shape'][0]} x {rep['shape'][1]}, {rep['nnz']} nonzeros; op {rep['op']}"
              + (f", k = {rep['k']}" if rep["k"] else ""),
              f"- verdict: **{rep['verdict']}**", f"- source: {rep['source']}",
-             f"- samples: {rep['samples']['n']} drawn, {rep['samples']['compiled']} compiled, "
-             f"{rep['samples']['correct']} correct"]
+             f"- samples: {rep['samples']['n']} drawn, {rep['samples']['compiled']} compiled"
+             + ("" if not rep["verified"] else f", {rep['samples']['correct']} correct")]
+    lines += [f"- note: {n}" for n in rep["notes"]]
     if b.get("speedup") is not None:
         t = b["timings"].get(b["regime"], {})
         base = b["baseline"].get(b["regime"], {})
@@ -117,18 +203,81 @@ def _report_md(rep: dict) -> str:
                   + (f"pays off after {b['break_even_calls']:.0f} calls" if b.get("break_even_calls") is not None
                      else "not faster than cuSPARSE, so it never pays off")]
     if rep["runners_up"]:
-        lines += ["", "## Runners-up (distinct kernels)", "", "| source | format | verdict | speedup |", "| --- | --- | --- | --- |"]
+        timed = rep["verified"]  # compile-only: nothing was timed, so no speedup column
+        lines += ["", "## Runners-up (distinct kernels)", "",
+                  "| source | format | verdict |" + (" speedup |" if timed else ""),
+                  "| --- | --- | --- |" + (" --- |" if timed else "")]
         for r in rep["runners_up"]:
-            sp = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
-            lines.append(f"| {r['source']} | {r.get('format') or '-'} | {r['verdict']} | {sp} |")
+            sp = f" {r['speedup']:.2f}x |" if r.get("speedup") else " - |"
+            lines.append(f"| {r['source']} | {r.get('format') or '-'} | {r['verdict']} |" + (sp if timed else ""))
     lines += ["", "Use it: `sparserl.load_kernel(folder)` returns a callable; see launch.json for the contract."]
     return "\n".join(lines) + "\n"
+
+
+def _verdict(best: Candidate, compile_only: bool) -> str:
+    r = best.result
+    if compile_only:
+        return "compiled, NOT verified (no GPU): do not use it before checking it on a GPU"
+    if r.speedup is not None and r.speedup > 1.0:
+        return f"correct, {r.speedup:.2f}x faster than cuSPARSE"
+    return f"correct, but not faster than cuSPARSE ({r.speedup:.2f}x); returned the best correct kernel anyway"
+
+
+def _source_label(best: Candidate, used_model: bool, compile_only: bool) -> str:
+    if best.source == "model":
+        return "written by the model"
+    why = "no model was used" if not used_model else (
+        "no sampled kernel compiled" if compile_only else "no sampled kernel was correct")
+    if compile_only:  # nothing was timed: the library kernel is the selector's choice when it compiles
+        pick = "the rule-based format selector's choice" if best.source == "selector" else "the first compiling variant"
+        return f"library kernel: {pick} ({why})"
+    return f"library kernel: the fastest verified library variant ({why})"
+
+
+def _runners_up(cands: list[Candidate], best: Candidate, compile_only: bool) -> list[dict]:
+    """Up to five distinct kernels after the best (samples often repeat)."""
+    key = (lambda c: 0.0) if compile_only else (lambda c: c.result.speedup or 0.0)
+    runners, seen = [], {" ".join(best.text.split())}
+    for c in sorted(cands, key=key, reverse=True):
+        norm = " ".join(c.text.split())
+        if norm in seen:
+            continue
+        seen.add(norm)
+        kind = c.result.error_kind
+        verdict = "correct" if c.result.correct else "compiled" if kind is ErrorKind.NO_GPU else kind.value
+        runners.append({"source": c.source, "format": c.result.format, "verdict": verdict,
+                        "error_kind": kind.value, "speedup": c.result.speedup})
+        if len(runners) == 5:
+            break
+    return runners
+
+
+def _choose(cfg: GenerateConfig, A, op: Op, k: int | None, ev, ref, policy) -> tuple[Candidate, list, list, list]:
+    """The best candidate, every candidate, the model's results, and notes for the user."""
+    notes: list[str] = []
+    use_model = policy is not None or has_model(cfg.model)
+    texts = sample_texts(cfg, A, op, k, policy) if use_model else []
+    if not use_model:
+        if not cfg.library_fallback:
+            raise SparseRLError(f"no model at {cfg.model} and --no-library-fallback given: {TRAIN_HINT}")
+        notes.append(f"no model was used (nothing at {cfg.model}): this is a library kernel; to get kernels "
+                     f"written for your matrix, {TRAIN_HINT}")
+        log.warning("no model at %s: searching the kernel library only", cfg.model)
+    cands, good = best_of([(t, "model") for t in texts], ev, ref, A, op, k, cfg.compile_only)
+    model_results = [c.result for c in cands]
+    if not good and cfg.library_fallback:
+        lib, good = best_of(library_texts(A, op, k), ev, ref, A, op, k, cfg.compile_only)
+        cands += lib
+    if not good:
+        what = "compiling" if cfg.compile_only else "correct"
+        kinds = ", ".join(sorted({c.result.error_kind.value for c in cands})) or "no candidates"
+        raise SparseRLError(f"no {what} kernel for {_name(cfg.matrix)}: {kinds}")
+    return good[0], cands, model_results, notes
 
 
 def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
     """Run the main job; returns the report dict (also written to the output folder)."""
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.kernels.library import variants
     from sparserl.matrices import load_matrix
 
     t0 = time.perf_counter()
@@ -144,73 +293,26 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
         if not cfg.compile_only and not ev.has_gpu:
             raise SparseRLError("no GPU visible: a kernel can only be verified and timed on a GPU "
                                 "(use --compile-only to see what the model writes, unverified)")
-        if policy is None:
-            from sparserl.model.policy import Policy
-            from sparserl.devices import pick_device
-
-            policy = Policy.open(cfg.model, device=str(pick_device(cfg.device)))
-        from sparserl.encoding import MatrixInput
-        from sparserl.model.policy import Sample
-
-        sample = Sample(MatrixInput.from_matrix(A, policy.config.encoding), op, k, int(A.nnz))
-        texts: list[str] = []
-        for i in range(0, cfg.samples, 16):
-            n = min(16, cfg.samples - i)
-            texts += policy.generate([sample] * n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                     seed=cfg.seed + i)
-        ref = ev.register(A, name)
-        results = ev.evaluate_many([(t, ref, op, k) for t in texts])
-        cands = _candidates(texts, results, op, "model")
-        if cfg.compile_only:  # nothing ran: at least the format must accept the matrix
-            good = [c for c in cands if c["result"].error_kind is ErrorKind.NO_GPU and _converts(c["text"], op, A)]
-        else:
-            good = [c for c in cands if c["result"].ok]
-        source = "model"
-        if not good and cfg.library_fallback and not cfg.compile_only:
-            lib = variants(op, None, k)
-            lib_res = ev.evaluate_many([(v.render(), ref, op, k) for v in lib])
-            lib_c = _candidates([v.render() for v in lib], lib_res, op, "library")
-            good = [c for c in lib_c if c["result"].ok]
-            cands += lib_c
-            source = "library (no sampled kernel was correct)"
-        if not good:
-            raise SparseRLError(f"no {'compiling' if cfg.compile_only else 'correct'} kernel for {name}: "
-                                f"{', '.join(sorted({c['result'].error_kind.value for c in cands}))}")
-        key = (lambda c: c["result"].speedup or 0.0) if not cfg.compile_only else (lambda c: 0.0)
-        good.sort(key=key, reverse=True)
-        best = good[0]
-        br = best["result"]
-        if cfg.compile_only:
-            verdict = "compiled, NOT verified (no GPU): do not use without checking on a GPU"
-        elif br.speedup is not None and br.speedup > 1.0:
-            verdict = f"correct, {br.speedup:.2f}x faster than cuSPARSE"
-        else:
-            verdict = (f"correct, but not faster than cuSPARSE ({br.speedup:.2f}x); "
-                       "returned the best correct kernel anyway")
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "kernel.cu").write_text(best["text"])
-        (out / "launch.json").write_text(json.dumps(_launch_info(best["text"], op, A, k), indent=1))
-        runners, seen = [], {" ".join(best["text"].split())}
-        for c in sorted(cands, key=key, reverse=True):  # distinct kernels only (samples often repeat)
-            norm = " ".join(c["text"].split())
-            if norm in seen:
-                continue
-            seen.add(norm)
-            runners.append({"source": c["source"], "format": c["result"].format,
-                            "verdict": "correct" if c["result"].correct else c["result"].error_kind.value,
-                            "error_kind": c["result"].error_kind.value, "speedup": c["result"].speedup})
-            if len(runners) == 5:
-                break
-        rep = {"matrix": name, "path": cfg.matrix, "shape": list(A.shape), "nnz": int(A.nnz), "op": op.value, "k": k,
-               "verdict": verdict, "source": best["source"] if source == "model" else source,
-               "verified": not cfg.compile_only, "best": br.to_dict(),
-               "samples": {"n": len(texts), "compiled": sum(r.compiled for r in results),
-                           "correct": sum(r.correct for r in results)},
-               "runners_up": runners, "config": asdict(cfg), "seconds": time.perf_counter() - t0}
-        (out / "report.json").write_text(json.dumps(rep, indent=1, default=str))
-        (out / "report.md").write_text(_report_md(rep))
-        rep["out"] = str(out)
-        return rep
+        best, cands, model_results, notes = _choose(cfg, A, op, k, ev, ev.register(A, name), policy)
     finally:
         if own:
             ev.close()
+    if cfg.compile_only:
+        notes.append(f"unverified: without a GPU nothing is run or timed; verify it on a GPU with: "
+                     f"sparserl check-kernel {out / 'kernel.cu'} --matrix {cfg.matrix}"
+                     + (f" --op spmm --k {k}" if k else ""))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kernel.cu").write_text(best.text)
+    (out / "launch.json").write_text(json.dumps(_launch_info(best.text, op, A, k), indent=1))
+    rep = {"matrix": name, "path": cfg.matrix, "shape": list(A.shape), "nnz": int(A.nnz), "op": op.value, "k": k,
+           "verdict": _verdict(best, cfg.compile_only),
+           "source": _source_label(best, bool(model_results), cfg.compile_only),
+           "verified": not cfg.compile_only, "model_used": bool(model_results), "best": best.result.to_dict(),
+           "samples": {"n": len(model_results), "compiled": sum(r.compiled for r in model_results),
+                       "correct": sum(r.correct for r in model_results)},
+           "runners_up": _runners_up(cands, best, cfg.compile_only), "notes": notes, "config": asdict(cfg),
+           "seconds": time.perf_counter() - t0}
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=str))
+    (out / "report.md").write_text(_report_md(rep))
+    rep["out"] = str(out)
+    return rep

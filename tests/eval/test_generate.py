@@ -15,10 +15,11 @@ from sparserl.encoding import EncodingConfig  # noqa: E402
 from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.generate import GenerateConfig, generate_kernel  # noqa: E402
 from sparserl.harness.compile import find_nvcc  # noqa: E402
+from tests.conftest import NEEDS_NVCC  # noqa: E402
 from sparserl.kernels.library import get_variant, variants  # noqa: E402
 from sparserl.matrices import generate, save_matrix  # noqa: E402
 
-pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+pytestmark = pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
 
 BROKEN = "Here you go:\n```cuda\nFORMAT: CSR\nLAUNCH: grid=ceil_div(m, 128), block=128\nnot cuda at all\n```"
 
@@ -58,10 +59,69 @@ def test_compile_only_writes_an_unverified_kernel(mtx: Path, tmp_path: Path) -> 
     assert "NOT verified" in (out / "report.md").read_text()
 
 
-def test_nothing_usable_is_a_clear_error(mtx: Path, tmp_path: Path) -> None:
+def test_nothing_usable_without_the_library_is_a_clear_error(mtx: Path, tmp_path: Path) -> None:
     with pytest.raises(SparseRLError, match="no compiling kernel"):
-        generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(tmp_path / "x"), compile_only=True),
-                        policy=FixedSampler([BROKEN]))
+        generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(tmp_path / "x"), compile_only=True,
+                                       library_fallback=False), policy=FixedSampler([BROKEN]))
+
+
+def test_cpu_fallback_is_the_selectors_library_kernel_labelled_unverified(mtx: Path, tmp_path: Path) -> None:
+    """No sample compiles: the user still gets a kernel, the rule-based selector's library
+    choice, compiled, labelled as such, with the command that verifies it on a GPU."""
+    from sparserl.eval.selector import select_variant
+    from sparserl.harness.extract import extract
+    from sparserl.kernels.contract import Op
+    from sparserl.matrices import compute_features, load_matrix
+
+    out = tmp_path / "lib"
+    rep = generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(out), compile_only=True),
+                          policy=FixedSampler([BROKEN]))
+    pick = select_variant(compute_features(load_matrix(mtx)), Op.SPMV)
+    assert (out / "kernel.cu").read_text() == extract(pick.render(), Op.SPMV).text
+    assert rep["source"].startswith("library kernel: the rule-based format selector's choice")
+    assert "no sampled kernel compiled" in rep["source"] and rep["model_used"] and not rep["verified"]
+    assert rep["best"]["compiled"] and rep["best"]["error_kind"] == "no_gpu"
+    assert rep["samples"] == {"n": 2, "compiled": 0, "correct": 0}
+    verify = f"sparserl check-kernel {out / 'kernel.cu'} --matrix {mtx}"
+    assert any(verify in n for n in rep["notes"])
+    md = (out / "report.md").read_text()
+    assert "NOT verified" in md and "speedup" not in md and verify in md
+
+
+def test_no_trained_model_is_a_library_kernel_and_says_how_to_train(mtx: Path, tmp_path: Path) -> None:
+    rep = generate_kernel(GenerateConfig(matrix=str(mtx), model=str(tmp_path / "no-model"), samples=3,
+                                         out=str(tmp_path / "n"), compile_only=True))
+    assert not rep["model_used"] and rep["samples"]["n"] == 0
+    assert rep["source"].startswith("library kernel") and "no model was used" in rep["source"]
+    assert any("no model was used" in n and "sparserl demo" in n for n in rep["notes"])
+    assert (tmp_path / "n" / "kernel.cu").read_text().startswith("FORMAT:")
+    with pytest.raises(SparseRLError, match="no model at .*--no-library-fallback"):
+        generate_kernel(GenerateConfig(matrix=str(mtx), model=str(tmp_path / "no-model"), out=str(tmp_path / "m"),
+                                       compile_only=True, library_fallback=False))
+
+
+@pytest.mark.parametrize("bad, needle", [({"temperature": 0.0}, "temperature must be > 0"),
+                                          ({"temperature": -1.0}, "temperature must be > 0"),
+                                          ({"k": 8}, "leave --k out"), ({"op": "spmm"}, "--k K")])
+def test_bad_values_are_refused(mtx: Path, bad: dict, needle: str) -> None:
+    with pytest.raises(SparseRLError, match=needle):
+        GenerateConfig(matrix=str(mtx), **bad)
+
+
+def test_generate_command_on_a_cpu_without_a_model(cli, mtx: Path, tmp_path: Path) -> None:
+    """The README's `sparserl generate A.mtx` on a fresh CPU machine: a note that it falls back
+    to compile-only, a note that no model was used, a labelled kernel, exit status 0."""
+    from sparserl.devices import NO_GPU_NOTE, visible_gpus
+    from tests.conftest import one_line_error
+
+    if visible_gpus():
+        pytest.skip("a GPU is visible: no fallback to see")
+    res = cli("generate", mtx, "--model", tmp_path / "none", "--out", tmp_path / "g")
+    assert res.rc == 0, res.err
+    assert f"note: {NO_GPU_NOTE}" in res.err and "no model was used" in res.out and "NOT verified" in res.out
+    assert (tmp_path / "g" / "kernel.cu").exists()
+    one_line_error(cli("generate", mtx, "--temperature", "0"), "temperature must be > 0")
+    one_line_error(cli("generate", mtx, "--k", "4"), "leave --k out")
 
 
 def test_needs_a_gpu_unless_compile_only(mtx: Path, tmp_path: Path) -> None:
@@ -106,3 +166,11 @@ def test_library_fallback_when_no_sample_is_correct(mtx: Path, tmp_path: Path) -
     rep = generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(tmp_path / "f")),
                           policy=FixedSampler([BROKEN]))
     assert rep["source"].startswith("library") and rep["verified"] and rep["best"]["error_kind"] == "none"
+
+
+@pytest.mark.gpu
+def test_no_trained_model_on_a_gpu_returns_the_best_verified_library_kernel(mtx: Path, tmp_path: Path) -> None:
+    rep = generate_kernel(GenerateConfig(matrix=str(mtx), model=str(tmp_path / "no-model"), out=str(tmp_path / "n")))
+    assert rep["verified"] and not rep["model_used"] and rep["best"]["error_kind"] == "none"
+    assert rep["source"] == "library kernel: the fastest verified library variant (no model was used)"
+    assert all(r["speedup"] is None or r["speedup"] <= rep["best"]["speedup"] for r in rep["runners_up"])
