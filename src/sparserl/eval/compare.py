@@ -35,6 +35,7 @@ PAPER = {"source": "SparseRL, ICLR 2026 (figures as quoted in the project's issu
          "compile_rate": 0.575, "pass_at_1": 0.10, "geomean_speedup": 1.42, "gpu": "V100"}
 FAST_PS = (1.0, 1.2, 1.5)
 BASELINES = ("cusparse", "oracle", "selector")
+SPLITS = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
@@ -44,22 +45,33 @@ class EvalConfig:
     matrices: str = "runs/data"
     """An SFT data folder (uses ``split``), a folder of .mtx/.mtx.gz/.npz, or 'families' (one generated per family)."""
     split: str = "test"
+    """Split of an SFT data folder: 'train', 'val' or 'test'."""
     family_rows: int = 200_000
     """Rows of each generated matrix when matrices='families'."""
     checkpoints: tuple[str, ...] = ()
     """Policy checkpoints as NAME=PATH (or PATH; the folder name is used)."""
     baselines: tuple[str, ...] = BASELINES
+    """Baselines run beside the policies: 'cusparse', 'oracle', 'selector'."""
     op: str = "spmv"
+    """'spmv' or 'spmm'."""
     k: int = 32
+    """SpMM columns (unused for spmv)."""
     samples: int = 8
+    """Completions per matrix per checkpoint (pass@k uses them)."""
     temperature: float = 1.0
+    """Sampling temperature (> 0)."""
     max_new_tokens: int = 1536
+    """Longest completion, in tokens."""
     gen_batch: int = 32
     """Completions generated together (across matrices): the policy's batch size."""
     out: str = "runs/eval"
+    """Output folder (eval.json, eval.md, completions.jsonl, plots)."""
     compile_only: bool = False
+    """No GPU: compile rates only (no correctness, speed or speedup plots)."""
     plots: bool = True
+    """Write plots (needs matplotlib)."""
     seed: int = 0
+    """Sampling seed."""
 
     def __post_init__(self) -> None:
         bad = set(self.baselines) - set(BASELINES)
@@ -67,6 +79,10 @@ class EvalConfig:
             raise SparseRLError(f"unknown baselines {sorted(bad)}; choose from {BASELINES}")
         if self.samples < 1 or self.gen_batch < 1 or self.op not in ("spmv", "spmm"):
             raise SparseRLError("need samples >= 1, gen_batch >= 1 and op spmv or spmm")
+        if self.split not in SPLITS:
+            raise SparseRLError(f"--split {self.split!r}: a data folder's splits are {', '.join(SPLITS)}")
+        if not self.temperature > 0:
+            raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {self.temperature}")
 
 
 def matrix_set(cfg: EvalConfig) -> list[tuple[str, str, object]]:
@@ -76,6 +92,9 @@ def matrix_set(cfg: EvalConfig) -> list[tuple[str, str, object]]:
     if cfg.matrices == "families":
         return [(f"{f}_{cfg.family_rows}", f, generate(f, cfg.family_rows, seed=cfg.seed + 7)) for f in family_names()]
     p = Path(cfg.matrices)
+    if not (p / f"{cfg.split}.jsonl").exists() and any((p / f"{s}.jsonl").exists() for s in SPLITS):
+        raise SparseRLError(f"{p} is a data folder without a {cfg.split!r} split ({cfg.split}.jsonl): "
+                            f"choose --split from {', '.join(s for s in SPLITS if (p / f'{s}.jsonl').exists())}")
     if (p / f"{cfg.split}.jsonl").exists():
         from sparserl.data.sft_build import read_jsonl
 
@@ -126,6 +145,11 @@ def summarize(per_matrix: dict[str, dict], samples: int) -> dict:
     for r in recs:
         fams[r["family"]].append(r["best_speedup"])
     out["per_family_geomean"] = {f: geomean([b if b is not None else 1.0 for b in v]) for f, v in fams.items()}
+    compiled: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in recs:
+        compiled[r["family"]][0] += r["compiled"]
+        compiled[r["family"]][1] += r["n"]
+    out["per_family_compile_rate"] = {f: c / n if n else None for f, (c, n) in compiled.items()}
     return out
 
 
@@ -213,6 +237,6 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     from sparserl.eval.report import markdown, plots
 
     (out / "eval.md").write_text(markdown(result))
-    if cfg.plots:
+    if cfg.plots and not cfg.compile_only:  # compile-only: nothing was timed, so no speedup to plot
         result["plots"] = plots(result, out)
     return result

@@ -15,28 +15,29 @@ def _fmt(v, pct: bool = False) -> str:
 
 
 def markdown(result: dict) -> str:
-    """The evaluation as a markdown page: one row per system, the paper's figures beside ours."""
+    """The evaluation as a markdown page: one row per system, the paper's figures beside ours.
+    A compile-only run (no GPU) shows compile rates only: nothing was verified or timed."""
     s = result["summary"]
     k = result["config"]["samples"]
     op = result["op"] + (f" (k = {result['k']})" if result.get("k") else "")
     lines = [f"# Evaluation: {op}", ""]
     if result.get("compile_only"):
-        lines += ["Compile-only run (no GPU): only compile rates mean anything here.", ""]
-    head = ["system", "compile", "correct", "pass@1", f"pass@{k}", "coverage", "fast_1.0", "fast_1.2", "fast_1.5",
+        return "\n".join(lines + _compile_only_markdown(result)) + "\n"
+    pass_k = [f"pass@{k}"] if k > 1 else []  # with one sample, pass@k is pass@1
+    head = ["system", "compile", "correct", "pass@1", *pass_k, "coverage", "fast_1.0", "fast_1.2", "fast_1.5",
             "geomean speedup", "geomean (covered)", "speedup@1", "roofline"]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     x = lambda v: _fmt(v) + "x" if v is not None else "-"  # noqa: E731
     for name, m in s.items():
-        measured = [_fmt(m["correct_rate"], True), _fmt(m["pass@1"], True), _fmt(m.get(f"pass@{k}"), True),
+        measured = [_fmt(m["correct_rate"], True), _fmt(m["pass@1"], True),
+                    *([_fmt(m.get(f"pass@{k}"), True)] if pass_k else []),
                     _fmt(m["coverage"], True), _fmt(m["fast_1.0"], True), _fmt(m["fast_1.2"], True),
                     _fmt(m["fast_1.5"], True), x(m["geomean_speedup"]), x(m["geomean_speedup_covered"]),
                     x(m.get("speedup@1")), _fmt(m["roofline_mean"])]
-        if result.get("compile_only"):
-            measured = ["-"] * len(measured)  # nothing ran: no correctness or speed was measured
         lines.append("| " + " | ".join([name, _fmt(m["compile_rate"], True)] + measured) + " |")
     p = result["paper"]
-    lines.append(f"| paper ({p['gpu']}) | {_fmt(p['compile_rate'], True)} | - | {_fmt(p['pass_at_1'], True)} | - | - "
-                 f"| - | - | - | {_fmt(p['geomean_speedup'])}x | - | - | - |")
+    lines.append(f"| paper ({p['gpu']}) | {_fmt(p['compile_rate'], True)} | - | {_fmt(p['pass_at_1'], True)} | "
+                 + "- | " * (len(pass_k) + 4) + f"{_fmt(p['geomean_speedup'])}x | - | - | - |")
     lines += ["", f"Paper figures: {p['source']}. Geomean speedup is over each matrix's best correct kernel of "
               f"the {k} samples and counts a matrix with no correct kernel as 1.0 (the user keeps cuSPARSE); "
               "'covered' is over the matrices with a correct kernel; speedup@1 is what one sampled kernel gives "
@@ -51,6 +52,24 @@ def markdown(result: dict) -> str:
         lines += ["", f"## Formats chosen by {name} (oracle -> chosen)", ""]
         lines += [f"- {pair}: {n}" for pair, n in sorted(conf.items(), key=lambda kv: -kv[1])]
     return "\n".join(lines) + "\n"
+
+
+def _compile_only_markdown(result: dict) -> list[str]:
+    """Compile rates, overall and per family: all a run without a GPU measures."""
+    s, p = result["summary"], result["paper"]
+    lines = ["Compile-only run (no GPU): kernels were compiled and checked, not run, so this page shows "
+             "compile rates only (no correctness, speedup or roofline was measured).", "",
+             "| system | compiled |", "| --- | --- |"]
+    lines += [f"| {name} | {_fmt(m['compile_rate'], True)} |" for name, m in s.items()]
+    lines += [f"| paper ({p['gpu']}) | {_fmt(p['compile_rate'], True)} |", "", f"Paper figures: {p['source']}.", ""]
+    fams = sorted({f for m in s.values() for f in m.get("per_family_compile_rate", {})})
+    if fams:
+        lines += ["## Compile rate per family", "", "| system | " + " | ".join(fams) + " |",
+                  "|" + " --- |" * (len(fams) + 1)]
+        for name, m in s.items():
+            rates = m.get("per_family_compile_rate", {})
+            lines.append(f"| {name} | " + " | ".join(_fmt(rates.get(f), True) for f in fams) + " |")
+    return lines
 
 
 def pyplot():

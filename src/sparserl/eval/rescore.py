@@ -25,6 +25,9 @@ def rescore(folder: str | Path) -> dict:
     if not ej.exists():
         raise SparseRLError(f"{folder}: no eval.json (not a 'sparserl evaluate' output folder)")
     result = json.loads(ej.read_text())
+    if "per_matrix" not in result:
+        raise SparseRLError(f"{ej} holds a summary only ({result.get('trimmed', 'no per-matrix records')}): "
+                            "rerun the evaluation to rescore it")
     samples: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     if cj.exists():
         for line in cj.read_text().splitlines():
