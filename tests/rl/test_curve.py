@@ -25,3 +25,26 @@ def test_read_curve_last_value_per_step_and_plot(tmp_path: Path) -> None:
 def test_no_metrics_no_plot(tmp_path: Path) -> None:
     assert plot_learning_curve(tmp_path / "missing.jsonl", tmp_path / "c.png") is None
     assert not (tmp_path / "c.png").exists()
+
+
+def test_one_step_run_draws_its_point_and_warns_of_nothing(tmp_path: Path) -> None:
+    """train_minimal's run is one step and no held-out matrices: the png must show that point,
+    and matplotlib must not warn about an empty legend."""
+    import warnings
+
+    from sparserl.eval.report import pyplot
+    from sparserl.rl.curve import curve_figure
+
+    m = tmp_path / "metrics.jsonl"
+    m.write_text(json.dumps({"step": 1, "reward/mean": -0.5, "reward/correct_rate": 0.0}) + "\n")
+    plt = pyplot()
+    if plt is None:
+        return
+    fig = curve_figure(read_curve(m), plt)
+    train, heldout = fig.axes
+    assert train.lines and all(ln.get_marker() not in (None, "", "None") for ln in train.lines)
+    assert [t.get_text() for t in heldout.texts] == ["nothing logged"] and heldout.get_legend() is None
+    plt.close(fig)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plot_learning_curve(m, tmp_path / "c.png") is not None

@@ -40,20 +40,31 @@ def plot_learning_curve(metrics_path: str | Path, out_png: str | Path) -> str | 
     plt = pyplot()
     if plt is None:
         return None
+    fig = curve_figure(curve, plt)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return str(out_png)
+
+
+def curve_figure(curve: dict[str, list[tuple[int, float]]], plt):
+    """The two panels as a matplotlib figure: every series drawn with markers (a run of one
+    step is one point, which a line alone does not show), and a panel with nothing logged says
+    so instead of drawing an empty legend."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for k, ax in (("reward/mean", a), ("reward/correct_rate", a), ("heldout/speedup_geomean_correct", b),
                   ("heldout/correct_rate", b)):
         if curve[k]:
             xs, ys = zip(*curve[k])
-            ax.plot(xs, ys, marker="o" if k.startswith("heldout") else None, label=k)
+            ax.plot(xs, ys, marker="o" if k.startswith("heldout") else ".", label=k)
     a.set_title("training rollouts")
     b.set_title("held-out matrices (one sample each)")
     b.axhline(1.0, color="grey", lw=0.8, ls="--")
     for ax in (a, b):
         ax.set_xlabel("step")
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        else:  # nothing logged for this panel (no held-out matrices, say): say so instead of an empty legend
+            ax.text(0.5, 0.5, "nothing logged", ha="center", va="center", transform=ax.transAxes, color="grey")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return str(out_png)
+    return fig
