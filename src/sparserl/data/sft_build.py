@@ -136,11 +136,18 @@ def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
         splits = ["test"] * len(files) if cfg.real_split == "test" else _splits(len(files), cfg, rng)
         for f, split in zip(files, splits):
             entries.append(MatrixEntry(f.name.split(".")[0], "real", str(f), split))
+    n_real = sum(e.family == "real" for e in entries)
     for split, frac in (("val", cfg.val_fraction), ("test", cfg.test_fraction)):
         if frac > 0 and not any(e.split == split for e in entries):
-            log.warning("no matrix went to the %s split: each family's share is rounded down "
-                        "(%d per family x %.2f); raise the matrices per family or the fraction",
-                        split, cfg.matrices_per_family, frac)
+            groups = []  # what was rounded down: each generated family's share, the real matrices' share
+            if cfg.matrices_per_family:
+                groups.append(f"{cfg.matrices_per_family} per generated family x {frac:.2f}")
+            if n_real and cfg.real_split == "mixed":
+                groups.append(f"{n_real} real matrices x {frac:.2f}")
+            elif n_real:
+                groups.append(f"the {n_real} real matrices all go to the test split")
+            log.warning("no matrix went to the %s split: the share is rounded down (%s); give more matrices "
+                        "or a larger fraction", split, ", ".join(groups) or "no matrices")
     return entries
 
 
