@@ -100,7 +100,7 @@ def _stages(cfg: DemoConfig, out: Path, ev, resume) -> dict:
                          max_rows=t(2_000, 100_000), compile_only=co, targets_per_matrix=t(2, 6),
                          variants_per_matrix=t(None, 20), val_fraction=t(0.34, 0.25), test_fraction=t(0.34, 0.25),
                          seed=seed)
-    keep = ("matrices", "rows", "correct", "evaluations")
+    keep = ("matrices", "rows", "compiled" if co else "correct", "evaluations")
     return {
         "data": lambda: {"summary": {k: v for k, v in build_sft_data(data, evaluator=ev).items() if k in keep}},
         "pretrain": lambda: pretrain(PretrainConfig(

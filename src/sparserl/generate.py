@@ -266,8 +266,14 @@ def _choose(cfg: GenerateConfig, A, op: Op, k: int | None, ev, ref, policy) -> t
     cands, good = best_of([(t, "model") for t in texts], ev, ref, A, op, k, cfg.compile_only)
     model_results = [c.result for c in cands]
     if not good and cfg.library_fallback:
-        lib, good = best_of(library_texts(A, op, k), ev, ref, A, op, k, cfg.compile_only)
+        lib_texts = library_texts(A, op, k)
+        if cfg.compile_only:  # nothing is timed: the selector's choice when it compiles, the rest only if not
+            lib, good = best_of(lib_texts[:1], ev, ref, A, op, k, True)
+            cands += lib
+            lib_texts = [] if good else lib_texts[1:]
+        lib, good_lib = best_of(lib_texts, ev, ref, A, op, k, cfg.compile_only)
         cands += lib
+        good = good or good_lib
     if not good:
         what = "compiling" if cfg.compile_only else "correct"
         kinds = ", ".join(sorted({c.result.error_kind.value for c in cands})) or "no candidates"

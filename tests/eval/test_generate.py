@@ -146,7 +146,7 @@ def test_verified_best_kernel_and_load_kernel(mtx: Path, tmp_path: Path) -> None
     dia = variants("spmv", "DIA")[0].render()
     rep = generate_kernel(GenerateConfig(matrix=str(mtx), samples=4, out=str(tmp_path / "g")),
                           policy=FixedSampler([BROKEN, csr, dia]))
-    assert rep["verified"] and rep["samples"]["correct"] == 2 and rep["source"] == "model"
+    assert rep["verified"] and rep["samples"]["correct"] == 2 and rep["source"] == "written by the model"
     assert rep["best"]["format"] == "DIA", "the faster of the two correct kernels is returned"
     kern = sparserl.load_kernel(tmp_path / "g")
     A = load_matrix(mtx)

@@ -152,7 +152,8 @@ def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
 
 
 def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
-    """Build the data set; ``evaluator`` defaults to a harness Evaluator (compile-only if asked or no GPU)."""
+    """Build the data set; ``evaluator`` defaults to a harness Evaluator (compile-only if asked or no GPU).
+    The summary counts the ``correct`` variants (``compiled`` ones in a compile-only build)."""
     from sparserl.encoding import sample_nonzeros
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.kernels.library import variants
@@ -168,7 +169,8 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
     rng = np.random.default_rng(cfg.seed + 1)
     files = {s: (out / f"{s}.jsonl").open("w") for s in ("train", "val", "test")}
     counts = {s: 0 for s in files}
-    stats = {"matrices": len(entries), "evaluations": 0, "correct": 0, "no_correct_variant": []}
+    usable = "compiled" if cfg.compile_only else "correct"  # compile-only: nothing was verified
+    stats = {"matrices": len(entries), "evaluations": 0, usable: 0, f"no_{usable}_variant": []}
     jobs = [(e, Op(o), k) for e in entries for o in cfg.ops for k in ((None,) if o == "spmv" else cfg.ks)]
     t0 = time.perf_counter()
     try:
@@ -188,10 +190,10 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
                             if r.error_kind.value == "no_gpu" and accepted[(v.format, v.format_params)]]
                 else:
                     good = [(v, r) for v, r in zip(vs, results) if r.ok]
-                stats["correct"] += len(good)
+                stats[usable] += len(good)
                 bar.update(task, advance=1, description=f"sft data {e.name} {op.value}")
                 if not good:
-                    stats["no_correct_variant"].append(f"{e.name}/{op.value}")
+                    stats[f"no_{usable}_variant"].append(f"{e.name}/{op.value}")
                     continue
                 n = cfg.targets_per_matrix if e.split == "train" else 1
                 times = None if cfg.compile_only else [r.timings["cold"].median_us for _, r in good]

@@ -153,13 +153,33 @@ def summarize(per_matrix: dict[str, dict], samples: int) -> dict:
     return out
 
 
+def _baselines(cfg: EvalConfig, ev, ref, A, fam: str, op: Op, k: int | None) -> dict[str, dict]:
+    """The baselines' records on one matrix: cuSPARSE, the library oracle, the rule-based selector."""
+    from sparserl.eval.selector import select_variant
+    from sparserl.kernels.library import variants
+    from sparserl.matrices import compute_features
+
+    out = {}
+    if "cusparse" in cfg.baselines:
+        b = ev.baseline(ref, op, k)["baselines"]["cold"]
+        out["cuSPARSE"] = {"family": fam, "n": 1, "compiled": 1, "correct": 1, "best_speedup": 1.0,
+                           "best_format": "CSR (cuSPARSE)", "roofline": b["roofline"], "kinds": {"none": 1},
+                           "sample_speedups": [1.0]}
+    if "oracle" in cfg.baselines:
+        rec = _record(ev.evaluate_many([(v.render(), ref, op, k) for v in variants(op, None, k)]), fam)
+        rec["n"], rec["compiled"], rec["correct"] = 1, 1, int(rec["best_speedup"] is not None)
+        rec["sample_speedups"] = [rec["best_speedup"]]  # the oracle is one pick: its best
+        out["library oracle"] = rec
+    if "selector" in cfg.baselines:
+        v = select_variant(compute_features(A), op)
+        out["rule-based selector"] = _record([ev.evaluate(v.render(), ref, op, k)], fam)
+    return out
+
+
 def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> dict:
     """Run the evaluation; writes eval.json, eval.md and plots to ``cfg.out``; returns the summary."""
     from sparserl.encoding import MatrixInput
-    from sparserl.eval.selector import select_variant
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.kernels.library import variants
-    from sparserl.matrices import compute_features
     from sparserl.model.policy import Sample
 
     t0 = time.perf_counter()
@@ -189,25 +209,12 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
             ref = ev.register(A, mname)
             todo.append((mname, fam, ref, {pname: Sample(MatrixInput.from_matrix(A, pol.config.encoding), op, k,
                                                          int(A.nnz)) for pname, pol in policies.items()}))
-            if not cfg.compile_only:
-                if "cusparse" in cfg.baselines:
-                    b = ev.baseline(ref, op, k)["baselines"]["cold"]
-                    systems["cuSPARSE"][mname] = {"family": fam, "n": 1, "compiled": 1, "correct": 1,
-                                                  "best_speedup": 1.0, "best_format": "CSR (cuSPARSE)",
-                                                  "roofline": b["roofline"], "kinds": {"none": 1},
-                                                  "sample_speedups": [1.0]}
-                if "oracle" in cfg.baselines:
-                    vs = variants(op, None, k)
-                    rs = ev.evaluate_many([(v.render(), ref, op, k) for v in vs])
-                    rec = _record(rs, fam)
-                    rec["n"], rec["compiled"], rec["correct"] = 1, 1, int(rec["best_speedup"] is not None)
-                    rec["sample_speedups"] = [rec["best_speedup"]]  # the oracle is one pick: its best
-                    systems["library oracle"][mname] = rec
-                    oracle_fmt[mname] = rec["best_format"]
-                if "selector" in cfg.baselines:
-                    v = select_variant(compute_features(A), op)
-                    systems["rule-based selector"][mname] = _record([ev.evaluate(v.render(), ref, op, k)], fam)
-            log.info("baselines done for %s", mname)
+            if not cfg.compile_only:  # the baselines are timings: nothing to compare without a GPU
+                for name, rec in _baselines(cfg, ev, ref, A, fam, op, k).items():
+                    systems[name][mname] = rec
+                if "library oracle" in systems:
+                    oracle_fmt[mname] = systems["library oracle"][mname]["best_format"]
+                log.info("baselines done for %s", mname)
         for pname, pol in policies.items():  # all matrices' samples in full batches, then the harness
             jobs = [(mname, fam, ref, samples[pname]) for mname, fam, ref, samples in todo for _ in range(cfg.samples)]
             texts: list[str] = []

@@ -106,9 +106,7 @@ def data_build_cmd(
                         test_fraction=test_fraction, compile_only=compile_only, seed=seed)
     summary = build_sft_data(cfg)
     usable = "compiled" if compile_only else "correct"  # compile-only: nothing was verified
-    typer.echo(json.dumps({"matrices": summary["matrices"], "rows": summary["rows"],
-                           "evaluations": summary["evaluations"], usable: summary["correct"],
-                           "seconds": summary["seconds"]}, indent=1))
+    typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", usable, "seconds")}, indent=1))
 
 
 def sft_cmd(

@@ -138,6 +138,23 @@ def _build(cfg: PretrainConfig, texts: list[str]):
     return tok, AutoModelForCausalLM.from_config(hf)
 
 
+def _train_step(model, opt, x: torch.Tensor, lr: float, cfg: PretrainConfig, device: torch.device
+                ) -> tuple[float, float]:
+    """One next-token step on the windows ``x`` (B, seq_len + 1); returns (loss, gradient norm)."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+        logits = model(input_ids=x[:, :-1]).logits
+    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return loss.item(), float(gnorm)
+
+
 class TimeEstimate:
     """Says, once the first steps are timed, how long the whole run will take (default
     settings on a CPU take hours, which a user should know in the first minute): after
@@ -232,24 +249,12 @@ def pretrain(cfg: PretrainConfig) -> dict:
         while step < cfg.steps:
             x = next(data).to(device, non_blocking=True)
             lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_steps)
-            for g in opt.param_groups:
-                g["lr"] = lr
             ts = time.perf_counter()
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-                logits = model(input_ids=x[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                                     x[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            loss_v, gnorm = _train_step(model, opt, x, lr, cfg, device)
             t_train += time.perf_counter() - ts
             tokens_done += x[:, :-1].numel()
             step += 1
-            loss_v = loss.item()
-            last = {"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": float(gnorm),
+            last = {"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": gnorm,
                     "charts/tokens_per_s": tokens_done / t_train}
             if step % 10 == 0 or step == cfg.steps:
                 logger.log(step, last)

@@ -177,6 +177,33 @@ def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator)
     return out
 
 
+def _train_step(model, opt, params, policy: Policy, batch: list[dict], lr: float, cfg: SFTConfig,
+                device: torch.device) -> tuple[float, float]:
+    """One optimizer step on ``batch``; returns (loss, gradient norm before clipping)."""
+    samples = [sample_of(r, policy.config.encoding) for r in batch]
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+        loss = model(samples, [r["code"] for r in batch])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    opt.step()
+    return loss.item(), float(gnorm)
+
+
+def _validate(step: int, policy: Policy, rows: list[dict], cfg: SFTConfig, ev, logger) -> dict:
+    """The validation at ``step`` (logged, and said while it runs); returns its metrics and verdict kinds."""
+    log.info("step %d: sampling %d validation kernels and checking them with the harness%s", step, len(rows),
+             " (compile-only)" if cfg.compile_only or not ev.has_gpu else "")
+    ev_metrics = evaluate_policy(policy, rows, cfg, ev)
+    kinds = ev_metrics.pop("eval/kinds", {})
+    logger.log(step, ev_metrics)
+    log.info("step %d: %s", step, {k: round(v, 3) if isinstance(v, float) else v
+                                   for k, v in ev_metrics.items()} | {"kinds": kinds})
+    return ev_metrics | {"eval/kinds": kinds}
+
+
 def sft(cfg: SFTConfig, evaluator=None) -> dict:
     """Run stage 2; returns the final metrics."""
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
@@ -228,39 +255,21 @@ def sft(cfg: SFTConfig, evaluator=None) -> dict:
         with progress(info.is_main) as bar:
             task = bar.add_task("sft", total=cfg.steps, completed=step)
             while step < cfg.steps:
-                idx = rng.integers(0, len(train_rows), size=cfg.batch_size)
-                batch = [train_rows[i] for i in idx]
-                samples = [sample_of(r, policy.config.encoding) for r in batch]
+                batch = [train_rows[i] for i in rng.integers(0, len(train_rows), size=cfg.batch_size)]
                 lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_steps)
-                for g in opt.param_groups:
-                    g["lr"] = lr
                 ts = time.perf_counter()
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-                    loss = model(samples, [r["code"] for r in batch])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                opt.step()
+                loss_v, gnorm = _train_step(model, opt, params, policy, batch, lr, cfg, device)
                 t_train += time.perf_counter() - ts
                 seen += len(batch)
                 step += 1
-                loss_v = loss.item()
-                last = {"losses/sft": loss_v, "charts/lr": lr, "charts/grad_norm": float(gnorm),
+                last = {"losses/sft": loss_v, "charts/lr": lr, "charts/grad_norm": gnorm,
                         "charts/samples_per_s": seen / t_train}
                 if step % 10 == 0 or step == cfg.steps:
                     last = dist.gather_metrics(last, info, summed=("charts/samples_per_s",))  # all ranks
                     logger.log(step, last)
                 bar.update(task, advance=1, description=f"sft loss {loss_v:.3f}")
                 if (step % cfg.eval_every == 0 or step == cfg.steps) and val_subset and info.is_main:
-                    log.info("step %d: sampling %d validation kernels and checking them with the harness%s", step,
-                             len(val_subset), " (compile-only)" if cfg.compile_only or not ev.has_gpu else "")
-                    ev_metrics = evaluate_policy(policy, val_subset, cfg, ev)
-                    kinds = ev_metrics.pop("eval/kinds", {})
-                    logger.log(step, ev_metrics)
-                    last.update(ev_metrics)
-                    last["eval/kinds"] = kinds
-                    log.info("step %d: %s", step, {k: round(v, 3) if isinstance(v, float) else v
-                                                    for k, v in ev_metrics.items()} | {"kinds": kinds})
+                    last.update(_validate(step, policy, val_subset, cfg, ev, logger))
                 if step % cfg.save_every == 0 or step == cfg.steps:
                     save()
     finally:
