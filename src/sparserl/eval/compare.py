@@ -83,6 +83,8 @@ class EvalConfig:
             raise SparseRLError(f"--split {self.split!r}: a data folder's splits are {', '.join(SPLITS)}")
         if not self.temperature > 0:
             raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {self.temperature}")
+        if self.max_new_tokens < 1:
+            raise SparseRLError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
 
 def matrix_set(cfg: EvalConfig) -> list[tuple[str, str, object]]:

@@ -126,6 +126,7 @@ def sft_cmd(
     eval_every: int = typer.Option(250, help="steps between validation checks through the harness"),
     eval_samples: int = typer.Option(32, help="validation rows sampled and checked at each validation"),
     eval_temperature: float = typer.Option(1.0, help="sampling temperature of the validation (> 0)"),
+    max_new_tokens: int = typer.Option(1536, help="longest validation completion, in tokens"),
     save_every: int = typer.Option(250, help="steps between checkpoints"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/state.pt"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
@@ -141,7 +142,8 @@ def sft_cmd(
     cfg = SFTConfig(data=str(data), model=str(model), out=str(out), steps=steps, batch_size=batch_size, lr=lr,
                     lora=lora, lora_r=lora_r, max_nnz=max_nnz, text_prompt=not no_text_prompt,
                     gradient_checkpointing=gradient_checkpointing, eval_every=eval_every, eval_samples=eval_samples,
-                    eval_temperature=eval_temperature, save_every=save_every, resume=resume, device=device,
+                    eval_temperature=eval_temperature, max_new_tokens=max_new_tokens, save_every=save_every,
+                    resume=resume, device=device,
                     compile_only=_fallback(compile_only), seed=seed)
     typer.echo(json.dumps(sft(cfg), indent=1, default=str))
 
@@ -268,6 +270,8 @@ def evaluate_cmd(
     op: str = typer.Option("spmv", help="spmv or spmm"),
     k: int = typer.Option(None, help="SpMM columns (with --op spmm only) [default: 32]"),
     samples: int = typer.Option(8, help="completions per matrix per checkpoint (pass@k uses them)"),
+    temperature: float = typer.Option(1.0, help="sampling temperature (> 0)"),
+    max_new_tokens: int = typer.Option(1536, help="longest completion, in tokens"),
     family_rows: int = typer.Option(200_000, help="rows of each generated matrix with --matrices families"),
     gen_batch: int = typer.Option(32, help="completions generated together"),
     out: Path = typer.Option(Path("runs/eval"), help="output folder (eval.md, eval.json, plots)"),
@@ -281,7 +285,8 @@ def evaluate_cmd(
         raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
     cfg = EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint),
                      baselines=tuple(filter(None, baselines.split(","))), op=op, k=32 if k is None else k,
-                     samples=samples, family_rows=family_rows, gen_batch=gen_batch, out=str(out),
+                     samples=samples, temperature=temperature, max_new_tokens=max_new_tokens,
+                     family_rows=family_rows, gen_batch=gen_batch, out=str(out),
                      plots=not no_plots)
     res = evaluate(dataclasses.replace(cfg, compile_only=_fallback(compile_only)))
     typer.echo((out / "eval.md").read_text())

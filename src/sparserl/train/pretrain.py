@@ -59,8 +59,11 @@ class PretrainConfig:
     lr: float = 1e-3
     """Peak learning rate (AdamW), after linear warm-up, cosine decay to 10%."""
     warmup_steps: int = 100
+    """Steps of linear warm-up."""
     weight_decay: float = 0.1
+    """AdamW weight decay (matrices only)."""
     grad_clip: float = 1.0
+    """Gradient norm clip."""
     eval_every: int = 500
     """Steps between held-out perplexity evaluations."""
     save_every: int = 500
@@ -72,9 +75,11 @@ class PretrainConfig:
     bf16: bool = True
     """bf16 autocast on CUDA."""
     seed: int = 0
+    """Seed of the initial weights and the batches."""
     resume: bool = False
     """Continue from ``out/state.pt`` if present."""
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    """What goes into the corpus (CUDA toolkit headers, the kernel library) and how much."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:

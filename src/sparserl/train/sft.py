@@ -48,35 +48,55 @@ class SFTConfig:
     model: str = "runs/pretrain/model"
     """A local HF causal LM folder, or a policy checkpoint (folder with policy.json)."""
     out: str = "runs/sft"
+    """Output folder (checkpoint/, state.pt, metrics.jsonl, result.json)."""
     steps: int = 1000
+    """Optimizer steps."""
     batch_size: int = 8
+    """(matrix, kernel) pairs per step."""
     lr: float = 3e-4
+    """Peak learning rate (AdamW), after linear warm-up, cosine decay to 10%."""
     warmup_steps: int = 50
+    """Steps of linear warm-up."""
     weight_decay: float = 0.0
+    """AdamW weight decay."""
     grad_clip: float = 1.0
+    """Gradient norm clip."""
     lora: bool = False
     """LoRA adapters on a frozen base (True for large models), else full fine-tuning."""
     lora_r: int = 16
+    """LoRA rank (alpha = 2 r)."""
     max_nnz: int = 128
     """Coordinate tokens per matrix."""
     text_prompt: bool = True
+    """Name the shape and nonzero count in the prompt text (besides the matrix soft tokens)."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more time)."""
     eval_every: int = 250
+    """Steps between validations (and one at the end)."""
     eval_samples: int = 32
     """Validation rows sampled and checked by the harness at each evaluation."""
     eval_temperature: float = 1.0
+    """Sampling temperature of the validation (> 0)."""
     max_new_tokens: int = 1536
+    """Longest validation completion, in tokens."""
     save_every: int = 250
+    """Steps between checkpoints (and one at the end)."""
     resume: bool = False
+    """Continue from ``out/state.pt`` when it is there."""
     device: str = "auto"
+    """'auto' (cuda when available), 'cpu' or 'cuda[:N]'."""
     bf16: bool = True
+    """bf16 autocast on CUDA."""
     compile_only: bool = False
     """Evaluate by compiling only (no GPU)."""
     seed: int = 0
+    """Seed of the batches, the encoding's sampling and the validation draw."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
             raise SparseRLError("need steps >= 1, batch_size >= 1 and lr > 0")
+        if self.max_new_tokens < 1:
+            raise SparseRLError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if not self.eval_temperature > 0:
             raise SparseRLError(f"eval_temperature must be > 0 (1.0 samples the policy as it is), "
                                 f"got {self.eval_temperature}")
