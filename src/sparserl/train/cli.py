@@ -319,7 +319,11 @@ def demo_cmd(
     from sparserl.demo import DemoConfig, run_demo
 
     check_output(out, "demo", force, resume)
-    rep = run_demo(DemoConfig(out=str(out), tiny=tiny, compile_only=_fallback(compile_only),
+    compile_only = _fallback(compile_only)
+    if compile_only and not tiny:
+        typer.echo("note: the default sizes are made for one H200 and take hours on a CPU; add --tiny for minutes",
+                   err=True)
+    rep = run_demo(DemoConfig(out=str(out), tiny=tiny, compile_only=compile_only,
                               real_matrix=str(real_matrix) if real_matrix else None, seed=seed,
                               resume=resume))
     typer.echo(f"demo finished in {rep['seconds']:.0f} s "
