@@ -73,3 +73,16 @@ def test_rl_help_shows_the_config_defaults(cli) -> None:
     text = " ".join(cli("ppo", "--help").out.split())
     assert f"RL steps [default: {RLConfig.steps}]" in text
     assert f"[default: {RLConfig.pg_token_share}" in text and f"[default: {RLConfig.lr}]" in text
+
+
+@pytest.mark.parametrize("module", ["sparserl.train_sft", "sparserl.train_minimal"])
+def test_paper_entry_points_show_their_defaults(module: str, capsys) -> None:
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert info.value.code == 0 and "(default: None)" not in text and "(default: False)" not in text
+    assert "--max-nnz MAX_NNZ coordinate tokens per matrix (default: 128)" in text
+    assert ("(default: runs/pretrain/model)" in text) == (module == "sparserl.train_sft")

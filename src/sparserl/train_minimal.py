@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nnz", type=int, default=128, help="coordinate tokens per matrix")
     ap.add_argument("--model-path", type=Path, required=True, help="HF model folder or policy checkpoint")
     ap.add_argument("--tokenizer-path", type=Path, default=None, help="must be --model-path (the tokenizer is "
-                                                                      "saved with the model)")
+                                                                      "saved with the model; default: the same)")
     ap.add_argument("--matrices", type=Path, default=None, help="folder of matrices (default: generate 8)")
     ap.add_argument("--out", type=Path, default=Path("runs/train_minimal"), help="output folder")
     ap.add_argument("--max-new-tokens", type=int, default=1024, help="longest completion, in tokens")

@@ -44,21 +44,28 @@ def init_default_model(folder: Path) -> Path:
     return folder
 
 
-class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The module docstring as written, and every option's default in its help."""
+class HelpFormat(argparse.RawDescriptionHelpFormatter):
+    """The module docstring as written, and every option's default in its help (an on/off flag
+    is off unless given; a help text that names its default already says it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.required or action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sparserl.train_sft", description=__doc__, formatter_class=HelpFormat)
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset-dir", type=Path, help="folder of .mtx/.mtx.gz/.npz matrices")
+    src.add_argument("--dataset-dir", type=Path, help="folder of .mtx/.mtx.gz/.npz matrices (this or --data)")
     src.add_argument("--data", type=Path, help="SFT JSONL (rows, cols, shape, format, code)")
     ap.add_argument("--max-nnz", type=int, default=128, help="coordinate tokens per matrix")
     ap.add_argument("--steps", type=int, default=1000, help="optimizer steps")
     ap.add_argument("--batch-size", type=int, default=8, help="(matrix, kernel) pairs per step")
     ap.add_argument("--lr", type=float, default=3e-4, help="peak learning rate")
     ap.add_argument("--model-path", type=Path, default=Path("runs/pretrain/model"),
-                    help="HF model folder or policy checkpoint (none there: the default model, untrained)")
+                    help="HF model folder or policy checkpoint (nothing there: the embedded model, untrained)")
     ap.add_argument("--out", type=Path, default=Path("runs/sft"), help="output folder")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     ap.add_argument("--compile-only", action="store_true", help="compile-only checks (the default without a GPU)")
