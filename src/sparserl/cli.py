@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import signal
 import sys
 
 import typer
@@ -118,9 +119,26 @@ def _tidy_help(cmd) -> None:
         _tidy_help(sub)
 
 
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt  # a kill (SIGTERM) unwinds like Ctrl-C: partial files are removed on the way out
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the command; user errors, usage errors and Ctrl-C print one
-    ``error: ...`` line (exit status 2; 130 after Ctrl-C), never a traceback."""
+    """Console entry point: run the command; user errors, usage errors, Ctrl-C and a kill
+    (SIGTERM) print one ``error: ...`` line (exit status 2; 130 when interrupted), never a
+    traceback, and leave no partial file behind."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread: keep the process's handler
+        previous = None
+    try:
+        _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str] | None) -> None:
     try:
         # click returns a command's exit code instead of raising in non-standalone mode
         rc = command()(args=argv, prog_name="sparserl", standalone_mode=False)
