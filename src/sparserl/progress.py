@@ -116,7 +116,7 @@ class LineProgress:
     def _line(self, t: _Task) -> None:
         elapsed = time.perf_counter() - t.start
         if t.total:
-            done = f"{t.completed:g}/{t.total:g} ({100 * t.completed / t.total:.0f}%)"
+            done = f"{t.completed:g}/{t.total:g} ({int(100 * t.completed / t.total)}%)"  # 199/200 is 99%
             left = ""
             if t.first < t.completed < t.total:
                 rate = (t.completed - t.first) / max(elapsed, 1e-9)
