@@ -1,4 +1,5 @@
-"""The fp64 reference and the tolerance a kernel's output is judged by.
+"""The fp64 reference and the tolerance a kernel's output is judged by: one implementation, on the
+GPU (CuPy) in the harness and on the host (NumPy/SciPy) in CPU tests.
 
 For row i with ``L_i`` stored entries, a correct fp32 kernel's result may differ from
 the fp64 product by rounding only. We accept::
@@ -24,14 +25,6 @@ EPS32 = float(np.finfo(np.float32).eps)
 ATOL = 1e-30
 
 
-def reference(A: sp.csr_array, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(A x, |A| |x|)`` in fp64 from the fp32 values; ``x`` is (n,) or (n, k)."""
-    A64 = sp.csr_array((A.data.astype(np.float64), A.indices, A.indptr), shape=A.shape)
-    x64 = np.asarray(x, dtype=np.float64)
-    absA = sp.csr_array((np.abs(A64.data), A.indices, A.indptr), shape=A.shape)
-    return A64 @ x64, absA @ np.abs(x64)
-
-
 def rtol_per_row(A: sp.csr_array) -> np.ndarray:
     lengths = np.diff(A.indptr).astype(np.float64)
     return 16.0 * EPS32 * np.sqrt(np.maximum(lengths, 1.0))
@@ -50,11 +43,50 @@ class Comparison:
     """max |y - ref| / bound over all entries (<= 1 passes); inf when an entry is not finite."""
     first_bad_row: int | None
 
+    def describe(self) -> str:
+        """One line on what is wrong (for messages)."""
+        what = f"{self.nonfinite} entries never written or not finite" if self.nonfinite else "wrong values"
+        return (f"{self.bad_rows} rows out of tolerance ({what}), first bad row {self.first_bad_row}, "
+                f"max error {self.max_scaled_error:.3g}x the tolerance")
 
-def compare(A: sp.csr_array, x: np.ndarray, y: np.ndarray) -> Comparison:
-    """Check ``y`` (fp32 output of a kernel) against the fp64 product ``A x`` (on the host)."""
-    ref, mag = reference(A, x)
-    return compare_to(ref, mag, rtol_per_row(A), y)
+
+class Fp64Reference:
+    """``A x`` and ``|A| |x|`` in fp64 for one matrix, and the comparison of a kernel's output with them.
+
+    ``xp`` is the array module the matrix is kept in: ``cupy`` (the worker: everything stays on the
+    GPU) or ``numpy`` (CPU tests and tools). Inputs and outputs must be of that module.
+    """
+
+    def __init__(self, A: sp.csr_array, xp=np):
+        self.xp = xp
+        self.shape = A.shape
+        rtol = rtol_per_row(A)
+        if xp is np:
+            self.A64 = sp.csr_array((A.data.astype(np.float64), A.indices, A.indptr), shape=A.shape)
+            self.absA = sp.csr_array((np.abs(self.A64.data), A.indices, A.indptr), shape=A.shape)
+            self.rtol = rtol
+        else:
+            import cupyx.scipy.sparse as csp
+
+            data = xp.asarray(A.data, dtype=xp.float64)
+            indices, indptr = xp.asarray(A.indices), xp.asarray(A.indptr)
+            self.A64 = csp.csr_matrix((data, indices, indptr), shape=A.shape)
+            self.absA = csp.csr_matrix((xp.abs(data), indices, indptr), shape=A.shape)
+            self.rtol = xp.asarray(rtol)
+
+    def expected(self, x) -> tuple:
+        """``(A x, |A| |x|)`` in fp64 for an fp32 ``x`` of shape (n,) or (n, k)."""
+        x64 = self.xp.asarray(x, dtype=self.xp.float64)
+        return self.A64 @ x64, self.absA @ self.xp.abs(x64)
+
+    def compare(self, x, y) -> Comparison:
+        """Judge ``y`` (a kernel's fp32 output) against the product with ``x``."""
+        ref, mag = self.expected(x)
+        return compare_to(ref, mag, self.rtol, y)
+
+    def device_arrays(self) -> list:
+        """The arrays this reference keeps (fingerprinted by the worker to catch stray writes)."""
+        return [self.A64.data, self.absA.data, self.rtol]
 
 
 def compare_to(ref, mag, rtol, y) -> Comparison:
