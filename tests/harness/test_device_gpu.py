@@ -155,8 +155,27 @@ def test_resident_matrix_finds_damage_to_arrays_pristine_copies_and_references()
     assert st.damage(key, arrays) == ["row_ptr", "their pristine copies"]
     st.pristine[key]["row_ptr"][3] -= 1
     assert st.damage(key, arrays) == []
-    st.references["A"].A64.data[0] += 1.0  # the fp64 reference
+    st.references["A"].val[0] += 1.0  # the fp64 reference's copy of the values
     assert st.damage(key, arrays) == ["the verification references or inputs"]
-    st.references["A"].A64.data[0] -= 1.0
+    st.references["A"].val[0] -= 1.0
     next(iter(st.verifiers.values())).inputs[0][1][5] += 1.0  # a verification input
     assert st.damage(key, arrays) == ["the verification references or inputs"]
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_gpu_comparison_agrees_with_the_host_one(k) -> None:
+    """The worker's one-pass fp64 check gives the host (SciPy) comparison's verdict and figures."""
+    import cupy as cp
+
+    A = generate("powerlaw", 5000, seed=2)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((A.shape[1],) if k is None else (A.shape[1], k)).astype(np.float32)
+    exact = (A.astype(np.float64) @ x.astype(np.float64)).astype(np.float32)
+    bad = exact.copy()
+    bad[[3, 17]] += 1.0
+    bad[40] = np.nan
+    host, dev = Fp64Reference(A), Fp64Reference(A, cp)
+    for y in (exact, bad):
+        a, b = host.compare(x, y), dev.compare(cp.asarray(x), cp.asarray(y))
+        assert (a.ok, a.bad_rows, a.nonfinite, a.first_bad_row) == (b.ok, b.bad_rows, b.nonfinite, b.first_bad_row)
+        assert b.max_scaled_error == pytest.approx(a.max_scaled_error, rel=1e-6, abs=1e-9)
