@@ -116,6 +116,13 @@ class MatrixRef:
         return {"key": self.key, "path": self.path, "name": self.name}
 
 
+def _headline(log_text: str) -> str:
+    """The one line of a failed build's log a message should carry: its first error, else its last line."""
+    lines = [line.strip() for line in log_text.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() and "errors detected" not in line]
+    return (errors or lines or ["compile failed"])[0 if errors else -1][:300]
+
+
 class Evaluator:
     """Evaluates completions on matrices; owns the GPU worker pool (if any)."""
 
@@ -189,8 +196,8 @@ class Evaluator:
         if not built.ok:
             kind = {"timeout": ErrorKind.COMPILE_TIMEOUT, "compiler_failure": ErrorKind.INTERNAL}.get(
                 built.error_kind, ErrorKind.COMPILE)
-            return None, fail(kind, (built.log.strip().splitlines() or ["compile failed"])[-1][:300],
-                              log_tail=built.log[-2000:], format=ex.header.format, compiled=False)
+            return None, fail(kind, _headline(built.log), log_tail=built.log[-2000:], format=ex.header.format,
+                              compiled=False)
         if built.ptx_violation is not None:
             return None, fail(ErrorKind.STATIC, built.ptx_violation, format=ex.header.format, compiled=False)
         if not self.has_gpu and (refused := self._plan_on_host(ex.header, matrix, op, k)) is not None:
