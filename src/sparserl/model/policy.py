@@ -67,9 +67,14 @@ class Sample:
     op: Op
     k: int | None = None
     nnz: int = 0
+    prompt: str | None = None
+    """The whole text prompt, when a caller writes its own (a search's refinement prompt);
+    None: the task line below."""
 
 
 def prompt_text(s: Sample, text_prompt: bool) -> str:
+    if s.prompt is not None:
+        return s.prompt
     what = "SpMV y = A x" if s.op is Op.SPMV else f"SpMM Y = A X with k = {s.k}"
     if not text_prompt:
         return f"{what}\n"
