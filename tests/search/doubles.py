@@ -72,6 +72,9 @@ class TimingDouble:
         f.set_result(self._result(text, ref, op, k))
         return f
 
+    def evaluate_many(self, items) -> list[EvalResult]:
+        return [self.submit(t, m, o, k).result() for t, m, o, k in items]
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True)

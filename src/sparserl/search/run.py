@@ -72,12 +72,6 @@ def _selector_point(A, op: Op) -> tuple[str, dict, str] | None:
     return v.strategy, dict(v.format_params + v.tunables), "selector"
 
 
-def _accepts(A):
-    from sparserl.formats import accepts
-
-    return lambda fmt, params: accepts(A, fmt, params)
-
-
 def _format_takes(text: str, op: Op, A) -> bool:
     """Whether the completion's FORMAT line converts ``A`` (template points were checked when
     proposed; free text was not)."""
@@ -218,11 +212,48 @@ def write_outputs(res: SearchResult, A, out: Path, job_config: dict, path: str) 
     return rep
 
 
+def cached_accepts(A):
+    """``accepts(format, params)`` for ``A``, each (format, params) converted once on the host."""
+    from sparserl.formats import accepts
+
+    memo: dict[tuple, bool] = {}
+
+    def check(fmt: str, params) -> bool:
+        key = (fmt, tuple(sorted(dict(params or {}).items())))
+        if key not in memo:
+            memo[key] = accepts(A, fmt, dict(params or {}))
+        return memo[key]
+    return check
+
+
+def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, store: BestStore | None, *,
+                 card=None, source_path: str | None = None, run_config: dict | None = None,
+                 proposer_factory=None, model: str | None = None, prior=(), trace: Path | None = None,
+                 accepts=None, progress: bool = True) -> SearchResult:
+    """Search a loaded matrix with an open evaluator and store: what ``search``, ``generate --search``
+    and the benchmark share. ``proposer_factory(card)``: the policy's proposer (None: templates only)."""
+    from sparserl.matrices.card import matrix_card
+
+    t = time.perf_counter()
+    card = card or matrix_card(A)
+    log.info("%s: %d x %d, %d nonzeros; card in %.1f s", name, *A.shape, A.nnz, time.perf_counter() - t)
+    known_row, known = _known(store, card.fingerprint, op, k, cfg.regime) if store is not None else (None, [])
+    if known_row is not None:
+        log.info("the store knows %s for this matrix: %s", name, known_row.candidate_id or known_row.kernel_sha[:12])
+    proposer = proposer_factory(card) if proposer_factory is not None else None
+    sink = StoreSink(store, card, name, source_path, _coords(A), run_config or {"search": asdict(cfg)},
+                     model=model) if store is not None else None
+    res = run_search(A, name, op, k, cfg, ev, card=card, selector_point=_selector_point(A, op), known=known,
+                     proposer=proposer, prior=prior, sink=sink, accepts=accepts or cached_accepts(A), trace=trace,
+                     progress=progress)
+    res.known_best = known_row
+    return res
+
+
 def search_matrix(job: SearchJob, evaluator=None, policy=None) -> tuple[dict, SearchResult]:
     """Run one search; returns (report, search result). Writes to the output folder and the store."""
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.matrices import load_matrix
-    from sparserl.matrices.card import matrix_card
     from sparserl.search.footprint import check_fits
     from sparserl.search.space import select_templates
 
@@ -244,21 +275,14 @@ def search_matrix(job: SearchJob, evaluator=None, policy=None) -> tuple[dict, Se
             else:
                 log.warning("no GPU: the search compiles its candidates only; nothing is timed and the store "
                             "is not updated")
-            t = time.perf_counter()
-            card = matrix_card(A)
-            log.info("%s: %d x %d, %d nonzeros; card in %.1f s", name, *A.shape, A.nnz, time.perf_counter() - t)
-            known_row, known = _known(store, card.fingerprint, op, k, regime)
-            if known_row is not None:
-                log.info("the store knows %s for this matrix", known_row.candidate_id or known_row.kernel_sha[:12])
-            proposer = _open_proposer(job, A, op, k, card, ev, policy) if job.model or policy is not None else None
+            factory = None
+            if job.model or policy is not None:
+                factory = lambda card: _open_proposer(job, A, op, k, card, ev, policy)  # noqa: E731
             config = asdict(job)
-            sink = StoreSink(store, card, name, str(Path(job.matrix).resolve()), _coords(A), config,
-                             model=str(job.model) if job.model else None)
             out.mkdir(parents=True, exist_ok=True)
-            res = run_search(A, name, op, k, job.search, ev, card=card, selector_point=_selector_point(A, op),
-                             known=known, proposer=proposer, sink=sink, accepts=_accepts(A),
-                             trace=out / "trace.jsonl")
-            res.known_best = known_row
+            res = search_array(A, name, op, k, job.search, ev, store, source_path=str(Path(job.matrix).resolve()),
+                               run_config=config, proposer_factory=factory,
+                               model=str(job.model) if job.model else None, trace=out / "trace.jsonl")
             return write_outputs(res, A, out, config, job.matrix), res
         finally:
             if own:
@@ -272,29 +296,22 @@ def search_after_sampling(cfg, A, name: str, ev, policy, texts: list[str], resul
     """``generate --search N``: search N candidates after the model's samples (which enter the
     search as evaluated, spending no budget); returns generate's candidate records for the
     search's own candidates, and the search's summary. The trace goes to out/search_trace.jsonl."""
-    from sparserl.matrices.card import matrix_card
+    from sparserl.search.policy import PolicyProposer
 
     op = Op(cfg.op)
     k = cfg.k if op is Op.SPMM else None
     scfg = SearchConfig(budget=cfg.search, regime=cfg.regime, seed=cfg.seed)
-    card = matrix_card(A)
+    factory = None
+    if policy is not None:
+        factory = lambda card: PolicyProposer(  # noqa: E731
+            policy, A, op, k, card.render(), name=str(cfg.model), temperature=cfg.temperature,
+            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, lease=ev.gpu_lease)
     store = open_store(cfg.store)
     try:
-        known_row, known = _known(store, card.fingerprint, op, k, cfg.regime)
-        proposer = None
-        if policy is not None and hasattr(policy, "config"):
-            from sparserl.search.policy import PolicyProposer
-
-            proposer = PolicyProposer(policy, A, op, k, card.render(), name=str(cfg.model),
-                                      temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                                      lease=ev.gpu_lease)
-        sink = StoreSink(store, card, name, str(Path(cfg.matrix).resolve()), _coords(A), asdict(cfg),
-                         model=str(cfg.model))
         out.mkdir(parents=True, exist_ok=True)
-        res = run_search(A, name, op, k, scfg, ev, card=card, selector_point=_selector_point(A, op), known=known,
-                         proposer=proposer, prior=list(zip(texts, results)), sink=sink, accepts=_accepts(A),
-                         trace=out / "search_trace.jsonl")
-        res.known_best = known_row
+        res = search_array(A, name, op, k, scfg, ev, store, source_path=str(Path(cfg.matrix).resolve()),
+                           run_config=asdict(cfg), proposer_factory=factory, model=str(cfg.model),
+                           prior=list(zip(texts, results)), trace=out / "search_trace.jsonl")
     finally:
         store.close()
     extra = [{"text": e.proposal.text, "result": e.result,
