@@ -17,7 +17,7 @@ import pytest
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
-from sparserl.kernels.templates import get_template
+from sparserl.kernels.templates import get_template, templates
 from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 from sparserl.search.loop import SearchConfig, StoreSink, run_search
@@ -259,3 +259,14 @@ def test_config_is_validated() -> None:
                 dict(policy_share=1.0), dict(beam=0)):
         with pytest.raises(SparseRLError):
             SearchConfig(**bad)
+
+
+def test_after_one_seed_each_the_fastest_template_gets_its_other_seeds(block) -> None:
+    A, card = block
+    n_templates = len(templates("spmv"))
+    ev = TimingDouble(lambda text: 10.0 if "FORMAT: BSR" in text else 50.0)
+    cfg = SearchConfig(budget=n_templates + 5, seed_share=1.0, parallel=1)
+    res = run_search(A, "block", "spmv", None, cfg, ev, card=card, progress=False)
+    order = [e.proposal for e in sorted(res.entries, key=lambda e: e.order)]
+    assert len({p.template for p in order[:n_templates]}) == n_templates, "one seed of every template first"
+    assert all(p.template == "bsr_group" and p.provenance is Provenance.SEED for p in order[n_templates:])

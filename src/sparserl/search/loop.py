@@ -3,8 +3,9 @@
 Read top to bottom, :func:`run_search` is:
 
 1. seeds: the best-known store's kernel for this matrix (if any), the rule-based selector's
-   choice, then every template's seeds, round-robin; at most ``seed_share`` of the budget goes to
-   seeds before mutation starts (seeds left over stay available later);
+   choice, every template's first seed, then the other seeds of the templates that measured
+   fastest first; at most ``seed_share`` of the budget goes to seeds before mutations start
+   (seeds left over stay available later);
 2. then, from the best verified kernels so far (a beam): a neighbour (one parameter moved one
    step), now and then a switch (the parameters carried into another template or format) or a
    random point (exploration);
@@ -300,11 +301,10 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
         nonlocal best
         e = TraceEntry(len(entries), prop, res, time.monotonic() - t0, order, counted)
         t = e.time_us(cfg.regime)
-        if t is not None and cfg.regime not in res.baseline:
-            log.warning("%s: verified but no cuSPARSE time in the %s regime; not ranked", prop.id, cfg.regime)
+        if res.ok and (t is None or cfg.regime not in res.baseline):
+            log.warning("%s: verified but without its or cuSPARSE's time in the %s regime; not ranked",
+                        prop.id, cfg.regime)
             t = None
-        if res.ok and t is None and timed:
-            log.warning("%s: verified but not timed in the %s regime; not ranked", prop.id, cfg.regime)
         if t is not None:
             if best is None or t < best.time_us(cfg.regime):
                 best, e.new_best = e, True
@@ -386,8 +386,14 @@ class _Search:
         self.rng = space.rng
         self.seen_ids: set[str] = set()
         self.seen_texts: set[str] = set()
-        self.seeds: deque[Proposal] = deque()
-        self.seed_iter = None
+        self.first: deque[Proposal] = deque()
+        """The store's best and the selector's choice: tried before any other seed."""
+        self.seed_lists: dict[str, deque[dict]] = {}
+        """Per template, its seeds not yet proposed."""
+        self.round_one: deque[str] = deque()
+        """Templates whose first seed is still to be proposed."""
+        self.template_best: dict[str, float] = {}
+        """Per template, the fastest time measured for any of its points."""
         self.seeds_used = 0
         self.ranked: list[tuple[float, TraceEntry]] = []
         """Verified entries, fastest first."""
@@ -416,13 +422,23 @@ class _Search:
 
     def start(self, known: list[tuple[str, str]], selector_point) -> None:
         for cid, text in known:
-            self.seeds.append(Proposal(cid, text, Provenance.KNOWN, note="the store's best for this matrix"))
-        self.seed_iter = self.space.seeds([selector_point] if selector_point else [])
+            self.first.append(Proposal(cid, text, Provenance.KNOWN, note="the store's best for this matrix"))
+        if selector_point is not None:
+            name, params, note = selector_point
+            p = self.space.point(name, params, Provenance.SEED, note=note) if name in self.space.by_name else None
+            if p is not None:
+                self.first.append(p)
+        space = self.space
+        self.seed_lists = {t.name: deque(t.seeds(space.card, space.k)) for t in space.templates}
+        self.round_one = deque(t.name for t in space.templates)
 
     def observe(self, e: TraceEntry, t: float | None) -> None:
         if t is not None:
             self.ranked.append((t, e))
             self.ranked.sort(key=lambda x: x[0])
+            name = e.proposal.template
+            if name is not None and t < self.template_best.get(name, float("inf")):
+                self.template_best[name] = t
         elif e.result.error_kind is ErrorKind.NO_GPU:
             self.viable.append(e)
         if e.proposal.provenance in (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE):
@@ -460,11 +476,36 @@ class _Search:
         return None
 
     def _next_seed(self) -> Proposal | None:
-        while self.seeds:
-            p = self.seeds.popleft()
+        """The store's best and the selector's choice; then every template's first seed; then the
+        remaining seeds of the template that has measured fastest so far (templates not measured
+        yet, or never correct, after those; registry order breaks ties)."""
+        while self.first:
+            p = self.first.popleft()
             if self.claim(p):
                 return p
-        return self._first_new(self.seed_iter) if self.seed_iter is not None else None
+        while self.round_one:
+            p = self._pop_seed(self.round_one.popleft())
+            if p is not None:
+                return p
+        index = {t.name: i for i, t in enumerate(self.space.templates)}
+
+        def rank(name: str) -> tuple:
+            t = self.template_best.get(name)
+            return (0, t, index[name]) if t is not None else (1, 0.0, index[name])
+
+        for name in sorted((n for n, q in self.seed_lists.items() if q), key=rank):
+            p = self._pop_seed(name)
+            if p is not None:
+                return p
+        return None
+
+    def _pop_seed(self, name: str) -> Proposal | None:
+        q = self.seed_lists[name]
+        while q:
+            p = self.space.point(name, q.popleft(), Provenance.SEED)
+            if p is not None and self.claim(p):
+                return p
+        return None
 
     def _parents(self) -> list[TraceEntry]:
         if self.ranked:
