@@ -5,7 +5,7 @@ cuSPARSE):
 
 1. the search: ``--budget`` candidates (seeds, mutations, switches, random points; no policy),
    from a best-known store that does not know the matrix (a fresh one unless ``--store``), timed
-   as wall seconds;
+   as wall seconds (the matrix card and the selector's features included);
 2. the library oracle: every template's seeds and every library variant that applies, all
    through the harness (what the search already evaluated is answered from the harness's memo:
    the same text gets the same measurement); the oracle is the fastest verified one.
@@ -44,7 +44,7 @@ from sparserl.matrices import family_names, generate, load_matrix
 from sparserl.matrices.card import matrix_card
 from sparserl.search.footprint import check_fits
 from sparserl.search.loop import SearchConfig
-from sparserl.search.run import cached_accepts, search_array
+from sparserl.search.run import search_array
 from sparserl.search.store import open_store
 
 log = logging.getLogger("search_bench")
@@ -70,23 +70,17 @@ def matrices(args):
             yield "suitesparse", f.name.split(".")[0], "suitesparse", lambda f=f: load_matrix(f)
 
 
-def oracle_texts(op: Op, k: int | None, card, accepts) -> list[tuple[str, str, bool]]:
+def oracle_texts(op: Op, k: int | None, card) -> list[tuple[str, str, bool]]:
     """(id, text, is_library_variant) of every template seed and every library variant that
-    applies, distinct texts, less those whose format the matrix refuses (as the search skips them)."""
-    from sparserl.harness.extract import Extracted, extract
-
+    applies, distinct texts (formats the matrix refuses come back ``format_refused``)."""
     lib = {" ".join(v.render().split()): (v.id, v.render()) for v in variants(op, None, k)}
     out, seen = [], set()
 
     def add(cid: str, text: str) -> None:
         key = " ".join(text.split())
-        if key in seen:
-            return
-        seen.add(key)
-        ex = extract(text, op)
-        if isinstance(ex, Extracted) and not accepts(ex.header.format, ex.header.params):
-            return
-        out.append((cid, text, key in lib))
+        if key not in seen:
+            seen.add(key)
+            out.append((cid, text, key in lib))
 
     for t in templates(op):
         for p in t.seeds(card, k):
@@ -111,16 +105,15 @@ def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
     t0 = time.perf_counter()
     if ev.has_gpu:
         check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
-    card = matrix_card(A)
-    accepts = cached_accepts(A)
     cfg = SearchConfig(budget=args.budget, seconds=args.seconds, regime=regime, seed=args.seed)
     t_search = time.perf_counter()
-    res = search_array(A, name, op, k, cfg, ev, store, card=card, accepts=accepts,
+    card = matrix_card(A)
+    res = search_array(A, name, op, k, cfg, ev, store, card=card,
                        run_config={"benchmark": "search_bench", "budget": args.budget},
                        trace=args.trace_dir / f"{name}.trace.jsonl" if args.trace_dir else None)
     search_wall = time.perf_counter() - t_search
     t_oracle = time.perf_counter()
-    texts = oracle_texts(op, k, card, accepts)
+    texts = oracle_texts(op, k, card)
     ref = ev.register(A, name)
     results = ev.evaluate_many([(t, ref, op, k) for _, t, _ in texts])
     oracle_wall = time.perf_counter() - t_oracle

@@ -21,11 +21,12 @@ from sparserl.search.space import normalised
 CUSPARSE_US = 100.0
 
 
-def timed_result(op: str, k, name: str, t_us: float | None, regime: str = "cold",
+def timed_result(op: str, k, name: str, t_us: float | ErrorKind | None, regime: str = "cold",
                  cusparse_us: float = CUSPARSE_US, arch: str = "sm_90") -> EvalResult:
-    """A correct, timed result (t_us) or an incorrect one (t_us None)."""
-    if t_us is None:
-        return EvalResult.failure(op, k, name, ErrorKind.INCORRECT, "wrong values (double)", compiled=True,
+    """A correct, timed result (t_us), an incorrect one (None), or a failure of the kind given."""
+    if t_us is None or isinstance(t_us, ErrorKind):
+        kind = t_us or ErrorKind.INCORRECT
+        return EvalResult.failure(op, k, name, kind, f"{kind.value} (double)", compiled=True,
                                   arch=arch, gpu="double")
     kt = KernelTiming(regime, t_us, t_us, t_us, 0.0)
     base = KernelTiming(regime, cusparse_us, cusparse_us, cusparse_us, 0.0)
@@ -36,7 +37,7 @@ def timed_result(op: str, k, name: str, t_us: float | None, regime: str = "cold"
 
 class TimingDouble:
     """A GPU-path double (see the module docstring). ``time_of(text)``: the kernel time in us,
-    or None for an incorrect kernel. ``delay``: seconds each evaluation takes (on threads)."""
+    None for an incorrect kernel, or an ErrorKind for that failure. ``delay``: seconds each evaluation takes (on threads)."""
 
     has_gpu = True
 

@@ -270,3 +270,15 @@ def test_after_one_seed_each_the_fastest_template_gets_its_other_seeds(block) ->
     order = [e.proposal for e in sorted(res.entries, key=lambda e: e.order)]
     assert len({p.template for p in order[:n_templates]}) == n_templates, "one seed of every template first"
     assert all(p.template == "bsr_group" and p.provenance is Provenance.SEED for p in order[n_templates:])
+
+
+def test_a_format_the_harness_refuses_is_not_proposed_again(block) -> None:
+    from sparserl.harness.result import ErrorKind
+
+    A, card = block
+    ev = TimingDouble(lambda text: ErrorKind.FORMAT_REFUSED if text.startswith("FORMAT: DIA") else 30.0)
+    res = run_search(A, "block", "spmv", None, SearchConfig(budget=60, parallel=1), ev, card=card, progress=False)
+    dia = [e for e in res.entries if e.proposal.text.startswith("FORMAT: DIA")]
+    assert len(dia) == 1 and dia[0].result.error_kind is ErrorKind.FORMAT_REFUSED
+    assert res.refused.get("DIA", 0) >= 1, "later DIA points were skipped, not evaluated"
+    assert res.evaluated == 60

@@ -34,6 +34,7 @@ def search_cmd(
     regime: str = typer.Option("cold", help="L2 regime candidates are ranked in: cold (flushed) or warm"),
     parallel: int = typer.Option(0, help="candidates in flight (0: four per GPU)"),
     temperature: float = typer.Option(1.0, help="the policy's sampling temperature"),
+    max_new_tokens: int = typer.Option(1536, help="the policy's longest completion, in tokens"),
     device: str = typer.Option("auto", help="the model's device: auto, cpu or cuda[:N]"),
     compile_only: bool = typer.Option(False, help="compile only, even on a GPU (no GPU: always)"),
     seed: int = typer.Option(0, help="seed of the search's random choices"),
@@ -47,7 +48,7 @@ def search_cmd(
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
                         regime=regime, parallel=parallel, seed=seed)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
-                    temperature=temperature, device=device, store=str(store) if store else None,
+                    temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=str(store) if store else None,
                     out=str(out) if out else None, compile_only=compile_only)
     rep, res = search_matrix(job)
     typer.echo(f"{res.evaluated} candidates in {res.seconds:.1f} s (stopped: {res.stopped})")

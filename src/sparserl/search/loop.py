@@ -15,7 +15,9 @@ Read top to bottom, :func:`run_search` is:
 4. every candidate goes through the harness (``Evaluator.submit``; several in flight, compiles
    cached), no candidate id or text twice; a candidate is a win only when correct
    (``EvalResult.ok``), ranked by its median time in the configured regime;
-5. every verified result is written to the best-known store as it arrives, and every finished
+5. a format the harness refuses for the matrix (``format_refused``) is remembered: no further
+   point in it is proposed (without a GPU, where nothing converts, the host checks instead);
+6. every verified result is written to the best-known store as it arrives, and every finished
    candidate to the trace (one JSON line each), so an interrupted search loses nothing verified.
 
 It stops at the budget (candidates evaluated), at ``seconds`` (no new submissions; candidates
@@ -42,7 +44,7 @@ from sparserl.harness.result import ErrorKind, EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.policy import Proposer
-from sparserl.search.space import CandidateSpace, Proposal, Provenance, normalised, text_proposal
+from sparserl.search.space import CandidateSpace, Proposal, Provenance, format_key, normalised, text_proposal
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +276,8 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
     matrix (the store's best), evaluated first. ``prior``: policy samples already evaluated
     (text, result), entered in the trace without spending budget. ``sink``: where verified
     results go (the best-known store). ``accepts(format, params)``: whether the matrix converts
-    to a format (points it refuses are never proposed). ``trace``: a path or an open file for
+    to a format, asked before proposing a point (None: yes, until the harness refuses the format;
+    points in a format the harness refused are never proposed again either). ``trace``: a path or an open file for
     the JSON-lines trace.
     """
     op = Op(op)
@@ -285,8 +288,15 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
         card = matrix_card(A)
     from sparserl.search.space import select_templates
 
-    space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=accepts, seed=cfg.seed)
-    state = _Search(cfg, space, evaluator, proposer)
+    refused: set[tuple] = set()  # (format, params) the harness refused for this matrix
+
+    def known_to_convert(fmt: str, params: dict) -> bool:
+        if (fmt, tuple(sorted(params.items()))) in refused:
+            return False
+        return accepts(fmt, params) if accepts is not None else True
+
+    space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=known_to_convert, seed=cfg.seed)
+    state = _Search(cfg, space, evaluator, proposer, refused)
     run_id = run_id or uuid.uuid4().hex[:12]
     ref = evaluator.register(A, name)
     timed = bool(evaluator.has_gpu)
@@ -381,8 +391,11 @@ class _Search:
     MAX_DRY = 3
     """Policy batches in a row with nothing new before the policy is asked no more."""
 
-    def __init__(self, cfg: SearchConfig, space: CandidateSpace, evaluator, proposer: Proposer | None):
+    def __init__(self, cfg: SearchConfig, space: CandidateSpace, evaluator, proposer: Proposer | None,
+                 refused: set[tuple]):
         self.cfg, self.space, self.proposer = cfg, space, proposer
+        self.refused = refused
+        """(format, params) keys the harness refused for this matrix (learned from verdicts)."""
         self.rng = space.rng
         self.seen_ids: set[str] = set()
         self.seen_texts: set[str] = set()
@@ -441,6 +454,11 @@ class _Search:
                 self.template_best[name] = t
         elif e.result.error_kind is ErrorKind.NO_GPU:
             self.viable.append(e)
+        elif e.result.error_kind is ErrorKind.FORMAT_REFUSED:
+            key = format_key(e.proposal.text, self.space.op)
+            if key is not None and key not in self.refused:
+                self.refused.add(key)
+                log.info("the harness refused %s for this matrix: no more points in it", key[0])
         if e.proposal.provenance in (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE):
             self.policy_last = e
 

@@ -231,7 +231,11 @@ def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, sto
                  proposer_factory=None, model: str | None = None, prior=(), trace: Path | None = None,
                  accepts=None, progress: bool = True) -> SearchResult:
     """Search a loaded matrix with an open evaluator and store: what ``search``, ``generate --search``
-    and the benchmark share. ``proposer_factory(card)``: the policy's proposer (None: templates only)."""
+    and the benchmark share. ``proposer_factory(card)``: the policy's proposer (None: templates only).
+
+    ``accepts``: the host check of formats; default none on a GPU (converting a large matrix on the
+    host for every format costs as much as the worker's own conversion, minutes at 10^7 nonzeros:
+    the search learns refusals from the harness instead), and :func:`cached_accepts` without one."""
     from sparserl.matrices.card import matrix_card
 
     t = time.perf_counter()
@@ -243,9 +247,10 @@ def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, sto
     proposer = proposer_factory(card) if proposer_factory is not None else None
     sink = StoreSink(store, card, name, source_path, _coords(A), run_config or {"search": asdict(cfg)},
                      model=model) if store is not None else None
+    if accepts is None and not ev.has_gpu:  # nothing converts the matrix without a GPU: the host checks
+        accepts = cached_accepts(A)
     res = run_search(A, name, op, k, cfg, ev, card=card, selector_point=_selector_point(A, op), known=known,
-                     proposer=proposer, prior=prior, sink=sink, accepts=accepts or cached_accepts(A), trace=trace,
-                     progress=progress)
+                     proposer=proposer, prior=prior, sink=sink, accepts=accepts, trace=trace, progress=progress)
     res.known_best = known_row
     return res
 

@@ -13,10 +13,11 @@ for a template point, the template and parameters, so a search can move from it.
   strategy of the same format, or another format), keeping the values both spaces share;
 * :meth:`~CandidateSpace.random`: a uniformly drawn valid point of a random template.
 
-A point whose storage format the matrix refuses (past the converters' fill limits, checked on
-the host with :func:`sparserl.formats.accepts`, cached per format and parameters) is never
-proposed: it would spend budget on a certain ``format_refused``. Free text (the policy's
-kernels) becomes a proposal through :func:`text_proposal`, named by a hash of its text.
+A point whose storage format the matrix is known to refuse (past the converters' fill limits)
+is never proposed: it would spend budget on a certain ``format_refused``. Who knows is the
+caller's ``accepts(format, params)``: the search learns refusals from the harness's verdicts on
+a GPU, and converts on the host in compile-only runs (see :mod:`.loop`). Free text (the
+policy's kernels) becomes a proposal through :func:`text_proposal`, named by a hash of its text.
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ def text_proposal(text: str, op: Op, provenance: Provenance, parent: str | None 
     return Proposal(text_id(clean), clean, provenance, parent, None, None, note)
 
 
+def format_key(text: str, op: Op) -> tuple[str, tuple[tuple[str, int], ...]] | None:
+    """(format, sorted format parameters) of a completion's FORMAT line (None when it does not parse)."""
+    from sparserl.harness.extract import Extracted, extract
+
+    ex = extract(text, op)
+    if not isinstance(ex, Extracted):
+        return None
+    return ex.header.format, tuple(sorted(ex.header.params.items()))
+
+
 def select_templates(op: Op, names: tuple[str, ...] | list[str] = ()) -> list[Template]:
     """The op's templates, or only those named (a one-line error names the known ones)."""
     if not names:
@@ -108,8 +119,8 @@ class CandidateSpace:
 
     def __init__(self, card: MatrixCard, op: Op, k: int | None, tmpls: list[Template],
                  accepts: Callable[[str, Mapping[str, int]], bool] | None = None, seed: int = 0):
-        """``accepts(format, format_params)``: whether the matrix converts to that format (None:
-        assume it does, e.g. in tests of the search policy)."""
+        """``accepts(format, format_params)``: whether the matrix converts to that format, asked
+        for every point (it may learn as a search goes; None: assume it does)."""
         if not tmpls:
             raise SparseRLError(f"no {op.value} templates to search")
         bad = [t.name for t in tmpls if t.op is not op]
@@ -118,8 +129,7 @@ class CandidateSpace:
         self.card, self.op, self.k = card, op, k
         self.templates = sorted(tmpls, key=lambda t: not t.specialised)  # stable: registry order otherwise
         self.by_name = {t.name: t for t in self.templates}
-        self._accepts = accepts
-        self._accepted: dict[tuple, bool] = {}
+        self.accepts = accepts
         self.refused: dict[str, int] = {}
         """Points not proposed because the matrix refuses their format, per format key."""
         self.render_errors: dict[str, int] = {}
@@ -129,22 +139,18 @@ class CandidateSpace:
     # -- single points -----------------------------------------------------------------------
 
     def _format_ok(self, text: str) -> bool:
-        if self._accepts is None:
+        if self.accepts is None:
             return True
-        from sparserl.harness.extract import Extracted, extract
-
-        ex = extract(text, self.op)
-        if not isinstance(ex, Extracted):  # a template bug: let the harness report it
+        key = format_key(text, self.op)
+        if key is None:  # a template bug: let the harness report it
             return True
-        key = (ex.header.format, tuple(sorted(ex.header.params.items())))
-        if key not in self._accepted:
-            self._accepted[key] = bool(self._accepts(ex.header.format, dict(ex.header.params)))
-            if not self._accepted[key]:
-                log.info("the matrix refuses %s %s: its points are skipped", key[0], dict(key[1]) or "")
-        if not self._accepted[key]:
-            name = f"{key[0]}" + "".join(f" {k}={v}" for k, v in key[1])
-            self.refused[name] = self.refused.get(name, 0) + 1
-        return self._accepted[key]
+        if self.accepts(key[0], dict(key[1])):
+            return True
+        name = f"{key[0]}" + "".join(f" {k}={v}" for k, v in key[1])
+        if name not in self.refused:
+            log.info("the matrix refuses %s: its points are skipped", name)
+        self.refused[name] = self.refused.get(name, 0) + 1
+        return False
 
     def point(self, template: Template | str, params: Mapping[str, int], provenance: Provenance,
               parent: str | None = None, note: str = "") -> Proposal | None:
