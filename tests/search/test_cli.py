@@ -16,7 +16,12 @@ from sparserl.harness.compile import find_nvcc
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate, save_matrix
 from sparserl.matrices.card import matrix_card
-from sparserl.search.store import SCHEMA_VERSION, BestStore, VerifiedKernel, harness_version
+from sparserl.search.store import (
+    SCHEMA_VERSION,
+    BestStore,
+    VerifiedKernel,
+    harness_version,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

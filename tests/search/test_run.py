@@ -60,7 +60,7 @@ def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path:
 
     # a second search starts from what the store knows, and does not replace it with a tie
     ev2 = TimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
-    rep2, res2 = search_matrix(SearchJob(matrix=str(mtx), search=SearchConfig(budget=3, seed=1),
+    _, res2 = search_matrix(SearchJob(matrix=str(mtx), search=SearchConfig(budget=3, seed=1),
                                          store=str(tmp_path / "s.db"), out=str(tmp_path / "out2")), evaluator=ev2)
     first = min(res2.entries, key=lambda e: e.order)
     assert first.proposal.provenance is Provenance.KNOWN and first.proposal.id == res.best.proposal.id

@@ -9,7 +9,13 @@ from sparserl.kernels.contract import Op
 from sparserl.kernels.templates import templates
 from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
-from sparserl.search.space import CandidateSpace, Provenance, select_templates, text_id, text_proposal
+from sparserl.search.space import (
+    CandidateSpace,
+    Provenance,
+    select_templates,
+    text_id,
+    text_proposal,
+)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,12 @@ import pytest
 from sparserl.errors import SparseRLError
 from sparserl.matrices import generate
 from sparserl.matrices.card import MatrixCard, matrix_card
-from sparserl.search.store import SCHEMA_VERSION, BestStore, VerifiedKernel, harness_version
+from sparserl.search.store import (
+    SCHEMA_VERSION,
+    BestStore,
+    VerifiedKernel,
+    harness_version,
+)
 
 KERNEL = "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 128), block=128\n// kernel {}\n"
 

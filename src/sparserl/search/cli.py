@@ -12,7 +12,6 @@ from rich.table import Table
 from sparserl.errors import SparseRLError
 
 
-
 def _console() -> Console:
     """A console for tables: the terminal's width, or wide enough not to cut rows when piped."""
     c = Console()

@@ -44,7 +44,14 @@ from sparserl.harness.result import ErrorKind, EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.policy import Proposer
-from sparserl.search.space import CandidateSpace, Proposal, Provenance, format_key, normalised, text_proposal
+from sparserl.search.space import (
+    CandidateSpace,
+    Proposal,
+    Provenance,
+    format_key,
+    normalised,
+    text_proposal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +234,13 @@ class _Progress:
 
     def __init__(self, name: str, budget: int, every_s: float):
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.name, self.every_s, self.budget = name, every_s, budget
         console = Console(stderr=True)
@@ -237,7 +250,7 @@ class _Progress:
         self.task = self.bar.add_task(f"search {name}", total=budget)
         self.last = time.monotonic()
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         self.bar.__enter__()
         return self
 
@@ -296,7 +309,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
         return accepts(fmt, params) if accepts is not None else True
 
     space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=known_to_convert, seed=cfg.seed)
-    state = _Search(cfg, space, evaluator, proposer, refused)
+    state = _Search(cfg, space, proposer, refused)
     run_id = run_id or uuid.uuid4().hex[:12]
     ref = evaluator.register(A, name)
     timed = bool(evaluator.has_gpu)
@@ -375,7 +388,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
 
 
 class _NoProgress:
-    def __enter__(self) -> "_NoProgress":
+    def __enter__(self) -> _NoProgress:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -391,8 +404,7 @@ class _Search:
     MAX_DRY = 3
     """Policy batches in a row with nothing new before the policy is asked no more."""
 
-    def __init__(self, cfg: SearchConfig, space: CandidateSpace, evaluator, proposer: Proposer | None,
-                 refused: set[tuple]):
+    def __init__(self, cfg: SearchConfig, space: CandidateSpace, proposer: Proposer | None, refused: set[tuple]):
         self.cfg, self.space, self.proposer = cfg, space, proposer
         self.refused = refused
         """(format, params) keys the harness refused for this matrix (learned from verdicts)."""

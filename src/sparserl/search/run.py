@@ -21,7 +21,14 @@ from typing import Any
 from sparserl.errors import SparseRLError
 from sparserl.harness.result import ErrorKind, EvalResult
 from sparserl.kernels.contract import Op
-from sparserl.search.loop import SearchConfig, SearchResult, StoreSink, TraceEntry, run_search, search_summary
+from sparserl.search.loop import (
+    SearchConfig,
+    SearchResult,
+    StoreSink,
+    TraceEntry,
+    run_search,
+    search_summary,
+)
 from sparserl.search.store import COORDS, BestStore, harness_version, open_store
 
 log = logging.getLogger(__name__)
@@ -245,8 +252,16 @@ def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, sto
     if known_row is not None:
         log.info("the store knows %s for this matrix: %s", name, known_row.candidate_id or known_row.kernel_sha[:12])
     proposer = proposer_factory(card) if proposer_factory is not None else None
-    sink = StoreSink(store, card, name, source_path, _coords(A), run_config or {"search": asdict(cfg)},
-                     model=model) if store is not None else None
+    sink = None
+    if store is not None:
+        coords = _coords(A)
+        if ev.has_gpu:  # results will come: sample the coordinates meanwhile (seconds at 10^7 nonzeros)
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = ThreadPoolExecutor(1, thread_name_prefix="coords")
+            coords = pool.submit(coords).result
+            pool.shutdown(wait=False)  # the task runs on; its result is asked for at the first write
+        sink = StoreSink(store, card, name, source_path, coords, run_config or {"search": asdict(cfg)}, model=model)
     if accepts is None and not ev.has_gpu:  # nothing converts the matrix without a GPU: the host checks
         accepts = cached_accepts(A)
     res = run_search(A, name, op, k, cfg, ev, card=card, selector_point=_selector_point(A, op), known=known,

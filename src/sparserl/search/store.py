@@ -342,7 +342,7 @@ class BestStore:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "BestStore":
+    def __enter__(self) -> BestStore:
         return self
 
     def __exit__(self, *exc) -> None:
