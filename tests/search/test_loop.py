@@ -282,3 +282,22 @@ def test_a_format_the_harness_refuses_is_not_proposed_again(block) -> None:
     assert len(dia) == 1 and dia[0].result.error_kind is ErrorKind.FORMAT_REFUSED
     assert res.refused.get("DIA", 0) >= 1, "later DIA points were skipped, not evaluated"
     assert res.evaluated == 60
+
+
+def test_a_stored_kernel_the_template_no_longer_renders_is_free_text(block) -> None:
+    A, card = block
+    point = get_template("spmv", "csr_vector").candidate({"tpr": 8, "block": 128})
+    current = get_template("spmv", "csr_vector").render({"tpr": 8, "block": 128}, card)
+    older = current + "// an older rendering\n"
+    ev = TimingDouble(lambda text: 20.0)
+    res = run_search(A, "block", "spmv", None, SearchConfig(budget=30, seed_share=1.0), ev, card=card,
+                     known=[(point.id, older)], progress=False)
+    known = min(res.entries, key=lambda e: e.order).proposal
+    assert known.provenance is Provenance.KNOWN and known.id.startswith("text/") and known.text == older
+    mine = [e for e in res.entries if e.proposal.id == point.id]
+    assert len(mine) == 1 and mine[0].proposal.text == current, "the template's own point is still evaluated"
+    # the same text as the template renders: the known kernel is that template point (it can be mutated)
+    res2 = run_search(A, "block", "spmv", None, SearchConfig(budget=3), TimingDouble(lambda text: 20.0), card=card,
+                      known=[(point.id, current)], progress=False)
+    k2 = min(res2.entries, key=lambda e: e.order).proposal
+    assert k2.id == point.id and k2.template == "csr_vector" and k2.provenance is Provenance.KNOWN

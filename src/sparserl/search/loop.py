@@ -50,6 +50,7 @@ from sparserl.search.space import (
     Provenance,
     format_key,
     normalised,
+    text_id,
     text_proposal,
 )
 
@@ -446,8 +447,12 @@ class _Search:
         return True
 
     def start(self, known: list[tuple[str, str]], selector_point) -> None:
-        for cid, text in known:
-            self.first.append(Proposal(cid, text, Provenance.KNOWN, note="the store's best for this matrix"))
+        for cid, text in known:  # a template point again when the template still renders that text
+            note = "the store's best for this matrix"
+            p = self.space.from_id(cid, Provenance.KNOWN, note=note)
+            if p is None or normalised(p.text) != normalised(text):  # free text, or the template changed since
+                p = Proposal(text_id(text), text, Provenance.KNOWN, note=f"{note} (stored as {cid})")
+            self.first.append(p)
         if selector_point is not None:
             name, params, note = selector_point
             p = self.space.point(name, params, Provenance.SEED, note=note) if name in self.space.by_name else None

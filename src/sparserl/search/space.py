@@ -172,6 +172,22 @@ class CandidateSpace:
         cand = t.candidate(params)
         return Proposal(cand.id, text, provenance, parent, t.name, cand.params, note)
 
+    def from_id(self, cid: str, provenance: Provenance, note: str = "") -> Proposal | None:
+        """The proposal for a candidate id (``op/template/format params/tunables[/spec]``) of this
+        space, or None when the id names no valid point here."""
+        parts = cid.split("/")
+        if len(parts) < 4 or parts[0] != self.op.value or parts[1] not in self.by_name:
+            return None
+        params: dict[str, int] = {}
+        try:
+            for chunk in parts[2:4]:
+                for kv in filter(None, chunk.split(",")) if chunk != "-" else ():
+                    key, _, value = kv.partition("=")
+                    params[key] = int(value)
+        except ValueError:
+            return None
+        return self.point(parts[1], params, provenance, note=note)
+
     # -- moves -------------------------------------------------------------------------------
 
     def seeds(self, first: list[tuple[str, Mapping[str, int], str]] = ()) -> Iterator[Proposal]:
