@@ -203,7 +203,7 @@ class StoreSink:
     def write(self, run_id: str, op: Op, k: int | None, regime: str, entry: TraceEntry) -> bool:
         import sqlite3
 
-        from sparserl.search.store import VerifiedKernel, harness_version
+        from sparserl.search.store import VerifiedKernel
 
         r, p = entry.result, entry.proposal
         try:
