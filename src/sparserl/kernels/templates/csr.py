@@ -7,8 +7,9 @@ that bakes the matrix card's row-length facts into the code:
 * ``csr_adaptive_spec``: the row-length bins decide which code exists. No row longer than
   ``long_len``: no long-row kernel and no long-row tests. Every other row at most
   :data:`~sparserl.kernels.library.csr_irregular.THREAD_MAX` long: a lane per row, loop unrolled.
-  Long rows that the card lists in full (at most :data:`MAX_TABLE_ROWS` of them): their rows
-  and split points become constant tables, one block per piece.
+  Long rows that the card lists in full (at most :data:`MAX_TABLE_ROWS` of them, and tables of at
+  most :data:`MAX_TABLE_CHARS` characters): their rows and split points become constant tables,
+  one block per piece.
 * ``csr_lanes_spec``: every row has the same length ``L`` (random and rectangular matrices):
   no ``row_ptr`` reads, fixed trip counts, 16-byte chunks when ``L`` is a multiple of 4.
 """
@@ -29,6 +30,8 @@ from sparserl.matrices.card import MatrixCard
 
 MAX_TABLE_ROWS = 2048
 """Most long rows baked into a constant table; with more the long-row kernel searches."""
+MAX_TABLE_CHARS = 30_000
+"""Most characters of constant tables in one kernel (the harness caps a completion's code length)."""
 
 
 def _pow2_near(v: float, lo: int, hi: int) -> int:
@@ -66,7 +69,8 @@ def adaptive_plan(params: Params, card: MatrixCard) -> AdaptivePlan:
     notes = []
     if has_long:
         rows = card.rows_longer_than(long_len)
-        if rows is not None and len(rows) <= MAX_TABLE_ROWS:
+        table_chars = sum(len(str(r)) + len(str(n)) + 4 for r, n in rows) if rows is not None else 0
+        if rows is not None and len(rows) <= MAX_TABLE_ROWS and table_chars <= MAX_TABLE_CHARS:
             table = tuple(sorted(rows))
             pieces = sum(-(-n // seg) for _, n in table)
             notes.append(f"{len(table)} rows longer than {long_len} ({pieces} pieces) in a constant table")
@@ -101,8 +105,8 @@ def _adaptive_seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
     if card is not None:
         rpw = _pow2_near(256 / max(card.row_len_mean, 1e-9), 32, 128)
         for long_len in (1024, 16384):
-            seeds.append(dict(rpw=rpw, items=8, long_len=long_len, seg=min(4096, long_len), block=256))
-            seeds.append(dict(rpw=rpw, items=8, long_len=long_len, seg=1024, block=256))
+            for seg in (1024, 4096):  # seg > long_len: only the specialised form (a table, no search)
+                seeds.append(dict(rpw=rpw, items=8, long_len=long_len, seg=seg, block=256))
     out: list[Params] = []
     for s in seeds:
         if s not in out:
