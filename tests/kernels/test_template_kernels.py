@@ -11,7 +11,7 @@ import pytest
 from sparserl.harness.compile import CompileOptions, available_backend, compile_many
 from sparserl.harness.static_check import static_check
 from sparserl.kernels.contract import Op, split_completion
-from sparserl.kernels.templates import get_template, templates
+from sparserl.kernels.templates import get_template
 from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 

@@ -202,7 +202,7 @@ def test_csr_adaptive_specialised_plans_add_every_entry_once() -> None:
         x = np.random.default_rng(1).standard_normal(A.shape[1])
         for long_len in (256, 1024, 16384):
             for seg in (1024, 4096):
-                p = dict(rpw=32, items=8, long_len=long_len, seg=seg, block=256)
+                p = {"rpw": 32, "items": 8, "long_len": long_len, "seg": seg, "block": 256}
                 plan = adaptive_plan(p, card)
                 seen.add((plan.has_long, plan.long_rows is not None, plan.short_max <= THREAD_MAX))
                 y = emulate_adaptive(A, x, 32, 8, long_len, seg, plan)

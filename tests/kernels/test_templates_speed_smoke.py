@@ -56,7 +56,7 @@ class _FakeEvaluator:
         out = []
         for text, _, op, k in items:
             h = zlib.crc32(text.encode())
-            t = lambda us, reg: KernelTiming(reg, us, us, us, 0.0)  # noqa: E731
+            t = lambda us, reg: KernelTiming(reg, us, us, us, 0.0)
             if h % 17 == 0:
                 out.append(EvalResult.failure("spmv", None, "m", ErrorKind.INCORRECT, "wrong", compiled=True))
                 continue

@@ -369,7 +369,7 @@ def render_lanes(tpr: int, unroll: int, block: int, uniform_len: int | None = No
     assert tpr in (1, 2, 4, 8, 16, 32) and block % tpr == 0
     rpb = block // tpr
     head = f"FORMAT: CSR\nLAUNCH: grid=ceil_div(m, {rpb}), block={block}\n"
-    common = dict(SIG=_sig(None, block), TPR=tpr, TPRM1=tpr - 1, RPB=rpb, REDUCE=group_sum("sum", tpr, FULL_MASK))
+    common = {"SIG": _sig(None, block), "TPR": tpr, "TPRM1": tpr - 1, "RPB": rpb, "REDUCE": group_sum("sum", tpr, FULL_MASK)}
     if uniform_len is None:
         return head + fill(
             """

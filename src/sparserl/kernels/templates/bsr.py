@@ -174,13 +174,13 @@ def _seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
     for R, C in shapes:
         for g in (8, 16, 32):
             if (4 * g) % (R * C) == 0:
-                out.append(dict(R=R, C=C, g=g, block=256))
+                out.append({"R": R, "C": C, "g": g, "block": 256})
     return out
 
 
 def bsr_templates() -> list[Template]:
     doc = "g lanes stream a block row's values with 16-byte loads, x loaded once per block"
-    common = dict(op=Op.SPMV, format="BSR", space=SPACE, seed_points=_seeds)
+    common = {"op": Op.SPMV, "format": "BSR", "space": SPACE, "seed_points": _seeds}
     return [
         Template(name="bsr_stream", renderer=lambda p, c: _render(p, c, None), checker=_check,
                  doc=doc + "; block rows from block_row_ptr", **common),

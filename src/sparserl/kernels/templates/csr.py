@@ -100,13 +100,13 @@ def _adaptive_spec_check(p: Params, card: MatrixCard | None, k: int | None) -> s
 
 
 def _adaptive_seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
-    seeds = [dict(rpw=32, items=8, long_len=16384, seg=16384, block=256),
-             dict(rpw=64, items=4, long_len=4096, seg=4096, block=256)]
+    seeds = [{"rpw": 32, "items": 8, "long_len": 16384, "seg": 16384, "block": 256},
+             {"rpw": 64, "items": 4, "long_len": 4096, "seg": 4096, "block": 256}]
     if card is not None:
         rpw = _pow2_near(256 / max(card.row_len_mean, 1e-9), 32, 128)
         for long_len in (1024, 16384):
             for seg in (1024, 4096):  # seg > long_len: only the specialised form (a table, no search)
-                seeds.append(dict(rpw=rpw, items=8, long_len=long_len, seg=seg, block=256))
+                seeds.append({"rpw": rpw, "items": 8, "long_len": long_len, "seg": seg, "block": 256})
     out: list[Params] = []
     for s in seeds:
         if s not in out:
@@ -122,7 +122,7 @@ def _adaptive_templates() -> list[Template]:
         assert card is not None
         return render_adaptive(p["rpw"], p["items"], p["long_len"], p["seg"], p["block"], adaptive_plan(p, card))
 
-    common = dict(op=Op.SPMV, format="CSR", space=ADAPTIVE_SPACE, seed_points=_adaptive_seeds, atomic=True)
+    common = {"op": Op.SPMV, "format": "CSR", "space": ADAPTIVE_SPACE, "seed_points": _adaptive_seeds, "atomic": True}
     return [
         Template(name="csr_adaptive", renderer=generic, checker=_adaptive_check, doc=ADAPTIVE_DOC, **common),
         Template(name="csr_adaptive_spec", renderer=spec, checker=_adaptive_spec_check, specialised=True,
@@ -163,9 +163,9 @@ def _lanes_spec_check(p: Params, card: MatrixCard | None, k: int | None) -> str 
 
 
 def _lanes_seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
-    seeds = [dict(tpr=4, unroll=4, block=256), dict(tpr=8, unroll=2, block=256)]
+    seeds = [{"tpr": 4, "unroll": 4, "block": 256}, {"tpr": 8, "unroll": 2, "block": 256}]
     if card is not None:
-        seeds.append(dict(tpr=_pow2_near(card.row_len_mean / 4, 1, 32), unroll=4, block=256))
+        seeds.append({"tpr": _pow2_near(card.row_len_mean / 4, 1, 32), "unroll": 4, "block": 256})
     out: list[Params] = []
     for s in seeds:
         if s not in out:

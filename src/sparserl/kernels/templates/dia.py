@@ -212,12 +212,12 @@ ${INTERIOR}
 
 
 def _seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
-    return [dict(block=256, v=1), dict(block=256, v=2), dict(block=128, v=2)]
+    return [{"block": 256, "v": 1}, {"block": 256, "v": 2}, {"block": 128, "v": 2}]
 
 
 def dia_templates() -> list[Template]:
     doc = "v groups of four rows per thread, streamed val and y"
-    common = dict(op=Op.SPMV, format="DIA", space=SPACE, seed_points=_seeds)
+    common = {"op": Op.SPMV, "format": "DIA", "space": SPACE, "seed_points": _seeds}
     return [
         Template(name="dia_window", renderer=_render_generic, doc=doc + "; offsets read at run time", **common),
         Template(name="dia_window_spec", renderer=_render_spec, checker=_spec_check, specialised=True,

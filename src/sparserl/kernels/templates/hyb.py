@@ -44,7 +44,7 @@ def _check(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
 
 def _render(p: Params, card: MatrixCard | None) -> str:
     w, b, batches = p["width"], p["block"], p["batches"]
-    coo_names = dict(row="coo_row_idx", col="coo_col_idx", val="coo_val", count="coo_nnz")
+    coo_names = {"row": "coo_row_idx", "col": "coo_col_idx", "val": "coo_val", "count": "coo_nnz"}
     head = "\n".join([
         f"FORMAT: HYB width={w}",
         f"LAUNCH: grid=ceil_div(m, {4 * b}), block={b}",
@@ -109,7 +109,7 @@ def _seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
     out: list[Params] = []
     for want in widths:
         w = max([v for v in WIDTHS if v <= max(want, 1)], default=WIDTHS[0])
-        p = dict(width=w, block=128, batches=4)
+        p = {"width": w, "block": 128, "batches": 4}
         if p not in out and _check(p, card, k) is None:
             out.append(p)
     return out

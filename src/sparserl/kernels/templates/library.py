@@ -23,7 +23,6 @@ from sparserl.kernels.library.common import Variant, make
 from sparserl.kernels.templates.base import Param, Params, Template
 from sparserl.matrices.card import MatrixCard
 
-
 WIDER: dict[tuple[Op, str], dict[str, tuple[int, ...]]] = {
     (Op.SPMV, "csr_merge"): {"block": (64, 128, 256, 512), "ipt": (1, 2, 3, 4, 5, 7, 9, 11, 13, 15)},
     (Op.SPMV, "coo_segmented"): {"batches": (1, 2, 4, 8, 16, 32), "block": (128, 256, 512)},
