@@ -248,6 +248,8 @@ def main() -> int:
             for name, fam, A, core in source:
                 row = evaluate_matrix(ev, name, fam, A, args.regime, args.compile_only) | {"core": core}
                 rows.append(row)
+                args.out.parent.mkdir(parents=True, exist_ok=True)  # what is done survives a cut-off run
+                args.out.write_text(json.dumps({"partial": True, "matrices": rows}, indent=1, default=str))
                 if args.compile_only:
                     log.info("%-22s %d candidates, %d distinct texts, %d failed to compile", name, row["candidates"],
                              row["unique_texts"], len(row["compile_failures"]))
