@@ -94,13 +94,13 @@ def _banned(tokens: list[Token]) -> str | None:
     return None
 
 
-def _match(tokens: list[Token], i: int, open_: str, close: str) -> int:
-    """Index of the bracket closing the one at ``tokens[i]``."""
+def _match(words: list[str], i: int, open_: str = "(", close: str = ")") -> int:
+    """Index of the bracket closing the one at ``words[i]``."""
     depth = 0
-    for j in range(i, len(tokens)):
-        if tokens[j].text == open_:
+    for j in range(i, len(words)):
+        if words[j] == open_:
             depth += 1
-        elif tokens[j].text == close:
+        elif words[j] == close:
             depth -= 1
             if depth == 0:
                 return j
@@ -135,16 +135,6 @@ def _depth0(decl: list[str], tok: str) -> int:
     return -1
 
 
-def _close_paren(words: list[str], i: int) -> int:
-    """Index of the ')' closing the '(' at ``words[i]`` (the end when unbalanced)."""
-    depth = 0
-    for j in range(i, len(words)):
-        depth += {"(": 1, ")": -1}.get(words[j], 0)
-        if depth == 0:
-            return j
-    return len(words) - 1
-
-
 def _name_before(decl: list[str], j: int) -> str:
     for t in reversed(decl[:j]):
         if t[:1].isalpha() or t[:1] == "_":
@@ -164,43 +154,42 @@ class _Scanner:
     """Walks the expanded tokens once, scope by scope, and records kernel definitions."""
 
     def __init__(self, tokens: list[Token]):
-        self.toks = tokens
+        self.toks = [t.text for t in tokens]
         self.kernels: dict[str, tuple[bool, list[str]]] = {}  # name -> (extern "C", parameter tokens)
 
     def run(self) -> None:
         self._scope(0, len(self.toks), "ns", extern_c=False)
 
     def _scope(self, i: int, end: int, kind: str, extern_c: bool) -> None:
-        decl: list[Token] = []
+        decl: list[str] = []
         while i < end:
-            t = self.toks[i].text
-            words = [d.text for d in decl]
+            t = self.toks[i]
             if t == "{":
                 close = _match(self.toks, i, "{", "}")
-                opened = self._classify(words)
-                if _depth0(words, "(") >= 0 and words.count("(") > words.count(")"):
+                opened = self._classify(decl)
+                if _depth0(decl, "(") >= 0 and decl.count("(") > decl.count(")"):
                     opened = "skip"  # a brace inside parentheses (default argument)
                 if opened == "ns":
-                    self._scope(i + 1, close, "ns", extern_c or words[:2] == ["extern", '"C"'])
+                    self._scope(i + 1, close, "ns", extern_c or decl[:2] == ["extern", '"C"'])
                     decl = []
                 elif opened == "class":
                     self._scope(i + 1, close, "class", False)
-                    decl.append(Token("punct", "{}"))
+                    decl.append("{}")
                 elif opened == "fn":
-                    self._function(words, kind, extern_c)
+                    self._function(decl, kind, extern_c)
                     self._body(i + 1, close)
                     decl = []
                 else:  # enum body or brace initialiser: part of the declaration
-                    decl.append(Token("punct", "{}"))
+                    decl.append("{}")
                 i = close + 1
                 continue
             if t == ";":
-                self._declaration(words, kind, extern_c)
+                self._declaration(decl, kind, extern_c)
                 decl = []
             elif t == "}":
                 raise _Refused("unbalanced '}'")
             else:
-                decl.append(self.toks[i])
+                decl.append(t)
             i += 1
         # tokens left without a ';' are not a declaration the compiler would accept: it says so
 
@@ -225,7 +214,7 @@ class _Scanner:
     def _function(self, words: list[str], kind: str, extern_c: bool) -> None:
         paren = _depth0(words, "(")
         while paren >= 0 and words[paren - 1] in ("__launch_bounds__", "__align__", "alignas", "__maxnreg__"):
-            close = _close_paren(words, paren)  # skip the attribute's argument list
+            close = _match(words, paren)  # skip the attribute's argument list
             nxt = _depth0(words[close + 1:], "(")
             paren = close + 1 + nxt if nxt >= 0 else -1
         if paren < 0:
@@ -235,7 +224,7 @@ class _Scanner:
         if not _EXEC_SPACES & set(head):
             raise _Refused(f"host function '{name}' is not allowed (device code only): mark it __device__")
         if "__global__" in head:
-            close = _close_paren(words, paren)
+            close = _match(words, paren)
             c_linkage = extern_c or ("extern" in head and '"C"' in head)
             self.kernels[name] = (c_linkage, words[paren + 1:close])
 
@@ -274,13 +263,12 @@ class _Scanner:
     def _body(self, i: int, end: int) -> None:
         """Inside a function body: refuse writable static locals."""
         while i < end:
-            if self.toks[i].text == "static":
+            if self.toks[i] == "static":
                 j = i
-                while j < end and self.toks[j].text not in (";", "{", "="):
+                while j < end and self.toks[j] not in (";", "{", "="):
                     j += 1
-                words = {t.text for t in self.toks[i:j]}
-                if not {"const", "constexpr", "__shared__"} & words:
-                    raise _Refused(f"static local '{_name_before([t.text for t in self.toks[i:j]], j - i)}' "
+                if not {"const", "constexpr", "__shared__"} & set(self.toks[i:j]):
+                    raise _Refused(f"static local '{_name_before(self.toks[i:j], j - i)}' "
                                    "would keep state between launches")
             i += 1
 
