@@ -19,8 +19,8 @@ Every user gets a kernel:
   candidate (the model's, else the rule-based selector's library choice), marked unverified,
   with the one command that verifies it on a GPU.
 
-Candidates from any source (samples, the library, a search) go through one function,
-:func:`best_of`, so another source of kernel texts plugs in there.
+Candidates from any source (samples, ``search`` more from :mod:`sparserl.search`, the library)
+go through one function, :func:`best_of`, so another source of kernel texts plugs in there.
 """
 
 from __future__ import annotations
@@ -72,6 +72,11 @@ class GenerateConfig:
     """No GPU: the best compiling kernel, unverified."""
     seed: int = 0
     """Sampling seed."""
+    search: int = 0
+    """After sampling, search this many more candidates (templates, mutations, policy refinements;
+    see sparserl.search) and return the overall best; 0: no search."""
+    store: str | None = None
+    """Best-known store the search reads and updates (default: under the harness cache root)."""
 
     def __post_init__(self) -> None:
         if self.op not in ("spmv", "spmm"):
@@ -87,6 +92,8 @@ class GenerateConfig:
             raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {self.temperature}")
         if self.regime not in ("cold", "warm"):
             raise SparseRLError(f"regime must be cold or warm, got {self.regime!r}")
+        if self.search < 0:
+            raise SparseRLError(f"--search must be >= 0 candidates, got {self.search}")
 
 
 @dataclass
@@ -95,7 +102,8 @@ class Candidate:
 
     text: str
     source: str
-    """'model', 'selector' (the rule-based selector's library variant) or 'library'."""
+    """'model', 'search: ...' (a searched candidate), 'selector' (the rule-based selector's library
+    variant) or 'library'."""
     result: EvalResult
 
 
@@ -132,6 +140,17 @@ def best_of(texts: list[tuple[str, str]], ev, ref, A, op: Op, k: int | None,
     return cands, good
 
 
+def best_of_results(records: list[dict], A, op: Op, compile_only: bool) -> tuple[list[Candidate], list[Candidate]]:
+    """:func:`best_of` for candidates already evaluated elsewhere (``{"text", "result", "source"}``
+    records, as the search returns them)."""
+    cands = [Candidate(r["text"], r["source"], r["result"]) for r in records]
+    if compile_only:
+        good = [c for c in cands if c.result.error_kind is ErrorKind.NO_GPU and _converts(c.text, op, A)]
+    else:
+        good = sorted((c for c in cands if c.result.ok), key=lambda c: c.result.speedup or 0.0, reverse=True)
+    return cands, good
+
+
 def library_texts(A, op: Op, k: int | None) -> list[tuple[str, str]]:
     """Every library variant for the op, the rule-based selector's choice first."""
     from sparserl.eval.selector import select_variant
@@ -143,17 +162,22 @@ def library_texts(A, op: Op, k: int | None) -> list[tuple[str, str]]:
     return [(pick.render(), "selector")] + [(v.render(), "library") for v in rest]
 
 
-def sample_texts(cfg: GenerateConfig, A, op: Op, k: int | None, policy=None) -> list[str]:
-    """``cfg.samples`` completions from the policy (opened from ``cfg.model`` unless given)."""
+def open_policy(cfg: GenerateConfig, policy=None):
+    """The policy to sample: the one given, else ``cfg.model`` opened, else None (no model there)."""
+    if policy is not None or not has_model(cfg.model):
+        return policy
+    from sparserl.devices import pick_device
+    from sparserl.model.policy import Policy
+
+    return Policy.open(cfg.model, device=str(pick_device(cfg.device)))
+
+
+def sample_texts(cfg: GenerateConfig, A, op: Op, k: int | None, policy) -> list[str]:
+    """``cfg.samples`` completions from the policy."""
     from sparserl.encoding import MatrixInput
     from sparserl.model.policy import Sample
     from sparserl.progress import progress
 
-    if policy is None:
-        from sparserl.devices import pick_device
-        from sparserl.model.policy import Policy
-
-        policy = Policy.open(cfg.model, device=str(pick_device(cfg.device)))
     sample = Sample(MatrixInput.from_matrix(A, policy.config.encoding), op, k, int(A.nnz))
     texts: list[str] = []
     with progress() as bar:
@@ -190,9 +214,10 @@ def _report_md(rep: dict) -> str:
              f"- matrix: {rep['shape'][0]} x {rep['shape'][1]}, {rep['nnz']} nonzeros; op {rep['op']}"
              + (f", k = {rep['k']}" if rep["k"] else ""),
              f"- verdict: **{rep['verdict']}**", f"- source: {rep['source']}",
-             f"- samples: {rep['samples']['n']} drawn, {rep['samples']['compiled']} compiled"
+             f"- {rep['samples'].get('label', 'samples')}: {rep['samples']['n']} "
+             f"{rep['samples'].get('verb', 'drawn')}, {rep['samples']['compiled']} compiled"
              + ("" if not rep["verified"] else f", {rep['samples']['correct']} correct")]
-    lines += [f"- note: {n}" for n in rep["notes"]]
+    lines += [f"- note: {n}" for n in rep.get("notes", [])]
     if b.get("speedup") is not None:
         t = b["timings"].get(b["regime"], {})
         base = b["baseline"].get(b["regime"], {})
@@ -214,6 +239,15 @@ def _report_md(rep: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_kernel_report(out: Path, text: str, op: Op, A, k: int | None, rep: dict, extra_md: str = "") -> None:
+    """kernel.cu, launch.json, report.json and report.md (``extra_md`` appended) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kernel.cu").write_text(text)
+    (out / "launch.json").write_text(json.dumps(_launch_info(text, op, A, k), indent=1))
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=str))
+    (out / "report.md").write_text(_report_md(rep) + extra_md)
+
+
 def _verdict(best: Candidate, compile_only: bool) -> str:
     r = best.result
     if compile_only:
@@ -226,6 +260,8 @@ def _verdict(best: Candidate, compile_only: bool) -> str:
 def _source_label(best: Candidate, used_model: bool, compile_only: bool) -> str:
     if best.source == "model":
         return "written by the model"
+    if best.source.startswith("search: "):
+        return best.source
     why = "no model was used" if not used_model else (
         "no sampled kernel compiled" if compile_only else "no sampled kernel was correct")
     if compile_only:  # nothing was timed: the library kernel is the selector's choice when it compiles
@@ -252,19 +288,29 @@ def _runners_up(cands: list[Candidate], best: Candidate, compile_only: bool) -> 
     return runners
 
 
-def _choose(cfg: GenerateConfig, A, op: Op, k: int | None, ev, ref, policy) -> tuple[Candidate, list, list, list]:
-    """The best candidate, every candidate, the model's results, and notes for the user."""
+def _choose(cfg: GenerateConfig, A, op: Op, k: int | None, ev, ref, policy, out: Path) -> tuple:
+    """The best candidate, every candidate, the model's results, the search's summary (or None)
+    and notes for the user."""
     notes: list[str] = []
-    use_model = policy is not None or has_model(cfg.model)
-    texts = sample_texts(cfg, A, op, k, policy) if use_model else []
-    if not use_model:
-        if not cfg.library_fallback:
+    policy = open_policy(cfg, policy)
+    texts = sample_texts(cfg, A, op, k, policy) if policy is not None else []
+    if policy is None:
+        if not cfg.library_fallback and not cfg.search:
             raise SparseRLError(f"no model at {cfg.model} and --no-library-fallback given: {TRAIN_HINT}")
-        notes.append(f"no model was used (nothing at {cfg.model}): this is a library kernel; to get kernels "
-                     f"written for your matrix, {TRAIN_HINT}")
-        log.warning("no model at %s: searching the kernel library only", cfg.model)
+        notes.append(f"no model was used (nothing at {cfg.model}): this kernel was not written for your matrix "
+                     f"by a model; to get one that is, {TRAIN_HINT}")
+        log.warning("no model at %s: searching without one", cfg.model)
     cands, good = best_of([(t, "model") for t in texts], ev, ref, A, op, k, cfg.compile_only)
     model_results = [c.result for c in cands]
+    searched = None
+    if cfg.search:  # more candidates from a search (the samples enter it as evaluated)
+        from sparserl.search.run import search_after_sampling
+
+        extra, searched = search_after_sampling(cfg, A, _name(cfg.matrix), ev, policy, texts, model_results, out)
+        found, good_found = best_of_results(extra, A, op, cfg.compile_only)
+        cands += found
+        good = sorted(good + good_found, key=lambda c: c.result.speedup or 0.0, reverse=True) \
+            if not cfg.compile_only else good + good_found
     if not good and cfg.library_fallback:
         lib_texts = library_texts(A, op, k)
         if cfg.compile_only:  # nothing is timed: the selector's choice when it compiles, the rest only if not
@@ -278,7 +324,7 @@ def _choose(cfg: GenerateConfig, A, op: Op, k: int | None, ev, ref, policy) -> t
         what = "compiling" if cfg.compile_only else "correct"
         kinds = ", ".join(sorted({c.result.error_kind.value for c in cands})) or "no candidates"
         raise SparseRLError(f"no {what} kernel for {_name(cfg.matrix)}: {kinds}")
-    return good[0], cands, model_results, notes
+    return good[0], cands, model_results, searched, notes
 
 
 def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
@@ -299,7 +345,7 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
         if not cfg.compile_only and not ev.has_gpu:
             raise SparseRLError("no GPU visible: a kernel can only be verified and timed on a GPU "
                                 "(use --compile-only to see what the model writes, unverified)")
-        best, cands, model_results, notes = _choose(cfg, A, op, k, ev, ev.register(A, name), policy)
+        best, cands, model_results, searched, notes = _choose(cfg, A, op, k, ev, ev.register(A, name), policy, out)
     finally:
         if own:
             ev.close()
@@ -307,9 +353,6 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
         notes.append(f"unverified: without a GPU nothing is run or timed; verify it on a GPU with: "
                      f"sparserl check-kernel {out / 'kernel.cu'} --matrix {cfg.matrix}"
                      + (f" --op spmm --k {k}" if k else ""))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "kernel.cu").write_text(best.text)
-    (out / "launch.json").write_text(json.dumps(_launch_info(best.text, op, A, k), indent=1))
     rep = {"matrix": name, "path": cfg.matrix, "shape": list(A.shape), "nnz": int(A.nnz), "op": op.value, "k": k,
            "verdict": _verdict(best, cfg.compile_only),
            "source": _source_label(best, bool(model_results), cfg.compile_only),
@@ -318,7 +361,8 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
                        "correct": sum(r.correct for r in model_results)},
            "runners_up": _runners_up(cands, best, cfg.compile_only), "notes": notes, "config": asdict(cfg),
            "seconds": time.perf_counter() - t0}
-    (out / "report.json").write_text(json.dumps(rep, indent=1, default=str))
-    (out / "report.md").write_text(_report_md(rep))
+    if searched is not None:
+        rep["search"] = searched
+    write_kernel_report(out, best.text, op, A, k, rep)
     rep["out"] = str(out)
     return rep

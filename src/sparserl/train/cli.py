@@ -246,6 +246,9 @@ def generate_cmd(
                                                                     "the default without a GPU"),
     device: str = typer.Option("auto", help="auto, cpu or cuda[:N] (for the model)"),
     seed: int = typer.Option(0, help="random seed"),
+    search: int = typer.Option(0, help="then search N more candidates (templates, mutations, refinements) "
+                                       "and return the best of all (0: no search)"),
+    store: Path = typer.Option(None, help="best-known store for --search [default: under the harness cache root]"),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     from sparserl.generate import GenerateConfig, generate_kernel
@@ -253,7 +256,7 @@ def generate_cmd(
     cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model), samples=samples,
                          temperature=temperature, out=str(out) if out else None,
                          library_fallback=not no_library_fallback, device=device, seed=seed,
-                         compile_only=compile_only)
+                         compile_only=compile_only, search=search, store=str(store) if store else None)
     rep = generate_kernel(dataclasses.replace(cfg, compile_only=_fallback(compile_only)))
     typer.echo(f"{rep['verdict']} [{rep['source']}]")
     for line in rep.get("notes", []):
