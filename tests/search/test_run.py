@@ -40,8 +40,8 @@ def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path:
     pytest.importorskip("torch")  # the store's sampled coordinates come from the encoding module
     texts = {normalised(v.render()): v.id for v in variants("spmv")}
     ev = TimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
-    job = SearchJob(matrix=str(mtx), search=SearchConfig(budget=20), store=str(tmp_path / "s.db"),
-                    out=str(tmp_path / "out"))
+    job = SearchJob(matrix=str(mtx), search=SearchConfig(budget=40), store=str(tmp_path / "s.db"),
+                    out=str(tmp_path / "out"))  # a seed round over every template, then csr_vector's
     rep, res = search_matrix(job, evaluator=ev)
     assert res.timed and res.best.proposal.id == "spmv/csr_vector/-/tpr=8,block=256"
     assert rep["verified"] is True and rep["verdict"] == "correct, 11.11x faster than cuSPARSE"
@@ -50,11 +50,11 @@ def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path:
     assert json.loads((out / "launch.json").read_text())["format"] == "CSR"
     md = (out / "report.md").read_text()
     assert "**11.11x**" in md and "## Search" in md and "this run set the best known" in md
-    assert len((out / "trace.jsonl").read_text().splitlines()) == 20
+    assert len((out / "trace.jsonl").read_text().splitlines()) == 40
     with BestStore(tmp_path / "s.db") as st:
         (b,) = st.best()
         assert b.candidate_id == res.best.proposal.id and b.time_us == 9.0 and b.speedup == pytest.approx(100 / 9)
-        assert st.counts()["results"] == 20 and st.counts()["runs"] == 1
+        assert st.counts()["results"] == 40 and st.counts()["runs"] == 1
         m = st.matrix(b.fingerprint)
         assert m.source_path == str(mtx.resolve()) and m.coords is not None and 900 < len(m.coords[0]) <= 1024
 
@@ -90,8 +90,11 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path) -> None:
     from sparserl.search.store import open_store
 
     A = generate("random", 3000, seed=4, nnz_per_row=8)
-    lib = {normalised(v.render()) for v in variants("spmv")}
-    # every library text 50 us, anything else (a mutation the library never lists) 40 us
+    from sparserl.matrices.card import matrix_card
+
+    lib = {normalised(text) for _, text, _ in search_bench.oracle_texts(Op.SPMV, None, matrix_card(A))}
+    assert {normalised(v.render()) for v in variants("spmv")} <= lib
+    # every oracle text (template seeds, library variants) 50 us, anything else (a mutation) 40 us
     ev = TimingDouble(lambda t: 50.0 if normalised(t) in lib else 40.0)
     args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None})()
     with open_store(tmp_path / "s.db") as st:
