@@ -201,8 +201,10 @@ def test_expected_nnz_is_what_generate_builds(family: str) -> None:
         est = expected_nnz(family, rows, cols, _coerce_params(family, FAMILIES[family], {}))
         if family == "powerlaw":  # random row lengths with mean mean_degree (capped at cols)
             assert 0.7 * est < A.nnz < 1.3 * est
-        elif family == "block":  # an edge block cut by the last column counts whole
+        elif family in ("block", "dense_lines"):  # an edge block counts whole; crossing lines count twice
             assert A.nnz <= est < 1.05 * A.nnz
+        elif family == "rmat":  # edges drawn, before duplicates merge (more of them on small graphs)
+            assert A.nnz <= est < 1.3 * A.nnz
         else:
             assert est == A.nnz, (family, rows, cols)
         assert memory_estimate(family, rows, cols) > 8 * A.nnz  # at least the matrix itself
