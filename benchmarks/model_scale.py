@@ -121,7 +121,8 @@ def main() -> int:
     ids = ids[: args.batch]
     rmask = response_mask(ids, tok.eos_token_id, tok.pad_token_id).to(ids.device)
     rs = [sample] * ids.shape[0]
-    rl_cfg = RLConfig(algo="ppo", minibatch=max(1, ids.shape[0] // 2), epochs=2, device=args.device, target_kl=None,
+    rl_cfg = RLConfig(algo="ppo", critic=True, minibatch=max(1, ids.shape[0] // 2), epochs=2, device=args.device,
+                      target_kl=None,
                       matrices_per_step=1, samples_per_matrix=int(ids.shape[0]))  # one matrix, one group
     vh = ValueHead(policy.base_model.config.hidden_size).to(dev)
     ref = Reference(policy)

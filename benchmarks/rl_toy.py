@@ -91,11 +91,12 @@ def rl_config(spec: str, n_items: int, args) -> RLConfig:
     guards = dict(kl_loss_coef=args.kl_loss_coef, target_kl=args.target_kl, warmup_steps=args.warmup,
                   kl_coef=args.kl_coef if algo == "ppo" else 0.0)
     if args.no_guards:
-        guards = dict(kl_loss_coef=0.0, target_kl=None, warmup_steps=0, kl_coef=0.05 if algo == "ppo" else 0.0)
+        guards = dict(kl_loss_coef=0.0, target_kl=None, warmup_steps=0, kl_coef=0.05 if algo == "ppo" else 0.0,
+                      critic=True)
     return RLConfig(algo=algo, matrices_per_step=n_items, samples_per_matrix=args.group, minibatch=16,
                     lr=args.lr, epochs=2, device="cpu", lam=args.lam, score_baseline=args.baseline,
                     whiten_advantages=not args.no_whiten, pg_token_share=float(share) if share else args.pg_share,
-                    large_per_family=0, **guards)
+                    large_per_family=0, **({"critic": args.critic} | guards))
 
 
 def run(spec: str, policy: Policy, items, ev: TableEvaluator, args) -> list[dict]:
@@ -149,11 +150,12 @@ def main() -> int:
                     help="stop a step's update epochs past this approximate KL ('none': never)")
     ap.add_argument("--warmup", type=int, default=RLConfig.warmup_steps, help="RL steps of linear lr warm-up")
     ap.add_argument("--no-guards", action="store_true",
-                    help="the settings of the lr 5e-5 collapse: no KL loss (PPO: KL in the reward only), no "
-                         "warm-up, no KL early stop")
+                    help="the settings of the lr 5e-5 collapse: no KL loss (PPO: KL in the reward only, and a "
+                         "critic), no warm-up, no KL early stop (the update's other fixes stay)")
     ap.add_argument("--lam", type=float, default=RLConfig.lam)
     ap.add_argument("--baseline", default="group", help="PPO score baseline: group or none")
     ap.add_argument("--no-whiten", action="store_true", help="PPO: leave the advantages unwhitened")
+    ap.add_argument("--critic", action="store_true", help="PPO: a value head and GAE (default: leave-one-out, RLOO)")
     ap.add_argument("--pg-share", type=float, default=RLConfig.pg_token_share,
                     help="share of tokens (highest sampling entropy) that get the policy-gradient loss")
     ap.add_argument("--max-new-tokens", type=int, default=160)

@@ -67,7 +67,7 @@ def test_response_mask() -> None:
 def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
     from sparserl.model.policy import Policy
 
-    r = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo))
+    r = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo, critic=algo == "ppo"))  # PPO: with a critic
     assert r["steps"] == 2 and 0 <= r["reward/compile_rate"] <= 1
     metrics = [json.loads(l) for l in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
     keys = set().union(*metrics)
@@ -80,7 +80,7 @@ def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model_dir: Path, mats: 
     lrs = [m["charts/lr"] for m in metrics if "charts/lr" in m]
     assert lrs == pytest.approx([1e-4, 2e-4])  # warm-up: lr 1e-3 over 10 steps
     assert Policy.load(tmp_path / algo / "checkpoint").config.encoding == Policy.from_pretrained(tiny_model_dir).config.encoding
-    r2 = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo, steps=3, resume=True))
+    r2 = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo, steps=3, resume=True, critic=algo == "ppo"))
     steps = [json.loads(l)["step"] for l in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
     assert r2["steps"] == 3 and steps[-1] == 3 and steps.count(3) == 1
 
@@ -90,10 +90,10 @@ def test_update_moves_toward_rewarded_completions(algo: str, share: float, tiny_
     """With rewards +1/-1 on alternating completions, one update raises the log-likelihood of
     the rewarded ones relative to the penalised ones (the learning signal, not noise), also
     when only the highest-entropy 30% of the tokens carry the policy gradient."""
-    from sparserl.rl.update import ValueHead, pg_token_mask
+    from sparserl.rl.update import pg_token_mask
 
     policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
-    vh = ValueHead(tiny_hf_config.hidden_size) if algo == "ppo" else None
+    vh = None  # PPO's default has no critic (test_update covers the critic)
     batch = rollout(policy, vh, tiny_samples(policy), torch.tensor([1.0, -1.0, 1.0, -1.0]))
     lp0 = seq_logp(policy, batch)
     cfg = RLConfig(algo=algo, samples_per_matrix=4, minibatch=4, epochs=3, lr=1e-3, kl_loss_coef=0.0, device="cpu",
@@ -121,8 +121,8 @@ def test_ppo_group_baseline_learns_on_the_hard_matrix(tiny_tokenizer, tiny_hf_co
     scores = torch.tensor([3.0, 2.0, -2.0, -3.0])  # easy: better, worse; hard: better, worse
     batch = rollout(policy, vh, samples, scores)
     lp0 = seq_logp(policy, batch)
-    cfg = RLConfig(algo="ppo", samples_per_matrix=2, minibatch=4, epochs=3, lr=1e-3, kl_loss_coef=0.0, device="cpu",
-                   pg_token_share=1.0, target_kl=None)  # every token: this test is about the baseline
+    cfg = RLConfig(algo="ppo", critic=True, samples_per_matrix=2, minibatch=4, epochs=3, lr=1e-3, kl_loss_coef=0.0,
+                   device="cpu", pg_token_share=1.0, target_kl=None)  # every token: this test is about the baseline
     assert cfg.score_baseline == "group"
     adv, _, _ = run_update(cfg, policy, vh, batch)
     first_adv = adv[torch.arange(4), batch.mask.long().argmax(1)]
@@ -130,7 +130,8 @@ def test_ppo_group_baseline_learns_on_the_hard_matrix(tiny_tokenizer, tiny_hf_co
     gain = seq_logp(policy, batch) - lp0
     assert float(gain[2]) > float(gain[3]) + 0.1 and float(gain[0]) > float(gain[1]) + 0.1, gain
     # the textbook score, by contrast, hands both samples of the hard matrix a negative advantage
-    plain = advantages(RLConfig(algo="ppo", samples_per_matrix=2, score_baseline="none", device="cpu"), batch)[0]
+    plain = advantages(RLConfig(algo="ppo", critic=True, samples_per_matrix=2, score_baseline="none", device="cpu"),
+                       batch)[0]
     mask = batch.mask
     assert float(plain[2, mask[2].bool()].mean()) < 0 and float(plain[3, mask[3].bool()].mean()) < 0
 

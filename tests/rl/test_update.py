@@ -87,7 +87,7 @@ def test_the_critic_cannot_drag_the_policy(tiny_tokenizer, tiny_hf_config) -> No
         policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
         vh = ValueHead(tiny_hf_config.hidden_size)
         batch = rollout(policy, vh, tiny_samples(policy), scores * scale)
-        cfg = RLConfig(algo="ppo", samples_per_matrix=4, minibatch=2, epochs=2, lr=1e-3, target_kl=None,
+        cfg = RLConfig(algo="ppo", critic=True, samples_per_matrix=4, minibatch=2, epochs=2, lr=1e-3, target_kl=None,
                        pg_token_share=1.0, kl_loss_coef=0.0, device="cpu")
         _, _, stats = run_update(cfg, policy, vh, batch)
         finals.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
@@ -106,7 +106,8 @@ def test_the_critic_learns_at_its_own_lr(tiny_tokenizer, tiny_hf_config) -> None
         policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
         vh = ValueHead(tiny_hf_config.hidden_size)
         batch = rollout(policy, vh, samples, torch.tensor([2.0, 2.0, -1.0, -1.0]))
-        cfg = RLConfig(algo="ppo", samples_per_matrix=2, minibatch=4, epochs=10, lr=1e-6, vf_lr=vf_lr, vf_clip=None,
+        cfg = RLConfig(algo="ppo", critic=True, samples_per_matrix=2, minibatch=4, epochs=10, lr=1e-6, vf_lr=vf_lr,
+                       vf_clip=None,
                        score_baseline="none", target_kl=None, kl_loss_coef=0.0, device="cpu")
         _, returns, _ = run_update(cfg, policy, vh, batch)
         with torch.no_grad():
@@ -198,7 +199,7 @@ def test_infrastructure_failures_stay_out_of_update_and_baselines() -> None:
     batch = RolloutBatch([None] * B, [""] * B, torch.zeros(B, T, dtype=torch.long), mask, torch.zeros(B, T),
                          torch.zeros(B, T), torch.zeros(B, T), scores, [], valid=valid)
     for cfg in (RLConfig(algo="grpo", samples_per_matrix=3, grpo_baseline="loo", whiten_advantages=False),
-                RLConfig(algo="ppo", samples_per_matrix=3, critic=False, whiten_advantages=False)):
+                RLConfig(algo="ppo", samples_per_matrix=3, whiten_advantages=False)):
         adv, _ = advantages(cfg, batch)
         assert float(adv[2].abs().max()) == 0
         torch.testing.assert_close(adv[:2, 0], torch.tensor([1.0, -1.0]))  # the pair's own baseline
@@ -269,7 +270,7 @@ def test_no_signal_is_logged(caplog) -> None:
 @pytest.mark.parametrize("options", [
     dict(algo="grpo", grpo_baseline="loo"),
     dict(algo="grpo", grpo_baseline="loo", best_of_k=2),
-    dict(algo="ppo", critic=False),
+    dict(algo="ppo", critic=True),
     dict(algo="ppo", best_of_k=3),
     dict(algo="grpo", entropy_coef=0.01),
     dict(algo="grpo", kl_cov_share=0.2),
@@ -279,7 +280,7 @@ def test_options_move_toward_rewarded_completions(options: dict, tiny_tokenizer,
     """Every exploration option still moves the policy toward the better completions (with best of
     k, toward the best: distinct rewards, as in a group where all 3-subsets hold a 1 max@3 is flat)."""
     policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
-    vh = ValueHead(tiny_hf_config.hidden_size) if options["algo"] == "ppo" and options.get("critic", True) else None
+    vh = ValueHead(tiny_hf_config.hidden_size) if options.get("critic") else None
     batch = rollout(policy, vh, tiny_samples(policy), torch.tensor([2.0, -1.0, 1.0, -2.0]))
     lp0 = seq_logp(policy, batch)
     cfg = RLConfig(samples_per_matrix=4, minibatch=4, epochs=3, lr=1e-3, device="cpu", pg_token_share=1.0,
@@ -300,10 +301,11 @@ def test_config_rejects_bad_combinations() -> None:
     with pytest.raises(SparseRLError, match="temperature"):
         RLConfig(temperature=0.0)
     with pytest.raises(SparseRLError, match="critic"):
-        RLConfig(algo="ppo", critic=False, score_baseline="none")
+        RLConfig(algo="ppo", score_baseline="none")
     with pytest.raises(SparseRLError, match="kl_loss"):
         RLConfig(kl_loss="k1")
-    assert RLConfig().uses_critic and not RLConfig(critic=False).uses_critic and not RLConfig(algo="grpo").uses_critic
+    assert RLConfig(critic=True).uses_critic and not RLConfig().uses_critic
+    assert not RLConfig(algo="grpo", critic=True).uses_critic
 
 
 def test_large_matrices_join_the_pool(tiny_tokenizer, tiny_hf_config) -> None:

@@ -229,7 +229,7 @@ def minibatch_loss(cfg: RLConfig, model, batch: RolloutBatch, idx: torch.Tensor,
              "losses/kl_loss": kl.item(), "losses/entropy": core.masked_mean(ent.detach(), mask).item(),
              "losses/approx_kl": core.masked_mean(0.5 * (logp.detach() - old) ** 2, mask).item()}
     vloss = torch.zeros((), device=logp.device)
-    if values is not None:
+    if values is not None and returns is not None:
         vloss, vclip = core.value_loss(values, batch.values[idx], returns[idx], mask, plan.vf_clip)
         stats |= {"losses/value_loss": vloss.item(), "losses/value_clipfrac": vclip.item()}
     return loss, vloss, stats
