@@ -25,7 +25,6 @@ from sparserl.rl.update import (  # noqa: E402
     build_optimizer,
     minibatch_loss,
     set_lr,
-    update,
     warmup_factor,
 )
 

@@ -215,7 +215,7 @@ def covariance_top_mask(logp: torch.Tensor, advantages: torch.Tensor, mask: torc
     cov = (lp - lp[m].mean()) * (a - a[m].mean())
     flat = torch.where(m, cov, torch.tensor(float("-inf"), dtype=cov.dtype, device=cov.device)).reshape(-1)
     out = torch.zeros(flat.shape, dtype=mask.dtype, device=mask.device)
-    out[torch.topk(flat, max(1, int(round(share * n)))).indices] = 1
+    out[torch.topk(flat, max(1, round(share * n))).indices] = 1
     return out.view(mask.shape)
 
 

@@ -189,7 +189,7 @@ class Plan:
     """Absolute value clip for this batch (cfg.vf_clip times the returns' std), or None."""
 
     @classmethod
-    def of(cls, cfg: RLConfig, batch: RolloutBatch, returns: torch.Tensor | None, kl_loss_coef: float) -> "Plan":
+    def of(cls, cfg: RLConfig, batch: RolloutBatch, returns: torch.Tensor | None, kl_loss_coef: float) -> Plan:
         pg_mask = pg_token_mask(cfg, batch)
         scale = min(cfg.minibatch, batch.mask.shape[0]) / batch.mask.shape[0]
         vf_clip = None
