@@ -32,7 +32,7 @@ from sparserl.rl.rollout import RolloutBatch, logprobs_and_entropy, token_logpro
 
 
 class ValueHead(torch.nn.Module):
-    """The critic: a linear value on the policy's last hidden states (shared backbone)."""
+    """The critic: a linear value on the policy's last hidden states (shared backbone), read detached."""
 
     def __init__(self, hidden: int):
         super().__init__()
