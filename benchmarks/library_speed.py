@@ -17,6 +17,7 @@ kernel's launch overlaps some of it), so no bound is derived from it here. Run
 
     python benchmarks/library_speed.py --set large --out results/speed_large.json
     python benchmarks/library_speed.py --set suitesparse --suitesparse DIR --regime warm
+    python benchmarks/library_speed.py --set large --compare OLD.json   # old and new figures side by side
 
 Sets: ``large`` = generated families at millions of nonzeros (DRAM-bound), ``suitesparse``
 = the real matrices (all fit in the H200's L2). Prints a table, writes JSON.
@@ -86,6 +87,25 @@ def timing_floor_us() -> dict[str, float]:
             for regime in ("cold", "warm")}
 
 
+def print_comparison(old: dict, rows: list[dict], label: str) -> None:
+    """Old and new cuSPARSE time, oracle time and speedup per matrix, both regimes."""
+    before = {r["matrix"]: r for r in old.get("rows", [])}
+    print(f"\nbefore ({label}) and now, per regime: cuSPARSE us, oracle us, speedup")
+    print(f"{'matrix':24} {'regime':6} {'cuSPARSE':>17} {'oracle':>17} {'speedup':>15}  oracle variant now")
+    for r in rows:
+        b = before.get(r["matrix"])
+        for regime in ("cold", "warm"):
+            now = r[regime]
+            if b is None or regime not in b:
+                print(f"{r['matrix']:24} {regime:6} {'-':>8} {now['cusparse_us']:>8.1f} {'-':>8} {now['best_us']:>8.1f} "
+                      f"{'-':>6} {now['speedup']:>6.2f}x  {now['best_variant']}")
+                continue
+            o = b[regime]
+            print(f"{r['matrix']:24} {regime:6} {o['cusparse_us']:>8.1f} {now['cusparse_us']:>8.1f} "
+                  f"{o['best_us']:>8.1f} {now['best_us']:>8.1f} {o['speedup']:>6.2f}x {now['speedup']:>6.2f}x  "
+                  f"{now['best_variant']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", choices=["large", "suitesparse"], default="large")
@@ -95,6 +115,7 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--regime", choices=["cold", "warm"], default="cold", help="regime of the headline speedup")
     ap.add_argument("--out", type=Path, default=Path("library_speed.json"))
+    ap.add_argument("--compare", type=Path, help="an earlier run's JSON: print its figures beside this run's")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -164,6 +185,8 @@ def main() -> int:
         print(f"{regime}: geometric-mean speedup {summary[regime]['geomean_speedup']:.2f}x over {len(rows)} matrices; "
               f"library slower than cuSPARSE on {len(summary[regime]['loses_to_cusparse'])}: "
               f"{', '.join(summary[regime]['loses_to_cusparse'][:12])}")
+    if args.compare is not None:
+        print_comparison(json.loads(args.compare.read_text()), rows, args.compare.name)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"op": args.op, "k": k, "set": args.set, "headline_regime": args.regime,
                                     "gpu": gpu, "timing_floor_us": floor, "copy_bandwidth_bytes_per_s": bandwidth,

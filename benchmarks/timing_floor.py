@@ -11,7 +11,13 @@ copies of the data (each run's data was last touched ``copies - 1`` runs earlier
 than L2 in between) run back to back in one graph, so every run reads from DRAM while the
 launches overlap as in the warm regime. cuSPARSE (every SpMV algorithm, fastest kept, on the
 same diagonal matrix in CSR) is timed both ways beside the diagonal kernel, so the two regimes'
-speedups can be compared side by side:
+speedups can be compared side by side.
+
+Last, what hardening the timed runs costs (``sparserl.harness.buffers.CheckedIO``: fresh x and a
+poisoned y before every timed run, every output checked against the fp64 reference): a library
+kernel timed through the harness's launch path with and without the checks, in both regimes, on
+the 4M-row diagonal and on a 20k-row random matrix (the size RL trains on). Reported: the shift of
+the median (the device time the reward sees) and the wall time added per timed run.
 
     python benchmarks/timing_floor.py --out results/timing_floor.json
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +125,45 @@ def cusparse_both_ways(rows: int, copies: int) -> dict:
     return out
 
 
+def hardening_cost(A, variant_id: str, trials: int = 41) -> dict:
+    """One library kernel timed by the harness's launch path, with and without checked timed runs."""
+    import cupy as cp
+
+    from sparserl.harness.buffers import CheckedIO, IOBuffers
+    from sparserl.harness.compile import CompileOptions, compile_source
+    from sparserl.harness.device import device_arch, num_sms
+    from sparserl.harness.launcher import BoundKernel, MatrixOnDevice
+    from sparserl.harness.reference import Fp64Reference
+    from sparserl.kernels.contract import Op, split_completion
+    from sparserl.kernels.library import get_variant
+
+    header, code = split_completion(get_variant(variant_id).render(), Op.SPMV)
+    built = compile_source(code, CompileOptions(arch=device_arch()))
+    bound = BoundKernel.bind(header, Op.SPMV, built.cubin_path, MatrixOnDevice(A), None, num_sms())
+    io = IOBuffers(*A.shape)
+    io.load_x(np.random.default_rng(0).uniform(-1, 1, A.shape[1]).astype(np.float32))
+    ref = Fp64Reference(A, cp)
+    flush = FlushBuffer()
+    out: dict = {"variant": variant_id, "rows": int(A.shape[0]), "nnz": int(A.nnz)}
+    for regime in ("cold", "warm"):
+        cfg = TimingConfig(regime=regime, trials=trials, warm_target_ms=0.5)
+        res = {}
+        for name in ("plain", "checked"):
+            checked = CheckedIO(io, ref) if name == "checked" else None
+            t0 = time.perf_counter()
+            t = time_run(bound.runner(io.x, io.y), cfg, flush=flush, io=checked)
+            wall = time.perf_counter() - t0
+            res[name] = {"median_us": t.median_us, "p10_us": t.p10_us, "p90_us": t.p90_us, "wall_s": wall,
+                         "timed_runs": t.trials * t.reps, "checked_outputs": checked.checked if checked else 0}
+        runs = res["checked"]["timed_runs"]
+        res["median_shift_us"] = res["checked"]["median_us"] - res["plain"]["median_us"]
+        res["added_wall_us_per_timed_run"] = (res["checked"]["wall_s"] - res["plain"]["wall_s"]) / runs * 1e6
+        res["added_wall_ms_per_checked_output"] = ((res["checked"]["wall_s"] - res["plain"]["wall_s"])
+                                                   / max(res["checked"]["checked_outputs"], 1) * 1e3)
+        out[regime] = res
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=4_000_000)
@@ -177,6 +223,18 @@ def main() -> int:
                                      "warm": best["warm"] / dg["warm_graph"]}
         print("diag_scale against the fastest cuSPARSE algorithm: " +
               ", ".join(f"{r} {v:.2f}x" for r, v in out["diag_scale_speedup"].items()))
+    from sparserl.matrices import generate
+
+    out["hardening"] = [hardening_cost(generate("diagonal", args.rows, seed=1), "spmv/dia_stream/-/block=256,v=1"),
+                        hardening_cost(generate("random", 20_000, seed=3, nnz_per_row=12), "spmv/csr_vector/-/tpr=8,block=128")]
+    print("checked timed runs (fresh x, poisoned y, every output checked) against plain timing:")
+    for h in out["hardening"]:
+        for regime in ("cold", "warm"):
+            r = h[regime]
+            print(f"  {h['variant']:34} {h['rows']:>8} rows {regime}: median {r['plain']['median_us']:.2f} -> "
+                  f"{r['checked']['median_us']:.2f} us ({r['median_shift_us']:+.2f}); wall +"
+                  f"{r['added_wall_us_per_timed_run']:.1f} us per timed run, {r['checked']['checked_outputs']} outputs "
+                  f"checked ({r['added_wall_ms_per_checked_output']:.2f} ms each)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
     return 0

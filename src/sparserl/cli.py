@@ -16,6 +16,7 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.cli import baseline, check_kernel
 from sparserl.kernels.cli import app as library_app
 from sparserl.matrices.cli import app as matrix_app
+from sparserl.search.cli import best_app, search_cmd
 
 app = typer.Typer(
     name="sparserl",
@@ -26,7 +27,7 @@ app = typer.Typer(
         "(the reference kernel library: list, render, compile), 'check-kernel' (the evaluation "
         "harness: compile, verify, time against cuSPARSE), 'baseline' (cuSPARSE's time), 'pretrain' "
         "(stage 1: tokenizer and model pre-trained on the CUDA corpus), 'data build' (SFT pairs from the "
-        "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3) and 'generate' (the main job: a verified kernel for your matrix) 'evaluate' (systems side by side) and 'demo' (all of it, small)."
+        "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3) and 'generate' (the main job: a verified kernel for your matrix), 'search' (a budgeted search of the kernel space for one matrix), 'best' (the best-known kernels: list, show, export as SFT pairs), 'evaluate' (systems side by side) and 'demo' (all of it, small)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -36,6 +37,8 @@ app.add_typer(matrix_app, name="matrix")
 app.add_typer(library_app, name="library")
 app.command("check-kernel")(check_kernel)
 app.command("baseline")(baseline)
+app.command("search")(search_cmd)
+app.add_typer(best_app, name="best")
 
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it

@@ -52,6 +52,11 @@ class GenerateConfig:
     device: str = "auto"
     compile_only: bool = False
     seed: int = 0
+    search: int = 0
+    """After sampling, search this many more candidates (templates, mutations, policy refinements;
+    see sparserl.search) and return the overall best; 0: no search."""
+    store: str | None = None
+    """Best-known store the search reads and updates (default: under the harness cache root)."""
 
     def __post_init__(self) -> None:
         if self.op not in ("spmv", "spmm"):
@@ -60,6 +65,8 @@ class GenerateConfig:
             raise SparseRLError("SpMM needs --k K (K >= 1)")
         if self.samples < 1:
             raise SparseRLError("samples must be >= 1")
+        if self.search < 0:
+            raise SparseRLError(f"--search must be >= 0 candidates, got {self.search}")
 
 
 def _name(path: str) -> str:
@@ -105,7 +112,8 @@ def _report_md(rep: dict) -> str:
              f"- matrix: {rep['shape'][0]} x {rep['shape'][1]}, {rep['nnz']} nonzeros; op {rep['op']}"
              + (f", k = {rep['k']}" if rep["k"] else ""),
              f"- verdict: **{rep['verdict']}**", f"- source: {rep['source']}",
-             f"- samples: {rep['samples']['n']} drawn, {rep['samples']['compiled']} compiled, "
+             f"- {rep['samples'].get('label', 'samples')}: {rep['samples']['n']} "
+             f"{rep['samples'].get('verb', 'drawn')}, {rep['samples']['compiled']} compiled, "
              f"{rep['samples']['correct']} correct"]
     if b.get("speedup") is not None:
         t = b["timings"].get(b["regime"], {})
@@ -123,6 +131,15 @@ def _report_md(rep: dict) -> str:
             lines.append(f"| {r['source']} | {r.get('format') or '-'} | {r['verdict']} | {sp} |")
     lines += ["", "Use it: `sparserl.load_kernel(folder)` returns a callable; see launch.json for the contract."]
     return "\n".join(lines) + "\n"
+
+
+def write_kernel_report(out: Path, text: str, op: Op, A, k: int | None, rep: dict, extra_md: str = "") -> None:
+    """kernel.cu, launch.json, report.json and report.md (``extra_md`` appended) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kernel.cu").write_text(text)
+    (out / "launch.json").write_text(json.dumps(_launch_info(text, op, A, k), indent=1))
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=str))
+    (out / "report.md").write_text(_report_md(rep) + extra_md)
 
 
 def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
@@ -161,6 +178,12 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
         ref = ev.register(A, name)
         results = ev.evaluate_many([(t, ref, op, k) for t in texts])
         cands = _candidates(texts, results, op, "model")
+        searched = None
+        if cfg.search:  # more candidates from a search; the best of all is returned below
+            from sparserl.search.run import search_after_sampling
+
+            extra, searched = search_after_sampling(cfg, A, name, ev, policy, texts, results, out)
+            cands += extra
         if cfg.compile_only:  # nothing ran: at least the format must accept the matrix
             good = [c for c in cands if c["result"].error_kind is ErrorKind.NO_GPU and _converts(c["text"], op, A)]
         else:
@@ -187,9 +210,6 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
         else:
             verdict = (f"correct, but not faster than cuSPARSE ({br.speedup:.2f}x); "
                        "returned the best correct kernel anyway")
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "kernel.cu").write_text(best["text"])
-        (out / "launch.json").write_text(json.dumps(_launch_info(best["text"], op, A, k), indent=1))
         runners, seen = [], {" ".join(best["text"].split())}
         for c in sorted(cands, key=key, reverse=True):  # distinct kernels only (samples often repeat)
             norm = " ".join(c["text"].split())
@@ -207,8 +227,9 @@ def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
                "samples": {"n": len(texts), "compiled": sum(r.compiled for r in results),
                            "correct": sum(r.correct for r in results)},
                "runners_up": runners, "config": asdict(cfg), "seconds": time.perf_counter() - t0}
-        (out / "report.json").write_text(json.dumps(rep, indent=1, default=str))
-        (out / "report.md").write_text(_report_md(rep))
+        if searched is not None:
+            rep["search"] = searched
+        write_kernel_report(out, best["text"], op, A, k, rep)
         rep["out"] = str(out)
         return rep
     finally:

@@ -5,8 +5,9 @@
     y = kern(x)           # CuPy array or torch CUDA tensor (float32), as many times as needed
 
 ``plan`` converts on the host (the conversion cost is in the report) and keeps the device
-buffers; ``__call__`` allocates y, applies the contract's output policy and launches the
-LAUNCH lines. The kernel is compiled for the GPU at hand (NVRTC or nvcc, cached).
+buffers; ``__call__`` allocates y and runs the harness's own launch path
+(:class:`~sparserl.harness.launcher.BoundKernel`: the contract's output policy, then the LAUNCH
+lines). The kernel is compiled for the GPU at hand (NVRTC or nvcc, cached).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from sparserl.errors import SparseRLError
 from sparserl.harness.extract import Extracted, extract
-from sparserl.kernels.contract import Op, evaluate_launches
+from sparserl.kernels.contract import Op
 
 
 class SparseKernel:
@@ -25,7 +26,7 @@ class SparseKernel:
 
     def __init__(self, folder: str | Path):
         from sparserl.harness.compile import CompileOptions, compile_source
-        from sparserl.harness.device import device_arch, load_kernels, num_sms
+        from sparserl.harness.device import device_arch, num_sms
 
         folder = Path(folder)
         for f in ("kernel.cu", "launch.json"):
@@ -41,50 +42,46 @@ class SparseKernel:
         built = compile_source(ex.code, CompileOptions(arch=device_arch()))
         if not built.ok:
             raise SparseRLError(f"{folder}/kernel.cu does not compile here: {built.log[-300:]}")
-        self.kernels = load_kernels(built.cubin_path)
+        self.cubin_path = built.cubin_path
         self.sms = num_sms()
-        self.dev = None
-        self.launches = None
+        self.bound = None
 
     def plan(self, A) -> "SparseKernel":
         """Convert ``A`` (scipy sparse) to the kernel's format and upload it (once per matrix)."""
-        from sparserl.formats import convert
-        from sparserl.harness.device import DeviceMatrix
+        from sparserl.harness.launcher import BoundKernel, MatrixOnDevice
         from sparserl.matrices import canonicalize
 
-        A = canonicalize(A)
-        fd = convert(A, self.header.format, self.header.params)
-        self.dev = DeviceMatrix.upload(fd)
-        self.launches = evaluate_launches(self.header, self.op, fd.launch_env(self.op, self.k, self.sms))
+        bound = BoundKernel.bind(self.header, self.op, self.cubin_path, MatrixOnDevice(canonicalize(A)), self.k,
+                                 self.sms)
+        if isinstance(bound, str):
+            raise SparseRLError(f"this kernel cannot run on that matrix: {bound}")
+        self.bound = bound
         return self
 
     @property
     def shape(self) -> tuple[int, int]:
         """(m, n) of the planned matrix."""
-        if self.dev is None:
+        if self.bound is None:
             raise SparseRLError("call plan(A) first")
-        return self.dev.data.shape
+        return self.bound.dev.data.shape
 
     def __call__(self, x):
         """``y = A x`` (SpMV, x of n) or ``Y = A X`` (SpMM, X of n x k, row-major)."""
         import cupy as cp
 
-        from sparserl.harness.device import kernel_args, launch_all, prepare_output
-
-        if self.dev is None:
+        if self.bound is None:
             raise SparseRLError("call plan(A) first")
         is_torch = type(x).__module__.startswith("torch")
         xc = cp.asarray(x)  # zero-copy for torch CUDA tensors (__cuda_array_interface__)
         if xc.dtype != cp.float32:
             raise SparseRLError(f"x must be float32, got {xc.dtype}")
-        m, n = self.dev.data.shape
+        m, n = self.shape
         want = (n,) if self.op is Op.SPMV else (n, self.k)
         if tuple(xc.shape) != want:
             raise SparseRLError(f"x has shape {tuple(xc.shape)}, the planned matrix needs {want}")
         xc = cp.ascontiguousarray(xc)
         y = cp.empty((m,) if self.op is Op.SPMV else (m, self.k), dtype=cp.float32)
-        prepare_output(self.dev.data, y)
-        launch_all(self.kernels, self.launches, kernel_args(self.op, self.dev, xc, y, self.k))
+        self.bound.run(xc, y)
         if is_torch:
             import torch
 

@@ -215,3 +215,40 @@ def test_timed_out_nvrtc_compiles_are_counted_until_they_end(tmp_path: Path, mon
     if find_nvcc() is not None:
         assert available_backend(CompileOptions()) == "nvcc"
     assert available_backend(NVRTC) == "nvrtc"
+
+
+def test_candidate_log_keeps_only_the_candidates_own_lines() -> None:
+    from sparserl.harness.compile import candidate_log
+
+    raw = "\n".join([
+        'kernel.cu(4): error: identifier "q" is undefined',
+        "      y[i] = q;",
+        "             ^",
+        "",
+        '/secret/dir/other.h(1): error: expected a declaration',
+        "  SECRET LINE OF ANOTHER FILE",
+        "  ^",
+        "In file included from kernel.cu:1:",
+        "/usr/include/x.h:3:1: error: unknown type name 'SECRET2'",
+        "kernel.cu:9:5: warning: unused variable",
+        "ptxas info    : Used 12 registers, used 0 barriers",
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+        '2 errors detected in the compilation of "kernel.cu".',
+    ])
+    out = candidate_log(raw)
+    assert "SECRET" not in out and "/secret" not in out and "x.h" not in out
+    for kept in ('identifier "q"', "y[i] = q;", "unused variable", "Used 12 registers", "0 bytes stack frame",
+                 "2 errors detected"):
+        assert kept in out
+
+
+@pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
+def test_no_line_of_another_file_reaches_the_log(tmp_path: Path, backend: str) -> None:
+    if (backend == "nvrtc" and nvrtc.load_nvrtc() is None) or (backend == "nvcc" and find_nvcc() is None):
+        pytest.skip(f"{backend} not found")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET_MARKER line one of a private file\nsecond TOPSECRET line\n")
+    src = f'#include "{secret}"\n' + GOOD
+    res = compile_source(src, CompileOptions(backend=backend), cache_dir=tmp_path / "cache")
+    assert not res.ok and res.error_kind == "compile_error"
+    assert "TOPSECRET" not in res.log and str(tmp_path) not in res.log, res.log

@@ -11,7 +11,7 @@ import pytest
 from sparserl.formats import convert
 from sparserl.harness.compile import compile_source
 from sparserl.harness.device import DeviceMatrix, LoadedKernels, kernel_args, launch_all, prepare_output
-from sparserl.harness.reference import compare
+from sparserl.harness.reference import Fp64Reference
 from sparserl.kernels.contract import FORMAT_NAMES, Op, evaluate_launches, split_completion
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
@@ -45,7 +45,7 @@ def test_first_variant_of_each_format_is_correct(op: Op, fmt: str) -> None:
     x = rng.standard_normal((A.shape[1],) if k is None else (A.shape[1], k)).astype(np.float32)
     v = variants(op, fmt, k)[0]
     y = run(v.render(), op, A, x, k)
-    assert compare(A, x, y).ok
+    assert Fp64Reference(A).compare(x, y).ok
 
 
 def test_unwritten_rows_are_caught() -> None:
@@ -55,7 +55,7 @@ def test_unwritten_rows_are_caught() -> None:
     broken = v.render().replace("if (row >= m) return;", "if (row >= m || (row & 1)) return;")
     assert broken != v.render()
     x = np.ones(A.shape[1], np.float32)
-    res = compare(A, x, run(broken, Op.SPMV, A, x))
+    res = Fp64Reference(A).compare(x, run(broken, Op.SPMV, A, x))
     assert not res.ok and res.bad_rows == 500 and res.nonfinite == 500
 
 
@@ -69,3 +69,113 @@ def test_timing_and_cusparse_baseline() -> None:
         res = time_cusparse(A, op, k, TimingConfig(regime="cold", trials=7), check=True)
         assert res.best_alg in res.per_alg_us
         assert res.timing.median_us > 0 and res.timing.spread < 0.5, res.to_dict()
+
+
+def test_io_buffers_guards_and_refresh() -> None:
+    """Guards catch a write on either side of x and y by bit pattern; refresh gives fresh x in
+    [-1, 1) from the device seed and poisons y."""
+    import cupy as cp
+
+    from sparserl.harness.buffers import NAN_BITS, IOBuffers
+
+    io = IOBuffers(1000, 700)
+    assert io.guard_problem() is None and bool(cp.isnan(io.y).all())
+    seed = cp.asarray([12345], dtype=cp.uint64)
+    io.y.fill(1.0)
+    io.refresh(seed, 0)
+    x0 = io.x.copy()
+    assert bool(cp.isnan(io.y).all()) and float(io.x.min()) >= -1.0 and float(io.x.max()) < 1.0
+    assert float(cp.abs(io.x).mean()) > 0.3  # spread over the interval, not a constant
+    io.refresh(seed, 1)
+    assert not bool(cp.array_equal(io.x, x0))
+    io.refresh(seed, 0, poison=False)
+    assert bool(cp.array_equal(io.x, x0))  # the same seed and offset give the same x again
+    for full, where in ((io.yfull, "before the start of y"), (io.xfull, "past the end of x")):
+        i = 3 if "before" in where else full.size - 2
+        full[i] = 0.0
+        assert io.guard_problem() == f"wrote {where}"
+        full.view(cp.uint32)[i] = NAN_BITS
+    io.yfull.view(cp.uint32)[io.yfull.size - 1] = 0x7FC00001  # another NaN is still a write
+    assert io.guard_problem() == "wrote past the end of y"
+
+
+def test_timed_runs_are_prepared_and_checked() -> None:
+    """time_run with a CheckedIO: an honest kernel passes every check; one that skips rows already
+    holding a number would have passed before (one y reused) and still computes now; one that
+    leaves y alone on timed runs is rejected, saying which run."""
+    import cupy as cp
+
+    from sparserl.harness.buffers import CheckedIO, IOBuffers
+    from sparserl.harness.launcher import BoundKernel, MatrixOnDevice
+    from sparserl.harness.timing import TimedRunRejected, TimingConfig, time_run
+    from tests.harness.adversarial import ADVERSARIAL, GOOD
+
+    A = generate("random", 20_000, seed=3, nnz_per_row=12)
+    ref = Fp64Reference(A, cp)
+    mod = MatrixOnDevice(A)
+
+    def bound(text):
+        header, code = split_completion(text, Op.SPMV)
+        built = compile_source(code)
+        assert built.ok, built.log
+        return BoundKernel.bind(header, Op.SPMV, built.cubin_path, mod, None, 132)
+
+    for regime in ("cold", "warm"):
+        cfg = TimingConfig(regime=regime, trials=5, warm_target_ms=0.2)
+        for text in (GOOD, ADVERSARIAL["skips_rows_already_written"][0]):
+            io = IOBuffers(*A.shape)
+            checked = CheckedIO(io, ref)
+            t = time_run(bound(text).runner(io.x, io.y), cfg, io=checked)
+            assert t.median_us > 0 and checked.checked >= (5 if regime == "cold" else 10)
+        io = IOBuffers(*A.shape)
+        with pytest.raises(TimedRunRejected, match=f"timed run \\({regime}"):
+            time_run(bound(ADVERSARIAL["skips_on_timed_input_grid"][0]).runner(io.x, io.y), cfg,
+                     io=CheckedIO(io, ref))
+
+
+def test_resident_matrix_finds_damage_to_arrays_pristine_copies_and_references() -> None:
+    """The check a worker runs before a job's first launch, on a matrix state built in this process."""
+    import cupy as cp
+
+    from sparserl.harness.resident import ResidentMatrix
+    from sparserl.harness.verify import VerifyConfig
+
+    A = generate("random", 5_000, seed=1)
+    st = ResidentMatrix(A)
+    assert not np.array_equal(st.A_alt.data, A.data) and np.array_equal(st.A_alt.indices, A.indices)
+    key = ("A", ("CSR", ()))
+    arrays = {"row_ptr": cp.asarray(A.indptr), "val": cp.asarray(A.data)}
+    st.keep_pristine(key, arrays)
+    st.verifier(None, VerifyConfig())
+    assert st.damage(key, arrays) == []
+    arrays["val"][7] += 1.0
+    assert st.damage(key, arrays) == ["val"]
+    assert st.modified(key, arrays) == ["val"] and st.damage(key, arrays) == []  # restored
+    st.pristine[key]["row_ptr"][3] += 1  # a stray write into the pristine copy itself
+    assert st.damage(key, arrays) == ["row_ptr", "their pristine copies"]
+    st.pristine[key]["row_ptr"][3] -= 1
+    assert st.damage(key, arrays) == []
+    st.references["A"].val[0] += 1.0  # the fp64 reference's copy of the values
+    assert st.damage(key, arrays) == ["the verification references or inputs"]
+    st.references["A"].val[0] -= 1.0
+    next(iter(st.verifiers.values())).inputs[0][1][5] += 1.0  # a verification input
+    assert st.damage(key, arrays) == ["the verification references or inputs"]
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_gpu_comparison_agrees_with_the_host_one(k) -> None:
+    """The worker's one-pass fp64 check gives the host (SciPy) comparison's verdict and figures."""
+    import cupy as cp
+
+    A = generate("powerlaw", 5000, seed=2)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((A.shape[1],) if k is None else (A.shape[1], k)).astype(np.float32)
+    exact = (A.astype(np.float64) @ x.astype(np.float64)).astype(np.float32)
+    bad = exact.copy()
+    bad[[3, 17]] += 1.0
+    bad[40] = np.nan
+    host, dev = Fp64Reference(A), Fp64Reference(A, cp)
+    for y in (exact, bad):
+        a, b = host.compare(x, y), dev.compare(cp.asarray(x), cp.asarray(y))
+        assert (a.ok, a.bad_rows, a.nonfinite, a.first_bad_row) == (b.ok, b.bad_rows, b.nonfinite, b.first_bad_row)
+        assert b.max_scaled_error == pytest.approx(a.max_scaled_error, rel=1e-6, abs=1e-9)

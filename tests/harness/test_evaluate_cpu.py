@@ -9,6 +9,7 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.compile import find_nvcc
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.result import ErrorKind
+from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
 from tests.harness.adversarial import ADVERSARIAL, GOOD, RUNTIME_KINDS
@@ -28,8 +29,15 @@ def mat(ev):
     return ev.register(generate("random", 500, seed=0, nnz_per_row=8), "random500")
 
 
+COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_memory",
+                       "writes_device_const_by_address", "calls_outside_the_module"}
+
+
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 def test_adversarial_without_gpu(ev, mat, name: str) -> None:
+    """What ``sparserl check-kernel --compile-only`` gives each case: static and compile-time cases
+    their verdict (refused before compiling, or at compile time from the compiled code), runtime
+    cases no_gpu after a clean compile."""
     text, kind = ADVERSARIAL[name]
     res = ev.evaluate(text, mat, "spmv")
     if kind in RUNTIME_KINDS:
@@ -37,7 +45,50 @@ def test_adversarial_without_gpu(ev, mat, name: str) -> None:
     else:
         assert res.error_kind.value == kind, (name, res.error_kind, res.message)
         assert res.compiled == (kind not in ("extract_error", "contract_error", "static_check", "compile_error"))
-        assert res.message
+        assert res.message and "\n" not in res.message
+    if name in COMPILED_CODE_CASES:
+        assert res.message.startswith("compiled code"), res.message
+
+
+def test_no_file_content_reaches_a_result(ev, mat) -> None:
+    """The preprocessor cases never reach the compiler, and nothing of another file reaches the result."""
+    for name in ("include_file_named_by_macro", "include_absolute_path", "include_path_escape", "embed_a_file",
+                 "digraph_include", "pragma_reaches_a_file"):
+        res = ev.evaluate(ADVERSARIAL[name][0], mat, "spmv")
+        assert res.error_kind is ErrorKind.STATIC and not res.log_tail, name
+        assert "root:" not in res.message
+
+
+@pytest.mark.parametrize("launch, fragment", [
+    ("grid=ceil_div(m, 256), block=2048", "not a valid CUDA block"),
+    ("grid=ceil_div(m, 0), block=256", "ceil_div by zero"),
+    ("grid=-5, block=256", "negative"),
+    ("grid=ceil_div(m, 256), block=256, smem=300000", "smem"),
+])
+def test_launch_lines_are_evaluated_against_the_matrix_without_a_gpu(ev, mat, launch: str, fragment: str) -> None:
+    """The compile-only path plans the launches on the host exactly as a worker does on the GPU."""
+    res = ev.evaluate(GOOD.replace("grid=ceil_div(m, 256), block=256", launch), mat, "spmv")
+    assert res.error_kind is ErrorKind.CONTRACT and fragment in res.message, res.message
+
+
+def test_format_refusal_without_a_gpu(ev, mat) -> None:
+    v = variants("spmv", "DIA")[0]
+    res = ev.evaluate(v.render(), mat, "spmv")
+    assert res.error_kind is ErrorKind.FORMAT_REFUSED and "would store" in res.message
+
+
+def test_memo_key_covers_settings_and_harness_version(tmp_path) -> None:
+    from sparserl.harness.result import HARNESS_VERSION
+    from sparserl.harness.verify import VerifyConfig
+
+    with Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path))) as a, \
+            Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path), cold_trials=9,
+                                    verify=VerifyConfig(revalued_inputs=1))) as b:
+        m = a.register(generate("random", 500, seed=0, nnz_per_row=8), "random500")
+        ka, kb = a._memo_key(GOOD, m, Op.SPMV, None), b._memo_key(GOOD, m, Op.SPMV, None)
+        assert ka != kb and ka[-1] == HARNESS_VERSION
+        m2 = a.register(generate("random", 500, seed=1, nnz_per_row=8), "random500")  # same name, new content
+        assert a._memo_key(GOOD, m2, Op.SPMV, None) != ka
 
 
 def test_good_kernel_and_library_compile(ev, mat) -> None:

@@ -1,7 +1,7 @@
 """GPU: the adversarial suite through the real worker pool, and the pool surviving it.
 
-Every cheat must come back with its failure kind, and a good kernel must evaluate
-correctly right after each one (the pool keeps serving: crashed and hung workers are
+Every cheat must come back with its verdict (tests/harness/adversarial), and a good kernel must
+evaluate correctly right after each one (the pool keeps serving: crashed and hung workers are
 replaced). Run on the device machine: python -m pytest -m gpu tests/harness
 """
 
@@ -14,7 +14,7 @@ from sparserl.harness.pool import PhaseLimits
 from sparserl.harness.result import ErrorKind
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
-from tests.harness.adversarial import ADVERSARIAL, FAR_WRITE, GOOD
+from tests.harness.adversarial import ADVERSARIAL, FAR_WRITE, GOOD, VALUE_CASES
 
 pytestmark = pytest.mark.gpu
 
@@ -33,20 +33,45 @@ def mat(ev):
     return ev.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random20k")
 
 
-def test_good_kernel(ev, mat) -> None:
+@pytest.fixture(scope="module")
+def unit(ev):
+    """The same kind of matrix with every value 1 (like the pattern-only SuiteSparse files)."""
+    A = generate("random", 20_000, seed=4, nnz_per_row=12)
+    A.data[:] = 1.0
+    return ev.register(A, "random20k_unit")
+
+
+@pytest.fixture(scope="module")
+def good(ev, mat):
     res = ev.evaluate(GOOD, mat, "spmv")
+    assert res.ok, res.message
+    return res
+
+
+def test_good_kernel(good) -> None:
+    res = good
     assert res.ok and res.correct and res.compiled, res.message
     assert set(res.timings) == {"cold", "warm"} and set(res.baseline) == {"cold", "warm"}
     assert res.speedup and res.speedup > 0 and 0 < res.roofline < 1.5
     assert res.max_scaled_error is not None and res.max_scaled_error <= 1.0
+    assert res.checked_timed_outputs >= 7 + 2 * 3  # every cold run; the last and a random one per warm sample
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
-def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, name: str) -> None:
+def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, unit, good, name: str) -> None:
     text, kind = ADVERSARIAL[name]
-    res = ev.evaluate(text, mat, "spmv")
+    res = ev.evaluate(text, unit if name in VALUE_CASES else mat, "spmv")
     assert res.error_kind.value == kind, (name, res.error_kind, res.message)
-    assert not res.correct and res.speedup is None
+    if kind == "none":  # it cannot tell timed runs from checked ones: it computes, and gains nothing
+        t, t_good = res.timings["cold"].median_us, good.timings["cold"].median_us
+        assert 0.67 < t / t_good < 1.5, (name, t, t_good)
+    else:
+        assert not res.correct and res.speedup is None
+    if name in ("computes_only_for_known_inputs", "skips_on_timed_input_grid", "half_work_on_timed_inputs",
+                "writes_guard_when_timed"):
+        assert res.message.startswith("timed run"), (name, res.message)
+    if name in VALUE_CASES:
+        assert "fresh values" in res.message, (name, res.message)
     after = ev.evaluate(GOOD, mat, "spmv")
     assert after.ok, (name, after.error_kind, after.message)
 
@@ -89,29 +114,3 @@ def test_baseline(ev, mat) -> None:
     out = ev.baseline(mat, "spmv")
     assert set(out["baselines"]) == {"cold", "warm"}
     assert all(b["median_us"] > 0 and 0 < b["roofline"] < 1.5 for b in out["baselines"].values())
-
-
-def test_worker_state_finds_damage_to_arrays_pristine_copies_and_references() -> None:
-    """The check a worker runs before a job's first launch, on a matrix state built in this process."""
-    import cupy as cp
-
-    from sparserl.harness.verify import VerifyConfig, Verifier
-    from sparserl.harness.worker import _MatrixState, fingerprint
-
-    A = generate("random", 5_000, seed=1)
-    st = _MatrixState(A)
-    key = ("CSR", ())
-    arrays = {"row_ptr": cp.asarray(A.indptr), "val": cp.asarray(A.data)}
-    st.keep_pristine(key, arrays)
-    st.verifiers[None] = Verifier(A, None, VerifyConfig())
-    st.verifier_sums[None] = fingerprint(st.verifiers[None].device_arrays())
-    assert st.damage(key, arrays, None) == []
-    arrays["val"][7] += 1.0
-    assert st.damage(key, arrays, None) == ["val"]
-    arrays["val"][...] = st.pristine[key]["val"]
-    st.pristine[key]["row_ptr"][3] += 1  # a stray write into the pristine copy itself
-    assert st.damage(key, arrays, None) == ["row_ptr", "their pristine copies"]
-    st.pristine[key]["row_ptr"][3] -= 1
-    assert st.damage(key, arrays, None) == []
-    st.verifiers[None].inputs[0][2][0] += 1.0  # an fp64 reference
-    assert st.damage(key, arrays, None) == ["the verification references"]

@@ -46,3 +46,24 @@ def test_empty_rows_bin() -> None:
     c = matrix_card(A)
     assert c.empty_rows == 2 and c.bins[0].lo == 0 and c.bins[0].rows == 2
     assert c.longest_rows == ((1, 2),)
+
+
+def test_long_rows_are_listed_in_full_or_the_threshold_rises() -> None:
+    A = generate("skewed", 8000, seed=1, long_len=700, long_fraction=0.01)  # 80 rows of 700, the rest 4
+    c = matrix_card(A)
+    lengths = np.diff(A.indptr)
+    assert c.row_len_min == 4 and c.long_rows_min == 256
+    assert sorted(r for r, _ in c.long_rows) == list(np.flatnonzero(lengths >= 256))
+    assert all(n == 700 for _, n in c.long_rows)
+    assert "rows of length >= 256: 80" in c.render()
+    many = matrix_card(generate("skewed", 20000, seed=1, long_len=300, long_fraction=0.25))  # 5000 rows of 300
+    assert many.long_rows == () and many.long_rows_min == 301  # more than LONG_ROWS_MAX reach 256
+    assert many.rows_longer_than(299) is None and many.rows_longer_than(300) == ()
+    assert MatrixCard.from_dict(c.to_dict()) == c
+
+
+def test_block_rows_of_uniform_blocks() -> None:
+    c = matrix_card(generate("block", 4000, seed=1, block=8, blocks_per_row=4))
+    assert c.block_shape == (8, 8) and c.block_row_len == 4
+    assert "4 per block row" in c.render()
+    assert matrix_card(generate("random", 3000, seed=1)).block_row_len is None

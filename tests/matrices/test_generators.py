@@ -10,7 +10,7 @@ from sparserl.errors import MatrixError
 from sparserl.matrices import FAMILIES, compute_features, family_names, generate
 from sparserl.matrices import generators as gen_mod
 
-SQUARE_ONLY = {"stencil2d", "stencil3d_7", "stencil3d_27"}
+SQUARE_ONLY = {"stencil2d", "stencil3d_7", "stencil3d_27", "rmat"}
 SIZES = [(1, None), (2, None), (10, None), (333, None), (97, 41), (50, 200)]
 
 
@@ -40,6 +40,8 @@ CASES = [(f, r, c) for f in family_names() for r, c in SIZES if c is None or f n
 def test_every_family_is_canonical_and_deterministic(family: str, rows: int, cols: int | None) -> None:
     A = generate(family, rows, cols=cols, seed=7)
     assert_canonical(A)
+    if family == "rmat":
+        assert A.shape == (rows, rows)
     if family not in SQUARE_ONLY:
         want_cols = cols if cols is not None else (2 * rows if family == "rectangular" else rows)
         assert A.shape == (rows, want_cols)
@@ -56,7 +58,7 @@ def test_every_family_is_canonical_and_deterministic(family: str, rows: int, col
 def test_family_registry() -> None:
     assert family_names() == [
         "diagonal", "banded", "stencil2d", "stencil3d_7", "stencil3d_27", "block",
-        "random", "powerlaw", "skewed", "empty_rows", "rectangular",
+        "random", "powerlaw", "skewed", "empty_rows", "rectangular", "dense_lines", "rmat",
     ]  # fmt: skip
     for name, spec in FAMILIES.items():
         assert spec.description and "\n" not in spec.description, name
@@ -231,6 +233,38 @@ def test_rectangular() -> None:
     assert tall.shape == (300, 40)
 
 
+def test_dense_lines() -> None:
+    A = generate("dense_lines", 4000, cols=3000, seed=2, nnz_per_row=6, dense_rows=3, dense_cols=5, dense_fill=0.6)
+    assert A.shape == (4000, 3000)
+    lengths = rows_of(A)
+    dense = lengths >= 1800  # round(0.6 * 3000)
+    assert int(dense.sum()) == 3
+    assert lengths[~dense].min() >= 6 and lengths[~dense].max() <= 6 + 5  # body plus hits of the dense columns
+    counts = np.bincount(A.indices, minlength=3000)
+    assert int((counts >= 2400).sum()) == 5  # round(0.6 * 4000) rows each
+    assert np.sort(counts)[-6] < 100  # the rest stay sparse
+    full = generate("dense_lines", 300, seed=1, dense_rows=2, dense_cols=0, dense_fill=1.0)
+    assert int((rows_of(full) == 300).sum()) == 2
+    plain = generate("dense_lines", 300, seed=1, dense_rows=0, dense_cols=0)
+    assert np.all(rows_of(plain) == 8)
+    clipped = generate("dense_lines", 3, cols=2, dense_rows=10, dense_cols=10, dense_fill=1.0)  # clipped to 3 and 2
+    assert_canonical(clipped)
+    assert clipped.nnz == 6
+
+
+def test_rmat_has_heavy_tails_in_rows_and_columns() -> None:
+    A = generate("rmat", 1 << 14, seed=1)
+    assert A.shape == (1 << 14, 1 << 14)
+    target = 8 * (1 << 14)
+    assert 0.8 * target <= A.nnz <= target  # duplicates merge
+    rows, cols = rows_of(A), np.bincount(A.indices, minlength=A.shape[1])
+    assert rows.max() > 20 * rows.mean() and cols.max() > 20 * cols.mean()
+    assert (rows == 0).sum() > 0.1 * A.shape[0]  # R-MAT leaves many vertices without out-edges
+    odd = generate("rmat", 1000, seed=2, edge_factor=4.0)  # not a power of two: ids past 1000 are dropped
+    assert odd.shape == (1000, 1000) and 0.8 * 4000 <= odd.nnz <= 4000
+    assert generate("rmat", 500, cols=500).shape == (500, 500)
+
+
 def test_random_values() -> None:
     v = gen_mod.random_values(np.random.default_rng(0), 1_000_000)
     assert v.dtype == np.float32
@@ -252,9 +286,10 @@ def test_small_chunks_give_the_same_structured_patterns(monkeypatch: pytest.Monk
         B = generate(family, 3000, cols=None if family in SQUARE_ONLY else 2500)
         np.testing.assert_array_equal(A.indptr, B.indptr)
         np.testing.assert_array_equal(A.indices, B.indices)
-    for family in ("block", "random", "powerlaw", "skewed", "empty_rows", "rectangular"):
+    for family in ("block", "random", "powerlaw", "skewed", "empty_rows", "rectangular", "dense_lines"):
         C = generate(family, 700, cols=900, seed=2)
         assert_canonical(C)
+    assert_canonical(generate("rmat", 700, seed=2))
     assert np.all(rows_of(generate("random", 700, nnz_per_row=9)) == 9)
 
 
@@ -283,6 +318,11 @@ def test_small_chunks_give_the_same_structured_patterns(monkeypatch: pytest.Monk
         (lambda: generate("skewed", 10, long_fraction=2.0), "long_fraction must be in [0, 1]"),
         (lambda: generate("random", 2**30, nnz_per_row=16), "exceed the 2**31-1 limit"),
         (lambda: generate("diagonal", 2**31), "exceeds the 2**31-1 limit"),
+        (lambda: generate("dense_lines", 10, dense_fill=0.0), "dense_fill must be in (0, 1]"),
+        (lambda: generate("dense_lines", 10, dense_rows=-1), "dense_rows and dense_cols must be >= 0"),
+        (lambda: generate("rmat", 10, cols=20), "rmat: builds a square graph matrix"),
+        (lambda: generate("rmat", 10, a=0.5, b=0.3, c=0.3), "a + b + c < 1"),
+        (lambda: generate("rmat", 10, edge_factor=0.0), "edge_factor must be > 0"),
     ],
 )
 def test_invalid_input_is_one_line_matrix_error(call, needle: str) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,12 @@
 * Works without a GPU: only nvcc or NVRTC is needed, so CI compiles the whole kernel library.
 * ``ptxas -v`` (from either backend) is parsed into :class:`KernelResources` per kernel (registers, static
   shared memory, stack frame, spills) for resource penalties.
+* The PTX each build produced is inspected (:mod:`sparserl.harness.ptx_check`: clocks, SM ids, traps,
+  calls leaving the module, writes to module-scope data) and the verdict cached with the build, as
+  is whether the code uses atomics (which decides how its determinism re-run is judged).
+* The log a caller sees keeps only the compiler's lines about the candidate's own text
+  (:func:`candidate_log`): a diagnostic located in any other file, with the lines it quotes, is
+  dropped, so no file on the machine can reach a message, a reward or training data.
 
 Failures are values (:class:`CompileResult` with ``ok=False`` and an ``error_kind``),
 never exceptions.
@@ -40,6 +46,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from sparserl.harness.ptx_check import RULES_VERSION as PTX_RULES_VERSION
+from sparserl.harness.ptx_check import check_ptx
+
 log = logging.getLogger(__name__)
 
 LOG_TAIL_CHARS = 4000
@@ -47,7 +56,9 @@ BACKENDS = ("auto", "nvrtc", "nvcc")
 MAX_STUCK_NVRTC = 2
 """Under 'auto', use nvcc (whose compiles can be killed) while this many NVRTC compiles that ran
 past their limit are still running in the background."""
-_CACHE_FORMAT = 1  # bump when the cached metadata changes meaning
+_CACHE_FORMAT = 2  # bump when the cached metadata changes meaning (2: PTX verdict, filtered log)
+SOURCE_NAME = "kernel.cu"
+"""The name the candidate's text is compiled under (both backends); log lines about it are kept."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,10 @@ class CompileResult:
     """How long the original (uncached) build took."""
     backend: str = "nvcc"
     """The compiler that built it: 'nvrtc' or 'nvcc'."""
+    ptx_violation: str | None = None
+    """What :func:`~sparserl.harness.ptx_check.check_ptx` refused in the compiled code (None: nothing)."""
+    uses_atomics: bool = False
+    """The compiled code has atom/red instructions."""
 
     def resources_of(self, kernel: str) -> KernelResources | None:
         return next((r for r in self.resources if r.name == kernel), None)
@@ -143,7 +158,7 @@ def nvcc_version(nvcc: str) -> str:
 
 def cache_key(source: str, options: CompileOptions, version: str) -> str:
     h = hashlib.sha256()
-    for part in (str(_CACHE_FORMAT), version, options.arch, "\0".join(options.flags), source):
+    for part in (f"{_CACHE_FORMAT}.{PTX_RULES_VERSION}", version, options.arch, "\0".join(options.flags), source):
         h.update(part.encode())
         h.update(b"\0\1")
     return h.hexdigest()
@@ -174,6 +189,37 @@ def _tail(text: str) -> str:
     return text if len(text) <= LOG_TAIL_CHARS else "..." + text[-LOG_TAIL_CHARS:]
 
 
+_DIAGNOSTIC = re.compile(r"^(?P<file>[^\s(:][^(]*?)(?:\(\d+\)|:\d+(?::\d+)?):\s*(?:catastrophic error|fatal error|"
+                         r"error|warning|note|remark)\b")
+_OWN_LINES = re.compile(r"^(?:ptxas\b|nvcc\b|NVRTC\b|\d+ (?:catastrophic )?errors? detected in the compilation of "
+                        rf'"{re.escape(SOURCE_NAME)}")')
+
+
+def candidate_log(text: str, name: str = SOURCE_NAME) -> str:
+    """The compiler's lines about the candidate's own text, and nothing quoted from any other file.
+
+    A diagnostic (``FILE(LINE): error: ...`` or ``FILE:LINE:COL: error: ...``) is kept with its
+    indented continuation lines (the quoted source line, the caret, instantiation notes) only when
+    FILE is the candidate's; ptxas, nvcc and NVRTC's own lines are kept; every other line
+    ("In file included from", a header's diagnostic and the header lines it quotes) is dropped.
+    """
+    out: list[str] = []
+    keep = False
+    for line in text.splitlines():
+        if m := _DIAGNOSTIC.match(line):
+            keep = m.group("file") == name
+        elif _OWN_LINES.match(line):
+            keep = True
+        elif not line.strip():
+            keep = False
+            continue
+        elif not line[0].isspace() and line.lstrip()[:1] != "^":
+            keep = False
+        if keep:
+            out.append(line)
+    return "\n".join(out) + ("\n" if out else "")
+
+
 def _result_from_meta(meta: dict, cubin: Path, seconds: float) -> CompileResult:
     res = tuple(KernelResources(**r) for r in meta.get("resources", []))
     return CompileResult(
@@ -187,6 +233,8 @@ def _result_from_meta(meta: dict, cubin: Path, seconds: float) -> CompileResult:
         resources=res,
         build_seconds=meta.get("build_seconds", 0.0),
         backend=meta.get("backend", "nvcc"),
+        ptx_violation=meta.get("ptx_violation"),
+        uses_atomics=meta.get("uses_atomics", False),
     )
 
 
@@ -276,10 +324,12 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
     with FileLock(str(folder / f"{key}.lock"), timeout=max(600.0, 10 * options.timeout_s)):
         if (hit := lookup()) is not None:  # another process built it while we waited
             return hit
-        ok, blob, text, error_kind = build()
+        ok, blob, text, error_kind, ptx = build()
+        text = candidate_log(text)
         if error_kind in ("timeout", "compiler_failure"):  # not the source's fault: not cached
             secs = time.perf_counter() - t0
             return CompileResult(False, key, None, secs, False, error_kind, text, (), secs, backend)
+        report = check_ptx(ptx) if ok else None
         meta = {
             "ok": ok,
             "key": key,
@@ -289,6 +339,8 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
             "build_seconds": time.perf_counter() - t0,
             "arch": options.arch,
             "backend": backend,
+            "ptx_violation": (report.violation if ptx else "the compiler produced no PTX to inspect") if ok else None,
+            "uses_atomics": bool(report and report.uses_atomics),
         }
         if ok:
             tmp_cubin = cubin.with_suffix(f".cubin.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -301,25 +353,32 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
     return CompileResult(**{**result.__dict__, "cached": False})
 
 
-def _run_nvrtc(lib, source: str, opts: list[str], timeout_s: float) -> tuple[bool, bytes | None, str, str | None]:
+Build = tuple[bool, bytes | None, str, str | None, str]
+"""(ok, cubin, log, error kind, PTX) of one backend run."""
+
+
+def _run_nvrtc(lib, source: str, opts: list[str], timeout_s: float) -> Build:
     out = lib.compile(source, opts, timeout_s)
     kind = {"ok": None, "compile_error": "compile_error", "timeout": "timeout"}.get(out.status, "compiler_failure")
-    return out.status == "ok", out.cubin, out.log, kind
+    return out.status == "ok", out.cubin, out.log, kind, out.ptx
 
 
-def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> tuple[bool, bytes | None, str, str | None]:
+def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
     with tempfile.TemporaryDirectory(prefix="sparserl-nvcc-") as tmp:
-        src = Path(tmp) / "kernel.cu"
+        src = Path(tmp) / SOURCE_NAME
         out = Path(tmp) / "kernel.cubin"
         src.write_text(source)
-        cmd = [nvcc, "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.flags, "-o", str(out), str(src)]
+        cmd = [nvcc, "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.flags, "--keep", "--keep-dir", tmp,
+               "-o", str(out), SOURCE_NAME]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=tmp)
         except subprocess.TimeoutExpired:
-            return False, None, f"nvcc ran past its {options.timeout_s:g} s limit", "timeout"
+            return False, None, f"nvcc ran past its {options.timeout_s:g} s limit", "timeout", ""
         text = (proc.stdout + proc.stderr).replace(tmp + "/", "")
         ok = proc.returncode == 0 and out.exists()
-        return ok, out.read_bytes() if ok else None, text, None if ok else "compile_error"
+        ptx = Path(tmp) / "kernel.ptx"
+        return (ok, out.read_bytes() if ok else None, text, None if ok else "compile_error",
+                ptx.read_text(errors="replace") if ptx.exists() else "")
 
 
 def compile_many(

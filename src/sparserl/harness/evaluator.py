@@ -5,11 +5,13 @@
     res = ev.evaluate(completion_text, mat, "spmv")
     ev.close()
 
-Steps: extract (tolerant of markdown and chatter) -> contract and static checks ->
-compile (NVRTC or nvcc, cached, in this process's threads) -> resources -> run in an isolated
-GPU worker (convert, verify, time against cuSPARSE). Without a GPU, or with
-``compile_only=True``, evaluation stops after the compile with ``error_kind=no_gpu``
-and ``compiled`` set, which is what compile-only rewards read.
+Steps: extract (tolerant of markdown and chatter) -> contract and static checks on the source ->
+compile (NVRTC or nvcc, cached, in this process's threads) -> checks on the compiled PTX ->
+resources -> run in an isolated GPU worker (convert, verify on the matrix and on its fresh-valued
+twin, time against cuSPARSE with every timed run checked). Without a GPU, or with
+``compile_only=True``, the matrix is converted on the host and the LAUNCH lines evaluated against
+it exactly as a worker would, then evaluation stops with ``error_kind=no_gpu`` and ``compiled``
+set, which is what compile-only rewards read.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -32,17 +33,17 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.compile import CompileOptions, compile_source, default_cache_dir
 from sparserl.harness.extract import ExtractError, extract
 from sparserl.harness.pool import PhaseLimits, WorkerPool
-from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
+from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalResult, KernelTiming
 from sparserl.harness.static_check import static_check
 from sparserl.harness.verify import VerifyConfig
-from sparserl.harness.worker import save_matrix_file, settings_dict
+from sparserl.harness.resident import save_matrix_file
+from sparserl.harness.worker import settings_dict
 from sparserl.kernels.contract import Op
 
 log = logging.getLogger(__name__)
 
 # verdicts that may say more about the machine's load or state than about the kernel
 _NOT_REMEMBERED = (ErrorKind.CRASHED, ErrorKind.TIMEOUT, ErrorKind.COMPILE_TIMEOUT, ErrorKind.INTERNAL)
-_ATOMIC = re.compile(r"\batomic[A-Z]\w*\s*\(")
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,14 @@ class HarnessConfig:
     compile_jobs: int = 0
     """Parallel compiles in evaluate_many (0 = CPU cores)."""
     memo: int = 4096
-    """Remember this many results: the same completion text on the same (matrix, op, k) again
-    gets the first result instead of a new run (RL samples one kernel for a matrix many times).
-    Crashes, time-outs (compile included) and internal errors are not remembered. The price: a
-    racy kernel that passed its two verification runs once is not checked again. 0 turns it off."""
+    """Remember this many results: the same completion text on the same matrix content, op and k,
+    under the same verification and timing settings and harness version, gets the first result
+    instead of a new run (RL samples one kernel for a matrix many times). Crashes, time-outs
+    (compile included) and internal errors are not remembered. The price: a racy kernel that
+    passed its two verification runs once is not checked again. 0 turns it off."""
+    host_num_sms: int = 132
+    """The SM count LAUNCH expressions see when a completion is planned on the host (compile-only
+    evaluation, no GPU to ask): an H200's."""
 
     def __post_init__(self) -> None:
         if not self.regimes or any(r not in ("cold", "warm") for r in self.regimes):
@@ -111,6 +116,13 @@ class MatrixRef:
         return {"key": self.key, "path": self.path, "name": self.name}
 
 
+def _headline(log_text: str) -> str:
+    """The one line of a failed build's log a message should carry: its first error, else its last line."""
+    lines = [line.strip() for line in log_text.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() and "errors detected" not in line]
+    return (errors or lines or ["compile failed"])[0 if errors else -1][:300]
+
+
 class Evaluator:
     """Evaluates completions on matrices; owns the GPU worker pool (if any)."""
 
@@ -123,6 +135,8 @@ class Evaluator:
                                                 thread_name_prefix="compile")
         self._memo: OrderedDict[tuple, Future] = OrderedDict()
         self._memo_lock = threading.Lock()
+        self._host_plans: OrderedDict[tuple, object] = OrderedDict()
+        self._host_lock = threading.Lock()
         self.memo_hits = 0
         """Submissions answered from the memo (see ``HarnessConfig.memo``)."""
 
@@ -182,21 +196,52 @@ class Evaluator:
         if not built.ok:
             kind = {"timeout": ErrorKind.COMPILE_TIMEOUT, "compiler_failure": ErrorKind.INTERNAL}.get(
                 built.error_kind, ErrorKind.COMPILE)
-            return None, fail(kind, (built.log.strip().splitlines() or ["compile failed"])[-1][:300],
-                              log_tail=built.log[-2000:], format=ex.header.format, compiled=False)
+            return None, fail(kind, _headline(built.log), log_tail=built.log[-2000:], format=ex.header.format,
+                              compiled=False)
+        if built.ptx_violation is not None:
+            return None, fail(ErrorKind.STATIC, built.ptx_violation, format=ex.header.format, compiled=False)
+        if not self.has_gpu and (refused := self._plan_on_host(ex.header, matrix, op, k)) is not None:
+            return None, fail(*refused, format=ex.header.format, compiled=True)
         names = set(ex.header.kernel_names(op))
         res = [r for r in built.resources if r.name in names]
         regs = max((r.registers for r in res), default=None)
         spills = sum(r.spill_store_bytes + r.spill_load_bytes for r in res)
         job = {
             "op": op.value, "k": k, "matrix": matrix.job(), "header": ex.header.render(),
-            "cubin_path": built.cubin_path, "uses_atomics": bool(_ATOMIC.search(ex.code)),
+            "cubin_path": built.cubin_path, "uses_atomics": built.uses_atomics,
             "static_smem": {r.name: r.smem_bytes for r in res}, "regimes": list(self.config.regimes),
             "reward_regime": self.config.reward_regime, "verify": asdict(self.config.verify),
         }
         extra = {"format": ex.header.format, "registers": regs, "spill_bytes": spills,
                  "over_resource_limit": bool(regs and regs > self.config.max_registers)}
         return (job, extra), None
+
+    def _plan_on_host(self, header, matrix: MatrixRef, op: Op, k: int | None) -> tuple[ErrorKind, str] | None:
+        """Without a GPU: convert on the host and evaluate the LAUNCH lines exactly as a worker
+        would (:func:`~sparserl.harness.launcher.plan_launches`); the refusal, or None."""
+        from sparserl.errors import FormatError
+        from sparserl.formats import convert
+        from sparserl.harness.launcher import plan_launches
+        from sparserl.harness.resident import load_matrix_file
+
+        key = (matrix.key, header.format, tuple(sorted(header.params.items())), op, k)
+        with self._host_lock:
+            env = self._host_plans.get(key)
+            if env is None:
+                try:  # only the launch environment is kept, not the converted arrays
+                    env = convert(load_matrix_file(matrix.path), header.format, header.params).launch_env(
+                        op, k, self.config.host_num_sms)
+                except FormatError as exc:
+                    env = str(exc)
+                self._host_plans[key] = env
+                while len(self._host_plans) > 64:
+                    self._host_plans.popitem(last=False)
+        if isinstance(env, str):
+            return ErrorKind.FORMAT_REFUSED if "would store" in env else ErrorKind.CONTRACT, env
+        launches = plan_launches(header, op, env)
+        if isinstance(launches, str):
+            return ErrorKind.CONTRACT, launches
+        return None
 
     def _finish(self, payload: dict, extra: dict, matrix: MatrixRef, op: Op, k: int | None, t0: float) -> EvalResult:
         kind = ErrorKind(payload.get("error_kind", "internal_error"))
@@ -208,7 +253,8 @@ class Evaluator:
         baseline = {r: KernelTiming(**t) for r, t in payload.get("baseline", {}).items()}
         fields = {k2: payload[k2] for k2 in ("message", "log_tail", "format", "max_scaled_error", "baseline_alg",
                                              "regime", "speedup", "roofline", "conversion_seconds",
-                                             "break_even_calls", "smem_bytes", "gpu", "arch") if k2 in payload}
+                                             "break_even_calls", "smem_bytes", "gpu", "arch",
+                                             "checked_timed_outputs") if k2 in payload}
         over = extra.get("over_resource_limit", False) or payload.get("over_resource_limit", False)
         return EvalResult(
             op=op.value, k=k, matrix=matrix.name, error_kind=kind, compiled=True,
@@ -232,7 +278,7 @@ class Evaluator:
             k = None
         if not self.config.memo:
             return self._submit(text, matrix, op, k)
-        key = (hashlib.sha256(text.encode()).hexdigest(), matrix.key, matrix.name, op.value, k)
+        key = self._memo_key(text, matrix, op, k)
         with self._memo_lock:
             if key in self._memo:
                 self._memo.move_to_end(key)
@@ -251,6 +297,15 @@ class Evaluator:
 
         out.add_done_callback(forget_infrastructure_failures)
         return out
+
+    def _memo_key(self, text: str, matrix: MatrixRef, op: Op, k: int | None) -> tuple:
+        """Everything that makes a remembered verdict valid: the code, the matrix's content (its key
+        is a content hash) and name, op, k, how kernels are verified and timed, the harness version."""
+        c = self.config
+        settings = (c.compile_only, c.regimes, c.reward_regime, c.cold_trials, c.warm_trials, c.warm_target_ms,
+                    c.warmup, c.max_smem_bytes, c.max_registers, c.verify, c.compile, c.host_num_sms)
+        return (hashlib.sha256(text.encode()).hexdigest(), matrix.key, matrix.name, op.value, k, settings,
+                HARNESS_VERSION)
 
     def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None) -> Future:
         t0 = time.perf_counter()

@@ -19,12 +19,9 @@ import re
 from dataclasses import dataclass
 
 from sparserl.errors import ContractError
-from sparserl.kernels.contract import Header, Op, parse_header
+from sparserl.kernels.contract import Header, Op, header_line, parse_header
 
 _FENCE = re.compile(r"^\s*```[\w+-]*\s*$")
-_FORMAT = re.compile(r"^\s*(?:[*#>`-]+\s*)?FORMAT\s*\**\s*:", re.IGNORECASE)
-_LAUNCH = re.compile(r"^\s*(?:[*#>`-]+\s*)?LAUNCH\s*\**\s*:", re.IGNORECASE)
-_DECOR = re.compile(r"^\s*(?:[*#>`-]+\s*)")
 
 MAX_COMPLETION_CHARS = 64_000
 
@@ -43,13 +40,15 @@ class ExtractError:
     message: str
 
 
-_KEY = re.compile(r"^\**\s*(FORMAT|LAUNCH)\s*\**\s*:\s*\**\s*", re.IGNORECASE)
+def _kind(line: str) -> str | None:
+    got = header_line(line)
+    return got[0] if got else None
 
 
 def _clean(line: str) -> str:
-    """Drop markdown decoration around a header line (``**FORMAT:** CSR``, ``- LAUNCH: ...``)."""
-    line = _DECOR.sub("", line).strip().strip("`").strip()
-    return _KEY.sub(lambda m: m.group(1).upper() + ": ", line)
+    """A header line without markdown decoration (``**FORMAT:** CSR`` -> ``FORMAT: CSR``)."""
+    kind, body = header_line(line)
+    return f"{kind}: {body}"
 
 
 def extract(text: str, op: Op) -> Extracted | ExtractError:
@@ -57,14 +56,14 @@ def extract(text: str, op: Op) -> Extracted | ExtractError:
     if len(text) > MAX_COMPLETION_CHARS:
         return ExtractError("extract_error", f"completion longer than {MAX_COMPLETION_CHARS} characters")
     lines = text.replace("\r\n", "\n").split("\n")
-    start = next((i for i, l in enumerate(lines) if _FORMAT.match(l)), None)
+    start = next((i for i, l in enumerate(lines) if _kind(l) == "FORMAT"), None)
     if start is None:
         return ExtractError("extract_error", "no 'FORMAT:' line found")
     header_lines = [_clean(lines[start])]
     i = start + 1
     while i < len(lines):
         line = lines[i]
-        if _LAUNCH.match(line):
+        if _kind(line) == "LAUNCH":
             header_lines.append(_clean(line))
         elif line.strip() and not _FENCE.match(line):
             break
@@ -75,7 +74,7 @@ def extract(text: str, op: Op) -> Extracted | ExtractError:
         i += 1
     code_lines = []
     for line in lines[i:]:
-        if _FENCE.match(line) or _FORMAT.match(line):
+        if _FENCE.match(line) or _kind(line) == "FORMAT":
             break
         code_lines.append(line)
     code = "\n".join(code_lines).strip("\n")

@@ -3,8 +3,11 @@
 :class:`MatrixOnDevice` converts a matrix to each format a completion asks for (once
 per format and parameters; refusals are remembered as their message) and keeps the
 device copies. :class:`BoundKernel` is a compiled completion plus one of those
-conversions: ``run(x, y)`` applies the output policy and launches every LAUNCH line,
-and ``runner(x, y)`` returns that as a closure for :mod:`sparserl.harness.timing`.
+conversions: ``runner(x, y)`` returns the one launch path every caller uses (the output
+policy, then every LAUNCH line in order; verification, timing and
+:func:`sparserl.load_kernel` alike), and ``run(x, y)`` calls it once.
+:func:`plan_launches` evaluates the LAUNCH lines against a conversion; the compile-only path
+uses it on the host exactly as a worker does on the GPU.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import scipy.sparse as sp
 
 from sparserl.errors import ContractError, FormatError
-from sparserl.formats import ConversionLimits, convert
+from sparserl.formats import ConversionLimits, FormatData, convert
 from sparserl.harness.device import DeviceMatrix, LoadedKernels, kernel_args, launch_all, load_kernels, prepare_output
 from sparserl.kernels.contract import Header, LaunchConfig, Op, evaluate_launches
 
@@ -40,6 +43,17 @@ class MatrixOnDevice:
         return self._cache[key]
 
 
+def plan_launches(header: Header, op: Op, fd: FormatData | dict[str, int], k: int | None = None,
+                  num_sms: int = 132) -> list[LaunchConfig] | str:
+    """The concrete launches of ``header`` for this conversion (or its launch environment, the
+    names LAUNCH expressions read), or why they break the contract."""
+    try:
+        env = fd if isinstance(fd, dict) else fd.launch_env(op, k, num_sms)
+        return evaluate_launches(header, op, env)
+    except (ContractError, FormatError) as exc:
+        return str(exc)
+
+
 @dataclass
 class BoundKernel:
     """A compiled completion bound to a converted matrix on the device."""
@@ -58,18 +72,19 @@ class BoundKernel:
         dev = matrix.get(header.format, header.params)
         if isinstance(dev, str):
             return dev
-        try:
-            launches = evaluate_launches(header, op, dev.data.launch_env(op, k, num_sms))
-        except (ContractError, FormatError) as exc:
-            return str(exc)
+        launches = plan_launches(header, op, dev.data, k, num_sms)
+        if isinstance(launches, str):
+            return launches
         return cls(header, op, load_kernels(cubin_path), dev, k, launches)
 
-    def run(self, x: Any, y: Any) -> None:
-        """Apply the output policy to ``y`` and launch everything on the current stream."""
-        prepare_output(self.dev.data, y)
-        launch_all(self.kernels, self.launches, kernel_args(self.op, self.dev, x, y, self.k))
+    @property
+    def conversion_key(self) -> tuple:
+        """(format, parameters) of the conversion this kernel runs on."""
+        return self.dev.data.format, tuple(sorted(self.dev.data.params.items()))
 
     def runner(self, x: Any, y: Any) -> Callable[[], None]:
+        """The launch sequence on ``x`` and ``y``: the output policy, then every LAUNCH line in order,
+        enqueued on the current stream (arguments are built once, so a graph can capture it)."""
         args = kernel_args(self.op, self.dev, x, y, self.k)
 
         def run() -> None:
@@ -77,3 +92,7 @@ class BoundKernel:
             launch_all(self.kernels, self.launches, args)
 
         return run
+
+    def run(self, x: Any, y: Any) -> None:
+        """Run the launch sequence once on ``x`` and ``y``."""
+        self.runner(x, y)()

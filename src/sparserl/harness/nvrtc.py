@@ -52,6 +52,8 @@ class NvrtcOutput:
     status: str
     cubin: bytes | None
     log: str
+    ptx: str = ""
+    """The PTX NVRTC produced on the way to the cubin (what :mod:`.ptx_check` inspects)."""
 
 
 def _wheel_dirs() -> list[str]:
@@ -125,7 +127,10 @@ class Nvrtc:
                 return NvrtcOutput("compile_error", None, text + "\nNVRTC made no cubin (was a real sm_XX target given?)")
             cubin = ctypes.create_string_buffer(size.value)
             self._check(self.lib.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-            return NvrtcOutput("ok", cubin.raw, text)
+            self._check(self.lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
+            ptx = ctypes.create_string_buffer(size.value)
+            self._check(self.lib.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
+            return NvrtcOutput("ok", cubin.raw, text, ptx.value.decode(errors="replace"))
         finally:
             self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
 

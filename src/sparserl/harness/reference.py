@@ -1,4 +1,5 @@
-"""The fp64 reference and the tolerance a kernel's output is judged by.
+"""The fp64 reference and the tolerance a kernel's output is judged by: one definition, computed on
+the GPU (one CUDA pass per comparison) in the harness and on the host (SciPy) in CPU tests.
 
 For row i with ``L_i`` stored entries, a correct fp32 kernel's result may differ from
 the fp64 product by rounding only. We accept::
@@ -24,14 +25,6 @@ EPS32 = float(np.finfo(np.float32).eps)
 ATOL = 1e-30
 
 
-def reference(A: sp.csr_array, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(A x, |A| |x|)`` in fp64 from the fp32 values; ``x`` is (n,) or (n, k)."""
-    A64 = sp.csr_array((A.data.astype(np.float64), A.indices, A.indptr), shape=A.shape)
-    x64 = np.asarray(x, dtype=np.float64)
-    absA = sp.csr_array((np.abs(A64.data), A.indices, A.indptr), shape=A.shape)
-    return A64 @ x64, absA @ np.abs(x64)
-
-
 def rtol_per_row(A: sp.csr_array) -> np.ndarray:
     lengths = np.diff(A.indptr).astype(np.float64)
     return 16.0 * EPS32 * np.sqrt(np.maximum(lengths, 1.0))
@@ -50,11 +43,111 @@ class Comparison:
     """max |y - ref| / bound over all entries (<= 1 passes); inf when an entry is not finite."""
     first_bad_row: int | None
 
+    def describe(self) -> str:
+        """One line on what is wrong (for messages)."""
+        what = f"{self.nonfinite} entries never written or not finite" if self.nonfinite else "wrong values"
+        return (f"{self.bad_rows} rows out of tolerance ({what}), first bad row {self.first_bad_row}, "
+                f"max error {self.max_scaled_error:.3g}x the tolerance")
 
-def compare(A: sp.csr_array, x: np.ndarray, y: np.ndarray) -> Comparison:
-    """Check ``y`` (fp32 output of a kernel) against the fp64 product ``A x`` (on the host)."""
-    ref, mag = reference(A, x)
-    return compare_to(ref, mag, rtol_per_row(A), y)
+
+_CHECK = r"""
+extern "C" __global__ void fp64_check(int m, int k, const int* __restrict__ indptr, const int* __restrict__ indices,
+                                      const float* __restrict__ val, const float* __restrict__ x,
+                                      const float* __restrict__ y, const double* __restrict__ rtol,
+                                      unsigned long long* __restrict__ stats)
+{
+    // One thread per row: A x and |A| |x| in fp64 for each of the k columns, the scaled error of y,
+    // and the row's verdict. stats: bad rows, non-finite entries, max scaled error (the bits of a
+    // non-negative double, so atomicMax orders them), first bad row.
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= m) return;
+    const int s = indptr[row], e = indptr[row + 1];
+    const double rt = rtol[row];
+    bool bad = false;
+    double worst = 0.0;
+    unsigned long long nonfinite = 0;
+    for (int c = 0; c < k; ++c) {
+        double ref = 0.0, mag = 0.0;
+        for (int j = s; j < e; ++j) {
+            const double a = (double)val[j], xv = (double)x[(size_t)indices[j] * k + c];
+            ref = fma(a, xv, ref);
+            mag = fma(fabs(a), fabs(xv), mag);
+        }
+        const double yv = (double)y[(size_t)row * k + c];
+        double scaled = fabs(yv - ref) / (rt * mag + 1e-30);
+        if (!isfinite(yv)) { ++nonfinite; scaled = __longlong_as_double(0x7ff0000000000000ll); }
+        if (scaled != scaled) scaled = __longlong_as_double(0x7ff0000000000000ll);
+        if (!(scaled <= 1.0)) bad = true;
+        worst = fmax(worst, scaled);
+    }
+    if (bad) { atomicAdd(stats, 1ull); atomicMin(stats + 3, (unsigned long long)row); }
+    if (nonfinite) atomicAdd(stats + 1, nonfinite);
+    atomicMax(stats + 2, (unsigned long long)__double_as_longlong(worst));
+}
+"""
+_check_kernel = None
+
+
+class Fp64Reference:
+    """``A x`` and ``|A| |x|`` in fp64 for one matrix, and the comparison of a kernel's output with them.
+
+    ``xp`` is the array module the matrix is kept in: ``cupy`` (the worker: everything stays on the
+    GPU, and one kernel computes the reference and judges every row in a single pass) or ``numpy``
+    (CPU tests and tools, through SciPy). Inputs and outputs must be of that module.
+    """
+
+    def __init__(self, A: sp.csr_array, xp=np):
+        self.xp = xp
+        self.shape = A.shape
+        rtol = rtol_per_row(A)
+        if xp is np:
+            self.A64 = sp.csr_array((A.data.astype(np.float64), A.indices, A.indptr), shape=A.shape)
+            self.absA = sp.csr_array((np.abs(self.A64.data), A.indices, A.indptr), shape=A.shape)
+            self.rtol = rtol
+        else:
+            self.indptr, self.indices = xp.asarray(A.indptr, dtype=xp.int32), xp.asarray(A.indices, dtype=xp.int32)
+            self.val = xp.asarray(A.data, dtype=xp.float32)
+            self.rtol = xp.asarray(rtol)
+            self._stats = xp.zeros(4, dtype=xp.uint64)
+
+    def expected(self, x) -> tuple:
+        """``(A x, |A| |x|)`` in fp64 for an fp32 ``x`` of shape (n,) or (n, k) (host only)."""
+        if self.xp is not np:
+            raise NotImplementedError("on the GPU the reference is computed inside compare()")
+        x64 = np.asarray(x, dtype=np.float64)
+        return self.A64 @ x64, self.absA @ np.abs(x64)
+
+    def compare(self, x, y) -> Comparison:
+        """Judge ``y`` (a kernel's fp32 output) against the product with ``x``."""
+        if self.xp is np:
+            ref, mag = self.expected(x)
+            return compare_to(ref, mag, self.rtol, y)
+        return self._compare_on_gpu(x, y)
+
+    def _compare_on_gpu(self, x, y) -> Comparison:
+        global _check_kernel
+        cp = self.xp
+        if _check_kernel is None:
+            _check_kernel = cp.RawKernel(_CHECK, "fp64_check")
+        m, n = self.shape
+        k = 1 if x.ndim == 1 else int(x.shape[1])
+        if x.shape[0] != n or y.size != m * k:
+            raise ValueError(f"x {x.shape} and y {y.shape} do not fit a {m} x {n} matrix")
+        x, y = cp.ascontiguousarray(x, dtype=cp.float32), cp.ascontiguousarray(y, dtype=cp.float32)
+        self._stats[:3] = 0
+        self._stats[3] = np.iinfo(np.uint64).max
+        _check_kernel(((m + 255) // 256,), (256,), (np.int32(m), np.int32(k), self.indptr, self.indices, self.val,
+                                                    x, y, self.rtol, self._stats))
+        bad, nonfinite, worst_bits, first = (int(v) for v in cp.asnumpy(self._stats))
+        return Comparison(ok=bad == 0, bad_rows=bad, nonfinite=nonfinite,
+                          max_scaled_error=float(np.array(worst_bits, dtype=np.uint64).view(np.float64)),
+                          first_bad_row=first if bad else None)
+
+    def device_arrays(self) -> list:
+        """The arrays this reference keeps (fingerprinted by the worker to catch stray writes)."""
+        if self.xp is np:
+            return [self.A64.data, self.absA.data, self.rtol]
+        return [self.indptr, self.indices, self.val, self.rtol]
 
 
 def compare_to(ref, mag, rtol, y) -> Comparison:

@@ -11,6 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+HARNESS_VERSION = 2
+"""Bumped whenever a verdict or a time could change for the same kernel: part of every remembered
+verdict's key (the evaluator's memo), of the cuSPARSE baseline cache and of the best-known store.
+2: timed runs prepared and checked like verification runs, fresh values, guards on both sides,
+compiled-code checks."""
+
 
 class ErrorKind(str, Enum):
     """Why an evaluation did not produce a correct, timed kernel."""
@@ -100,6 +106,10 @@ class EvalResult:
     arch: str | None = None
     eval_seconds: float = 0.0
     """Wall time of the whole evaluation (compile included)."""
+    checked_timed_outputs: int = 0
+    """Timed runs whose output was compared with the reference (every cold run, and per warm sample
+    the last run and one chosen at random)."""
+    harness_version: int = HARNESS_VERSION
 
     @property
     def ok(self) -> bool:

@@ -1,62 +1,67 @@
-"""Static checks on a completion's CUDA code, before anything is compiled or run.
+"""Static checks on a completion's CUDA code, before anything is compiled: the fast early rejects.
 
-What this protects against (each is a way a policy could fool timing or verification,
-or harm the worker), and the rule that stops it:
+They run on the code as the compiler's front end sees it (:mod:`sparserl.harness.source`: lines
+spliced, comments gone, directives allow-listed, no token pasting or stringizing, macros
+expanded), so a rule cannot be dodged with the preprocessor. The same rules are enforced again on
+what was compiled (:mod:`sparserl.harness.ptx_check`), which is the ground truth; these catch the
+common cases before paying for a compile and give the clearest message.
 
-* host code or device-side launches that move work out of the timed region
-  (``int main``, ``__host__``, ``<<<``, any ``cuda*()`` runtime call, streams);
-* reading clocks or timers to behave differently when timed (``clock``, ``clock64``,
-  ``%globaltimer``, ``__nanosleep``);
-* inline PTX / SASS (``asm``), traps and breakpoints (``__trap``, ``__brkpt``);
-* calling a vendor library instead of writing the kernel (``cusparse*``, ``cublas*``);
-* state that survives between calls, which lets a kernel cache its output
-  (namespace-scope ``__device__`` / ``__managed__`` variables, ``static`` locals);
-* output floods and heap use (``printf``, ``malloc``/``free``, ``new``/``delete``);
-* ``#include`` outside a short allow-list of device headers.
+What a completion must not do, and why (each is a way to fool timing or verification, or to harm
+the worker):
 
-Checks run on the code with comments and string literals removed, so a comment that
-mentions ``printf`` is fine and a banned call hidden in a string is not needed to be.
-What it does not protect against: wrong answers, out-of-bounds accesses, hangs and
-crashes (verification and the isolated worker pool handle those), and ``#define`` tricks
-that assemble a banned identifier from pieces (the compile step still rejects host
-code in a device-only build, and the verifier still checks every answer).
+* **Host code** (device code only): every function, at namespace or class scope, is
+  ``__device__`` or ``__global__``; no host variables (namespace-scope data is ``__constant__``,
+  ``__shared__``, ``constexpr`` or ``const``); no ``__host__``, ``main``, runtime API calls
+  (``cuda*()``), device-side launches (``<<<``), host facilities.
+* **State that survives a launch**: no writable variable at namespace scope in any namespace or
+  storage class (``__device__ int x;``), no writable ``static`` data member, no writable
+  ``static`` local. Initialised constant tables (``__constant__``, ``static const``) are fine: a
+  matrix-specialised kernel needs them.
+* **Clocks and timers** (``clock64``, ``%globaltimer``, ``__nanosleep``), **inline assembly**
+  (``asm``), **traps and breakpoints**, **printf**, **heap use**, **vendor libraries**.
+* **Files**: ``#include`` only of allow-listed headers written literally (the rest of the
+  preprocessor rules are in :mod:`sparserl.harness.source`).
 
-Also checked here: every kernel a ``LAUNCH:`` line names is defined as an
-``extern "C" __global__`` function whose parameter types match the contract.
+Also checked here: every kernel a ``LAUNCH:`` line names is defined as an ``extern "C"
+__global__`` function whose parameter types match the contract.
+
+What this does not protect against: wrong answers, out-of-bounds accesses, hangs and crashes
+(verification, the guards and the isolated worker pool handle those).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from sparserl.harness.source import SourceError, Token, preprocess
 from sparserl.kernels.contract import Header, Op, kernel_params
 
-ALLOWED_INCLUDES = frozenset({
-    "cuda_fp16.h", "cuda_bf16.h", "cooperative_groups.h", "cooperative_groups/reduce.h",
-    "math_constants.h", "stdint.h", "cstdint", "cuda/std/cstdint", "cuda_pipeline.h", "cuda/barrier",
-})
-
-_BANNED: list[tuple[str, str]] = [
-    (r"\b(?:asm|__asm__|__asm)\b", "inline assembly (asm) is not allowed"),
-    (r"\b__trap\b|\b__brkpt\b|\btrap\s*\(|\b__builtin_trap\b", "traps and breakpoints are not allowed"),
-    (r"\bclock(?:64)?\s*\(|\bglobaltimer\b|\b__nanosleep\b", "reading clocks or sleeping is not allowed"),
-    (r"\bprintf\s*\(", "printf is not allowed"),
-    (r"\b(?:malloc|free|realloc|calloc)\s*\(|\bnew\b|\bdelete\b", "heap allocation is not allowed"),
-    (r"\bcusparse\w*|\bcublas\w*|\bcusolver\w*", "calling vendor libraries (cuSPARSE, cuBLAS) is not allowed"),
-    (r"<<<", "device-side kernel launches (<<<) are not allowed"),
-    (r"\bcuda[A-Z]\w*\s*\(", "CUDA runtime API calls are not allowed in device code"),
-    (r"\b__host__\b", "host code is not allowed (device code only)"),
-    (r"\bint\s+main\s*\(", "host code is not allowed (main)"),
-    (r"\b__managed__\b", "managed (__managed__) variables are not allowed"),
-    (r"\bstd::(?:thread|chrono)\b|\bsystem\s*\(|\bfopen\s*\(", "host facilities are not allowed"),
-]
-_BANNED_RE = [(re.compile(p), msg) for p, msg in _BANNED]
-_INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"]([^>\"]+)[>\"]", re.MULTILINE)
-_KERNEL_DEF = re.compile(
-    r'(extern\s+"C?"\s+)?__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)'
-)
 MAX_CODE_CHARS = 48_000
+
+_BANNED_IDENTS: dict[str, str] = {}
+for _names, _msg in (
+    (("asm", "__asm__", "__asm"), "inline assembly (asm) is not allowed"),
+    (("__trap", "__brkpt", "__builtin_trap"), "traps and breakpoints are not allowed"),
+    (("clock64", "__clock64", "globaltimer", "__globaltimer", "__nanosleep"), "reading clocks or sleeping is not allowed"),
+    (("printf", "vprintf", "puts"), "printf is not allowed"),
+    (("new", "delete", "__builtin_malloc"), "heap allocation is not allowed"),
+    (("__host__",), "host code is not allowed (device code only)"),
+    (("__managed__",), "managed (__managed__) variables are not allowed"),
+    (("main",), "host code is not allowed (main)"),
+    (("system", "fopen", "popen", "fread", "fwrite", "getenv"), "host facilities are not allowed"),
+):
+    for _n in _names:
+        _BANNED_IDENTS[_n] = _msg
+_BANNED_CALLS = {
+    "clock": "reading clocks or sleeping is not allowed",
+    "trap": "traps and breakpoints are not allowed",
+    "malloc": "heap allocation is not allowed", "free": "heap allocation is not allowed",
+    "realloc": "heap allocation is not allowed", "calloc": "heap allocation is not allowed",
+}
+_VENDOR = ("cusparse", "cublas", "cusolver", "cufft", "curand")
+_EXEC_SPACES = {"__global__", "__device__"}
+_CONST_DATA = {"__constant__", "__shared__", "constexpr"}
+_QUALIFIERS = {"const", "__restrict__", "__restrict", "restrict", "volatile"}
 
 
 @dataclass(frozen=True)
@@ -65,74 +70,232 @@ class StaticViolation:
     message: str
 
 
-def strip_comments_and_strings(code: str) -> str:
-    """The code with // and /* */ comments and string/char literals blanked (lines kept)."""
-    out = []
-    i, n = 0, len(code)
-    while i < n:
-        c = code[i]
-        if code.startswith("//", i):
-            j = code.find("\n", i)
-            i = n if j < 0 else j
-        elif code.startswith("/*", i):
-            j = code.find("*/", i + 2)
-            seg = code[i: n if j < 0 else j + 2]
-            out.append("\n" * seg.count("\n"))
-            i = n if j < 0 else j + 2
-        elif c in "\"'":
-            j = i + 1
-            while j < n and code[j] != c and code[j] != "\n":
-                j += 2 if code[j] == "\\" else 1
-            out.append(c + c)
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+class _Refused(Exception):
+    pass
 
 
-def _namespace_scope_state(code: str) -> str | None:
-    """A message if the code declares variables that outlive a call."""
-    depth = 0
-    stmt: list[str] = []
-    for ch in code:
-        if ch == "{":
-            if depth == 0:
-                stmt = []
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            stmt = []
-        elif depth == 0:
-            if ch == ";":
-                decl = "".join(stmt)
-                if re.search(r"\b__device__\b", decl) and "(" not in decl and not re.search(r"\b__constant__\b", decl):
-                    return f"global device variable '{decl.strip()[:60]}' would keep state between calls"
-                stmt = []
-            else:
-                stmt.append(ch)
-    if re.search(r"\bstatic\s+(?!__device__\s+__forceinline__|__device__\s+inline|__forceinline__|inline|__device__)"
-                 r"(?:const\s+)?(?:volatile\s+)?(?:unsigned\s+)?\w+\s+\w+\s*(?:\[|=|;)", code):
-        return "static variables would keep state between calls"
+def _banned(tokens: list[Token]) -> str | None:
+    for i, t in enumerate(tokens):
+        nxt = tokens[i + 1].text if i + 1 < len(tokens) else ""
+        if t.text == "<<<":
+            return "device-side kernel launches (<<<) are not allowed"
+        if t.kind != "ident":
+            continue
+        if t.text in _BANNED_IDENTS:
+            return _BANNED_IDENTS[t.text]
+        if nxt == "(" and t.text in _BANNED_CALLS:
+            return _BANNED_CALLS[t.text]
+        if t.text.lower().startswith(_VENDOR):
+            return "calling vendor libraries (cuSPARSE, cuBLAS) is not allowed"
+        if nxt == "(" and len(t.text) > 4 and t.text.startswith("cuda") and t.text[4].isupper():
+            return "CUDA runtime API calls are not allowed in device code"
+        if t.text == "std" and nxt == "::" and i + 2 < len(tokens) and tokens[i + 2].text in ("thread", "chrono"):
+            return "host facilities are not allowed"
     return None
 
 
-def signature_problem(code: str, header: Header, op: Op) -> str | None:
+def _match(words: list[str], i: int, open_: str = "(", close: str = ")") -> int:
+    """Index of the bracket closing the one at ``words[i]``."""
+    depth = 0
+    for j in range(i, len(words)):
+        if words[j] == open_:
+            depth += 1
+        elif words[j] == close:
+            depth -= 1
+            if depth == 0:
+                return j
+    raise _Refused(f"unbalanced '{open_}'")
+
+
+def _strip_template(decl: list[str]) -> list[str]:
+    while decl and decl[0] == "template" and len(decl) > 1 and decl[1] == "<":
+        depth = 0
+        for j in range(1, len(decl)):
+            depth += {"<": 1, ">": -1, ">>": -2}.get(decl[j], 0)
+            if depth <= 0:
+                decl = decl[j + 1:]
+                break
+        else:
+            return []
+    while decl and decl[0] in ("typedef", "inline", "static", "extern", "public", "private", "protected", ":"):
+        decl = decl[1:]
+    return decl
+
+
+def _depth0(decl: list[str], tok: str) -> int:
+    """Index of the first ``tok`` outside parentheses and brackets, or -1."""
+    depth = 0
+    for j, t in enumerate(decl):
+        if t == tok and depth == 0:
+            return j
+        if t in ("(", "["):
+            depth += 1
+        elif t in (")", "]"):
+            depth -= 1
+    return -1
+
+
+def _name_before(decl: list[str], j: int) -> str:
+    for t in reversed(decl[:j]):
+        if t[:1].isalpha() or t[:1] == "_":
+            return t
+    return "?"
+
+
+def _declarator_name(decl: list[str]) -> str:
+    for stop in ("=", "[", "{", "("):
+        j = _depth0(decl, stop)
+        if j > 0:
+            return _name_before(decl, j)
+    return _name_before(decl, len(decl))
+
+
+class _Scanner:
+    """Walks the expanded tokens once, scope by scope, and records kernel definitions."""
+
+    def __init__(self, tokens: list[Token]):
+        self.toks = [t.text for t in tokens]
+        self.kernels: dict[str, tuple[bool, list[str]]] = {}  # name -> (extern "C", parameter tokens)
+
+    def run(self) -> None:
+        self._scope(0, len(self.toks), "ns", extern_c=False)
+
+    def _scope(self, i: int, end: int, kind: str, extern_c: bool) -> None:
+        decl: list[str] = []
+        while i < end:
+            t = self.toks[i]
+            if t == "{":
+                close = _match(self.toks, i, "{", "}")
+                opened = self._classify(decl)
+                if _depth0(decl, "(") >= 0 and decl.count("(") > decl.count(")"):
+                    opened = "skip"  # a brace inside parentheses (default argument)
+                if opened == "ns":
+                    self._scope(i + 1, close, "ns", extern_c or decl[:2] == ["extern", '"C"'])
+                    decl = []
+                elif opened == "class":
+                    self._scope(i + 1, close, "class", False)
+                    decl.append("{}")
+                elif opened == "fn":
+                    self._function(decl, kind, extern_c)
+                    self._body(i + 1, close)
+                    decl = []
+                else:  # enum body or brace initialiser: part of the declaration
+                    decl.append("{}")
+                i = close + 1
+                continue
+            if t == ";":
+                self._declaration(decl, kind, extern_c)
+                decl = []
+            elif t == "}":
+                raise _Refused("unbalanced '}'")
+            else:
+                decl.append(t)
+            i += 1
+        # tokens left without a ';' are not a declaration the compiler would accept: it says so
+
+    @staticmethod
+    def _classify(words: list[str]) -> str:
+        if words[:1] in (["namespace"], ["inline"]) and "namespace" in words[:2]:
+            return "ns"
+        if words in (["extern", '"C"'], ["extern", '"C++"']):
+            return "ns"
+        if _depth0(words, "=") >= 0:
+            return "init"
+        core = _strip_template(words)
+        if core and core[0] == "enum":
+            return "enum"
+        paren = _depth0(core, "(")
+        for key in ("struct", "class", "union"):
+            if key in core and (paren < 0 or core.index(key) < paren and
+                                _name_before(core, paren) in ("__align__", "alignas", "__declspec", key)):
+                return "class"
+        return "fn" if paren >= 0 else "init"
+
+    def _function(self, words: list[str], kind: str, extern_c: bool) -> None:
+        paren = _depth0(words, "(")
+        while paren >= 0 and words[paren - 1] in ("__launch_bounds__", "__align__", "alignas", "__maxnreg__"):
+            close = _match(words, paren)  # skip the attribute's argument list
+            nxt = _depth0(words[close + 1:], "(")
+            paren = close + 1 + nxt if nxt >= 0 else -1
+        if paren < 0:
+            raise _Refused("a function definition without a parameter list")
+        name = _name_before(words, paren)
+        head = words[:paren]
+        if not _EXEC_SPACES & set(head):
+            raise _Refused(f"host function '{name}' is not allowed (device code only): mark it __device__")
+        if "__global__" in head:
+            close = _match(words, paren)
+            c_linkage = extern_c or ("extern" in head and '"C"' in head)
+            self.kernels[name] = (c_linkage, words[paren + 1:close])
+
+    def _declaration(self, words: list[str], kind: str, extern_c: bool) -> None:
+        core = _strip_template(words)
+        if not core or core[0] in ("typedef", "using", "static_assert", "friend", "namespace") or words[0] in (
+                "typedef", "using"):
+            return
+        if core[0] in ("struct", "class", "union", "enum") and (len(core) <= 3 or core[-1] == "{}"):
+            return  # a forward declaration or a type definition with no declarator
+        if core[-2:] in (["=", "default"], ["=", "delete"]):
+            return
+        paren = _depth0(core, "(")
+        is_function = paren > 0 and _depth0(core[:paren], "=") < 0 and core[paren - 1] not in ("__align__", "alignas")
+        if is_function:
+            if not _EXEC_SPACES & set(core[:paren]):
+                raise _Refused(f"host function or variable '{_name_before(core, paren)}' is not allowed "
+                               "(device code only): mark it __device__")
+            return
+        name = _declarator_name(core)
+        if kind == "class":
+            if "static" in words and not {"const", "constexpr"} & set(words):
+                raise _Refused(f"static data member '{name}' would keep state between launches")
+            return
+        if "extern" in words and "__shared__" not in words:
+            raise _Refused(f"extern variable '{name}' is not allowed (device code only)")
+        if _CONST_DATA & set(words):
+            return
+        if "const" in words and not {"*", "&", "&&", "mutable"} & set(words):
+            return
+        if "__device__" in words:
+            raise _Refused(f"module-scope variable '{name}' is writable device state that would survive a "
+                           "launch: use __constant__ for tables, registers or shared memory for the rest")
+        raise _Refused(f"host variable '{name}' is not allowed (device code only): use constexpr or __constant__")
+
+    def _body(self, i: int, end: int) -> None:
+        """Inside a function body: refuse writable static locals."""
+        while i < end:
+            if self.toks[i] == "static":
+                j = i
+                while j < end and self.toks[j] not in (";", "{", "="):
+                    j += 1
+                if not {"const", "constexpr", "__shared__"} & set(self.toks[i:j]):
+                    raise _Refused(f"static local '{_name_before(self.toks[i:j], j - i)}' "
+                                   "would keep state between launches")
+            i += 1
+
+
+def _param_types(params: list[str]) -> list[str]:
+    out, cur = [], []
+    for t in params + [","]:
+        if t == ",":
+            if cur:
+                kept = [w for w in cur if w not in _QUALIFIERS]
+                out.append("".join(kept[:-1]))  # drop the parameter's name
+            cur = []
+        else:
+            cur.append(t)
+    return out
+
+
+def signature_problem(kernels: dict[str, tuple[bool, list[str]]], header: Header, op: Op) -> str | None:
     """A message if a launched kernel is missing or its parameters break the contract."""
-    defs = {m.group(2): m for m in _KERNEL_DEF.finditer(code)}
     expected = [p.base for p in kernel_params(header.format, op)]
     for name in dict.fromkeys(header.kernel_names(op)):
-        m = defs.get(name)
-        if m is None:
+        if name not in kernels:
             return f"kernel '{name}' named by LAUNCH is not defined as a __global__ function"
-        if not m.group(1):
+        c_linkage, params = kernels[name]
+        if not c_linkage:
             return f"kernel '{name}' must be declared extern \"C\""
-        params = [p.strip() for p in m.group(3).split(",") if p.strip()]
-        got = []
-        for p in params:
-            p = re.sub(r"\b(?:const|__restrict__|__restrict|restrict|volatile)\b", " ", p)
-            toks = p.replace("*", " * ").split()
-            got.append("".join(toks[:-1]))  # drop the parameter's name
+        got = _param_types(params)
         if got != expected:
             return (f"kernel '{name}' takes ({', '.join(got)}) but the contract for {op.value} "
                     f"{header.format} is ({', '.join(expected)})")
@@ -143,15 +306,17 @@ def static_check(code: str, header: Header, op: Op) -> StaticViolation | None:
     """The first violation in ``code``, or None when it may be compiled."""
     if len(code) > MAX_CODE_CHARS:
         return StaticViolation("static_check", f"code longer than {MAX_CODE_CHARS} characters")
-    for inc in _INCLUDE.findall(code):
-        if inc not in ALLOWED_INCLUDES:
-            return StaticViolation("static_check", f"#include <{inc}> is not allowed (allowed: {', '.join(sorted(ALLOWED_INCLUDES))})")
-    bare = strip_comments_and_strings(code)
-    for rx, msg in _BANNED_RE:
-        if rx.search(bare):
-            return StaticViolation("static_check", msg)
-    if (state := _namespace_scope_state(bare)) is not None:
-        return StaticViolation("static_check", state)
-    if (sig := signature_problem(bare, header, op)) is not None:
+    try:
+        src = preprocess(code)
+    except SourceError as exc:
+        return StaticViolation("static_check", str(exc))
+    if (msg := _banned(src.macro_tokens) or _banned(src.tokens)) is not None:
+        return StaticViolation("static_check", msg)
+    scanner = _Scanner(src.tokens)
+    try:
+        scanner.run()
+    except _Refused as exc:
+        return StaticViolation("static_check", str(exc))
+    if (sig := signature_problem(scanner.kernels, header, op)) is not None:
         return StaticViolation("contract_error", sig)
     return None

@@ -13,11 +13,24 @@ region, and both sides are timed by the same function on the same stream:
   two events; time per run = elapsed / reps. This is an iterative solver's regime,
   where a matrix that fits in L2 stays there.
 
-Each regime reports the median over ``trials`` and the spread (p10 to p90, relative
-to the median). A graph replay waits for all its kernels, and the stop event is
-recorded after it on the same stream, so nothing a kernel leaves running escapes the
-measurement (work moved to another stream inside the captured region is refused by
-the capture itself).
+**Timed runs are checked runs** when a :class:`~sparserl.harness.buffers.CheckedIO` is given
+(the harness always gives one; cuSPARSE gets one that prepares without checking): every run
+starts like a verification launch, from fresh x values and a NaN-poisoned y, and its output is
+compared with the fp64 reference.
+
+* cold: x and y are prepared *before* the flush, so the flush also evicts them and nothing of
+  the preparation is timed; every one of the ``trials`` outputs is checked.
+* warm: each repetition inside the graph is preceded by its own preparation (x from the
+  sample's seed and the repetition's index, y poisoned), and a graph of the preparations alone is
+  timed the same way and subtracted: time per run = (t(prepare + run) - t(prepare)) / reps. After
+  every sample the last repetition's output is checked, and so is the output of one repetition
+  chosen at random per evaluation (copied aside inside the graph; the copy is in both graphs).
+
+A wrong timed output raises :class:`TimedRunRejected`. Each regime reports the median over
+``trials`` and the spread (p10 to p90, relative to the median). A graph replay waits for all its
+kernels, and the stop event is recorded after it on the same stream, so nothing a kernel leaves
+running escapes the measurement (work moved to another stream inside the captured region is
+refused by the capture itself).
 """
 
 from __future__ import annotations
@@ -30,6 +43,10 @@ import numpy as np
 from sparserl.harness.device import cupy_module
 
 REGIMES = ("cold", "warm")
+
+
+class TimedRunRejected(Exception):
+    """A timed run's output was wrong (the message says which run and how)."""
 
 
 @dataclass(frozen=True)
@@ -135,44 +152,85 @@ def _summary(regime: str, samples_us: np.ndarray, reps: int) -> Timing:
     )
 
 
-def time_run(run: Callable[[], None], config: TimingConfig, stream=None, flush: FlushBuffer | None = None) -> Timing:
-    """Time ``run`` (a function that enqueues GPU work on the current stream)."""
+def time_run(run: Callable[[], None], config: TimingConfig, stream=None, flush: FlushBuffer | None = None,
+             io=None) -> Timing:
+    """Time ``run`` (a function that enqueues GPU work on the current stream).
+
+    ``io`` (a :class:`~sparserl.harness.buffers.CheckedIO`) prepares every run like a verification
+    launch and checks its output (module docstring); without it the runs are timed as they are.
+    """
     cp = cupy_module()
     stream = stream or cp.cuda.Stream(non_blocking=True)
     start, stop = cp.cuda.Event(), cp.cuda.Event()
-    one = capture(run, stream)
-    for _ in range(config.warmup):
-        one.launch(stream)
+
+    def sample(graph) -> float:
+        if io is not None:
+            with stream:
+                io.new_seed()
+        start.record(stream)
+        graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) * 1e3
+
+    def reject_wrong(what: str) -> None:
+        if io is not None and (msg := io.check(what)) is not None:
+            raise TimedRunRejected(msg)
+
     if config.regime == "cold":
+        one = capture(run, stream)
+        for _ in range(config.warmup):
+            one.launch(stream)
         flush = flush or FlushBuffer()
+        if io is not None:
+            io.snapshot_rep = None  # one run per sample: its output is the one checked
         samples = []
-        for _ in range(config.trials):
-            flush.flush(stream)
+        for trial in range(config.trials):
+            with stream:
+                if io is not None:
+                    io.new_seed()
+                    io.prepare(0)
+                flush.flush(stream)
             start.record(stream)
             one.launch(stream)
             stop.record(stream)
             stop.synchronize()
             samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3)
+            reject_wrong(f"cold, run {trial + 1} of {config.trials}")
         return _summary("cold", np.asarray(samples), 1)
 
+    def reps_of(n: int, with_run: bool):
+        def body() -> None:
+            for rep in range(n):
+                if io is not None:
+                    io.prepare(rep)
+                if with_run:
+                    run()
+                if io is not None:
+                    io.mark(rep)
+        return body
+
     # warm: estimate one run, then build a graph long enough to drown the launch gap
-    start.record(stream)
-    for _ in range(5):
+    one = capture(reps_of(1, True), stream)
+    for _ in range(config.warmup):
         one.launch(stream)
-    stop.record(stream)
-    stop.synchronize()
-    per_run_ms = max(cp.cuda.get_elapsed_time(start, stop) / 5, 1e-4)
+    per_run_ms = max(sum(sample(one) for _ in range(5)) / 5e3, 1e-4)
     reps = int(min(config.max_reps, max(1, round(config.warm_target_ms / per_run_ms))))
-    many = capture(run, stream, reps)
+    if io is not None:
+        io.choose_snapshot(reps)
+    many = capture(reps_of(reps, True), stream)
     many.launch(stream)
-    samples = []
-    for _ in range(config.trials):
-        start.record(stream)
-        many.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / reps)
-    return _summary("warm", np.asarray(samples), reps)
+    totals = []
+    for trial in range(config.trials):
+        totals.append(sample(many))
+        reject_wrong(f"warm, sample {trial + 1} of {config.trials}, {reps} runs each")
+    prep_us = 0.0
+    if io is not None:
+        prep = capture(reps_of(reps, False), stream)
+        prep.launch(stream)
+        prep_us = float(np.median([sample(prep) for _ in range(config.trials)]))
+    per_run = (np.asarray(totals) - prep_us) / reps
+    return _summary("warm", np.maximum(per_run, 1e-3), reps)
 
 
 _COPY_KERNEL = r"""

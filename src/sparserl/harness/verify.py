@@ -3,17 +3,22 @@
 For each input in a fixed, seeded set (several random inputs and adversarial ones:
 large signed magnitudes, all zeros, alternating signs), the kernel is launched on
 *freshly allocated* x and y buffers (a kernel that caches its answer by pointer, or in
-global state, sees new pointers and new values every time):
+global state, sees new pointers and new values every time), laid out as every launch is
+(:class:`~sparserl.harness.buffers.IOBuffers`: NaN guards on both sides of x and of y):
 
-* y is filled with NaN before the launch (zeroed instead for formats whose contract
-  says so), and has a NaN guard region after its end: unwritten rows stay NaN and fail,
-  writes past the end of y are caught by the guard;
+* y is filled with NaN before the launch (zeroed instead for formats whose contract says so):
+  unwritten rows stay NaN and fail; a write before the start or past the end of y (or x) is
+  caught by the guards;
 * the output is compared with the fp64 reference under the documented tolerance
   (:mod:`sparserl.harness.reference`), on the GPU;
 * afterwards, x and every matrix array must be bit-for-bit unchanged (a modified
   matrix is restored from a pristine copy before the next job);
-* the first input is run again: a kernel without atomics must reproduce its output bit
-  for bit; one with atomics must pass the tolerance again (rounding order may differ).
+* the first input is run again, always: a kernel whose compiled code has no atomics must
+  reproduce its output bit for bit; one with atomics must pass the tolerance again (rounding
+  order may differ);
+* then the kernel runs on the same sparsity pattern with fresh random values
+  (``A_alt``, :mod:`sparserl.harness.resident`) on the first ``revalued_inputs`` inputs: a kernel
+  may bake the structure into its code, never the values.
 """
 
 from __future__ import annotations
@@ -23,11 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparserl.harness.buffers import IOBuffers
 from sparserl.harness.launcher import BoundKernel
-from sparserl.harness.reference import compare_to, rtol_per_row
 from sparserl.harness.result import ErrorKind
-
-GUARD = 256  # poison entries after the end of y
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,14 @@ class VerifyConfig:
     """Random inputs (normal and uniform), each a fresh draw."""
     adversarial: bool = True
     """Also: large signed magnitudes (|x| ~ 1e4), all zeros, alternating +1/-1."""
+    revalued_inputs: int = 2
+    """Inputs also run on the same pattern with fresh random values (0 turns that off)."""
     seed: int = 1234
     """Inputs are seeded per matrix so every kernel sees the same ones."""
+
+    def __post_init__(self) -> None:
+        if self.random_inputs < 1 or self.revalued_inputs < 0:
+            raise ValueError("need random_inputs >= 1 and revalued_inputs >= 0")
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,17 @@ class VerifyOutcome:
     kind: ErrorKind  # NONE when everything passed
     message: str
     max_scaled_error: float
+
+
+@dataclass
+class Target:
+    """A kernel bound to one version of the matrix, with its reference and its tamper check."""
+
+    bound: BoundKernel
+    reference: object
+    """The :class:`~sparserl.harness.reference.Fp64Reference` of that version."""
+    modified: Callable[[], list[str]]
+    """Names of matrix arrays that differ from their pristine copies (restoring them)."""
 
 
 def make_inputs(shape: tuple[int, ...], cfg: VerifyConfig) -> list[tuple[str, np.ndarray]]:
@@ -69,79 +89,72 @@ def make_inputs(shape: tuple[int, ...], cfg: VerifyConfig) -> list[tuple[str, np
 
 
 class Verifier:
-    """The inputs and fp64 references for one matrix and shape, kept on the GPU."""
+    """Runs a kernel on the verification inputs and judges every output (module docstring)."""
 
-    def __init__(self, A, k: int | None, cfg: VerifyConfig):
+    def __init__(self, m: int, n: int, k: int | None, cfg: VerifyConfig):
         import cupy as cp
-        import cupyx.scipy.sparse as csp
 
-        m, n = A.shape
-        self.m, self.k = m, k
-        shape = (n,) if k is None else (n, k)
-        A64 = csp.csr_matrix((cp.asarray(A.data, dtype=cp.float64), cp.asarray(A.indices), cp.asarray(A.indptr)),
-                             shape=A.shape)
-        absA = csp.csr_matrix((cp.abs(A64.data), A64.indices, A64.indptr), shape=A.shape)
-        self.rtol = cp.asarray(rtol_per_row(A))
-        self.inputs = []
-        for name, xh in make_inputs(shape, cfg):
-            x64 = cp.asarray(xh, dtype=cp.float64)
-            self.inputs.append((name, xh, A64 @ x64, absA @ cp.abs(x64)))
+        self.m, self.n, self.k = m, n, k
+        self.cfg = cfg
+        self.inputs = [(name, cp.asarray(xh)) for name, xh in make_inputs((n,) if k is None else (n, k), cfg)]
 
     def device_arrays(self) -> list:
-        """Every array this verifier keeps on the GPU (per-row tolerances, references, magnitudes)."""
-        return [self.rtol] + [a for _, _, ref, mag in self.inputs for a in (ref, mag)]
+        """The inputs kept on the GPU (fingerprinted by the worker to catch stray writes)."""
+        return [x for _, x in self.inputs]
 
-    def _out(self):
-        import cupy as cp
-
-        size = self.m * (self.k or 1)
-        full = cp.full(size + GUARD, np.nan, dtype=cp.float32)
-        y = full[:size] if self.k is None else full[:size].reshape(self.m, self.k)
-        return full, y
-
-    def run(self, bound: BoundKernel, uses_atomics: bool,
-            matrix_modified: Callable[[], list[str]] = lambda: [],
+    def run(self, main: Target, alt: Target | None, uses_atomics: bool,
             phase: Callable[[str], None] = lambda name: None) -> VerifyOutcome:
-        """Verify ``bound``; CUDA errors propagate to the worker, which classifies them.
+        """Verify; CUDA errors propagate to the worker, which classifies them.
 
-        ``matrix_modified()`` names the matrix arrays that differ from their pristine
-        copies; it is checked after every launch, before the output is judged.
         ``phase("verify")`` is called right before each launch of the candidate and
         ``phase("check")`` right after it finished, so the parent's tight time limit for
         a hanging kernel covers the candidate only, not the harness's own checks.
         """
-        import cupy as cp
-
-        keep = []  # hold every buffer until the end so no pointer is ever reused
+        keep: list[IOBuffers] = []  # hold every buffer until the end so no pointer is ever reused
         worst = 0.0
         first_y = None
-        for idx, (name, xh, ref, mag) in enumerate(self.inputs + [self.inputs[0]]):
-            x = cp.asarray(xh)
-            full, y = self._out()
-            keep += [x, full]
-            cp.cuda.runtime.deviceSynchronize()
-            phase("verify")
-            bound.run(x, y)
-            cp.cuda.runtime.deviceSynchronize()
-            phase("check")
-            if not bool(cp.array_equal(x, cp.asarray(xh))):
-                return VerifyOutcome(ErrorKind.INPUT_MODIFIED, "the kernel wrote to x", worst)
-            if modified := matrix_modified():
-                return VerifyOutcome(ErrorKind.INPUT_MODIFIED,
-                                     f"the kernel wrote to the matrix arrays {', '.join(modified)}", worst)
-            if not bool(cp.isnan(full[y.size:]).all()):
-                return VerifyOutcome(ErrorKind.INCORRECT, "wrote past the end of y", float("inf"))
-            res = compare_to(ref, mag, self.rtol, y)
+        runs = [(main, name, x, "") for name, x in self.inputs + [self.inputs[0]]]
+        if alt is not None:
+            runs += [(alt, name, x, "with the same pattern and fresh values, ")
+                     for name, x in self.inputs[:self.cfg.revalued_inputs]]
+        for idx, (target, name, x, where) in enumerate(runs):
+            io = IOBuffers(self.m, self.n, self.k)
+            keep.append(io)
+            bad, y = self._launch(target, io, x, phase)
+            if bad is not None:
+                return VerifyOutcome(bad[0], f"{where}input '{name}': {bad[1]}", worst if bad[2] is None else bad[2])
+            res = target.reference.compare(io.x, y)
             worst = max(worst, res.max_scaled_error)
             if not res.ok:
-                what = f"{res.nonfinite} entries never written or not finite" if res.nonfinite else "wrong values"
-                return VerifyOutcome(ErrorKind.INCORRECT,
-                                     f"input '{name}': {res.bad_rows} rows out of tolerance ({what}), "
-                                     f"first bad row {res.first_bad_row}, max error {res.max_scaled_error:.3g}x "
-                                     f"the tolerance", worst)
+                hint = " (the kernel must read every value from val)" if where else ""
+                return VerifyOutcome(ErrorKind.INCORRECT, f"{where}input '{name}': {res.describe()}{hint}", worst)
             if idx == 0:
                 first_y = y.copy()
-            elif idx == len(self.inputs) and not uses_atomics and not bool(cp.array_equal(y, first_y)):
-                return VerifyOutcome(ErrorKind.NONDETERMINISTIC,
-                                     "two runs on the same input differ and the code uses no atomics", worst)
+            elif idx == len(self.inputs) and not uses_atomics:
+                import cupy as cp
+
+                if not bool(cp.array_equal(y, first_y)):
+                    return VerifyOutcome(ErrorKind.NONDETERMINISTIC,
+                                         "two runs on the same input differ and the compiled code uses no atomics",
+                                         worst)
         return VerifyOutcome(ErrorKind.NONE, "", worst)
+
+    @staticmethod
+    def _launch(target: Target, io: IOBuffers, x, phase) -> tuple[tuple | None, object]:
+        """Launch once on ``io`` with input ``x``; (failure kind, message, error) or None, and y."""
+        import cupy as cp
+
+        io.load_x(x)
+        cp.cuda.runtime.deviceSynchronize()
+        phase("verify")
+        target.bound.run(io.x, io.y)
+        cp.cuda.runtime.deviceSynchronize()
+        phase("check")
+        if not bool(cp.array_equal(io.x, x)):
+            return (ErrorKind.INPUT_MODIFIED, "the kernel wrote to x", None), io.y
+        if modified := target.modified():
+            return (ErrorKind.INPUT_MODIFIED, f"the kernel wrote to the matrix arrays {', '.join(modified)}", None), io.y
+        if (g := io.guard_problem()) is not None:
+            kind = ErrorKind.INPUT_MODIFIED if g.endswith(" x") else ErrorKind.INCORRECT
+            return (kind, g, float("inf")), io.y
+        return None, io.y

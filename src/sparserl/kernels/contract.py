@@ -29,6 +29,36 @@ from sparserl.errors import ContractError
 from sparserl.kernels.launch import Expr, parse_expr
 
 
+RULES: tuple[str, ...] = (
+    "**Structure may be specialised, values may not.** A kernel may bake this matrix's structure into "
+    "its code (diagonal offsets, block shape, row-length bins, split points, launch geometry, constant "
+    "tables). It must read every value from `val` (and `x`): users reuse one structure with new values, "
+    "and the harness verifies every kernel on the same pattern with fresh random values too.",
+    "**Device code only.** Every function is `__device__` or `__global__`; no host functions or host "
+    "variables, no `__host__`, no runtime API calls, no device-side launches.",
+    "**No state survives a launch** except in y: no writable variable at namespace scope in any namespace "
+    "or storage class, no writable `static` local or member; initialised `__constant__` and `static const` "
+    "tables are fine.",
+    "**No clocks, timers, SM or warp ids, inline assembly, traps, printf, heap or vendor libraries**, and "
+    "no call that leaves the module.",
+    "**No files.** `#include` only the allowed headers, written literally; no `#include_next`, `#embed`, "
+    "`#line`, `#pragma` other than `unroll`/`nounroll`, `_Pragma`, `__has_include`, token pasting (`##`) "
+    "or stringizing (`#`) in macros.",
+)
+"""The contract's rules in prose: docs/contract.md and the model's prompt carry them."""
+
+ALLOWED_INCLUDES = frozenset({
+    "cuda_fp16.h", "cuda_bf16.h", "cooperative_groups.h", "cooperative_groups/reduce.h",
+    "math_constants.h", "cuda/std/cstdint", "cuda/std/limits", "cuda/std/type_traits",
+    "cuda_pipeline.h", "cuda/barrier",
+})
+"""Headers a completion may include, written literally; each is CUDA's own and compiles with NVRTC
+given only the toolkit's include folders (so no verdict depends on the backend)."""
+
+VALUES_RULE = "Structure may be baked into the code; every value must be read from val."
+"""The values rule in one line (the text prompt's suffix)."""
+
+
 class Op(str, Enum):
     """The sparse operation a kernel computes."""
 
@@ -316,8 +346,19 @@ def launch_variables(fmt: str, op: Op) -> tuple[str, ...]:
 # Header grammar
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_FORMAT_RE = re.compile(r"^\s*FORMAT\s*:\s*(.*)$", re.IGNORECASE)
-_LAUNCH_RE = re.compile(r"^\s*LAUNCH\s*:\s*(.*)$", re.IGNORECASE)
+_HEADER_LINE = re.compile(r"^\s*(?:[*#>`-]+\s*)?\**\s*(FORMAT|LAUNCH)\s*\**\s*:\s*\**\s*(.*)$", re.IGNORECASE)
+
+
+def header_line(line: str) -> tuple[str, str] | None:
+    """``("FORMAT" or "LAUNCH", body)`` for a header line, or None for any other line.
+
+    The one recogniser of header lines: markdown decoration a model may add is dropped
+    (``**FORMAT:** CSR``, ``- LAUNCH: ...``, a line in backticks), so extraction from model
+    output and parsing of clean completions read headers the same way."""
+    m = _HEADER_LINE.match(line)
+    if m is None:
+        return None
+    return m.group(1).upper(), m.group(2).strip().strip("`").strip()
 
 MAX_LAUNCHES = 4
 MAX_BLOCK_THREADS = 1024
@@ -472,16 +513,16 @@ def parse_header(lines: list[str], op: Op) -> Header:
     """
     if not lines:
         raise ContractError("completion has no FORMAT: line")
-    m = _FORMAT_RE.match(lines[0])
-    if not m:
+    first = header_line(lines[0])
+    if first is None or first[0] != "FORMAT":
         raise ContractError(f"first header line must be 'FORMAT: ...', got {lines[0].strip()[:60]!r}")
-    fmt, params = parse_format_line(m.group(1))
+    fmt, params = parse_format_line(first[1])
     launches = []
     for line in lines[1:]:
-        lm = _LAUNCH_RE.match(line)
-        if not lm:
+        got = header_line(line)
+        if got is None or got[0] != "LAUNCH":
             raise ContractError(f"expected a 'LAUNCH: ...' line, got {line.strip()[:60]!r}")
-        launches.append(parse_launch_line(lm.group(1)))
+        launches.append(parse_launch_line(got[1]))
     if not launches:
         raise ContractError("completion has no LAUNCH: line")
     if len(launches) > MAX_LAUNCHES:
@@ -513,7 +554,7 @@ def split_completion(text: str, op: Op) -> tuple[Header, str]:
         if not s and not header:
             i += 1
             continue
-        if _FORMAT_RE.match(s) or _LAUNCH_RE.match(s):
+        if header_line(s) is not None:
             header.append(s)
             i += 1
             continue

@@ -6,7 +6,7 @@ checks that the committed file matches, so the prose cannot drift from the code.
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import FORMATS, MAX_LAUNCHES, Op, launch_variables, signature
+from sparserl.kernels.contract import ALLOWED_INCLUDES, FORMATS, MAX_LAUNCHES, RULES, Op, launch_variables, signature
 
 INTRO = f"""# The kernel contract
 
@@ -41,6 +41,17 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
 * Output policy: for formats marked *zeroed* the harness sets y (Y) to 0 before the first launch
   and kernels accumulate (atomics are fine); for all other formats y is filled with NaN before the
   first launch and the kernels must write every entry of it.
+
+## The rules
+
+{{RULES}}
+
+How the harness holds a kernel to them (`docs/harness.md`): the source is checked as the
+compiler's front end sees it (lines spliced, macros expanded, no token pasting or stringizing),
+the compiled PTX is checked again (clocks, SM and warp ids, traps, calls out of the module, writes
+to module-scope data), the kernel is verified on the matrix and on the same pattern with fresh
+random values, with guards on both sides of x and y, and every timed run starts from fresh x and
+a NaN-poisoned y and has its output checked. Allowed headers: {{HEADERS}}.
 """
 
 
@@ -72,7 +83,9 @@ def format_reference() -> str:
 
 
 def contract_markdown() -> str:
-    return INTRO + "\n" + format_reference()
+    intro = INTRO.replace("{RULES}", "\n".join(f"* {r}" for r in RULES)).replace(
+        "{HEADERS}", ", ".join(f"`{h}`" for h in sorted(ALLOWED_INCLUDES)))
+    return intro + "\n" + format_reference()
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 structure fingerprint that names a sparsity pattern.
 
 The card is what a kernel writer (a template, a search, or the model through its prompt) may
-bake into code: shape, nnz, the exact diagonal offsets when there are few, a dense block shape,
-the row-length bins with their boundaries, and the longest rows. Values never appear on it: a
-kernel may be specialised to the structure, never to the values (docs/contract.md).
+bake into code: shape, nnz, the exact diagonal offsets when there are few, a dense block shape
+(and the blocks per block row when every block row has the same number), the row-length bins
+with their boundaries, the longest rows, and every long row (with its length) when there are
+few enough to list, which is where a kernel's split points for long rows come from. Values never
+appear on it: a kernel may be specialised to the structure, never to the values
+(docs/contract.md).
 
 :func:`structure_fingerprint` hashes the pattern only (shape, row pointers, column indices), so
 one structure with new values keeps its fingerprint: the key of the best-known store.
@@ -28,6 +31,10 @@ LONGEST_ROWS = 8
 """How many of the longest rows the card names."""
 BLOCK_DENSITY_MIN = 0.6
 """A dense block shape is named when BSR storage of that shape is at least this full."""
+LONG_ROW_MIN = 256
+"""Rows at least this long are listed exactly (``MatrixCard.long_rows``) when there are few."""
+LONG_ROWS_MAX = 4096
+"""At most this many long rows are listed; with more, the listing threshold rises until they fit."""
 
 
 def structure_fingerprint(A: Any) -> str:
@@ -74,6 +81,16 @@ class MatrixCard:
     """The largest square block (8, 4 or 2) whose BSR storage is at least BLOCK_DENSITY_MIN full."""
     block_density: float
     """BSR storage efficiency of ``block_shape`` (0 when there is none)."""
+    row_len_min: int = 0
+    """Length of the shortest row."""
+    long_rows: tuple[tuple[int, int], ...] = ()
+    """(row, length) of every row of length >= ``long_rows_min``, longest first (ties by row)."""
+    long_rows_min: int = LONG_ROW_MIN
+    """The listing threshold: LONG_ROW_MIN, raised when more than LONG_ROWS_MAX rows reach it
+    (then the smallest length that at most LONG_ROWS_MAX rows reach). Every row at least this
+    long is in ``long_rows``; no shorter row is."""
+    block_row_len: int | None = None
+    """Blocks per block row of ``block_shape`` when every block row has the same number, else None."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,7 +102,15 @@ class MatrixCard:
         d["longest_rows"] = tuple(tuple(r) for r in d["longest_rows"])
         d["dia_offsets"] = tuple(d["dia_offsets"]) if d["dia_offsets"] is not None else None
         d["block_shape"] = tuple(d["block_shape"]) if d["block_shape"] is not None else None
+        d["long_rows"] = tuple(tuple(r) for r in d.get("long_rows", ()))
         return cls(**d)
+
+    def rows_longer_than(self, length: int) -> tuple[tuple[int, int], ...] | None:
+        """Every (row, length) with length > ``length``, longest first; None when the card does not
+        list them all (``length + 1 < long_rows_min``)."""
+        if length + 1 < self.long_rows_min:
+            return None
+        return tuple(r for r in self.long_rows if r[1] > length)
 
     def render(self) -> str:
         """The card as plain text, one fact per line (what the prompt carries)."""
@@ -94,6 +119,9 @@ class MatrixCard:
         lines.append("row-length bins: " + ", ".join(
             f"[{b.lo},{b.hi}]:{b.rows} rows" for b in self.bins))
         lines.append("longest rows: " + ", ".join(f"{r}:{n}" for r, n in self.longest_rows))
+        if self.long_rows:
+            listed = ", ".join(f"{r}:{n}" for r, n in self.long_rows) if len(self.long_rows) <= 16 else "not shown"
+            lines.append(f"rows of length >= {self.long_rows_min}: {len(self.long_rows)} ({listed})")
         if self.dia_offsets is not None:
             lines.append(f"diagonals: {self.num_diagonals} (fill {self.diag_fill:.2f}), offsets "
                          + " ".join(str(o) for o in self.dia_offsets))
@@ -101,7 +129,8 @@ class MatrixCard:
             lines.append(f"diagonals: {self.num_diagonals} (fill {self.diag_fill:.2f})")
         if self.block_shape is not None:
             r, c = self.block_shape
-            lines.append(f"dense blocks: {r}x{c} (fill {self.block_density:.2f})")
+            per_row = f", {self.block_row_len} per block row" if self.block_row_len is not None else ""
+            lines.append(f"dense blocks: {r}x{c} (fill {self.block_density:.2f}{per_row})")
         return "\n".join(lines)
 
 
@@ -115,6 +144,26 @@ def _bins(lengths: np.ndarray) -> tuple[RowBin, ...]:
         if hi >= lengths.max():
             break
     return tuple(out)
+
+
+def _long_rows(lengths: np.ndarray) -> tuple[tuple[tuple[int, int], ...], int]:
+    """(the listed long rows, the listing threshold): see ``MatrixCard.long_rows_min``."""
+    threshold = LONG_ROW_MIN
+    if int((lengths >= threshold).sum()) > LONG_ROWS_MAX:
+        threshold = int(np.partition(lengths, lengths.size - LONG_ROWS_MAX - 1)[lengths.size - LONG_ROWS_MAX - 1]) + 1
+    rows = np.flatnonzero(lengths >= threshold)
+    rows = rows[np.lexsort((rows, -lengths[rows]))]
+    return tuple((int(r), int(lengths[r])) for r in rows), threshold
+
+
+def _uniform_block_row_len(C: sp.csr_array, b: int) -> int | None:
+    """Nonzero ``b x b`` blocks per block row when every block row has the same count, else None."""
+    m, n = C.shape
+    lengths = np.diff(C.indptr)
+    brow = np.repeat(np.arange(m, dtype=np.int64) // b, lengths)
+    keys = np.unique(brow * (-(-n // b)) + C.indices.astype(np.int64) // b)
+    counts = np.bincount(keys // (-(-n // b)), minlength=-(-m // b))
+    return int(counts[0]) if counts.size and np.all(counts == counts[0]) else None
 
 
 def matrix_card(A: Any) -> MatrixCard:
@@ -132,10 +181,13 @@ def matrix_card(A: Any) -> MatrixCard:
         if d >= BLOCK_DENSITY_MIN:
             block, density = (b, b), float(d)
             break
+    long_rows, long_min = _long_rows(lengths)
     return MatrixCard(
         rows=f.rows, cols=f.cols, nnz=f.nnz, fingerprint=structure_fingerprint(C),
         row_len_mean=float(f.row_len_mean), row_len_max=f.row_len_max, empty_rows=f.empty_rows,
         bins=_bins(lengths), longest_rows=tuple((int(r), int(lengths[r])) for r in top if lengths[r] > 0),
         num_diagonals=f.num_diagonals, diag_fill=float(f.diag_fill), dia_offsets=offsets,
         block_shape=block, block_density=density,
+        row_len_min=int(lengths.min()) if lengths.size else 0, long_rows=long_rows, long_rows_min=long_min,
+        block_row_len=_uniform_block_row_len(C, block[0]) if block is not None else None,
     )

@@ -11,7 +11,12 @@ Use :func:`generate` (by family name, with parameter validation) rather than the
 The same ``(family, rows, cols, seed, params)`` always gives the same matrix; a different seed
 gives different values (and, for the random families, a different pattern).
 
-Distinct columns per row (families random, powerlaw, skewed, empty_rows, rectangular, block):
+Two families stress load balance from both sides: ``dense_lines`` (a random body with a few rows
+and columns far denser than the rest, as in LP constraint matrices and circuit matrices with
+supply nets) and ``rmat`` (an R-MAT graph: heavy-tailed degrees in rows and in columns at once).
+
+Distinct columns per row (families random, powerlaw, skewed, empty_rows, rectangular, block,
+dense_lines):
 columns are drawn with replacement, rows sorted via one int64 sort of ``row * cols + col`` keys,
 duplicates dropped, and each row that came out short is topped up with fresh draws (merged in
 with ``searchsorted``) until it has exactly its target length. That is the same as taking the
@@ -435,6 +440,79 @@ def _empty_rows(
     return _finish(rng, "empty_rows", indptr, indices, (rows, n))
 
 
+def _dense_lines(
+    rng: np.random.Generator,
+    rows: int,
+    cols: int | None,
+    *,
+    nnz_per_row: int,
+    dense_rows: int,
+    dense_cols: int,
+    dense_fill: float,
+) -> sp.csr_array:
+    n = rows if cols is None else cols
+    _need(nnz_per_row >= 0, "dense_lines", f"nnz_per_row must be >= 0, got {nnz_per_row}")
+    _need(dense_rows >= 0 and dense_cols >= 0, "dense_lines",
+          f"dense_rows and dense_cols must be >= 0, got {dense_rows} and {dense_cols}")
+    _need(0.0 < dense_fill <= 1.0, "dense_lines", f"dense_fill must be in (0, 1], got {dense_fill}")
+    k = min(nnz_per_row, n)
+    d_rows, d_cols = min(dense_rows, rows), min(dense_cols, n)
+    row_fill, col_fill = max(1, round(dense_fill * n)), max(1, round(dense_fill * rows))
+    _check_size("dense_lines", rows, n, k + (d_rows * row_fill + d_cols * col_fill) / rows)
+    lengths = np.full(rows, k, dtype=np.int64)
+    lengths[_exact_subset(rng, rows, d_rows)] = row_fill
+    indptr, indices = _random_pattern(rng, lengths, n)
+    # dense columns: each in a uniform random col_fill of the rows, merged into the pattern row by row
+    dcols = _exact_subset(rng, n, d_cols)
+    extra = np.concatenate([_exact_subset(rng, rows, col_fill) * n + c for c in dcols]) if d_cols else np.zeros(0, np.int64)
+    extra.sort()
+    parts = []
+    for r0, r1 in _row_chunks(np.diff(indptr)):
+        a, b = int(indptr[r0]), int(indptr[r1])
+        keys = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(indptr[r0 : r1 + 1])) * n + indices[a:b]
+        lo, hi = np.searchsorted(extra, [r0 * n, r1 * n])
+        keys = _dedupe_sorted(np.sort(np.concatenate((keys, extra[lo:hi]))))
+        parts.append((np.bincount(keys // n - r0, minlength=r1 - r0).astype(np.int64), (keys % n).astype(np.int32)))
+    indptr, indices = _assemble(rows, parts)
+    return _finish(rng, "dense_lines", indptr, indices, (rows, n))
+
+
+def _rmat(
+    rng: np.random.Generator, rows: int, cols: int | None, *, edge_factor: float, a: float, b: float, c: float
+) -> sp.csr_array:
+    if cols is not None and cols != rows:
+        raise MatrixError(f"rmat: builds a square graph matrix ({rows} x {rows}); cols={cols} disagrees (leave cols out)")
+    _need(edge_factor > 0, "rmat", f"edge_factor must be > 0, got {edge_factor}")
+    _need(min(a, b, c) > 0 and a + b + c < 1, "rmat", f"need a, b, c > 0 and a + b + c < 1, got {a}, {b}, {c}")
+    _check_size("rmat", rows, rows, edge_factor)
+    scale = max(1, math.ceil(math.log2(rows)))
+    side = 1 << scale
+    target = max(1, round(rows * edge_factor))
+    keep_rate = (rows / side) ** 2
+    perm = rng.permutation(side).astype(np.int64)  # vertex relabelling (as Graph500); ids >= rows are dropped
+    batches, kept = [], 0
+    while kept < target:
+        draw = min(_CHUNK_NNZ, math.ceil((target - kept) / keep_rate * 1.05) + 16)
+        src = np.zeros(draw, dtype=np.int64)
+        dst = np.zeros(draw, dtype=np.int64)
+        for _ in range(scale):  # one quadrant per level: a (0,0), b (0,1), c (1,0), d (1,1)
+            u = rng.random(draw, dtype=np.float32)
+            down = u >= a + b
+            right = ((u >= a) & (u < a + b)) | (u >= a + b + c)
+            src = (src << 1) | down
+            dst = (dst << 1) | right
+        src, dst = perm[src], perm[dst]
+        ok = (src < rows) & (dst < rows)
+        keys = (src[ok] * rows + dst[ok])[: target - kept]
+        batches.append(keys)
+        kept += keys.size
+    keys = _dedupe_sorted(np.sort(np.concatenate(batches)))
+    lengths = np.bincount(keys // rows, minlength=rows).astype(np.int64)
+    indptr = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    return _finish(rng, "rmat", indptr, (keys % rows).astype(np.int32), (rows, rows))
+
+
 # --------------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------------
@@ -502,6 +580,19 @@ FAMILIES: dict[str, FamilySpec] = {
         _rectangular,
         "random rows of `nnz_per_row` columns; cols defaults to 2 * rows (cols < rows allowed)",
         {"nnz_per_row": 8},
+    ),
+    "dense_lines": FamilySpec(
+        _dense_lines,
+        "random rows of `nnz_per_row` plus `dense_rows` rows and `dense_cols` columns at random positions, each "
+        "filled to `dense_fill` of its length (LP linking rows, circuit supply nets)",
+        {"nnz_per_row": 8, "dense_rows": 4, "dense_cols": 4, "dense_fill": 0.5},
+    ),
+    "rmat": FamilySpec(
+        _rmat,
+        "R-MAT graph: recursive quadrants `a`, `b`, `c` (d = 1-a-b-c), about rows * `edge_factor` edges before "
+        "duplicates merge, vertex ids permuted; heavy-tailed row and column degrees; square",
+        {"edge_factor": 8.0, "a": 0.57, "b": 0.19, "c": 0.19},
+        takes_cols=False,
     ),
 }
 """Generator families by name, in a stable order (structured first, random last)."""

@@ -27,7 +27,7 @@ import torch
 
 from sparserl.encoding import EncodingConfig, MatrixEncoder, MatrixInput
 from sparserl.errors import SparseRLError
-from sparserl.kernels.contract import Op
+from sparserl.kernels.contract import VALUES_RULE, Op
 from sparserl.model.decode import decode
 
 log = logging.getLogger(__name__)
@@ -67,14 +67,24 @@ class Sample:
     op: Op
     k: int | None = None
     nnz: int = 0
+    prompt: str | None = None
+    """The whole text prompt, when a caller writes its own (a search's refinement prompt);
+    None: the task line below."""
 
 
 def prompt_text(s: Sample, text_prompt: bool) -> str:
+    """The text after the matrix's soft tokens: a caller's own prompt (a search's refinement prompt),
+    else the operation, and with ``text_prompt`` the shape and the contract's values rule
+    (:data:`~sparserl.kernels.contract.VALUES_RULE`: a kernel may bake the structure in, never the
+    values; docs/contract.md has every rule)."""
+    if s.prompt is not None:
+        return s.prompt
     what = "SpMV y = A x" if s.op is Op.SPMV else f"SpMM Y = A X with k = {s.k}"
     if not text_prompt:
         return f"{what}\n"
     m, n = s.matrix.shape
-    return f"{what} for the {m} x {n} sparse matrix above ({s.nnz} nonzeros). Fastest correct kernel:\n"
+    return (f"{what} for the {m} x {n} sparse matrix above ({s.nnz} nonzeros). {VALUES_RULE} "
+            "Fastest correct kernel:\n")
 
 
 def _dtype(name: str) -> torch.dtype:

@@ -170,6 +170,9 @@ def generate_cmd(
     compile_only: bool = typer.Option(False, help="no GPU: the best compiling sample, unverified"),
     device: str = typer.Option("auto"),
     seed: int = typer.Option(0),
+    search: int = typer.Option(0, help="then search N more candidates (templates, mutations, refinements) "
+                                       "and return the best of all"),
+    store: Path = typer.Option(None, help="best-known store for --search (default: under the harness cache root)"),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     from sparserl.generate import GenerateConfig, generate_kernel
@@ -177,7 +180,8 @@ def generate_cmd(
     rep = generate_kernel(GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model), samples=samples,
                                          temperature=temperature, out=str(out) if out else None,
                                          library_fallback=not no_library_fallback, compile_only=compile_only,
-                                         device=device, seed=seed))
+                                         device=device, seed=seed, search=search,
+                                         store=str(store) if store else None))
     typer.echo(f"{rep['verdict']} [{rep['source']}]\nwrote {rep['out']}/kernel.cu, launch.json, report.md, "
                f"report.json in {rep['seconds']:.1f} s")
 

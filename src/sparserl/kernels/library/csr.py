@@ -7,6 +7,8 @@
   ends and nonzero indices is cut into equal tiles, so a row of a million nonzeros and
   a million empty rows cost the same per thread. Rows split between threads are
   combined with ``atomicAdd`` into a y zeroed by a first launch.
+* ``csr_adaptive`` and ``csr_lanes`` (module :mod:`.csr_irregular`): rows binned by length
+  with long rows split over blocks, and lane groups with several loads in flight.
 * SpMM ``csr_rows``: a group of ``g`` lanes per row; the group loads ``g`` (col, val)
   pairs at once and broadcasts them with shuffles while each lane accumulates ``vec``
   columns of Y (float4 loads of X when ``vec`` = 4).
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 from sparserl.kernels.contract import Op
+from sparserl.kernels.library import csr_irregular
 from sparserl.kernels.library.common import (
     FULL_MASK,
     Variant,
@@ -226,6 +229,7 @@ def variants() -> list[Variant]:
     for b, ipt in ((128, 7), (256, 7), (256, 3)):
         out.append(make(Op.SPMV, "CSR", "csr_merge", _merge, {"block": b, "ipt": ipt}, atomic=True,
                         doc="merge-path load balancing; skewed and power-law rows"))
+    out += csr_irregular.variants()
     for g, vec in ((32, 4), (8, 4), (2, 4), (32, 1), (8, 1)):
         for b in (128, 256):
             out.append(make(Op.SPMM, "CSR", "csr_rows", _spmm_rows, {"g": g, "vec": vec, "block": b},

@@ -5,8 +5,13 @@
     params = t.seeds(card)[0]
     text = t.render(params, card)
 
-The registry holds the reference library's strategies (:mod:`.library`) and the specialised
-templates that bake a matrix's structure into the code.
+The registry holds the reference library's strategies (:mod:`.library`) and the templates of
+:mod:`.csr`, :mod:`.dia`, :mod:`.bsr` and :mod:`.hyb`: strategies for irregular matrices, and
+specialised templates (``*_spec``, ``Template.specialised``) that bake a matrix's structure into
+the code, each beside its generic form (``Template.generic``) so that the gain of specialising
+can be measured. Where a template has the name of a library strategy (``csr_adaptive``,
+``csr_lanes``), it replaces the library's narrower one; its space holds every library point,
+and renders each exactly as the library does.
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ from functools import lru_cache
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import Op
 from sparserl.kernels.templates.base import Candidate, Param, Params, Template
+from sparserl.kernels.templates.bsr import bsr_templates
+from sparserl.kernels.templates.csr import csr_templates
+from sparserl.kernels.templates.dia import dia_templates
+from sparserl.kernels.templates.hyb import hyb_templates
 from sparserl.kernels.templates.library import library_templates
 
 __all__ = ["Candidate", "Param", "Params", "Template", "get_template", "templates"]
@@ -23,7 +32,9 @@ __all__ = ["Candidate", "Param", "Params", "Template", "get_template", "template
 
 @lru_cache(maxsize=1)
 def _all() -> tuple[Template, ...]:
-    out = list(library_templates())
+    new = csr_templates() + dia_templates() + bsr_templates() + hyb_templates()
+    replaced = {(t.op, t.name) for t in new}
+    out = [t for t in library_templates() if (t.op, t.name) not in replaced] + new
     keys = [(t.op, t.name) for t in out]
     if len(set(keys)) != len(keys):
         raise AssertionError("duplicate template names for one op")

@@ -86,6 +86,9 @@ class Template:
     """True when ``render`` bakes card facts into the code (needs a card)."""
     atomic: bool = False
     doc: str = ""
+    generic: str | None = None
+    """For a specialised template: the name of its generic form (the same strategy and parameters
+    with nothing baked in), so that the gain of specialisation can be measured matrix by matrix."""
 
     def param(self, name: str) -> Param:
         return next(p for p in self.space if p.name == name)

@@ -6,6 +6,10 @@ domain per parameter is every value the library uses for it, so a search can wal
 around the library's points; the library's own points are the seeds. Generic constraints keep a
 point renderable: a lane group (``g``, ``tpr``) fits in a warp and divides the block, and SELL's
 sigma is 1 or a multiple of C (the contract's rule).
+
+A few strategies get domains wider than the library's points (:data:`WIDER`): merge-path CSR
+tile sizes (block x items per thread, limited by the 48 KiB of static shared memory its tile
+takes), the segmented COO kernel's batches, and SELL's slice height and sorting window.
 """
 
 from __future__ import annotations
@@ -13,11 +17,29 @@ from __future__ import annotations
 from collections import defaultdict
 
 from sparserl.errors import ContractError
-from sparserl.kernels.contract import format_spec
+from sparserl.kernels.contract import Op, format_spec
 from sparserl.kernels.library import all_variants
 from sparserl.kernels.library.common import Variant, make
 from sparserl.kernels.templates.base import Param, Params, Template
 from sparserl.matrices.card import MatrixCard
+
+WIDER: dict[tuple[Op, str], dict[str, tuple[int, ...]]] = {
+    (Op.SPMV, "csr_merge"): {"block": (64, 128, 256, 512), "ipt": (1, 2, 3, 4, 5, 7, 9, 11, 13, 15)},
+    (Op.SPMV, "coo_segmented"): {"batches": (1, 2, 4, 8, 16, 32), "block": (128, 256, 512)},
+    (Op.SPMV, "sell_lanes"): {"C": (8, 16, 32, 64, 128), "sigma": (1, 64, 128, 256, 512, 1024, 4096)},
+}
+"""Extra values per parameter, beyond the library's own, for a few strategies."""
+
+STATIC_SMEM_BYTES = 48 * 1024
+"""Static shared memory one block may declare."""
+
+
+def _strategy_check(strategy: str, params: Params) -> str | None:
+    if strategy == "csr_merge":  # tile of block*ipt row ends and products in shared memory
+        tile = params["block"] * params["ipt"]
+        if 8 * tile + 24 > STATIC_SMEM_BYTES:
+            return f"a merge tile of {tile} items needs {8 * tile + 24} bytes of shared memory (at most {STATIC_SMEM_BYTES})"
+    return None
 
 
 def _generic_check(params: Params, card: MatrixCard | None, k: int | None, fmt: str) -> str | None:
@@ -38,8 +60,9 @@ def _template(group: list[Variant]) -> Template:
     first = group[0]
     fkeys = [k for k, _ in first.format_params]
     tkeys = [k for k, _ in first.tunables]
+    wider = WIDER.get((first.op, first.strategy), {})
     space = tuple(
-        Param(key, tuple(sorted({dict(v.format_params + v.tunables)[key] for v in group})),
+        Param(key, tuple(sorted({dict(v.format_params + v.tunables)[key] for v in group} | set(wider.get(key, ())))),
               format_param=key in fkeys)
         for key in fkeys + tkeys
     )
@@ -53,7 +76,7 @@ def _template(group: list[Variant]) -> Template:
     seeds = [dict(v.format_params + v.tunables) for v in group]
     return Template(
         name=first.strategy, op=first.op, format=first.format, space=space, renderer=render,
-        checker=lambda p, c, k: _generic_check(p, c, k, first.format),
+        checker=lambda p, c, k: _generic_check(p, c, k, first.format) or _strategy_check(first.strategy, p),
         seed_points=lambda card, k: [dict(s) for s in seeds],
         atomic=first.atomic, doc=first.doc,
     )

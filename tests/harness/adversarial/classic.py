@@ -1,30 +1,10 @@
-"""Kernels that try to fool the harness, with the failure kind each must get.
-
-Shared by the CPU tests (which check that static and compile failures are caught
-without a GPU, and that runtime cheats are *not* rejected early for the wrong reason)
-and the GPU tests (which check the exact kind at run time, and that the pool keeps
-serving afterwards). All are SpMV on CSR unless the header says otherwise.
-"""
+"""The first adversarial suite: wrong answers, crashes, hangs, and the cheats refused before running."""
 
 from __future__ import annotations
 
-HEAD = "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 256), block=256\n"
-SIG = ('extern "C" __global__ void spmv_kernel(int m, int n, int nnz, const int* __restrict__ row_ptr, '
-       "const int* __restrict__ col_idx, const float* __restrict__ val, const float* __restrict__ x, "
-       "float* __restrict__ y)")
-ROW = "const int row = blockIdx.x * blockDim.x + threadIdx.x;"
-DOT = ("float sum = 0.f; for (int j = row_ptr[row]; j < row_ptr[row + 1]; ++j) "
-       "sum += val[j] * x[col_idx[j]];")
+from tests.harness.adversarial.base import DOT, GOOD, HEAD, csr
 
-
-def csr(body: str, head: str = HEAD, sig: str = SIG, before: str = "") -> str:
-    return f"{head}{before}\n{sig}\n{{\n    {ROW}\n    {body}\n}}\n"
-
-
-GOOD = csr(f"if (row >= m) return; {DOT} y[row] = sum;")
-
-# name -> (completion text, expected error kind at run time on a GPU)
-ADVERSARIAL: dict[str, tuple[str, str]] = {
+CASES: dict[str, tuple[str, str]] = {
     # wrong answers, caught by verification
     "noop": (csr("(void)row;"), "incorrect"),
     "garbage_values": (csr("if (row < m) y[row] = 12345.0f;"), "incorrect"),
@@ -81,5 +61,3 @@ ADVERSARIAL: dict[str, tuple[str, str]] = {
 # the GPU test asserts only that later jobs on every resident matrix are not blamed for it.
 FAR_WRITE = csr(f"if (row >= m) return; {DOT} y[row] = sum; "
                 "for (int i = row; i < (1 << 20); i += m) y[(size_t)m + (1 << 18) + i] = 1e30f;")
-
-RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit"}

@@ -1,0 +1,258 @@
+"""``sparserl search`` against the library oracle and cuSPARSE, matrix by matrix, in one run.
+
+For each matrix, in one harness (one worker per GPU, the same timing for every kernel and for
+cuSPARSE):
+
+1. the search: ``--budget`` candidates (seeds, mutations, switches, random points; no policy),
+   from a best-known store that does not know the matrix (a fresh one unless ``--store``), timed
+   as wall seconds (the matrix card and the selector's features included);
+2. the library oracle: every template's seeds and every library variant that applies, all
+   through the harness (what the search already evaluated is answered from the harness's memo:
+   the same text gets the same measurement); the oracle is the fastest verified one.
+
+Recorded per matrix: cuSPARSE's time, the oracle (and the oracle over library variants alone),
+the search's best with its provenance, the ratio search/oracle (t_oracle / t_search: above 1 the
+search found a kernel faster than every enumerated one), the candidates evaluated and the wall
+time. Printed: a table and, per set, geometric means and the number of matrices where the
+search beats the oracle (at all, and by 2% or more). Written: JSON, after every matrix, so an
+interrupted run keeps what it measured and ``--resume`` continues it.
+
+    python benchmarks/search_bench.py --rows 200000 --families powerlaw,skewed --budget 16   # quick
+    python benchmarks/search_bench.py --out search_bench.json                                # 11 families, 1M rows
+    python benchmarks/search_bench.py --no-families --suitesparse DIR --out search_ss.json    # SuiteSparse
+
+Matrices whose structure a search has already seen in ``--store`` start from the stored best;
+keep the default (a fresh store per run) to measure the search itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library import variants
+from sparserl.kernels.templates import templates
+from sparserl.matrices import family_names, generate, load_matrix
+from sparserl.matrices.card import matrix_card
+from sparserl.search.footprint import check_fits
+from sparserl.search.loop import SearchConfig
+from sparserl.search.run import search_array
+from sparserl.search.store import open_store
+
+log = logging.getLogger("search_bench")
+
+LARGE_FAMILIES = ("diagonal", "banded", "stencil2d", "stencil3d_7", "stencil3d_27", "block", "random", "powerlaw",
+                  "skewed", "empty_rows", "rectangular")
+"""The 11 generated families of the issue's targets (generator defaults, seed 1)."""
+
+
+def matrices(args):
+    """(set, name, family, matrix) in order; generated ones are made only when reached."""
+    fams = [] if args.no_families else (args.families.split(",") if args.families else list(LARGE_FAMILIES))
+    unknown = set(fams) - set(family_names())
+    if unknown:
+        raise SystemExit(f"unknown families {sorted(unknown)}; families are {family_names()}")
+    for fam in fams:
+        yield "families", f"{fam}_{args.rows}", fam, lambda fam=fam: generate(fam, args.rows, seed=1)
+    if args.suitesparse:
+        files = sorted(p for p in Path(args.suitesparse).iterdir() if p.name.endswith((".mtx", ".mtx.gz", ".npz")))
+        if not files:
+            raise SystemExit(f"no .mtx/.mtx.gz/.npz files in {args.suitesparse}")
+        for f in files[:args.limit or None]:
+            yield "suitesparse", f.name.split(".")[0], "suitesparse", lambda f=f: load_matrix(f)
+
+
+def oracle_texts(op: Op, k: int | None, card) -> list[tuple[str, str, bool]]:
+    """(id, text, is_library_variant) of every template seed and every library variant that
+    applies, distinct texts (formats the matrix refuses come back ``format_refused``)."""
+    lib = {" ".join(v.render().split()): (v.id, v.render()) for v in variants(op, None, k)}
+    out, seen = [], set()
+
+    def add(cid: str, text: str) -> None:
+        key = " ".join(text.split())
+        if key not in seen:
+            seen.add(key)
+            out.append((cid, text, key in lib))
+
+    for t in templates(op):
+        for p in t.seeds(card, k):
+            try:
+                text = t.render(p, card)
+            except Exception as exc:  # a template bug: the search skips such points too
+                log.warning("%s: seed %s does not render: %s", t.name, p, exc)
+                continue
+            add(t.candidate(p).id, text)
+    for cid, text in lib.values():
+        add(cid, text)
+    return out
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
+    regime = args.regime
+    t0 = time.perf_counter()
+    if ev.has_gpu:
+        check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
+    cfg = SearchConfig(budget=args.budget, seconds=args.seconds, regime=regime, seed=args.seed)
+    t_search = time.perf_counter()
+    card = matrix_card(A)
+    res = search_array(A, name, op, k, cfg, ev, store, card=card,
+                       run_config={"benchmark": "search_bench", "budget": args.budget},
+                       trace=args.trace_dir / f"{name}.trace.jsonl" if args.trace_dir else None)
+    search_wall = time.perf_counter() - t_search
+    t_oracle = time.perf_counter()
+    texts = oracle_texts(op, k, card)
+    ref = ev.register(A, name)
+    results = ev.evaluate_many([(t, ref, op, k) for _, t, _ in texts])
+    oracle_wall = time.perf_counter() - t_oracle
+
+    def fastest(pairs):
+        ok = [(i, r) for i, r in pairs if r.ok and regime in r.timings]
+        return min(ok, key=lambda x: x[1].timings[regime].median_us) if ok else None
+
+    orc = fastest([(i, r) for (i, _, _), r in zip(texts, results)])
+    orc_lib = fastest([(i, r) for (i, _, is_lib), r in zip(texts, results) if is_lib])
+    b = res.best
+    base = None
+    for r in [*(e.result for e in res.entries), *results]:
+        if r.ok and regime in r.baseline:
+            base = r.baseline[regime].median_us
+            break
+    row = {
+        "matrix": name, "rows": int(A.shape[0]), "cols": int(A.shape[1]), "nnz": int(A.nnz),
+        "cusparse_us": base, "timed": res.timed,
+        "oracle_id": orc[0] if orc else None, "oracle_us": orc[1].timings[regime].median_us if orc else None,
+        "oracle_speedup": orc[1].speedup if orc else None,
+        "oracle_library_id": orc_lib[0] if orc_lib else None,
+        "oracle_library_us": orc_lib[1].timings[regime].median_us if orc_lib else None,
+        "oracle_candidates": len(texts), "oracle_correct": sum(r.ok for r in results),
+        "search_id": b.proposal.id if b else None, "search_provenance": b.proposal.provenance.value if b else None,
+        "search_us": b.time_us(regime) if b else None, "search_speedup": b.result.speedup if b else None,
+        "search_evaluated": res.evaluated, "search_correct": sum(e.result.ok for e in res.entries),
+        "search_stopped": res.stopped, "search_seconds": res.seconds, "search_wall_seconds": search_wall,
+        "oracle_wall_seconds": oracle_wall, "total_seconds": time.perf_counter() - t0,
+        "by_provenance": res.by_provenance(), "refused_formats": res.refused, "render_errors": res.render_errors,
+        "gpu": next((r.gpu for r in results if r.gpu), None), "arch": next((r.arch for r in results if r.arch), None),
+    }
+    row["ratio"] = (row["oracle_us"] / row["search_us"]) if row["oracle_us"] and row["search_us"] else None
+    return row
+
+
+def summarise(rows: list[dict]) -> dict:
+    out = {}
+    for s in sorted({r["set"] for r in rows}):
+        rs = [r for r in rows if r["set"] == s and r["ratio"] is not None]
+        out[s] = {
+            "matrices": len([r for r in rows if r["set"] == s]), "compared": len(rs),
+            "geomean_oracle_speedup": geomean([r["oracle_speedup"] for r in rs]),
+            "geomean_search_speedup": geomean([r["search_speedup"] for r in rs]),
+            "geomean_search_over_oracle": geomean([r["ratio"] for r in rs]),
+            "search_wins": sum(r["ratio"] > 1.0 for r in rs), "search_wins_by_2pct": sum(r["ratio"] >= 1.02 for r in rs),
+            "max_search_wall_seconds": max((r["search_wall_seconds"] for r in rs), default=None),
+        }
+    return out
+
+
+def fmt(x, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{suffix}"
+
+
+def print_table(rows: list[dict], summary: dict) -> None:
+    head = (f"{'matrix':28} {'nnz':>10} {'cuSPARSE us':>11} {'oracle us':>10} {'oracle x':>8} {'search us':>10} "
+            f"{'search x':>8} {'s/oracle':>8} {'found by':>14} {'wall s':>7}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['matrix'][:28]:28} {r['nnz']:>10} {fmt(r['cusparse_us']):>11} {fmt(r['oracle_us']):>10} "
+              f"{fmt(r['oracle_speedup'], '.2f', 'x'):>8} {fmt(r['search_us']):>10} "
+              f"{fmt(r['search_speedup'], '.2f', 'x'):>8} {fmt(r['ratio'], '.3f'):>8} "
+              f"{(r['search_provenance'] or '-'):>14} {r['search_wall_seconds']:>7.1f}")
+    for s, d in summary.items():
+        print(f"\n{s}: {d['compared']}/{d['matrices']} matrices compared; geomean speedup vs cuSPARSE: oracle "
+              f"{fmt(d['geomean_oracle_speedup'], '.3f', 'x')}, search {fmt(d['geomean_search_speedup'], '.3f', 'x')}; "
+              f"search/oracle geomean {fmt(d['geomean_search_over_oracle'], '.3f')}; search wins on "
+              f"{d['search_wins']} ({d['search_wins_by_2pct']} by >= 2%); slowest search "
+              f"{fmt(d['max_search_wall_seconds'], '.0f', ' s')}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows of each generated matrix")
+    ap.add_argument("--families", default="", help="comma-separated families (default: the 11 large ones)")
+    ap.add_argument("--no-families", action="store_true", help="no generated matrices (e.g. SuiteSparse only)")
+    ap.add_argument("--suitesparse", type=Path, help="folder of real matrices (.mtx/.mtx.gz/.npz)")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many SuiteSparse matrices (0: all)")
+    ap.add_argument("--only", default="", help="comma-separated matrix names to run (others skipped)")
+    ap.add_argument("--budget", type=int, default=64, help="candidates per search")
+    ap.add_argument("--seconds", type=float, default=None, help="time limit per search")
+    ap.add_argument("--op", choices=["spmv", "spmm"], default="spmv")
+    ap.add_argument("--k", type=int, default=32, help="SpMM columns")
+    ap.add_argument("--regime", choices=["cold", "warm"], default="cold")
+    ap.add_argument("--store", type=Path, default=None, help="best-known store to use and update (default: fresh)")
+    ap.add_argument("--trace-dir", type=Path, default=None, help="write each search's trace here")
+    ap.add_argument("--out", type=Path, default=Path("search_bench.json"))
+    ap.add_argument("--resume", action="store_true", help="keep the matrices already in --out, run the rest")
+    ap.add_argument("--compile-only", action="store_true", help="no GPU: exercise the paths, time nothing")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.budget < 1:
+        raise SystemExit("--budget must be at least 1")
+    op = Op(args.op)
+    k = args.k if op is Op.SPMM else None
+    if args.trace_dir:
+        args.trace_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    if args.resume and args.out.exists():
+        rows = json.loads(args.out.read_text())["matrices"]
+        log.info("resuming: %d matrices already in %s", len(rows), args.out)
+    done = {r["matrix"] for r in rows}
+    only = set(filter(None, args.only.split(",")))
+    tmp = tempfile.TemporaryDirectory(prefix="search_bench_")
+    store = open_store(args.store or Path(tmp.name) / "store.sqlite")
+    config = {k2: (str(v) if isinstance(v, Path) else v) for k2, v in vars(args).items()}
+    t_all = time.perf_counter()
+    try:
+        with Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=(args.regime,),
+                                     reward_regime=args.regime)) as ev:
+            if not ev.has_gpu and not args.compile_only:
+                raise SystemExit("no GPU visible: run on the GPU machine, or pass --compile-only to exercise the paths")
+            for set_name, name, fam, make in matrices(args):
+                if name in done or (only and name not in only):
+                    continue
+                t = time.perf_counter()
+                A = make()
+                log.info("%s: %d x %d, %d nonzeros (made in %.1f s)", name, *A.shape, A.nnz, time.perf_counter() - t)
+                row = bench_one(ev, store, A, name, op, k, args) | {"set": set_name, "family": fam}
+                rows.append(row)
+                log.info("%s: oracle %s, search %s (%s), search/oracle %s, search %.0f s", name,
+                         fmt(row["oracle_speedup"], ".2f", "x"), fmt(row["search_speedup"], ".2f", "x"),
+                         row["search_provenance"], fmt(row["ratio"], ".3f"), row["search_wall_seconds"])
+                summary = summarise(rows)
+                args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows},
+                                               indent=1, default=str))
+    finally:
+        store.close()
+        tmp.cleanup()
+    summary = summarise(rows)
+    args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows,
+                                    "seconds": time.perf_counter() - t_all}, indent=1, default=str))
+    print_table(rows, summary)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

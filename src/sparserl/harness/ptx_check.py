@@ -1,0 +1,225 @@
+"""Checks on what was compiled: the PTX that NVRTC or nvcc produced from a completion.
+
+The source checks (:mod:`sparserl.harness.static_check`) are fast early rejects; this is the
+ground truth, since whatever the preprocessor or the C++ front end did, the PTX is what runs.
+It refuses:
+
+* **clocks, timers, SM and warp ids, launch ids, performance counters**: the special registers
+  ``%clock``, ``%clock_hi``, ``%clock64``, ``%globaltimer*``, ``%smid``, ``%nsmid``, ``%warpid``,
+  ``%nwarpid``, ``%gridid``, ``%pm*``, ``%envreg*`` and ``%current_graph_exec`` (which tells a
+  kernel that it runs inside a CUDA graph, that is, that it is being timed);
+* **traps and breakpoints**: ``trap``, ``brkpt``, ``pmevent``;
+* **calls that leave the module**: any ``.extern .func`` (``vprintf``, ``malloc``, ``free``,
+  ``__assertfail`` ...) and any ``.extern`` data;
+* **state that survives a launch**: a write to module-scope data. Every ``.global`` and ``.const``
+  symbol's address is followed through the registers it flows into (``mov``, ``cvta``, ``add``,
+  anything computed from it, across loops); a store, atomic, reduction, async copy, ``discard``
+  or tensor-map write whose address comes from one is refused, and so is letting such an address
+  escape (storing it to memory, passing it to a call), since the flow could then not be followed.
+  Reads are fine: initialised tables (``__constant__``, ``static const``) and the constants CUDA's
+  own headers declare (libcu++'s ``numeric_limits`` ...) stay allowed. An initialiser that holds
+  an address is refused (a pointer to a table could be loaded back and written through).
+
+It also reports whether the code uses atomics (``atom``/``red``), which decides how the
+determinism re-run is judged: bit for bit without atomics, within tolerance with them.
+
+What it cannot see: stores through addresses computed from the kernel's own arguments (``y +
+offset``); those are the guards' and the damage checks' business at run time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+RULES_VERSION = 1
+"""Bump when a rule changes: part of the compile cache's key, since each build caches its verdict."""
+
+_BANNED_SREGS = [
+    (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
+    (r"%globaltimer(?:_lo|_hi)?\b", "reads a timer (%globaltimer)"),
+    (r"%n?smid\b", "reads the SM id (%smid)"),
+    (r"%n?warpid\b", "reads the warp id (%warpid)"),
+    (r"%gridid\b", "reads the launch id (%gridid)"),
+    (r"%pm\d+(?:_64)?\b", "reads a performance counter (%pm)"),
+    (r"%envreg\d+\b", "reads an environment register (%envreg)"),
+    (r"%current_graph_exec\b", "reads whether it runs inside a CUDA graph (%current_graph_exec)"),
+]
+_BANNED_OPS = {"trap": "traps (trap)", "brkpt": "a breakpoint (brkpt)", "pmevent": "a performance event (pmevent)"}
+_WRITE_OPS = ("st", "stmatrix", "red", "atom", "cp", "discard", "tensormap", "multimem", "prefetch.tensormap")
+_NO_DEST_OPS = ("st", "red", "bar", "barrier", "bra", "ret", "exit", "call", "membar", "fence", "prefetch",
+                "prefetchu", "discard", "cp", "mbarrier.init", "setmaxnreg", "griddepcontrol", "trap", "brkpt")
+_REG = re.compile(r"%[A-Za-z_$][\w$]*")
+_IDENT = re.compile(r"(?<![%\w$.])[A-Za-z_$][\w$]*")
+"""An identifier that is not a register (%rd1) or a modifier (.b8)."""
+_DECL = re.compile(r"^\s*(?:\.(?:visible|weak|extern)\s+)*\.(global|const)\s+(.*)$")
+_EXTERN_FUNC = re.compile(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)", re.MULTILINE)
+_EXTERN_DATA = re.compile(r"^\s*\.extern\s+\.(global|const)\b", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class PtxReport:
+    """What the compiled code does that the harness cares about."""
+
+    violation: str | None
+    """One line on the first rule broken, or None."""
+    uses_atomics: bool
+    """Any ``atom``/``red`` instruction (global, shared or generic)."""
+
+
+def _strip(ptx: str) -> str:
+    ptx = re.sub(r"/\*.*?\*/", " ", ptx, flags=re.DOTALL)
+    return re.sub(r"//[^\n]*", "", ptx)
+
+
+def _data_symbols(lines: list[str]) -> tuple[dict[str, str], str | None]:
+    """Module-scope .global/.const symbols (name -> space) and an initialiser problem, if any."""
+    syms: dict[str, str] = {}
+    problem = None
+    for line in lines:
+        m = _DECL.match(line)
+        if m is None or line.lstrip().startswith(".extern"):
+            continue
+        head, _, init = m.group(2).partition("=")
+        names = _IDENT.findall(re.sub(r"\[[^\]]*\]", " ", head))
+        if not names:
+            continue
+        syms[names[-1]] = m.group(1)
+        literals = re.sub(r"0[fFdD][0-9a-fA-F]+|0[xX][0-9a-fA-F]+|\d+[uU]?", " ", init)
+        if init and ("generic(" in init or _IDENT.search(literals)):
+            problem = problem or f"module data '{names[-1]}' is initialised with an address"
+    return syms, problem
+
+
+def _statements(body: str) -> list[str]:
+    out = []
+    for raw in body.split(";"):
+        s = raw.strip("{} \t\n")
+        while True:  # drop labels ("$L__BB0_2:") and block braces in front of an instruction
+            m = re.match(r"^(?:[$\w]+:|[{}])\s*", s)
+            if m is None:
+                break
+            s = s[m.end():]
+        if s and not s.startswith("."):
+            out.append(s)
+    return out
+
+
+def _split(stmt: str) -> tuple[str, list[str]]:
+    """(opcode with modifiers, operands) of one instruction; a guard predicate is dropped."""
+    stmt = re.sub(r"^@!?%\w+\s+", "", stmt)
+    parts = stmt.split(None, 1)
+    op = parts[0]
+    ops, depth, cur = [], 0, []
+    for ch in parts[1] if len(parts) > 1 else "":
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth == 0:
+            ops.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        ops.append("".join(cur).strip())
+    return op, ops
+
+
+def _functions(ptx: str) -> list[str]:
+    """The bodies of every .entry and .func, as text."""
+    bodies = []
+    for m in re.finditer(r"\.(?:entry|func)\b[^{;]*\{", ptx):
+        depth, j = 0, m.end() - 1
+        for j in range(m.end() - 1, len(ptx)):
+            if ptx[j] == "{":
+                depth += 1
+            elif ptx[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+        bodies.append(ptx[m.end():j])
+    return bodies
+
+
+def readable(symbol: str) -> str:
+    """A mangled C++ name's innermost component (``_ZZ11spmv_kernelE1t`` -> ``t``); others unchanged."""
+    if not symbol.startswith("_Z"):
+        return symbol
+    names, i = [], 0
+    while i < len(symbol):
+        m = re.match(r"\d+", symbol[i:])
+        if m is None:
+            i += 1
+            continue
+        length, start = int(m.group(0)), i + m.end()
+        if length and start + length <= len(symbol):
+            names.append(symbol[start:start + length])
+        i = start + length
+    return names[-1] if names else symbol
+
+
+def _mentions(text: str, tainted: set[str], syms: dict[str, str]) -> str | None:
+    for tok in _REG.findall(text):
+        if tok in tainted:
+            return tok
+    for tok in _IDENT.findall(text):
+        if tok in syms:
+            return tok
+    return None
+
+
+def _state_writes(body: str, syms: dict[str, str]) -> str | None:
+    """A message if an address derived from module data is written through or escapes."""
+    stmts = [_split(s) for s in _statements(body)]
+    tainted: set[str] = set()
+    changed = True
+    while changed:  # to a fixpoint: loops carry addresses back to earlier instructions
+        changed = False
+        for op, ops in stmts:
+            base = op.split(".")[0]
+            if base in ("ld", "ldu", "atom", "call", "tex", "tld4", "suld", "ldmatrix") \
+                    or op.startswith(_NO_DEST_OPS) or not ops:
+                continue  # a load's result is data, not an address; no register result otherwise
+            dests = _REG.findall(ops[0])
+            if any(_mentions(o, tainted, syms) for o in ops[1:]) and not set(dests) <= tainted:
+                tainted |= set(dests)
+                changed = True
+    for op, ops in stmts:
+        base = op.split(".")[0]
+        addrs = [o for o in ops if o.startswith("[")]
+        if base in _WRITE_OPS or op.startswith(_WRITE_OPS):
+            if addrs and (hit := _mentions(addrs[0], tainted, syms)) is not None:
+                what = readable(hit) if hit in syms else "module data"
+                return f"writes to module-scope data ('{what}'): state would survive a launch"
+            values = [o for o in ops[1:] if not o.startswith("[")]
+            if any(_mentions(v, tainted, syms) for v in values):
+                if op.startswith("st.param"):
+                    return "passes the address of module-scope data to a call (its writes could not be followed)"
+                return "stores the address of module-scope data to memory (its writes could not be followed)"
+    return None
+
+
+def check_ptx(ptx: str) -> PtxReport:
+    """Inspect compiled PTX (see the module docstring)."""
+    text = _strip(ptx)
+    atomics = bool(re.search(r"^\s*(?:@!?%\w+\s+)?(?:atom|red)\.", text, re.MULTILINE))
+    for rx, what in _BANNED_SREGS:
+        if re.search(rx, text):
+            return PtxReport(f"compiled code {what}: not allowed", atomics)
+    for m in re.finditer(r"^\s*(?:@!?%\w+\s+)?(trap|brkpt|pmevent)\b", text, re.MULTILINE):
+        return PtxReport(f"compiled code contains {_BANNED_OPS[m.group(1)]}: not allowed", atomics)
+    if m := _EXTERN_FUNC.search(text):
+        return PtxReport(f"compiled code calls '{m.group(1)}' outside the module (printf, malloc, assert ...): "
+                         "not allowed", atomics)
+    if _EXTERN_DATA.search(text):
+        return PtxReport("compiled code refers to data outside the module: not allowed", atomics)
+    lines = [l for l in text.splitlines() if not l.startswith((" ", "\t"))]
+    syms, problem = _data_symbols(lines)
+    if problem:
+        return PtxReport(f"{problem}: not allowed", atomics)
+    if syms:
+        for body in _functions(text):
+            if (msg := _state_writes(body, syms)) is not None:
+                return PtxReport(f"compiled code {msg}", atomics)
+    return PtxReport(None, atomics)

@@ -1,0 +1,166 @@
+"""What a GPU worker keeps for each matrix it has seen: plan once, verify and time many kernels.
+
+A :class:`ResidentMatrix` holds, for one matrix ``A``:
+
+* ``A`` itself and ``A_alt``, the same sparsity pattern with fresh random values drawn from the
+  OS when the matrix is loaded (no kernel can know them when it is compiled). Verification runs a
+  kernel on both, and timing runs on ``A_alt``: a kernel that hard-codes ``A``'s values fails on
+  ``A_alt``, and one that recognises ``A``'s values to skip reading them gains nothing when timed;
+* their device conversions (plan once per format), with a pristine copy of every uploaded array
+  and a fingerprint of each copy, so a kernel that writes into the matrix is caught, the matrix is
+  restored before the next job, and a stray write into the copies themselves is found too;
+* their fp64 references (:class:`~sparserl.harness.reference.Fp64Reference`), fingerprinted the
+  same way.
+
+:class:`MatrixCache` keeps the most recently used few per worker. Matrices travel from the parent
+as files (:func:`save_matrix_file`), named by a hash of their content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+MAX_MATRICES = 4
+"""Matrices a worker keeps (least recently used evicted)."""
+
+
+def matrix_key(A: sp.csr_array) -> str:
+    """Content hash of a canonical CSR matrix (shape, pattern and values)."""
+    h = hashlib.sha1()
+    h.update(np.asarray(A.shape, np.int64).tobytes())
+    for arr in (A.indptr, A.indices, A.data):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()[:20]
+
+
+def save_matrix_file(A: sp.csr_array, folder: Path) -> tuple[str, Path]:
+    """Save ``A`` for workers; returns (content key, path). Same matrix, same file."""
+    key = matrix_key(A)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{key}.npz"
+    if not path.exists():
+        tmp = folder / f"{key}.{os.getpid()}.tmp.npz"
+        np.savez(tmp, indptr=A.indptr, indices=A.indices, data=A.data, shape=np.asarray(A.shape))
+        os.replace(tmp, path)
+    return key, path
+
+
+def load_matrix_file(path: str) -> sp.csr_array:
+    with np.load(path) as z:
+        return sp.csr_array((z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"]))
+
+
+def revalued(A: sp.csr_array, seed: int) -> sp.csr_array:
+    """``A``'s pattern with new values: normal, sign and scale mixed, never zero."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal(A.nnz).astype(np.float32)
+    v = np.where(np.abs(v) < 1e-3, np.float32(0.5), v) * np.float32(rng.choice([0.25, 1.0, 4.0]))
+    return sp.csr_array((v, A.indices.copy(), A.indptr.copy()), shape=A.shape)
+
+
+def fingerprint(arrays) -> tuple[int, ...]:
+    """Per array, the sum of its 32- or 64-bit words (wrapping): computed on the GPU, kept on the
+    host, so damage to the device copies (pristine ones included) is found without a transfer."""
+    import cupy as cp
+
+    out = []
+    for a in arrays:
+        word = {8: cp.uint64, 4: cp.uint32}.get(a.dtype.itemsize, cp.uint8)
+        words = cp.ascontiguousarray(a).view(word)
+        out.append(int(words.sum(dtype=cp.uint64)))
+    return tuple(out)
+
+
+class ResidentMatrix:
+    """One matrix on one worker's GPU (see the module docstring)."""
+
+    def __init__(self, A: sp.csr_array, seed: int | None = None):
+        import cupy as cp
+
+        from sparserl.harness.launcher import MatrixOnDevice
+        from sparserl.harness.reference import Fp64Reference
+
+        self.A = A
+        self.alt_seed = secrets.randbits(63) if seed is None else seed
+        """Seed of ``A_alt``'s values (from the OS unless given), kept for reproducing a verdict."""
+        self.A_alt = revalued(A, self.alt_seed)
+        self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
+        self.references = {"A": Fp64Reference(A, cp), "A_alt": Fp64Reference(self.A_alt, cp)}
+        self.verifiers: dict = {}
+        self._ref_sums = self._reference_sums()
+        self.pristine: dict[tuple, dict] = {}
+        self._pristine_sums: dict[tuple, tuple] = {}
+        self.baselines: dict = {}
+
+    def _reference_sums(self) -> tuple:
+        arrays = [a for r in self.references.values() for a in r.device_arrays()]
+        return fingerprint(arrays + [a for v in self.verifiers.values() for a in v.device_arrays()])
+
+    def verifier(self, k: int | None, cfg):
+        """The :class:`~sparserl.harness.verify.Verifier` for ``k`` columns under ``cfg`` (made once)."""
+        from sparserl.harness.verify import Verifier
+
+        key = (k, cfg)
+        if key not in self.verifiers:
+            m, n = self.A.shape
+            self.verifiers[key] = Verifier(m, n, k, cfg)
+            self._ref_sums = self._reference_sums()
+        return self.verifiers[key]
+
+    def keep_pristine(self, key: tuple, arrays: dict) -> None:
+        """Copy a fresh conversion's arrays (restored from after every launch) and fingerprint them."""
+        self.pristine[key] = {n: a.copy() for n, a in arrays.items()}
+        self._pristine_sums[key] = fingerprint(self.pristine[key][n] for n in sorted(arrays))
+
+    def modified(self, key: tuple, arrays: dict, restore: bool = True) -> list[str]:
+        """Names of ``arrays`` that differ from their pristine copies (restored unless ``restore`` is off)."""
+        import cupy as cp
+
+        pristine = self.pristine[key]
+        bad = [n for n, a in arrays.items() if not bool(cp.array_equal(a, pristine[n]))]
+        if restore:
+            for n in bad:
+                arrays[n][...] = pristine[n]
+        return bad
+
+    def damage(self, key: tuple, arrays: dict) -> list[str]:
+        """What differs from the upload: arrays unlike their pristine copies, pristine copies unlike
+        their fingerprints, references unlike theirs (empty when all is intact)."""
+        bad = self.modified(key, arrays, restore=False)
+        if fingerprint(self.pristine[key][n] for n in sorted(arrays)) != self._pristine_sums[key]:
+            bad.append("their pristine copies")
+        if self._reference_sums() != self._ref_sums:
+            bad.append("the verification references or inputs")
+        return bad
+
+
+class MatrixCache:
+    """The worker's resident matrices, least recently used evicted past ``capacity``."""
+
+    def __init__(self, capacity: int = MAX_MATRICES):
+        self.capacity = capacity
+        self._items: OrderedDict[str, ResidentMatrix] = OrderedDict()
+
+    def get(self, ref: dict) -> ResidentMatrix:
+        """The matrix of a job's ``{"key", "path"}`` reference, loaded from its file when not resident."""
+        st = self._items.get(ref["key"])
+        if st is None:
+            st = ResidentMatrix(load_matrix_file(ref["path"]))
+            self._items[ref["key"]] = st
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+                import cupy as cp
+
+                cp.get_default_memory_pool().free_all_blocks()
+        self._items.move_to_end(ref["key"])
+        return st
+
+    def drop(self, key: str) -> None:
+        self._items.pop(key, None)

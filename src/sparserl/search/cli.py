@@ -1,0 +1,167 @@
+"""``sparserl search`` and ``sparserl best list|show|export`` from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sparserl.errors import SparseRLError
+
+
+def _console() -> Console:
+    """A console for tables: the terminal's width, or wide enough not to cut rows when piped."""
+    c = Console()
+    return c if c.is_terminal else Console(width=250)
+
+
+def search_cmd(
+    matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
+    budget: int = typer.Option(64, help="candidates to evaluate (each through the harness)"),
+    seconds: float = typer.Option(None, help="stop submitting candidates after this many seconds"),
+    op: str = typer.Option("spmv", help="spmv or spmm"),
+    k: int = typer.Option(None, help="SpMM: columns of X"),
+    templates: str = typer.Option("", help="comma-separated template names to search (default: all of the op's)"),
+    model: Path = typer.Option(None, help="policy checkpoint or HF model folder: it proposes too (samples and "
+                                          "refinements of the best so far)"),
+    store: Path = typer.Option(None, help="best-known store (default: best_known.sqlite under the harness cache "
+                                          "root, $SPARSERL_CACHE_DIR or ~/.cache/sparserl)"),
+    out: Path = typer.Option(None, help="output folder (default runs/search/<matrix>)"),
+    regime: str = typer.Option("cold", help="L2 regime candidates are ranked in: cold (flushed) or warm"),
+    parallel: int = typer.Option(0, help="candidates in flight (0: four per GPU)"),
+    temperature: float = typer.Option(1.0, help="the policy's sampling temperature"),
+    max_new_tokens: int = typer.Option(1536, help="the policy's longest completion, in tokens"),
+    device: str = typer.Option("auto", help="the model's device: auto, cpu or cuda[:N]"),
+    compile_only: bool = typer.Option(False, help="compile only, even on a GPU (no GPU: always)"),
+    seed: int = typer.Option(0, help="seed of the search's random choices"),
+) -> None:
+    """Search the kernel space for one matrix: library seeds, mutations, policy proposals; every
+    candidate verified and timed by the harness; the best kernel, its report and the trace written,
+    the best-known store updated."""
+    from sparserl.search.loop import SearchConfig
+    from sparserl.search.run import SearchJob, search_matrix
+
+    scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
+                        regime=regime, parallel=parallel, seed=seed)
+    job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
+                    temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=str(store) if store else None,
+                    out=str(out) if out else None, compile_only=compile_only)
+    rep, res = search_matrix(job)
+    typer.echo(f"{res.evaluated} candidates in {res.seconds:.1f} s (stopped: {res.stopped})")
+    typer.echo(f"{rep['verdict']} [{rep['source']}]")
+    if not res.timed:
+        typer.echo("nothing was timed (no GPU): the best-known store was not updated "
+                   "(only verified kernels enter it)")
+    else:
+        from sparserl.search.run import store_line
+
+        typer.echo("store: " + store_line(res))
+    typer.echo(f"wrote {rep['out']}/kernel.cu, launch.json, report.md, report.json, trace.jsonl")
+
+
+best_app = typer.Typer(help="The best-known store: the fastest verified kernel per matrix structure, op, k and GPU.",
+                       no_args_is_help=True)
+
+_STORE_HELP = "best-known store (default: best_known.sqlite under the harness cache root)"
+
+
+def _open(store: Path | None, must_exist: bool = True):
+    from sparserl.search.store import default_store_path, open_store
+
+    path = store if store is not None else default_store_path()
+    if must_exist and not Path(path).exists():
+        raise SparseRLError(f"no best-known store at {path} (sparserl search writes one; or give --store)")
+    return open_store(path)
+
+
+@best_app.command("list")
+def best_list(
+    store: Path = typer.Option(None, help=_STORE_HELP),
+    matrix: str = typer.Option(None, help="only this matrix (name or fingerprint prefix)"),
+    op: str = typer.Option(None, help="only spmv or spmm"),
+    arch: str = typer.Option(None, help="only this GPU architecture (e.g. sm_90)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON lines instead of a table"),
+) -> None:
+    """The best verified kernel of every matrix, op, k, GPU architecture, regime and harness version."""
+    with _open(store) as st:
+        rows = [r for r in st.best(op=op, arch=arch)
+                if matrix is None or r.name == matrix or r.fingerprint.startswith(matrix)]
+    if as_json:
+        for r in rows:
+            typer.echo(json.dumps({k: v for k, v in r.__dict__.items() if k != "text"}))
+        return
+    t = Table(title=f"best known kernels ({len(rows)})")
+    for col in ("matrix", "fingerprint", "op", "k", "arch", "regime", "harness", "speedup", "kernel us",
+                "cuSPARSE us", "kernel", "provenance", "updated"):
+        t.add_column(col, justify="right" if col in ("speedup", "kernel us", "cuSPARSE us", "k") else "left")
+    for r in rows:
+        t.add_row(r.name, r.fingerprint[:12], r.op, str(r.k or "-"), r.arch, r.regime, r.harness_version,
+                  f"{r.speedup:.2f}x", f"{r.time_us:.2f}", f"{r.cusparse_us:.2f}", r.candidate_id or "-",
+                  r.provenance, r.updated_at)
+    _console().print(t)
+
+
+@best_app.command("show")
+def best_show(
+    key: str = typer.Argument(..., help="matrix name or fingerprint prefix"),
+    store: Path = typer.Option(None, help=_STORE_HELP),
+    op: str = typer.Option(None, help="spmv or spmm"),
+    k: int = typer.Option(None, help="SpMM columns"),
+    arch: str = typer.Option(None, help="GPU architecture"),
+    results: bool = typer.Option(False, "--results", help="also list every verified kernel of the matrix"),
+) -> None:
+    """One best kernel: its facts and its text."""
+    with _open(store) as st:
+        rows = [r for r in st.best(op=op, k=k, arch=arch) if r.name == key or r.fingerprint.startswith(key)]
+        if not rows:
+            raise SparseRLError(f"no best-known kernel for {key!r} in {st.path} (list them with 'sparserl best list')")
+        keys = {(r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version) for r in rows}
+        if len(keys) > 1:
+            raise SparseRLError(f"{key!r} names {len(keys)} best kernels (matrices, ops, k, architectures, regimes or "
+                                "harness versions): narrow it with --op, --k, --arch or a longer fingerprint")
+        r = rows[0]
+        listing = st.results(r.fingerprint, r.op, r.k) if results else []
+    console = _console()
+    console.print(f"[bold]{r.name}[/bold] ({r.rows} x {r.cols}, {r.nnz} nonzeros), fingerprint {r.fingerprint}")
+    console.print(f"{r.op}{f' k={r.k}' if r.k else ''} on {r.gpu or '?'} ({r.arch}), {r.regime} L2, "
+                  f"harness {r.harness_version}")
+    console.print(f"kernel {r.time_us:.2f} us, cuSPARSE {r.cusparse_us:.2f} us: [bold]{r.speedup:.2f}x[/bold]"
+                  + (f"; roofline fraction {r.roofline:.2f}" if r.roofline is not None else ""))
+    console.print(f"{r.candidate_id or 'free text'} (format {r.format}); {r.provenance}"
+                  + (f" from {r.parent_id}" if r.parent_id else "") + (f"; model {r.model}" if r.model else "")
+                  + f"; search run {r.run_id}, {r.updated_at}")
+    typer.echo("")
+    typer.echo(r.text)
+    if listing:
+        t = Table(title=f"verified kernels of {r.name} ({len(listing)})")
+        for col in ("kernel us", "speedup", "arch", "regime", "harness", "kernel", "provenance", "run"):
+            t.add_column(col)
+        for x in listing:
+            t.add_row(f"{x.time_us:.2f}", f"{x.speedup:.2f}x", x.arch, x.regime, x.harness_version,
+                      x.candidate_id or "-", x.provenance, x.run_id)
+        console.print(t)
+
+
+@best_app.command("export")
+def best_export(
+    out: Path = typer.Argument(..., help="JSONL file to write (train with: sparserl sft --data OUT)"),
+    store: Path = typer.Option(None, help=_STORE_HELP),
+    op: str = typer.Option(None, help="only spmv or spmm"),
+    arch: str = typer.Option(None, help="only this GPU architecture"),
+    regime: str = typer.Option(None, help="only kernels timed in this regime"),
+    harness_version: str = typer.Option(None, help="only kernels verified under this harness version"),
+    min_speedup: float = typer.Option(0.0, help="only kernels at least this fast against cuSPARSE"),
+    per_matrix: int = typer.Option(1, help="the fastest N distinct verified kernels per matrix (1: the best)"),
+) -> None:
+    """SFT pairs (matrix, verified kernel) from the store, in the SFT data's JSONL format."""
+    from sparserl.search.export import ExportFilter, export_sft
+
+    flt = ExportFilter(op=op, arch=arch, regime=regime, harness_version=harness_version, min_speedup=min_speedup,
+                       per_matrix=per_matrix)
+    with _open(store) as st:
+        res = export_sft(st, out, flt)
+    typer.echo(f"wrote {res['rows']} rows ({res['matrices']} matrices) to {res['path']}"
+               + (f"; skipped {res['skipped']}" if any(res["skipped"].values()) else ""))

@@ -1,0 +1,120 @@
+"""Export the best-known store as SFT pairs: the teacher of expert iteration.
+
+Rows are the SFT data's JSONL format (:mod:`sparserl.data.sft_build`): the paper's fields
+``rows, cols, shape, format, code`` (``rows``/``cols``: the matrix's sampled nonzero coordinates,
+``code``: the verified completion, starting with ``FORMAT:``) plus ``op, k, nnz, family, split,
+variant, times`` and, when the matrix file the search read still exists, ``matrix`` (its path).
+``sparserl sft --data FILE.jsonl`` trains on the file as it is: the trainer reads the matrix
+from ``matrix`` when that file exists, else rebuilds the prompt from ``rows``/``cols``/``shape``.
+Extra fields say where a row came from: ``fingerprint, arch, harness_version, provenance``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparserl.errors import SparseRLError
+from sparserl.search.store import BestStore, MatrixRow, ResultRow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExportFilter:
+    """Which verified kernels an export takes."""
+
+    op: str | None = None
+    """Only this op (None: both)."""
+    arch: str | None = None
+    """Only this GPU architecture (sm_90 ...; None: every one)."""
+    regime: str | None = None
+    """Only results timed in this regime (None: every one)."""
+    harness_version: str | None = None
+    """Only results under this harness version (None: every one)."""
+    min_speedup: float = 0.0
+    """Only kernels at least this fast against cuSPARSE."""
+    per_matrix: int = 1
+    """The fastest this many distinct kernels per (matrix, op, k, arch, regime, harness version)."""
+
+    def __post_init__(self) -> None:
+        if self.per_matrix < 1:
+            raise SparseRLError(f"--per-matrix must be at least 1, got {self.per_matrix}")
+        if self.min_speedup < 0:
+            raise SparseRLError("--min-speedup must be >= 0")
+        if self.op not in (None, "spmv", "spmm"):
+            raise SparseRLError(f"--op must be spmv or spmm, got {self.op!r}")
+
+
+def _coords(m: MatrixRow) -> tuple[list[int], list[int]] | None:
+    if m.coords is not None:
+        return m.coords
+    if m.source_path and Path(m.source_path).exists():
+        from sparserl.encoding import sample_nonzeros
+        from sparserl.matrices import load_matrix
+        from sparserl.search.store import COORDS
+
+        r, c = sample_nonzeros(load_matrix(m.source_path), COORDS, 0)
+        return r.tolist(), c.tolist()
+    return None
+
+
+def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[dict], dict]:
+    """The SFT rows of the store's kernels that pass ``flt``, and counts of what was skipped."""
+    picked: dict[tuple, list[ResultRow]] = {}
+    for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
+        if r.speedup < flt.min_speedup:
+            continue
+        group = picked.setdefault((r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version), [])
+        if len(group) < flt.per_matrix and all(g.kernel_sha != r.kernel_sha for g in group):
+            group.append(r)  # results come fastest first
+    rows, seen, skipped = [], set(), {"no_coordinates": 0, "duplicate": 0}
+    matrices: dict[str, MatrixRow | None] = {}
+    coords: dict[str, tuple | None] = {}
+    for (fp, op, k, arch, regime, hv), group in sorted(picked.items(), key=lambda kv: kv[0][:3] + (kv[0][3] or "",)):
+        if fp not in matrices:
+            matrices[fp] = store.matrix(fp)
+            coords[fp] = _coords(matrices[fp]) if matrices[fp] is not None else None
+        m, xy = matrices[fp], coords[fp]
+        for r in group:
+            key = (fp, op, k, r.kernel_sha)
+            if key in seen:
+                skipped["duplicate"] += 1
+                continue
+            if m is None or xy is None:
+                skipped["no_coordinates"] += 1
+                continue
+            seen.add(key)
+            text = store.kernel_text(r.kernel_sha)
+            row = {"rows": list(xy[0]), "cols": list(xy[1]), "shape": [m.rows, m.cols], "format": r.format,
+                   "code": text, "op": op, "k": k, "nnz": m.nnz, "family": "best_known", "split": "train",
+                   "variant": r.candidate_id, "name": m.name,
+                   "times": {"kernel_us": r.time_us, "cusparse_us": r.cusparse_us, "speedup": r.speedup,
+                             "regime": regime},
+                   "fingerprint": fp, "arch": arch, "harness_version": hv, "provenance": r.provenance}
+            if m.source_path and Path(m.source_path).exists():
+                row["matrix"] = m.source_path
+            rows.append(row)
+    if skipped["no_coordinates"]:
+        log.warning("%d kernels skipped: their matrix has no sampled coordinates in the store and its file is gone",
+                    skipped["no_coordinates"])
+    return rows, skipped
+
+
+def export_sft(store: BestStore, path: str | Path, flt: ExportFilter = ExportFilter()) -> dict:
+    """Write the rows of :func:`export_rows` to ``path`` (JSONL); returns counts."""
+    rows, skipped = export_rows(store, flt)
+    if not rows:
+        raise SparseRLError(f"nothing to export from {store.path}: no verified kernel passes the filters"
+                            + (" (the store is empty)" if not store.counts()["results"] else ""))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    tmp.replace(path)
+    return {"rows": len(rows), "matrices": len({r["fingerprint"] for r in rows}), "skipped": skipped,
+            "path": str(path)}

@@ -1,0 +1,644 @@
+"""The search loop: propose candidates for one matrix, judge each with the harness, keep the best.
+
+Read top to bottom, :func:`run_search` is:
+
+1. seeds: the best-known store's kernel for this matrix (if any), the rule-based selector's
+   choice, every template's first seed, then the other seeds of the templates that measured
+   fastest first; at most ``seed_share`` of the budget goes to seeds before mutations start
+   (seeds left over stay available later);
+2. then, from the best verified kernels so far (a beam): a neighbour (one parameter moved one
+   step), now and then a switch (the parameters carried into another template or format) or a
+   random point (exploration);
+3. with a policy, a share of the budget goes to it, spread over the run: samples first, then
+   refinements (the best kernel so far and its measured time shown to the policy; before any
+   kernel is correct, the policy's latest kernel and its error);
+4. every candidate goes through the harness (``Evaluator.submit``; several in flight, compiles
+   cached), no candidate id or text twice; a candidate is a win only when correct
+   (``EvalResult.ok``), ranked by its median time in the configured regime;
+5. a format the harness refuses for the matrix (``format_refused``) is remembered: no further
+   point in it is proposed (without a GPU, where nothing converts, the host checks instead);
+6. every verified result is written to the best-known store as it arrives, and every finished
+   candidate to the trace (one JSON line each), so an interrupted search loses nothing verified.
+
+It stops at the budget (candidates evaluated), at ``seconds`` (no new submissions; candidates
+already running finish), or when the space has nothing new to offer. Without a GPU every
+result is ``no_gpu``: nothing is timed, nothing ranked by speed, and nothing enters the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sparserl.devices import visible_gpus
+from sparserl.errors import SparseRLError
+from sparserl.harness.result import ErrorKind, EvalResult
+from sparserl.kernels.contract import Op
+from sparserl.matrices.card import MatrixCard
+from sparserl.search.policy import Proposer
+from sparserl.search.space import (
+    CandidateSpace,
+    Proposal,
+    Provenance,
+    format_key,
+    normalised,
+    text_id,
+    text_proposal,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How one per-matrix search spends its budget."""
+
+    budget: int = 64
+    """Candidates to evaluate through the harness (each distinct; the stopping rule)."""
+    seconds: float | None = None
+    """Stop submitting after this many seconds (candidates already running finish); None: no limit."""
+    templates: tuple[str, ...] = ()
+    """Search only these templates (names); empty: every template of the op."""
+    regime: str = "cold"
+    """L2 regime the candidates are ranked in ('cold': flushed before each run, or 'warm')."""
+    seed_share: float = 0.5
+    """At most this share of the budget goes to seeds before mutations start."""
+    beam: int = 3
+    """Mutate from the best this many verified kernels (the best most often)."""
+    switch: float = 0.15
+    """Chance that a move carries the parent's parameters into another template instead of a neighbour."""
+    explore: float = 0.15
+    """Chance that a move is a random point of a random template (exploration)."""
+    policy_share: float = 0.25
+    """With a policy: the share of the budget its proposals take, spread over the run; samples
+    take half of it (less the samples already drawn before the search), refinements the rest."""
+    policy_batch: int = 4
+    """Completions asked of the policy at a time."""
+    parallel: int = 0
+    """Candidates in flight at once (0: four per GPU, at least four)."""
+    seed: int = 0
+    """Seed of the search's random choices."""
+    progress_every_s: float = 15.0
+    """Seconds between plain progress lines when the output is not a terminal."""
+
+    def __post_init__(self) -> None:
+        if self.budget < 1:
+            raise SparseRLError(f"the budget must be at least 1 candidate, got {self.budget}")
+        if self.seconds is not None and not self.seconds > 0:
+            raise SparseRLError(f"--seconds must be positive, got {self.seconds}")
+        if self.regime not in ("cold", "warm"):
+            raise SparseRLError(f"regime must be cold or warm, got {self.regime!r}")
+        for name in ("seed_share", "switch", "explore"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise SparseRLError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if not 0.0 <= self.policy_share < 1.0:
+            raise SparseRLError(f"policy_share must lie in [0, 1), got {self.policy_share}")
+        if self.beam < 1 or self.policy_batch < 1 or self.parallel < 0:
+            raise SparseRLError("need beam >= 1, policy_batch >= 1 and parallel >= 0")
+
+
+@dataclass
+class TraceEntry:
+    """One finished candidate of a search."""
+
+    index: int
+    proposal: Proposal
+    result: EvalResult
+    t: float
+    """Seconds from the search's start to this result."""
+    order: int = 0
+    """Position in the order candidates were proposed (``index`` is the order results arrived)."""
+    counted: bool = True
+    """Whether it spent budget (samples drawn before the search, passed in as ``prior``, did not)."""
+    new_best: bool = False
+    """Whether it became this run's best when it arrived."""
+    store_best: bool = False
+    """Whether it became the best-known store's best for this matrix."""
+
+    def time_us(self, regime: str) -> float | None:
+        """Median kernel time in ``regime`` when verified, else None."""
+        t = self.result.timings.get(regime) if self.result.ok else None
+        return t.median_us if t is not None else None
+
+    def to_dict(self, regime: str) -> dict[str, Any]:
+        r, p = self.result, self.proposal
+        base = r.baseline.get(regime)
+        return {
+            "index": self.index, "order": self.order, "id": p.id, "provenance": p.provenance.value, "parent": p.parent,
+            "template": p.template, "params": p.param_dict if p.params is not None else None, "note": p.note,
+            "verdict": "correct" if r.ok else r.error_kind.value, "message": r.message, "format": r.format,
+            "time_us": self.time_us(regime), "cusparse_us": base.median_us if base else None,
+            "speedup": r.speedup, "roofline": r.roofline, "regime": regime, "arch": r.arch,
+            "eval_seconds": r.eval_seconds, "t": round(self.t, 3), "counted": self.counted,
+            "new_best": self.new_best, "store_best": self.store_best, "text": p.text,
+        }
+
+
+@dataclass
+class SearchResult:
+    """What a search did and found."""
+
+    matrix: str
+    fingerprint: str
+    op: str
+    k: int | None
+    regime: str
+    entries: list[TraceEntry]
+    best: TraceEntry | None
+    """The fastest correct candidate (None: nothing verified, e.g. no GPU)."""
+    evaluated: int
+    """Candidates that spent budget."""
+    stopped: str
+    """'budget', 'seconds' or 'exhausted' (the space had nothing new to offer)."""
+    seconds: float
+    timed: bool
+    """Whether kernels ran on a GPU (False: compile-only, nothing timed)."""
+    run_id: str
+    known_best: Any = None
+    """The store's best row for this matrix before the search (a :class:`~.store.BestRow`), if any."""
+    store_writes: int = 0
+    """Verified results written to the store."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """Points skipped because the matrix refuses their format (host check), per format."""
+    render_errors: dict[str, int] = field(default_factory=dict)
+    """Points skipped because their template failed to render them (template bugs)."""
+
+    @property
+    def store_improved(self) -> bool:
+        return any(e.store_best for e in self.entries)
+
+    def by_provenance(self) -> dict[str, dict[str, Any]]:
+        """Per provenance: candidates, correct ones, and the best time."""
+        out: dict[str, dict[str, Any]] = {}
+        for e in self.entries:
+            d = out.setdefault(e.proposal.provenance.value, {"n": 0, "correct": 0, "best_us": None})
+            d["n"] += 1
+            d["correct"] += int(e.result.ok)
+            t = e.time_us(self.regime)
+            if t is not None and (d["best_us"] is None or t < d["best_us"]):
+                d["best_us"] = t
+        return out
+
+
+class StoreSink:
+    """Writes a search's verified results to a :class:`~.store.BestStore`; the matrix and the
+    run are registered with the first one (a search that verifies nothing leaves no trace there)."""
+
+    def __init__(self, store, card: MatrixCard, name: str, source_path: str | None, coords, run_config: dict,
+                 model: str | None = None):
+        """``coords``: the sampled nonzeros (rows, cols), or a function computing them on first use."""
+        self.store, self.card, self.name, self.source_path = store, card, name, source_path
+        self.coords, self.run_config, self.model = coords, run_config, model
+        self.started: str | None = None
+        self.writes = 0
+
+    def write(self, run_id: str, op: Op, k: int | None, regime: str, entry: TraceEntry) -> bool:
+        import sqlite3
+
+        from sparserl.search.store import VerifiedKernel
+
+        r, p = entry.result, entry.proposal
+        try:
+            if self.started is None:
+                coords = self.coords() if callable(self.coords) else self.coords
+                self.store.add_matrix(self.card, self.name, self.source_path, coords)
+                self.store.start_run(run_id, self.card.fingerprint, op.value, k, self.run_config)
+                self.started = run_id
+            best = self.store.record(VerifiedKernel(
+                fingerprint=self.card.fingerprint, op=op.value, k=k, arch=r.arch or "unknown", gpu=r.gpu,
+                regime=regime, text=p.text, time_us=r.timings[regime].median_us,
+                cusparse_us=r.baseline[regime].median_us, speedup=r.baseline[regime].median_us
+                / r.timings[regime].median_us, roofline=r.roofline, format=r.format, template=p.template,
+                candidate_id=p.id, provenance=p.provenance.value, parent_id=p.parent,
+                model=self.model if p.provenance in (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE) else None,
+                run_id=run_id, harness_version=str(r.harness_version)))
+        except sqlite3.Error as exc:
+            raise SparseRLError(f"best-known store {self.store.path}: {exc}") from None
+        self.writes += 1
+        return best
+
+    def finish(self, status: str) -> None:
+        if self.started is not None:
+            self.store.finish_run(self.started, status)
+
+
+class _Progress:
+    """A rich progress bar with the best speedup so far; plain log lines when not a terminal."""
+
+    def __init__(self, name: str, budget: int, every_s: float):
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.name, self.every_s, self.budget = name, every_s, budget
+        console = Console(stderr=True)
+        self.live = console.is_terminal
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console, disable=not self.live)
+        self.task = self.bar.add_task(f"search {name}", total=budget)
+        self.last = time.monotonic()
+
+    def __enter__(self) -> _Progress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def update(self, done: int, best: str, force: bool = False) -> None:
+        self.bar.update(self.task, completed=done, description=f"search {self.name}: {best}")
+        now = time.monotonic()
+        if not self.live and (force or now - self.last >= self.every_s):
+            self.last = now
+            log.info("search %s: %d/%d candidates, %s", self.name, done, self.budget, best)
+
+
+def _best_text(best: TraceEntry | None, regime: str, timed: bool) -> str:
+    if not timed:
+        return "nothing timed (no GPU)"
+    if best is None:
+        return "no correct kernel yet"
+    sp = best.result.speedup
+    return f"best {sp:.2f}x cuSPARSE ({best.time_us(regime):.2f} us, {best.proposal.id})" if sp else \
+        f"best {best.time_us(regime):.2f} us ({best.proposal.id})"
+
+
+def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, evaluator, *,
+               card: MatrixCard | None = None, selector_point: tuple[str, dict, str] | None = None,
+               known: list[tuple[str, str]] = (), proposer: Proposer | None = None,
+               prior: list[tuple[str, EvalResult]] = (), sink: StoreSink | None = None,
+               accepts=None, trace: str | Path | IO[str] | None = None, progress: bool = True,
+               run_id: str | None = None) -> SearchResult:
+    """Search the kernel space for matrix ``A`` (see the module docstring).
+
+    ``evaluator``: a harness :class:`~sparserl.harness.evaluator.Evaluator` (or anything with its
+    ``register``, ``submit`` and ``has_gpu``). ``selector_point``: (template, params, note) tried
+    first among the seeds. ``known``: (candidate id, text) of kernels known to be good for this
+    matrix (the store's best), evaluated first. ``prior``: policy samples already evaluated
+    (text, result), entered in the trace without spending budget. ``sink``: where verified
+    results go (the best-known store). ``accepts(format, params)``: whether the matrix converts
+    to a format, asked before proposing a point (None: yes, until the harness refuses the format;
+    points in a format the harness refused are never proposed again either). ``trace``: a path or an open file for
+    the JSON-lines trace.
+    """
+    op = Op(op)
+    k = k if op is Op.SPMM else None
+    if card is None:
+        from sparserl.matrices.card import matrix_card
+
+        card = matrix_card(A)
+    from sparserl.search.space import select_templates
+
+    refused: set[tuple] = set()  # (format, params) the harness refused for this matrix
+
+    def known_to_convert(fmt: str, params: dict) -> bool:
+        if (fmt, tuple(sorted(params.items()))) in refused:
+            return False
+        return accepts(fmt, params) if accepts is not None else True
+
+    space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=known_to_convert, seed=cfg.seed)
+    state = _Search(cfg, space, proposer, refused)
+    run_id = run_id or uuid.uuid4().hex[:12]
+    ref = evaluator.register(A, name)
+    timed = bool(evaluator.has_gpu)
+    own_trace = isinstance(trace, (str, Path))
+    fh = open(trace, "w") if own_trace else trace  # noqa: SIM115 (closed in finally)
+    t0 = time.monotonic()
+    entries: list[TraceEntry] = []
+    best: TraceEntry | None = None
+    status, stopped = "failed", "budget"
+
+    def finish(prop: Proposal, order: int, res: EvalResult, counted: bool) -> None:
+        nonlocal best
+        e = TraceEntry(len(entries), prop, res, time.monotonic() - t0, order, counted)
+        t = e.time_us(cfg.regime)
+        if res.ok and (t is None or cfg.regime not in res.baseline):
+            log.warning("%s: verified but without its or cuSPARSE's time in the %s regime; not ranked",
+                        prop.id, cfg.regime)
+            t = None
+        if t is not None:
+            if best is None or t < best.time_us(cfg.regime):
+                best, e.new_best = e, True
+            if sink is not None:
+                e.store_best = sink.write(run_id, op, k, cfg.regime, e)
+        entries.append(e)
+        state.observe(e, t)
+        if fh is not None:
+            fh.write(json.dumps(e.to_dict(cfg.regime), default=str) + "\n")
+            fh.flush()
+
+    try:
+        for text, res in prior:
+            prop = text_proposal(text, op, Provenance.POLICY_SAMPLE, note="drawn before the search")
+            if state.claim(prop):
+                finish(prop, len(entries), res, counted=False)
+                state.prior_samples += 1
+        state.start(known, selector_point)
+        in_flight: dict[Future, tuple[Proposal, int]] = {}
+        first = len(entries)
+        parallel = cfg.parallel or (4 * max(1, len(visible_gpus())) if timed else 8)
+        submitted = 0
+        with _Progress(name, cfg.budget, cfg.progress_every_s) if progress else _NoProgress() as bar:
+            while True:
+                out_of_time = cfg.seconds is not None and time.monotonic() - t0 >= cfg.seconds
+                while not out_of_time and submitted < cfg.budget and len(in_flight) < parallel:
+                    prop = state.next(submitted)
+                    if prop is None:
+                        break
+                    in_flight[evaluator.submit(prop.text, ref, op, k)] = (prop, first + submitted)
+                    submitted += 1
+                if not in_flight:
+                    stopped = ("seconds" if out_of_time else "budget" if submitted >= cfg.budget else "exhausted")
+                    break
+                timeout = None if cfg.seconds is None else max(0.05, cfg.seconds - (time.monotonic() - t0))
+                done, _ = wait(list(in_flight), timeout=timeout if not out_of_time else None,
+                               return_when=FIRST_COMPLETED)
+                for f in done:
+                    finish(*in_flight.pop(f), f.result(), counted=True)
+                bar.update(sum(e.counted for e in entries), _best_text(best, cfg.regime, timed))
+            bar.update(sum(e.counted for e in entries), _best_text(best, cfg.regime, timed), force=True)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        log.warning("search %s interrupted: %d candidates finished; verified ones are in the store", name,
+                    len(entries))
+        raise
+    finally:
+        if sink is not None:
+            sink.finish(status)
+        if own_trace and fh is not None:
+            fh.close()
+    return SearchResult(matrix=name, fingerprint=card.fingerprint, op=op.value, k=k, regime=cfg.regime,
+                        entries=entries, best=best, evaluated=sum(e.counted for e in entries), stopped=stopped,
+                        seconds=time.monotonic() - t0, timed=timed, run_id=run_id,
+                        store_writes=sink.writes if sink is not None else 0, refused=dict(space.refused),
+                        render_errors=dict(space.render_errors))
+
+
+class _NoProgress:
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def update(self, *a, **kw) -> None:
+        pass
+
+
+class _Search:
+    """The proposal policy of :func:`run_search`: what to evaluate next, given what came back."""
+
+    MAX_DRY = 3
+    """Policy batches in a row with nothing new before the policy is asked no more."""
+
+    def __init__(self, cfg: SearchConfig, space: CandidateSpace, proposer: Proposer | None, refused: set[tuple]):
+        self.cfg, self.space, self.proposer = cfg, space, proposer
+        self.refused = refused
+        """(format, params) keys the harness refused for this matrix (learned from verdicts)."""
+        self.rng = space.rng
+        self.seen_ids: set[str] = set()
+        self.seen_texts: set[str] = set()
+        self.first: deque[Proposal] = deque()
+        """The store's best and the selector's choice: tried before any other seed."""
+        self.seed_lists: dict[str, deque[dict]] = {}
+        """Per template, its seeds not yet proposed."""
+        self.round_one: deque[str] = deque()
+        """Templates whose first seed is still to be proposed."""
+        self.template_best: dict[str, float] = {}
+        """Per template, the fastest time measured for any of its points."""
+        self.seeds_used = 0
+        self.ranked: list[tuple[float, TraceEntry]] = []
+        """Verified entries, fastest first."""
+        self.viable: list[TraceEntry] = []
+        """Compile-only: entries that compiled (no times to rank them by)."""
+        self.policy_last: TraceEntry | None = None
+        self.policy_queue: deque[Proposal] = deque()
+        self.policy_used = 0
+        self.prior_samples = 0
+        self.policy_samples_done = 0
+        self.policy_dry = 0
+        """Refinement batches in a row that held nothing new."""
+        self.moves: dict[str, deque[Proposal]] = {}
+        """Per parent id: its untried neighbours and switches, in the order drawn."""
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def claim(self, p: Proposal) -> bool:
+        """True (and remembered) when neither ``p``'s id nor its text was proposed before."""
+        key = normalised(p.text)
+        if p.id in self.seen_ids or key in self.seen_texts:
+            return False
+        self.seen_ids.add(p.id)
+        self.seen_texts.add(key)
+        return True
+
+    def start(self, known: list[tuple[str, str]], selector_point) -> None:
+        for cid, text in known:  # a template point again when the template still renders that text
+            note = "the store's best for this matrix"
+            p = self.space.from_id(cid, Provenance.KNOWN, note=note)
+            if p is None or normalised(p.text) != normalised(text):  # free text, or the template changed since
+                p = Proposal(text_id(text), text, Provenance.KNOWN, note=f"{note} (stored as {cid})")
+            self.first.append(p)
+        if selector_point is not None:
+            name, params, note = selector_point
+            p = self.space.point(name, params, Provenance.SEED, note=note) if name in self.space.by_name else None
+            if p is not None:
+                self.first.append(p)
+        space = self.space
+        self.seed_lists = {t.name: deque(t.seeds(space.card, space.k)) for t in space.templates}
+        self.round_one = deque(t.name for t in space.templates)
+
+    def observe(self, e: TraceEntry, t: float | None) -> None:
+        if t is not None:
+            self.ranked.append((t, e))
+            self.ranked.sort(key=lambda x: x[0])
+            name = e.proposal.template
+            if name is not None and t < self.template_best.get(name, float("inf")):
+                self.template_best[name] = t
+        elif e.result.error_kind is ErrorKind.NO_GPU:
+            self.viable.append(e)
+        elif e.result.error_kind is ErrorKind.FORMAT_REFUSED:
+            key = format_key(e.proposal.text, self.space.op)
+            if key is not None and key not in self.refused:
+                self.refused.add(key)
+                log.info("the harness refused %s for this matrix: no more points in it", key[0])
+        if e.proposal.provenance in (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE):
+            self.policy_last = e
+
+    # -- proposals ---------------------------------------------------------------------------
+
+    def next(self, submitted: int) -> Proposal | None:
+        """The next new proposal, or None when none can be made now."""
+        cfg = self.cfg
+        if self.proposer is not None and self._policy_due(submitted):
+            p = self._from_policy()
+            if p is not None:
+                self.policy_used += 1
+                return p
+        seed_cap = max(1, math.ceil(cfg.seed_share * cfg.budget))
+        if self.seeds_used < seed_cap or not self._parents():
+            p = self._next_seed()
+            if p is not None:
+                self.seeds_used += 1
+                return p
+        p = self._move()
+        if p is not None:
+            return p
+        p = self._next_seed()  # the seeds past the cap, once the moves run dry
+        if p is not None:
+            self.seeds_used += 1
+            return p
+        return self._first_new(self.space.random())
+
+    def _first_new(self, props) -> Proposal | None:
+        for p in props:
+            if self.claim(p):
+                return p
+        return None
+
+    def _next_seed(self) -> Proposal | None:
+        """The store's best and the selector's choice; then every template's first seed; then the
+        remaining seeds of the template that has measured fastest so far (templates not measured
+        yet, or never correct, after those; registry order breaks ties)."""
+        while self.first:
+            p = self.first.popleft()
+            if self.claim(p):
+                return p
+        while self.round_one:
+            p = self._pop_seed(self.round_one.popleft())
+            if p is not None:
+                return p
+        index = {t.name: i for i, t in enumerate(self.space.templates)}
+
+        def rank(name: str) -> tuple:
+            t = self.template_best.get(name)
+            return (0, t, index[name]) if t is not None else (1, 0.0, index[name])
+
+        for name in sorted((n for n, q in self.seed_lists.items() if q), key=rank):
+            p = self._pop_seed(name)
+            if p is not None:
+                return p
+        return None
+
+    def _pop_seed(self, name: str) -> Proposal | None:
+        q = self.seed_lists[name]
+        while q:
+            p = self.space.point(name, q.popleft(), Provenance.SEED)
+            if p is not None and self.claim(p):
+                return p
+        return None
+
+    def _parents(self) -> list[TraceEntry]:
+        if self.ranked:
+            return [e for _, e in self.ranked[:self.cfg.beam]]
+        return self.viable[:self.cfg.beam]
+
+    def _move(self) -> Proposal | None:
+        parents = self._parents()
+        if not parents:
+            return None
+        roll = self.rng.random()
+        if roll < self.cfg.explore:
+            p = self._first_new(self.space.random())
+            if p is not None:
+                return p
+        # the best parent most often: weights 1, 1/2, 1/4 ...
+        w = [0.5 ** i for i in range(len(parents))]
+        order = list(self.rng.choice(len(parents), size=len(parents), replace=False, p=[x / sum(w) for x in w]))
+        switch = self.cfg.explore <= roll < self.cfg.explore + self.cfg.switch
+        for i in order:
+            parent = parents[i].proposal
+            p = self._parent_move(parent, switch) or self._parent_move(parent, not switch)
+            if p is not None:
+                return p
+        return None
+
+    def _parent_move(self, parent: Proposal, switch: bool) -> Proposal | None:
+        key = f"{'switch' if switch else 'step'}:{parent.id}"
+        if key not in self.moves:
+            moves = self.space.switches(parent) if switch else self.space.neighbours(parent)
+            self.moves[key] = deque(moves[i] for i in self.rng.permutation(len(moves)))
+        q = self.moves[key]
+        while q:
+            p = q.popleft()
+            if self.claim(p):
+                return p
+        return None
+
+    # -- the policy --------------------------------------------------------------------------
+
+    def _quota(self) -> tuple[int, int]:
+        """(samples, refinements) the policy may propose in this search."""
+        total = max(1, round(self.cfg.policy_share * self.cfg.budget)) if self.cfg.policy_share > 0 else 0
+        samples = max(0, math.ceil(total / 2) - self.prior_samples)  # samples drawn before count
+        return samples, total - samples
+
+    def _policy_due(self, submitted: int) -> bool:
+        if self.policy_dry >= self.MAX_DRY:
+            return False
+        samples, refines = self._quota()
+        total = samples + refines
+        # spread over the run; never first, so the seeds are on their way while the policy writes
+        return self.policy_used < total and self.policy_used < self.cfg.policy_share * submitted
+
+    def _from_policy(self) -> Proposal | None:
+        while self.policy_queue:
+            p = self.policy_queue.popleft()
+            if self.claim(p):
+                return p
+        samples, _ = self._quota()
+        n = self.cfg.policy_batch
+        op = self.space.op
+        refining = self.policy_samples_done >= samples
+        if not refining:
+            n = min(n, samples - self.policy_samples_done)
+            texts = self.proposer.sample(n)
+            self.policy_samples_done += n
+            props = [text_proposal(t, op, Provenance.POLICY_SAMPLE) for t in texts]
+        else:
+            target = self.ranked[0][1] if self.ranked else self.policy_last
+            if target is None:
+                return None  # nothing measured yet to refine: later
+            texts = self.proposer.refine(target.proposal.text, target.result, n)
+            props = [text_proposal(t, op, Provenance.POLICY_REFINE, parent=target.proposal.id) for t in texts]
+        self.policy_queue.extend(props)
+        while self.policy_queue:
+            p = self.policy_queue.popleft()
+            if self.claim(p):
+                self.policy_dry = 0
+                return p
+        if refining:  # samples stop at their quota anyway
+            self.policy_dry += 1
+            if self.policy_dry >= self.MAX_DRY:
+                log.info("the policy's refinements held nothing new %d times in a row: asking it no more",
+                         self.MAX_DRY)
+        return None
+
+
+def search_summary(result: SearchResult) -> dict[str, Any]:
+    """The search's summary for report.json (the trace itself is in trace.jsonl)."""
+    b = result.best
+    return {
+        "run_id": result.run_id, "fingerprint": result.fingerprint, "evaluated": result.evaluated,
+        "stopped": result.stopped, "seconds": result.seconds, "timed": result.timed, "regime": result.regime,
+        "best_id": b.proposal.id if b else None, "best_provenance": b.proposal.provenance.value if b else None,
+        "best_time_us": b.time_us(result.regime) if b else None, "best_speedup": b.result.speedup if b else None,
+        "by_provenance": result.by_provenance(), "store_writes": result.store_writes,
+        "store_improved": result.store_improved, "refused_formats": result.refused,
+        "render_errors": result.render_errors,
+        "known_best": asdict(result.known_best) | {"text": None} if result.known_best is not None else None,
+    }

@@ -1,0 +1,36 @@
+"""Reaching banned code or other files through the preprocessor."""
+
+from __future__ import annotations
+
+from tests.harness.adversarial.base import GOOD, HEAD, HONEST, csr
+
+
+def with_prefix(prefix: str) -> str:
+    return GOOD.replace(HEAD, HEAD + prefix + "\n")
+
+
+CASES: dict[str, tuple[str, str]] = {
+    # the issue's cases: a clock and asm built by token pasting, a file named by a macro
+    "clock_by_token_pasting": (csr(f"{HONEST} if (CAT(clo, ck64)() == 0) y[row] = 0.f;",
+                                   before="#define CAT(a, b) a##b"), "static_check"),
+    "asm_by_token_pasting": (csr(f'CAT(as, m)("trap;"); {HONEST}', before="#define CAT(a, b) a##b"), "static_check"),
+    "name_by_stringizing": (csr(HONEST, before='#define S(x) #x\nconst char* s = S(globaltimer);'), "static_check"),
+    "asm_by_line_splice": (csr(f'as\\\nm volatile("trap;"); {HONEST}'), "static_check"),
+    "printf_through_a_macro": (csr(f'P("%d", row); {HONEST}', before="#define P printf"), "static_check"),
+    "trap_through_a_macro": (csr(f"if (row == 0) T(); {HONEST}", before="#define T __builtin_trap"), "static_check"),
+    "clock_through_a_pointer": (csr(f"long long (*f)() = clock64; {HONEST} if (f() == 0) y[row] = 0.f;"),
+                                "static_check"),
+    "include_file_named_by_macro": (with_prefix('#define F "/etc/passwd"\n#include F'), "static_check"),
+    "include_absolute_path": (with_prefix('#include "/etc/passwd"'), "static_check"),
+    "include_path_escape": (with_prefix("#include <../../../../../etc/passwd>"), "static_check"),
+    "include_next": (with_prefix("#include_next <cuda_fp16.h>"), "static_check"),
+    "embed_a_file": (with_prefix('#embed "/etc/passwd"'), "static_check"),
+    "pragma_reaches_a_file": (with_prefix('#pragma GCC dependency "/etc/passwd"'), "static_check"),
+    "pragma_operator": (csr(f'_Pragma("GCC dependency \\"/etc/passwd\\"") {HONEST}'), "static_check"),
+    "has_include_probe": (with_prefix('#if __has_include("/etc/shadow")\n#endif'), "static_check"),
+    "digraph_include": (with_prefix('%:include "/etc/passwd"'), "static_check"),
+    "trigraph_include": (with_prefix('??=include "/etc/passwd"'), "static_check"),
+    "line_directive_fakes_a_file": (with_prefix('#line 1 "cuda_fp16.h"'), "static_check"),
+    "universal_character_name": (csr(f'\\u0061sm("trap;"); {HONEST}'), "static_check"),
+    "raw_string": (csr(f'const char* s = R"(x)"; {HONEST}'), "static_check"),
+}

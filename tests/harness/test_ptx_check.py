@@ -1,0 +1,128 @@
+"""Checks on compiled code: hand-written PTX for every rule, and real compiles of the cases that
+only the compiled code shows (legal C++ that writes module data or calls out of the module)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparserl.harness.compile import CompileOptions, compile_source, find_nvcc
+from sparserl.harness.nvrtc import load_nvrtc
+from sparserl.harness.ptx_check import check_ptx, readable
+from sparserl.kernels.contract import Op, split_completion
+from tests.harness.adversarial import ADVERSARIAL, GOOD
+
+MODULE = """.version 9.0
+.target sm_90
+.address_size 64
+
+{decls}
+.visible .entry k(
+\t.param .u64 k_param_0
+)
+{{
+\t.reg .b32 \t%r<9>;
+\t.reg .b64 \t%rd<9>;
+\t.reg .f32 \t%f<4>;
+\tld.param.u64 \t%rd1, [k_param_0];
+\tcvta.to.global.u64 \t%rd2, %rd1;
+{body}
+\tret;
+}}
+"""
+
+
+def ptx(body: str, decls: str = "") -> str:
+    return MODULE.format(decls=decls, body=body)
+
+
+@pytest.mark.parametrize("reg, what", [
+    ("%clock", "clock"), ("%clock_hi", "clock"), ("%clock64", "clock"), ("%globaltimer", "timer"),
+    ("%globaltimer_lo", "timer"), ("%smid", "SM id"), ("%nsmid", "SM id"), ("%warpid", "warp id"),
+    ("%nwarpid", "warp id"), ("%gridid", "launch id"), ("%pm0", "performance counter"),
+    ("%pm3_64", "performance counter"), ("%envreg7", "environment register"), ("%current_graph_exec", "CUDA graph"),
+])
+def test_special_registers_are_refused(reg: str, what: str) -> None:
+    r = check_ptx(ptx(f"\tmov.u64 \t%rd3, {reg};"))
+    assert r.violation is not None and what in r.violation and "not allowed" in r.violation
+    assert check_ptx(ptx("\tmov.u32 \t%r1, %tid.x;")).violation is None  # ordinary registers are fine
+
+
+@pytest.mark.parametrize("op", ["trap", "brkpt", "pmevent 3"])
+def test_traps_are_refused(op: str) -> None:
+    assert "not allowed" in check_ptx(ptx(f"\t@%p1 {op};" if op == "trap" else f"\t{op};")).violation
+
+
+def test_calls_out_of_the_module_are_refused() -> None:
+    decl = ".extern .func  (.param .b32 func_retval0) vprintf\n(\n\t.param .b64 vprintf_param_0,\n" \
+           "\t.param .b64 vprintf_param_1\n)\n;"
+    r = check_ptx(ptx("\tmov.u32 %r1, 0;", decls=decl))
+    assert "vprintf" in r.violation
+    assert "outside the module" in check_ptx(ptx("", decls=".extern .global .align 4 .u32 ext;")).violation
+
+
+def test_writes_to_module_data_are_followed_through_registers() -> None:
+    decl = ".global .align 4 .b8 tbl[16] = {0, 0, 128, 63};"
+    reads = "\tmov.u64 \t%rd3, tbl;\n\tadd.s64 \t%rd4, %rd3, 4;\n\tld.global.f32 \t%f1, [%rd4];\n" \
+            "\tst.global.f32 \t[%rd2], %f1;"
+    assert check_ptx(ptx(reads, decl)).violation is None  # reading a table and writing y is fine
+    direct = "\tst.global.u32 \t[tbl+4], %r1;"
+    assert "'tbl'" in check_ptx(ptx(direct, decl)).violation
+    through = "\tmov.u64 \t%rd3, tbl;\n\tcvta.global.u64 \t%rd4, %rd3;\n\tmov.b64 \t{%r1, %r2}, %rd4;\n" \
+              "\tmov.b64 \t%rd5, {%r1, %r2};\n\tst.u32 \t[%rd5], %r3;"
+    assert "module-scope data" in check_ptx(ptx(through, decl)).violation
+    atomic = "\tmov.u64 \t%rd3, tbl;\n\tatom.global.add.u32 \t%r1, [%rd3], 1;"
+    r = check_ptx(ptx(atomic, decl))
+    assert "module-scope data" in r.violation and r.uses_atomics
+
+
+def test_taint_crosses_loops_and_shuffles() -> None:
+    decl = ".global .align 8 .u64 slot;"
+    body = ("$L__BB0_1:\n\tadd.s64 \t%rd6, %rd5, 8;\n\tshfl.sync.idx.b32 \t%r2, %r1, 0, 31, -1;\n"
+            "\tst.global.u32 \t[%rd6], %r2;\n\tmov.u64 \t%rd5, slot;\n\t@%p1 bra \t$L__BB0_1;")
+    assert "module-scope data" in check_ptx(ptx(body, decl)).violation  # %rd5 is tainted only after the loop edge
+
+
+def test_escaping_addresses_and_address_initialisers_are_refused() -> None:
+    decl = ".global .align 8 .u64 slot;"
+    assert "stores the address" in check_ptx(ptx("\tmov.u64 %rd3, slot;\n\tst.global.u64 [%rd2], %rd3;", decl)).violation
+    assert "initialised with an address" in check_ptx(
+        ptx("", ".global .align 4 .u32 a;\n.global .align 8 .u64 p = generic(a);")).violation
+
+
+def test_header_constants_and_atomics_on_y_pass() -> None:
+    decl = (".global .align 1 .u8 _ZN4cuda3std3__417integral_constantIbLb0EE5valueE;\n"
+            ".const .align 4 .b8 offs[12] = {255, 255, 255, 255, 0, 0, 0, 0, 1, 0, 0, 0};\n"
+            ".global .align 4 .f32 one = 0f3F800000;")
+    body = "\tld.const.u32 \t%r1, [offs+4];\n\tred.global.add.f32 \t[%rd2], %f1;"
+    r = check_ptx(ptx(body, decl))
+    assert r.violation is None and r.uses_atomics
+
+
+def test_readable_names() -> None:
+    assert readable("_ZZ11spmv_kernelE1t") == "t"
+    assert readable("_ZN1a1b5callsE") == "calls"
+    assert readable("counter") == "counter"
+
+
+needs_compiler = pytest.mark.skipif(find_nvcc() is None and load_nvrtc() is None, reason="no CUDA compiler")
+
+
+@needs_compiler
+@pytest.mark.parametrize("name", ["writes_through_const_table", "writes_through_constant_memory",
+                                  "writes_device_const_by_address", "calls_outside_the_module"])
+def test_compiled_code_cases_are_refused_at_compile_time(tmp_path, name: str) -> None:
+    text, kind = ADVERSARIAL[name]
+    assert kind == "static_check"
+    _, code = split_completion(text, Op.SPMV)
+    res = compile_source(code, CompileOptions(), tmp_path)
+    assert res.ok and res.ptx_violation is not None, (name, res.log[-300:])
+
+
+@needs_compiler
+def test_atomics_are_read_from_the_compiled_code_not_the_text(tmp_path) -> None:
+    commented = GOOD.replace("y[row] = sum;", "y[row] = sum; // atomicAdd(y + row, sum) would also work")
+    res = compile_source(split_completion(commented, Op.SPMV)[1], CompileOptions(), tmp_path)
+    assert res.ok and res.ptx_violation is None and not res.uses_atomics
+    real = GOOD.replace("y[row] = sum;", "y[row] = 0.f; atomicAdd(y + row, sum);")
+    res = compile_source(split_completion(real, Op.SPMV)[1], CompileOptions(), tmp_path)
+    assert res.ok and res.uses_atomics

@@ -1,0 +1,87 @@
+"""Test doubles for the search's tests.
+
+:class:`TimingDouble` stands in for the harness's GPU path only: it compiles and runs nothing,
+and answers every submission with a real :class:`EvalResult` whose kernel time is a function
+the test gives of the candidate (through its text). It lets the search *policy* be tested on
+a CPU; the harness itself is tested elsewhere, and the search's real compile-only path runs
+through the real Evaluator in test_cli.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from sparserl.harness.evaluator import MatrixRef
+from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
+from sparserl.search.space import normalised
+
+CUSPARSE_US = 100.0
+
+
+def timed_result(op: str, k, name: str, t_us: float | ErrorKind | None, regime: str = "cold",
+                 cusparse_us: float = CUSPARSE_US, arch: str = "sm_90") -> EvalResult:
+    """A correct, timed result (t_us), an incorrect one (None), or a failure of the kind given."""
+    if t_us is None or isinstance(t_us, ErrorKind):
+        kind = t_us or ErrorKind.INCORRECT
+        return EvalResult.failure(op, k, name, kind, f"{kind.value} (double)", compiled=True,
+                                  arch=arch, gpu="double")
+    kt = KernelTiming(regime, t_us, t_us, t_us, 0.0)
+    base = KernelTiming(regime, cusparse_us, cusparse_us, cusparse_us, 0.0)
+    return EvalResult(op=op, k=k, matrix=name, error_kind=ErrorKind.NONE, compiled=True, correct=True,
+                      timings={regime: kt}, baseline={regime: base}, baseline_alg="double", regime=regime,
+                      speedup=cusparse_us / t_us, roofline=0.5, format="CSR", arch=arch, gpu="double")
+
+
+class TimingDouble:
+    """A GPU-path double (see the module docstring). ``time_of(text)``: the kernel time in us,
+    None for an incorrect kernel, or an ErrorKind for that failure. ``delay``: seconds each evaluation takes (on threads)."""
+
+    has_gpu = True
+
+    def __init__(self, time_of: Callable[[str], float | None], delay: float = 0.0, workers: int = 2,
+                 interrupt_after: int | None = None, arch: str = "sm_90"):
+        self.time_of, self.delay, self.arch = time_of, delay, arch
+        self.interrupt_after = interrupt_after
+        self.submitted: list[str] = []
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=workers) if delay else None
+
+    def register(self, A, name: str = "matrix") -> MatrixRef:
+        return MatrixRef("double", "/nonexistent", name, (int(A.shape[0]), int(A.shape[1])), int(A.nnz))
+
+    def gpu_lease(self, device):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def _result(self, text: str, ref: MatrixRef, op, k) -> EvalResult:
+        if self.delay:
+            time.sleep(self.delay)
+        return timed_result(getattr(op, "value", op), k, ref.name, self.time_of(text), arch=self.arch)
+
+    def submit(self, text: str, ref: MatrixRef, op, k=None) -> Future:
+        with self.lock:
+            if self.interrupt_after is not None and len(self.submitted) >= self.interrupt_after:
+                raise KeyboardInterrupt
+            self.submitted.append(text)
+        if self.pool is not None:
+            return self.pool.submit(self._result, text, ref, op, k)
+        f: Future = Future()
+        f.set_result(self._result(text, ref, op, k))
+        return f
+
+    def evaluate_many(self, items) -> list[EvalResult]:
+        return [self.submit(t, m, o, k).result() for t, m, o, k in items]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+
+def by_text(times: dict[str, float | None], default: float | None = None) -> Callable[[str], float | None]:
+    """``time_of`` from a table keyed by text (whitespace-insensitive)."""
+    table = {normalised(t): v for t, v in times.items()}
+    return lambda text: table.get(normalised(text), default)

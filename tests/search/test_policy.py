@@ -1,0 +1,90 @@
+"""The refinement prompt (a pure function) and the policy proposer's use of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparserl.harness.result import ErrorKind, EvalResult
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate
+from sparserl.matrices.card import matrix_card
+from sparserl.search.policy import describe_outcome, refinement_prompt
+from tests.search.doubles import timed_result
+
+KERNEL = variants("spmv", "CSR")[0].render()
+
+
+def test_prompt_shows_the_kernel_its_time_and_asks_for_a_faster_one() -> None:
+    card = matrix_card(generate("banded", 500, seed=0, bands=3)).render()
+    res = timed_result("spmv", None, "m", 25.0, cusparse_us=50.0)
+    p = refinement_prompt(Op.SPMV, None, (500, 500), 1498, card, KERNEL, res)
+    assert p.startswith("SpMV y = A x for the 500 x 500 sparse matrix above (1498 nonzeros).\nMatrix card:\n" + card)
+    assert "Previous kernel:\n" + KERNEL.strip() + "\nMeasured: correct; 25.00 us against cuSPARSE's 50.00 us " \
+        "(2.00x), cold L2, 0.50 of the memory roofline.\nWrite a faster correct kernel:\n" in p
+    assert p.endswith("Write a faster correct kernel:\n")
+    assert p == refinement_prompt(Op.SPMV, None, (500, 500), 1498, card, KERNEL, res), "pure"
+
+
+def test_prompt_for_a_failed_kernel_names_the_error_and_asks_for_a_correct_one() -> None:
+    bad = EvalResult.failure("spmm", 8, "m", ErrorKind.COMPILE, "error: identifier \"foo\"\n  is undefined")
+    p = refinement_prompt(Op.SPMM, 8, (10, 20), 30, None, KERNEL, bad)
+    assert p.startswith("SpMM Y = A X with k = 8 for the 10 x 20 sparse matrix above (30 nonzeros).\nPrevious kernel:")
+    assert "Matrix card" not in p
+    assert "Measured: compile_error: error: identifier \"foo\" is undefined.\nWrite a correct kernel:\n" in p
+    assert describe_outcome(EvalResult.failure("spmv", None, "m", ErrorKind.NO_GPU, "x", compiled=True)) == \
+        "compiled; not run (no GPU), so its speed is unknown."
+
+
+def test_the_policy_sees_the_prompt_a_sample_carries() -> None:
+    pytest.importorskip("torch")
+    from sparserl.encoding import EncodingConfig, MatrixInput
+    from sparserl.model.policy import Sample, prompt_text
+
+    A = generate("banded", 100, seed=0, bands=3)
+    s = Sample(MatrixInput.from_matrix(A, EncodingConfig(max_nnz=8)), Op.SPMV, None, int(A.nnz))
+    assert prompt_text(s, True).startswith("SpMV y = A x for the 100 x 100")
+    from dataclasses import replace
+
+    assert prompt_text(replace(s, prompt="REFINE THIS\n"), True) == "REFINE THIS\n"
+    assert prompt_text(replace(s, prompt="REFINE THIS\n"), False) == "REFINE THIS\n"
+
+
+def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
+    pytest.importorskip("torch")
+    from sparserl.encoding import EncodingConfig
+    from sparserl.search.policy import PolicyProposer
+
+    class RecordingPolicy:
+        """Stands in for Policy.generate only: records the samples it is given."""
+
+        config = type("C", (), {"encoding": EncodingConfig(max_nnz=8)})()
+        device = "cpu"
+
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, samples, **kw):
+            self.calls.append((samples, kw))
+            return [f"text {i}" for i in range(len(samples))]
+
+    A = generate("banded", 100, seed=0, bands=3)
+    pol = RecordingPolicy()
+    leases = []
+
+    def lease(device):
+        import contextlib
+
+        leases.append(device)
+        return contextlib.nullcontext()
+
+    pp = PolicyProposer(pol, A, Op.SPMV, None, "card text", name="m", temperature=0.7, max_new_tokens=99, seed=5,
+                        lease=lease)
+    assert pp.sample(20) == [f"text {i}" for i in range(16)] + [f"text {i}" for i in range(4)]
+    assert [len(c[0]) for c in pol.calls] == [16, 4] and pol.calls[0][0][0].prompt is None
+    res = timed_result("spmv", None, "m", 25.0)
+    pp.refine(KERNEL, res, 2)
+    samples, kw = pol.calls[-1]
+    assert samples[0].prompt == refinement_prompt(Op.SPMV, None, (100, 100), int(A.nnz), "card text", KERNEL, res)
+    assert kw["temperature"] == 0.7 and kw["max_new_tokens"] == 99
+    assert leases == ["cpu", "cpu"], "the GPU is held against the harness's timing while the model writes"

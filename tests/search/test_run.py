@@ -1,0 +1,109 @@
+"""The search command's GPU path end to end with a test double of the GPU timing (doubles.py):
+outputs in generate's shape, the store written and read back (the known best seeds the next
+search), and the benchmark's oracle and ratio arithmetic."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate, save_matrix
+from sparserl.search.loop import SearchConfig
+from sparserl.search.run import SearchJob, search_matrix
+from sparserl.search.space import Provenance, normalised
+from sparserl.search.store import BestStore
+from tests.search.doubles import TimingDouble
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def mtx(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("m") / "rand.mtx"
+    save_matrix(generate("random", 3000, seed=4, nnz_per_row=8), p)
+    return p
+
+
+def csr_vector_time(text: str) -> float:
+    """Faster with more lanes per row up to 8, and with block 256 (a made-up landscape)."""
+    for tpr, t in ((2, 30.0), (4, 20.0), (8, 10.0), (16, 15.0), (32, 25.0)):
+        if f"tpr={tpr}," in text or f"TPR = {tpr}" in text:
+            return t - (1.0 if "block=256" in text else 0.0)
+    return 60.0
+
+
+def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # the store's sampled coordinates come from the encoding module
+    texts = {normalised(v.render()): v.id for v in variants("spmv")}
+    ev = TimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
+    job = SearchJob(matrix=str(mtx), search=SearchConfig(budget=40), store=str(tmp_path / "s.db"),
+                    out=str(tmp_path / "out"))  # a seed round over every template, then csr_vector's
+    rep, res = search_matrix(job, evaluator=ev)
+    assert res.timed and res.best.proposal.id == "spmv/csr_vector/-/tpr=8,block=256"
+    assert rep["verified"] is True and rep["verdict"] == "correct, 11.11x faster than cuSPARSE"
+    out = tmp_path / "out"
+    assert (out / "kernel.cu").read_text() == res.best.proposal.text
+    assert json.loads((out / "launch.json").read_text())["format"] == "CSR"
+    md = (out / "report.md").read_text()
+    assert "**11.11x**" in md and "## Search" in md and "this run set the best known" in md
+    assert len((out / "trace.jsonl").read_text().splitlines()) == 40
+    with BestStore(tmp_path / "s.db") as st:
+        (b,) = st.best()
+        assert b.candidate_id == res.best.proposal.id and b.time_us == 9.0 and b.speedup == pytest.approx(100 / 9)
+        assert st.counts()["results"] == 40 and st.counts()["runs"] == 1
+        m = st.matrix(b.fingerprint)
+        assert m.source_path == str(mtx.resolve()) and m.coords is not None and 900 < len(m.coords[0]) <= 1024
+
+    # a second search starts from what the store knows, and does not replace it with a tie
+    ev2 = TimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
+    _, res2 = search_matrix(SearchJob(matrix=str(mtx), search=SearchConfig(budget=3, seed=1),
+                                         store=str(tmp_path / "s.db"), out=str(tmp_path / "out2")), evaluator=ev2)
+    first = min(res2.entries, key=lambda e: e.order)
+    assert first.proposal.provenance is Provenance.KNOWN and first.proposal.id == res.best.proposal.id
+    assert res2.known_best is not None and not res2.store_improved
+    assert "the best known stays faster" in (tmp_path / "out2" / "report.md").read_text()
+
+
+def test_no_correct_candidate_is_an_error_with_the_trace_kept(mtx: Path, tmp_path: Path) -> None:
+    from sparserl.errors import SparseRLError
+
+    ev = TimingDouble(lambda t: None)  # everything wrong
+    with pytest.raises(SparseRLError, match="no correct kernel among the 5 candidates"):
+        search_matrix(SearchJob(matrix=str(mtx), search=SearchConfig(budget=5), store=str(tmp_path / "s.db"),
+                                out=str(tmp_path / "out")), evaluator=ev)
+    assert len((tmp_path / "out" / "trace.jsonl").read_text().splitlines()) == 5
+    with BestStore(tmp_path / "s.db") as st:
+        assert st.counts()["results"] == 0
+
+
+def test_benchmark_oracle_and_ratio(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import search_bench
+    finally:
+        sys.path.pop(0)
+    from sparserl.kernels.contract import Op
+    from sparserl.search.store import open_store
+
+    A = generate("random", 3000, seed=4, nnz_per_row=8)
+    from sparserl.matrices.card import matrix_card
+
+    lib = {normalised(text) for _, text, _ in search_bench.oracle_texts(Op.SPMV, None, matrix_card(A))}
+    assert {normalised(v.render()) for v in variants("spmv")} <= lib
+    # every oracle text (template seeds, library variants) 50 us, anything else (a mutation) 40 us
+    ev = TimingDouble(lambda t: 50.0 if normalised(t) in lib else 40.0)
+    args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None})()
+    with open_store(tmp_path / "s.db") as st:
+        row = search_bench.bench_one(ev, st, A, "rand", Op.SPMV, None, args)
+    assert row["oracle_us"] == 50.0 and row["cusparse_us"] == 100.0 and row["oracle_speedup"] == 2.0
+    assert row["search_us"] == 40.0 and row["ratio"] == pytest.approx(1.25)
+    assert row["search_provenance"] in ("mutation", "switch", "random") and row["search_evaluated"] == 30
+    assert row["oracle_candidates"] >= 20 and row["oracle_library_us"] == 50.0
+    rows = [row | {"set": "families"}, dict(row, ratio=0.9, set="families", oracle_speedup=2.0, search_speedup=1.8)]
+    s = search_bench.summarise(rows)["families"]
+    assert s["search_wins"] == 1 and s["search_wins_by_2pct"] == 1
+    assert s["geomean_search_over_oracle"] == pytest.approx((1.25 * 0.9) ** 0.5)
