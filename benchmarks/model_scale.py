@@ -108,33 +108,32 @@ def main() -> int:
         print(f"generation ({engine}): {gen_tokens} tokens in {gen_s:.2f} s at batch {args.gen_batch} "
               f"({gen[engine]['ms_per_step']:.2f} ms per decode step)", flush=True)
         ids = out if ids is None else ids
-    # one PPO step (policy + value head + reference forward, 2 epochs) on this rollout
-    from sparserl.rl.rollout import RolloutBatch, response_mask, token_logprobs
-    from sparserl.rl.trainer import Reference, RLConfig, ValueHead, _advantages, _update
+    # one PPO step (policy + value head + reference forward, 2 epochs) on this rollout, through the
+    # trainer's own functions (rollout.annotate, update.advantages / update), so it cannot drift from them
+    import numpy as np
+
+    from sparserl.rl.config import RLConfig
+    from sparserl.rl.rollout import RolloutBatch, annotate, response_mask
+    from sparserl.rl.update import ActorCritic, Reference, ValueHead, advantages, build_optimizer, update
 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     ids = ids[: args.batch]
     rmask = response_mask(ids, tok.eos_token_id, tok.pad_token_id).to(ids.device)
     rs = [sample] * ids.shape[0]
+    rl_cfg = RLConfig(algo="ppo", critic=True, minibatch=max(1, ids.shape[0] // 2), epochs=2, device=args.device,
+                      target_kl=None,
+                      matrices_per_step=1, samples_per_matrix=int(ids.shape[0]))  # one matrix, one group
     vh = ValueHead(policy.base_model.config.hidden_size).to(dev)
     ref = Reference(policy)
     t = time.perf_counter()
-    with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-        logits, h = policy.response_forward(rs, ids, rmask, hidden=True)
-        old = token_logprobs(logits, ids) * rmask
-        values = vh(h) * rmask
-        ref_lp = ref(rs, ids, rmask) * rmask
+    ann = annotate(policy, ref, vh, rs, ids, rmask, rl_cfg.temperature)
     scores = torch.randn(ids.shape[0], device=dev)
-    batch = RolloutBatch(rs, [""] * ids.shape[0], ids, rmask, old, ref_lp, values, scores, [])
-    rl_cfg = RLConfig(algo="ppo", minibatch=max(1, ids.shape[0] // 2), epochs=2, device=args.device,
-                      matrices_per_step=1, samples_per_matrix=int(ids.shape[0]))  # one matrix, one group
-    adv, rets = _advantages(rl_cfg, batch, 0.05)
-    ppo_params = [p for p in policy.parameters() if p.requires_grad] + list(vh.parameters())
-    ppo_opt = torch.optim.AdamW(ppo_params, lr=1e-5)
-    import numpy as np
-
-    _update(rl_cfg, policy, vh, ppo_opt, ppo_params, batch, adv, rets, 0.05, np.random.default_rng(0), dev)
+    batch = RolloutBatch(rs, [""] * ids.shape[0], ids, rmask, ann.old_logp, ann.ref_logp, ann.values, scores, [],
+                         entropy=ann.entropy)
+    adv, rets = advantages(rl_cfg, batch)
+    update(rl_cfg, ActorCritic(policy, vh), build_optimizer(policy, vh, rl_cfg), batch, adv, rets,
+           rl_cfg.kl_loss_coef, np.random.default_rng(0), dev)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     ppo_s = time.perf_counter() - t

@@ -5,7 +5,7 @@ model learns them) and M generated matrices; a fixed table gives each (matrix, k
 speedup, with a different best kernel for each matrix. A completion that is not exactly one of
 the K kernels scores as a compile error. The tiny policy is first fine-tuned to write every
 kernel for every matrix (SFT on correct targets, as ``sparserl data build`` does), then trained
-with the project's own RL code (``collect``, ``_advantages``, ``_update``) on rewards from the
+with the project's own RL code (``collect``, ``advantages``, ``update``) on rewards from the
 table through the default reward function. Per step it reports the share of intact kernels
 (exactly one of the K), the share of oracle picks (the best kernel for its matrix) and the mean
 reward; one run per ``--algos`` entry from the same SFT model, side by side, and a JSON file.
@@ -39,8 +39,10 @@ from sparserl.model.config import TinyModelConfig, hf_config
 from sparserl.model.policy import Policy, PolicyConfig
 from sparserl.model.tokenizer import train_tokenizer
 from sparserl.rewards import RewardConfig
+from sparserl.rl.config import RLConfig
 from sparserl.rl.rollout import MatrixItem, collect
-from sparserl.rl.trainer import Reference, RLConfig, ValueHead, _advantages, _update
+from sparserl.rl.trainer import batch_metrics
+from sparserl.rl.update import ActorCritic, Reference, ValueHead, advantages, build_optimizer, set_lr, update
 
 FAMILIES = ("diagonal", "banded", "random", "powerlaw")
 
@@ -82,39 +84,51 @@ def sft(policy: Policy, items: list[MatrixItem], kernels: list[str], steps: int,
     return float(loss.detach())
 
 
-def run(spec: str, policy: Policy, items, ev: TableEvaluator, args) -> list[dict]:
+def rl_config(spec: str, n_items: int, args) -> RLConfig:
+    """The RLConfig of one run: ALGO or ALGO@SHARE, with the flags; ``--no-guards`` restores the
+    settings of the lr 5e-5 collapse (no KL loss, KL only in PPO's reward, no warm-up, no KL stop)."""
     algo, _, share = spec.partition("@")
+    guards = dict(kl_loss_coef=args.kl_loss_coef, target_kl=args.target_kl, warmup_steps=args.warmup,
+                  kl_coef=args.kl_coef if algo == "ppo" else 0.0)
+    if args.no_guards:
+        guards = dict(kl_loss_coef=0.0, target_kl=None, warmup_steps=0, kl_coef=0.05 if algo == "ppo" else 0.0,
+                      critic=True)
+    return RLConfig(algo=algo, matrices_per_step=n_items, samples_per_matrix=args.group, minibatch=16,
+                    lr=args.lr, epochs=2, device="cpu", lam=args.lam, score_baseline=args.baseline,
+                    whiten_advantages=not args.no_whiten, pg_token_share=float(share) if share else args.pg_share,
+                    large_per_family=0, **({"critic": args.critic} | guards))
+
+
+def run(spec: str, policy: Policy, items, ev: TableEvaluator, args) -> list[dict]:
     best = [ev.kernels[int(np.argmax(ev.table[i]))] for i in range(len(items))]
-    cfg = RLConfig(algo=algo, matrices_per_step=len(items), samples_per_matrix=args.group, minibatch=16,
-                   lr=args.lr, epochs=2, kl_coef=args.kl_coef, device="cpu", bf16=False,
-                   lam=args.lam, score_baseline=args.baseline, whiten_advantages=not args.no_whiten,
-                   vf_coef=args.vf_coef, pg_token_share=float(share) if share else args.pg_share)
-    vh = ValueHead(policy.base_model.config.hidden_size) if algo == "ppo" else None
+    cfg = rl_config(spec, len(items), args)
+    vh = ValueHead(policy.base_model.config.hidden_size) if cfg.uses_critic else None
     ref = Reference(policy)
-    params = [p for p in policy.parameters() if p.requires_grad] + (list(vh.parameters()) if vh else [])
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    model, optim = ActorCritic(policy, vh), build_optimizer(policy, vh, cfg)
     rng = np.random.default_rng(1)
-    value_fn = (lambda h: vh(h)) if vh is not None else None
     rows = []
     for step in range(args.steps + 1):
-        policy.eval()
-        batch = collect(policy, ref, value_fn, ev, items, args.group, args.max_new_tokens, 1.0, RewardConfig(),
+        batch = collect(policy, ref, vh, ev, items, args.group, args.max_new_tokens, cfg.temperature, RewardConfig(),
                         seed=1000 + step)
         texts = [t.strip() for t in batch.texts]
         mats = [i for i in range(len(items)) for _ in range(args.group)]
+        m = batch_metrics(batch, cfg)
         row = {"step": step, "intact": float(np.mean([t in ev.kernels for t in texts])),
-               "oracle": float(np.mean([t == best[m] for t, m in zip(texts, mats)])),
-               "reward": float(batch.scores.mean())}
+               "oracle": float(np.mean([t == best[i] for t, i in zip(texts, mats)])),
+               "reward": float(batch.scores.mean()), "kl_to_ref": m["charts/kl_to_ref"],
+               "logp_gap": m["rollout/logp_gap"]}
         rows.append(row)
-        print(f"{spec} step {step:3d}: intact {row['intact']:.2f} oracle {row['oracle']:.2f} "
-              f"reward {row['reward']:+.2f}", flush=True)
         if step == args.steps:
+            print(f"{spec} step {step:3d}: intact {row['intact']:.2f} oracle {row['oracle']:.2f} "
+                  f"reward {row['reward']:+.2f} kl_to_ref {row['kl_to_ref']:.3f}", flush=True)
             break
-        for g in opt.param_groups:  # linear warm-up over the first --warmup RL steps
-            g["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, args.warmup))
-        adv, returns = _advantages(cfg, batch, cfg.kl_coef)
-        policy.train()
-        _update(cfg, policy, vh, opt, params, batch, adv, returns, cfg.kl_coef, rng, torch.device("cpu"))
+        set_lr(optim, cfg, step)
+        adv, returns = advantages(cfg, batch)
+        upd = update(cfg, model, optim, batch, adv, returns, cfg.kl_loss_coef, rng, torch.device("cpu"))
+        row |= {"update_minibatches": upd["charts/update_minibatches"], "approx_kl": upd["losses/approx_kl"]}
+        print(f"{spec} step {step:3d}: intact {row['intact']:.2f} oracle {row['oracle']:.2f} "
+              f"reward {row['reward']:+.2f} kl_to_ref {row['kl_to_ref']:.3f} "
+              f"minibatches {row['update_minibatches']:.0f}", flush=True)
     return rows
 
 
@@ -129,12 +143,19 @@ def main() -> int:
     ap.add_argument("--sft-steps", type=int, default=500)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
     ap.add_argument("--lr", type=float, default=2e-4, help="RL learning rate (the demo's RL/SFT ratio is 1/15)")
-    ap.add_argument("--kl-coef", type=float, default=0.05)
+    ap.add_argument("--kl-loss-coef", type=float, default=RLConfig.kl_loss_coef,
+                    help="weight of the KL loss to the reference on every response token")
+    ap.add_argument("--kl-coef", type=float, default=RLConfig.kl_coef, help="PPO: KL penalty in the reward")
+    ap.add_argument("--target-kl", type=lambda v: None if v == "none" else float(v), default=RLConfig.target_kl,
+                    help="stop a step's update epochs past this approximate KL ('none': never)")
+    ap.add_argument("--warmup", type=int, default=RLConfig.warmup_steps, help="RL steps of linear lr warm-up")
+    ap.add_argument("--no-guards", action="store_true",
+                    help="the settings of the lr 5e-5 collapse: no KL loss (PPO: KL in the reward only, and a "
+                         "critic), no warm-up, no KL early stop (the update's other fixes stay)")
     ap.add_argument("--lam", type=float, default=RLConfig.lam)
     ap.add_argument("--baseline", default="group", help="PPO score baseline: group or none")
     ap.add_argument("--no-whiten", action="store_true", help="PPO: leave the advantages unwhitened")
-    ap.add_argument("--warmup", type=int, default=0, help="RL steps of linear learning-rate warm-up")
-    ap.add_argument("--vf-coef", type=float, default=0.5, help="PPO: weight of the value loss")
+    ap.add_argument("--critic", action="store_true", help="PPO: a value head and GAE (default: leave-one-out, RLOO)")
     ap.add_argument("--pg-share", type=float, default=RLConfig.pg_token_share,
                     help="share of tokens (highest sampling entropy) that get the policy-gradient loss")
     ap.add_argument("--max-new-tokens", type=int, default=160)
@@ -182,7 +203,8 @@ def main() -> int:
     for algo, rows in out["runs"].items():
         first, last = rows[0], rows[-1]
         print(f"{algo}: intact {first['intact']:.2f} -> {last['intact']:.2f}, oracle {first['oracle']:.2f} -> "
-              f"{last['oracle']:.2f}, reward {first['reward']:+.2f} -> {last['reward']:+.2f}")
+              f"{last['oracle']:.2f}, reward {first['reward']:+.2f} -> {last['reward']:+.2f}, "
+              f"max kl_to_ref {max(r['kl_to_ref'] for r in rows):.3f}")
     return 0
 
 

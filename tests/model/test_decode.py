@@ -134,3 +134,39 @@ def test_engine_choice(tiny_hf_config) -> None:
     assert pick_engine(lm, torch.device("cpu"), "static") == "hf" and pick_engine(lm, torch.device("cuda"), "graph") == "hf"
     with pytest.raises(SparseRLError, match="decode engine"):
         pick_engine(lm, torch.device("cpu"), "fast")
+
+
+@pytest.mark.parametrize("engine,temperature,top_k", [("static", 0.7, 0), ("hf", 0.7, 0), ("static", 1.3, 20)])
+def test_decode_returns_the_samplers_log_probs(tiny_hf_config, engine, temperature, top_k) -> None:
+    """The log-probabilities decode returns are those of softmax(filter(logits / T)) for the drawn
+    tokens, recomputed here by one full forward over prompt + completion; 0 after each row's end."""
+    from sparserl.model.decode import filter_logits
+
+    lm = _model(tiny_hf_config)
+    embeds, mask = _prompts(tiny_hf_config.hidden_size)
+    pad = tiny_hf_config.pad_token_id
+    torch.manual_seed(5)  # a run that never stops, then one that stops at a token row 1 draws 4th
+    probe = decode(lm, embeds, mask, 16, eos_id=tiny_hf_config.vocab_size + 1, pad_id=pad, temperature=temperature,
+                   top_k=top_k, engine=engine)
+    eos = int(probe[1, 3])
+    torch.manual_seed(5)
+    ids, logp = decode(lm, embeds, mask, 16, eos_id=eos, pad_id=pad, temperature=temperature, top_k=top_k,
+                       engine=engine, return_logp=True)
+    assert ids.shape == logp.shape and logp.dtype == torch.float32
+    torch.manual_seed(5)
+    assert torch.equal(decode(lm, embeds, mask, 16, eos_id=eos, pad_id=pad, temperature=temperature, top_k=top_k,
+                              engine=engine), ids)  # asking for log-probs draws the same tokens
+    B, T = ids.shape
+    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
+    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
+    with torch.no_grad():
+        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
+    P = embeds.shape[1]
+    step_logits = logits[:, P - 1: P - 1 + T].float()
+    want = torch.log_softmax(filter_logits((step_logits / temperature).reshape(B * T, -1), top_k), -1)
+    want = want.gather(-1, ids.reshape(-1, 1)).reshape(B, T)
+    is_eos = ids == eos
+    live = ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+    assert (~live).any() and live.any()
+    torch.testing.assert_close(logp[live], want[live], atol=2e-4, rtol=1e-4)
+    assert float(logp[~live].abs().max()) == 0.0

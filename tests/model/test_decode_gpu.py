@@ -37,3 +37,29 @@ def test_graph_decode_matches_generate(tiny_hf_config, dtype) -> None:
     torch.manual_seed(5)
     s2 = dec.decode(lm, embeds, mask, 48, eos_id=eos, pad_id=pad, temperature=1.0, top_p=0.9, engine="graph")
     assert torch.equal(s1, s2)
+
+
+def test_graph_decode_returns_the_samplers_log_probs(tiny_hf_config) -> None:
+    """The captured step records each drawn token's log-probability; a full forward over prompt +
+    completion gives the same numbers (float32 model, temperature 0.7)."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    lm = _model(tiny_hf_config).to("cuda")
+    embeds, mask = _prompts(tiny_hf_config.hidden_size)
+    embeds, mask = embeds.to("cuda"), mask.to("cuda")
+    pad, eos = tiny_hf_config.pad_token_id, tiny_hf_config.eos_token_id
+    torch.manual_seed(5)
+    ids, logp = dec.decode(lm, embeds, mask, 32, eos_id=eos, pad_id=pad, temperature=0.7, engine="graph",
+                           return_logp=True)
+    assert type(lm).__name__ not in dec._GRAPH_BROKEN
+    torch.manual_seed(5)
+    assert torch.equal(dec.decode(lm, embeds, mask, 32, eos_id=eos, pad_id=pad, temperature=0.7, engine="graph"), ids)
+    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
+    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
+    with torch.no_grad():
+        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
+    P, T = embeds.shape[1], ids.shape[1]
+    want = torch.log_softmax(logits[:, P - 1: P - 1 + T].float() / 0.7, -1).gather(-1, ids[..., None]).squeeze(-1)
+    is_eos = ids == eos
+    live = ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+    torch.testing.assert_close(logp[live], want[live], atol=2e-3, rtol=1e-3)

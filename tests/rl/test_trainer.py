@@ -18,6 +18,8 @@ from sparserl.matrices import generate, save_matrix  # noqa: E402
 from sparserl.rl.rollout import response_mask  # noqa: E402
 from sparserl.rl.trainer import RLConfig, load_config_file, train_rl  # noqa: E402
 
+from tests.rl.tiny import rollout, run_update, seq_logp, tiny_policy, tiny_samples  # noqa: E402
+
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 
 
@@ -65,18 +67,20 @@ def test_response_mask() -> None:
 def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
     from sparserl.model.policy import Policy
 
-    r = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo))
+    r = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo, critic=algo == "ppo"))  # PPO: with a critic
     assert r["steps"] == 2 and 0 <= r["reward/compile_rate"] <= 1
     metrics = [json.loads(l) for l in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
     keys = set().union(*metrics)
     assert {"losses/policy_loss", "losses/clipfrac", "losses/approx_kl", "losses/entropy", "charts/kl_to_ref",
             "charts/samples_per_s", "time/generate", "time/harness_wait", "time/update"} <= keys
+    assert {"losses/kl_loss", "rollout/logp_gap", "charts/no_signal", "reward/uniform_group_share",
+            "reward/infra_failure_share", "charts/lr", "charts/update_minibatches"} <= keys
     if algo == "ppo":
-        assert {"losses/value_loss", "losses/explained_variance"} <= keys
-    else:
-        assert "losses/kl_loss" in keys
+        assert {"losses/value_loss", "losses/explained_variance", "charts/value_grad_norm"} <= keys
+    lrs = [m["charts/lr"] for m in metrics if "charts/lr" in m]
+    assert lrs == pytest.approx([1e-4, 2e-4])  # warm-up: lr 1e-3 over 10 steps
     assert Policy.load(tmp_path / algo / "checkpoint").config.encoding == Policy.from_pretrained(tiny_model_dir).config.encoding
-    r2 = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo, steps=3, resume=True))
+    r2 = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo, steps=3, resume=True, critic=algo == "ppo"))
     steps = [json.loads(l)["step"] for l in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
     assert r2["steps"] == 3 and steps[-1] == 3 and steps.count(3) == 1
 
@@ -86,101 +90,49 @@ def test_update_moves_toward_rewarded_completions(algo: str, share: float, tiny_
     """With rewards +1/-1 on alternating completions, one update raises the log-likelihood of
     the rewarded ones relative to the penalised ones (the learning signal, not noise), also
     when only the highest-entropy 30% of the tokens carry the policy gradient."""
-    import numpy as np
+    from sparserl.rl.update import pg_token_mask
 
-    from sparserl.encoding import EncodingConfig, MatrixInput
-    from sparserl.kernels.contract import Op
-    from sparserl.model.policy import Policy, PolicyConfig, Sample
-    from sparserl.rl.core import entropy_from_logits
-    from sparserl.rl.rollout import RolloutBatch, token_logprobs
-    from sparserl.rl.trainer import Reference, ValueHead, _advantages, _update
-
-    enc = EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2)
-    policy = Policy.from_config(tiny_hf_config, tiny_tokenizer, PolicyConfig(encoding=enc), seed=0)
-    A = generate("banded", 200, seed=0)
-    samples = [Sample(MatrixInput.from_matrix(A, enc), Op.SPMV, None, int(A.nnz))] * 4
-    ids = policy.generate_ids(samples, max_new_tokens=10, temperature=1.0, seed=1)
-    mask = response_mask(ids, tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id)
-    vh = ValueHead(tiny_hf_config.hidden_size) if algo == "ppo" else None
-    ref = Reference(policy)
-
-    def seq_logp():
-        with torch.no_grad():
-            logits, h = policy.response_forward(samples, ids, mask, hidden=vh is not None)
-            return (token_logprobs(logits, ids) * mask).sum(1), h
-
-    lp0, h = seq_logp()
-    scores = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    with torch.no_grad():
-        logits, _ = policy.response_forward(samples, ids, mask)
-        old = token_logprobs(logits, ids) * mask
-        values = vh(h) * mask if vh is not None else None
-        entropy = entropy_from_logits(logits) * mask
-    batch = RolloutBatch(samples, [""] * 4, ids, mask, old, ref(samples, ids, mask) * mask, values, scores, [],
-                         entropy=entropy)
-    cfg = RLConfig(algo=algo, samples_per_matrix=4, minibatch=4, epochs=3, lr=1e-3, kl_coef=0.0, device="cpu",
-                   pg_token_share=share)
-    adv, returns = _advantages(cfg, batch, 0.0)
-    params = [p for p in policy.parameters() if p.requires_grad] + (list(vh.parameters()) if vh else [])
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    policy.train()
-    stats = _update(cfg, policy, vh, opt, params, batch, adv, returns, 0.0, np.random.default_rng(0),
-                    torch.device("cpu"))
-    lp1, _ = seq_logp()
-    gain = lp1 - lp0
+    policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
+    vh = None  # PPO's default has no critic (test_update covers the critic)
+    batch = rollout(policy, vh, tiny_samples(policy), torch.tensor([1.0, -1.0, 1.0, -1.0]))
+    lp0 = seq_logp(policy, batch)
+    cfg = RLConfig(algo=algo, samples_per_matrix=4, minibatch=4, epochs=3, lr=1e-3, kl_loss_coef=0.0, device="cpu",
+                   pg_token_share=share, target_kl=None)
+    _, _, stats = run_update(cfg, policy, vh, batch)
+    gain = seq_logp(policy, batch) - lp0
     assert float(gain[[0, 2]].mean()) > float(gain[[1, 3]].mean()) + 0.1, gain
-    assert stats["losses/clipfrac"] >= 0 and "losses/policy_loss" in stats
+    assert stats["losses/clipfrac"] >= 0 and stats["charts/update_minibatches"] == 3
     if share < 1.0:
+        sel = pg_token_mask(cfg, batch)
+        assert all(int(sel[b].sum()) == max(1, round(share * float(batch.mask[b].sum()))) for b in range(4))
         with pytest.raises(SparseRLError, match="entropies"):
-            _update(cfg, policy, vh, opt, params, dataclasses.replace(batch, entropy=None), adv, returns, 0.0,
-                    np.random.default_rng(0), torch.device("cpu"))
+            run_update(cfg, policy, vh, dataclasses.replace(batch, entropy=None))
 
 
 def test_ppo_group_baseline_learns_on_the_hard_matrix(tiny_tokenizer, tiny_hf_config) -> None:
     """Two matrices whose rewards differ by a large offset (an easy and a hard one), two samples
     each, the first of each pair the better kernel. With the per-matrix baseline, one PPO update
     raises the better sample on the *hard* matrix too; the offset alone must not decide."""
-    import numpy as np
+    from sparserl.rl.update import ValueHead, advantages
 
-    from sparserl.encoding import EncodingConfig, MatrixInput
-    from sparserl.kernels.contract import Op
-    from sparserl.model.policy import Policy, PolicyConfig, Sample
-    from sparserl.rl.rollout import RolloutBatch, token_logprobs
-    from sparserl.rl.trainer import ValueHead, _advantages, _update
-
-    enc = EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2)
-    policy = Policy.from_config(tiny_hf_config, tiny_tokenizer, PolicyConfig(encoding=enc), seed=0)
-    easy, hard = generate("banded", 200, seed=0), generate("powerlaw", 200, seed=1)
-    samples = [Sample(MatrixInput.from_matrix(A, enc), Op.SPMV, None, int(A.nnz)) for A in (easy, easy, hard, hard)]
-    ids = policy.generate_ids(samples, max_new_tokens=10, temperature=1.0, seed=1)
-    mask = response_mask(ids, tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id)
+    policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
     vh = ValueHead(tiny_hf_config.hidden_size)
-
-    def seq_logp():
-        with torch.no_grad():
-            logits, h = policy.response_forward(samples, ids, mask, hidden=True)
-            return (token_logprobs(logits, ids) * mask).sum(1), h
-
-    lp0, h = seq_logp()
+    samples = tiny_samples(policy, ("banded", "banded", "powerlaw", "powerlaw"))
     scores = torch.tensor([3.0, 2.0, -2.0, -3.0])  # easy: better, worse; hard: better, worse
-    with torch.no_grad():
-        old = token_logprobs(policy.response_forward(samples, ids, mask)[0], ids) * mask
-        values = vh(h) * mask
-    batch = RolloutBatch(samples, [""] * 4, ids, mask, old, old.clone(), values, scores, [])
-    cfg = RLConfig(algo="ppo", samples_per_matrix=2, minibatch=4, epochs=3, lr=1e-3, kl_coef=0.0, device="cpu",
-                   pg_token_share=1.0)  # every token: this test is about the baseline, not the token mask
+    batch = rollout(policy, vh, samples, scores)
+    lp0 = seq_logp(policy, batch)
+    cfg = RLConfig(algo="ppo", critic=True, samples_per_matrix=2, minibatch=4, epochs=3, lr=1e-3, kl_loss_coef=0.0,
+                   device="cpu", pg_token_share=1.0, target_kl=None)  # every token: this test is about the baseline
     assert cfg.score_baseline == "group"
-    adv, returns = _advantages(cfg, batch, 0.0)
-    first_adv = adv[torch.arange(4), mask.long().argmax(1)]
+    adv, _, _ = run_update(cfg, policy, vh, batch)
+    first_adv = adv[torch.arange(4), batch.mask.long().argmax(1)]
     assert first_adv[2] > 0 > first_adv[3], "the better kernel on the hard matrix gets a positive advantage"
-    params = list(policy.parameters()) + list(vh.parameters())
-    policy.train()
-    _update(cfg, policy, vh, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0), params, batch, adv, returns,
-            0.0, np.random.default_rng(0), torch.device("cpu"))
-    gain = seq_logp()[0] - lp0
+    gain = seq_logp(policy, batch) - lp0
     assert float(gain[2]) > float(gain[3]) + 0.1 and float(gain[0]) > float(gain[1]) + 0.1, gain
     # the textbook score, by contrast, hands both samples of the hard matrix a negative advantage
-    plain = _advantages(RLConfig(algo="ppo", samples_per_matrix=2, score_baseline="none", device="cpu"), batch, 0.0)[0]
+    plain = advantages(RLConfig(algo="ppo", critic=True, samples_per_matrix=2, score_baseline="none", device="cpu"),
+                       batch)[0]
+    mask = batch.mask
     assert float(plain[2, mask[2].bool()].mean()) < 0 and float(plain[3, mask[3].bool()].mean()) < 0
 
 
@@ -193,7 +145,7 @@ def test_reference_after_resume_is_the_starting_policy(lora: bool, tiny_tokenize
     from sparserl.kernels.contract import Op
     from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
     from sparserl.rl.rollout import token_logprobs
-    from sparserl.rl.trainer import Reference
+    from sparserl.rl.update import Reference
 
     enc = EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2)
     pcfg = PolicyConfig(encoding=enc, lora=LoraSpec(r=4, alpha=8) if lora else None)

@@ -71,12 +71,24 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """One token per row of ``logits`` (B, V): argmax at temperature 0, else a softmax draw."""
+    return sample_with_logp(logits, temperature, top_k, top_p)[0]
+
+
+def sample_with_logp(logits: torch.Tensor, temperature: float, top_k: int = 0,
+                     top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token (B,), its log-probability (B,) under the distribution it was drawn from) for logits (B, V).
+
+    The distribution is ``softmax(filter(logits / temperature))``, in float32: the sampler's own
+    log-probabilities, which the learner's must match. At temperature 0 (argmax) the
+    log-probability is the unscaled, unfiltered softmax's."""
     logits = logits.float()
     if temperature <= 0:
-        return logits.argmax(dim=-1)
+        tok = logits.argmax(dim=-1)
+        return tok, torch.log_softmax(logits, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
     logits = filter_logits(logits / temperature, top_k, top_p)
     u = torch.rand_like(logits).clamp_(1e-12, 1.0 - 1e-7)
-    return (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+    tok = (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+    return tok, torch.log_softmax(logits, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
 
 
 def _text_config(lm):
@@ -117,23 +129,21 @@ def pick_engine(lm, device: torch.device, engine: str | None = None) -> str:
 @torch.no_grad()
 def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_id: int, pad_id: int,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, engine: str | None = None,
-           check_every: int = 32) -> torch.Tensor:
+           check_every: int = 32, return_logp: bool = False):
     """Sample up to ``max_new_tokens`` tokens after left-padded prompts.
 
     embeds: (B, P, d) prompt embeddings; attention_mask: (B, P), 1 on real prompt positions
     (left padding). Returns (B, T) new token ids, T <= max_new_tokens, ``pad_id`` after each
-    row's first ``eos_id``.
+    row's first ``eos_id``; with ``return_logp`` also (B, T) float32 log-probabilities of those
+    tokens under the distribution each was drawn from (see :func:`sample_with_logp`), 0 after
+    each row's end.
     """
     if max_new_tokens < 1:
         raise SparseRLError("max_new_tokens must be >= 1")
     engine = pick_engine(lm, embeds.device, engine)
     if engine == "hf":
-        do_sample = temperature > 0
-        return lm.generate(
-            inputs_embeds=embeds, attention_mask=attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
-            temperature=temperature if do_sample else None, top_k=top_k if do_sample and top_k else None,
-            top_p=top_p if do_sample and top_p < 1.0 else None, eos_token_id=eos_id, pad_token_id=pad_id,
-            use_cache=True)
+        return _hf_generate(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
+                            return_logp)
     # No autocast: under it the rotary embedding leaves keys in float32 and values in bf16, and a
     # static cache holds one dtype. The weights' own dtype rules (bf16 for large models), so a
     # float32 policy samples in float32 here while generate() would follow the autocast.
@@ -148,8 +158,30 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
                         _model_name(lm), type(exc).__name__, exc)
             state = None
         if state is not None:
-            return state.run(graph=engine == "graph", check_every=check_every)
-    return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf")
+            ids, logp = state.run(graph=engine == "graph", check_every=check_every)
+            return (ids, logp) if return_logp else ids
+    return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf",
+                  return_logp=return_logp)
+
+
+def _hf_generate(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
+                 return_logp: bool):
+    """``model.generate()``; with ``return_logp`` the log-probabilities come from its processed
+    scores (the logits after temperature, top-k and top-p), the distribution it drew from."""
+    do_sample = temperature > 0
+    out = lm.generate(
+        inputs_embeds=embeds, attention_mask=attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
+        temperature=temperature if do_sample else None, top_k=top_k if do_sample and top_k else None,
+        top_p=top_p if do_sample and top_p < 1.0 else None, eos_token_id=eos_id, pad_token_id=pad_id,
+        use_cache=True, output_scores=return_logp, return_dict_in_generate=return_logp)
+    if not return_logp:
+        return out
+    ids = out.sequences
+    scores = torch.stack(out.scores, dim=1).float()[:, :ids.shape[1]]  # (B, T, V)
+    logp = torch.log_softmax(scores, dim=-1).gather(-1, ids[..., None]).squeeze(-1)
+    is_eos = ids == eos_id
+    after = (is_eos.long().cumsum(1) - is_eos.long()) > 0  # strictly after the first EOS
+    return ids, logp.masked_fill(after, 0.0)
 
 
 def _cache_kwarg(lm) -> str:
@@ -182,10 +214,12 @@ class _StaticDecode:
         m[:, i, i] = True
         pos = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
         out = self._forward(inputs_embeds=embeds, mask=m[:, None], position_ids=pos, logits_to_keep=1)
-        first = sample_tokens(out.logits[:, -1], *self.sampling)
+        first, first_logp = sample_with_logp(out.logits[:, -1], *self.sampling)
         # static buffers of the decode step
         self.ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
         self.ids[:, 0] = first
+        self.logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=dev)
+        self.logp[:, 0] = first_logp
         self.finished = first == eos_id
         self.cur = first[:, None].clone()
         self.pos = pos[:, -1:] + 1
@@ -201,16 +235,19 @@ class _StaticDecode:
         """Feed the last token, sample the next; reads and writes only the static buffers."""
         self.mask.index_fill_(3, self.col, True)
         logits = self._forward(input_ids=self.cur, mask=self.mask, position_ids=self.pos).logits[:, -1]
-        nxt = sample_tokens(logits, *self.sampling)
+        nxt, lp = sample_with_logp(logits, *self.sampling)
         nxt = torch.where(self.finished, torch.full_like(nxt, self.pad), nxt)
+        lp = torch.where(self.finished, torch.zeros_like(lp), lp)
         self.ids.index_copy_(1, self.t, nxt[:, None])
+        self.logp.index_copy_(1, self.t, lp[:, None])
         self.finished.logical_or_(nxt == self.eos)
         self.cur.copy_(nxt[:, None])
         self.pos.add_(1)
         self.col.add_(1)
         self.t.add_(1)
 
-    def run(self, graph: bool, check_every: int) -> torch.Tensor:
+    def run(self, graph: bool, check_every: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, log-probs), both (B, T), T the longest row's length."""
         done, todo = 1, self.n - 1
         replay = None
         if graph and todo > 4:
@@ -226,7 +263,8 @@ class _StaticDecode:
         ids = self.ids[:, :done]
         is_eos = ids == self.eos
         ends = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, torch.full_like(ids[:, 0], done))
-        return ids[:, :int(ends.max())]
+        T = int(ends.max())
+        return ids[:, :T], self.logp[:, :T]
 
     def _capture(self, done: int):
         """Warm up (real steps) on a side stream, then capture one step; None if capture fails."""

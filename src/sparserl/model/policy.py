@@ -259,8 +259,9 @@ class Policy(torch.nn.Module):
     @torch.no_grad()
     def generate_ids(self, samples: list[Sample], max_new_tokens: int = 1024, temperature: float = 1.0,
                      top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-                     engine: str | None = None) -> torch.Tensor:
-        """The generated token ids, (B, L) padded with the pad token after each sequence's end.
+                     engine: str | None = None, return_logp: bool = False):
+        """The generated token ids, (B, L) padded with the pad token after each sequence's end;
+        with ``return_logp`` also the sampler's log-probabilities of those tokens, (B, L) float32.
 
         ``engine``: see :mod:`sparserl.model.decode` (default: a CUDA graph per decode step on a
         GPU, the same loop eagerly on a CPU, ``generate()`` for models it cannot drive)."""
@@ -271,7 +272,7 @@ class Policy(torch.nn.Module):
         embeds, mask, _, _ = self._batch(self._prefix(samples))
         out = decode(self.lm, embeds, mask, max_new_tokens, eos_id=self.tokenizer.eos_token_id,
                      pad_id=self.tokenizer.pad_token_id, temperature=temperature, top_k=top_k, top_p=top_p,
-                     engine=engine)
+                     engine=engine, return_logp=return_logp)
         if was_training:
             self.train()
         return out

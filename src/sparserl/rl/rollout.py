@@ -3,11 +3,15 @@
 ``collect`` samples completions for a batch of matrices, submits every completion to the
 harness right away (compiling and timing run in the harness's threads and GPU workers)
 and, while they run, computes the policy's and the reference's log-probabilities and the
-critic's values for the same tokens. Scores come from the named reward function.
+critic's values for the same tokens (:func:`annotate`, at the sampling temperature). Scores
+come from the named reward function; samples whose evaluation failed for a reason of the
+machine are marked invalid and masked out instead of scored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +24,10 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.model.policy import Policy, Sample
-from sparserl.rewards import RewardConfig, reward
+from sparserl.rewards import RewardConfig, infrastructure_failure, reward
 from sparserl.rl.core import entropy_from_logp
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,19 +81,32 @@ def matrix_items(paths: list[str], evaluator, policy: Policy, ops: tuple[str, ..
 
 @dataclass
 class RolloutBatch:
-    """B completions with everything PPO/GRPO need (tensors on the policy's device)."""
+    """B completions with everything PPO/GRPO need (tensors on the policy's device).
+
+    Samples whose evaluation failed for a reason of the machine (``valid`` False, see
+    :func:`sparserl.rewards.infrastructure_failure`) have an all-zero ``mask`` row and a 0 score:
+    they take no part in the update, and the group baselines leave them out."""
 
     samples: list[Sample]
     texts: list[str]
     response: torch.Tensor  # (B, T) token ids, right-padded
-    mask: torch.Tensor  # (B, T) 1 on real response tokens (EOS included)
-    old_logp: torch.Tensor  # (B, T)
+    mask: torch.Tensor  # (B, T) 1 on real response tokens (EOS included) of valid samples
+    old_logp: torch.Tensor  # (B, T) the learner's log-probs at rollout time (at the sampling temperature)
     ref_logp: torch.Tensor  # (B, T)
-    values: torch.Tensor | None  # (B, T) or None (GRPO)
+    values: torch.Tensor | None  # (B, T) or None (no critic)
     scores: torch.Tensor  # (B,) reward of each completion
     results: list[EvalResult]
     timings: dict[str, float] = field(default_factory=dict)
     entropy: torch.Tensor | None = None  # (B, T) the old policy's entropy at each response token
+    sample_logp: torch.Tensor | None = None  # (B, T) the sampler's own log-probs of the same tokens
+    valid: torch.Tensor | None = None  # (B,) bool: False for infrastructure failures (None: all valid)
+
+    @property
+    def valid_mask(self) -> torch.Tensor:
+        """(B,) bool, True for the samples that count."""
+        if self.valid is None:
+            return torch.ones(self.scores.shape[0], dtype=torch.bool, device=self.scores.device)
+        return self.valid
 
 
 def response_mask(ids: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
@@ -100,29 +119,89 @@ def response_mask(ids: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
     return mask.to(torch.float32)
 
 
-def _log_softmax_rows(logits: torch.Tensor, rows: int):
-    """(row slice, float32 log-softmax of those rows) for ``rows`` sequences at a time: a float32
-    copy of the whole (B, T, V) logits would be tens of GB with a 150k-token vocabulary."""
+def _log_softmax_rows(logits: torch.Tensor, rows: int, temperature: float = 1.0):
+    """(row slice, float32 log-softmax of those rows' logits / temperature) for ``rows`` sequences
+    at a time: a float32 copy of the whole (B, T, V) logits would be tens of GB with a 150k-token
+    vocabulary."""
     for i in range(0, logits.shape[0], rows):
-        yield slice(i, i + rows), torch.log_softmax(logits[i:i + rows].float(), dim=-1)
+        chunk = logits[i:i + rows].float()
+        yield slice(i, i + rows), torch.log_softmax(chunk / temperature if temperature != 1.0 else chunk, dim=-1)
 
 
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4) -> torch.Tensor:
-    """log p(ids) under logits: (B, T, V), (B, T) -> (B, T), in float32."""
-    return torch.cat([logp.gather(-1, ids[sl, :, None]).squeeze(-1) for sl, logp in _log_softmax_rows(logits, rows)])
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4, temperature: float = 1.0) -> torch.Tensor:
+    """log p(ids) under softmax(logits / temperature): (B, T, V), (B, T) -> (B, T), in float32."""
+    return torch.cat([logp.gather(-1, ids[sl, :, None]).squeeze(-1)
+                      for sl, logp in _log_softmax_rows(logits, rows, temperature)])
 
 
-def logprobs_and_entropy(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log p(ids), entropy), both (B, T) in float32, from one log-softmax per ``rows`` sequences.
+def logprobs_and_entropy(logits: torch.Tensor, ids: torch.Tensor, rows: int = 4, temperature: float = 1.0,
+                         entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(ids), entropy), both (B, T) in float32, of softmax(logits / temperature), from one
+    log-softmax per ``rows`` sequences.
 
-    Gradients flow through the log-probabilities only: the entropy is a measurement (computed
-    without autograd, so no per-chunk (rows, T, V) intermediate is kept for a backward pass)."""
+    Gradients flow through the log-probabilities; the entropy is a measurement computed without
+    autograd (no per-chunk (rows, T, V) intermediate kept for a backward pass) unless
+    ``entropy_grad`` (an entropy bonus in the loss)."""
     lp, ent = [], []
-    for sl, logp in _log_softmax_rows(logits, rows):
+    for sl, logp in _log_softmax_rows(logits, rows, temperature):
         lp.append(logp.gather(-1, ids[sl, :, None]).squeeze(-1))
-        with torch.no_grad():
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             ent.append(entropy_from_logp(logp))
     return torch.cat(lp), torch.cat(ent)
+
+
+@contextlib.contextmanager
+def train_mode(module: torch.nn.Module, training: bool = True):
+    """``module`` in training mode (gradient checkpointing needs it) or eval mode, with every
+    dropout layer in eval mode either way: LoRA dropout and any model dropout are off, as they
+    are when sampling, so that the learner's log-probs are the sampler's. Restores the previous
+    modes on exit."""
+    before = {m: m.training for m in module.modules()}
+    module.train(training)
+    for m in module.modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            m.eval()
+    try:
+        yield module
+    finally:
+        for m, t in before.items():
+            m.training = t
+
+
+@dataclass
+class Annotation:
+    """What the learner needs besides the tokens, computed once at rollout time, all (B, T)."""
+
+    old_logp: torch.Tensor
+    entropy: torch.Tensor
+    ref_logp: torch.Tensor
+    values: torch.Tensor | None
+
+
+@torch.no_grad()
+def annotate(policy: Policy, ref_logp_fn, value_fn, samples: list[Sample], ids: torch.Tensor, mask: torch.Tensor,
+             temperature: float) -> Annotation:
+    """The policy's log-probs and entropies, the reference's log-probs (``ref_logp_fn(samples, ids,
+    mask)``) and the critic's values (``value_fn(hidden)``, or None) for sampled ``ids`` (B, T),
+    all at the sampling temperature and zero outside ``mask``. Run it under the same autocast
+    setting as the update, so that the update's first ratio is exactly 1."""
+    with train_mode(policy, False):
+        logits, hidden = policy.response_forward(samples, ids, mask, hidden=value_fn is not None)
+    old_logp, entropy = logprobs_and_entropy(logits, ids, temperature=temperature)
+    del logits
+    values = value_fn(hidden) * mask if value_fn is not None else None
+    ref_logp = ref_logp_fn(samples, ids, mask, temperature=temperature) * mask
+    return Annotation(old_logp * mask, entropy * mask, ref_logp, values)
+
+
+def _valid(results: list[EvalResult]) -> list[bool]:
+    """False for the results that failed for a reason of the machine; logged."""
+    valid = [not infrastructure_failure(r) for r in results]
+    if not all(valid):
+        kinds = sorted({r.error_kind.value for r, v in zip(results, valid) if not v})
+        log.warning("%d of %d samples failed for reasons of the machine (%s): left out of the update and the "
+                    "baselines", valid.count(False), len(valid), ", ".join(kinds))
+    return valid
 
 
 def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
@@ -131,7 +210,8 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     t0 = time.perf_counter()
     rep = [it for it in items for _ in range(samples_per_item)]
     samples = [it.sample() for it in rep]
-    ids = policy.generate_ids(samples, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    ids, sample_logp = policy.generate_ids(samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                                           seed=seed, return_logp=True)
     tok = policy.tokenizer
     texts = tok.batch_decode(ids, skip_special_tokens=True)
     t_gen = time.perf_counter() - t0
@@ -140,22 +220,22 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     hits = getattr(evaluator, "memo_hits", 0) - hits
     t1 = time.perf_counter()
     mask = response_mask(ids, tok.eos_token_id, tok.pad_token_id).to(ids.device)
-    with evaluator.gpu_lease(ids.device), torch.no_grad():  # compile and verify overlap these passes; timing waits for the GPU
-        logits, hidden = policy.response_forward(samples, ids, mask, hidden=value_fn is not None)
-        old_logp, entropy = logprobs_and_entropy(logits, ids)
-        old_logp, entropy = old_logp * mask, entropy * mask
-        del logits
-        values = value_fn(hidden) * mask if value_fn is not None else None
-        ref_logp = ref_logp_fn(samples, ids, mask) * mask
+    with evaluator.gpu_lease(ids.device):  # compile and verify overlap these passes; timing waits for the GPU
+        ann = annotate(policy, ref_logp_fn, value_fn, samples, ids, mask, temperature)
         if ids.device.type == "cuda":  # the lease goes back only once this GPU work has finished
             torch.cuda.synchronize(ids.device)
     t_fwd = time.perf_counter() - t1
     t2 = time.perf_counter()
     results = [f.result() for f in futures]
     t_wait = time.perf_counter() - t2
-    scores = torch.tensor([reward(r, reward_cfg) for r in results], dtype=torch.float32, device=ids.device)
+    valid = torch.tensor(_valid(results), dtype=torch.bool, device=ids.device)
+    scores = torch.tensor([reward(r, reward_cfg) if v else 0.0 for r, v in zip(results, valid.tolist())],
+                          dtype=torch.float32, device=ids.device)
+    keep = valid[:, None].to(mask.dtype)
     eval_s = [r.eval_seconds for r in results]
-    return RolloutBatch(samples, texts, ids, mask, old_logp, ref_logp, values, scores, results,
+    return RolloutBatch(samples, texts, ids, mask * keep, ann.old_logp * keep, ann.ref_logp * keep,
+                        ann.values * keep if ann.values is not None else None, scores, results,
                         {"time/generate": t_gen, "time/forward": t_fwd, "time/harness_wait": t_wait,
                          "time/harness_eval_mean": float(np.mean(eval_s)) if eval_s else 0.0,
-                         "charts/harness_memo_share": hits / len(texts) if texts else 0.0}, entropy)
+                         "charts/harness_memo_share": hits / len(texts) if texts else 0.0},
+                        ann.entropy * keep, sample_logp.to(mask.dtype) * mask * keep, valid)

@@ -193,11 +193,13 @@ def _rl(algo: str):
         steps: int = typer.Option(None, help="RL steps"),
         matrices_per_step: int = typer.Option(None, help="matrices per rollout batch"),
         samples_per_matrix: int = typer.Option(None, help="completions per matrix per step (GRPO group size)"),
-        lr: float = typer.Option(None, help="learning rate"),
-        kl_coef: float = typer.Option(None, help="weight of the KL to the starting policy"),
+        lr: float = typer.Option(None, help="learning rate [default: 1e-5, or the config's]"),
+        kl_loss_coef: float = typer.Option(None, help="weight of the KL-to-reference loss on every response token "
+                                                      "[default: 0.05]"),
+        kl_coef: float = typer.Option(None, help="PPO only: KL penalty in the reward [default: 0]"),
         pg_token_share: float = typer.Option(None, help="share of tokens (highest sampling entropy) that get the "
-                                                        "policy-gradient loss (1.0 = every token)"),
-        reward: str = typer.Option(None, help="clipped_log or paper"),
+                                                        "policy-gradient loss [default: 0.05; 1.0 = every token]"),
+        reward: str = typer.Option(None, help="clipped_log (default), relative_best or paper"),
         max_new_tokens: int = typer.Option(None, help="longest completion, in tokens"),
         resume: bool = typer.Option(None, "--resume", help="continue from OUT/state.pt"),
         force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
@@ -210,7 +212,7 @@ def _rl(algo: str):
 
         given = {"model": str(model) if model else None, "matrices": str(matrices) if matrices else None,
                  "out": str(out) if out else None, "steps": steps, "matrices_per_step": matrices_per_step,
-                 "samples_per_matrix": samples_per_matrix, "lr": lr, "kl_coef": kl_coef,
+                 "samples_per_matrix": samples_per_matrix, "lr": lr, "kl_coef": kl_coef, "kl_loss_coef": kl_loss_coef,
                  "pg_token_share": pg_token_share,
                  "max_new_tokens": max_new_tokens, "device": device, "resume": resume, "compile_only": compile_only,
                  "reward": RewardConfig(name=reward) if reward else None}
@@ -221,8 +223,8 @@ def _rl(algo: str):
         typer.echo(json.dumps(train_rl(cfg), indent=1, default=str))
 
     cmd.__doc__ = (f"Stage 3: {algo.upper()} with rewards from the harness "
-                   + ("(critic, GAE, per-token KL to the reference)." if algo == "ppo"
-                      else "(group-normalised rewards, no critic)."))
+                   + ("(clipped ratio, leave-one-out baseline or a critic, KL-to-reference loss)." if algo == "ppo"
+                      else "(group-relative rewards, no critic, KL-to-reference loss)."))
     return cmd
 
 
