@@ -49,7 +49,8 @@ def test_ppo_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg.write_text(f'model = "{tiny_model_dir}"\nmatrices = "{mats}"\nout = "{tmp_path / "ppo"}"\nsteps = 2\n'
                    "matrices_per_step = 2\nsamples_per_matrix = 2\nminibatch = 2\nepochs = 1\nmax_new_tokens = 12\n"
                    'lr = 1e-3\nsave_every = 1\neval_every = 2\ndevice = "cpu"\n'
-                   "target_kl = 1e-9\n")  # every step stops after its first minibatch, on both ranks at once
+                   "target_kl = 1e-9\n"  # every step stops after its first minibatch, on both ranks at once
+                   "entropy_coef = 0.01\n")  # moves the policy also when every reward is equal (12 tokens compile nothing)
     p = torchrun("-m", "sparserl.cli", "ppo", "--config", str(cfg), "--compile-only")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     res = json.loads((tmp_path / "ppo" / "result.json").read_text())

@@ -193,13 +193,13 @@ def _rl(algo: str):
         steps: int = typer.Option(None, help="RL steps"),
         matrices_per_step: int = typer.Option(None, help="matrices per rollout batch"),
         samples_per_matrix: int = typer.Option(None, help="completions per matrix per step (GRPO group size)"),
-        lr: float = typer.Option(None, help="learning rate [default: 1e-5, or the config's]"),
-        kl_loss_coef: float = typer.Option(None, help="weight of the KL-to-reference loss on every response token "
-                                                      "[default: 0.05]"),
-        kl_coef: float = typer.Option(None, help="PPO only: KL penalty in the reward [default: 0]"),
+        lr: float = typer.Option(None, help="learning rate"),
+        kl_loss_coef: float = typer.Option(None, help="weight of the KL-to-reference loss on every response "
+                                                      "token"),
+        kl_coef: float = typer.Option(None, help="PPO only: KL penalty in the reward"),
         pg_token_share: float = typer.Option(None, help="share of tokens (highest sampling entropy) that get the "
-                                                        "policy-gradient loss [default: 0.05; 1.0 = every token]"),
-        reward: str = typer.Option(None, help="clipped_log (default), relative_best or paper"),
+                                                        "policy-gradient loss (1.0 = every token)"),
+        reward: str = typer.Option(None, help="clipped_log, relative_best or paper"),
         max_new_tokens: int = typer.Option(None, help="longest completion, in tokens"),
         resume: bool = typer.Option(None, "--resume", help="continue from OUT/state.pt"),
         force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
