@@ -76,3 +76,17 @@ def test_spmm_points_need_k_a_multiple_of_vec(card) -> None:
 def test_unknown_template_is_a_one_line_error() -> None:
     with pytest.raises(SparseRLError, match="templates are"):
         get_template("spmv", "nope")
+
+
+def test_every_point_a_template_check_accepts_renders(card) -> None:
+    """A point that passes its template's check must render (the search skips, and counts, those
+    that do not; bsr_group's check once let g < C through, which its renderer refuses)."""
+    import itertools
+
+    assert "block width" in get_template("spmv", "bsr_group").check({"R": 8, "C": 8, "g": 4, "block": 256}, card)
+    for t in templates():
+        k = 32 if t.op.value == "spmm" else None
+        for values in itertools.product(*(p.values for p in t.space)):
+            q = dict(zip((p.name for p in t.space), values))
+            if t.check(q, card, k) is None:
+                t.render(q, card)  # raises on a template bug

@@ -39,6 +39,8 @@ def _strategy_check(strategy: str, params: Params) -> str | None:
         tile = params["block"] * params["ipt"]
         if 8 * tile + 24 > STATIC_SMEM_BYTES:
             return f"a merge tile of {tile} items needs {8 * tile + 24} bytes of shared memory (at most {STATIC_SMEM_BYTES})"
+    if strategy == "bsr_group" and params["g"] < params["C"]:  # each lane covers whole block columns
+        return f"g={params['g']} lanes per block row must be at least the block width C={params['C']}"
     return None
 
 
