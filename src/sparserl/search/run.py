@@ -190,7 +190,7 @@ def store_line(res: SearchResult) -> str:
 
 def write_outputs(res: SearchResult, A, out: Path, job_config: dict, path: str) -> dict:
     """The best kernel and its report in ``out`` (generate's shape; the trace is already there)."""
-    from sparserl.generate import write_kernel_report
+    from sparserl.kernel_report import write_kernel_report
 
     op = Op(res.op)
     if res.timed:
