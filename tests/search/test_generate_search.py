@@ -13,7 +13,6 @@ pytest.importorskip("torch")
 from sparserl.encoding import EncodingConfig  # noqa: E402
 from sparserl.generate import GenerateConfig, generate_kernel  # noqa: E402
 from sparserl.harness.compile import find_nvcc  # noqa: E402
-from sparserl.kernels.library import variants  # noqa: E402
 from sparserl.matrices import generate, save_matrix  # noqa: E402
 from sparserl.search.store import BestStore  # noqa: E402
 
