@@ -258,6 +258,25 @@ def _unk(k: int) -> int | None:
     return k or None
 
 
+def _filters(table: str, fingerprint: str | None, op: str | None, k: int | None, arch: str | None,
+             regime: str | None, harness_version: str | None) -> tuple[list[str], list]:
+    """SQL conditions and their arguments for the filters given, on ``table``'s columns
+    (``fingerprint``: the fingerprint or a prefix of it, taken literally; ``k``: None matches any)."""
+    where: list[str] = []
+    args: list = []
+    for col, val in (("op", op), ("arch", arch), ("regime", regime), ("harness_version", harness_version)):
+        if val is not None:
+            where.append(f"{table}.{col} = ?")
+            args.append(val)
+    if fingerprint is not None:
+        where.append(f"substr({table}.fingerprint, 1, ?) = ?")
+        args += [len(fingerprint), fingerprint]
+    if k is not None:
+        where.append(f"{table}.k = ?")
+        args.append(_k(k))
+    return where, args
+
+
 class BestStore:
     """The best-known store in one SQLite file (see the module docstring).
 
@@ -405,18 +424,7 @@ class BestStore:
              arch: str | None = None, regime: str | None = None,
              harness_version: str | None = None) -> list[BestRow]:
         """Best rows matching the filters given (``k``: None matches any), fastest first per matrix."""
-        where, args = [], []
-        for col, val in (("b.op", op), ("b.arch", arch), ("b.regime", regime),
-                         ("b.harness_version", harness_version)):
-            if val is not None:
-                where.append(f"{col} = ?")
-                args.append(val)
-        if fingerprint is not None:
-            where.append("substr(b.fingerprint, 1, ?) = ?")  # a prefix, taken literally
-            args += [len(fingerprint), fingerprint]
-        if k is not None:
-            where.append("b.k = ?")
-            args.append(_k(k))
+        where, args = _filters("b", fingerprint, op, k, arch, regime, harness_version)
         sql = ("SELECT b.*, m.name, m.rows, m.cols, m.nnz, r.gpu, r.roofline, r.provenance, r.parent_id, r.model, "
                "r.run_id, kn.format, kn.template, kn.candidate_id, kn.text FROM best b "
                "JOIN matrices m ON m.fingerprint = b.fingerprint JOIN results r ON r.id = b.result_id "
@@ -435,18 +443,7 @@ class BestStore:
                 arch: str | None = None, regime: str | None = None,
                 harness_version: str | None = None) -> list[ResultRow]:
         """Every verified result matching the filters (``fingerprint``: the fingerprint or a prefix), fastest first."""
-        where, args = [], []
-        for col, val in (("r.op", op), ("r.arch", arch), ("r.regime", regime),
-                         ("r.harness_version", harness_version)):
-            if val is not None:
-                where.append(f"{col} = ?")
-                args.append(val)
-        if fingerprint is not None:
-            where.append("substr(r.fingerprint, 1, ?) = ?")  # a prefix, taken literally
-            args += [len(fingerprint), fingerprint]
-        if k is not None:
-            where.append("r.k = ?")
-            args.append(_k(k))
+        where, args = _filters("r", fingerprint, op, k, arch, regime, harness_version)
         sql = ("SELECT r.*, kn.candidate_id, kn.format FROM results r JOIN kernels kn ON kn.kernel_sha = r.kernel_sha"
                + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.time_us")
         return [ResultRow(id=r["id"], fingerprint=r["fingerprint"], op=r["op"], k=_unk(r["k"]), arch=r["arch"],
