@@ -11,7 +11,7 @@ tolerance. No timing. Conversions a format refuses (e.g. DIA on a random matrix)
 "refused", not as failures.
 
     python benchmarks/library_check.py --out results/library_check.json \
-        [--suitesparse DIR] [--ops spmv,spmm] [--k 8,32,5]
+        [--suitesparse DIR] [--ops spmv,spmm] [--k 8,32,5] [--strategies csr_adaptive,csr_lanes]
 
 Prints a table per (op, format, strategy) and exits non-zero if any variant fails.
 """
@@ -58,6 +58,8 @@ MATRICES = [
     ("rect_wide_3k", "rectangular", 3001, {"cols": 7001}),
     ("rect_tall_7k", "rectangular", 7001, {"cols": 3001}),
     ("single_row", "random", 1, {"nnz_per_row": 40}),
+    ("dense_lines_6k", "dense_lines", 6007, {}),
+    ("rmat_16k", "rmat", 16384, {}),
 ]
 
 
@@ -106,6 +108,7 @@ def main() -> int:
     ap.add_argument("--suitesparse-limit", type=int, default=80)
     ap.add_argument("--ops", default="spmv,spmm")
     ap.add_argument("--k", default="8,32,5", help="SpMM column counts (5 exercises k % 4 != 0)")
+    ap.add_argument("--strategies", default=None, help="only these strategies, comma-separated [default: all]")
     ap.add_argument("--seed", type=int, default=0, help="seed of the fresh values (the harness draws them from the OS)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -116,6 +119,12 @@ def main() -> int:
     ops = [Op(o) for o in args.ops.split(",")]
     ks = [int(k) for k in args.k.split(",")]
     variants = [v for v in all_variants() if v.op in ops]
+    if args.strategies:
+        wanted = set(args.strategies.split(","))
+        unknown = wanted - {v.strategy for v in all_variants()}
+        if unknown:
+            raise SystemExit(f"unknown strategies {sorted(unknown)}")
+        variants = [v for v in variants if v.strategy in wanted]
     log.info("GPU %s (%s, %d SMs); %d variants", cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
              arch, sms, len(variants))
 
