@@ -30,7 +30,8 @@ app = typer.Typer(
         "(stage 1: tokenizer and model pre-trained on the CUDA corpus), 'data build' (SFT pairs from the "
         "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3), 'generate' (the main "
         "job: a verified kernel for your matrix), 'search' (a budgeted search of the kernel space for one "
-        "matrix), 'best' (the best-known kernels: list, show, export as SFT pairs), 'evaluate' (systems side "
+        "matrix), 'best' (the best-known kernels: list, show, export as SFT pairs), 'improve' (expert iteration: "
+        "search, fine-tune on the best kernels, keep what validates better), 'evaluate' (systems side "
         "by side), 'rescore' (recompute a saved evaluation) and 'demo' (all of it, small)."
     ),
     no_args_is_help=True,
@@ -69,6 +70,9 @@ if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest
     app.command("sft")(sft_cmd)
     app.command("ppo", cls=RLCommand)(ppo_cmd)
     app.command("grpo", cls=RLCommand)(grpo_cmd)
+    from sparserl.improve.cli import improve_cmd
+
+    app.command("improve")(improve_cmd)
 else:
     @app.command("pretrain")
     def _pretrain_missing() -> None:
