@@ -169,7 +169,7 @@ def test_export_within_a_share_of_the_best_known(filled_store, tmp_path: Path, c
 
     path, card = filled_store
     out = tmp_path / "near.jsonl"
-    rc, msg, _ = run_cli(["best", "export", str(out), "--store", str(path), "--per-matrix", "5", "--within", "0.4"],
+    rc, _, _ = run_cli(["best", "export", str(out), "--store", str(path), "--per-matrix", "5", "--within", "0.4"],
                          capsys)
     assert rc == 0 and [r["times"]["kernel_us"] for r in read_jsonl(out)] == [15.0, 20.0]
     with BestStore(path) as st:

@@ -37,6 +37,9 @@ def improve_cmd(
     within: float = typer.Option(D.within, help="teacher: verified kernels at most this fraction slower than their "
                                                 "matrix's best known (0.05: 5%)"),
     per_matrix: int = typer.Option(D.per_matrix, help="teacher: at most this many distinct kernels per matrix"),
+    replay: float = typer.Option(D.replay, help="rows of the data's train split (the library-taught SFT pairs) "
+                                                "mixed into each round's fine-tune, as a multiple of the teacher "
+                                                "rows (0: none)"),
     sft_steps: int = typer.Option(D.sft_steps, help="fine-tune steps per round"),
     sft_batch_size: int = typer.Option(D.sft_batch_size, help="(matrix, kernel) pairs per fine-tune step"),
     sft_lr: float = typer.Option(D.sft_lr, help="peak fine-tune learning rate (warm-up, cosine decay)"),
@@ -63,7 +66,7 @@ def improve_cmd(
                         store=str(store) if store else None, op=op, k=k, matrices_per_round=matrices_per_round,
                         search_budget=search_budget, search_seconds=search_seconds, policy_share=policy_share,
                         temperature=temperature, max_new_tokens=max_new_tokens, regime=regime, within=within,
-                        per_matrix=per_matrix, sft_steps=sft_steps, sft_batch_size=sft_batch_size, sft_lr=sft_lr,
+                        per_matrix=per_matrix, replay=replay, sft_steps=sft_steps, sft_batch_size=sft_batch_size, sft_lr=sft_lr,
                         sft_warmup=sft_warmup, val_matrices=val_matrices, val_samples=val_samples, min_gain=min_gain,
                         device=device, resume=resume, seed=seed)
     res = improve(cfg)

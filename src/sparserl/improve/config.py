@@ -50,6 +50,10 @@ class ImproveConfig:
     """Collect the verified kernels at most this fraction slower than their matrix's best known (0.05: 5%)."""
     per_matrix: int = 4
     """At most this many distinct kernels per matrix in the teacher set."""
+    replay: float = 1.0
+    """Rows of the data's own train split (the library-taught SFT pairs) mixed into each round's
+    fine-tune data, as a multiple of the teacher rows (0: none): keeps what SFT taught while the
+    policy learns the searched kernels."""
     # -- 3. fine-tune ---------------------------------------------------------------------------
     sft_steps: int = 100
     """SFT optimizer steps per round (on every training matrix searched so far)."""
@@ -95,6 +99,8 @@ class ImproveConfig:
             raise SparseRLError(f"--temperature must be > 0, got {self.temperature}")
         if self.regime not in ("cold", "warm"):
             raise SparseRLError(f"--regime must be cold or warm, got {self.regime!r}")
+        if not self.replay >= 0:
+            raise SparseRLError(f"--replay must be >= 0, got {self.replay}")
         if not self.within >= 0 or not self.min_gain >= 0 or not self.sft_lr > 0 or self.sft_warmup < 0:
             raise SparseRLError("need within >= 0, min_gain >= 0, sft_lr > 0 and sft_warmup >= 0")
 

@@ -8,7 +8,8 @@ times on the validation matrices, measured once and reused). Then each round ``r
    policy proposing; every verified kernel goes to the best-known store as it arrives;
 2. **collect**: the store's verified kernels within ``within`` of their matrix's best known, on
    every training matrix this run searched so far (:func:`sparserl.search.export.export_rows`),
-   written as SFT data to ``round_r/teacher/train.jsonl``;
+   plus ``replay`` times as many rows of the data's own train split, written as SFT data to
+   ``round_r/teacher/train.jsonl``;
 3. **finetune**: :func:`sparserl.train.sft.sft` from the current best policy on that data
    (``round_r/sft``);
 4. **validate**: :func:`sparserl.eval.compare.evaluate` of the fine-tuned policy on the
@@ -35,7 +36,8 @@ import shutil
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -281,7 +283,7 @@ class Improve:
                          min(cfg.matrices_per_round, len(self.train)), cfg.search_budget)
                 res = search_array(A, name, op, k, scfg, self.ev, self.store, source_path=str(Path(path).resolve()),
                                    run_config={"improve": str(self.out), "round": r, "job": asdict(job)},
-                                   proposer_factory=lambda card: _open_proposer(job, A, op, k, card, self.ev, policy),
+                                   proposer_factory=lambda card, job=job, A=A: _open_proposer(job, A, op, k, card, self.ev, policy),
                                    model=str(model), trace=trace_dir / f"{name}.jsonl")
                 ok = [e for e in res.entries if e.result.ok]
                 pol = [e for e in res.entries if e.proposal.provenance in policy_kinds]
@@ -316,21 +318,36 @@ class Improve:
         flt = ExportFilter(op=cfg.op, regime=cfg.regime, harness_version=harness_version(), per_matrix=cfg.per_matrix,
                            within=cfg.within, fingerprints=frozenset(self.state["train_fingerprints"]))
         rows = [row for row in export_rows(self.store, flt)[0] if row.get("k") == cfg.k_or_none]
+        replay = self._replay(r, round(cfg.replay * len(rows)))
         d = self.round_dir(r) / "teacher"
         d.mkdir(parents=True, exist_ok=True)
-        (d / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (d / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows + replay))
         (d / "val.jsonl").write_text("")  # the round's validation is its own phase
         prov: dict[str, int] = {}
         for row in rows:
             prov[row["provenance"]] = prov.get(row["provenance"], 0) + 1
         self.state["current"]["teacher"] = {
             "rows": len(rows), "matrices": len({row["fingerprint"] for row in rows}), "provenance": prov,
-            "policy_rows": sum(v for p, v in prov.items() if p.startswith("policy")),
+            "policy_rows": sum(v for p, v in prov.items() if p.startswith("policy")), "replay_rows": len(replay),
             "speedup_geomean": _geomean([row["times"]["speedup"] for row in rows])}
         if not rows:
             log.warning("round %d: no verified kernel to learn from (nothing within %.0f%% of a best known): "
                         "the round fine-tunes nothing and keeps the previous best", r, 100 * cfg.within)
         return len(rows)
+
+    def _replay(self, r: int, n: int) -> list[dict]:
+        """``n`` rows of the data's train split for op (and k), drawn afresh each round."""
+        if n < 1:
+            return []
+        from sparserl.data.sft_build import read_jsonl
+
+        cfg = self.cfg
+        rows = [row for row in read_jsonl(Path(cfg.data) / "train.jsonl") if row.get("op", "spmv") == cfg.op
+                and (cfg.op == "spmv" or row.get("k") == cfg.k)]
+        if not rows:
+            return []
+        pick = np.random.default_rng([cfg.seed, r]).choice(len(rows), size=n, replace=n > len(rows))
+        return [rows[i] for i in pick]
 
     # -- 3. finetune --
 

@@ -34,6 +34,7 @@ def round_metrics(rec: dict) -> dict[str, float]:
     t = rec.get("teacher")
     if t:
         m["teacher/rows"], m["teacher/matrices"], m["teacher/policy_rows"] = t["rows"], t["matrices"], t["policy_rows"]
+        m["teacher/replay_rows"] = t.get("replay_rows", 0)
         if t.get("speedup_geomean") is not None:
             m["teacher/speedup_geomean"] = t["speedup_geomean"]
     s = rec.get("sft")
@@ -61,7 +62,8 @@ def rounds_markdown(state: dict) -> str:
              + (f" k={cfg['k']}" if cfg["op"] == "spmm" else "") + f"; {cfg['regime']} L2. "
              f"Per round: {cfg['matrices_per_round']} training matrices searched with {cfg['search_budget']} candidates "
              f"each (policy share {cfg['policy_share']}), teacher = verified kernels within {cfg['within']:.0%} of each "
-             f"matrix's best known (at most {cfg['per_matrix']} per matrix), {cfg['sft_steps']} SFT steps, validation on "
+             f"matrix's best known (at most {cfg['per_matrix']} per matrix) plus {cfg.get('replay', 0):g}x as many rows "
+             f"of the data's train split, {cfg['sft_steps']} SFT steps, validation on "
              f"{cfg['val_matrices']} matrices, best of {cfg['val_samples']} samples.", ""]
     if state.get("oracle_geomean") is not None:
         lines += [f"Library oracle on the validation matrices (timed at round 0): "
