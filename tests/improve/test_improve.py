@@ -164,7 +164,8 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
         if (r, phase) == (0, "validate"):  # round 0 done: kill at the second matrix of round 1
             from sparserl.improve.loop import round_matrices, split_rows
 
-            names = [Path(x["matrix"]).name.split(".")[0] for x in round_matrices(split_rows(cfg.data, "train"), 1, 2, 0)]
+            rows = round_matrices(split_rows(cfg.data, "train"), 1, 2, 0)
+            names = [Path(x["matrix"]).name.split(".")[0] for x in rows]
             first.append(names[0])
             ev.kill_at = names[1]
 

@@ -66,9 +66,9 @@ def improve_cmd(
                         store=str(store) if store else None, op=op, k=k, matrices_per_round=matrices_per_round,
                         search_budget=search_budget, search_seconds=search_seconds, policy_share=policy_share,
                         temperature=temperature, max_new_tokens=max_new_tokens, regime=regime, within=within,
-                        per_matrix=per_matrix, replay=replay, sft_steps=sft_steps, sft_batch_size=sft_batch_size, sft_lr=sft_lr,
-                        sft_warmup=sft_warmup, val_matrices=val_matrices, val_samples=val_samples, min_gain=min_gain,
-                        device=device, resume=resume, seed=seed)
+                        per_matrix=per_matrix, replay=replay, sft_steps=sft_steps, sft_batch_size=sft_batch_size,
+                        sft_lr=sft_lr, sft_warmup=sft_warmup, val_matrices=val_matrices, val_samples=val_samples,
+                        min_gain=min_gain, device=device, resume=resume, seed=seed)
     res = improve(cfg)
     typer.echo((out / "rounds.md").read_text())
     best = res["best"]

@@ -17,8 +17,8 @@ times on the validation matrices, measured once and reused). Then each round ``r
    against cuSPARSE and against the library oracle, and the share of correct samples;
 5. **decide**: the round is kept when its figure against the oracle (against cuSPARSE when no
    oracle was timed) beats the best so far by more than ``min_gain``, or equals it with more
-   correct samples (a tie happens when neither has a correct kernel): its checkpoint becomes ``best/``. Otherwise the next round starts again
-   from the previous best.
+   correct samples (a tie happens when neither has a correct kernel): its checkpoint becomes
+   ``best/``. Otherwise the next round starts again from the previous best.
 
 ``state.json`` is written after every phase (and after each matrix of the search), so a kill
 resumes at the phase it was in; the search's verified results are in the store already, and a
@@ -128,7 +128,8 @@ def improved(fig: dict, best: dict | None, min_gain: float) -> tuple[bool, str]:
     if s is None:
         return False, "no validation figure"
     if b is None or s > b * (1 + min_gain):
-        return True, f"score {s:.3f} > {b if b is None else round(b, 3)}" + (f" by > {min_gain:.0%}" if min_gain else "")
+        return True, (f"score {s:.3f} > {b if b is None else round(b, 3)}"
+                      + (f" by > {min_gain:.0%}" if min_gain else ""))
     if math.isclose(s, b, rel_tol=1e-9) and fig.get("correct_rate", 0) > best.get("correct_rate", 0):
         return True, f"score {s:.3f} = best, more correct ({fig['correct_rate']:.2f} > {best['correct_rate']:.2f})"
     return False, f"score {s:.3f} <= best {b:.3f}" + (f" x (1 + {min_gain})" if min_gain else "")
@@ -281,10 +282,18 @@ class Improve:
                                 temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
                 log.info("round %d: searching %s (%d of %d), %d candidates", r, name, len(done) + 1,
                          min(cfg.matrices_per_round, len(self.train)), cfg.search_budget)
-                res = search_array(A, name, op, k, scfg, self.ev, self.store, source_path=str(Path(path).resolve()),
-                                   run_config={"improve": str(self.out), "round": r, "job": asdict(job)},
-                                   proposer_factory=lambda card, job=job, A=A: _open_proposer(job, A, op, k, card, self.ev, policy),
-                                   model=str(model), trace=trace_dir / f"{name}.jsonl")
+                try:
+                    res = search_array(A, name, op, k, scfg, self.ev, self.store,
+                                       source_path=str(Path(path).resolve()),
+                                       run_config={"improve": str(self.out), "round": r, "job": asdict(job)},
+                                       proposer_factory=lambda card, job=job, A=A: _open_proposer(
+                                           job, A, op, k, card, self.ev, policy),
+                                       model=str(model), trace=trace_dir / f"{name}.jsonl")
+                except SparseRLError as exc:  # this matrix only (what it verified is in the store already)
+                    log.warning("round %d: the search of %s stopped: %s", r, name, exc)
+                    done[name] = {"skipped": str(exc)}
+                    self.save()
+                    continue
                 ok = [e for e in res.entries if e.result.ok]
                 pol = [e for e in res.entries if e.proposal.provenance in policy_kinds]
                 known = self.store.best(fingerprint=res.fingerprint, op=cfg.op, k=k, regime=cfg.regime,
@@ -305,7 +314,8 @@ class Improve:
                     self.state["train_fingerprints"].append(res.fingerprint)
                 self.save()  # a kill from here on does not search this matrix again
         finally:
-            self._free(policy)
+            policy = None  # noqa: F841 (the last reference: the model's memory goes back)
+            self._release()
 
     # -- 2. collect --
 
@@ -373,7 +383,8 @@ class Improve:
         try:
             fig = (self.validate_fn or self._evaluate)(policy, r)
         finally:
-            self._free(policy)
+            policy = None  # noqa: F841 (the last reference: the model's memory goes back)
+            self._release()
         self.state["current"]["val"] = fig
         log.info("round %d: validation %s", r, {k: round(v, 3) if isinstance(v, float) else v for k, v in fig.items()})
 
@@ -460,10 +471,13 @@ class Improve:
         return policy
 
     @staticmethod
-    def _free(policy) -> None:
+    def _release() -> None:
+        """Give the GPU memory of a model no longer referenced back (the harness's workers share the GPU)."""
+        import gc
+
         import torch
 
-        del policy
+        gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

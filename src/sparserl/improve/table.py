@@ -57,14 +57,14 @@ def _f(x, fmt: str = "{:.2f}") -> str:
 def rounds_markdown(state: dict) -> str:
     """``rounds.md``: one row per finished round (round 0: the starting model's validation)."""
     cfg = state["config"]
-    lines = ["# sparserl improve: rounds", "",
-             f"Starting model `{cfg['model']}`; data `{cfg['data']}`; {cfg['op']}"
-             + (f" k={cfg['k']}" if cfg["op"] == "spmm" else "") + f"; {cfg['regime']} L2. "
-             f"Per round: {cfg['matrices_per_round']} training matrices searched with {cfg['search_budget']} candidates "
-             f"each (policy share {cfg['policy_share']}), teacher = verified kernels within {cfg['within']:.0%} of each "
-             f"matrix's best known (at most {cfg['per_matrix']} per matrix) plus {cfg.get('replay', 0):g}x as many rows "
-             f"of the data's train split, {cfg['sft_steps']} SFT steps, validation on "
-             f"{cfg['val_matrices']} matrices, best of {cfg['val_samples']} samples.", ""]
+    k = f" k={cfg['k']}" if cfg["op"] == "spmm" else ""
+    setup = (f"Starting model `{cfg['model']}`; data `{cfg['data']}`; {cfg['op']}{k}; {cfg['regime']} L2. "
+             f"Per round: {cfg['matrices_per_round']} training matrices searched with {cfg['search_budget']} "
+             f"candidates each (policy share {cfg['policy_share']}), teacher = verified kernels within "
+             f"{cfg['within']:.0%} of each matrix's best known (at most {cfg['per_matrix']} per matrix) plus "
+             f"{cfg.get('replay', 0):g}x as many rows of the data's train split, {cfg['sft_steps']} SFT steps, "
+             f"validation on {cfg['val_matrices']} matrices, best of {cfg['val_samples']} samples.")
+    lines = ["# sparserl improve: rounds", "", setup, ""]
     if state.get("oracle_geomean") is not None:
         lines += [f"Library oracle on the validation matrices (timed at round 0): "
                   f"{state['oracle_geomean']:.2f}x cuSPARSE (geomean).", ""]
