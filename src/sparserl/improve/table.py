@@ -70,7 +70,7 @@ def rounds_markdown(state: dict) -> str:
                   f"{state['oracle_geomean']:.2f}x cuSPARSE (geomean).", ""]
     lines += ["Columns: *search* = candidates / correct / of them the policy's correct; *new best* = matrices whose "
               "best known improved (by the policy); *best known* = geomean speedup over cuSPARSE of the searched "
-              "matrices' best known kernels; *teacher* = rows (from the policy); *val* = best-of-k speedup geomean "
+              "matrices' best known kernels; *teacher* = rows (from the policy) + replayed SFT rows; *val* = best-of-k speedup geomean "
               "vs cuSPARSE, vs the library oracle, share of matrices ahead of the oracle, correct share of samples; "
               "*seconds* = search / fine-tune / validation.", "",
               "| round | search | new best | best known | teacher | SFT loss | val vs cuSPARSE | val vs oracle "
@@ -81,7 +81,7 @@ def rounds_markdown(state: dict) -> str:
         t, f, sft, sec = rec.get("teacher"), rec.get("val") or {}, rec.get("sft"), rec.get("seconds") or {}
         search = f"{s['candidates']} / {s['correct']} / {s['policy_correct']}" if s else "-"
         new = f"{s['store_improved']} ({s['policy_set_best']})" if s else "-"
-        teacher = f"{t['rows']} ({t['policy_rows']})" if t else "-"
+        teacher = f"{t['rows']} ({t['policy_rows']}) + {t.get('replay_rows', 0)}" if t else "-"
         kept = ("baseline" if rec["round"] == 0 else "**kept**") if rec["kept"] else "no"
         secs = " / ".join(_f(sec.get(p), "{:.0f}") for p in ("search", "finetune", "validate"))
         lines.append(f"| {rec['round']} | {search} | {new} | {_f(s and s['best_known_geomean'])} | {teacher} "
