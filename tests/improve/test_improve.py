@@ -139,6 +139,13 @@ def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_d
                   validate=lambda p, r: {"score": 0.5, "correct_rate": 0.0})
     assert [x["round"] for x in res["rounds"]] == [0, 1, 2, 3] and res["best"]["round"] == 1
 
+    # a new run in the same folder (--force) starts over: no earlier checkpoint is resumed or kept
+    res = improve(small(data_dir, tiny_model_dir, tmp_path, rounds=0), TimingDouble(library_time),
+                  validate=lambda p, r: {"score": 1.0, "correct_rate": 0.0})
+    assert [x["round"] for x in res["rounds"]] == [0] and res["best_model"] == str(tiny_model_dir)
+    assert not (out / "best").exists() and not (out / "round_1").exists()
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0]
+
 
 def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, tiny_model_dir: Path,
                                                                 tmp_path: Path) -> None:

@@ -165,7 +165,8 @@ class Improve:
             log.info("resuming %s at round %d, phase %s", self.out, st["round"], st["phase"])
             st["config"] = asdict(cfg)
             return st
-        for p in [*self.out.glob("round_*"), self.out / "best", self.out / "valset"]:  # an earlier run's folders
+        earlier = [*self.out.glob("round_*"), *(self.out / n for n in ("best", "best.tmp", "best.old", "valset", "tb"))]
+        for p in earlier:  # an earlier run's folders (--force): its checkpoints must not be resumed or kept
             if p.is_dir():
                 shutil.rmtree(p)
         for f in ("state.json", "rounds.json", "rounds.md"):

@@ -68,11 +68,12 @@ def rounds_markdown(state: dict) -> str:
     if state.get("oracle_geomean") is not None:
         lines += [f"Library oracle on the validation matrices (timed at round 0): "
                   f"{state['oracle_geomean']:.2f}x cuSPARSE (geomean).", ""]
-    lines += ["Columns: *search* = candidates / correct / of them the policy's correct; *new best* = matrices whose "
-              "best known improved (by the policy); *best known* = geomean speedup over cuSPARSE of the searched "
-              "matrices' best known kernels; *teacher* = rows (from the policy) + replayed SFT rows; *val* = best-of-k speedup geomean "
-              "vs cuSPARSE, vs the library oracle, share of matrices ahead of the oracle, correct share of samples; "
-              "*seconds* = search / fine-tune / validation.", "",
+    legend = ("Columns: *search* = candidates / correct / of them the policy's correct; *new best* = matrices "
+              "whose best known improved (by the policy); *best known* = geomean speedup over cuSPARSE of the "
+              "searched matrices' best known kernels; *teacher* = rows (from the policy) + replayed SFT rows; "
+              "*val* = best-of-k speedup geomean vs cuSPARSE, vs the library oracle, share of matrices ahead of the "
+              "oracle, correct share of samples; *seconds* = search / fine-tune / validation.")
+    lines += [legend, "",
               "| round | search | new best | best known | teacher | SFT loss | val vs cuSPARSE | val vs oracle "
               "| ahead of oracle | correct | kept | seconds |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
