@@ -28,7 +28,8 @@ app = typer.Typer(
         "(the reference kernel library: list, render, compile), 'check-kernel' (the evaluation "
         "harness: compile, verify, time against cuSPARSE), 'baseline' (cuSPARSE's time), 'pretrain' "
         "(stage 1: tokenizer and model pre-trained on the CUDA corpus), 'data build' (SFT pairs from the "
-        "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3), 'generate' (the main "
+        "library, checked by the harness), 'sft' (stage 2), 'ppo' / 'grpo' (stage 3), 'improve' (expert "
+        "iteration: search, fine-tune on the kernels found, keep what validates better), 'generate' (the main "
         "job: a verified kernel for your matrix), 'search' (a budgeted search of the kernel space for one "
         "matrix), 'best' (the best-known kernels: list, show, export as SFT pairs), 'evaluate' (systems side "
         "by side), 'rescore' (recompute a saved evaluation) and 'demo' (all of it, small)."
@@ -69,6 +70,9 @@ if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest
     app.command("sft")(sft_cmd)
     app.command("ppo", cls=RLCommand)(ppo_cmd)
     app.command("grpo", cls=RLCommand)(grpo_cmd)
+    from sparserl.improve.cli import improve_cmd
+
+    app.command("improve")(improve_cmd)
 else:
     @app.command("pretrain")
     def _pretrain_missing() -> None:

@@ -162,6 +162,25 @@ def test_best_list_and_show(filled_store, capsys) -> None:
     one_line_error(rc, err, "nosuch")
 
 
+def test_export_within_a_share_of_the_best_known(filled_store, tmp_path: Path, capsys) -> None:
+    """--within keeps the kernels at most that fraction slower than the matrix's best (15, 20, 30 us here)."""
+    from sparserl.data.sft_build import read_jsonl
+    from sparserl.search.export import ExportFilter, export_rows
+
+    path, card = filled_store
+    out = tmp_path / "near.jsonl"
+    rc, _, _ = run_cli(["best", "export", str(out), "--store", str(path), "--per-matrix", "5", "--within", "0.4"],
+                         capsys)
+    assert rc == 0 and [r["times"]["kernel_us"] for r in read_jsonl(out)] == [15.0, 20.0]
+    with BestStore(path) as st:
+        assert [r["times"]["kernel_us"] for r in export_rows(st, ExportFilter(per_matrix=5, within=0.3))[0]] == [15.0]
+        assert len(export_rows(st, ExportFilter(per_matrix=5))[0]) == 3
+        assert export_rows(st, ExportFilter(per_matrix=5, fingerprints=frozenset({"other"})))[0] == []
+        assert len(export_rows(st, ExportFilter(per_matrix=5, fingerprints=frozenset({card.fingerprint})))[0]) == 3
+    rc, _, err = run_cli(["best", "export", str(out), "--store", str(path), "--within", "-1"], capsys)
+    one_line_error(rc, err, "--within must be >= 0")
+
+
 def test_export_is_sft_data_the_trainer_reads(filled_store, tmp_path: Path, capsys, mtx: Path) -> None:
     from sparserl.data.sft_build import read_jsonl
 

@@ -155,12 +155,14 @@ def best_export(
     harness_version: str = typer.Option(None, help="only kernels verified under this harness version"),
     min_speedup: float = typer.Option(0.0, help="only kernels at least this fast against cuSPARSE"),
     per_matrix: int = typer.Option(1, help="the fastest N distinct verified kernels per matrix (1: the best)"),
+    within: float = typer.Option(None, help="only kernels at most this fraction slower than their matrix's best "
+                                            "known (0.05: within 5%) [default: no limit]"),
 ) -> None:
     """SFT pairs (matrix, verified kernel) from the store, in the SFT data's JSONL format."""
     from sparserl.search.export import ExportFilter, export_sft
 
     flt = ExportFilter(op=op, arch=arch, regime=regime, harness_version=harness_version, min_speedup=min_speedup,
-                       per_matrix=per_matrix)
+                       per_matrix=per_matrix, within=within)
     with _open(store) as st:
         res = export_sft(st, out, flt)
     typer.echo(f"wrote {res['rows']} rows ({res['matrices']} matrices) to {res['path']}"

@@ -38,10 +38,18 @@ class ExportFilter:
     """Only kernels at least this fast against cuSPARSE."""
     per_matrix: int = 1
     """The fastest this many distinct kernels per (matrix, op, k, arch, regime, harness version)."""
+    within: float | None = None
+    """Only kernels at most this fraction slower than the best known for their matrix (the fastest
+    verified result with the same op, k, arch, regime and harness version): 0.05 keeps kernels
+    within 5% of the best. None: no such limit. Expert iteration's teacher set."""
+    fingerprints: frozenset[str] | None = None
+    """Only these matrices (structure fingerprints); None: every matrix in the store."""
 
     def __post_init__(self) -> None:
         if self.per_matrix < 1:
             raise SparseRLError(f"--per-matrix must be at least 1, got {self.per_matrix}")
+        if self.within is not None and not self.within >= 0:
+            raise SparseRLError(f"--within must be >= 0 (a fraction: 0.05 is 5%), got {self.within}")
         if self.min_speedup < 0:
             raise SparseRLError("--min-speedup must be >= 0")
         if self.op not in (None, "spmv", "spmm"):
@@ -64,10 +72,15 @@ def _coords(m: MatrixRow) -> tuple[list[int], list[int]] | None:
 def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[dict], dict]:
     """The SFT rows of the store's kernels that pass ``flt``, and counts of what was skipped."""
     picked: dict[tuple, list[ResultRow]] = {}
+    fastest: dict[tuple, float] = {}
     for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
-        if r.speedup < flt.min_speedup:
+        if flt.fingerprints is not None and r.fingerprint not in flt.fingerprints:
             continue
-        group = picked.setdefault((r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version), [])
+        key = (r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version)
+        best = fastest.setdefault(key, r.time_us)  # results come fastest first: the first is the best known
+        if r.speedup < flt.min_speedup or (flt.within is not None and r.time_us > best * (1 + flt.within)):
+            continue
+        group = picked.setdefault(key, [])
         if len(group) < flt.per_matrix and all(g.kernel_sha != r.kernel_sha for g in group):
             group.append(r)  # results come fastest first
     rows, seen, skipped = [], set(), {"no_coordinates": 0, "duplicate": 0}

@@ -1,0 +1,109 @@
+"""``ImproveConfig``: what one ``sparserl improve`` run does, and the knobs that bound a round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparserl.errors import SparseRLError
+
+
+@dataclass(frozen=True)
+class ImproveConfig:
+    """Expert iteration: rounds of search -> collect -> fine-tune -> validate (see :mod:`sparserl.improve`).
+
+    The defaults make a small round, meant to fit in about half an hour of one H200 (not yet
+    measured): 8 training matrices searched with 32 candidates each, 100 SFT steps, 8 validation
+    matrices sampled 8 times each. Round 0 validates the starting model (the bar to beat) and
+    times the library oracle on the validation matrices once."""
+
+    data: str = "runs/data"
+    """SFT data folder (``sparserl data build``): its train.jsonl matrices are searched, its val.jsonl ones validate."""
+    model: str = "runs/sft/checkpoint"
+    """The starting policy: a policy checkpoint or a HF model folder."""
+    out: str = "runs/improve"
+    """Output folder: state.json, rounds.md, rounds.json, metrics.jsonl, tb/, round_N/, best/."""
+    rounds: int = 2
+    """Rounds to run (a resumed run may ask for more than it first did)."""
+    store: str | None = None
+    """Best-known store (default: best_known.sqlite under the harness cache root, the one ``sparserl search`` uses)."""
+    op: str = "spmv"
+    """spmv or spmm."""
+    k: int = 32
+    """SpMM columns of X (unused for spmv)."""
+    # -- 1. search ------------------------------------------------------------------------------
+    matrices_per_round: int = 8
+    """Training matrices searched per round (taken in a fixed shuffled order, round after round)."""
+    search_budget: int = 32
+    """Candidates evaluated per matrix (library seeds, mutations, policy samples and refinements)."""
+    search_seconds: float | None = 120.0
+    """Stop submitting a matrix's candidates after this many seconds (None: no limit)."""
+    policy_share: float = 0.5
+    """Share of each search's budget that goes to the policy's proposals (samples, then refinements)."""
+    temperature: float = 1.0
+    """Sampling temperature of the policy, in the search and in the validation."""
+    max_new_tokens: int = 1536
+    """Longest completion, in tokens."""
+    regime: str = "cold"
+    """L2 regime kernels are ranked and collected in: cold or warm."""
+    # -- 2. collect -----------------------------------------------------------------------------
+    within: float = 0.05
+    """Collect the verified kernels at most this fraction slower than their matrix's best known (0.05: 5%)."""
+    per_matrix: int = 4
+    """At most this many distinct kernels per matrix in the teacher set."""
+    replay: float = 1.0
+    """Rows of the data's own train split (the library-taught SFT pairs) mixed into each round's
+    fine-tune data, as a multiple of the teacher rows (0: none): keeps what SFT taught while the
+    policy learns the searched kernels."""
+    # -- 3. fine-tune ---------------------------------------------------------------------------
+    sft_steps: int = 100
+    """SFT optimizer steps per round (on every training matrix searched so far)."""
+    sft_batch_size: int = 8
+    """(matrix, kernel) pairs per SFT step."""
+    sft_lr: float = 1e-4
+    """Peak SFT learning rate (warm-up, cosine decay)."""
+    sft_warmup: int = 10
+    """SFT warm-up steps."""
+    # -- 4. validate ----------------------------------------------------------------------------
+    val_matrices: int = 8
+    """Validation matrices (the same ones every round)."""
+    val_samples: int = 8
+    """Completions per validation matrix: the figure is the best of them (best-of-k)."""
+    min_gain: float = 0.0
+    """Keep a round only when its validation figure beats the best so far by more than this fraction."""
+    # -- run ------------------------------------------------------------------------------------
+    device: str = "auto"
+    """The model's device: auto, cpu or cuda[:N]."""
+    bf16: bool = True
+    """bf16 autocast for the fine-tune on CUDA."""
+    resume: bool = False
+    """Continue the run in ``out`` at the phase it stopped in."""
+    seed: int = 0
+    """Seed of the matrix order, searches, sampling and batches."""
+
+    def __post_init__(self) -> None:
+        if self.rounds < 0:
+            raise SparseRLError(f"--rounds must be >= 0, got {self.rounds}")
+        if self.op not in ("spmv", "spmm"):
+            raise SparseRLError(f"--op must be spmv or spmm, got {self.op!r}")
+        if self.op == "spmm" and self.k < 1:
+            raise SparseRLError("--op spmm needs --k >= 1 columns of X")
+        for name in ("matrices_per_round", "search_budget", "per_matrix", "sft_steps", "sft_batch_size",
+                     "val_matrices", "val_samples", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise SparseRLError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.search_seconds is not None and not self.search_seconds > 0:
+            raise SparseRLError(f"--search-seconds must be positive, got {self.search_seconds}")
+        if not 0.0 <= self.policy_share < 1.0:
+            raise SparseRLError(f"--policy-share must lie in [0, 1), got {self.policy_share}")
+        if not self.temperature > 0:
+            raise SparseRLError(f"--temperature must be > 0, got {self.temperature}")
+        if self.regime not in ("cold", "warm"):
+            raise SparseRLError(f"--regime must be cold or warm, got {self.regime!r}")
+        if not self.replay >= 0:
+            raise SparseRLError(f"--replay must be >= 0, got {self.replay}")
+        if not self.within >= 0 or not self.min_gain >= 0 or not self.sft_lr > 0 or self.sft_warmup < 0:
+            raise SparseRLError("need within >= 0, min_gain >= 0, sft_lr > 0 and sft_warmup >= 0")
+
+    @property
+    def k_or_none(self) -> int | None:
+        return self.k if self.op == "spmm" else None

@@ -1,0 +1,510 @@
+"""The round loop of ``sparserl improve`` (expert iteration), resumable at the phase it stopped in.
+
+Round 0 validates the starting model: the bar a round must beat (and the library oracle's
+times on the validation matrices, measured once and reused). Then each round ``r``:
+
+1. **search**: ``matrices_per_round`` training matrices (a fixed shuffled order, round after
+   round), each searched with :func:`sparserl.search.run.search_array`, the current best
+   policy proposing; every verified kernel goes to the best-known store as it arrives;
+2. **collect**: the store's verified kernels within ``within`` of their matrix's best known, on
+   every training matrix this run searched so far (:func:`sparserl.search.export.export_rows`),
+   plus ``replay`` times as many rows of the data's own train split, written as SFT data to
+   ``round_r/teacher/train.jsonl``;
+3. **finetune**: :func:`sparserl.train.sft.sft` from the current best policy on that data
+   (``round_r/sft``);
+4. **validate**: :func:`sparserl.eval.compare.evaluate` of the fine-tuned policy on the
+   validation matrices (the same ones every round): best-of-``val_samples`` speedup geomean
+   against cuSPARSE and against the library oracle, and the share of correct samples;
+5. **decide**: the round is kept when its figure against the oracle (against cuSPARSE when no
+   oracle was timed) beats the best so far by more than ``min_gain``, or equals it with more
+   correct samples (a tie happens when neither has a correct kernel): its checkpoint becomes
+   ``best/``. Otherwise the next round starts again from the previous best.
+
+``state.json`` is written after every phase (and after each matrix of the search), so a kill
+resumes at the phase it was in; the search's verified results are in the store already, and a
+matrix searched before the kill is not searched again. Each finished round goes to
+``rounds.json``, ``rounds.md`` (:mod:`.table`), ``metrics.jsonl`` and TensorBoard (one step per
+round, through the trainers' :class:`~sparserl.train.common.MetricLogger`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from sparserl.errors import SparseRLError
+from sparserl.improve.config import ImproveConfig
+from sparserl.improve.table import round_metrics, rounds_markdown
+
+log = logging.getLogger(__name__)
+
+PHASES = ("search", "collect", "finetune", "validate", "decide")
+STATE_VERSION = 1
+
+NO_GPU = ("sparserl improve needs an NVIDIA GPU: without one a search verifies nothing (compile-only results "
+          "never enter the best-known store), so there is nothing to learn from; run it on a GPU machine")
+
+
+# -- matrices ---------------------------------------------------------------------------------
+
+
+def split_rows(data: str, split: str) -> list[dict]:
+    """One data row per matrix file of ``split`` (the first row of each), in file order."""
+    from sparserl.data.sft_build import read_jsonl
+
+    path = Path(data) / f"{split}.jsonl"
+    if not path.exists():
+        raise SparseRLError(f"{data}: no {split}.jsonl (give the data folder 'sparserl data build' wrote, --data)")
+    seen: dict[str, dict] = {}
+    for row in read_jsonl(path):
+        m = row.get("matrix")
+        if m and m not in seen and Path(m).exists():
+            seen[m] = row
+    if not seen:
+        raise SparseRLError(f"{path}: no row names a matrix file that exists here")
+    return list(seen.values())
+
+
+def round_matrices(train: list[dict], r: int, n: int, seed: int) -> list[dict]:
+    """The training rows searched in round ``r`` (1-based): the next ``n`` of a shuffled order, cycling."""
+    order = np.random.default_rng(seed).permutation(len(train))
+    n = min(n, len(train))
+    return [train[order[((r - 1) * n + j) % len(train)]] for j in range(n)]
+
+
+def _name(row: dict) -> str:
+    return Path(row["matrix"]).name.split(".")[0]
+
+
+def _geomean(xs: list[float]) -> float | None:
+    return float(math.exp(sum(math.log(x) for x in xs) / len(xs))) if xs else None
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+def validation_figures(per_matrix: dict[str, dict], oracle: dict[str, float | None] | None) -> dict:
+    """The figures a round is judged by, from ``evaluate``'s per-matrix records of one policy.
+
+    ``geomean_speedup``: best-of-k against cuSPARSE (a matrix without a correct sample counts as
+    1.0: the user keeps cuSPARSE); ``vs_oracle``: the same against the library oracle's best
+    (None without oracle times); ``ahead_of_oracle``: share of matrices where the policy's best
+    is faster than the oracle's; ``correct_rate``: correct samples over all samples."""
+    recs = list(per_matrix.values())
+    n = sum(r["n"] for r in recs)
+    best = {m: r["best_speedup"] or 1.0 for m, r in per_matrix.items()}
+    out: dict[str, Any] = {
+        "matrices": len(recs), "samples": n,
+        "correct_rate": sum(r["correct"] for r in recs) / n if n else 0.0,
+        "compile_rate": sum(r["compiled"] for r in recs) / n if n else 0.0,
+        "geomean_speedup": _geomean(list(best.values())),
+    }
+    from sparserl.eval.metrics import speedup_at_1
+
+    if recs and all(r.get("sample_speedups") for r in recs):
+        out["speedup_at_1"] = speedup_at_1([r["sample_speedups"] for r in recs])
+    if oracle:
+        ratios = [best[m] / (oracle.get(m) or 1.0) for m in best]
+        out["vs_oracle"] = _geomean(ratios)
+        out["ahead_of_oracle"] = sum(x > 1.0 for x in ratios) / len(ratios) if ratios else 0.0
+    out["score"] = out.get("vs_oracle") if out.get("vs_oracle") is not None else out["geomean_speedup"]
+    return out
+
+
+def improved(fig: dict, best: dict | None, min_gain: float) -> tuple[bool, str]:
+    """Whether validation figures ``fig`` beat ``best`` (None: nothing to beat); and why, in words."""
+    if best is None:
+        return True, "first validation"
+    s, b = fig.get("score"), best.get("score")
+    if s is None:
+        return False, "no validation figure"
+    if b is None or s > b * (1 + min_gain):
+        return True, (f"score {s:.3f} > {b if b is None else round(b, 3)}"
+                      + (f" by > {min_gain:.0%}" if min_gain else ""))
+    if math.isclose(s, b, rel_tol=1e-9) and fig.get("correct_rate", 0) > best.get("correct_rate", 0):
+        return True, f"score {s:.3f} = best, more correct ({fig['correct_rate']:.2f} > {best['correct_rate']:.2f})"
+    return False, f"score {s:.3f} <= best {b:.3f}" + (f" x (1 + {min_gain})" if min_gain else "")
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+class Improve:
+    """One ``sparserl improve`` run (see the module docstring). ``validate(policy, round) -> figures``
+    replaces the evaluation (tests); ``on_phase(round, phase)`` is called after each phase is saved."""
+
+    def __init__(self, cfg: ImproveConfig, evaluator, validate: Callable | None = None,
+                 on_phase: Callable[[int, str], None] | None = None):
+        self.cfg, self.out = cfg, Path(cfg.out)
+        self.ev, self.validate_fn, self.on_phase = evaluator, validate, on_phase
+        self.state_path = self.out / "state.json"
+        self.train = split_rows(cfg.data, "train")
+        self.state = self._load_or_start()
+
+    # -- state --
+
+    def _load_or_start(self) -> dict:
+        cfg = self.cfg
+        if cfg.resume and self.state_path.exists():
+            st = json.loads(self.state_path.read_text())
+            if st.get("version") != STATE_VERSION:
+                raise SparseRLError(f"{self.state_path}: written by another version of sparserl improve")
+            changed = [f.name for f in fields(cfg) if f.name not in ("rounds", "resume")
+                       and st["config"].get(f.name) != json.loads(json.dumps(getattr(cfg, f.name)))]
+            if changed:
+                log.warning("resuming with settings changed since the run started: %s", ", ".join(changed))
+            log.info("resuming %s at round %d, phase %s", self.out, st["round"], st["phase"])
+            st["config"] = asdict(cfg)
+            return st
+        earlier = [*self.out.glob("round_*"), *(self.out / n for n in ("best", "best.tmp", "best.old", "valset", "tb"))]
+        for p in earlier:  # an earlier run's folders (--force): its checkpoints must not be resumed or kept
+            if p.is_dir():
+                shutil.rmtree(p)
+        for f in ("state.json", "rounds.json", "rounds.md"):
+            (self.out / f).unlink(missing_ok=True)
+        val = split_rows(cfg.data, "val")
+        pick = np.random.default_rng(cfg.seed).permutation(len(val))[: cfg.val_matrices]
+        return {"version": STATE_VERSION, "config": asdict(cfg), "round": 0, "phase": "validate",
+                "best": None, "best_model": cfg.model, "oracle": None, "val_rows": [val[i] for i in sorted(pick)],
+                "train_fingerprints": [], "current": {}, "rounds": [], "logged": -1}
+
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1, default=str))
+        tmp.replace(self.state_path)
+
+    def _done(self, r: int, phase: str, next_phase: str, seconds: float | None = None) -> None:
+        if seconds is not None:  # a phase resumed after a kill adds the time spent since
+            secs = self.state["current"].setdefault("seconds", {})
+            secs[phase] = round(secs.get(phase, 0.0) + seconds, 2)
+        self.state["phase"] = next_phase
+        self.save()
+        log.info("round %d: %s done%s", r, phase, f" in {seconds:.1f} s" if seconds is not None else "")
+        if self.on_phase is not None:
+            self.on_phase(r, phase)
+
+    def round_dir(self, r: int) -> Path:
+        return self.out / f"round_{r}"
+
+    # -- the loop --
+
+    def run(self) -> dict:
+        from sparserl.search.store import open_store
+        from sparserl.train.common import MetricLogger
+
+        st, cfg = self.state, self.cfg
+        self.save()
+        self._write_valset()
+        resumed = cfg.resume and (self.out / "metrics.jsonl").exists()  # rows past the last logged round go
+        self.logger = MetricLogger(self.out, resumed_at=st["logged"] if resumed else None)
+        self.store = open_store(cfg.store)
+        try:
+            self._catch_up()
+            while st["round"] <= cfg.rounds:
+                r, phase = st["round"], st["phase"]
+                t = time.perf_counter()
+                if phase == "search":
+                    self.search(r)
+                    self._done(r, "search", "collect", time.perf_counter() - t)
+                elif phase == "collect":
+                    n = self.collect(r)
+                    self._done(r, "collect", "finetune" if n else "decide", time.perf_counter() - t)
+                elif phase == "finetune":
+                    self.finetune(r)
+                    self._done(r, "finetune", "validate", time.perf_counter() - t)
+                elif phase == "validate":
+                    self.validate(r)
+                    self._done(r, "validate", "decide", time.perf_counter() - t)
+                elif phase == "decide":
+                    self.decide(r)
+                else:
+                    raise SparseRLError(f"{self.state_path}: unknown phase {phase!r}")
+        finally:
+            self.logger.close()
+            self.store.close()
+        return {"rounds": st["rounds"], "best": st["best"], "best_model": st["best_model"],
+                "table": str(self.out / "rounds.md")}
+
+    def _write_valset(self) -> None:
+        """The validation matrices as a data folder's val split (what ``evaluate`` reads)."""
+        d = self.out / "valset"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in self.state["val_rows"]))
+
+    # -- 1. search --
+
+    def search(self, r: int) -> None:
+        from sparserl.harness.result import ErrorKind
+        from sparserl.kernels.contract import Op
+        from sparserl.matrices import load_matrix
+        from sparserl.search.footprint import check_fits
+        from sparserl.search.loop import SearchConfig
+        from sparserl.search.run import SearchJob, _open_proposer, search_array
+        from sparserl.search.space import Provenance
+        from sparserl.search.store import harness_version
+
+        cfg, cur = self.cfg, self.state["current"]
+        done: dict = cur.setdefault("search", {})
+        todo = [row for row in round_matrices(self.train, r, cfg.matrices_per_round, cfg.seed)
+                if _name(row) not in done]
+        if not todo:
+            return
+        op, k = Op(cfg.op), cfg.k_or_none
+        model = self.state["best_model"]
+        policy = self._policy(model)
+        trace_dir = self.round_dir(r) / "search"
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        policy_kinds = (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE)
+        try:
+            for i, row in enumerate(todo):
+                name, path = _name(row), row["matrix"]
+                t = time.perf_counter()
+                A = load_matrix(path)
+                try:
+                    check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
+                except SparseRLError as exc:
+                    log.warning("round %d: %s skipped: %s", r, name, exc)
+                    done[name] = {"skipped": str(exc)}
+                    self.save()
+                    continue
+                scfg = SearchConfig(budget=cfg.search_budget, seconds=cfg.search_seconds, regime=cfg.regime,
+                                    policy_share=cfg.policy_share, seed=cfg.seed + 1000 * r + len(done))
+                job = SearchJob(matrix=path, op=cfg.op, k=k, search=scfg, model=str(model),
+                                temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
+                log.info("round %d: searching %s (%d of %d), %d candidates", r, name, len(done) + 1,
+                         min(cfg.matrices_per_round, len(self.train)), cfg.search_budget)
+                try:
+                    res = search_array(A, name, op, k, scfg, self.ev, self.store,
+                                       source_path=str(Path(path).resolve()),
+                                       run_config={"improve": str(self.out), "round": r, "job": asdict(job)},
+                                       proposer_factory=lambda card, job=job, A=A: _open_proposer(
+                                           job, A, op, k, card, self.ev, policy),
+                                       model=str(model), trace=trace_dir / f"{name}.jsonl")
+                except SparseRLError as exc:  # this matrix only (what it verified is in the store already)
+                    log.warning("round %d: the search of %s stopped: %s", r, name, exc)
+                    done[name] = {"skipped": str(exc)}
+                    self.save()
+                    continue
+                ok = [e for e in res.entries if e.result.ok]
+                pol = [e for e in res.entries if e.proposal.provenance in policy_kinds]
+                known = self.store.best(fingerprint=res.fingerprint, op=cfg.op, k=k, regime=cfg.regime,
+                                        harness_version=harness_version())
+                done[name] = {
+                    "fingerprint": res.fingerprint, "evaluated": res.evaluated, "correct": len(ok),
+                    "policy": len(pol), "policy_correct": sum(e.result.ok for e in pol),
+                    "policy_failed": {kind: sum(e.result.error_kind.value == kind for e in pol)
+                                      for kind in {e.result.error_kind.value for e in pol if not e.result.ok}},
+                    "best_speedup": res.best.result.speedup if res.best else None,
+                    "best_provenance": res.best.proposal.provenance.value if res.best else None,
+                    "store_improved": res.store_improved,
+                    "policy_set_best": any(e.store_best and e.proposal.provenance in policy_kinds for e in res.entries),
+                    "best_known_speedup": max((b.speedup for b in known), default=None),
+                    "no_gpu": all(e.result.error_kind is ErrorKind.NO_GPU for e in res.entries),
+                    "seconds": round(time.perf_counter() - t, 2)}
+                if res.fingerprint not in self.state["train_fingerprints"]:
+                    self.state["train_fingerprints"].append(res.fingerprint)
+                self.save()  # a kill from here on does not search this matrix again
+        finally:
+            policy = None  # noqa: F841 (the last reference: the model's memory goes back)
+            self._release()
+
+    # -- 2. collect --
+
+    def collect(self, r: int) -> int:
+        """Write the teacher set; returns its rows."""
+        from sparserl.search.export import ExportFilter, export_rows
+        from sparserl.search.store import harness_version
+
+        cfg = self.cfg
+        flt = ExportFilter(op=cfg.op, regime=cfg.regime, harness_version=harness_version(), per_matrix=cfg.per_matrix,
+                           within=cfg.within, fingerprints=frozenset(self.state["train_fingerprints"]))
+        rows = [row for row in export_rows(self.store, flt)[0] if row.get("k") == cfg.k_or_none]
+        replay = self._replay(r, round(cfg.replay * len(rows)))
+        d = self.round_dir(r) / "teacher"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows + replay))
+        (d / "val.jsonl").write_text("")  # the round's validation is its own phase
+        prov: dict[str, int] = {}
+        for row in rows:
+            prov[row["provenance"]] = prov.get(row["provenance"], 0) + 1
+        self.state["current"]["teacher"] = {
+            "rows": len(rows), "matrices": len({row["fingerprint"] for row in rows}), "provenance": prov,
+            "policy_rows": sum(v for p, v in prov.items() if p.startswith("policy")), "replay_rows": len(replay),
+            "speedup_geomean": _geomean([row["times"]["speedup"] for row in rows])}
+        if not rows:
+            log.warning("round %d: no verified kernel to learn from (nothing within %.0f%% of a best known): "
+                        "the round fine-tunes nothing and keeps the previous best", r, 100 * cfg.within)
+        return len(rows)
+
+    def _replay(self, r: int, n: int) -> list[dict]:
+        """``n`` rows of the data's train split for op (and k), drawn afresh each round."""
+        if n < 1:
+            return []
+        from sparserl.data.sft_build import read_jsonl
+
+        cfg = self.cfg
+        rows = [row for row in read_jsonl(Path(cfg.data) / "train.jsonl") if row.get("op", "spmv") == cfg.op
+                and (cfg.op == "spmv" or row.get("k") == cfg.k)]
+        if not rows:
+            return []
+        pick = np.random.default_rng([cfg.seed, r]).choice(len(rows), size=n, replace=n > len(rows))
+        return [rows[i] for i in pick]
+
+    # -- 3. finetune --
+
+    def finetune(self, r: int) -> None:
+        from sparserl.train.sft import SFTConfig, sft
+
+        cfg = self.cfg
+        steps = cfg.sft_steps
+        scfg = SFTConfig(data=str(self.round_dir(r) / "teacher"), model=str(self.state["best_model"]),
+                         out=str(self.round_dir(r) / "sft"), steps=steps, batch_size=cfg.sft_batch_size, lr=cfg.sft_lr,
+                         warmup_steps=min(cfg.sft_warmup, steps - 1), eval_every=steps, eval_samples=1,
+                         max_new_tokens=cfg.max_new_tokens, save_every=max(1, steps // 4), resume=True,
+                         device=cfg.device, bf16=cfg.bf16, seed=cfg.seed + r)
+        res = sft(scfg, evaluator=self.ev)  # resume=True: a killed fine-tune of this round continues
+        self.state["current"]["sft"] = {"steps": res["steps"], "loss": res.get("losses/sft"),
+                                        "checkpoint": res["checkpoint"], "rows": res["train_rows"]}
+
+    # -- 4. validate --
+
+    def validate(self, r: int) -> None:
+        model = self.state["current"]["sft"]["checkpoint"] if r else self.state["best_model"]
+        policy = self._policy(model)
+        try:
+            fig = (self.validate_fn or self._evaluate)(policy, r)
+        finally:
+            policy = None  # noqa: F841 (the last reference: the model's memory goes back)
+            self._release()
+        self.state["current"]["val"] = fig
+        log.info("round %d: validation %s", r, {k: round(v, 3) if isinstance(v, float) else v for k, v in fig.items()})
+
+    def _evaluate(self, policy, r: int) -> dict:
+        from sparserl.eval.compare import EvalConfig, evaluate
+
+        cfg, st = self.cfg, self.state
+        ecfg = EvalConfig(matrices=str(self.out / "valset"), split="val",
+                          baselines=("oracle",) if st["oracle"] is None else (), op=cfg.op, k=cfg.k,
+                          samples=cfg.val_samples, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                          out=str(self.round_dir(r) / "eval"), plots=False, seed=cfg.seed)
+        name = f"round_{r}"
+        res = evaluate(ecfg, evaluator=self.ev, policies={name: policy})
+        if st["oracle"] is None and "library oracle" in res["per_matrix"]:  # timed once, at round 0
+            st["oracle"] = {m: rec["best_speedup"] for m, rec in res["per_matrix"]["library oracle"].items()}
+            st["oracle_geomean"] = _geomean([v or 1.0 for v in st["oracle"].values()])
+        return validation_figures(res["per_matrix"][name], st["oracle"])
+
+    # -- 5. decide --
+
+    def decide(self, r: int) -> None:
+        st, cur = self.state, self.state["current"]
+        fig = cur.get("val")
+        if fig is None:
+            keep, why = False, "no teacher data: nothing fine-tuned"
+        else:
+            keep, why = improved(fig, st["best"]["figures"] if st["best"] else None, self.cfg.min_gain)
+        model_in = st["best_model"]
+        if keep and r > 0:
+            self._install_best(Path(cur["sft"]["checkpoint"]))
+            st["best_model"] = str(self.out / "best")
+        if keep:
+            st["best"] = {"round": r, "figures": fig, "score": fig.get("score")}
+        rec = {"round": r, "model_in": model_in, "kept": keep, "why": why,
+               "search": cur.get("search", {}), "teacher": cur.get("teacher"), "sft": cur.get("sft"), "val": fig,
+               "seconds": cur.get("seconds", {}), "best_round": st["best"]["round"] if st["best"] else None,
+               "best_score": st["best"]["score"] if st["best"] else None}
+        st["rounds"] = [x for x in st["rounds"] if x["round"] != r] + [rec]
+        st["round"], st["phase"], st["current"] = r + 1, "search", {}
+        self.save()
+        log.info("round %d: %s (%s)", r, "kept: best/ is this round's checkpoint" if keep and r
+                 else "baseline" if r == 0 else "rejected: the next round starts from the previous best", why)
+        sft_state = self.round_dir(r) / "sft" / "state.pt"  # the optimizer: not needed once the round is decided
+        sft_state.unlink(missing_ok=True)
+        self._catch_up()
+        if self.on_phase is not None:
+            self.on_phase(r, "decide")
+
+    def _install_best(self, ckpt: Path) -> None:
+        """Copy ``ckpt`` to best/ (a copy first, then renames: a kill leaves best/ or its new copy whole)."""
+        best, tmp, old = self.out / "best", self.out / "best.tmp", self.out / "best.old"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        shutil.copytree(ckpt, tmp)
+        if old.exists():
+            shutil.rmtree(old)
+        if best.exists():
+            best.rename(old)
+        tmp.rename(best)
+        if old.exists():
+            shutil.rmtree(old)
+
+    def _catch_up(self) -> None:
+        """Log the finished rounds not logged yet (metrics.jsonl, TensorBoard) and rewrite the tables."""
+        st = self.state
+        for rec in sorted(st["rounds"], key=lambda x: x["round"]):
+            if rec["round"] > st["logged"]:
+                self.logger.log(rec["round"], round_metrics(rec))
+                st["logged"] = rec["round"]
+        (self.out / "rounds.json").write_text(json.dumps({"config": st["config"], "oracle": st["oracle"],
+                                                          "best": st["best"], "best_model": st["best_model"],
+                                                          "rounds": st["rounds"]}, indent=1, default=str))
+        (self.out / "rounds.md").write_text(rounds_markdown(st))
+        self.save()
+
+    # -- models --
+
+    def _policy(self, path: str):
+        from sparserl.devices import pick_device
+        from sparserl.model.policy import Policy
+
+        policy = Policy.open(path, device=str(pick_device(self.cfg.device)))
+        policy.eval()
+        return policy
+
+    @staticmethod
+    def _release() -> None:
+        """Give the GPU memory of a model no longer referenced back (the harness's workers share the GPU)."""
+        import gc
+
+        import torch
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def improve(cfg: ImproveConfig, evaluator=None, *, validate: Callable | None = None,
+            on_phase: Callable[[int, str], None] | None = None) -> dict:
+    """Run (or resume) ``cfg.rounds`` rounds of expert iteration; returns the rounds and the best.
+
+    ``evaluator``: the harness (default: a new one on this machine's GPUs; without a GPU the run
+    is refused, since a search verifies nothing there). Tests inject a stand-in for its timing."""
+    from sparserl.devices import visible_gpus
+
+    if evaluator is None and not visible_gpus():
+        raise SparseRLError(NO_GPU)
+    own = evaluator is None
+    if own:
+        from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+        evaluator = Evaluator(HarnessConfig(regimes=(cfg.regime,), reward_regime=cfg.regime))
+    try:
+        if not evaluator.has_gpu:
+            raise SparseRLError(NO_GPU)
+        return Improve(cfg, evaluator, validate, on_phase).run()
+    finally:
+        if own:
+            evaluator.close()
+
+
+__all__ = ["Improve", "ImproveConfig", "improve", "improved", "round_matrices", "validation_figures"]

@@ -1,0 +1,215 @@
+"""``sparserl improve`` (expert iteration) on a CPU: the harness's GPU timing replaced by the
+search tests' stand-in (tests/search/doubles.py), everything else real: the search with the
+tiny policy proposing, the store, the teacher export, a real SFT fine-tune of the tiny model,
+validation, keep/reject, the round table and metrics, and resume after a kill between phases."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from sparserl.improve.config import ImproveConfig
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate, save_matrix
+from sparserl.search.space import normalised
+from tests.conftest import one_line_error
+from tests.search.doubles import TimingDouble
+
+
+def library_time(text: str) -> float | None:
+    """A made-up landscape: a library kernel's time is a fixed function of its text (10-49 us);
+    anything else (the tiny random model's text) is incorrect."""
+    if not text.lstrip().upper().startswith("FORMAT:"):
+        return None
+    return 10.0 + int(hashlib.sha1(normalised(text).encode()).hexdigest(), 16) % 40
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """A data folder as 'sparserl data build' writes it: 3 train and 2 val matrices, rows naming them."""
+    d = tmp_path_factory.mktemp("data")
+    code = variants("spmv", "CSR")[0].render()
+    for split, specs in (("train", (("banded", 0), ("random", 1), ("powerlaw", 2))),
+                         ("val", (("banded", 3), ("random", 4)))):
+        rows = []
+        for fam, seed in specs:
+            path = d / "matrices" / f"{fam}_{seed}.mtx"
+            path.parent.mkdir(exist_ok=True)
+            A = generate(fam, 400, seed=seed)
+            save_matrix(A, path)
+            rows.append({"rows": [0], "cols": [0], "shape": list(A.shape), "code": code, "format": "CSR",
+                         "op": "spmv", "k": None, "nnz": int(A.nnz), "family": fam, "split": split,
+                         "matrix": str(path)})
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def small(data_dir: Path, tiny_model_dir: Path, tmp_path: Path, **over) -> ImproveConfig:
+    base = dict(data=str(data_dir), model=str(tiny_model_dir), out=str(tmp_path / "improve"), rounds=2,
+                store=str(tmp_path / "best.sqlite"), matrices_per_round=2, search_budget=6, search_seconds=None,
+                policy_share=0.5, max_new_tokens=8, within=0.5, per_matrix=2, sft_steps=2, sft_batch_size=2,
+                sft_warmup=1, val_matrices=2, val_samples=2, device="cpu")
+    return ImproveConfig(**(base | over))
+
+
+def test_validation_figures_and_the_keep_rule() -> None:
+    from sparserl.improve.loop import improved, round_matrices, validation_figures
+
+    per = {"a": {"n": 2, "compiled": 2, "correct": 1, "best_speedup": 2.0, "sample_speedups": [2.0, None]},
+           "b": {"n": 2, "compiled": 1, "correct": 0, "best_speedup": None, "sample_speedups": [None, None]}}
+    f = validation_figures(per, {"a": 1.0, "b": 2.0})
+    assert f["correct_rate"] == 0.25 and f["compile_rate"] == 0.75
+    assert f["geomean_speedup"] == pytest.approx(2 ** 0.5)  # b keeps cuSPARSE: 1.0
+    assert f["vs_oracle"] == pytest.approx(1.0) and f["ahead_of_oracle"] == 0.5 and f["score"] == f["vs_oracle"]
+    assert validation_figures(per, None)["score"] == pytest.approx(2 ** 0.5)
+    assert improved({"score": 1.1, "correct_rate": 0.1}, {"score": 1.0, "correct_rate": 0.5}, 0.0)[0]
+    assert not improved({"score": 1.04, "correct_rate": 0.9}, {"score": 1.0, "correct_rate": 0.5}, 0.05)[0]
+    assert improved({"score": 1.0, "correct_rate": 0.6}, {"score": 1.0, "correct_rate": 0.5}, 0.0)[0]
+    assert not improved({"score": 1.0, "correct_rate": 0.5}, {"score": 1.0, "correct_rate": 0.5}, 0.0)[0]
+    rows = [{"matrix": str(i)} for i in range(5)]
+    seen = [r["matrix"] for i in (1, 2, 3) for r in round_matrices(rows, i, 2, 0)]
+    assert set(seen) == {str(i) for i in range(5)} and len(round_matrices(rows, 1, 9, 0)) == 5
+
+
+def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_dir: Path, tiny_model_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from sparserl.improve.loop import improve
+    from sparserl.search.store import BestStore
+
+    scores = {0: 1.0, 1: 1.2, 2: 1.1}  # round 1 improves, round 2 does not
+    validated: list[int] = []
+
+    def validate(policy, r):
+        validated.append(r)
+        assert policy.lm is not None
+        return {"score": scores[r], "vs_oracle": scores[r], "geomean_speedup": 2 * scores[r], "correct_rate": 0.5}
+
+    class Kill(KeyboardInterrupt):
+        pass
+
+    phases: list[tuple[int, str]] = []
+
+    def kill_after_collect(r, phase):
+        phases.append((r, phase))
+        if (r, phase) == (1, "collect"):
+            raise Kill
+
+    cfg = small(data_dir, tiny_model_dir, tmp_path)
+    out = Path(cfg.out)
+    ev = TimingDouble(library_time)
+    with pytest.raises(Kill):
+        improve(cfg, ev, validate=validate, on_phase=kill_after_collect)
+    st = json.loads((out / "state.json").read_text())
+    assert (st["round"], st["phase"]) == (1, "finetune") and len(st["current"]["search"]) == 2
+    assert st["current"]["teacher"]["rows"] > 0 and (out / "round_1" / "teacher" / "train.jsonl").exists()
+    searched = len(ev.submitted)
+    assert searched >= 2 * cfg.search_budget * 0.5  # the templates' share at least, on 2 matrices
+
+    ev2 = TimingDouble(library_time)
+    phases.clear()
+    res = improve(small(data_dir, tiny_model_dir, tmp_path, resume=True), ev2, validate=validate,
+                  on_phase=lambda r, p: phases.append((r, p)))
+    assert phases[0] == (1, "finetune")  # resumed at the phase it was in: round 1's search was not repeated
+    assert validated == [0, 1, 2]
+    assert [(x["round"], x["kept"]) for x in res["rounds"]] == [(0, True), (1, True), (2, False)]
+    assert res["best"]["round"] == 1 and res["best_model"] == str(out / "best")
+    assert (out / "best" / "policy.json").exists()
+    r2 = res["rounds"][2]
+    assert r2["model_in"] == str(out / "best") and r2["sft"]["steps"] == 2  # round 2 fine-tuned from the best
+    assert (out / "round_2" / "sft" / "checkpoint" / "policy.json").exists()
+    assert not (out / "round_1" / "sft" / "state.pt").exists()  # the optimizer goes once a round is decided
+    with BestStore(cfg.store) as s:
+        assert s.counts()["results"] > 0  # only verified kernels, from the stand-in's timing
+
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2]  # one row per round, none lost or doubled by the kill
+    assert metrics[1]["improve/kept"] == 1.0 and metrics[2]["improve/kept"] == 0.0
+    assert metrics[1]["search/candidates"] > 0 and metrics[1]["teacher/rows"] > 0 and "sft/loss" in metrics[1]
+    md = (out / "rounds.md").read_text()
+    assert "| 1 |" in md and "**kept**" in md and "| 2 |" in md and "Best so far: round 1" in md
+    saved = json.loads((out / "rounds.json").read_text())
+    assert [x["round"] for x in saved["rounds"]] == [0, 1, 2]
+
+    # more rounds later: --resume with a larger --rounds continues from the best
+    res = improve(small(data_dir, tiny_model_dir, tmp_path, resume=True, rounds=3), TimingDouble(library_time),
+                  validate=lambda p, r: {"score": 0.5, "correct_rate": 0.0})
+    assert [x["round"] for x in res["rounds"]] == [0, 1, 2, 3] and res["best"]["round"] == 1
+
+    # a new run in the same folder (--force) starts over: no earlier checkpoint is resumed or kept
+    res = improve(small(data_dir, tiny_model_dir, tmp_path, rounds=0), TimingDouble(library_time),
+                  validate=lambda p, r: {"score": 1.0, "correct_rate": 0.0})
+    assert [x["round"] for x in res["rounds"]] == [0] and res["best_model"] == str(tiny_model_dir)
+    assert not (out / "best").exists() and not (out / "round_1").exists()
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0]
+
+
+def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, tiny_model_dir: Path,
+                                                                tmp_path: Path) -> None:
+    """Validation through ``evaluate`` (the library oracle timed once, at round 0); a kill during the
+    second matrix's search resumes with that matrix only."""
+    pytest.importorskip("torch")
+    from sparserl.improve.loop import improve
+    from sparserl.search.store import BestStore
+
+    cfg = small(data_dir, tiny_model_dir, tmp_path, rounds=1)
+    out = Path(cfg.out)
+
+    class Counting(TimingDouble):
+        def submit(self, text, ref, op, k=None):
+            if getattr(self, "kill_at", None) is not None and ref.name == self.kill_at:
+                raise KeyboardInterrupt
+            return super().submit(text, ref, op, k)
+
+    ev = Counting(library_time)
+    first: list[str] = []
+
+    def note(r, phase):
+        if (r, phase) == (0, "validate"):  # round 0 done: kill at the second matrix of round 1
+            from sparserl.improve.loop import round_matrices, split_rows
+
+            rows = round_matrices(split_rows(cfg.data, "train"), 1, 2, 0)
+            names = [Path(x["matrix"]).name.split(".")[0] for x in rows]
+            first.append(names[0])
+            ev.kill_at = names[1]
+
+    with pytest.raises(KeyboardInterrupt):
+        improve(cfg, ev, on_phase=note)
+    st = json.loads((out / "state.json").read_text())
+    assert st["phase"] == "search" and list(st["current"]["search"]) == first
+    assert st["oracle"] is not None and set(st["oracle"]) == {"banded_3", "random_4"}
+    with BestStore(cfg.store) as s:
+        runs_before = s.counts()["runs"]
+
+    ev2 = TimingDouble(library_time)
+    res = improve(small(data_dir, tiny_model_dir, tmp_path, rounds=1, resume=True), ev2)
+    with BestStore(cfg.store) as s:
+        assert s.counts()["runs"] == runs_before + 1  # the second matrix only
+    r0, r1 = res["rounds"]
+    assert r0["val"]["vs_oracle"] is not None and r0["val"]["correct_rate"] == 0.0  # random weights: no kernel
+    assert r1["teacher"]["rows"] > 0 and r1["sft"]["steps"] == 2 and r1["val"]["samples"] == 4
+    assert r1["teacher"]["replay_rows"] == r1["teacher"]["rows"] and r1["sft"]["rows"] == 2 * r1["teacher"]["rows"]
+    assert not r1["kept"]  # nothing correct again: no better than round 0
+    assert (out / "round_1" / "eval" / "eval.md").exists() and not (out / "best").exists()
+    assert res["best_model"] == cfg.model
+
+
+def test_improve_refuses_without_a_gpu_and_explains_its_options(cli, tmp_path: Path) -> None:
+    from sparserl.devices import visible_gpus
+
+    if visible_gpus():
+        pytest.skip("a GPU is visible: this is the CPU path")
+    res = cli("improve", "--out", tmp_path / "imp", "--rounds", "1")
+    one_line_error(res, "needs an NVIDIA GPU", "best-known store")
+    assert not (tmp_path / "imp" / "state.json").exists()
+    res = cli("improve", "--help")
+    assert res.rc == 0
+    for opt in ("--rounds", "--matrices-per-round", "--search-budget", "--sft-steps", "--val-matrices",
+                "--val-samples", "--within", "--resume"):
+        assert opt in res.out
+    (tmp_path / "imp").mkdir()
+    (tmp_path / "imp" / "state.json").write_text("{}")
+    one_line_error(cli("improve", "--out", tmp_path / "imp"), "earlier improve run", "--resume")
