@@ -34,9 +34,9 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -249,7 +249,7 @@ class Improve:
         from sparserl.matrices import load_matrix
         from sparserl.search.footprint import check_fits
         from sparserl.search.loop import SearchConfig
-        from sparserl.search.run import SearchJob, _open_proposer, search_array
+        from sparserl.search.run import SearchJob, open_proposer, search_array
         from sparserl.search.space import Provenance
         from sparserl.search.store import harness_version
 
@@ -287,7 +287,7 @@ class Improve:
                     res = search_array(A, name, op, k, scfg, self.ev, self.store,
                                        source_path=str(Path(path).resolve()),
                                        run_config={"improve": str(self.out), "round": r, "job": asdict(job)},
-                                       proposer_factory=lambda card, job=job, A=A: _open_proposer(
+                                       proposer_factory=lambda card, job=job, A=A: open_proposer(
                                            job, A, op, k, card, self.ev, policy),
                                        model=str(model), trace=trace_dir / f"{name}.jsonl")
                 except SparseRLError as exc:  # this matrix only (what it verified is in the store already)

@@ -118,7 +118,8 @@ def _known(store: BestStore, fingerprint: str, op: Op, k: int | None, regime: st
     return rows[0], seeds
 
 
-def _open_proposer(job: SearchJob, A, op: Op, k, card, evaluator, policy=None):
+def open_proposer(job: SearchJob, A, op: Op, k, card, evaluator, policy=None):
+    """The policy proposer of a search job: proposals from ``policy``, else from the model at ``job.model``."""
     from sparserl.search.policy import PolicyProposer
 
     if policy is None:
@@ -297,7 +298,7 @@ def search_matrix(job: SearchJob, evaluator=None, policy=None) -> tuple[dict, Se
                             "is not updated")
             factory = None
             if job.model or policy is not None:
-                factory = lambda card: _open_proposer(job, A, op, k, card, ev, policy)  # noqa: E731
+                factory = lambda card: open_proposer(job, A, op, k, card, ev, policy)  # noqa: E731
             config = asdict(job)
             out.mkdir(parents=True, exist_ok=True)
             res = search_array(A, name, op, k, job.search, ev, store, source_path=str(Path(job.matrix).resolve()),
