@@ -86,11 +86,17 @@ def make_sample(A, config: PolicyConfig, op: Op, k: int | None = None, *, inp: M
     ``config.card``, its card (``card``, else :func:`~sparserl.matrices.card.prompt_card` of ``A``)."""
     from sparserl.matrices.card import prompt_card
 
-    if config.card and card is None:
+    on = uses_card(config)
+    if on and card is None:
         card = prompt_card(A)
     return Sample(inp if inp is not None else MatrixInput.from_matrix(A, config.encoding), op,
-                  k if op is Op.SPMM else None, int(A.nnz) if nnz is None else int(nnz),
-                  card=card if config.card else None)
+                  k if op is Op.SPMM else None, int(A.nnz) if nnz is None else int(nnz), card=card if on else None)
+
+
+def uses_card(config) -> bool:
+    """Whether prompts for a policy of ``config`` carry the card (a stand-in config without the
+    setting: no, like a checkpoint saved before it existed)."""
+    return bool(getattr(config, "card", False))
 
 
 def prompt_text(s: Sample, text_prompt: bool, card: bool = False) -> str:
