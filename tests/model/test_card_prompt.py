@@ -165,8 +165,12 @@ def test_the_same_card_in_sft_rollout_generate_and_search(tmp_path: Path) -> Non
     assert pol.calls[-1][0].card == card
 
     # search: what search/run.py passes (card.prompt()), and a proposer left to make its own
+    from sparserl.harness.result import ErrorKind, EvalResult
+
     for given in (matrix_card(A).prompt(), None):
         pp = PolicyProposer(pol, A, Op.SPMV, None, given, name="m")
         pp.sample(1)
         assert pol.calls[-1][0].card == card
+        pp.refine("FORMAT: CSR", EvalResult.failure("spmv", None, "m", ErrorKind.COMPILE, "x"), 1)
+        assert f"Matrix card:\n{card}\n" in pol.calls[-1][0].prompt
     assert make_sample(A, RecordingPolicy(card=False).config, Op.SPMV).card is None

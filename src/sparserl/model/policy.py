@@ -9,7 +9,8 @@ The matrix tokens come from :class:`sparserl.encoding.MatrixEncoder` and enter t
 and nonzero count) and, with ``card`` (the default for new models), carries the matrix card
 (:meth:`sparserl.matrices.card.MatrixCard.prompt`: exact structure facts, no values) in plain
 text. :func:`make_sample` is how every caller builds a sample, so the card is the same text in
-SFT, RL rollouts, ``generate``, ``search`` and ``evaluate``. The loss is next-token cross-entropy on the completion tokens only.
+SFT, RL rollouts, ``generate``, ``search`` and ``evaluate``. The loss is next-token
+cross-entropy on the completion tokens only.
 Generation uses a static KV cache and, on a GPU, one CUDA graph per decode step
 (:mod:`sparserl.model.decode`), with temperature, top-k and top-p sampling, and stops at the
 end-of-kernel token.

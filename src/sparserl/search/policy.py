@@ -95,6 +95,8 @@ class PolicyProposer:
         self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
         self.lease = lease
         self.base = make_sample(A, policy.config, op, k, card=card_text)
+        if self.card_text is None:
+            self.card_text = self.base.card  # the card the samples carry, shown in refinements too
         self.calls = 0
 
     def _generate(self, samples: list) -> list[str]:
