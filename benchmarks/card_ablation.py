@@ -8,12 +8,17 @@ with cuSPARSE and the library oracle beside them on a GPU). Writes ``OUT/card_ab
 and prints a table; the two SFT runs keep their checkpoints (``OUT/card``, ``OUT/no_card``) and
 resume after a kill (run the same command again; a finished arm is not re-trained).
 
-On the H200 (real numbers; about 2 x 6 min of SFT for the default model at 1000 steps, plus
-the evaluation), given an SFT data folder and a pretrained model (``sparserl data build``,
-``sparserl pretrain``):
+On one H200 (real numbers), with the data and pre-trained model of the at-scale recipe
+(``bash scripts/train_at_scale.sh runs/scale``: data about 11 min, pre-training 1.5 min) and
+that recipe's SFT settings (600 steps of 16 pairs, about 3 min per arm), evaluated on its test
+split with 8 samples per matrix, cuSPARSE and the library oracle beside them::
 
-    python benchmarks/card_ablation.py --data runs/data --model runs/pretrain/model \\
-        --out runs/card_ablation --steps 1000 --batch-size 8 --samples 8 --split test
+    python benchmarks/card_ablation.py --data runs/scale/data --model runs/scale/pretrain/model \
+        --out runs/card_ablation --steps 600 --batch-size 16 --samples 8 --split test
+
+Run it detached (``nohup ... > runs/card_ablation.log 2>&1 &``); if the GPU lease ends, the same
+command resumes the unfinished arm and redoes only the evaluation. ``--baselines ''`` skips the
+oracle's timings (the evaluation's slowest part) when only the two arms are wanted.
 
 CPU smoke test (a tiny data set and a tiny random model built on the spot, compile-only):
 
@@ -120,17 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, default=Path("runs/pretrain/model"),
                     help="HF model folder both arms start from (or a policy checkpoint: its card setting is overridden)")
     ap.add_argument("--out", type=Path, default=Path("runs/card_ablation"))
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--max-nnz", type=int, default=128)
-    ap.add_argument("--save-every", type=int, default=250)
+    ap.add_argument("--save-every", type=int, default=200)
     ap.add_argument("--sft-eval-samples", type=int, default=32, help="validation rows checked at the end of each SFT")
     ap.add_argument("--split", default="test", help="held-out split both arms are evaluated on")
     ap.add_argument("--samples", type=int, default=8, help="completions per matrix per arm")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-new-tokens", type=int, default=1536)
     ap.add_argument("--gen-batch", type=int, default=64)
+    ap.add_argument("--baselines", default="cusparse,oracle",
+                    help="baselines timed beside the arms on a GPU (comma-separated: cusparse, oracle, selector)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile rates only")
     ap.add_argument("--tiny", action="store_true",
@@ -151,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     ecfg = EvalConfig(matrices=str(data), split=args.split, checkpoints=tuple(f"{a}={p}" for a, p in ckpts.items()),
                       samples=args.samples, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                       gen_batch=args.gen_batch, out=str(args.out / "eval"), compile_only=args.compile_only,
-                      plots=False, seed=args.seed)
+                      baselines=tuple(filter(None, args.baselines.split(","))), plots=False, seed=args.seed)
     ev = evaluate(ecfg)
-    systems = list(ARMS) + [s for s in ("library oracle", "cuSPARSE") if s in ev["summary"]]
+    systems = list(ARMS) + [s for s in ("library oracle", "rule-based selector", "cuSPARSE") if s in ev["summary"]]
     result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "data": str(data), "model": str(model), "eval_config": asdict(ecfg),
               "sft": {arm: {k: v for k, v in r.items() if not isinstance(v, dict)} for arm, r in sft_results.items()},
