@@ -89,9 +89,12 @@ def test_sft_sets_the_card_for_new_models_and_keeps_a_checkpoints(tmp_path: Path
     from sparserl.train.sft import SFTConfig, build_policy
 
     dev = torch.device("cpu")
-    assert build_policy(SFTConfig(model=str(tiny_model_dir), max_nnz=16), dev).config.card is True
+    new = build_policy(SFTConfig(model=str(tiny_model_dir), max_nnz=16), dev)
+    assert new.config.card is True
     old = build_policy(SFTConfig(model=str(tiny_model_dir), max_nnz=16, card=False), dev)
     assert old.config.card is False
+    for a, b in zip(new.encoder.state_dict().values(), old.encoder.state_dict().values()):
+        assert torch.equal(a, b), "both arms of the ablation start from the same weights"
     old.save(tmp_path / "old")
     assert build_policy(SFTConfig(model=str(tmp_path / "old")), dev).config.card is False
     with caplog.at_level("WARNING", logger="sparserl.train.sft"):

@@ -93,7 +93,7 @@ class SFTConfig:
     compile_only: bool = False
     """Evaluate by compiling only (no GPU)."""
     seed: int = 0
-    """Seed of the batches, the encoding's sampling and the validation draw."""
+    """Seed of the batches, the encoding's sampling, a new encoder's weights and the validation draw."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
@@ -189,8 +189,12 @@ def load_rows(data: str, seed: int) -> tuple[list[dict], list[dict]]:
 
 
 def build_policy(cfg: SFTConfig, device: torch.device) -> Policy:
-    """The policy to fine-tune: a checkpoint, a HF model folder, or (no model there) the default from scratch."""
+    """The policy to fine-tune: a checkpoint, a HF model folder, or (no model there) the default from
+    scratch. Seeded by ``cfg.seed`` (the matrix encoder's initial weights), so runs that differ in one
+    setting (the card ablation) start from the same weights."""
     import dataclasses
+
+    torch.manual_seed(cfg.seed)
 
     pcfg = PolicyConfig(encoding=EncodingConfig(max_nnz=cfg.max_nnz, seed=cfg.seed), text_prompt=cfg.text_prompt,
                         card=cfg.card if cfg.card is not None else True,
