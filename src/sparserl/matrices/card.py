@@ -144,8 +144,8 @@ class MatrixCard:
         first, so ``rows of length >= L: n`` with ``n <= LONGEST_ROWS`` means the first ``n`` listed
         are every such row. A pure function of the structure: no values."""
         lines = [f"shape {self.rows} x {self.cols}, nnz {self.nnz}",
-                 f"row lengths: min {self.row_len_min}, mean {self.row_len_mean:.2f}, max {self.row_len_max}, "
-                 f"empty rows {self.empty_rows}",
+                 (f"row lengths: min {self.row_len_min}, mean {self.row_len_mean:.2f}, max {self.row_len_max}, "
+                  f"empty rows {self.empty_rows}"),
                  "row-length bins lo-hi:rows: " + " ".join(
                      f"{b.lo}:{b.rows}" if b.lo == b.hi else f"{b.lo}-{b.hi}:{b.rows}" for b in self.bins)]
         top = [(r, n) for r, n in self.longest_rows if n > 2 * self.row_len_mean or n >= self.long_rows_min]
