@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
-from sparserl.encoding import EncodingConfig, MatrixInput
+from sparserl.encoding import EncodingConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
 from sparserl.model.config import QWEN3_8B_SHAPE, TinyModelConfig, hf_config
-from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
+from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, make_sample
 from sparserl.model.tokenizer import train_tokenizer
 
 
@@ -77,7 +77,7 @@ def main() -> int:
     params = sum(p.numel() for p in policy.parameters())
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     A = generate("stencil2d", 100_000, seed=0)
-    sample = Sample(MatrixInput.from_matrix(A, cfg.encoding), Op.SPMV, None, int(A.nnz))
+    sample = make_sample(A, cfg, Op.SPMV)
     target = variants("spmv", "CSR")[3].render()
     opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-4)
     ntok = len(policy.completion_ids(target)) * args.batch

@@ -174,11 +174,10 @@ def open_policy(cfg: GenerateConfig, policy=None):
 
 def sample_texts(cfg: GenerateConfig, A, op: Op, k: int | None, policy) -> list[str]:
     """``cfg.samples`` completions from the policy."""
-    from sparserl.encoding import MatrixInput
-    from sparserl.model.policy import Sample
+    from sparserl.model.policy import make_sample
     from sparserl.progress import progress
 
-    sample = Sample(MatrixInput.from_matrix(A, policy.config.encoding), op, k, int(A.nnz))
+    sample = make_sample(A, policy.config, op, k)
     texts: list[str] = []
     with progress() as bar:
         task = bar.add_task("sampling kernels", total=cfg.samples)

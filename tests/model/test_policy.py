@@ -11,6 +11,7 @@ from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.kernels.contract import Op  # noqa: E402
 from sparserl.kernels.library import variants  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402
+from sparserl.matrices.card import prompt_card  # noqa: E402
 from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample  # noqa: E402
 
 ENC = EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2)
@@ -20,7 +21,7 @@ def samples():
     out = []
     for A, op, k in ((generate("banded", 300, seed=0, bands=3), Op.SPMV, None),
                      (generate("random", 200, seed=1, nnz_per_row=4), Op.SPMM, 8)):
-        out.append(Sample(MatrixInput.from_matrix(A, ENC), op, k, int(A.nnz)))
+        out.append(Sample(MatrixInput.from_matrix(A, ENC), op, k, int(A.nnz), card=prompt_card(A)))
     return out
 
 

@@ -141,9 +141,9 @@ def test_reference_after_resume_is_the_starting_policy(lora: bool, tiny_tokenize
     """After a resume the live policy has moved; the KL reference must still be where the run began."""
     import copy
 
-    from sparserl.encoding import EncodingConfig, MatrixInput
+    from sparserl.encoding import EncodingConfig
     from sparserl.kernels.contract import Op
-    from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
+    from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, make_sample
     from sparserl.rl.rollout import token_logprobs
     from sparserl.rl.update import Reference
 
@@ -151,7 +151,7 @@ def test_reference_after_resume_is_the_starting_policy(lora: bool, tiny_tokenize
     pcfg = PolicyConfig(encoding=enc, lora=LoraSpec(r=4, alpha=8) if lora else None)
     start = Policy.from_config(tiny_hf_config, tiny_tokenizer, pcfg, seed=0)
     A = generate("banded", 200, seed=0)
-    samples = [Sample(MatrixInput.from_matrix(A, enc), Op.SPMV, None, int(A.nnz))] * 2
+    samples = [make_sample(A, pcfg, Op.SPMV)] * 2
     ids = start.generate_ids(samples, max_new_tokens=8, temperature=1.0, seed=1)
     mask = response_mask(ids, tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id)
     expected = Reference(start)(samples, ids, mask)

@@ -209,10 +209,9 @@ def test_collect_drops_infrastructure_failures(tiny_tokenizer, tiny_hf_config, c
     import contextlib
     from concurrent.futures import Future
 
-    from sparserl.encoding import MatrixInput
     from sparserl.kernels.contract import Op
     from sparserl.rewards import RewardConfig
-    from sparserl.rl.rollout import MatrixItem, collect
+    from sparserl.rl.rollout import MatrixItem, collect, matrix_entry
     from sparserl.rl.update import Reference
 
     class Flaky:
@@ -236,7 +235,8 @@ def test_collect_drops_infrastructure_failures(tiny_tokenizer, tiny_hf_config, c
     from sparserl.matrices import generate
 
     A = generate("banded", 200, seed=0)
-    item = MatrixItem("m", A, "m", MatrixInput.from_matrix(A, policy.config.encoding), Op.SPMV, None)
+    inp, card = matrix_entry(A, policy)
+    item = MatrixItem("m", A, "m", inp, Op.SPMV, None, card)
     with caplog.at_level(logging.WARNING):
         batch = collect(policy, Reference(policy), None, Flaky(), [item], 3, 8, 1.0, RewardConfig(), seed=0)
     assert batch.valid.tolist() == [True, False, True] and float(batch.mask[1].sum()) == 0

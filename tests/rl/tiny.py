@@ -19,13 +19,11 @@ def tiny_policy(tiny_tokenizer, tiny_hf_config, lora: bool = False, dropout: flo
 
 
 def tiny_samples(policy, families=("banded",) * 4):
-    from sparserl.encoding import MatrixInput
     from sparserl.kernels.contract import Op
-    from sparserl.model.policy import Sample
+    from sparserl.model.policy import make_sample
 
     mats = {f: generate(f, 200, seed=i) for i, f in enumerate(dict.fromkeys(families))}
-    return [Sample(MatrixInput.from_matrix(mats[f], policy.config.encoding), Op.SPMV, None, int(mats[f].nnz))
-            for f in families]
+    return [make_sample(mats[f], policy.config, Op.SPMV) for f in families]
 
 
 def rollout(policy, vh, samples, scores, temperature: float = 1.0, max_new_tokens: int = 10, seed: int = 1):

@@ -53,12 +53,13 @@ def test_the_policy_sees_the_prompt_a_sample_carries() -> None:
 def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
     pytest.importorskip("torch")
     from sparserl.encoding import EncodingConfig
+    from sparserl.model.policy import PolicyConfig
     from sparserl.search.policy import PolicyProposer
 
     class RecordingPolicy:
         """Stands in for Policy.generate only: records the samples it is given."""
 
-        config = type("C", (), {"encoding": EncodingConfig(max_nnz=8)})()
+        config = PolicyConfig(encoding=EncodingConfig(max_nnz=8))
         device = "cpu"
 
         def __init__(self):
@@ -82,6 +83,7 @@ def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
                         lease=lease)
     assert pp.sample(20) == [f"text {i}" for i in range(16)] + [f"text {i}" for i in range(4)]
     assert [len(c[0]) for c in pol.calls] == [16, 4] and pol.calls[0][0][0].prompt is None
+    assert pol.calls[0][0][0].card == "card text", "the samples carry the card the search gave"
     res = timed_result("spmv", None, "m", 25.0)
     pp.refine(KERNEL, res, 2)
     samples, kw = pol.calls[-1]

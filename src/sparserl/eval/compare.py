@@ -180,9 +180,9 @@ def _baselines(cfg: EvalConfig, ev, ref, A, fam: str, op: Op, k: int | None) -> 
 
 def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> dict:
     """Run the evaluation; writes eval.json, eval.md and plots to ``cfg.out``; returns the summary."""
-    from sparserl.encoding import MatrixInput
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.model.policy import Sample
+    from sparserl.matrices.card import prompt_card
+    from sparserl.model.policy import make_sample, uses_card
 
     t0 = time.perf_counter()
     op = Op(cfg.op)
@@ -209,8 +209,9 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     try:
         for mname, fam, A in matrix_set(cfg):
             ref = ev.register(A, mname)
-            todo.append((mname, fam, ref, {pname: Sample(MatrixInput.from_matrix(A, pol.config.encoding), op, k,
-                                                         int(A.nnz)) for pname, pol in policies.items()}))
+            card = prompt_card(A) if any(uses_card(pol.config) for pol in policies.values()) else None  # once
+            todo.append((mname, fam, ref, {pname: make_sample(A, pol.config, op, k, card=card)
+                                           for pname, pol in policies.items()}))
             if not cfg.compile_only:  # the baselines are timings: nothing to compare without a GPU
                 for name, rec in _baselines(cfg, ev, ref, A, fam, op, k).items():
                     systems[name][mname] = rec

@@ -35,6 +35,9 @@ LONG_ROW_MIN = 256
 """Rows at least this long are listed exactly (``MatrixCard.long_rows``) when there are few."""
 LONG_ROWS_MAX = 4096
 """At most this many long rows are listed; with more, the listing threshold rises until they fit."""
+PROMPT_OFFSET_ITEMS = 32
+"""The prompt's card lists the diagonal offsets when they take at most this many items (a run of
+three or more consecutive offsets is one item, ``a..b``); else only their count."""
 
 
 def structure_fingerprint(A: Any) -> str:
@@ -132,6 +135,55 @@ class MatrixCard:
             per_row = f", {self.block_row_len} per block row" if self.block_row_len is not None else ""
             lines.append(f"dense blocks: {r}x{c} (fill {self.block_density:.2f}{per_row})")
         return "\n".join(lines)
+
+    def prompt(self) -> str:
+        """The card as the policy's prompt carries it: :meth:`render`'s facts, compact and bounded
+        (60-250 tokens of the project's 8k BPE tokenizer on the generator families at 20k and 1M
+        rows). Offsets are exact, in runs (``-2..2``), when there are few. The longest rows (those over
+        twice the mean length, or at least ``long_rows_min``; up to LONGEST_ROWS) are listed longest
+        first, so ``rows of length >= L: n`` with ``n <= LONGEST_ROWS`` means the first ``n`` listed
+        are every such row. A pure function of the structure: no values."""
+        lines = [f"shape {self.rows} x {self.cols}, nnz {self.nnz}",
+                 (f"row lengths: min {self.row_len_min}, mean {self.row_len_mean:.2f}, max {self.row_len_max}, "
+                  f"empty rows {self.empty_rows}"),
+                 "row-length bins lo-hi:rows: " + " ".join(
+                     f"{b.lo}:{b.rows}" if b.lo == b.hi else f"{b.lo}-{b.hi}:{b.rows}" for b in self.bins)]
+        top = [(r, n) for r, n in self.longest_rows if n > 2 * self.row_len_mean or n >= self.long_rows_min]
+        if top:
+            lines.append("longest rows row:length: " + " ".join(f"{r}:{n}" for r, n in top))
+        if self.long_rows:
+            lines.append(f"rows of length >= {self.long_rows_min}: {len(self.long_rows)}")
+        lines.append(f"diagonals: {self.num_diagonals}, fill {self.diag_fill:.2f}")
+        items = _offset_runs(self.dia_offsets) if self.dia_offsets is not None else None
+        if items is not None and len(items) <= PROMPT_OFFSET_ITEMS:
+            lines.append("diagonal offsets: " + " ".join(items))
+        if self.block_shape is not None:
+            r, c = self.block_shape
+            per_row = f", {self.block_row_len} per block row" if self.block_row_len is not None else ""
+            lines.append(f"dense blocks: {r}x{c}, fill {self.block_density:.2f}{per_row}")
+        return "\n".join(lines)
+
+
+def _offset_runs(offsets: tuple[int, ...]) -> list[str]:
+    """Ascending offsets as items: a run of three or more consecutive ones is ``a..b``."""
+    items: list[str] = []
+    i = 0
+    while i < len(offsets):
+        j = i
+        while j + 1 < len(offsets) and offsets[j + 1] == offsets[j] + 1:
+            j += 1
+        if j - i >= 2:
+            items.append(f"{offsets[i]}..{offsets[j]}")
+        else:
+            items += [str(o) for o in offsets[i:j + 1]]
+        i = j + 1
+    return items
+
+
+def prompt_card(A: Any) -> str:
+    """The prompt's card of ``A`` (:meth:`MatrixCard.prompt`): the one function every prompt uses
+    (SFT, RL rollouts, ``generate``, ``search``, ``evaluate``)."""
+    return matrix_card(A).prompt()
 
 
 def _bins(lengths: np.ndarray) -> tuple[RowBin, ...]:

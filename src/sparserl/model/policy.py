@@ -6,7 +6,11 @@ Sequence layout (one sample; the batch is left-padded to a common length)::
 
 The matrix tokens come from :class:`sparserl.encoding.MatrixEncoder` and enter through
 ``inputs_embeds``; the prompt names the op (and, unless ``text_prompt=False``, the shape
-and nonzero count). The loss is next-token cross-entropy on the completion tokens only.
+and nonzero count) and, with ``card`` (the default for new models), carries the matrix card
+(:meth:`sparserl.matrices.card.MatrixCard.prompt`: exact structure facts, no values) in plain
+text. :func:`make_sample` is how every caller builds a sample, so the card is the same text in
+SFT, RL rollouts, ``generate``, ``search`` and ``evaluate``. The loss is next-token
+cross-entropy on the completion tokens only.
 Generation uses a static KV cache and, on a GPU, one CUDA graph per decode step
 (:mod:`sparserl.model.decode`), with temperature, top-k and top-p sampling, and stops at the
 end-of-kernel token.
@@ -52,6 +56,9 @@ class PolicyConfig:
     encoding: EncodingConfig = field(default_factory=EncodingConfig)
     text_prompt: bool = True
     """Name the shape and nonzero count in the prompt text (off: only the op)."""
+    card: bool = True
+    """Carry the matrix card in the prompt text (saved with the checkpoint; a checkpoint saved
+    before this setting existed loads with it off, as it was trained)."""
     lora: LoraSpec | None = None
     """LoRA adapters (None: full fine-tuning)."""
     gradient_checkpointing: bool = False
@@ -70,21 +77,51 @@ class Sample:
     prompt: str | None = None
     """The whole text prompt, when a caller writes its own (a search's refinement prompt);
     None: the task line below."""
+    card: str | None = None
+    """The matrix card's prompt text (:func:`sparserl.matrices.card.prompt_card`), or None."""
 
 
-def prompt_text(s: Sample, text_prompt: bool) -> str:
+def make_sample(A, config: PolicyConfig, op: Op, k: int | None = None, *, inp: MatrixInput | None = None,
+                nnz: int | None = None, card: str | None = None) -> Sample:
+    """The policy input for matrix ``A``: its encoder input (``inp``, else sampled now) and, when
+    ``config.card``, its card (``card``, else :func:`~sparserl.matrices.card.prompt_card` of ``A``)."""
+    from sparserl.matrices.card import prompt_card
+
+    on = uses_card(config)
+    if on and card is None:
+        card = prompt_card(A)
+    return Sample(inp if inp is not None else MatrixInput.from_matrix(A, config.encoding), op,
+                  k if op is Op.SPMM else None, int(A.nnz) if nnz is None else int(nnz), card=card if on else None)
+
+
+def uses_card(config) -> bool:
+    """Whether prompts for a policy of ``config`` carry the card (a stand-in config without the
+    setting: no, like a checkpoint saved before it existed)."""
+    return bool(getattr(config, "card", False))
+
+
+def prompt_text(s: Sample, text_prompt: bool, card: bool = False) -> str:
     """The text after the matrix's soft tokens: a caller's own prompt (a search's refinement prompt),
     else the operation, and with ``text_prompt`` the shape and the contract's values rule
     (:data:`~sparserl.kernels.contract.VALUES_RULE`: a kernel may bake the structure in, never the
-    values; docs/contract.md has every rule)."""
+    values; docs/contract.md has every rule), and with ``card`` the sample's matrix card.
+
+    Raises SparseRLError when ``card`` is asked for and the sample has none (build samples with
+    :func:`make_sample`): a model trained with the card is never prompted without it."""
     if s.prompt is not None:
         return s.prompt
     what = "SpMV y = A x" if s.op is Op.SPMV else f"SpMM Y = A X with k = {s.k}"
+    if card and not s.card:
+        raise SparseRLError("this policy's prompt carries the matrix card, and the sample has none: "
+                            "build samples with sparserl.model.policy.make_sample")
+    card_lines = f"Matrix card:\n{s.card.strip()}\n" if card else ""
     if not text_prompt:
-        return f"{what}\n"
+        return f"{what}\n{card_lines}"
     m, n = s.matrix.shape
-    return (f"{what} for the {m} x {n} sparse matrix above ({s.nnz} nonzeros). {VALUES_RULE} "
-            "Fastest correct kernel:\n")
+    head = f"{what} for the {m} x {n} sparse matrix above ({s.nnz} nonzeros). {VALUES_RULE}"
+    if not card:  # the prompt of the models trained before the card, unchanged
+        return f"{head} Fastest correct kernel:\n"
+    return f"{head}\n{card_lines}Fastest correct kernel:\n"
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -177,7 +214,8 @@ class Policy(torch.nn.Module):
     def _prefix(self, samples: list[Sample]):
         """Per sample: the embeddings of matrix tokens + prompt tokens, (L_i, d)."""
         mat = [self.encoder.encode_one(s.matrix) for s in samples]
-        prompts = [self.tokenizer(prompt_text(s, self.config.text_prompt), add_special_tokens=False)["input_ids"]
+        prompts = [self.tokenizer(prompt_text(s, self.config.text_prompt, self.config.card),
+                                  add_special_tokens=False)["input_ids"]
                    for s in samples]
         emb = self.embeddings
         out = []
@@ -305,6 +343,7 @@ class Policy(torch.nn.Module):
         meta = json.loads((folder / "policy.json").read_text())
         c = meta["config"]
         config = PolicyConfig(encoding=EncodingConfig(**c["encoding"]), text_prompt=c["text_prompt"],
+                              card=c.get("card", False),  # saved before the card existed: trained without it
                               lora=LoraSpec(**{**c["lora"], "targets": tuple(c["lora"]["targets"])}) if c["lora"] else None,
                               gradient_checkpointing=c["gradient_checkpointing"], dtype=c["dtype"])
         tok = load_tokenizer(folder / "lm")

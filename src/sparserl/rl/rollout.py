@@ -23,7 +23,7 @@ from sparserl.encoding import MatrixInput
 from sparserl.errors import SparseRLError
 from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import Op
-from sparserl.model.policy import Policy, Sample
+from sparserl.model.policy import Policy, Sample, make_sample
 from sparserl.rewards import RewardConfig, infrastructure_failure, reward
 from sparserl.rl.core import entropy_from_logp
 
@@ -40,9 +40,17 @@ class MatrixItem:
     inp: MatrixInput
     op: Op
     k: int | None
+    card: str | None = None
+    """The matrix card's prompt text (None: the policy's prompt has no card)."""
 
     def sample(self) -> Sample:
-        return Sample(self.inp, self.op, self.k, int(self.A.nnz))
+        return Sample(self.inp, self.op, self.k, int(self.A.nnz), card=self.card)
+
+
+def matrix_entry(A, policy: Policy) -> tuple[MatrixInput, str | None]:
+    """A matrix's encoder input and card, computed once and shared by its items (ops)."""
+    s = make_sample(A, policy.config, Op.SPMV)
+    return s.matrix, s.card
 
 
 class MatrixPool:
@@ -72,10 +80,10 @@ def matrix_items(paths: list[str], evaluator, policy: Policy, ops: tuple[str, ..
         A = load_matrix(p)
         name = Path(p).name.split(".")[0]
         ref = evaluator.register(A, name)
-        inp = MatrixInput.from_matrix(A, policy.config.encoding)
+        inp, card = matrix_entry(A, policy)
         for o in ops:
             op = Op(o)
-            items.append(MatrixItem(name, A, ref, inp, op, k if op is Op.SPMM else None))
+            items.append(MatrixItem(name, A, ref, inp, op, k if op is Op.SPMM else None, card))
     return items
 
 

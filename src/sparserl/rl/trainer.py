@@ -61,10 +61,10 @@ def _matrix_paths(source: str, split: str) -> list[str]:
 
 def large_items(cfg: RLConfig, evaluator, policy: Policy) -> list[MatrixItem]:
     """``large_per_family`` generated matrices of ``large_rows`` rows per family (seeded), for the pool."""
-    from sparserl.encoding import MatrixInput
     from sparserl.kernels.contract import Op
     from sparserl.matrices import generate
     from sparserl.matrices.generators import family_names
+    from sparserl.rl.rollout import matrix_entry
 
     per = cfg.large_per_family if cfg.large_per_family is not None else (0 if cfg.compile_only else 1)
     items = []
@@ -73,10 +73,10 @@ def large_items(cfg: RLConfig, evaluator, policy: Policy) -> list[MatrixItem]:
             A = generate(fam, cfg.large_rows, seed=cfg.seed + 1000 * f_i + j)
             name = f"{fam}_large{j}_{cfg.large_rows}"
             ref = evaluator.register(A, name)
-            inp = MatrixInput.from_matrix(A, policy.config.encoding)
+            inp, card = matrix_entry(A, policy)
             for o in cfg.ops:
                 op = Op(o)
-                items.append(MatrixItem(name, A, ref, inp, op, cfg.k if op is Op.SPMM else None))
+                items.append(MatrixItem(name, A, ref, inp, op, cfg.k if op is Op.SPMM else None, card))
     if items:
         log.info("RL pool: %d large matrices (%d rows) added", len(items), cfg.large_rows)
     return items

@@ -3,9 +3,10 @@
 Rows are the SFT data's JSONL format (:mod:`sparserl.data.sft_build`): the paper's fields
 ``rows, cols, shape, format, code`` (``rows``/``cols``: the matrix's sampled nonzero coordinates,
 ``code``: the verified completion, starting with ``FORMAT:``) plus ``op, k, nnz, family, split,
-variant, times`` and, when the matrix file the search read still exists, ``matrix`` (its path).
-``sparserl sft --data FILE.jsonl`` trains on the file as it is: the trainer reads the matrix
-from ``matrix`` when that file exists, else rebuilds the prompt from ``rows``/``cols``/``shape``.
+variant, times, card`` (``card``: the matrix card's facts, :meth:`MatrixCard.to_dict`) and, when
+the matrix file the search read still exists, ``matrix`` (its path). ``sparserl sft --data
+FILE.jsonl`` trains on the file as it is: the trainer reads the matrix from ``matrix`` when that
+file exists, else rebuilds the prompt from ``rows``/``cols``/``shape`` and ``card``.
 Extra fields say where a row came from: ``fingerprint, arch, harness_version, provenance``.
 """
 
@@ -106,7 +107,8 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
                    "variant": r.candidate_id, "name": m.name,
                    "times": {"kernel_us": r.time_us, "cusparse_us": r.cusparse_us, "speedup": r.speedup,
                              "regime": regime},
-                   "fingerprint": fp, "arch": arch, "harness_version": hv, "provenance": r.provenance}
+                   "fingerprint": fp, "arch": arch, "harness_version": hv, "provenance": r.provenance,
+                   "card": m.card}
             if m.source_path and Path(m.source_path).exists():
                 row["matrix"] = m.source_path
             rows.append(row)

@@ -84,16 +84,19 @@ class PolicyProposer:
 
     def __init__(self, policy, A, op: Op, k: int | None, card_text: str | None, name: str,
                  temperature: float = 1.0, max_new_tokens: int = 1536, seed: int = 0, lease=None):
-        """``lease``: a context manager factory taking the model's device (``Evaluator.gpu_lease``),
+        """``card_text``: the matrix card's prompt text (:meth:`MatrixCard.prompt`, the text every
+        prompt carries), shown in refinements, and in samples when the policy's prompt has a card.
+        ``lease``: a context manager factory taking the model's device (``Evaluator.gpu_lease``),
         held while the model generates so the harness does not time kernels meanwhile."""
-        from sparserl.encoding import MatrixInput
-        from sparserl.model.policy import Sample
+        from sparserl.model.policy import make_sample
 
         self.policy, self.op, self.k, self.card_text, self.name = policy, op, k, card_text, name
         self.shape, self.nnz = (int(A.shape[0]), int(A.shape[1])), int(A.nnz)
         self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
         self.lease = lease
-        self.base = Sample(MatrixInput.from_matrix(A, policy.config.encoding), op, k, self.nnz)
+        self.base = make_sample(A, policy.config, op, k, card=card_text)
+        if self.card_text is None:
+            self.card_text = self.base.card  # the card the samples carry, shown in refinements too
         self.calls = 0
 
     def _generate(self, samples: list) -> list[str]:

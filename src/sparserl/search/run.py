@@ -127,7 +127,7 @@ def open_proposer(job: SearchJob, A, op: Op, k, card, evaluator, policy=None):
         from sparserl.model.policy import Policy
 
         policy = Policy.open(job.model, device=str(pick_device(job.device)))
-    return PolicyProposer(policy, A, op, k, card.render(), name=str(job.model), temperature=job.temperature,
+    return PolicyProposer(policy, A, op, k, card.prompt(), name=str(job.model), temperature=job.temperature,
                           max_new_tokens=job.max_new_tokens, seed=job.search.seed, lease=evaluator.gpu_lease)
 
 
@@ -325,7 +325,7 @@ def search_after_sampling(cfg, A, name: str, ev, policy, texts: list[str], resul
     factory = None
     if policy is not None:
         factory = lambda card: PolicyProposer(  # noqa: E731
-            policy, A, op, k, card.render(), name=str(cfg.model), temperature=cfg.temperature,
+            policy, A, op, k, card.prompt(), name=str(cfg.model), temperature=cfg.temperature,
             max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, lease=ev.gpu_lease)
     store = open_store(cfg.store)
     try:

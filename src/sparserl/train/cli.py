@@ -121,6 +121,9 @@ def sft_cmd(
     max_nnz: int = typer.Option(128, help="coordinate tokens per matrix"),
     no_text_prompt: bool = typer.Option(False, "--no-text-prompt",
                                         help="leave shape and nonzeros out of the prompt text (soft tokens only)"),
+    card: bool | None = typer.Option(None, "--card/--no-card",
+                                     help="put the matrix card (exact structure facts) in the prompt; default: on "
+                                          "for a new model, as trained for a policy checkpoint"),
     gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing",
                                                 help="recompute activations in the backward pass (less memory)"),
     eval_every: int = typer.Option(250, help="steps between validation checks through the harness"),
@@ -140,7 +143,7 @@ def sft_cmd(
 
     check_output(out, "sft", force, resume)
     cfg = SFTConfig(data=str(data), model=str(model), out=str(out), steps=steps, batch_size=batch_size, lr=lr,
-                    lora=lora, lora_r=lora_r, max_nnz=max_nnz, text_prompt=not no_text_prompt,
+                    lora=lora, lora_r=lora_r, max_nnz=max_nnz, text_prompt=not no_text_prompt, card=card,
                     gradient_checkpointing=gradient_checkpointing, eval_every=eval_every, eval_samples=eval_samples,
                     eval_temperature=eval_temperature, max_new_tokens=max_new_tokens, save_every=save_every,
                     resume=resume, device=device,

@@ -25,7 +25,7 @@ from sparserl.data.sft_build import read_jsonl
 from sparserl.encoding import EncodingConfig, MatrixInput
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import Op
-from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample
+from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, Sample, make_sample
 from sparserl.devices import pick_device
 from sparserl.train.common import (
     MetricLogger,
@@ -69,6 +69,9 @@ class SFTConfig:
     """Coordinate tokens per matrix."""
     text_prompt: bool = True
     """Name the shape and nonzero count in the prompt text (besides the matrix soft tokens)."""
+    card: bool | None = None
+    """Carry the matrix card in the prompt. None: a new model gets it, a policy checkpoint keeps its
+    own setting; True/False: set it (a checkpoint trained otherwise is re-trained to the new prompt)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more time)."""
     eval_every: int = 250
@@ -90,7 +93,7 @@ class SFTConfig:
     compile_only: bool = False
     """Evaluate by compiling only (no GPU)."""
     seed: int = 0
-    """Seed of the batches, the encoding's sampling and the validation draw."""
+    """Seed of the batches, the encoding's sampling, a new encoder's weights and the validation draw."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
@@ -129,17 +132,45 @@ def matrix_of(row: dict) -> tuple[str, sp.csr_array]:
 
 
 _INPUT_CACHE: dict[tuple, MatrixInput] = {}
+_CARD_CACHE: dict[tuple, str] = {}
 
 
-def sample_of(row: dict, enc: EncodingConfig) -> Sample:
-    """The policy input for one data row (the sampled encoding input is cached per matrix)."""
+def card_of(row: dict, name: str, A) -> str:
+    """The card's prompt text for a data row: of its matrix file when it exists, else of the card
+    facts it carries (``card``: a best-known export), else of its coordinates when they are all of
+    its nonzeros. Raises SparseRLError otherwise (the card of sampled coordinates would be wrong)."""
+    from sparserl.matrices.card import MatrixCard, prompt_card
+
+    path = row.get("matrix")
+    if path and Path(path).exists():
+        return prompt_card(A)
+    if isinstance(row.get("card"), dict):
+        return MatrixCard.from_dict(row["card"]).prompt()
+    if int(row.get("nnz", A.nnz)) == A.nnz:
+        return prompt_card(A)
+    raise SparseRLError(f"data row of {name}: its matrix file is missing and its rows/cols hold {A.nnz} of "
+                        f"{row['nnz']} nonzeros, so its matrix card cannot be made (train with --no-card, or "
+                        "keep the data's matrix files)")
+
+
+def sample_of(row: dict, config: PolicyConfig | EncodingConfig) -> Sample:
+    """The policy input for one data row, as :func:`~sparserl.model.policy.make_sample` builds it
+    (the sampled encoding input and the card, :func:`card_of`, are cached per matrix). An
+    ``EncodingConfig`` alone: a sample without the card."""
+    if isinstance(config, EncodingConfig):
+        config = PolicyConfig(encoding=config, card=False)
     name, A = matrix_of(row)
-    key = (row.get("matrix") or name, tuple(row["shape"]), enc)
-    inp = _INPUT_CACHE.get(key)
+    mkey = (row.get("matrix") or name, tuple(row["shape"]))
+    inp = _INPUT_CACHE.get(mkey + (config.encoding,))
     if inp is None:
-        inp = _INPUT_CACHE[key] = MatrixInput.from_matrix(A, enc)
+        inp = _INPUT_CACHE[mkey + (config.encoding,)] = MatrixInput.from_matrix(A, config.encoding)
+    card = None
+    if config.card:
+        card = _CARD_CACHE.get(mkey)
+        if card is None:
+            card = _CARD_CACHE[mkey] = card_of(row, name, A)
     op = Op(row.get("op", "spmv"))
-    return Sample(inp, op, row.get("k") if op is Op.SPMM else None, int(row.get("nnz", A.nnz)))
+    return make_sample(A, config, op, row.get("k"), inp=inp, nnz=int(row.get("nnz", A.nnz)), card=card)
 
 
 def load_rows(data: str, seed: int) -> tuple[list[dict], list[dict]]:
@@ -158,11 +189,23 @@ def load_rows(data: str, seed: int) -> tuple[list[dict], list[dict]]:
 
 
 def build_policy(cfg: SFTConfig, device: torch.device) -> Policy:
-    """The policy to fine-tune: a checkpoint, a HF model folder, or (no model there) the default from scratch."""
+    """The policy to fine-tune: a checkpoint, a HF model folder, or (no model there) the default from
+    scratch. Seeded by ``cfg.seed`` (the matrix encoder's initial weights), so runs that differ in one
+    setting (the card ablation) start from the same weights."""
+    import dataclasses
+
+    torch.manual_seed(cfg.seed)
+
     pcfg = PolicyConfig(encoding=EncodingConfig(max_nnz=cfg.max_nnz, seed=cfg.seed), text_prompt=cfg.text_prompt,
+                        card=cfg.card if cfg.card is not None else True,
                         lora=LoraSpec(r=cfg.lora_r, alpha=2 * cfg.lora_r) if cfg.lora else None,
                         gradient_checkpointing=cfg.gradient_checkpointing)
-    return Policy.open(cfg.model, pcfg, device=str(device))
+    policy = Policy.open(cfg.model, pcfg, device=str(device))
+    if cfg.card is not None and policy.config.card != cfg.card:
+        log.warning("%s was trained %s the matrix card in its prompt; fine-tuning it %s (card=%s)", cfg.model,
+                    "with" if policy.config.card else "without", "with" if cfg.card else "without", cfg.card)
+        policy.config = dataclasses.replace(policy.config, card=cfg.card)
+    return policy
 
 
 def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator) -> dict:
@@ -171,7 +214,7 @@ def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator)
 
     if not rows:
         return {}
-    samples = [sample_of(r, policy.config.encoding) for r in rows]
+    samples = [sample_of(r, policy.config) for r in rows]
     texts: list[str] = []
     for i in range(0, len(samples), 32):
         texts += policy.generate(samples[i:i + 32], max_new_tokens=cfg.max_new_tokens,
@@ -200,7 +243,7 @@ def evaluate_policy(policy: Policy, rows: list[dict], cfg: SFTConfig, evaluator)
 def _train_step(model, opt, params, policy: Policy, batch: list[dict], lr: float, cfg: SFTConfig,
                 device: torch.device) -> tuple[float, float]:
     """One optimizer step on ``batch``; returns (loss, gradient norm before clipping)."""
-    samples = [sample_of(r, policy.config.encoding) for r in batch]
+    samples = [sample_of(r, policy.config) for r in batch]
     for g in opt.param_groups:
         g["lr"] = lr
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
