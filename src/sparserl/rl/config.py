@@ -147,6 +147,10 @@ class RLConfig:
     """Reward function and its coefficients."""
     regime: str = "cold"
     """Harness timing regime the reward uses."""
+    store: str | None = None
+    """Best-known store (``sparserl search``'s SQLite file) the relative_best reward reads and
+    writes new bests to (None: the search's default, under the harness cache root). Unused by
+    the other rewards."""
     # -- bookkeeping -----------------------------------------------------------------------
     eval_every: int = 20
     """Held-out evaluation every this many steps."""

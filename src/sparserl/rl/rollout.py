@@ -213,8 +213,13 @@ def _valid(results: list[EvalResult]) -> list[bool]:
 
 
 def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
-            max_new_tokens: int, temperature: float, reward_cfg: RewardConfig, seed: int) -> RolloutBatch:
-    """Sample, score and annotate one batch (``len(items) * samples_per_item`` completions)."""
+            max_new_tokens: int, temperature: float, reward_cfg: RewardConfig, seed: int,
+            best_known=None) -> RolloutBatch:
+    """Sample, score and annotate one batch (``len(items) * samples_per_item`` completions).
+
+    ``best_known`` (:class:`~sparserl.rl.best_known.BestKnown`, for the relative_best reward):
+    samples are scored against the store's best time before the batch, and the correct ones that
+    beat it are written back."""
     t0 = time.perf_counter()
     rep = [it for it in items for _ in range(samples_per_item)]
     samples = [it.sample() for it in rep]
@@ -237,13 +242,18 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     results = [f.result() for f in futures]
     t_wait = time.perf_counter() - t2
     valid = torch.tensor(_valid(results), dtype=torch.bool, device=ids.device)
-    scores = torch.tensor([reward(r, reward_cfg) if v else 0.0 for r, v in zip(results, valid.tolist())],
+    before = best_known.bests(rep, results) if best_known is not None else [None] * len(results)
+    scores = torch.tensor([reward(r, reward_cfg, b) if v else 0.0 for r, v, b in zip(results, valid.tolist(), before)],
                           dtype=torch.float32, device=ids.device)
+    extra = {}
+    if best_known is not None:
+        extra["reward/best_known_share"] = sum(b is not None for b in before) / len(before) if before else 0.0
+        extra["reward/new_best_known"] = float(best_known.record(rep, texts, results, before))
     keep = valid[:, None].to(mask.dtype)
     eval_s = [r.eval_seconds for r in results]
     return RolloutBatch(samples, texts, ids, mask * keep, ann.old_logp * keep, ann.ref_logp * keep,
                         ann.values * keep if ann.values is not None else None, scores, results,
                         {"time/generate": t_gen, "time/forward": t_fwd, "time/harness_wait": t_wait,
                          "time/harness_eval_mean": float(np.mean(eval_s)) if eval_s else 0.0,
-                         "charts/harness_memo_share": hits / len(texts) if texts else 0.0},
+                         "charts/harness_memo_share": hits / len(texts) if texts else 0.0} | extra,
                         ann.entropy * keep, sample_logp.to(mask.dtype) * mask * keep, valid)

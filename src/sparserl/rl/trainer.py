@@ -149,6 +149,8 @@ class Run:
     resumed: bool = False
     samples_done: int = 0
     t_start: float = field(default_factory=time.perf_counter)
+    best_known: object = None
+    """rl.best_known.BestKnown for the relative_best reward (None for the other rewards)."""
 
     @property
     def out(self) -> Path:
@@ -222,8 +224,22 @@ def setup(cfg: RLConfig, evaluator=None) -> Run:
     if not cfg.compile_only:
         _ = ev.pool  # start the GPU worker now, so its lease exists before the first rollout
     _pools(run)
+    run.best_known = _best_known(cfg)
     run.logger = MetricLogger(out, resumed_at=run.step if resuming else None) if info.is_main else NullLogger()
     return run
+
+
+def _best_known(cfg: RLConfig):
+    """The best-known store the relative_best reward reads and updates (None for other rewards,
+    and without a GPU, where nothing is timed)."""
+    if cfg.reward.name != "relative_best" or cfg.compile_only:
+        return None
+    from sparserl.rl.best_known import BestKnown
+    from sparserl.search.store import open_store
+
+    store = open_store(cfg.store)
+    log.info("relative_best: rewards against the best known kernels in %s", store.path)
+    return BestKnown(store, regime=cfg.regime, model=str(cfg.model))
 
 
 def _pools(run: Run) -> None:
@@ -266,7 +282,7 @@ def rl_step(run: Run) -> dict:
     with autocast(cfg, device):  # the learner's log-probs in the precision the update uses
         batch = collect(run.policy, run.reference, run.value_head, run.evaluator, items, cfg.samples_per_matrix,
                         cfg.max_new_tokens, cfg.temperature, cfg.reward,
-                        seed=cfg.seed * 100_003 + run.step + 1_000_003 * run.info.rank)
+                        seed=cfg.seed * 100_003 + run.step + 1_000_003 * run.info.rank, best_known=run.best_known)
     t_up = time.perf_counter()
     adv, returns = advantages(cfg, batch)
     upd = update(cfg, run.model, run.optim, batch, adv, returns, run.kl_ctl.value, run.rng, device)
@@ -311,6 +327,9 @@ def train_rl(cfg: RLConfig, evaluator=None) -> dict:
         last = _loop(run)
     finally:
         run.logger.close()
+        if run.best_known is not None:
+            run.best_known.close()
+            run.best_known.store.close()
         if run.own_evaluator:
             run.evaluator.close()
     info = run.info

@@ -1,0 +1,91 @@
+"""The best-known store as RL's teacher (reward ``relative_best``).
+
+Before a batch is scored, each correct sample's time is compared with the store's best time for
+its matrix structure (fingerprint), op, k, GPU architecture, timing regime and harness version:
+``reward = clip(log2(t_best / t))`` above the compile/correct ladder, so matching the best known
+earns about 0 and only beating it earns more (:func:`sparserl.rewards.relative_best_reward`).
+Every sample of a batch is scored against the best as it stood *before* the batch. Then the
+correct samples faster than that best are written to the store (the fastest of them becomes the
+new best), so the next batch must beat them. A matrix with nothing in the store yet is scored
+against cuSPARSE (clipped_log's speed term), and its correct samples start its entry.
+
+Timing noise: the store keeps the fastest measurement ever seen, so the bar only ever drops;
+a sample as fast as the best scores slightly below 0 on average. Seed the store with
+``sparserl search`` on the training matrices for a bar that the library's best already sets.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from sparserl.harness.result import EvalResult
+from sparserl.rewards import kernel_us
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BestKnown:
+    """Best times read from, and new bests written to, a :class:`~sparserl.search.store.BestStore`."""
+
+    store: object  # search.store.BestStore
+    regime: str = "cold"
+    model: str | None = None
+    """The policy's name, recorded with the kernels it wrote."""
+    run_id: str = field(default_factory=lambda: f"rl-{uuid.uuid4().hex[:12]}")
+    _cards: dict = field(default_factory=dict)
+    _sinks: dict = field(default_factory=dict)
+
+    def card(self, item):
+        """The matrix card of an RL item's matrix (computed once per matrix)."""
+        from sparserl.matrices.card import matrix_card
+
+        key = id(item.A)
+        if key not in self._cards:
+            self._cards[key] = matrix_card(item.A)
+        return self._cards[key]
+
+    def best_us(self, item, r: EvalResult) -> float | None:
+        """The store's best time (us) under ``r``'s key, or None (nothing known, or ``r`` not timed)."""
+        if not r.ok or kernel_us(r) is None:
+            return None
+        rows = self.store.best(fingerprint=self.card(item).fingerprint, op=item.op.value, k=item.k,
+                               arch=r.arch or "unknown", regime=r.regime, harness_version=str(r.harness_version))
+        rows = [row for row in rows if row.fingerprint == self.card(item).fingerprint]  # a prefix matched
+        return min((row.time_us for row in rows), default=None)
+
+    def bests(self, items: list, results: list[EvalResult]) -> list[float | None]:
+        """:meth:`best_us` of each (item, result), all read before anything of the batch is written."""
+        return [self.best_us(it, r) for it, r in zip(items, results)]
+
+    def record(self, items: list, texts: list[str], results: list[EvalResult],
+               before: list[float | None]) -> int:
+        """Write the correct samples faster than ``before`` (their best known when scored) to the
+        store; returns how many became the store's best."""
+        from sparserl.search.loop import StoreSink, TraceEntry
+        from sparserl.search.space import Provenance, text_proposal
+
+        new = 0
+        for it, text, r, b in zip(items, texts, results, before):
+            t = kernel_us(r) if r.ok else None
+            if t is None or (b is not None and t >= b) or r.regime not in r.baseline:
+                continue
+            card = self.card(it)
+            sink = self._sinks.get(card.fingerprint)
+            if sink is None:
+                from sparserl.search.run import _coords
+
+                sink = self._sinks[card.fingerprint] = StoreSink(
+                    self.store, card, it.name, None, _coords(it.A), {"rl": self.run_id}, model=self.model)
+            entry = TraceEntry(0, text_proposal(text, it.op, Provenance.POLICY_SAMPLE, note="RL rollout"), r, 0.0)
+            if sink.write(f"{self.run_id}-{card.fingerprint[:8]}", it.op, it.k, r.regime, entry):
+                new += 1
+        if new:
+            log.info("RL wrote %d new best-known kernels to %s", new, getattr(self.store, "path", "the store"))
+        return new
+
+    def close(self) -> None:
+        for sink in self._sinks.values():
+            sink.finish("finished")

@@ -1,0 +1,141 @@
+"""RL's relative_best reward against the best-known store: scored against the best before the
+batch, new bests written back, nothing unverified ever written, and the rollout wiring."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
+from sparserl.kernels.contract import Op
+from sparserl.matrices import generate
+from sparserl.rewards import RewardConfig, reward
+from sparserl.rl.best_known import BestKnown
+from sparserl.search.store import open_store
+
+REL = RewardConfig(name="relative_best", r_eff=1.0, r_pen=0.5, clip=3.0)
+CUSPARSE_US = 40.0
+
+
+def timed(t_us: float | None, kind: ErrorKind = ErrorKind.NONE, regime: str = "cold") -> EvalResult:
+    """A result as the harness gives it: correct ones timed in ``regime`` beside cuSPARSE."""
+    ok = kind is ErrorKind.NONE and t_us is not None
+    kt = (lambda t: {regime: KernelTiming(regime, t, t, t, 0.0)})
+    return EvalResult(op="spmv", k=None, matrix="m", error_kind=kind, compiled=kind.compiled,
+                      correct=kind is ErrorKind.NONE, format="CSR", timings=kt(t_us) if ok else {},
+                      baseline=kt(CUSPARSE_US) if ok else {}, regime=regime,
+                      speedup=CUSPARSE_US / t_us if ok else None, arch="sm_90", gpu="H200")
+
+
+class Item:
+    def __init__(self, name: str, A, op: Op = Op.SPMV, k: int | None = None):
+        self.name, self.A, self.op, self.k = name, A, op, k
+
+
+@pytest.fixture()
+def bk(tmp_path: Path):
+    pytest.importorskip("torch")  # the store's sampled coordinates come from the encoding module
+    store = open_store(tmp_path / "best.sqlite")
+    b = BestKnown(store, model="policy")
+    yield b
+    b.close()
+    store.close()
+
+
+def score(bk: BestKnown, items, texts, results) -> list[float]:
+    before = bk.bests(items, results)
+    out = [reward(r, REL, b) for r, b in zip(results, before)]
+    bk.record(items, texts, results, before)
+    return out
+
+
+def test_scores_against_the_best_before_the_batch_and_writes_new_bests(bk: BestKnown) -> None:
+    item = Item("banded", generate("banded", 3000, seed=0))
+    # nothing known: the speed term is against cuSPARSE (clipped_log's), and the sample starts the entry
+    (r0,) = score(bk, [item], ["K20"], [timed(20.0)])
+    assert r0 == pytest.approx(math.log2(CUSPARSE_US / 20.0))
+    (row,) = bk.store.best(op="spmv")
+    assert row.time_us == 20.0 and row.text == "K20" and row.provenance == "policy-sample" and row.model == "policy"
+    # a batch: matching the best earns 0, slower is negative, faster positive; both faster ones are
+    # scored against 20 us (the best before the batch), and the fastest becomes the best
+    rs = score(bk, [item] * 4, ["K20b", "K40", "K10", "K16"], [timed(20.0), timed(40.0), timed(10.0), timed(16.0)])
+    assert rs[0] == pytest.approx(0.0) and rs[1] == pytest.approx(-1.0)
+    assert rs[2] == pytest.approx(1.0) and rs[3] == pytest.approx(math.log2(20 / 16))
+    (row,) = bk.store.best(op="spmv")
+    assert row.time_us == 10.0 and row.text == "K10"
+    assert {r.time_us for r in bk.store.results()} == {20.0, 10.0, 16.0}, "only samples that beat the old best"
+    # the next batch must beat 10 us
+    (r,) = score(bk, [item], ["K16again"], [timed(16.0)])
+    assert r == pytest.approx(math.log2(10 / 16)) and r < 0
+
+
+def test_unverified_samples_are_never_written_and_keep_the_ladder(bk: BestKnown) -> None:
+    item = Item("random", generate("random", 2000, seed=1, nnz_per_row=6))
+    score(bk, [item], ["good"], [timed(30.0)])
+    bad = [timed(1.0, ErrorKind.INCORRECT), timed(None, ErrorKind.COMPILE), timed(None, ErrorKind.INTERNAL),
+           timed(None, ErrorKind.NO_GPU)]
+    rs = score(bk, [item] * 4, ["wrong", "broken", "internal", "untimed"], bad)
+    assert rs[0] == -3.5 and rs[1] == -4.0  # the ladder below every correct kernel, however fast it claimed
+    assert [bk.store.kernel_text(r.kernel_sha) for r in bk.store.results()] == ["good"]
+
+
+def test_the_key_keeps_matrices_ops_regimes_and_architectures_apart(bk: BestKnown) -> None:
+    a, b = Item("a", generate("banded", 3000, seed=0)), Item("b", generate("stencil2d", 3025, seed=0))
+    score(bk, [a], ["Ka"], [timed(5.0)])
+    assert bk.bests([b], [timed(50.0)]) == [None], "another structure"
+    assert bk.bests([a], [timed(50.0, regime="warm")]) == [None], "another regime"
+    other_gpu = EvalResult(**{**timed(50.0).__dict__, "arch": "sm_100"})
+    assert bk.bests([a], [other_gpu]) == [None], "another architecture"
+    same_pattern = Item("a2", generate("banded", 3000, seed=0) * 3.0)  # new values, same structure
+    assert bk.bests([same_pattern], [timed(50.0)]) == [5.0]
+
+
+def test_collect_scores_with_the_store_and_logs_new_bests(bk: BestKnown, tiny_tokenizer, tiny_hf_config) -> None:
+    from sparserl.rl.rollout import MatrixItem, collect, matrix_entry
+    from sparserl.rl.update import Reference
+    from tests.rl.test_update import tiny_policy
+
+    times = iter([30.0, 10.0, 60.0])
+
+    class Timed:
+        memo_hits = 0
+
+        def submit(self, text, ref, op, k):
+            f: Future = Future()
+            f.set_result(timed(next(times)))
+            return f
+
+        @contextlib.contextmanager
+        def gpu_lease(self, device):
+            yield
+
+    policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
+    A = generate("banded", 200, seed=0)
+    inp, card = matrix_entry(A, policy)
+    item = MatrixItem("m", A, "m", inp, Op.SPMV, None, card)
+    bk.store.close()
+    bk.store = open_store(bk.store.path)
+    score(bk, [item], ["seeded"], [timed(20.0)])  # the store knows 20 us for this matrix
+    batch = collect(policy, Reference(policy), None, Timed(), [item], 3, 8, 1.0, REL, seed=0, best_known=bk)
+    assert batch.scores.tolist() == pytest.approx([math.log2(20 / 30), math.log2(20 / 10), math.log2(20 / 60)])
+    assert batch.timings["reward/new_best_known"] == 1.0 and batch.timings["reward/best_known_share"] == 1.0
+    (row,) = bk.store.best(op="spmv")
+    assert row.time_us == 10.0
+
+
+def test_the_trainer_opens_the_store_only_for_relative_best(tmp_path: Path) -> None:
+    from sparserl.rl.trainer import RLConfig, _best_known
+
+    path = tmp_path / "s.sqlite"
+    assert _best_known(RLConfig(reward=RewardConfig(name="clipped_log"), store=str(path))) is None
+    assert _best_known(RLConfig(reward=REL, store=str(path), compile_only=True)) is None  # nothing is timed
+    assert not path.exists()
+    b = _best_known(RLConfig(reward=REL, store=str(path)))
+    try:
+        assert isinstance(b, BestKnown) and path.exists() and b.regime == "cold"
+    finally:
+        b.store.close()
