@@ -97,7 +97,7 @@ def test_the_key_keeps_matrices_ops_regimes_and_architectures_apart(bk: BestKnow
 def test_collect_scores_with_the_store_and_logs_new_bests(bk: BestKnown, tiny_tokenizer, tiny_hf_config) -> None:
     from sparserl.rl.rollout import MatrixItem, collect, matrix_entry
     from sparserl.rl.update import Reference
-    from tests.rl.test_update import tiny_policy
+    from tests.rl.tiny import tiny_policy
 
     times = iter([30.0, 10.0, 60.0])
 

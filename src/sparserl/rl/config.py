@@ -147,6 +147,11 @@ class RLConfig:
     """Reward function and its coefficients."""
     regime: str = "cold"
     """Harness timing regime the reward uses."""
+    turns: int = 1
+    """Completions per sample in a row: turn t + 1 is shown turn t's kernel and its measured time
+    or error and writes another (rl/turns.py); 1 = no refinement turns."""
+    turn_discount: float = 0.5
+    """With ``turns`` > 1, a completion's score is its reward plus this times its refinement's score."""
     store: str | None = None
     """Best-known store (``sparserl search``'s SQLite file) the relative_best reward reads and
     writes new bests to (None: the search's default, under the harness cache root). Unused by
@@ -200,6 +205,9 @@ class RLConfig:
     def _check_advantages(self) -> None:
         if self.score_baseline not in ("group", "none"):
             raise SparseRLError(f"score_baseline must be group or none, got {self.score_baseline!r}")
+        if self.turns < 1 or not 0.0 <= self.turn_discount <= 1.0:
+            raise SparseRLError(f"turns must be >= 1 and turn_discount in [0, 1], got {self.turns}, "
+                                f"{self.turn_discount}")
         if self.grpo_baseline not in GRPO_BASELINES:
             raise SparseRLError(f"grpo_baseline must be one of {GRPO_BASELINES}, got {self.grpo_baseline!r}")
         if self.algo == "ppo" and not self.critic and self.score_baseline != "group":

@@ -214,15 +214,22 @@ def _valid(results: list[EvalResult]) -> list[bool]:
 
 def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
             max_new_tokens: int, temperature: float, reward_cfg: RewardConfig, seed: int,
-            best_known=None) -> RolloutBatch:
+            best_known=None, samples: list[Sample] | None = None) -> RolloutBatch:
     """Sample, score and annotate one batch (``len(items) * samples_per_item`` completions).
+
+    ``samples``: the prompts to sample from, one per completion in that order (each item's
+    ``samples_per_item`` in a row; a refinement turn's, :mod:`sparserl.rl.turns`), instead of
+    each item's ordinary prompt.
 
     ``best_known`` (:class:`~sparserl.rl.best_known.BestKnown`, for the relative_best reward):
     samples are scored against the store's best time before the batch, and the correct ones that
     beat it are written back."""
     t0 = time.perf_counter()
     rep = [it for it in items for _ in range(samples_per_item)]
-    samples = [it.sample() for it in rep]
+    if samples is None:
+        samples = [it.sample() for it in rep]
+    elif len(samples) != len(rep):
+        raise SparseRLError(f"{len(samples)} prompts for {len(rep)} completions")
     ids, sample_logp = policy.generate_ids(samples, max_new_tokens=max_new_tokens, temperature=temperature,
                                            seed=seed, return_logp=True)
     tok = policy.tokenizer

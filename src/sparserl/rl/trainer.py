@@ -29,6 +29,7 @@ from sparserl.rl import core
 from sparserl.rl.config import RLConfig, load_config_file
 from sparserl.rl.curve import plot_learning_curve
 from sparserl.rl.rollout import MatrixItem, MatrixPool, RolloutBatch, collect, matrix_items
+from sparserl.rl.turns import collect_turns
 from sparserl.rl.update import (
     ActorCritic,
     Optim,
@@ -279,10 +280,15 @@ def rl_step(run: Run) -> dict:
     cfg, device = run.cfg, run.device
     lr = set_lr(run.optim, cfg, run.step)
     items = run.pool.next(cfg.matrices_per_step)
+    seed = cfg.seed * 100_003 + run.step + 1_000_003 * run.info.rank
     with autocast(cfg, device):  # the learner's log-probs in the precision the update uses
-        batch = collect(run.policy, run.reference, run.value_head, run.evaluator, items, cfg.samples_per_matrix,
-                        cfg.max_new_tokens, cfg.temperature, cfg.reward,
-                        seed=cfg.seed * 100_003 + run.step + 1_000_003 * run.info.rank, best_known=run.best_known)
+        if cfg.turns > 1:
+            batch = collect_turns(run.policy, run.reference, run.value_head, run.evaluator, items,
+                                  cfg.samples_per_matrix, cfg.max_new_tokens, cfg.temperature, cfg.reward, seed,
+                                  cfg.turns, cfg.turn_discount, best_known=run.best_known)
+        else:
+            batch = collect(run.policy, run.reference, run.value_head, run.evaluator, items, cfg.samples_per_matrix,
+                            cfg.max_new_tokens, cfg.temperature, cfg.reward, seed=seed, best_known=run.best_known)
     t_up = time.perf_counter()
     adv, returns = advantages(cfg, batch)
     upd = update(cfg, run.model, run.optim, batch, adv, returns, run.kl_ctl.value, run.rng, device)

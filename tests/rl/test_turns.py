@@ -1,0 +1,148 @@
+"""Refinement turns in RL: the next turn's prompt shows the previous kernel and its outcome,
+scores are discounted returns, turns merge into one batch, and a two-turn run trains end to end."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparserl.harness.compile import find_nvcc  # noqa: E402
+from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming  # noqa: E402
+from sparserl.kernels.contract import Op  # noqa: E402
+from sparserl.matrices import generate, save_matrix  # noqa: E402
+from sparserl.rewards import RewardConfig  # noqa: E402
+from sparserl.rl.rollout import MatrixItem, matrix_entry  # noqa: E402
+from sparserl.rl.turns import (  # noqa: E402
+    MAX_PREVIOUS_CHARS,
+    collect_turns,
+    concat_batches,
+    discounted_returns,
+    refinement_samples,
+)
+from sparserl.rl.update import Reference  # noqa: E402
+
+from tests.rl.tiny import tiny_policy  # noqa: E402
+
+KERNEL = "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 128), block=128\nextern \"C\" __global__ void spmv_kernel() {}\n"
+
+
+def test_discounted_returns() -> None:
+    r = [torch.tensor([1.0, -1.0]), torch.tensor([2.0, 0.0]), torch.tensor([3.0, 4.0])]
+    g = discounted_returns(r, 0.5)
+    assert g[2].tolist() == [3.0, 4.0] and g[1].tolist() == [3.5, 2.0] and g[0].tolist() == [2.75, 0.0]
+    assert r[0].tolist() == [1.0, -1.0], "inputs untouched"
+    assert [x.tolist() for x in discounted_returns(r, 0.0)] == [x.tolist() for x in r]
+
+
+class Scripted:
+    """Stands in for the harness: results in turn, each text remembered."""
+
+    memo_hits = 0
+
+    def __init__(self, results: list[EvalResult]):
+        self.results, self.texts = list(results), []
+
+    def submit(self, text, ref, op, k):
+        self.texts.append(text)
+        f: Future = Future()
+        f.set_result(self.results.pop(0))
+        return f
+
+    @contextlib.contextmanager
+    def gpu_lease(self, device):
+        yield
+
+
+def timed(t_us: float) -> EvalResult:
+    kt = {"cold": KernelTiming("cold", t_us, t_us, t_us, 0.0)}
+    return EvalResult(op="spmv", k=None, matrix="m", error_kind=ErrorKind.NONE, compiled=True, correct=True,
+                      timings=kt, baseline={"cold": KernelTiming("cold", 40.0, 40.0, 40.0, 0.0)},
+                      speedup=40.0 / t_us, format="CSR")
+
+
+def wrong(msg: str) -> EvalResult:
+    return EvalResult.failure("spmv", None, "m", ErrorKind.INCORRECT, msg, compiled=True)
+
+
+@pytest.fixture()
+def setup(tiny_tokenizer, tiny_hf_config):
+    policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
+    A = generate("banded", 200, seed=0)
+    inp, card = matrix_entry(A, policy)
+    return policy, MatrixItem("m", A, "m", inp, Op.SPMV, None, card)
+
+
+def test_the_next_prompt_shows_the_kernel_and_its_outcome(setup) -> None:
+    from sparserl.rl.rollout import RolloutBatch
+
+    policy, item = setup
+    s = item.sample()
+    batch = RolloutBatch([s, s], ["chatter\n```cuda\n" + KERNEL + "```\n", "x" * (3 * MAX_PREVIOUS_CHARS)],
+                         torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1), torch.zeros(2, 1), torch.zeros(2, 1),
+                         None, torch.zeros(2), [timed(20.0), wrong("y[7] differs")])
+    nxt = refinement_samples([item, item], batch)
+    assert nxt[0].matrix is s.matrix and nxt[0].card == s.card
+    p0, p1 = nxt[0].prompt, nxt[1].prompt
+    assert "Previous kernel:\n" + KERNEL.strip() in p0 and "chatter" not in p0  # the extracted kernel
+    assert "Measured: correct; 20.00 us against cuSPARSE's 40.00 us (2.00x)" in p0 and "faster correct kernel" in p0
+    assert "Measured: incorrect: y[7] differs." in p1 and "Write a correct kernel:" in p1
+    assert p1.count("x") <= MAX_PREVIOUS_CHARS + 50, "a runaway completion is cut"
+    if s.card:
+        assert "Matrix card:\n" + s.card.strip() in p0
+
+
+def test_two_turns_merge_with_discounted_scores(setup) -> None:
+    policy, item = setup
+    # turn 1: 20 us, wrong; turn 2 (refining each): 10 us, 40 us
+    ev = Scripted([timed(20.0), wrong("bad"), timed(10.0), timed(40.0)])
+    cfg = RewardConfig(name="clipped_log", r_eff=1.0, r_pen=0.5, clip=3.0)
+    batch = collect_turns(policy, Reference(policy), None, ev, [item], 2, 8, 1.0, cfg, seed=0, turns=2, discount=0.5)
+    assert len(batch.texts) == 4 and batch.response.shape[0] == 4 and batch.mask.shape == batch.old_logp.shape
+    r1, r2 = [1.0, -3.5], [2.0, 0.0]  # log2(40/20), the wrong rung; log2(40/10), log2(40/40)
+    assert batch.scores.tolist() == pytest.approx([r1[0] + 0.5 * r2[0], r1[1] + 0.5 * r2[1]] + r2)
+    assert batch.samples[2].prompt is not None and batch.samples[0].prompt is None
+    assert "Measured: incorrect: bad." in batch.samples[3].prompt
+    assert batch.timings["turns/correct_rate_1"] == 0.5 and batch.timings["turns/correct_rate_2"] == 1.0
+    assert batch.timings["turns/reward_mean_2"] == pytest.approx(1.0)
+
+
+def test_concat_pads_to_the_longest(setup) -> None:
+    from sparserl.rl.rollout import RolloutBatch
+
+    policy, item = setup
+    s = item.sample()
+
+    def b(T: int, t_gen: float, share: float) -> RolloutBatch:
+        return RolloutBatch([s], ["t"], torch.ones(1, T, dtype=torch.long), torch.ones(1, T), torch.ones(1, T),
+                            torch.ones(1, T), None, torch.ones(1), [timed(10.0)],
+                            {"time/generate": t_gen, "charts/harness_memo_share": share})
+
+    m = concat_batches([b(2, 1.0, 0.0), b(5, 2.0, 1.0)], pad_id=7)
+    assert m.response.tolist() == [[1, 1, 7, 7, 7], [1, 1, 1, 1, 1]]
+    assert m.mask.tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]] and m.values is None
+    assert m.timings == {"time/generate": 3.0, "charts/harness_memo_share": 0.5}
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_a_two_turn_run_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from sparserl.rl.trainer import RLConfig, train_rl
+
+    mats = tmp_path / "mats"
+    mats.mkdir()
+    for i, fam in enumerate(("banded", "random")):
+        save_matrix(generate(fam, 300, seed=i), mats / f"{fam}.npz")
+    cfg = RLConfig(model=str(tiny_model_dir), matrices=str(mats), out=str(tmp_path / "ppo"), steps=1,
+                   matrices_per_step=2, samples_per_matrix=2, minibatch=4, epochs=1, max_new_tokens=8, lr=1e-3,
+                   compile_only=True, device="cpu", eval_every=1, save_every=1, turns=2)
+    r = train_rl(cfg)
+    assert r["steps"] == 1
+    (m,) = [json.loads(x) for x in (tmp_path / "ppo" / "metrics.jsonl").read_text().splitlines() if '"losses/' in x]
+    assert {"turns/reward_mean_1", "turns/reward_mean_2", "turns/correct_rate_2"} <= set(m)
+    with pytest.raises(Exception, match="turns must be >= 1"):
+        RLConfig(turns=0)
