@@ -1,7 +1,7 @@
 """Output folders of the stages: a run never overwrites an earlier one without being told to.
 
 Every stage that writes a folder (``pretrain``, ``data build``, ``sft``, ``ppo``/``grpo``,
-``demo``) checks it first with :func:`check_output`: a folder that holds an earlier run's files
+``evaluate``, ``demo``) checks it first with :func:`check_output`: a folder that holds an earlier run's files
 is refused unless ``--resume`` (continue that run, where the stage can) or ``--force``
 (write over it) is given.
 """
@@ -18,6 +18,7 @@ MARKERS = {
     "sft": ("state.pt", "checkpoint", "metrics.jsonl"),
     "ppo": ("state.pt", "checkpoint", "metrics.jsonl"),
     "grpo": ("state.pt", "checkpoint", "metrics.jsonl"),
+    "evaluate": ("eval.json", "completions.jsonl"),
     "demo": ("stages.json", "demo.json", "data", "pretrain", "sft", "ppo"),
 }
 """Per stage, the files or folders whose presence means the folder holds an earlier run."""
