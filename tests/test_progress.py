@@ -74,3 +74,21 @@ def test_a_long_step_still_gets_a_line_every_so_often(caplog) -> None:
     time.sleep(0.3)
     assert len(caplog.records) == n  # nothing more once the display is closed
     assert caplog.records[-1].getMessage().startswith("sampling kernels: 16/16 (100%)")
+
+
+def test_hugging_face_bars_stay_out_of_a_log(tiny_model_dir) -> None:
+    """With output in a file, loading a model printed transformers' "Loading weights" tqdm bar
+    (carriage returns and all) into the log; every sparserl command turns those bars off there."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    load = f"from transformers import AutoModelForCausalLM\nAutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r})\n"
+    command = "from sparserl.cli import main\ntry:\n    main(['matrix', 'families'])\nexcept SystemExit:\n    pass\n"
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    alone = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, env=env, cwd=REPO)
+    assert alone.returncode == 0 and "Loading weights" in alone.stderr  # what a log got before
+    after = subprocess.run([sys.executable, "-c", command + load], capture_output=True, text=True, env=env, cwd=REPO)
+    assert after.returncode == 0 and "Loading weights" not in after.stderr, after.stderr[-2000:]

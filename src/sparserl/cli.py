@@ -94,6 +94,9 @@ def _root(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    from sparserl.progress import quiet_foreign_bars
+
+    quiet_foreign_bars()
 
 
 def command():

@@ -13,6 +13,8 @@ a validation)::
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +34,27 @@ def progress(enabled: bool = True, console: Console | None = None, every_s: floa
         return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TimeRemainingColumn(), console=console, disable=not enabled)
     return LineProgress(every_s=every_s, min_gap_s=min_gap_s)
+
+
+def quiet_foreign_bars(stream=None) -> None:
+    """Off a terminal, turn off the Hugging Face libraries' own tqdm bars ("Loading weights",
+    "Writing model shards"): in a log they are carriage-return debris beside our progress lines.
+    Call it before those libraries are imported (it sets ``HF_HUB_DISABLE_PROGRESS_BARS``, which
+    they read then) or after (it turns them off directly). An explicit setting of that variable
+    is left alone."""
+    stream = stream if stream is not None else sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    if (isatty is not None and isatty()) or "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
+        return
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
 
 
 def _duration(seconds: float) -> str:
