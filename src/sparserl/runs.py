@@ -1,9 +1,9 @@
 """Output folders of the stages: a run never overwrites an earlier one without being told to.
 
 Every stage that writes a folder (``pretrain``, ``data build``, ``sft``, ``ppo``/``grpo``,
-``evaluate``, ``demo``) checks it first with :func:`check_output`: a folder that holds an earlier run's files
+``demo``) checks it first with :func:`check_output`: a folder that holds an earlier run's files
 is refused unless ``--resume`` (continue that run, where the stage can) or ``--force``
-(write over it) is given.
+(write over it) is given; so does ``evaluate``, which cannot resume.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ MARKERS = {
     "sft": ("state.pt", "checkpoint", "metrics.jsonl"),
     "ppo": ("state.pt", "checkpoint", "metrics.jsonl"),
     "grpo": ("state.pt", "checkpoint", "metrics.jsonl"),
-    "evaluate": ("eval.json", "completions.jsonl"),
     "demo": ("stages.json", "demo.json", "data", "pretrain", "sft", "ppo"),
+    "evaluate": ("eval.json", "completions.jsonl"),
 }
 """Per stage, the files or folders whose presence means the folder holds an earlier run."""
 
