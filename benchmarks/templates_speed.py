@@ -23,7 +23,7 @@ over the 11 families (the issue's target set), over all generated matrices, and 
 
     python benchmarks/templates_speed.py --out benchmarks/results/templates_speed.json
     python benchmarks/templates_speed.py --rows 20000 --out /tmp/templates_smoke.json
-    python benchmarks/templates_speed.py --suitesparse ../shared/matrices/suitesparse --only none --out ss.json
+    python benchmarks/templates_speed.py --suitesparse $SPARSERL_SUITESPARSE --only none --out ss.json
     python benchmarks/templates_speed.py --rows 2000 --compile-only    # CPU: render and compile only
 
 ``--only`` takes comma-separated matrix names (``none`` skips the generated ones).

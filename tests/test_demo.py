@@ -69,3 +69,28 @@ def test_tiny_compile_only_demo(tmp_path: Path) -> None:
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert over.returncode == 2 and "holds an earlier demo run" in over.stderr and "--force" in over.stderr
     assert json.loads((out / "demo.json").read_text())["seconds"] == rep2["seconds"]
+
+
+def test_rl_summary_says_when_no_step_had_a_reward_signal(tmp_path: Path) -> None:
+    """The tiny CPU demo's PPO steps all score every sample alike (nothing compiles), yet the
+    weights move (the KL term, normalised by Adam): 'changed the policy' alone reads as if RL
+    learned something. The summary says the rewards never differed."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from sparserl.demo import _rl_line, policy_change
+
+    before, after, rl = tmp_path / "sft", tmp_path / "ppo" / "checkpoint", tmp_path / "ppo"
+    for folder, w in ((before, 1.0), (after, 1.0 + 1e-5)):
+        folder.mkdir(parents=True)
+        save_file({"w": np.full((2, 2), w, dtype=np.float32), "b": np.zeros(2, dtype=np.float32)},
+                  str(folder / "model.safetensors"))
+    steps = [{"step": 1, "charts/grad_norm": 0.0, "reward/mean": -4.0, "charts/no_signal": 1.0},
+             {"step": 2, "charts/grad_norm": 1e-5, "reward/mean": -4.0, "charts/no_signal": 1.0}]
+    (rl / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    line = _rl_line(policy_change(before, after, rl))
+    assert line.startswith("RL stage: changed the policy (1 of 2 weight tensors moved")
+    assert "in none of its 2 steps did the rewards differ" in line
+    steps[1]["charts/no_signal"] = 0.0  # one step with a signal: the plain line
+    (rl / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    assert _rl_line(policy_change(before, after, rl)).endswith("largest change 1e-05)")

@@ -56,3 +56,39 @@ def test_an_interrupted_loop_says_where_it_stopped(caplog) -> None:
     except KeyboardInterrupt:
         pass
     assert caplog.records[-1].getMessage().startswith("pretrain: 37/100 (37%)")
+
+
+def test_a_long_step_still_gets_a_line_every_so_often(caplog) -> None:
+    """'generate' samples its 16 kernels in one batch and a validation runs between two steps:
+    the loop calls nothing for minutes. Off a terminal there must still be a line now and then
+    (under nohup nothing printed until the end)."""
+    import time
+
+    caplog.set_level(logging.INFO, logger="sparserl.progress")
+    with LineProgress(every_s=0.2, min_gap_s=5) as bar:
+        task = bar.add_task("sampling kernels", total=16)
+        time.sleep(0.7)  # one batch of 16 samples, still running
+        assert any(r.getMessage().startswith("sampling kernels: 0/16 (0%)") for r in caplog.records), caplog.records
+        bar.update(task, advance=16)
+    n = len(caplog.records)
+    time.sleep(0.3)
+    assert len(caplog.records) == n  # nothing more once the display is closed
+    assert caplog.records[-1].getMessage().startswith("sampling kernels: 16/16 (100%)")
+
+
+def test_hugging_face_bars_stay_out_of_a_log(tiny_model_dir) -> None:
+    """With output in a file, loading a model printed transformers' "Loading weights" tqdm bar
+    (carriage returns and all) into the log; every sparserl command turns those bars off there."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    load = f"from transformers import AutoModelForCausalLM\nAutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r})\n"
+    command = "from sparserl.cli import main\ntry:\n    main(['matrix', 'families'])\nexcept SystemExit:\n    pass\n"
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    alone = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, env=env, cwd=REPO)
+    assert alone.returncode == 0 and "Loading weights" in alone.stderr  # what a log got before
+    after = subprocess.run([sys.executable, "-c", command + load], capture_output=True, text=True, env=env, cwd=REPO)
+    assert after.returncode == 0 and "Loading weights" not in after.stderr, after.stderr[-2000:]

@@ -29,14 +29,29 @@ def test_check_output(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, stage", [
     (("sft", "--data", "nowhere"), "sft"), (("pretrain", "--steps", "1"), "pretrain"), (("ppo",), "ppo"),
-    (("grpo",), "grpo"), (("data", "build"), "data"), (("demo", "--tiny"), "demo")])
+    (("grpo",), "grpo"), (("data", "build"), "data"), (("demo", "--tiny"), "demo"),
+    (("evaluate", "--baselines", "selector"), "evaluate")])
 def test_each_stage_refuses_an_earlier_run(cli, tmp_path: Path, args: tuple, stage: str) -> None:
     out = tmp_path / "run"
     (out / ("checkpoint" if stage in ("sft", "ppo", "grpo") else "summary.json" if stage == "data"
-            else "model" if stage == "pretrain" else "stages.json")).mkdir(parents=True)
+            else "model" if stage == "pretrain" else "eval.json" if stage == "evaluate"
+            else "stages.json")).mkdir(parents=True)
     line = one_line_error(cli(*args, "--out", out), f"holds an earlier {stage} run", "--force")
-    assert ("--resume" in line) == (stage != "data")
-    one_line_error(cli(*args, "--out", out, "--force", *(["--resume"] if stage != "data" else ["--nope"])))
+    can_resume = stage not in ("data", "evaluate")
+    assert ("--resume" in line) == can_resume
+    one_line_error(cli(*args, "--out", out, "--force", *(["--resume"] if can_resume else ["--nope"])))
+
+
+def test_evaluate_keeps_an_earlier_evaluation_unless_forced(cli, tmp_path: Path) -> None:
+    """An evaluation's eval.json and completions.jsonl (hours of GPU time) were overwritten by
+    the next 'sparserl evaluate' with the same --out, without a word."""
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "eval.json").write_text('{"earlier": true}')
+    (out / "completions.jsonl").write_text("{}\n")
+    one_line_error(cli("evaluate", "--baselines", "selector", "--out", out), "holds an earlier evaluate run",
+                   "eval.json, completions.jsonl", "--force")
+    assert (out / "eval.json").read_text() == '{"earlier": true}'
 
 
 def test_sft_refuses_a_temperature_of_zero(cli, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ turns that into a one-line ``error: ...`` message and exit status 2.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 import signal
 import sys
@@ -98,13 +99,18 @@ def _root(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    from sparserl.progress import quiet_foreign_bars
+
+    quiet_foreign_bars()
 
 
 def command():
     """The click command behind ``sparserl``, with its help tidied: no type placeholder
     (``<bool>``) beside on/off flags (``--help`` included), no "[default: False]" on a flag
     that is off unless given, and a default written into an option's help text (an option
-    whose default is not a plain value) shown as text rather than read as rich markup."""
+    whose default is not a plain value) shown as text rather than read as rich markup, and each
+    command's summary in a list of commands on one line (wrapped to the terminal, not where its
+    docstring's lines broke)."""
     cmd = typer.main.get_command(app)
     _tidy_help(cmd)
     return cmd
@@ -123,6 +129,9 @@ def _tidy_help(cmd) -> None:
     if help_option is not None:
         help_option.metavar = ""
     for sub in getattr(cmd, "commands", {}).values():
+        if sub.short_help is None and sub.help:  # the list of commands keeps a docstring's line breaks:
+            first = inspect.cleandoc(sub.help).split("\n\n")[0]  # its first paragraph, as one line
+            sub.short_help = " ".join(first.split())
         _tidy_help(sub)
 
 

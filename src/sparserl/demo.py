@@ -203,15 +203,16 @@ def policy_change(before: Path, after: Path, rl_out: Path) -> dict:
             diff = float(abs(a[key].astype("float64") - b[key].astype("float64")).max()) if a[key].size else 0.0
             changed += diff > 0
             largest = max(largest, diff)
-    norms, rewards = [], []
+    norms, rewards, no_signal = [], [], []
     metrics = rl_out / "metrics.jsonl"
     for line in metrics.read_text().splitlines() if metrics.exists() else []:
         rec = json.loads(line)
         if "charts/grad_norm" in rec:
             norms.append(rec["charts/grad_norm"])
             rewards.append(rec.get("reward/mean"))
+            no_signal.append(bool(rec.get("charts/no_signal")))
     return {"comparable": bool(files), "tensors": total, "tensors_changed": changed, "largest_change": largest,
-            "grad_norms": norms, "reward_means": rewards}
+            "grad_norms": norms, "reward_means": rewards, "no_signal_steps": sum(no_signal)}
 
 
 def summary_lines(report: dict) -> list[str]:
@@ -238,8 +239,13 @@ def _rl_line(ch: dict) -> str:
     if not ch.get("comparable"):
         return f"RL stage: could not compare the policy before and after ({ch.get('why', 'no weights found')})"
     if ch["tensors_changed"]:
-        return (f"RL stage: changed the policy ({ch['tensors_changed']} of {ch['tensors']} weight tensors moved, "
+        line = (f"RL stage: changed the policy ({ch['tensors_changed']} of {ch['tensors']} weight tensors moved, "
                 f"largest change {ch['largest_change']:.2g})")
+        steps = len(ch.get("grad_norms", []))
+        if steps and ch.get("no_signal_steps", 0) == steps:  # it moved, but not toward any reward
+            line += (f", but in none of its {steps} steps did the rewards differ (every sample scored alike), "
+                     "so nothing it learned came from the rewards: only the KL and entropy terms moved it")
+        return line
     why = ""
     if ch["grad_norms"] and not any(ch["grad_norms"]):
         means = ", ".join(f"{r:.2f}" for r in ch["reward_means"] if r is not None)

@@ -4,7 +4,8 @@ A rich progress bar only draws on a terminal; under ``nohup``, in CI or with out
 file it would print nothing until the end. :func:`progress` returns the bar on a terminal and
 otherwise a :class:`LineProgress` with the same methods (``add_task``, ``update``, ``advance``)
 that logs one line per task at every tenth of the way (5 s apart at least) and at least once
-a minute::
+a minute, also while a step that has not finished yet blocks the loop (sampling a batch of kernels,
+a validation)::
 
     INFO sparserl.progress: sft loss 3.805: 120/1000 (12%), 1m20s elapsed, about 9m47s left
 """
@@ -12,6 +13,8 @@ a minute::
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +34,27 @@ def progress(enabled: bool = True, console: Console | None = None, every_s: floa
         return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TimeRemainingColumn(), console=console, disable=not enabled)
     return LineProgress(every_s=every_s, min_gap_s=min_gap_s)
+
+
+def quiet_foreign_bars(stream=None) -> None:
+    """Off a terminal, turn off the Hugging Face libraries' own tqdm bars ("Loading weights",
+    "Writing model shards"): in a log they are carriage-return debris beside our progress lines.
+    Call it before those libraries are imported (it sets ``HF_HUB_DISABLE_PROGRESS_BARS``, which
+    they read then) or after (it turns them off directly). An explicit setting of that variable
+    is left alone."""
+    stream = stream if stream is not None else sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    if (isatty is not None and isatty()) or "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
+        return
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
 
 
 def _duration(seconds: float) -> str:
@@ -57,19 +81,42 @@ class _Task:
 class LineProgress:
     """rich's ``Progress`` interface (the part the loops use), as log lines: one line per task
     each time it passes another tenth of its total (``min_gap_s`` apart at least, so a loop of a
-    few seconds says nothing until its end), at least every ``every_s`` seconds while it
-    advances, and a last one when it finishes (or the display closes). Thread-safe."""
+    few seconds says nothing until its end), at least every ``every_s`` seconds while it runs
+    (inside ``with``, a background thread writes that line even when the loop is stuck in one
+    long step and calls nothing), and a last one when it finishes (or the display closes).
+    Thread-safe."""
 
     def __init__(self, every_s: float = 60.0, min_gap_s: float = 5.0):
         self.every_s = every_s
         self.min_gap_s = min_gap_s
         self._tasks: dict[int, _Task] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def __enter__(self) -> "LineProgress":
+        if self.every_s > 0:
+            self._stop.clear()
+            self._heartbeat = threading.Thread(target=self._beat, name="progress-lines", daemon=True)
+            self._heartbeat.start()
         return self
 
+    def _beat(self) -> None:
+        """A line for every unfinished task that has said nothing for ``every_s`` seconds."""
+        while not self._stop.wait(max(self.every_s / 4, 0.05)):
+            with self._lock:
+                now = time.perf_counter()
+                for t in self._tasks.values():
+                    unfinished = t.total is None or t.completed < t.total
+                    if unfinished and now - t.last_line >= self.every_s:
+                        t.last_line = now
+                        self._line(t)
+
     def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+            self._heartbeat = None
         with self._lock:
             for t in self._tasks.values():
                 if t.last_tenth < 10 and t.completed > t.first:

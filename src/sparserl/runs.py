@@ -3,7 +3,7 @@
 Every stage that writes a folder (``pretrain``, ``data build``, ``sft``, ``ppo``/``grpo``,
 ``improve``, ``demo``) checks it first with :func:`check_output`: a folder that holds an earlier run's files
 is refused unless ``--resume`` (continue that run, where the stage can) or ``--force``
-(write over it) is given.
+(write over it) is given; so does ``evaluate``, which cannot resume.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ MARKERS = {
     "grpo": ("state.pt", "checkpoint", "metrics.jsonl"),
     "improve": ("state.json", "rounds.json", "metrics.jsonl", "best"),
     "demo": ("stages.json", "demo.json", "data", "pretrain", "sft", "ppo"),
+    "evaluate": ("eval.json", "completions.jsonl"),
 }
 """Per stage, the files or folders whose presence means the folder holds an earlier run."""
 

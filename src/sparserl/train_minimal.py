@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="overwrite an earlier run in --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from sparserl.progress import quiet_foreign_bars
+
+    quiet_foreign_bars()
     try:
         from sparserl.devices import compile_only_or_fallback
         from sparserl.matrices import generate, save_matrix

@@ -439,3 +439,20 @@ def test_interrupted_write_leaves_nothing_behind(tmp_path: Path, monkeypatch, su
     with pytest.raises(KeyboardInterrupt):
         save_matrix(sp.eye_array(50, format="csr"), tmp_path / f"a{suffix}")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt, arrays, needle", [
+    ("csr", dict(shape=[2, 2], data=[1.0], indices=[5], indptr=[0, 1, 1]), "indices must be < 2"),
+    ("csr", dict(shape=[2, 2], data=[1.0, 2.0], indices=[0, 1], indptr=[0, 2, 1]), "non-decreasing"),
+    ("csc", dict(shape=[2, 2], data=[1.0], indices=[-1], indptr=[0, 1, 1]), "indices must be >= 0"),
+    ("bsr", dict(shape=[4, 4], data=np.ones((1, 2, 2)), indices=[7], indptr=[0, 1, 1]), "must be < 2"),
+])
+def test_npz_with_indices_out_of_range_is_refused_on_loading(tmp_path: Path, fmt, arrays, needle) -> None:
+    """A .npz whose arrays have the right lengths but point outside the matrix: scipy builds it
+    without complaint, and the native code that reads it later crashed (a segmentation fault in
+    'sparserl matrix info') or raised a traceback. Refused on loading, in one line."""
+    path = tmp_path / f"bad_{fmt}.npz"
+    np.savez(path, format=np.array(fmt.encode()), **{k: np.asarray(v) for k, v in arrays.items()})
+    with pytest.raises(MatrixError) as info:
+        load_matrix(path)
+    assert_one_line_error(info.value, path.name, "not a valid sparse matrix", needle)

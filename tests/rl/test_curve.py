@@ -48,3 +48,25 @@ def test_one_step_run_draws_its_point_and_warns_of_nothing(tmp_path: Path) -> No
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert plot_learning_curve(m, tmp_path / "c.png") is not None
+
+
+def test_a_compile_only_run_draws_compile_rates(tmp_path: Path) -> None:
+    """A compile-only run logs compile rates and no correct rate: those are what its curve shows
+    (it drew a correct rate of 0 or nothing at all)."""
+    from sparserl.eval.report import pyplot
+    from sparserl.rl.curve import curve_figure
+
+    m = tmp_path / "metrics.jsonl"
+    m.write_text("\n".join(json.dumps(x) for x in (
+        {"step": 1, "reward/mean": -0.5, "reward/compile_rate": 0.25},
+        {"step": 2, "reward/mean": -0.2, "reward/compile_rate": 0.5, "heldout/compile_rate": 0.75})) + "\n")
+    c = read_curve(m)
+    assert c["reward/compile_rate"] == [(1, 0.25), (2, 0.5)] and c["heldout/compile_rate"] == [(2, 0.75)]
+    plt = pyplot()
+    if plt is None:
+        return
+    fig = curve_figure(c, plt)
+    train, heldout = fig.axes
+    drawn = [[ln.get_label() for ln in ax.lines if not ln.get_label().startswith("_")] for ax in (train, heldout)]
+    assert drawn == [["reward/mean", "reward/compile_rate"], ["heldout/compile_rate"]]
+    plt.close(fig)

@@ -77,6 +77,9 @@ def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model_dir: Path, mats: 
             "reward/infra_failure_share", "charts/lr", "charts/update_minibatches"} <= keys
     if algo == "ppo":
         assert {"losses/value_loss", "losses/explained_variance", "charts/value_grad_norm"} <= keys
+    # compile-only: compile rates, and no correct rate (nothing was run: it read 0.0 in the summary)
+    assert "reward/compile_rate" in keys
+    assert [k for k in keys | set(r) if "correct" in k] == []
     lrs = [m["charts/lr"] for m in metrics if "charts/lr" in m]
     assert lrs == pytest.approx([1e-4, 2e-4])  # warm-up: lr 1e-3 over 10 steps
     assert Policy.load(tmp_path / algo / "checkpoint").config.encoding == Policy.from_pretrained(tiny_model_dir).config.encoding

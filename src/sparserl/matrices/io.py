@@ -243,12 +243,20 @@ def _load_npz(p: Path) -> sp.sparray | sp.spmatrix:
         raise MatrixError(f"{p}: not a .npz file (not a zip archive); write one with scipy.sparse.save_npz "
                           "or 'sparserl matrix gen'")
     try:
-        return sp.load_npz(p)
+        A = sp.load_npz(p)
     except Exception as exc:  # zipfile, numpy and scipy raise a variety of types here
         reason = _one_line(exc)
         if "pickle" in reason:  # object arrays inside: never unpickled (that would run the file's code)
             reason = "it holds Python objects, which are never loaded"
         raise MatrixError(f"{p}: not a readable scipy.sparse .npz file ({reason})") from None
+    if A.format in ("csr", "csc", "bsr"):
+        # scipy checks only the arrays' lengths when it builds these from a file; an index out of
+        # range or an index pointer going backwards would crash (or corrupt) the native code later
+        try:
+            A.check_format(full_check=True)
+        except ValueError as exc:
+            raise MatrixError(f"{p}: not a valid sparse matrix ({A.format}: {_one_line(exc)})") from None
+    return A
 
 
 def _one_line(exc: BaseException) -> str:

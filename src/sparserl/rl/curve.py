@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SERIES = ("reward/mean", "reward/correct_rate", "heldout/correct_rate", "heldout/speedup_geomean_correct")
+SERIES = ("reward/mean", "reward/compile_rate", "reward/correct_rate", "heldout/compile_rate", "heldout/correct_rate",
+          "heldout/speedup_geomean_correct")
+"""What is drawn; a compile-only run logs no correct rates, so its curve shows compile rates only."""
 
 
 def read_curve(metrics_path: str | Path) -> dict[str, list[tuple[int, float]]]:
@@ -30,8 +32,9 @@ def read_curve(metrics_path: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def plot_learning_curve(metrics_path: str | Path, out_png: str | Path) -> str | None:
-    """Two panels (training reward and correctness; held-out speedup and correctness) saved as
-    ``out_png``; returns its path, or None when matplotlib is missing or nothing was logged."""
+    """Two panels (training reward, compile and correct rates; held-out speedup, compile and
+    correct rates) saved as ``out_png``; returns its path, or None when matplotlib is missing or
+    nothing was logged."""
     curve = read_curve(metrics_path)
     if not any(curve.values()):
         return None
@@ -51,8 +54,8 @@ def curve_figure(curve: dict[str, list[tuple[int, float]]], plt):
     step is one point, which a line alone does not show), and a panel with nothing logged says
     so instead of drawing an empty legend."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    for k, ax in (("reward/mean", a), ("reward/correct_rate", a), ("heldout/speedup_geomean_correct", b),
-                  ("heldout/correct_rate", b)):
+    for k, ax in (("reward/mean", a), ("reward/compile_rate", a), ("reward/correct_rate", a),
+                  ("heldout/speedup_geomean_correct", b), ("heldout/compile_rate", b), ("heldout/correct_rate", b)):
         if curve[k]:
             xs, ys = zip(*curve[k])
             ax.plot(xs, ys, marker="o" if k.startswith("heldout") else ".", label=k)

@@ -95,7 +95,9 @@ def evaluate_heldout(policy: Policy, evaluator, items, cfg: RLConfig, seed: int)
                                  seed=seed + i)
     res = evaluator.evaluate_many([(t, it.ref, it.op, it.k) for t, it in zip(texts, reps)])
     n = len(res)
-    out = {"heldout/compile_rate": sum(r.compiled for r in res) / n, "heldout/correct_rate": sum(r.correct for r in res) / n}
+    out = {"heldout/compile_rate": sum(r.compiled for r in res) / n}
+    if not cfg.compile_only:  # compile-only: nothing was run, so there is no correctness to report
+        out["heldout/correct_rate"] = sum(r.correct for r in res) / n
     sp = [r.speedup for r in res if r.correct and r.speedup]
     if sp:
         out["heldout/speedup_geomean_correct"] = float(np.exp(np.mean(np.log(sp))))
@@ -108,9 +110,11 @@ def batch_metrics(batch: RolloutBatch, cfg: RLConfig) -> dict:
     res = [r for r, v in zip(batch.results, valid.tolist()) if v] or batch.results
     n = max(len(res), 1)
     out = {"reward/mean": float(batch.scores[valid].mean()) if bool(valid.any()) else 0.0,
-           "reward/compile_rate": sum(r.compiled for r in res) / n, "reward/correct_rate": sum(r.correct for r in res) / n,
+           "reward/compile_rate": sum(r.compiled for r in res) / n,
            "reward/infra_failure_share": 1.0 - float(valid.float().mean()),
            "charts/response_tokens": float(batch.mask.sum(1)[valid].mean()) if bool(valid.any()) else 0.0}
+    if not cfg.compile_only:  # compile-only: nothing was run, so there is no correctness to report
+        out["reward/correct_rate"] = sum(r.correct for r in res) / n
     sp = [r.speedup for r in res if r.correct and r.speedup]
     if sp:
         out["reward/speedup_geomean"] = float(np.exp(np.mean(np.log(sp))))

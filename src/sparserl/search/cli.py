@@ -21,29 +21,34 @@ def _console() -> Console:
 def search_cmd(
     matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
     budget: int = typer.Option(64, help="candidates to evaluate (each through the harness)"),
-    seconds: float = typer.Option(None, help="stop submitting candidates after this many seconds"),
+    seconds: float = typer.Option(None, help="stop submitting candidates after this many seconds "
+                                             "[default: no time limit]"),
     op: str = typer.Option("spmv", help="spmv or spmm"),
-    k: int = typer.Option(None, help="SpMM: columns of X"),
-    templates: str = typer.Option("", help="comma-separated template names to search (default: all of the op's)"),
+    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
+                                     "[default: none]"),
+    templates: str = typer.Option("", help="comma-separated template names to search [default: all of the op's]"),
     model: Path = typer.Option(None, help="policy checkpoint or HF model folder: it proposes too (samples and "
-                                          "refinements of the best so far)"),
-    store: Path = typer.Option(None, help="best-known store (default: best_known.sqlite under the harness cache "
-                                          "root, $SPARSERL_CACHE_DIR or ~/.cache/sparserl)"),
-    out: Path = typer.Option(None, help="output folder (default runs/search/<matrix>)"),
+                                          "refinements of the best so far) [default: none, no model]"),
+    store: Path = typer.Option(None, help="best-known store [default: best_known.sqlite under the harness cache "
+                                          "root, $SPARSERL_CACHE_DIR or ~/.cache/sparserl]"),
+    out: Path = typer.Option(None, help="output folder [default: runs/search/<matrix name>]"),
     regime: str = typer.Option("cold", help="L2 regime candidates are ranked in: cold (flushed) or warm"),
     parallel: int = typer.Option(0, help="candidates in flight (0: four per GPU)"),
     temperature: float = typer.Option(1.0, help="the policy's sampling temperature"),
     max_new_tokens: int = typer.Option(1536, help="the policy's longest completion, in tokens"),
     device: str = typer.Option("auto", help="the model's device: auto, cpu or cuda[:N]"),
-    compile_only: bool = typer.Option(False, help="compile only, even on a GPU (no GPU: always)"),
+    compile_only: bool = typer.Option(False, "--compile-only", help="compile only, even on a GPU (no GPU: always)"),
     seed: int = typer.Option(0, help="seed of the search's random choices"),
 ) -> None:
-    """Search the kernel space for one matrix: library seeds, mutations, policy proposals; every
-    candidate verified and timed by the harness; the best kernel, its report and the trace written,
-    the best-known store updated."""
+    """Search the kernel space for one matrix: library seeds, mutations, policy proposals.
+
+    Every candidate is verified and timed by the harness; the best kernel, its report and the
+    trace are written, and the best-known store is updated."""
     from sparserl.search.loop import SearchConfig
     from sparserl.search.run import SearchJob, search_matrix
 
+    if op == "spmv" and k is not None:
+        raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
                         regime=regime, parallel=parallel, seed=seed)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
@@ -65,7 +70,7 @@ def search_cmd(
 best_app = typer.Typer(help="The best-known store: the fastest verified kernel per matrix structure, op, k and GPU.",
                        no_args_is_help=True)
 
-_STORE_HELP = "best-known store (default: best_known.sqlite under the harness cache root)"
+_STORE_HELP = "best-known store [default: best_known.sqlite under the harness cache root]"
 
 
 def _open(store: Path | None, must_exist: bool = True):
@@ -80,9 +85,9 @@ def _open(store: Path | None, must_exist: bool = True):
 @best_app.command("list")
 def best_list(
     store: Path = typer.Option(None, help=_STORE_HELP),
-    matrix: str = typer.Option(None, help="only this matrix (name or fingerprint prefix)"),
-    op: str = typer.Option(None, help="only spmv or spmm"),
-    arch: str = typer.Option(None, help="only this GPU architecture (e.g. sm_90)"),
+    matrix: str = typer.Option(None, help="only this matrix (name or fingerprint prefix) [default: every matrix]"),
+    op: str = typer.Option(None, help="only spmv or spmm [default: both]"),
+    arch: str = typer.Option(None, help="only this GPU architecture (e.g. sm_90) [default: every one]"),
     as_json: bool = typer.Option(False, "--json", help="print JSON lines instead of a table"),
 ) -> None:
     """The best verified kernel of every matrix, op, k, GPU architecture, regime and harness version."""
@@ -108,9 +113,9 @@ def best_list(
 def best_show(
     key: str = typer.Argument(..., help="matrix name or fingerprint prefix"),
     store: Path = typer.Option(None, help=_STORE_HELP),
-    op: str = typer.Option(None, help="spmv or spmm"),
-    k: int = typer.Option(None, help="SpMM columns"),
-    arch: str = typer.Option(None, help="GPU architecture"),
+    op: str = typer.Option(None, help="spmv or spmm [default: any]"),
+    k: int = typer.Option(None, help="SpMM columns [default: any]"),
+    arch: str = typer.Option(None, help="GPU architecture [default: any]"),
     results: bool = typer.Option(False, "--results", help="also list every verified kernel of the matrix"),
 ) -> None:
     """One best kernel: its facts and its text."""
@@ -149,10 +154,11 @@ def best_show(
 def best_export(
     out: Path = typer.Argument(..., help="JSONL file to write (train with: sparserl sft --data OUT)"),
     store: Path = typer.Option(None, help=_STORE_HELP),
-    op: str = typer.Option(None, help="only spmv or spmm"),
-    arch: str = typer.Option(None, help="only this GPU architecture"),
-    regime: str = typer.Option(None, help="only kernels timed in this regime"),
-    harness_version: str = typer.Option(None, help="only kernels verified under this harness version"),
+    op: str = typer.Option(None, help="only spmv or spmm [default: both]"),
+    arch: str = typer.Option(None, help="only this GPU architecture [default: every one]"),
+    regime: str = typer.Option(None, help="only kernels timed in this regime [default: both]"),
+    harness_version: str = typer.Option(None, help="only kernels verified under this harness version "
+                                                   "[default: every one]"),
     min_speedup: float = typer.Option(0.0, help="only kernels at least this fast against cuSPARSE"),
     per_matrix: int = typer.Option(1, help="the fastest N distinct verified kernels per matrix (1: the best)"),
     within: float = typer.Option(None, help="only kernels at most this fraction slower than their matrix's best "

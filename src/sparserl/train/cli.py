@@ -285,10 +285,12 @@ def evaluate_cmd(
     out: Path = typer.Option(Path("runs/eval"), help="output folder (eval.md, eval.json, plots)"),
     compile_only: bool = typer.Option(False, "--compile-only", help="compile rates only; the default without a GPU"),
     no_plots: bool = typer.Option(False, "--no-plots", help="write no plots"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier evaluation in OUT"),
 ) -> None:
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
     from sparserl.eval.compare import EvalConfig, evaluate
 
+    check_output(out, "evaluate", force)
     if op == "spmv" and k is not None:
         raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
     cfg = EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint),
