@@ -94,3 +94,19 @@ def test_rl_summary_says_when_no_step_had_a_reward_signal(tmp_path: Path) -> Non
     steps[1]["charts/no_signal"] = 0.0  # one step with a signal: the plain line
     (rl / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     assert _rl_line(policy_change(before, after, rl)).endswith("largest change 1e-05)")
+
+
+def test_rl_line_when_every_step_was_skipped(tmp_path: Path) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from sparserl.demo import _rl_line, policy_change
+
+    before, after, rl = tmp_path / "sft", tmp_path / "ppo" / "checkpoint", tmp_path / "ppo"
+    for folder in (before, after):
+        folder.mkdir(parents=True)
+        save_file({"w": np.ones((2, 2), dtype=np.float32)}, str(folder / "model.safetensors"))
+    steps = [{"step": s, "charts/update_skipped": 1.0, "reward/mean": -4.0, "charts/no_signal": 1.0} for s in (1, 2)]
+    (rl / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    line = _rl_line(policy_change(before, after, rl))
+    assert line.startswith("RL stage: did NOT change the policy") and "all 2 of its steps were skipped" in line

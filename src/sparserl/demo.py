@@ -203,16 +203,17 @@ def policy_change(before: Path, after: Path, rl_out: Path) -> dict:
             diff = float(abs(a[key].astype("float64") - b[key].astype("float64")).max()) if a[key].size else 0.0
             changed += diff > 0
             largest = max(largest, diff)
-    norms, rewards, no_signal = [], [], []
+    norms, rewards, no_signal, skipped = [], [], [], 0
     metrics = rl_out / "metrics.jsonl"
     for line in metrics.read_text().splitlines() if metrics.exists() else []:
         rec = json.loads(line)
+        skipped += bool(rec.get("charts/update_skipped"))
         if "charts/grad_norm" in rec:
             norms.append(rec["charts/grad_norm"])
             rewards.append(rec.get("reward/mean"))
             no_signal.append(bool(rec.get("charts/no_signal")))
     return {"comparable": bool(files), "tensors": total, "tensors_changed": changed, "largest_change": largest,
-            "grad_norms": norms, "reward_means": rewards, "no_signal_steps": sum(no_signal)}
+            "grad_norms": norms, "reward_means": rewards, "no_signal_steps": sum(no_signal), "skipped_steps": skipped}
 
 
 def summary_lines(report: dict) -> list[str]:
@@ -247,7 +248,10 @@ def _rl_line(ch: dict) -> str:
                      "so nothing it learned came from the rewards: only the KL and entropy terms moved it")
         return line
     why = ""
-    if ch["grad_norms"] and not any(ch["grad_norms"]):
+    if ch.get("skipped_steps") and not ch["grad_norms"]:
+        why = (f": all {ch['skipped_steps']} of its steps were skipped, since every sample scored alike (no reward "
+               "differences to learn from)")
+    elif ch["grad_norms"] and not any(ch["grad_norms"]):
         means = ", ".join(f"{r:.2f}" for r in ch["reward_means"] if r is not None)
         why = (f": the gradient was zero in all {len(ch['grad_norms'])} steps (mean reward per step: {means}); "
                "PPO had no reward differences to learn from")

@@ -35,7 +35,8 @@ def base(tiny_model_dir: Path, mats: Path, out: Path, **kw) -> RLConfig:
     return RLConfig(**({"model": str(tiny_model_dir), "matrices": str(mats), "out": str(out), "steps": 2,
                         "matrices_per_step": 2, "samples_per_matrix": 2, "minibatch": 2, "epochs": 1,
                         "max_new_tokens": 12, "lr": 1e-3, "compile_only": True, "device": "cpu",
-                        "eval_every": 2, "save_every": 1} | kw))
+                        "eval_every": 2, "save_every": 1,
+                        "skip_no_signal_kl": None} | kw))  # compile-only rewards are all alike: step anyway
 
 
 def test_logprobs_and_entropy_match_the_whole_batch_formulas() -> None:
@@ -218,3 +219,33 @@ def test_shipped_configs_load() -> None:
     root = Path(__file__).resolve().parents[2] / "configs"
     assert load_config_file(root / "ppo.toml").algo == "ppo"
     assert load_config_file(root / "grpo.toml").samples_per_matrix == 8
+
+
+def test_a_step_without_reward_signal_is_skipped(tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
+    """Every 12-token completion fails alike (no reward signal) and the policy starts at the
+    reference: the default skips the optimizer step; an entropy bonus is a signal of its own."""
+    r = train_rl(base(tiny_model_dir, mats, tmp_path / "skip", steps=1, skip_no_signal_kl=1e-3))
+    assert r["charts/update_skipped"] == 1.0 and r["charts/no_signal"] == 1.0 and "losses/policy_loss" not in r
+    r = train_rl(base(tiny_model_dir, mats, tmp_path / "entropy", steps=1, skip_no_signal_kl=1e-3, entropy_coef=0.01))
+    assert "charts/update_skipped" not in r and "losses/policy_loss" in r
+
+
+def test_worth_a_step() -> None:
+    """The skip rule: a step is taken with a reward signal, with an entropy bonus, or when the
+    policy has drifted from the reference (the KL loss pulls it back); else Adam would scale the
+    gradient's float noise up to a full step (the demo's policy moved by 1e-5 per weight with a
+    gradient norm of 1e-5)."""
+    from sparserl.rl.rollout import RolloutBatch
+    from sparserl.rl.trainer import _worth_a_step
+
+    def batch(scores: list[float], kl: float) -> RolloutBatch:
+        B = len(scores)
+        return RolloutBatch([None] * B, [""] * B, torch.zeros(B, 3, dtype=torch.long), torch.ones(B, 3),
+                            torch.full((B, 3), kl), torch.zeros(B, 3), None, torch.tensor(scores), [None] * B)
+
+    cfg = RLConfig(samples_per_matrix=2, skip_no_signal_kl=1e-3)
+    assert not _worth_a_step(cfg, batch([1.0, 1.0, -2.0, -2.0], 1e-6), "cpu")  # equal within each group
+    assert _worth_a_step(cfg, batch([1.0, 1.0, -2.0, -1.0], 1e-6), "cpu")  # one group differs
+    assert _worth_a_step(cfg, batch([1.0, 1.0], 0.01), "cpu")  # drifted: the KL loss has work to do
+    assert _worth_a_step(dataclasses.replace(cfg, entropy_coef=0.01), batch([1.0, 1.0], 0.0), "cpu")
+    assert _worth_a_step(dataclasses.replace(cfg, skip_no_signal_kl=None), batch([1.0, 1.0], 0.0), "cpu")

@@ -96,6 +96,11 @@ class RLConfig:
     """Per-token KL estimator of that reward penalty (k1, k2, k3, abs)."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus on every response token (keeps exploration; 0 = off)."""
+    skip_no_signal_kl: float | None = 1e-3
+    """Skip the optimizer step when no reward signal reaches the policy (every group's rewards are
+    equal on every rank, no entropy bonus) and the policy is within this KL per token of the
+    reference: Adam would turn the float noise of such a step's gradient into a full-size step.
+    None: always step."""
     kl_cov_share: float = 0.0
     """KL-Cov (Cui et al. 2025): share of the batch's tokens with the highest covariance of log-prob
     and advantage that get a ``kl_cov_coef * |log p - log p_old|`` penalty (the paper: 0.002;
