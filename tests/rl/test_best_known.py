@@ -3,9 +3,7 @@ batch, new bests written back, nothing unverified ever written, and the rollout 
 
 from __future__ import annotations
 
-import contextlib
 import math
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -99,19 +97,7 @@ def test_collect_scores_with_the_store_and_logs_new_bests(bk: BestKnown, tiny_to
     from sparserl.rl.update import Reference
     from tests.rl.tiny import tiny_policy
 
-    times = iter([30.0, 10.0, 60.0])
-
-    class Timed:
-        memo_hits = 0
-
-        def submit(self, text, ref, op, k):
-            f: Future = Future()
-            f.set_result(timed(next(times)))
-            return f
-
-        @contextlib.contextmanager
-        def gpu_lease(self, device):
-            yield
+    from tests.rl.tiny import ScriptedEvaluator
 
     policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
     A = generate("banded", 200, seed=0)
@@ -120,7 +106,8 @@ def test_collect_scores_with_the_store_and_logs_new_bests(bk: BestKnown, tiny_to
     bk.store.close()
     bk.store = open_store(bk.store.path)
     score(bk, [item], ["seeded"], [timed(20.0)])  # the store knows 20 us for this matrix
-    batch = collect(policy, Reference(policy), None, Timed(), [item], 3, 8, 1.0, REL, seed=0, best_known=bk)
+    ev = ScriptedEvaluator([timed(30.0), timed(10.0), timed(60.0)])
+    batch = collect(policy, Reference(policy), None, ev, [item], 3, 8, 1.0, REL, seed=0, best_known=bk)
     assert batch.scores.tolist() == pytest.approx([math.log2(20 / 30), math.log2(20 / 10), math.log2(20 / 60)])
     assert batch.timings["reward/new_best_known"] == 1.0 and batch.timings["reward/best_known_share"] == 1.0
     (row,) = bk.store.best(op="spmv")

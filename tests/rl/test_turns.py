@@ -3,9 +3,7 @@ scores are discounted returns, turns merge into one batch, and a two-turn run tr
 
 from __future__ import annotations
 
-import contextlib
 import json
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ from sparserl.rl.turns import (  # noqa: E402
 )
 from sparserl.rl.update import Reference  # noqa: E402
 
-from tests.rl.tiny import tiny_policy  # noqa: E402
+from tests.rl.tiny import ScriptedEvaluator, tiny_policy  # noqa: E402
 
 KERNEL = "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 128), block=128\nextern \"C\" __global__ void spmv_kernel() {}\n"
 
@@ -38,25 +36,6 @@ def test_discounted_returns() -> None:
     assert g[2].tolist() == [3.0, 4.0] and g[1].tolist() == [3.5, 2.0] and g[0].tolist() == [2.75, 0.0]
     assert r[0].tolist() == [1.0, -1.0], "inputs untouched"
     assert [x.tolist() for x in discounted_returns(r, 0.0)] == [x.tolist() for x in r]
-
-
-class Scripted:
-    """Stands in for the harness: results in turn, each text remembered."""
-
-    memo_hits = 0
-
-    def __init__(self, results: list[EvalResult]):
-        self.results, self.texts = list(results), []
-
-    def submit(self, text, ref, op, k):
-        self.texts.append(text)
-        f: Future = Future()
-        f.set_result(self.results.pop(0))
-        return f
-
-    @contextlib.contextmanager
-    def gpu_lease(self, device):
-        yield
 
 
 def timed(t_us: float) -> EvalResult:
@@ -100,7 +79,7 @@ def test_the_next_prompt_shows_the_kernel_and_its_outcome(setup) -> None:
 def test_two_turns_merge_with_discounted_scores(setup) -> None:
     policy, item = setup
     # turn 1: 20 us, wrong; turn 2 (refining each): 10 us, 40 us
-    ev = Scripted([timed(20.0), wrong("bad"), timed(10.0), timed(40.0)])
+    ev = ScriptedEvaluator([timed(20.0), wrong("bad"), timed(10.0), timed(40.0)])
     cfg = RewardConfig(name="clipped_log", r_eff=1.0, r_pen=0.5, clip=3.0)
     batch = collect_turns(policy, Reference(policy), None, ev, [item], 2, 8, 1.0, cfg, seed=0, turns=2, discount=0.5)
     assert len(batch.texts) == 4 and batch.response.shape[0] == 4 and batch.mask.shape == batch.old_logp.shape

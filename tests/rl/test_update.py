@@ -206,31 +206,17 @@ def test_infrastructure_failures_stay_out_of_update_and_baselines() -> None:
 
 
 def test_collect_drops_infrastructure_failures(tiny_tokenizer, tiny_hf_config, caplog) -> None:
-    import contextlib
-    from concurrent.futures import Future
-
     from sparserl.kernels.contract import Op
     from sparserl.rewards import RewardConfig
     from sparserl.rl.rollout import MatrixItem, collect, matrix_entry
     from sparserl.rl.update import Reference
 
-    class Flaky:
-        memo_hits = 0
+    from tests.rl.tiny import ScriptedEvaluator
 
-        def __init__(self):
-            self.n = 0
+    def failed(kind: ErrorKind) -> EvalResult:
+        return EvalResult.failure("spmv", None, "m", kind, "boom", compiled=True)
 
-        def submit(self, text, ref, op, k):
-            self.n += 1
-            f: Future = Future()
-            kind = ErrorKind.INTERNAL if self.n == 2 else ErrorKind.INCORRECT
-            f.set_result(EvalResult.failure(op.value, k, ref, kind, "boom", compiled=True))
-            return f
-
-        @contextlib.contextmanager
-        def gpu_lease(self, device):
-            yield
-
+    flaky = ScriptedEvaluator([failed(ErrorKind.INCORRECT), failed(ErrorKind.INTERNAL), failed(ErrorKind.INCORRECT)])
     policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
     from sparserl.matrices import generate
 
@@ -238,7 +224,7 @@ def test_collect_drops_infrastructure_failures(tiny_tokenizer, tiny_hf_config, c
     inp, card = matrix_entry(A, policy)
     item = MatrixItem("m", A, "m", inp, Op.SPMV, None, card)
     with caplog.at_level(logging.WARNING):
-        batch = collect(policy, Reference(policy), None, Flaky(), [item], 3, 8, 1.0, RewardConfig(), seed=0)
+        batch = collect(policy, Reference(policy), None, flaky, [item], 3, 8, 1.0, RewardConfig(), seed=0)
     assert batch.valid.tolist() == [True, False, True] and float(batch.mask[1].sum()) == 0
     assert float(batch.mask[0].sum()) > 0 and batch.scores[1] == 0 and batch.scores[0] == -3.5
     assert "reasons of the machine" in caplog.text

@@ -3,6 +3,9 @@ trainer's way (rollout.annotate), so the tests exercise the code paths a run tak
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import Future
+
 import torch
 
 from sparserl.matrices import generate
@@ -57,3 +60,23 @@ def run_update(cfg, policy, vh, batch):
     stats = update(cfg, ActorCritic(policy, vh), build_optimizer(policy, vh, cfg), batch, adv, returns,
                    cfg.kl_loss_coef, np.random.default_rng(0), torch.device("cpu"))
     return adv, returns, stats
+
+
+class ScriptedEvaluator:
+    """Stands in for the harness in rollout tests: returns the given EvalResults in turn (as
+    finished futures) and remembers the texts it was sent."""
+
+    memo_hits = 0
+
+    def __init__(self, results):
+        self.results, self.texts = list(results), []
+
+    def submit(self, text, ref, op, k) -> Future:
+        self.texts.append(text)
+        f: Future = Future()
+        f.set_result(self.results.pop(0))
+        return f
+
+    @contextlib.contextmanager
+    def gpu_lease(self, device):
+        yield
