@@ -197,6 +197,25 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
     assert res["best_model"] == cfg.model
 
 
+def test_a_round_of_spmm(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The same loop for SpMM at k = 8: SpMM searches, SpMM teacher rows, an SpMM validation."""
+    pytest.importorskip("torch")
+    from sparserl.improve.loop import improve
+    from sparserl.search.store import BestStore
+
+    cfg = small(data_dir, tiny_model_dir, tmp_path, rounds=1, op="spmm", k=8, val_matrices=1, val_samples=1)
+    res = improve(cfg, TimingDouble(library_time))
+    r1 = res["rounds"][1]
+    with BestStore(cfg.store) as s:
+        best = s.best()
+        assert best and {(b.op, b.k) for b in best} == {("spmm", 8)}
+    rows = [json.loads(x) for x in (Path(cfg.out) / "round_1" / "teacher" / "train.jsonl").read_text().splitlines()]
+    teacher = [r for r in rows if r.get("provenance")]  # the searched kernels (replay rows are the data's own)
+    assert teacher and all(r["op"] == "spmm" and r["k"] == 8 for r in teacher)
+    assert r1["teacher"]["replay_rows"] == 0, "the data holds SpMV rows only: nothing of another op is replayed"
+    assert r1["teacher"]["rows"] == len(teacher) and r1["sft"]["steps"] == 2 and r1["val"]["samples"] == 1
+
+
 def test_improve_refuses_without_a_gpu_and_explains_its_options(cli, tmp_path: Path) -> None:
     from sparserl.devices import visible_gpus
 
