@@ -235,17 +235,22 @@ def test_worth_a_step() -> None:
     policy has drifted from the reference (the KL loss pulls it back); else Adam would scale the
     gradient's float noise up to a full step (the demo's policy moved by 1e-5 per weight with a
     gradient norm of 1e-5)."""
+    from sparserl.harness.result import ErrorKind, EvalResult
     from sparserl.rl.rollout import RolloutBatch
-    from sparserl.rl.trainer import _worth_a_step
+    from sparserl.rl.trainer import _worth_a_step, batch_metrics
 
     def batch(scores: list[float], kl: float) -> RolloutBatch:
         B = len(scores)
+        res = [EvalResult.failure("spmv", None, "m", ErrorKind.INCORRECT, "", compiled=True)] * B
         return RolloutBatch([None] * B, [""] * B, torch.zeros(B, 3, dtype=torch.long), torch.ones(B, 3),
-                            torch.full((B, 3), kl), torch.zeros(B, 3), None, torch.tensor(scores), [None] * B)
+                            torch.full((B, 3), kl), torch.zeros(B, 3), None, torch.tensor(scores), res)
+
+    def worth(cfg: RLConfig, b: RolloutBatch) -> bool:  # as rl_step asks: on the batch's metrics
+        return _worth_a_step(cfg, batch_metrics(b, cfg), "cpu")
 
     cfg = RLConfig(samples_per_matrix=2, skip_no_signal_kl=1e-3)
-    assert not _worth_a_step(cfg, batch([1.0, 1.0, -2.0, -2.0], 1e-6), "cpu")  # equal within each group
-    assert _worth_a_step(cfg, batch([1.0, 1.0, -2.0, -1.0], 1e-6), "cpu")  # one group differs
-    assert _worth_a_step(cfg, batch([1.0, 1.0], 0.01), "cpu")  # drifted: the KL loss has work to do
-    assert _worth_a_step(dataclasses.replace(cfg, entropy_coef=0.01), batch([1.0, 1.0], 0.0), "cpu")
-    assert _worth_a_step(dataclasses.replace(cfg, skip_no_signal_kl=None), batch([1.0, 1.0], 0.0), "cpu")
+    assert not worth(cfg, batch([1.0, 1.0, -2.0, -2.0], 1e-6))  # equal within each group
+    assert worth(cfg, batch([1.0, 1.0, -2.0, -1.0], 1e-6))  # one group differs
+    assert worth(cfg, batch([1.0, 1.0], 0.01))  # drifted: the KL loss has work to do
+    assert worth(dataclasses.replace(cfg, entropy_coef=0.01), batch([1.0, 1.0], 0.0))
+    assert worth(dataclasses.replace(cfg, skip_no_signal_kl=None), batch([1.0, 1.0], 0.0))

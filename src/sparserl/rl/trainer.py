@@ -277,17 +277,16 @@ def _signal_warning(run: Run, metrics: dict) -> None:
                     "KL and entropy terms move the policy", run.step, metrics["reward/mean"])
 
 
-def _worth_a_step(cfg: RLConfig, batch: RolloutBatch, device) -> bool:
+def _worth_a_step(cfg: RLConfig, metrics: dict, device) -> bool:
     """False when the update would only turn gradient noise into a step (see
-    ``RLConfig.skip_no_signal_kl``); the same answer on every rank."""
-    from sparserl.rl.update import _mean_over_ranks
+    ``RLConfig.skip_no_signal_kl``), judged on the batch's :func:`batch_metrics` (no signal, KL to
+    the reference); the same answer on every rank."""
+    from sparserl.train.dist import mean_over_ranks
 
     if cfg.skip_no_signal_kl is None or cfg.entropy_coef > 0:
         return True
-    signal = not bool(core.uniform_groups(batch.scores, cfg.samples_per_matrix, batch.valid_mask).all())
-    kl = float(core.masked_mean(batch.old_logp - batch.ref_logp, batch.mask).abs())
-    local = 1.0 if (signal or kl > cfg.skip_no_signal_kl) else 0.0
-    return _mean_over_ranks(local, device) > 0
+    local = not metrics["charts/no_signal"] or abs(metrics["charts/kl_to_ref"]) > cfg.skip_no_signal_kl
+    return mean_over_ranks(float(local), device) > 0
 
 
 def rl_step(run: Run) -> dict:
@@ -308,13 +307,13 @@ def rl_step(run: Run) -> dict:
                             cfg.max_new_tokens, cfg.temperature, cfg.reward, seed=seed, best_known=run.best_known)
     t_up = time.perf_counter()
     adv, returns = advantages(cfg, batch)
-    if _worth_a_step(cfg, batch, device):
+    metrics = batch_metrics(batch, cfg)
+    if _worth_a_step(cfg, metrics, device):
         upd = update(cfg, run.model, run.optim, batch, adv, returns, run.kl_ctl.value, run.rng, device)
     else:
         upd = {"charts/update_skipped": 1.0, "charts/update_minibatches": 0.0}
         log.info("step %d: no reward signal and the policy is at the reference: optimizer step skipped", run.step + 1)
-    metrics = batch_metrics(batch, cfg) | upd | batch.timings | {"time/update": time.perf_counter() - t_up,
-                                                                 "charts/lr": lr}
+    metrics |= upd | batch.timings | {"time/update": time.perf_counter() - t_up, "charts/lr": lr}
     if returns is not None:
         metrics["losses/explained_variance"] = float(core.explained_variance(batch.values, returns, batch.mask))
     run.step += 1

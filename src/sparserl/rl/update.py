@@ -29,6 +29,7 @@ from sparserl.model.policy import Policy
 from sparserl.rl import core
 from sparserl.rl.config import RLConfig
 from sparserl.rl.rollout import RolloutBatch, logprobs_and_entropy, token_logprobs, train_mode
+from sparserl.train.dist import mean_over_ranks
 
 
 class ValueHead(torch.nn.Module):
@@ -273,20 +274,9 @@ def _epochs(cfg: RLConfig, model, optim: Optim, batch: RolloutBatch, adv, return
             loss, vloss, st = minibatch_loss(cfg, model, batch, idx, adv, returns, plan, device)
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
-            if cfg.target_kl is not None and _mean_over_ranks(st["losses/approx_kl"], device) > cfg.target_kl:
+            if cfg.target_kl is not None and mean_over_ranks(st["losses/approx_kl"], device) > cfg.target_kl:
                 return applied, True  # every rank decides on the same mean: DDP's collectives stay paired
             for k, v in _step(optim, cfg, loss, vloss).items():
                 stats.setdefault(k, []).append(v)
             applied += 1
     return applied, False
-
-
-def _mean_over_ranks(x: float, device) -> float:
-    """``x`` averaged over the data-parallel ranks (itself when not distributed)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return x
-    t = torch.tensor([x], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item()) / dist.get_world_size()

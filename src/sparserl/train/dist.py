@@ -81,6 +81,17 @@ def wrap(module: torch.nn.Module, info: DistInfo, device: torch.device) -> torch
     return DDP(module, device_ids=ids, find_unused_parameters=True)
 
 
+def mean_over_ranks(x: float, device) -> float:
+    """``x`` averaged over the data-parallel ranks (itself when not distributed); every rank gets it."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return x
+    t = torch.tensor([x], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
+
+
 def gather_metrics(metrics: dict, info: DistInfo, summed: tuple[str, ...] = ()) -> dict:
     """Every rank's scalar metrics combined on all ranks: the mean, or the sum for ``summed``
     keys (throughputs). Keys missing on some ranks are combined over the ranks that have them."""
