@@ -83,10 +83,10 @@ class BestKnown:
             card = self.card(it)
             sink = self._sinks.get(card.fingerprint)
             if sink is None:
-                from sparserl.search.run import _coords
+                from sparserl.search.run import coords_later
 
                 sink = self._sinks[card.fingerprint] = StoreSink(
-                    self.store, card, it.name, None, _coords(it.A), {"rl": self.run_id}, model=self.model)
+                    self.store, card, it.name, None, coords_later(it.A), {"rl": self.run_id}, model=self.model)
             entry = TraceEntry(0, text_proposal(text, it.op, Provenance.POLICY_SAMPLE, note="RL rollout"), r, 0.0)
             if sink.write(f"{self.run_id}-{card.fingerprint[:8]}", it.op, it.k, r.regime, entry):
                 new += 1

@@ -89,8 +89,9 @@ def _format_takes(text: str, op: Op, A) -> bool:
     return isinstance(ex, Extracted) and accepts(A, ex.header.format, ex.header.params)
 
 
-def _coords(A):
-    """The SFT data's sampled coordinates of ``A`` (None without the train extra's encoding module)."""
+def coords_later(A):
+    """A function giving the SFT data's sampled coordinates of ``A`` (None without the train extra's
+    encoding module), computed on first call: what a store records with a matrix."""
     def compute():
         try:
             from sparserl.encoding import sample_nonzeros
@@ -255,7 +256,7 @@ def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, sto
     proposer = proposer_factory(card) if proposer_factory is not None else None
     sink = None
     if store is not None:
-        coords = _coords(A)
+        coords = coords_later(A)
         if ev.has_gpu:  # results will come: sample the coordinates meanwhile (seconds at 10^7 nonzeros)
             from concurrent.futures import ThreadPoolExecutor
 
