@@ -29,6 +29,27 @@ from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, make_sample
 from sparserl.model.tokenizer import train_tokenizer
 
 
+def memory_bound_tokens_per_s(lm, batch: int, prompt: int, steps: int, engine: str, bytes_per_s: float) -> float:
+    """Tokens/s if each decode step only had to read the weights once and the keys and values it
+    attends over once, at ``bytes_per_s``: the bound a step at this batch cannot beat.
+
+    Keys and values read per step and layer: batch x key heads x head size x 2 x element size
+    x positions, where positions is what the engine attends over, averaged over the steps: the
+    bucketed engine the prompt plus the tokens so far rounded up to its bucket, the others the
+    whole allocated cache (prompt + requested tokens)."""
+    from sparserl.model.bucketed import BUCKET
+
+    cfg = lm.config.get_text_config(decoder=True) if hasattr(lm.config, "get_text_config") else lm.config
+    p = next(lm.parameters())
+    weights = sum(q.numel() for q in lm.parameters()) * p.element_size()
+    kv = cfg.num_key_value_heads * cfg.head_dim * 2 * p.element_size() * cfg.num_hidden_layers * batch
+    if engine == "bucketed":
+        positions = sum(-(-(prompt + t) // BUCKET) * BUCKET for t in range(1, steps + 1)) / max(steps, 1)
+    else:
+        positions = prompt + steps
+    return batch * bytes_per_s / (weights + kv * positions)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=["tiny-test", "default", "8b"], default="default")
@@ -40,9 +61,14 @@ def main() -> int:
     ap.add_argument("--gen-tokens", type=int, default=256)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, default=Path("model_scale.json"))
-    ap.add_argument("--decode", default="graph,hf",
-                    help="decode engines to time, comma-separated (graph, static, hf); the first one's "
+    ap.add_argument("--decode", default="bucketed,graph,hf",
+                    help="decode engines to time, comma-separated (bucketed, graph, static, hf); the first one's "
                          "completions feed the PPO step")
+    ap.add_argument("--hbm-tb-s", type=float, default=4.8,
+                    help="memory bandwidth (TB/s) for the memory-bound limit printed beside each engine "
+                         "(4.8: the H200's HBM3e peak)")
+    ap.add_argument("--repeat", type=int, default=1, help="time each engine this many times, keep the fastest "
+                                                          "(the first run of an engine includes its graph captures)")
     ap.add_argument("--cudnn-attention", action="store_true",
                     help="leave torch's cuDNN attention on (the project turns it off; this measures why)")
     args = ap.parse_args()
@@ -96,17 +122,26 @@ def main() -> int:
     gen = {}
     ids = None
     for engine in args.decode.split(","):
-        t = time.perf_counter()
-        out = policy.generate_ids([sample] * args.gen_batch, max_new_tokens=args.gen_tokens, temperature=1.0, seed=0,
-                                  engine=engine)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        gen_s = time.perf_counter() - t
+        runs = []
+        for _ in range(max(1, args.repeat)):
+            t = time.perf_counter()
+            out = policy.generate_ids([sample] * args.gen_batch, max_new_tokens=args.gen_tokens, temperature=1.0,
+                                      seed=0, engine=engine)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            runs.append(time.perf_counter() - t)
+        gen_s = min(runs)
         gen_tokens = int((out != tok.pad_token_id).sum())  # generated tokens, padding after EOS excluded
-        gen[engine] = {"tokens": gen_tokens, "seconds": gen_s, "tokens_per_s": gen_tokens / gen_s,
-                       "steps": int(out.shape[1]), "ms_per_step": 1e3 * gen_s / out.shape[1]}
+        prompt = int(policy._batch(policy._prefix([sample]))[0].shape[1])
+        limit = memory_bound_tokens_per_s(policy.base_model, args.gen_batch, prompt, int(out.shape[1]),
+                                          engine, args.hbm_tb_s * 1e12)
+        gen[engine] = {"tokens": gen_tokens, "seconds": gen_s, "seconds_each_run": runs,
+                       "tokens_per_s": gen_tokens / gen_s, "steps": int(out.shape[1]),
+                       "ms_per_step": 1e3 * gen_s / out.shape[1], "prompt_tokens": prompt,
+                       "memory_bound_tokens_per_s": limit}
         print(f"generation ({engine}): {gen_tokens} tokens in {gen_s:.2f} s at batch {args.gen_batch} "
-              f"({gen[engine]['ms_per_step']:.2f} ms per decode step)", flush=True)
+              f"({gen[engine]['ms_per_step']:.2f} ms per decode step, {gen_tokens / gen_s:,.0f} tokens/s; "
+              f"memory-bound limit {limit:,.0f} tokens/s)", flush=True)
         ids = out if ids is None else ids
     # one PPO step (policy + value head + reference forward, 2 epochs) on this rollout, through the
     # trainer's own functions (rollout.annotate, update.advantages / update), so it cannot drift from them

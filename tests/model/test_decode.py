@@ -126,9 +126,12 @@ def test_policy_generation_is_the_same_through_either_engine(tiny_tokenizer, tin
 
 def test_engine_choice(tiny_hf_config) -> None:
     lm = _model(tiny_hf_config)
-    assert pick_engine(lm, torch.device("cpu")) == "static"
+    assert pick_engine(lm, torch.device("cpu")) == "bucketed"  # a Qwen3 decoder: see test_bucketed.py
+    assert pick_engine(lm, torch.device("cpu"), "static") == "static"
     assert pick_engine(lm, torch.device("cpu"), "graph") == "static"  # graphs need CUDA
-    assert pick_engine(lm, torch.device("cuda")) == "graph"
+    assert pick_engine(lm, torch.device("cuda"), "graph") == "graph"
+    lm.config.model_type = "not-a-family-the-bucketed-engine-knows"
+    assert pick_engine(lm, torch.device("cpu")) == "static" and pick_engine(lm, torch.device("cuda")) == "graph"
     lm.config._attn_implementation = "eager"  # not a model this module drives: its mask would be added, not applied
     assert pick_engine(lm, torch.device("cuda")) == "hf"
     assert pick_engine(lm, torch.device("cpu"), "static") == "hf" and pick_engine(lm, torch.device("cuda"), "graph") == "hf"

@@ -11,11 +11,16 @@ and replayed for each token. The host looks at the "all finished" flag every
 
 Engines (``engine=``, or the ``SPARSERL_DECODE`` environment variable):
 
+* ``bucketed``: :mod:`sparserl.model.bucketed` -- the decoder's layers run step by step over
+  only the cache positions in use (length buckets, one CUDA graph per bucket), grouped-query
+  attention without key copies, and finished rows dropped from the batch (Qwen3/Qwen2/Llama
+  decoders; graphs on CUDA, eager elsewhere);
 * ``graph``: the above (CUDA only; falls back to ``static`` if capture fails);
 * ``static``: the same loop run eagerly (CPU, or a model that cannot be captured);
 * ``hf``: ``model.generate()`` (the reference the other two are tested against);
-* ``auto`` (default): ``graph`` on CUDA, ``static`` elsewhere, and ``hf`` for a model this
-  module cannot drive (attention other than SDPA, or sliding-window layers).
+* ``auto`` (default): ``bucketed`` for the decoders it supports, else ``graph`` on CUDA,
+  ``static`` elsewhere, and ``hf`` for a model this module cannot drive (attention other than
+  SDPA, or sliding-window layers).
 
 Sampling is the Gumbel-max trick on the filtered logits (equivalent to drawing from the
 softmax), so it needs nothing but ``torch.rand`` and stays capturable. Output: the new
@@ -31,12 +36,14 @@ import os
 import torch
 
 from sparserl.errors import SparseRLError
+from sparserl.model import bucketed
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("auto", "graph", "static", "hf")
+ENGINES = ("auto", "bucketed", "graph", "static", "hf")
 _GRAPH_BROKEN: set[str] = set()  # model classes whose capture failed once: do not retry
 _STATIC_BROKEN: set[str] = set()  # model classes whose forward refused the static-cache inputs
+_BUCKETED_BROKEN: set[str] = set()  # model classes whose modules refused the bucketed engine's calls
 
 
 def _base(lm):
@@ -114,6 +121,11 @@ def pick_engine(lm, device: torch.device, engine: str | None = None) -> str:
     if engine == "hf":
         return engine
     name = _model_name(lm)
+    if engine in ("auto", "bucketed") and bucketed.supports(lm) and name not in _BUCKETED_BROKEN:
+        return "bucketed"
+    if engine == "bucketed":
+        log.warning("the bucketed decode engine cannot drive %s; using the next engine that can", name)
+        engine = "auto"
     if not static_supported(lm) or name in _STATIC_BROKEN:
         if engine != "auto":  # a boolean mask would be added, not applied, by eager attention
             log.warning("decode engine %r cannot drive %s (attention %r or sliding-window layers); using generate()",
@@ -149,6 +161,20 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
     # float32 policy samples in float32 here while generate() would follow the autocast.
     on_device = torch.cuda.device(embeds.device) if embeds.device.type == "cuda" else contextlib.nullcontext()
     with on_device, torch.autocast(embeds.device.type, enabled=False):
+        if engine == "bucketed":
+            try:
+                run = bucketed.BucketedDecode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id,
+                                              (temperature, top_k, top_p))
+            except torch.OutOfMemoryError:
+                raise
+            except (TypeError, ValueError, AttributeError, RuntimeError) as exc:  # modules that take other inputs
+                _BUCKETED_BROKEN.add(_model_name(lm))
+                log.warning("the bucketed decode engine does not fit %s (%s: %s); using the next engine",
+                            _model_name(lm), type(exc).__name__, exc)
+                return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
+                              "auto", check_every, return_logp)
+            ids, logp = run.run(graph=embeds.device.type == "cuda", check_every=check_every)
+            return (ids, logp) if return_logp else ids
         try:
             state = _StaticDecode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k,
                                   top_p)

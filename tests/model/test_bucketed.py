@@ -1,0 +1,150 @@
+"""The bucketed decode engine (CPU, eager): the same tokens and log-probabilities as generate()
+and as a full forward, across bucket boundaries, with rows leaving the batch as they finish,
+for Qwen3 (grouped-query attention, q/k norms), Llama and LoRA-wrapped models."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparserl.model import bucketed  # noqa: E402
+from sparserl.model.decode import decode, pick_engine  # noqa: E402
+
+from tests.model.test_decode import _model, _prompts, _trim  # noqa: E402
+
+
+def _llama(cfg):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    lc = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                     eos_token_id=cfg.eos_token_id, pad_token_id=cfg.pad_token_id)
+    lc._attn_implementation = "sdpa"
+    return AutoModelForCausalLM.from_config(lc).eval()
+
+
+def _lora(lm):
+    from peft import LoraConfig, get_peft_model
+
+    lm = get_peft_model(lm, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+                                       task_type="CAUSAL_LM"))
+    for n, p in lm.named_parameters():  # non-zero adapters, so that a path that skipped them would differ
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.5)
+    return lm.eval()
+
+
+def _bucketed(lm, embeds, mask, n, eos, pad, bucket, temperature=0.0, top_k=0):
+    run = bucketed.BucketedDecode(lm, embeds, mask, n, eos, pad, (temperature, top_k, 1.0), bucket=bucket)
+    ids, logp = run.run(graph=False, check_every=4)
+    return ids, logp, run
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3-lora", "llama"])
+def test_bucketed_decode_matches_generate_greedy(tiny_hf_config, family) -> None:
+    lm = _llama(tiny_hf_config) if family == "llama" else _model(tiny_hf_config)
+    if family.endswith("lora"):
+        lm = _lora(lm)
+    assert bucketed.supports(lm)
+    embeds, mask = _prompts(lm.get_input_embeddings().weight.shape[1], lengths=(7, 4, 9, 2, 8, 5, 9, 6))
+    pad = tiny_hf_config.pad_token_id
+    probe = decode(lm, embeds, mask, 30, eos_id=tiny_hf_config.vocab_size + 1, pad_id=pad, temperature=0, engine="hf")
+    # an end-of-sequence token that some rows reach early and others late (or never): the batch shrinks
+    eos = int(probe[0, 3])
+    hf = decode(lm, embeds, mask, 30, eos_id=eos, pad_id=pad, temperature=0, engine="hf")
+    ids, _, run = _bucketed(lm, embeds, mask, 30, eos, pad, bucket=4)  # a new bucket every 4 positions
+    assert _trim(ids, eos, pad) == _trim(hf, eos, pad)
+    ends = [r.index(eos) if eos in r else 30 for r in hf.tolist()]
+    assert min(ends) < 10 < max(ends) or run.compactions == [], ends
+    via_decode = decode(lm, embeds, mask, 30, eos_id=eos, pad_id=pad, temperature=0, engine="bucketed")
+    assert torch.equal(via_decode, ids[:, :via_decode.shape[1]]) and via_decode.shape == ids.shape
+
+
+def test_finished_rows_leave_the_batch(tiny_hf_config) -> None:
+    """Twelve rows that end at their third token and four that keep going: at the first check the
+    running batch shrinks to the four, which then produce exactly generate()'s tokens."""
+    lm = _model(tiny_hf_config)
+    e, m = _prompts(tiny_hf_config.hidden_size, lengths=(6, 9), seed=3)
+    embeds, mask = torch.cat([e[:1]] * 12 + [e[1:]] * 4), torch.cat([m[:1]] * 12 + [m[1:]] * 4)
+    pad = tiny_hf_config.pad_token_id
+    probe = decode(lm, embeds, mask, 40, eos_id=tiny_hf_config.vocab_size + 1, pad_id=pad, temperature=0, engine="hf")
+    eos = next(int(t) for t in probe[0, 2:] if int(t) not in probe[12].tolist())
+    ends_at = probe[0].tolist().index(eos)
+    ids, _, run = _bucketed(lm, embeds, mask, 40, eos, pad, bucket=8)
+    assert run.compactions == [4] and ends_at < 4, (run.compactions, ends_at)
+    hf = decode(lm, embeds, mask, 40, eos_id=eos, pad_id=pad, temperature=0, engine="hf")
+    assert _trim(ids, eos, pad) == _trim(hf, eos, pad) and ids.shape[1] == 40
+    after = (ids == eos).long().cumsum(1) - (ids == eos).long() > 0
+    assert after[:12].any() and (ids[after] == pad).all()
+
+
+@pytest.mark.parametrize("temperature,top_k", [(0.7, 0), (1.3, 20)])
+def test_bucketed_log_probs_are_the_samplers(tiny_hf_config, temperature, top_k) -> None:
+    """Each drawn token's log-probability under softmax(filter(logits / T)), as one full forward over
+    prompt + completion computes it; seeded runs draw the same tokens; 0 after each row's end."""
+    from sparserl.model.decode import filter_logits
+
+    lm = _lora(_model(tiny_hf_config))
+    embeds, mask = _prompts(tiny_hf_config.hidden_size, lengths=(7, 4, 9, 3, 6, 8, 2, 5, 9))
+    pad = tiny_hf_config.pad_token_id
+    torch.manual_seed(5)
+    probe, _, _ = _bucketed(lm, embeds, mask, 20, tiny_hf_config.vocab_size + 1, pad, 4, temperature, top_k)
+    eos = int(probe[1, 3])
+    torch.manual_seed(5)
+    ids, logp, _ = _bucketed(lm, embeds, mask, 20, eos, pad, 4, temperature, top_k)
+    torch.manual_seed(5)
+    again, _, _ = _bucketed(lm, embeds, mask, 20, eos, pad, 4, temperature, top_k)
+    assert torch.equal(again, ids)
+    B, T = ids.shape
+    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
+    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
+    with torch.no_grad():
+        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
+    P = embeds.shape[1]
+    want = torch.log_softmax(filter_logits((logits[:, P - 1: P - 1 + T].float() / temperature).reshape(B * T, -1),
+                                           top_k), -1).gather(-1, ids.reshape(-1, 1)).reshape(B, T)
+    is_eos = ids == eos
+    live = ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+    assert (~live).any() and live.any()
+    torch.testing.assert_close(logp[live], want[live], atol=2e-4, rtol=1e-4)
+    assert float(logp[~live].abs().max()) == 0.0
+
+
+def test_engine_choice_prefers_bucketed_where_supported(tiny_hf_config) -> None:
+    lm = _model(tiny_hf_config)
+    assert pick_engine(lm, torch.device("cpu")) == "bucketed"
+    assert pick_engine(lm, torch.device("cuda")) == "bucketed"
+    assert pick_engine(lm, torch.device("cuda"), "graph") == "graph"
+    other = copy.deepcopy(tiny_hf_config)
+    other.layer_types = ["sliding_attention"] * other.num_hidden_layers
+    lm2 = _model(tiny_hf_config)
+    lm2.config.layer_types = other.layer_types
+    assert not bucketed.supports(lm2)
+    assert pick_engine(lm2, torch.device("cuda"), "bucketed") != "bucketed"
+
+
+def test_a_model_whose_layers_do_not_fit_falls_back(tiny_hf_config, caplog, monkeypatch) -> None:
+    """A supported family whose modules then refuse the engine's calls: decoding still succeeds
+    through the next engine, with a warning, and that model class is not tried again."""
+    from sparserl.model import decode as dec
+
+    lm = _model(tiny_hf_config)
+    embeds, mask = _prompts(tiny_hf_config.hidden_size)
+    pad, eos = tiny_hf_config.pad_token_id, tiny_hf_config.eos_token_id
+
+    def refuse(*a, **k):
+        raise TypeError("q_proj takes other inputs")
+
+    want = decode(lm, embeds, mask, 5, eos_id=eos, pad_id=pad, temperature=0, engine="static")
+    monkeypatch.setattr(bucketed.DecoderView, "qkv", refuse)
+    try:
+        with caplog.at_level("WARNING"):
+            out = decode(lm, embeds, mask, 5, eos_id=eos, pad_id=pad, temperature=0)
+        assert torch.equal(out, want) and "bucketed decode engine does not fit" in caplog.text
+        assert pick_engine(lm, torch.device("cpu")) == "static"
+    finally:
+        dec._BUCKETED_BROKEN.discard(type(lm).__name__)
