@@ -49,8 +49,25 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos[:, None] + _rotate_half(x) * sin[:, None]
 
 
+_RMS_NORMS = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm")  # w * (x / rms(x)) in float32, cast back
+_TABLE_ROPE = ("default", "linear", "llama3")  # rotary types whose angles depend on the position alone
+
+
+def _norm(module, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)``; the RMS norms of the supported families in three kernels instead of six (the same
+    arithmetic: float32 normalisation, cast back, times the weight)."""
+    if type(module).__name__ in _RMS_NORMS:
+        return module.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon).to(x.dtype)
+    return module(x)
+
+
 class DecoderView:
-    """The pieces of a supported decoder that a step calls, found once."""
+    """The pieces of a supported decoder that a step calls, found once per decode.
+
+    Two per-decode preparations cut kernels from every step: the three input projections of a layer
+    become one matrix product where they are plain linear layers (LoRA-wrapped ones stay separate,
+    so their adapters apply), and the rotary angles are a table indexed by position where the
+    rotary type allows it."""
 
     def __init__(self, base):
         body = base.model
@@ -65,27 +82,58 @@ class DecoderView:
         self.n_kv = cfg.num_key_value_heads or cfg.num_attention_heads
         self.head_dim = a.head_dim
         self.scaling = a.scaling
+        self.fused: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [self._fuse(la.self_attn)
+                                                                               for la in self.layers]
+        self.table: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @staticmethod
+    def _fuse(attn):
+        """One weight (and bias) for q, k and v when all three are plain ``nn.Linear``; else None."""
+        mods = (attn.q_proj, attn.k_proj, attn.v_proj)
+        if not all(type(m) is torch.nn.Linear for m in mods):
+            return None
+        w = torch.cat([m.weight for m in mods])
+        biases = [m.bias for m in mods]
+        if all(b is None for b in biases):
+            return w, None
+        return w, torch.cat([b if b is not None else torch.zeros(m.out_features, dtype=w.dtype, device=w.device)
+                             for b, m in zip(biases, mods)])
 
     @property
     def dtype(self) -> torch.dtype:
         return self.head.weight.dtype
 
-    def qkv(self, layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """Rotated queries (B, Hq, T, D), keys and values (B, Hkv, T, D) for hidden states h (B, T, d)."""
-        a = layer.self_attn
+    def rope_table(self, length: int, like: torch.Tensor) -> None:
+        """Precompute cos/sin for positions 0 .. length-1 (when the rotary type depends on position alone)."""
+        if getattr(self.rotary, "rope_type", None) in _TABLE_ROPE:
+            cos, sin = self.rotary(like, torch.arange(length, device=like.device)[None])
+            self.table = (cos[0], sin[0])
+
+    def angles(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (B, T, D) for positions ``pos`` (B, T)."""
+        if self.table is None:
+            return self.rotary(x, pos)
+        return F.embedding(pos, self.table[0]), F.embedding(pos, self.table[1])
+
+    def qkv(self, li: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Rotated queries (B, Hq, T, D), keys and values (B, Hkv, T, D) of layer ``li`` for h (B, T, d)."""
+        a = self.layers[li].self_attn
         B, T, _ = h.shape
-        q = a.q_proj(h).view(B, T, -1, self.head_dim)
-        k = a.k_proj(h).view(B, T, -1, self.head_dim)
-        v = a.v_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)
+        D, nq, nk = self.head_dim, self.n_heads, self.n_kv
+        if self.fused[li] is not None:
+            q, k, v = F.linear(h, *self.fused[li]).split([nq * D, nk * D, nk * D], dim=-1)
+        else:
+            q, k, v = a.q_proj(h), a.k_proj(h), a.v_proj(h)
+        q, k, v = q.view(B, T, nq, D), k.view(B, T, nk, D), v.view(B, T, nk, D)
         if getattr(a, "q_norm", None) is not None:
-            q, k = a.q_norm(q), a.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        return _rope(q, cos, sin), _rope(k, cos, sin), v
+            q, k = _norm(a.q_norm, q), _norm(a.k_norm, k)
+        qk = _rope(torch.cat([q, k], dim=2).transpose(1, 2), cos, sin)  # one rotation for queries and keys
+        return qk[:, :nq], qk[:, nq:], v.transpose(1, 2)
 
     def finish(self, layer, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Output projection, residual, MLP and residual: the layer's output for input h."""
         h = h + layer.self_attn.o_proj(attn)
-        return h + layer.mlp(layer.post_attention_layernorm(h))
+        return h + layer.mlp(_norm(layer.post_attention_layernorm, h))
 
 
 def supports(lm) -> bool:
@@ -133,6 +181,7 @@ class BucketedDecode:
         self.key_ok[:, :P] = attention_mask.bool()
         pos = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
         logits = self._prefill(embeds.to(dt), pos)
+        self.m.rope_table(self.L, embeds.to(dt))
         first, first_logp = self._sample(logits, *sampling)
         self.ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
         self.ids[:, 0] = first
@@ -163,25 +212,26 @@ class BucketedDecode:
         cos, sin = self.m.rotary(x, pos)
         g = self.m.n_heads // self.m.n_kv
         for li, layer in enumerate(self.m.layers):
-            q, k, v = self.m.qkv(layer, layer.input_layernorm(x), cos, sin)
+            q, k, v = self.m.qkv(li, _norm(layer.input_layernorm, x), cos, sin)
             self.k[li][:, :, :P] = k
             self.v[li][:, :, :P] = v
             if g > 1:
                 k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
             att = F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=self.m.scaling)
             x = self.m.finish(layer, x, att.transpose(1, 2).reshape(B, P, -1))
-        return self.m.head(self.m.norm(x[:, -1]))
+        return self.m.head(_norm(self.m.norm, x[:, -1]))
 
-    def _attend(self, li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, span: int) -> torch.Tensor:
-        """Write this step's k, v (B, Hkv, 1, D) at ``col``; attend q (B, Hq, 1, D) over ``span`` positions."""
+    def _attend(self, li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, span: int,
+                bias: torch.Tensor) -> torch.Tensor:
+        """Write this step's k, v (B, Hkv, 1, D) at ``col``; attend q (B, Hq, 1, D) over ``span``
+        positions, ``bias`` (B, 1, 1, span) 0 on valid keys and -inf elsewhere."""
         K, V = self.k[li], self.v[li]
         K.index_copy_(2, self.col, k)
         V.index_copy_(2, self.col, v)
         B = q.shape[0]
         g = self.m.n_heads // self.m.n_kv
         qg = q.reshape(B, self.m.n_kv, g, self.m.head_dim)  # heads sharing a key head: query rows of it
-        mask = self.key_ok[:, None, None, :span]
-        out = F.scaled_dot_product_attention(qg, K[:, :, :span], V[:, :, :span], attn_mask=mask,
+        out = F.scaled_dot_product_attention(qg, K[:, :, :span], V[:, :, :span], attn_mask=bias,
                                              scale=self.m.scaling)
         return out.reshape(B, 1, -1)
 
@@ -189,11 +239,13 @@ class BucketedDecode:
         """Feed the last token, sample the next; reads and writes only the state's buffers."""
         self.key_ok.index_fill_(1, self.col, True)
         x = self.m.embed(self.cur)
-        cos, sin = self.m.rotary(x, self.pos)
+        cos, sin = self.m.angles(x, self.pos)
+        ok = self.key_ok[:, None, None, :span]  # one additive mask per step, for every layer
+        bias = torch.zeros(ok.shape, dtype=x.dtype, device=x.device).masked_fill_(~ok, float("-inf"))
         for li, layer in enumerate(self.m.layers):
-            q, k, v = self.m.qkv(layer, layer.input_layernorm(x), cos, sin)
-            x = self.m.finish(layer, x, self._attend(li, q, k, v, span))
-        logits = self.m.head(self.m.norm(x[:, -1]))
+            q, k, v = self.m.qkv(li, _norm(layer.input_layernorm, x), cos, sin)
+            x = self.m.finish(layer, x, self._attend(li, q, k, v, span, bias))
+        logits = self.m.head(_norm(self.m.norm, x[:, -1]))
         nxt, lp = self._sample(logits, *self.sampling)
         nxt = torch.where(self.finished, torch.full_like(nxt, self.pad), nxt)
         lp = torch.where(self.finished, torch.zeros_like(lp), lp)
