@@ -82,12 +82,14 @@ def test_finished_rows_leave_the_batch(tiny_hf_config) -> None:
     assert after[:12].any() and (ids[after] == pad).all()
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "matmul"])
 @pytest.mark.parametrize("temperature,top_k", [(0.7, 0), (1.3, 20)])
-def test_bucketed_log_probs_are_the_samplers(tiny_hf_config, temperature, top_k) -> None:
+def test_bucketed_log_probs_are_the_samplers(tiny_hf_config, temperature, top_k, attention, monkeypatch) -> None:
     """Each drawn token's log-probability under softmax(filter(logits / T)), as one full forward over
     prompt + completion computes it; seeded runs draw the same tokens; 0 after each row's end."""
     from sparserl.model.decode import filter_logits
 
+    monkeypatch.setattr(bucketed, "ATTENTION", attention)
     lm = _lora(_model(tiny_hf_config))
     embeds, mask = _prompts(tiny_hf_config.hidden_size, lengths=(7, 4, 9, 3, 6, 8, 2, 5, 9))
     pad = tiny_hf_config.pad_token_id

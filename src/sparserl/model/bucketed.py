@@ -28,6 +28,7 @@ the rule every engine shares.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 FAMILIES = ("qwen3", "qwen2", "llama")
 BUCKET = 128  # cache positions per length bucket
 MIN_COMPACT_BATCH = 8  # below this a smaller batch saves nothing worth a re-capture
+# attention of a decode step ($SPARSERL_DECODE_ATTENTION): "matmul" (batched products; a query head
+# group is only a few rows, which fused kernels pad to a tile: 108k vs 100k tokens/s at batch 1024 on
+# an H200, benchmarks/results/2026-12-01/decode) or "sdpa" (torch's fused kernel)
+ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "matmul")
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -231,8 +236,12 @@ class BucketedDecode:
         B = q.shape[0]
         g = self.m.n_heads // self.m.n_kv
         qg = q.reshape(B, self.m.n_kv, g, self.m.head_dim)  # heads sharing a key head: query rows of it
-        out = F.scaled_dot_product_attention(qg, K[:, :, :span], V[:, :, :span], attn_mask=bias,
-                                             scale=self.m.scaling)
+        if ATTENTION == "matmul":  # two batched products and a float32 softmax: no 64-row query tiles
+            scores = torch.matmul(qg, K[:, :, :span].transpose(-1, -2)).float() * self.m.scaling + bias
+            out = torch.matmul(scores.softmax(-1).to(qg.dtype), V[:, :, :span])
+        else:
+            out = F.scaled_dot_product_attention(qg, K[:, :, :span], V[:, :, :span], attn_mask=bias,
+                                                 scale=self.m.scaling)
         return out.reshape(B, 1, -1)
 
     def step(self, span: int) -> None:
