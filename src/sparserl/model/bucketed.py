@@ -38,10 +38,12 @@ log = logging.getLogger(__name__)
 FAMILIES = ("qwen3", "qwen2", "llama")
 BUCKET = 128  # cache positions per length bucket
 MIN_COMPACT_BATCH = 8  # below this a smaller batch saves nothing worth a re-capture
-# attention of a decode step ($SPARSERL_DECODE_ATTENTION): "matmul" (batched products; a query head
-# group is only a few rows, which fused kernels pad to a tile: 108k vs 100k tokens/s at batch 1024 on
-# an H200, benchmarks/results/2026-12-01/decode) or "sdpa" (torch's fused kernel)
-ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "matmul")
+# attention of a decode step ($SPARSERL_DECODE_ATTENTION): "sdpa" (torch's fused kernel, the
+# default) or "matmul" (two batched products; faster at large batches on an H200, 108k against
+# 96-100k tokens/s at batch 1024, benchmarks/results/2026-12-01/decode, but in bf16 it rounds the
+# raw scores to bf16, and the sampler's log-probabilities then drift from the learner's)
+ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "sdpa")
+CAPTURE_BROKEN: set[str] = set()  # model classes whose step failed to capture once: eager from then on
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -172,6 +174,7 @@ class BucketedDecode:
 
         self._sample = sample_with_logp
         base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+        self.model_name = type(base).__name__
         self.m = DecoderView(base)
         self.eos, self.pad, self.sampling, self.bucket = eos_id, pad_id, sampling, bucket or BUCKET
         self.n = max_new_tokens
@@ -202,7 +205,7 @@ class BucketedDecode:
         self.pool = None  # one memory pool for every captured step (they never run at the same time)
         self.side: torch.cuda.Stream | None = None
         self.warm = 0
-        self.broken = False
+        self.broken = self.model_name in CAPTURE_BROKEN
         self.compactions: list[int] = []  # the batch size after each compaction
 
     # -- the model -------------------------------------------------------------------------
@@ -284,7 +287,8 @@ class BucketedDecode:
         self.finished = self.finished.index_select(0, keep)
         self.cur = self.cur.index_select(0, keep)
         self.pos = self.pos.index_select(0, keep)
-        self.graphs.clear()
+        self.graphs.clear()  # after the host sync of the check that called this: no replay in flight
+        self.pool = None  # a fresh pool for the new batch's graphs, not one whose graphs are all gone
         self.compactions.append(int(keep.numel()))
 
     @torch.no_grad()
@@ -340,10 +344,11 @@ class BucketedDecode:
             with torch.cuda.graph(g, pool=self.pool, stream=self.side):
                 self.step(span)
         except Exception as exc:  # noqa: BLE001 - any capture failure means "run eagerly"
-            log.warning("CUDA graph capture of the bucketed decode step failed (%s: %s); decoding eagerly",
-                        type(exc).__name__, exc)
+            log.warning("CUDA graph capture of the bucketed decode step failed (%s: %s); decoding %s eagerly "
+                        "from now on", type(exc).__name__, exc, self.model_name)
             torch.cuda.synchronize(dev)
             self.broken = True
+            CAPTURE_BROKEN.add(self.model_name)
             return None
         torch.cuda.current_stream(dev).wait_stream(self.side)
         self.graphs[span] = g.replay

@@ -44,6 +44,14 @@ ENGINES = ("auto", "bucketed", "graph", "static", "hf")
 _GRAPH_BROKEN: set[str] = set()  # model classes whose capture failed once: do not retry
 _STATIC_BROKEN: set[str] = set()  # model classes whose forward refused the static-cache inputs
 _BUCKETED_BROKEN: set[str] = set()  # model classes whose modules refused the bucketed engine's calls
+LAST_ENGINE: dict[str, str] = {}  # the engine the last decode() ran ("engine"), for tests and logs
+
+
+def _next_engine(lm, device: torch.device) -> str:
+    """The engine ``auto`` picks after the bucketed one: graph on CUDA, static elsewhere, hf if neither fits."""
+    if not static_supported(lm) or _model_name(lm) in _STATIC_BROKEN:
+        return "hf"
+    return "graph" if device.type == "cuda" and _model_name(lm) not in _GRAPH_BROKEN else "static"
 
 
 def _base(lm):
@@ -154,6 +162,7 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
         raise SparseRLError("max_new_tokens must be >= 1")
     engine = pick_engine(lm, embeds.device, engine)
     if engine == "hf":
+        LAST_ENGINE["engine"] = "hf"
         return _hf_generate(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
                             return_logp)
     # No autocast: under it the rotary embedding leaves keys in float32 and values in bf16, and a
@@ -168,11 +177,13 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
             except torch.OutOfMemoryError:
                 raise
             except (TypeError, ValueError, AttributeError, RuntimeError) as exc:  # modules that take other inputs
-                _BUCKETED_BROKEN.add(_model_name(lm))
+                if not isinstance(exc, RuntimeError):  # a shape or CUDA error may pass; a wrong signature will not
+                    _BUCKETED_BROKEN.add(_model_name(lm))
                 log.warning("the bucketed decode engine does not fit %s (%s: %s); using the next engine",
                             _model_name(lm), type(exc).__name__, exc)
                 return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
-                              "auto", check_every, return_logp)
+                              _next_engine(lm, embeds.device), check_every, return_logp)
+            LAST_ENGINE["engine"] = "bucketed"
             ids, logp = run.run(graph=embeds.device.type == "cuda", check_every=check_every)
             return (ids, logp) if return_logp else ids
         try:
@@ -184,6 +195,7 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
                         _model_name(lm), type(exc).__name__, exc)
             state = None
         if state is not None:
+            LAST_ENGINE["engine"] = engine
             ids, logp = state.run(graph=engine == "graph", check_every=check_every)
             return (ids, logp) if return_logp else ids
     return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf",
