@@ -14,7 +14,7 @@ from sparserl.model import bucketed  # noqa: E402
 from sparserl.model import decode as dec  # noqa: E402
 from sparserl.model.decode import decode, pick_engine  # noqa: E402
 
-from tests.model.test_decode import _model, _prompts, _trim  # noqa: E402
+from tests.model.test_decode import _model, _prompts, _trim, forward_logp, up_to_end  # noqa: E402
 
 
 def _llama(cfg):
@@ -87,8 +87,6 @@ def test_finished_rows_leave_the_batch(tiny_hf_config) -> None:
 def test_bucketed_log_probs_are_the_samplers(tiny_hf_config, temperature, top_k, attention, monkeypatch) -> None:
     """Each drawn token's log-probability under softmax(filter(logits / T)), as one full forward over
     prompt + completion computes it; seeded runs draw the same tokens; 0 after each row's end."""
-    from sparserl.model.decode import filter_logits
-
     monkeypatch.setattr(bucketed, "ATTENTION", attention)
     lm = _lora(_model(tiny_hf_config))
     embeds, mask = _prompts(tiny_hf_config.hidden_size, lengths=(7, 4, 9, 3, 6, 8, 2, 5, 9))
@@ -101,16 +99,8 @@ def test_bucketed_log_probs_are_the_samplers(tiny_hf_config, temperature, top_k,
     torch.manual_seed(5)
     again, _, _ = _bucketed(lm, embeds, mask, 20, eos, pad, 4, temperature, top_k)
     assert torch.equal(again, ids)
-    B, T = ids.shape
-    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
-    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
-    with torch.no_grad():
-        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
-    P = embeds.shape[1]
-    want = torch.log_softmax(filter_logits((logits[:, P - 1: P - 1 + T].float() / temperature).reshape(B * T, -1),
-                                           top_k), -1).gather(-1, ids.reshape(-1, 1)).reshape(B, T)
-    is_eos = ids == eos
-    live = ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+    want = forward_logp(lm, embeds, mask, ids, temperature, top_k)
+    live = up_to_end(ids, eos)
     assert (~live).any() and live.any()
     torch.testing.assert_close(logp[live], want[live], atol=2e-4, rtol=1e-4)
     assert float(logp[~live].abs().max()) == 0.0
@@ -169,14 +159,7 @@ def test_compaction_keeps_each_rows_state(tiny_hf_config, family) -> None:
     ids, logp, run = _bucketed(lm, embeds, mask, 40, eos, pad, bucket=4)
     assert run.compactions == [4], run.compactions
     assert _trim(ids, eos, pad) == _trim(hf, eos, pad)
-    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
-    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
-    with torch.no_grad():
-        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
-    P, T = embeds.shape[1], ids.shape[1]
-    want = torch.log_softmax(logits[:, P - 1: P - 1 + T].float(), -1).gather(-1, ids[..., None]).squeeze(-1)
-    is_eos = ids == eos
-    alive = ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+    want, alive = forward_logp(lm, embeds, mask, ids), up_to_end(ids, eos)
     torch.testing.assert_close(logp[alive], want[alive], atol=2e-4, rtol=1e-4)
 
 
@@ -196,16 +179,10 @@ def test_fused_projections_keep_their_biases(tiny_hf_config) -> None:
     assert bucketed.supports(lm) and all(f is not None and f[1] is not None
                                          for f in bucketed.DecoderView(lm).fused)
     embeds, mask = _prompts(64, lengths=(7, 4, 9, 2))
-    ids, logp, _ = _bucketed(lm, embeds, mask, 12, tiny_hf_config.vocab_size + 1, tiny_hf_config.pad_token_id, 4)
-    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
-    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
-    with torch.no_grad():
-        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
-    P, T = embeds.shape[1], ids.shape[1]
-    step = logits[:, P - 1: P - 1 + T].float()
-    assert torch.equal(step.argmax(-1), ids)
-    want = torch.log_softmax(step, -1).gather(-1, ids[..., None]).squeeze(-1)
-    torch.testing.assert_close(logp, want, atol=2e-4, rtol=1e-4)
+    pad, never = tiny_hf_config.pad_token_id, tiny_hf_config.vocab_size + 1
+    ids, logp, _ = _bucketed(lm, embeds, mask, 12, never, pad, 4)
+    assert torch.equal(ids, decode(lm, embeds, mask, 12, eos_id=never, pad_id=pad, temperature=0, engine="hf"))
+    torch.testing.assert_close(logp, forward_logp(lm, embeds, mask, ids), atol=2e-4, rtol=1e-4)
 
 
 def test_a_runtime_error_falls_back_for_that_call_only(tiny_hf_config, monkeypatch) -> None:

@@ -45,6 +45,25 @@ def _trim(ids: torch.Tensor, eos: int, pad: int) -> list[list[int]]:
         rows.append(r[:r.index(eos) + 1] if eos in r else r)
     return rows
 
+def forward_logp(lm, embeds, mask, ids, temperature: float = 1.0, top_k: int = 0):
+    """(B, T) log-probabilities of ``ids`` under softmax(filter(logits / temperature)), from one full
+    forward over prompt + completion: what a sampler's recorded log-probabilities must equal."""
+    B, T = ids.shape
+    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
+    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
+    with torch.no_grad():
+        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
+    P = embeds.shape[1]
+    step = (logits[:, P - 1: P - 1 + T].float() / temperature).reshape(B * T, -1)
+    return torch.log_softmax(filter_logits(step, top_k), -1).gather(-1, ids.reshape(-1, 1)).reshape(B, T)
+
+
+def up_to_end(ids, eos: int):
+    """True on each row's tokens up to and including its first ``eos``."""
+    is_eos = ids == eos
+    return ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+
+
 
 def test_filter_logits_top_k_and_top_p() -> None:
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
@@ -143,8 +162,6 @@ def test_engine_choice(tiny_hf_config) -> None:
 def test_decode_returns_the_samplers_log_probs(tiny_hf_config, engine, temperature, top_k) -> None:
     """The log-probabilities decode returns are those of softmax(filter(logits / T)) for the drawn
     tokens, recomputed here by one full forward over prompt + completion; 0 after each row's end."""
-    from sparserl.model.decode import filter_logits
-
     lm = _model(tiny_hf_config)
     embeds, mask = _prompts(tiny_hf_config.hidden_size)
     pad = tiny_hf_config.pad_token_id
@@ -159,17 +176,8 @@ def test_decode_returns_the_samplers_log_probs(tiny_hf_config, engine, temperatu
     torch.manual_seed(5)
     assert torch.equal(decode(lm, embeds, mask, 16, eos_id=eos, pad_id=pad, temperature=temperature, top_k=top_k,
                               engine=engine), ids)  # asking for log-probs draws the same tokens
-    B, T = ids.shape
-    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
-    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
-    with torch.no_grad():
-        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
-    P = embeds.shape[1]
-    step_logits = logits[:, P - 1: P - 1 + T].float()
-    want = torch.log_softmax(filter_logits((step_logits / temperature).reshape(B * T, -1), top_k), -1)
-    want = want.gather(-1, ids.reshape(-1, 1)).reshape(B, T)
-    is_eos = ids == eos
-    live = ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+    want = forward_logp(lm, embeds, mask, ids, temperature, top_k)
+    live = up_to_end(ids, eos)
     assert (~live).any() and live.any()
     torch.testing.assert_close(logp[live], want[live], atol=2e-4, rtol=1e-4)
     assert float(logp[~live].abs().max()) == 0.0

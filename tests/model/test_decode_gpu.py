@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from sparserl.model import decode as dec  # noqa: E402
 
-from tests.model.test_decode import _model, _prompts, _trim  # noqa: E402
+from tests.model.test_decode import _model, _prompts, _trim, forward_logp, up_to_end  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -54,14 +54,7 @@ def test_graph_decode_returns_the_samplers_log_probs(tiny_hf_config) -> None:
     assert type(lm).__name__ not in dec._GRAPH_BROKEN
     torch.manual_seed(5)
     assert torch.equal(dec.decode(lm, embeds, mask, 32, eos_id=eos, pad_id=pad, temperature=0.7, engine="graph"), ids)
-    full = torch.cat([embeds, lm.get_input_embeddings()(ids)], dim=1)
-    am = torch.cat([mask, torch.ones_like(ids)], dim=1)
-    with torch.no_grad():
-        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
-    P, T = embeds.shape[1], ids.shape[1]
-    want = torch.log_softmax(logits[:, P - 1: P - 1 + T].float() / 0.7, -1).gather(-1, ids[..., None]).squeeze(-1)
-    is_eos = ids == eos
-    live = ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+    want, live = forward_logp(lm, embeds, mask, ids, 0.7), up_to_end(ids, eos)
     torch.testing.assert_close(logp[live], want[live], atol=2e-3, rtol=1e-3)
 
 
@@ -100,12 +93,5 @@ def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype) -> None:
     torch.manual_seed(5)
     s2 = dec.decode(lm, embeds, mask, 60, eos_id=eos, pad_id=pad, temperature=0.7, engine="bucketed")
     assert torch.equal(s1, s2)
-    full = torch.cat([embeds, lm.get_input_embeddings()(s1)], dim=1)
-    am = torch.cat([mask, torch.ones_like(s1)], dim=1)
-    with torch.no_grad():
-        logits = lm(inputs_embeds=full, attention_mask=am, position_ids=(am.cumsum(1) - 1).clamp(min=0)).logits
-    P, T = embeds.shape[1], s1.shape[1]
-    want = torch.log_softmax(logits[:, P - 1: P - 1 + T].float() / 0.7, -1).gather(-1, s1[..., None]).squeeze(-1)
-    is_eos = s1 == eos
-    live = ~((is_eos.long().cumsum(1) - is_eos.long()) > 0)
+    want, live = forward_logp(lm, embeds, mask, s1, 0.7), up_to_end(s1, eos)
     torch.testing.assert_close(lp[live], want[live], atol=2e-3, rtol=1e-3)

@@ -164,6 +164,15 @@ def supports(lm) -> bool:
         and all(hasattr(layer, n) for n in ("input_layernorm", "post_attention_layernorm", "mlp"))
 
 
+def trim_to_longest(ids: torch.Tensor, logp: torch.Tensor, eos: int, done: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``done`` columns of (ids, logp), cut after the longest row's end token."""
+    ids = ids[:, :done]
+    is_eos = ids == eos
+    ends = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, torch.full_like(ids[:, 0], done))
+    T = int(ends.max())
+    return ids[:, :T], logp[:, :T]
+
+
 class BucketedDecode:
     """One batched decode: prompt pass, then captured steps over length buckets, with compaction."""
 
@@ -312,11 +321,7 @@ class BucketedDecode:
             else:
                 self.step(span)
             done += 1
-        ids = self.ids[:, :done]
-        is_eos = ids == self.eos
-        ends = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, torch.full_like(ids[:, 0], done))
-        T = int(ends.max())
-        return ids[:, :T], self.logp[:, :T]
+        return trim_to_longest(self.ids, self.logp, self.eos, done)
 
     def _on_side(self, fn) -> None:
         """Run ``fn`` on the capture stream (cuBLAS workspaces are per stream: warm up where we capture)."""

@@ -298,11 +298,7 @@ class _StaticDecode:
             else:
                 self.step()
             done += 1
-        ids = self.ids[:, :done]
-        is_eos = ids == self.eos
-        ends = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, torch.full_like(ids[:, 0], done))
-        T = int(ends.max())
-        return ids[:, :T], self.logp[:, :T]
+        return bucketed.trim_to_longest(self.ids, self.logp, self.eos, done)
 
     def _capture(self, done: int):
         """Warm up (real steps) on a side stream, then capture one step; None if capture fails."""
