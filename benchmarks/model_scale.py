@@ -38,8 +38,9 @@ def memory_bound_tokens_per_s(lm, batch: int, prompt: int, steps: int, engine: s
     bucketed engine the prompt plus the tokens so far rounded up to its bucket, the others the
     whole allocated cache (prompt + requested tokens)."""
     from sparserl.model.bucketed import BUCKET
+    from sparserl.model.hf_parts import text_config
 
-    cfg = lm.config.get_text_config(decoder=True) if hasattr(lm.config, "get_text_config") else lm.config
+    cfg = text_config(lm)
     p = next(lm.parameters())
     weights = sum(q.numel() for q in lm.parameters()) * p.element_size()
     kv = cfg.num_key_value_heads * cfg.head_dim * 2 * p.element_size() * cfg.num_hidden_layers * batch
@@ -121,6 +122,7 @@ def main() -> int:
     print(f"SFT steps: {sorted(step_s)} s, peak {train_peak} GiB", flush=True)
     gen = {}
     ids = None
+    prompt = int(policy._batch(policy._prefix([sample]))[0].shape[1])  # prompt positions (the same for every row)
     for engine in args.decode.split(","):
         runs = []
         for _ in range(max(1, args.repeat)):
@@ -132,7 +134,6 @@ def main() -> int:
             runs.append(time.perf_counter() - t)
         gen_s = min(runs)
         gen_tokens = int((out != tok.pad_token_id).sum())  # generated tokens, padding after EOS excluded
-        prompt = int(policy._batch(policy._prefix([sample]))[0].shape[1])
         limit = memory_bound_tokens_per_s(policy.base_model, args.gen_batch, prompt, int(out.shape[1]),
                                           engine, args.hbm_tb_s * 1e12)
         gen[engine] = {"tokens": gen_tokens, "seconds": gen_s, "seconds_each_run": runs,

@@ -8,8 +8,8 @@ that traffic, not the arithmetic, was the step (10 ms a step for the 29M default
 H200). This engine runs the same decoder layers through their own modules (norms, projections
 with any LoRA adapters on them, rotary embedding, MLP), with three changes to the attention:
 
-* **Length buckets.** Step ``t`` attends over the first ``ceil((P + t + 1) / bucket) * bucket``
-  cache positions only; one CUDA graph is captured per (batch, bucket) and replayed.
+* **Length buckets.** The step that writes new token ``t`` (prompt length ``P``) attends over the
+  first ``ceil((P + t) / bucket) * bucket`` cache positions only; one CUDA graph is captured per (batch, bucket) and replayed.
 * **No key copies for grouped-query attention.** The ``g`` query heads that share a key head are
   laid out as ``g`` query rows of that key head, so scaled-dot-product attention reads each key
   and value once.
@@ -32,6 +32,8 @@ import os
 
 import torch
 import torch.nn.functional as F
+
+from sparserl.model.hf_parts import base_model, text_config
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +86,10 @@ class DecoderView:
         self.rotary = body.rotary_emb
         self.head = base.lm_head
         a = self.layers[0].self_attn
-        cfg = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
+        cfg = text_config(base)
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads or cfg.num_attention_heads
+        self.group = self.n_heads // self.n_kv  # query heads per key head
         self.head_dim = a.head_dim
         self.scaling = a.scaling
         self.fused: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [self._fuse(la.self_attn)
@@ -145,8 +148,8 @@ class DecoderView:
 
 def supports(lm) -> bool:
     """Whether ``lm`` (a model or a PEFT wrapper) is a decoder this engine can run."""
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    cfg = base.config.get_text_config(decoder=True) if hasattr(base.config, "get_text_config") else base.config
+    base = base_model(lm)
+    cfg = text_config(base)
     if getattr(cfg, "model_type", None) not in FAMILIES:
         return False
     if getattr(cfg, "use_sliding_window", False):
@@ -182,7 +185,7 @@ class BucketedDecode:
         from sparserl.model.decode import sample_with_logp
 
         self._sample = sample_with_logp
-        base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+        base = base_model(lm)
         self.model_name = type(base).__name__
         self.m = DecoderView(base)
         self.eos, self.pad, self.sampling, self.bucket = eos_id, pad_id, sampling, bucket or BUCKET
@@ -197,8 +200,9 @@ class BucketedDecode:
         self.key_ok = torch.zeros(B, self.L, dtype=torch.bool, device=dev)
         self.key_ok[:, :P] = attention_mask.bool()
         pos = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
-        logits = self._prefill(embeds.to(dt), pos)
-        self.m.rope_table(self.L, embeds.to(dt))
+        x = embeds.to(dt)
+        logits = self._prefill(x, pos)
+        self.m.rope_table(self.L, x)
         first, first_logp = self._sample(logits, *sampling)
         self.ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
         self.ids[:, 0] = first
@@ -227,7 +231,7 @@ class BucketedDecode:
         m[:, i, i] = True  # a padding position sees itself, so its row stays finite
         m = m[:, None]
         cos, sin = self.m.rotary(x, pos)
-        g = self.m.n_heads // self.m.n_kv
+        g = self.m.group
         for li, layer in enumerate(self.m.layers):
             q, k, v = self.m.qkv(li, _norm(layer.input_layernorm, x), cos, sin)
             self.k[li][:, :, :P] = k
@@ -246,8 +250,7 @@ class BucketedDecode:
         K.index_copy_(2, self.col, k)
         V.index_copy_(2, self.col, v)
         B = q.shape[0]
-        g = self.m.n_heads // self.m.n_kv
-        qg = q.reshape(B, self.m.n_kv, g, self.m.head_dim)  # heads sharing a key head: query rows of it
+        qg = q.reshape(B, self.m.n_kv, self.m.group, self.m.head_dim)  # heads sharing a key head: query rows of it
         if ATTENTION == "matmul":  # two batched products and a float32 softmax: no 64-row query tiles
             scores = torch.matmul(qg, K[:, :, :span].transpose(-1, -2)).float() * self.m.scaling + bias
             out = torch.matmul(scores.softmax(-1).to(qg.dtype), V[:, :, :span])

@@ -37,6 +37,7 @@ import torch
 
 from sparserl.errors import SparseRLError
 from sparserl.model import bucketed
+from sparserl.model.hf_parts import base_model, text_config
 
 log = logging.getLogger(__name__)
 
@@ -47,21 +48,9 @@ _BUCKETED_BROKEN: set[str] = set()  # model classes whose modules refused the bu
 LAST_ENGINE: dict[str, str] = {}  # the engine the last decode() ran ("engine"), for tests and logs
 
 
-def _next_engine(lm, device: torch.device) -> str:
-    """The engine ``auto`` picks after the bucketed one: graph on CUDA, static elsewhere, hf if neither fits."""
-    if not static_supported(lm) or _model_name(lm) in _STATIC_BROKEN:
-        return "hf"
-    return "graph" if device.type == "cuda" and _model_name(lm) not in _GRAPH_BROKEN else "static"
-
-
-def _base(lm):
-    """The underlying model (not PEFT's wrapper)."""
-    return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-
-
 def _model_name(lm) -> str:
     """The underlying model's class, for the sets above."""
-    return type(_base(lm)).__name__
+    return type(base_model(lm)).__name__
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -106,14 +95,9 @@ def sample_with_logp(logits: torch.Tensor, temperature: float, top_k: int = 0,
     return tok, torch.log_softmax(logits, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
 
 
-def _text_config(lm):
-    cfg = lm.config
-    return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
-
-
 def static_supported(lm) -> bool:
     """Whether ``lm`` is a model this module can drive: SDPA attention, full attention in every layer."""
-    cfg = _text_config(lm)
+    cfg = text_config(lm)
     if getattr(cfg, "_attn_implementation", None) != "sdpa":
         return False
     types = getattr(cfg, "layer_types", None)
@@ -134,10 +118,17 @@ def pick_engine(lm, device: torch.device, engine: str | None = None) -> str:
     if engine == "bucketed":
         log.warning("the bucketed decode engine cannot drive %s; using the next engine that can", name)
         engine = "auto"
+    return _cache_engine(lm, device, engine)
+
+
+def _cache_engine(lm, device: torch.device, engine: str) -> str:
+    """Among the static-cache engines (``graph``, ``static``) and ``hf``: the one ``engine`` asks for,
+    downgraded where it cannot work; ``auto`` is ``graph`` on CUDA, ``static`` elsewhere."""
+    name = _model_name(lm)
     if not static_supported(lm) or name in _STATIC_BROKEN:
         if engine != "auto":  # a boolean mask would be added, not applied, by eager attention
             log.warning("decode engine %r cannot drive %s (attention %r or sliding-window layers); using generate()",
-                        engine, name, getattr(_text_config(lm), "_attn_implementation", None))
+                        engine, name, getattr(text_config(lm), "_attn_implementation", None))
         return "hf"
     if engine == "auto":
         return "graph" if device.type == "cuda" and name not in _GRAPH_BROKEN else "static"
@@ -182,7 +173,7 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
                 log.warning("the bucketed decode engine does not fit %s (%s: %s); using the next engine",
                             _model_name(lm), type(exc).__name__, exc)
                 return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
-                              _next_engine(lm, embeds.device), check_every, return_logp)
+                              _cache_engine(lm, embeds.device, "auto"), check_every, return_logp)
             LAST_ENGINE["engine"] = "bucketed"
             ids, logp = run.run(graph=embeds.device.type == "cuda", check_every=check_every)
             return (ids, logp) if return_logp else ids
@@ -226,7 +217,7 @@ def _cache_kwarg(lm) -> str:
     """The forward's name for the cache argument: ``cache`` in newer transformers 5.x, else ``past_key_values``."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(_base(lm).forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(base_model(lm).forward).parameters else "past_key_values"
 
 
 class _StaticDecode:
@@ -242,7 +233,7 @@ class _StaticDecode:
         dev = embeds.device
         B, P, _ = embeds.shape
         L = P + max_new_tokens
-        self.cache = StaticCache(config=_text_config(lm), max_cache_len=L)
+        self.cache = StaticCache(config=text_config(lm), max_cache_len=L)
         key_ok = torch.zeros(B, L, dtype=torch.bool, device=dev)
         key_ok[:, :P] = attention_mask.bool()
         # Prompt mask (B, 1, P, L): causal and not padding; every position sees itself, so a

@@ -32,6 +32,7 @@ import torch
 from sparserl.encoding import EncodingConfig, MatrixEncoder, MatrixInput
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import VALUES_RULE, Op
+from sparserl.model import hf_parts
 from sparserl.model.decode import decode
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class Policy(torch.nn.Module):
 
     @property
     def base_model(self):
-        return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
+        return hf_parts.base_model(self.lm)
 
     @property
     def embeddings(self):

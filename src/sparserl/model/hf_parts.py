@@ -1,0 +1,14 @@
+"""Reading a Hugging Face causal LM the same way whether or not PEFT wraps it."""
+
+from __future__ import annotations
+
+
+def base_model(lm):
+    """The underlying model (not PEFT's wrapper)."""
+    return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+
+
+def text_config(lm):
+    """The decoder's config (the text part of a multimodal config)."""
+    cfg = lm.config
+    return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
