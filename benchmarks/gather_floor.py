@@ -1,0 +1,207 @@
+"""How fast can any SpMV kernel be on the irregular families? The access pattern's own floor.
+
+Issue 15 asks for a library oracle of >= 1.3x cuSPARSE on the power-law, skewed, random and
+empty-rows families at 2M rows; every kernel we have lands at 1.04-1.08x. This script measures
+what the *reads alone* cost, with no row structure, no reduction across threads and no output
+beyond one float per thread, in the same cold regime (L2 flushed before each run) and with the
+same timing function as cuSPARSE and the harness:
+
+- ``stream``: read ``val`` and ``col`` once, in order, 16 bytes per load (the compulsory
+  index and value traffic);
+- ``gather``: the same, plus ``x[col[j]]`` for every nonzero, in the matrix's own order: the
+  reads any kernel that multiplies each stored value by its x entry must issue (a kernel may
+  visit the nonzeros in another order, but the contract gives it no other array to read them
+  from, and the cold regime leaves nothing of x in L2);
+- ``gather_rows``: ``gather`` plus reading ``row_ptr`` and writing ``y`` once per row (a CSR
+  kernel's remaining compulsory traffic, assigned per thread without balancing).
+
+Each floor is the fastest of several grid sizes. ``cusparse / floor`` is then the largest
+speedup over cuSPARSE that a kernel issuing those reads could reach: if it is below 1.3 the
+issue's target is out of reach for any kernel of the contract that reads each nonzero once.
+The roofline (compulsory bytes at the measured copy bandwidth) is printed beside it, to show how
+far the gather sits above pure streaming.
+
+    python benchmarks/gather_floor.py --out gather_floor.json                  # 4 irregular families, 2M rows
+    python benchmarks/gather_floor.py --only random16_2M,rectangular_1Mx2M     # a subset of library_speed's LARGE
+    python benchmarks/gather_floor.py --families random,powerlaw --rows 1000000  # search_bench's matrices (seed 1)
+
+Needs a GPU (CuPy). Prints a table, writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sparserl.harness.baseline import time_cusparse
+from sparserl.harness.timing import FlushBuffer, TimingConfig, measured_copy_bandwidth, time_run
+from sparserl.kernels.contract import Op
+from sparserl.matrices import family_names, generate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from library_speed import LARGE  # noqa: E402
+
+log = logging.getLogger("gather_floor")
+
+IRREGULAR = ("powerlaw_2M", "skewed_2M", "random16_2M", "empty_rows_2M")
+
+KERNELS = r"""
+extern "C" __global__ void stream_floor(const int* __restrict__ col, const float* __restrict__ val,
+                                        long long nnz, float* __restrict__ out) {
+    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long n4 = nnz / 4;
+    const int4* c4 = reinterpret_cast<const int4*>(col);
+    const float4* v4 = reinterpret_cast<const float4*>(val);
+    float acc = 0.f;
+    for (long long i = tid; i < n4; i += stride) {
+        const int4 c = __ldg(c4 + i);
+        const float4 v = __ldg(v4 + i);
+        acc += v.x + v.y + v.z + v.w + (float)(c.x ^ c.y ^ c.z ^ c.w);
+    }
+    for (long long j = 4 * n4 + tid; j < nnz; j += stride) acc += __ldg(val + j) + (float)__ldg(col + j);
+    out[tid] = acc;
+}
+
+extern "C" __global__ void gather_floor(const int* __restrict__ col, const float* __restrict__ val,
+                                        const float* __restrict__ x, long long nnz, float* __restrict__ out) {
+    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long n4 = nnz / 4;
+    const int4* c4 = reinterpret_cast<const int4*>(col);
+    const float4* v4 = reinterpret_cast<const float4*>(val);
+    float acc = 0.f;
+    for (long long i = tid; i < n4; i += stride) {
+        const int4 c = __ldg(c4 + i);
+        const float4 v = __ldg(v4 + i);
+        acc += v.x * __ldg(x + c.x) + v.y * __ldg(x + c.y) + v.z * __ldg(x + c.z) + v.w * __ldg(x + c.w);
+    }
+    for (long long j = 4 * n4 + tid; j < nnz; j += stride) acc += __ldg(val + j) * __ldg(x + __ldg(col + j));
+    out[tid] = acc;
+}
+
+extern "C" __global__ void gather_rows_floor(const int* __restrict__ row_ptr, const int* __restrict__ col,
+                                             const float* __restrict__ val, const float* __restrict__ x,
+                                             long long nnz, int rows, float* __restrict__ out,
+                                             float* __restrict__ y) {
+    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long n4 = nnz / 4;
+    const int4* c4 = reinterpret_cast<const int4*>(col);
+    const float4* v4 = reinterpret_cast<const float4*>(val);
+    float acc = 0.f;
+    for (long long i = tid; i < n4; i += stride) {
+        const int4 c = __ldg(c4 + i);
+        const float4 v = __ldg(v4 + i);
+        acc += v.x * __ldg(x + c.x) + v.y * __ldg(x + c.y) + v.z * __ldg(x + c.z) + v.w * __ldg(x + c.w);
+    }
+    for (long long j = 4 * n4 + tid; j < nnz; j += stride) acc += __ldg(val + j) * __ldg(x + __ldg(col + j));
+    for (long long r = tid; r < rows; r += stride) y[r] = (float)__ldg(row_ptr + r + 1) + acc;
+    out[tid] = acc;
+}
+"""
+
+
+def floors(A, config: TimingConfig, flush: FlushBuffer) -> dict:
+    """The fastest time of each floor kernel over a few grid sizes, in microseconds."""
+    import cupy as cp
+
+    mod = cp.RawModule(code=KERNELS, options=("-std=c++17",))
+    sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+    col = cp.asarray(A.indices.astype(np.int32))
+    val = cp.asarray(A.data.astype(np.float32))
+    ptr = cp.asarray(A.indptr.astype(np.int32))
+    rng = np.random.default_rng(0)
+    x = cp.asarray(rng.standard_normal(A.shape[1]).astype(np.float32))
+    y = cp.empty(A.shape[0], dtype=cp.float32)
+    nnz, rows = np.int64(A.nnz), np.int32(A.shape[0])
+    out: dict[str, dict] = {}
+    for name in ("stream_floor", "gather_floor", "gather_rows_floor"):
+        kernel = mod.get_function(name)
+        per_grid: dict[int, float] = {}
+        for blocks_per_sm in (4, 8, 16, 32, 64):
+            grid = sms * blocks_per_sm
+            sink = cp.empty(grid * 256, dtype=cp.float32)
+            args = {"stream_floor": (col, val, nnz, sink),
+                    "gather_floor": (col, val, x, nnz, sink),
+                    "gather_rows_floor": (ptr, col, val, x, nnz, rows, sink, y)}[name]
+            t = time_run(lambda: kernel((grid,), (256,), args), config, flush=flush)
+            per_grid[blocks_per_sm] = t.median_us
+        best = min(per_grid, key=per_grid.get)
+        out[name] = {"us": per_grid[best], "blocks_per_sm": best, "per_blocks_per_sm": per_grid}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--only", default=",".join(IRREGULAR),
+                    help="comma-separated names from library_speed.py's LARGE set (default: the 4 irregular families)")
+    ap.add_argument("--families", default="",
+                    help="instead of --only: these generator families at --rows rows, generator defaults, seed 1 "
+                         "(search_bench.py's matrices)")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows of each --families matrix")
+    ap.add_argument("--trials", type=int, default=41, help="cold runs per timing (the harness's default)")
+    ap.add_argument("--out", type=Path, default=Path("gather_floor.json"))
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.families:
+        fams = [f for f in args.families.split(",") if f]
+        unknown = sorted(set(fams) - set(family_names()))
+        if unknown:
+            raise SystemExit(f"unknown families {unknown}; families are {family_names()}")
+        chosen = [(f"{f}_{args.rows}", f, args.rows, {}) for f in fams]
+    else:
+        wanted = [s for s in args.only.split(",") if s]
+        unknown = sorted(set(wanted) - {n for n, *_ in LARGE})
+        if unknown:
+            raise SystemExit(f"unknown matrix name(s) {unknown}; choose from {[n for n, *_ in LARGE]}")
+        chosen = [e for e in LARGE if e[0] in wanted]
+    try:
+        import cupy as cp
+
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no device")
+    except Exception as exc:  # noqa: BLE001 - any CuPy/driver failure means: no GPU here
+        raise SystemExit(f"gather_floor needs a CUDA GPU and CuPy ({exc})") from None
+    config = TimingConfig(regime="cold", trials=args.trials)
+    flush = FlushBuffer()
+    bw = measured_copy_bandwidth()
+    log.info("copy bandwidth %.2f TB/s", bw / 1e12)
+    rows = []
+    for name, fam, n, params in chosen:
+        t0 = time.perf_counter()
+        A = generate(fam, n, seed=1, **params)
+        base = time_cusparse(A, Op.SPMV, None, config, flush=flush)
+        f = floors(A, config, flush)
+        m, c = A.shape
+        compulsory = 4 * (2 * A.nnz + (m + 1) + c + m)  # val, col, row_ptr, x and y once
+        row = {"matrix": name, "rows": m, "cols": c, "nnz": int(A.nnz), "cusparse_us": base.timing.median_us,
+               "cusparse_alg": base.best_alg, "roofline_us": compulsory / bw * 1e6,
+               **{k: v["us"] for k, v in f.items()}, "floors": f,
+               "cusparse_over_gather": base.timing.median_us / f["gather_floor"]["us"],
+               "cusparse_over_gather_rows": base.timing.median_us / f["gather_rows_floor"]["us"],
+               "gathers_per_s": A.nnz / (f["gather_floor"]["us"] * 1e-6)}
+        rows.append(row)
+        log.info("%s done in %.0f s", name, time.perf_counter() - t0)
+        args.out.write_text(json.dumps({"copy_bandwidth_bytes_s": bw, "trials": args.trials, "rows": rows}, indent=1))
+    print(f"\ncold regime, {args.trials} runs each, medians in us; copy bandwidth {bw / 1e12:.2f} TB/s")
+    print(f"{'matrix':20} {'nnz':>10} {'roofline':>9} {'stream':>8} {'gather':>8} {'+rows':>8} {'cuSPARSE':>9}"
+          f" {'cuSP/gather':>11} {'cuSP/+rows':>10} {'Ggathers/s':>10}")
+    for r in rows:
+        print(f"{r['matrix']:20} {r['nnz']:>10} {r['roofline_us']:>9.1f} {r['stream_floor']:>8.1f} "
+              f"{r['gather_floor']:>8.1f} {r['gather_rows_floor']:>8.1f} {r['cusparse_us']:>9.1f} "
+              f"{r['cusparse_over_gather']:>10.2f}x {r['cusparse_over_gather_rows']:>9.2f}x "
+              f"{r['gathers_per_s'] / 1e9:>10.0f}")
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
