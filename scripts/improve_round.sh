@@ -6,12 +6,14 @@
 # under a time limit until it finishes (SIGTERM leaves each stage resumable):
 #
 #   timeout -s TERM 570 bash scripts/improve_round.sh runs/imp 1; cat runs/imp/improve/rounds.md
+#   bash scripts/improve_round.sh runs/imp 2 --search-seconds 30   # options after ROUNDS go to 'sparserl improve'
 #
-# Not yet run on a GPU: the time of each step is an estimate from the demo's (data ~1 min,
-# pre-training ~1.5 min, SFT ~1.5 min); a round's time is what the first run will measure.
+# Measured on one H200 (benchmarks/results/2026-12-01/session9/): data 76 s, pre-training 68 s, SFT 68 s,
+# round 0's validation 42 s, then 88-100 s per round with --search-seconds 30.
 set -euo pipefail
 out=${1:-runs/imp}
 rounds=${2:-1}
+shift $(( $# < 2 ? $# : 2 ))
 export PYTHONPATH=src:. PYTHONUNBUFFERED=1
 sparserl() { python -m sparserl.cli "$@"; }
 resume_if() { [ -e "$1" ] && echo --resume || true; }
@@ -24,4 +26,4 @@ resume_if() { [ -e "$1" ] && echo --resume || true; }
 [ -f "$out/sft/result.json" ] || sparserl sft --data "$out/data" --model "$out/pretrain/model" --out "$out/sft" \
   --steps 500 --batch-size 16 --lr 3e-4 --eval-every 500 --save-every 100 $(resume_if "$out/sft/state.pt")
 sparserl improve --data "$out/data" --model "$out/sft/checkpoint" --out "$out/improve" \
-  --store "$out/best_known.sqlite" --rounds "$rounds" $(resume_if "$out/improve/state.json")
+  --store "$out/best_known.sqlite" --rounds "$rounds" $(resume_if "$out/improve/state.json") "$@"

@@ -69,6 +69,11 @@ def test_validation_figures_and_the_keep_rule() -> None:
     assert not improved({"score": 1.04, "correct_rate": 0.9}, {"score": 1.0, "correct_rate": 0.5}, 0.05)[0]
     assert improved({"score": 1.0, "correct_rate": 0.6}, {"score": 1.0, "correct_rate": 0.5}, 0.0)[0]
     assert not improved({"score": 1.0, "correct_rate": 0.5}, {"score": 1.0, "correct_rate": 0.5}, 0.0)[0]
+    # a correct-share floor: a faster round with too many wrong samples is not kept; round 0 always is
+    keep, why = improved({"score": 1.2, "correct_rate": 0.81}, {"score": 1.0, "correct_rate": 0.89}, 0.0, 0.9)
+    assert not keep and "0.81 < 0.90" in why
+    assert improved({"score": 1.2, "correct_rate": 0.91}, {"score": 1.0, "correct_rate": 0.89}, 0.0, 0.9)[0]
+    assert improved({"score": 0.9, "correct_rate": 0.5}, None, 0.0, 0.9) == (True, "first validation")
     rows = [{"matrix": str(i)} for i in range(5)]
     seen = [r["matrix"] for i in (1, 2, 3) for r in round_matrices(rows, i, 2, 0)]
     assert set(seen) == {str(i) for i in range(5)} and len(round_matrices(rows, 1, 9, 0)) == 5
@@ -227,8 +232,9 @@ def test_improve_refuses_without_a_gpu_and_explains_its_options(cli, tmp_path: P
     res = cli("improve", "--help")
     assert res.rc == 0
     for opt in ("--rounds", "--matrices-per-round", "--search-budget", "--sft-steps", "--val-matrices",
-                "--val-samples", "--within", "--resume"):
+                "--val-samples", "--within", "--min-correct", "--resume"):
         assert opt in res.out
+    one_line_error(cli("improve", "--out", tmp_path / "imp2", "--min-correct", "1.5"), "--min-correct", "[0, 1]")
     (tmp_path / "imp").mkdir()
     (tmp_path / "imp" / "state.json").write_text("{}")
     one_line_error(cli("improve", "--out", tmp_path / "imp"), "earlier improve run", "--resume")

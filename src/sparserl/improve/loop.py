@@ -17,8 +17,9 @@ times on the validation matrices, measured once and reused). Then each round ``r
    against cuSPARSE and against the library oracle, and the share of correct samples;
 5. **decide**: the round is kept when its figure against the oracle (against cuSPARSE when no
    oracle was timed) beats the best so far by more than ``min_gain``, or equals it with more
-   correct samples (a tie happens when neither has a correct kernel): its checkpoint becomes
-   ``best/``. Otherwise the next round starts again from the previous best.
+   correct samples (a tie happens when neither has a correct kernel), and at least ``min_correct``
+   of its samples are correct: its checkpoint becomes ``best/``. Otherwise the next round starts
+   again from the previous best.
 
 ``state.json`` is written after every phase (and after each matrix of the search), so a kill
 resumes at the phase it was in; the search's verified results are in the store already, and a
@@ -120,10 +121,14 @@ def validation_figures(per_matrix: dict[str, dict], oracle: dict[str, float | No
     return out
 
 
-def improved(fig: dict, best: dict | None, min_gain: float) -> tuple[bool, str]:
-    """Whether validation figures ``fig`` beat ``best`` (None: nothing to beat); and why, in words."""
+def improved(fig: dict, best: dict | None, min_gain: float, min_correct: float = 0.0) -> tuple[bool, str]:
+    """Whether validation figures ``fig`` beat ``best`` (None: nothing to beat) with at least
+    ``min_correct`` of the samples correct; and why, in words. The first validation (the starting
+    model) is the baseline whatever its correct share."""
     if best is None:
         return True, "first validation"
+    if fig.get("correct_rate", 0.0) < min_correct:
+        return False, f"correct share {fig.get('correct_rate', 0.0):.2f} < {min_correct:.2f}"
     s, b = fig.get("score"), best.get("score")
     if s is None:
         return False, "no validation figure"
@@ -412,7 +417,8 @@ class Improve:
         if fig is None:
             keep, why = False, "no teacher data: nothing fine-tuned"
         else:
-            keep, why = improved(fig, st["best"]["figures"] if st["best"] else None, self.cfg.min_gain)
+            keep, why = improved(fig, st["best"]["figures"] if st["best"] else None, self.cfg.min_gain,
+                                 self.cfg.min_correct)
         model_in = st["best_model"]
         if keep and r > 0:
             self._install_best(Path(cur["sft"]["checkpoint"]))
