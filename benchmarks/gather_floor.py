@@ -52,10 +52,11 @@ log = logging.getLogger("gather_floor")
 IRREGULAR = ("powerlaw_2M", "skewed_2M", "random16_2M", "empty_rows_2M")
 
 KERNELS = r"""
-extern "C" __global__ void stream_floor(const int* __restrict__ col, const float* __restrict__ val,
-                                        long long nnz, float* __restrict__ out) {
-    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long stride = (long long)gridDim.x * blockDim.x;
+// sum of val[j] * x[col[j]] (with_x) or of val[j] + col[j] (without), over this thread's share of
+// the nonzeros in order, 16-byte loads of col and val
+template <bool with_x>
+__device__ float nonzeros(const int* __restrict__ col, const float* __restrict__ val, const float* __restrict__ x,
+                          long long nnz, long long tid, long long stride) {
     const long long n4 = nnz / 4;
     const int4* c4 = reinterpret_cast<const int4*>(col);
     const float4* v4 = reinterpret_cast<const float4*>(val);
@@ -63,27 +64,26 @@ extern "C" __global__ void stream_floor(const int* __restrict__ col, const float
     for (long long i = tid; i < n4; i += stride) {
         const int4 c = __ldg(c4 + i);
         const float4 v = __ldg(v4 + i);
-        acc += v.x + v.y + v.z + v.w + (float)(c.x ^ c.y ^ c.z ^ c.w);
+        if (with_x)
+            acc += v.x * __ldg(x + c.x) + v.y * __ldg(x + c.y) + v.z * __ldg(x + c.z) + v.w * __ldg(x + c.w);
+        else
+            acc += v.x + v.y + v.z + v.w + (float)(c.x ^ c.y ^ c.z ^ c.w);
     }
-    for (long long j = 4 * n4 + tid; j < nnz; j += stride) acc += __ldg(val + j) + (float)__ldg(col + j);
-    out[tid] = acc;
+    for (long long j = 4 * n4 + tid; j < nnz; j += stride)
+        acc += with_x ? __ldg(val + j) * __ldg(x + __ldg(col + j)) : __ldg(val + j) + (float)__ldg(col + j);
+    return acc;
+}
+
+extern "C" __global__ void stream_floor(const int* __restrict__ col, const float* __restrict__ val,
+                                        long long nnz, float* __restrict__ out) {
+    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    out[tid] = nonzeros<false>(col, val, nullptr, nnz, tid, (long long)gridDim.x * blockDim.x);
 }
 
 extern "C" __global__ void gather_floor(const int* __restrict__ col, const float* __restrict__ val,
                                         const float* __restrict__ x, long long nnz, float* __restrict__ out) {
     const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const long long n4 = nnz / 4;
-    const int4* c4 = reinterpret_cast<const int4*>(col);
-    const float4* v4 = reinterpret_cast<const float4*>(val);
-    float acc = 0.f;
-    for (long long i = tid; i < n4; i += stride) {
-        const int4 c = __ldg(c4 + i);
-        const float4 v = __ldg(v4 + i);
-        acc += v.x * __ldg(x + c.x) + v.y * __ldg(x + c.y) + v.z * __ldg(x + c.z) + v.w * __ldg(x + c.w);
-    }
-    for (long long j = 4 * n4 + tid; j < nnz; j += stride) acc += __ldg(val + j) * __ldg(x + __ldg(col + j));
-    out[tid] = acc;
+    out[tid] = nonzeros<true>(col, val, x, nnz, tid, (long long)gridDim.x * blockDim.x);
 }
 
 extern "C" __global__ void gather_rows_floor(const int* __restrict__ row_ptr, const int* __restrict__ col,
@@ -92,16 +92,7 @@ extern "C" __global__ void gather_rows_floor(const int* __restrict__ row_ptr, co
                                              float* __restrict__ y) {
     const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
-    const long long n4 = nnz / 4;
-    const int4* c4 = reinterpret_cast<const int4*>(col);
-    const float4* v4 = reinterpret_cast<const float4*>(val);
-    float acc = 0.f;
-    for (long long i = tid; i < n4; i += stride) {
-        const int4 c = __ldg(c4 + i);
-        const float4 v = __ldg(v4 + i);
-        acc += v.x * __ldg(x + c.x) + v.y * __ldg(x + c.y) + v.z * __ldg(x + c.z) + v.w * __ldg(x + c.w);
-    }
-    for (long long j = 4 * n4 + tid; j < nnz; j += stride) acc += __ldg(val + j) * __ldg(x + __ldg(col + j));
+    const float acc = nonzeros<true>(col, val, x, nnz, tid, stride);
     for (long long r = tid; r < rows; r += stride) y[r] = (float)__ldg(row_ptr + r + 1) + acc;
     out[tid] = acc;
 }

@@ -12,6 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 NEEDS_NVCC = "needs nvcc, the CUDA toolkit's compiler (no GPU needed): install the toolkit or set CUDA_HOME"
 
 
+def load_benchmark(name: str):
+    """The module of ``benchmarks/NAME.py`` (the scripts are not a package), imported from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def suitesparse_dir() -> Path | None:
     """The folder of real SuiteSparse matrices (``$SPARSERL_SUITESPARSE`` or ``../shared``)."""
     env = os.environ.get("SPARSERL_SUITESPARSE")

@@ -3,7 +3,6 @@ the floors come out in the order their reads impose and the gather reads what it
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,14 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import load_benchmark
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("gather_floor", REPO / "benchmarks" / "gather_floor.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gather_floor")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on the PATH")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,44 @@ def test_improve_refuses_without_a_gpu_and_explains_its_options(cli, tmp_path: P
     (tmp_path / "imp").mkdir()
     (tmp_path / "imp" / "state.json").write_text("{}")
     one_line_error(cli("improve", "--out", tmp_path / "imp"), "earlier improve run", "--resume")
+
+
+def test_held_out_compares_the_start_and_the_best_on_the_test_split_once(data_dir: Path, tiny_model_dir: Path,
+                                                                         tmp_path: Path) -> None:
+    """After the last round, the starting policy and the kept one are sampled on the test split beside
+    the library oracle (real ``evaluate``, the timing double); a resumed run that keeps no new round
+    does not evaluate again, and a data folder without a test split skips it."""
+    pytest.importorskip("torch")
+    from sparserl.improve.loop import improve
+
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    (data / "test.jsonl").write_text((data / "val.jsonl").read_text())  # two matrices, never searched
+    cfg = small(data, tiny_model_dir, tmp_path, rounds=1, test_samples=2)
+    out = Path(cfg.out)
+    scores = {0: 1.0, 1: 1.5, 2: 1.2}  # round 1 is kept, round 2 is not
+
+    def validate(policy, r):
+        return {"score": scores[r], "vs_oracle": scores[r], "correct_rate": 1.0}
+
+    res = improve(cfg, TimingDouble(library_time), validate=validate)
+    test = res["test"]
+    assert test["best_round"] == 1 and set(test["figures"]) == {"start", "round_1"} and test["matrices"] == 2
+    assert test["models"] == {"start": str(tiny_model_dir), "round_1": str(out / "best")}
+    for f in test["figures"].values():  # the tiny random model writes no kernel: every sample is wrong
+        assert f["samples"] == 4 and f["correct_rate"] == 0.0 and f["vs_oracle"] is not None
+    assert 100.0 / 49.0 <= test["oracle_geomean"] <= 100.0 / 10.0  # library_time: 10-49 us against 100 us
+    md = (out / "rounds.md").read_text()
+    assert "## Held out: the data's test split" in md and "| round_1 |" in md and "| start |" in md
+    assert json.loads((out / "rounds.json").read_text())["test"]["best_round"] == 1
+    assert (out / "test" / "eval.md").exists()
+    stamp = (out / "test" / "eval.json").stat().st_mtime_ns
+
+    res = improve(small(data, tiny_model_dir, tmp_path, rounds=2, test_samples=2, resume=True),
+                  TimingDouble(library_time), validate=validate)
+    assert [x["round"] for x in res["rounds"]] == [0, 1, 2] and res["test"]["best_round"] == 1
+    assert (out / "test" / "eval.json").stat().st_mtime_ns == stamp, "no new best: not evaluated again"
+
+    res = improve(small(data_dir, tiny_model_dir, tmp_path / "b", rounds=0, test_samples=2),
+                  TimingDouble(library_time))
+    assert res["test"] is None and not (tmp_path / "b" / "improve" / "test").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparserl.harness.compile import CompileOptions, available_backend
+from tests.conftest import load_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,12 +35,7 @@ def test_templates_speed_compile_only(tmp_path: Path) -> None:
 
 
 def _load_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("templates_speed", REPO / "benchmarks" / "templates_speed.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("templates_speed")
 
 
 class _FakeEvaluator:

@@ -3,7 +3,6 @@ cores): two SFT arms on the same data, with and without the card, evaluated on t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,16 +11,11 @@ import pytest
 pytest.importorskip("transformers")
 
 from sparserl.harness.compile import find_nvcc  # noqa: E402
-from tests.conftest import NEEDS_NVCC  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import NEEDS_NVCC, load_benchmark  # noqa: E402
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("card_ablation", REPO / "benchmarks" / "card_ablation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("card_ablation")
 
 
 def test_table_puts_the_arms_side_by_side() -> None:

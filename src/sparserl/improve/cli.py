@@ -50,6 +50,9 @@ def improve_cmd(
                                                     "more than this fraction"),
     min_correct: float = typer.Option(D.min_correct, help="keep a round only when at least this share of its "
                                                           "validation samples is correct (0: no floor)"),
+    test_samples: int = typer.Option(D.test_samples, help="after the last round, samples per matrix of the starting "
+                                                          "and the best policy on the data's test split, beside "
+                                                          "cuSPARSE and the library oracle (0: skip)"),
     device: str = typer.Option(D.device, help="the model's device: auto, cpu or cuda[:N]"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in OUT at the phase it stopped in (give "
                                                         "a larger --rounds to add rounds)"),
@@ -70,7 +73,8 @@ def improve_cmd(
                         temperature=temperature, max_new_tokens=max_new_tokens, regime=regime, within=within,
                         per_matrix=per_matrix, replay=replay, sft_steps=sft_steps, sft_batch_size=sft_batch_size,
                         sft_lr=sft_lr, sft_warmup=sft_warmup, val_matrices=val_matrices, val_samples=val_samples,
-                        min_gain=min_gain, min_correct=min_correct, device=device, resume=resume, seed=seed)
+                        min_gain=min_gain, min_correct=min_correct, test_samples=test_samples,
+                        device=device, resume=resume, seed=seed)
     res = improve(cfg)
     typer.echo((out / "rounds.md").read_text())
     best = res["best"]

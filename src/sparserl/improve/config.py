@@ -74,6 +74,11 @@ class ImproveConfig:
     """Keep a round only when at least this share of its validation samples is correct (0: no floor).
     The first GPU run's best-of-8 figure rose while the correct share fell from 89% to 81% (66% in a
     rejected round): the best-of-k figure alone does not see samples going wrong."""
+    # -- held out -------------------------------------------------------------------------------
+    test_samples: int = 16
+    """After the last round: samples per matrix of the starting policy and the best one, side by side
+    on the data's test split with cuSPARSE and the library oracle (0: no such evaluation). The
+    validation figures chose the kept rounds, so they favour them; these do not."""
     # -- run ------------------------------------------------------------------------------------
     device: str = "auto"
     """The model's device: auto, cpu or cuda[:N]."""
@@ -91,6 +96,8 @@ class ImproveConfig:
             raise SparseRLError(f"--op must be spmv or spmm, got {self.op!r}")
         if self.op == "spmm" and self.k < 1:
             raise SparseRLError("--op spmm needs --k >= 1 columns of X")
+        if self.test_samples < 0:
+            raise SparseRLError(f"--test-samples must be >= 0 (0: no held-out evaluation), got {self.test_samples}")
         for name in ("matrices_per_round", "search_budget", "per_matrix", "sft_steps", "sft_batch_size",
                      "val_matrices", "val_samples", "max_new_tokens"):
             if getattr(self, name) < 1:

@@ -21,6 +21,11 @@ times on the validation matrices, measured once and reused). Then each round ``r
    of its samples are correct: its checkpoint becomes ``best/``. Otherwise the next round starts
    again from the previous best.
 
+After the last round, the starting policy and the best one are evaluated side by side on the
+data's test split (never searched, never validated on) with cuSPARSE and the library oracle
+(``test_samples`` each; ``OUT/test/``, a table in ``rounds.md``): the validation figures chose the
+kept rounds, so only these are free of that choice.
+
 ``state.json`` is written after every phase (and after each matrix of the search), so a kill
 resumes at the phase it was in; the search's verified results are in the store already, and a
 matrix searched before the kill is not searched again. Each finished round goes to
@@ -234,11 +239,12 @@ class Improve:
                     self.decide(r)
                 else:
                     raise SparseRLError(f"{self.state_path}: unknown phase {phase!r}")
+            self.held_out()
         finally:
             self.logger.close()
             self.store.close()
         return {"rounds": st["rounds"], "best": st["best"], "best_model": st["best_model"],
-                "table": str(self.out / "rounds.md")}
+                "test": st.get("test"), "table": str(self.out / "rounds.md")}
 
     def _write_valset(self) -> None:
         """The validation matrices as a data folder's val split (what ``evaluate`` reads)."""
@@ -440,6 +446,43 @@ class Improve:
         if self.on_phase is not None:
             self.on_phase(r, "decide")
 
+    # -- 6. held out --
+
+    def held_out(self) -> None:
+        """The starting policy and the best one on the data's test split, beside the library oracle
+        (every speedup is against cuSPARSE timed with it; ``OUT/test/``); once per best round (a resumed run that kept no new round
+        does not evaluate again)."""
+        from sparserl.eval.compare import EvalConfig, evaluate
+
+        cfg, st = self.cfg, self.state
+        best_round = st["best"]["round"] if st["best"] else 0
+        if not cfg.test_samples or (st.get("test") or {}).get("best_round") == best_round:
+            return
+        if not (Path(cfg.data) / "test.jsonl").exists():
+            log.info("no test split in %s: no held-out evaluation", cfg.data)
+            return
+        models = {"start": cfg.model} | ({f"round_{best_round}": st["best_model"]} if best_round else {})
+        t = time.perf_counter()
+        policies = {name: self._policy(path) for name, path in models.items()}
+        try:
+            ecfg = EvalConfig(matrices=cfg.data, split="test", baselines=("oracle",), op=cfg.op, k=cfg.k,
+                              samples=cfg.test_samples, temperature=cfg.temperature,
+                              max_new_tokens=cfg.max_new_tokens, out=str(self.out / "test"), plots=False,
+                              seed=cfg.seed)
+            res = evaluate(ecfg, evaluator=self.ev, policies=policies)
+        finally:
+            policies = None  # noqa: F841 (the last references: the models' memory goes back)
+            self._release()
+        oracle = {m: rec["best_speedup"] for m, rec in res["per_matrix"].get("library oracle", {}).items()}
+        st["test"] = {"best_round": best_round, "samples": cfg.test_samples, "matrices": len(oracle),
+                      "oracle_geomean": _geomean([v or 1.0 for v in oracle.values()]),
+                      "models": models, "seconds": round(time.perf_counter() - t, 2),
+                      "figures": {name: validation_figures(res["per_matrix"][name], oracle or None)
+                                  for name in models}}
+        log.info("held out (test split): %s", {n: {k: round(v, 3) if isinstance(v, float) else v for k, v in f.items()}
+                                               for n, f in st["test"]["figures"].items()})
+        self._catch_up()
+
     def _install_best(self, ckpt: Path) -> None:
         """Copy ``ckpt`` to best/ (a copy first, then renames: a kill leaves best/ or its new copy whole)."""
         best, tmp, old = self.out / "best", self.out / "best.tmp", self.out / "best.old"
@@ -463,7 +506,8 @@ class Improve:
                 st["logged"] = rec["round"]
         (self.out / "rounds.json").write_text(json.dumps({"config": st["config"], "oracle": st["oracle"],
                                                           "best": st["best"], "best_model": st["best_model"],
-                                                          "rounds": st["rounds"]}, indent=1, default=str))
+                                                          "rounds": st["rounds"], "test": st.get("test")},
+                                                         indent=1, default=str))
         (self.out / "rounds.md").write_text(rounds_markdown(st))
         self.save()
 

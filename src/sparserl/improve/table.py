@@ -93,4 +93,23 @@ def rounds_markdown(state: dict) -> str:
     if best:
         lines += ["", f"Best so far: round {best['round']} (score {_f(best['score'], '{:.3f}')}), "
                       f"model `{state['best_model']}`."]
+    lines += held_out_markdown(state.get("test"))
     return "\n".join(lines) + "\n"
+
+
+def held_out_markdown(test: dict | None) -> list[str]:
+    """The held-out comparison's lines of ``rounds.md`` (none before it ran)."""
+    if not test:
+        return []
+    lines = ["", "## Held out: the data's test split",
+             "", f"{test['matrices']} matrices, best of {test['samples']} samples, the starting policy and the best "
+                 f"one (round {test['best_round']}) side by side with cuSPARSE and the library oracle in one run "
+                 f"(oracle {_f(test.get('oracle_geomean'))}x cuSPARSE, geomean; details in `test/eval.md`). "
+                 "These matrices chose nothing: neither searched nor validated on.",
+             "", "| policy | vs cuSPARSE | vs oracle | ahead of oracle | correct | speedup@1 |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, f in test["figures"].items():
+        lines.append(f"| {name} | {_f(f.get('geomean_speedup'))} | {_f(f.get('vs_oracle'), '{:.3f}')} "
+                     f"| {_f(f.get('ahead_of_oracle'), '{:.0%}')} | {_f(f.get('correct_rate'), '{:.0%}')} "
+                     f"| {_f(f.get('speedup_at_1'))} |")
+    return lines
