@@ -51,6 +51,49 @@ def memory_bound_tokens_per_s(lm, batch: int, prompt: int, steps: int, engine: s
     return batch * bytes_per_s / (weights + kv * positions)
 
 
+KERNEL_KINDS = (("attention", ("attention", "flash", "fmha", "sdpa")),
+                ("matmul", ("gemm", "gemv", "sm90_xmma", "cutlass", "nvjet", "matmul")),
+                ("softmax (attention or sampler)", ("softmax",)),
+                ("sampling", ("multinomial", "sort", "topk", "cumsum", "exponential", "argmax", "philox", "uniform")),
+                ("reduction/norm", ("reduce", "norm", "rsqrt", "mean")))
+
+
+def kernel_kind(name: str) -> str:
+    """A coarse kind for a CUDA kernel's name (what a decode step spends its device time on)."""
+    low = name.lower()
+    return next((kind for kind, keys in KERNEL_KINDS if any(k in low for k in keys)), "elementwise/other")
+
+
+def profile_decode(run) -> str:
+    """Run ``run`` under torch.profiler; the device time per kind of kernel, then the top 40 kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        run()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    from torch.autograd import DeviceType
+
+    events = prof.key_averages()
+    dev = [(e.key, getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0), e.count)
+           for e in events if e.device_type == DeviceType.CUDA]  # kernels, not the operators that launched them
+    dev = [d for d in dev if d[1] > 0]
+    total = sum(t for _, t, _ in dev) or 1.0
+    by_kind: dict[str, float] = {}
+    for name, t, _ in dev:
+        by_kind[kernel_kind(name)] = by_kind.get(kernel_kind(name), 0.0) + t
+    lines = [f"device time {total / 1e3:.1f} ms in {sum(c for _, _, c in dev)} kernel launches (CUDA graph "
+             "replays included where the profiler sees their kernels)"]
+    lines += [f"  {kind:30} {t / 1e3:9.1f} ms {t / total:6.1%}" for kind, t in sorted(by_kind.items(), key=lambda x: -x[1])]
+    lines += ["", f"{'self device ms':>14} {'share':>6} {'calls':>7}  kernel"]
+    lines += [f"{t / 1e3:14.2f} {t / total:6.1%} {c:7d}  {name[:120]}" for name, t, c in sorted(dev, key=lambda x: -x[1])[:40]]
+    if not dev:
+        lines = ["no device time recorded (a CPU run, or the profiler saw no kernels)",
+                 "", events.table(sort_by="self_cpu_time_total", row_limit=25)]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=["tiny-test", "default", "8b"], default="default")
@@ -70,6 +113,9 @@ def main() -> int:
                          "(4.8: the H200's HBM3e peak)")
     ap.add_argument("--repeat", type=int, default=1, help="time each engine this many times, keep the fastest "
                                                           "(the first run of an engine includes its graph captures)")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="after timing, decode once more with the first engine under torch.profiler and write its "
+                         "kernels' device time (top 40, and the share by kind) to this text file")
     ap.add_argument("--cudnn-attention", action="store_true",
                     help="leave torch's cuDNN attention on (the project turns it off; this measures why)")
     args = ap.parse_args()
@@ -144,6 +190,14 @@ def main() -> int:
               f"({gen[engine]['ms_per_step']:.2f} ms per decode step, {gen_tokens / gen_s:,.0f} tokens/s; "
               f"memory-bound limit {limit:,.0f} tokens/s)", flush=True)
         ids = out if ids is None else ids
+    if args.profile is not None:
+        engine = args.decode.split(",")[0]
+        text = profile_decode(lambda: policy.generate_ids([sample] * args.gen_batch, max_new_tokens=args.gen_tokens,
+                                                          temperature=1.0, seed=0, engine=engine))
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
+        args.profile.write_text(f"# {engine} decode, batch {args.gen_batch}, {args.gen_tokens} tokens, "
+                                f"{args.shape} shape\n\n{text}")
+        print(text.split("\n\n")[0], flush=True)
     # one PPO step (policy + value head + reference forward, 2 epochs) on this rollout, through the
     # trainer's own functions (rollout.annotate, update.advantages / update), so it cannot drift from them
     import numpy as np

@@ -20,9 +20,27 @@ def test_model_scale_cpu_smoke(tmp_path: Path) -> None:
     env = {"PYTHONPATH": f"{REPO / 'src'}:{REPO}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     p = subprocess.run([sys.executable, str(REPO / "benchmarks" / "model_scale.py"), "--shape", "tiny-test", "--bf16",
                         "--decode", "bucketed,static", "--gen-tokens", "16", "--gen-batch", "4", "--batch", "2", "--steps", "1",
-                        "--device", "cpu", "--out", str(out)], capture_output=True, text=True, env=env, timeout=600)
+                        "--device", "cpu", "--out", str(out), "--profile", str(tmp_path / "prof.txt")],
+                       capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["bf16"] and res["ppo_batch"] == 2 and res["ppo_step_s"] > 0
     assert res["generation"]["static"]["tokens"] > 0 and res["generation"]["bucketed"]["tokens"] > 0
     assert all(res["generation"][e]["memory_bound_tokens_per_s"] > 0 for e in ("static", "bucketed"))
+    prof = (tmp_path / "prof.txt").read_text()  # a CPU run: no kernels, the operators' table instead
+    assert prof.startswith("# bucketed decode, batch 4, 16 tokens") and "aten::mm" in prof
+
+
+def test_kernel_kinds_of_a_decode_profile() -> None:
+    from tests.conftest import load_benchmark
+
+    kind = load_benchmark("model_scale").kernel_kind
+    assert kind("void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64>>") == "attention"
+    assert kind("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") == "attention"
+    assert kind("nvjet_tst_128x64_64x8_1x1_v_bz_coopB_TNN") == "matmul"
+    assert kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64") == "matmul"
+    assert kind("void at::native::(anonymous namespace)::multinomial_with_replacement") == "sampling"
+    assert kind("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>") == "softmax (attention or sampler)"
+    assert kind("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>") == "reduction/norm"
+    assert kind("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>") \
+        == "elementwise/other"
