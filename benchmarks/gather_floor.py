@@ -15,9 +15,11 @@ same timing function as cuSPARSE and the harness:
 - ``gather_rows``: ``gather`` plus reading ``row_ptr`` and writing ``y`` once per row (a CSR
   kernel's remaining compulsory traffic, assigned per thread without balancing).
 
-Each floor is the fastest of several grid sizes. ``cusparse / floor`` is then the largest
-speedup over cuSPARSE that a kernel issuing those reads could reach: if it is below 1.3 the
-issue's target is out of reach for any kernel of the contract that reads each nonzero once.
+Each floor is the fastest of several grid sizes (1 to 64 blocks of 256 threads per SM; the runs of
+2026-12-01 tried 4 to 64, and the gather was fastest at 4 on every irregular matrix). ``cusparse /
+floor`` then estimates the largest speedup over cuSPARSE of a kernel issuing those reads. It is an
+estimate, not a bound: the floor is one implementation (a grid-stride loop, ``__ldg`` loads, not
+unrolled, one float written per thread), and a better one may issue the same reads faster.
 The roofline (compulsory bytes at the measured copy bandwidth) is printed beside it, to show how
 far the gather sits above pure streaming.
 
@@ -116,7 +118,7 @@ def floors(A, config: TimingConfig, flush: FlushBuffer) -> dict:
     for name in ("stream_floor", "gather_floor", "gather_rows_floor"):
         kernel = mod.get_function(name)
         per_grid: dict[int, float] = {}
-        for blocks_per_sm in (4, 8, 16, 32, 64):
+        for blocks_per_sm in (1, 2, 4, 8, 16, 32, 64):
             grid = sms * blocks_per_sm
             sink = cp.empty(grid * 256, dtype=cp.float32)
             args = {"stream_floor": (col, val, nnz, sink),

@@ -52,7 +52,8 @@ def memory_bound_tokens_per_s(lm, batch: int, prompt: int, steps: int, engine: s
 
 
 KERNEL_KINDS = (("attention", ("attention", "flash", "fmha", "sdpa")),
-                ("matmul", ("gemm", "gemv", "sm90_xmma", "cutlass", "nvjet", "matmul")),
+                ("matmul", ("gemm", "gemv", "sm90_xmma", "cutlass", "nvjet", "matmul", "splitkreduce")),
+                ("memcpy/memset", ("memcpy", "memset")),
                 ("softmax (attention or sampler)", ("softmax",)),
                 ("sampling", ("multinomial", "sort", "topk", "cumsum", "exponential", "argmax", "philox", "uniform")),
                 ("reduction/norm", ("reduce", "norm", "rsqrt", "mean")))
@@ -77,13 +78,14 @@ def profile_decode(run) -> str:
 
     events = prof.key_averages()
     dev = [(e.key, getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0), e.count)
-           for e in events if e.device_type == DeviceType.CUDA]  # kernels, not the operators that launched them
+           for e in events if e.device_type == DeviceType.CUDA  # kernels, not the operators that launched them,
+           and not getattr(e, "is_user_annotation", False)]  # nor record_function ranges drawn on the GPU timeline
     dev = [d for d in dev if d[1] > 0]
     total = sum(t for _, t, _ in dev) or 1.0
     by_kind: dict[str, float] = {}
     for name, t, _ in dev:
         by_kind[kernel_kind(name)] = by_kind.get(kernel_kind(name), 0.0) + t
-    lines = [f"device time {total / 1e3:.1f} ms in {sum(c for _, _, c in dev)} kernel launches (CUDA graph "
+    lines = [f"device time {total / 1e3:.1f} ms in {sum(c for _, _, c in dev)} kernels and copies (CUDA graph "
              "replays included where the profiler sees their kernels)"]
     lines += [f"  {kind:30} {t / 1e3:9.1f} ms {t / total:6.1%}" for kind, t in sorted(by_kind.items(), key=lambda x: -x[1])]
     lines += ["", f"{'self device ms':>14} {'share':>6} {'calls':>7}  kernel"]

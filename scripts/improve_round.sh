@@ -9,7 +9,7 @@
 #   bash scripts/improve_round.sh runs/imp 2 --search-seconds 30   # options after ROUNDS go to 'sparserl improve'
 #
 # Measured on one H200 (benchmarks/results/2026-12-01/session9/): data 76 s, pre-training 68 s, SFT 68 s,
-# round 0's validation 42 s, then 88-100 s per round with --search-seconds 30.
+# round 0's validation 42 s, then 90-104 s per round with --search-seconds 30.
 set -euo pipefail
 out=${1:-runs/imp}
 rounds=${2:-1}

@@ -244,14 +244,17 @@ def test_improve_refuses_without_a_gpu_and_explains_its_options(cli, tmp_path: P
 def test_held_out_compares_the_start_and_the_best_on_the_test_split_once(data_dir: Path, tiny_model_dir: Path,
                                                                          tmp_path: Path) -> None:
     """After the last round, the starting policy and the kept one are sampled on the test split beside
-    the library oracle (real ``evaluate``, the timing double); a resumed run that keeps no new round
-    does not evaluate again, and a data folder without a test split skips it."""
+    the library oracle (real ``evaluate``, the timing double), one policy at a time; a resumed run that
+    keeps no new round does not evaluate again, a different --test-samples does; rows naming a missing
+    matrix are skipped; a fresh run in the folder drops the old figures; no test split, no evaluation."""
     pytest.importorskip("torch")
     from sparserl.improve.loop import improve
 
     data = tmp_path / "data"
     shutil.copytree(data_dir, data)
-    (data / "test.jsonl").write_text((data / "val.jsonl").read_text())  # two matrices, never searched
+    rows = (data / "val.jsonl").read_text().splitlines()  # two matrices, never searched
+    gone = json.loads(rows[0]) | {"matrix": str(data / "matrices" / "gone.mtx")}
+    (data / "test.jsonl").write_text("\n".join([*rows, json.dumps(gone)]) + "\n")
     cfg = small(data, tiny_model_dir, tmp_path, rounds=1, test_samples=2)
     out = Path(cfg.out)
     scores = {0: 1.0, 1: 1.5, 2: 1.2}  # round 1 is kept, round 2 is not
@@ -269,14 +272,19 @@ def test_held_out_compares_the_start_and_the_best_on_the_test_split_once(data_di
     md = (out / "rounds.md").read_text()
     assert "## Held out: the data's test split" in md and "| round_1 |" in md and "| start |" in md
     assert json.loads((out / "rounds.json").read_text())["test"]["best_round"] == 1
-    assert (out / "test" / "eval.md").exists()
-    stamp = (out / "test" / "eval.json").stat().st_mtime_ns
+    assert (out / "test" / "start" / "eval.md").exists() and (out / "test" / "round_1" / "eval.md").exists()
+    stamp = (out / "test" / "start" / "eval.json").stat().st_mtime_ns
 
-    res = improve(small(data, tiny_model_dir, tmp_path, rounds=2, test_samples=2, resume=True),
-                  TimingDouble(library_time), validate=validate)
+    again = dict(rounds=2, test_samples=2, resume=True)
+    res = improve(small(data, tiny_model_dir, tmp_path, **again), TimingDouble(library_time), validate=validate)
     assert [x["round"] for x in res["rounds"]] == [0, 1, 2] and res["test"]["best_round"] == 1
-    assert (out / "test" / "eval.json").stat().st_mtime_ns == stamp, "no new best: not evaluated again"
+    assert (out / "test" / "start" / "eval.json").stat().st_mtime_ns == stamp, "no new best: not evaluated again"
+    res = improve(small(data, tiny_model_dir, tmp_path, **again | {"test_samples": 1}), TimingDouble(library_time),
+                  validate=validate)
+    assert res["test"]["samples"] == 1 and res["test"]["figures"]["start"]["samples"] == 2
 
+    res = improve(small(data, tiny_model_dir, tmp_path, rounds=0, test_samples=0), TimingDouble(library_time))
+    assert res["test"] is None and not (out / "test").exists(), "a fresh run keeps no earlier held-out figures"
     res = improve(small(data_dir, tiny_model_dir, tmp_path / "b", rounds=0, test_samples=2),
                   TimingDouble(library_time))
     assert res["test"] is None and not (tmp_path / "b" / "improve" / "test").exists()

@@ -41,6 +41,8 @@ def test_kernel_kinds_of_a_decode_profile() -> None:
     assert kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64") == "matmul"
     assert kind("void at::native::(anonymous namespace)::multinomial_with_replacement") == "sampling"
     assert kind("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>") == "softmax (attention or sampler)"
+    assert kind("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>") == "matmul"
+    assert kind("Memcpy DtoD (Device -> Device)") == "memcpy/memset"
     assert kind("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>") == "reduction/norm"
     assert kind("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>") \
         == "elementwise/other"

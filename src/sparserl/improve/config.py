@@ -13,7 +13,7 @@ class ImproveConfig:
 
     The defaults make a small round: 8 training matrices searched with 32 candidates each, 100 SFT
     steps, 8 validation matrices sampled 8 times each. With the default model on demo-sized
-    matrices (5k-100k rows) and ``search_seconds=30`` a round took 88-100 s on one H200. Round 0 validates the starting model (the bar to beat) and
+    matrices (5k-100k rows) and ``search_seconds=30`` a round took 90-104 s on one H200. Round 0 validates the starting model (the bar to beat) and
     times the library oracle on the validation matrices once."""
 
     data: str = "runs/data"

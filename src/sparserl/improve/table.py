@@ -104,7 +104,7 @@ def held_out_markdown(test: dict | None) -> list[str]:
     lines = ["", "## Held out: the data's test split",
              "", f"{test['matrices']} matrices, best of {test['samples']} samples, the starting policy and the best "
                  f"one (round {test['best_round']}) side by side with cuSPARSE and the library oracle in one run "
-                 f"(oracle {_f(test.get('oracle_geomean'))}x cuSPARSE, geomean; details in `test/eval.md`). "
+                 f"(oracle {_f(test.get('oracle_geomean'))}x cuSPARSE, geomean; details in `test/NAME/eval.md`). "
                  "These matrices chose nothing: neither searched nor validated on.",
              "", "| policy | vs cuSPARSE | vs oracle | ahead of oracle | correct | speedup@1 |",
              "| --- | --- | --- | --- | --- | --- |"]
