@@ -58,14 +58,22 @@ def test_graph_decode_returns_the_samplers_log_probs(tiny_hf_config) -> None:
     torch.testing.assert_close(logp[live], want[live], atol=2e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "triton"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype) -> None:
+def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype, attention, monkeypatch) -> None:
     """The bucketed engine with CUDA graphs: a new bucket every 16 positions (graphs captured per
     bucket), rows leaving the batch, and the same tokens as generate(); seeded sampling repeats,
-    and the recorded log-probabilities are a full forward's."""
+    and the recorded log-probabilities are a full forward's. With SDPA and with the split-key
+    Triton kernels (compiled in the eager warm-up steps, then captured)."""
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU and a CUDA build of torch; torch sees no GPU here")
+    from sparserl.model import bucketed
     from sparserl.model.bucketed import BucketedDecode
+
+    if attention == "triton":
+        pytest.importorskip("triton")
+        monkeypatch.setattr(bucketed, "ATTENTION", "triton")
+    monkeypatch.setattr(bucketed, "CAPTURE_BROKEN", set())  # a failed capture here must not turn other tests eager
 
     lm = _model(tiny_hf_config).to("cuda", dtype=dtype)
     e, m = _prompts(tiny_hf_config.hidden_size, lengths=(6, 9, 3), seed=3)
@@ -77,6 +85,7 @@ def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype) -> None:
     eos = next(int(t) for t in probe[0, 4:] if int(t) not in probe[12:].reshape(-1).tolist())
     hf = dec.decode(lm, embeds, mask, 60, eos_id=eos, pad_id=pad, temperature=0, engine="hf")
     run = BucketedDecode(lm, embeds, mask, 60, eos, pad, (0.0, 0, 1.0), bucket=16)
+    assert run.attention == attention
     ids, _ = run.run(graph=True, check_every=8)
     assert not run.broken and run.graphs, "capture failed and the engine fell back to eager"
     assert run.compactions == [4], run.compactions

@@ -33,6 +33,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from sparserl.errors import SparseRLError
 from sparserl.model.hf_parts import base_model, text_config
 
 log = logging.getLogger(__name__)
@@ -41,9 +42,10 @@ FAMILIES = ("qwen3", "qwen2", "llama")
 BUCKET = 128  # cache positions per length bucket
 MIN_COMPACT_BATCH = 8  # below this a smaller batch saves nothing worth a re-capture
 # attention of a decode step ($SPARSERL_DECODE_ATTENTION): "sdpa" (torch's fused kernel, the
-# default) or "matmul" (two batched products; faster at large batches on an H200, 108k against
+# default), "matmul" (two batched products; faster at large batches on an H200, 108k against
 # 96-100k tokens/s at batch 1024, benchmarks/results/2026-12-01/decode, but in bf16 it rounds the
-# raw scores to bf16, and the sampler's log-probabilities then drift from the learner's)
+# raw scores to bf16, and the sampler's log-probabilities then drift from the learner's) or
+# "triton" (split-key kernels with float32 scores, model/decode_attention.py; not yet run on a GPU)
 ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "sdpa")
 CAPTURE_BROKEN: set[str] = set()  # model classes whose step failed to capture once: eager from then on
 
@@ -167,6 +169,28 @@ def supports(lm) -> bool:
         and all(hasattr(layer, n) for n in ("input_layernorm", "post_attention_layernorm", "mlp"))
 
 
+def attention_kind(group: int, head_dim: int, device: torch.device) -> str:
+    """``$SPARSERL_DECODE_ATTENTION`` (read at import, :data:`ATTENTION`), checked for this model and
+    device: an unknown value or ``triton`` without Triton is an error; ``triton`` where its kernels
+    do not apply (a group or head size that is not a power of two, CPU tensors outside Triton's
+    interpreter) decodes with ``sdpa``, with a warning."""
+    kind = ATTENTION
+    if kind not in ("sdpa", "matmul", "triton"):
+        raise SparseRLError(f"SPARSERL_DECODE_ATTENTION={kind!r}: choose sdpa (the default), matmul or triton")
+    if kind != "triton":
+        return kind
+    from sparserl.model import decode_attention as da
+
+    if not da.available():
+        raise SparseRLError("SPARSERL_DECODE_ATTENTION=triton needs Triton (python -m pip install triton; "
+                            "the GPU image has it)")
+    why = da.unsupported(group, head_dim, device)
+    if why:
+        log.warning("split-key decode attention does not apply (%s): decoding with sdpa", why)
+        return "sdpa"
+    return kind
+
+
 def trim_to_longest(ids: torch.Tensor, logp: torch.Tensor, eos: int, done: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``done`` columns of (ids, logp), cut after the longest row's end token."""
     ids = ids[:, :done]
@@ -220,6 +244,7 @@ class BucketedDecode:
         self.warm = 0
         self.broken = self.model_name in CAPTURE_BROKEN
         self.compactions: list[int] = []  # the batch size after each compaction
+        self.attention = attention_kind(self.m.group, self.m.head_dim, dev)
 
     # -- the model -------------------------------------------------------------------------
 
@@ -251,7 +276,11 @@ class BucketedDecode:
         V.index_copy_(2, self.col, v)
         B = q.shape[0]
         qg = q.reshape(B, self.m.n_kv, self.m.group, self.m.head_dim)  # heads sharing a key head: query rows of it
-        if ATTENTION == "matmul":  # two batched products and a float32 softmax: no 64-row query tiles
+        if self.attention == "triton":  # split-key kernels (model/decode_attention.py), not yet run on a GPU
+            from sparserl.model.decode_attention import decode_attention
+
+            out = decode_attention(qg, K, V, bias, span, self.m.scaling)
+        elif self.attention == "matmul":  # two batched products and a float32 softmax: no 64-row query tiles
             scores = torch.matmul(qg, K[:, :, :span].transpose(-1, -2)).float() * self.m.scaling + bias
             out = torch.matmul(scores.softmax(-1).to(qg.dtype), V[:, :, :span])
         else:
