@@ -63,7 +63,7 @@ def test_bf16_is_as_close_to_the_reference_as_sdpa(device) -> None:
     sdpa = torch.nn.functional.scaled_dot_product_attention(q, k[:, :, :384], v[:, :, :384], attn_mask=bias,
                                                             scale=64 ** -0.5).float()
     err, err_sdpa = (out.float() - ref).abs().max().item(), (sdpa - ref).abs().max().item()
-    assert out.dtype == torch.bfloat16 and err <= max(2 * err_sdpa, 8e-3), (err, err_sdpa)
+    assert out.dtype == torch.bfloat16 and err <= max(1.5 * err_sdpa, 2e-3), (err, err_sdpa)
 
 
 def test_what_the_kernels_refuse() -> None:
@@ -73,6 +73,10 @@ def test_what_the_kernels_refuse() -> None:
     q, k, v, bias = _case(1, 1, 3, 16, 64, 64, torch.float32, "cpu")
     with pytest.raises(ValueError, match="powers of two"):
         da.decode_attention(q, k, v, bias, 64, 0.25)
+    q, k, v, bias = _case(1, 1, 2, 16, 64, 64, torch.float32, "cpu")
+    for chunk in (8, 48):
+        with pytest.raises(ValueError, match="power of two >= 16"):
+            da.decode_attention(q, k, v, bias, 64, 0.25, chunk=chunk)
 
 
 def test_the_engines_attention_setting(monkeypatch, caplog) -> None:

@@ -70,9 +70,20 @@ def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype, attention
     from sparserl.model import bucketed
     from sparserl.model.bucketed import BucketedDecode
 
+    compiled_while_capturing: list[bool] = []
     if attention == "triton":
         pytest.importorskip("triton")
+        from sparserl.model import decode_attention
+        from sparserl.model import decode_attention_kernels as kern
+
         monkeypatch.setattr(bucketed, "ATTENTION", "triton")
+        monkeypatch.setattr(decode_attention, "CHUNK", 16)  # spans of 16-80 positions: 1-5 chunks per row
+        for fn in (kern.partial_softmax, kern.merge_chunks):  # Triton 3.x: every compile goes through it
+            if hasattr(fn, "_do_compile"):
+                def spy(*a, _orig=fn._do_compile, **k):
+                    compiled_while_capturing.append(torch.cuda.is_current_stream_capturing())
+                    return _orig(*a, **k)
+                monkeypatch.setattr(fn, "_do_compile", spy)
     monkeypatch.setattr(bucketed, "CAPTURE_BROKEN", set())  # a failed capture here must not turn other tests eager
 
     lm = _model(tiny_hf_config).to("cuda", dtype=dtype)
@@ -88,6 +99,7 @@ def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype, attention
     assert run.attention == attention
     ids, _ = run.run(graph=True, check_every=8)
     assert not run.broken and run.graphs, "capture failed and the engine fell back to eager"
+    assert not any(compiled_while_capturing), "a Triton kernel compiled during a graph capture"
     assert run.compactions == [4], run.compactions
     a, b = _trim(ids, eos, pad), _trim(hf, eos, pad)
     if dtype is torch.float32:

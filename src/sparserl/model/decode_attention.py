@@ -9,9 +9,11 @@ about 2.7x its memory bound and took 56% of the decode's device time
 
 Here the keys of each (row, key head) are cut into chunks of ``chunk`` positions, one program
 per (row, key head, chunk), so a step has ``B * Hkv * span / chunk`` programs reading its keys
-and values once, with 16-byte loads of ``d``-wide rows. Each program keeps an online softmax
-(running max, sum and weighted values, in float32) for the ``g`` query rows, and a second
-kernel merges the chunks. The additive ``bias`` (0 on a valid key, -inf elsewhere) is the same
+and values once. Each program keeps an online softmax (running max, sum and weighted values, in
+float32) for the ``g`` query rows, padded to 16 rows for the matrix units (scores and weighted
+sums are ``tl.dot`` products of float32-widened inputs: TF32 for a bf16 model, whose q, k and v
+are exact in TF32 while the softmax weights are rounded to it once, and IEEE float32 for a
+float32 model), and a second kernel merges the chunks. The additive ``bias`` (0 on a valid key, -inf elsewhere) is the same
 one SDPA gets; a chunk with no valid key contributes nothing (its running max stays -inf).
 
 Status: **not yet run on a GPU**. On a CPU the same kernels run in Triton's interpreter
@@ -74,6 +76,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
     if k.stride(-1) != 1 or v.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("q, k and v need a contiguous last dimension")
     chunk = chunk or CHUNK
+    if chunk < 16 or chunk & (chunk - 1):
+        raise ValueError(f"the chunk must be a power of two >= 16 (a matrix product's depth), got {chunk}")
     bias2 = bias.reshape(B, span)
     n_chunks = -(-span // chunk)
     dev = q.device
@@ -87,7 +91,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), bias2.stride(0),
         span, n_kv, n_chunks, float(scale),
-        G=G, D=D, CHUNK=chunk, BLOCK_N=min(BLOCK_N, chunk))
+        G=G, GP=max(16, G), D=D, CHUNK=chunk, BLOCK_N=min(BLOCK_N, chunk), IEEE=q.dtype == torch.float32)
     merge[(B * n_kv,)](m, l_sum, acc, out, out.stride(0), out.stride(1), out.stride(2), n_kv, n_chunks,
                        G=G, D=D, NC=_pow2(-(-k.shape[2] // chunk)))  # from the cache's size: one compile per decode
     return out
