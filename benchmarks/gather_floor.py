@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sparserl.devices import visible_gpus
 from sparserl.harness.baseline import time_cusparse
 from sparserl.harness.timing import FlushBuffer, TimingConfig, measured_copy_bandwidth, time_run
 from sparserl.kernels.contract import Op
@@ -156,13 +157,8 @@ def main() -> int:
         if unknown:
             raise SystemExit(f"unknown matrix name(s) {unknown}; choose from {[n for n, *_ in LARGE]}")
         chosen = [e for e in LARGE if e[0] in wanted]
-    try:
-        import cupy as cp
-
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no device")
-    except Exception as exc:  # noqa: BLE001 - any CuPy/driver failure means: no GPU here
-        raise SystemExit(f"gather_floor needs a CUDA GPU and CuPy ({exc})") from None
+    if not visible_gpus():
+        raise SystemExit("gather_floor needs a CUDA GPU and CuPy; CuPy sees none here")
     config = TimingConfig(regime="cold", trials=args.trials)
     flush = FlushBuffer()
     bw = measured_copy_bandwidth()

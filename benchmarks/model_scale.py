@@ -84,7 +84,8 @@ def profile_decode(run) -> str:
     total = sum(t for _, t, _ in dev) or 1.0
     by_kind: dict[str, float] = {}
     for name, t, _ in dev:
-        by_kind[kernel_kind(name)] = by_kind.get(kernel_kind(name), 0.0) + t
+        kind = kernel_kind(name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + t
     lines = [f"device time {total / 1e3:.1f} ms in {sum(c for _, _, c in dev)} kernels and copies (CUDA graph "
              "replays included where the profiler sees their kernels)"]
     lines += [f"  {kind:30} {t / 1e3:9.1f} ms {t / total:6.1%}" for kind, t in sorted(by_kind.items(), key=lambda x: -x[1])]

@@ -126,6 +126,16 @@ def validation_figures(per_matrix: dict[str, dict], oracle: dict[str, float | No
     return out
 
 
+def oracle_speedups(res: dict) -> dict[str, float | None]:
+    """Each matrix's library-oracle speedup from ``evaluate``'s result (empty without the baseline)."""
+    return {m: rec["best_speedup"] for m, rec in res["per_matrix"].get("library oracle", {}).items()}
+
+
+def _rounded(fig: dict) -> dict:
+    """Figures for a log line: floats to 3 decimals."""
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in fig.items()}
+
+
 def improved(fig: dict, best: dict | None, min_gain: float, min_correct: float = 0.0) -> tuple[bool, str]:
     """Whether validation figures ``fig`` beat ``best`` (None: nothing to beat) with at least
     ``min_correct`` of the samples correct; and why, in words. The first validation (the starting
@@ -249,9 +259,14 @@ class Improve:
 
     def _write_valset(self) -> None:
         """The validation matrices as a data folder's val split (what ``evaluate`` reads)."""
-        d = self.out / "valset"
+        self._write_split("valset", "val", self.state["val_rows"])
+
+    def _write_split(self, folder: str, split: str, rows: list[dict]) -> Path:
+        """``rows`` as split ``split`` of the data folder ``OUT/folder`` (what ``evaluate`` reads)."""
+        d = self.out / folder
         d.mkdir(parents=True, exist_ok=True)
-        (d / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in self.state["val_rows"]))
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return d
 
     # -- 1. search --
 
@@ -399,7 +414,7 @@ class Improve:
             policy = None  # noqa: F841 (the last reference: the model's memory goes back)
             self._release()
         self.state["current"]["val"] = fig
-        log.info("round %d: validation %s", r, {k: round(v, 3) if isinstance(v, float) else v for k, v in fig.items()})
+        log.info("round %d: validation %s", r, _rounded(fig))
 
     def _evaluate(self, policy, r: int) -> dict:
         from sparserl.eval.compare import EvalConfig, evaluate
@@ -412,7 +427,7 @@ class Improve:
         name = f"round_{r}"
         res = evaluate(ecfg, evaluator=self.ev, policies={name: policy})
         if st["oracle"] is None and "library oracle" in res["per_matrix"]:  # timed once, at round 0
-            st["oracle"] = {m: rec["best_speedup"] for m, rec in res["per_matrix"]["library oracle"].items()}
+            st["oracle"] = oracle_speedups(res)
             st["oracle_geomean"] = _geomean([v or 1.0 for v in st["oracle"].values()])
         return validation_figures(res["per_matrix"][name], st["oracle"])
 
@@ -471,9 +486,7 @@ class Improve:
         except SparseRLError as exc:
             log.info("no held-out evaluation: %s", exc)
             return
-        d = self.out / "testset"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        d = self._write_split("testset", "test", rows)
         t = time.perf_counter()
         per_matrix: dict[str, dict] = {}
         oracle: dict[str, float | None] = {}
@@ -490,7 +503,7 @@ class Improve:
                     policy = None  # noqa: F841 (the last reference: the model's memory goes back)
                     self._release()
                 if i == 0:
-                    oracle = {m: rec["best_speedup"] for m, rec in res["per_matrix"].get("library oracle", {}).items()}
+                    oracle = oracle_speedups(res)
                 per_matrix[name] = res["per_matrix"][name]
         except (SparseRLError, OSError, ValueError) as exc:
             log.warning("held-out evaluation failed (the rounds stand; --resume tries it again): %s", exc)
@@ -498,8 +511,7 @@ class Improve:
         st["test"] = key | {"matrices": len(rows), "oracle_geomean": _geomean([v or 1.0 for v in oracle.values()]),
                             "seconds": round(time.perf_counter() - t, 2),
                             "figures": {n: validation_figures(per_matrix[n], oracle or None) for n in models}}
-        log.info("held out (test split): %s", {n: {k: round(v, 3) if isinstance(v, float) else v for k, v in f.items()}
-                                               for n, f in st["test"]["figures"].items()})
+        log.info("held out (test split): %s", {n: _rounded(f) for n, f in st["test"]["figures"].items()})
         self._catch_up()
 
     def _install_best(self, ckpt: Path) -> None:

@@ -215,6 +215,7 @@ class BucketedDecode:
         self.eos, self.pad, self.sampling, self.bucket = eos_id, pad_id, sampling, bucket or BUCKET
         self.n = max_new_tokens
         dev, dt = embeds.device, self.m.dtype
+        self.attention = attention_kind(self.m.group, self.m.head_dim, dev)  # a bad setting fails before any work
         B, P, _ = embeds.shape
         self.P = P
         self.L = -(-(P + max_new_tokens) // self.bucket) * self.bucket  # whole buckets: every span is a multiple of one
@@ -244,7 +245,6 @@ class BucketedDecode:
         self.warm = 0
         self.broken = self.model_name in CAPTURE_BROKEN
         self.compactions: list[int] = []  # the batch size after each compaction
-        self.attention = attention_kind(self.m.group, self.m.head_dim, dev)
 
     # -- the model -------------------------------------------------------------------------
 

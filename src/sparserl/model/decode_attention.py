@@ -13,13 +13,14 @@ and values once. Each program keeps an online softmax (running max, sum and weig
 float32) for the ``g`` query rows, padded to 16 rows for the matrix units (scores and weighted
 sums are ``tl.dot`` products of float32-widened inputs: TF32 for a bf16 model, whose q, k and v
 are exact in TF32 while the softmax weights are rounded to it once, and IEEE float32 for a
-float32 model), and a second kernel merges the chunks. The additive ``bias`` (0 on a valid key, -inf elsewhere) is the same
-one SDPA gets; a chunk with no valid key contributes nothing (its running max stays -inf).
+float32 model), and a second kernel merges the chunks. The additive ``bias`` (0 on a valid key,
+-inf elsewhere) is the same one SDPA gets; a chunk with no valid key contributes nothing (its
+running max stays -inf).
 
 Status: **not yet run on a GPU**. On a CPU the same kernels run in Triton's interpreter
 (``TRITON_INTERPRET=1``, which ``tests/conftest.py`` sets where no GPU is), where tests compare
-them with SDPA and with a float64 reference. Opt in
-with ``SPARSERL_DECODE_ATTENTION=triton``; without Triton the engine refuses that setting.
+them with SDPA and with a float64 reference. Opt in with ``SPARSERL_DECODE_ATTENTION=triton``;
+without Triton the engine refuses that setting.
 """
 
 from __future__ import annotations
