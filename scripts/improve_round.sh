@@ -7,6 +7,7 @@
 #
 #   timeout -s TERM 570 bash scripts/improve_round.sh runs/imp 1; cat runs/imp/improve/rounds.md
 #   bash scripts/improve_round.sh runs/imp 2 --search-seconds 30   # options after ROUNDS go to 'sparserl improve'
+#   bash scripts/improve_round.sh runs/imp 0                        # data, pre-training and SFT only
 #
 # Measured on one H200 (benchmarks/results/2026-12-01/session9/): data 76 s, pre-training 68 s, SFT 68 s,
 # round 0's validation 42 s, then 90-104 s per round with --search-seconds 30.
@@ -25,5 +26,6 @@ resume_if() { [ -e "$1" ] && echo --resume || true; }
   --batch-size 64 $(resume_if "$out/pretrain/state.pt")
 [ -f "$out/sft/result.json" ] || sparserl sft --data "$out/data" --model "$out/pretrain/model" --out "$out/sft" \
   --steps 500 --batch-size 16 --lr 3e-4 --eval-every 500 --save-every 100 $(resume_if "$out/sft/state.pt")
+[ "$rounds" -gt 0 ] || exit 0  # ROUNDS 0: data, pre-training and SFT only (e.g. before an RL run)
 sparserl improve --data "$out/data" --model "$out/sft/checkpoint" --out "$out/improve" \
   --store "$out/best_known.sqlite" --rounds "$rounds" $(resume_if "$out/improve/state.json") "$@"

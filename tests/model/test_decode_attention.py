@@ -81,10 +81,17 @@ def test_what_the_kernels_refuse() -> None:
 
 def test_the_engines_attention_setting(monkeypatch, caplog) -> None:
     """An unknown $SPARSERL_DECODE_ATTENTION is an error; triton without Triton is an error; triton
-    where the kernels do not apply decodes with sdpa and says so."""
+    where the kernels do not apply decodes with sdpa and says so; auto (the default) takes triton on
+    a GPU where it applies and Triton is there, sdpa everywhere else."""
+    assert bucketed.ATTENTION == os.environ.get("SPARSERL_DECODE_ATTENTION", "auto")
     monkeypatch.setattr(bucketed, "ATTENTION", "flash")
-    with pytest.raises(SparseRLError, match="sdpa.*matmul.*triton"):
+    with pytest.raises(SparseRLError, match="auto.*sdpa.*matmul.*triton"):
         bucketed.attention_kind(2, 64, torch.device("cpu"))
+    monkeypatch.setattr(bucketed, "ATTENTION", "auto")
+    assert bucketed.attention_kind(2, 64, torch.device("cuda")) == "triton"
+    assert bucketed.attention_kind(2, 64, torch.device("cpu")) == "sdpa"  # even under the interpreter
+    assert bucketed.attention_kind(3, 64, torch.device("cuda")) == "sdpa"
+    assert "does not apply" not in caplog.text  # auto falls back quietly
     monkeypatch.setattr(bucketed, "ATTENTION", "triton")
     assert bucketed.attention_kind(2, 64, torch.device("cuda")) == "triton"
     assert bucketed.attention_kind(3, 64, torch.device("cuda")) == "sdpa"
@@ -92,3 +99,5 @@ def test_the_engines_attention_setting(monkeypatch, caplog) -> None:
     monkeypatch.setattr(da, "available", lambda: False)
     with pytest.raises(SparseRLError, match="needs Triton"):
         bucketed.attention_kind(2, 64, torch.device("cuda"))
+    monkeypatch.setattr(bucketed, "ATTENTION", "auto")
+    assert bucketed.attention_kind(2, 64, torch.device("cuda")) == "sdpa"  # no Triton: torch's kernel

@@ -64,21 +64,23 @@ def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype, attention
     """The bucketed engine with CUDA graphs: a new bucket every 16 positions (graphs captured per
     bucket), rows leaving the batch, and the same tokens as generate(); seeded sampling repeats,
     and the recorded log-probabilities are a full forward's. With SDPA and with the split-key
-    Triton kernels (compiled in the eager warm-up steps, then captured)."""
+    Triton kernels and the fused step (compiled in the eager warm-up steps, then captured)."""
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU and a CUDA build of torch; torch sees no GPU here")
     from sparserl.model import bucketed
     from sparserl.model.bucketed import BucketedDecode
 
     compiled_while_capturing: list[bool] = []
+    monkeypatch.setattr(bucketed, "ATTENTION", attention)
     if attention == "triton":
         pytest.importorskip("triton")
         from sparserl.model import decode_attention
         from sparserl.model import decode_attention_kernels as kern
+        from sparserl.model import decode_fused_kernels as fk
 
-        monkeypatch.setattr(bucketed, "ATTENTION", "triton")
         monkeypatch.setattr(decode_attention, "CHUNK", 16)  # spans of 16-80 positions: 1-5 chunks per row
-        for fn in (kern.partial_softmax, kern.merge_chunks):  # Triton 3.x: every compile goes through it
+        for fn in (kern.partial_softmax, kern.merge_chunks, fk.add_rms_norm, fk.qk_rope_store, fk.silu_mul):
+            # Triton 3.x: every compile goes through _do_compile
             if hasattr(fn, "_do_compile"):
                 def spy(*a, _orig=fn._do_compile, **k):
                     compiled_while_capturing.append(torch.cuda.is_current_stream_capturing())
@@ -96,7 +98,7 @@ def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype, attention
     eos = next(int(t) for t in probe[0, 4:] if int(t) not in probe[12:].reshape(-1).tolist())
     hf = dec.decode(lm, embeds, mask, 60, eos_id=eos, pad_id=pad, temperature=0, engine="hf")
     run = BucketedDecode(lm, embeds, mask, 60, eos, pad, (0.0, 0, 1.0), bucket=16)
-    assert run.attention == attention
+    assert run.attention == attention and run.fused == (attention == "triton")
     ids, _ = run.run(graph=True, check_every=8)
     assert not run.broken and run.graphs, "capture failed and the engine fell back to eager"
     assert not any(compiled_while_capturing), "a Triton kernel compiled during a graph capture"

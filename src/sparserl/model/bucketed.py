@@ -41,12 +41,15 @@ log = logging.getLogger(__name__)
 FAMILIES = ("qwen3", "qwen2", "llama")
 BUCKET = 128  # cache positions per length bucket
 MIN_COMPACT_BATCH = 8  # below this a smaller batch saves nothing worth a re-capture
-# attention of a decode step ($SPARSERL_DECODE_ATTENTION): "sdpa" (torch's fused kernel, the
-# default), "matmul" (two batched products; faster at large batches on an H200, 108k against
-# 96-100k tokens/s at batch 1024, benchmarks/results/2026-12-01/decode, but in bf16 it rounds the
-# raw scores to bf16, and the sampler's log-probabilities then drift from the learner's) or
-# "triton" (split-key kernels with float32 scores, model/decode_attention.py; not yet run on a GPU)
-ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "sdpa")
+# attention of a decode step ($SPARSERL_DECODE_ATTENTION): "auto" (the default: "triton" on a GPU
+# where Triton is installed and the model's shape suits its kernels, else "sdpa"), "triton" (split-key
+# kernels with float32 scores, model/decode_attention.py, and the fused step of model/decode_fused.py:
+# 127-140k tokens/s for the default model at batch 256 on an H200, against 73-75k with sdpa,
+# benchmarks/results/2026-12-01/session11), "sdpa" (torch's fused kernel) or "matmul" (two batched
+# products; in bf16 it rounds the raw scores to bf16, and the sampler's log-probabilities then drift
+# from the learner's)
+ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "auto")
+GATE_UP_MAX_BYTES = 1 << 30  # the fused step's copies of the gate and up weights, at most (Qwen3-8B's are 7 GiB)
 CAPTURE_BROKEN: set[str] = set()  # model classes whose step failed to capture once: eager from then on
 
 
@@ -97,6 +100,38 @@ class DecoderView:
         self.fused: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [self._fuse(la.self_attn)
                                                                                for la in self.layers]
         self.table: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.gate_up: list[torch.Tensor | None] | None = None  # built by fuse_mlp (the fused Triton step)
+
+    def fuse_mlp(self) -> None:
+        """One weight for each layer's gate and up projections where both are plain, bias-free
+        ``nn.Linear`` layers and the copies stay under GATE_UP_MAX_BYTES in all (else None: the
+        two projections run apart)."""
+        if self.gate_up is not None:
+            return
+        plain = [all(type(m) is torch.nn.Linear and m.bias is None for m in (la.mlp.gate_proj, la.mlp.up_proj))
+                 for la in self.layers]
+        size = sum(la.mlp.gate_proj.weight.nbytes * 2 for la, p in zip(self.layers, plain) if p)
+        self.gate_up = [torch.cat([la.mlp.gate_proj.weight, la.mlp.up_proj.weight]) if p and size <= GATE_UP_MAX_BYTES
+                        else None for la, p in zip(self.layers, plain)]
+
+    def project(self, li: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of layer ``li`` for rows h (B, d), unrotated: (B, heads * D) each."""
+        a = self.layers[li].self_attn
+        if self.fused[li] is not None:
+            D = self.head_dim
+            return F.linear(h, *self.fused[li]).split([self.n_heads * D, self.n_kv * D, self.n_kv * D], dim=-1)
+        return a.q_proj(h), a.k_proj(h), a.v_proj(h)
+
+    def mlp_fused(self, li: int, h: torch.Tensor) -> torch.Tensor:
+        """Layer ``li``'s gated MLP on rows h (B, d) with the Triton activation."""
+        from sparserl.model.decode_fused import silu_mul
+
+        mlp = self.layers[li].mlp
+        if self.gate_up is not None and self.gate_up[li] is not None:
+            g, u = F.linear(h, self.gate_up[li]).chunk(2, dim=-1)
+        else:
+            g, u = mlp.gate_proj(h), mlp.up_proj(h)
+        return mlp.down_proj(silu_mul(g, u))
 
     @staticmethod
     def _fuse(attn):
@@ -170,17 +205,22 @@ def supports(lm) -> bool:
 
 
 def attention_kind(group: int, head_dim: int, device: torch.device) -> str:
-    """``$SPARSERL_DECODE_ATTENTION`` (read at import, :data:`ATTENTION`), checked for this model and
-    device: an unknown value or ``triton`` without Triton is an error; ``triton`` where its kernels
-    do not apply (a group or head size that is not a power of two, CPU tensors outside Triton's
-    interpreter) decodes with ``sdpa``, with a warning."""
+    """``$SPARSERL_DECODE_ATTENTION`` (read at import, :data:`ATTENTION`), resolved for this model
+    and device. ``auto``: ``triton`` on a CUDA device with Triton installed where the kernels apply,
+    else ``sdpa`` (CPU tensors take ``sdpa``: Triton's interpreter is far slower). An unknown value,
+    or ``triton`` without Triton, is an error; ``triton`` where its kernels do not apply (a group or
+    head size that is not a power of two, CPU tensors outside Triton's interpreter) decodes with
+    ``sdpa``, with a warning."""
     kind = ATTENTION
-    if kind not in ("sdpa", "matmul", "triton"):
-        raise SparseRLError(f"SPARSERL_DECODE_ATTENTION={kind!r}: choose sdpa (the default), matmul or triton")
-    if kind != "triton":
+    if kind not in ("auto", "sdpa", "matmul", "triton"):
+        raise SparseRLError(f"SPARSERL_DECODE_ATTENTION={kind!r}: choose auto (the default), sdpa, matmul or triton")
+    if kind not in ("auto", "triton"):
         return kind
     from sparserl.model import decode_attention as da
 
+    if kind == "auto":
+        fits = torch.device(device).type == "cuda" and da.available() and da.unsupported(group, head_dim, device) is None
+        return "triton" if fits else "sdpa"
     if not da.available():
         raise SparseRLError("SPARSERL_DECODE_ATTENTION=triton needs Triton (python -m pip install triton; "
                             "the GPU image has it)")
@@ -189,6 +229,28 @@ def attention_kind(group: int, head_dim: int, device: torch.device) -> str:
         log.warning("split-key decode attention does not apply (%s): decoding with sdpa", why)
         return "sdpa"
     return kind
+
+
+def capture(graph: "torch.cuda.CUDAGraph", fn, stream: "torch.cuda.Stream", pool=None) -> None:
+    """Record ``fn()`` into ``graph`` on ``stream`` (into memory ``pool``). ``torch.cuda.graph``
+    does the same after a device synchronisation and an ``empty_cache``, which hands the caching
+    allocator's free blocks back to the driver: the steps after it allocate them again, and on an
+    H200 each capture of the default model's step then took about 32 ms (ten per decode at batch
+    256, 17% of the decode's time; benchmarks/results/2026-12-01/session11)."""
+    with torch.cuda.stream(stream):
+        if pool is None:
+            graph.capture_begin()
+        else:
+            graph.capture_begin(pool)
+        try:
+            fn()
+        except BaseException:
+            try:
+                graph.capture_end()
+            except Exception:  # noqa: BLE001 - the capture is already invalid; report fn's error
+                pass
+            raise
+        graph.capture_end()
 
 
 def trim_to_longest(ids: torch.Tensor, logp: torch.Tensor, eos: int, done: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,6 +290,7 @@ class BucketedDecode:
         x = embeds.to(dt)
         logits = self._prefill(x, pos)
         self.m.rope_table(self.L, x)
+        self.fused = self._fusable()
         first, first_logp = self._sample(logits, *sampling)
         self.ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
         self.ids[:, 0] = first
@@ -245,6 +308,21 @@ class BucketedDecode:
         self.warm = 0
         self.broken = self.model_name in CAPTURE_BROKEN
         self.compactions: list[int] = []  # the batch size after each compaction
+
+    def _fusable(self) -> bool:
+        """Whether the step runs the fused Triton kernels (model/decode_fused.py): with the Triton
+        attention, an angle table and layers the kernels know."""
+        if self.attention != "triton":
+            return False
+        from sparserl.model import decode_fused
+
+        why = "the rotary type needs more than the position" if self.m.table is None else \
+            decode_fused.unfusable(self.m.layers, self.m.norm)
+        if why:
+            log.info("decode step not fused (%s): Triton attention, PyTorch for the rest", why)
+            return False
+        self.m.fuse_mlp()
+        return True
 
     # -- the model -------------------------------------------------------------------------
 
@@ -276,7 +354,7 @@ class BucketedDecode:
         V.index_copy_(2, self.col, v)
         B = q.shape[0]
         qg = q.reshape(B, self.m.n_kv, self.m.group, self.m.head_dim)  # heads sharing a key head: query rows of it
-        if self.attention == "triton":  # split-key kernels (model/decode_attention.py), not yet run on a GPU
+        if self.attention == "triton":  # split-key kernels (model/decode_attention.py)
             from sparserl.model.decode_attention import decode_attention
 
             out = decode_attention(qg, K, V, bias, span, self.m.scaling)
@@ -292,13 +370,38 @@ class BucketedDecode:
         """Feed the last token, sample the next; reads and writes only the state's buffers."""
         self.key_ok.index_fill_(1, self.col, True)
         x = self.m.embed(self.cur)
-        cos, sin = self.m.angles(x, self.pos)
         ok = self.key_ok[:, None, None, :span]  # one additive mask per step, for every layer
         bias = torch.zeros(ok.shape, dtype=x.dtype, device=x.device).masked_fill_(~ok, float("-inf"))
+        if self.fused:
+            return self._emit(self._layers_fused(x[:, 0], span, bias))
+        cos, sin = self.m.angles(x, self.pos)
         for li, layer in enumerate(self.m.layers):
             q, k, v = self.m.qkv(li, _norm(layer.input_layernorm, x), cos, sin)
             x = self.m.finish(layer, x, self._attend(li, q, k, v, span, bias))
-        logits = self.m.head(_norm(self.m.norm, x[:, -1]))
+        self._emit(self.m.head(_norm(self.m.norm, x[:, -1])))
+
+    def _layers_fused(self, x: torch.Tensor, span: int, bias: torch.Tensor) -> torch.Tensor:
+        """The decoder on rows x (B, d) with the fused Triton kernels (model/decode_fused.py): each
+        residual sum fused into the next norm, q/k norms, rotary embedding and cache writes in one
+        kernel, and the MLP's activation in one; the logits (B, vocab)."""
+        from sparserl.model import decode_fused as fu
+        from sparserl.model.decode_attention import decode_attention
+
+        B, m = x.shape[0], self.m
+        res = None
+        for li, layer in enumerate(m.layers):
+            h, x = fu.add_rms_norm(x, res, layer.input_layernorm)
+            q, k, v = m.project(li, h)
+            qo = fu.qk_rope_store(q, k, v, layer.self_attn, m.table, self.pos, self.col, self.k[li], self.v[li],
+                                  m.head_dim)
+            att = decode_attention(qo.view(B, m.n_kv, m.group, m.head_dim), self.k[li], self.v[li], bias, span,
+                                   m.scaling)
+            h, x = fu.add_rms_norm(x, layer.self_attn.o_proj(att.reshape(B, -1)), layer.post_attention_layernorm)
+            res = m.mlp_fused(li, h)
+        return m.head(fu.add_rms_norm(x, res, m.norm)[0])
+
+    def _emit(self, logits: torch.Tensor) -> None:
+        """Sample the next token from ``logits`` (B, vocab) and record it (the step's tail)."""
         nxt, lp = self._sample(logits, *self.sampling)
         nxt = torch.where(self.finished, torch.full_like(nxt, self.pad), nxt)
         lp = torch.where(self.finished, torch.zeros_like(lp), lp)
@@ -378,8 +481,7 @@ class BucketedDecode:
             self.pool = torch.cuda.graph_pool_handle()
         try:
             self.side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.graph(g, pool=self.pool, stream=self.side):
-                self.step(span)
+            capture(g, lambda: self.step(span), self.side, self.pool)
         except Exception as exc:  # noqa: BLE001 - any capture failure means "run eagerly"
             log.warning("CUDA graph capture of the bucketed decode step failed (%s: %s); decoding %s eagerly "
                         "from now on", type(exc).__name__, exc, self.model_name)

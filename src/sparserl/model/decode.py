@@ -303,8 +303,7 @@ class _StaticDecode:
         torch.cuda.current_stream(self.ids.device).wait_stream(side)
         g = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(g, stream=side):  # captured on this GPU's stream, not a default one
-                self.step()
+            bucketed.capture(g, self.step, side)  # captured on this GPU's stream, not a default one
         except Exception as exc:  # noqa: BLE001 - any capture failure means "run eagerly"
             _GRAPH_BROKEN.add(name)
             log.warning("CUDA graph capture of %s failed (%s: %s); decoding eagerly", name, type(exc).__name__, exc)
