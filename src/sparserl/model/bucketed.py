@@ -49,7 +49,7 @@ MIN_COMPACT_BATCH = 8  # below this a smaller batch saves nothing worth a re-cap
 # products; in bf16 it rounds the raw scores to bf16, and the sampler's log-probabilities then drift
 # from the learner's)
 ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "auto")
-GATE_UP_MAX_BYTES = 1 << 30  # the fused step's copies of the gate and up weights, at most (Qwen3-8B's are 7 GiB)
+GATE_UP_MAX_BYTES = 1 << 30  # the fused step's copies of the gate and up weights, at most (Qwen3-8B's: 6.75 GiB)
 CAPTURE_BROKEN: set[str] = set()  # model classes whose step failed to capture once: eager from then on
 
 
@@ -231,12 +231,7 @@ def attention_kind(group: int, head_dim: int, device: torch.device) -> str:
     return kind
 
 
-def capture(graph: "torch.cuda.CUDAGraph", fn, stream: "torch.cuda.Stream", pool=None) -> None:
-    """Record ``fn()`` into ``graph`` on ``stream`` (into memory ``pool``). ``torch.cuda.graph``
-    does the same after a device synchronisation and an ``empty_cache``, which hands the caching
-    allocator's free blocks back to the driver: the steps after it allocate them again, and on an
-    H200 each capture of the default model's step then took about 32 ms (ten per decode at batch
-    256, 17% of the decode's time; benchmarks/results/2026-12-01/session11)."""
+def _record(graph: "torch.cuda.CUDAGraph", fn, stream: "torch.cuda.Stream", pool) -> None:
     with torch.cuda.stream(stream):
         if pool is None:
             graph.capture_begin()
@@ -251,6 +246,28 @@ def capture(graph: "torch.cuda.CUDAGraph", fn, stream: "torch.cuda.Stream", pool
                 pass
             raise
         graph.capture_end()
+
+
+def capture(fn, stream: "torch.cuda.Stream", pool=None) -> "torch.cuda.CUDAGraph":
+    """A CUDA graph of ``fn()``, recorded on ``stream`` (into memory ``pool``). ``torch.cuda.graph``
+    does the same after a device synchronisation and an ``empty_cache``, which hands the caching
+    allocator's free blocks back to the driver: the steps after it allocate them again, and on an
+    H200 each capture of the default model's step then took about 32 ms (ten per decode at batch
+    256, 17% of the decode's time; benchmarks/results/2026-12-01/session11). During a capture the
+    allocator cannot free cached blocks to make room, so a capture that fails (out of memory near
+    the limit, say) is tried once more after that synchronisation and ``empty_cache``; a second
+    failure raises."""
+    graph = torch.cuda.CUDAGraph()
+    try:
+        _record(graph, fn, stream, pool)
+        return graph
+    except Exception as exc:  # noqa: BLE001 - retried once with the cache emptied
+        log.debug("graph capture failed (%s: %s); retrying after empty_cache", type(exc).__name__, exc)
+    torch.cuda.synchronize(stream.device)
+    torch.cuda.empty_cache()
+    graph = torch.cuda.CUDAGraph()
+    _record(graph, fn, stream, pool)
+    return graph
 
 
 def trim_to_longest(ids: torch.Tensor, logp: torch.Tensor, eos: int, done: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -476,12 +493,11 @@ class BucketedDecode:
         if self.warm < 2 or self.broken:
             return None
         dev = self.ids.device
-        g = torch.cuda.CUDAGraph()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         try:
             self.side.wait_stream(torch.cuda.current_stream(dev))
-            capture(g, lambda: self.step(span), self.side, self.pool)
+            g = capture(lambda: self.step(span), self.side, self.pool)
         except Exception as exc:  # noqa: BLE001 - any capture failure means "run eagerly"
             log.warning("CUDA graph capture of the bucketed decode step failed (%s: %s); decoding %s eagerly "
                         "from now on", type(exc).__name__, exc, self.model_name)

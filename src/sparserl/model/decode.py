@@ -301,9 +301,8 @@ class _StaticDecode:
                 self.step()
                 done += 1
         torch.cuda.current_stream(self.ids.device).wait_stream(side)
-        g = torch.cuda.CUDAGraph()
         try:
-            bucketed.capture(g, self.step, side)  # captured on this GPU's stream, not a default one
+            g = bucketed.capture(self.step, side)  # captured on this GPU's stream, not a default one
         except Exception as exc:  # noqa: BLE001 - any capture failure means "run eagerly"
             _GRAPH_BROKEN.add(name)
             log.warning("CUDA graph capture of %s failed (%s: %s); decoding eagerly", name, type(exc).__name__, exc)

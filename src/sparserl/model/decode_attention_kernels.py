@@ -63,7 +63,7 @@ def partial_softmax(q_ptr, k_ptr, v_ptr, bias_ptr, m_ptr, l_ptr, acc_ptr,
         else:
             acc = acc * alpha[:, None] + tl.dot(p, v)
         m = m_new
-    base = (pid * n_chunks + c) * G
+    base = (pid.to(tl.int64) * n_chunks + c) * G  # scratch offsets in 64 bits too
     tl.store(m_ptr + base + offs_g, m, mask=real)
     tl.store(l_ptr + base + offs_g, l_sum, mask=real)
     tl.store(acc_ptr + (base + offs_g)[:, None] * D + offs_d[None, :], acc, mask=real[:, None])
@@ -80,7 +80,7 @@ def merge_chunks(m_ptr, l_ptr, acc_ptr, out_ptr, so_b, so_h, so_g, n_kv, n_chunk
     offs_g = tl.arange(0, G)
     offs_d = tl.arange(0, D)
     ok = offs_c < n_chunks
-    idx = (pid * n_chunks + offs_c)[:, None] * G + offs_g[None, :]  # (NC, G)
+    idx = (pid.to(tl.int64) * n_chunks + offs_c)[:, None] * G + offs_g[None, :]  # (NC, G), 64-bit offsets
     m = tl.load(m_ptr + idx, mask=ok[:, None], other=float("-inf"))
     l_sum = tl.load(l_ptr + idx, mask=ok[:, None], other=0.0)
     acc = tl.load(acc_ptr + idx[:, :, None] * D + offs_d[None, None, :], mask=ok[:, None, None], other=0.0)

@@ -18,7 +18,7 @@ def _rnd(x, like_ptr):
     if like_ptr.dtype.element_ty == tl.bfloat16:
         u = x.to(tl.uint32, bitcast=True)
         u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-        return u.to(tl.float32, bitcast=True)
+        return tl.where(x == x, u.to(tl.float32, bitcast=True), x)  # a NaN stays NaN (the carry would not keep it)
     return x.to(like_ptr.dtype.element_ty).to(tl.float32)
 
 
@@ -68,7 +68,7 @@ def _norm_rope(src, w_ptr, cos, sin, eps, like_ptr, NH: tl.constexpr, NHP: tl.co
 @triton.jit
 def qk_rope_store(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, col_ptr,
                   qo_ptr, kc_ptr, vc_ptr, sq, sk, sv, s_tab, s_pos, skc_b, skc_h, skc_n, svc_b, svc_h, svc_n,
-                  eps, NQ: tl.constexpr, NK: tl.constexpr, NQP: tl.constexpr, NKP: tl.constexpr,
+                  q_eps, k_eps, NQ: tl.constexpr, NK: tl.constexpr, NQP: tl.constexpr, NKP: tl.constexpr,
                   D: tl.constexpr, HAS_NORM: tl.constexpr):
     """One program per row of the batch, for one decode step of one layer: the queries and keys
     (q/k norms, then the rotary embedding at the row's position, from the angle tables), the
@@ -80,11 +80,11 @@ def qk_rope_store(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr
     cos = tl.load(cos_ptr + p * s_tab + offs_d).to(tl.float32)
     sin = tl.load(sin_ptr + p * s_tab + offs_d).to(tl.float32)
     col = tl.load(col_ptr)
-    q, q_live = _norm_rope(q_ptr + b * sq, qw_ptr, cos, sin, eps, qo_ptr, NQ, NQP, D, HAS_NORM)
+    q, q_live = _norm_rope(q_ptr + b * sq, qw_ptr, cos, sin, q_eps, qo_ptr, NQ, NQP, D, HAS_NORM)
     offs_q = tl.arange(0, NQP)
     tl.store(qo_ptr + b * NQ * D + offs_q[:, None] * D + offs_d[None, :], q.to(qo_ptr.dtype.element_ty),
              mask=q_live[:, None])
-    k, k_live = _norm_rope(k_ptr + b * sk, kw_ptr, cos, sin, eps, kc_ptr, NK, NKP, D, HAS_NORM)
+    k, k_live = _norm_rope(k_ptr + b * sk, kw_ptr, cos, sin, k_eps, kc_ptr, NK, NKP, D, HAS_NORM)
     offs_k = tl.arange(0, NKP)
     tl.store(kc_ptr + b * skc_b + offs_k[:, None] * skc_h + col * skc_n + offs_d[None, :],
              k.to(kc_ptr.dtype.element_ty), mask=k_live[:, None])
