@@ -17,6 +17,10 @@ with any LoRA adapters on them, rotary embedding, MLP), with three changes to th
   still running are counted; once at most half of the batch is left, the running rows' cache and
   state are gathered into a smaller batch (graphs are re-captured for it), so the tail of long
   completions is not paid for by the rows that ended early.
+* **Triton on a GPU** (``SPARSERL_DECODE_ATTENTION=auto``, the default there): split-key attention
+  (:mod:`sparserl.model.decode_attention`) and a fused step (:mod:`sparserl.model.decode_fused`:
+  residual sum and RMS norm, q/k norms with the rotary embedding and the cache writes, the SiLU
+  gate), about 130 kernels a step instead of 335 for the default model.
 
 Models: decoder-only models of the Llama family whose layers are ``input_layernorm ->
 self_attn (q/k/v/o_proj, optional q_norm/k_norm) -> post_attention_layernorm -> mlp`` with full
