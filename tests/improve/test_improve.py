@@ -198,6 +198,7 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
     assert r0["val"]["vs_oracle"] is not None and r0["val"]["correct_rate"] == 0.0  # random weights: no kernel
     assert r1["teacher"]["rows"] > 0 and r1["sft"]["steps"] == 2 and r1["val"]["samples"] == 4
     assert r1["teacher"]["replay_rows"] == r1["teacher"]["rows"] and r1["sft"]["rows"] == 2 * r1["teacher"]["rows"]
+    assert r1["teacher"]["unseen_facts_dropped"] == 0  # few diagonals, no long rows: the prompt shows every fact
     assert not r1["kept"]  # nothing correct again: no better than round 0
     assert (out / "round_1" / "eval" / "eval.md").exists() and not (out / "best").exists()
     assert res["best_model"] == cfg.model

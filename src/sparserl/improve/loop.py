@@ -8,6 +8,8 @@ times on the validation matrices, measured once and reused). Then each round ``r
    policy proposing; every verified kernel goes to the best-known store as it arrives;
 2. **collect**: the store's verified kernels within ``within`` of their matrix's best known, on
    every training matrix this run searched so far (:func:`sparserl.search.export.export_rows`),
+   leaving out those that bake in facts the policy's prompt card does not show (a long-row table
+   with rows beyond the card's eight longest, diagonal offsets too many to list: ``seen_only``),
    plus ``replay`` times as many rows of the data's own train split, written as SFT data to
    ``round_r/teacher/train.jsonl``;
 3. **finetune**: :func:`sparserl.train.sft.sft` from the current best policy on that data
@@ -354,8 +356,9 @@ class Improve:
 
         cfg = self.cfg
         flt = ExportFilter(op=cfg.op, regime=cfg.regime, harness_version=harness_version(), per_matrix=cfg.per_matrix,
-                           within=cfg.within, fingerprints=frozenset(self.state["train_fingerprints"]))
-        rows = [row for row in export_rows(self.store, flt)[0] if row.get("k") == cfg.k_or_none]
+                           within=cfg.within, fingerprints=frozenset(self.state["train_fingerprints"]), seen_only=True)
+        rows, skipped = export_rows(self.store, flt)
+        rows = [row for row in rows if row.get("k") == cfg.k_or_none]
         replay = self._replay(r, round(cfg.replay * len(rows)))
         d = self.round_dir(r) / "teacher"
         d.mkdir(parents=True, exist_ok=True)
@@ -367,6 +370,7 @@ class Improve:
         self.state["current"]["teacher"] = {
             "rows": len(rows), "matrices": len({row["fingerprint"] for row in rows}), "provenance": prov,
             "policy_rows": sum(v for p, v in prov.items() if p.startswith("policy")), "replay_rows": len(replay),
+            "unseen_facts_dropped": skipped["unseen_facts"],
             "speedup_geomean": _geomean([row["times"]["speedup"] for row in rows])}
         if not rows:
             log.warning("round %d: no verified kernel to learn from (nothing within %.0f%% of a best known): "

@@ -136,6 +136,17 @@ class MatrixCard:
             lines.append(f"dense blocks: {r}x{c} (fill {self.block_density:.2f}{per_row})")
         return "\n".join(lines)
 
+    def prompt_longest_rows(self) -> tuple[tuple[int, int], ...]:
+        """(row, length) of the longest rows the prompt lists: those over twice the mean length or
+        at least ``long_rows_min`` long, up to LONGEST_ROWS, longest first."""
+        return tuple((r, n) for r, n in self.longest_rows if n > 2 * self.row_len_mean or n >= self.long_rows_min)
+
+    def prompt_offsets(self) -> tuple[int, ...] | None:
+        """The diagonal offsets when the prompt lists them (at most PROMPT_OFFSET_ITEMS runs), else None."""
+        if self.dia_offsets is None or len(_offset_runs(self.dia_offsets)) > PROMPT_OFFSET_ITEMS:
+            return None
+        return self.dia_offsets
+
     def prompt(self) -> str:
         """The card as the policy's prompt carries it: :meth:`render`'s facts, compact and bounded
         (60-250 tokens of the project's 8k BPE tokenizer on the generator families at 20k and 1M
@@ -148,15 +159,14 @@ class MatrixCard:
                   f"empty rows {self.empty_rows}"),
                  "row-length bins lo-hi:rows: " + " ".join(
                      f"{b.lo}:{b.rows}" if b.lo == b.hi else f"{b.lo}-{b.hi}:{b.rows}" for b in self.bins)]
-        top = [(r, n) for r, n in self.longest_rows if n > 2 * self.row_len_mean or n >= self.long_rows_min]
+        top = self.prompt_longest_rows()
         if top:
             lines.append("longest rows row:length: " + " ".join(f"{r}:{n}" for r, n in top))
         if self.long_rows:
             lines.append(f"rows of length >= {self.long_rows_min}: {len(self.long_rows)}")
         lines.append(f"diagonals: {self.num_diagonals}, fill {self.diag_fill:.2f}")
-        items = _offset_runs(self.dia_offsets) if self.dia_offsets is not None else None
-        if items is not None and len(items) <= PROMPT_OFFSET_ITEMS:
-            lines.append("diagonal offsets: " + " ".join(items))
+        if self.prompt_offsets() is not None:
+            lines.append("diagonal offsets: " + " ".join(_offset_runs(self.dia_offsets)))
         if self.block_shape is not None:
             r, c = self.block_shape
             per_row = f", {self.block_row_len} per block row" if self.block_row_len is not None else ""

@@ -163,12 +163,14 @@ def best_export(
     per_matrix: int = typer.Option(1, help="the fastest N distinct verified kernels per matrix (1: the best)"),
     within: float = typer.Option(None, help="only kernels at most this fraction slower than their matrix's best "
                                             "known (0.05: within 5%) [default: no limit]"),
+    seen_only: bool = typer.Option(False, "--seen-only", help="leave out kernels that bake in structure facts the "
+                                   "policy's prompt card does not show (what 'sparserl improve' teaches from)"),
 ) -> None:
     """SFT pairs (matrix, verified kernel) from the store, in the SFT data's JSONL format."""
     from sparserl.search.export import ExportFilter, export_sft
 
     flt = ExportFilter(op=op, arch=arch, regime=regime, harness_version=harness_version, min_speedup=min_speedup,
-                       per_matrix=per_matrix, within=within)
+                       per_matrix=per_matrix, within=within, seen_only=seen_only)
     with _open(store) as st:
         res = export_sft(st, out, flt)
     typer.echo(f"wrote {res['rows']} rows ({res['matrices']} matrices) to {res['path']}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
+from sparserl.matrices.card import MatrixCard
 from sparserl.search.store import BestStore, MatrixRow, ResultRow
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ class ExportFilter:
     within 5% of the best. None: no such limit. Expert iteration's teacher set."""
     fingerprints: frozenset[str] | None = None
     """Only these matrices (structure fingerprints); None: every matrix in the store."""
+    seen_only: bool = False
+    """Only kernels that bake in no structure fact the policy's prompt card leaves out (a
+    template's ``unseen``: a long-row table with rows the card does not list, diagonal offsets too
+    many to list). Expert iteration's teacher: the policy sees the prompt's card, not the store's."""
 
     def __post_init__(self) -> None:
         if self.per_matrix < 1:
@@ -70,10 +75,28 @@ def _coords(m: MatrixRow) -> tuple[list[int], list[int]] | None:
     return None
 
 
+def unseen_facts(candidate_id: str | None, card: MatrixCard | None) -> str | None:
+    """What the template point named by ``candidate_id`` bakes in for ``card`` that the prompt's
+    card does not show (None: nothing, or not a template point, or no card to judge by)."""
+    from sparserl.kernels.templates import templates
+    from sparserl.search.space import parse_candidate_id
+
+    parsed = parse_candidate_id(candidate_id)
+    if parsed is None or card is None:
+        return None
+    op, name, params = parsed
+    t = next((t for t in templates() if t.op.value == op and t.name == name), None)
+    if t is None or t.unseen is None or t.check(params, card) is not None:
+        return None
+    return t.unseen_facts(params, card)
+
+
 def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[dict], dict]:
     """The SFT rows of the store's kernels that pass ``flt``, and counts of what was skipped."""
     picked: dict[tuple, list[ResultRow]] = {}
     fastest: dict[tuple, float] = {}
+    cards: dict[str, MatrixCard | None] = {}
+    unseen = 0
     for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
         if flt.fingerprints is not None and r.fingerprint not in flt.fingerprints:
             continue
@@ -81,10 +104,19 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
         best = fastest.setdefault(key, r.time_us)  # results come fastest first: the first is the best known
         if r.speedup < flt.min_speedup or (flt.within is not None and r.time_us > best * (1 + flt.within)):
             continue
+        if flt.seen_only:
+            if r.fingerprint not in cards:
+                m = store.matrix(r.fingerprint)
+                cards[r.fingerprint] = MatrixCard.from_dict(m.card) if m is not None else None
+            why = unseen_facts(r.candidate_id, cards[r.fingerprint])
+            if why:
+                log.debug("not exported (%s): %s", r.candidate_id, why)
+                unseen += 1
+                continue
         group = picked.setdefault(key, [])
         if len(group) < flt.per_matrix and all(g.kernel_sha != r.kernel_sha for g in group):
             group.append(r)  # results come fastest first
-    rows, seen, skipped = [], set(), {"no_coordinates": 0, "duplicate": 0}
+    rows, seen, skipped = [], set(), {"no_coordinates": 0, "duplicate": 0, "unseen_facts": unseen}
     matrices: dict[str, MatrixRow | None] = {}
     coords: dict[str, tuple | None] = {}
     for (fp, op, k, arch, regime, hv), group in sorted(picked.items(), key=lambda kv: kv[0][:3] + (kv[0][3] or "",)):

@@ -114,6 +114,23 @@ def select_templates(op: Op, names: tuple[str, ...] | list[str] = ()) -> list[Te
     return [get_template(op, n) for n in dict.fromkeys(names)]
 
 
+def parse_candidate_id(cid: str | None) -> tuple[str, str, dict[str, int]] | None:
+    """(op, template, params) of a candidate id ``op/template/format params/tunables[/spec]``, or
+    None when ``cid`` is not one (a free-text kernel's id, say)."""
+    parts = (cid or "").split("/")
+    if len(parts) < 4:
+        return None
+    params: dict[str, int] = {}
+    try:
+        for chunk in parts[2:4]:
+            for kv in filter(None, chunk.split(",")) if chunk != "-" else ():
+                key, _, value = kv.partition("=")
+                params[key] = int(value)
+    except ValueError:
+        return None
+    return parts[0], parts[1], params
+
+
 class CandidateSpace:
     """The valid points of some templates for one matrix (card), op and k (see the module docstring)."""
 
@@ -175,18 +192,10 @@ class CandidateSpace:
     def from_id(self, cid: str, provenance: Provenance, note: str = "") -> Proposal | None:
         """The proposal for a candidate id (``op/template/format params/tunables[/spec]``) of this
         space, or None when the id names no valid point here."""
-        parts = cid.split("/")
-        if len(parts) < 4 or parts[0] != self.op.value or parts[1] not in self.by_name:
+        parsed = parse_candidate_id(cid)
+        if parsed is None or parsed[0] != self.op.value or parsed[1] not in self.by_name:
             return None
-        params: dict[str, int] = {}
-        try:
-            for chunk in parts[2:4]:
-                for kv in filter(None, chunk.split(",")) if chunk != "-" else ():
-                    key, _, value = kv.partition("=")
-                    params[key] = int(value)
-        except ValueError:
-            return None
-        return self.point(parts[1], params, provenance, note=note)
+        return self.point(parsed[1], parsed[2], provenance, note=note)
 
     # -- moves -------------------------------------------------------------------------------
 

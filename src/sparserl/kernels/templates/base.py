@@ -89,6 +89,10 @@ class Template:
     generic: str | None = None
     """For a specialised template: the name of its generic form (the same strategy and parameters
     with nothing baked in), so that the gain of specialisation can be measured matrix by matrix."""
+    unseen: Checker | None = field(default=None, repr=False, compare=False)
+    """For a specialised template: which facts it bakes in for (params, card) that the policy's
+    prompt card does not show (None: every one is shown). A teacher for the policy must not ask
+    it to write constants it cannot see (:func:`unseen_facts`)."""
 
     def param(self, name: str) -> Param:
         return next(p for p in self.space if p.name == name)
@@ -106,6 +110,10 @@ class Template:
         if self.op is Op.SPMM and (k is None or k % params.get("vec", 1)):
             return f"{self.name}: k={k} is not a multiple of vec={params.get('vec', 1)}"
         return self.checker(dict(params), card, k) if self.checker is not None else None
+
+    def unseen_facts(self, params: Mapping[str, int], card: MatrixCard, k: int | None = None) -> str | None:
+        """What this point bakes in that the prompt's card leaves out (None: nothing)."""
+        return self.unseen(dict(params), card, k) if self.unseen is not None else None
 
     def candidate(self, params: Mapping[str, int]) -> Candidate:
         ordered = tuple((p.name, int(params[p.name])) for p in self.space)

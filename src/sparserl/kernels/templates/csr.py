@@ -99,6 +99,16 @@ def _adaptive_spec_check(p: Params, card: MatrixCard | None, k: int | None) -> s
     return None
 
 
+def _adaptive_unseen(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
+    assert card is not None
+    table = adaptive_plan(p, card).long_rows or ()
+    shown = {r for r, _ in card.prompt_longest_rows()}
+    missing = [r for r, _ in table if r not in shown]
+    if missing:
+        return f"{len(missing)} of the {len(table)} long rows in its table are not on the prompt's card"
+    return None
+
+
 def _adaptive_seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
     seeds = [{"rpw": 32, "items": 8, "long_len": 16384, "seg": 16384, "block": 256},
              {"rpw": 64, "items": 4, "long_len": 4096, "seg": 4096, "block": 256}]
@@ -126,6 +136,7 @@ def _adaptive_templates() -> list[Template]:
     return [
         Template(name="csr_adaptive", renderer=generic, checker=_adaptive_check, doc=ADAPTIVE_DOC, **common),
         Template(name="csr_adaptive_spec", renderer=spec, checker=_adaptive_spec_check, specialised=True,
+                 unseen=_adaptive_unseen,
                  generic="csr_adaptive",
                  doc=ADAPTIVE_DOC + "; bins, long rows and split points baked in", **common),
     ]

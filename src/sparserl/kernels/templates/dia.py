@@ -161,6 +161,13 @@ def _spec_check(p: Params, card: MatrixCard | None, k: int | None) -> str | None
     return None
 
 
+def _spec_unseen(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
+    assert card is not None
+    if card.prompt_offsets() is None:
+        return f"its {card.num_diagonals} diagonal offsets are too many for the prompt's card to list"
+    return None
+
+
 def _render_spec(p: Params, card: MatrixCard | None) -> str:
     assert card is not None and card.dia_offsets is not None
     b, v = p["block"], p["v"]
@@ -221,5 +228,6 @@ def dia_templates() -> list[Template]:
     return [
         Template(name="dia_window", renderer=_render_generic, doc=doc + "; offsets read at run time", **common),
         Template(name="dia_window_spec", renderer=_render_spec, checker=_spec_check, specialised=True,
+                 unseen=_spec_unseen,
                  generic="dia_window", doc=doc + "; offsets baked in, unrolled, aligned windows of x", **common),
     ]
