@@ -81,10 +81,18 @@ def test_validation_figures_and_the_keep_rule() -> None:
 
 
 def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_dir: Path, tiny_model_dir: Path,
-                                                                          tmp_path: Path) -> None:
+                                                                          tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("torch")
     from sparserl.improve.loop import improve
+    from sparserl.search import export
     from sparserl.search.store import BestStore
+
+    filters = []  # every teacher export leaves out kernels with facts the prompt's card does not show
+
+    def spy(store, flt, _orig=export.export_rows):
+        filters.append(flt)
+        return _orig(store, flt)
+    monkeypatch.setattr(export, "export_rows", spy)
 
     scores = {0: 1.0, 1: 1.2, 2: 1.1}  # round 1 improves, round 2 does not
     validated: list[int] = []
@@ -112,6 +120,7 @@ def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_d
     st = json.loads((out / "state.json").read_text())
     assert (st["round"], st["phase"]) == (1, "finetune") and len(st["current"]["search"]) == 2
     assert st["current"]["teacher"]["rows"] > 0 and (out / "round_1" / "teacher" / "train.jsonl").exists()
+    assert filters and all(f.seen_only for f in filters)
     searched = len(ev.submitted)
     assert searched >= 2 * cfg.search_budget * 0.5  # the templates' share at least, on 2 matrices
 
@@ -198,7 +207,7 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
     assert r0["val"]["vs_oracle"] is not None and r0["val"]["correct_rate"] == 0.0  # random weights: no kernel
     assert r1["teacher"]["rows"] > 0 and r1["sft"]["steps"] == 2 and r1["val"]["samples"] == 4
     assert r1["teacher"]["replay_rows"] == r1["teacher"]["rows"] and r1["sft"]["rows"] == 2 * r1["teacher"]["rows"]
-    assert r1["teacher"]["unseen_facts_dropped"] == 0  # few diagonals, no long rows: the prompt shows every fact
+    assert r1["teacher"]["unseen_facts_dropped"] == 0  # recorded; few diagonals, no long rows: nothing dropped
     assert not r1["kept"]  # nothing correct again: no better than round 0
     assert (out / "round_1" / "eval" / "eval.md").exists() and not (out / "best").exists()
     assert res["best_model"] == cfg.model

@@ -20,11 +20,17 @@ from tests.search.test_cli import run_cli
 ADAPTIVE = {"rpw": 32, "items": 8, "long_len": 256, "seg": 1024, "block": 256}
 
 
-def _long_rows(n_long: int, rows: int = 3000) -> sp.csr_array:
-    """``n_long`` rows of 600-700 entries (lengths all distinct), the rest of 3."""
+def _long_rows(n_long: int, rows: int = 3000, extra: tuple[tuple[int, int], ...] = ()) -> sp.csr_array:
+    """``n_long`` rows of 600-700 entries (lengths all distinct), ``extra`` (count, length) rows
+    more, the rest of 3."""
     rng = np.random.default_rng(0)
     lengths = np.full(rows, 3)
-    lengths[rng.choice(rows, n_long, replace=False)] = 600 + np.arange(n_long)
+    picks = rng.choice(rows, n_long + sum(c for c, _ in extra), replace=False)
+    lengths[picks[:n_long]] = 600 + np.arange(n_long)
+    at = n_long
+    for count, length in extra:
+        lengths[picks[at:at + count]] = length
+        at += count
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     cols = np.concatenate([np.sort(rng.choice(rows, n, replace=False)) for n in lengths])
     return sp.csr_array((np.ones(indptr[-1], np.float32), cols, indptr), shape=(rows, rows))
@@ -55,10 +61,46 @@ def test_a_long_row_table_is_unseen_when_the_card_lists_fewer_rows(n_long: int, 
     why = t.unseen_facts(ADAPTIVE, card)
     assert (why is not None) == hidden, why
     if hidden:
-        assert why.startswith(f"{n_long - LONGEST_ROWS} of the {n_long} long rows")
-    searching = dict(ADAPTIVE, long_len=16384, seg=1024)  # no row is longer: no table, nothing baked
-    assert t.unseen_facts(searching, card) is None
+        assert f"({n_long} rows of length 512-1023, {LONGEST_ROWS} listed)" in why
+    no_table = dict(ADAPTIVE, long_len=16384, seg=1024)  # no row is longer: no table, nothing baked
+    assert t.unseen_facts(no_table, card) is None
     assert get_template("spmv", "csr_adaptive").unseen_facts(ADAPTIVE, card) is None  # the generic form
+
+
+def test_a_table_is_seen_only_when_the_card_proves_it_complete() -> None:
+    """Eight rows of 5000 and four of exactly 4096, long_len 4096: the table is the eight listed
+    rows, but the card cannot tell the four unlisted rows of 4096-8191 from rows of 4500, which the
+    table would need. Twenty rows of 600-619 and eight of 3000, long_len 1024: the table is the eight
+    longest, all listed, and no other row may be longer: seen though most long rows are unlisted."""
+    t = get_template("spmv", "csr_adaptive_spec")
+    p = dict(ADAPTIVE, long_len=4096, seg=4096)
+    card = matrix_card(_long_rows(0, rows=6000, extra=((8, 5000), (4, 4096))))
+    assert t.check(p, card) is None and len(card.prompt_longest_rows()) == LONGEST_ROWS
+    assert "(12 rows of length 4096-8191, 8 listed)" in t.unseen_facts(p, card)
+    card = matrix_card(_long_rows(20, rows=4000, extra=((8, 3000),)))
+    p = dict(ADAPTIVE, long_len=1024, seg=1024)
+    assert t.check(p, card) is None and len(card.long_rows) == 28
+    assert t.unseen_facts(p, card) is None
+
+
+def test_every_specialised_template_says_what_it_hides_or_hides_nothing() -> None:
+    """A new specialised template must decide what of its baked facts the prompt's card shows."""
+    from sparserl.kernels.templates import templates
+
+    shows_all = {"csr_lanes_spec": "the row length: min = max on the card",
+                 "bsr_stream_spec": "block shape and blocks per block row: the card's dense-blocks line"}
+    for t in templates():
+        if t.specialised:
+            assert t.unseen is not None or t.name in shows_all, f"{t.name} needs an unseen hook or a reason here"
+
+
+def test_specialised_points_that_cannot_be_judged_are_unseen() -> None:
+    card = matrix_card(_long_rows(3))
+    assert "does not know" in unseen_facts("spmv/nosuch/-/a=1/spec", card)
+    spec = get_template("spmv", "csr_adaptive_spec").candidate(ADAPTIVE).id
+    assert "no card" in unseen_facts(spec, None)
+    assert unseen_facts(spec, card) is None
+    assert unseen_facts("spmv/csr_vector/-/tpr=4", None) is None  # generic: nothing baked
 
 
 def test_diagonal_offsets_are_unseen_when_too_many_to_list() -> None:
@@ -67,6 +109,10 @@ def test_diagonal_offsets_are_unseen_when_too_many_to_list() -> None:
     assert t.unseen_facts(p, matrix_card(_diagonals([-1, 0, 1]))) is None
     why = t.unseen_facts(p, matrix_card(_diagonals(list(range(-60, 60, 3)))))
     assert why is not None and "40 diagonal offsets" in why
+    runs = [o for start in range(-100, 100, 20) for o in range(start, start + 4)]  # 40 offsets in 10 runs
+    card = matrix_card(_diagonals(runs, n=3000))
+    assert len(card.dia_offsets) == 40 and card.prompt_offsets() == card.dia_offsets
+    assert t.unseen_facts(p, card) is None
 
 
 def test_the_teacher_export_leaves_out_kernels_with_unseen_facts(tmp_path: Path, capsys) -> None:
@@ -90,8 +136,10 @@ def test_the_teacher_export_leaves_out_kernels_with_unseen_facts(tmp_path: Path,
         st.record(kernel("spmv/csr_vector/-/tpr=4", 12.0, "b"))
         both, _ = export_rows(st, ExportFilter(per_matrix=4, within=0.5))
         seen, skipped = export_rows(st, ExportFilter(per_matrix=4, within=0.5, seen_only=True))
+        one, skipped1 = export_rows(st, ExportFilter(per_matrix=1, within=0.5, seen_only=True))
     assert [r["variant"] for r in both] == [spec, "spmv/csr_vector/-/tpr=4"]
     assert [r["variant"] for r in seen] == ["spmv/csr_vector/-/tpr=4"] and skipped["unseen_facts"] == 1
+    assert [r["variant"] for r in one] == ["spmv/csr_vector/-/tpr=4"] and skipped1["unseen_facts"] == 1
     out = tmp_path / "teacher.jsonl"
     rc, msg, _ = run_cli(["best", "export", str(out), "--store", str(tmp_path / "s.sqlite"), "--per-matrix", "4",
                           "--within", "0.5", "--seen-only"], capsys)

@@ -75,20 +75,35 @@ def _coords(m: MatrixRow) -> tuple[list[int], list[int]] | None:
     return None
 
 
-def unseen_facts(candidate_id: str | None, card: MatrixCard | None) -> str | None:
+def unseen_facts(candidate_id: str | None, card: MatrixCard | None, k: int | None = None) -> str | None:
     """What the template point named by ``candidate_id`` bakes in for ``card`` that the prompt's
-    card does not show (None: nothing, or not a template point, or no card to judge by)."""
+    card does not show; None: nothing, or not a specialised template point. A specialised point
+    that cannot be judged (no card, a template or point this version does not know) counts as
+    unseen: the teacher leaves out what it cannot vouch for."""
     from sparserl.kernels.templates import templates
     from sparserl.search.space import parse_candidate_id
 
     parsed = parse_candidate_id(candidate_id)
-    if parsed is None or card is None:
+    if parsed is None or not (candidate_id or "").endswith("/spec"):
         return None
     op, name, params = parsed
     t = next((t for t in templates() if t.op.value == op and t.name == name), None)
-    if t is None or t.unseen is None or t.check(params, card) is not None:
+    if t is None or card is None:
+        return f"{name}: {'no card for its matrix' if card is None else 'a template this version does not know'}"
+    why = t.check(params, card, k)
+    if why:
+        return f"not a valid point here ({why})"
+    return t.unseen_facts(params, card, k)
+
+
+def _card(store: BestStore, fingerprint: str) -> MatrixCard | None:
+    m = store.matrix(fingerprint)
+    try:
+        return MatrixCard.from_dict(m.card) if m is not None else None
+    except (TypeError, KeyError, ValueError) as exc:  # a card written by another version
+        log.warning("the stored card of %s cannot be read (%s): its specialised kernels are not exported",
+                    fingerprint[:12], exc)
         return None
-    return t.unseen_facts(params, card)
 
 
 def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[dict], dict]:
@@ -96,7 +111,8 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
     picked: dict[tuple, list[ResultRow]] = {}
     fastest: dict[tuple, float] = {}
     cards: dict[str, MatrixCard | None] = {}
-    unseen = 0
+    verdicts: dict[tuple, str | None] = {}  # (fingerprint, k, candidate id) -> unseen_facts
+    unseen: set[tuple] = set()  # (fingerprint, k, kernel) left out as unseen
     for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
         if flt.fingerprints is not None and r.fingerprint not in flt.fingerprints:
             continue
@@ -104,19 +120,22 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
         best = fastest.setdefault(key, r.time_us)  # results come fastest first: the first is the best known
         if r.speedup < flt.min_speedup or (flt.within is not None and r.time_us > best * (1 + flt.within)):
             continue
-        if flt.seen_only:
-            if r.fingerprint not in cards:
-                m = store.matrix(r.fingerprint)
-                cards[r.fingerprint] = MatrixCard.from_dict(m.card) if m is not None else None
-            why = unseen_facts(r.candidate_id, cards[r.fingerprint])
-            if why:
-                log.debug("not exported (%s): %s", r.candidate_id, why)
-                unseen += 1
-                continue
         group = picked.setdefault(key, [])
-        if len(group) < flt.per_matrix and all(g.kernel_sha != r.kernel_sha for g in group):
-            group.append(r)  # results come fastest first
-    rows, seen, skipped = [], set(), {"no_coordinates": 0, "duplicate": 0, "unseen_facts": unseen}
+        if len(group) >= flt.per_matrix or any(g.kernel_sha == r.kernel_sha for g in group):
+            continue
+        if flt.seen_only:
+            vk = (r.fingerprint, r.k, r.candidate_id)
+            if vk not in verdicts:
+                if r.fingerprint not in cards:
+                    cards[r.fingerprint] = _card(store, r.fingerprint)
+                verdicts[vk] = unseen_facts(r.candidate_id, cards[r.fingerprint], r.k)
+                if verdicts[vk]:
+                    log.debug("not exported (%s): %s", r.candidate_id, verdicts[vk])
+            if verdicts[vk]:
+                unseen.add((r.fingerprint, r.k, r.kernel_sha))
+                continue
+        group.append(r)  # results come fastest first
+    rows, seen, skipped = [], set(), {"no_coordinates": 0, "duplicate": 0, "unseen_facts": len(unseen)}
     matrices: dict[str, MatrixRow | None] = {}
     coords: dict[str, tuple | None] = {}
     for (fp, op, k, arch, regime, hv), group in sorted(picked.items(), key=lambda kv: kv[0][:3] + (kv[0][3] or "",)):

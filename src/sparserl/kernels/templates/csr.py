@@ -100,12 +100,19 @@ def _adaptive_spec_check(p: Params, card: MatrixCard | None, k: int | None) -> s
 
 
 def _adaptive_unseen(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
+    """A long-row table is seen when the prompt's card proves it complete: every row-length bin
+    that may hold rows longer than long_len has all its rows among the listed longest rows (else
+    the policy cannot tell which unlisted rows the table needs)."""
     assert card is not None
-    table = adaptive_plan(p, card).long_rows or ()
-    shown = {r for r, _ in card.prompt_longest_rows()}
-    missing = [r for r, _ in table if r not in shown]
-    if missing:
-        return f"{len(missing)} of the {len(table)} long rows in its table are not on the prompt's card"
+    table = adaptive_plan(p, card).long_rows
+    if not table:
+        return None
+    shown = card.prompt_longest_rows()
+    for b in card.bins:
+        listed = sum(1 for _, n in shown if b.lo <= n <= b.hi)
+        if b.hi > p["long_len"] and listed != b.rows:
+            return (f"its table of the {len(table)} rows longer than {p['long_len']} needs rows the prompt's card "
+                    f"does not list ({b.rows} rows of length {b.lo}-{b.hi}, {listed} listed)")
     return None
 
 
