@@ -9,7 +9,8 @@ times on the validation matrices, measured once and reused). Then each round ``r
 2. **collect**: the store's verified kernels within ``within`` of their matrix's best known, on
    every training matrix this run searched so far (:func:`sparserl.search.export.export_rows`),
    leaving out those that bake in facts the policy's prompt card does not show (a long-row table
-   with rows beyond the card's eight longest, diagonal offsets too many to list: ``seen_only``),
+   the card's listed rows and bins do not prove complete, diagonal offsets too many to list:
+   ``seen_only``),
    plus ``replay`` times as many rows of the data's own train split, written as SFT data to
    ``round_r/teacher/train.jsonl``;
 3. **finetune**: :func:`sparserl.train.sft.sft` from the current best policy on that data
