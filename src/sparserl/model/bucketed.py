@@ -67,14 +67,14 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos[:, None] + _rotate_half(x) * sin[:, None]
 
 
-_RMS_NORMS = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm")  # w * (x / rms(x)) in float32, cast back
+RMS_NORMS = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm")  # w * (x / rms(x)) in float32, cast back
 _TABLE_ROPE = ("default", "linear", "llama3")  # rotary types whose angles depend on the position alone
 
 
 def _norm(module, x: torch.Tensor) -> torch.Tensor:
     """``module(x)``; the RMS norms of the supported families in three kernels instead of six (the same
     arithmetic: float32 normalisation, cast back, times the weight)."""
-    if type(module).__name__ in _RMS_NORMS:
+    if type(module).__name__ in RMS_NORMS:
         return module.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon).to(x.dtype)
     return module(x)
 
@@ -119,7 +119,7 @@ class DecoderView:
                         else None for la, p in zip(self.layers, plain)]
 
     def project(self, li: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys and values of layer ``li`` for rows h (B, d), unrotated: (B, heads * D) each."""
+        """Queries, keys and values of layer ``li`` for h (..., d), unrotated: (..., heads * D) each."""
         a = self.layers[li].self_attn
         if self.fused[li] is not None:
             D = self.head_dim
@@ -171,10 +171,7 @@ class DecoderView:
         a = self.layers[li].self_attn
         B, T, _ = h.shape
         D, nq, nk = self.head_dim, self.n_heads, self.n_kv
-        if self.fused[li] is not None:
-            q, k, v = F.linear(h, *self.fused[li]).split([nq * D, nk * D, nk * D], dim=-1)
-        else:
-            q, k, v = a.q_proj(h), a.k_proj(h), a.v_proj(h)
+        q, k, v = self.project(li, h)
         q, k, v = q.view(B, T, nq, D), k.view(B, T, nk, D), v.view(B, T, nk, D)
         if getattr(a, "q_norm", None) is not None:
             q, k = _norm(a.q_norm, q), _norm(a.k_norm, k)

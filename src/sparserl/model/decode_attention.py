@@ -65,7 +65,8 @@ def _kernels():
     return kern.partial_softmax, kern.merge_chunks
 
 
-def _pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): a Triton block size."""
     return 1 << max(0, (n - 1).bit_length())
 
 
@@ -102,7 +103,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
         G=G, GP=max(16, G), D=D, CHUNK=chunk, BLOCK_N=min(BLOCK_N, chunk), IEEE=q.dtype == torch.float32,
         num_warps=num_warps or NUM_WARPS, num_stages=num_stages or NUM_STAGES)
     merge[(B * n_kv,)](m, l_sum, acc, out, out.stride(0), out.stride(1), out.stride(2), n_kv, n_chunks,
-                       G=G, D=D, NC=_pow2(-(-k.shape[2] // chunk)))  # from the cache's size: one compile per decode
+                       G=G, D=D, NC=next_pow2(-(-k.shape[2] // chunk)))  # from the cache's size: one compile per decode
     return out
 
 
@@ -113,4 +114,5 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     return torch.matmul(torch.softmax(s, -1), v[:, :, :span].double()).to(q.dtype)
 
 
-__all__ = ["BLOCK_N", "CHUNK", "NUM_STAGES", "NUM_WARPS", "available", "decode_attention", "reference", "unsupported"]
+__all__ = ["BLOCK_N", "CHUNK", "NUM_STAGES", "NUM_WARPS", "available", "decode_attention", "next_pow2", "reference",
+           "unsupported"]

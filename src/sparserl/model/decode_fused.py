@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import torch
 
-NORMS = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm")
-"""Norm classes the fused kernels compute (``w * rnd(x * rsqrt(mean(x^2) + eps))``)."""
+from sparserl.model.bucketed import RMS_NORMS
+from sparserl.model.decode_attention import next_pow2
+
 ACTIVATIONS = ("SiLUActivation", "SiLU")
 """MLP activations :func:`silu_mul` computes."""
 MLPS = ("Qwen3MLP", "Qwen2MLP", "LlamaMLP")
@@ -37,10 +38,6 @@ def _k():
     from sparserl.model import decode_fused_kernels
 
     return decode_fused_kernels
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def unfusable(layers, norm) -> str | None:
@@ -58,7 +55,7 @@ def unfusable(layers, norm) -> str | None:
             return "the MLP has forward hooks (the fused step calls its parts, not its forward)"
         if type(mlp.act_fn).__name__ not in ACTIVATIONS:
             return f"the MLP's activation {type(mlp.act_fn).__name__} is not SiLU"
-    odd = sorted({type(m).__name__ for m in mods if type(m).__name__ not in NORMS})
+    odd = sorted({type(m).__name__ for m in mods if type(m).__name__ not in RMS_NORMS})  # w * rnd(x * rsqrt(...))
     return f"norms {odd} are not RMS norms the kernels know" if odd else None
 
 
@@ -72,7 +69,7 @@ def add_rms_norm(x: torch.Tensor, res: torch.Tensor | None, norm) -> tuple[torch
     s = torch.empty_like(x) if res is not None else x
     r = res if res is not None else x
     _k().add_rms_norm[(B,)](x, r, s, norm.weight, out, x.stride(0), r.stride(0), s.stride(0), out.stride(0), n,
-                            float(norm.variance_epsilon), HAS_RES=res is not None, BLOCK=_pow2(n))
+                            float(norm.variance_epsilon), HAS_RES=res is not None, BLOCK=next_pow2(n))
     return out, s
 
 
@@ -97,7 +94,7 @@ def qk_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn, table
         q.stride(0), k.stride(0), v.stride(0), cos.stride(0), pos.stride(0),
         K.stride(0), K.stride(1), K.stride(2), V.stride(0), V.stride(1), V.stride(2),
         float(qn.variance_epsilon) if has_norm else 0.0, float(kn.variance_epsilon) if has_norm else 0.0,
-        NQ=nq, NK=nk, NQP=_pow2(nq), NKP=_pow2(nk), D=D, HAS_NORM=has_norm)
+        NQ=nq, NK=nk, NQP=next_pow2(nq), NKP=next_pow2(nk), D=D, HAS_NORM=has_norm)
     return qo
 
 
@@ -107,9 +104,9 @@ def silu_mul(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     if g.stride(1) != 1 or u.stride(1) != 1:
         raise ValueError("rows need unit stride")
     out = torch.empty((B, n), dtype=g.dtype, device=g.device)
-    block = min(SILU_BLOCK, _pow2(n))
+    block = min(SILU_BLOCK, next_pow2(n))
     _k().silu_mul[(B, -(-n // block))](g, u, out, g.stride(0), u.stride(0), out.stride(0), n, BLOCK=block)
     return out
 
 
-__all__ = ["ACTIVATIONS", "MLPS", "NORMS", "add_rms_norm", "qk_rope_store", "silu_mul", "unfusable"]
+__all__ = ["ACTIVATIONS", "MLPS", "add_rms_norm", "qk_rope_store", "silu_mul", "unfusable"]

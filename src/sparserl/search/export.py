@@ -48,8 +48,9 @@ class ExportFilter:
     """Only these matrices (structure fingerprints); None: every matrix in the store."""
     seen_only: bool = False
     """Only kernels that bake in no structure fact the policy's prompt card leaves out (a
-    template's ``unseen``: a long-row table with rows the card does not list, diagonal offsets too
-    many to list). Expert iteration's teacher: the policy sees the prompt's card, not the store's."""
+    template's ``unseen``: a long-row table the card does not prove complete, diagonal offsets too
+    many to list) and no specialised kernel that cannot be judged (:func:`unseen_facts`). Expert
+    iteration's teacher: the policy sees the prompt's card, not the store's."""
 
     def __post_init__(self) -> None:
         if self.per_matrix < 1:
@@ -80,14 +81,17 @@ def unseen_facts(candidate_id: str | None, card: MatrixCard | None, k: int | Non
     card does not show; None: nothing, or not a specialised template point. A specialised point
     that cannot be judged (no card, a template or point this version does not know) counts as
     unseen: the teacher leaves out what it cannot vouch for."""
-    from sparserl.kernels.templates import templates
+    from sparserl.kernels.templates import get_template
     from sparserl.search.space import parse_candidate_id
 
     parsed = parse_candidate_id(candidate_id)
     if parsed is None or not (candidate_id or "").endswith("/spec"):
         return None
     op, name, params = parsed
-    t = next((t for t in templates() if t.op.value == op and t.name == name), None)
+    try:
+        t = get_template(op, name)
+    except (SparseRLError, ValueError):  # a template, or an op, this version does not know
+        t = None
     if t is None or card is None:
         return f"{name}: {'no card for its matrix' if card is None else 'a template this version does not know'}"
     why = t.check(params, card, k)
