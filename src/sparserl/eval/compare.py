@@ -10,7 +10,8 @@ fast_p (p = 1.0, 1.2, 1.5) on each matrix's best correct kernel, geometric-mean 
 of the best of the ``samples`` kernels (a matrix with no correct kernel counts as 1.0: the
 user keeps cuSPARSE) and over the matrices it covers, speedup@1 (what one sampled kernel
 gives, estimated from all samples), roofline fraction; broken down per structure family and per format
-chosen, with a format confusion table against the oracle.
+chosen, with a format confusion table against the oracle, and where the policies' samples come
+from against the library (:mod:`sparserl.eval.provenance`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from sparserl.errors import SparseRLError
 from sparserl.eval.metrics import fast_p, geomean, mean_pass_at_k, speedup_at_1
+from sparserl.eval.provenance import provenance_table
 from sparserl.kernels.contract import Op
 
 log = logging.getLogger(__name__)
@@ -206,6 +208,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     oracle_fmt: dict[str, str | None] = {}
     (out / "completions.jsonl").unlink(missing_ok=True)
     todo: list[tuple[str, str, object, dict]] = []  # (matrix, family, harness ref, {policy: Sample})
+    drawn: list[tuple[str, str, bool]] = []  # (policy, completion, correct): where samples come from
     try:
         for mname, fam, A in matrix_set(cfg):
             ref = ev.register(A, mname)
@@ -228,6 +231,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
             rs = ev.evaluate_many([(t, j[2], op, k) for t, j in zip(texts, jobs)])
             for n, (mname, fam, _, _) in enumerate(todo):
                 systems[pname][mname] = _record(rs[n * cfg.samples:(n + 1) * cfg.samples], fam)
+            drawn += [(pname, t, r.correct) for t, r in zip(texts, rs)]
             with (out / "completions.jsonl").open("a") as f:  # every sample, for reading the failures
                 for t, j, r in zip(texts, jobs, rs):
                     f.write(json.dumps({"system": pname, "matrix": j[0], "verdict": r.error_kind.value,
@@ -243,6 +247,8 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     result = {"config": asdict(cfg), "op": op.value, "k": k, "summary": summary, "per_matrix": systems,
               "format_confusion_vs_oracle": confusion, "paper": PAPER, "seconds": time.perf_counter() - t0,
               "compile_only": cfg.compile_only}
+    if not cfg.compile_only:  # compile-only verifies nothing, so no sample is correct
+        result["provenance"] = provenance_table(drawn, op)
     (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
     from sparserl.eval.report import markdown, plots
 

@@ -2,7 +2,8 @@
 
 ``sparserl evaluate`` writes ``eval.json`` (per-matrix records of every system) and
 ``completions.jsonl`` (every policy sample with its verdict and speedup). A metric added after
-a run (such as speedup@1, which needs each sample's speedup) can be computed from these two
+a run (such as speedup@1, which needs each sample's speedup, or where the samples come from
+against the library) can be computed from these two
 files without a GPU: per-sample speedups come from ``completions.jsonl`` for the policies, and
 the baselines' single pick is their best. ``eval.json`` and ``eval.md`` are rewritten in place.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from sparserl.errors import SparseRLError
 from sparserl.eval.compare import summarize
+from sparserl.eval.provenance import provenance_table
 from sparserl.eval.report import markdown
 
 
@@ -29,12 +31,15 @@ def rescore(folder: str | Path) -> dict:
         raise SparseRLError(f"{ej} holds a summary only ({result.get('trimmed', 'no per-matrix records')}): "
                             "rerun the evaluation to rescore it")
     samples: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    drawn: list[tuple[str, str, bool]] = []
     if cj.exists():
         for line in cj.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
                 ok = r["verdict"] == "none" and r.get("speedup")
                 samples[r["system"]][r["matrix"]].append(r["speedup"] if ok else None)
+                if "completion" in r:  # files of older runs kept only the verdicts
+                    drawn.append((r["system"], r["completion"], r["verdict"] == "none"))
     n = result["config"]["samples"]
     for name, recs in result["per_matrix"].items():
         for mname, rec in recs.items():
@@ -48,6 +53,8 @@ def rescore(folder: str | Path) -> dict:
                     raise SparseRLError(f"{cj}: no samples of {name} (it has {rec['n']} per matrix)")
                 rec["sample_speedups"] = [rec["best_speedup"]]  # a baseline: its one pick
     result["summary"] = {name: summarize(recs, n) for name, recs in result["per_matrix"].items()}
+    if drawn:
+        result["provenance"] = provenance_table(drawn, result["op"])
     ej.write_text(json.dumps(result, indent=1, default=str))
     (folder / "eval.md").write_text(markdown(result))
     return result
