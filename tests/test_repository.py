@@ -64,3 +64,15 @@ def test_results_folders_hold_summaries_not_per_sample_dumps() -> None:
     big = [f"{p.relative_to(REPO)} ({p.stat().st_size // 1024} KB)" for p in results
            if p.exists() and p.stat().st_size > 200 * 1024]
     assert big == []
+
+
+def test_shell_scripts_parse() -> None:
+    """The scripts/ recipes run on the GPU machine only; a syntax error there costs a device call."""
+    scripts = [p for p in _tracked() if p.suffix == ".sh"]
+    assert any(p.name == "improve_round.sh" for p in scripts)
+    bad = {}
+    for p in scripts:
+        r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
+        if r.returncode:
+            bad[str(p.relative_to(REPO))] = r.stderr.strip()
+    assert bad == {}
