@@ -6,6 +6,7 @@ validation, keep/reject, the round table and metrics, and resume after a kill be
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -148,6 +149,8 @@ def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_d
     assert "| 1 |" in md and "**kept**" in md and "| 2 |" in md and "Best so far: round 1" in md
     saved = json.loads((out / "rounds.json").read_text())
     assert [x["round"] for x in saved["rounds"]] == [0, 1, 2]
+    if importlib.util.find_spec("matplotlib"):
+        assert (out / "rounds.png").stat().st_size > 0
 
     # more rounds later: --resume with a larger --rounds continues from the best
     res = improve(small(data_dir, tiny_model_dir, tmp_path, resume=True, rounds=3), TimingDouble(library_time),

@@ -32,8 +32,9 @@ kept rounds, so only these are free of that choice.
 ``state.json`` is written after every phase (and after each matrix of the search), so a kill
 resumes at the phase it was in; the search's verified results are in the store already, and a
 matrix searched before the kill is not searched again. Each finished round goes to
-``rounds.json``, ``rounds.md`` (:mod:`.table`), ``metrics.jsonl`` and TensorBoard (one step per
-round, through the trainers' :class:`~sparserl.train.common.MetricLogger`).
+``rounds.json``, ``rounds.md`` (:mod:`.table`), ``rounds.png`` (:mod:`.plot`, with matplotlib),
+``metrics.jsonl`` and TensorBoard (one step per round, through the trainers'
+:class:`~sparserl.train.common.MetricLogger`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import numpy as np
 
 from sparserl.errors import SparseRLError
 from sparserl.improve.config import ImproveConfig
+from sparserl.improve.plot import plot_rounds
 from sparserl.improve.table import round_metrics, rounds_markdown
 
 log = logging.getLogger(__name__)
@@ -193,7 +195,7 @@ class Improve:
         for p in earlier:  # an earlier run's folders (--force): its checkpoints must not be resumed or kept
             if p.is_dir():
                 shutil.rmtree(p)
-        for f in ("state.json", "rounds.json", "rounds.md"):
+        for f in ("state.json", "rounds.json", "rounds.md", "rounds.png"):
             (self.out / f).unlink(missing_ok=True)
         val = split_rows(cfg.data, "val")
         pick = np.random.default_rng(cfg.seed).permutation(len(val))[: cfg.val_matrices]
@@ -545,6 +547,7 @@ class Improve:
                                                           "rounds": st["rounds"], "test": st.get("test")},
                                                          indent=1, default=str))
         (self.out / "rounds.md").write_text(rounds_markdown(st))
+        plot_rounds({Path(st["config"]["model"]).name: st}, self.out / "rounds.png")  # none without matplotlib
         self.save()
 
     # -- models --
