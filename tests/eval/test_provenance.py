@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparserl.eval.provenance import Provenance, markdown, provenance, provenance_table, split_completion
+from sparserl.eval.provenance import Provenance, markdown, provenance, provenance_table, shares, split_completion
 from sparserl.kernels.library import get_variant, variants
 
 
@@ -57,6 +57,8 @@ def test_table_counts_samples_and_correct_ones_per_class() -> None:
     assert "| a | 2 (67%), 50% correct | 1 (33%), 0% correct | 0 |" in md
     assert "| b | 0 | 0 | 1 (100%), 0% correct |" in md
     assert markdown({}) == []
+    assert shares(t["a"]) == {"library_share": 2 / 3, "mismatch_share": 1 / 3, "new_share": 0.0}
+    assert shares(None) == {} and shares({"library": {"samples": 0, "correct": 0}}) == {}
 
 
 def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:

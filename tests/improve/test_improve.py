@@ -208,6 +208,7 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
         assert s.counts()["runs"] == runs_before + 1  # the second matrix only
     r0, r1 = res["rounds"]
     assert r0["val"]["vs_oracle"] is not None and r0["val"]["correct_rate"] == 0.0  # random weights: no kernel
+    assert r0["val"]["new_share"] == 1.0 and r0["val"]["library_share"] == 0.0  # nor any library kernel
     assert r1["teacher"]["rows"] > 0 and r1["sft"]["steps"] == 2 and r1["val"]["samples"] == 4
     assert r1["teacher"]["replay_rows"] == r1["teacher"]["rows"] and r1["sft"]["rows"] == 2 * r1["teacher"]["rows"]
     assert r1["teacher"]["unseen_facts_dropped"] == 0  # recorded; few diagonals, no long rows: nothing dropped

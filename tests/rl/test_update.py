@@ -244,6 +244,17 @@ def test_no_signal_is_logged(caplog) -> None:
     some = batch_metrics(mk(torch.tensor([-3.5, -3.5, 0.0, 1.0])), cfg)
     assert some["charts/no_signal"] == 0.0 and some["reward/uniform_group_share"] == 0.5
 
+    from sparserl.kernels.library import get_variant
+
+    two = get_variant("spmv/bsr_group/R=2,C=2/g=32,block=128").render()
+    four = get_variant("spmv/bsr_group/R=4,C=4/g=32,block=256").render()
+    mixed = four.split("\n\n", 1)[0] + "\n\n" + two.split("\n\n", 1)[1]  # 4x4 header, 2x2 body
+    texts = RolloutBatch([None] * B, [two, mixed, "", "junk"], torch.zeros(B, T, dtype=torch.long), torch.ones(B, T),
+                         torch.zeros(B, T), torch.zeros(B, T), None, torch.zeros(B), res)
+    m = batch_metrics(texts, cfg)
+    assert (m["samples/library_share"], m["samples/mismatch_share"], m["samples/new_share"]) == (0.25, 0.25, 0.5)
+    assert flat["samples/new_share"] == 1.0  # empty completions
+
     class R:
         step = 7
 

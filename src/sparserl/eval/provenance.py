@@ -106,3 +106,11 @@ def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
             cells.append(f"{n} ({100 * n / total:.0f}%), {100 * k / n:.0f}% correct" if n else "0")
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
     return lines
+
+
+def shares(by_class: dict[str, dict] | None) -> dict[str, float]:
+    """``{CLASS}_share`` of one system's samples (from :func:`provenance_table`); {} when it drew none."""
+    total = sum(v["samples"] for v in (by_class or {}).values())
+    if not total:
+        return {}
+    return {f"{c.value}_share": by_class.get(c.value, {"samples": 0})["samples"] / total for c in Provenance}

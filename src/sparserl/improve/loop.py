@@ -436,7 +436,10 @@ class Improve:
         if st["oracle"] is None and "library oracle" in res["per_matrix"]:  # timed once, at round 0
             st["oracle"] = oracle_speedups(res)
             st["oracle_geomean"] = _geomean([v or 1.0 for v in st["oracle"].values()])
-        return validation_figures(res["per_matrix"][name], st["oracle"])
+        from sparserl.eval.provenance import shares
+
+        # the samples against the library: a library kernel exactly, a mismatched header, a new body
+        return validation_figures(res["per_matrix"][name], st["oracle"]) | shares(res.get("provenance", {}).get(name))
 
     # -- 5. decide --
 

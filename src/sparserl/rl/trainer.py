@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import torch
 
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
+from sparserl.eval.provenance import Provenance, provenance
 from sparserl.model.policy import Policy
 from sparserl.rl import core
 from sparserl.rl.config import RLConfig, load_config_file
@@ -128,6 +130,9 @@ def batch_metrics(batch: RolloutBatch, cfg: RLConfig) -> dict:
         out["rollout/logp_gap_max"] = float(gap.max()) if gap.numel() else 0.0
     if batch.values is not None:
         out["charts/values_mean"] = float(core.masked_mean(batch.values, batch.mask))
+    kinds = Counter(provenance(t, r.op) for t, r in zip(batch.texts, batch.results))  # against the library
+    for c in Provenance:
+        out[f"samples/{c.value}_share"] = kinds[c] / max(len(batch.texts), 1)
     return out
 
 
