@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from sparserl.errors import SparseRLError
+from sparserl.eval.provenance import shares
 from sparserl.improve.config import ImproveConfig
 from sparserl.improve.plot import plot_rounds
 from sparserl.improve.table import round_metrics, rounds_markdown
@@ -436,9 +437,7 @@ class Improve:
         if st["oracle"] is None and "library oracle" in res["per_matrix"]:  # timed once, at round 0
             st["oracle"] = oracle_speedups(res)
             st["oracle_geomean"] = _geomean([v or 1.0 for v in st["oracle"].values()])
-        from sparserl.eval.provenance import shares
-
-        # the samples against the library: a library kernel exactly, a mismatched header, a new body
+        # and the samples against the library: a library kernel exactly, a mismatched header, a new body
         return validation_figures(res["per_matrix"][name], st["oracle"]) | shares(res.get("provenance", {}).get(name))
 
     # -- 5. decide --
@@ -550,7 +549,7 @@ class Improve:
                                                           "rounds": st["rounds"], "test": st.get("test")},
                                                          indent=1, default=str))
         (self.out / "rounds.md").write_text(rounds_markdown(st))
-        plot_rounds({Path(st["config"]["model"]).name: st}, self.out / "rounds.png")  # none without matplotlib
+        plot_rounds({self.out.name: st}, self.out / "rounds.png")  # none without matplotlib
         self.save()
 
     # -- models --
