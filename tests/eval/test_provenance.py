@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparserl.eval.provenance import Provenance, markdown, provenance, provenance_table, shares, split_completion
+from sparserl.eval.provenance import Provenance, markdown, provenance, provenance_table, shares
+from sparserl.kernels.contract import Op, split_completion
 from sparserl.kernels.library import get_variant, variants
 
 
@@ -28,14 +29,23 @@ def test_whitespace_does_not_matter_but_a_constant_does() -> None:
     assert provenance("", "spmv") is Provenance.NEW
 
 
+def test_a_completion_is_read_as_the_harness_reads_it() -> None:
+    """Chatter, fences and markdown on the header do not make a library kernel new: the harness runs it as one."""
+    text = get_variant("spmv/csr_vector/-/tpr=8,block=256").render()
+    head, body = text.split("\n\n", 1)
+    wrapped = "Here is the kernel.\n\n```cuda\n" + head.replace("FORMAT:", "**FORMAT:**") + "\n" + body + "```\nDone."
+    assert wrapped != text and provenance(wrapped, "spmv") is Provenance.LIBRARY
+    assert provenance("FORMAT: NOPE\nLAUNCH: grid=1, block=32\n\n" + body, "spmv") is Provenance.NEW  # no such format
+
+
 def test_a_body_under_another_variants_header_is_a_mismatch() -> None:
     """The failure seen on the GPU: a 2x2 BSR body under a 4x4 header (the launch covers the wrong rows)."""
     two = get_variant("spmv/bsr_group/R=2,C=2/g=32,block=128").render()
     four = get_variant("spmv/bsr_group/R=4,C=4/g=32,block=256").render()
-    h2, b2 = split_completion(two)
-    h4, b4 = split_completion(four)
-    assert h2 != h4 and b2 != b4 and h4[0] == "FORMAT: BSR R=4 C=4"
-    mixed = "\n".join(h4) + "\n\n" + two.split("\n\n", 1)[1]
+    h2, b2 = split_completion(two, Op.SPMV)
+    h4, b4 = split_completion(four, Op.SPMV)
+    assert h2 != h4 and b2 != b4 and h4.render().startswith("FORMAT: BSR R=4 C=4\n")
+    mixed = h4.render() + "\n\n" + two.split("\n\n", 1)[1]
     assert provenance(mixed, "spmv") is Provenance.MISMATCH
     assert provenance(mixed, "spmm") is Provenance.NEW  # an SpMV body is not in the SpMM library
     # a header the library never writes at all, over a library body: still not the library's kernel
@@ -46,7 +56,7 @@ def test_a_body_under_another_variants_header_is_a_mismatch() -> None:
 def test_table_counts_samples_and_correct_ones_per_class() -> None:
     lib = get_variant("spmv/csr_vector/-/tpr=8,block=256").render()
     two = get_variant("spmv/bsr_group/R=2,C=2/g=32,block=128").render()
-    four_head = "\n".join(split_completion(get_variant("spmv/bsr_group/R=4,C=4/g=32,block=256").render())[0])
+    four_head = split_completion(get_variant("spmv/bsr_group/R=4,C=4/g=32,block=256").render(), Op.SPMV)[0].render()
     mixed = four_head + "\n\n" + two.split("\n\n", 1)[1]
     t = provenance_table([("a", lib, True), ("a", lib, False), ("a", mixed, False), ("b", "junk", False)], "spmv")
     assert t["a"] == {"library": {"samples": 2, "correct": 1}, "mismatch": {"samples": 1, "correct": 0},

@@ -9,8 +9,11 @@ A policy taught on the library's kernels writes, for each sample, one of three t
 * ``new``: a body the library does not have: a specialised or mutated kernel, or a garbled one.
 
 Counting a system's samples by class, with the correct share of each, tells whether its
-incorrect samples are mismatched library parts or new code. Bodies are compared with their
-whitespace collapsed; nothing is compiled or run.
+incorrect samples are mismatched library parts or new code. A completion is read as the harness
+reads it (:func:`sparserl.harness.extract.extract`: fences, chatter and markdown dropped, the header
+parsed and rendered back with its format parameters' defaults filled in); bodies are compared
+with their whitespace collapsed. A completion the harness cannot extract is ``new``. Nothing is
+compiled or run.
 """
 
 from __future__ import annotations
@@ -18,13 +21,11 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 
+from sparserl.harness.extract import Extracted, extract
 from sparserl.kernels.contract import Op
-
-HEADER_KEYS = ("FORMAT:", "LAUNCH:")
 
 
 class Provenance(str, Enum):
@@ -40,40 +41,35 @@ DESCRIPTION = {
 }
 
 
-def split_completion(text: str) -> tuple[tuple[str, ...], str]:
-    """(the FORMAT/LAUNCH lines, stripped; the rest with its whitespace collapsed)."""
-    head, body = [], []
-    for line in text.splitlines():
-        (head if line.lstrip().startswith(HEADER_KEYS) else body).append(line)
-    return tuple(h.strip() for h in head), re.sub(r"\s+", " ", "\n".join(body)).strip()
+def _parts(text: str, op: Op) -> tuple[str, str] | None:
+    """(the header as the contract renders it, the code with its whitespace collapsed), or None
+    when the harness would find no completion in ``text``."""
+    got = extract(text, op)
+    if not isinstance(got, Extracted):
+        return None
+    return got.header.render(), re.sub(r"\s+", " ", got.code).strip()
 
 
 @lru_cache(maxsize=4)
-def _library(op: Op) -> tuple[dict[str, frozenset[tuple[str, ...]]], frozenset[tuple[str, ...]]]:
-    """Library bodies of ``op`` -> the headers they come with; and every header of ``op``."""
+def _library(op: Op) -> dict[str, frozenset[str]]:
+    """Library bodies of ``op`` -> the headers they come with."""
     from sparserl.kernels.library import variants
 
-    bodies: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+    bodies: dict[str, set[str]] = defaultdict(set)
     for v in variants(op):
-        head, body = split_completion(v.render())
+        head, body = _parts(v.render(), op)
         bodies[body].add(head)
-    return {b: frozenset(h) for b, h in bodies.items()}, frozenset(h for hs in bodies.values() for h in hs)
+    return {b: frozenset(h) for b, h in bodies.items()}
 
 
 def provenance(text: str, op: Op | str) -> Provenance:
     """The class of one completion (see the module docstring)."""
-    head, body = split_completion(text)
-    bodies, _ = _library(Op(op))
-    heads = bodies.get(body)
+    op = Op(op)
+    parts = _parts(text, op)
+    heads = _library(op).get(parts[1]) if parts else None
     if heads is None:
         return Provenance.NEW
-    return Provenance.LIBRARY if head in heads else Provenance.MISMATCH
-
-
-@dataclass(frozen=True)
-class ClassCount:
-    samples: int
-    correct: int
+    return Provenance.LIBRARY if parts[0] in heads else Provenance.MISMATCH
 
 
 def provenance_table(samples: Iterable[tuple[str, str, bool]], op: Op | str) -> dict[str, dict[str, dict]]:
