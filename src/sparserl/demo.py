@@ -136,8 +136,8 @@ def _generate(cfg: DemoConfig, out: Path, ev) -> dict:
         matrix=_real_matrix(cfg, out), model=str(out / "ppo" / "checkpoint"), samples=4 if cfg.tiny else 16,
         max_new_tokens=64 if cfg.tiny else 1536, out=str(out / "generate"), compile_only=cfg.compile_only,
         seed=cfg.seed), evaluator=ev)
-    return {k: rep[k] for k in ("verdict", "source", "verified", "notes", "out")} | {
-        "kernel": str(Path(rep["out"]) / "kernel.cu"), "format": rep["best"]["format"]}
+    return {"verdict": rep.verdict, "source": rep.source, "verified": rep.verified, "notes": rep.notes,
+            "out": rep.out, "kernel": str(Path(rep.out) / "kernel.cu"), "format": rep.best.format}
 
 
 def run_demo(cfg: DemoConfig) -> dict:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from sparserl.matrices.features import compute_features
+from sparserl.matrices.features import MatrixFeatures, compute_features
 from sparserl.matrices.io import canonicalize
 
 MAX_CARD_DIAGONALS = 64
@@ -228,10 +228,11 @@ def _uniform_block_row_len(C: sp.csr_array, b: int) -> int | None:
     return int(counts[0]) if counts.size and np.all(counts == counts[0]) else None
 
 
-def matrix_card(A: Any) -> MatrixCard:
-    """The card of ``A`` (anything :func:`~sparserl.matrices.io.canonicalize` accepts)."""
+def matrix_card(A: Any, features: MatrixFeatures | None = None) -> MatrixCard:
+    """The card of ``A`` (anything :func:`~sparserl.matrices.io.canonicalize` accepts); ``features``:
+    ``A``'s, when the caller has them already."""
     C: sp.csr_array = canonicalize(A)
-    f = compute_features(C)
+    f = features if features is not None else compute_features(C)
     lengths = np.diff(C.indptr).astype(np.int64)
     top = np.argsort(-lengths, kind="stable")[:LONGEST_ROWS]
     offsets = None

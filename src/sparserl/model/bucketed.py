@@ -52,7 +52,7 @@ MIN_COMPACT_BATCH = 8  # below this a smaller batch saves nothing worth a re-cap
 # where Triton is installed and the model's shape suits its kernels, else "sdpa"), "triton" (split-key
 # kernels with float32 scores, model/decode_attention.py, and the fused step of model/decode_fused.py:
 # 127-140k tokens/s for the default model at batch 256 on an H200, against 73-75k with sdpa,
-# docs/results.md, decoding), "sdpa" (torch's fused kernel) or "matmul" (two batched
+# docs/results.md, 'How fast is decoding?'), "sdpa" (torch's fused kernel) or "matmul" (two batched
 # products; in bf16 it rounds the raw scores to bf16, and the sampler's log-probabilities then drift
 # from the learner's)
 ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "auto")
@@ -252,7 +252,7 @@ def capture(fn, stream: "torch.cuda.Stream", pool=None) -> "torch.cuda.CUDAGraph
     does the same after a device synchronisation and an ``empty_cache``, which hands the caching
     allocator's free blocks back to the driver: the steps after it allocate them again, and on an
     H200 each capture of the default model's step then took about 32 ms (ten per decode at batch
-    256, 17% of the decode's time; docs/results.md, decoding). During a capture the
+    256, 17% of the decode's time; docs/results.md, 'How fast is decoding?'). During a capture the
     allocator cannot free cached blocks to make room, so a capture that fails (out of memory near
     the limit, say) is tried once more after that synchronisation and ``empty_cache``; a second
     failure raises."""

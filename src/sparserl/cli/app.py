@@ -1,7 +1,9 @@
-"""The ``sparserl`` command: one thin subcommand per pipeline stage.
+"""The root ``sparserl`` command: its command groups, its help, and how it ends.
 
-Library code raises :class:`sparserl.errors.SparseRLError` for bad input; :func:`main`
-turns that into a one-line ``error: ...`` message and exit status 2.
+Each group of commands is a module of this package; :data:`app` registers them (the model-side
+ones only where torch is installed, the ``train`` extra). Library code raises
+:class:`sparserl.errors.SparseRLError` for bad input; :func:`main` turns that into a one-line
+``error: ...`` message and exit status 2.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import sys
 
 import typer
 
+from sparserl.cli import best, data, demo, evaluate, generate, improve, pretrain, rl, search, sft
 from sparserl.errors import SparseRLError
 from sparserl.harness.cli import baseline, check_kernel
 from sparserl.kernels.cli import app as library_app
 from sparserl.matrices.cli import app as matrix_app
-from sparserl.search.cli import best_app, search_cmd
+from sparserl.progress import quiet_foreign_bars
 
 app = typer.Typer(
     name="sparserl",
@@ -44,36 +47,26 @@ app.add_typer(matrix_app, name="matrix")
 app.add_typer(library_app, name="library")
 app.command("check-kernel")(check_kernel)
 app.command("baseline")(baseline)
-app.command("search")(search_cmd)
-app.add_typer(best_app, name="best")
+app.command("search")(search.search_cmd)
+app.add_typer(best.app, name="best")
+
+
+def _add_model_commands() -> None:
+    """The commands that need torch (the train extra) to run."""
+    app.command("demo")(demo.demo_cmd)
+    app.command("generate")(generate.generate_cmd)
+    app.command("evaluate")(evaluate.evaluate_cmd)
+    app.command("rescore")(evaluate.rescore_cmd)
+    app.command("pretrain")(pretrain.pretrain_cmd)
+    app.add_typer(data.app, name="data")
+    app.command("sft")(sft.sft_cmd)
+    app.command("ppo", cls=rl.RLCommand)(rl.ppo_cmd)
+    app.command("grpo", cls=rl.RLCommand)(rl.grpo_cmd)
+    app.command("improve")(improve.improve_cmd)
 
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it
-    from sparserl.train.cli import (
-        RLCommand,
-        data_app,
-        demo_cmd,
-        evaluate_cmd,
-        generate_cmd,
-        grpo_cmd,
-        ppo_cmd,
-        pretrain_cmd,
-        rescore_cmd,
-        sft_cmd,
-    )
-
-    app.command("demo")(demo_cmd)
-    app.command("generate")(generate_cmd)
-    app.command("evaluate")(evaluate_cmd)
-    app.command("rescore")(rescore_cmd)
-    app.command("pretrain")(pretrain_cmd)
-    app.add_typer(data_app, name="data")
-    app.command("sft")(sft_cmd)
-    app.command("ppo", cls=RLCommand)(ppo_cmd)
-    app.command("grpo", cls=RLCommand)(grpo_cmd)
-    from sparserl.improve.cli import improve_cmd
-
-    app.command("improve")(improve_cmd)
+    _add_model_commands()
 else:
     @app.command("pretrain")
     def _pretrain_missing() -> None:
@@ -99,8 +92,6 @@ def _root(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    from sparserl.progress import quiet_foreign_bars
-
     quiet_foreign_bars()
 
 
@@ -204,7 +195,3 @@ def _click_errors() -> tuple[type, ...]:
     except ImportError:
         pass
     return tuple(types)
-
-
-if __name__ == "__main__":
-    main()

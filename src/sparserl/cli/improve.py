@@ -6,9 +6,11 @@ from pathlib import Path
 
 import typer
 
+from sparserl.cli.common import defaults
 from sparserl.improve.config import ImproveConfig
+from sparserl.runs import check_output
 
-D = ImproveConfig()
+D = defaults(ImproveConfig)
 
 
 def improve_cmd(
@@ -63,8 +65,7 @@ def improve_cmd(
     proposing, collects the verified kernels within --within of each matrix's best known, fine-tunes
     on them and validates; the round's checkpoint becomes OUT/best only when validation improves.
     Figures per round in OUT/rounds.md, rounds.json, metrics.jsonl and TensorBoard (OUT/tb)."""
-    from sparserl.improve.loop import improve
-    from sparserl.runs import check_output
+    from sparserl.improve.loop import improve  # torch
 
     check_output(out, "improve", force, resume)
     cfg = ImproveConfig(data=str(data), model=str(model), out=str(out), rounds=rounds,

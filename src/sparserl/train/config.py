@@ -1,0 +1,128 @@
+"""The training stages' settings: :class:`PretrainConfig` (stage 1) and :class:`SFTConfig` (stage 2).
+
+Plain dataclasses with no torch behind them, so the command line reads its defaults from them
+without loading a model library."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sparserl.data.corpus import CorpusConfig
+from sparserl.errors import SparseRLError
+from sparserl.model.config import TinyModelConfig
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Stage-1 pre-training."""
+
+    out: str = "runs/pretrain"
+    """Output folder (model/, state.pt, metrics.jsonl)."""
+    model: str | None = None
+    """A local HF causal LM to continue pre-training; None trains the default model from scratch."""
+    vocab_size: int = 8192
+    """BPE vocabulary of the tokenizer trained from scratch."""
+    shape: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Shape of the model trained from scratch."""
+    seq_len: int = 512
+    """Tokens per training sequence."""
+    batch_size: int = 32
+    """Sequences per optimizer step."""
+    steps: int = 2000
+    """Optimizer steps."""
+    lr: float = 1e-3
+    """Peak learning rate (AdamW), after linear warm-up, cosine decay to 10%."""
+    warmup_steps: int = 100
+    """Steps of linear warm-up."""
+    weight_decay: float = 0.1
+    """AdamW weight decay (matrices only)."""
+    grad_clip: float = 1.0
+    """Gradient norm clip."""
+    eval_every: int = 500
+    """Steps between held-out perplexity evaluations."""
+    save_every: int = 500
+    """Steps between checkpoints."""
+    heldout_tokens: int = 200_000
+    """Held-out tokens scored for perplexity (at most)."""
+    device: str = "auto"
+    """'auto' (cuda if available), 'cuda', 'cpu'."""
+    bf16: bool = True
+    """bf16 autocast on CUDA."""
+    seed: int = 0
+    """Seed of the initial weights and the batches."""
+    resume: bool = False
+    """Continue from ``out/state.pt`` if present."""
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    """What goes into the corpus (CUDA toolkit headers, the kernel library) and how much."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
+            raise SparseRLError("need steps >= 1, batch_size >= 1, seq_len >= 8")
+        if self.lr <= 0:
+            raise SparseRLError("lr must be positive")
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Stage-2 supervised fine-tuning."""
+
+    data: str = "runs/data"
+    """A folder with train.jsonl (and val.jsonl), or one .jsonl file (then 10% is held out for val)."""
+    model: str = "runs/pretrain/model"
+    """A local HF causal LM folder, or a policy checkpoint (folder with policy.json)."""
+    out: str = "runs/sft"
+    """Output folder (checkpoint/, state.pt, metrics.jsonl, result.json)."""
+    steps: int = 1000
+    """Optimizer steps."""
+    batch_size: int = 8
+    """(matrix, kernel) pairs per step."""
+    lr: float = 3e-4
+    """Peak learning rate (AdamW), after linear warm-up, cosine decay to 10%."""
+    warmup_steps: int = 50
+    """Steps of linear warm-up."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient norm clip."""
+    lora: bool = False
+    """LoRA adapters on a frozen base (True for large models), else full fine-tuning."""
+    lora_r: int = 16
+    """LoRA rank (alpha = 2 r)."""
+    max_nnz: int = 128
+    """Coordinate tokens per matrix."""
+    text_prompt: bool = True
+    """Name the shape and nonzero count in the prompt text (besides the matrix soft tokens)."""
+    card: bool | None = None
+    """Carry the matrix card in the prompt. None: a new model gets it, a policy checkpoint keeps its
+    own setting; True/False: set it (a checkpoint trained otherwise is re-trained to the new prompt)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more time)."""
+    eval_every: int = 250
+    """Steps between validations (and one at the end)."""
+    eval_samples: int = 32
+    """Validation rows sampled and checked by the harness at each evaluation."""
+    eval_temperature: float = 1.0
+    """Sampling temperature of the validation (> 0)."""
+    max_new_tokens: int = 1536
+    """Longest validation completion, in tokens."""
+    save_every: int = 250
+    """Steps between checkpoints (and one at the end)."""
+    resume: bool = False
+    """Continue from ``out/state.pt`` when it is there."""
+    device: str = "auto"
+    """'auto' (cuda when available), 'cpu' or 'cuda[:N]'."""
+    bf16: bool = True
+    """bf16 autocast on CUDA."""
+    compile_only: bool = False
+    """Evaluate by compiling only (no GPU)."""
+    seed: int = 0
+    """Seed of the batches, the encoding's sampling, a new encoder's weights and the validation draw."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise SparseRLError("need steps >= 1, batch_size >= 1 and lr > 0")
+        if self.max_new_tokens < 1:
+            raise SparseRLError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not self.eval_temperature > 0:
+            raise SparseRLError(f"eval_temperature must be > 0 (1.0 samples the policy as it is), "
+                                f"got {self.eval_temperature}")
