@@ -120,8 +120,8 @@ HISTORY = re.compile(r"session ?[0-9]|issue ?[0-9]|sessions? (one|two|three|four
 
 def test_documents_speak_of_the_project_not_of_how_it_was_made() -> None:
     """The README, docs/, scripts/, benchmarks/ (results included) and configs/ name no session or
-    issue numbers, in their text or their paths. Kills the mutation 'a results folder named
-    session12/' or 'a README line citing issue 16's targets'."""
+    issue numbers, in their text or their paths. Kills the mutation 'a results folder named after
+    the work session that made it' or 'a README line citing an issue's number for its targets'."""
     found = []
     for p in _tracked():
         rel = p.relative_to(REPO)
