@@ -1,6 +1,6 @@
 """How fast can any SpMV kernel be on the irregular families? The access pattern's own floor.
 
-Issue 15 asks for a library oracle of >= 1.3x cuSPARSE on the power-law, skewed, random and
+A target asked for a library oracle of >= 1.3x cuSPARSE on the power-law, skewed, random and
 empty-rows families at 2M rows; every kernel we have lands at 1.04-1.08x. This script measures
 what the *reads alone* cost, with no row structure, no reduction across threads and no output
 beyond one float per thread, in the same cold regime (L2 flushed before each run) and with the

@@ -51,7 +51,7 @@ log = logging.getLogger("search_bench")
 
 LARGE_FAMILIES = ("diagonal", "banded", "stencil2d", "stencil3d_7", "stencil3d_27", "block", "random", "powerlaw",
                   "skewed", "empty_rows", "rectangular")
-"""The 11 generated families of the issue's targets (generator defaults, seed 1)."""
+"""The 11 generated families of the search targets (generator defaults, seed 1)."""
 
 
 def matrices(args):
