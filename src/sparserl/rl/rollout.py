@@ -102,7 +102,7 @@ class RolloutBatch:
     old_logp: torch.Tensor  # (B, T) the learner's log-probs at rollout time (at the sampling temperature)
     ref_logp: torch.Tensor  # (B, T)
     values: torch.Tensor | None  # (B, T) or None (no critic)
-    scores: torch.Tensor  # (B,) reward of each completion
+    scores: torch.Tensor  # (B,) reward of each completion (a 0 placeholder where not valid: read with valid_mask)
     results: list[EvalResult]
     timings: dict[str, float] = field(default_factory=dict)
     entropy: torch.Tensor | None = None  # (B, T) the old policy's entropy at each response token
