@@ -29,10 +29,6 @@ MAX_PREVIOUS_CHARS = 6000
 completion of the whole token budget would otherwise double the next prompt)."""
 
 
-SUMMED = ("reward/new_best_known",)
-"""Batch figures that are counts (added up when batches merge)."""
-
-
 def refinement_samples(rep: list[MatrixItem], batch: RolloutBatch) -> list[Sample]:
     """The next turn's prompts: each completion of ``batch`` (cleaned by the harness's extractor)
     with its measured outcome, on the same matrix input and card. Pure."""
@@ -100,16 +96,19 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
     for b in batches:
         for key, v in b.timings.items():
             timings[key] = timings.get(key, 0.0) + v
-    for key in timings:  # seconds and counts add up; shares are averaged over the batches
-        if not (key.startswith("time/") or key in SUMMED):
+    for key in timings:  # seconds add up; shares are averaged over the batches
+        if not key.startswith("time/"):
             timings[key] /= sum(key in b.timings for b in batches)
+    new_bests = frozenset().union(*(b.new_bests for b in batches))
+    if "reward/new_best_known" in timings:  # an entry raised in two turns is one new best-known kernel
+        timings["reward/new_best_known"] = float(len(new_bests))
     return RolloutBatch(
         samples=[s for b in batches for s in b.samples], texts=[t for b in batches for t in b.texts],
         response=cat("response", pad_id), mask=cat("mask"), old_logp=cat("old_logp"), ref_logp=cat("ref_logp"),
         values=cat("values"), scores=torch.cat([b.scores for b in batches]),
         results=[r for b in batches for r in b.results], timings=timings, entropy=cat("entropy"),
         sample_logp=cat("sample_logp"),
-        valid=torch.cat([b.valid_mask for b in batches]))
+        valid=torch.cat([b.valid_mask for b in batches]), new_bests=new_bests)
 
 
 def collect_turns(policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
