@@ -17,6 +17,7 @@ from sparserl.matrices.generators import (
     HELD_OUT_FAMILIES,
     TARGET_FAMILIES,
     family_names,
+    is_held_out,
 )
 
 from tests.matrices.test_generators import assert_canonical, rows_of
@@ -48,6 +49,8 @@ def test_the_classic_sets_stay_as_they_were() -> None:
     assert list(FAMILIES) == family_names(include_application=True)
     assert len(APPLICATION_FAMILIES) >= 6 and not set(APPLICATION_FAMILIES) & set(CLASSIC_FAMILIES)
     assert set(HELD_OUT_FAMILIES) < set(APPLICATION_FAMILIES), "some are held out, some may be trained on"
+    assert is_held_out("circuit_1000000") and is_held_out("fem_mixed_003_52000") and is_held_out("road")
+    assert not any(is_held_out(n) for n in ("lp_1000000", "banded_5000", "roadNet-CA", "circuits_2", "kkt2"))
 
 
 def test_default_enumerations_exclude_the_application_families(tmp_path) -> None:

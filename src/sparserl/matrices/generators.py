@@ -45,7 +45,7 @@ from sparserl.matrices.io import MAX_INT32, csr_from_sorted_parts
 log = logging.getLogger(__name__)
 
 __all__ = ["APPLICATION_FAMILIES", "CLASSIC_FAMILIES", "FAMILIES", "HELD_OUT_FAMILIES", "TARGET_FAMILIES", "FamilySpec",
-           "expected_nnz", "family_names", "generate", "memory_estimate", "random_values"]
+           "expected_nnz", "family_names", "generate", "is_held_out", "memory_estimate", "random_values"]
 
 _CHUNK_NNZ = 1 << 22
 """Nonzeros built per chunk of rows (bounds int64 temporaries to a few tens of MB)."""
@@ -1082,8 +1082,16 @@ no default set includes them, so the classic sets stay as they were."""
 HELD_OUT_FAMILIES: tuple[str, ...] = ("circuit", "kkt", "fem_mixed", "road")
 """Application families no learned component is fitted on: the cost model's training leaves out
 every matrix of these families (and SFT/RL data builds should too), so that the search and the
-cost model are judged on them as on structures they have never seen. The other application
-families (lp, kronecker, cartesian, arrow) may be trained on."""
+cost model are judged on them as on structures they have never seen (:func:`is_held_out` tells
+by a matrix's name). The other application families (lp, kronecker, cartesian, arrow) may be
+trained on."""
+
+
+def is_held_out(name: str) -> bool:
+    """Whether a generated matrix's name (``FAMILY_...``, as data build, evaluate, the benchmarks
+    and the best-known store name them) is of a held-out family: what a learned component's
+    training data leaves out."""
+    return any(name == f or name.startswith(f + "_") for f in HELD_OUT_FAMILIES)
 
 
 def family_names(include_application: bool = False) -> list[str]:
