@@ -147,9 +147,10 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.families:
         fams = [f for f in args.families.split(",") if f]
-        unknown = sorted(set(fams) - set(family_names()))
+        unknown = sorted(set(fams) - set(family_names(include_application=True)))
         if unknown:
-            raise SystemExit(f"unknown families {unknown}; families are {family_names()}")
+            raise SystemExit(f"unknown families {unknown}; families are "
+                             f"{family_names(include_application=True)}")
         chosen = [(f"{f}_{args.rows}", f, args.rows, {}) for f in fams]
     else:
         wanted = [s for s in args.only.split(",") if s]
