@@ -252,3 +252,17 @@ def test_note_best_keeps_the_best_in_the_reward_regime(tmp_path) -> None:
         ev.note_best(m, "spmv", None, 10.0, regime="warm")  # not the reward regime: ignored
         ev.note_best(m, "spmm", 8, 5.0)
         assert ev.best_known(m, "spmv", None) == 50.0 and ev.best_known(m, "spmm", 8) == 5.0
+
+
+def test_check_kernels_compile_with_nvrtc() -> None:
+    """The board's kernels build with NVRTC for Hopper, as CuPy builds them in a worker (no GPU
+    needed); a syntax or type error would otherwise surface only in a worker's start-up."""
+    from sparserl.harness.nvrtc import load_nvrtc
+
+    nvrtc = load_nvrtc()
+    if nvrtc is None:
+        pytest.skip("NVRTC not found")
+    out = nvrtc.compile(gpucheck._SRC, ["--gpu-architecture=sm_90"], 120)
+    assert out.status == "ok", out.log[-2000:]
+    for name in ("check_rows", "check_chunks", "check_long_rows", "check_guards", "diff_f32", "diff_u32", "reset_row"):
+        assert f".entry {name}(" in out.ptx, name
