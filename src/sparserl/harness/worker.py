@@ -140,7 +140,8 @@ class Worker:
             job = {"op": op, "k": k, "matrix": {"key": key, "path": str(path), "name": "warm-up"},
                    "header": header.render(), "cubin_path": built.cubin_path, "uses_atomics": built.uses_atomics,
                    "static_smem": {}, "regimes": list(self.settings["regimes"]),
-                   "reward_regime": self.settings["reward_regime"], "verify": asdict(VerifyConfig())}
+                   "reward_regime": self.settings["reward_regime"], "verify": asdict(VerifyConfig()),
+                   "early_stop": False}  # the whole timing path runs once here, whatever the kernel's speed
             res = self.evaluate(job)
             if res.get("error_kind") not in ("none", "slow"):  # slow: verified, timed until stopped early
                 raise RuntimeError(f"warm-up evaluation failed: {res.get('message')}")
@@ -243,7 +244,7 @@ class Worker:
             return out | {"error_kind": outcome.kind.value, "message": outcome.message}
         if self.speed.batched:
             threshold = (slow_threshold_us(self.speed.early_stop, job.get("best_us"), t_base)
-                         if reg == "cold" else None)
+                         if reg == "cold" and job.get("early_stop", True) else None)
             timed = self._time_batched(st, targets[1], k, job["regimes"], reg, out, t_base, threshold)
         else:
             timed = self._time(targets[1], k, job["regimes"], out)
