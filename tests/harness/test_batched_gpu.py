@@ -114,6 +114,8 @@ def _bind(st, text: str, which: str):
     built = compile_source(code)
     assert built.ok, built.log
     bound = BoundKernel.bind(header, Op.SPMV, built.cubin_path, st.on_device[which], None, _sms())
+    if isinstance(bound, str):  # the format refuses this matrix
+        return bound, built.uses_atomics
     key = (which, bound.conversion_key)
     if key not in st.pristine:
         st.keep_pristine(key, bound.dev.arrays)
