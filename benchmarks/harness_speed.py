@@ -31,6 +31,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 
+from sparserl.errors import SparseRLError
 from sparserl.harness.compile import compile_many
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.speed import SpeedConfig
@@ -78,7 +79,10 @@ def matrices(args):
 def kernel_set(args) -> list[tuple[str, str]]:
     """(id, text) of the candidates."""
     if args.kernels:
-        return [(i, get_variant(i).render()) for i in args.kernels.split(",")]
+        try:
+            return [(i, get_variant(i).render()) for i in args.kernels]
+        except SparseRLError as exc:
+            raise SystemExit(f"error: {exc}") from None
     if args.quick:
         return [(i, get_variant(i).render()) for i in QUICK_KERNELS]
     return [(v.id, v.render()) for v in variants(Op.SPMV)]
@@ -225,7 +229,7 @@ def main() -> int:
     ap.add_argument("--families", default=None, help="comma-separated families (default: the 11, or quick's 3; '' none)")
     ap.add_argument("--suitesparse", default=None, help="folder of .mtx/.mtx.gz/.npz matrices")
     ap.add_argument("--limit", type=int, default=None, help="at most this many SuiteSparse files")
-    ap.add_argument("--kernels", default=None, help="comma-separated library variant ids (default: all SpMV)")
+    ap.add_argument("--kernels", nargs="+", default=None, help="library variant ids (default: all SpMV; quick: 10)")
     ap.add_argument("--parallel", type=int, default=4, help="candidates in flight (a search's default)")
     ap.add_argument("--warm", action="store_true", help="time the warm regime too (cold only by default)")
     ap.add_argument("--cache", default=None, help="harness cache folder (default: a fresh one, so both paths "
