@@ -1,6 +1,6 @@
 """The batched path's host side on the CPU: the verdict replayed from a board row in the sequential
-path's order, the board's decoding, the balanced comparison's row plan, converting a matrix and its
-fresh-valued twin at once, the profile, the evaluator's memo of slow verdicts and the best-known note."""
+path's order, the board's decoding, the balanced comparison's row plan, the profile, the evaluator's
+memo of slow verdicts and the best-known note."""
 
 from __future__ import annotations
 
@@ -11,15 +11,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sparserl.errors import FormatError
 from sparserl.harness import gpucheck, profile
 from sparserl.harness.batched import BatchedVerifier, GpuTarget
-from sparserl.harness.launcher import convert_twins
-from sparserl.harness.resident import revalued
 from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
 from sparserl.harness.verify import VerifyConfig
-from sparserl.kernels.contract import split_completion
-from sparserl.kernels.library import variants
 from sparserl.matrices import generate
 
 ARRAYS = ("row_ptr", "col_idx", "val")
@@ -135,64 +130,6 @@ def test_row_plan_sends_a_dense_row_to_chunks() -> None:
     A = generate("dense_lines", 4000, seed=1)
     plan = gpucheck.RowPlan.of(A.indptr)
     assert plan.long_rows.size >= 1 and plan.chunk_start.size > plan.long_rows.size
-
-
-def _library_conversions():
-    keys = set()
-    for op, k in (("spmv", None), ("spmm", 8)):
-        for v in variants(op, None, k):
-            header, _ = split_completion(v.render(), v.op)
-            keys.add((header.format, tuple(sorted(header.params.items()))))
-    return sorted(keys)
-
-
-@pytest.mark.parametrize("family", ["powerlaw", "block", "banded", "skewed", "empty_rows", "rectangular"])
-def test_twin_conversion_equals_two_conversions_bit_for_bit(family: str) -> None:
-    """The map of where each nonzero lands gives exactly what converting each matrix gives, for every
-    format and parameter set the library uses (refusals included). Kills a map that is off by one,
-    a padding slot filled with a value, a value array missed."""
-    from sparserl.formats import convert
-
-    A = generate(family, 2500, seed=3)
-    B = revalued(A, 11)
-    for fmt, params in _library_conversions():
-        params = dict(params)
-        try:
-            want = convert(A, fmt, params), convert(B, fmt, params)
-        except FormatError as exc:
-            with pytest.raises(FormatError, match=str(exc)[:20]):
-                convert_twins(A, B, fmt, params)
-            continue
-        got = convert_twins(A, B, fmt, params)
-        for g, w in zip(got, want):
-            assert g.sizes == w.sizes and g.params == w.params and list(g.arrays) == list(w.arrays)
-            for name in w.arrays:
-                assert g.arrays[name].dtype == w.arrays[name].dtype, (fmt, name)
-                assert np.array_equal(g.arrays[name].view(np.uint32), w.arrays[name].view(np.uint32)), (fmt, name)
-
-
-def test_twin_conversion_falls_back_when_a_converter_reads_the_values(monkeypatch) -> None:
-    """A converter that drops entries by value breaks the position map: both matrices are converted
-    separately (and correctly) instead. Kills a missing permutation check."""
-    import sparserl.harness.launcher as launcher
-    from sparserl.formats import convert as real_convert
-
-    def dropping(A, fmt, params=None, limits=None):  # drops the entry whose value is smallest in magnitude
-        keep = np.ones(A.nnz, bool)
-        keep[int(np.argmin(np.abs(A.data)))] = False
-        rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))[keep]
-        B = sp.csr_array((A.data[keep], (rows, A.indices[keep])), shape=A.shape)
-        B.sort_indices()
-        B = sp.csr_array((B.data.astype(np.float32), B.indices.astype(np.int32), B.indptr.astype(np.int32)),
-                         shape=A.shape)
-        return real_convert(B, fmt, params, limits)
-
-    monkeypatch.setattr(launcher, "convert", dropping)
-    A = generate("random", 300, seed=1, nnz_per_row=4)
-    B = revalued(A, 5)
-    fa, fb = convert_twins(A, B, "CSR", {})
-    assert np.array_equal(fa.arrays["val"], dropping(A, "CSR").arrays["val"])
-    assert np.array_equal(fb.arrays["val"], dropping(B, "CSR").arrays["val"])
 
 
 def test_profile_steps_record_their_own_time() -> None:

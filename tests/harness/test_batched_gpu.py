@@ -104,7 +104,7 @@ def test_tamper_guard_and_reset_kernels() -> None:
 def _resident(A):
     from sparserl.harness.resident import ResidentMatrix
 
-    return ResidentMatrix(A, seed=5, batched=True, twin=True, sms=_sms())
+    return ResidentMatrix(A, seed=5, batched=True, sms=_sms())
 
 
 def _bind(st, text: str, which: str):

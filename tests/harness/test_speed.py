@@ -112,7 +112,7 @@ def test_scaled_limits_and_the_pool_cap() -> None:
 
 def test_speed_config_validation() -> None:
     classic = SpeedConfig.classic()
-    assert not classic.batched and not classic.twin_conversion and classic.ci == 0 and classic.early_stop == 0
+    assert not classic.batched and classic.ci == 0 and classic.early_stop == 0 and classic.limit_scale == 0
     with pytest.raises(SparseRLError, match="batched"):
         SpeedConfig(batched=False)  # adaptive timing and early stopping are on by default
     with pytest.raises(SparseRLError, match="early_stop"):

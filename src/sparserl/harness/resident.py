@@ -87,25 +87,19 @@ class ResidentMatrix:
 
     ``batched`` (the batched path, :mod:`sparserl.harness.batched`): the balanced fp64 checks of
     both versions are kept too (:class:`~sparserl.harness.gpucheck.Fp64Check`, fingerprinted with
-    the references), and state checks read their results back in one copy. ``twin``: ``A`` and
-    ``A_alt`` are converted together (:class:`~sparserl.harness.launcher.TwinConversions`)."""
+    the references), and state checks read their results back in one copy."""
 
-    def __init__(self, A: sp.csr_array, seed: int | None = None, batched: bool = False, twin: bool = False,
-                 sms: int = 132):
+    def __init__(self, A: sp.csr_array, seed: int | None = None, batched: bool = False, sms: int = 132):
         import cupy as cp
 
-        from sparserl.harness.launcher import MatrixOnDevice, TwinConversions
+        from sparserl.harness.launcher import MatrixOnDevice
         from sparserl.harness.reference import Fp64Reference
 
         self.A = A
         self.alt_seed = secrets.randbits(63) if seed is None else seed
         """Seed of ``A_alt``'s values (from the OS unless given), kept for reproducing a verdict."""
         self.A_alt = revalued(A, self.alt_seed)
-        if twin:
-            twins = TwinConversions(A, self.A_alt)
-            self.on_device = {"A": twins.view("A"), "A_alt": twins.view("A_alt")}
-        else:
-            self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
+        self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
         self.references = {"A": Fp64Reference(A, cp), "A_alt": Fp64Reference(self.A_alt, cp)}
         self.batched = batched
         self.sms = sms
@@ -175,7 +169,7 @@ class ResidentMatrix:
 
 class MatrixCache:
     """The worker's resident matrices, least recently used evicted past ``capacity``; ``options`` are
-    passed to every :class:`ResidentMatrix` (``batched``, ``twin``, ``sms``)."""
+    passed to every :class:`ResidentMatrix` (``batched``, ``sms``)."""
 
     def __init__(self, capacity: int = MAX_MATRICES, **options):
         self.capacity = capacity

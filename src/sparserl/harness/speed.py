@@ -39,10 +39,6 @@ class SpeedConfig:
     """Verification launches back to back and timed runs enqueued ahead, every check a GPU kernel
     writing into a board of counters read once per batch; False: one launch, one synchronisation
     and one host-side check at a time (the earlier path)."""
-    twin_conversion: bool = True
-    """Convert a matrix once per (format, parameters) for both ``A`` and its fresh-valued twin
-    ``A_alt`` (the values are gathered through a map of where each nonzero lands); False: convert
-    each separately."""
     min_cold_trials: int = 11
     """Adaptive cold timing: at least this many timed runs (each checked)."""
     ci: float = 0.01
@@ -78,8 +74,8 @@ class SpeedConfig:
 
     @classmethod
     def classic(cls) -> "SpeedConfig":
-        """The earlier harness: sequential checks, separate conversions, fixed run counts, fixed limits."""
-        return cls(batched=False, twin_conversion=False, ci=0.0, early_stop=0.0, limit_scale=0.0)
+        """The earlier harness: sequential checks, fixed run counts, fixed time limits."""
+        return cls(batched=False, ci=0.0, early_stop=0.0, limit_scale=0.0)
 
 
 # -- adaptive number of timed runs -------------------------------------------------------------

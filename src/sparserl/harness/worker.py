@@ -88,7 +88,7 @@ class Worker:
         self.cache = Path(settings["cache_dir"])
         self.channel = Channel(conn)
         self.gpu = GpuProbe(self.cache)
-        self.matrices = MatrixCache(batched=self.speed.batched, twin=self.speed.twin_conversion, sms=self.gpu.sms)
+        self.matrices = MatrixCache(batched=self.speed.batched, sms=self.gpu.sms)
         self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name, batched=self.speed.batched)
         if self.speed.batched:
             from sparserl.harness.gpucheck import compile_kernels
