@@ -1,6 +1,6 @@
 """A CPU-only stand-in for the GPU worker, speaking the same pipe protocol.
 
-Jobs are scripts: ``{"steps": [["phase", "verify"], ["lease"], ["sleep", 2.0], ["exit", 3], ["fatal"], ...]}``
+Jobs are scripts: ``{"steps": [["phase", "verify"], ["phase", "verify", 8, 0.4], ["lease"], ["sleep", 2.0], ["exit", 3], ["fatal"], ...]}``
 followed by a "done" reply, so the pool's limits and restarts can be tested without a GPU.
 ``["exit_once", PATH, CODE]`` exits only when PATH does not exist yet (creating it first): a
 death that a second attempt on a fresh worker does not meet. With ``settings["no_start"]`` naming
@@ -26,8 +26,8 @@ def fake_worker_main(conn, device: int, settings: dict) -> None:
         if kind == "stop":
             return
         for step in job.get("steps", []):
-            if step[0] == "phase":
-                conn.send(("phase", step[1]))
+            if step[0] == "phase":  # ["phase", name] or ["phase", name, launches, seconds]
+                conn.send(("phase", step[1] if len(step) == 2 else tuple(step[1:])))
             elif step[0] == "lease":  # as the real worker does before timing
                 conn.send(("want_gpu", None))
                 conn.recv()

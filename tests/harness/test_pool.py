@@ -152,3 +152,15 @@ def test_a_worker_that_cannot_start_again_is_an_internal_error(tmp_path) -> None
         assert p.run("eval", {"steps": []})["error_kind"] == "none"
     finally:
         p.close()
+
+
+def test_a_scaled_limit_applies_but_never_beyond_the_configured_one(pool) -> None:
+    """The batched worker asks for a limit scaled to the matrix: a tighter one is used (a hang costs
+    that long, not the configured limit); a looser one is capped by the configured limit, which for
+    ``verify`` is per launch of the candidate. Kills a pool that ignores the ask, or lets it win."""
+    out = pool.run("eval", {"steps": [["phase", "verify", 1, 0.2], ["sleep", 1.0]]})
+    assert out["error_kind"] == "timeout" and "within 0.2 s" in out["message"], out
+    out = pool.run("eval", {"steps": [["phase", "verify", 1, 30.0], ["sleep", 1.5]]})
+    assert out["error_kind"] == "timeout" and "within 0.5 s" in out["message"], out
+    out = pool.run("eval", {"steps": [["phase", "verify", 4, None], ["sleep", 1.2], ["phase", "check"]]})
+    assert out["error_kind"] == "none", out  # four launches: 4 x 0.5 s

@@ -65,6 +65,16 @@ class PhaseLimits:
     startup: float = 180.0
     """A new worker importing CUDA and creating its context."""
 
+    def of(self, announced) -> tuple[str, float]:
+        """(phase, seconds) for what a worker announced: a phase name, or (name, launches, seconds)
+        when it asks for a limit scaled to the matrix (``sparserl.harness.speed.scaled_limit``). The
+        configured limit always wins when it is tighter; ``verify``'s is per launch of the candidate."""
+        if isinstance(announced, str):
+            return announced, getattr(self, announced, self.prepare)
+        name, launches, asked = announced
+        base = getattr(self, name, self.prepare) * (max(1, int(launches)) if name == "verify" else 1)
+        return name, base if asked is None else min(base, float(asked))
+
 
 class _Worker:
     def __init__(self, ctx, device: int, settings: dict, limits: PhaseLimits, target=worker_main,
@@ -181,8 +191,7 @@ class _Worker:
                 self.gpu_lock.release()
                 holding[0] = False
             if tag == "phase":
-                phase = payload
-                limit = getattr(self.limits, payload, self.limits.prepare)
+                phase, limit = self.limits.of(payload)
                 deadline = time.monotonic() + limit
                 continue
             if tag == "fatal":
@@ -248,6 +257,7 @@ class WorkerPool:
             self.queue_seconds += waited
         out.setdefault("gpu", w.info.get("gpu"))
         out["queue_seconds"] = waited
+        out["call_seconds"] = time.monotonic() - t0 - waited
         return out
 
     def gpu_lease(self, device: int):
