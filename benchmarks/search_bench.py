@@ -51,15 +51,16 @@ log = logging.getLogger("search_bench")
 
 LARGE_FAMILIES = ("diagonal", "banded", "stencil2d", "stencil3d_7", "stencil3d_27", "block", "random", "powerlaw",
                   "skewed", "empty_rows", "rectangular")
-"""The 11 generated families of the issue's targets (generator defaults, seed 1)."""
+"""The 11 generated families of the search targets (generator defaults, seed 1)."""
 
 
 def matrices(args):
     """(set, name, family, matrix) in order; generated ones are made only when reached."""
     fams = [] if args.no_families else (args.families.split(",") if args.families else list(LARGE_FAMILIES))
-    unknown = set(fams) - set(family_names())
+    unknown = set(fams) - set(family_names(include_application=True))
     if unknown:
-        raise SystemExit(f"unknown families {sorted(unknown)}; families are {family_names()}")
+        raise SystemExit(f"unknown families {sorted(unknown)}; families are "
+                         f"{family_names(include_application=True)}")
     for fam in fams:
         yield "families", f"{fam}_{args.rows}", fam, lambda fam=fam: generate(fam, args.rows, seed=1)
     if args.suitesparse:

@@ -65,11 +65,17 @@ def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, unit, 
     if kind == "none":  # it cannot tell timed runs from checked ones: it computes, and gains nothing
         t, t_good = res.timings["cold"].median_us, good.timings["cold"].median_us
         assert 0.67 < t / t_good < 1.5, (name, t, t_good)
+    elif kind == "slow":  # verified, stopped after the early-stop runs, scored by what they measured
+        assert res.correct and res.speedup is not None and set(res.timings) == {"cold"}
+        assert res.timings["cold"].trials == ev.config.speed.early_stop_runs == res.checked_timed_outputs
+        assert res.timings["cold"].median_us > ev.config.speed.early_stop * res.baseline["cold"].median_us
     else:
         assert not res.correct and res.speedup is None
     if name in ("computes_only_for_known_inputs", "skips_on_timed_input_grid", "half_work_on_timed_inputs",
-                "writes_guard_when_timed"):
+                "writes_guard_when_timed", "slow_and_wrong_when_timed"):
         assert res.message.startswith("timed run"), (name, res.message)
+    if name in ("writes_matrix_when_timed", "slow_and_writes_matrix_when_timed"):
+        assert res.message.endswith("during timed runs"), (name, res.message)
     if name in VALUE_CASES:
         assert "fresh values" in res.message, (name, res.message)
     after = ev.evaluate(GOOD, mat, "spmv")
@@ -77,11 +83,32 @@ def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, unit, 
 
 
 def test_crash_and_hang_restart_the_worker(ev, mat) -> None:
+    """A hang costs the limit scaled to cuSPARSE's time on the matrix (its floor, 2 s, on this small
+    matrix), not the configured 3 s per launch."""
     before = ev.pool.restarts
     assert ev.evaluate(ADVERSARIAL["illegal_address"][0], mat, "spmv").error_kind is ErrorKind.CRASHED
-    assert ev.evaluate(ADVERSARIAL["infinite_loop"][0], mat, "spmv").error_kind is ErrorKind.TIMEOUT
+    hang = ev.evaluate(ADVERSARIAL["infinite_loop"][0], mat, "spmv")
+    assert hang.error_kind is ErrorKind.TIMEOUT and "verify phase within 2 s" in hang.message, hang.message
     assert ev.pool.restarts == before + 2
     assert ev.evaluate(GOOD, mat, "spmv").ok
+
+
+def test_early_stop_against_the_best_known_and_the_profile(ev, mat, good) -> None:
+    """Given a best known time far below it, an honest kernel stops early: slow, verified, its time
+    measured over the early-stop runs and close to its full timing; the result carries the profile
+    of its steps. Kills a worker that ignores the best known time, or reports slow before checking."""
+    res = ev.evaluate(GOOD, mat, "spmv", best_us=good.timings["cold"].median_us / 10)
+    assert res.error_kind is ErrorKind.SLOW and res.correct and res.speedup is not None, res.message
+    assert res.timings["cold"].trials == ev.config.speed.early_stop_runs
+    assert 0.67 < res.timings["cold"].median_us / good.timings["cold"].median_us < 1.5
+    assert "over 3x the best known time" in res.message
+    p = good.profile
+    assert p is not None and p.counts["verify_launches"] == 9 and p.counts["cold_runs"] >= 7
+    for step in ("compile", "verify_batch", "time_runs", "time_check"):
+        assert step in p.seconds, (step, p.seconds)
+    assert res.profile.counts["cold_runs"] == 5  # the slow one stopped there
+    # the steps account for the evaluation's wall time (the first evaluation also waited for the pool)
+    assert 0.5 * res.eval_seconds < res.profile.total_s < 1.5 * res.eval_seconds + 0.05
 
 
 def test_a_far_write_is_not_blamed_on_later_jobs(ev, mat) -> None:

@@ -129,6 +129,45 @@ def test_incorrect_kernels_never_win(block) -> None:
     assert res.best.time_us("cold") == min(e.time_us("cold") for e in res.entries if e.result.ok)
 
 
+class NotingDouble(TimingDouble):
+    """A double with the evaluator's ``note_best``; results for texts in ``slow`` come back ``slow``
+    (verified, timed until stopped early), as the harness reports a hopeless kernel."""
+
+    def __init__(self, time_of, slow=frozenset()):
+        super().__init__(time_of)
+        self.slow = {normalised(t) for t in slow}
+        self.notes: list[tuple[float, str]] = []
+
+    def note_best(self, ref, op, k, best_us, regime=None) -> None:
+        self.notes.append((best_us, regime))
+
+    def _result(self, text, ref, op, k):
+        import dataclasses
+
+        from sparserl.harness.result import ErrorKind
+
+        r = super()._result(text, ref, op, k)
+        return dataclasses.replace(r, error_kind=ErrorKind.SLOW) if normalised(text) in self.slow else r
+
+
+def test_each_new_best_is_noted_and_slow_kernels_are_ranked(block) -> None:
+    """The search tells the evaluator every new best time (so later candidates far slower stop early),
+    and a kernel stopped early (slow: verified, with its measured time) is ranked like any correct one.
+    Kills a loop that ranks only ``ok`` results (a search where everything is slow would find nothing)."""
+    A, card = block
+    texts = {v.render(): 5.0 + i for i, v in enumerate(variants("spmv"))}
+    ev = NotingDouble(by_text(texts, 100.0))
+    res = run_search(A, "block", "spmv", None, SearchConfig(budget=20, parallel=1), ev, card=card, progress=False)
+    bests = [e.time_us("cold") for e in sorted(res.entries, key=lambda e: e.index) if e.new_best]
+    assert [t for t, _ in ev.notes] == bests and all(r == "cold" for _, r in ev.notes)
+    assert all(a > b for a, b in zip(bests, bests[1:]))
+    slow = NotingDouble(lambda text: 400.0, slow=set(texts) | {p.text for p in CandidateSpace(
+        card, Op.SPMV, None, templates("spmv")).all_points()})
+    res = run_search(A, "block", "spmv", None, SearchConfig(budget=6, parallel=1), slow, card=card, progress=False)
+    assert all(e.result.error_kind.value == "slow" for e in res.entries)
+    assert res.best is not None and res.best.time_us("cold") == 400.0
+
+
 class FakeProposer:
     """Stands in for the policy: fixed samples; a refinement is the next of a list of texts."""
 

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 
 from sparserl.errors import ContractError, FormatError
 from sparserl.formats import ConversionLimits, FormatData, convert
+from sparserl.harness import profile
 from sparserl.harness.device import DeviceMatrix, LoadedKernels, kernel_args, launch_all, load_kernels, prepare_output
 from sparserl.kernels.contract import Header, LaunchConfig, Op, evaluate_launches
 
@@ -37,7 +38,10 @@ class MatrixOnDevice:
         key = (fmt, tuple(sorted(params.items())))
         if key not in self._cache:
             try:
-                self._cache[key] = DeviceMatrix.upload(convert(self.A, fmt, params, self.limits))
+                with profile.step("convert"):
+                    fd = convert(self.A, fmt, params, self.limits)
+                with profile.step("upload"):
+                    self._cache[key] = DeviceMatrix.upload(fd)
             except FormatError as exc:
                 self._cache[key] = str(exc)
         return self._cache[key]
@@ -72,10 +76,11 @@ class BoundKernel:
         dev = matrix.get(header.format, header.params)
         if isinstance(dev, str):
             return dev
-        launches = plan_launches(header, op, dev.data, k, num_sms)
-        if isinstance(launches, str):
-            return launches
-        return cls(header, op, load_kernels(cubin_path), dev, k, launches)
+        with profile.step("bind"):
+            launches = plan_launches(header, op, dev.data, k, num_sms)
+            if isinstance(launches, str):
+                return launches
+            return cls(header, op, load_kernels(cubin_path), dev, k, launches)
 
     @property
     def conversion_key(self) -> tuple:

@@ -65,23 +65,31 @@ def revalued(A: sp.csr_array, seed: int) -> sp.csr_array:
     return sp.csr_array((v, A.indices.copy(), A.indptr.copy()), shape=A.shape)
 
 
-def fingerprint(arrays) -> tuple[int, ...]:
+def fingerprint(arrays, one_copy: bool = False) -> tuple[int, ...]:
     """Per array, the sum of its 32- or 64-bit words (wrapping): computed on the GPU, kept on the
-    host, so damage to the device copies (pristine ones included) is found without a transfer."""
+    host, so damage to the device copies (pristine ones included) is found without a transfer.
+    ``one_copy``: the sums are gathered on the GPU and read back together (one wait, not one per array)."""
     import cupy as cp
 
-    out = []
+    sums = []
     for a in arrays:
         word = {8: cp.uint64, 4: cp.uint32}.get(a.dtype.itemsize, cp.uint8)
         words = cp.ascontiguousarray(a).view(word)
-        out.append(int(words.sum(dtype=cp.uint64)))
-    return tuple(out)
+        s = words.sum(dtype=cp.uint64)
+        sums.append(s if one_copy else int(s))
+    if one_copy:
+        return tuple(int(v) for v in cp.asnumpy(cp.stack(sums))) if sums else ()
+    return tuple(sums)
 
 
 class ResidentMatrix:
-    """One matrix on one worker's GPU (see the module docstring)."""
+    """One matrix on one worker's GPU (see the module docstring).
 
-    def __init__(self, A: sp.csr_array, seed: int | None = None):
+    ``batched`` (the batched path, :mod:`sparserl.harness.batched`): the balanced fp64 checks of
+    both versions are kept too (:class:`~sparserl.harness.gpucheck.Fp64Check`, fingerprinted with
+    the references), and state checks read their results back in one copy."""
+
+    def __init__(self, A: sp.csr_array, seed: int | None = None, batched: bool = False, sms: int = 132):
         import cupy as cp
 
         from sparserl.harness.launcher import MatrixOnDevice
@@ -93,6 +101,15 @@ class ResidentMatrix:
         self.A_alt = revalued(A, self.alt_seed)
         self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
         self.references = {"A": Fp64Reference(A, cp), "A_alt": Fp64Reference(self.A_alt, cp)}
+        self.batched = batched
+        self.sms = sms
+        self.checks: dict = {}
+        """The balanced fp64 check of each version ("A", "A_alt"), batched path only."""
+        if batched:
+            from sparserl.harness.gpucheck import Fp64Check, RowPlan
+
+            plan = RowPlan.of(A.indptr)
+            self.checks = {w: Fp64Check(r, plan, sms) for w, r in self.references.items()}
         self.verifiers: dict = {}
         self._ref_sums = self._reference_sums()
         self.pristine: dict[tuple, dict] = {}
@@ -101,7 +118,8 @@ class ResidentMatrix:
 
     def _reference_sums(self) -> tuple:
         arrays = [a for r in self.references.values() for a in r.device_arrays()]
-        return fingerprint(arrays + [a for v in self.verifiers.values() for a in v.device_arrays()])
+        arrays += [a for c in self.checks.values() for a in c.device_arrays()]
+        return fingerprint(arrays + [a for v in self.verifiers.values() for a in v.device_arrays()], self.batched)
 
     def verifier(self, k: int | None, cfg):
         """The :class:`~sparserl.harness.verify.Verifier` for ``k`` columns under ``cfg`` (made once)."""
@@ -117,13 +135,21 @@ class ResidentMatrix:
     def keep_pristine(self, key: tuple, arrays: dict) -> None:
         """Copy a fresh conversion's arrays (restored from after every launch) and fingerprint them."""
         self.pristine[key] = {n: a.copy() for n, a in arrays.items()}
-        self._pristine_sums[key] = fingerprint(self.pristine[key][n] for n in sorted(arrays))
+        self._pristine_sums[key] = fingerprint((self.pristine[key][n] for n in sorted(arrays)), self.batched)
 
     def modified(self, key: tuple, arrays: dict, restore: bool = True) -> list[str]:
         """Names of ``arrays`` that differ from their pristine copies (restored unless ``restore`` is off)."""
         import cupy as cp
 
         pristine = self.pristine[key]
+        if self.batched:  # one kernel per array (differing words counted and restored), one read
+            from sparserl.harness.gpucheck import ARRAYS, Board, enqueue_diff
+
+            board = Board(1)
+            for i, (n, a) in enumerate(arrays.items()):
+                enqueue_diff(a, pristine[n], board.row(0, ARRAYS + i), restore=restore, sms=self.sms)
+            counts = board.read()[0, ARRAYS:]
+            return [n for i, n in enumerate(arrays) if counts[i]]
         bad = [n for n, a in arrays.items() if not bool(cp.array_equal(a, pristine[n]))]
         if restore:
             for n in bad:
@@ -134,7 +160,7 @@ class ResidentMatrix:
         """What differs from the upload: arrays unlike their pristine copies, pristine copies unlike
         their fingerprints, references unlike theirs (empty when all is intact)."""
         bad = self.modified(key, arrays, restore=False)
-        if fingerprint(self.pristine[key][n] for n in sorted(arrays)) != self._pristine_sums[key]:
+        if fingerprint((self.pristine[key][n] for n in sorted(arrays)), self.batched) != self._pristine_sums[key]:
             bad.append("their pristine copies")
         if self._reference_sums() != self._ref_sums:
             bad.append("the verification references or inputs")
@@ -142,17 +168,22 @@ class ResidentMatrix:
 
 
 class MatrixCache:
-    """The worker's resident matrices, least recently used evicted past ``capacity``."""
+    """The worker's resident matrices, least recently used evicted past ``capacity``; ``options`` are
+    passed to every :class:`ResidentMatrix` (``batched``, ``sms``)."""
 
-    def __init__(self, capacity: int = MAX_MATRICES):
+    def __init__(self, capacity: int = MAX_MATRICES, **options):
         self.capacity = capacity
+        self.options = options
         self._items: OrderedDict[str, ResidentMatrix] = OrderedDict()
 
     def get(self, ref: dict) -> ResidentMatrix:
         """The matrix of a job's ``{"key", "path"}`` reference, loaded from its file when not resident."""
+        from sparserl.harness import profile
+
         st = self._items.get(ref["key"])
         if st is None:
-            st = ResidentMatrix(load_matrix_file(ref["path"]))
+            with profile.step("matrix_load"):
+                st = ResidentMatrix(load_matrix_file(ref["path"]), **self.options)
             self._items[ref["key"]] = st
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)

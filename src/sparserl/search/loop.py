@@ -14,7 +14,9 @@ Read top to bottom, :func:`run_search` is:
    kernel is correct, the policy's latest kernel and its error);
 4. every candidate goes through the harness (``Evaluator.submit``; several in flight, compiles
    cached), no candidate id or text twice; a candidate is a win only when correct
-   (``EvalResult.ok``), ranked by its median time in the configured regime;
+   (``EvalResult.correct``: verified, early-stopped ``slow`` ones included), ranked by its median
+   time in the configured regime; the run's best time is noted with the evaluator, which stops
+   later candidates far slower than it early;
 5. a format the harness refuses for the matrix (``format_refused``) is remembered: no further
    point in it is proposed (without a GPU, where nothing converts, the host checks instead);
 6. every verified result is written to the best-known store as it arrives, and every finished
@@ -125,7 +127,7 @@ class TraceEntry:
 
     def time_us(self, regime: str) -> float | None:
         """Median kernel time in ``regime`` when verified, else None."""
-        t = self.result.timings.get(regime) if self.result.ok else None
+        t = self.result.timings.get(regime) if self.result.correct else None  # slow ones too: verified, timed
         return t.median_us if t is not None else None
 
     def to_dict(self, regime: str) -> dict[str, Any]:
@@ -313,6 +315,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
     state = _Search(cfg, space, proposer, refused)
     run_id = run_id or uuid.uuid4().hex[:12]
     ref = evaluator.register(A, name)
+    note_best = getattr(evaluator, "note_best", None)
     timed = bool(evaluator.has_gpu)
     own_trace = isinstance(trace, (str, Path))
     fh = open(trace, "w") if own_trace else trace  # noqa: SIM115 (closed in finally)
@@ -325,13 +328,15 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
         nonlocal best
         e = TraceEntry(len(entries), prop, res, time.monotonic() - t0, order, counted)
         t = e.time_us(cfg.regime)
-        if res.ok and (t is None or cfg.regime not in res.baseline):
+        if res.correct and (t is None or cfg.regime not in res.baseline):
             log.warning("%s: verified but without its or cuSPARSE's time in the %s regime; not ranked",
                         prop.id, cfg.regime)
             t = None
         if t is not None:
             if best is None or t < best.time_us(cfg.regime):
                 best, e.new_best = e, True
+                if note_best is not None:  # later candidates far slower than it stop early
+                    note_best(ref, op, k, t, cfg.regime)
             if sink is not None:
                 e.store_best = sink.write(run_id, op, k, cfg.regime, e)
         entries.append(e)

@@ -234,6 +234,8 @@ class ResultRow:
     run_id: str
     created_at: str
     kernel_sha: str
+    parent_id: str | None = None
+    """The candidate id of the kernel this one was derived from (a mutation's or a refinement's parent)."""
 
 
 @dataclass(frozen=True)
@@ -450,7 +452,7 @@ class BestStore:
                           regime=r["regime"], harness_version=r["harness_version"], time_us=r["time_us"],
                           cusparse_us=r["cusparse_us"], speedup=r["speedup"], candidate_id=r["candidate_id"],
                           format=r["format"], provenance=r["provenance"], run_id=r["run_id"],
-                          created_at=r["created_at"], kernel_sha=r["kernel_sha"])
+                          created_at=r["created_at"], kernel_sha=r["kernel_sha"], parent_id=r["parent_id"])
                 for r in self.conn.execute(sql, args)]
 
     def kernel_text(self, sha: str) -> str:

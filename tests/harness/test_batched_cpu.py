@@ -1,0 +1,205 @@
+"""The batched path's host side on the CPU: the verdict replayed from a board row in the sequential
+path's order, the board's decoding, the balanced comparison's row plan, the profile, the evaluator's
+memo of slow verdicts and the best-known note."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparserl.harness import gpucheck, profile
+from sparserl.harness.batched import BatchedVerifier, GpuTarget
+from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
+from sparserl.harness.verify import VerifyConfig
+from sparserl.matrices import generate
+
+ARRAYS = ("row_ptr", "col_idx", "val")
+
+
+def row(**set_) -> np.ndarray:
+    r = np.zeros(gpucheck.FIELDS, np.uint64)
+    r[gpucheck.FIRST] = np.iinfo(np.uint64).max
+    for name, value in set_.items():
+        r[getattr(gpucheck, name.upper())] = value
+    return r
+
+
+def verifier() -> BatchedVerifier:
+    inputs = [(n, None) for n in ("normal0", "uniform1", "normal2", "large_signed", "zeros", "alternating")]
+    return BatchedVerifier(SimpleNamespace(m=10, n=10, k=None, cfg=VerifyConfig(), inputs=inputs))
+
+
+def target() -> GpuTarget:
+    dev = SimpleNamespace(arrays={n: None for n in ARRAYS})
+    return GpuTarget(bound=SimpleNamespace(dev=dev), check=None, pristine={}, sms=1)
+
+
+def judge(r: np.ndarray, idx: int = 1, where: str = "", atomics: bool = False):
+    return verifier()._judge(idx, (target(), "uniform1", None, where), r, 0.25, atomics)
+
+
+def test_verdict_replay_follows_the_sequential_order() -> None:
+    """x written, then the matrix, then the guards, then the comparison, then determinism: each row's
+    first problem in that order is the verdict, with the sequential path's message. Kills a replay
+    that checks the comparison before the tamper checks (a kernel writing x and y wrong would be
+    'incorrect' instead of 'input_modified')."""
+    worst_bits = np.float64(7.5).view(np.uint64)
+    everything = row(x_changed=3, bad=4, worst=worst_bits, first=2, nonfinite=1)
+    everything[gpucheck.ARRAYS + 2] = 5
+    everything[gpucheck.GUARDS + 1] = 1
+    out, _ = judge(everything)
+    assert out.kind is ErrorKind.INPUT_MODIFIED and out.message == "input 'uniform1': the kernel wrote to x"
+    everything[gpucheck.X_CHANGED] = 0
+    out, _ = judge(everything)
+    assert out.kind is ErrorKind.INPUT_MODIFIED and out.message.endswith("the kernel wrote to the matrix arrays val")
+    everything[gpucheck.ARRAYS + 2] = 0
+    out, _ = judge(everything)
+    assert out.kind is ErrorKind.INCORRECT and out.message.endswith("wrote past the end of y")
+    assert out.max_scaled_error == float("inf")
+    everything[gpucheck.GUARDS + 1] = 0
+    everything[gpucheck.GUARDS + 3] = 2
+    out, _ = judge(everything)
+    assert out.kind is ErrorKind.INPUT_MODIFIED and out.message.endswith("wrote past the end of x")
+    everything[gpucheck.GUARDS + 3] = 0
+    out, worst = judge(everything, where="with the same pattern and fresh values, ")
+    assert out.kind is ErrorKind.INCORRECT and worst == 7.5
+    assert out.message == ("with the same pattern and fresh values, input 'uniform1': 4 rows out of tolerance "
+                           "(1 entries never written or not finite), first bad row 2, max error 7.5x the tolerance "
+                           "(the kernel must read every value from val)")
+
+
+def test_determinism_is_judged_on_the_rerun_only_and_not_with_atomics() -> None:
+    ok = row(rerun=3, worst=np.float64(0.5).view(np.uint64))
+    assert judge(ok, idx=2)[0] is None  # not the re-run: the counter is not read
+    out, worst = judge(ok, idx=6)  # the re-run of the first input comes after the six inputs
+    assert out.kind is ErrorKind.NONDETERMINISTIC and worst == 0.5
+    assert judge(ok, idx=6, atomics=True)[0] is None
+    clean = row(worst=np.float64(0.9).view(np.uint64))
+    assert judge(clean, idx=6) == (None, 0.9)
+
+
+def test_board_row_decoding() -> None:
+    r = row(bad=2, nonfinite=0, worst=np.float64(3.25).view(np.uint64), first=17)
+    c = gpucheck.comparison(r)
+    assert not c.ok and c.bad_rows == 2 and c.max_scaled_error == 3.25 and c.first_bad_row == 17
+    assert gpucheck.comparison(row()).ok and gpucheck.comparison(row()).first_bad_row is None
+    r = row()
+    r[gpucheck.GUARDS + 0] = 1
+    r[gpucheck.GUARDS + 2] = 1
+    assert gpucheck.guard_problem(r) == "wrote before the start of y"  # y's guards are looked at first
+    assert gpucheck.guard_problem(row()) is None
+
+
+@pytest.mark.parametrize("family, rows", [("powerlaw", 3000), ("skewed", 4000), ("dense_lines", 2000),
+                                          ("diagonal", 500), ("empty_rows", 800)])
+def test_row_plan_covers_every_entry_once_and_sums_like_fp64(family: str, rows: int) -> None:
+    """Every entry of a short row is summed by its row's lanes, every entry of a long row by exactly
+    one chunk; the plan's sums (as the GPU adds them) match SciPy's fp64 product. Kills an off-by-one
+    in a chunk's end, a long row also summed by the short path, a wrong long-row threshold."""
+    A = generate(family, rows, seed=2)
+    plan = gpucheck.RowPlan.of(A.indptr)
+    lengths = np.diff(A.indptr)
+    assert plan.lanes in (1, 2, 4, 8, 16, 32) and plan.long_len == 32 * plan.lanes
+    assert np.array_equal(plan.long_rows, np.flatnonzero(lengths > plan.long_len))
+    covered = np.zeros(A.nnz, np.int64)
+    for s, e in zip(plan.chunk_start, plan.chunk_end):
+        assert 0 < e - s <= gpucheck.CHUNK
+        covered[s:e] += 1
+    for i, r in enumerate(plan.long_rows):
+        spans = [(plan.chunk_start[c], plan.chunk_end[c]) for c in range(plan.chunk_ptr[i], plan.chunk_ptr[i + 1])]
+        assert spans[0][0] == A.indptr[r] and spans[-1][1] == A.indptr[r + 1]
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    short = np.ones(A.shape[0], bool)
+    short[plan.long_rows] = False
+    for r in np.flatnonzero(short):
+        covered[A.indptr[r]:A.indptr[r + 1]] += 1
+    assert np.all(covered == 1)
+    x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(np.float32)
+    if A.nnz <= 60_000:
+        ref, mag = plan.sums(A.indptr, A.indices, A.data, x)
+        A64 = sp.csr_array((A.data.astype(np.float64), A.indices, A.indptr), shape=A.shape)
+        want, want_mag = A64 @ x.astype(np.float64), abs(A64) @ np.abs(x.astype(np.float64))
+        assert np.allclose(ref, want, rtol=1e-12, atol=1e-12) and np.allclose(mag, want_mag, rtol=1e-12)
+
+
+def test_row_plan_sends_a_dense_row_to_chunks() -> None:
+    A = generate("dense_lines", 4000, seed=1)
+    plan = gpucheck.RowPlan.of(A.indptr)
+    assert plan.long_rows.size >= 1 and plan.chunk_start.size > plan.long_rows.size
+
+
+def test_profile_steps_record_their_own_time() -> None:
+    """Nested steps are not counted twice: the steps add up to the wall time. Kills a profiler that
+    adds a child's time to its parent too."""
+    import time
+
+    prof = profile.begin()
+    with profile.step("outer"):
+        time.sleep(0.02)
+        with profile.step("inner"):
+            time.sleep(0.03)
+        profile.count("syncs", 2)
+    out = profile.end()
+    assert out["counts"] == {"syncs": 2}
+    assert 0.015 < out["seconds"]["outer"] < 0.045 and 0.025 < out["seconds"]["inner"] < 0.06
+    assert abs(sum(out["seconds"].values()) - (time.perf_counter() - prof.t0)) < 0.01
+    with profile.step("nobody"):  # no job being profiled: a no-op
+        pass
+    assert profile.end() == {"seconds": {}, "counts": {}}
+
+
+def _done(result: EvalResult) -> Future:
+    f: Future = Future()
+    f.set_result(result)
+    return f
+
+
+def test_a_remembered_slow_verdict_holds_only_while_still_slow(tmp_path) -> None:
+    """The memo answers with a slow verdict only when the best time known now would stop the kernel
+    too; a faster best makes it slower still (kept), a slower one gets it evaluated again."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    with Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path))) as ev:
+        t, base = KernelTiming("cold", 700.0, 690.0, 710.0, 0.03, 5), KernelTiming("cold", 100.0, 99, 101, 0.02)
+        slow = EvalResult(op="spmv", k=None, matrix="m", error_kind=ErrorKind.SLOW, compiled=True, correct=True,
+                          timings={"cold": t}, baseline={"cold": base}, speedup=100 / 700)
+        assert ev._still_valid(_done(slow), 50.0)  # 700 > 3 x 50
+        assert ev._still_valid(_done(slow), None)  # 700 > 3 x cuSPARSE's 100
+        assert ev._still_valid(_done(slow), 400.0)  # cuSPARSE (100 us) is the faster reference: 700 > 300
+        good = EvalResult(op="spmv", k=None, matrix="m", error_kind=ErrorKind.NONE, compiled=True, correct=True)
+        assert ev._still_valid(_done(good), 1.0)
+        slower_base = KernelTiming("cold", 300.0, 299, 301, 0.02)
+        slow2 = EvalResult(op="spmv", k=None, matrix="m", error_kind=ErrorKind.SLOW, compiled=True, correct=True,
+                           timings={"cold": t}, baseline={"cold": slower_base}, speedup=300 / 700)
+        assert not ev._still_valid(_done(slow2), None)  # 700 < 3 x 300: not slow against this best
+
+
+def test_note_best_keeps_the_best_in_the_reward_regime(tmp_path) -> None:
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    with Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path))) as ev:
+        m = ev.register(generate("random", 200, seed=0, nnz_per_row=4), "r")
+        assert ev.best_known(m, "spmv", None) is None
+        ev.note_best(m, "spmv", None, 50.0)
+        ev.note_best(m, "spmv", None, 80.0)
+        ev.note_best(m, "spmv", None, 10.0, regime="warm")  # not the reward regime: ignored
+        ev.note_best(m, "spmm", 8, 5.0)
+        assert ev.best_known(m, "spmv", None) == 50.0 and ev.best_known(m, "spmm", 8) == 5.0
+
+
+def test_check_kernels_compile_with_nvrtc() -> None:
+    """The board's kernels build with NVRTC for Hopper, as CuPy builds them in a worker (no GPU
+    needed); a syntax or type error would otherwise surface only in a worker's start-up."""
+    from sparserl.harness.nvrtc import load_nvrtc
+
+    nvrtc = load_nvrtc()
+    if nvrtc is None:
+        pytest.skip("NVRTC not found")
+    out = nvrtc.compile(gpucheck._SRC, ["--gpu-architecture=sm_90"], 120)
+    assert out.status == "ok", out.log[-2000:]
+    for name in ("check_rows", "check_chunks", "check_long_rows", "check_guards", "diff_f32", "diff_u32", "reset_row"):
+        assert f".entry {name}(" in out.ptx, name

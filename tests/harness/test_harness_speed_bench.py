@@ -1,0 +1,36 @@
+"""benchmarks/harness_speed.py's tables, on hand-made rows (no GPU): evaluations per second from the
+median worker time, the slowest candidate, and the agreement of the two paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_benchmark
+
+
+def _row(path: str, matrix: str, kernel: str, verdict: str, cold_us, worker_s: float, cusparse_us=10.0) -> dict:
+    return {"path": path, "set": "families", "matrix": matrix, "kernel": kernel, "verdict": verdict,
+            "message": "", "cold_us": cold_us, "trials": 41 if path == "sequential" else 11,
+            "cusparse_us": cusparse_us, "checked_timed_outputs": 0, "eval_s": worker_s, "worker_s": worker_s,
+            "profile": {"time_runs": worker_s * 0.75, "compile": 0.01}, "counts": {"cold_runs": 41}}
+
+
+def test_summary_and_agreement() -> None:
+    """Kills an evals/s from the mean, a slow verdict counted as a disagreement, a ratio of old/new."""
+    bench = load_benchmark("harness_speed")
+    rows = [_row("sequential", "m", "a", "none", 10.0, 0.5), _row("batched", "m", "a", "none", 10.1, 0.05),
+            _row("sequential", "m", "b", "none", 40.0, 2.0), _row("batched", "m", "b", "slow", 41.0, 0.04),
+            _row("sequential", "m", "c", "incorrect", None, 0.1), _row("batched", "m", "c", "input_modified", None, 0.02),
+            _row("sequential", "m", "d", "none", 20.0, 0.6, cusparse_us=10.0),
+            _row("batched", "m", "d", "none", 19.2, 0.03, cusparse_us=10.2)]
+    s = bench.summarise(rows, {("sequential", "families", "m"): 4.0, ("batched", "families", "m"): 0.5})
+    seq, bat = s["sequential/families"], s["batched/families"]
+    assert seq["median_worker_s"] == pytest.approx(0.55) and seq["evals_per_s_median"] == pytest.approx(1 / 0.55)
+    assert bat["evals_per_s_wall"] == pytest.approx(8.0) and seq["slowest"]["kernel"] == "b"
+    assert bat["verdicts"] == {"none": 2, "slow": 1, "input_modified": 1}
+    a = bench.agreement(rows)
+    assert a["timed_both"] == 2 and a["ratio_median"] == pytest.approx((1.01 + 0.96) / 2)
+    assert a["within_2pct"] == 1 and a["within_5pct"] == 2
+    assert [d["kernel"] for d in a["verdicts_differ"]] == ["c"]  # none -> slow is early stopping
+    assert a["slow_count"] == 1 and a["slow_ratio_median"] == pytest.approx(41 / 40)
+    assert a["cusparse_ratio"]["m"] == pytest.approx(1.02)
