@@ -22,7 +22,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparserl.data.corpus import CorpusConfig
+from sparserl.data.sft_build import SFTDataConfig, build_sft_data
 from sparserl.errors import SparseRLError
+from sparserl.eval.compare import EvalConfig, evaluate
+from sparserl.generate import GenerateConfig, generate_kernel
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.matrices import generate, save_matrix
+from sparserl.model.config import TinyModelConfig
+from sparserl.rl.config import RLConfig
+from sparserl.train.config import PretrainConfig, SFTConfig
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +84,6 @@ def _stage(name: str, fn, report: dict, done: dict, record: Path, identity: dict
 def _real_matrix(cfg: DemoConfig, out: Path) -> str:
     if cfg.real_matrix:
         return cfg.real_matrix
-    from sparserl.matrices import generate, save_matrix
-
     p = out / "real_like.mtx"
     save_matrix(generate("stencil3d_27", 3000 if cfg.tiny else 30000, seed=cfg.seed + 5), p)
     return str(p)
@@ -84,13 +91,9 @@ def _real_matrix(cfg: DemoConfig, out: Path) -> str:
 
 def _stages(cfg: DemoConfig, out: Path, ev, resume) -> dict:
     """name -> a function that runs that stage (sizes: tiny or the H200 default)."""
-    from sparserl.data.corpus import CorpusConfig
-    from sparserl.data.sft_build import SFTDataConfig, build_sft_data
-    from sparserl.eval.compare import EvalConfig, evaluate
-    from sparserl.model.config import TinyModelConfig
-    from sparserl.rl.trainer import RLConfig, train_rl
-    from sparserl.train.pretrain import PretrainConfig, pretrain
-    from sparserl.train.sft import SFTConfig, sft
+    from sparserl.rl.trainer import train_rl  # torch
+    from sparserl.train.pretrain import pretrain  # torch
+    from sparserl.train.sft import sft  # torch
 
     tiny, co, seed = cfg.tiny, cfg.compile_only, cfg.seed
     t = lambda small, full: small if tiny else full  # noqa: E731
@@ -130,8 +133,6 @@ def _stages(cfg: DemoConfig, out: Path, ev, resume) -> dict:
 
 def _generate(cfg: DemoConfig, out: Path, ev) -> dict:
     """The main job on a matrix the model never saw; always returns a kernel (the library's if need be)."""
-    from sparserl.generate import GenerateConfig, generate_kernel
-
     rep = generate_kernel(GenerateConfig(
         matrix=_real_matrix(cfg, out), model=str(out / "ppo" / "checkpoint"), samples=4 if cfg.tiny else 16,
         max_new_tokens=64 if cfg.tiny else 1536, out=str(out / "generate"), compile_only=cfg.compile_only,
@@ -142,8 +143,6 @@ def _generate(cfg: DemoConfig, out: Path, ev) -> dict:
 
 def run_demo(cfg: DemoConfig) -> dict:
     """Run every stage; returns where each artefact is, with timings and a plain summary."""
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

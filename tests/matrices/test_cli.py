@@ -216,8 +216,8 @@ def test_expected_nnz_is_what_generate_builds(family: str) -> None:
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_kill_during_a_write_leaves_nothing_behind(tmp_path: Path, sig: str) -> None:
-    """The issue's repro: interrupted while writing a large .mtx, `matrix gen` used to leave a
-    hidden .NAME.tmpPID file of hundreds of MB. Now: one line, status 130, no file at all."""
+    """Interrupted while writing a large .mtx, `matrix gen` must not leave a hidden .NAME.tmpPID
+    file of hundreds of MB behind: one line, status 130, no file at all."""
     import signal
     import time
 

@@ -1,4 +1,4 @@
-"""The matrix card in the prompt (issue 16 item 1): on iff the policy's config says so, saved
+"""The matrix card in the prompt: on iff the policy's config says so, saved
 with the checkpoint (an old checkpoint loads without it), the same text on every path that
 builds a prompt (SFT data, RL rollouts, generate, search, best-known export), and a pure
 function of the structure (values never reach a prompt)."""

@@ -16,6 +16,7 @@ import sys
 
 import typer
 
+from sparserl import __version__
 from sparserl.cli import best, data, demo, evaluate, generate, improve, pretrain, rl, search, sft
 from sparserl.errors import SparseRLError
 from sparserl.harness.cli import baseline, check_kernel
@@ -76,8 +77,6 @@ else:
 
 def _show_version(value: bool) -> None:
     if value:
-        from sparserl import __version__
-
         typer.echo(f"sparserl {__version__}")
         raise typer.Exit()
 

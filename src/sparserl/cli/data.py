@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from sparserl.cli.common import defaults, fallback, integers, names
-from sparserl.data.sft_build import SFTDataConfig
+from sparserl.data.sft_build import SFTDataConfig, build_sft_data
 from sparserl.errors import SparseRLError
 from sparserl.runs import check_output
 
@@ -48,8 +48,6 @@ def data_build_cmd(
     seed: int = typer.Option(D.seed, help="random seed"),
 ) -> None:
     """Render library variants for each matrix, check them with the harness, write JSONL splits."""
-    from sparserl.data.sft_build import build_sft_data
-
     op_list = names(ops)
     if ks is not None and "spmm" not in op_list:
         raise SparseRLError("--ks are SpMM column counts: give --ops spmm (or spmv,spmm), or leave --ks out")

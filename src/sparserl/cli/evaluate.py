@@ -9,7 +9,8 @@ import typer
 
 from sparserl.cli.common import defaults, fallback, names
 from sparserl.errors import SparseRLError
-from sparserl.eval.compare import EvalConfig
+from sparserl.eval.compare import EvalConfig, evaluate
+from sparserl.eval.rescore import rescore
 from sparserl.runs import check_output
 
 D = defaults(EvalConfig)
@@ -34,8 +35,6 @@ def evaluate_cmd(
     force: bool = typer.Option(False, "--force", help="overwrite an earlier evaluation in OUT"),
 ) -> None:
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
-    from sparserl.eval.compare import evaluate
-
     check_output(out, "evaluate", force)
     if op == "spmv" and k is not None:
         raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
@@ -52,7 +51,5 @@ def rescore_cmd(
     folder: Path = typer.Argument(..., exists=True, file_okay=False, help="a 'sparserl evaluate' output folder"),
 ) -> None:
     """Recompute an evaluation's summary and eval.md from its eval.json and completions.jsonl (no GPU)."""
-    from sparserl.eval.rescore import rescore
-
     rescore(folder)
     typer.echo((folder / "eval.md").read_text())

@@ -11,8 +11,10 @@ import logging
 import sys
 from pathlib import Path
 
+from sparserl.data.sft_build import SFTDataConfig, build_sft_data
 from sparserl.devices import compile_only_or_fallback
 from sparserl.errors import SparseRLError
+from sparserl.matrices import generate, save_matrix
 from sparserl.progress import quiet_foreign_bars
 from sparserl.rl.config import RLConfig
 from sparserl.runs import check_output
@@ -80,7 +82,6 @@ def _run(fn, args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> dict:
-    from sparserl.data.sft_build import SFTDataConfig, build_sft_data
     from sparserl.train.pretrain import untrained_model  # torch
     from sparserl.train.sft import sft
 
@@ -124,7 +125,6 @@ def train_sft(argv: list[str] | None = None) -> int:
 
 
 def _minimal(args: argparse.Namespace) -> dict:
-    from sparserl.matrices import generate, save_matrix
     from sparserl.rl.trainer import train_rl  # torch
 
     if args.tokenizer_path and args.tokenizer_path.resolve() != args.model_path.resolve():

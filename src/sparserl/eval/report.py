@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from sparserl.eval import provenance
+from sparserl.eval import library_match
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ def markdown(result: dict) -> str:
     for name, conf in result.get("format_confusion_vs_oracle", {}).items():
         lines += ["", f"## Formats chosen by {name} (oracle -> chosen)", ""]
         lines += [f"- {pair}: {n}" for pair, n in sorted(conf.items(), key=lambda kv: -kv[1])]
-    if result.get("provenance"):
-        lines += [""] + provenance.markdown(result["provenance"])
+    if result.get("library_match"):
+        lines += [""] + library_match.markdown(result["library_match"])
     return "\n".join(lines) + "\n"
 
 

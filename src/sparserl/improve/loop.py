@@ -58,13 +58,13 @@ from sparserl.data.rows import SFTRow, read_rows, write_rows
 from sparserl.devices import pick_device, visible_gpus
 from sparserl.errors import SparseRLError
 from sparserl.eval.compare import EvalConfig, evaluate
-from sparserl.eval.metrics import geomean, speedup_at_1
-from sparserl.eval.provenance import shares
+from sparserl.eval.metrics import speedup_at_1
+from sparserl.eval.library_match import shares
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.result import ErrorKind
 from sparserl.improve.config import ImproveConfig
 from sparserl.improve.plot import plot_rounds
-from sparserl.improve.table import round_metrics, rounds_markdown
+from sparserl.improve.table import geomean_of, round_metrics, rounds_markdown
 from sparserl.model.policy import Policy
 from sparserl.request.context import MatrixContext
 from sparserl.runtime.metrics import MetricLogger
@@ -109,11 +109,6 @@ def round_matrices(train: list[SFTRow], r: int, n: int, seed: int) -> list[SFTRo
     return [train[order[((r - 1) * n + j) % len(train)]] for j in range(n)]
 
 
-def _geomean(xs: list[float]) -> float | None:
-    """The geometric mean, None of nothing (a round with no figure)."""
-    return geomean(xs) if xs else None
-
-
 # -- validation -------------------------------------------------------------------------------
 
 
@@ -131,13 +126,13 @@ def validation_figures(per_matrix: dict[str, dict], oracle: dict[str, float | No
         "matrices": len(recs), "samples": n,
         "correct_rate": sum(r["correct"] for r in recs) / n if n else 0.0,
         "compile_rate": sum(r["compiled"] for r in recs) / n if n else 0.0,
-        "geomean_speedup": _geomean(list(best.values())),
+        "geomean_speedup": geomean_of(list(best.values())),
     }
     if recs and all(r.get("sample_speedups") for r in recs):
         out["speedup_at_1"] = speedup_at_1([r["sample_speedups"] for r in recs])
     if oracle:
         ratios = [best[m] / (oracle.get(m) or 1.0) for m in best]
-        out["vs_oracle"] = _geomean(ratios)
+        out["vs_oracle"] = geomean_of(ratios)
         out["ahead_of_oracle"] = sum(x > 1.0 for x in ratios) / len(ratios) if ratios else 0.0
     out["score"] = out.get("vs_oracle") if out.get("vs_oracle") is not None else out["geomean_speedup"]
     return out
@@ -370,7 +365,7 @@ class Improve:
             "rows": len(rows), "matrices": len({row.origin.fingerprint for row in rows}), "provenance": prov,
             "policy_rows": sum(v for p, v in prov.items() if p.startswith("policy")), "replay_rows": len(replay),
             "unseen_facts_dropped": skipped["unseen_facts"],
-            "speedup_geomean": _geomean([row.times.speedup for row in rows])}
+            "speedup_geomean": geomean_of([row.times.speedup for row in rows])}
         if not rows:
             log.warning("round %d: no verified kernel to learn from (nothing within %.0f%% of a best known): "
                         "the round fine-tunes nothing and keeps the previous best", r, 100 * cfg.within)
@@ -425,9 +420,9 @@ class Improve:
         res = evaluate(ecfg, evaluator=self.ev, policies={name: policy})
         if st["oracle"] is None and "library oracle" in res["per_matrix"]:  # timed once, at round 0
             st["oracle"] = oracle_speedups(res)
-            st["oracle_geomean"] = _geomean([v or 1.0 for v in st["oracle"].values()])
+            st["oracle_geomean"] = geomean_of([v or 1.0 for v in st["oracle"].values()])
         # and the samples against the library: a library kernel exactly, a mismatched header, a new body
-        return validation_figures(res["per_matrix"][name], st["oracle"]) | shares(res.get("provenance", {}).get(name))
+        return validation_figures(res["per_matrix"][name], st["oracle"]) | shares(res.get("library_match", {}).get(name))
 
     # -- 5. decide --
 
@@ -504,7 +499,7 @@ class Improve:
         except (SparseRLError, OSError, ValueError) as exc:
             log.warning("held-out evaluation failed (the rounds stand; --resume tries it again): %s", exc)
             return
-        st["test"] = key | {"matrices": len(rows), "oracle_geomean": _geomean([v or 1.0 for v in oracle.values()]),
+        st["test"] = key | {"matrices": len(rows), "oracle_geomean": geomean_of([v or 1.0 for v in oracle.values()]),
                             "seconds": round(time.perf_counter() - t, 2),
                             "figures": {n: validation_figures(per_matrix[n], oracle or None) for n in models}}
         log.info("held out (test split): %s", {n: _rounded(f) for n, f in st["test"]["figures"].items()})

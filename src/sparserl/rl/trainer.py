@@ -28,7 +28,7 @@ from sparserl.devices import pick_device
 from sparserl.encoding import EncodingConfig
 from sparserl.errors import SparseRLError
 from sparserl.eval.metrics import geomean
-from sparserl.eval.provenance import Provenance, provenance
+from sparserl.eval.library_match import LibraryMatch, library_match
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.matrices import generate
@@ -139,8 +139,8 @@ def batch_metrics(batch: RolloutBatch, cfg: RLConfig) -> dict:
         out["rollout/logp_gap_max"] = float(gap.max()) if gap.numel() else 0.0
     if batch.values is not None:
         out["charts/values_mean"] = float(core.masked_mean(batch.values, batch.mask))
-    kinds = Counter(provenance(t, r.op) for t, r in zip(batch.texts, batch.results))  # against the library
-    for c in Provenance:
+    kinds = Counter(library_match(t, r.op) for t, r in zip(batch.texts, batch.results))  # against the library
+    for c in LibraryMatch:
         out[f"samples/{c.value}_share"] = kinds[c] / max(len(batch.texts), 1)
     return out
 

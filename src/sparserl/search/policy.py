@@ -8,8 +8,9 @@ each turn sees the previous kernel's compile error or time). :func:`refinement_p
 that prompt and is a pure function of its inputs; :class:`PolicyProposer` runs the policy
 (``sparserl.model.policy.Policy.generate``) on the request's matrix with either prompt.
 
-The shipped policies were not trained on refinement prompts; until the self-improvement work
-teaches them, their refinements are samples conditioned on a longer prompt.
+A policy trained only on the data build's pairs has never seen a refinement prompt: its
+refinements are samples conditioned on a longer prompt until ``sparserl improve`` teaches it from
+the kernels its refinements found.
 """
 
 from __future__ import annotations

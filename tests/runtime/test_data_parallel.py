@@ -30,7 +30,7 @@ def torchrun(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 def test_helpers_average_gradients_and_catch_drift() -> None:
-    p = torchrun(str(REPO / "tests" / "train" / "dist_probe.py"))
+    p = torchrun(str(REPO / "tests" / "runtime" / "dist_probe.py"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     assert "rank 0 ok" in p.stdout and "rank 1 ok" in p.stdout
 
