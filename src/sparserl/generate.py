@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sparserl.checks import check_op, require
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
@@ -61,8 +62,9 @@ class GenerateConfig:
     """'spmv' or 'spmm'."""
     k: int | None = None
     """SpMM columns (required for spmm, refused for spmv)."""
-    model: str = "runs/ppo/checkpoint"
-    """Policy checkpoint (or HF model folder); when there is none, only the library is searched."""
+    model: str | None = None
+    """Policy checkpoint (or HF model folder); None: runs/ppo/checkpoint, else the policy trained last
+    under runs/ (:func:`find_model`); when there is none, the library's kernel is returned."""
     samples: int = 16
     """Completions sampled from the policy."""
     temperature: float = 1.0
@@ -88,27 +90,19 @@ class GenerateConfig:
     """Best-known store the search reads and updates (default: under the harness cache root)."""
 
     def __post_init__(self) -> None:
-        if self.op not in ("spmv", "spmm"):
-            raise SparseRLError(f"op must be spmv or spmm, got {self.op!r}")
-        if self.op == "spmm" and (self.k is None or self.k < 1):
-            raise SparseRLError("SpMM needs --k K (K >= 1)")
-        if self.op == "spmv" and self.k is not None:
-            raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: "
-                                "leave --k out")
-        if self.samples < 1:
-            raise SparseRLError("samples must be >= 1")
-        if not self.temperature > 0:
-            raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {self.temperature}")
-        if self.regime not in ("cold", "warm"):
-            raise SparseRLError(f"regime must be cold or warm, got {self.regime!r}")
-        if self.search < 0:
-            raise SparseRLError(f"--search must be >= 0 candidates, got {self.search}")
+        check_op(self.op, self.k)
+        require(self.samples >= 1, "--samples", ">= 1", self.samples)
+        require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
+        require(self.max_new_tokens >= 1, "--max-new-tokens", ">= 1", self.max_new_tokens)
+        require(self.regime in ("cold", "warm"), "--regime", "cold or warm", self.regime)
+        require(self.search >= 0, "--search-budget", ">= 0 candidates", self.search)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)
 
-    def search_job(self) -> SearchJob:
-        """The search ``search`` asks for after the samples, with this run's model and sampling."""
+    def search_job(self, model: str) -> SearchJob:
+        """The search ``search`` asks for after the samples, with this run's ``model`` and sampling."""
         return SearchJob(matrix=self.matrix, op=self.op, k=self.k,
                          search=SearchConfig(budget=max(self.search, 1), regime=self.regime, seed=self.seed),
-                         model=self.model, temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                         model=model, temperature=self.temperature, max_new_tokens=self.max_new_tokens,
                          device=self.device, store=self.store, compile_only=self.compile_only)
 
 
@@ -132,13 +126,32 @@ def has_model(path: str) -> bool:
     return (Path(path) / "policy.json").exists() or (Path(path) / "config.json").exists()
 
 
-def open_policy(cfg: GenerateConfig, policy: Policy | None = None) -> Policy | None:
-    """The policy to sample: the one given, else ``cfg.model`` opened, else None (no model there)."""
-    if policy is not None or not has_model(cfg.model):
+DEFAULT_MODEL = "runs/ppo/checkpoint"
+"""Where ``sparserl ppo`` writes its policy with the default settings."""
+
+
+def find_model(given: str | None, runs: Path = Path("runs")) -> tuple[str, str | None]:
+    """(the model to sample, a note when it was looked for rather than given). Not given:
+    :data:`DEFAULT_MODEL`, else the policy checkpoint trained last under ``runs`` (``runs/demo/ppo``
+    after ``sparserl demo``, say), else :data:`DEFAULT_MODEL` all the same (no model there)."""
+    if given is not None or has_model(DEFAULT_MODEL):
+        return given or DEFAULT_MODEL, None
+    found = [p.parent for pattern in ("*/checkpoint/policy.json", "*/*/checkpoint/policy.json", "*/best/policy.json")
+             for p in runs.glob(pattern)]
+    if not found:
+        return DEFAULT_MODEL, None
+    latest = max(found, key=lambda p: (p / "policy.json").stat().st_mtime)
+    return str(latest), (f"no model at {DEFAULT_MODEL}: used {latest}, the policy trained last under {runs}/ "
+                         "(pass --model to choose another)")
+
+
+def open_policy(model: str, device: str, policy: Policy | None = None) -> Policy | None:
+    """The policy to sample: the one given, else ``model`` opened, else None (no model there)."""
+    if policy is not None or not has_model(model):
         return policy
     from sparserl.model.policy import Policy  # torch
 
-    return Policy.open(cfg.model, device=str(pick_device(cfg.device)))
+    return Policy.open(model, device=str(pick_device(device)))
 
 
 def _library_fallback(ctx: MatrixContext, ev: Evaluator, pool: CandidatePool) -> None:
@@ -154,17 +167,19 @@ def _library_fallback(ctx: MatrixContext, ev: Evaluator, pool: CandidatePool) ->
 
 def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Policy | None, out: Path) -> Choice:
     """Samples, then (if asked) a search, then (if nothing is usable) the library; the best of all."""
-    notes: list[str] = []
-    policy = open_policy(cfg, policy)
-    job = cfg.search_job()
+    model, found = find_model(cfg.model) if policy is None else (cfg.model or DEFAULT_MODEL, None)
+    notes = [found] if found else []
+    policy = open_policy(model, cfg.device, policy)
+    job = cfg.search_job(model)
     pool = CandidatePool(ctx, timed=not cfg.compile_only)
     proposer = open_proposer(job, ctx, ev, policy) if policy is not None else None
     if proposer is None:
         if not cfg.library_fallback and not cfg.search:
-            raise SparseRLError(f"no model at {cfg.model} and --no-library-fallback given: {TRAIN_HINT}")
-        notes.append(f"no model was used (nothing at {cfg.model}): this kernel was not written for your matrix "
+            raise SparseRLError(f"no model at {model} and --no-library-fallback given: {TRAIN_HINT}")
+        notes.append(f"no model was used (nothing at {model}): this kernel was not written for your matrix "
                      f"by a model; to get one that is, {TRAIN_HINT}")
-        log.warning("no model at %s: searching without one", cfg.model)
+        log.info("no model at %s: %s", model, "the search proposes without one" if cfg.search
+                 else "the library's kernel is returned")
     texts = proposer.sample(cfg.samples, show=True) if proposer is not None else []
     samples = pool.evaluate(ev, [(t, Origin.MODEL) for t in texts])
     searched = None
@@ -198,7 +213,7 @@ def generate_kernel(cfg: GenerateConfig, evaluator: Evaluator | None = None,
     notes = list(choice.notes)
     if cfg.compile_only:
         notes.append(f"unverified: without a GPU nothing is run or timed; verify it on a GPU with: "
-                     f"sparserl check-kernel {out / 'kernel.cu'} --matrix {cfg.matrix}"
+                     f"sparserl check-kernel {out / 'kernel.cu'} {cfg.matrix}"
                      + (f" --op spmm --k {ctx.k}" if ctx.k else ""))
     rep = KernelReport.of(ctx, choice.best, choice.pool, [c.result for c in choice.samples], "samples drawn",
                           asdict(cfg), time.perf_counter() - t0, used_model=bool(choice.samples), notes=notes,

@@ -95,7 +95,7 @@ def test_cpu_fallback_is_the_selectors_library_kernel_labelled_unverified(mtx: P
     assert "no sampled kernel compiled" in rep.source and rep.model_used and not rep.verified
     assert rep.best.compiled and rep.best.error_kind is ErrorKind.NO_GPU
     assert rep.counts == Counts(n=2, compiled=0, correct=0)
-    verify = f"sparserl check-kernel {out / 'kernel.cu'} --matrix {mtx}"
+    verify = f"sparserl check-kernel {out / 'kernel.cu'} {mtx}"
     assert any(verify in n for n in rep.notes)
     md = (out / "report.md").read_text()
     assert "NOT verified" in md and "speedup" not in md and verify in md

@@ -45,6 +45,11 @@ def best_list(
     with _open(store) as st:
         rows = [r for r in st.best(op=op, arch=arch)
                 if matrix is None or r.name == matrix or r.fingerprint.startswith(matrix)]
+    if not rows:  # said on stderr: --json's output stays empty JSON lines
+        where = f"for {matrix!r} " if matrix else ""
+        typer.echo(f"no best-known kernels {where}in {store or default_store_path()} "
+                   "(sparserl search writes them)", err=True)
+        return
     if as_json:
         for r in rows:
             typer.echo(json.dumps({k: v for k, v in r.__dict__.items() if k != "text"}))

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from sparserl.cli.common import defaults, fallback, names
-from sparserl.errors import SparseRLError
 from sparserl.eval.compare import EvalConfig, evaluate
 from sparserl.eval.rescore import rescore
 from sparserl.runs import check_output
@@ -23,7 +22,8 @@ def evaluate_cmd(
                                                                         "[default: none, baselines only]"),
     baselines: str = typer.Option(",".join(D.baselines), help="comma-separated: cusparse, oracle, selector"),
     op: str = typer.Option(D.op, help="spmv or spmm"),
-    k: int = typer.Option(None, help=f"SpMM columns (with --op spmm only) [default: {D.k}]"),
+    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
+                                     "[default: none]"),
     samples: int = typer.Option(D.samples, help="completions per matrix per checkpoint (pass@k uses them)"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens"),
@@ -36,10 +36,8 @@ def evaluate_cmd(
 ) -> None:
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
     check_output(out, "evaluate", force)
-    if op == "spmv" and k is not None:
-        raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
     cfg = EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint), baselines=names(baselines), op=op,
-                     k=D.k if k is None else k, samples=samples, temperature=temperature,
+                     k=k, samples=samples, temperature=temperature,
                      max_new_tokens=max_new_tokens, family_rows=family_rows, gen_batch=gen_batch, out=str(out),
                      plots=not no_plots)
     res = evaluate(dataclasses.replace(cfg, compile_only=fallback(compile_only)))
@@ -48,7 +46,7 @@ def evaluate_cmd(
 
 
 def rescore_cmd(
-    folder: Path = typer.Argument(..., exists=True, file_okay=False, help="a 'sparserl evaluate' output folder"),
+    folder: Path = typer.Argument(..., help="a 'sparserl evaluate' output folder"),
 ) -> None:
     """Recompute an evaluation's summary and eval.md from its eval.json and completions.jsonl (no GPU)."""
     rescore(folder)

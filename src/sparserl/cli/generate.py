@@ -14,14 +14,16 @@ D = defaults(GenerateConfig)
 
 
 def generate_cmd(
-    matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
+    matrix: Path = typer.Argument(..., help=".mtx, .mtx.gz or .npz"),
     op: str = typer.Option(D.op, help="spmv or spmm"),
     k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
                                      "[default: none]"),
-    model: Path = typer.Option(Path(D.model), help="policy checkpoint or HF model folder; without one, the best "
-                                                   "library kernel is returned"),
+    model: Path = typer.Option(None, help="policy checkpoint or HF model folder; without one, the best library "
+                                          "kernel is returned [default: runs/ppo/checkpoint, else the policy trained "
+                                          "last under runs/]"),
     samples: int = typer.Option(D.samples, help="completions to sample and evaluate"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
+    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens"),
     out: Path = typer.Option(None, help="output folder [default: runs/generate/<matrix name>]"),
     no_library_fallback: bool = typer.Option(False, "--no-library-fallback",
                                              help="fail instead of returning a library kernel"),
@@ -29,13 +31,14 @@ def generate_cmd(
                                                                     "the default without a GPU"),
     device: str = typer.Option(D.device, help="auto, cpu or cuda[:N] (for the model)"),
     seed: int = typer.Option(D.seed, help="random seed"),
-    search: int = typer.Option(D.search, help="then search N more candidates (templates, mutations, refinements) "
-                                              "and return the best of all (0: no search)"),
+    search: int = typer.Option(D.search, "--search-budget", "--search",
+                               help="then search N more candidates (templates, mutations, refinements) and return "
+                                    "the best of all (0: no search)"),
     store: Path = typer.Option(None, help="best-known store for --search [default: under the harness cache root]"),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
-    cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model), samples=samples,
-                         temperature=temperature, out=str(out) if out else None,
+    cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model) if model else None, samples=samples,
+                         temperature=temperature, max_new_tokens=max_new_tokens, out=str(out) if out else None,
                          library_fallback=not no_library_fallback, device=device, seed=seed,
                          compile_only=compile_only, search=search, store=str(store) if store else None)
     rep = generate_kernel(dataclasses.replace(cfg, compile_only=fallback(compile_only)))

@@ -24,7 +24,8 @@ def improve_cmd(
     store: Path = typer.Option(None, help="best-known store, the teacher [default: best_known.sqlite under the "
                                           "harness cache root, the one 'sparserl search' writes]"),
     op: str = typer.Option(D.op, help="spmv or spmm"),
-    k: int = typer.Option(D.k, help="SpMM: columns of X (unused for spmv)"),
+    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
+                                     "[default: none]"),
     matrices_per_round: int = typer.Option(D.matrices_per_round, help="training matrices searched per round (the "
                                                                       "next ones of a fixed shuffled order)"),
     search_budget: int = typer.Option(D.search_budget, help="candidates evaluated per matrix and round"),

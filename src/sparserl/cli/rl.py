@@ -14,7 +14,6 @@ import typer
 from typer.core import TyperCommand
 
 from sparserl.cli.common import defaults, fallback
-from sparserl.errors import SparseRLError
 from sparserl.rewards import RewardConfig
 from sparserl.rl.config import RLConfig, load_config_file
 from sparserl.runs import check_output
@@ -29,8 +28,6 @@ def rl_config(algo: str, config: Path | None, given: dict) -> RLConfig:
             cfg = dataclasses.replace(cfg, out=f"runs/{algo}")
     else:
         cfg = RLConfig(**({"out": f"runs/{algo}"} | over))
-    if cfg.temperature <= 0:
-        raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {cfg.temperature}")
     return cfg
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from sparserl.cli.common import defaults, names
-from sparserl.errors import SparseRLError
 from sparserl.search.loop import SearchConfig
 from sparserl.search.run import SearchJob, search_matrix, store_line
 
@@ -16,8 +15,9 @@ D, J = defaults(SearchConfig), defaults(SearchJob)
 
 
 def search_cmd(
-    matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
-    budget: int = typer.Option(D.budget, help="candidates to evaluate (each through the harness)"),
+    matrix: Path = typer.Argument(..., help=".mtx, .mtx.gz or .npz"),
+    budget: int = typer.Option(D.budget, "--budget", "--search-budget",
+                               help="candidates to evaluate (each through the harness)"),
     seconds: float = typer.Option(None, help="stop submitting candidates after this many seconds "
                                              "[default: no time limit]"),
     op: str = typer.Option(J.op, help="spmv or spmm"),
@@ -41,8 +41,6 @@ def search_cmd(
 
     Every candidate is verified and timed by the harness; the best kernel, its report and the
     trace are written, and the best-known store is updated."""
-    if op == "spmv" and k is not None:
-        raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=names(templates),
                         regime=regime, parallel=parallel, seed=seed)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,

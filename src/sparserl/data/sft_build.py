@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sparserl.checks import require
 from sparserl.data.rows import KernelTimes, RowWriter, SFTRow
 from sparserl.errors import SparseRLError
 from sparserl.formats import accepts
@@ -93,12 +94,20 @@ class SFTDataConfig:
             raise SparseRLError("val_fraction + test_fraction must be below 1")
         if self.real_split not in ("test", "mixed"):
             raise SparseRLError("real_split must be 'test' or 'mixed'")
-        if self.variants_per_matrix is not None and self.variants_per_matrix < 1:
-            raise SparseRLError("variants_per_matrix must be >= 1 (or None for all)")
-        if self.near_fastest_ratio < 1.0:
-            raise SparseRLError("near_fastest_ratio must be >= 1.0")
-        if self.min_rows < 1 or self.max_rows < self.min_rows or self.matrices_per_family < 0:
-            raise SparseRLError("need 1 <= min_rows <= max_rows and matrices_per_family >= 0")
+        if self.variants_per_matrix is not None:
+            require(self.variants_per_matrix >= 1, "--variants-per-matrix", ">= 1 (or left out for all)",
+                    self.variants_per_matrix)
+        require(self.near_fastest_ratio >= 1.0, "--near-fastest-ratio", ">= 1.0", self.near_fastest_ratio)
+        require(self.min_rows >= 1, "--min-rows", ">= 1", self.min_rows)
+        require(self.max_rows >= self.min_rows, "--max-rows", f">= --min-rows ({self.min_rows})", self.max_rows)
+        require(self.matrices_per_family >= 0, "--per-family", ">= 0", self.matrices_per_family)
+        if self.matrices_per_family == 0 and not self.real_dir:
+            raise SparseRLError("no matrices: --per-family 0 generates none and no --real-dir was given "
+                                "(give --per-family N >= 1, or a folder of matrices with --real-dir)")
+        require(self.targets_per_matrix >= 1, "--targets-per-matrix", ">= 1", self.targets_per_matrix)
+        require(all(k >= 1 for k in self.ks), "--ks", "SpMM column counts >= 1", self.ks)
+        require(self.coords >= 1, "coords", ">= 1", self.coords)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)
 
 
 @dataclass(frozen=True)

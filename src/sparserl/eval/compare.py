@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sparserl.checks import check_op, require
 from sparserl.data.rows import read_nonempty
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
-from sparserl.eval.metrics import fast_p, geomean, mean_pass_at_k, speedup_at_1
 from sparserl.eval.library_match import library_match_table
+from sparserl.eval.metrics import fast_p, geomean, mean_pass_at_k, speedup_at_1
 from sparserl.eval.report import markdown, plots
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
@@ -68,8 +69,8 @@ class EvalConfig:
     """Baselines run beside the policies: 'cusparse', 'oracle', 'selector'."""
     op: str = "spmv"
     """'spmv' or 'spmm'."""
-    k: int = 32
-    """SpMM columns (unused for spmv)."""
+    k: int | None = None
+    """SpMM columns (required for spmm, refused for spmv)."""
     samples: int = 8
     """Completions per matrix per checkpoint (pass@k uses them)."""
     temperature: float = 1.0
@@ -91,22 +92,22 @@ class EvalConfig:
         bad = set(self.baselines) - set(BASELINES)
         if bad:
             raise SparseRLError(f"unknown baselines {sorted(bad)}; choose from {BASELINES}")
-        if self.samples < 1 or self.gen_batch < 1 or self.op not in ("spmv", "spmm"):
-            raise SparseRLError("need samples >= 1, gen_batch >= 1 and op spmv or spmm")
+        check_op(self.op, self.k)
+        require(self.samples >= 1, "--samples", ">= 1", self.samples)
+        require(self.gen_batch >= 1, "--gen-batch", ">= 1", self.gen_batch)
+        require(self.family_rows >= 1, "--family-rows", ">= 1", self.family_rows)
         if self.split not in SPLITS:
             raise SparseRLError(f"--split {self.split!r}: a data folder's splits are {', '.join(SPLITS)}")
-        if not self.temperature > 0:
-            raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {self.temperature}")
-        if self.max_new_tokens < 1:
-            raise SparseRLError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
+        require(self.max_new_tokens >= 1, "--max-new-tokens", ">= 1", self.max_new_tokens)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)
 
 
-def matrix_set(cfg: EvalConfig) -> list[tuple[MatrixContext, str]]:
-    """(matrix, family) pairs of the evaluation set, each matrix asked for ``cfg``'s op."""
-    op = Op(cfg.op)
+def matrix_files(cfg: EvalConfig) -> list[tuple[str, str]] | None:
+    """(file, family) of the evaluation set's matrices, checked and listed without loading them; None
+    for 'families' (generated, one per family). Raises SparseRLError for a set that has none."""
     if cfg.matrices == "families":
-        return [(MatrixContext(generate(f, cfg.family_rows, seed=cfg.seed + 7), f"{f}_{cfg.family_rows}", op, cfg.k), f)
-                for f in family_names()]
+        return None
     p = Path(cfg.matrices)
     if not (p / f"{cfg.split}.jsonl").exists() and any((p / f"{s}.jsonl").exists() for s in SPLITS):
         raise SparseRLError(f"{p} is a data folder without a {cfg.split!r} split ({cfg.split}.jsonl): "
@@ -116,12 +117,22 @@ def matrix_set(cfg: EvalConfig) -> list[tuple[MatrixContext, str]]:
         for r in read_nonempty(p / f"{cfg.split}.jsonl"):
             if r.matrix:
                 seen.setdefault(r.matrix, r.family or "?")
-        return [(MatrixContext.load(m, op, cfg.k), fam) for m, fam in sorted(seen.items())]
+        return sorted(seen.items())
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.name.endswith((".mtx", ".mtx.gz", ".npz")))
         if files:
-            return [(MatrixContext.load(f, op, cfg.k), "real") for f in files]
+            return [(str(f), "real") for f in files]
     raise SparseRLError(f"{cfg.matrices}: no matrices (give a data folder, a folder of matrices, or 'families')")
+
+
+def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> list[tuple[MatrixContext, str]]:
+    """(matrix, family) pairs of the evaluation set (``files``: :func:`matrix_files`'s, when listed
+    already), each matrix asked for ``cfg``'s op."""
+    op = Op(cfg.op)
+    if cfg.matrices == "families":
+        return [(MatrixContext(generate(f, cfg.family_rows, seed=cfg.seed + 7), f"{f}_{cfg.family_rows}", op, cfg.k), f)
+                for f in family_names()]
+    return [(MatrixContext.load(m, op, cfg.k), fam) for m, fam in (files or matrix_files(cfg))]
 
 
 def _record(results, family: str) -> dict:
@@ -135,8 +146,15 @@ def _record(results, family: str) -> dict:
             "sample_speedups": [r.speedup if r.correct and r.speedup else None for r in results]}
 
 
-def summarize(per_matrix: dict[str, dict], samples: int) -> dict:
-    """Aggregate one system's per-matrix records (pure)."""
+TIMED_FIGURES = ("correct_rate", "pass@1", "coverage", "geomean_speedup", "geomean_speedup_covered", "speedup@1",
+                 "roofline_mean", *(f"fast_{p}" for p in FAST_PS))
+"""What a compile-only run (no GPU) cannot measure: nothing was run, so nothing is correct or fast."""
+
+
+def summarize(per_matrix: dict[str, dict], samples: int, timed: bool = True) -> dict:
+    """Aggregate one system's per-matrix records (pure). ``timed``: whether the kernels ran on a GPU;
+    without (compile-only) only compile rates are measured, and every other figure is None (a
+    speedup of 1.0 or a correct rate of 0 would be a figure nobody measured)."""
     recs = list(per_matrix.values())
     n = sum(r["n"] for r in recs)
     best = [r["best_speedup"] for r in recs]
@@ -164,6 +182,8 @@ def summarize(per_matrix: dict[str, dict], samples: int) -> dict:
         compiled[r["family"]][0] += r["compiled"]
         compiled[r["family"]][1] += r["n"]
     out["per_family_compile_rate"] = {f: c / n if n else None for f, (c, n) in compiled.items()}
+    if not timed:
+        out |= {key: None for key in (*TIMED_FIGURES, f"pass@{samples}")} | {"per_family_geomean": {}}
     return out
 
 
@@ -225,17 +245,22 @@ def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple
 def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> dict:
     """Run the evaluation; writes eval.json, eval.md and plots to ``cfg.out``; returns the summary."""
     t0 = time.perf_counter()
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
-    if not cfg.compile_only and not ev.has_gpu:
-        raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")
+    files = matrix_files(cfg)  # a set that has no matrices fails before anything is loaded or written
     policies = _open_policies(cfg, policies)
+    if not policies and (cfg.compile_only or not cfg.baselines):
+        raise SparseRLError("nothing to evaluate: no policy was given (-c NAME=PATH)"
+                            + (", and the baselines are timings, which need a GPU" if cfg.compile_only
+                               else " and no baseline was asked for"))
+    todo = matrix_set(cfg, files)  # before anything is written: a set that does not load leaves no folder behind
+    out = Path(cfg.out)
+    ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
-    (out / "completions.jsonl").unlink(missing_ok=True)
     drawn: list[tuple[str, str, bool]] = []  # (policy, completion, correct): where samples come from
     try:
-        todo = matrix_set(cfg)
+        if not cfg.compile_only and not ev.has_gpu:
+            raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "completions.jsonl").unlink(missing_ok=True)
         for ctx, fam in todo:
             if not cfg.compile_only:  # the baselines are timings: nothing to compare without a GPU
                 for name, rec in _baselines(cfg, ev, ctx, fam).items():
@@ -262,8 +287,8 @@ def _result(cfg: EvalConfig, systems: dict[str, dict[str, dict]], policies: dict
     oracle_fmt = {m: r["best_format"] for m, r in systems.get("library oracle", {}).items()}
     confusion = {name: dict(Counter(f"{oracle_fmt.get(m)} -> {r['best_format']}" for m, r in recs.items()))
                  for name, recs in systems.items() if name in policies and oracle_fmt}
-    result = {"config": asdict(cfg), "op": op.value, "k": cfg.k if op is Op.SPMM else None,
-              "summary": {name: summarize(recs, cfg.samples) for name, recs in systems.items()},
+    result = {"config": asdict(cfg), "op": op.value, "k": cfg.k,
+              "summary": {name: summarize(recs, cfg.samples, not cfg.compile_only) for name, recs in systems.items()},
               "per_matrix": systems, "format_confusion_vs_oracle": confusion, "paper": PAPER, "seconds": seconds,
               "compile_only": cfg.compile_only}
     if not cfg.compile_only:  # compile-only verifies nothing, so no sample is correct

@@ -52,7 +52,8 @@ def rescore(folder: str | Path) -> dict:
                 if rec["n"] != 1:
                     raise SparseRLError(f"{cj}: no samples of {name} (it has {rec['n']} per matrix)")
                 rec["sample_speedups"] = [rec["best_speedup"]]  # a baseline: its one pick
-    result["summary"] = {name: summarize(recs, n) for name, recs in result["per_matrix"].items()}
+    timed = not result.get("compile_only")
+    result["summary"] = {name: summarize(recs, n, timed) for name, recs in result["per_matrix"].items()}
     if drawn:
         result["library_match"] = library_match_table(drawn, result["op"])
     ej.write_text(json.dumps(result, indent=1, default=str))

@@ -313,7 +313,7 @@ class Improve:
     def _search_one(self, r: int, row: SFTRow, policy: Policy, model: str, trace_dir: Path, n_done: int):
         """One training matrix searched (raises SparseRLError when it does not fit, or the search stops)."""
         cfg = self.cfg
-        ctx = MatrixContext.load(row.matrix, cfg.op, cfg.k_or_none)
+        ctx = MatrixContext.load(row.matrix, cfg.op, cfg.k)
         check_fits(ctx.name, *ctx.shape, ctx.nnz, ctx.k)
         scfg = SearchConfig(budget=cfg.search_budget, seconds=cfg.search_seconds, regime=cfg.regime,
                             policy_share=cfg.policy_share, seed=cfg.seed + 1000 * r + n_done)
@@ -331,7 +331,7 @@ class Improve:
         cfg = self.cfg
         policy_kinds = (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE)
         pol = [e for e in res.entries if e.proposal.provenance in policy_kinds]
-        known = self.store.best(fingerprint=res.fingerprint, op=cfg.op, k=cfg.k_or_none, regime=cfg.regime,
+        known = self.store.best(fingerprint=res.fingerprint, op=cfg.op, k=cfg.k, regime=cfg.regime,
                                 harness_version=harness_version())
         return {
             "fingerprint": res.fingerprint, "evaluated": res.evaluated, "correct": sum(e.result.ok for e in res.entries),
@@ -353,7 +353,7 @@ class Improve:
         flt = ExportFilter(op=cfg.op, regime=cfg.regime, harness_version=harness_version(), per_matrix=cfg.per_matrix,
                            within=cfg.within, fingerprints=frozenset(self.state["train_fingerprints"]), seen_only=True)
         rows, skipped = export_rows(self.store, flt)
-        rows = [row for row in rows if row.k == cfg.k_or_none]
+        rows = [row for row in rows if row.k == cfg.k]
         replay = self._replay(r, round(cfg.replay * len(rows)))
         d = self.round_dir(r) / "teacher"
         write_rows(d / "train.jsonl", rows + replay)
@@ -377,7 +377,7 @@ class Improve:
             return []
         cfg = self.cfg
         rows = [row for row in read_rows(Path(cfg.data) / "train.jsonl") if row.op == cfg.op
-                and (cfg.op == "spmv" or row.k == cfg.k)]
+                and row.k == cfg.k]
         if not rows:
             return []
         pick = np.random.default_rng([cfg.seed, r]).choice(len(rows), size=n, replace=n > len(rows))

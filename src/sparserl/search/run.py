@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparserl.checks import check_op, require
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
@@ -72,12 +73,9 @@ class SearchJob:
     """Compile only, even with a GPU (without one, the search is compile-only anyway)."""
 
     def __post_init__(self) -> None:
-        if self.op not in ("spmv", "spmm"):
-            raise SparseRLError(f"--op must be spmv or spmm, got {self.op!r}")
-        if self.op == "spmm" and (self.k is None or self.k < 1):
-            raise SparseRLError("--op spmm needs --k K (K >= 1 columns of X)")
-        if self.temperature <= 0 or self.max_new_tokens < 1:
-            raise SparseRLError("need temperature > 0 and max_new_tokens >= 1")
+        check_op(self.op, self.k)
+        require(self.temperature > 0, "--temperature", "> 0", self.temperature)
+        require(self.max_new_tokens >= 1, "--max-new-tokens", ">= 1", self.max_new_tokens)
 
 
 def open_proposer(job: SearchJob, ctx: MatrixContext, evaluator, policy: Policy | None = None) -> PolicyProposer:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparserl.checks import require
 from sparserl.data.corpus import CorpusConfig
-from sparserl.errors import SparseRLError
 from sparserl.model.config import TinyModelConfig
 
 
@@ -56,10 +56,12 @@ class PretrainConfig:
     """What goes into the corpus (CUDA toolkit headers, the kernel library) and how much."""
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
-            raise SparseRLError("need steps >= 1, batch_size >= 1, seq_len >= 8")
-        if self.lr <= 0:
-            raise SparseRLError("lr must be positive")
+        require(self.steps >= 1, "--steps", ">= 1", self.steps)
+        require(self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size)
+        require(self.seq_len >= 8, "--seq-len", ">= 8 tokens", self.seq_len)
+        require(self.lr > 0, "--lr", "> 0", self.lr)
+        require(self.vocab_size >= 256, "--vocab-size", ">= 256", self.vocab_size)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)
 
 
 @dataclass(frozen=True)
@@ -119,10 +121,15 @@ class SFTConfig:
     """Seed of the batches, the encoding's sampling, a new encoder's weights and the validation draw."""
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise SparseRLError("need steps >= 1, batch_size >= 1 and lr > 0")
-        if self.max_new_tokens < 1:
-            raise SparseRLError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if not self.eval_temperature > 0:
-            raise SparseRLError(f"eval_temperature must be > 0 (1.0 samples the policy as it is), "
-                                f"got {self.eval_temperature}")
+        require(self.steps >= 1, "--steps", ">= 1", self.steps)
+        require(self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size)
+        require(self.lr > 0, "--lr", "> 0", self.lr)
+        require(self.lora_r >= 1, "--lora-r", ">= 1", self.lora_r)
+        require(self.max_nnz >= 1, "--max-nnz", ">= 1", self.max_nnz)
+        require(self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every)
+        require(self.eval_samples >= 0, "--eval-samples", ">= 0", self.eval_samples)
+        require(self.save_every >= 1, "--save-every", ">= 1", self.save_every)
+        require(self.max_new_tokens >= 1, "--max-new-tokens", ">= 1", self.max_new_tokens)
+        require(self.eval_temperature > 0, "--eval-temperature", "> 0 (1.0 samples the policy as it is)",
+                self.eval_temperature)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
-import signal
 import sys
 
 import typer
 
-from sparserl import __version__
+from sparserl import __version__, interrupts
 from sparserl.cli import best, data, demo, evaluate, generate, improve, pretrain, rl, search, sft
 from sparserl.errors import SparseRLError
 from sparserl.harness.cli import baseline, check_kernel
@@ -125,31 +124,22 @@ def _tidy_help(cmd) -> None:
         _tidy_help(sub)
 
 
-def _terminated(signum, frame) -> None:
-    raise KeyboardInterrupt  # a kill (SIGTERM) unwinds like Ctrl-C: partial files are removed on the way out
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the command; user errors, usage errors, Ctrl-C and a kill
     (SIGTERM) print one ``error: ...`` line (exit status 2; 130 when interrupted), never a
-    traceback, and leave no partial file behind."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _terminated)
-    except ValueError:  # not the main thread: keep the process's handler
-        previous = None
-    try:
+    traceback, and leave no partial file behind. An interrupt that something swallowed where it
+    landed still ends the command as interrupted (:mod:`sparserl.interrupts`)."""
+    with interrupts.watch():
         _run(argv)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _run(argv: list[str] | None) -> None:
     try:
         # click returns a command's exit code instead of raising in non-standalone mode
         rc = command()(args=argv, prog_name="sparserl", standalone_mode=False)
-        if rc == 130:  # newer typer turns Ctrl-C into this exit status, silently
+        if rc == 130 or interrupts.seen():  # newer typer turns Ctrl-C into this exit status, silently
             typer.echo("error: interrupted", err=True)
+            sys.exit(130)
         sys.exit(rc if isinstance(rc, int) else 0)
     except SparseRLError as exc:
         typer.echo(f"error: {exc}", err=True)
