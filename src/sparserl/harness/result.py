@@ -140,7 +140,10 @@ class EvalResult:
 
     @property
     def ok(self) -> bool:
-        return self.error_kind is ErrorKind.NONE
+        """Verified correct and timed: ``none``, or ``slow`` (stopped early as hopeless, its time the
+        few runs it took). Every consumer that ranks or rewards kernels reads this; ``error_kind is
+        ErrorKind.NONE`` alone says the timing ran in full."""
+        return self.error_kind.verified
 
     def to_dict(self) -> dict:
         d = asdict(self)
