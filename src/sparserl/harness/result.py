@@ -110,6 +110,8 @@ class EvalResult:
     """Timed runs whose output was compared with the reference (every cold run, and per warm sample
     the last run and one chosen at random)."""
     harness_version: int = HARNESS_VERSION
+    host: str | None = None
+    """The machine whose GPU ran it, when that is not this one (a farm's node)."""
 
     @property
     def ok(self) -> bool:
