@@ -150,8 +150,8 @@ def compile_task(config: HarnessConfig, text: str, mref: MatrixRef, blob_box: li
         return "done", replace(failed, host=host), host
     job, extra = ready
     if not gpu_mode:
-        return "done", EvalResult.failure(op, k, mref.name, ErrorKind.NO_GPU, "compiled; not run (no GPU in the "
-                                          "cluster or compile-only)", compiled=True, host=host,
+        return "done", EvalResult.failure(op, k, mref.name, ErrorKind.NO_GPU, "compiled; not run (no GPU or "
+                                          "compile-only)", compiled=True, host=host,
                                           eval_seconds=time.perf_counter() - t0, **extra), host
     return "ready", job, extra, Path(job["cubin_path"]).read_bytes(), host
 

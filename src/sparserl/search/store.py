@@ -50,7 +50,7 @@ from typing import Any
 
 from sparserl.errors import SparseRLError
 from sparserl.search.store_backends import (
-    BUSY_TIMEOUT_S,
+    BUSY_TIMEOUT_S,  # noqa: F401 (re-exported: how long a writer waits)
     StoreError,
     StoreUnavailable,
     is_url,
