@@ -7,9 +7,10 @@ one GPU and with every visible GPU. Prints evaluations/s, the farm's overhead pe
 GPU against the in-process evaluator (target: at most 10%) and the N-GPU scaling (target: at least
 0.9 x N).
 
-CPU part (``--cpu-scaling``, no GPU needed): compile-only candidates on a local multi-node Ray
-cluster (a head without CPUs and 1, then 2 worker nodes of one CPU each): compile tasks/s per
-node count, beside the in-process evaluator's compile-only rate with as many threads.
+CPU part (``--cpu-scaling``, no GPU needed): compile-only candidates, each compiled for real (a
+fresh compile cache per measurement, distinct texts), on a local multi-node Ray cluster (a head
+without CPUs and 1, then 2 worker nodes of one CPU each): compiles/s per node count, beside the
+in-process evaluator's compile-only rate with 1 and 2 compile threads.
 
     python benchmarks/farm_bench.py --out $OUT/farm_bench.json                 # GPU part
     python benchmarks/farm_bench.py --cpu-scaling --out $OUT/farm_cpu.json     # CPU part
@@ -44,12 +45,14 @@ def candidates(A, n: int) -> list[str]:
     return [texts[i % len(texts)] for i in range(n)]
 
 
-def rate(ev, A, texts: list[str], parallel: int) -> dict:
-    """Evaluations/s of ``texts`` through ``ev`` with ``parallel`` in flight (a warm-up pass first)."""
+def rate(ev, A, texts: list[str], parallel: int, warm: bool = True) -> dict:
+    """Evaluations/s of ``texts`` through ``ev`` with ``parallel`` in flight (``warm``: after a first
+    pass that caches the compiles and warms the workers; else every compile is real)."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     ref = ev.register(A, "bench")
-    ev.evaluate_many([(t, ref, "spmv", None) for t in sorted(set(texts))])  # compiles cached, workers warm
+    if warm:
+        ev.evaluate_many([(t, ref, "spmv", None) for t in sorted(set(texts))])
     t0 = time.perf_counter()
     pending, i, kinds = set(), 0, {}
     while i < len(texts) or pending:
@@ -104,19 +107,22 @@ def cpu_part(args) -> dict:
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
 
     A = load(args)
-    texts = candidates(A, args.candidates)
-    cfg = HarnessConfig(compile_only=True, memo=0, cache_dir=args.cache)
-    out = {"matrix": args.matrix or f"banded {args.rows}", "candidates": len(texts), "mode": "compile-only"}
+    texts = list(dict.fromkeys(candidates(A, 10 * args.candidates)))[:args.candidates]  # distinct texts
+
+    def cfg(tag: str, **kw) -> HarnessConfig:  # a cold compile cache per measurement
+        return HarnessConfig(compile_only=True, memo=0, cache_dir=str(Path(args.cache) / tag), **kw)
+
+    out = {"matrix": args.matrix or f"banded {args.rows}", "candidates": len(texts), "mode": "compile-only, cold"}
     for threads in (1, 2):
-        with Evaluator(HarnessConfig(**{**cfg.__dict__, "compile_jobs": threads})) as ev:
-            out[f"in_process_{threads}threads"] = rate(ev, A, texts, 2 * threads)
+        with Evaluator(cfg(f"local{threads}", compile_jobs=threads)) as ev:
+            out[f"in_process_{threads}threads"] = rate(ev, A, texts, 2 * threads, warm=False)
     c = LocalCluster.start(workers=1, cpus_per_worker=1, head_cpus=0)
     try:
         for nodes in (1, 2):
             if nodes == 2:
                 c.add_worker(1)
-            with RayEvaluator(cfg, c.address) as ev:
-                out[f"farm_{nodes}nodes"] = rate(ev, A, texts, 2 * nodes)
+            with RayEvaluator(cfg(f"farm{nodes}"), c.address) as ev:
+                out[f"farm_{nodes}nodes"] = rate(ev, A, texts, 2 * nodes, warm=False)
             log.info("farm, %d worker nodes: %.1f compiles/s", nodes, out[f"farm_{nodes}nodes"]["per_s"])
     finally:
         import ray
