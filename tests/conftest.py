@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres import pg_url, postgres_server  # noqa: F401 (fixtures: a real PostgreSQL server)
+
 # Triton's kernels (the split-key decode attention) run on CPU tensors in its interpreter, which must
 # be chosen before Triton is first imported; on a GPU machine they compile as in production.
 if shutil.which("nvidia-smi") is None:

@@ -15,6 +15,7 @@ import sys
 import typer
 
 from sparserl.errors import SparseRLError
+from sparserl.farm.cli import farm_cmd
 from sparserl.harness.cli import baseline, check_kernel
 from sparserl.kernels.cli import app as library_app
 from sparserl.matrices.cli import app as matrix_app
@@ -46,6 +47,7 @@ app.command("check-kernel")(check_kernel)
 app.command("baseline")(baseline)
 app.command("search")(search_cmd)
 app.add_typer(best_app, name="best")
+app.command("farm")(farm_cmd)
 
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it

@@ -129,7 +129,7 @@ def test_incorrect_kernels_never_win(block) -> None:
     assert res.best.time_us("cold") == min(e.time_us("cold") for e in res.entries if e.result.ok)
 
 
-class NotingDouble(TimingDouble):
+class NotingDouble(FakeTimingDouble):
     """A double with the evaluator's ``note_best``; results for texts in ``slow`` come back ``slow``
     (verified, timed until stopped early), as the harness reports a hopeless kernel."""
 

@@ -204,8 +204,10 @@ class Evaluator:
 
     # -- evaluation ----------------------------------------------------------------------
 
-    def _front(self, text: str, matrix: MatrixRef, op: Op, k: int | None, t0: float):
-        """Extraction, checks and compile: returns (job, None) or (None, failure result)."""
+    def _front(self, text: str, matrix: MatrixRef, op: Op, k: int | None, t0: float,
+               plan_on_host: bool | None = None):
+        """Extraction, checks and compile: returns (job, None) or (None, failure result).
+        ``plan_on_host``: convert the matrix and plan the launches here (default: without a GPU)."""
         front: dict[str, float] = {}
 
         def timed(name: str, fn, *args):
@@ -232,7 +234,8 @@ class Evaluator:
                               compiled=False)
         if built.ptx_violation is not None:
             return None, fail(ErrorKind.STATIC, built.ptx_violation, format=ex.header.format, compiled=False)
-        if not self.has_gpu and (refused := timed("plan", self._plan_on_host, ex.header, matrix, op, k)) is not None:
+        plan = (not self.has_gpu) if plan_on_host is None else plan_on_host
+        if plan and (refused := timed("plan", self._plan_on_host, ex.header, matrix, op, k)) is not None:
             return None, fail(*refused, format=ex.header.format, compiled=True)
         names = set(ex.header.kernel_names(op))
         res = [r for r in built.resources if r.name in names]
@@ -286,7 +289,7 @@ class Evaluator:
         fields = {k2: payload[k2] for k2 in ("message", "log_tail", "format", "max_scaled_error", "baseline_alg",
                                              "regime", "speedup", "roofline", "conversion_seconds",
                                              "break_even_calls", "smem_bytes", "gpu", "arch",
-                                             "checked_timed_outputs") if k2 in payload}
+                                             "checked_timed_outputs", "host") if k2 in payload}
         over = extra.get("over_resource_limit", False) or payload.get("over_resource_limit", False)
         return EvalResult(
             op=op.value, k=k, matrix=matrix.name, error_kind=kind, compiled=True,
@@ -427,6 +430,16 @@ class Evaluator:
         op = Op(op)
         return self.pool.run("baseline", {"op": op.value, "k": k if op is Op.SPMM else None,
                                           "matrix": matrix.job(), "regimes": list(self.config.regimes)})
+
+    def worker_stats(self) -> list[dict]:
+        """Per GPU worker: its device, GPU, process id, jobs done and seconds busy (empty before any ran)."""
+        import socket
+
+        if self._pool is None:
+            return []
+        return [{"name": f"gpu{w.device}", "host": socket.gethostname(), "device": w.device,
+                 "gpu": w.info.get("gpu"), "pid": w.info.get("pid"), "jobs": w.jobs, "busy_s": w.busy_s,
+                 "sync_latency_ms": w.info.get("sync_latency_ms")} for w in self._pool.workers]
 
     def close(self) -> None:
         self._compile_pool.shutdown(wait=True)

@@ -137,6 +137,8 @@ class EvalResult:
     harness_version: int = HARNESS_VERSION
     profile: EvalProfile | None = None
     """Per-step wall times of this evaluation (None when it did not reach the harness's steps)."""
+    host: str | None = None
+    """The machine whose GPU ran it, when that is not this one (a farm's node)."""
 
     @property
     def ok(self) -> bool:

@@ -159,7 +159,8 @@ class SearchResult:
     evaluated: int
     """Candidates that spent budget."""
     stopped: str
-    """'budget', 'seconds' or 'exhausted' (the space had nothing new to offer)."""
+    """'budget', 'seconds', 'exhausted' (the space had nothing new to offer) or 'stopped' (asked
+    to stop: the candidates in flight finished, nothing new was submitted)."""
     seconds: float
     timed: bool
     """Whether kernels ran on a GPU (False: compile-only, nothing timed)."""
@@ -192,38 +193,41 @@ class SearchResult:
 
 class StoreSink:
     """Writes a search's verified results to a :class:`~.store.BestStore`; the matrix and the
-    run are registered with the first one (a search that verifies nothing leaves no trace there)."""
+    run are registered with the first one (a search that verifies nothing leaves no trace there).
+
+    ``journal(kernel)``, when given, is called with each :class:`~.store.VerifiedKernel` before it
+    is written: a farm keeps them on its own disk, so a store that cannot be reached loses nothing
+    (they are written again, once each by their ``uid``, when the farm resumes)."""
 
     def __init__(self, store, card: MatrixCard, name: str, source_path: str | None, coords, run_config: dict,
-                 model: str | None = None):
+                 model: str | None = None, journal=None):
         """``coords``: the sampled nonzeros (rows, cols), or a function computing them on first use."""
         self.store, self.card, self.name, self.source_path = store, card, name, source_path
         self.coords, self.run_config, self.model = coords, run_config, model
+        self.journal = journal
         self.started: str | None = None
         self.writes = 0
 
     def write(self, run_id: str, op: Op, k: int | None, regime: str, entry: TraceEntry) -> bool:
-        import sqlite3
-
         from sparserl.search.store import VerifiedKernel
 
         r, p = entry.result, entry.proposal
-        try:
-            if self.started is None:
-                coords = self.coords() if callable(self.coords) else self.coords
-                self.store.add_matrix(self.card, self.name, self.source_path, coords)
-                self.store.start_run(run_id, self.card.fingerprint, op.value, k, self.run_config)
-                self.started = run_id
-            best = self.store.record(VerifiedKernel(
-                fingerprint=self.card.fingerprint, op=op.value, k=k, arch=r.arch or "unknown", gpu=r.gpu,
-                regime=regime, text=p.text, time_us=r.timings[regime].median_us,
-                cusparse_us=r.baseline[regime].median_us, speedup=r.baseline[regime].median_us
-                / r.timings[regime].median_us, roofline=r.roofline, format=r.format, template=p.template,
-                candidate_id=p.id, provenance=p.provenance.value, parent_id=p.parent,
-                model=self.model if p.provenance in (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE) else None,
-                run_id=run_id, harness_version=str(r.harness_version)))
-        except sqlite3.Error as exc:
-            raise SparseRLError(f"best-known store {self.store.path}: {exc}") from None
+        v = VerifiedKernel(
+            fingerprint=self.card.fingerprint, op=op.value, k=k, arch=r.arch or "unknown", gpu=r.gpu,
+            regime=regime, text=p.text, time_us=r.timings[regime].median_us,
+            cusparse_us=r.baseline[regime].median_us, speedup=r.baseline[regime].median_us
+            / r.timings[regime].median_us, roofline=r.roofline, format=r.format, template=p.template,
+            candidate_id=p.id, provenance=p.provenance.value, parent_id=p.parent,
+            model=self.model if p.provenance in (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE) else None,
+            run_id=run_id, harness_version=str(r.harness_version), **({"host": r.host} if r.host else {}))
+        if self.journal is not None:
+            self.journal(v)
+        if self.started is None:
+            coords = self.coords() if callable(self.coords) else self.coords
+            self.store.add_matrix(self.card, self.name, self.source_path, coords)
+            self.store.start_run(run_id, self.card.fingerprint, op.value, k, self.run_config)
+            self.started = run_id
+        best = self.store.record(v)
         self.writes += 1
         return best
 
@@ -283,7 +287,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
                known: list[tuple[str, str]] = (), proposer: Proposer | None = None,
                prior: list[tuple[str, EvalResult]] = (), sink: StoreSink | None = None,
                accepts=None, trace: str | Path | IO[str] | None = None, progress: bool = True,
-               run_id: str | None = None) -> SearchResult:
+               run_id: str | None = None, stop=None) -> SearchResult:
     """Search the kernel space for matrix ``A`` (see the module docstring).
 
     ``evaluator``: a harness :class:`~sparserl.harness.evaluator.Evaluator` (or anything with its
@@ -294,7 +298,8 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
     results go (the best-known store). ``accepts(format, params)``: whether the matrix converts
     to a format, asked before proposing a point (None: yes, until the harness refuses the format;
     points in a format the harness refused are never proposed again either). ``trace``: a path or an open file for
-    the JSON-lines trace.
+    the JSON-lines trace. ``stop``: a :class:`threading.Event`; once set, nothing new is submitted
+    and the search returns when the candidates in flight have finished (stopped 'stopped').
     """
     op = Op(op)
     k = k if op is Op.SPMM else None
@@ -332,18 +337,24 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
             log.warning("%s: verified but without its or cuSPARSE's time in the %s regime; not ranked",
                         prop.id, cfg.regime)
             t = None
+        lost_store = None
         if t is not None:
             if best is None or t < best.time_us(cfg.regime):
                 best, e.new_best = e, True
                 if note_best is not None:  # later candidates far slower than it stop early
                     note_best(ref, op, k, t, cfg.regime)
             if sink is not None:
-                e.store_best = sink.write(run_id, op, k, cfg.regime, e)
+                try:
+                    e.store_best = sink.write(run_id, op, k, cfg.regime, e)
+                except SparseRLError as exc:  # the store failed: the trace still keeps the verified kernel
+                    lost_store = exc
         entries.append(e)
         state.observe(e, t)
         if fh is not None:
             fh.write(json.dumps(e.to_dict(cfg.regime), default=str) + "\n")
             fh.flush()
+        if lost_store is not None:
+            raise lost_store
 
     try:
         for text, res in prior:
@@ -358,7 +369,8 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
         submitted = 0
         with _Progress(name, cfg.budget, cfg.progress_every_s) if progress else _NoProgress() as bar:
             while True:
-                out_of_time = cfg.seconds is not None and time.monotonic() - t0 >= cfg.seconds
+                halted = stop is not None and stop.is_set()
+                out_of_time = halted or (cfg.seconds is not None and time.monotonic() - t0 >= cfg.seconds)
                 while not out_of_time and submitted < cfg.budget and len(in_flight) < parallel:
                     prop = state.next(submitted)
                     if prop is None:
@@ -366,7 +378,8 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
                     in_flight[evaluator.submit(prop.text, ref, op, k)] = (prop, first + submitted)
                     submitted += 1
                 if not in_flight:
-                    stopped = ("seconds" if out_of_time else "budget" if submitted >= cfg.budget else "exhausted")
+                    stopped = ("stopped" if halted else "seconds" if out_of_time else
+                               "budget" if submitted >= cfg.budget else "exhausted")
                     break
                 timeout = None if cfg.seconds is None else max(0.05, cfg.seconds - (time.monotonic() - t0))
                 done, _ = wait(list(in_flight), timeout=timeout if not out_of_time else None,
@@ -383,7 +396,12 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
         raise
     finally:
         if sink is not None:
-            sink.finish(status)
+            try:
+                sink.finish(status)
+            except SparseRLError as exc:
+                if status == "finished":
+                    raise
+                log.warning("the run's end was not recorded in the store: %s", exc)
         if own_trace and fh is not None:
             fh.close()
     return SearchResult(matrix=name, fingerprint=card.fingerprint, op=op.value, k=k, regime=cfg.regime,

@@ -52,7 +52,8 @@ class SearchJob:
     device: str = "auto"
     """Device of the model: auto, cpu or cuda[:N]."""
     store: str | None = None
-    """Best-known store (default: best_known.sqlite under the harness cache root)."""
+    """Best-known store: a file (SQLite) or a postgresql:// URL (default: best_known.sqlite under the
+    harness cache root)."""
     out: str | None = None
     """Output folder (default runs/search/<matrix name>)."""
     compile_only: bool = False
@@ -238,9 +239,10 @@ def cached_accepts(A):
 def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, store: BestStore | None, *,
                  card=None, source_path: str | None = None, run_config: dict | None = None,
                  proposer_factory=None, model: str | None = None, prior=(), trace: Path | None = None,
-                 accepts=None, progress: bool = True) -> SearchResult:
-    """Search a loaded matrix with an open evaluator and store: what ``search``, ``generate --search``
-    and the benchmark share. ``proposer_factory(card)``: the policy's proposer (None: templates only).
+                 accepts=None, progress: bool = True, journal=None, stop=None) -> SearchResult:
+    """Search a loaded matrix with an open evaluator and store: what ``search``, ``generate --search``,
+    the farm and the benchmark share. ``proposer_factory(card)``: the policy's proposer (None: templates
+    only). ``journal``, ``stop``: see :class:`~.loop.StoreSink` and :func:`~.loop.run_search`.
 
     ``accepts``: the host check of formats; default none on a GPU (converting a large matrix on the
     host for every format costs as much as the worker's own conversion, minutes at 10^7 nonzeros:
@@ -263,11 +265,13 @@ def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, sto
             pool = ThreadPoolExecutor(1, thread_name_prefix="coords")
             coords = pool.submit(coords).result
             pool.shutdown(wait=False)  # the task runs on; its result is asked for at the first write
-        sink = StoreSink(store, card, name, source_path, coords, run_config or {"search": asdict(cfg)}, model=model)
+        sink = StoreSink(store, card, name, source_path, coords, run_config or {"search": asdict(cfg)}, model=model,
+                         journal=journal)
     if accepts is None and not ev.has_gpu:  # nothing converts the matrix without a GPU: the host checks
         accepts = cached_accepts(A)
     res = run_search(A, name, op, k, cfg, ev, card=card, selector_point=_selector_point(A, op), known=known,
-                     proposer=proposer, prior=prior, sink=sink, accepts=accepts, trace=trace, progress=progress)
+                     proposer=proposer, prior=prior, sink=sink, accepts=accepts, trace=trace, progress=progress,
+                     stop=stop)
     res.known_best = known_row
     return res
 

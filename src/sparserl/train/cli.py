@@ -253,7 +253,8 @@ def generate_cmd(
     seed: int = typer.Option(0, help="random seed"),
     search: int = typer.Option(0, help="then search N more candidates (templates, mutations, refinements) "
                                        "and return the best of all (0: no search)"),
-    store: Path = typer.Option(None, help="best-known store for --search [default: under the harness cache root]"),
+    store: str = typer.Option(None, help="best-known store for --search: a file or postgresql:// URL "
+                                         "[default: under the harness cache root]"),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     from sparserl.generate import GenerateConfig, generate_kernel
