@@ -14,6 +14,7 @@ import sys
 
 import typer
 
+from sparserl.corpus.cli import app as corpus_app
 from sparserl.errors import SparseRLError
 from sparserl.harness.cli import baseline, check_kernel
 from sparserl.kernels.cli import app as library_app
@@ -46,6 +47,7 @@ app.command("check-kernel")(check_kernel)
 app.command("baseline")(baseline)
 app.command("search")(search_cmd)
 app.add_typer(best_app, name="best")
+app.add_typer(corpus_app, name="corpus")
 
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it
