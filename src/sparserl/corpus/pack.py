@@ -57,6 +57,8 @@ class PackConfig:
     """Most tokens kept per held-out package."""
     seed: int = 0
     """Seed of the document order and of the tokenizer's sample."""
+    tokenizer: str | None = None
+    """Tokenise with this saved tokenizer (a model's folder) instead of training one."""
 
     def __post_init__(self) -> None:
         if self.vocab_size < 300:
@@ -125,7 +127,7 @@ def _sample_for_tokenizer(texts: list[str], mb: float, rng: np.random.Generator)
 
 def pack(cfg: PackConfig) -> dict:
     """Tokenise the corpus and write the pack; returns pack.json's content."""
-    from sparserl.model.tokenizer import save_tokenizer, train_tokenizer
+    from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
     t0 = time.perf_counter()
     corpus, out = Path(cfg.corpus), Path(cfg.out)
@@ -139,8 +141,11 @@ def pack(cfg: PackConfig) -> dict:
     rng = np.random.default_rng(cfg.seed)
     texts = [read_text(corpus, r) for r in train_rows]
     t1 = time.perf_counter()
-    tok = train_tokenizer(_sample_for_tokenizer(texts, cfg.tokenizer_mb, rng), cfg.vocab_size)
-    log.info("trained a %d-token BPE tokenizer in %.0f s", len(tok), time.perf_counter() - t1)
+    if cfg.tokenizer:
+        tok = load_tokenizer(cfg.tokenizer)
+    else:
+        tok = train_tokenizer(_sample_for_tokenizer(texts, cfg.tokenizer_mb, rng), cfg.vocab_size)
+        log.info("trained a %d-token BPE tokenizer in %.0f s", len(tok), time.perf_counter() - t1)
     dtype = _dtype(len(tok))
     docs = texts + [t for r, t in zip(train_rows, texts) if r.package == LIBRARY] * max(cfg.library_repeats - 1, 0)
     docs = [docs[i] for i in rng.permutation(len(docs))]
@@ -183,6 +188,7 @@ def pack(cfg: PackConfig) -> dict:
         "train_sha256": hashlib.sha256(kept.tobytes()).hexdigest(),
         "train_files": len(train_rows), "train_chars": chars, "chars_per_token": round(chars / max(train.size, 1), 3),
         "heldout_tokens": {k: v["tokens"] for k, v in held_info.items()}, "heldout": held_info,
+        "heldout_whole": sorted(set(held_rows) - {r.package for r in train_rows}),
         "library_repeats": cfg.library_repeats, "config": asdict(cfg),
         "corpus_files": len(rows), "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -204,6 +210,8 @@ def _raw(xz_path: Path, scratch: Path | None, dtype: np.dtype, tokens: int, sha:
             return np.memmap(p, dtype=dtype, mode="r", shape=(tokens,)) if tokens else np.zeros(0, dtype)
     try:
         data = lzma.decompress(xz_path.read_bytes())
+    except FileNotFoundError:
+        raise
     except (OSError, lzma.LZMAError) as exc:
         raise SparseRLError(f"{xz_path}: unreadable ({exc}); pack the corpus again") from None
     if len(data) != tokens * dtype.itemsize or hashlib.sha256(data).hexdigest() != sha:
