@@ -113,3 +113,16 @@ def test_base_preset_trains_a_few_steps_on_cpu(tmp_path) -> None:
     r = pretrain(cfg(tmp_path / "run", tmp_path / "c", preset="base", seq_len=16, batch_size=1, steps=2,
                      eval_every=2, heldout_tokens=64))
     assert 150e6 <= r["params"] <= 300e6 and r["steps"] == 2 and r["eval/heldout_ppl"] > 1
+
+
+def test_cli_corpus_errors_are_one_line(tmp_path, cli) -> None:
+    """A folder that is neither a corpus nor a pack, and one whose manifest lists nothing: one
+    'error:' line each, and no run folder left holding a half-made model."""
+    from tests.conftest import one_line_error
+
+    (tmp_path / "empty").mkdir()
+    one_line_error(cli("pretrain", "--corpus", tmp_path / "empty", "--out", tmp_path / "run"), "neither a built corpus")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "manifest.jsonl").write_text("\n")
+    one_line_error(cli("pretrain", "--corpus", tmp_path / "bare", "--out", tmp_path / "run2"), "nothing usable")
+    assert not (tmp_path / "run2" / "model").exists()
