@@ -8,8 +8,8 @@ Each model's run goes to OUT/<model>/ (a normal ``sparserl pretrain`` folder); t
 OUT/pretrain_summary.json collects every run found under OUT, so the two models can be run by two
 separate commands (``--models base`` then ``--models default``) and the second writes the whole table.
 
-    python benchmarks/pretrain_base.py --pack PACK --out OUT --minutes 4
-    python benchmarks/pretrain_base.py --pack PACK --out OUT --minutes 4 --models base --seq-len 4096 --batch-size 16
+    python benchmarks/pretrain_base.py --pack PACK --out OUT --minutes 3
+    python benchmarks/pretrain_base.py --pack PACK --out OUT --minutes 3 --models base --seq-len 4096 --batch-size 8
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def summarise(out: Path) -> dict:
     for res in sorted(out.glob("*/result.json")):
         r = json.loads(res.read_text())
         runs[res.parent.name] = {k: r.get(k) for k in SUMMARY_KEYS}
-    packages = sorted({p for r in runs.values() for p in (r["heldout_ppl_by_package"] or {})})
+    whole = set().union(*(set(r["heldout_whole_packages"] or ()) for r in runs.values())) if runs else set()
+    packages = sorted({p for r in runs.values() for p in (r["heldout_ppl_by_package"] or {})},
+                      key=lambda p: (p not in whole, p))  # the packages held out whole first
     table = {p: {m: (r["heldout_ppl_by_package"] or {}).get(p) for m, r in runs.items()} for p in packages}
     return {"runs": runs, "heldout_ppl": table,
             "mfu_definition": "6 * N * tokens/s / peak; N = parameters (tied embedding once); peak = dense bf16 "
@@ -69,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pack", required=True, help="a packed corpus (sparserl corpus pack) or a built corpus")
     ap.add_argument("--out", required=True, help="output folder (one run folder per model, pretrain_summary.json)")
-    ap.add_argument("--minutes", type=float, default=4.0, help="wall-clock minutes of each model's training loop")
+    ap.add_argument("--minutes", type=float, default=3.0, help="wall-clock minutes of each model's training loop")
     ap.add_argument("--models", default="base,default", help="comma-separated presets to train")
     ap.add_argument("--seq-len", type=int, default=2048, help="tokens per window")
-    ap.add_argument("--batch-size", type=int, default=32, help="windows per step")
+    ap.add_argument("--batch-size", type=int, default=16, help="windows per step")
     ap.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     ap.add_argument("--warmup-steps", type=int, default=100, help="learning-rate warm-up steps")
     ap.add_argument("--max-steps", type=int, default=1_000_000, help="step cap (the minutes decide first)")
