@@ -282,7 +282,10 @@ def build(cfg: BuildConfig) -> dict:
     if cfg.toolkit:
         from sparserl.data.corpus import find_cuda_include
 
-        root = find_cuda_include(cfg.cuda_include)
+        try:
+            root = find_cuda_include(cfg.cuda_include)
+        except SparseRLError as exc:
+            raise SparseRLError(f"{exc}; or build without them: --no-toolkit") from None
         has_cccl = any(s.spec.name.startswith("nvidia-cuda-cccl") for s in sources)
         local.append((TOOLKIT, _toolkit_version(root), "NVIDIA CUDA Toolkit EULA",
                       _toolkit_files(root, skip_cccl=has_cccl), str(root)))
