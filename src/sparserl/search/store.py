@@ -12,12 +12,14 @@ plain tables and explicit types (INTEGER, REAL, TEXT; timestamps as ISO-8601 UTC
 text) so a server database could take it unchanged, ``id INTEGER PRIMARY KEY`` becoming an
 identity column.
 
-Tables (``SCHEMA_VERSION`` 1):
+Tables (``SCHEMA_VERSION`` 2):
 
 * ``schema_version(version)``: one row. A store written by a newer SparseRL is refused.
 * ``matrices``: one row per structure fingerprint: name, shape, nnz, the matrix card (JSON),
   up to :data:`COORDS` sampled nonzero coordinates (JSON, as the SFT data carries them) and the
-  file it was loaded from, so ``export`` can rebuild the model's prompt.
+  file it was loaded from, so ``export`` can rebuild the model's prompt; and the structure
+  features (:class:`~sparserl.matrices.features.MatrixFeatures`, JSON), which the cost model
+  learns from beside the card.
 * ``kernels``: completion texts by SHA-256, with their format, template and candidate id.
 * ``results``: every verified candidate's times (kernel, cuSPARSE, speedup, roofline), regime,
   harness version, GPU, provenance (how the search proposed it, its parent, the model) and run.
@@ -25,6 +27,11 @@ Tables (``SCHEMA_VERSION`` 1):
   result replaces it only when strictly faster; times under another harness version or regime
   are never compared (they are other keys). ``k`` is 0 for SpMV (a key column is never NULL).
 * ``runs``: one row per search: when, what, its configuration, how it ended.
+
+Migrations run on open, under the write lock, one version at a time: version 1 to 2 adds the
+nullable ``matrices.features_json`` column (rows written before it keep NULL until a search
+records the matrix again). Nothing is rewritten or dropped, so a migrated store keeps every
+result; only an older SparseRL then refuses it as newer.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from sparserl.errors import SparseRLError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the tables below; a store with a larger version was written by a newer SparseRL."""
 
 COORDS = 1024
@@ -92,7 +99,8 @@ CREATE TABLE IF NOT EXISTS matrices (
     card_json TEXT NOT NULL,
     coords_json TEXT,
     source_path TEXT,
-    added_at TEXT NOT NULL
+    added_at TEXT NOT NULL,
+    features_json TEXT
 );
 CREATE TABLE IF NOT EXISTS kernels (
     kernel_sha TEXT PRIMARY KEY,
@@ -250,6 +258,8 @@ class MatrixRow:
     card: dict
     coords: tuple[list[int], list[int]] | None
     source_path: str | None
+    features: dict | None = None
+    """The structure features (``MatrixFeatures.to_dict()``); None for a matrix recorded before schema 2."""
 
 
 def _k(k: int | None) -> int:
@@ -325,6 +335,11 @@ class BestStore:
                 c.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
             elif found > SCHEMA_VERSION:
                 raise SparseRLError(f"{self.path} was written by a newer SparseRL (store schema {found})")
+            else:
+                for version in range(found, SCHEMA_VERSION):
+                    _MIGRATIONS[version](c)
+                    log.info("%s: best-known store migrated from schema %d to %d", self.path, version, version + 1)
+                c.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
     def _schema_version(self) -> int | None:
         try:
@@ -368,18 +383,20 @@ class BestStore:
     # -- writes ------------------------------------------------------------------------------
 
     def add_matrix(self, card, name: str, source_path: str | None = None,
-                   coords: tuple[list[int], list[int]] | None = None) -> None:
-        """Remember a matrix (its card and sampled coordinates) under its fingerprint; a known
-        fingerprint keeps its first name and fills in coordinates or a path it lacked."""
+                   coords: tuple[list[int], list[int]] | None = None, features=None) -> None:
+        """Remember a matrix (its card, sampled coordinates and structure features) under its
+        fingerprint; a known fingerprint keeps its first name and fills in coordinates, features
+        or a path it lacked."""
         with self.transaction():
             self.conn.execute(
                 "INSERT INTO matrices (fingerprint, name, rows, cols, nnz, card_json, coords_json, source_path, "
-                "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO UPDATE SET "
-                "coords_json = COALESCE(matrices.coords_json, excluded.coords_json), "
+                "added_at, features_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO UPDATE "
+                "SET coords_json = COALESCE(matrices.coords_json, excluded.coords_json), "
+                "features_json = COALESCE(matrices.features_json, excluded.features_json), "
                 "source_path = COALESCE(excluded.source_path, matrices.source_path)",
                 (card.fingerprint, name, card.rows, card.cols, card.nnz, json.dumps(card.to_dict()),
                  json.dumps([list(map(int, coords[0])), list(map(int, coords[1]))]) if coords is not None else None,
-                 source_path, _now()))
+                 source_path, _now(), json.dumps(features.to_dict()) if features is not None else None))
 
     def start_run(self, run_id: str, fingerprint: str, op: str, k: int | None, config: dict) -> None:
         with self.transaction():
@@ -467,11 +484,21 @@ class BestStore:
             return None
         coords = json.loads(r["coords_json"]) if r["coords_json"] else None
         return MatrixRow(r["fingerprint"], r["name"], r["rows"], r["cols"], r["nnz"], json.loads(r["card_json"]),
-                         (coords[0], coords[1]) if coords else None, r["source_path"])
+                         (coords[0], coords[1]) if coords else None, r["source_path"],
+                         json.loads(r["features_json"]) if r["features_json"] else None)
 
     def counts(self) -> dict[str, int]:
         """Rows per table."""
         return {t: int(self.conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in _TABLES}
+
+
+def _add_features_column(c: sqlite3.Connection) -> None:
+    """Schema 1 to 2: ``matrices.features_json`` (nullable: earlier rows have no features)."""
+    c.execute("ALTER TABLE matrices ADD COLUMN features_json TEXT")
+
+
+_MIGRATIONS = {1: _add_features_column}
+"""Per schema version, the step that takes a store from it to the next (run in one transaction)."""
 
 
 class _Transaction:
