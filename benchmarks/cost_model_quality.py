@@ -65,7 +65,13 @@ def xgboost_fit():
 
         def predict_points(self, card, features, op, k, points):
             X = cf.rows(card, features, op, k, points, self.meta["vocab"])
-            return self.booster.predict(xgb.DMatrix(X, missing=np.nan))
+            return self.booster.predict(matrix(X))
+
+    names = list(cf.feature_names())
+    types = ["c" if n in cf.CATEGORICAL else "q" for n in names]
+
+    def matrix(X, **kw):  # the template and format columns as categories, as LightGBM takes them
+        return xgb.DMatrix(X, missing=np.nan, feature_names=names, feature_types=types, enable_categorical=True, **kw)
 
     def fit(data, cfg: TrainConfig, where: str = "") -> XgbModel:
         data, _ = trainable(data)
@@ -74,7 +80,7 @@ def xgboost_fit():
         X, y, w = design(data, vocab, cfg.target, cfg.balance)
         params = {"max_leaves": cfg.leaves, "grow_policy": "lossguide", "eta": cfg.learning_rate,
                   "colsample_bytree": cfg.feature_fraction, "seed": cfg.seed, "nthread": 1, "tree_method": "hist"}
-        b = xgb.train(params, xgb.DMatrix(X, label=y, weight=w, missing=np.nan), num_boost_round=cfg.trees)
+        b = xgb.train(params, matrix(X, label=y, weight=w), num_boost_round=cfg.trees)
         return XgbModel(b, vocab, cfg.target)
 
     return fit
@@ -118,11 +124,13 @@ def suitesparse_best_only(fit, cfg: TrainConfig, train_on, best_json: Path, fold
         if best not in ids:
             log.warning("%s: the oracle's pick %s is not in the host-checked set; skipped", r["matrix"], best)
             continue
+        outside = model.outside(card) if hasattr(model, "outside") else None
         per.append({"matrix": r["matrix"], "best_id": best, "candidates": len(ids), "recall": best in order[:cq.K],
-                    "rank": order.index(best) + 1, "picked": order[:cq.K]})
+                    "rank": order.index(best) + 1, "picked": order[:cq.K], "in_size_range": outside is None})
         null.append({"matrix": r["matrix"], "recall": best in nord[:cq.K], "rank": nord.index(best) + 1})
     return {"model": {"matrices": len(per), "recall": float(np.mean([p["recall"] for p in per])) if per else None,
-                      "median_rank": float(np.median([p["rank"] for p in per])) if per else None},
+                      "median_rank": float(np.median([p["rank"] for p in per])) if per else None,
+                      "in_size_range": sum(p["in_size_range"] for p in per)},
             "null": {"matrices": len(null), "recall": float(np.mean([p["recall"] for p in null])) if null else None,
                      "median_rank": float(np.median([p["rank"] for p in null])) if null else None},
             "matrices": per}
@@ -190,7 +198,8 @@ def main() -> int:
                     m, n = d["model"], d["null"]
                     print(f"  {name:26} model: {m['matrices']} matrices, recall@5 {m['recall']:.2f}, median rank of "
                           f"the oracle's pick {m['median_rank']:.0f}; no model: recall@5 {n['recall']:.2f}, median "
-                          f"rank {n['median_rank']:.0f}")
+                          f"rank {n['median_rank']:.0f}; {m['in_size_range']} matrices inside the model's size "
+                          f"range (a search uses the model on those only)")
                     continue
                 print(f"  {name:26} {fmt(d)}")
                 for fam, fd in d.get("per_family", {}).items():

@@ -286,19 +286,49 @@ def test_the_order_follows_the_model(model, test_mats) -> None:
         assert (scores(first_round) == sorted(scores(first_round))) is follows, [e.proposal.id for e in first_round]
 
 
-def test_search_array_uses_the_packaged_model_unless_told_not_to(test_mats) -> None:
+def test_search_array_follows_its_cost_model_setting(model, test_mats, tmp_path) -> None:
+    """Mutation killed: a search set up without its configured model (or with one under 'none')."""
     from sparserl.search.run import search_array
 
+    path = model.save(tmp_path / "mine.json.gz")
     name, A, card, feats, _ = test_mats[0]
     ids = {}
-    for spec in ("default", "none"):
+    for spec in (str(path), "none"):
         ev = TimingDouble(lambda text: 10.0 + len(text) % 11)
         res = search_array(A, name, Op.SPMV, None, SearchConfig(budget=12, parallel=1, cost_model=spec), ev, None,
                            card=card, features=feats, progress=False)
         ids[spec] = [e.proposal for e in sorted(res.entries, key=lambda e: e.order)]
-    assert any(p.provenance is Provenance.MODEL for p in ids["default"])
+    assert sum(p.provenance is Provenance.MODEL for p in ids[str(path)]) == 4
     assert not any(p.provenance is Provenance.MODEL for p in ids["none"])
-    assert ids["default"][0].note == ids["none"][0].note == "selector"
+    assert ids[str(path)][0].note == ids["none"][0].note == "selector"
+
+
+def test_default_is_your_own_model_else_the_packaged_one(model, test_mats, tmp_path, monkeypatch) -> None:
+    from sparserl.search.cost_model import default_model_path, user_model_path
+
+    monkeypatch.setenv("SPARSERL_CACHE_DIR", str(tmp_path / "cache"))
+    assert default_model_path() == PACKAGED_MODEL
+    model.save(user_model_path())
+    assert default_model_path() == user_model_path() == tmp_path / "cache" / "cost_model.json.gz"
+    _, _, card, feats, _ = test_mats[0]
+    r = make_ranker("default", card, feats, "spmv", None)
+    assert isinstance(r, ModelRanker) and r.model.meta == model.meta
+
+
+def test_a_matrix_far_outside_the_trained_sizes_keeps_the_selectors_order(model, test_mats, tmp_path,
+                                                                          caplog) -> None:
+    """A tree model predicts past its training sizes as at the nearest size seen; the ranker
+    then stands aside. Mutation killed: a model applied to any matrix whatever its size."""
+    from dataclasses import replace
+
+    path = model.save(tmp_path / "sized.json.gz")
+    lo, hi = model.meta["trained_on"]["nnz_range"]
+    _, _, card, feats, _ = test_mats[0]
+    assert isinstance(make_ranker(str(path), replace(card, nnz=hi * 3), feats, "spmv", None), ModelRanker)
+    with caplog.at_level(logging.INFO, logger="sparserl.search.ranker"):
+        r = make_ranker(str(path), replace(card, nnz=hi * 5), feats, "spmv", None)
+    assert type(r) is Ranker and "trained on matrices of" in caplog.text
+    assert type(make_ranker(str(path), replace(card, nnz=lo // 5), feats, "spmv", None)) is Ranker
 
 
 def test_the_packaged_model_loads_and_fits_this_layout() -> None:

@@ -57,6 +57,10 @@ MIN_MEASUREMENTS = 200
 MIN_MATRICES = 4
 """Matrices a training set needs at least (a model of fewer has seen too few structures)."""
 
+NNZ_MARGIN = 4.0
+"""A model applies to matrices of at most this factor fewer or more nonzeros than it was trained
+on (a tree model does not extrapolate: past the sizes it saw, it predicts as at the nearest)."""
+
 PACKAGED_MODEL = Path(__file__).resolve().parent / "data" / "cost_model.json.gz"
 """The model shipped with the package (trained from benchmark measurements)."""
 USER_MODEL_FILE = "cost_model.json.gz"
@@ -296,7 +300,8 @@ def train(data: Sequence[MatrixMeasurements], cfg: TrainConfig = TrainConfig(), 
             "feature_names": names, "vocab": vocab, "target": cfg.target, "ops": sorted({m.op for m in data}),
             "archs": archs, "regimes": sorted({m.regime for m in data}),
             "trained_on": {"matrices": len(data), "measurements": int(y.size), "held_out_left_out": dropped,
-                           "families": sorted({m.family for m in data}), "sources": list(sources)},
+                           "families": sorted({m.family for m in data}), "sources": list(sources),
+                           "nnz_range": [min(m.card.nnz for m in data), max(m.card.nnz for m in data)]},
             "config": {k: getattr(cfg, k) for k in ("trees", "leaves", "learning_rate", "min_child_samples",
                                                     "feature_fraction", "balance", "seed")},
             "sparserl_version": _version(), "lightgbm_version": lgb.__version__}
@@ -342,6 +347,14 @@ class CostModel:
     def predict_points(self, card: MatrixCard, features: MatrixFeatures | None, op: Op | str, k: int | None,
                        points: Sequence[tuple[str, Mapping[str, int]]]) -> np.ndarray:
         return self.predict(cf.rows(card, features, op, k, points, self.meta["vocab"]))
+
+    def outside(self, card: MatrixCard) -> str | None:
+        """Why the model does not apply to this matrix (its size lies more than
+        :data:`NNZ_MARGIN` times outside the sizes it was trained on), or None when it does."""
+        lo, hi = self.meta.get("trained_on", {}).get("nnz_range") or (0, math.inf)
+        if lo / NNZ_MARGIN <= card.nnz <= hi * NNZ_MARGIN:
+            return None
+        return f"the cost model was trained on matrices of {lo}-{hi} nonzeros, this one has {card.nnz}"
 
     def describe(self) -> str:
         t = self.meta.get("trained_on", {})

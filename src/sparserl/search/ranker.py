@@ -15,7 +15,8 @@ The base class is the null ranker: no picks, every list kept as given, so a sear
 proposes exactly what it proposed before there was a cost model. :class:`ModelRanker` asks a
 :class:`~.cost_model.CostModel`. :func:`make_ranker` turns a search's ``cost_model`` setting
 into one, falling back to the null ranker with one logged line when the model cannot be used
-(missing lightgbm, a file of another version or feature layout, an op it was not trained on).
+(missing lightgbm, a file of another version or feature layout, an op it was not trained on),
+and quietly (an info line) for a matrix far outside the sizes the model was trained on.
 """
 
 from __future__ import annotations
@@ -164,6 +165,10 @@ def make_ranker(spec: str | None, card: MatrixCard, features: MatrixFeatures | N
     if op.value not in model.meta.get("ops", ()):
         log.warning("%s: the cost model was trained on %s only, not %s; the search keeps the selector's order",
                     path, ", ".join(model.meta.get("ops", ())) or "nothing", op.value)
+        return Ranker()
+    why = model.outside(card)
+    if why is not None:
+        log.info("%s: %s; the search keeps the selector's order", path, why)
         return Ranker()
     log.info("search order: %s from %s", model.describe(), path)
     return ModelRanker(model, card, features, op, k)
