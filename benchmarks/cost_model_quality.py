@@ -59,9 +59,14 @@ def xgboost_fit():
     from sparserl.search import cost_features as cf
     from sparserl.search.cost_model import check_enough, design
 
+    from sparserl.search.cost_model import CostModel
+
     class XgbModel:
-        def __init__(self, booster, vocab, target):
-            self.booster, self.meta = booster, {"vocab": vocab, "target": target}
+        outside = CostModel.outside  # the same size range rule as a LightGBM model
+
+        def __init__(self, booster, vocab, target, nnz_range):
+            self.booster = booster
+            self.meta = {"vocab": vocab, "target": target, "trained_on": {"nnz_range": nnz_range}}
 
         def predict_points(self, card, features, op, k, points):
             X = cf.rows(card, features, op, k, points, self.meta["vocab"])
@@ -81,7 +86,7 @@ def xgboost_fit():
         params = {"max_leaves": cfg.leaves, "grow_policy": "lossguide", "eta": cfg.learning_rate,
                   "colsample_bytree": cfg.feature_fraction, "seed": cfg.seed, "nthread": 1, "tree_method": "hist"}
         b = xgb.train(params, matrix(X, label=y, weight=w), num_boost_round=cfg.trees)
-        return XgbModel(b, vocab, cfg.target)
+        return XgbModel(b, vocab, cfg.target, [min(m.card.nnz for m in data), max(m.card.nnz for m in data)])
 
     return fit
 
@@ -124,7 +129,7 @@ def suitesparse_best_only(fit, cfg: TrainConfig, train_on, best_json: Path, fold
         if best not in ids:
             log.warning("%s: the oracle's pick %s is not in the host-checked set; skipped", r["matrix"], best)
             continue
-        outside = model.outside(card) if hasattr(model, "outside") else None
+        outside = model.outside(card)
         per.append({"matrix": r["matrix"], "best_id": best, "candidates": len(ids), "recall": best in order[:cq.K],
                     "rank": order.index(best) + 1, "picked": order[:cq.K], "in_size_range": outside is None})
         null.append({"matrix": r["matrix"], "recall": best in nord[:cq.K], "rank": nord.index(best) + 1})

@@ -370,7 +370,7 @@ class CostModel:
         blob = json.dumps(self.meta | {"booster": self.booster_text}, sort_keys=True)
         tmp = p.with_name(p.name + ".tmp")
         if p.suffix == ".gz":
-            with open(tmp, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+            with open(tmp, "wb") as fh, gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0) as gz:
                 gz.write(blob.encode())
         else:
             tmp.write_text(blob)
