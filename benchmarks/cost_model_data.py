@@ -12,12 +12,14 @@ to ``OUT/measurements.jsonl``, one line per matrix as it finishes (the format
 
 ``--seconds`` bounds the whole run: each matrix gets an equal share of the time left (what a
 small matrix leaves over goes to the later, larger ones); a matrix whose share runs out stops
-submitting, keeps what finished and is marked ``complete: false``. The next matrix is generated
+submitting (after 8 candidates at least), keeps what finished and is marked ``complete: false``;
+matrices not reached by then are left out. The next matrix is generated
 and its card computed on a CPU thread while the GPU times the current one.
 
     python benchmarks/cost_model_data.py --quick --out $OUT/cost_model_data         # ~3-4 min, one H200
     python benchmarks/cost_model_data.py --out $OUT/cost_model_data                  # every size, more mutations
     python benchmarks/cost_model_data.py --held-out --quick --sizes 100000,1000000 --seconds 90 --out $OUT/heldout
+    python benchmarks/cost_model_data.py --suitesparse DIR --mutations 0 --seconds 120 --out $OUT/suitesparse
     python benchmarks/cost_model_data.py --quick --compile-only --sizes 2000 --out /tmp/cmd   # CPU smoke: no times
     python benchmarks/cost_model_data.py --import-templates-speed FILE --out DIR      # CPU: a templates_speed.json
 
@@ -102,9 +104,12 @@ def mutation_points(space: CandidateSpace, seeds: list, n: int, rng: random.Rand
     return out
 
 
-def make_matrix(family: str, rows: int):
+def make_matrix(family: str, rows: int | Path):
+    """A generated matrix (seed 1), or a matrix file when ``rows`` is a path."""
+    from sparserl.matrices import load_matrix
+
     t = time.perf_counter()
-    A = generate(family, rows, seed=1)
+    A = load_matrix(rows) if isinstance(rows, Path) else generate(family, rows, seed=1)
     card, feats = card_and_features(A)
     return A, card, feats, time.perf_counter() - t
 
@@ -126,7 +131,7 @@ def measure(ev, name: str, family: str, A, card, feats, op: Op, k: int | None, m
     cut = False
     while True:
         while len(pending) < parallel and not cut:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline and len(results) + len(pending) >= parallel:  # a few at least
                 cut = True
                 break
             c = next(it, None)
@@ -171,6 +176,11 @@ def collect(args) -> int:
     mutations = args.mutations if args.mutations is not None else (12 if args.quick else 48)
     seconds = args.seconds if args.seconds is not None else (200.0 if args.quick else None)
     plan = [(f"{fam}_{rows}", fam, rows) for rows in sorted(sizes) for fam in fams]
+    if args.suitesparse is not None:  # real matrices instead, for scoring
+        files = sorted(p for p in args.suitesparse.iterdir() if p.name.endswith((".mtx", ".mtx.gz", ".npz")))
+        if not files:
+            raise SystemExit(f"no .mtx/.mtx.gz/.npz files in {args.suitesparse}")
+        plan, fams, sizes = [(f.name.split(".")[0], "suitesparse", f) for f in files], ["suitesparse"], []
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "measurements.jsonl"
     done = set()
@@ -283,6 +293,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=None, help="wall limit of the measuring [default: 200 quick, none]")
     ap.add_argument("--held-out", action="store_true",
                     help="measure the held-out families (circuit, kkt, fem_mixed, road) instead: for scoring only")
+    ap.add_argument("--suitesparse", type=Path, default=None,
+                    help="measure every matrix file in this folder instead (real matrices, for scoring)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the mutation sample and the order")
     ap.add_argument("--resume", action="store_true", help="keep the matrices already in OUT, measure the rest")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile the candidates, time nothing")

@@ -8,6 +8,8 @@ Sets (each where the data has it):
   scored on this one's matrices (every size);
 * ``held-out families``: a model fitted on every trainable matrix, scored on the matrices of
   circuit, kkt, fem_mixed and road (measured with ``cost_model_data.py --held-out``);
+* ``suitesparse``: the same, scored on SuiteSparse matrices measured with ``cost_model_data.py
+  --suitesparse DIR`` (``--suitesparse-data``);
 * ``suitesparse (best only)``: a model fitted on every trainable matrix, scored on the SuiteSparse
   matrices of a ``search_bench.py`` result, where only the library oracle's fastest candidate is
   known: the model ranks the oracle's candidate set (the formats the matrix converts to, checked
@@ -18,7 +20,7 @@ Also measured: the other target (log time instead of log time over cuSPARSE's), 
 ``--xgboost`` fits XGBoost on the same rows when it is installed.
 
     python benchmarks/cost_model_quality.py --data DIR/measurements.jsonl --out quality.json
-    python benchmarks/cost_model_quality.py --data train.jsonl --held-out heldout.jsonl \\
+    python benchmarks/cost_model_quality.py --data train.jsonl --held-out heldout.jsonl --suitesparse-data ss.jsonl \\
         --suitesparse-best search_suitesparse.json --suitesparse DIR --out quality.json
 """
 
@@ -145,6 +147,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, nargs="+", required=True, help="measurements files (training families)")
     ap.add_argument("--held-out", type=Path, nargs="*", default=[], help="measurements of the held-out families")
+    ap.add_argument("--suitesparse-data", type=Path, nargs="*", default=[],
+                    help="measurements of SuiteSparse matrices (cost_model_data.py --suitesparse)")
     ap.add_argument("--suitesparse-best", type=Path, help="a search_bench.py result on SuiteSparse (oracle ids)")
     ap.add_argument("--suitesparse", type=Path, help="the folder of those SuiteSparse matrices")
     ap.add_argument("--trees", type=int, default=TrainConfig.trees)
@@ -158,6 +162,8 @@ def main() -> int:
     held = [m for f in args.held_out for m in load_measurements(f)]
     train_set, dropped = trainable(data)
     held += [m for m in data if m not in train_set]
+    real = [m for f in args.suitesparse_data for m in load_measurements(f)]
+    train_set = [m for m in train_set if m.family != "suitesparse"]  # scored, never fitted on, here
     base = TrainConfig(trees=args.trees, min_measurements=args.min_measurements, min_matrices=2)
     fits = {"lightgbm": train}
     if args.xgboost:
@@ -173,9 +179,10 @@ def main() -> int:
     null_lofo = cq.summary(cq.score_null(train_set))
     report["null"] = {"all trainable matrices": null_lofo}
     print(f"\nno model (selector, then each template's first seed): {fmt(null_lofo)}")
-    if held:
-        report["null"]["held-out families"] = cq.summary(cq.score_null(held))
-        print(f"no model, held-out families: {fmt(report['null']['held-out families'])}")
+    for name, ms in (("held-out families", held), ("suitesparse", real)):
+        if ms:
+            report["null"][name] = cq.summary(cq.score_null(ms))
+            print(f"no model, {name}: {fmt(report['null'][name])}")
     for lib, fit in fits.items():
         for target in ("ratio", "absolute"):
             cfg = replace(base, target=target)
@@ -187,9 +194,10 @@ def main() -> int:
                 flat = [s for v in lofo.values() for s in v]
                 run["leave-one-family-out"] = cq.summary(flat) | {
                     "per_family": {f: cq.summary(v) for f, v in lofo.items()}, "per_matrix": cq.as_json(flat)}
-            if held:
-                sc = cq.score_split(train_set, held, cfg, fit)
-                run["held-out families"] = cq.summary(sc) | {"per_matrix": cq.as_json(sc)}
+            for name, ms in (("held-out families", held), ("suitesparse", real)):
+                if ms:
+                    sc = cq.score_split(train_set, ms, cfg, fit)
+                    run[name] = cq.summary(sc) | {"per_matrix": cq.as_json(sc)}
             if args.suitesparse_best and args.suitesparse:
                 run["suitesparse (best only)"] = suitesparse_best_only(fit, cfg, train_set, args.suitesparse_best,
                                                                        args.suitesparse)

@@ -363,3 +363,26 @@ def test_templates_speed_measurements_in_git_load_with_their_cards() -> None:
     data = load_measurements(path)
     assert len(data) == 7 and all(m.features is not None and len(m.points()) >= 50 for m in data)
     assert {m.card.nnz for m in data} >= {4_000_000, 107_171_875}
+
+
+def test_the_data_script_writes_measurements_the_trainer_reads(tmp_path) -> None:
+    """benchmarks/cost_model_data.py's per-matrix record, with the GPU's timing stood in for by the
+    double: every oracle point and the mutations evaluated, cuSPARSE's time kept, read back by the
+    trainer's loader with its card and features. Mutation killed: a record the loader cannot read,
+    or times keyed by ids that are not template points."""
+    from sparserl.search.cost_model import load_measurements
+    from tests.conftest import load_benchmark
+
+    mod = load_benchmark("cost_model_data")
+    A = generate("powerlaw", 3000, seed=1)
+    card, feats = card_and_features(A)
+    ev = TimingDouble(lambda text: 10.0 + len(text) % 17)
+    row = mod.measure(ev, "powerlaw_3000", "powerlaw", A, card, feats, Op.SPMV, None, 6, 0, math.inf, False)
+    assert row["complete"] and row["evaluated"] == row["planned"] >= 60 and row["cusparse_us"] == CUSPARSE_US
+    assert sum(c["provenance"] in ("mutation", "random") for c in row["candidates"]) == 6
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps(row | {"cusparse_us": None}) + "\n")
+    [m] = load_measurements(path)  # a record with nothing verified (compile-only) is skipped
+    assert m.card == card and m.features == feats and len(m.points()) == row["evaluated"]
+    assert all(m.times[c["id"]] == c["time_us"] for c in row["candidates"])
+    assert set(mod.FAMILIES) & {"circuit", "kkt", "fem_mixed", "road"} == set()
