@@ -4,17 +4,19 @@ verified and timed (cold regime) on generated matrices of every trainable family
 Families: the 13 classic ones and the trainable application families (lp, kronecker,
 cartesian, arrow); never a held-out one (circuit, kkt, fem_mixed, road), which the cost model
 is judged on: ``--held-out`` measures those alone, into their own folder, for
-``cost_model_quality.py --held-out`` (training leaves them out whatever file they are in). For each matrix, in one harness: every SpMV template seed and library variant
-(the library oracle's set, as ``search_bench.py`` enumerates it) and ``--mutations`` points
-one step from a seed or drawn at random, in a seeded shuffled order. Each verdict and time goes
-to ``OUT/measurements.jsonl``, one line per matrix as it finishes (the format
-``sparserl best cost-model --data`` and ``benchmarks/cost_model_quality.py`` read).
+``cost_model_quality.py --held-out`` (training leaves them out whatever file they are in);
+``--suitesparse DIR`` measures real matrices instead, for scoring too. For each matrix, in one
+harness: every SpMV template seed and library variant (the library oracle's set, as
+``search_bench.py`` enumerates it) and ``--mutations`` points one step from a seed or drawn at
+random, in a seeded shuffled order. Each verdict and time goes to ``OUT/measurements.jsonl``, one
+line per matrix as it finishes (the format ``sparserl best cost-model --data`` and
+``benchmarks/cost_model_quality.py`` read).
 
 ``--seconds`` bounds the whole run: each matrix gets an equal share of the time left (what a
 small matrix leaves over goes to the later, larger ones); a matrix whose share runs out stops
 submitting (after 8 candidates at least), keeps what finished and is marked ``complete: false``;
-matrices not reached by then are left out. The next matrix is generated
-and its card computed on a CPU thread while the GPU times the current one.
+matrices not reached by then are left out. The next matrix is generated and its card computed
+on a CPU thread while the GPU times the current one.
 
     python benchmarks/cost_model_data.py --quick --out $OUT/cost_model_data         # ~3-4 min, one H200
     python benchmarks/cost_model_data.py --out $OUT/cost_model_data                  # every size, more mutations
@@ -262,8 +264,8 @@ def import_templates_speed(files: list[Path], out: Path) -> int:
                 A = generate(fam, rows, seed=1, **params)
                 card, feats = card_and_features(A)
                 if (card.rows, card.cols, card.nnz) != (m["rows"], m["cols"], m["nnz"]):
-                    raise SystemExit(f"{m['matrix']}: made {card.rows} x {card.cols}, {card.nnz} nonzeros, but the file "
-                                     f"measured {m['rows']} x {m['cols']}, {m['nnz']}: another generator version")
+                    raise SystemExit(f"{m['matrix']}: made {card.rows} x {card.cols}, {card.nnz} nonzeros, but the "
+                                     f"file measured {m['rows']} x {m['cols']}, {m['nnz']}: another generator version")
                 del A
                 times, failed = {}, {}
                 for r in m["results"]:
@@ -290,7 +292,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="", help="comma-separated row counts [default: 10k,30k,100k,300k,1M]")
     ap.add_argument("--families", default="", help="comma-separated trainable families [default: all of them]")
     ap.add_argument("--mutations", type=int, default=None, help="mutation points per matrix [default: 12 quick, 48]")
-    ap.add_argument("--seconds", type=float, default=None, help="wall limit of the measuring [default: 200 quick, none]")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="wall limit of the measuring [default: 200 with --quick, else none]")
     ap.add_argument("--held-out", action="store_true",
                     help="measure the held-out families (circuit, kkt, fem_mixed, road) instead: for scoring only")
     ap.add_argument("--suitesparse", type=Path, default=None,
