@@ -201,5 +201,42 @@ def test_check_kernels_compile_with_nvrtc() -> None:
         pytest.skip("NVRTC not found")
     out = nvrtc.compile(gpucheck._SRC, ["--gpu-architecture=sm_90"], 120)
     assert out.status == "ok", out.log[-2000:]
-    for name in ("check_rows", "check_chunks", "check_long_rows", "check_guards", "diff_f32", "diff_u32", "reset_row"):
+    assert "word_sums" in gpucheck.KERNELS
+    for name in gpucheck.KERNELS:
         assert f".entry {name}(" in out.ptx, name
+
+
+def _sums_by_hand(words: list[int]) -> tuple[int, int]:
+    """The two fingerprint sums with Python integers, reduced mod 2^64 at the end."""
+    plain = sum(words)
+    mixed = sum(w * (2 * i + 1) for i, w in enumerate(words))
+    return plain % 2 ** 64, mixed % 2 ** 64
+
+
+def test_fingerprint_sums_by_hand_and_what_they_catch() -> None:
+    """The host mirror of the word_sums kernel (the GPU test holds the kernel to it): per array the sum
+    of its 32-bit words and the sum of word_i * (2 i + 1), wrapping; a float64 array is its two words
+    per value. One changed word changes both sums (the first word too: its weight is 1, not 0); two words
+    exchanged change the second. Kills a fingerprint that is the plain sum alone (blind to exchanged
+    words), a weight of i instead of 2 i + 1 (blind in the second sum to the first word), a float64
+    array read as one word per value."""
+    big = np.array([0xFFFFFFFF, 0x80000000, 7, 0xFFFFFFFF] * 1000, dtype=np.uint32)  # sums wrap past 2^64
+    halves = np.array([1.5, -2.0e300], dtype=np.float64)
+    got = gpucheck.word_sums_host([big, halves, np.zeros(0, np.float32)])
+    assert got[:2] == _sums_by_hand([int(w) for w in big])
+    assert got[2:4] == _sums_by_hand([int(w) for w in halves.view(np.uint32)])
+    assert got[4:] == (0, 0)
+    vals = np.arange(1, 2001, dtype=np.int32)
+    base = gpucheck.word_sums_host([vals])
+    one = vals.copy()
+    one.view(np.uint32)[1234] ^= np.uint32(1 << 31)  # a sign bit flipped
+    changed = gpucheck.word_sums_host([one])
+    assert changed[0] != base[0] and changed[1] != base[1]
+    first = vals.copy()
+    first[0] += 5
+    changed = gpucheck.word_sums_host([first])
+    assert changed[0] != base[0] and changed[1] != base[1]
+    swapped = vals.copy()
+    swapped[[10, 900]] = swapped[[900, 10]]
+    s = gpucheck.word_sums_host([swapped])
+    assert s[0] == base[0] and s[1] != base[1]

@@ -199,3 +199,21 @@ def test_cusparse_timed_both_ways_agrees() -> None:
         a = time_cusparse(A, Op.SPMV, None, cfg, check=False)
         b = time_cusparse(A, Op.SPMV, None, cfg, check=False, batched=True)
         assert 0.9 < b.timing.median_us / a.timing.median_us < 1.1, (regime, a.to_dict(), b.to_dict())
+
+
+def test_word_sums_kernel_matches_the_host_mirror() -> None:
+    """Arrays of every length class (empty, one word, around the CUB block sizes that made CuPy compile a
+    kernel per length, past a grid's worth) and 4- and 8-byte dtypes, all in one launch: the sums the
+    kernel adds match gpucheck.word_sums_host. Kills a grid-stride loop that skips or repeats words, a
+    reduction that drops lanes, a table entry read from the wrong array."""
+    import cupy as cp
+
+    from sparserl.harness import gpucheck
+
+    rng = np.random.default_rng(3)
+    host = []
+    for n in (0, 1, 5, 127, 128, 129, 511, 1000, 2049, 65_537, 3_000_001):
+        host.append(rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32).view(np.int32))
+    host += [rng.standard_normal(777).astype(np.float32), rng.standard_normal(4099)]  # float64: two words each
+    dev = [cp.asarray(a) for a in host]
+    assert gpucheck.WordSums(dev, _sms()).compute() == gpucheck.word_sums_host(host)

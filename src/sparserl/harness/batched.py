@@ -97,14 +97,13 @@ class BatchedVerifier:
         first_y = None
         worst = 0.0
         for lo, hi in ((0, 1), (1, len(runs))):  # the first launch alone, then the rest back to back
-            with profile.step("verify_inputs"):
+            with profile.step("verify_inputs"):  # enqueued ahead of the launches on the same stream
                 ios = []
                 for target, _, x, _ in runs[lo:hi]:
                     io = IOBuffers(self.m, self.n, self.k)
                     io.load_x(x)
                     ios.append(io)
                 keep += ios
-                _sync()
             phase("verify", hi - lo)
             with profile.step("verify_batch"):
                 for idx in range(lo, hi):
