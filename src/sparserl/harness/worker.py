@@ -89,7 +89,8 @@ class Worker:
         self.channel = Channel(conn)
         self.gpu = GpuProbe(self.cache)
         self.matrices = MatrixCache(batched=self.speed.batched, sms=self.gpu.sms)
-        self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name, batched=self.speed.batched)
+        self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name, batched=self.speed.batched,
+                                       ahead=self.speed.runs_ahead)
         if self.speed.batched:
             from sparserl.harness.gpucheck import compile_kernels
 
@@ -292,10 +293,11 @@ class Worker:
                     sp = self.speed
                     r = time_cold(runner, cfg, self.gpu.flush, io, floor=min(sp.min_cold_trials, cfg.trials),
                                   ci=sp.ci, batch=sp.batch, early_runs=sp.early_stop_runs,
-                                  slow_above_us=slow_above_us if regime == reward_regime else None)
+                                  slow_above_us=slow_above_us if regime == reward_regime else None,
+                                  ahead=sp.runs_ahead)
                 else:
                     with profile.step("time_warm"):
-                        r = time_warm(runner, cfg, io)
+                        r = time_warm(runner, cfg, io, ahead=self.speed.runs_ahead)
                 if r.failure is not None:
                     wrong = r.failure
                     break
