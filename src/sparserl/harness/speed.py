@@ -50,8 +50,8 @@ class SpeedConfig:
     """Timed runs (cold) or samples (warm) enqueued, each with its checks, before the host waits for
     the GPU. 1: every run starts on an idle GPU with nothing queued behind it, as on the sequential
     path. Runs enqueued back to back measured 0.3-1.0 us slower than the sequential path's (cuSPARSE
-    1-6% on 1M-row and small matrices, one H200), so timing agreed with the earlier harness only
-    within about 5%; a wait per run costs some 20 us."""
+    1-6% on 1M-row and small matrices, one H200); ``benchmarks/harness_speed.py --modes`` times both
+    loops side by side. A wait per run costs the host's enqueueing of the next run."""
     early_stop: float = 3.0
     """A verified kernel slower than this many times min(best known, cuSPARSE) after its first
     ``early_stop_runs`` checked timed runs stops there: ``slow``. 0 turns early stopping off."""
