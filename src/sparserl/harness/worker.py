@@ -158,7 +158,8 @@ class Worker:
 
         bound = BoundKernel.bind(header, Op(job["op"]), job["cubin_path"], st.on_device[which], job["k"], self.gpu.sms)
         if not isinstance(bound, str) and (which, bound.conversion_key) not in st.pristine:
-            st.keep_pristine((which, bound.conversion_key), bound.dev.arrays)  # before anything can launch
+            with profile.step("upload"):
+                st.keep_pristine((which, bound.conversion_key), bound.dev.arrays)  # before anything can launch
         return bound
 
     def _resident(self, job: dict, out: dict):
