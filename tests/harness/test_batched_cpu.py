@@ -240,3 +240,54 @@ def test_fingerprint_sums_by_hand_and_what_they_catch() -> None:
     swapped[[10, 900]] = swapped[[900, 10]]
     s = gpucheck.word_sums_host([swapped])
     assert s[0] == base[0] and s[1] != base[1]
+
+
+def _library_conversions(op: str = "spmv") -> set[tuple[str, tuple]]:
+    from sparserl.kernels.contract import Op, split_completion
+    from sparserl.kernels.library import variants
+
+    out = set()
+    for v in variants(Op(op)):
+        header, _ = split_completion(v.render(), Op(op))
+        out.add((header.format, tuple(sorted(header.params.items()))))
+    return out
+
+
+@pytest.mark.parametrize("family, rows", [("banded", 3000), ("powerlaw", 4000), ("empty_rows", 3000),
+                                          ("rectangular", 2000), ("block", 2048)])
+def test_one_conversion_of_the_pattern_gives_both_versions_bit_for_bit(family: str, rows: int) -> None:
+    """The premise of TwinConversions, on the real converters for every format and parameter set of the
+    library: converting the pattern with each nonzero's position as its value names, in every value slot,
+    the nonzero it holds (every nonzero exactly once, padding 0), and gathering a matrix's values
+    through it gives exactly (bit for bit, explicit zeros and signed zeros too) what converting that
+    matrix gives; index arrays are the pattern's. Kills a converter that reorders by value, drops
+    explicit zeros, or pads with something other than +0 (the GPU kernels do what these host lines do:
+    tests/harness/test_batched_gpu.py)."""
+    from sparserl.errors import FormatError
+    from sparserl.formats import convert
+    from sparserl.harness.resident import revalued
+
+    A = generate(family, rows, seed=5)
+    A.data[::7] = 0.0  # explicit zeros are stored nonzeros like any other
+    A.data[3::11] = -0.0
+    twin = revalued(A, 9)
+    tags = sp.csr_array((gpucheck.positions_host(A.nnz), A.indices, A.indptr), shape=A.shape)
+    for fmt, params in sorted(_library_conversions()):
+        try:
+            fd = convert(tags, fmt, dict(params))
+        except FormatError:
+            with pytest.raises(FormatError):
+                convert(A, fmt, dict(params))
+            continue
+        wheres = {n: a.view(np.int32) for n, a in fd.arrays.items() if a.dtype == np.float32}
+        named = np.concatenate([w[w != 0] for w in wheres.values()])
+        assert np.array_equal(np.sort(named), np.arange(1, A.nnz + 1)), (fmt, params)
+        for M in (A, twin):
+            want = convert(M, fmt, dict(params))
+            assert want.sizes == fd.sizes and want.params == fd.params, (fmt, params)
+            for name, arr in want.arrays.items():
+                got = fd.arrays[name]
+                if name in wheres:
+                    w = wheres[name]
+                    got = np.where(w > 0, M.data.view(np.uint32)[np.maximum(w, 1) - 1], 0).view(np.float32)
+                assert np.array_equal(got.view(np.uint32), arr.view(np.uint32)), (family, fmt, params, name)

@@ -217,3 +217,42 @@ def test_word_sums_kernel_matches_the_host_mirror() -> None:
     host += [rng.standard_normal(777).astype(np.float32), rng.standard_normal(4099)]  # float64: two words each
     dev = [cp.asarray(a) for a in host]
     assert gpucheck.WordSums(dev, _sms()).compute() == gpucheck.word_sums_host(host)
+
+
+@pytest.mark.parametrize("family, rows", [("banded", 30_000), ("powerlaw", 40_000)])
+def test_twin_conversions_equal_two_conversions(family: str, rows: int) -> None:
+    """Every format and parameter set of the library: the batched path's one conversion of the pattern,
+    with both versions' values gathered on the GPU, uploads bit for bit what converting and uploading
+    A and its fresh-valued twin separately does (refusals alike), and the two versions' arrays are
+    distinct buffers (a kernel writing one leaves the other alone). Kills a gather through the wrong
+    version's values, an index array shared by both versions, a slot check that lets a converter that
+    looked at the values through."""
+    import cupy as cp
+
+    from sparserl.harness.launcher import MatrixOnDevice
+    from sparserl.kernels.contract import split_completion as split
+
+    A = generate(family, rows, seed=6)
+    st = _resident(A)
+    separate = {w: MatrixOnDevice(M) for w, M in (("A", st.A), ("A_alt", st.A_alt))}
+    seen = set()
+    for v in variants("spmv"):
+        header, _ = split(v.render(), Op.SPMV)
+        key = (header.format, tuple(sorted(header.params.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        got = {w: st.on_device[w].get(header.format, header.params) for w in ("A", "A_alt")}
+        for w in ("A", "A_alt"):
+            want = separate[w].get(header.format, header.params)
+            assert isinstance(got[w], str) == isinstance(want, str), (key, w)
+            if isinstance(want, str):
+                continue
+            assert list(got[w].arrays) == list(want.arrays), key
+            for name, a in want.arrays.items():
+                b = got[w].arrays[name]
+                assert bool(cp.array_equal(b.view(cp.uint32), a.view(cp.uint32))), (key, w, name)
+        if not isinstance(got["A"], str):
+            for name, a in got["A"].arrays.items():
+                assert a.size == 0 or a.data.ptr != got["A_alt"].arrays[name].data.ptr, (key, name)
+    assert len(seen) >= 10

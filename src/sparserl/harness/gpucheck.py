@@ -262,6 +262,47 @@ extern "C" __global__ void word_sums(const unsigned long long* __restrict__ tabl
     }
 }
 
+extern "C" __global__ void place_count(const int* __restrict__ where, long long n, int nnz,
+                                       unsigned int* __restrict__ placed, unsigned long long* __restrict__ out)
+{
+    // where[i]: which nonzero (1-based) slot i holds, 0 for padding. placed[j - 1] += 1 for each slot
+    // naming nonzero j; out[0] += slots naming none of 1..nnz (negative, or past the last)
+    unsigned long long bad = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long n_round = (n + 31) / 32 * 32;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n_round; i += stride) {
+        if (i < n) {
+            const int v = where[i];
+            if (v < 0 || v > nnz) ++bad;
+            else if (v > 0) atomicAdd(placed + (v - 1), 1u);
+        }
+    }
+    add_count(bad, out);
+}
+
+extern "C" __global__ void count_not_one(const unsigned int* __restrict__ placed, long long n,
+                                         unsigned long long* __restrict__ out)
+{
+    // out[0] += entries of placed that are not exactly 1
+    unsigned long long bad = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long n_round = (n + 31) / 32 * 32;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n_round; i += stride)
+        if (i < n && placed[i] != 1u) ++bad;
+    add_count(bad, out);
+}
+
+extern "C" __global__ void gather_values(const int* __restrict__ where, long long n,
+                                         const unsigned int* __restrict__ values, unsigned int* __restrict__ out)
+{
+    // out[i] = the bits of nonzero where[i] (1-based), or zero bits for padding: moved, never computed on
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int v = where[i];
+        out[i] = v > 0 ? values[v - 1] : 0u;
+    }
+}
+
 extern "C" __global__ void diff_u32(unsigned int* __restrict__ cur, const unsigned int* __restrict__ want,
                                     long long n, int restore, unsigned long long* __restrict__ out)
 {
@@ -277,7 +318,7 @@ extern "C" __global__ void diff_u32(unsigned int* __restrict__ cur, const unsign
 """
 
 KERNELS = ("check_rows", "check_chunks", "check_long_rows", "check_guards", "diff_f32", "diff_u32", "reset_row",
-           "word_sums")
+           "word_sums", "place_count", "count_not_one", "gather_values")
 """Every kernel of the module (compiled together at a worker's start-up)."""
 
 _module = None
@@ -573,3 +614,43 @@ def word_sums_host(arrays) -> tuple[int, ...]:
         with np.errstate(over="ignore"):
             out += [int(np.sum(w, dtype=np.uint64)), int(np.sum(w * (np.uint64(2) * i + np.uint64(1)), dtype=np.uint64))]
     return tuple(out)
+
+
+# -- one conversion for a matrix and its fresh-valued twin ----------------------------------------
+
+
+def placed_once(wheres, nnz: int, sms: int) -> bool:
+    """Whether the slots of ``wheres`` (device int32 arrays: the 1-based nonzero each slot holds, 0 for
+    padding) name every nonzero 1..nnz exactly once and nothing else (two launches per array and one
+    for the count, one copy back)."""
+    import cupy as cp
+
+    placed = cp.zeros(max(nnz, 1), dtype=cp.uint32)
+    out = cp.zeros(2, dtype=cp.uint64)
+    fns = _kernels()
+    for w in wheres:
+        if w.size:
+            fns.get_function("place_count")((_grid(int(w.size), BLOCK, sms),), (BLOCK,), (
+                w, np.int64(w.size), np.int32(nnz), placed, out[0:]))
+    if nnz:
+        fns.get_function("count_not_one")((_grid(nnz, BLOCK, sms),), (BLOCK,), (placed, np.int64(nnz), out[1:]))
+    bad = cp.asnumpy(out)
+    return int(bad[0]) == 0 and int(bad[1]) == 0
+
+
+def gather_values(where, values, sms: int):
+    """A new float32 device array: slot i holds ``values[where[i] - 1]`` bit for bit, or 0.0 where
+    ``where[i]`` is 0 (padding)."""
+    import cupy as cp
+
+    out = cp.empty(where.shape, dtype=cp.float32)
+    if where.size:
+        _kernels().get_function("gather_values")((_grid(int(where.size), BLOCK, sms),), (BLOCK,), (
+            where, np.int64(where.size), values, out))
+    return out
+
+
+def positions_host(nnz: int) -> np.ndarray:
+    """Each nonzero's 1-based position as a float32 bit pattern: the values a pattern is converted with
+    so that every value slot of the result says which nonzero it holds (:func:`placed_once`)."""
+    return np.arange(1, nnz + 1, dtype=np.int32).view(np.float32)

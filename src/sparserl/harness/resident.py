@@ -6,7 +6,8 @@ A :class:`ResidentMatrix` holds, for one matrix ``A``:
   OS when the matrix is loaded (no kernel can know them when it is compiled). Verification runs a
   kernel on both, and timing runs on ``A_alt``: a kernel that hard-codes ``A``'s values fails on
   ``A_alt``, and one that recognises ``A``'s values to skip reading them gains nothing when timed;
-* their device conversions (plan once per format), with a pristine copy of every uploaded array
+* their device conversions (plan once per format; on the batched path the pattern is converted
+  once for both, :class:`~sparserl.harness.launcher.TwinConversions`), with a pristine copy of every uploaded array
   and a fingerprint of each copy, so a kernel that writes into the matrix is caught, the matrix is
   restored before the next job, and a stray write into the copies themselves is found too;
 * their fp64 references (:class:`~sparserl.harness.reference.Fp64Reference`), fingerprinted the
@@ -85,15 +86,19 @@ class ResidentMatrix:
     def __init__(self, A: sp.csr_array, seed: int | None = None, batched: bool = False, sms: int = 132):
         import cupy as cp
 
-        from sparserl.harness.launcher import MatrixOnDevice
+        from sparserl.harness.launcher import MatrixOnDevice, TwinConversions
         from sparserl.harness.reference import Fp64Reference
 
         self.A = A
         self.alt_seed = secrets.randbits(63) if seed is None else seed
         """Seed of ``A_alt``'s values (from the OS unless given), kept for reproducing a verdict."""
         self.A_alt = revalued(A, self.alt_seed)
-        self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
         self.references = {"A": Fp64Reference(A, cp), "A_alt": Fp64Reference(self.A_alt, cp)}
+        if batched:  # the pattern converted once, both versions' values gathered on the GPU
+            twins = TwinConversions(A, self.A_alt, {w: r.val for w, r in self.references.items()}, sms)
+            self.on_device = {w: twins.view(w) for w in ("A", "A_alt")}
+        else:
+            self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
         self.batched = batched
         self.sms = sms
         self.checks: dict = {}
