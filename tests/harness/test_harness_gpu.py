@@ -183,13 +183,16 @@ def test_no_kernel_is_compiled_inside_a_job(tmp_path, monkeypatch) -> None:
         assert compiled, "the worker's start-up compiles into the cache given"
         jobs = [(v.render(), "spmv", None) for v in (variants("spmv", f)[0] for f in FORMAT_NAMES)]
         jobs.append((variants("spmm", "CSR", 8)[0].render(), "spmm", 8))
-        slowest = []
+        slowest, verified = [], 0
         for m in mats:
             for text, op, k in jobs:
                 res = fresh.evaluate(text, m, op, k)
-                assert res.ok or res.error_kind is ErrorKind.FORMAT_REFUSED, (m.name, res.error_kind, res.message)
+                assert res.error_kind not in (ErrorKind.INTERNAL, ErrorKind.CRASHED, ErrorKind.TIMEOUT), \
+                    (m.name, res.error_kind, res.message)
+                verified += res.ok
                 if res.profile is not None:
                     slowest.append(max(((s, v) for s, v in res.profile.seconds.items()
                                         if s not in ("compile", "queue", "ipc")), key=lambda kv: kv[1]) + (m.name,))
         new = sorted(set(p.name for p in cache.rglob("*") if p.is_file()) - set(compiled))
         assert not new, (new, sorted(slowest, key=lambda t: -t[1])[:5])
+        assert verified >= 2 * len(mats), f"only {verified} jobs ran to a verified kernel: too few to tell"
