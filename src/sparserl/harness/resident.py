@@ -66,15 +66,6 @@ def revalued(A: sp.csr_array, seed: int) -> sp.csr_array:
     return sp.csr_array((v, A.indices.copy(), A.indptr.copy()), shape=A.shape)
 
 
-def fingerprint(arrays, sms: int = 132) -> tuple[int, ...]:
-    """Per array, two wrapping sums of its 32-bit words (:class:`~sparserl.harness.gpucheck.WordSums`):
-    computed on the GPU by one launch and kept on the host, so damage to the device copies (pristine
-    ones included) is found without a transfer."""
-    from sparserl.harness.gpucheck import WordSums
-
-    return WordSums(arrays, sms).compute()
-
-
 class ResidentMatrix:
     """One matrix on one worker's GPU (see the module docstring).
 
