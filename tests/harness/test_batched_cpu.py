@@ -265,16 +265,16 @@ def test_one_conversion_of_the_pattern_gives_both_versions_bit_for_bit(family: s
     tests/harness/test_batched_gpu.py)."""
     from sparserl.errors import FormatError
     from sparserl.formats import convert
+    from sparserl.harness.preconvert import convert_pattern
     from sparserl.harness.resident import revalued
 
     A = generate(family, rows, seed=5)
     A.data[::7] = 0.0  # explicit zeros are stored nonzeros like any other
     A.data[3::11] = -0.0
     twin = revalued(A, 9)
-    tags = sp.csr_array((gpucheck.positions_host(A.nnz), A.indices, A.indptr), shape=A.shape)
     for fmt, params in sorted(_library_conversions()):
         try:
-            fd = convert(tags, fmt, dict(params))
+            fd = convert_pattern(A, fmt, dict(params))
         except FormatError:
             with pytest.raises(FormatError):
                 convert(A, fmt, dict(params))

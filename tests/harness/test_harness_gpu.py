@@ -196,3 +196,15 @@ def test_no_kernel_is_compiled_inside_a_job(tmp_path, monkeypatch) -> None:
         new = sorted(set(p.name for p in cache.rglob("*") if p.is_file()) - set(compiled))
         assert not new, (new, sorted(slowest, key=lambda t: -t[1])[:5])
         assert verified >= 2 * len(mats), f"only {verified} jobs ran to a verified kernel: too few to tell"
+
+
+def test_the_caller_converts_a_new_format_ahead_of_the_worker(ev, mat) -> None:
+    """A first use of a format on the batched path: the pattern is converted in the caller's threads
+    (the profile's preconvert step) and the worker loads it (load_conversion) instead of converting,
+    and the kernel is verified and timed as ever. Kills a job that loses the folder on its way to the
+    worker, or a worker that converts anyway."""
+    v = variants("spmv", "SELL")[-1]  # C=128, sigma=1024: no other test converts it
+    res = ev.evaluate(v.render(), mat, "spmv")
+    assert res.ok, (v.id, res.error_kind, res.message)
+    seconds = res.profile.seconds
+    assert "preconvert" in seconds and "load_conversion" in seconds and "convert" not in seconds, seconds

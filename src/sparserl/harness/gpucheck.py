@@ -649,8 +649,3 @@ def gather_values(where, values, sms: int):
             where, np.int64(where.size), values, out))
     return out
 
-
-def positions_host(nnz: int) -> np.ndarray:
-    """Each nonzero's 1-based position as a float32 bit pattern: the values a pattern is converted with
-    so that every value slot of the result says which nonzero it holds (:func:`placed_once`)."""
-    return np.arange(1, nnz + 1, dtype=np.int32).view(np.float32)

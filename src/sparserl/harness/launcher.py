@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,7 +57,8 @@ class MatrixOnDevice:
 class TwinConversions:
     """A matrix ``A`` and its fresh-valued twin ``A_alt`` (one pattern) converted together, keyed by
     (format, parameters): the pattern is converted once on the host, with each nonzero's 1-based
-    position as its value (:func:`~sparserl.harness.gpucheck.positions_host`). Converters place values
+    position as its value (:func:`~sparserl.harness.preconvert.pattern`; the caller may have made it
+    already, ``files``). Converters place values
     by the pattern alone and move them bit for bit, so every value slot of that conversion names the
     nonzero it holds; it is uploaded once (index arrays copied on the device for the twin), checked on
     the GPU to name every nonzero exactly once and nothing else, and both matrices' values are gathered
@@ -70,6 +72,9 @@ class TwinConversions:
     """Device float32 arrays of ``A``'s and ``A_alt``'s CSR values, by "A" and "A_alt"."""
     sms: int = 132
     limits: ConversionLimits = field(default_factory=ConversionLimits)
+    files: dict[tuple, str] = field(default_factory=dict)
+    """Folders of pattern conversions the caller made (:mod:`sparserl.harness.preconvert`), by
+    (format, sorted parameters): loaded instead of converting; one that cannot be read is converted."""
     _cache: dict[tuple, tuple[DeviceMatrix, DeviceMatrix] | str] = field(default_factory=dict)
 
     def get(self, which: str, fmt: str, params: dict[str, int]) -> DeviceMatrix | str:
@@ -86,12 +91,24 @@ class TwinConversions:
     def _convert(self, fmt: str, params: dict[str, int]) -> tuple[DeviceMatrix, DeviceMatrix]:
         import cupy as cp
 
-        from sparserl.harness import gpucheck
+        from sparserl.harness import gpucheck, preconvert
 
         A = self.A
-        with profile.step("convert"):
-            tags = sp.csr_array((gpucheck.positions_host(A.nnz), A.indices, A.indptr), shape=A.shape)
-            fd = convert(tags, fmt, params, self.limits)
+        fd: FormatData | str | None = None
+        if (folder := self.files.pop((fmt, tuple(sorted(params.items()))), None)) is not None:
+            with profile.step("load_conversion"):
+                try:
+                    fd = preconvert.load(Path(folder))
+                except (OSError, ValueError) as exc:
+                    log.info("the caller's conversion in %s could not be read (%s); converting here", folder, exc)
+        if fd is None:
+            with profile.step("convert"):
+                try:
+                    fd = preconvert.convert_pattern(A, fmt, params, self.limits)
+                except FormatError as exc:
+                    fd = str(exc)
+        if isinstance(fd, str):
+            raise FormatError(fd)
         with profile.step("upload"):
             dev = {name: cp.asarray(arr.view(np.int32) if arr.dtype == np.float32 else arr)
                    for name, arr in fd.arrays.items()}

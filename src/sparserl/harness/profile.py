@@ -17,10 +17,14 @@ Step names (``EvalProfile.seconds``, in the order an evaluation meets them):
 ``static_check``       the source checks (parent)
 ``compile``            compile, cached or not, with the PTX checks (parent)
 ``plan``               LAUNCH lines planned on the host (parent, without a GPU only)
+``preconvert``         the matrix's pattern converted into the completion's format (parent, batched path,
+                       first use of a format; :mod:`sparserl.harness.preconvert`)
 ``queue``              waiting for a free worker (parent)
 ``ipc``                the job's round trip to the worker, less the worker's own time (parent)
 ``matrix_load``        loading a matrix a worker did not hold: file, fresh-valued twin, references
-``convert``            host conversion into the completion's format (first use of a format)
+``load_conversion``    the caller's conversion loaded from its folder (first use of a format)
+``convert``            host conversion into the completion's format (first use of a format, when the
+                       caller did not make it)
 ``upload``             the conversion's upload, pristine copies and their fingerprints
 ``bind``               reading the header, planning the launches and loading the cubin
 ``damage_check``       the matrix's state against its pristine copies and fingerprints (one wait)

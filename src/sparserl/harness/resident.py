@@ -85,9 +85,11 @@ class ResidentMatrix:
         """Seed of ``A_alt``'s values (from the OS unless given), kept for reproducing a verdict."""
         self.A_alt = revalued(A, self.alt_seed)
         self.references = {"A": Fp64Reference(A, cp), "A_alt": Fp64Reference(self.A_alt, cp)}
-        if batched:  # the pattern converted once, both versions' values gathered on the GPU
-            twins = TwinConversions(A, self.A_alt, {w: r.val for w, r in self.references.items()}, sms)
-            self.on_device = {w: twins.view(w) for w in ("A", "A_alt")}
+        self.twins: TwinConversions | None = None
+        """Both versions' conversions (batched path: the pattern converted once, the values gathered)."""
+        if batched:
+            self.twins = TwinConversions(A, self.A_alt, {w: r.val for w, r in self.references.items()}, sms)
+            self.on_device = {w: self.twins.view(w) for w in ("A", "A_alt")}
         else:
             self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
         self.batched = batched

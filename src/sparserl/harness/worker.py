@@ -172,6 +172,8 @@ class Worker:
             header, _ = split_completion(job["header"] + "\n", Op(job["op"]))
         for attempt in (0, 1):
             st = self.matrices.get(ref)
+            if job.get("pattern") and st.twins is not None:  # the caller converted the pattern already
+                st.twins.files[(header.format, tuple(sorted(header.params.items())))] = job["pattern"]
             bound = self._bind(job, header, st, "A")
             if isinstance(bound, str):
                 return st, bound, None
