@@ -4,6 +4,7 @@ the folders stay within their budget."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -84,3 +85,21 @@ def test_each_conversion_is_made_once_and_the_folders_keep_to_their_budget(tmp_p
     assert not Path(coo).exists()
     pre.close()
     assert not pre.dir.exists()
+
+
+def test_folders_of_dead_evaluators_are_removed(tmp_path) -> None:
+    """A process killed before it closed its evaluator leaves its conversions behind; the next
+    Preconverter in the same folder removes them, and leaves a live process's alone."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "conversions"
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = root / f"conversions-{int(done.stdout)}-abc"
+    alive = root / f"conversions-{os.getpid()}-def"
+    for d in (dead, alive):
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text("{}")
+    pre = preconvert.Preconverter(root)
+    assert not dead.exists() and alive.exists() and pre.dir.exists()
+    pre.close()

@@ -96,6 +96,20 @@ def load(folder: Path) -> FormatData | str:
         raise ValueError(f"damaged conversion in {folder}: {exc}") from None
 
 
+def _remove_orphans(root: Path) -> None:
+    """Remove the folders of evaluators whose process is gone (killed before it could close)."""
+    for d in root.glob("conversions-*-*"):
+        try:
+            pid = int(d.name.split("-")[1])
+            os.kill(pid, 0)
+        except (ValueError, IndexError):
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:  # another user's live process
+            continue
+
+
 class Preconverter:
     """The caller's pattern conversions for its jobs (module docstring). Thread-safe: one conversion
     per (matrix, format, parameters), whoever asks first makes it and the others wait for it."""
@@ -103,7 +117,8 @@ class Preconverter:
     def __init__(self, root: Path, budget_bytes: int = BUDGET_BYTES):
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix="conversions-", dir=root))
+        _remove_orphans(root)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"conversions-{os.getpid()}-", dir=root))
         self.budget_bytes = budget_bytes
         self._lock = threading.Lock()
         self._making: dict[tuple, threading.Lock] = {}
