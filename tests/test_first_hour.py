@@ -170,9 +170,9 @@ def test_an_interrupted_search_without_a_gpu_does_not_claim_verified_kernels(mtx
     from sparserl.harness.result import ErrorKind
     from sparserl.search.loop import SearchConfig
     from sparserl.search.run import SearchJob, search_matrix
-    from tests.search.doubles import TimingDouble
+    from tests.search.doubles import FakeTimingDouble
 
-    class NoGpu(TimingDouble):
+    class NoGpu(FakeTimingDouble):
         has_gpu = False
 
     ev = NoGpu(lambda t: ErrorKind.NO_GPU, interrupt_after=3)

@@ -178,6 +178,7 @@ def test_verified_best_kernel_and_load_kernel(mtx: Path, tmp_path: Path) -> None
 def test_library_fallback_when_no_sample_is_correct(mtx: Path, tmp_path: Path) -> None:
     rep = generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(tmp_path / "f")),
                           policy=FixedSampler([BROKEN]))
+    # verified: timed in full, or stopped early as far slower than cuSPARSE (slow) when nothing is faster
     assert rep.source.startswith("library") and rep.verified and rep.best.ok
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from sparserl.errors import SparseRLError
 from sparserl.search.export import ExportFilter, export_sft
 from sparserl.search.store import default_store_path, open_store
+from sparserl.search.store_backends import is_url
 
 
 def _console() -> Console:
@@ -23,19 +24,22 @@ def _console() -> Console:
 app = typer.Typer(help="The best-known store: the fastest verified kernel per matrix structure, op, k and GPU.",
                   no_args_is_help=True)
 
-_STORE_HELP = "best-known store [default: best_known.sqlite under the harness cache root]"
+_STORE_HELP = ("best-known store: a file (SQLite) or postgresql://user@host/dbname [default: best_known.sqlite "
+               "under the harness cache root]")
 
 
-def _open(store: Path | None, must_exist: bool = True):
-    path = store if store is not None else default_store_path()
-    if must_exist and not Path(path).exists():
+def _open(store: str | None, must_exist: bool = True):
+    if store is not None and is_url(store):
+        return open_store(store)
+    path = Path(store) if store is not None else default_store_path()
+    if must_exist and not path.exists():
         raise SparseRLError(f"no best-known store at {path} (sparserl search writes one; or give --store)")
     return open_store(path)
 
 
 @app.command("list")
 def best_list(
-    store: Path = typer.Option(None, help=_STORE_HELP),
+    store: str = typer.Option(None, help=_STORE_HELP),
     matrix: str = typer.Option(None, help="only this matrix (name or fingerprint prefix) [default: every matrix]"),
     op: str = typer.Option(None, help="only spmv or spmm [default: both]"),
     arch: str = typer.Option(None, help="only this GPU architecture (e.g. sm_90) [default: every one]"),
@@ -68,7 +72,7 @@ def best_list(
 @app.command("show")
 def best_show(
     key: str = typer.Argument(..., help="matrix name or fingerprint prefix"),
-    store: Path = typer.Option(None, help=_STORE_HELP),
+    store: str = typer.Option(None, help=_STORE_HELP),
     op: str = typer.Option(None, help="spmv or spmm [default: any]"),
     k: int = typer.Option(None, help="SpMM columns [default: any]"),
     arch: str = typer.Option(None, help="GPU architecture [default: any]"),
@@ -109,7 +113,7 @@ def best_show(
 @app.command("export")
 def best_export(
     out: Path = typer.Argument(..., help="JSONL file to write (train with: sparserl sft --data OUT)"),
-    store: Path = typer.Option(None, help=_STORE_HELP),
+    store: str = typer.Option(None, help=_STORE_HELP),
     op: str = typer.Option(None, help="only spmv or spmm [default: both]"),
     arch: str = typer.Option(None, help="only this GPU architecture [default: every one]"),
     regime: str = typer.Option(None, help="only kernels timed in this regime [default: both]"),
@@ -129,3 +133,43 @@ def best_export(
         res = export_sft(st, out, flt)
     typer.echo(f"wrote {res['rows']} rows ({res['matrices']} matrices) to {res['path']}"
                + (f"; skipped {res['skipped']}" if any(res["skipped"].values()) else ""))
+
+
+@app.command("cost-model")
+def best_cost_model(
+    store: str = typer.Option(None, help=_STORE_HELP + " (left out when only --data is given)"),
+    data: list[Path] = typer.Option([], "--data", help="measurements file (JSON lines, from "
+                                    "benchmarks/cost_model_data.py); repeat for several [default: none]"),
+    out: Path = typer.Option(None, help="model file to write [default: cost_model.json.gz under the harness cache "
+                                        "root, which searches then use]"),
+    regime: str = typer.Option("cold", help="train on the times of this regime: cold or warm"),
+    trees: int = typer.Option(200, help="boosting rounds"),
+    min_measurements: int = typer.Option(200, help="refuse to train on fewer verified measurements"),
+) -> None:
+    """Fit the cost model that orders a search's candidates, on the store's verified times (and
+    benchmark measurements); matrices of the held-out generator families are left out."""
+    from sparserl.search.cost_model import (
+        TrainConfig,
+        load_measurements,
+        store_measurements,
+        train,
+        user_model_path,
+    )
+
+    if regime not in ("cold", "warm"):
+        raise SparseRLError(f"--regime must be cold or warm, got {regime!r}")
+    measurements, sources = [], []
+    if store is not None or not data:
+        with _open(store) as st:
+            measurements += store_measurements(st, regime)
+            sources.append(str(st.path))
+    for f in data:
+        measurements += [m for m in load_measurements(f) if m.regime == regime]
+        sources.append(str(f))
+    where = " and ".join(sources)
+    model = train(measurements, TrainConfig(trees=trees, min_measurements=min_measurements), where=where,
+                  sources=sources)
+    path = model.save(out if out is not None else user_model_path())
+    t = model.meta["trained_on"]
+    typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(t['families'])}"
+               + (f"; {t['held_out_left_out']} held-out matrices left out" if t["held_out_left_out"] else ""))

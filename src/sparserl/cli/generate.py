@@ -34,13 +34,14 @@ def generate_cmd(
     search: int = typer.Option(D.search, "--search-budget", "--search",
                                help="then search N more candidates (templates, mutations, refinements) and return "
                                     "the best of all (0: no search)"),
-    store: Path = typer.Option(None, help="best-known store for --search [default: under the harness cache root]"),
+    store: str = typer.Option(None, help="best-known store for the search: a file or postgresql:// URL "
+                                         "[default: under the harness cache root]"),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model) if model else None, samples=samples,
                          temperature=temperature, max_new_tokens=max_new_tokens, out=str(out) if out else None,
                          library_fallback=not no_library_fallback, device=device, seed=seed,
-                         compile_only=compile_only, search=search, store=str(store) if store else None)
+                         compile_only=compile_only, search=search, store=store or None)
     rep = generate_kernel(dataclasses.replace(cfg, compile_only=fallback(compile_only)))
     typer.echo(f"{rep.verdict} [{rep.source}]")
     for line in rep.notes:

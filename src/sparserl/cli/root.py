@@ -17,7 +17,9 @@ import typer
 
 from sparserl import __version__, interrupts
 from sparserl.cli import best, data, demo, evaluate, generate, improve, pretrain, rl, search, sft
+from sparserl.corpus.cli import app as corpus_app
 from sparserl.errors import SparseRLError
+from sparserl.farm.cli import farm_cmd
 from sparserl.harness.cli import baseline, check_kernel
 from sparserl.kernels.cli import app as library_app
 from sparserl.matrices.cli import app as matrix_app
@@ -49,6 +51,8 @@ app.command("check-kernel")(check_kernel)
 app.command("baseline")(baseline)
 app.command("search")(search.search_cmd)
 app.add_typer(best.app, name="best")
+app.command("farm")(farm_cmd)
+app.add_typer(corpus_app, name="corpus")
 
 
 def _add_model_commands() -> None:

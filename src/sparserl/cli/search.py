@@ -26,8 +26,9 @@ def search_cmd(
     templates: str = typer.Option("", help="comma-separated template names to search [default: all of the op's]"),
     model: Path = typer.Option(None, help="policy checkpoint or HF model folder: it proposes too (samples and "
                                           "refinements of the best so far) [default: none, no model]"),
-    store: Path = typer.Option(None, help="best-known store [default: best_known.sqlite under the harness cache "
-                                          "root, $SPARSERL_CACHE_DIR or ~/.cache/sparserl]"),
+    store: str = typer.Option(None, help="best-known store: a file (SQLite) or postgresql://user@host/dbname "
+                                         "[default: best_known.sqlite under the harness cache root, "
+                                         "$SPARSERL_CACHE_DIR or ~/.cache/sparserl]"),
     out: Path = typer.Option(None, help="output folder [default: runs/search/<matrix name>]"),
     regime: str = typer.Option(D.regime, help="L2 regime candidates are ranked in: cold (flushed) or warm"),
     parallel: int = typer.Option(D.parallel, help="candidates in flight (0: four per GPU)"),
@@ -36,15 +37,18 @@ def search_cmd(
     device: str = typer.Option(J.device, help="the model's device: auto, cpu or cuda[:N]"),
     compile_only: bool = typer.Option(False, "--compile-only", help="compile only, even on a GPU (no GPU: always)"),
     seed: int = typer.Option(D.seed, help="seed of the search's random choices"),
+    cost_model: str = typer.Option(D.cost_model, help="the order candidates are tried in: 'default' (your model "
+                                   "from 'sparserl best cost-model' if you built one, else the packaged one), 'none' "
+                                   "(the selector's and templates' order) or a model file"),
 ) -> None:
     """Search the kernel space for one matrix: library seeds, mutations, policy proposals.
 
     Every candidate is verified and timed by the harness; the best kernel, its report and the
     trace are written, and the best-known store is updated."""
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=names(templates),
-                        regime=regime, parallel=parallel, seed=seed)
+                        regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
-                    temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=str(store) if store else None,
+                    temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=store or None,
                     out=str(out) if out else None, compile_only=compile_only)
     rep, res = search_matrix(job)
     typer.echo(f"{res.evaluated} candidates in {res.seconds:.1f} s (stopped: {res.stopped})")

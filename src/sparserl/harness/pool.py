@@ -86,6 +86,10 @@ class _Worker:
         self.conn = None
         self.info: dict = {}
         self.restarts = -1
+        self.jobs = 0
+        """Jobs this worker has answered."""
+        self.busy_s = 0.0
+        """Seconds it spent on them."""
         self.start()
 
     def start(self, lease: bool = True) -> None:
@@ -251,6 +255,8 @@ class WorkerPool:
         try:
             out = w.call(kind, job)
         finally:
+            w.jobs += 1
+            w.busy_s += time.monotonic() - t0 - waited
             self._idle.put(w)
         with self._lock:
             self.jobs_done += 1

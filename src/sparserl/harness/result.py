@@ -137,10 +137,15 @@ class EvalResult:
     harness_version: int = HARNESS_VERSION
     profile: EvalProfile | None = None
     """Per-step wall times of this evaluation (None when it did not reach the harness's steps)."""
+    host: str | None = None
+    """The machine whose GPU ran it, when that is not this one (a farm's node)."""
 
     @property
     def ok(self) -> bool:
-        return self.error_kind is ErrorKind.NONE
+        """Verified correct and timed: ``none``, or ``slow`` (stopped early as hopeless, its time the
+        few runs it took). Every consumer that ranks or rewards kernels reads this; ``error_kind is
+        ErrorKind.NONE`` alone says the timing ran in full."""
+        return self.error_kind.verified
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -20,8 +20,8 @@ import scipy.sparse as sp
 from sparserl.formats import accepts
 from sparserl.harness.extract import Extracted, extract
 from sparserl.kernels.contract import Op
-from sparserl.matrices import compute_features, load_matrix
-from sparserl.matrices.card import MatrixCard, matrix_card
+from sparserl.matrices import load_matrix
+from sparserl.matrices.card import MatrixCard, card_and_features
 from sparserl.matrices.features import MatrixFeatures
 
 if TYPE_CHECKING:
@@ -84,13 +84,13 @@ class MatrixContext:
 
     @property
     def features(self) -> MatrixFeatures:
-        """The structure features (:func:`~sparserl.matrices.compute_features`)."""
-        return self._once("features", lambda: compute_features(self.A))
+        """The structure features (:func:`~sparserl.matrices.compute_features`), computed with the card."""
+        return self._once("card_and_features", lambda: card_and_features(self.A))[1]
 
     @property
     def card(self) -> MatrixCard:
         """The matrix card (:func:`~sparserl.matrices.card.matrix_card`)."""
-        return self._once("card", lambda: matrix_card(self.A, self.features))
+        return self._once("card_and_features", lambda: card_and_features(self.A))[0]
 
     @property
     def prompt_card(self) -> str:

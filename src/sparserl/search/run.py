@@ -39,6 +39,7 @@ from sparserl.search.loop import (
     search_summary,
 )
 from sparserl.search.policy import PolicyProposer
+from sparserl.search.ranker import make_ranker
 from sparserl.search.space import select_templates
 from sparserl.search.store import COORDS, BestStore, harness_version, open_store
 
@@ -66,7 +67,8 @@ class SearchJob:
     device: str = "auto"
     """Device of the model: auto, cpu or cuda[:N]."""
     store: str | None = None
-    """Best-known store (default: best_known.sqlite under the harness cache root)."""
+    """Best-known store: a file (SQLite) or a postgresql:// URL (default: best_known.sqlite under the
+    harness cache root)."""
     out: str | None = None
     """Output folder (default runs/search/<matrix name>)."""
     compile_only: bool = False
@@ -134,18 +136,22 @@ def _known(store: BestStore, fingerprint: str, op: Op, k: int | None, regime: st
 
 def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | None, *,
                  run_config: dict | None = None, proposer: PolicyProposer | None = None, model: str | None = None,
-                 prior: list[Candidate] = (), trace: Path | None = None, accepts=None,
-                 progress: bool = True) -> SearchResult:
+                 prior: list[Candidate] = (), trace: Path | None = None, accepts=None, progress: bool = True,
+                 journal=None, stop=None, ranker=None) -> SearchResult:
     """Search the request's matrix with an open evaluator and store: what ``search``, ``generate
-    --search``, ``improve`` and the benchmark share. ``proposer``: the policy's (None: templates
-    only); ``prior``: the model's samples, already evaluated.
+    --search``, ``improve``, the farm and the benchmark share. ``proposer``: the policy's (None:
+    templates only); ``prior``: the model's samples, already evaluated. ``journal``, ``stop``: see
+    :class:`~.loop.StoreSink` and :func:`~.loop.run_search`. ``ranker``: the candidates' order
+    (None: what ``cfg.cost_model`` names, see :func:`~.ranker.make_ranker`).
 
     ``accepts``: the host check of formats; default none on a GPU (converting a large matrix on the
     host for every format costs as much as the worker's own conversion, minutes at 10^7 nonzeros:
     the search learns refusals from the harness instead), and :meth:`MatrixContext.accepts` without one."""
     t = time.perf_counter()
-    card = ctx.card
+    card, features = ctx.card, ctx.features
     log.info("%s: %d x %d, %d nonzeros; card in %.1f s", ctx.name, *ctx.shape, ctx.nnz, time.perf_counter() - t)
+    if ranker is None:
+        ranker = make_ranker(cfg.cost_model, card, features, ctx.op, ctx.k)
     known_row, known = _known(store, card.fingerprint, ctx.op, ctx.k, cfg.regime) if store is not None else (None, [])
     if known_row is not None:
         log.info("the store knows %s for this matrix: %s", ctx.name, known_row.candidate_id or known_row.kernel_sha[:12])
@@ -157,12 +163,13 @@ def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | N
             coords = pool.submit(coords).result
             pool.shutdown(wait=False)  # the task runs on; its result is asked for at the first write
         source = str(Path(ctx.path).resolve()) if ctx.path else None
-        sink = StoreSink(store, card, ctx.name, source, coords, run_config or {"search": asdict(cfg)}, model=model)
+        sink = StoreSink(store, card, ctx.name, source, coords, run_config or {"search": asdict(cfg)}, model=model,
+                         journal=journal, features=features)
     if accepts is None and not ev.has_gpu:  # nothing converts the matrix without a GPU: the host checks
         accepts = ctx.accepts
     res = run_search(ctx.A, ctx.name, ctx.op, ctx.k, cfg, ev, card=card, selector_point=_selector_point(ctx),
                      known=known, proposer=proposer, prior=[(c.text, c.result) for c in prior], sink=sink,
-                     accepts=accepts, trace=trace, progress=progress)
+                     accepts=accepts, trace=trace, progress=progress, stop=stop, ranker=ranker)
     res.known_best = known_row
     return res
 
@@ -192,11 +199,12 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None) 
                 ev.close()
     finally:
         store.close()
-    return _report(job, ctx, res, out), res
+    return write_report(ctx, res, out, asdict(job)), res
 
 
-def _report(job: SearchJob, ctx: MatrixContext, res: SearchResult, out: Path) -> KernelReport:
-    """The search's kernel and its report, written to ``out`` (the trace is there already)."""
+def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict) -> KernelReport:
+    """The search's kernel and its report (``config``: the run's settings, recorded), written to
+    ``out`` (the trace is there already); raises SparseRLError when no candidate is usable."""
     pool = CandidatePool(ctx, timed=res.timed)
     pool.add(search_candidates(res))
     best = pool.best()
@@ -204,7 +212,7 @@ def _report(job: SearchJob, ctx: MatrixContext, res: SearchResult, out: Path) ->
         what = "correct" if res.timed else "compiling"
         raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "
                             f"({pool.kinds()}); the trace is in {out / 'trace.jsonl'}")
-    rep = KernelReport.of(ctx, best, pool, [c.result for c in pool.candidates], "candidates evaluated", asdict(job),
+    rep = KernelReport.of(ctx, best, pool, [c.result for c in pool.candidates], "candidates evaluated", config,
                           res.seconds, search=search_summary(res))
     rep.write(out, ctx, search_markdown(res))
     return rep

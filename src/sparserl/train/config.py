@@ -6,10 +6,12 @@ without loading a model library."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sparserl.checks import require
 from sparserl.data.corpus import CorpusConfig
-from sparserl.model.config import TinyModelConfig
+from sparserl.errors import SparseRLError
+from sparserl.model.config import TinyModelConfig, preset_shape
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,15 @@ class PretrainConfig:
     vocab_size: int = 8192
     """BPE vocabulary of the tokenizer trained from scratch."""
     shape: TinyModelConfig = field(default_factory=TinyModelConfig)
-    """Shape of the model trained from scratch."""
+    """Shape of the model trained from scratch (``preset`` replaces it when given)."""
+    preset: str | None = None
+    """A named shape for the model trained from scratch: 'default' (about 29M) or 'base' (about 210M)."""
+    corpus_dir: str | None = None
+    """A built corpus (``sparserl corpus build``) or its pack (``sparserl corpus pack``); None: the
+    toolkit headers and kernel library found on this machine (``corpus``)."""
+    minutes: float | None = None
+    """Wall-clock budget: training stops after this many minutes (checkpoint and evaluation follow);
+    the learning rate decays over whichever ends first, the budget or ``steps``."""
     seq_len: int = 512
     """Tokens per training sequence."""
     batch_size: int = 32
@@ -43,11 +53,15 @@ class PretrainConfig:
     save_every: int = 500
     """Steps between checkpoints."""
     heldout_tokens: int = 200_000
-    """Held-out tokens scored for perplexity (at most)."""
+    """Held-out tokens scored for perplexity (at most, per held-out package)."""
     device: str = "auto"
     """'auto' (cuda if available), 'cuda', 'cpu'."""
     bf16: bool = True
     """bf16 autocast on CUDA."""
+    compile: bool = False
+    """torch.compile the model for training (CUDA only; the first steps pay the compile time)."""
+    peak_tflops: float | None = None
+    """Peak dense bf16 TFLOP/s for MFU; None: from the GPU's name (H200: 989), no MFU on a CPU."""
     seed: int = 0
     """Seed of the initial weights and the batches."""
     resume: bool = False
@@ -62,6 +76,17 @@ class PretrainConfig:
         require(self.lr > 0, "--lr", "> 0", self.lr)
         require(self.vocab_size >= 256, "--vocab-size", ">= 256", self.vocab_size)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
+        if self.preset is not None:
+            preset_shape(self.preset)
+        if self.minutes is not None and self.minutes <= 0:
+            raise SparseRLError("--minutes must be positive")
+        if self.corpus_dir and not Path(self.corpus_dir).is_dir():
+            raise SparseRLError(f"--corpus {self.corpus_dir}: no such folder")
+
+    @property
+    def model_shape(self) -> TinyModelConfig:
+        """The shape a model trained from scratch gets."""
+        return preset_shape(self.preset) if self.preset else self.shape
 
 
 @dataclass(frozen=True)
