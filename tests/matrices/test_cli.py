@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import sparserl
 from sparserl.errors import MatrixError
 from sparserl.matrices import FAMILIES, compute_features, generate, load_matrix, save_matrix
-from sparserl.matrices.cli import app
+from sparserl.cli.matrix import app
 
 runner = CliRunner()
 

@@ -1,6 +1,7 @@
-"""The ``sparserl`` command line: one module per command group (``search``, ``best``, ``pretrain``,
-``data``, ``sft``, ``rl``, ``generate``, ``evaluate``, ``demo``, ``improve``; ``paper`` holds the
-paper's script-style entry points), registered on the root command in :mod:`.root`.
+"""The ``sparserl`` command line: one module per command group (``matrix``, ``library``, ``check``
+(check-kernel, baseline), ``search``, ``best``, ``farm``, ``corpus``, ``pretrain``, ``data``,
+``sft``, ``rl``, ``generate``, ``evaluate``, ``demo``, ``improve``; ``paper`` holds the paper's
+script-style entry points), registered on the root command in :mod:`.root`.
 
 This module stays light: :func:`main` loads the command line inside its own Ctrl-C handling, so an
 interrupt while the libraries load (seconds on a busy machine) ends with the same one line as one

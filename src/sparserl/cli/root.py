@@ -16,13 +16,24 @@ import sys
 import typer
 
 from sparserl import __version__, interrupts
-from sparserl.cli import best, data, demo, evaluate, generate, improve, pretrain, rl, search, sft
-from sparserl.corpus.cli import app as corpus_app
+from sparserl.cli import (
+    best,
+    check,
+    corpus,
+    data,
+    demo,
+    evaluate,
+    farm,
+    generate,
+    improve,
+    library,
+    matrix,
+    pretrain,
+    rl,
+    search,
+    sft,
+)
 from sparserl.errors import SparseRLError
-from sparserl.farm.cli import farm_cmd
-from sparserl.harness.cli import baseline, check_kernel
-from sparserl.kernels.cli import app as library_app
-from sparserl.matrices.cli import app as matrix_app
 from sparserl.progress import quiet_foreign_bars
 
 app = typer.Typer(
@@ -45,14 +56,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
-app.add_typer(matrix_app, name="matrix")
-app.add_typer(library_app, name="library")
-app.command("check-kernel")(check_kernel)
-app.command("baseline")(baseline)
+app.add_typer(matrix.app, name="matrix")
+app.add_typer(library.app, name="library")
+app.command("check-kernel")(check.check_kernel)
+app.command("baseline")(check.baseline)
 app.command("search")(search.search_cmd)
 app.add_typer(best.app, name="best")
-app.command("farm")(farm_cmd)
-app.add_typer(corpus_app, name="corpus")
+app.command("farm")(farm.farm_cmd)
+app.add_typer(corpus.app, name="corpus")
 
 
 def _add_model_commands() -> None:
