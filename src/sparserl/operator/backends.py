@@ -1,0 +1,169 @@
+"""What runs ``y = A x`` inside an operator: a tuned kernel, or the library.
+
+:class:`KernelBackend` is a contract kernel bound to the matrix's conversion on the device, run
+through the harness's own launch path (:class:`~sparserl.harness.launcher.BoundKernel`: the output
+policy, then every LAUNCH line). :class:`LibraryBackend` is cuSPARSE's generic SpMV/SpMM on CSR
+(row-major dense operands, the same calls the harness times as its baseline), used when no kernel
+beats it. Both update their values in place on the GPU, so the device pointers a launch reads
+never change: :meth:`set_values` takes the new values in CSR order.
+
+Everything here needs a GPU and CuPy (imported when a backend is built).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparserl.formats.value_map import ValueMap, value_map
+from sparserl.harness.device import cupy_module
+from sparserl.kernels.contract import Op
+
+log = logging.getLogger(__name__)
+
+_GATHER = None
+
+
+def _gather_kernel():
+    """``dst[i] = src[i] >= 0 ? v[src[i]] : 0``: one pass over a format's value array."""
+    global _GATHER
+    if _GATHER is None:
+        cp = cupy_module()
+        _GATHER = cp.ElementwiseKernel("raw float32 v, int32 src", "float32 dst",
+                                       "dst = src >= 0 ? v[src] : 0.0f", "sparserl_value_gather")
+    return _GATHER
+
+
+class KernelBackend:
+    """A tuned contract kernel on the matrix's device conversion."""
+
+    def __init__(self, bound, A: sp.csr_array):
+        self.bound = bound
+        """The :class:`~sparserl.harness.launcher.BoundKernel` every launch goes through."""
+        self.A = A
+        self.format = bound.dev.data.format
+        self._gathers: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.bound.dev.data.header_line().removeprefix('FORMAT: ')} kernel"
+
+    def run(self, x, y) -> None:
+        """``y = A x`` (or ``Y = A X``) on CuPy's current stream; ``x``, ``y`` CuPy arrays."""
+        self.bound.runner(x, y)()
+
+    def csr_values(self):
+        """The device array that holds the values in CSR order, when the format stores them so."""
+        return self.bound.dev.arrays["val"] if self.format in ("CSR", "COO") else None
+
+    def value_map(self) -> ValueMap:
+        """The CSR -> format value map (computed on the host from the conversion)."""
+        return value_map(self.A, self.bound.dev.data)
+
+    def prepare_updates(self) -> None:
+        """Compute the value map and upload its gather indices (once; the first update does it)."""
+        if self._gathers is None:
+            cp = cupy_module()
+            vm = self.value_map()
+            self._gathers = {name: None if src is None else cp.asarray(src) for name, src in vm.gathers.items()}
+            log.debug("value map for %s: %d slots", self.format, vm.slots)
+
+    def set_values(self, values) -> None:
+        """Write new values (a CuPy float32 array in CSR order) into the format's value arrays: one
+        copy (CSR, COO) or one gather per value array, padding slots kept zero."""
+        cp = cupy_module()
+        self.prepare_updates()
+        for name, src in self._gathers.items():
+            dst = self.bound.dev.arrays[name]
+            if src is None:
+                if dst.data.ptr != values.data.ptr:
+                    cp.copyto(dst, values)
+            else:
+                _gather_kernel()(values, src, dst)
+
+    def close(self) -> None:
+        pass
+
+
+class LibraryBackend:
+    """cuSPARSE's generic SpMV / SpMM on the matrix in CSR, descriptors made once."""
+
+    format = "CSR"
+    name = "cuSPARSE (library)"
+
+    def __init__(self, A: sp.csr_array, op: Op, k: int | None):
+        cp = cupy_module()
+        from cupy.cuda import device
+        from cupy_backends.cuda.libs import cusparse as cs
+
+        self._cs, self.op, self.k = cs, op, k
+        m, n = A.shape
+        self.shape = (int(m), int(n))
+        self.indptr = cp.asarray(A.indptr, dtype=cp.int32)
+        self.indices = cp.asarray(A.indices, dtype=cp.int32)
+        self.data = cp.asarray(A.data, dtype=cp.float32)
+        self.handle = device.get_cusparse_handle()
+        self._f32 = 0  # CUDA_R_32F
+        self._opn = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
+        self.alpha = np.array(1.0, np.float32)
+        self.beta = np.array(0.0, np.float32)
+        self.mat = cs.createCsr(m, n, A.nnz, self.indptr.data.ptr, self.indices.data.ptr, self.data.data.ptr,
+                                cs.CUSPARSE_INDEX_32I, cs.CUSPARSE_INDEX_32I, cs.CUSPARSE_INDEX_BASE_ZERO, self._f32)
+        x = cp.zeros((n,) if op is Op.SPMV else (n, k), dtype=cp.float32)
+        y = cp.zeros((m,) if op is Op.SPMV else (m, k), dtype=cp.float32)
+        dx, dy = self._descriptors(x, y)
+        try:
+            if op is Op.SPMV:
+                size = cs.spMV_bufferSize(self.handle, self._opn, self.alpha.ctypes.data, self.mat, dx,
+                                          self.beta.ctypes.data, dy, self._f32, 0)
+            else:
+                size = cs.spMM_bufferSize(self.handle, self._opn, self._opn, self.alpha.ctypes.data, self.mat, dx,
+                                          self.beta.ctypes.data, dy, self._f32, 0)
+        finally:
+            self._destroy(dx, dy)
+        self.buffer = cp.empty(max(int(size), 1), dtype=cp.uint8)
+
+    def _descriptors(self, x, y) -> tuple[int, int]:
+        cs, m, n = self._cs, *self.shape
+        if self.op is Op.SPMV:
+            return cs.createDnVec(n, x.data.ptr, self._f32), cs.createDnVec(m, y.data.ptr, self._f32)
+        k = self.k
+        return (cs.createDnMat(n, k, k, x.data.ptr, self._f32, cs.CUSPARSE_ORDER_ROW),
+                cs.createDnMat(m, k, k, y.data.ptr, self._f32, cs.CUSPARSE_ORDER_ROW))
+
+    def _destroy(self, dx: int, dy: int) -> None:
+        destroy = self._cs.destroyDnVec if self.op is Op.SPMV else self._cs.destroyDnMat
+        destroy(dx)
+        destroy(dy)
+
+    def run(self, x, y) -> None:
+        """``y = A x`` on CuPy's current stream (cuSPARSE's default algorithm)."""
+        cs = self._cs
+        dx, dy = self._descriptors(x, y)
+        try:
+            if self.op is Op.SPMV:
+                cs.spMV(self.handle, self._opn, self.alpha.ctypes.data, self.mat, dx, self.beta.ctypes.data, dy,
+                        self._f32, 0, self.buffer.data.ptr)
+            else:
+                cs.spMM(self.handle, self._opn, self._opn, self.alpha.ctypes.data, self.mat, dx,
+                        self.beta.ctypes.data, dy, self._f32, 0, self.buffer.data.ptr)
+        finally:
+            self._destroy(dx, dy)
+
+    def csr_values(self):
+        return self.data
+
+    def prepare_updates(self) -> None:
+        pass
+
+    def set_values(self, values) -> None:
+        if self.data.data.ptr != values.data.ptr:
+            cupy_module().copyto(self.data, values)
+
+    def close(self) -> None:
+        if self.mat is not None:
+            self._cs.destroySpMat(self.mat)
+            self.mat = None
