@@ -40,11 +40,12 @@ def _gather_kernel():
 class KernelBackend:
     """A tuned contract kernel on the matrix's device conversion."""
 
-    def __init__(self, bound, A: sp.csr_array):
+    def __init__(self, bound, A: sp.csr_array, known_map: ValueMap | None = None):
         self.bound = bound
         """The :class:`~sparserl.harness.launcher.BoundKernel` every launch goes through."""
         self.A = A
         self.format = bound.dev.data.format
+        self._map = known_map
         self._gathers: dict[str, Any] | None = None
 
     @property
@@ -60,8 +61,10 @@ class KernelBackend:
         return self.bound.dev.arrays["val"] if self.format in ("CSR", "COO") else None
 
     def value_map(self) -> ValueMap:
-        """The CSR -> format value map (computed on the host from the conversion)."""
-        return value_map(self.A, self.bound.dev.data)
+        """The CSR -> format value map (computed on the host from the conversion, once)."""
+        if self._map is None:
+            self._map = value_map(self.A, self.bound.dev.data)
+        return self._map
 
     def prepare_updates(self) -> None:
         """Compute the value map and upload its gather indices (once; the first update does it)."""

@@ -70,15 +70,15 @@ class SparseOperator:
     @classmethod
     def build(cls, A: sp.csr_array, op: Op, k: int | None, choice, config, t0: float) -> "SparseOperator":
         """Convert and upload ``A`` for the chosen kernel (or the library) on the current GPU."""
-        from sparserl.harness.device import cupy_module, num_sms
-        from sparserl.harness.launcher import BoundKernel, MatrixOnDevice
+        from sparserl.harness.device import cupy_module
+        from sparserl.operator import plans
         from sparserl.operator.backends import KernelBackend, LibraryBackend
         from sparserl.operator.tuning import LIBRARY
 
         cp = cupy_module()
         backend = None
         if choice.text is not None:
-            bound = BoundKernel.bind(choice.header, op, choice.cubin_path, MatrixOnDevice(A), k, num_sms())
+            bound, vmap = plans.bind(A, choice.fingerprint, choice.header, op, choice.cubin_path, k)
             if isinstance(bound, str):  # the harness bound it on this structure; only other limits refuse it
                 log.warning("the chosen kernel does not bind here (%s): the library runs the operator", bound)
                 from dataclasses import replace
@@ -86,7 +86,7 @@ class SparseOperator:
                 choice = replace(choice, action=LIBRARY, text=None, why=f"{choice.why}, but it does not bind here "
                                  f"({bound}), so the library (cuSPARSE) runs it")
             else:
-                backend = KernelBackend(bound, A)
+                backend = KernelBackend(bound, A, vmap)
         if backend is None:
             backend = LibraryBackend(A, op, k)
         fmt = backend.format if choice.text is not None else None
