@@ -85,7 +85,8 @@ def test_store_rows_of_another_key_are_not_used(tmp_path, banded) -> None:
     assert choice.action == LIBRARY and choice.searched == 2 and choice.text is None
     assert "without a GPU" in choice.why
     report = choice.report(Op.SPMV, None, 1.0)
-    assert report.line.startswith(f"tune {choice.fingerprint[:12]}: searched 2 candidates;") and "library" in report.line
+    assert report.line.startswith(f"tune {choice.fingerprint[:12]}: searched 2 candidates;")
+    assert "library" in report.line
     with BestStore(tmp_path / "s.db") as st:  # nothing compile-only enters the store
         assert len(st.results(fingerprint=choice.fingerprint, op="spmv", arch=ARCH)) == 0
 
