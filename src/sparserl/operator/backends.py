@@ -41,6 +41,7 @@ class KernelBackend:
     """A tuned contract kernel on the matrix's device conversion."""
 
     def __init__(self, bound, A: sp.csr_array, known_map: ValueMap | None = None):
+        self._cp = cupy_module()
         self.bound = bound
         """The :class:`~sparserl.harness.launcher.BoundKernel` every launch goes through."""
         self.A = A
@@ -69,7 +70,7 @@ class KernelBackend:
     def prepare_updates(self) -> None:
         """Compute the value map and upload its gather indices (once; the first update does it)."""
         if self._gathers is None:
-            cp = cupy_module()
+            cp = self._cp
             vm = self.value_map()
             self._gathers = {name: None if src is None else cp.asarray(src) for name, src in vm.gathers.items()}
             log.debug("value map for %s: %d slots", self.format, vm.slots)
@@ -77,7 +78,7 @@ class KernelBackend:
     def set_values(self, values) -> None:
         """Write new values (a CuPy float32 array in CSR order) into the format's value arrays: one
         copy (CSR, COO) or one gather per value array, padding slots kept zero."""
-        cp = cupy_module()
+        cp = self._cp
         self.prepare_updates()
         for name, src in self._gathers.items():
             dst = self.bound.dev.arrays[name]
@@ -98,7 +99,7 @@ class LibraryBackend:
     name = "cuSPARSE (library)"
 
     def __init__(self, A: sp.csr_array, op: Op, k: int | None):
-        cp = cupy_module()
+        cp = self._cp = cupy_module()
         from cupy.cuda import device
         from cupy_backends.cuda.libs import cusparse as cs
 
@@ -164,7 +165,7 @@ class LibraryBackend:
 
     def set_values(self, values) -> None:
         if self.data.data.ptr != values.data.ptr:
-            cupy_module().copyto(self.data, values)
+            self._cp.copyto(self.data, values)
 
     def close(self) -> None:
         if self.mat is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -205,13 +206,13 @@ class SparseOperator:
             values = B.data
         info = describe(values, "values")
         check_values(info, self.nnz, self.device)
-        torch_stream = None
+        stream = cp.cuda.get_current_stream()
         if info.kind == "torch":
             from sparserl.operator.torch_op import current_stream
 
-            torch_stream = current_stream(cp, values.device)
+            stream = current_stream(cp, values.device)
             values = values.detach()
-        with cp.cuda.Device(self.device), (torch_stream or cp.cuda.get_current_stream()):
+        with cp.cuda.Device(self.device), stream:
             v = cp.asarray(values)  # a view of device memory; NumPy values are uploaded here
             self._set_values(v)
 
@@ -262,7 +263,7 @@ class SparseOperator:
                 cp.take(self.values(), self._transpose_order, out=self._transpose_values)  # values as they are now
                 T._set_values(self._transpose_values)
             self._transpose = T
-            log.info("transpose of %s: %s", self.config.name, T.report.line)
+            log.debug("transpose of %s made", self.config.name)
         return self._transpose
 
     def as_linear_operator(self):

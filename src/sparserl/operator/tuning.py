@@ -50,7 +50,9 @@ class TuneConfig:
     min_speedup: float = 1.0
     """Use the kernel only when its measured speedup over cuSPARSE is above this; else the library."""
     evaluator: Any = None
-    """An open harness Evaluator to search with (None: one is started for the search and closed)."""
+    """An open harness Evaluator to search with (None: one is started for each search and closed).
+    The operator keeps it to tune its transpose on first use: keep it open until then, or tune with
+    ``backward=True``."""
     name: str = "matrix"
     """How logs, the store and the search's trace name the matrix."""
     progress: bool = False
@@ -150,6 +152,9 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     from sparserl.search.run import search_array
 
     cfg = SearchConfig(budget=budget, seconds=seconds, regime=regime)
+    if evaluator is not None and regime not in evaluator.config.regimes:
+        raise SparseRLError(f"the evaluator times the {'/'.join(evaluator.config.regimes)} regime, not {regime}: "
+                            f"tune with regime={evaluator.config.regimes[0]!r} or give an evaluator that times {regime}")
     ev = evaluator or Evaluator(HarnessConfig(regimes=(regime,), reward_regime=regime))
     try:
         if ev.has_gpu:
@@ -162,9 +167,10 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     best = res.best
     if best is None:
         return SearchOutcome(res.evaluated, res.seconds, res.timed)
-    base = best.result.baseline.get(regime)
+    t, base = best.time_us(regime), best.result.baseline.get(regime)
+    speedup = base.median_us / t if base is not None and t else best.result.speedup
     return SearchOutcome(res.evaluated, res.seconds, res.timed, best.proposal.text, best.proposal.id,
-                         best.result.speedup, best.time_us(regime), base.median_us if base else None)
+                         speedup, t, base.median_us if base else None)
 
 
 def best_known(store, fingerprint: str, op: Op, k: int | None, arch: str, regime: str):
