@@ -111,6 +111,7 @@ def test_update_values_then_the_product_is_the_new_matrix(fmt) -> None:
                      "matrix": B}[source]
             op.update_values(given)
             judged(B, X, op @ X)
+            np.testing.assert_array_equal(cp.asnumpy(op.values()), v)  # read back from the format's arrays
         # a bad update changes nothing
         before = cp.asnumpy(op @ X)
         for bad in (cp.zeros(A.nnz, dtype=cp.float64), cp.zeros(A.nnz - 1, dtype=cp.float32),

@@ -61,6 +61,21 @@ class KernelBackend:
         """The device array that holds the values in CSR order, when the format stores them so."""
         return self.bound.dev.arrays["val"] if self.format in ("CSR", "COO") else None
 
+    def current_values(self):
+        """The values the kernel reads now, in CSR order: the value array itself (CSR, COO), or read
+        back from the format's value arrays through the value map (a new array)."""
+        own = self.csr_values()
+        if own is not None:
+            return own
+        cp = self._cp
+        self.prepare_updates()
+        out = cp.empty(self.A.nnz, dtype=cp.float32)
+        for name, src in self._gathers.items():
+            arr = self.bound.dev.arrays[name]
+            held = src >= 0
+            out[src[held]] = arr[held]
+        return out
+
     def value_map(self) -> ValueMap:
         """The CSR -> format value map (computed on the host from the conversion, once)."""
         if self._map is None:
@@ -158,6 +173,9 @@ class LibraryBackend:
             self._destroy(dx, dy)
 
     def csr_values(self):
+        return self.data
+
+    def current_values(self):
         return self.data
 
     def prepare_updates(self) -> None:

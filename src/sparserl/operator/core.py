@@ -63,7 +63,8 @@ class SparseOperator:
         """The CUDA device the matrix lives on."""
         self.handle = registry.register(self)
         """The operator's number for ``torch.ops.sparserl.matmul``."""
-        self._values = None  # current values in CSR order on the device, once updated (else A.data)
+        m, n = self.shape
+        self._shapes = ((n,), (m,)) if op is Op.SPMV else ((n, k), (m, k))
         self._transpose: SparseOperator | None = None
         self._transpose_order = None  # device gather: A^T's CSR order -> A's
         self._transpose_values = None
@@ -110,8 +111,8 @@ class SparseOperator:
         return f"<SparseOperator {self.op.value}{k} {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, {self.format}>"
 
     def _operand_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        m, n = self.shape
-        return ((n,), (m,)) if self.op is Op.SPMV else ((n, self.k), (m, self.k))
+        """(shape of x, shape of y)."""
+        return self._shapes
 
     def matvec(self, x, out=None):
         """``A x`` for x of shape (n,) (an SpMV operator); ``out``: a CuPy array of shape (m,) to reuse."""
@@ -130,14 +131,20 @@ class SparseOperator:
         return self.matvec(x) if self.op is Op.SPMV else self.matmat(x)
 
     def _apply(self, x, out, what: str):
+        cp = self._cp
+        want, give = self._shapes
+        if (out is None and type(x) is cp.ndarray and x.dtype == self.dtype and x.shape == want
+                and x.flags.c_contiguous and x.data.device_id == self.device
+                and cp.cuda.runtime.getDevice() == self.device):  # the common case, checked in a few attributes
+            y = cp.empty(give, dtype=cp.float32)
+            self.backend.run(x, y)
+            return y
         if type(x).__module__.startswith("torch"):
             if out is not None:
                 raise SparseRLError("out= takes CuPy arrays; with torch tensors the result is a new tensor")
             return self._torch(x, what)
-        want, give = self._operand_shapes()
         info = describe(x, what)
         check_operand(info, what, want, self.device)
-        cp = self._cp
         if out is None:
             with cp.cuda.Device(self.device):
                 y = cp.empty(give, dtype=cp.float32)
@@ -217,27 +224,16 @@ class SparseOperator:
             self._set_values(v)
 
     def _set_values(self, v) -> None:
-        cp = self._cp
         self.backend.set_values(v)
-        own = self.backend.csr_values()
-        if own is None:  # keep the CSR-order values for the transpose (and for reading back)
-            if self._values is None:
-                self._values = cp.empty(self.nnz, dtype=cp.float32)
-            cp.copyto(self._values, v)
         if self._transpose is not None:
-            cp.take(v, self._transpose_order, out=self._transpose_values)
+            self._cp.take(v, self._transpose_order, out=self._transpose_values)
             self._transpose._set_values(self._transpose_values)
 
     def values(self):
-        """The current values in CSR order, on the device (a CuPy array; do not write to it)."""
-        cp = self._cp
-        own = self.backend.csr_values()
-        if own is not None:
-            return own
-        if self._values is not None:
-            return self._values
-        with cp.cuda.Device(self.device):
-            return cp.asarray(self.A.data)
+        """The values the kernel reads now, in CSR order, on the device (a CuPy array; for CSR and COO
+        kernels and the library the operator's own: do not write to it)."""
+        with self._cp.cuda.Device(self.device):
+            return self.backend.current_values()
 
     def prepare_updates(self) -> None:
         """Compute the value map now (the first ``update_values`` does it otherwise)."""
@@ -276,7 +272,8 @@ class SparseOperator:
         cp = self._cp
 
         def vector(x):
-            x = x.reshape(-1)  # solvers pass (n,) or (n, 1)
+            if x.ndim != 1:
+                x = x.reshape(-1)  # solvers pass (n,) or (n, 1)
             return x if x.flags.c_contiguous else cp.ascontiguousarray(x)
 
         return LinearOperator(self.shape, matvec=lambda x: self.matvec(vector(x)),
