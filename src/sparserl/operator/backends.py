@@ -24,17 +24,30 @@ from sparserl.kernels.contract import Op
 
 log = logging.getLogger(__name__)
 
+_GATHER_SOURCE = r"""
+extern "C" __global__ void sparserl_value_gather(const float* __restrict__ v, const int* __restrict__ src,
+                                                 float* __restrict__ dst, long long slots)
+{
+    // one thread per slot of a format's value array: the CSR value it holds, or 0 for padding
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < slots) {
+        const int s = src[i];
+        dst[i] = s >= 0 ? v[s] : 0.0f;
+    }
+}
+"""
 _GATHER = None
 
 
-def _gather_kernel():
-    """``dst[i] = src[i] >= 0 ? v[src[i]] : 0``: one pass over a format's value array."""
+def gather_values(v, src, dst) -> None:
+    """``dst[i] = v[src[i]]`` where ``src[i] >= 0``, else 0: one pass over a format's value array
+    (a raw kernel: a lighter launch than an elementwise kernel's, which the update's cost is)."""
     global _GATHER
     if _GATHER is None:
-        cp = cupy_module()
-        _GATHER = cp.ElementwiseKernel("raw float32 v, int32 src", "float32 dst",
-                                       "dst = src >= 0 ? v[src] : 0.0f", "sparserl_value_gather")
-    return _GATHER
+        _GATHER = cupy_module().RawKernel(_GATHER_SOURCE, "sparserl_value_gather")
+    slots = int(dst.size)
+    if slots:
+        _GATHER(((slots + 255) // 256,), (256,), (v, src, dst, np.int64(slots)))
 
 
 class KernelBackend:
@@ -101,7 +114,7 @@ class KernelBackend:
                 if dst.data.ptr != values.data.ptr:
                     cp.copyto(dst, values)
             else:
-                _gather_kernel()(values, src, dst)
+                gather_values(values, src, dst)
 
     def close(self) -> None:
         pass

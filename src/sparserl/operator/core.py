@@ -202,6 +202,11 @@ class SparseOperator:
         PyTorch's current stream for a tensor; the transpose follows. A bad input changes nothing.
         (Do not write to ``op.A`` in place: the operator keeps it as its structure.)"""
         cp = self._cp
+        if (type(values) is cp.ndarray and values.dtype == self.dtype and values.shape == (self.nnz,)
+                and values.flags.c_contiguous and values.data.device_id == self.device
+                and cp.cuda.runtime.getDevice() == self.device):  # the common case: on the current stream
+            self._set_values(values)
+            return
         if type(values).__module__.startswith("cupyx") and hasattr(values, "tocsr"):
             values = values.get()  # a CuPy sparse matrix: its structure is checked on the host
         if sp.issparse(values):
