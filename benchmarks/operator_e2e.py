@@ -79,11 +79,13 @@ def poisson3d(side: int) -> sp.csr_array:
 
 def symmetric_pattern(P) -> sp.csr_array:
     """The undirected graph of ``P``'s pattern, without self loops, weights 1."""
-    S = (sp.csr_array(P) + sp.csr_array(P).T).tocsr()
-    S.setdiag(0)
-    S.eliminate_zeros()
+    C = sp.coo_array(P)
+    rows, cols = np.concatenate([C.row, C.col]), np.concatenate([C.col, C.row])
+    keep = rows != cols
+    S = sp.csr_array((np.ones(int(keep.sum()), np.float32), (rows[keep], cols[keep])), shape=P.shape)
+    S.sum_duplicates()
     S.data[:] = 1.0
-    return S.astype(np.float32)
+    return S
 
 
 def graph_laplacian_spd(nodes: int, degree: float) -> sp.csr_array:
