@@ -14,6 +14,7 @@ import sys
 
 import typer
 
+from sparserl.corpus.cli import app as corpus_app
 from sparserl.errors import SparseRLError
 from sparserl.farm.cli import farm_cmd
 from sparserl.harness.cli import baseline, check_kernel
@@ -48,6 +49,7 @@ app.command("baseline")(baseline)
 app.command("search")(search_cmd)
 app.add_typer(best_app, name="best")
 app.command("farm")(farm_cmd)
+app.add_typer(corpus_app, name="corpus")
 
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it

@@ -201,5 +201,93 @@ def test_check_kernels_compile_with_nvrtc() -> None:
         pytest.skip("NVRTC not found")
     out = nvrtc.compile(gpucheck._SRC, ["--gpu-architecture=sm_90"], 120)
     assert out.status == "ok", out.log[-2000:]
-    for name in ("check_rows", "check_chunks", "check_long_rows", "check_guards", "diff_f32", "diff_u32", "reset_row"):
+    assert "word_sums" in gpucheck.KERNELS
+    for name in gpucheck.KERNELS:
         assert f".entry {name}(" in out.ptx, name
+
+
+def _sums_by_hand(words: list[int]) -> tuple[int, int]:
+    """The two fingerprint sums with Python integers, reduced mod 2^64 at the end."""
+    plain = sum(words)
+    mixed = sum(w * (2 * i + 1) for i, w in enumerate(words))
+    return plain % 2 ** 64, mixed % 2 ** 64
+
+
+def test_fingerprint_sums_by_hand_and_what_they_catch() -> None:
+    """The host mirror of the word_sums kernel (the GPU test holds the kernel to it): per array the sum
+    of its 32-bit words and the sum of word_i * (2 i + 1), wrapping; a float64 array is its two words
+    per value. One changed word changes both sums (the first word too: its weight is 1, not 0); two words
+    exchanged change the second. Kills a fingerprint that is the plain sum alone (blind to exchanged
+    words), a weight of i instead of 2 i + 1 (blind in the second sum to the first word), a float64
+    array read as one word per value."""
+    big = np.array([0xFFFFFFFF, 0x80000000, 7, 0xFFFFFFFF] * 1000, dtype=np.uint32)  # sums wrap past 2^64
+    halves = np.array([1.5, -2.0e300], dtype=np.float64)
+    got = gpucheck.word_sums_host([big, halves, np.zeros(0, np.float32)])
+    assert got[:2] == _sums_by_hand([int(w) for w in big])
+    assert got[2:4] == _sums_by_hand([int(w) for w in halves.view(np.uint32)])
+    assert got[4:] == (0, 0)
+    vals = np.arange(1, 2001, dtype=np.int32)
+    base = gpucheck.word_sums_host([vals])
+    one = vals.copy()
+    one.view(np.uint32)[1234] ^= np.uint32(1 << 31)  # a sign bit flipped
+    changed = gpucheck.word_sums_host([one])
+    assert changed[0] != base[0] and changed[1] != base[1]
+    first = vals.copy()
+    first[0] += 5
+    changed = gpucheck.word_sums_host([first])
+    assert changed[0] != base[0] and changed[1] != base[1]
+    swapped = vals.copy()
+    swapped[[10, 900]] = swapped[[900, 10]]
+    s = gpucheck.word_sums_host([swapped])
+    assert s[0] == base[0] and s[1] != base[1]
+
+
+def _library_conversions(op: str = "spmv") -> set[tuple[str, tuple]]:
+    from sparserl.kernels.contract import Op, split_completion
+    from sparserl.kernels.library import variants
+
+    out = set()
+    for v in variants(Op(op)):
+        header, _ = split_completion(v.render(), Op(op))
+        out.add((header.format, tuple(sorted(header.params.items()))))
+    return out
+
+
+@pytest.mark.parametrize("family, rows", [("banded", 3000), ("powerlaw", 4000), ("empty_rows", 3000),
+                                          ("rectangular", 2000), ("block", 2048)])
+def test_one_conversion_of_the_pattern_gives_both_versions_bit_for_bit(family: str, rows: int) -> None:
+    """The premise of TwinConversions, on the real converters for every format and parameter set of the
+    library: converting the pattern with each nonzero's position as its value names, in every value slot,
+    the nonzero it holds (every nonzero exactly once, padding 0), and gathering a matrix's values
+    through it gives exactly (bit for bit, explicit zeros and signed zeros too) what converting that
+    matrix gives; index arrays are the pattern's. Kills a converter that reorders by value, drops
+    explicit zeros, or pads with something other than +0 (the GPU kernels do what these host lines do:
+    tests/harness/test_batched_gpu.py)."""
+    from sparserl.errors import FormatError
+    from sparserl.formats import convert
+    from sparserl.harness.preconvert import convert_pattern
+    from sparserl.harness.resident import revalued
+
+    A = generate(family, rows, seed=5)
+    A.data[::7] = 0.0  # explicit zeros are stored nonzeros like any other
+    A.data[3::11] = -0.0
+    twin = revalued(A, 9)
+    for fmt, params in sorted(_library_conversions()):
+        try:
+            fd = convert_pattern(A, fmt, dict(params))
+        except FormatError:
+            with pytest.raises(FormatError):
+                convert(A, fmt, dict(params))
+            continue
+        wheres = {n: a.view(np.int32) for n, a in fd.arrays.items() if a.dtype == np.float32}
+        named = np.concatenate([w[w != 0] for w in wheres.values()])
+        assert np.array_equal(np.sort(named), np.arange(1, A.nnz + 1)), (fmt, params)
+        for M in (A, twin):
+            want = convert(M, fmt, dict(params))
+            assert want.sizes == fd.sizes and want.params == fd.params, (fmt, params)
+            for name, arr in want.arrays.items():
+                got = fd.arrays[name]
+                if name in wheres:
+                    w = wheres[name]
+                    got = np.where(w > 0, M.data.view(np.uint32)[np.maximum(w, 1) - 1], 0).view(np.float32)
+                assert np.array_equal(got.view(np.uint32), arr.view(np.uint32)), (family, fmt, params, name)

@@ -199,3 +199,60 @@ def test_cusparse_timed_both_ways_agrees() -> None:
         a = time_cusparse(A, Op.SPMV, None, cfg, check=False)
         b = time_cusparse(A, Op.SPMV, None, cfg, check=False, batched=True)
         assert 0.9 < b.timing.median_us / a.timing.median_us < 1.1, (regime, a.to_dict(), b.to_dict())
+
+
+def test_word_sums_kernel_matches_the_host_mirror() -> None:
+    """Arrays of every length class (empty, one word, around the CUB block sizes that made CuPy compile a
+    kernel per length, past a grid's worth) and 4- and 8-byte dtypes, all in one launch: the sums the
+    kernel adds match gpucheck.word_sums_host. Kills a grid-stride loop that skips or repeats words, a
+    reduction that drops lanes, a table entry read from the wrong array."""
+    import cupy as cp
+
+    from sparserl.harness import gpucheck
+
+    rng = np.random.default_rng(3)
+    host = []
+    for n in (0, 1, 5, 127, 128, 129, 511, 1000, 2049, 65_537, 3_000_001):
+        host.append(rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32).view(np.int32))
+    host += [rng.standard_normal(777).astype(np.float32), rng.standard_normal(4099)]  # float64: two words each
+    dev = [cp.asarray(a) for a in host]
+    assert gpucheck.WordSums(dev, _sms()).compute() == gpucheck.word_sums_host(host)
+
+
+@pytest.mark.parametrize("family, rows", [("banded", 30_000), ("powerlaw", 40_000)])
+def test_twin_conversions_equal_two_conversions(family: str, rows: int) -> None:
+    """Every format and parameter set of the library: the batched path's one conversion of the pattern,
+    with both versions' values gathered on the GPU, uploads bit for bit what converting and uploading
+    A and its fresh-valued twin separately does (refusals alike), and the two versions' arrays are
+    distinct buffers (a kernel writing one leaves the other alone). Kills a gather through the wrong
+    version's values, an index array shared by both versions, a slot check that lets a converter that
+    looked at the values through."""
+    import cupy as cp
+
+    from sparserl.harness.launcher import MatrixOnDevice
+    from sparserl.kernels.contract import split_completion as split
+
+    A = generate(family, rows, seed=6)
+    st = _resident(A)
+    separate = {w: MatrixOnDevice(M) for w, M in (("A", st.A), ("A_alt", st.A_alt))}
+    seen = set()
+    for v in variants("spmv"):
+        header, _ = split(v.render(), Op.SPMV)
+        key = (header.format, tuple(sorted(header.params.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        got = {w: st.on_device[w].get(header.format, header.params) for w in ("A", "A_alt")}
+        for w in ("A", "A_alt"):
+            want = separate[w].get(header.format, header.params)
+            assert isinstance(got[w], str) == isinstance(want, str), (key, w)
+            if isinstance(want, str):
+                continue
+            assert list(got[w].arrays) == list(want.arrays), key
+            for name, a in want.arrays.items():  # compared on the host: bit for bit, no CuPy reduction to compile
+                b = got[w].arrays[name]
+                assert np.array_equal(cp.asnumpy(b).view(np.uint32), cp.asnumpy(a).view(np.uint32)), (key, w, name)
+        if not isinstance(got["A"], str):
+            for name, a in got["A"].arrays.items():
+                assert a.size == 0 or a.data.ptr != got["A_alt"].arrays[name].data.ptr, (key, name)
+    assert len(seen) >= 10

@@ -119,6 +119,9 @@ def test_speed_config_validation() -> None:
         SpeedConfig(early_stop=1.0)
     with pytest.raises(SparseRLError, match="ci"):
         SpeedConfig(ci=1.5)
+    with pytest.raises(SparseRLError, match="runs_ahead"):
+        SpeedConfig(runs_ahead=0)
+    assert SpeedConfig().runs_ahead == 1  # each timed run starts on an idle GPU, as on the sequential path
 
 
 def _timed(kind: ErrorKind, t_us: float, base_us: float = 100.0) -> EvalResult:

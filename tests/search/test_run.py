@@ -57,6 +57,7 @@ def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path:
         assert st.counts()["results"] == 40 and st.counts()["runs"] == 1
         m = st.matrix(b.fingerprint)
         assert m.source_path == str(mtx.resolve()) and m.coords is not None and 900 < len(m.coords[0]) <= 1024
+        assert m.features is not None and m.features["nnz"] == b.nnz  # what the cost model learns from
 
     # a second search starts from what the store knows, and does not replace it with a tie
     ev2 = FakeTimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
@@ -96,7 +97,8 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path) -> None:
     assert {normalised(v.render()) for v in variants("spmv")} <= lib
     # every oracle text (template seeds, library variants) 50 us, anything else (a mutation) 40 us
     ev = FakeTimingDouble(lambda t: 50.0 if normalised(t) in lib else 40.0)
-    args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None})()
+    args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None,
+                         "cost_model": "none"})()
     with open_store(tmp_path / "s.db") as st:
         row = search_bench.bench_one(ev, st, A, "rand", Op.SPMV, None, args)
     assert row["oracle_us"] == 50.0 and row["cusparse_us"] == 100.0 and row["oracle_speedup"] == 2.0

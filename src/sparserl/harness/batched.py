@@ -16,8 +16,10 @@ instead of the earlier failure (both are failures; the sequential path never ran
 :func:`sparserl.harness.timing.time_run` (cold: fresh x and poisoned y, the L2 flush, start event,
 graph replay, stop event; warm: a graph of prepared repetitions between two events, and the
 preparations alone timed the same way and subtracted), with each run's output checked on the GPU
-right behind it instead of on the host between runs. The host enqueues runs ahead of the GPU and
-looks at the times and the board only between batches. Cold timing is adaptive
+right behind it instead of on the host between runs. By default the host waits for each run and its
+checks before it enqueues the next (``SpeedConfig.runs_ahead``): every run starts on an idle GPU with
+nothing queued behind it, as on the sequential path; runs enqueued back to back measured slower. The
+host reads the times and the board only at the looks. Cold timing is adaptive
 (:func:`~sparserl.harness.speed.enough_runs`) and stops early for a hopeless kernel
 (:func:`~sparserl.harness.speed.is_slow`), both decided only at those looks, on checked runs.
 """
@@ -65,6 +67,19 @@ class GpuTarget:
         return [name for i, name in enumerate(self.arrays) if counters[i]]
 
 
+_EVENTS: list = []
+
+
+def _event_pairs(n: int) -> list:
+    """``n`` (start, stop) pairs of timing events, made once per process and reused (an evaluation
+    needs up to 2 x 41, and each is waited for and read before the next timing starts)."""
+    import cupy as cp
+
+    while len(_EVENTS) < n:
+        _EVENTS.append((cp.cuda.Event(), cp.cuda.Event()))
+    return _EVENTS[:n]
+
+
 def _sync(stream=None) -> None:
     import cupy as cp
 
@@ -97,14 +112,13 @@ class BatchedVerifier:
         first_y = None
         worst = 0.0
         for lo, hi in ((0, 1), (1, len(runs))):  # the first launch alone, then the rest back to back
-            with profile.step("verify_inputs"):
+            with profile.step("verify_inputs"):  # enqueued ahead of the launches on the same stream
                 ios = []
                 for target, _, x, _ in runs[lo:hi]:
                     io = IOBuffers(self.m, self.n, self.k)
                     io.load_x(x)
                     ios.append(io)
                 keep += ios
-                _sync()
             phase("verify", hi - lo)
             with profile.step("verify_batch"):
                 for idx in range(lo, hi):
@@ -234,12 +248,14 @@ class TimedResult:
 
 def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer, io: BoardIO, *,
               floor: int, ci: float, batch: int, early_runs: int = 0, slow_above_us: float | None = None,
-              stream=None) -> TimedResult:
-    """Cold timing, runs enqueued ahead and checked on the GPU (module docstring).
+              ahead: int = 1, stream=None) -> TimedResult:
+    """Cold timing, each run checked on the GPU right behind it (module docstring).
 
-    Looks at the times and the board at :func:`~sparserl.harness.speed.look_points` (after
-    ``early_runs`` runs when ``slow_above_us`` is given, after ``floor`` and then every ``batch``
-    runs when ``ci`` > 0, at ``config.trials``) and decides by :func:`~sparserl.harness.speed.look`."""
+    ``ahead``: runs enqueued before the host waits for the GPU (1: every run starts on an idle GPU, as
+    on the sequential path; see ``SpeedConfig.runs_ahead``). Looks at the times and the board at
+    :func:`~sparserl.harness.speed.look_points` (after ``early_runs`` runs when ``slow_above_us`` is
+    given, after ``floor`` and then every ``batch`` runs when ``ci`` > 0, at ``config.trials``) and
+    decides by :func:`~sparserl.harness.speed.look`."""
     import cupy as cp
 
     stream = stream or cp.cuda.Stream(non_blocking=True)
@@ -251,7 +267,7 @@ def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer,
             one.launch(stream)
         with stream:
             board = gpucheck.Board(ceiling)
-        events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(ceiling)]
+        events = _event_pairs(ceiling)
     of = f"up to {ceiling}" if ci > 0 else str(ceiling)
     samples: list[float] = []
     done = 0
@@ -266,7 +282,8 @@ def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer,
                     one.launch(stream)
                     events[t][1].record(stream)
                     io.enqueue_check(board, t)
-            _sync(stream)
+                    if (t + 1 - done) % ahead == 0 or t + 1 == end:
+                        _sync(stream)
             profile.count("cold_runs", end - done)
         with profile.step("time_check"):
             counts = board.read() if io.check is not None else None
@@ -287,9 +304,10 @@ def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer,
     return TimedResult(_summary("cold", np.asarray(samples), 1), samples_us=samples)
 
 
-def time_warm(run: Callable[[], None], config: TimingConfig, io: BoardIO, stream=None) -> TimedResult:
-    """Warm timing as :func:`sparserl.harness.timing.time_run` does it, the samples enqueued back to
-    back with their checks on the GPU, one wait for the samples and one for the preparations."""
+def time_warm(run: Callable[[], None], config: TimingConfig, io: BoardIO, ahead: int = 1,
+              stream=None) -> TimedResult:
+    """Warm timing as :func:`sparserl.harness.timing.time_run` does it, each sample's checks on the GPU
+    behind it; the host waits after every ``ahead`` samples (as :func:`time_cold` does)."""
     import cupy as cp
 
     stream = stream or cp.cuda.Stream(non_blocking=True)
@@ -327,7 +345,7 @@ def time_warm(run: Callable[[], None], config: TimingConfig, io: BoardIO, stream
             board = gpucheck.Board(2 * config.trials)
 
     def timed(graph, check: bool) -> list[float]:
-        events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(config.trials)]
+        events = _event_pairs(config.trials)
         with stream:
             for t in range(config.trials):
                 io.new_seed()
@@ -336,7 +354,8 @@ def time_warm(run: Callable[[], None], config: TimingConfig, io: BoardIO, stream
                 events[t][1].record(stream)
                 if check:
                     io.enqueue_check(board, 2 * t, 2 * t + 1)
-        _sync(stream)
+                if (t + 1) % ahead == 0 or t + 1 == config.trials:
+                    _sync(stream)
         return [cp.cuda.get_elapsed_time(a, b) * 1e3 for a, b in events]
 
     with profile.step("time_runs"):

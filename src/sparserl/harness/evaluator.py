@@ -90,6 +90,10 @@ class HarnessConfig:
     host_num_sms: int = 132
     """The SM count LAUNCH expressions see when a completion is planned on the host (compile-only
     evaluation, no GPU to ask): an H200's."""
+    preconvert: bool = True
+    """Batched path: convert a matrix's pattern into a completion's format in this process's compile
+    threads, while the worker is busy with other candidates, and hand the worker the result
+    (:mod:`sparserl.harness.preconvert`); False: the worker converts."""
 
     def __post_init__(self) -> None:
         if not self.regimes or any(r not in ("cold", "warm") for r in self.regimes):
@@ -159,6 +163,8 @@ class Evaluator:
         self._host_lock = threading.Lock()
         self._best: dict[tuple, float] = {}
         self._best_lock = threading.Lock()
+        self._preconverter = None
+        self._preconverter_lock = threading.Lock()
         self.memo_hits = 0
         """Submissions answered from the memo (see ``HarnessConfig.memo``)."""
 
@@ -237,6 +243,8 @@ class Evaluator:
         plan = (not self.has_gpu) if plan_on_host is None else plan_on_host
         if plan and (refused := timed("plan", self._plan_on_host, ex.header, matrix, op, k)) is not None:
             return None, fail(*refused, format=ex.header.format, compiled=True)
+        pattern = (timed("preconvert", self._preconvert, ex.header, matrix)
+                   if self.config.preconvert and self.config.speed.batched and self.has_gpu else None)
         names = set(ex.header.kernel_names(op))
         res = [r for r in built.resources if r.name in names]
         regs = max((r.registers for r in res), default=None)
@@ -247,9 +255,21 @@ class Evaluator:
             "static_smem": {r.name: r.smem_bytes for r in res}, "regimes": list(self.config.regimes),
             "reward_regime": self.config.reward_regime, "verify": asdict(self.config.verify),
         }
+        if pattern is not None:
+            job["pattern"] = pattern
         extra = {"format": ex.header.format, "registers": regs, "spill_bytes": spills,
                  "over_resource_limit": bool(regs and regs > self.config.max_registers), "front": front}
         return (job, extra), None
+
+    def _preconvert(self, header, matrix: MatrixRef) -> str:
+        """The folder of the pattern's conversion into the header's format, made now if not yet
+        (:mod:`sparserl.harness.preconvert`)."""
+        from sparserl.harness.preconvert import Preconverter
+
+        with self._preconverter_lock:
+            if self._preconverter is None:
+                self._preconverter = Preconverter(self.config.root / "conversions")
+        return self._preconverter.folder(matrix.key, matrix.path, header.format, header.params)
 
     def _plan_on_host(self, header, matrix: MatrixRef, op: Op, k: int | None) -> tuple[ErrorKind, str] | None:
         """Without a GPU: convert on the host and evaluate the LAUNCH lines exactly as a worker
@@ -446,6 +466,9 @@ class Evaluator:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._preconverter is not None:
+            self._preconverter.close()
+            self._preconverter = None
 
     def __enter__(self) -> "Evaluator":
         return self

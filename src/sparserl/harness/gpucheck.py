@@ -235,6 +235,74 @@ extern "C" __global__ void diff_f32(float* __restrict__ cur, const float* __rest
     add_count(differ, out);
 }
 
+extern "C" __global__ void word_sums(const unsigned long long* __restrict__ table, int n_arrays,
+                                     unsigned long long* __restrict__ out)
+{
+    // table[2a]: the address of array a, table[2a + 1]: its length in 32-bit words. Adds to out[2a]
+    // the sum of its words w_i and to out[2a + 1] the sum of w_i * (2 i + 1), both wrapping (mod 2^64,
+    // so the order of the additions does not matter); out starts at zero
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (int a = blockIdx.y; a < n_arrays; a += gridDim.y) {
+        const unsigned int* __restrict__ p = (const unsigned int*)table[2 * a];
+        const long long n = (long long)table[2 * a + 1];
+        unsigned long long plain = 0, mixed = 0;
+        for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+            const unsigned long long w = p[i];
+            plain += w;
+            mixed += w * (2ull * (unsigned long long)i + 1ull);
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            plain += __shfl_xor_sync(FULL, plain, off);
+            mixed += __shfl_xor_sync(FULL, mixed, off);
+        }
+        if ((threadIdx.x & 31) == 0 && (plain | mixed)) {
+            atomicAdd(out + 2 * a, plain);
+            atomicAdd(out + 2 * a + 1, mixed);
+        }
+    }
+}
+
+extern "C" __global__ void place_count(const int* __restrict__ where, long long n, int nnz,
+                                       unsigned int* __restrict__ placed, unsigned long long* __restrict__ out)
+{
+    // where[i]: which nonzero (1-based) slot i holds, 0 for padding. placed[j - 1] += 1 for each slot
+    // naming nonzero j; out[0] += slots naming none of 1..nnz (negative, or past the last)
+    unsigned long long bad = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long n_round = (n + 31) / 32 * 32;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n_round; i += stride) {
+        if (i < n) {
+            const int v = where[i];
+            if (v < 0 || v > nnz) ++bad;
+            else if (v > 0) atomicAdd(placed + (v - 1), 1u);
+        }
+    }
+    add_count(bad, out);
+}
+
+extern "C" __global__ void count_not_one(const unsigned int* __restrict__ placed, long long n,
+                                         unsigned long long* __restrict__ out)
+{
+    // out[0] += entries of placed that are not exactly 1
+    unsigned long long bad = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long n_round = (n + 31) / 32 * 32;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n_round; i += stride)
+        if (i < n && placed[i] != 1u) ++bad;
+    add_count(bad, out);
+}
+
+extern "C" __global__ void gather_values(const int* __restrict__ where, long long n,
+                                         const unsigned int* __restrict__ values, unsigned int* __restrict__ out)
+{
+    // out[i] = the bits of nonzero where[i] (1-based), or zero bits for padding: moved, never computed on
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int v = where[i];
+        out[i] = v > 0 ? values[v - 1] : 0u;
+    }
+}
+
 extern "C" __global__ void diff_u32(unsigned int* __restrict__ cur, const unsigned int* __restrict__ want,
                                     long long n, int restore, unsigned long long* __restrict__ out)
 {
@@ -248,6 +316,10 @@ extern "C" __global__ void diff_u32(unsigned int* __restrict__ cur, const unsign
     add_count(differ, out);
 }
 """
+
+KERNELS = ("check_rows", "check_chunks", "check_long_rows", "check_guards", "diff_f32", "diff_u32", "reset_row",
+           "word_sums", "place_count", "count_not_one", "gather_values")
+"""Every kernel of the module (compiled together at a worker's start-up)."""
 
 _module = None
 
@@ -265,8 +337,7 @@ def _kernels():
 def compile_kernels() -> None:
     """Compile every check kernel now (a worker's start-up), so no job's time limit pays for it."""
     mod = _kernels()
-    for name in ("check_rows", "check_chunks", "check_long_rows", "check_guards", "diff_f32", "diff_u32",
-                 "reset_row"):
+    for name in KERNELS:
         mod.get_function(name)
 
 
@@ -481,3 +552,100 @@ class Fp64Check:
             np.int32(self.n_chunks), np.int32(k), self.chunk_start, self.chunk_end, r.indices, r.val, x, partial))
         mod.get_function("check_long_rows")((_grid(int(p.long_rows.size), warps, self.sms),), (BLOCK,), (
             np.int32(p.long_rows.size), np.int32(k), self.long_rows, self.chunk_ptr, partial, y, r.rtol, out))
+
+
+# -- fingerprints ----------------------------------------------------------------------------------
+
+
+class WordSums:
+    """Fingerprints of a fixed list of device arrays, all computed by one launch of ``word_sums``.
+
+    Per array, two wrapping (mod 2^64) sums over its 32-bit words ``w_i``: ``sum w_i`` and
+    ``sum w_i (2 i + 1)``. A change of any one word changes both (the factor is odd, so no change
+    of a word vanishes mod 2^64); words exchanged change the second. The worker keeps the sums of
+    what it uploaded (pristine copies, references, verification inputs) and compares them before
+    each job: damage done by an earlier job's far write is found without a copy back.
+
+    CuPy's own ``sum`` would compile a CUB kernel for every new power of two of an array's length
+    under 2048 words (the block size is a compile-time constant), seconds each inside a job; this
+    kernel is compiled once, at the worker's start-up, for arrays of any length."""
+
+    def __init__(self, arrays, sms: int):
+        """``arrays``: contiguous device arrays whose sizes in bytes are multiples of 4 (every array
+        the contract knows is int32 or float32; references also hold float64)."""
+        import cupy as cp
+
+        self.cp = cp
+        self.arrays = list(arrays)  # held: the table holds their addresses
+        table = np.zeros(2 * len(self.arrays), dtype=np.uint64)
+        for i, a in enumerate(self.arrays):
+            if not a.flags.c_contiguous or a.nbytes % 4:
+                raise ValueError(f"a fingerprint needs contiguous arrays of 4-byte words, got {a.dtype}{a.shape}")
+            table[2 * i], table[2 * i + 1] = a.data.ptr, a.nbytes // 4
+        self.table = cp.asarray(table)
+        self.words = int(table[1::2].max()) if len(self.arrays) else 0
+        self.sms = sms
+
+    @property
+    def size(self) -> int:
+        """Counters this fingerprint writes (two per array)."""
+        return 2 * len(self.arrays)
+
+    def enqueue(self, out) -> None:
+        """Add the sums into ``out`` (a zeroed device uint64 array of :attr:`size` counters, or a view)."""
+        if not self.arrays:
+            return
+        grid = (min(_grid(self.words, BLOCK, self.sms), 4 * self.sms), min(len(self.arrays), 65535))
+        _kernels().get_function("word_sums")(grid, (BLOCK,), (self.table, np.int32(len(self.arrays)), out))
+
+    def compute(self) -> tuple[int, ...]:
+        """The sums now (one launch, one copy back)."""
+        out = self.cp.zeros(self.size, dtype=self.cp.uint64)
+        self.enqueue(out)
+        return tuple(int(v) for v in self.cp.asnumpy(out))
+
+
+def word_sums_host(arrays) -> tuple[int, ...]:
+    """What :class:`WordSums` computes, for host arrays (the CPU tests' mirror of the kernel)."""
+    out: list[int] = []
+    for a in arrays:
+        w = np.ascontiguousarray(a).reshape(-1).view(np.uint32).astype(np.uint64)
+        i = np.arange(w.size, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            out += [int(np.sum(w, dtype=np.uint64)), int(np.sum(w * (np.uint64(2) * i + np.uint64(1)), dtype=np.uint64))]
+    return tuple(out)
+
+
+# -- one conversion for a matrix and its fresh-valued twin ----------------------------------------
+
+
+def placed_once(wheres, nnz: int, sms: int) -> bool:
+    """Whether the slots of ``wheres`` (device int32 arrays: the 1-based nonzero each slot holds, 0 for
+    padding) name every nonzero 1..nnz exactly once and nothing else (two launches per array and one
+    for the count, one copy back)."""
+    import cupy as cp
+
+    placed = cp.zeros(max(nnz, 1), dtype=cp.uint32)
+    out = cp.zeros(2, dtype=cp.uint64)
+    fns = _kernels()
+    for w in wheres:
+        if w.size:
+            fns.get_function("place_count")((_grid(int(w.size), BLOCK, sms),), (BLOCK,), (
+                w, np.int64(w.size), np.int32(nnz), placed, out[0:]))
+    if nnz:
+        fns.get_function("count_not_one")((_grid(nnz, BLOCK, sms),), (BLOCK,), (placed, np.int64(nnz), out[1:]))
+    bad = cp.asnumpy(out)
+    return int(bad[0]) == 0 and int(bad[1]) == 0
+
+
+def gather_values(where, values, sms: int):
+    """A new float32 device array: slot i holds ``values[where[i] - 1]`` bit for bit, or 0.0 where
+    ``where[i]`` is 0 (padding)."""
+    import cupy as cp
+
+    out = cp.empty(where.shape, dtype=cp.float32)
+    if where.size:
+        _kernels().get_function("gather_values")((_grid(int(where.size), BLOCK, sms),), (BLOCK,), (
+            where, np.int64(where.size), values, out))
+    return out
+

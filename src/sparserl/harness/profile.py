@@ -17,23 +17,29 @@ Step names (``EvalProfile.seconds``, in the order an evaluation meets them):
 ``static_check``       the source checks (parent)
 ``compile``            compile, cached or not, with the PTX checks (parent)
 ``plan``               LAUNCH lines planned on the host (parent, without a GPU only)
+``preconvert``         the matrix's pattern converted into the completion's format (parent, batched path,
+                       first use of a format; :mod:`sparserl.harness.preconvert`)
 ``queue``              waiting for a free worker (parent)
 ``ipc``                the job's round trip to the worker, less the worker's own time (parent)
 ``matrix_load``        loading a matrix a worker did not hold: file, fresh-valued twin, references
-``convert``            host conversion into the completion's format (first use of a format)
+``load_conversion``    the caller's conversion loaded from its folder (first use of a format)
+``convert``            host conversion into the completion's format (first use of a format, when the
+                       caller did not make it)
 ``upload``             the conversion's upload, pristine copies and their fingerprints
-``bind``               planning the launches and loading the cubin
-``damage_check``       the matrix's state against its pristine copies and fingerprints
+``bind``               reading the header, planning the launches and loading the cubin
+``damage_check``       the matrix's state against its pristine copies and fingerprints (one wait)
 ``baseline``           cuSPARSE timed (first use of a matrix, op, k and regime only)
-``verify_inputs``      fresh guarded buffers and the inputs copied in
+``verify_inputs``      fresh guarded buffers and the inputs copied in (batched: enqueued only)
 ``verify_launch``      the candidate's verification launches (sequential: one at a time)
 ``verify_tamper``      x, matrix arrays and guards against what they held (sequential)
 ``verify_compare``     the fp64 comparisons (sequential)
 ``verify_determinism`` the re-run's output against the first (sequential)
 ``verify_batch``       the batched launches with every check as GPU kernels, and the wait
 ``verify_verdict``     reading the batch's counters and replaying the verdict
+``lease``              waiting for the GPU's lease from the parent before timing (a round trip)
 ``time_prepare``       graph capture, warm-up replays, timing buffers
-``time_runs``          timed runs: fresh x, poisoned y, flush, replay (batched: their checks too)
+``time_runs``          timed runs: fresh x, poisoned y, flush, replay (batched: their checks too, and a
+                       wait per ``SpeedConfig.runs_ahead`` runs)
 ``time_check``         timed outputs checked (sequential) / the counters read (batched)
 ``time_warm``          the warm regime, all of it
 ``time_after``         matrix arrays and flush buffer after the timed runs

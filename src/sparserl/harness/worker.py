@@ -89,7 +89,8 @@ class Worker:
         self.channel = Channel(conn)
         self.gpu = GpuProbe(self.cache)
         self.matrices = MatrixCache(batched=self.speed.batched, sms=self.gpu.sms)
-        self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name, batched=self.speed.batched)
+        self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name, batched=self.speed.batched,
+                                       ahead=self.speed.runs_ahead)
         if self.speed.batched:
             from sparserl.harness.gpucheck import compile_kernels
 
@@ -150,33 +151,40 @@ class Worker:
 
     # -- a job ---------------------------------------------------------------------------
 
-    def _bind(self, job: dict, st, which: str):
+    def _bind(self, job: dict, header, st, which: str):
         """The completion bound to one version of the matrix ("A" or "A_alt"), pristine copies kept."""
         from sparserl.harness.launcher import BoundKernel
-        from sparserl.kernels.contract import Op, split_completion
+        from sparserl.kernels.contract import Op
 
-        op = Op(job["op"])
-        header, _ = split_completion(job["header"] + "\n", op)
-        bound = BoundKernel.bind(header, op, job["cubin_path"], st.on_device[which], job["k"], self.gpu.sms)
+        bound = BoundKernel.bind(header, Op(job["op"]), job["cubin_path"], st.on_device[which], job["k"], self.gpu.sms)
         if not isinstance(bound, str) and (which, bound.conversion_key) not in st.pristine:
-            st.keep_pristine((which, bound.conversion_key), bound.dev.arrays)  # before anything can launch
+            with profile.step("upload"):
+                st.keep_pristine((which, bound.conversion_key), bound.dev.arrays)  # before anything can launch
         return bound
 
     def _resident(self, job: dict, out: dict):
         """The job's matrix and the completion bound to both its versions ("A" and "A_alt"), the
         matrix rebuilt from its file if an earlier job damaged what this one will use."""
+        from sparserl.kernels.contract import Op, split_completion
+
         ref = job["matrix"]
+        with profile.step("bind"):
+            header, _ = split_completion(job["header"] + "\n", Op(job["op"]))
         for attempt in (0, 1):
             st = self.matrices.get(ref)
-            bound = self._bind(job, st, "A")
+            if job.get("pattern") and st.twins is not None:  # the caller converted the pattern already
+                st.twins.files[(header.format, tuple(sorted(header.params.items())))] = job["pattern"]
+            bound = self._bind(job, header, st, "A")
             if isinstance(bound, str):
                 return st, bound, None
-            alt = self._bind(job, st, "A_alt")
+            alt = self._bind(job, header, st, "A_alt")
             if isinstance(alt, str):  # same pattern, so the same conversion: never expected
                 raise RuntimeError(f"the fresh-valued twin was refused: {alt}")
             with profile.step("damage_check"):
-                damaged = [f"{w}: {d}" for w, b in (("A", bound), ("A_alt", alt))
-                           for d in st.damage((w, b.conversion_key), b.dev.arrays)]
+                per, refs = st.damage_report([(("A", bound.conversion_key), bound.dev.arrays),
+                                              (("A_alt", alt.conversion_key), alt.dev.arrays)])
+            damaged = [f"{key[0]}: {d}" for key, what in per.items() for d in what]
+            damaged += ["the verification references or inputs"] if refs else []
             if not damaged or attempt:
                 return st, bound, alt
             # Before this job's first launch the matrix's state already differs from what was
@@ -269,7 +277,8 @@ class Worker:
         s = self.settings
         launches = s["warmup"] + s["cold_trials"] + (s["warmup"] + 5 + s["warm_trials"] if "warm" in regimes else 0)
         self.channel.phase("time", 1, self._limit(launches, t_base, allowance_s=10.0))
-        self.channel.lease_gpu()
+        with profile.step("lease"):
+            self.channel.lease_gpu()
         with profile.step("time_prepare"):
             if not self.gpu.flush_intact():  # zeroed again: an earlier job's far write, not this one's
                 log.warning("the L2 flush buffer held non-zero data before this job was timed (an earlier kernel "
@@ -287,10 +296,11 @@ class Worker:
                     sp = self.speed
                     r = time_cold(runner, cfg, self.gpu.flush, io, floor=min(sp.min_cold_trials, cfg.trials),
                                   ci=sp.ci, batch=sp.batch, early_runs=sp.early_stop_runs,
-                                  slow_above_us=slow_above_us if regime == reward_regime else None)
+                                  slow_above_us=slow_above_us if regime == reward_regime else None,
+                                  ahead=sp.runs_ahead)
                 else:
                     with profile.step("time_warm"):
-                        r = time_warm(runner, cfg, io)
+                        r = time_warm(runner, cfg, io, ahead=self.speed.runs_ahead)
                 if r.failure is not None:
                     wrong = r.failure
                     break
@@ -325,7 +335,8 @@ class Worker:
         from sparserl.harness.timing import TimedRunRejected, time_run
 
         self.channel.phase("time")
-        self.channel.lease_gpu()
+        with profile.step("lease"):
+            self.channel.lease_gpu()
         if not self.gpu.flush_intact():  # zeroed again: an earlier job's far write, not this one's
             log.warning("the L2 flush buffer held non-zero data before this job was timed (an earlier kernel "
                         "wrote far outside its buffers); zeroed it again")

@@ -40,6 +40,9 @@ def search_cmd(
     device: str = typer.Option("auto", help="the model's device: auto, cpu or cuda[:N]"),
     compile_only: bool = typer.Option(False, "--compile-only", help="compile only, even on a GPU (no GPU: always)"),
     seed: int = typer.Option(0, help="seed of the search's random choices"),
+    cost_model: str = typer.Option("default", help="the order candidates are tried in: 'default' (your model from "
+                                   "'sparserl best cost-model' if you built one, else the packaged one), 'none' "
+                                   "(the selector's and templates' order) or a model file"),
 ) -> None:
     """Search the kernel space for one matrix: library seeds, mutations, policy proposals.
 
@@ -51,7 +54,7 @@ def search_cmd(
     if op == "spmv" and k is not None:
         raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
-                        regime=regime, parallel=parallel, seed=seed)
+                        regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
                     temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=store or None,
                     out=str(out) if out else None, compile_only=compile_only)
@@ -180,3 +183,43 @@ def best_export(
         res = export_sft(st, out, flt)
     typer.echo(f"wrote {res['rows']} rows ({res['matrices']} matrices) to {res['path']}"
                + (f"; skipped {res['skipped']}" if any(res["skipped"].values()) else ""))
+
+
+@best_app.command("cost-model")
+def best_cost_model(
+    store: str = typer.Option(None, help=_STORE_HELP + " (left out when only --data is given)"),
+    data: list[Path] = typer.Option([], "--data", help="measurements file (JSON lines, from "
+                                    "benchmarks/cost_model_data.py); repeat for several [default: none]"),
+    out: Path = typer.Option(None, help="model file to write [default: cost_model.json.gz under the harness cache "
+                                        "root, which searches then use]"),
+    regime: str = typer.Option("cold", help="train on the times of this regime: cold or warm"),
+    trees: int = typer.Option(200, help="boosting rounds"),
+    min_measurements: int = typer.Option(200, help="refuse to train on fewer verified measurements"),
+) -> None:
+    """Fit the cost model that orders a search's candidates, on the store's verified times (and
+    benchmark measurements); matrices of the held-out generator families are left out."""
+    from sparserl.search.cost_model import (
+        TrainConfig,
+        load_measurements,
+        store_measurements,
+        train,
+        user_model_path,
+    )
+
+    if regime not in ("cold", "warm"):
+        raise SparseRLError(f"--regime must be cold or warm, got {regime!r}")
+    measurements, sources = [], []
+    if store is not None or not data:
+        with _open(store) as st:
+            measurements += store_measurements(st, regime)
+            sources.append(str(st.path))
+    for f in data:
+        measurements += [m for m in load_measurements(f) if m.regime == regime]
+        sources.append(str(f))
+    where = " and ".join(sources)
+    model = train(measurements, TrainConfig(trees=trees, min_measurements=min_measurements), where=where,
+                  sources=sources)
+    path = model.save(out if out is not None else user_model_path())
+    t = model.meta["trained_on"]
+    typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(t['families'])}"
+               + (f"; {t['held_out_left_out']} held-out matrices left out" if t["held_out_left_out"] else ""))

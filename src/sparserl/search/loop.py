@@ -3,12 +3,16 @@
 Read top to bottom, :func:`run_search` is:
 
 1. seeds: the best-known store's kernel for this matrix (if any), the rule-based selector's
-   choice, every template's first seed, then the other seeds of the templates that measured
-   fastest first; at most ``seed_share`` of the budget goes to seeds before mutations start
-   (seeds left over stay available later);
+   choice, the ranker's top picks across every template (a cost model's, see :mod:`.ranker`;
+   none without one), every template's first seed, then the other seeds of the templates that
+   measured fastest first; at most ``seed_share`` of the budget goes to seeds before mutations
+   start (seeds left over stay available later);
 2. then, from the best verified kernels so far (a beam): a neighbour (one parameter moved one
    step), now and then a switch (the parameters carried into another template or format) or a
    random point (exploration);
+   with a cost model, the templates' turns in the first round (each with its own first seed),
+   their other seeds and a parent's neighbours and switches come in the order of its predicted
+   times (without one: the templates' own order and a random order of the moves);
 3. with a policy, a share of the budget goes to it, spread over the run: samples first, then
    refinements (the best kernel so far and its measured time shown to the policy; before any
    kernel is correct, the policy's latest kernel and its error);
@@ -46,6 +50,7 @@ from sparserl.harness.result import ErrorKind, EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.policy import Proposer
+from sparserl.search.ranker import Ranker
 from sparserl.search.space import (
     CandidateSpace,
     Proposal,
@@ -88,6 +93,12 @@ class SearchConfig:
     """Candidates in flight at once (0: four per GPU, at least four)."""
     seed: int = 0
     """Seed of the search's random choices."""
+    cost_model: str = "default"
+    """Orders the candidates ('default': the user's model under the harness cache root, else the
+    packaged one; 'none': the selector's and templates' order; or a model file). Read where the
+    search is set up (:func:`~sparserl.search.run.search_array`); :func:`run_search` takes a ranker."""
+    model_picks: int = 4
+    """The cost model's top picks (one per template) tried right after the store's best and the selector's choice."""
     progress_every_s: float = 15.0
     """Seconds between plain progress lines when the output is not a terminal."""
 
@@ -103,8 +114,8 @@ class SearchConfig:
                 raise SparseRLError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 <= self.policy_share < 1.0:
             raise SparseRLError(f"policy_share must lie in [0, 1), got {self.policy_share}")
-        if self.beam < 1 or self.policy_batch < 1 or self.parallel < 0:
-            raise SparseRLError("need beam >= 1, policy_batch >= 1 and parallel >= 0")
+        if self.beam < 1 or self.policy_batch < 1 or self.parallel < 0 or self.model_picks < 0:
+            raise SparseRLError("need beam >= 1, policy_batch >= 1, parallel >= 0 and model_picks >= 0")
 
 
 @dataclass
@@ -200,10 +211,12 @@ class StoreSink:
     (they are written again, once each by their ``uid``, when the farm resumes)."""
 
     def __init__(self, store, card: MatrixCard, name: str, source_path: str | None, coords, run_config: dict,
-                 model: str | None = None, journal=None):
-        """``coords``: the sampled nonzeros (rows, cols), or a function computing them on first use."""
+                 model: str | None = None, journal=None, features=None):
+        """``coords``: the sampled nonzeros (rows, cols), or a function computing them on first use.
+        ``features``: the matrix's :class:`~sparserl.matrices.features.MatrixFeatures` (what the cost
+        model learns from beside the card), if computed."""
         self.store, self.card, self.name, self.source_path = store, card, name, source_path
-        self.coords, self.run_config, self.model = coords, run_config, model
+        self.coords, self.run_config, self.model, self.features = coords, run_config, model, features
         self.journal = journal
         self.started: str | None = None
         self.writes = 0
@@ -224,7 +237,7 @@ class StoreSink:
             self.journal(v)
         if self.started is None:
             coords = self.coords() if callable(self.coords) else self.coords
-            self.store.add_matrix(self.card, self.name, self.source_path, coords)
+            self.store.add_matrix(self.card, self.name, self.source_path, coords, features=self.features)
             self.store.start_run(run_id, self.card.fingerprint, op.value, k, self.run_config)
             self.started = run_id
         best = self.store.record(v)
@@ -287,7 +300,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
                known: list[tuple[str, str]] = (), proposer: Proposer | None = None,
                prior: list[tuple[str, EvalResult]] = (), sink: StoreSink | None = None,
                accepts=None, trace: str | Path | IO[str] | None = None, progress: bool = True,
-               run_id: str | None = None, stop=None) -> SearchResult:
+               run_id: str | None = None, stop=None, ranker: Ranker | None = None) -> SearchResult:
     """Search the kernel space for matrix ``A`` (see the module docstring).
 
     ``evaluator``: a harness :class:`~sparserl.harness.evaluator.Evaluator` (or anything with its
@@ -300,6 +313,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
     points in a format the harness refused are never proposed again either). ``trace``: a path or an open file for
     the JSON-lines trace. ``stop``: a :class:`threading.Event`; once set, nothing new is submitted
     and the search returns when the candidates in flight have finished (stopped 'stopped').
+    ``ranker``: the order of the candidates (None: the null ranker, see :mod:`.ranker`).
     """
     op = Op(op)
     k = k if op is Op.SPMM else None
@@ -317,7 +331,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
         return accepts(fmt, params) if accepts is not None else True
 
     space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=known_to_convert, seed=cfg.seed)
-    state = _Search(cfg, space, proposer, refused)
+    state = _Search(cfg, space, proposer, refused, ranker or Ranker())
     run_id = run_id or uuid.uuid4().hex[:12]
     ref = evaluator.register(A, name)
     note_best = getattr(evaluator, "note_best", None)
@@ -428,15 +442,16 @@ class _Search:
     MAX_DRY = 3
     """Policy batches in a row with nothing new before the policy is asked no more."""
 
-    def __init__(self, cfg: SearchConfig, space: CandidateSpace, proposer: Proposer | None, refused: set[tuple]):
-        self.cfg, self.space, self.proposer = cfg, space, proposer
+    def __init__(self, cfg: SearchConfig, space: CandidateSpace, proposer: Proposer | None, refused: set[tuple],
+                 ranker: Ranker):
+        self.cfg, self.space, self.proposer, self.ranker = cfg, space, proposer, ranker
         self.refused = refused
         """(format, params) keys the harness refused for this matrix (learned from verdicts)."""
         self.rng = space.rng
         self.seen_ids: set[str] = set()
         self.seen_texts: set[str] = set()
         self.first: deque[Proposal] = deque()
-        """The store's best and the selector's choice: tried before any other seed."""
+        """The store's best, the selector's choice and the ranker's picks: tried before any other seed."""
         self.seed_lists: dict[str, deque[dict]] = {}
         """Per template, its seeds not yet proposed."""
         self.round_one: deque[str] = deque()
@@ -481,9 +496,22 @@ class _Search:
             p = self.space.point(name, params, Provenance.SEED, note=note) if name in self.space.by_name else None
             if p is not None:
                 self.first.append(p)
-        space = self.space
-        self.seed_lists = {t.name: deque(t.seeds(space.card, space.k)) for t in space.templates}
-        self.round_one = deque(t.name for t in space.templates)
+        space, picks = self.space, 0
+        for name, params in self.ranker.best_points(space) if self.cfg.model_picks else ():
+            if picks >= self.cfg.model_picks:
+                break
+            p = space.point(name, params, Provenance.MODEL, note=self.ranker.note(name, params))
+            if p is not None and all(q.id != p.id for q in self.first):
+                self.first.append(p)
+                picks += 1
+        self.seed_lists = {}
+        for t in space.templates:  # a template's own first guess stays first; its other seeds by the ranker
+            first, *rest = t.seeds(space.card, space.k) or [None]
+            ranked = [rest[i] for i in self.ranker.order([(t.name, q) for q in rest])]
+            self.seed_lists[t.name] = deque(([first] if first is not None else []) + ranked)
+        heads = [(t.name, self.seed_lists[t.name][0]) for t in space.templates if self.seed_lists[t.name]]
+        self.round_one = deque([heads[i][0] for i in self.ranker.order(heads)]
+                               + [t.name for t in space.templates if not self.seed_lists[t.name]])
 
     def observe(self, e: TraceEntry, t: float | None) -> None:
         if t is not None:
@@ -594,7 +622,9 @@ class _Search:
         key = f"{'switch' if switch else 'step'}:{parent.id}"
         if key not in self.moves:
             moves = self.space.switches(parent) if switch else self.space.neighbours(parent)
-            self.moves[key] = deque(moves[i] for i in self.rng.permutation(len(moves)))
+            moves = [moves[i] for i in self.rng.permutation(len(moves))]
+            ranked = self.ranker.order([(m.template, m.param_dict) for m in moves])
+            self.moves[key] = deque(moves[i] for i in ranked)
         q = self.moves[key]
         while q:
             p = q.popleft()

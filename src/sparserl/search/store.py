@@ -18,12 +18,14 @@ besides taken before anything is read, ``BEGIN IMMEDIATE``). Each verified resul
 ``uid`` (unique), so writing it again (a retry after a lost connection, a farm's journal replayed
 on ``--resume``) changes nothing.
 
-Tables (``SCHEMA_VERSION`` 2; version 1 is created first and migrated, see :data:`MIGRATIONS`):
+Tables (``SCHEMA_VERSION`` 3; version 1 is created first and migrated, see :data:`MIGRATIONS`):
 
 * ``schema_version(version)``: one row. A store written by a newer SparseRL is refused in one line.
 * ``matrices``: one row per structure fingerprint: name, shape, nnz, the matrix card (JSON),
   up to :data:`COORDS` sampled nonzero coordinates (JSON, as the SFT data carries them) and the
-  file it was loaded from, so ``export`` can rebuild the model's prompt.
+  file it was loaded from, so ``export`` can rebuild the model's prompt; and the structure
+  features (:class:`~sparserl.matrices.features.MatrixFeatures`, JSON), which the cost model
+  learns from beside the card (NULL for a matrix recorded before schema 3).
 * ``kernels``: completion texts by SHA-256, with their format, template and candidate id.
 * ``results``: every verified candidate's times (kernel, cuSPARSE, speedup, roofline), regime,
   harness version, GPU and the host it ran on, provenance (how the search proposed it, its
@@ -59,7 +61,7 @@ from sparserl.search.store_backends import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the tables below; a store with a larger version was written by a newer SparseRL."""
 
 COORDS = 1024
@@ -176,10 +178,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE results ADD COLUMN host TEXT",
         "ALTER TABLE results ADD COLUMN uid TEXT",
         "CREATE UNIQUE INDEX IF NOT EXISTS results_by_uid ON results (uid)"),
+    3: ("ALTER TABLE matrices ADD COLUMN features_json TEXT",),
 }
 """Statements that take a store from version N-1 to N, run in order in one transaction under the
 migration lock. 2: the host a result was measured on (farms span machines), and a unique id per
-verified result so writing it twice (a retry, a replayed journal) records it once."""
+verified result so writing it twice (a retry, a replayed journal) records it once. 3: the
+matrix's structure features (nullable: rows recorded earlier keep NULL until a search records the
+matrix again), which the cost model learns from."""
 
 _TABLES = ("schema_version", "matrices", "kernels", "runs", "results", "best")
 
@@ -288,6 +293,8 @@ class MatrixRow:
     card: dict
     coords: tuple[list[int], list[int]] | None
     source_path: str | None
+    features: dict | None = None
+    """The structure features (``MatrixFeatures.to_dict()``); None for a matrix recorded before schema 3."""
 
 
 def _k(k: int | None) -> int:
@@ -433,19 +440,21 @@ class BestStore:
     # -- writes ------------------------------------------------------------------------------
 
     def add_matrix(self, card, name: str, source_path: str | None = None,
-                   coords: tuple[list[int], list[int]] | None = None) -> None:
-        """Remember a matrix (its card and sampled coordinates) under its fingerprint; a known
-        fingerprint keeps its first name and fills in coordinates or a path it lacked."""
+                   coords: tuple[list[int], list[int]] | None = None, features=None) -> None:
+        """Remember a matrix (its card, sampled coordinates and structure features) under its
+        fingerprint; a known fingerprint keeps its first name and fills in coordinates, features
+        or a path it lacked."""
         args = (card.fingerprint, name, card.rows, card.cols, card.nnz, json.dumps(card.to_dict()),
                 json.dumps([list(map(int, coords[0])), list(map(int, coords[1]))]) if coords is not None else None,
-                source_path, _now())
+                source_path, _now(), json.dumps(features.to_dict()) if features is not None else None)
 
         def write():
             with self.transaction():
                 self.db.execute(
                     "INSERT INTO matrices (fingerprint, name, rows, cols, nnz, card_json, coords_json, source_path, "
-                    "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO UPDATE SET "
-                    "coords_json = COALESCE(matrices.coords_json, excluded.coords_json), "
+                    "added_at, features_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO "
+                    "UPDATE SET coords_json = COALESCE(matrices.coords_json, excluded.coords_json), "
+                    "features_json = COALESCE(matrices.features_json, excluded.features_json), "
                     "source_path = COALESCE(excluded.source_path, matrices.source_path)", args)
         self._run("writing a matrix", write)
 
@@ -553,7 +562,8 @@ class BestStore:
         r = rows[0]
         coords = json.loads(r["coords_json"]) if r["coords_json"] else None
         return MatrixRow(r["fingerprint"], r["name"], r["rows"], r["cols"], r["nnz"], json.loads(r["card_json"]),
-                         (coords[0], coords[1]) if coords else None, r["source_path"])
+                         (coords[0], coords[1]) if coords else None, r["source_path"],
+                         json.loads(r["features_json"]) if r["features_json"] else None)
 
     def has_uids(self, uids: list[str]) -> set[str]:
         """Which of ``uids`` are recorded results."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import sqlite3
 import time
@@ -61,8 +62,9 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def is_url(spec: str) -> bool:
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", spec) is not None
+def is_url(spec: str | os.PathLike[str]) -> bool:
+    """Whether ``spec`` names a server (``scheme://...``) rather than a file."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", os.fspath(spec)) is not None
 
 
 def _first_line(exc: BaseException) -> str:
