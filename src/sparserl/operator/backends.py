@@ -13,54 +13,52 @@ Everything here needs a GPU and CuPy (imported when a backend is built).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from sparserl.formats.value_map import ValueMap, value_map
 from sparserl.harness.device import cupy_module
 from sparserl.kernels.contract import Op
 
 log = logging.getLogger(__name__)
 
 _GATHER_SOURCE = r"""
-extern "C" __global__ void sparserl_value_gather(const float* __restrict__ v, const int* __restrict__ src,
+extern "C" __global__ void sparserl_value_gather(const float* __restrict__ v, const int* __restrict__ where,
                                                  float* __restrict__ dst, long long slots)
 {
-    // one thread per slot of a format's value array: the CSR value it holds, or 0 for padding
+    // one thread per slot of a format's value array: the value of the 1-based CSR position it holds, 0 for padding
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < slots) {
-        const int s = src[i];
-        dst[i] = s >= 0 ? v[s] : 0.0f;
+        const int p = where[i];
+        dst[i] = p > 0 ? v[p - 1] : 0.0f;
     }
 }
 """
 _GATHER = None
 
 
-def gather_values(v, src, dst) -> None:
-    """``dst[i] = v[src[i]]`` where ``src[i] >= 0``, else 0: one pass over a format's value array
-    (a raw kernel: a lighter launch than an elementwise kernel's, which the update's cost is)."""
+def gather_values(values, where, dst) -> None:
+    """``dst[i] = values[where[i] - 1]``, or 0 where ``where[i]`` is 0 (padding), in place: one pass over a
+    format's value array (a raw kernel: a light launch, which an update's cost mostly is)."""
     global _GATHER
     if _GATHER is None:
         _GATHER = cupy_module().RawKernel(_GATHER_SOURCE, "sparserl_value_gather")
     slots = int(dst.size)
     if slots:
-        _GATHER(((slots + 255) // 256,), (256,), (v, src, dst, np.int64(slots)))
+        _GATHER(((slots + 255) // 256,), (256,), (values, where, dst, np.int64(slots)))
 
 
 class KernelBackend:
     """A tuned contract kernel on the matrix's device conversion."""
 
-    def __init__(self, bound, A: sp.csr_array, known_map: ValueMap | None = None):
+    def __init__(self, bound, A: sp.csr_array, where: dict):
         self._cp = cupy_module()
         self.bound = bound
         """The :class:`~sparserl.harness.launcher.BoundKernel` every launch goes through."""
         self.A = A
         self.format = bound.dev.data.format
-        self._map = known_map
-        self._gathers: dict[str, Any] | None = None
+        self.where = where
+        """Per value array, the device int32 map (1-based CSR positions, 0 padding), or None (a copy)."""
 
     @property
     def name(self) -> str:
@@ -72,7 +70,8 @@ class KernelBackend:
 
     def csr_values(self):
         """The device array that holds the values in CSR order, when the format stores them so."""
-        return self.bound.dev.arrays["val"] if self.format in ("CSR", "COO") else None
+        name = next((n for n, w in self.where.items() if w is None), None)
+        return self.bound.dev.arrays[name] if name is not None else None
 
     def current_values(self):
         """The values the kernel reads now, in CSR order: the value array itself (CSR, COO), or read
@@ -81,40 +80,22 @@ class KernelBackend:
         if own is not None:
             return own
         cp = self._cp
-        self.prepare_updates()
         out = cp.empty(self.A.nnz, dtype=cp.float32)
-        for name, src in self._gathers.items():
-            arr = self.bound.dev.arrays[name]
-            held = src >= 0
-            out[src[held]] = arr[held]
+        for name, w in self.where.items():
+            held = w > 0
+            out[w[held] - 1] = self.bound.dev.arrays[name][held]
         return out
-
-    def value_map(self) -> ValueMap:
-        """The CSR -> format value map (computed on the host from the conversion, once)."""
-        if self._map is None:
-            self._map = value_map(self.A, self.bound.dev.data)
-        return self._map
-
-    def prepare_updates(self) -> None:
-        """Compute the value map and upload its gather indices (once; the first update does it)."""
-        if self._gathers is None:
-            cp = self._cp
-            vm = self.value_map()
-            self._gathers = {name: None if src is None else cp.asarray(src) for name, src in vm.gathers.items()}
-            log.debug("value map for %s: %d slots", self.format, vm.slots)
 
     def set_values(self, values) -> None:
         """Write new values (a CuPy float32 array in CSR order) into the format's value arrays: one
         copy (CSR, COO) or one gather per value array, padding slots kept zero."""
-        cp = self._cp
-        self.prepare_updates()
-        for name, src in self._gathers.items():
+        for name, w in self.where.items():
             dst = self.bound.dev.arrays[name]
-            if src is None:
+            if w is None:
                 if dst.data.ptr != values.data.ptr:
-                    cp.copyto(dst, values)
+                    self._cp.copyto(dst, values)
             else:
-                gather_values(values, src, dst)
+                gather_values(values, w, dst)
 
     def close(self) -> None:
         pass
@@ -190,9 +171,6 @@ class LibraryBackend:
 
     def current_values(self):
         return self.data
-
-    def prepare_updates(self) -> None:
-        pass
 
     def set_values(self, values) -> None:
         if self.data.data.ptr != values.data.ptr:

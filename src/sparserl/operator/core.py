@@ -13,7 +13,7 @@ anything runs (:mod:`.inputs`): a wrong dtype, shape, device or layout is a one-
 
 Values: the kernel reads every value from its format's value arrays, so new values for the same
 structure are written into those arrays on the GPU (one copy for CSR/COO, one gather per value
-array otherwise, through a map computed once; see :mod:`sparserl.formats.value_map`). A matrix
+array otherwise, through the map its pattern conversion gives; see :mod:`.values`). A matrix
 handed to ``update_values`` is checked against the tuned structure by fingerprint.
 
 Transpose: ``op.transpose()`` (``op.T``) is A^T tuned the same way (the store first), made on first
@@ -80,7 +80,7 @@ class SparseOperator:
         cp = cupy_module()
         backend = None
         if choice.text is not None:
-            bound, vmap = plans.bind(A, choice.fingerprint, choice.header, op, choice.cubin_path, k)
+            bound, where = plans.bind(A, choice.fingerprint, choice.header, op, choice.cubin_path, k)
             if isinstance(bound, str):  # the harness bound it on this structure; only other limits refuse it
                 log.warning("the chosen kernel does not bind here (%s): the library runs the operator", bound)
                 from dataclasses import replace
@@ -88,7 +88,7 @@ class SparseOperator:
                 choice = replace(choice, action=LIBRARY, text=None, why=f"{choice.why}, but it does not bind here "
                                  f"({bound}), so the library (cuSPARSE) runs it")
             else:
-                backend = KernelBackend(bound, A, vmap)
+                backend = KernelBackend(bound, A, where)
         if backend is None:
             backend = LibraryBackend(A, op, k)
         fmt = backend.format if choice.text is not None else None
@@ -240,17 +240,12 @@ class SparseOperator:
         with self._cp.cuda.Device(self.device):
             return self.backend.current_values()
 
-    def prepare_updates(self) -> None:
-        """Compute the value map now (the first ``update_values`` does it otherwise)."""
-        with self._cp.cuda.Device(self.device):
-            self.backend.prepare_updates()
-
     # -- transpose and solvers --------------------------------------------------------------
 
     def transpose(self) -> "SparseOperator":
         """A^T as an operator tuned the same way (store first), made once, values kept in step."""
         if self._transpose is None:
-            from sparserl.formats.value_map import transpose_order
+            from sparserl.operator.values import transpose_order
             from sparserl.harness.device import device_arch
             from sparserl.operator.tuning import tune_canonical
 

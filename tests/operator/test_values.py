@@ -1,11 +1,12 @@
-"""Value maps: new values for the same structure, gathered from CSR order into a format's value
-arrays, must be exactly what the converter builds from the revalued matrix (every format, awkward
-parameters, every generator family, arbitrary matrices), padding slots included.
+"""Value maps read from pattern conversions: new values for the same structure, gathered from CSR
+order into a format's value arrays, must be exactly what the converter builds from the revalued
+matrix (every format, awkward parameters, generator families, arbitrary matrices), padding
+included; a conversion that does not hold each value exactly once is refused.
 
-Mutations this kills: a slot off by one or computed from the wrong row order (SELL's permutation,
-a DIA offset, a BSR block), padding slots not kept zero, HYB's overflow entries in the wrong order,
-a map that follows the values instead of the structure (the map is made from the first values and
-applied to others), and a transpose order that mismatches scipy's transpose."""
+Mutations this kills: positions read off by one, padding not kept zero, the identity copy taken
+for an array that is permuted, a map made from values instead of the structure (the map comes from
+the pattern and is applied to new values), a missing exactly-once check, and a transpose order
+that mismatches SciPy's transpose."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sparserl.errors import FormatError
 from sparserl.formats import ConversionLimits, convert
-from sparserl.formats.value_map import transpose_order, value_map
 from sparserl.matrices import canonicalize, generate
+from sparserl.operator.values import map_of, pattern_conversion, transpose_order
 
 UNLIMITED = ConversionLimits(max_fill=1e12)
 CHOICES = [
@@ -28,8 +30,8 @@ CHOICES = [
     ("BSR", {"R": 4, "C": 4}), ("BSR", {"R": 3, "C": 2}), ("BSR", {"R": 1, "C": 8}),
     ("HYB", {}), ("HYB", {"width": 0}), ("HYB", {"width": 2}),
 ]
-FAMILIES = [("powerlaw", 300, {}), ("stencil2d", 400, {}), ("banded", 250, {}), ("block", 256, {}),
-            ("empty_rows", 300, {}), ("rectangular", 120, {}), ("skewed", 300, {})]
+FAMILIES = [("powerlaw", 300), ("stencil2d", 400), ("banded", 250), ("block", 256), ("empty_rows", 300),
+            ("rectangular", 120), ("skewed", 300)]
 
 
 def revalued(A: sp.csr_array, values: np.ndarray) -> sp.csr_array:
@@ -37,11 +39,14 @@ def revalued(A: sp.csr_array, values: np.ndarray) -> sp.csr_array:
 
 
 def check_map(A: sp.csr_array, fmt: str, params: dict, seed: int = 0) -> None:
-    fd = convert(A, fmt, params, UNLIMITED)
-    vm = value_map(A, fd)  # made from A's own values ...
-    v = np.random.default_rng(seed).standard_normal(A.nnz).astype(np.float32)  # ... applied to new ones
+    fd, vm = pattern_conversion(A, fmt, params, UNLIMITED)
+    v = np.random.default_rng(seed).standard_normal(A.nnz).astype(np.float32)
     v[v == 0] = 1.0  # a zero would hide in a padding slot
     want = convert(revalued(A, v), fmt, params, UNLIMITED)
+    assert fd.sizes == want.sizes and fd.params == want.params
+    for name, arr in want.arrays.items():  # the index arrays are the same conversion's
+        if arr.dtype != np.float32:
+            np.testing.assert_array_equal(fd.arrays[name], arr, err_msg=f"{fmt} {params} {name}")
     got = vm.apply(v)
     floats = [name for name, a in want.arrays.items() if a.dtype == np.float32]
     assert list(got) == floats
@@ -51,9 +56,9 @@ def check_map(A: sp.csr_array, fmt: str, params: dict, seed: int = 0) -> None:
 
 
 @pytest.mark.parametrize("fmt,params", CHOICES, ids=[f"{f}{p}" for f, p in CHOICES])
-@pytest.mark.parametrize("family,rows,kw", FAMILIES, ids=[f[0] for f in FAMILIES])
-def test_gathered_values_equal_the_converters_arrays(fmt, params, family, rows, kw) -> None:
-    check_map(generate(family, rows, seed=3, **kw), fmt, params)
+@pytest.mark.parametrize("family,rows", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_gathered_values_equal_the_converters_arrays(fmt, params, family, rows) -> None:
+    check_map(generate(family, rows, seed=3), fmt, params)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -69,17 +74,27 @@ def test_gathered_values_on_arbitrary_matrices(m, n, density, seed, choice) -> N
 
 def test_identity_formats_copy_and_padding_is_marked() -> None:
     A = generate("skewed", 200, seed=1)
-    assert value_map(A, convert(A, "CSR")).gathers == {"val": None}
-    assert value_map(A, convert(A, "COO")).gathers == {"val": None}
-    src = value_map(A, convert(A, "ELL", {}, UNLIMITED)).gathers["val"]
-    assert src.dtype == np.int32 and (src < 0).sum() == src.size - A.nnz  # every padding slot, no more
-    assert np.array_equal(np.sort(src[src >= 0]), np.arange(A.nnz))  # each value lands exactly once
+    assert pattern_conversion(A, "CSR", {})[1].where == {"val": None}
+    assert pattern_conversion(A, "COO", {})[1].where == {"val": None}
+    w = pattern_conversion(A, "ELL", {}, UNLIMITED)[1].where["val"]
+    assert w.dtype == np.int32 and (w == 0).sum() == w.size - A.nnz  # every padding slot, no more
+    assert np.array_equal(np.sort(w[w > 0]), np.arange(1, A.nnz + 1))  # each value lands exactly once
 
 
-def test_a_map_for_another_structure_is_refused() -> None:
-    A, B = generate("banded", 100, seed=0), generate("banded", 101, seed=0)
-    with pytest.raises(ValueError, match="not a conversion"):
-        value_map(A, convert(B, "ELL"))
+@pytest.mark.parametrize("corrupt", ["twice", "dropped", "out of range"])
+def test_a_conversion_that_misplaces_a_value_is_refused(corrupt) -> None:
+    A = generate("banded", 100, seed=0)
+    fd, _ = pattern_conversion(A, "ELL", {})
+    w = fd.arrays["val"].view(np.int32)
+    held = np.flatnonzero(w)
+    if corrupt == "twice":
+        w[held[1]] = w[held[0]]
+    elif corrupt == "dropped":
+        w[held[0]] = 0
+    else:
+        w[held[0]] = A.nnz + 1
+    with pytest.raises(FormatError, match="exactly once"):
+        map_of(fd)
 
 
 @pytest.mark.parametrize("family,rows", [("powerlaw", 300), ("rectangular", 80), ("empty_rows", 200)])
