@@ -147,3 +147,13 @@ def test_source_and_tests_speak_of_the_project_not_of_how_it_was_made() -> None:
         elif p.suffix in (".py", ".md", ".cu", ".toml", ".txt") and p.exists():
             found += [f"{rel}: {m.group(0)}" for m in HISTORY.finditer(p.read_text(errors="replace"))]
     assert found == []
+
+
+def test_every_source_folder_is_a_package() -> None:
+    """Every folder of src/sparserl holding Python files has an __init__.py, so that setuptools'
+    find_packages installs it. Kills the mutation 'a new subpackage without __init__.py', which
+    imports from a checkout (a namespace package) and is missing from a built wheel."""
+    src = REPO / "src" / "sparserl"
+    missing = sorted(str(d.relative_to(REPO)) for d in {p.parent for p in src.rglob("*.py")}
+                     if not (d / "__init__.py").exists())
+    assert missing == []
