@@ -13,8 +13,10 @@ kernel's meaning. This script holds the evidence:
   old and the new text with NVRTC (sm_90, the harness's flags) and compares the PTX after
   :func:`normalise_ptx` (comments, debug lines, register, label and parameter numbering); where
   the PTX differs it compares the SASS (``cuobjdump -sass`` of the cubins, addresses and
-  comments dropped). Each case is ``same_ptx``, ``same_sass`` or ``different``; the report lists
-  the different ones with the first differing line.
+  comments dropped), then the PTX instructions with registers erased. Only the kernels the header
+  launches count (with what they call and the module data they name). Each case gets a verdict
+  (:func:`compare_case`); the report lists the ``different`` ones with the instructions only one
+  side has.
 
     PYTHONPATH=src python benchmarks/params_equivalence.py freeze tests/kernels/fixtures/renders_before_params.json.gz
     PYTHONPATH=src python benchmarks/params_equivalence.py compare tests/kernels/fixtures/renders_before_params.json.gz \
@@ -142,22 +144,36 @@ def load_fixture(path: Path) -> list[tuple[Case, str]]:
 _REG = re.compile(r"%(?:[a-z]+\d+|r[dsbh]?\d+|f[d]?\d+|p\d+)\b")
 _LABEL = re.compile(r"\$L__\w+")
 _PARAM = re.compile(r"\b(\w+)_param_(\d+)\b")
+_FUNC = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.(entry|func)\b[^{;]*?([A-Za-z_$][\w$]*)\s*\(", re.MULTILINE)
+_DATA = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.(?:global|const|shared)\s[^;{]*?([A-Za-z_$][\w$]*)\s*(?:\[[^\]]*\])*\s*(?:=[^;]*)?;",
+                   re.MULTILINE)
 
 
-def normalise_ptx(ptx: str) -> list[str]:
-    """PTX lines without comments, debug and version lines, with registers, labels and kernel
-    parameters renumbered in order of first appearance within each function (two builds of the
-    same code that differ only in those numberings give the same lines)."""
-    ptx = re.sub(r"/\*.*?\*/", " ", ptx, flags=re.DOTALL)
+def _items(ptx: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(functions: name -> text from its header to its closing brace, data: name -> declaration)."""
+    funcs: dict[str, str] = {}
+    for m in _FUNC.finditer(ptx):
+        open_ = ptx.find("{", m.end())
+        if open_ < 0 or ptx.find(";", m.end(), open_) >= 0 and m.group(1) == "func" and "(" not in ptx[m.end():open_]:
+            continue
+        depth = 0
+        for j in range(open_, len(ptx)):
+            depth += {"{": 1, "}": -1}.get(ptx[j], 0)
+            if depth == 0:
+                funcs[m.group(2)] = ptx[m.start():j + 1]
+                break
+    data = {m.group(1): m.group(0) for m in _DATA.finditer(ptx)}
+    return funcs, data
+
+
+def _normalise(text: str) -> list[str]:
     out: list[str] = []
     regs: dict[str, str] = {}
     labels: dict[str, str] = {}
-    for raw in ptx.splitlines():
-        line = re.sub(r"//.*", "", raw).strip()
-        if not line or line.startswith((".loc", ".file", ".version", ".target", ".address_size", "@@")):
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith((".loc", ".file", "@@")):
             continue
-        if line.startswith((".visible .entry", ".entry", ".func", ".visible .func", ".weak .func")):
-            regs, labels = {}, {}
         line = _REG.sub(lambda m: regs.setdefault(m.group(0), f"%v{len(regs)}"), line)
         line = _LABEL.sub(lambda m: labels.setdefault(m.group(0), f"$L{len(labels)}"), line)
         line = _PARAM.sub(lambda m: f"{m.group(1)}_param_{m.group(2)}", line)
@@ -165,9 +181,54 @@ def normalise_ptx(ptx: str) -> list[str]:
     return out
 
 
-def _sass(cubin: bytes) -> list[str] | None:
-    tool = shutil.which("cuobjdump")
-    if tool is None:
+def normalise_ptx(ptx: str, kernels: tuple[str, ...]) -> list[str]:
+    """What ``kernels`` are in ``ptx``: for each, its entry's lines, then the functions it calls and the
+    module data it names (declarations with their initialisers), followed transitively. Comments and
+    debug lines are dropped, and registers, labels and parameters are renumbered in order of first
+    appearance within each function, so two builds of the same code that differ only in those
+    numberings give the same lines.
+
+    Kernels the header does not launch, and data no launched kernel names, are left out: NVRTC
+    declares every namespace-scope ``constexpr int`` (each PARAMS name) as a ``.global`` that nothing
+    reads, and a specialised body defines kernels and tables its facts leave unused."""
+    ptx = re.sub(r"/\*.*?\*/", " ", ptx, flags=re.DOTALL)
+    ptx = re.sub(r"//[^\n]*", "", ptx)
+    funcs, data = _items(ptx)
+    out: list[str] = []
+    todo, done = list(kernels), set()
+    while todo:
+        name = todo.pop(0)
+        if name in done:
+            continue
+        done.add(name)
+        if name in funcs:
+            text = funcs[name]
+            out += _normalise(text)
+            body_names = set(re.findall(r"[A-Za-z_$][\w$]*", text))
+            todo += sorted((body_names & (set(funcs) | set(data))) - done)
+        elif name in data:
+            out.append(" ".join(data[name].split()))
+        else:
+            out.append(f"<missing {name}>")
+    return out
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from the PATH, else the copy Triton's NVIDIA backend ships."""
+    if found := shutil.which("cuobjdump"):
+        return found
+    try:
+        import triton.backends.nvidia as nv
+    except ImportError:
+        return None
+    tool = Path(nv.__file__).parent / "bin" / "cuobjdump"
+    return str(tool) if tool.exists() else None
+
+
+def _sass(cubin: bytes, kernels: tuple[str, ...]) -> list[str] | None:
+    """The SASS of ``kernels`` (instruction addresses and encodings dropped), or None without cuobjdump."""
+    tool = _cuobjdump()
+    if tool is None or cubin is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "k.cubin"
@@ -175,14 +236,17 @@ def _sass(cubin: bytes) -> list[str] | None:
         r = subprocess.run([tool, "-sass", str(p)], capture_output=True, text=True)
     if r.returncode:
         return None
-    out = []
+    by_func: dict[str, list[str]] = {}
+    cur: list[str] | None = None
     for line in r.stdout.splitlines():
+        if m := re.match(r"\s*Function\s*:\s*(\S+)", line):
+            cur = by_func.setdefault(m.group(1), [])
+            continue
         line = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line)  # instruction addresses
         line = re.sub(r"/\*.*?\*/", "", line).strip().rstrip(";").strip()
-        if line and not line.startswith(("code for", "Fatbin", "Function", ".", "arch", "host", "compile_size",
-                                        "identifier", "-", "ptxasOptions")):
-            out.append(" ".join(line.split()))
-    return out
+        if cur is not None and line and not line.startswith((".", "-")):
+            cur.append(" ".join(line.split()))
+    return [l for k in kernels for l in [f"<{k}>"] + by_func.get(k, ["<missing>"])]
 
 
 @dataclass(frozen=True)
@@ -191,10 +255,11 @@ class Built:
     ptx: list[str]
     cubin: bytes | None
     log: str
+    kernels: tuple[str, ...] = ()
 
 
-def build(source: str) -> Built:
-    """Compile ``source`` (the text the compiler sees) with NVRTC for sm_90."""
+def build(source: str, kernels: tuple[str, ...]) -> Built:
+    """Compile ``source`` (the text the compiler sees) with NVRTC for sm_90; keep what ``kernels`` use."""
     from sparserl.harness.compile import CompileOptions, find_cuda_include
     from sparserl.harness.nvrtc import load_nvrtc, nvrtc_options
 
@@ -203,18 +268,20 @@ def build(source: str) -> Built:
         raise SystemExit("error: NVRTC is not available (install the nvidia-cuda-nvrtc wheel)")
     opts = nvrtc_options(ARCH, CompileOptions().flags, find_cuda_include())
     out = lib.compile(source, opts, 120.0)
-    return Built(out.status == "ok", normalise_ptx(out.ptx) if out.status == "ok" else [], out.cubin, out.log)
+    ok = out.status == "ok"
+    return Built(ok, normalise_ptx(out.ptx, kernels) if ok else [], out.cubin, out.log, kernels)
 
 
-def source_of(text: str, op: str) -> str:
-    """The source the harness compiles for a completion (PARAMS expanded, when the contract has them)."""
+def source_of(text: str, op: str) -> tuple[str, tuple[str, ...]]:
+    """The source the harness compiles for a completion (its PARAMS prelude, then the code) and the
+    kernels its header launches."""
     from sparserl.harness.extract import Extracted, extract
     from sparserl.kernels.contract import Op
 
     ex = extract(text, Op(op))
     if not isinstance(ex, Extracted):
         raise ValueError(f"does not extract: {ex.message}")
-    return ex.code
+    return ex.code, tuple(dict.fromkeys(ex.header.kernel_names(Op(op))))
 
 
 def _first_difference(a: list[str], b: list[str]) -> str:
@@ -224,29 +291,56 @@ def _first_difference(a: list[str], b: list[str]) -> str:
     return f"lengths {len(a)} -> {len(b)}"
 
 
+def _erase_registers(lines: list[str]) -> list[str]:
+    """The instructions as a sorted list, registers erased (and register declarations dropped)."""
+    return sorted(re.sub(r"%v\d+", "%v", l) for l in lines if not l.startswith(".reg "))
+
+
 def compare_case(case: Case, old_text: str) -> dict:
-    """``verdict``: same_ptx, same_sass, different or error, with the first differing line."""
+    """``verdict``: ``same_ptx`` (the launched kernels' PTX is the same up to numbering),
+    ``same_sass``, ``same_instructions`` (the same PTX instructions, registers erased, in another
+    order or with the registers permuted; ptxas may then schedule them otherwise),
+    ``fewer_instructions`` (the new PTX is the old one less some instructions), ``different`` or
+    ``error``; with the first differing line, where the SASS differs its lengths, and the
+    instructions only one side has."""
     new_text = case.render()
     row = {"key": case.key, "old_chars": len(old_text), "new_chars": len(new_text)}
     try:
-        old, new = build(source_of(old_text, case.op)), build(source_of(new_text, case.op))
+        (old_src, old_k), (new_src, new_k) = source_of(old_text, case.op), source_of(new_text, case.op)
     except ValueError as exc:
         return row | {"verdict": "error", "detail": str(exc)}
+    if old_k != new_k:
+        return row | {"verdict": "different", "detail": f"launches {old_k} -> {new_k}"}
+    old, new = build(old_src, old_k), build(new_src, new_k)
     if not (old.ok and new.ok):
         return row | {"verdict": "error", "detail": (old.log if not old.ok else new.log)[-400:]}
     if old.ptx == new.ptx:
         return row | {"verdict": "same_ptx"}
-    sa, sb = _sass(old.cubin), _sass(new.cubin)
-    if sa is not None and sa == sb:
-        return row | {"verdict": "same_sass", "detail": _first_difference(old.ptx, new.ptx)}
     detail = _first_difference(old.ptx, new.ptx)
+    sa, sb = _sass(old.cubin, old_k), _sass(new.cubin, new_k)
+    if sa is not None and sa == sb:
+        return row | {"verdict": "same_sass", "detail": detail}
     if sa is not None and sb is not None:
-        detail += f"; SASS {len(sa)} -> {len(sb)} instructions, {_first_difference(sa, sb)}"
+        row["sass_lines"] = [len(sa), len(sb)]
+        detail += f"; SASS {len(sa)} -> {len(sb)} lines, {_first_difference(sa, sb)}"
+    ea, eb = Counter(_erase_registers(old.ptx)), Counter(_erase_registers(new.ptx))
+    if ea == eb:
+        return row | {"verdict": "same_instructions", "detail": detail}
+    row |= {"old_only": _few(ea - eb), "new_only": _few(eb - ea)}
+    if not eb - ea:
+        return row | {"verdict": "fewer_instructions", "detail": detail}
     return row | {"verdict": "different", "detail": detail}
 
 
-def compare(fixture: Path, sample: int | None = None, jobs: int = 2, seed: int = 0) -> list[dict]:
+def _few(c: Counter, n: int = 12) -> dict[str, int]:
+    return dict(c.most_common(n))
+
+
+def compare(fixture: Path, sample: int | None = None, jobs: int = 2, seed: int = 0,
+            only: str | None = None) -> list[dict]:
     pairs = load_fixture(fixture)
+    if only:
+        pairs = [(c, t) for c, t in pairs if re.search(only, c.key)]
     if sample is not None and sample < len(pairs):
         idx = sorted(np.random.default_rng(seed).choice(len(pairs), sample, replace=False))
         pairs = [pairs[i] for i in idx]
@@ -269,25 +363,32 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--sample", type=int, default=None, help="compare this many cases drawn at random")
     c.add_argument("--jobs", type=int, default=2)
+    c.add_argument("--only", default=None, help="compare only the cases whose key matches this regular expression")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.cmd == "freeze":
         print(f"{freeze(args.out)} cases written to {args.out}")
         return 0
     t0 = time.perf_counter()
-    rows = compare(args.fixture, args.sample, args.jobs)
+    rows = compare(args.fixture, args.sample, args.jobs, only=args.only)
     counts = Counter(r["verdict"] for r in rows)
     old_chars = sum(r["old_chars"] for r in rows)
     new_chars = sum(r["new_chars"] for r in rows)
+    by_strategy: dict[str, Counter] = {}
+    for r in rows:
+        op, strategy = r["key"].split("/")[:2]
+        by_strategy.setdefault(f"{op}/{strategy}", Counter())[r["verdict"]] += 1
     summary = {"cases": len(rows), "verdicts": dict(counts), "old_chars": old_chars, "new_chars": new_chars,
+               "by_strategy": {k: dict(v) for k, v in sorted(by_strategy.items())},
                "seconds": round(time.perf_counter() - t0, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"summary": summary, "cases": rows}, indent=1))
     print(json.dumps(summary))
     for r in rows:
-        if r["verdict"] in ("different", "error"):
-            print(f"{r['verdict']:10s} {r['key']}: {r.get('detail', '')[:300]}")
-    return 0 if counts.get("different", 0) + counts.get("error", 0) == 0 else 1
+        if r["verdict"] in ("different", "fewer_instructions", "error"):
+            print(f"{r['verdict']:10s} {r['key']}: {r.get('detail', '')[:200]}; only before: "
+                  f"{r.get('old_only', {})}; only after: {r.get('new_only', {})}"[:600])
+    return 0 if counts.get("error", 0) == 0 else 1
 
 
 if __name__ == "__main__":

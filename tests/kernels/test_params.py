@@ -121,3 +121,17 @@ def test_contract_names_cover_every_format_argument_and_launch_variable() -> Non
     for name in expected:
         with pytest.raises(ContractError, match="contract variable"):
             parse_params_line(f"{name}=1")
+
+
+def test_with_a_params_line_the_format_parameters_are_constants_too() -> None:
+    """FORMAT: BSR R=2 C=4 gives the code R and C (the block shape is written once, on the FORMAT line);
+    SELL's default sigma is filled in; without a PARAMS line nothing is added."""
+    bsr = parse_header(["FORMAT: BSR R=2 C=4", "PARAMS: G=8, BLOCK=128", "LAUNCH: grid=ceil_div(mb, BLOCK / G), block=BLOCK"],
+                       Op.SPMV)
+    assert bsr.prelude() == ("constexpr int R = 2;\nconstexpr int C = 4;\nconstexpr int G = 8;\n"
+                             "constexpr int BLOCK = 128;\n")
+    sell = parse_header(["FORMAT: SELL C=8", "PARAMS: BLOCK=64", "LAUNCH: grid=ceil_div(num_slices * C, BLOCK), block=BLOCK"],
+                        Op.SPMV)
+    assert sell.prelude() == "constexpr int C = 8;\nconstexpr int sigma = 1;\nconstexpr int BLOCK = 64;\n"
+    plain = parse_header(["FORMAT: BSR R=2 C=4", "LAUNCH: grid=mb, block=32"], Op.SPMV)
+    assert plain.prelude() == "" and plain.source("code\n") == "code\n"

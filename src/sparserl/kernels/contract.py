@@ -13,8 +13,9 @@ A completion is::
     <CUDA device code only>
 
 A ``PARAMS:`` line names a kernel's tunable numbers once (``PARAMS: BLOCK=256, BATCHES=4``): the
-harness puts one ``constexpr int NAME = value;`` line per name before the code
-(:meth:`Header.source`), and LAUNCH expressions may use the names.
+harness puts one ``constexpr int NAME = value;`` line per name before the code, after one per
+FORMAT parameter (``constexpr int C = 32;`` for ``FORMAT: SELL C=32``) (:meth:`Header.prelude`),
+and LAUNCH expressions may use the names.
 
 Kernels are ``extern "C" __global__`` functions. Every kernel a completion
 launches takes the same argument list: the common prefix ``int m, int n, int nnz``
@@ -331,8 +332,9 @@ def kernel_params(fmt: str, op: Op) -> tuple[Param, ...]:
     return tuple(params)
 
 
-def signature(fmt: str, op: Op, name: str | None = None, launch_bounds: int | None = None) -> str:
-    """The kernel's C declaration line(s), e.g. for rendering a completion."""
+def signature(fmt: str, op: Op, name: str | None = None, launch_bounds: int | str | None = None) -> str:
+    """The kernel's C declaration line(s), e.g. for rendering a completion; ``launch_bounds`` is a
+    number or a constant's name (``BLOCK``)."""
     ps = kernel_params(fmt, op)
     name = name or op.kernel_name
     lb = f"__launch_bounds__({launch_bounds}) " if launch_bounds else ""
@@ -505,8 +507,13 @@ class Header:
         return "\n".join([f"FORMAT: {fmt}"] + params + [l.render() for l in self.launches])
 
     def prelude(self) -> str:
-        """The lines the harness puts before the code: ``constexpr int NAME = value;`` per PARAMS name."""
-        return "".join(f"constexpr int {k} = {v};\n" for k, v in self.constants.items())
+        """The lines the harness puts before the code of a completion with a PARAMS line:
+        ``constexpr int NAME = value;`` for each FORMAT parameter (``R``, ``C``, ``sigma``,
+        ``width`` as the FORMAT line gives them, defaults filled), then for each PARAMS name.
+        Without a PARAMS line there are none: the code is compiled as written."""
+        if not self.constants:
+            return ""
+        return "".join(f"constexpr int {k} = {v};\n" for k, v in {**self.params, **self.constants}.items())
 
     def source(self, code: str) -> str:
         """The source the compiler sees for ``code`` under this header: the PARAMS prelude, then the code."""

@@ -39,7 +39,11 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
   `PARAMS: BLOCK=256, BATCHES=4`. The harness puts one `constexpr int NAME = value;` line per name
   before the code, in the order written, and LAUNCH expressions may use the names, so a launch and
   its kernel cannot disagree: `LAUNCH: grid=ceil_div(nnz, BLOCK * BATCHES), block=BLOCK` with
-  `__launch_bounds__(BLOCK)` and `BLOCK / 32` warps in the code. Values are decimal integers that
+  `__launch_bounds__(BLOCK)` and `BLOCK / 32` warps in the code. With a PARAMS line the FORMAT
+  parameters are constants of the code too, under their own names and before the PARAMS names
+  (`FORMAT: BSR R=4 C=4` gives `constexpr int R = 4;` and `constexpr int C = 4;`), so a block
+  shape is written once, on the FORMAT line. Without a PARAMS line nothing is added: the code is
+  compiled as written. Values are decimal integers that
   fit a C `int` (no leading zeros, no `+`, hex or `_`); items are separated by commas; at most
   {MAX_PARAMS} names. A name may not start with an underscore, be a C++/CUDA keyword or built-in
   (`int`, `if`, `threadIdx`, `blockDim`, `warpSize`, `float4`, `printf` ...), nor be a name the
