@@ -1,4 +1,4 @@
-"""Ablation of the matrix card in the prompt (issue 16 item 1): does the card help?
+"""Ablation of the matrix card in the prompt: does the card help?
 
 SFT runs twice on the same data, with the same model, seed, steps and batches: once with the
 matrix card in the prompt (``--card``) and once without (``--no-card``). Both checkpoints are

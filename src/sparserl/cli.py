@@ -14,7 +14,9 @@ import sys
 
 import typer
 
+from sparserl.corpus.cli import app as corpus_app
 from sparserl.errors import SparseRLError
+from sparserl.farm.cli import farm_cmd
 from sparserl.harness.cli import baseline, check_kernel
 from sparserl.kernels.cli import app as library_app
 from sparserl.matrices.cli import app as matrix_app
@@ -46,6 +48,8 @@ app.command("check-kernel")(check_kernel)
 app.command("baseline")(baseline)
 app.command("search")(search_cmd)
 app.add_typer(best_app, name="best")
+app.command("farm")(farm_cmd)
+app.add_typer(corpus_app, name="corpus")
 
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it

@@ -135,3 +135,22 @@ def test_rescore_refuses_a_summary_only_eval_json(tmp_path: Path) -> None:
     (tmp_path / "eval.json").write_text(json.dumps({"trimmed": "per-matrix records removed", "summary": {}}))
     with pytest.raises(SparseRLError, match="summary only .per-matrix records removed.: rerun the evaluation"):
         rescore(tmp_path)
+
+
+def test_rescore_counts_a_slow_sample_as_correct_at_its_measured_speed(tmp_path: Path) -> None:
+    """A sample the harness stopped early as ``slow`` passed every check: rescoring keeps its
+    measured speedup. Kills the mutation that counts only verdict ``none`` as correct."""
+    from sparserl.eval.rescore import rescore
+
+    rec = {"family": "banded", "n": 2, "compiled": 2, "correct": 2, "best_speedup": 1.5, "best_format": "CSR",
+           "roofline": 0.5, "kinds": {}}
+    result = {"config": {"samples": 2}, "op": "spmv", "k": None, "per_matrix": {"sft": {"m0": rec}},
+              "summary": {}, "paper": {"source": "x", "gpu": "V100", "compile_rate": 0.5, "pass_at_1": 0.1,
+                                       "geomean_speedup": 1.4}, "format_confusion_vs_oracle": {}}
+    (tmp_path / "eval.json").write_text(json.dumps(result))
+    lines = [{"system": "sft", "matrix": "m0", "verdict": "slow", "speedup": 0.25},
+             {"system": "sft", "matrix": "m0", "verdict": "none", "speedup": 1.5}]
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rescore(tmp_path)
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved["per_matrix"]["sft"]["m0"]["sample_speedups"] == [0.25, 1.5]

@@ -165,12 +165,13 @@ def test_verified_best_kernel_and_load_kernel(mtx: Path, tmp_path: Path) -> None
 def test_library_fallback_when_no_sample_is_correct(mtx: Path, tmp_path: Path) -> None:
     rep = generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(tmp_path / "f")),
                           policy=FixedSampler([BROKEN]))
-    assert rep["source"].startswith("library") and rep["verified"] and rep["best"]["error_kind"] == "none"
+    # verified: timed in full, or stopped early as far slower than cuSPARSE (slow) when nothing is faster
+    assert rep["source"].startswith("library") and rep["verified"] and rep["best"]["error_kind"] in ("none", "slow")
 
 
 @pytest.mark.gpu
 def test_no_trained_model_on_a_gpu_returns_the_best_verified_library_kernel(mtx: Path, tmp_path: Path) -> None:
     rep = generate_kernel(GenerateConfig(matrix=str(mtx), model=str(tmp_path / "no-model"), out=str(tmp_path / "n")))
-    assert rep["verified"] and not rep["model_used"] and rep["best"]["error_kind"] == "none"
+    assert rep["verified"] and not rep["model_used"] and rep["best"]["error_kind"] in ("none", "slow")
     assert rep["source"] == "library kernel: the fastest verified library variant (no model was used)"
     assert all(r["speedup"] is None or r["speedup"] <= rep["best"]["speedup"] for r in rep["runners_up"])

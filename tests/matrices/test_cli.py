@@ -205,6 +205,10 @@ def test_expected_nnz_is_what_generate_builds(family: str) -> None:
             assert A.nnz <= est < 1.05 * A.nnz
         elif family == "rmat":  # edges drawn, before duplicates merge (more of them on small graphs)
             assert A.nnz <= est < 1.3 * A.nnz
+        elif family in ("circuit", "kronecker", "cartesian"):  # random edges that may repeat
+            assert A.nnz <= est < 1.3 * A.nnz
+        elif family in ("lp", "fem_mixed", "road"):  # drawn row lengths, element types, streets: at their largest
+            assert A.nnz <= est < 3 * A.nnz
         else:
             assert est == A.nnz, (family, rows, cols)
         assert memory_estimate(family, rows, cols) > 8 * A.nnz  # at least the matrix itself

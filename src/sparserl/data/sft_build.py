@@ -41,7 +41,7 @@ class SFTDataConfig:
     out: str = "runs/data"
     """Output folder."""
     families: tuple[str, ...] = ()
-    """Generator families (empty: all)."""
+    """Generator families (empty: the classic ones, ``family_names()``; application families only when named)."""
     matrices_per_family: int = 12
     """Generated matrices per family."""
     min_rows: int = 2_000
@@ -77,9 +77,10 @@ class SFTDataConfig:
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise SparseRLError(f"target must be one of {TARGETS}, got {self.target!r}")
-        bad = set(self.families) - set(family_names())
-        if bad:
-            raise SparseRLError(f"unknown families {sorted(bad)}; families are {family_names()}")
+        bad = set(self.families) - set(family_names(include_application=True))
+        if bad:  # the default set is the classic families; application families only when named
+            raise SparseRLError(f"unknown families {sorted(bad)}; families are "
+                                f"{family_names(include_application=True)}")
         if any(o not in ("spmv", "spmm") for o in self.ops) or not self.ops:
             raise SparseRLError("ops must be a non-empty subset of spmv, spmm")
         if not (0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1

@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
+from sparserl.harness.result import ErrorKind
 from sparserl.eval.compare import summarize
 from sparserl.eval.provenance import provenance_table
 from sparserl.eval.report import markdown
@@ -36,10 +37,11 @@ def rescore(folder: str | Path) -> dict:
         for line in cj.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                ok = r["verdict"] == "none" and r.get("speedup")
+                verified = ErrorKind(r["verdict"]).verified  # none, or slow (stopped early, its time measured)
+                ok = verified and r.get("speedup")
                 samples[r["system"]][r["matrix"]].append(r["speedup"] if ok else None)
                 if "completion" in r:  # files of older runs kept only the verdicts
-                    drawn.append((r["system"], r["completion"], r["verdict"] == "none"))
+                    drawn.append((r["system"], r["completion"], verified))
     n = result["config"]["samples"]
     for name, recs in result["per_matrix"].items():
         for mname, rec in recs.items():

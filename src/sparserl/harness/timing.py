@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparserl.harness import profile
 from sparserl.harness.device import cupy_module
 
 REGIMES = ("cold", "warm")
@@ -178,25 +179,29 @@ def time_run(run: Callable[[], None], config: TimingConfig, stream=None, flush: 
             raise TimedRunRejected(msg)
 
     if config.regime == "cold":
-        one = capture(run, stream)
-        for _ in range(config.warmup):
-            one.launch(stream)
-        flush = flush or FlushBuffer()
-        if io is not None:
-            io.snapshot_rep = None  # one run per sample: its output is the one checked
+        with profile.step("time_prepare"):
+            one = capture(run, stream)
+            for _ in range(config.warmup):
+                one.launch(stream)
+            flush = flush or FlushBuffer()
+            if io is not None:
+                io.snapshot_rep = None  # one run per sample: its output is the one checked
         samples = []
         for trial in range(config.trials):
-            with stream:
-                if io is not None:
-                    io.new_seed()
-                    io.prepare(0)
-                flush.flush(stream)
-            start.record(stream)
-            one.launch(stream)
-            stop.record(stream)
-            stop.synchronize()
-            samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3)
-            reject_wrong(f"cold, run {trial + 1} of {config.trials}")
+            with profile.step("time_runs"):
+                with stream:
+                    if io is not None:
+                        io.new_seed()
+                        io.prepare(0)
+                    flush.flush(stream)
+                start.record(stream)
+                one.launch(stream)
+                stop.record(stream)
+                stop.synchronize()
+                samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3)
+                profile.count("cold_runs")
+            with profile.step("time_check"):
+                reject_wrong(f"cold, run {trial + 1} of {config.trials}")
         return _summary("cold", np.asarray(samples), 1)
 
     def reps_of(n: int, with_run: bool):

@@ -19,8 +19,9 @@ def improve_cmd(
     model: Path = typer.Option(Path(D.model), help="the starting policy: a policy checkpoint or HF model folder"),
     out: Path = typer.Option(Path(D.out), help="output folder: rounds.md, rounds.json, metrics.jsonl, tb/, "
                                                "state.json, round_N/ (search traces, teacher data, SFT, eval), best/"),
-    store: Path = typer.Option(None, help="best-known store, the teacher [default: best_known.sqlite under the "
-                                          "harness cache root, the one 'sparserl search' writes]"),
+    store: str = typer.Option(None, help="best-known store, the teacher: a file or postgresql:// URL [default: "
+                                         "best_known.sqlite under the harness cache root, the one 'sparserl search' "
+                                         "writes]"),
     op: str = typer.Option(D.op, help="spmv or spmm"),
     k: int = typer.Option(D.k, help="SpMM: columns of X (unused for spmv)"),
     matrices_per_round: int = typer.Option(D.matrices_per_round, help="training matrices searched per round (the "

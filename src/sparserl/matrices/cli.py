@@ -18,7 +18,7 @@ from rich.table import Table
 
 from sparserl.errors import MatrixError
 from sparserl.matrices.features import MatrixFeatures, compute_features
-from sparserl.matrices.generators import FAMILIES, generate
+from sparserl.matrices.generators import FAMILIES, HELD_OUT_FAMILIES, TARGET_FAMILIES, family_names, generate
 from sparserl.matrices.io import load_matrix, save_matrix
 
 app = typer.Typer(
@@ -133,11 +133,23 @@ def gen(
 
 @app.command()
 def families() -> None:
-    """List the generator families with their descriptions and default parameters."""
+    """List the generator families with their sets, descriptions and default parameters."""
     table = Table(show_header=True, header_style="bold")
     table.add_column("family")
+    table.add_column("set")
     table.add_column("description")
     table.add_column("parameters (defaults)")
     for name, spec in FAMILIES.items():
-        table.add_row(name, spec.description, _defaults_text(spec.defaults))
+        table.add_row(name, _family_set(name), spec.description, _defaults_text(spec.defaults))
     Console().print(table)
+    Console().print("classic: what 'the families' means by default (data build, evaluate --matrices families, RL); "
+                    "targets: the 11 quoted in targets; application: only when named; held out: no learned "
+                    "component (cost model, SFT, RL) is fitted on them")
+
+
+def _family_set(name: str) -> str:
+    if name in TARGET_FAMILIES:
+        return "classic, targets"
+    if name in family_names():
+        return "classic"
+    return "application, held out" if name in HELD_OUT_FAMILIES else "application"

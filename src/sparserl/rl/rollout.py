@@ -102,12 +102,15 @@ class RolloutBatch:
     old_logp: torch.Tensor  # (B, T) the learner's log-probs at rollout time (at the sampling temperature)
     ref_logp: torch.Tensor  # (B, T)
     values: torch.Tensor | None  # (B, T) or None (no critic)
-    scores: torch.Tensor  # (B,) reward of each completion
+    scores: torch.Tensor  # (B,) reward of each completion (a 0 placeholder where not valid: read with valid_mask)
     results: list[EvalResult]
     timings: dict[str, float] = field(default_factory=dict)
     entropy: torch.Tensor | None = None  # (B, T) the old policy's entropy at each response token
     sample_logp: torch.Tensor | None = None  # (B, T) the sampler's own log-probs of the same tokens
     valid: torch.Tensor | None = None  # (B,) bool: False for infrastructure failures (None: all valid)
+    new_bests: frozenset = frozenset()
+    """The best-known store entries whose bar this batch raised (``BestKnown.record``; counted once
+    each in ``reward/new_best_known``, also when batches merge)."""
 
     @property
     def valid_mask(self) -> torch.Tensor:
@@ -252,10 +255,11 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     before = best_known.bests(rep, results) if best_known is not None else [None] * len(results)
     scores = torch.tensor([reward(r, reward_cfg, b) if v else 0.0 for r, v, b in zip(results, valid.tolist(), before)],
                           dtype=torch.float32, device=ids.device)
-    extra = {}
+    extra, new_bests = {}, frozenset()
     if best_known is not None:
         extra["reward/best_known_share"] = sum(b is not None for b in before) / len(before) if before else 0.0
-        extra["reward/new_best_known"] = float(best_known.record(rep, texts, results, before))
+        new_bests = frozenset(best_known.record(rep, texts, results, before))
+        extra["reward/new_best_known"] = float(len(new_bests))
     keep = valid[:, None].to(mask.dtype)
     eval_s = [r.eval_seconds for r in results]
     return RolloutBatch(samples, texts, ids, mask * keep, ann.old_logp * keep, ann.ref_logp * keep,
@@ -263,4 +267,4 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
                         {"time/generate": t_gen, "time/forward": t_fwd, "time/harness_wait": t_wait,
                          "time/harness_eval_mean": float(np.mean(eval_s)) if eval_s else 0.0,
                          "charts/harness_memo_share": hits / len(texts) if texts else 0.0} | extra,
-                        ann.entropy * keep, sample_logp.to(mask.dtype) * mask * keep, valid)
+                        ann.entropy * keep, sample_logp.to(mask.dtype) * mask * keep, valid, new_bests)

@@ -29,8 +29,9 @@ def search_cmd(
     templates: str = typer.Option("", help="comma-separated template names to search [default: all of the op's]"),
     model: Path = typer.Option(None, help="policy checkpoint or HF model folder: it proposes too (samples and "
                                           "refinements of the best so far) [default: none, no model]"),
-    store: Path = typer.Option(None, help="best-known store [default: best_known.sqlite under the harness cache "
-                                          "root, $SPARSERL_CACHE_DIR or ~/.cache/sparserl]"),
+    store: str = typer.Option(None, help="best-known store: a file (SQLite) or postgresql://user@host/dbname "
+                                         "[default: best_known.sqlite under the harness cache root, "
+                                         "$SPARSERL_CACHE_DIR or ~/.cache/sparserl]"),
     out: Path = typer.Option(None, help="output folder [default: runs/search/<matrix name>]"),
     regime: str = typer.Option("cold", help="L2 regime candidates are ranked in: cold (flushed) or warm"),
     parallel: int = typer.Option(0, help="candidates in flight (0: four per GPU)"),
@@ -39,6 +40,9 @@ def search_cmd(
     device: str = typer.Option("auto", help="the model's device: auto, cpu or cuda[:N]"),
     compile_only: bool = typer.Option(False, "--compile-only", help="compile only, even on a GPU (no GPU: always)"),
     seed: int = typer.Option(0, help="seed of the search's random choices"),
+    cost_model: str = typer.Option("default", help="the order candidates are tried in: 'default' (your model from "
+                                   "'sparserl best cost-model' if you built one, else the packaged one), 'none' "
+                                   "(the selector's and templates' order) or a model file"),
 ) -> None:
     """Search the kernel space for one matrix: library seeds, mutations, policy proposals.
 
@@ -50,9 +54,9 @@ def search_cmd(
     if op == "spmv" and k is not None:
         raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
-                        regime=regime, parallel=parallel, seed=seed)
+                        regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
-                    temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=str(store) if store else None,
+                    temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=store or None,
                     out=str(out) if out else None, compile_only=compile_only)
     rep, res = search_matrix(job)
     typer.echo(f"{res.evaluated} candidates in {res.seconds:.1f} s (stopped: {res.stopped})")
@@ -70,21 +74,25 @@ def search_cmd(
 best_app = typer.Typer(help="The best-known store: the fastest verified kernel per matrix structure, op, k and GPU.",
                        no_args_is_help=True)
 
-_STORE_HELP = "best-known store [default: best_known.sqlite under the harness cache root]"
+_STORE_HELP = ("best-known store: a file (SQLite) or postgresql://user@host/dbname [default: best_known.sqlite "
+               "under the harness cache root]")
 
 
-def _open(store: Path | None, must_exist: bool = True):
+def _open(store: str | None, must_exist: bool = True):
     from sparserl.search.store import default_store_path, open_store
+    from sparserl.search.store_backends import is_url
 
-    path = store if store is not None else default_store_path()
-    if must_exist and not Path(path).exists():
+    if store is not None and is_url(store):
+        return open_store(store)
+    path = Path(store) if store is not None else default_store_path()
+    if must_exist and not path.exists():
         raise SparseRLError(f"no best-known store at {path} (sparserl search writes one; or give --store)")
     return open_store(path)
 
 
 @best_app.command("list")
 def best_list(
-    store: Path = typer.Option(None, help=_STORE_HELP),
+    store: str = typer.Option(None, help=_STORE_HELP),
     matrix: str = typer.Option(None, help="only this matrix (name or fingerprint prefix) [default: every matrix]"),
     op: str = typer.Option(None, help="only spmv or spmm [default: both]"),
     arch: str = typer.Option(None, help="only this GPU architecture (e.g. sm_90) [default: every one]"),
@@ -112,7 +120,7 @@ def best_list(
 @best_app.command("show")
 def best_show(
     key: str = typer.Argument(..., help="matrix name or fingerprint prefix"),
-    store: Path = typer.Option(None, help=_STORE_HELP),
+    store: str = typer.Option(None, help=_STORE_HELP),
     op: str = typer.Option(None, help="spmv or spmm [default: any]"),
     k: int = typer.Option(None, help="SpMM columns [default: any]"),
     arch: str = typer.Option(None, help="GPU architecture [default: any]"),
@@ -153,7 +161,7 @@ def best_show(
 @best_app.command("export")
 def best_export(
     out: Path = typer.Argument(..., help="JSONL file to write (train with: sparserl sft --data OUT)"),
-    store: Path = typer.Option(None, help=_STORE_HELP),
+    store: str = typer.Option(None, help=_STORE_HELP),
     op: str = typer.Option(None, help="only spmv or spmm [default: both]"),
     arch: str = typer.Option(None, help="only this GPU architecture [default: every one]"),
     regime: str = typer.Option(None, help="only kernels timed in this regime [default: both]"),
@@ -175,3 +183,43 @@ def best_export(
         res = export_sft(st, out, flt)
     typer.echo(f"wrote {res['rows']} rows ({res['matrices']} matrices) to {res['path']}"
                + (f"; skipped {res['skipped']}" if any(res["skipped"].values()) else ""))
+
+
+@best_app.command("cost-model")
+def best_cost_model(
+    store: str = typer.Option(None, help=_STORE_HELP + " (left out when only --data is given)"),
+    data: list[Path] = typer.Option([], "--data", help="measurements file (JSON lines, from "
+                                    "benchmarks/cost_model_data.py); repeat for several [default: none]"),
+    out: Path = typer.Option(None, help="model file to write [default: cost_model.json.gz under the harness cache "
+                                        "root, which searches then use]"),
+    regime: str = typer.Option("cold", help="train on the times of this regime: cold or warm"),
+    trees: int = typer.Option(200, help="boosting rounds"),
+    min_measurements: int = typer.Option(200, help="refuse to train on fewer verified measurements"),
+) -> None:
+    """Fit the cost model that orders a search's candidates, on the store's verified times (and
+    benchmark measurements); matrices of the held-out generator families are left out."""
+    from sparserl.search.cost_model import (
+        TrainConfig,
+        load_measurements,
+        store_measurements,
+        train,
+        user_model_path,
+    )
+
+    if regime not in ("cold", "warm"):
+        raise SparseRLError(f"--regime must be cold or warm, got {regime!r}")
+    measurements, sources = [], []
+    if store is not None or not data:
+        with _open(store) as st:
+            measurements += store_measurements(st, regime)
+            sources.append(str(st.path))
+    for f in data:
+        measurements += [m for m in load_measurements(f) if m.regime == regime]
+        sources.append(str(f))
+    where = " and ".join(sources)
+    model = train(measurements, TrainConfig(trees=trees, min_measurements=min_measurements), where=where,
+                  sources=sources)
+    path = model.save(out if out is not None else user_model_path())
+    t = model.meta["trained_on"]
+    typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(t['families'])}"
+               + (f"; {t['held_out_left_out']} held-out matrices left out" if t["held_out_left_out"] else ""))

@@ -52,7 +52,8 @@ class SearchJob:
     device: str = "auto"
     """Device of the model: auto, cpu or cuda[:N]."""
     store: str | None = None
-    """Best-known store (default: best_known.sqlite under the harness cache root)."""
+    """Best-known store: a file (SQLite) or a postgresql:// URL (default: best_known.sqlite under the
+    harness cache root)."""
     out: str | None = None
     """Output folder (default runs/search/<matrix name>)."""
     compile_only: bool = False
@@ -71,11 +72,10 @@ def matrix_name(path: str) -> str:
     return Path(path).name.split(".")[0]
 
 
-def _selector_point(A, op: Op) -> tuple[str, dict, str] | None:
+def _selector_point(features, op: Op) -> tuple[str, dict, str] | None:
     from sparserl.eval.selector import select_variant
-    from sparserl.matrices import compute_features
 
-    v = select_variant(compute_features(A), op)
+    v = select_variant(features, op)
     return v.strategy, dict(v.format_params + v.tunables), "selector"
 
 
@@ -236,20 +236,30 @@ def cached_accepts(A):
 
 
 def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, store: BestStore | None, *,
-                 card=None, source_path: str | None = None, run_config: dict | None = None,
+                 card=None, features=None, source_path: str | None = None, run_config: dict | None = None,
                  proposer_factory=None, model: str | None = None, prior=(), trace: Path | None = None,
-                 accepts=None, progress: bool = True) -> SearchResult:
-    """Search a loaded matrix with an open evaluator and store: what ``search``, ``generate --search``
-    and the benchmark share. ``proposer_factory(card)``: the policy's proposer (None: templates only).
+                 accepts=None, progress: bool = True, journal=None, stop=None, ranker=None) -> SearchResult:
+    """Search a loaded matrix with an open evaluator and store: what ``search``, ``generate --search``,
+    the farm and the benchmark share. ``proposer_factory(card)``: the policy's proposer (None: templates
+    only). ``journal``, ``stop``: see :class:`~.loop.StoreSink` and :func:`~.loop.run_search`.
+    ``card``/``features``: the matrix's card and structure features when already computed.
+    ``ranker``: the candidates' order (None: what ``cfg.cost_model`` names, see :func:`~.ranker.make_ranker`).
 
     ``accepts``: the host check of formats; default none on a GPU (converting a large matrix on the
     host for every format costs as much as the worker's own conversion, minutes at 10^7 nonzeros:
     the search learns refusals from the harness instead), and :func:`cached_accepts` without one."""
-    from sparserl.matrices.card import matrix_card
+    from sparserl.matrices.card import card_and_features
+    from sparserl.matrices.features import compute_features
+    from sparserl.search.ranker import make_ranker
 
     t = time.perf_counter()
-    card = card or matrix_card(A)
+    if card is None:
+        card, features = card_and_features(A)
+    elif features is None:  # the selector needs them (it always did)
+        features = compute_features(A)
     log.info("%s: %d x %d, %d nonzeros; card in %.1f s", name, *A.shape, A.nnz, time.perf_counter() - t)
+    if ranker is None:
+        ranker = make_ranker(cfg.cost_model, card, features, op, k)
     known_row, known = _known(store, card.fingerprint, op, k, cfg.regime) if store is not None else (None, [])
     if known_row is not None:
         log.info("the store knows %s for this matrix: %s", name, known_row.candidate_id or known_row.kernel_sha[:12])
@@ -263,11 +273,13 @@ def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, sto
             pool = ThreadPoolExecutor(1, thread_name_prefix="coords")
             coords = pool.submit(coords).result
             pool.shutdown(wait=False)  # the task runs on; its result is asked for at the first write
-        sink = StoreSink(store, card, name, source_path, coords, run_config or {"search": asdict(cfg)}, model=model)
+        sink = StoreSink(store, card, name, source_path, coords, run_config or {"search": asdict(cfg)}, model=model,
+                         journal=journal, features=features)
     if accepts is None and not ev.has_gpu:  # nothing converts the matrix without a GPU: the host checks
         accepts = cached_accepts(A)
-    res = run_search(A, name, op, k, cfg, ev, card=card, selector_point=_selector_point(A, op), known=known,
-                     proposer=proposer, prior=prior, sink=sink, accepts=accepts, trace=trace, progress=progress)
+    res = run_search(A, name, op, k, cfg, ev, card=card, selector_point=_selector_point(features, op), known=known,
+                     proposer=proposer, prior=prior, sink=sink, accepts=accepts, trace=trace, progress=progress,
+                     stop=stop, ranker=ranker)
     res.known_best = known_row
     return res
 

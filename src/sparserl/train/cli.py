@@ -45,13 +45,29 @@ def pretrain_cmd(
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/state.pt"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
     seed: int = typer.Option(0, help="random seed"),
+    corpus: Path = typer.Option(None, help="a built corpus (sparserl corpus build) or its pack (sparserl corpus "
+                                           "pack) [default: the toolkit headers and kernel library on this machine]"),
+    preset: str = typer.Option("default", help="shape of a model trained from scratch: default (about 29M "
+                                               "parameters) or base (about 210M, for a GPU)"),
+    minutes: float = typer.Option(None, help="wall-clock budget of the training loop: stop after it with a "
+                                             "checkpoint and an evaluation [default: none, --steps decides]"),
+    warmup_steps: int = typer.Option(100, help="steps of linear learning-rate warm-up"),
+    eval_every: int = typer.Option(500, help="steps between held-out evaluations"),
+    heldout_tokens: int = typer.Option(200_000, help="held-out tokens scored per held-out package (at most)"),
+    compile: bool = typer.Option(False, "--compile", help="torch.compile the model (CUDA only)"),
+    peak_tflops: float = typer.Option(None, help="peak dense bf16 TFLOP/s for MFU [default: from the GPU's name, "
+                                                 "H100/H200: 989]"),
 ) -> None:
-    """Stage 1: pre-train on the CUDA corpus found on this machine (toolkit headers + kernel library)."""
+    """Stage 1: pre-train on a CUDA corpus: the one built from the package index (--corpus), or the toolkit
+    headers and kernel library found on this machine."""
     from sparserl.train.pretrain import PretrainConfig, pretrain
 
     check_output(out, "pretrain", force, resume)
     cfg = PretrainConfig(out=str(out), model=str(model) if model else None, steps=steps, batch_size=batch_size,
-                         seq_len=seq_len, lr=lr, vocab_size=vocab_size, device=device, resume=resume, seed=seed)
+                         seq_len=seq_len, lr=lr, vocab_size=vocab_size, device=device, resume=resume, seed=seed,
+                         corpus_dir=str(corpus) if corpus else None, preset=preset, minutes=minutes,
+                         warmup_steps=warmup_steps, eval_every=eval_every,
+                         heldout_tokens=heldout_tokens, compile=compile, peak_tflops=peak_tflops)
     result = pretrain(cfg)
     typer.echo(json.dumps(result, indent=1))
 
@@ -253,7 +269,8 @@ def generate_cmd(
     seed: int = typer.Option(0, help="random seed"),
     search: int = typer.Option(0, help="then search N more candidates (templates, mutations, refinements) "
                                        "and return the best of all (0: no search)"),
-    store: Path = typer.Option(None, help="best-known store for --search [default: under the harness cache root]"),
+    store: str = typer.Option(None, help="best-known store for --search: a file or postgresql:// URL "
+                                         "[default: under the harness cache root]"),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     from sparserl.generate import GenerateConfig, generate_kernel

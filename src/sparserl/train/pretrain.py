@@ -1,13 +1,22 @@
 """Stage 1: pre-train a causal LM on the CUDA corpus (the paper's domain pre-training).
 
-With no ``--model`` it trains a BPE tokenizer and the embedded default model
-(:mod:`sparserl.model.config`) from scratch; with ``--model PATH`` it continues
-pre-training any local Hugging Face causal LM with its own tokenizer. Held-out
-perplexity is measured on files the model never saw (:mod:`sparserl.data.corpus`).
+With no ``--model`` it trains a BPE tokenizer and a model of the chosen preset
+(:mod:`sparserl.model.config`: the 29M default, or the ~210M base) from scratch; with
+``--model PATH`` it continues pre-training any local Hugging Face causal LM with its own
+tokenizer. Held-out perplexity is measured on files the model never saw.
+
+The corpus is either the one found on this machine (:mod:`sparserl.data.corpus`: the toolkit's
+headers and the kernel library) or, with ``--corpus DIR``, a corpus built from the package index
+(``sparserl corpus build``) or its tokenised pack (``sparserl corpus pack``); then held-out
+perplexity is reported per held-out package. ``--minutes`` ends training after that much wall
+time (the learning rate decays over the budget), with a checkpoint and a last evaluation.
+Throughput is reported as tokens/s and MFU (:mod:`sparserl.train.throughput`).
 
 Output folder: ``model/`` (HF ``save_pretrained`` of model and tokenizer, loadable by
 ``AutoModelForCausalLM``), ``state.pt`` (optimizer, step, RNG: ``--resume`` continues from
-it), ``metrics.jsonl`` (and TensorBoard events when tensorboard is installed).
+it), ``metrics.jsonl`` (and TensorBoard events when tensorboard is installed), ``result.json``;
+with ``--corpus`` also ``tokens/`` (the pack's streams, decompressed once) and, for a built
+corpus, ``pack/`` (its tokenisation).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import torch
 
 from sparserl.data.corpus import CorpusConfig, build_corpus
 from sparserl.errors import SparseRLError
-from sparserl.model.config import TinyModelConfig, hf_config
+from sparserl.model.config import TinyModelConfig, hf_config, preset_shape
 from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from sparserl.devices import pick_device
 from sparserl.train.common import (
@@ -34,6 +43,7 @@ from sparserl.train.common import (
     progress,
     save_train_state,
 )
+from sparserl.train.throughput import matmul_params, mfu, peak_tflops
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +59,15 @@ class PretrainConfig:
     vocab_size: int = 8192
     """BPE vocabulary of the tokenizer trained from scratch."""
     shape: TinyModelConfig = field(default_factory=TinyModelConfig)
-    """Shape of the model trained from scratch."""
+    """Shape of the model trained from scratch (``preset`` replaces it when given)."""
+    preset: str | None = None
+    """A named shape for the model trained from scratch: 'default' (about 29M) or 'base' (about 210M)."""
+    corpus_dir: str | None = None
+    """A built corpus (``sparserl corpus build``) or its pack (``sparserl corpus pack``); None: the
+    toolkit headers and kernel library found on this machine (``corpus``)."""
+    minutes: float | None = None
+    """Wall-clock budget: training stops after this many minutes (checkpoint and evaluation follow);
+    the learning rate decays over whichever ends first, the budget or ``steps``."""
     seq_len: int = 512
     """Tokens per training sequence."""
     batch_size: int = 32
@@ -69,11 +87,15 @@ class PretrainConfig:
     save_every: int = 500
     """Steps between checkpoints."""
     heldout_tokens: int = 200_000
-    """Held-out tokens scored for perplexity (at most)."""
+    """Held-out tokens scored for perplexity (at most, per held-out package)."""
     device: str = "auto"
     """'auto' (cuda if available), 'cuda', 'cpu'."""
     bf16: bool = True
     """bf16 autocast on CUDA."""
+    compile: bool = False
+    """torch.compile the model for training (CUDA only; the first steps pay the compile time)."""
+    peak_tflops: float | None = None
+    """Peak dense bf16 TFLOP/s for MFU; None: from the GPU's name (H200: 989), no MFU on a CPU."""
     seed: int = 0
     """Seed of the initial weights and the batches."""
     resume: bool = False
@@ -86,6 +108,17 @@ class PretrainConfig:
             raise SparseRLError("need steps >= 1, batch_size >= 1, seq_len >= 8")
         if self.lr <= 0:
             raise SparseRLError("lr must be positive")
+        if self.preset is not None:
+            preset_shape(self.preset)
+        if self.minutes is not None and self.minutes <= 0:
+            raise SparseRLError("--minutes must be positive")
+        if self.corpus_dir and not Path(self.corpus_dir).is_dir():
+            raise SparseRLError(f"--corpus {self.corpus_dir}: no such folder")
+
+    @property
+    def model_shape(self) -> TinyModelConfig:
+        """The shape a model trained from scratch gets."""
+        return preset_shape(self.preset) if self.preset else self.shape
 
 
 def token_stream(texts: list[str], tokenizer, eos_id: int) -> np.ndarray:
@@ -104,14 +137,23 @@ def batches(stream: np.ndarray, batch_size: int, seq_len: int, rng: np.random.Ge
         yield torch.from_numpy(np.stack([stream[s: s + seq_len + 1] for s in starts]).astype(np.int64))
 
 
-@torch.no_grad()
 def heldout_perplexity(model, stream: np.ndarray, seq_len: int, max_tokens: int, device, bf16: bool,
                        batch_size: int = 8) -> float:
     """exp(mean next-token loss) over consecutive held-out windows."""
+    total, count = heldout_loss(model, stream, seq_len, max_tokens, device, bf16, batch_size)
+    return math.exp(total / count)
+
+
+@torch.no_grad()
+def heldout_loss(model, stream: np.ndarray, seq_len: int, max_tokens: int, device, bf16: bool,
+                 batch_size: int = 8) -> tuple[float, int]:
+    """(summed next-token loss in nats, tokens scored) over consecutive held-out windows of
+    ``seq_len`` (one shorter window when the stream is shorter than one)."""
     model.eval()
+    if stream.size < 2:
+        raise SparseRLError("held-out set is shorter than two tokens")
+    seq_len = min(seq_len, stream.size - 1)
     n = min(stream.size - 1, max_tokens) // seq_len
-    if n == 0:
-        raise SparseRLError("held-out set is shorter than one sequence")
     windows = torch.from_numpy(stream[: n * seq_len + 1].astype(np.int64))
     total, count = 0.0, 0
     for i in range(0, n, batch_size):
@@ -124,7 +166,7 @@ def heldout_perplexity(model, stream: np.ndarray, seq_len: int, max_tokens: int,
         total += float(loss)
         count += x[:, 1:].numel()
     model.train()
-    return math.exp(total / count)
+    return total, count
 
 
 def _build(cfg: PretrainConfig, texts: list[str]):
@@ -137,10 +179,17 @@ def _build(cfg: PretrainConfig, texts: list[str]):
     t0 = time.perf_counter()
     tok = train_tokenizer(texts, cfg.vocab_size)
     log.info("trained a %d-token BPE tokenizer in %.1f s", len(tok), time.perf_counter() - t0)
-    hf = hf_config(len(tok), cfg.shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    return tok, _new_model(cfg, tok)
+
+
+def _new_model(cfg: PretrainConfig, tok):
+    """A model of ``cfg``'s shape with random weights (SDPA attention: flash kernels on a GPU)."""
+    from transformers import AutoModelForCausalLM
+
+    hf = hf_config(len(tok), cfg.model_shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                    pad_token_id=tok.pad_token_id)
     torch.manual_seed(cfg.seed)
-    return tok, AutoModelForCausalLM.from_config(hf)
+    return AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
 
 
 def _train_step(model, opt, x: torch.Tensor, lr: float, cfg: PretrainConfig, device: torch.device
@@ -203,27 +252,92 @@ def _hours(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else f"{s // 60} min {s % 60:02d} s"
 
 
-def pretrain(cfg: PretrainConfig) -> dict:
-    """Run stage 1; returns the final metrics (tokens/s, held-out perplexity, paths)."""
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    device = pick_device(cfg.device)
-    corpus = build_corpus(cfg.corpus)
-    state_path = out / "state.pt"
-    resuming = cfg.resume and state_path.exists() and (out / "model").exists()
-    if resuming:
-        from transformers import AutoModelForCausalLM
+def _open_corpus(cfg: PretrainConfig, out: Path):
+    """The pack of ``cfg.corpus_dir``: opened as it is, or made from a built corpus into ``out/pack``
+    (once; with ``cfg.model`` it is tokenised by that model's tokenizer)."""
+    from sparserl.corpus.manifest import MANIFEST
+    from sparserl.corpus.pack import PackConfig, is_pack, open_pack, pack
 
+    folder = Path(cfg.corpus_dir)
+    if is_pack(folder):
+        return open_pack(folder, scratch=out / "tokens")
+    if not (folder / MANIFEST).exists():
+        raise SparseRLError(f"--corpus {folder}: neither a built corpus (manifest.jsonl) nor a pack (pack.json): "
+                            "build one with 'sparserl corpus build --out DIR'")
+    if not is_pack(out / "pack"):
+        pack(PackConfig(corpus=str(folder), out=str(out / "pack"), vocab_size=cfg.vocab_size, max_mib=0,
+                        seed=cfg.seed, tokenizer=cfg.model))
+    return open_pack(out / "pack", scratch=out / "tokens")
+
+
+def _same_vocab(a, b) -> bool:
+    return a.get_vocab() == b.get_vocab()
+
+
+def _data(cfg: PretrainConfig, out: Path, resuming: bool):
+    """(tokenizer, model, train stream, held-out streams by name, what the corpus is) for this run."""
+    from transformers import AutoModelForCausalLM
+
+    if resuming:
         tok = load_tokenizer(out / "model")
-        model = AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
-    else:
+        model = AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32, attn_implementation="sdpa")
+    if cfg.corpus_dir:
+        pk = _open_corpus(cfg, out)
+        if not resuming:
+            tok = load_tokenizer(cfg.model) if cfg.model else load_tokenizer(pk.tokenizer_dir)
+            if cfg.model and not _same_vocab(tok, load_tokenizer(pk.tokenizer_dir)):
+                raise SparseRLError(f"--model {cfg.model} has its own tokenizer, not the pack's: give the built "
+                                    "corpus folder instead of its pack, so it is tokenised with the model's")
+            model = (AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32, attn_implementation="sdpa")
+                     if cfg.model else _new_model(cfg, tok))
+        if not pk.heldout:
+            raise SparseRLError(f"--corpus {cfg.corpus_dir}: no held-out files: build the corpus with held-out "
+                                "packages or a held-out fraction")
+        whole = list(pk.info.get("heldout_whole", ()))  # packages held out whole first, then the held-out shares
+        held = dict(sorted(pk.heldout.items(), key=lambda kv: (kv[0] not in whole, kv[0])))
+        return tok, model, pk.train, held, {"corpus": str(pk.folder), "heldout_whole_packages": whole}
+    corpus = build_corpus(cfg.corpus)
+    if not resuming:
         tok, model = _build(cfg, corpus.train)
-    model.to(device)
     t0 = time.perf_counter()
     train_ids = token_stream(corpus.train, tok, tok.eos_token_id)
     held_ids = token_stream(corpus.heldout, tok, tok.eos_token_id)
     log.info("tokenized %d train and %d held-out tokens in %.1f s", train_ids.size, held_ids.size,
              time.perf_counter() - t0)
+    return tok, model, train_ids, {"heldout": held_ids}, {"corpus": "toolkit headers and kernel library"}
+
+
+def _evaluate(model, held: dict[str, np.ndarray], cfg: PretrainConfig, device) -> dict[str, float]:
+    """Held-out perplexity per stream, and over all of them (``eval/heldout_ppl``)."""
+    out, total, count = {}, 0.0, 0
+    for name, stream in held.items():
+        if stream.size < 2:
+            continue
+        nats, n = heldout_loss(model, stream, cfg.seq_len, cfg.heldout_tokens, device, cfg.bf16)
+        total, count = total + nats, count + n
+        if len(held) > 1 or name != "heldout":
+            out[f"eval/heldout_ppl/{name}"] = math.exp(nats / n)
+    out["eval/heldout_ppl"] = math.exp(total / count)
+    return out
+
+
+def _budget_lr(step: int, frac: float, cfg: PretrainConfig, floor: float = 0.1) -> float:
+    """Warm-up over ``warmup_steps``, then cosine decay to ``floor`` over the run's progress ``frac``
+    (the larger of steps done and budget spent)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def pretrain(cfg: PretrainConfig) -> dict:
+    """Run stage 1; returns the final metrics (tokens/s, MFU, held-out perplexity, paths)."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = pick_device(cfg.device)
+    state_path = out / "state.pt"
+    resuming = cfg.resume and state_path.exists() and (out / "model").exists()
+    tok, model, train_ids, held, corpus_info = _data(cfg, out, resuming)
+    model.to(device)
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -231,49 +345,92 @@ def pretrain(cfg: PretrainConfig) -> dict:
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95),
                             fused=device.type == "cuda")
     rng = np.random.default_rng(cfg.seed)
-    step = 0
+    step, elapsed0 = 0, 0.0
     if resuming:
-        step = load_train_state(state_path, opt, rng, device)["step"]
+        st = load_train_state(state_path, opt, rng, device)
+        step, elapsed0 = st["step"], float(st.get("elapsed_s", 0.0))
         log.info("resumed from step %d", step)
     logger = MetricLogger(out, resumed_at=step if resuming else None)
     data = batches(train_ids, cfg.batch_size, cfg.seq_len, rng)
     model.train()
+    train_model = torch.compile(model) if cfg.compile and device.type == "cuda" else model
     tokens_done, t_train, last = 0, 0.0, {}
+    first_step, warm = step, None  # (train seconds, tokens) once the first steps' one-time costs are paid
+
+    def rate() -> float:
+        """Tokens/s of the steady state: past the first 3 steps (compilation, allocation), when there are more."""
+        if warm is not None and tokens_done > warm[1]:
+            return (tokens_done - warm[1]) / (t_train - warm[0])
+        return tokens_done / max(t_train, 1e-9)
+
     params = sum(p.numel() for p in model.parameters())
+    n_flop = matmul_params(model)
+    peak = cfg.peak_tflops or (peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     logger.log(step, {"model/params": params, "data/train_tokens": int(train_ids.size),
-                      "data/heldout_tokens": int(held_ids.size)})
+                      "data/heldout_tokens": int(sum(h.size for h in held.values()))})
+    budget_s = cfg.minutes * 60 if cfg.minutes else None
+    t_start = time.perf_counter() - elapsed0
+
+    def elapsed() -> float:
+        return time.perf_counter() - t_start
 
     def save() -> None:
         model.save_pretrained(out / "model")
         save_tokenizer(tok, out / "model")
-        save_train_state(state_path, opt, step, rng, asdict(cfg))
+        save_train_state(state_path, opt, step, rng, asdict(cfg), elapsed_s=elapsed())
+
+    def evaluate() -> None:
+        log.info("step %d: held-out perplexity on %d stream(s), at most %d tokens each", step, len(held),
+                 cfg.heldout_tokens)
+        ev = _evaluate(model, held, cfg, device)
+        last.update(ev)
+        logger.log(step, ev)
 
     estimate = TimeEstimate(cfg, device, first_step=step)
+    stopped = "steps"
     with progress() as bar:
         task = bar.add_task("pretrain", total=cfg.steps, completed=step)
         while step < cfg.steps:
+            if budget_s is not None and elapsed() >= budget_s:
+                stopped = "minutes"
+                break
             x = next(data).to(device, non_blocking=True)
-            lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_steps)
+            lr = (cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_steps) if budget_s is None
+                  else _budget_lr(step, max(step / cfg.steps, elapsed() / budget_s), cfg))
             ts = time.perf_counter()
-            loss_v, gnorm = _train_step(model, opt, x, lr, cfg, device)
+            loss_v, gnorm = _train_step(train_model, opt, x, lr, cfg, device)
             t_train += time.perf_counter() - ts
             tokens_done += x[:, :-1].numel()
             step += 1
-            last = {"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": gnorm,
-                    "charts/tokens_per_s": tokens_done / t_train}
+            if warm is None and step - first_step == 3:
+                warm = (t_train, tokens_done)
+            tps = rate()
+            last.update({"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": gnorm,
+                         "charts/tokens_per_s": tps})
+            if (u := mfu(n_flop, tps, peak)) is not None:
+                last["charts/mfu"] = u
             if step % 10 == 0 or step == cfg.steps:
-                logger.log(step, last)
+                logger.log(step, {k: v for k, v in last.items() if not k.startswith("eval/")})
             bar.update(task, advance=1, description=f"pretrain loss {loss_v:.3f}")
-            estimate.step(step, t_train)
+            if budget_s is None:
+                estimate.step(step, t_train)
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                log.info("step %d: held-out perplexity on %d tokens", step, min(held_ids.size, cfg.heldout_tokens))
-                ppl = heldout_perplexity(model, held_ids, cfg.seq_len, cfg.heldout_tokens, device, cfg.bf16)
-                last["eval/heldout_ppl"] = ppl
-                logger.log(step, {"eval/heldout_ppl": ppl})
+                evaluate()
             if step % cfg.save_every == 0 or step == cfg.steps:
                 save()
+    if step % cfg.eval_every and step != cfg.steps:  # stopped by the budget between evaluations
+        evaluate()
+    if step % cfg.save_every and step != cfg.steps:
+        save()
     logger.close()
-    result = {"steps": step, "params": params, "tokens_per_s": tokens_done / max(t_train, 1e-9),
-              "train_seconds": t_train, "model_dir": str(out / "model"), **last}
+    result = {"steps": step, "params": params, "flop_params": n_flop, "preset": cfg.preset,
+              "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "tokens_trained": tokens_done,
+              "tokens_per_s": rate(), "train_seconds": t_train,
+              "wall_seconds": elapsed() - elapsed0, "stopped": stopped, "minutes": cfg.minutes,
+              "mfu": mfu(n_flop, rate(), peak), "peak_tflops": peak,
+              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
+              "heldout_ppl_by_package": {k.split("/", 2)[2]: v for k, v in last.items()
+                                         if k.startswith("eval/heldout_ppl/")},
+              "train_tokens": int(train_ids.size), **corpus_info, "model_dir": str(out / "model"), **last}
     (out / "result.json").write_text(json.dumps(result, indent=1))
     return result
