@@ -24,10 +24,13 @@ def load_benchmark(name: str):
     """The module of ``benchmarks/NAME.py`` (the scripts are not a package), imported from its file."""
     import importlib.util
 
+    import sys
+
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, mod)  # dataclasses look their module up while the class is made
     spec.loader.exec_module(mod)
-    return mod
+    return sys.modules[name]
 
 
 def suitesparse_dir() -> Path | None:

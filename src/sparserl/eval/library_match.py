@@ -1,19 +1,24 @@
 """How a sampled kernel relates to the reference library (pure functions).
 
-A policy taught on the library's kernels writes, for each sample, one of three things:
+A library strategy is one body shared by all its variants; a variant is that body under its
+header (``FORMAT:``, ``PARAMS:``, ``LAUNCH:``). A policy taught on the library writes, for each
+sample, one of four things:
 
-* ``library``: one of the library's variants exactly (header and body);
-* ``mismatch``: a library variant's body under the FORMAT/LAUNCH header of another variant. The
-  two disagree on a parameter the body bakes in (a block shape, the rows a block handles, the
-  batches a warp scans), so the launch covers the wrong rows or the body reads the wrong layout;
+* ``library``: one of the library's variants exactly (body and header);
+* ``params``: a library body under the header of one of its variants with other numbers: other
+  PARAMS values or FORMAT parameters, the same names and the same LAUNCH lines. Since the LAUNCH
+  lines and the code read the numbers by name, such a kernel is consistent by construction; it
+  is a choice of numbers the library did not make;
+* ``mismatch``: a library body under any other header (other LAUNCH lines, other or missing PARAMS
+  names, another format): the two can disagree on what the body bakes in;
 * ``new``: a body the library does not have: a specialised or mutated kernel, or a garbled one.
 
 Counting a system's samples by class, with the correct share of each, tells whether its
-incorrect samples are mismatched library parts or new code. A completion is read as the harness
-reads it (:func:`sparserl.harness.extract.extract`: fences, chatter and markdown dropped, the header
-parsed and rendered back with its format parameters' defaults filled in); bodies are compared
-with their whitespace collapsed. A completion the harness cannot extract is ``new``. Nothing is
-compiled or run.
+incorrect samples are library parts put together wrongly or new code. A completion is read as the
+harness reads it (:func:`sparserl.harness.extract.extract`: fences, chatter and markdown dropped,
+the header parsed and rendered back with its format parameters' defaults filled in); bodies (the
+code as written, without the PARAMS prelude) are compared with their whitespace collapsed. A
+completion the harness cannot extract is ``new``. Nothing is compiled or run.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 
 from sparserl.harness.extract import Extracted, extract
-from sparserl.kernels.contract import Op
+from sparserl.kernels.contract import Header, Op
 from sparserl.kernels.library import variants
 
 
@@ -33,34 +39,52 @@ class LibraryMatch(str, Enum):
     """What a completion is, against the library (see the module docstring)."""
 
     LIBRARY = "library"
+    PARAMS = "params"
     MISMATCH = "mismatch"
     NEW = "new"
 
 
 DESCRIPTION = {
     LibraryMatch.LIBRARY: "a library variant exactly",
-    LibraryMatch.MISMATCH: "a library body under another variant's FORMAT/LAUNCH header",
+    LibraryMatch.PARAMS: "a library body with other PARAMS or FORMAT numbers",
+    LibraryMatch.MISMATCH: "a library body under a header none of its variants has",
     LibraryMatch.NEW: "a body the library does not have",
 }
 
 
-def _parts(text: str, op: Op) -> tuple[str, str] | None:
-    """(the header as the contract renders it, the code with its whitespace collapsed), or None
-    when the harness would find no completion in ``text``."""
+def _shape(header: Header) -> tuple:
+    """A header without its numbers: the format, the names of its FORMAT parameters and PARAMS,
+    and its LAUNCH lines (which read the numbers by name)."""
+    return (header.format, tuple(header.params), tuple(header.constants), tuple(l.render() for l in header.launches))
+
+
+def _parts(text: str, op: Op) -> tuple[Header, str] | None:
+    """(the parsed header, the body as written with its whitespace collapsed), or None when the
+    harness would find no completion in ``text``."""
     got = extract(text, op)
     if not isinstance(got, Extracted):
         return None
-    return got.header.render(), re.sub(r"\s+", " ", got.code).strip()
+    return got.header, re.sub(r"\s+", " ", got.body).strip()
+
+
+@dataclass(frozen=True)
+class _Headers:
+    exact: frozenset[str]
+    """Rendered headers of the variants with this body."""
+    shapes: frozenset[tuple]
+    """Their :func:`_shape`."""
 
 
 @lru_cache(maxsize=4)
-def _library(op: Op) -> dict[str, frozenset[str]]:
+def _library(op: Op) -> dict[str, _Headers]:
     """Library bodies of ``op`` -> the headers they come with."""
-    bodies: dict[str, set[str]] = defaultdict(set)
+    exact: dict[str, set[str]] = defaultdict(set)
+    shapes: dict[str, set[tuple]] = defaultdict(set)
     for v in variants(op):
         head, body = _parts(v.render(), op)
-        bodies[body].add(head)
-    return {b: frozenset(h) for b, h in bodies.items()}
+        exact[body].add(head.render())
+        shapes[body].add(_shape(head))
+    return {b: _Headers(frozenset(exact[b]), frozenset(shapes[b])) for b in exact}
 
 
 def library_match(text: str, op: Op | str) -> LibraryMatch:
@@ -70,7 +94,9 @@ def library_match(text: str, op: Op | str) -> LibraryMatch:
     heads = _library(op).get(parts[1]) if parts else None
     if heads is None:
         return LibraryMatch.NEW
-    return LibraryMatch.LIBRARY if parts[0] in heads else LibraryMatch.MISMATCH
+    if parts[0].render() in heads.exact:
+        return LibraryMatch.LIBRARY
+    return LibraryMatch.PARAMS if _shape(parts[0]) in heads.shapes else LibraryMatch.MISMATCH
 
 
 def library_match_table(samples: Iterable[tuple[str, str, bool]], op: Op | str) -> dict[str, dict[str, dict]]:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import _NOT_REMEMBERED, Evaluator, HarnessConfig, MatrixRef
-from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalResult
+from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalProfile, EvalResult
 from sparserl.kernels.contract import Op
 
 log = logging.getLogger(__name__)
@@ -150,9 +150,11 @@ def compile_task(config: HarnessConfig, text: str, mref: MatrixRef, blob_box: li
         return "done", replace(failed, host=host), host
     job, extra = ready
     if not gpu_mode:
+        front = extra.pop("front", {})
         return "done", EvalResult.failure(op, k, mref.name, ErrorKind.NO_GPU, "compiled; not run (no GPU or "
                                           "compile-only)", compiled=True, host=host,
-                                          eval_seconds=time.perf_counter() - t0, **extra), host
+                                          eval_seconds=time.perf_counter() - t0,
+                                          profile=EvalProfile(seconds=front), **extra), host
     return "ready", job, extra, Path(job["cubin_path"]).read_bytes(), host
 
 
