@@ -41,7 +41,7 @@ from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.kernels.templates import templates
 from sparserl.matrices import family_names, generate, load_matrix
-from sparserl.matrices.card import card_and_features
+from sparserl.request.context import MatrixContext
 from sparserl.search.footprint import check_fits
 from sparserl.search.loop import SearchConfig
 from sparserl.search.run import search_array
@@ -109,9 +109,9 @@ def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
     cfg = SearchConfig(budget=args.budget, seconds=args.seconds, regime=regime, seed=args.seed,
                        cost_model=args.cost_model)
     t_search = time.perf_counter()
-    card, features = card_and_features(A)
-    res = search_array(A, name, op, k, cfg, ev, store, card=card, features=features,
-                       run_config={"benchmark": "search_bench", "budget": args.budget},
+    ctx = MatrixContext(A, name, op, k)
+    card = ctx.card
+    res = search_array(ctx, cfg, ev, store, run_config={"benchmark": "search_bench", "budget": args.budget},
                        trace=args.trace_dir / f"{name}.trace.jsonl" if args.trace_dir else None)
     search_wall = time.perf_counter() - t_search
     t_oracle = time.perf_counter()

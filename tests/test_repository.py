@@ -132,3 +132,28 @@ def test_documents_speak_of_the_project_not_of_how_it_was_made() -> None:
         elif p.suffix in (".md", ".py", ".sh", ".toml", ".json", ".txt") and p.exists():
             found += [f"{rel}: {m.group(0)}" for m in HISTORY.finditer(p.read_text(errors="replace"))]
     assert found == []
+
+
+def test_source_and_tests_speak_of_the_project_not_of_how_it_was_made() -> None:
+    """src/ and tests/ (this file's pattern aside) name no session or issue numbers, in their text
+    or their paths. Kills the mutation 'a docstring citing the issue that asked for its feature'."""
+    found = []
+    for p in _tracked():
+        rel = p.relative_to(REPO)
+        if rel.parts[0] not in ("src", "tests") or rel.as_posix() == "tests/test_repository.py":
+            continue
+        if HISTORY.search(rel.as_posix()):
+            found.append(rel.as_posix())
+        elif p.suffix in (".py", ".md", ".cu", ".toml", ".txt") and p.exists():
+            found += [f"{rel}: {m.group(0)}" for m in HISTORY.finditer(p.read_text(errors="replace"))]
+    assert found == []
+
+
+def test_every_source_folder_is_a_package() -> None:
+    """Every folder of src/sparserl holding Python files has an __init__.py, so that setuptools'
+    find_packages installs it. Kills the mutation 'a new subpackage without __init__.py', which
+    imports from a checkout (a namespace package) and is missing from a built wheel."""
+    src = REPO / "src" / "sparserl"
+    missing = sorted(str(d.relative_to(REPO)) for d in {p.parent for p in src.rglob("*.py")}
+                     if not (d / "__init__.py").exists())
+    assert missing == []

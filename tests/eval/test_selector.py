@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparserl.eval.selector import select_variant
+from sparserl.request.library import select_variant
 from sparserl.kernels.contract import Op
 from sparserl.matrices import compute_features, family_names, generate
 

@@ -92,16 +92,16 @@ def test_validation_figures_and_the_keep_rule() -> None:
 def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_dir: Path, tiny_model_dir: Path,
                                                                           tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("torch")
+    from sparserl.improve import loop
     from sparserl.improve.loop import improve
-    from sparserl.search import export
     from sparserl.search.store import BestStore
 
     filters = []  # every teacher export leaves out kernels with facts the prompt's card does not show
 
-    def spy(store, flt, _orig=export.export_rows):
+    def spy(store, flt, _orig=loop.export_rows):
         filters.append(flt)
         return _orig(store, flt)
-    monkeypatch.setattr(export, "export_rows", spy)
+    monkeypatch.setattr(loop, "export_rows", spy)
 
     scores = {0: 1.0, 1: 1.2, 2: 1.1}  # round 1 improves, round 2 does not
     validated: list[int] = []
@@ -198,7 +198,7 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
             from sparserl.improve.loop import round_matrices, split_rows
 
             rows = round_matrices(split_rows(cfg.data, "train"), 1, 2, 0)
-            names = [Path(x["matrix"]).name.split(".")[0] for x in rows]
+            names = [x.matrix_name for x in rows]
             first.append(names[0])
             ev.kill_at = names[1]
 

@@ -154,9 +154,9 @@ def test_the_teacher_export_leaves_out_kernels_with_unseen_facts(tmp_path: Path,
         both, _ = export_rows(st, ExportFilter(per_matrix=4, within=0.5))
         seen, skipped = export_rows(st, ExportFilter(per_matrix=4, within=0.5, seen_only=True))
         one, skipped1 = export_rows(st, ExportFilter(per_matrix=1, within=0.5, seen_only=True))
-    assert [r["variant"] for r in both] == [spec, VECTOR]
-    assert [r["variant"] for r in seen] == [VECTOR] and skipped["unseen_facts"] == 1 and skipped["unjudged"] == 0
-    assert [r["variant"] for r in one] == [VECTOR] and skipped1["unseen_facts"] == 1
+    assert [r.variant for r in both] == [spec, VECTOR]
+    assert [r.variant for r in seen] == [VECTOR] and skipped["unseen_facts"] == 1 and skipped["unjudged"] == 0
+    assert [r.variant for r in one] == [VECTOR] and skipped1["unseen_facts"] == 1
     out = tmp_path / "teacher.jsonl"
     rc, msg, _ = run_cli(["best", "export", str(out), "--store", str(tmp_path / "s.sqlite"), "--per-matrix", "4",
                           "--within", "0.5", "--seen-only"], capsys)
@@ -192,5 +192,5 @@ def test_free_text_is_judged_by_who_wrote_it(tmp_path: Path) -> None:
         for v in (sample, chain, generic, leaked, orphan, rerun):
             st.record(v)
         rows, skipped = export_rows(st, ExportFilter(per_matrix=10, seen_only=True))
-    assert sorted(r["times"]["kernel_us"] for r in rows) == [10.0, 11.0, 12.0]
+    assert sorted(r.times.kernel_us for r in rows) == [10.0, 11.0, 12.0]
     assert skipped["unseen_facts"] == 3 and skipped["unjudged"] == 3

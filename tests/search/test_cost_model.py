@@ -288,6 +288,7 @@ def test_the_order_follows_the_model(model, test_mats) -> None:
 
 def test_search_array_follows_its_cost_model_setting(model, test_mats, tmp_path) -> None:
     """Mutation killed: a search set up without its configured model (or with one under 'none')."""
+    from sparserl.request.context import MatrixContext
     from sparserl.search.run import search_array
 
     path = model.save(tmp_path / "mine.json.gz")
@@ -295,8 +296,8 @@ def test_search_array_follows_its_cost_model_setting(model, test_mats, tmp_path)
     ids = {}
     for spec in (str(path), "none"):
         ev = FakeTimingDouble(lambda text: 10.0 + len(text) % 11)
-        res = search_array(A, name, Op.SPMV, None, SearchConfig(budget=12, parallel=1, cost_model=spec), ev, None,
-                           card=card, features=feats, progress=False)
+        res = search_array(MatrixContext(A, name, Op.SPMV), SearchConfig(budget=12, parallel=1, cost_model=spec), ev,
+                           None, progress=False)
         ids[spec] = [e.proposal for e in sorted(res.entries, key=lambda e: e.order)]
     assert sum(p.provenance is Provenance.MODEL for p in ids[str(path)]) == 4
     assert not any(p.provenance is Provenance.MODEL for p in ids["none"])

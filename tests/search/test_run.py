@@ -44,7 +44,7 @@ def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path:
                     out=str(tmp_path / "out"))  # a seed round over every template, then csr_vector's
     rep, res = search_matrix(job, evaluator=ev)
     assert res.timed and res.best.proposal.id == "spmv/csr_vector/-/tpr=8,block=256"
-    assert rep["verified"] is True and rep["verdict"] == "correct, 11.11x faster than cuSPARSE"
+    assert rep.verified is True and rep.verdict == "correct, 11.11x faster than cuSPARSE"
     out = tmp_path / "out"
     assert (out / "kernel.cu").read_text() == res.best.proposal.text
     assert json.loads((out / "launch.json").read_text())["format"] == "CSR"

@@ -17,7 +17,7 @@ from pathlib import Path
 from sparserl.errors import SparseRLError
 from sparserl.harness.result import ErrorKind
 from sparserl.eval.compare import summarize
-from sparserl.eval.provenance import provenance_table
+from sparserl.eval.library_match import library_match_table
 from sparserl.eval.report import markdown
 
 
@@ -54,9 +54,10 @@ def rescore(folder: str | Path) -> dict:
                 if rec["n"] != 1:
                     raise SparseRLError(f"{cj}: no samples of {name} (it has {rec['n']} per matrix)")
                 rec["sample_speedups"] = [rec["best_speedup"]]  # a baseline: its one pick
-    result["summary"] = {name: summarize(recs, n) for name, recs in result["per_matrix"].items()}
+    timed = not result.get("compile_only")
+    result["summary"] = {name: summarize(recs, n, timed) for name, recs in result["per_matrix"].items()}
     if drawn:
-        result["provenance"] = provenance_table(drawn, result["op"])
+        result["library_match"] = library_match_table(drawn, result["op"])
     ej.write_text(json.dumps(result, indent=1, default=str))
     (folder / "eval.md").write_text(markdown(result))
     return result

@@ -105,7 +105,7 @@ class MatrixOutcome:
 
 def collect(paths: tuple[str, ...]) -> list[tuple[str, Path]]:
     """(unique name, path) of every matrix file named or in a folder named, in order."""
-    from sparserl.search.run import matrix_name
+    from sparserl.request.context import matrix_name
 
     files: list[Path] = []
     for p in map(Path, paths):
@@ -268,7 +268,8 @@ class Farm:
         from sparserl.kernels.contract import Op
         from sparserl.matrices import load_matrix
         from sparserl.search.footprint import check_fits
-        from sparserl.search.run import search_array, write_outputs
+        from sparserl.request.context import MatrixContext
+        from sparserl.search.run import search_array, write_report
         from sparserl.search.store import open_store
         from sparserl.search.store_backends import StoreError
 
@@ -292,13 +293,10 @@ class Farm:
         with self.lock:
             self.running.add(name)
         try:
+            ctx = MatrixContext(A, name, op, k, str(path))
             with open_store(cfg.store) as store:
-                from sparserl.matrices.card import matrix_card
-
-                card = matrix_card(A)
-                self.journal.matrix(card, name, str(path.resolve()))
-                res = search_array(A, name, op, k, cfg.search, self.ev, store, card=card,
-                                   source_path=str(path.resolve()), run_config={"farm": asdict(cfg)},
+                self.journal.matrix(ctx.card, name, str(path.resolve()))
+                res = search_array(ctx, cfg.search, self.ev, store, run_config={"farm": asdict(cfg)},
                                    trace=self._folder(name) / "trace.jsonl", progress=False,
                                    journal=self.journal.kernel, stop=self.stop)
             o.evaluated, o.seconds, o.timed = res.evaluated, res.seconds, res.timed
@@ -319,7 +317,7 @@ class Farm:
                 o.status, o.message = "interrupted", f"stopped after {res.evaluated} candidates"
                 return o
             try:
-                write_outputs(res, A, self._folder(name), {"farm": asdict(cfg)}, str(path))
+                write_report(ctx, res, self._folder(name), {"farm": asdict(cfg)})
                 o.status = "done"
             except SparseRLError as exc:
                 o.status, o.message = "no kernel", str(exc)[:300]

@@ -431,7 +431,9 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
         cmd = [nvcc, "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.flags, "--keep", "--keep-dir", tmp,
                "-o", str(out), SOURCE_NAME]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=tmp)
+            # TMPDIR too: nvcc's front end leaves an empty kernel-*.lgenfe.bc in the temp folder when a build fails
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=tmp,
+                                  env=os.environ | {"TMPDIR": tmp})
         except subprocess.TimeoutExpired:
             return False, None, f"nvcc ran past its {options.timeout_s:g} s limit", "timeout", ""
         text = (proc.stdout + proc.stderr).replace(tmp + "/", "")

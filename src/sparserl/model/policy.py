@@ -32,8 +32,10 @@ import torch
 from sparserl.encoding import EncodingConfig, MatrixEncoder, MatrixInput
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import VALUES_RULE, Op
+from sparserl.matrices.card import prompt_card
 from sparserl.model import hf_parts
 from sparserl.model.decode import decode
+from sparserl.model.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +88,6 @@ def make_sample(A, config: PolicyConfig, op: Op, k: int | None = None, *, inp: M
                 nnz: int | None = None, card: str | None = None) -> Sample:
     """The policy input for matrix ``A``: its encoder input (``inp``, else sampled now) and, when
     ``config.card``, its card (``card``, else :func:`~sparserl.matrices.card.prompt_card` of ``A``)."""
-    from sparserl.matrices.card import prompt_card
-
     on = uses_card(config)
     if on and card is None:
         card = prompt_card(A)
@@ -165,8 +165,6 @@ class Policy(torch.nn.Module):
     def from_pretrained(cls, path: str | Path, config: PolicyConfig | None = None, device: str = "cpu") -> "Policy":
         """Wrap the HF causal LM in local folder ``path`` (any architecture with input embeddings)."""
         from transformers import AutoModelForCausalLM
-
-        from sparserl.model.tokenizer import load_tokenizer
 
         config = config or PolicyConfig()
         path = Path(path)
@@ -335,8 +333,6 @@ class Policy(torch.nn.Module):
         """Restore a policy saved with :meth:`save`."""
         from safetensors.torch import load_file
         from transformers import AutoModelForCausalLM
-
-        from sparserl.model.tokenizer import load_tokenizer
 
         folder = Path(folder)
         if not (folder / "policy.json").exists():

@@ -147,6 +147,7 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     """Search ``A``'s kernel space within ``budget`` candidates, writing verified results to ``store``
     (an open BestStore); the one call into the search, for tune."""
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.request.context import MatrixContext
     from sparserl.search.footprint import check_fits
     from sparserl.search.loop import SearchConfig
     from sparserl.search.run import search_array
@@ -159,8 +160,8 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     try:
         if ev.has_gpu:
             check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
-        res = search_array(A, name, op, k, cfg, ev, store, run_config={"tune": {"budget": budget, "regime": regime}},
-                           progress=progress)
+        res = search_array(MatrixContext(A, name, op, k), cfg, ev, store,
+                           run_config={"tune": {"budget": budget, "regime": regime}}, progress=progress)
     finally:
         if evaluator is None:
             ev.close()

@@ -24,9 +24,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sparserl.harness.result import EvalResult
 from sparserl.rewards import kernel_us
+
+if TYPE_CHECKING:
+    from sparserl.search.store import BestStore
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,7 @@ log = logging.getLogger(__name__)
 class BestKnown:
     """Best times read from, and new bests written to, a :class:`~sparserl.search.store.BestStore`."""
 
-    store: object  # search.store.BestStore
+    store: BestStore
     regime: str = "cold"
     model: str | None = None
     """The policy's name, recorded with the kernels it wrote."""

@@ -15,8 +15,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from sparserl.encoding import MatrixInput
@@ -27,6 +29,9 @@ from sparserl.model.policy import Policy, Sample, make_sample
 from sparserl.rewards import RewardConfig, infrastructure_failure, reward
 from sparserl.rl.core import entropy_from_logp
 
+if TYPE_CHECKING:
+    from sparserl.harness.evaluator import MatrixRef
+
 log = logging.getLogger(__name__)
 
 
@@ -35,8 +40,8 @@ class MatrixItem:
     """A training matrix: its data, its harness registration and its encoder input."""
 
     name: str
-    A: object
-    ref: object  # harness MatrixRef
+    A: sp.csr_array
+    ref: MatrixRef
     inp: MatrixInput
     op: Op
     k: int | None

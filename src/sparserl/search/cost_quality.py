@@ -84,7 +84,7 @@ def null_sequence(card, features, op: Op | str, k: int | None, ids: Sequence[str
     """``ids`` in the order a search without a cost model proposes them: the selector's choice,
     then every template's first seed, then the other seeds (the search loop's own code, null
     ranker); ids it never proposes as seeds follow in their given order."""
-    from sparserl.eval.selector import select_variant
+    from sparserl.request.library import select_variant
     from sparserl.search.loop import SearchConfig, _Search
     from sparserl.search.ranker import Ranker
     from sparserl.search.space import CandidateSpace, select_templates

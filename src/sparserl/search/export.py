@@ -1,6 +1,6 @@
 """Export the best-known store as SFT pairs: the teacher of expert iteration.
 
-Rows are the SFT data's JSONL format (:mod:`sparserl.data.sft_build`): the paper's fields
+Rows are the SFT data's rows (:class:`sparserl.data.rows.SFTRow`): the paper's fields
 ``rows, cols, shape, format, code`` (``rows``/``cols``: the matrix's sampled nonzero coordinates,
 ``code``: the verified completion, starting with ``FORMAT:``) plus ``op, k, nnz, family, split,
 variant, times, card`` (``card``: the matrix card's facts, :meth:`MatrixCard.to_dict`) and, when
@@ -12,11 +12,11 @@ Extra fields say where a row came from: ``fingerprint, arch, harness_version, pr
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparserl.data.rows import KernelTimes, SFTRow, TeacherOrigin, write_rows
 from sparserl.errors import SparseRLError
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.store import BestStore, MatrixRow, ResultRow
@@ -171,7 +171,7 @@ def _authors(store: BestStore, fingerprint: str) -> dict[str, list[tuple[str, st
     return out
 
 
-def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[dict], dict]:
+def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[SFTRow], dict]:
     """The SFT rows of the store's kernels that pass ``flt``, and counts of what was skipped
     (``unseen_facts``: distinct kernels ``seen_only`` left out; ``unjudged``: those of them it could
     not read, left out because the filter fails closed)."""
@@ -230,16 +230,12 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
                 continue
             seen.add(key)
             text = store.kernel_text(r.kernel_sha)
-            row = {"rows": list(xy[0]), "cols": list(xy[1]), "shape": [m.rows, m.cols], "format": r.format,
-                   "code": text, "op": op, "k": k, "nnz": m.nnz, "family": "best_known", "split": "train",
-                   "variant": r.candidate_id, "name": m.name,
-                   "times": {"kernel_us": r.time_us, "cusparse_us": r.cusparse_us, "speedup": r.speedup,
-                             "regime": regime},
-                   "fingerprint": fp, "arch": arch, "harness_version": hv, "provenance": r.provenance,
-                   "card": m.card}
-            if m.source_path and Path(m.source_path).exists():
-                row["matrix"] = m.source_path
-            rows.append(row)
+            rows.append(SFTRow(
+                rows=list(xy[0]), cols=list(xy[1]), shape=(m.rows, m.cols), code=text, format=r.format, op=op, k=k,
+                nnz=m.nnz, family="best_known", split="train", variant=r.candidate_id, name=m.name,
+                times=KernelTimes(r.time_us, r.cusparse_us, r.speedup, regime), card=m.card,
+                origin=TeacherOrigin(fp, arch, hv, r.provenance),
+                matrix=m.source_path if m.source_path and Path(m.source_path).exists() else None))
     if skipped["no_coordinates"]:
         log.warning("%d kernels skipped: their matrix has no sampled coordinates in the store and its file is gone",
                     skipped["no_coordinates"])
@@ -252,12 +248,6 @@ def export_sft(store: BestStore, path: str | Path, flt: ExportFilter = ExportFil
     if not rows:
         raise SparseRLError(f"nothing to export from {store.path}: no verified kernel passes the filters"
                             + (" (the store is empty)" if not store.counts()["results"] else ""))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    tmp.replace(path)
-    return {"rows": len(rows), "matrices": len({r["fingerprint"] for r in rows}), "skipped": skipped,
+    write_rows(path, rows)
+    return {"rows": len(rows), "matrices": len({r.origin.fingerprint for r in rows}), "skipped": skipped,
             "path": str(path)}

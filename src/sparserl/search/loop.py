@@ -114,8 +114,10 @@ class SearchConfig:
                 raise SparseRLError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 <= self.policy_share < 1.0:
             raise SparseRLError(f"policy_share must lie in [0, 1), got {self.policy_share}")
-        if self.beam < 1 or self.policy_batch < 1 or self.parallel < 0 or self.model_picks < 0:
-            raise SparseRLError("need beam >= 1, policy_batch >= 1, parallel >= 0 and model_picks >= 0")
+        if self.parallel < 0:
+            raise SparseRLError(f"--parallel must be >= 0 candidates in flight (0: four per GPU), got {self.parallel}")
+        if self.beam < 1 or self.policy_batch < 1 or self.model_picks < 0:
+            raise SparseRLError("need beam >= 1, policy_batch >= 1 and model_picks >= 0")
 
 
 @dataclass
@@ -405,8 +407,11 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
-        log.warning("search %s interrupted: %d candidates finished; verified ones are in the store", name,
-                    len(entries))
+        writes = sink.writes if sink is not None else 0
+        log.warning("search %s interrupted: %d candidates finished; %s", name, len(entries),
+                    f"the {writes} verified ones are in the store" if writes else
+                    "none was verified" + ("" if timed else " (nothing is run without a GPU)")
+                    + ", so the store is unchanged")
         raise
     finally:
         if sink is not None:

@@ -25,100 +25,24 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from sparserl.data.corpus import CorpusConfig, build_corpus
-from sparserl.errors import SparseRLError
-from sparserl.model.config import TinyModelConfig, hf_config, preset_shape
-from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from sparserl.devices import pick_device
-from sparserl.train.common import (
-    MetricLogger,
-    cosine_lr,
-    load_train_state,
-    progress,
-    save_train_state,
-)
+from sparserl.errors import SparseRLError
+from sparserl.model.config import hf_config
+from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from sparserl.progress import progress
+from sparserl.runtime.metrics import MetricLogger
+from sparserl.runtime.optim import cosine_lr, load_train_state, save_train_state
+from sparserl.train.config import PretrainConfig
 from sparserl.train.throughput import matmul_params, mfu, peak_tflops
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """Stage-1 pre-training."""
-
-    out: str = "runs/pretrain"
-    """Output folder (model/, state.pt, metrics.jsonl)."""
-    model: str | None = None
-    """A local HF causal LM to continue pre-training; None trains the default model from scratch."""
-    vocab_size: int = 8192
-    """BPE vocabulary of the tokenizer trained from scratch."""
-    shape: TinyModelConfig = field(default_factory=TinyModelConfig)
-    """Shape of the model trained from scratch (``preset`` replaces it when given)."""
-    preset: str | None = None
-    """A named shape for the model trained from scratch: 'default' (about 29M) or 'base' (about 210M)."""
-    corpus_dir: str | None = None
-    """A built corpus (``sparserl corpus build``) or its pack (``sparserl corpus pack``); None: the
-    toolkit headers and kernel library found on this machine (``corpus``)."""
-    minutes: float | None = None
-    """Wall-clock budget: training stops after this many minutes (checkpoint and evaluation follow);
-    the learning rate decays over whichever ends first, the budget or ``steps``."""
-    seq_len: int = 512
-    """Tokens per training sequence."""
-    batch_size: int = 32
-    """Sequences per optimizer step."""
-    steps: int = 2000
-    """Optimizer steps."""
-    lr: float = 1e-3
-    """Peak learning rate (AdamW), after linear warm-up, cosine decay to 10%."""
-    warmup_steps: int = 100
-    """Steps of linear warm-up."""
-    weight_decay: float = 0.1
-    """AdamW weight decay (matrices only)."""
-    grad_clip: float = 1.0
-    """Gradient norm clip."""
-    eval_every: int = 500
-    """Steps between held-out perplexity evaluations."""
-    save_every: int = 500
-    """Steps between checkpoints."""
-    heldout_tokens: int = 200_000
-    """Held-out tokens scored for perplexity (at most, per held-out package)."""
-    device: str = "auto"
-    """'auto' (cuda if available), 'cuda', 'cpu'."""
-    bf16: bool = True
-    """bf16 autocast on CUDA."""
-    compile: bool = False
-    """torch.compile the model for training (CUDA only; the first steps pay the compile time)."""
-    peak_tflops: float | None = None
-    """Peak dense bf16 TFLOP/s for MFU; None: from the GPU's name (H200: 989), no MFU on a CPU."""
-    seed: int = 0
-    """Seed of the initial weights and the batches."""
-    resume: bool = False
-    """Continue from ``out/state.pt`` if present."""
-    corpus: CorpusConfig = field(default_factory=CorpusConfig)
-    """What goes into the corpus (CUDA toolkit headers, the kernel library) and how much."""
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
-            raise SparseRLError("need steps >= 1, batch_size >= 1, seq_len >= 8")
-        if self.lr <= 0:
-            raise SparseRLError("lr must be positive")
-        if self.preset is not None:
-            preset_shape(self.preset)
-        if self.minutes is not None and self.minutes <= 0:
-            raise SparseRLError("--minutes must be positive")
-        if self.corpus_dir and not Path(self.corpus_dir).is_dir():
-            raise SparseRLError(f"--corpus {self.corpus_dir}: no such folder")
-
-    @property
-    def model_shape(self) -> TinyModelConfig:
-        """The shape a model trained from scratch gets."""
-        return preset_shape(self.preset) if self.preset else self.shape
 
 
 def token_stream(texts: list[str], tokenizer, eos_id: int) -> np.ndarray:
@@ -180,6 +104,20 @@ def _build(cfg: PretrainConfig, texts: list[str]):
     tok = train_tokenizer(texts, cfg.vocab_size)
     log.info("trained a %d-token BPE tokenizer in %.1f s", len(tok), time.perf_counter() - t0)
     return tok, _new_model(cfg, tok)
+
+
+def untrained_model(folder: Path, cfg: PretrainConfig | None = None) -> Path:
+    """The model pre-training starts from (a tokenizer trained on the corpus, random weights), saved to
+    ``folder`` (kept as it is when it holds a model already); what the paper's SFT entry point trains
+    when no pre-trained model is given. ``cfg``: the corpus, vocabulary, shape and seed (default: a
+    4 MiB corpus and the default model)."""
+    if (Path(folder) / "config.json").exists():
+        return Path(folder)
+    cfg = cfg or PretrainConfig(corpus=CorpusConfig(max_bytes=4 << 20))
+    tok, model = _build(cfg, build_corpus(cfg.corpus).train)
+    model.save_pretrained(folder)
+    save_tokenizer(tok, folder)
+    return Path(folder)
 
 
 def _new_model(cfg: PretrainConfig, tok):

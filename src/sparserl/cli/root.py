@@ -1,7 +1,9 @@
-"""The ``sparserl`` command: one thin subcommand per pipeline stage.
+"""The root ``sparserl`` command: its command groups, its help, and how it ends.
 
-Library code raises :class:`sparserl.errors.SparseRLError` for bad input; :func:`main`
-turns that into a one-line ``error: ...`` message and exit status 2.
+Each group of commands is a module of this package; :data:`app` registers them (the model-side
+ones only where torch is installed, the ``train`` extra). Library code raises
+:class:`sparserl.errors.SparseRLError` for bad input; :func:`main` turns that into a one-line
+``error: ...`` message and exit status 2.
 """
 
 from __future__ import annotations
@@ -9,18 +11,30 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
-import signal
 import sys
 
 import typer
 
-from sparserl.corpus.cli import app as corpus_app
+from sparserl import __version__, interrupts
+from sparserl.cli import (
+    best,
+    check,
+    corpus,
+    data,
+    demo,
+    evaluate,
+    farm,
+    generate,
+    improve,
+    library,
+    matrix,
+    pretrain,
+    rl,
+    search,
+    sft,
+)
 from sparserl.errors import SparseRLError
-from sparserl.farm.cli import farm_cmd
-from sparserl.harness.cli import baseline, check_kernel
-from sparserl.kernels.cli import app as library_app
-from sparserl.matrices.cli import app as matrix_app
-from sparserl.search.cli import best_app, search_cmd
+from sparserl.progress import quiet_foreign_bars
 
 app = typer.Typer(
     name="sparserl",
@@ -42,42 +56,32 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
-app.add_typer(matrix_app, name="matrix")
-app.add_typer(library_app, name="library")
-app.command("check-kernel")(check_kernel)
-app.command("baseline")(baseline)
-app.command("search")(search_cmd)
-app.add_typer(best_app, name="best")
-app.command("farm")(farm_cmd)
-app.add_typer(corpus_app, name="corpus")
+app.add_typer(matrix.app, name="matrix")
+app.add_typer(library.app, name="library")
+app.command("check-kernel")(check.check_kernel)
+app.command("baseline")(check.baseline)
+app.command("search")(search.search_cmd)
+app.add_typer(best.app, name="best")
+app.command("farm")(farm.farm_cmd)
+app.add_typer(corpus.app, name="corpus")
+
+
+def _add_model_commands() -> None:
+    """The commands that need torch (the train extra) to run."""
+    app.command("demo")(demo.demo_cmd)
+    app.command("generate")(generate.generate_cmd)
+    app.command("evaluate")(evaluate.evaluate_cmd)
+    app.command("rescore")(evaluate.rescore_cmd)
+    app.command("pretrain")(pretrain.pretrain_cmd)
+    app.add_typer(data.app, name="data")
+    app.command("sft")(sft.sft_cmd)
+    app.command("ppo", cls=rl.RLCommand)(rl.ppo_cmd)
+    app.command("grpo", cls=rl.RLCommand)(rl.grpo_cmd)
+    app.command("improve")(improve.improve_cmd)
 
 
 if importlib.util.find_spec("torch") is not None:  # the [train] extra; the rest of the CLI does not need it
-    from sparserl.train.cli import (
-        RLCommand,
-        data_app,
-        demo_cmd,
-        evaluate_cmd,
-        generate_cmd,
-        grpo_cmd,
-        ppo_cmd,
-        pretrain_cmd,
-        rescore_cmd,
-        sft_cmd,
-    )
-
-    app.command("demo")(demo_cmd)
-    app.command("generate")(generate_cmd)
-    app.command("evaluate")(evaluate_cmd)
-    app.command("rescore")(rescore_cmd)
-    app.command("pretrain")(pretrain_cmd)
-    app.add_typer(data_app, name="data")
-    app.command("sft")(sft_cmd)
-    app.command("ppo", cls=RLCommand)(ppo_cmd)
-    app.command("grpo", cls=RLCommand)(grpo_cmd)
-    from sparserl.improve.cli import improve_cmd
-
-    app.command("improve")(improve_cmd)
+    _add_model_commands()
 else:
     @app.command("pretrain")
     def _pretrain_missing() -> None:
@@ -87,8 +91,6 @@ else:
 
 def _show_version(value: bool) -> None:
     if value:
-        from sparserl import __version__
-
         typer.echo(f"sparserl {__version__}")
         raise typer.Exit()
 
@@ -103,8 +105,6 @@ def _root(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    from sparserl.progress import quiet_foreign_bars
-
     quiet_foreign_bars()
 
 
@@ -139,31 +139,22 @@ def _tidy_help(cmd) -> None:
         _tidy_help(sub)
 
 
-def _terminated(signum, frame) -> None:
-    raise KeyboardInterrupt  # a kill (SIGTERM) unwinds like Ctrl-C: partial files are removed on the way out
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the command; user errors, usage errors, Ctrl-C and a kill
     (SIGTERM) print one ``error: ...`` line (exit status 2; 130 when interrupted), never a
-    traceback, and leave no partial file behind."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _terminated)
-    except ValueError:  # not the main thread: keep the process's handler
-        previous = None
-    try:
+    traceback, and leave no partial file behind. An interrupt that something swallowed where it
+    landed still ends the command as interrupted (:mod:`sparserl.interrupts`)."""
+    with interrupts.watch():
         _run(argv)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _run(argv: list[str] | None) -> None:
     try:
         # click returns a command's exit code instead of raising in non-standalone mode
         rc = command()(args=argv, prog_name="sparserl", standalone_mode=False)
-        if rc == 130:  # newer typer turns Ctrl-C into this exit status, silently
+        if rc == 130 or interrupts.seen():  # newer typer turns Ctrl-C into this exit status, silently
             typer.echo("error: interrupted", err=True)
+            sys.exit(130)
         sys.exit(rc if isinstance(rc, int) else 0)
     except SparseRLError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -208,7 +199,3 @@ def _click_errors() -> tuple[type, ...]:
     except ImportError:
         pass
     return tuple(types)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import typer
 
+from sparserl.cli.common import defaults
 from sparserl.improve.config import ImproveConfig
+from sparserl.runs import check_output
 
-D = ImproveConfig()
+D = defaults(ImproveConfig)
 
 
 def improve_cmd(
@@ -23,7 +25,8 @@ def improve_cmd(
                                          "best_known.sqlite under the harness cache root, the one 'sparserl search' "
                                          "writes]"),
     op: str = typer.Option(D.op, help="spmv or spmm"),
-    k: int = typer.Option(D.k, help="SpMM: columns of X (unused for spmv)"),
+    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
+                                     "[default: none]"),
     matrices_per_round: int = typer.Option(D.matrices_per_round, help="training matrices searched per round (the "
                                                                       "next ones of a fixed shuffled order)"),
     search_budget: int = typer.Option(D.search_budget, help="candidates evaluated per matrix and round"),
@@ -64,8 +67,7 @@ def improve_cmd(
     proposing, collects the verified kernels within --within of each matrix's best known, fine-tunes
     on them and validates; the round's checkpoint becomes OUT/best only when validation improves.
     Figures per round in OUT/rounds.md, rounds.json, metrics.jsonl and TensorBoard (OUT/tb)."""
-    from sparserl.improve.loop import improve
-    from sparserl.runs import check_output
+    from sparserl.improve.loop import improve  # torch
 
     check_output(out, "improve", force, resume)
     cfg = ImproveConfig(data=str(data), model=str(model), out=str(out), rounds=rounds,

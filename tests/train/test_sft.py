@@ -10,7 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sparserl.data.sft_build import SFTDataConfig, build_sft_data, read_jsonl  # noqa: E402
+from sparserl.data.rows import read_rows  # noqa: E402
+from sparserl.data.sft_build import SFTDataConfig, build_sft_data  # noqa: E402
 from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.formats import convert  # noqa: E402
 from sparserl.kernels.contract import Op, split_completion  # noqa: E402
@@ -35,20 +36,20 @@ def data_dir(tmp_path_factory) -> Path:
 def test_data_rows_splits_and_targets(data_dir: Path) -> None:
     summary = json.loads((data_dir / "summary.json").read_text())
     assert summary["matrices"] == 15 and summary["rows"]["train"] > 0
-    rows = {s: read_jsonl(data_dir / f"{s}.jsonl") for s in ("train", "val", "test")}
-    mats = {s: {r["matrix"] for r in rs} for s, rs in rows.items()}
+    rows = {s: read_rows(data_dir / f"{s}.jsonl") for s in ("train", "val", "test")}
+    mats = {s: {r.matrix for r in rs} for s, rs in rows.items()}
     assert not (mats["train"] & mats["val"]) and not (mats["train"] & mats["test"]) and not (mats["val"] & mats["test"])
     for r in rows["train"]:
-        assert r["code"].startswith("FORMAT: " + r["format"]) and len(r["rows"]) == len(r["cols"]) <= 1024
-        assert r["times"] is None  # compile-only: nothing was timed
-        header, _ = split_completion(r["code"], Op(r["op"]))
-        convert(load_matrix(r["matrix"]), header.format, header.params)  # accepted formats only (raises if not)
+        assert r.code.startswith("FORMAT: " + r.format) and len(r.rows) == len(r.cols) <= 1024
+        assert r.times is None  # compile-only: nothing was timed
+        header, _ = split_completion(r.code, Op(r.op))
+        convert(load_matrix(r.matrix), header.format, header.params)  # accepted formats only (raises if not)
     per_key: dict = {}
     for r in rows["train"]:
-        per_key.setdefault((r["matrix"], r["op"]), set()).add(r["variant"])
+        per_key.setdefault((r.matrix, r.op), set()).add(r.variant)
     assert all(len(v) == 2 for v in per_key.values()), "two distinct targets per train (matrix, op)"
-    assert {r["op"] for r in rows["train"]} == {"spmv", "spmm"}
-    refused = [r for r in rows["train"] if r["family"] == "random" and r["format"] == "DIA"]
+    assert {r.op for r in rows["train"]} == {"spmv", "spmm"}
+    refused = [r for r in rows["train"] if r.family == "random" and r.format == "DIA"]
     assert not refused, "DIA is refused on random matrices and must never be a target"
 
 
@@ -71,17 +72,17 @@ def test_empty_split_is_reported(tmp_path: Path, caplog) -> None:
     assert "no matrix went to the val split" in caplog.text and "test split" not in caplog.text
 
 
-def test_read_jsonl_errors(tmp_path: Path) -> None:
+def test_read_rows_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"rows": [0], "cols": [0], "shape": [1, 1]}\n')
     with pytest.raises(SparseRLError, match="missing fields"):
-        read_jsonl(bad)
+        read_rows(bad)
     bad.write_text('{"rows": [0], "cols": [0], "shape": [1, 1], "code": "int x;"}\n')
     with pytest.raises(SparseRLError, match="FORMAT"):
-        read_jsonl(bad)
+        read_rows(bad)
     bad.write_text("not json\n")
     with pytest.raises(SparseRLError, match="not JSON"):
-        read_jsonl(bad)
+        read_rows(bad)
 
 
 def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -1,26 +1,14 @@
-"""What the training stages share: LR schedule, metrics, progress bars (devices: sparserl.devices)."""
+"""Metrics of a training run: namespaced scalars to ``metrics.jsonl`` (always) and TensorBoard
+(when installed), one row per step."""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from pathlib import Path
 
-import torch
-
-from sparserl.progress import progress as _progress
-
 log = logging.getLogger(__name__)
-
-
-def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then cosine decay to ``floor * peak``."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    frac = (step - warmup) / max(1, total - warmup)
-    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
 def _row_step(line: str) -> float:
@@ -52,7 +40,7 @@ class MetricLogger:
             # after a resume, TensorBoard drops the killed run's points past the checkpoint too
             purge = None if fresh else resumed_at + 1
             self.tb = SummaryWriter(str(Path(folder) / "tb"), purge_step=purge)
-        except Exception:  # tensorboard is optional
+        except Exception:  # tensorboard (and torch) are optional
             log.info("tensorboard not installed: metrics go to %s only", self.path)
 
     def log(self, step: int, values: dict) -> None:
@@ -67,28 +55,6 @@ class MetricLogger:
         self.file.close()
         if self.tb is not None:
             self.tb.close()
-
-
-def save_train_state(path: Path, opt, step: int, rng, config, **extra) -> None:
-    """Optimizer, step, NumPy RNG state, the config and ``extra`` to ``path`` (written atomically)."""
-    tmp = Path(path).with_suffix(".tmp")
-    torch.save({"optimizer": opt.state_dict(), "step": step, "rng": rng.bit_generator.state,
-                "config": json.loads(json.dumps(config, default=str)), **extra}, tmp)
-    tmp.replace(path)
-
-
-def load_train_state(path: Path, opt, rng, device) -> dict:
-    """Restore what :func:`save_train_state` wrote into ``opt`` and ``rng``; returns the whole record."""
-    st = torch.load(path, map_location=device, weights_only=False)
-    opt.load_state_dict(st["optimizer"])
-    rng.bit_generator.state = st["rng"]
-    return st
-
-
-def progress(enabled: bool = True):
-    """The progress display of long loops: a bar on a terminal, periodic log lines otherwise
-    (:mod:`sparserl.progress`); ``enabled=False``: data-parallel ranks other than 0."""
-    return _progress(enabled)
 
 
 class NullLogger:

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,17 +21,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def torchrun(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run torchrun on two CPU processes; its temporary folders (torchelastic_*) go to a folder of its
+    own, removed afterwards, not to /tmp."""
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(port), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    with tempfile.TemporaryDirectory(prefix="sparserl-torchrun-") as tmp:
+        env = os.environ | {"OMP_NUM_THREADS": "1", "TMPDIR": tmp,
+                            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+               "--master_addr", "127.0.0.1", "--master_port", str(port), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
 
 
 def test_helpers_average_gradients_and_catch_drift() -> None:
-    p = torchrun(str(REPO / "tests" / "train" / "dist_probe.py"))
+    p = torchrun(str(REPO / "tests" / "runtime" / "dist_probe.py"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     assert "rank 0 ok" in p.stdout and "rank 1 ok" in p.stdout
 

@@ -7,28 +7,22 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from sparserl.checks import check_op
+from sparserl.devices import compile_only_or_fallback
 from sparserl.errors import SparseRLError
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.harness.result import ErrorKind
+from sparserl.kernels.contract import Op
+from sparserl.matrices import load_matrix
 
 console = Console()
 
 
-def _load(path: Path):
-    from sparserl.matrices import load_matrix
-
-    return load_matrix(path)
-
-
-def _op(op: str, k: int | None):
-    from sparserl.kernels.contract import Op
-
-    if op not in ("spmv", "spmm"):
-        raise SparseRLError(f"--op must be spmv or spmm, got {op!r}")
-    if op == "spmm" and (k is None or k < 1):
-        raise SparseRLError("--op spmm needs --k K (K >= 1 columns of X)")
-    if op == "spmv" and k is not None:
-        raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
-    return Op(op), (k if op == "spmm" else None)
+def _op(op: str, k: int | None) -> tuple[Op, int | None]:
+    check_op(op, k)
+    return Op(op), k
 
 
 def read_kernel(path: Path) -> str:
@@ -46,8 +40,10 @@ def _fmt_us(t) -> str:
 
 
 def check_kernel(
-    kernel: Path = typer.Argument(..., exists=True, dir_okay=False, help="completion file: FORMAT/LAUNCH header + CUDA"),
-    matrix: Path = typer.Option(..., "--matrix", "-m", exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
+    kernel: Path = typer.Argument(..., help="completion file: FORMAT/LAUNCH header + CUDA"),
+    matrix: Path = typer.Argument(None, help=".mtx, .mtx.gz or .npz", show_default=False),
+    matrix_option: Path = typer.Option(None, "--matrix", "-m", hidden=True,
+                                       help="the matrix, as an option (the positional MATRIX is the same)"),
     op: str = typer.Option("spmv", help="spmv or spmm"),
     k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
                                      "[default: none]"),
@@ -56,16 +52,18 @@ def check_kernel(
                                       help="compile and check statically, do not run (the default without a GPU)"),
     as_json: bool = typer.Option(False, "--json", help="print the EvalResult as JSON"),
 ) -> None:
-    """Check a kernel: extract, static checks, compile, then (on a GPU) verify and time it against cuSPARSE."""
-    from sparserl.devices import compile_only_or_fallback
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.harness.result import ErrorKind
-
+    """Check a kernel on a matrix: extract, static checks, compile, then (on a GPU) verify and time it
+    against cuSPARSE."""
+    if (matrix is None) == (matrix_option is None):
+        raise SparseRLError("give the matrix once: sparserl check-kernel KERNEL MATRIX")
+    matrix = matrix or matrix_option
     o, kk = _op(op, k)
     if regime not in ("cold", "warm"):
         raise SparseRLError("--regime must be cold or warm")
+    if not kernel.is_file():
+        raise SparseRLError(f"{kernel}: no such file")
     text = read_kernel(kernel)
-    A = _load(matrix)
+    A = load_matrix(matrix)
     compile_only, note = compile_only_or_fallback(compile_only)
     if note:
         typer.echo(f"note: {note}", err=True)
@@ -75,9 +73,10 @@ def check_kernel(
         typer.echo(json.dumps(res.to_dict(), indent=1, default=str))
     else:
         verdict = {ErrorKind.NONE: "[green]CORRECT[/green]", ErrorKind.NO_GPU: "[yellow]COMPILED (not run)[/yellow]"}
-        console.print(f"{matrix.name}: {A.shape[0]} x {A.shape[1]}, {A.nnz} nonzeros; {op}{f' k={kk}' if kk else ''}")
+        console.print(f"{escape(matrix.name)}: {A.shape[0]} x {A.shape[1]}, {A.nnz} nonzeros; {op}"
+                      f"{f' k={kk}' if kk else ''}")
         console.print(f"verdict: {verdict.get(res.error_kind, '[red]' + res.error_kind.value.upper() + '[/red]')}"
-                      f"{': ' + res.message if res.message else ''}")
+                      f"{': ' + escape(res.message) if res.message else ''}")
         if res.format:
             console.print(f"format: {res.format}"
                           + (f"; conversion {res.conversion_seconds * 1e3:.1f} ms" if res.conversion_seconds else "")
@@ -91,30 +90,28 @@ def check_kernel(
             be = f"{res.break_even_calls:.0f} calls" if res.break_even_calls is not None else "never (not faster)"
             console.print(f"speedup vs cuSPARSE ({res.regime}): {res.speedup:.2f}x ({res.baseline_alg}); "
                           f"roofline fraction {res.roofline:.2f}; conversion pays off after {be}")
-        if res.log_tail and res.error_kind is not ErrorKind.NONE:
-            console.print(res.log_tail[-1500:])
+        if res.log_tail and res.error_kind is not ErrorKind.NONE:  # as the compiler wrote it: no markup, no wrap
+            console.print(res.log_tail[-1500:], markup=False, highlight=False, soft_wrap=True)
     if res.error_kind not in (ErrorKind.NONE, ErrorKind.NO_GPU):
         raise typer.Exit(1)
 
 
 def baseline(
-    matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
+    matrix: Path = typer.Argument(..., help=".mtx, .mtx.gz or .npz"),
     op: str = typer.Option("spmv", help="spmv or spmm"),
     k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
                                      "[default: none]"),
 ) -> None:
     """Time cuSPARSE (every CSR algorithm, best kept) on a matrix, cold and warm L2."""
-    from sparserl.harness.evaluator import Evaluator
-
     o, kk = _op(op, k)
-    A = _load(matrix)
+    A = load_matrix(matrix)
     with Evaluator() as ev:
         if not ev.has_gpu:
             raise SparseRLError("no CUDA GPU visible: cuSPARSE needs a GPU (run this on the GPU machine)")
         res = ev.baseline(ev.register(A, matrix.name), o, kk)
     if "baselines" not in res:
         raise SparseRLError(f"baseline failed: {res.get('message')}")
-    console.print(f"{matrix.name}: {A.shape[0]} x {A.shape[1]}, {A.nnz} nonzeros; {op}{f' k={kk}' if kk else ''}; "
+    console.print(f"{escape(matrix.name)}: {A.shape[0]} x {A.shape[1]}, {A.nnz} nonzeros; {op}{f' k={kk}' if kk else ''}; "
                   f"{res['gpu']}, copy bandwidth {res['bandwidth_Bps'] / 1e9:.0f} GB/s")
     for r, b in res["baselines"].items():
         per = ", ".join(f"{a.removeprefix('CUSPARSE_')} {t:.2f}" for a, t in b["per_alg_us"].items())

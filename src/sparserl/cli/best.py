@@ -1,4 +1,4 @@
-"""``sparserl search`` and ``sparserl best list|show|export`` from the command line."""
+"""``sparserl best list|show|export``: the best-known store from the command line."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from sparserl.errors import SparseRLError
+from sparserl.search.export import ExportFilter, export_sft
+from sparserl.search.store import default_store_path, open_store
+from sparserl.search.store_backends import is_url
 
 
 def _console() -> Console:
@@ -18,70 +21,14 @@ def _console() -> Console:
     return c if c.is_terminal else Console(width=250)
 
 
-def search_cmd(
-    matrix: Path = typer.Argument(..., exists=True, dir_okay=False, help=".mtx, .mtx.gz or .npz"),
-    budget: int = typer.Option(64, help="candidates to evaluate (each through the harness)"),
-    seconds: float = typer.Option(None, help="stop submitting candidates after this many seconds "
-                                             "[default: no time limit]"),
-    op: str = typer.Option("spmv", help="spmv or spmm"),
-    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
-                                     "[default: none]"),
-    templates: str = typer.Option("", help="comma-separated template names to search [default: all of the op's]"),
-    model: Path = typer.Option(None, help="policy checkpoint or HF model folder: it proposes too (samples and "
-                                          "refinements of the best so far) [default: none, no model]"),
-    store: str = typer.Option(None, help="best-known store: a file (SQLite) or postgresql://user@host/dbname "
-                                         "[default: best_known.sqlite under the harness cache root, "
-                                         "$SPARSERL_CACHE_DIR or ~/.cache/sparserl]"),
-    out: Path = typer.Option(None, help="output folder [default: runs/search/<matrix name>]"),
-    regime: str = typer.Option("cold", help="L2 regime candidates are ranked in: cold (flushed) or warm"),
-    parallel: int = typer.Option(0, help="candidates in flight (0: four per GPU)"),
-    temperature: float = typer.Option(1.0, help="the policy's sampling temperature"),
-    max_new_tokens: int = typer.Option(1536, help="the policy's longest completion, in tokens"),
-    device: str = typer.Option("auto", help="the model's device: auto, cpu or cuda[:N]"),
-    compile_only: bool = typer.Option(False, "--compile-only", help="compile only, even on a GPU (no GPU: always)"),
-    seed: int = typer.Option(0, help="seed of the search's random choices"),
-    cost_model: str = typer.Option("default", help="the order candidates are tried in: 'default' (your model from "
-                                   "'sparserl best cost-model' if you built one, else the packaged one), 'none' "
-                                   "(the selector's and templates' order) or a model file"),
-) -> None:
-    """Search the kernel space for one matrix: library seeds, mutations, policy proposals.
-
-    Every candidate is verified and timed by the harness; the best kernel, its report and the
-    trace are written, and the best-known store is updated."""
-    from sparserl.search.loop import SearchConfig
-    from sparserl.search.run import SearchJob, search_matrix
-
-    if op == "spmv" and k is not None:
-        raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: leave --k out")
-    scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
-                        regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
-    job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
-                    temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=store or None,
-                    out=str(out) if out else None, compile_only=compile_only)
-    rep, res = search_matrix(job)
-    typer.echo(f"{res.evaluated} candidates in {res.seconds:.1f} s (stopped: {res.stopped})")
-    typer.echo(f"{rep['verdict']} [{rep['source']}]")
-    if not res.timed:
-        typer.echo("nothing was timed (no GPU): the best-known store was not updated "
-                   "(only verified kernels enter it)")
-    else:
-        from sparserl.search.run import store_line
-
-        typer.echo("store: " + store_line(res))
-    typer.echo(f"wrote {rep['out']}/kernel.cu, launch.json, report.md, report.json, trace.jsonl")
-
-
-best_app = typer.Typer(help="The best-known store: the fastest verified kernel per matrix structure, op, k and GPU.",
-                       no_args_is_help=True)
+app = typer.Typer(help="The best-known store: the fastest verified kernel per matrix structure, op, k and GPU.",
+                  no_args_is_help=True)
 
 _STORE_HELP = ("best-known store: a file (SQLite) or postgresql://user@host/dbname [default: best_known.sqlite "
                "under the harness cache root]")
 
 
 def _open(store: str | None, must_exist: bool = True):
-    from sparserl.search.store import default_store_path, open_store
-    from sparserl.search.store_backends import is_url
-
     if store is not None and is_url(store):
         return open_store(store)
     path = Path(store) if store is not None else default_store_path()
@@ -90,7 +37,7 @@ def _open(store: str | None, must_exist: bool = True):
     return open_store(path)
 
 
-@best_app.command("list")
+@app.command("list")
 def best_list(
     store: str = typer.Option(None, help=_STORE_HELP),
     matrix: str = typer.Option(None, help="only this matrix (name or fingerprint prefix) [default: every matrix]"),
@@ -102,6 +49,11 @@ def best_list(
     with _open(store) as st:
         rows = [r for r in st.best(op=op, arch=arch)
                 if matrix is None or r.name == matrix or r.fingerprint.startswith(matrix)]
+    if not rows:  # said on stderr: --json's output stays empty JSON lines
+        where = f"for {matrix!r} " if matrix else ""
+        typer.echo(f"no best-known kernels {where}in {store or default_store_path()} "
+                   "(sparserl search writes them)", err=True)
+        return
     if as_json:
         for r in rows:
             typer.echo(json.dumps({k: v for k, v in r.__dict__.items() if k != "text"}))
@@ -117,7 +69,7 @@ def best_list(
     _console().print(t)
 
 
-@best_app.command("show")
+@app.command("show")
 def best_show(
     key: str = typer.Argument(..., help="matrix name or fingerprint prefix"),
     store: str = typer.Option(None, help=_STORE_HELP),
@@ -158,7 +110,7 @@ def best_show(
         console.print(t)
 
 
-@best_app.command("export")
+@app.command("export")
 def best_export(
     out: Path = typer.Argument(..., help="JSONL file to write (train with: sparserl sft --data OUT)"),
     store: str = typer.Option(None, help=_STORE_HELP),
@@ -175,8 +127,6 @@ def best_export(
                                    "policy's prompt card does not show (what 'sparserl improve' teaches from)"),
 ) -> None:
     """SFT pairs (matrix, verified kernel) from the store, in the SFT data's JSONL format."""
-    from sparserl.search.export import ExportFilter, export_sft
-
     flt = ExportFilter(op=op, arch=arch, regime=regime, harness_version=harness_version, min_speedup=min_speedup,
                        per_matrix=per_matrix, within=within, seen_only=seen_only)
     with _open(store) as st:
@@ -185,7 +135,7 @@ def best_export(
                + (f"; skipped {res['skipped']}" if any(res["skipped"].values()) else ""))
 
 
-@best_app.command("cost-model")
+@app.command("cost-model")
 def best_cost_model(
     store: str = typer.Option(None, help=_STORE_HELP + " (left out when only --data is given)"),
     data: list[Path] = typer.Option([], "--data", help="measurements file (JSON lines, from "

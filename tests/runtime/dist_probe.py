@@ -7,7 +7,7 @@ import sys
 import torch
 
 from sparserl.errors import SparseRLError
-from sparserl.train import dist
+from sparserl.runtime import dist
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from sparserl.train.common import MetricLogger  # noqa: E402
+from sparserl.runtime.metrics import MetricLogger  # noqa: E402
 
 
 def steps(folder) -> list[int]:

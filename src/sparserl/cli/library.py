@@ -49,11 +49,13 @@ def list_cmd(
                                 "k_multiple": v.k_multiple, "atomic": v.atomic, "doc": v.doc} for v in vs], indent=1))
         return
     table = Table(title=f"{len(vs)} library variants")
-    for col in ("id", "atomics", "what it does"):
-        table.add_column(col)
+    table.add_column("id", no_wrap=True, min_width=max((len(v.id) for v in vs), default=2))  # whole: render takes it
+    table.add_column("atomics")
+    table.add_column("what it does", ratio=1)
     for v in vs:
         table.add_row(v.id, "yes" if v.atomic else "", v.doc)
-    console.print(table)
+    out = console if console.is_terminal else Console(width=max(console.width, 200))  # piped: no ids cut
+    out.print(table)
     counts = Counter((v.op.value, v.format) for v in vs)
     console.print(", ".join(f"{o}/{f}: {c}" for (o, f), c in sorted(counts.items())))
 

@@ -1,16 +1,23 @@
-"""A rule-based format selector: the baseline an expert's rule of thumb gives.
+"""The reference library's kernels for a request, and the rule-based selector's pick among them.
 
-From the structure features alone it picks one library variant: DIA for a few well-filled
-diagonals, BSR 8x8 / 4x4 for dense blocks, ELL for even rows, merge-path CSR for skewed
-rows, otherwise CSR vector with about as many lanes per row as the mean row length.
-The RL policy should beat it; the library oracle bounds both.
+:func:`select_variant` is the baseline an expert's rule of thumb gives. From the structure
+features alone it picks one library variant: DIA for a few well-filled diagonals, BSR 8x8 / 4x4
+for dense blocks, ELL for even rows, merge-path CSR for skewed rows, otherwise CSR vector with
+about as many lanes per row as the mean row length. The RL policy should beat it; the library
+oracle (every variant, the fastest verified) bounds both. :func:`library_texts` is what a request
+falls back to: the selector's pick first, then every other variant.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparserl.kernels.contract import Op
-from sparserl.kernels.library import Variant, get_variant
+from sparserl.kernels.library import Variant, get_variant, variants
 from sparserl.matrices.features import MatrixFeatures
+
+if TYPE_CHECKING:
+    from sparserl.request.context import MatrixContext
 
 
 def select_variant(f: MatrixFeatures, op: Op = Op.SPMV) -> Variant:
@@ -36,3 +43,10 @@ def select_variant(f: MatrixFeatures, op: Op = Op.SPMV) -> Variant:
     while tpr < 32 and tpr * 2 <= mean:
         tpr *= 2
     return get_variant(f"spmv/csr_vector/-/tpr={tpr},block=128")
+
+
+def library_texts(ctx: MatrixContext) -> list[tuple[str, bool]]:
+    """Every library variant of the request's op as (text, whether it is the selector's pick), the
+    selector's pick first."""
+    pick = select_variant(ctx.features, ctx.op)
+    return [(pick.render(), True)] + [(v.render(), False) for v in variants(ctx.op, None, ctx.k) if v.id != pick.id]

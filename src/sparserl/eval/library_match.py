@@ -1,4 +1,4 @@
-"""Where a sampled kernel comes from, against the reference library (pure functions).
+"""How a sampled kernel relates to the reference library (pure functions).
 
 A library strategy is one body shared by all its variants; a variant is that body under its
 header (``FORMAT:``, ``PARAMS:``, ``LAUNCH:``). A policy taught on the library writes, for each
@@ -32,9 +32,12 @@ from functools import lru_cache
 
 from sparserl.harness.extract import Extracted, extract
 from sparserl.kernels.contract import Header, Op
+from sparserl.kernels.library import variants
 
 
-class Provenance(str, Enum):
+class LibraryMatch(str, Enum):
+    """What a completion is, against the library (see the module docstring)."""
+
     LIBRARY = "library"
     PARAMS = "params"
     MISMATCH = "mismatch"
@@ -42,10 +45,10 @@ class Provenance(str, Enum):
 
 
 DESCRIPTION = {
-    Provenance.LIBRARY: "a library variant exactly",
-    Provenance.PARAMS: "a library body with other PARAMS or FORMAT numbers",
-    Provenance.MISMATCH: "a library body under a header none of its variants has",
-    Provenance.NEW: "a body the library does not have",
+    LibraryMatch.LIBRARY: "a library variant exactly",
+    LibraryMatch.PARAMS: "a library body with other PARAMS or FORMAT numbers",
+    LibraryMatch.MISMATCH: "a library body under a header none of its variants has",
+    LibraryMatch.NEW: "a body the library does not have",
 }
 
 
@@ -75,8 +78,6 @@ class _Headers:
 @lru_cache(maxsize=4)
 def _library(op: Op) -> dict[str, _Headers]:
     """Library bodies of ``op`` -> the headers they come with."""
-    from sparserl.kernels.library import variants
-
     exact: dict[str, set[str]] = defaultdict(set)
     shapes: dict[str, set[tuple]] = defaultdict(set)
     for v in variants(op):
@@ -86,26 +87,26 @@ def _library(op: Op) -> dict[str, _Headers]:
     return {b: _Headers(frozenset(exact[b]), frozenset(shapes[b])) for b in exact}
 
 
-def provenance(text: str, op: Op | str) -> Provenance:
+def library_match(text: str, op: Op | str) -> LibraryMatch:
     """The class of one completion (see the module docstring)."""
     op = Op(op)
     parts = _parts(text, op)
     heads = _library(op).get(parts[1]) if parts else None
     if heads is None:
-        return Provenance.NEW
+        return LibraryMatch.NEW
     if parts[0].render() in heads.exact:
-        return Provenance.LIBRARY
-    return Provenance.PARAMS if _shape(parts[0]) in heads.shapes else Provenance.MISMATCH
+        return LibraryMatch.LIBRARY
+    return LibraryMatch.PARAMS if _shape(parts[0]) in heads.shapes else LibraryMatch.MISMATCH
 
 
-def provenance_table(samples: Iterable[tuple[str, str, bool]], op: Op | str) -> dict[str, dict[str, dict]]:
+def library_match_table(samples: Iterable[tuple[str, str, bool]], op: Op | str) -> dict[str, dict[str, dict]]:
     """Per system, per class: how many samples and how many of them correct.
 
     ``samples`` are (system, completion, correct) triples; every class appears for every system
     (zeros included), so tables of different runs line up."""
-    counts: dict[str, dict[Provenance, list[int]]] = defaultdict(lambda: {c: [0, 0] for c in Provenance})
+    counts: dict[str, dict[LibraryMatch, list[int]]] = defaultdict(lambda: {c: [0, 0] for c in LibraryMatch})
     for system, text, correct in samples:
-        c = counts[system][provenance(text, op)]
+        c = counts[system][library_match(text, op)]
         c[0] += 1
         c[1] += bool(correct)
     return {s: {c.value: {"samples": n, "correct": k} for c, (n, k) in by.items()} for s, by in counts.items()}
@@ -115,7 +116,7 @@ def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
     """The table as markdown lines: samples and correct share of each class, per system."""
     if not table:
         return []
-    cols = [c for c in Provenance]
+    cols = [c for c in LibraryMatch]
     lines = ["## Samples against the library", "",
              "Each sample is " + "; ".join(f"*{c.value}*: {DESCRIPTION[c]}" for c in cols)
              + ". Cells: samples (share of the system's samples), correct share among them.", "",
@@ -131,8 +132,8 @@ def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
 
 
 def shares(by_class: dict[str, dict] | None) -> dict[str, float]:
-    """``{CLASS}_share`` of one system's samples (from :func:`provenance_table`); {} when it drew none."""
+    """``{CLASS}_share`` of one system's samples (from :func:`library_match_table`); {} when it drew none."""
     total = sum(v["samples"] for v in (by_class or {}).values())
     if not total:
         return {}
-    return {f"{c.value}_share": by_class.get(c.value, {"samples": 0})["samples"] / total for c in Provenance}
+    return {f"{c.value}_share": by_class.get(c.value, {"samples": 0})["samples"] / total for c in LibraryMatch}

@@ -76,7 +76,7 @@ def info(
     if as_json:
         typer.echo(json.dumps({"file": str(file), **feats.to_dict()}, indent=2))
     else:
-        Console().print(_features_table(str(file), feats))
+        Console().print(_features_table(escape(str(file)), feats))
 
 
 def _parse_params(items: list[str]) -> dict[str, Any]:
