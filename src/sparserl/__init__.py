@@ -15,7 +15,7 @@ def load_kernel(folder):
 
 def tune(A, op="spmv", k=None, **kwargs):
     """The fastest known kernel for ``A``'s structure, as an operator: ``y = op @ x`` (see
-    :func:`sparserl.operator.tuning.tune`)."""
-    from sparserl.operator.tuning import tune as _tune
+    :func:`sparserl.operator.api.tune`)."""
+    from sparserl.operator.api import tune as _tune
 
     return _tune(A, op, k, **kwargs)

@@ -1,6 +1,6 @@
 """The evaluator interface served by a Ray cluster: compiles as CPU tasks, one actor per GPU.
 
-    ev = RayEvaluator(HarnessConfig(), "head-node:6379")   # or open_evaluator(cfg, ray="...")
+    ev = RayEvaluator(HarnessConfig(), "head-node:6379")   # sparserl farm --ray ADDRESS picks it
     ref = ev.register(A, "bcsstk13")
     res = ev.submit(text, ref, "spmv").result()             # an EvalResult, as Evaluator gives
 
@@ -333,7 +333,7 @@ class RayEvaluator:
         return self._gpu_mode and any(a.alive for a in self.actors)
 
     def register(self, A, name: str = "matrix") -> MatrixRef:
-        from sparserl.harness.resident import save_matrix_file
+        from sparserl.harness.matrix_files import save_matrix_file
 
         key, path = save_matrix_file(A, self.config.root / "matrices")
         if key not in self._blobs:

@@ -200,18 +200,19 @@ def _done_before(state: Path) -> dict[str, dict]:
 def open_farm_evaluator(cfg: FarmConfig):
     """The farm's evaluator (see the module docstring, step 3)."""
     from sparserl.devices import NO_GPU_NOTE, visible_gpus
-    from sparserl.harness.evaluator import HarnessConfig
-    from sparserl.harness.interface import open_evaluator
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
 
     regime = cfg.search.regime
     hcfg = HarnessConfig(compile_only=cfg.compile_only, regimes=(regime,), reward_regime=regime,
                          devices=tuple(visible_gpus()[:cfg.gpus]) if cfg.ray is None and cfg.gpus else None)
-    if cfg.ray is None:
-        ev = open_evaluator(hcfg)
+    if cfg.ray is None:  # this host's GPUs, in process; Ray is imported only for a cluster (the farm extra)
+        ev = Evaluator(hcfg)
         if not cfg.compile_only and not ev.has_gpu:
             log.warning(NO_GPU_NOTE)
         return ev
-    return open_evaluator(hcfg, ray=cfg.ray, gpus=cfg.gpus)
+    from sparserl.farm.ray_evaluator import RayEvaluator
+
+    return RayEvaluator(hcfg, cfg.ray, gpus=cfg.gpus)
 
 
 class _Counting:

@@ -37,7 +37,7 @@ from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalProfile, Eva
 from sparserl.harness.speed import SpeedConfig, slow_threshold_us
 from sparserl.harness.static_check import static_check
 from sparserl.harness.verify import VerifyConfig
-from sparserl.harness.resident import save_matrix_file
+from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.harness.worker import settings_dict
 from sparserl.kernels.contract import Op
 
@@ -277,7 +277,7 @@ class Evaluator:
         from sparserl.errors import FormatError
         from sparserl.formats import convert
         from sparserl.harness.launcher import plan_launches
-        from sparserl.harness.resident import load_matrix_file
+        from sparserl.harness.matrix_files import load_matrix_file
 
         key = (matrix.key, header.format, tuple(sorted(header.params.items())), op, k)
         with self._host_lock:

@@ -3,8 +3,8 @@
 Two implementations serve it: :class:`~sparserl.harness.evaluator.Evaluator`, in this process with
 one worker per local GPU (the default), and :class:`~sparserl.farm.ray_evaluator.RayEvaluator`, a
 Ray cluster's GPUs (one actor per GPU) and CPUs (compiles as tasks). Code that takes an evaluator
-types it with :class:`KernelEvaluator` and never asks which one it got; :func:`open_evaluator`
-picks one from a config and an optional Ray address.
+types it with :class:`KernelEvaluator` and never asks which one it got; the farm picks one from a
+config and an optional Ray address (:func:`sparserl.farm.run.open_farm_evaluator`).
 """
 
 from __future__ import annotations
@@ -52,17 +52,3 @@ class KernelEvaluator(Protocol):
     def close(self) -> None:
         """Stop the workers (or let go of the cluster)."""
         ...
-
-
-def open_evaluator(config: HarnessConfig | None = None, ray: str | None = None, **farm) -> KernelEvaluator:
-    """The in-process evaluator, or with ``ray`` (a Ray address: ``host:port``, ``auto``,
-    ``ray://host:10001``) the farm's (``farm``: :class:`~sparserl.farm.ray_evaluator.RayEvaluator`'s
-    options). Ray is imported only in the second case (the ``farm`` extra)."""
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-
-    config = config or HarnessConfig()
-    if ray is None:
-        return Evaluator(config)
-    from sparserl.farm.ray_evaluator import RayEvaluator
-
-    return RayEvaluator(config, ray, **farm)

@@ -151,7 +151,7 @@ class Preconverter:
         return str(folder)
 
     def _matrix(self, key: str, path: str) -> sp.csr_array:
-        from sparserl.harness.resident import load_matrix_file
+        from sparserl.harness.matrix_files import load_matrix_file
 
         with self._lock:
             A = self._matrices.get(key)

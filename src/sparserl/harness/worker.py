@@ -39,7 +39,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from sparserl.harness import profile
-from sparserl.harness.resident import MatrixCache, save_matrix_file
+from sparserl.harness.matrix_files import save_matrix_file
+from sparserl.harness.resident import MatrixCache
 from sparserl.harness.speed import SpeedConfig, scaled_limit, slow_threshold_us, timed_verdict
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,7 @@
 """Tuned kernels where users need them: ``sparserl.tune(A)`` -> an operator for CuPy and PyTorch.
 
-* :mod:`.tuning`: the store first (by structure fingerprint), else a budgeted search, else the library;
+* :mod:`.api`: ``tune``; :mod:`.tuning`: the choice: the store first (by structure fingerprint), else a
+  budgeted search, else the library;
 * :mod:`.core`: :class:`SparseOperator` (``op @ x``, ``matvec``/``matmat``, ``update_values``,
   ``as_linear_operator``, ``transpose``);
 * :mod:`.torch_op`: the ``torch.ops.sparserl.matmul`` custom op (``torch.compile``, autograd);
@@ -15,10 +16,14 @@ __all__ = ["SparseOperator", "TuneConfig", "TuneReport", "from_kernel", "tune"]
 
 
 def __getattr__(name: str):
-    if name in ("tune", "TuneConfig", "TuneReport"):
-        from sparserl.operator import tuning as _tune
+    if name == "tune":
+        from sparserl.operator.api import tune
 
-        return _tune.tune if name == "tune" else getattr(_tune, name)
+        return tune
+    if name in ("TuneConfig", "TuneReport"):
+        from sparserl.operator import tuning
+
+        return getattr(tuning, name)
     if name in ("SparseOperator", "from_kernel"):
         from sparserl.operator import core
 

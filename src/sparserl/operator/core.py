@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 class SparseOperator:
-    """``y = A x`` (SpMV) or ``Y = A X`` (SpMM, k columns) with the kernel :func:`~.tuning.tune` chose."""
+    """``y = A x`` (SpMV) or ``Y = A X`` (SpMM, k columns) with the kernel :func:`~.api.tune` chose."""
 
     def __init__(self, A: sp.csr_array, op: Op, k: int | None, backend, report, config, device: int):
         from sparserl.harness.device import cupy_module
@@ -68,6 +68,18 @@ class SparseOperator:
         self._transpose: SparseOperator | None = None
         self._transpose_order = None  # device gather: A^T's CSR order -> A's
         self._transpose_values = None
+
+    @classmethod
+    def tuned(cls, A: sp.csr_array, op: Op, k: int | None, cfg, arch: str, t0: float | None = None) -> "SparseOperator":
+        """The operator for a canonical matrix on the current GPU with the kernel :mod:`.tuning` chooses
+        (store, search or library); the one line of what it did is logged."""
+        from sparserl.operator.tuning import cache_dir_of, choose_kernel
+
+        t0 = time.perf_counter() if t0 is None else t0
+        choice = choose_kernel(A, op, k, cfg, arch, cache_dir=cache_dir_of(cfg.evaluator))
+        operator = cls.build(A, op, k, choice, cfg, t0)
+        log.info("%s", operator.report.line)
+        return operator
 
     @classmethod
     def build(cls, A: sp.csr_array, op: Op, k: int | None, choice, config, t0: float) -> "SparseOperator":
@@ -247,13 +259,12 @@ class SparseOperator:
         if self._transpose is None:
             from sparserl.operator.values import transpose_order
             from sparserl.harness.device import device_arch
-            from sparserl.operator.tuning import tune_canonical
 
             cp = self._cp
             t0 = time.perf_counter()
             AT, order = transpose_order(self.A)
             with cp.cuda.Device(self.device):
-                T = tune_canonical(AT, self.op, self.k, self.config, device_arch(), t0)
+                T = SparseOperator.tuned(AT, self.op, self.k, self.config, device_arch(), t0)
                 self._transpose_order = cp.asarray(order.astype(np.int32))
                 self._transpose_values = cp.empty(self.nnz, dtype=cp.float32)
                 cp.take(self.values(), self._transpose_order, out=self._transpose_values)  # values as they are now

@@ -270,45 +270,7 @@ def choose_kernel(A: sp.csr_array, op: Op, k: int | None, cfg: TuneConfig, arch:
                         why=f"the winner {out.kernel} is {speed}, kept in the store", **common)
 
 
-def tune(A, op: str = "spmv", k: int | None = None, *, budget: int = 16, store=None, regime: str = "warm",
-         seconds: float | None = None, min_speedup: float = 1.0, backward: bool = False, evaluator=None,
-         name: str = "matrix", progress: bool = False):
-    """The fastest known kernel for ``A``'s structure, as an operator (``y = op @ x``).
-
-    ``A``: any SciPy sparse matrix (or dense NumPy array). ``op``: 'spmv' (``op @ x``, x of n) or
-    'spmm' (``op @ X``, X of n x ``k``, row-major). The best-known store is asked first, by structure
-    fingerprint; otherwise a search of ``budget`` candidates runs and the store keeps its results.
-    ``backward``: tune A's transpose now too (for ``torch`` autograd through an SpMM; otherwise the
-    first backward tunes it). The other arguments: see :class:`TuneConfig`. Says what it did on
-    one line (``op.report.line``, logged at INFO). Needs a GPU and CuPy.
-    """
-    from sparserl.harness.device import cupy_module, device_arch
-    from sparserl.matrices import canonicalize
-
-    t0 = time.perf_counter()
-    opv, k = check_request(op, k)
-    cfg = TuneConfig(budget=budget, store=store, regime=regime, seconds=seconds, min_speedup=min_speedup,
-                     evaluator=evaluator, name=name, progress=progress)
-    cupy_module()  # no GPU: one line, before any work
-    A = canonicalize(A)
-    return tune_canonical(A, opv, k, cfg, device_arch(), t0, backward)
-
-
-def tune_canonical(A: sp.csr_array, op: Op, k: int | None, cfg: TuneConfig, arch: str, t0: float | None = None,
-                   backward: bool = False):
-    """:func:`tune` for a canonical matrix on the current GPU (the operator's transposes come here)."""
-    from sparserl.operator.core import SparseOperator
-
-    t0 = time.perf_counter() if t0 is None else t0
-    choice = choose_kernel(A, op, k, cfg, arch, cache_dir=_cache_dir(cfg.evaluator))
-    operator = SparseOperator.build(A, op, k, choice, cfg, t0)
-    log.info("%s", operator.report.line)
-    if backward:
-        operator.transpose()
-    return operator
-
-
-def _cache_dir(evaluator):
+def cache_dir_of(evaluator):
     """Where kernels are compiled: the evaluator's cache (so its builds are reused), else the default."""
     if evaluator is not None and getattr(evaluator, "config", None) is not None:
         return evaluator.config.root / "cubin"
