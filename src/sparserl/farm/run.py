@@ -397,9 +397,32 @@ class Farm:
 def run_farm(cfg: FarmConfig, evaluator=None) -> dict:
     """Run the farm (see the module docstring); returns the summary (also written to ``out``).
     ``evaluator``: an open evaluator to use (default: :func:`open_farm_evaluator`'s, closed at the end)."""
-    from sparserl.farm.display import FarmDisplay
-    from sparserl.farm.health import HealthWatch
-    from sparserl.farm.summary import write_summary
+    items, before, todo = _prepare(cfg)
+    out = Path(cfg.out)
+    own = evaluator is None
+    ev = evaluator or open_farm_evaluator(cfg)
+    try:
+        at_once, run_cfg = _width(cfg, ev)
+        farm = Farm(run_cfg, ev)
+        try:
+            interrupted = _drive(farm, ev, todo, len(items), at_once)
+        finally:
+            farm.close()
+        summary = _summarise(farm, ev, items, before, todo)
+    finally:
+        if own:
+            ev.close()
+    if farm.store_down is not None:
+        raise SparseRLError(f"{farm.store_down}; the farm stopped: its verified kernels are kept in "
+                            f"{out / JOURNAL}, continue with --resume when the store answers")
+    if interrupted:
+        raise KeyboardInterrupt
+    return summary
+
+
+def _prepare(cfg: FarmConfig) -> tuple[list[tuple[str, Path]], dict[str, dict], list[tuple[str, Path]]]:
+    """(the collection's matrices, those finished before by path, those to do), after the checks that
+    fail before any work (templates, output folder, store); resuming first replays the journal."""
     from sparserl.search.space import select_templates
     from sparserl.search.store import open_store
 
@@ -416,62 +439,68 @@ def run_farm(cfg: FarmConfig, evaluator=None) -> dict:
     todo = [(n, p) for n, p in items if str(p) not in before]
     if before:
         log.info("resume: %d of %d matrices done before; %d to go", len(items) - len(todo), len(items), len(todo))
-    own = evaluator is None
-    ev = evaluator or open_farm_evaluator(cfg)
-    farm = None
-    interrupted = False
-    try:
-        n_gpus = len(ev.worker_stats()) if ev.has_gpu and hasattr(ev, "worker_stats") else 0
-        if ev.has_gpu and n_gpus == 0:
-            from sparserl.devices import visible_gpus
+    return items, before, todo
 
-            n_gpus = max(1, len(visible_gpus()))
-        at_once = cfg.at_once or (n_gpus + 1 if ev.has_gpu else 2)
-        per = cfg.search.parallel or (4 if ev.has_gpu else max(2, getattr(ev, "cpus", 0) or 4))
-        run_cfg = replace(cfg, search=replace(cfg.search, parallel=per))
-        farm = Farm(run_cfg, ev)
-        try:
-            with FarmDisplay(farm, len(items), len(items) - len(todo), enabled=cfg.progress) as display, \
-                    ThreadPoolExecutor(max_workers=max(1, at_once), thread_name_prefix="farm") as pool:
-                futures = {pool.submit(farm.search_one, n, p): (n, p) for n, p in todo}
-                pending = set(futures)
-                watch, last_health = HealthWatch(), 0.0
-                while pending:
-                    try:
-                        done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                        for f in done:
-                            if not f.cancelled():
-                                farm.finished(f.result())
-                        if ev.has_gpu and time.monotonic() - last_health > 60:
-                            farm.check_health(watch)
-                            last_health = time.monotonic()
-                        display.refresh()
-                    except KeyboardInterrupt:
-                        if interrupted:
-                            raise
-                        interrupted = True
-                        farm.stop.set()
-                        log.warning("stopping: the candidates in flight finish and are kept (Ctrl-C again to "
-                                    "stop at once); continue later with --resume")
-                    if farm.stop.is_set():
-                        for f in pending:
-                            f.cancel()
-                        pending = {f for f in pending if not f.cancelled()}
-        finally:
-            farm.close()
-        for n, p in todo:  # the matrices never started
-            farm.outcomes.setdefault(str(p), MatrixOutcome(n, str(p), "interrupted", "not started"))
-        outcomes = [MatrixOutcome(**{k: v for k, v in d.items() if k in MatrixOutcome.__dataclass_fields__})
-                    for d in before.values()] + list(farm.outcomes.values())
-        order = {str(p): i for i, (_, p) in enumerate(items)}
-        outcomes.sort(key=lambda o: order.get(o.path, len(order)))
-        summary = write_summary(out, run_cfg, outcomes, farm.snapshot(), ev.has_gpu)
-    finally:
-        if own:
-            ev.close()
-    if farm.store_down is not None:
-        raise SparseRLError(f"{farm.store_down}; the farm stopped: its verified kernels are kept in "
-                            f"{out / JOURNAL}, continue with --resume when the store answers")
-    if interrupted:
-        raise KeyboardInterrupt
-    return summary
+
+def _width(cfg: FarmConfig, ev) -> tuple[int, FarmConfig]:
+    """(matrices searched at once, the config with each search's candidates in flight filled in)."""
+    n_gpus = len(ev.worker_stats()) if ev.has_gpu and hasattr(ev, "worker_stats") else 0
+    if ev.has_gpu and n_gpus == 0:
+        from sparserl.devices import visible_gpus
+
+        n_gpus = max(1, len(visible_gpus()))
+    at_once = cfg.at_once or (n_gpus + 1 if ev.has_gpu else 2)
+    per = cfg.search.parallel or (4 if ev.has_gpu else max(2, getattr(ev, "cpus", 0) or 4))
+    return at_once, replace(cfg, search=replace(cfg.search, parallel=per))
+
+
+def _drive(farm: Farm, ev, todo: list[tuple[str, Path]], n_items: int, at_once: int) -> bool:
+    """The searches of ``todo``, ``at_once`` at a time, with the display and the GPUs' health once a
+    minute; the first Ctrl-C stops submitting (the searches in flight finish), a second one is raised.
+    Returns whether it was interrupted."""
+    from sparserl.farm.display import FarmDisplay
+    from sparserl.farm.health import HealthWatch
+
+    interrupted = False
+    with FarmDisplay(farm, n_items, n_items - len(todo), enabled=farm.cfg.progress) as display, \
+            ThreadPoolExecutor(max_workers=max(1, at_once), thread_name_prefix="farm") as pool:
+        futures = {pool.submit(farm.search_one, n, p): (n, p) for n, p in todo}
+        pending = set(futures)
+        watch, last_health = HealthWatch(), 0.0
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for f in done:
+                    if not f.cancelled():
+                        farm.finished(f.result())
+                if ev.has_gpu and time.monotonic() - last_health > 60:
+                    farm.check_health(watch)
+                    last_health = time.monotonic()
+                display.refresh()
+            except KeyboardInterrupt:
+                if interrupted:
+                    raise
+                interrupted = True
+                farm.stop.set()
+                log.warning("stopping: the candidates in flight finish and are kept (Ctrl-C again to "
+                            "stop at once); continue later with --resume")
+            if farm.stop.is_set():
+                for f in pending:
+                    f.cancel()
+                pending = {f for f in pending if not f.cancelled()}
+    return interrupted
+
+
+def _summarise(farm: Farm, ev, items: list[tuple[str, Path]], before: dict[str, dict],
+               todo: list[tuple[str, Path]]) -> dict:
+    """Every matrix's outcome (done before, this run's, never started) in the collection's order,
+    written as the summary; returns it."""
+    from sparserl.farm.summary import write_summary
+
+    for n, p in todo:  # the matrices never started
+        farm.outcomes.setdefault(str(p), MatrixOutcome(n, str(p), "interrupted", "not started"))
+    outcomes = [MatrixOutcome(**{k: v for k, v in d.items() if k in MatrixOutcome.__dataclass_fields__})
+                for d in before.values()] + list(farm.outcomes.values())
+    order = {str(p): i for i, (_, p) in enumerate(items)}
+    outcomes.sort(key=lambda o: order.get(o.path, len(order)))
+    return write_summary(farm.out, farm.cfg, outcomes, farm.snapshot(), ev.has_gpu)

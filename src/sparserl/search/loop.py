@@ -317,117 +317,164 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
     and the search returns when the candidates in flight have finished (stopped 'stopped').
     ``ranker``: the order of the candidates (None: the null ranker, see :mod:`.ranker`).
     """
-    op = Op(op)
-    k = k if op is Op.SPMM else None
-    if card is None:
-        from sparserl.matrices.card import matrix_card
+    run = _SearchRun(A, name, op, k, cfg, evaluator, card=card, proposer=proposer, sink=sink, accepts=accepts,
+                     trace=trace, run_id=run_id, ranker=ranker)
+    status = "failed"
+    try:
+        run.enter_prior(prior)
+        run.state.start(known, selector_point)
+        stopped = run.submit_and_wait(progress, stop)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        run.warn_interrupted()
+        raise
+    finally:
+        run.close(status)
+    return run.result(stopped)
 
-        card = matrix_card(A)
-    from sparserl.search.space import select_templates
 
-    refused: set[tuple] = set()  # (format, params) the harness refused for this matrix
+class _SearchRun:
+    """One call of :func:`run_search`: the space and the proposal state, the trace, and the
+    candidates finished so far (the run's best among them)."""
 
-    def known_to_convert(fmt: str, params: dict) -> bool:
-        if (fmt, tuple(sorted(params.items()))) in refused:
-            return False
-        return accepts(fmt, params) if accepts is not None else True
+    def __init__(self, A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, evaluator, *,
+                 card: MatrixCard | None, proposer: Proposer | None, sink: StoreSink | None, accepts,
+                 trace: str | Path | IO[str] | None, run_id: str | None, ranker: Ranker | None):
+        """Sets up the space, the proposal state and the trace, and registers ``A`` with the evaluator."""
+        op = Op(op)
+        k = k if op is Op.SPMM else None
+        if card is None:
+            from sparserl.matrices.card import matrix_card
 
-    space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=known_to_convert, seed=cfg.seed)
-    state = _Search(cfg, space, proposer, refused, ranker or Ranker())
-    run_id = run_id or uuid.uuid4().hex[:12]
-    ref = evaluator.register(A, name)
-    note_best = getattr(evaluator, "note_best", None)
-    timed = bool(evaluator.has_gpu)
-    own_trace = isinstance(trace, (str, Path))
-    fh = open(trace, "w") if own_trace else trace  # noqa: SIM115 (closed in finally)
-    t0 = time.monotonic()
-    entries: list[TraceEntry] = []
-    best: TraceEntry | None = None
-    status, stopped = "failed", "budget"
+            card = matrix_card(A)
+        from sparserl.search.space import select_templates
 
-    def finish(prop: Proposal, order: int, res: EvalResult, counted: bool) -> None:
-        nonlocal best
-        e = TraceEntry(len(entries), prop, res, time.monotonic() - t0, order, counted)
-        t = e.time_us(cfg.regime)
-        if res.correct and (t is None or cfg.regime not in res.baseline):
+        refused: set[tuple] = set()  # (format, params) the harness refused for this matrix
+
+        def known_to_convert(fmt: str, params: dict) -> bool:
+            if (fmt, tuple(sorted(params.items()))) in refused:
+                return False
+            return accepts(fmt, params) if accepts is not None else True
+
+        self.name, self.op, self.k, self.cfg, self.card, self.sink = name, op, k, cfg, card, sink
+        self.evaluator = evaluator
+        self.space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=known_to_convert,
+                                    seed=cfg.seed)
+        self.state = _Search(cfg, self.space, proposer, refused, ranker or Ranker())
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.ref = evaluator.register(A, name)
+        self.note_best = getattr(evaluator, "note_best", None)
+        self.timed = bool(evaluator.has_gpu)
+        self.own_trace = isinstance(trace, (str, Path))
+        self.fh = open(trace, "w") if self.own_trace else trace  # noqa: SIM115 (closed in close)
+        self.t0 = time.monotonic()
+        self.entries: list[TraceEntry] = []
+        self.best: TraceEntry | None = None
+
+    @property
+    def evaluated(self) -> int:
+        """Candidates finished that spent budget."""
+        return sum(e.counted for e in self.entries)
+
+    def record(self, prop: Proposal, order: int, res: EvalResult, counted: bool) -> None:
+        """Enter one finished candidate: ranked, the store written, observed, its trace line written
+        (a store failure is raised after the trace line, so the trace keeps the verified kernel)."""
+        regime = self.cfg.regime
+        e = TraceEntry(len(self.entries), prop, res, time.monotonic() - self.t0, order, counted)
+        t = e.time_us(regime)
+        if res.correct and (t is None or regime not in res.baseline):
             log.warning("%s: verified but without its or cuSPARSE's time in the %s regime; not ranked",
-                        prop.id, cfg.regime)
+                        prop.id, regime)
             t = None
-        lost_store = None
-        if t is not None:
-            if best is None or t < best.time_us(cfg.regime):
-                best, e.new_best = e, True
-                if note_best is not None:  # later candidates far slower than it stop early
-                    note_best(ref, op, k, t, cfg.regime)
-            if sink is not None:
-                try:
-                    e.store_best = sink.write(run_id, op, k, cfg.regime, e)
-                except SparseRLError as exc:  # the store failed: the trace still keeps the verified kernel
-                    lost_store = exc
-        entries.append(e)
-        state.observe(e, t)
-        if fh is not None:
-            fh.write(json.dumps(e.to_dict(cfg.regime), default=str) + "\n")
-            fh.flush()
+        lost_store = self._rank_and_store(e, t) if t is not None else None
+        self.entries.append(e)
+        self.state.observe(e, t)
+        if self.fh is not None:
+            self.fh.write(json.dumps(e.to_dict(regime), default=str) + "\n")
+            self.fh.flush()
         if lost_store is not None:
             raise lost_store
 
-    try:
+    def _rank_and_store(self, e: TraceEntry, t: float) -> SparseRLError | None:
+        """A verified, timed candidate: the run's best when faster (noted with the evaluator), and
+        written to the store; returns the store's failure, if it failed."""
+        regime = self.cfg.regime
+        if self.best is None or t < self.best.time_us(regime):
+            self.best, e.new_best = e, True
+            if self.note_best is not None:  # later candidates far slower than it stop early
+                self.note_best(self.ref, self.op, self.k, t, regime)
+        if self.sink is not None:
+            try:
+                e.store_best = self.sink.write(self.run_id, self.op, self.k, regime, e)
+            except SparseRLError as exc:  # the store failed: the trace still keeps the verified kernel
+                return exc
+        return None
+
+    def enter_prior(self, prior: list[tuple[str, EvalResult]]) -> None:
+        """The policy samples evaluated before the search, entered without spending budget."""
         for text, res in prior:
-            prop = text_proposal(text, op, Provenance.POLICY_SAMPLE, note="drawn before the search")
-            if state.claim(prop):
-                finish(prop, len(entries), res, counted=False)
-                state.prior_samples += 1
-        state.start(known, selector_point)
+            prop = text_proposal(text, self.op, Provenance.POLICY_SAMPLE, note="drawn before the search")
+            if self.state.claim(prop):
+                self.record(prop, len(self.entries), res, counted=False)
+                self.state.prior_samples += 1
+
+    def submit_and_wait(self, progress: bool, stop) -> str:
+        """Submit candidates (up to ``parallel`` in flight) and enter each as it finishes, until the
+        budget, the time or the space runs out or ``stop`` is set; returns why it stopped."""
+        cfg = self.cfg
         in_flight: dict[Future, tuple[Proposal, int]] = {}
-        first = len(entries)
-        parallel = cfg.parallel or (4 * max(1, len(visible_gpus())) if timed else 8)
+        first = len(self.entries)
+        parallel = cfg.parallel or (4 * max(1, len(visible_gpus())) if self.timed else 8)
         submitted = 0
-        with _Progress(name, cfg.budget, cfg.progress_every_s) if progress else _NoProgress() as bar:
+        with _Progress(self.name, cfg.budget, cfg.progress_every_s) if progress else _NoProgress() as bar:
             while True:
                 halted = stop is not None and stop.is_set()
-                out_of_time = halted or (cfg.seconds is not None and time.monotonic() - t0 >= cfg.seconds)
+                out_of_time = halted or (cfg.seconds is not None and time.monotonic() - self.t0 >= cfg.seconds)
                 while not out_of_time and submitted < cfg.budget and len(in_flight) < parallel:
-                    prop = state.next(submitted)
+                    prop = self.state.next(submitted)
                     if prop is None:
                         break
-                    in_flight[evaluator.submit(prop.text, ref, op, k)] = (prop, first + submitted)
+                    in_flight[self.evaluator.submit(prop.text, self.ref, self.op, self.k)] = (prop, first + submitted)
                     submitted += 1
                 if not in_flight:
                     stopped = ("stopped" if halted else "seconds" if out_of_time else
                                "budget" if submitted >= cfg.budget else "exhausted")
                     break
-                timeout = None if cfg.seconds is None else max(0.05, cfg.seconds - (time.monotonic() - t0))
+                timeout = None if cfg.seconds is None else max(0.05, cfg.seconds - (time.monotonic() - self.t0))
                 done, _ = wait(list(in_flight), timeout=timeout if not out_of_time else None,
                                return_when=FIRST_COMPLETED)
                 for f in done:
-                    finish(*in_flight.pop(f), f.result(), counted=True)
-                bar.update(sum(e.counted for e in entries), _best_text(best, cfg.regime, timed))
-            bar.update(sum(e.counted for e in entries), _best_text(best, cfg.regime, timed), force=True)
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        writes = sink.writes if sink is not None else 0
-        log.warning("search %s interrupted: %d candidates finished; %s", name, len(entries),
+                    self.record(*in_flight.pop(f), f.result(), counted=True)
+                bar.update(self.evaluated, _best_text(self.best, cfg.regime, self.timed))
+            bar.update(self.evaluated, _best_text(self.best, cfg.regime, self.timed), force=True)
+        return stopped
+
+    def warn_interrupted(self) -> None:
+        writes = self.sink.writes if self.sink is not None else 0
+        log.warning("search %s interrupted: %d candidates finished; %s", self.name, len(self.entries),
                     f"the {writes} verified ones are in the store" if writes else
-                    "none was verified" + ("" if timed else " (nothing is run without a GPU)")
+                    "none was verified" + ("" if self.timed else " (nothing is run without a GPU)")
                     + ", so the store is unchanged")
-        raise
-    finally:
-        if sink is not None:
+
+    def close(self, status: str) -> None:
+        """The run's end in the store (its failure raised only for a finished run), then the trace closed."""
+        if self.sink is not None:
             try:
-                sink.finish(status)
+                self.sink.finish(status)
             except SparseRLError as exc:
                 if status == "finished":
                     raise
                 log.warning("the run's end was not recorded in the store: %s", exc)
-        if own_trace and fh is not None:
-            fh.close()
-    return SearchResult(matrix=name, fingerprint=card.fingerprint, op=op.value, k=k, regime=cfg.regime,
-                        entries=entries, best=best, evaluated=sum(e.counted for e in entries), stopped=stopped,
-                        seconds=time.monotonic() - t0, timed=timed, run_id=run_id,
-                        store_writes=sink.writes if sink is not None else 0, refused=dict(space.refused),
-                        render_errors=dict(space.render_errors))
+        if self.own_trace and self.fh is not None:
+            self.fh.close()
+
+    def result(self, stopped: str) -> SearchResult:
+        return SearchResult(matrix=self.name, fingerprint=self.card.fingerprint, op=self.op.value, k=self.k,
+                            regime=self.cfg.regime, entries=self.entries, best=self.best, evaluated=self.evaluated,
+                            stopped=stopped, seconds=time.monotonic() - self.t0, timed=self.timed,
+                            run_id=self.run_id, store_writes=self.sink.writes if self.sink is not None else 0,
+                            refused=dict(self.space.refused), render_errors=dict(self.space.render_errors))
 
 
 class _NoProgress:

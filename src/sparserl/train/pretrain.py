@@ -25,8 +25,9 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -269,6 +270,81 @@ def _budget_lr(step: int, frac: float, cfg: PretrainConfig, floor: float = 0.1) 
 
 def pretrain(cfg: PretrainConfig) -> dict:
     """Run stage 1; returns the final metrics (tokens/s, MFU, held-out perplexity, paths)."""
+    run = _setup(cfg)
+    stopped = _loop(run)
+    if run.step % cfg.eval_every and run.step != cfg.steps:  # stopped by the budget between evaluations
+        run.evaluate()
+    if run.step % cfg.save_every and run.step != cfg.steps:
+        run.save()
+    run.logger.close()
+    result = _result(run, stopped)
+    (run.out / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+@dataclass
+class _Run:
+    """What one pre-training run holds between steps."""
+
+    cfg: PretrainConfig
+    out: Path
+    device: torch.device
+    tok: Any
+    model: torch.nn.Module
+    train_model: torch.nn.Module
+    """The model the steps run (compiled on a GPU when asked)."""
+    opt: torch.optim.Optimizer
+    rng: np.random.Generator
+    logger: MetricLogger
+    train_ids: np.ndarray
+    held: dict[str, np.ndarray]
+    corpus_info: dict
+    params: int
+    n_flop: int
+    """Matmul parameters (what MFU counts)."""
+    peak: float | None
+    """The device's peak TFLOP/s (None: unknown, no MFU)."""
+    step: int
+    elapsed0: float
+    """Wall seconds spent before a resume."""
+    t_start: float
+    """``perf_counter`` at the start, less ``elapsed0``."""
+    first_step: int
+    tokens_done: int = 0
+    t_train: float = 0.0
+    warm: tuple[float, int] | None = None
+    """(train seconds, tokens) once the first steps' one-time costs are paid."""
+    last: dict = field(default_factory=dict)
+    """The latest metrics (training and held-out)."""
+
+    @property
+    def state_path(self) -> Path:
+        return self.out / "state.pt"
+
+    def rate(self) -> float:
+        """Tokens/s of the steady state: past the first 3 steps (compilation, allocation), when there are more."""
+        if self.warm is not None and self.tokens_done > self.warm[1]:
+            return (self.tokens_done - self.warm[1]) / (self.t_train - self.warm[0])
+        return self.tokens_done / max(self.t_train, 1e-9)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
+
+    def save(self) -> None:
+        self.model.save_pretrained(self.out / "model")
+        save_tokenizer(self.tok, self.out / "model")
+        save_train_state(self.state_path, self.opt, self.step, self.rng, asdict(self.cfg), elapsed_s=self.elapsed())
+
+    def evaluate(self) -> None:
+        log.info("step %d: held-out perplexity on %d stream(s), at most %d tokens each", self.step, len(self.held),
+                 self.cfg.heldout_tokens)
+        ev = _evaluate(self.model, self.held, self.cfg, self.device)
+        self.last.update(ev)
+        self.logger.log(self.step, ev)
+
+
+def _setup(cfg: PretrainConfig) -> _Run:
+    """Device, data and model (resumed if asked), optimizer and logger."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     device = pick_device(cfg.device)
@@ -289,86 +365,74 @@ def pretrain(cfg: PretrainConfig) -> dict:
         step, elapsed0 = st["step"], float(st.get("elapsed_s", 0.0))
         log.info("resumed from step %d", step)
     logger = MetricLogger(out, resumed_at=step if resuming else None)
-    data = batches(train_ids, cfg.batch_size, cfg.seq_len, rng)
     model.train()
     train_model = torch.compile(model) if cfg.compile and device.type == "cuda" else model
-    tokens_done, t_train, last = 0, 0.0, {}
-    first_step, warm = step, None  # (train seconds, tokens) once the first steps' one-time costs are paid
-
-    def rate() -> float:
-        """Tokens/s of the steady state: past the first 3 steps (compilation, allocation), when there are more."""
-        if warm is not None and tokens_done > warm[1]:
-            return (tokens_done - warm[1]) / (t_train - warm[0])
-        return tokens_done / max(t_train, 1e-9)
-
     params = sum(p.numel() for p in model.parameters())
     n_flop = matmul_params(model)
     peak = cfg.peak_tflops or (peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     logger.log(step, {"model/params": params, "data/train_tokens": int(train_ids.size),
                       "data/heldout_tokens": int(sum(h.size for h in held.values()))})
+    return _Run(cfg, out, device, tok, model, train_model, opt, rng, logger, train_ids, held, corpus_info, params,
+                n_flop, peak, step, elapsed0, time.perf_counter() - elapsed0, first_step=step)
+
+
+def _loop(run: _Run) -> str:
+    """Steps until ``cfg.steps`` or the time budget: log, estimate, evaluate, save; returns what
+    stopped it ('steps' or 'minutes')."""
+    cfg = run.cfg
+    data = batches(run.train_ids, cfg.batch_size, cfg.seq_len, run.rng)
     budget_s = cfg.minutes * 60 if cfg.minutes else None
-    t_start = time.perf_counter() - elapsed0
-
-    def elapsed() -> float:
-        return time.perf_counter() - t_start
-
-    def save() -> None:
-        model.save_pretrained(out / "model")
-        save_tokenizer(tok, out / "model")
-        save_train_state(state_path, opt, step, rng, asdict(cfg), elapsed_s=elapsed())
-
-    def evaluate() -> None:
-        log.info("step %d: held-out perplexity on %d stream(s), at most %d tokens each", step, len(held),
-                 cfg.heldout_tokens)
-        ev = _evaluate(model, held, cfg, device)
-        last.update(ev)
-        logger.log(step, ev)
-
-    estimate = TimeEstimate(cfg, device, first_step=step)
+    estimate = TimeEstimate(cfg, run.device, first_step=run.step)
     stopped = "steps"
     with progress() as bar:
-        task = bar.add_task("pretrain", total=cfg.steps, completed=step)
-        while step < cfg.steps:
-            if budget_s is not None and elapsed() >= budget_s:
+        task = bar.add_task("pretrain", total=cfg.steps, completed=run.step)
+        while run.step < cfg.steps:
+            if budget_s is not None and run.elapsed() >= budget_s:
                 stopped = "minutes"
                 break
-            x = next(data).to(device, non_blocking=True)
-            lr = (cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_steps) if budget_s is None
-                  else _budget_lr(step, max(step / cfg.steps, elapsed() / budget_s), cfg))
-            ts = time.perf_counter()
-            loss_v, gnorm = _train_step(train_model, opt, x, lr, cfg, device)
-            t_train += time.perf_counter() - ts
-            tokens_done += x[:, :-1].numel()
-            step += 1
-            if warm is None and step - first_step == 3:
-                warm = (t_train, tokens_done)
-            tps = rate()
-            last.update({"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": gnorm,
-                         "charts/tokens_per_s": tps})
-            if (u := mfu(n_flop, tps, peak)) is not None:
-                last["charts/mfu"] = u
-            if step % 10 == 0 or step == cfg.steps:
-                logger.log(step, {k: v for k, v in last.items() if not k.startswith("eval/")})
+            x = next(data).to(run.device, non_blocking=True)
+            lr = (cosine_lr(run.step, cfg.steps, cfg.lr, cfg.warmup_steps) if budget_s is None
+                  else _budget_lr(run.step, max(run.step / cfg.steps, run.elapsed() / budget_s), cfg))
+            loss_v = _step(run, x, lr)
             bar.update(task, advance=1, description=f"pretrain loss {loss_v:.3f}")
             if budget_s is None:
-                estimate.step(step, t_train)
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                evaluate()
-            if step % cfg.save_every == 0 or step == cfg.steps:
-                save()
-    if step % cfg.eval_every and step != cfg.steps:  # stopped by the budget between evaluations
-        evaluate()
-    if step % cfg.save_every and step != cfg.steps:
-        save()
-    logger.close()
-    result = {"steps": step, "params": params, "flop_params": n_flop, "preset": cfg.preset,
-              "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "tokens_trained": tokens_done,
-              "tokens_per_s": rate(), "train_seconds": t_train,
-              "wall_seconds": elapsed() - elapsed0, "stopped": stopped, "minutes": cfg.minutes,
-              "mfu": mfu(n_flop, rate(), peak), "peak_tflops": peak,
-              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
-              "heldout_ppl_by_package": {k.split("/", 2)[2]: v for k, v in last.items()
-                                         if k.startswith("eval/heldout_ppl/")},
-              "train_tokens": int(train_ids.size), **corpus_info, "model_dir": str(out / "model"), **last}
-    (out / "result.json").write_text(json.dumps(result, indent=1))
-    return result
+                estimate.step(run.step, run.t_train)
+            if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
+                run.evaluate()
+            if run.step % cfg.save_every == 0 or run.step == cfg.steps:
+                run.save()
+    return stopped
+
+
+def _step(run: _Run, x: torch.Tensor, lr: float) -> float:
+    """One training step on ``x`` and its metrics (logged every 10 steps); returns its loss."""
+    cfg = run.cfg
+    ts = time.perf_counter()
+    loss_v, gnorm = _train_step(run.train_model, run.opt, x, lr, cfg, run.device)
+    run.t_train += time.perf_counter() - ts
+    run.tokens_done += x[:, :-1].numel()
+    run.step += 1
+    if run.warm is None and run.step - run.first_step == 3:
+        run.warm = (run.t_train, run.tokens_done)
+    tps = run.rate()
+    run.last.update({"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": gnorm,
+                     "charts/tokens_per_s": tps})
+    if (u := mfu(run.n_flop, tps, run.peak)) is not None:
+        run.last["charts/mfu"] = u
+    if run.step % 10 == 0 or run.step == cfg.steps:
+        run.logger.log(run.step, {k: v for k, v in run.last.items() if not k.startswith("eval/")})
+    return loss_v
+
+
+def _result(run: _Run, stopped: str) -> dict:
+    """The final metrics (what result.json holds)."""
+    cfg, device, last = run.cfg, run.device, run.last
+    return {"steps": run.step, "params": run.params, "flop_params": run.n_flop, "preset": cfg.preset,
+            "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "tokens_trained": run.tokens_done,
+            "tokens_per_s": run.rate(), "train_seconds": run.t_train,
+            "wall_seconds": run.elapsed() - run.elapsed0, "stopped": stopped, "minutes": cfg.minutes,
+            "mfu": mfu(run.n_flop, run.rate(), run.peak), "peak_tflops": run.peak,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
+            "heldout_ppl_by_package": {k.split("/", 2)[2]: v for k, v in last.items()
+                                       if k.startswith("eval/heldout_ppl/")},
+            "train_tokens": int(run.train_ids.size), **run.corpus_info, "model_dir": str(run.out / "model"), **last}
