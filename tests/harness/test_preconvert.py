@@ -14,7 +14,7 @@ import pytest
 
 from sparserl.errors import FormatError
 from sparserl.harness import preconvert
-from sparserl.harness.resident import save_matrix_file
+from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.matrices import generate
 
 

@@ -57,7 +57,7 @@ def test_default_enumerations_exclude_the_application_families(tmp_path) -> None
     from sparserl.data.sft_build import SFTDataConfig, make_matrices
     from sparserl.eval.compare import EvalConfig, matrix_set
 
-    names = {f for _, f, _ in matrix_set(EvalConfig(matrices="families", family_rows=50))}
+    names = {f for _, f in matrix_set(EvalConfig(matrices="families", family_rows=50))}
     assert names == set(CLASSIC_FAMILIES)
     entries = make_matrices(SFTDataConfig(out=str(tmp_path / "a"), matrices_per_family=1, min_rows=40, max_rows=60))
     assert {e.family for e in entries} == set(CLASSIC_FAMILIES)
