@@ -124,16 +124,16 @@ def _stages(cfg: DemoConfig, out: Path, ev, resume) -> dict:
         "sft": lambda: sft(SFTConfig(
             data=str(out / "data"), model=str(out / "pretrain" / "model"), out=str(out / "sft"), steps=t(20, 500),
             batch_size=t(4, 16), lr=t(3e-3, 3e-4), warmup_steps=t(2, 30), max_nnz=t(32, 128), eval_every=t(20, 500),
-            eval_samples=t(4, 32), max_new_tokens=t(64, 1536), save_every=t(20, 200), compile_only=co,
+            eval_samples=t(4, 32), max_new_tokens=t(64, None), save_every=t(20, 200), compile_only=co,
             resume=resume("sft"), seed=seed), evaluator=ev),
         "ppo": lambda: train_rl(RLConfig(
             algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
             steps=t(2, 16), matrices_per_step=t(2, 8), samples_per_matrix=t(2, 8), minibatch=t(2, 16),
-            epochs=t(1, 2), max_new_tokens=t(64, 1536), lr=t(1e-4, 2e-5), eval_every=t(2, 4), save_every=t(2, 4),
+            epochs=t(1, 2), max_new_tokens=t(64, None), lr=t(1e-4, 2e-5), eval_every=t(2, 4), save_every=t(2, 4),
             compile_only=co, resume=resume("ppo"), seed=seed), evaluator=ev),
         "evaluate": lambda: {"summary": evaluate(EvalConfig(
             matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=t(2, 4),
-            max_new_tokens=t(64, 1536), gen_batch=64, compile_only=co,
+            max_new_tokens=t(64, None), gen_batch=64, compile_only=co,
             checkpoints=(f"sft={out / 'sft' / 'checkpoint'}", f"ppo={out / 'ppo' / 'checkpoint'}")),
             evaluator=ev)["summary"]},
         "generate": lambda: _generate(cfg, out, ev),
@@ -144,7 +144,7 @@ def _generate(cfg: DemoConfig, out: Path, ev) -> dict:
     """The main job on a matrix the model never saw; always returns a kernel (the library's if need be)."""
     rep = generate_kernel(GenerateConfig(
         matrix=_real_matrix(cfg, out), model=str(out / "ppo" / "checkpoint"), samples=4 if cfg.tiny else 16,
-        max_new_tokens=64 if cfg.tiny else 1536, out=str(out / "generate"), compile_only=cfg.compile_only,
+        max_new_tokens=64 if cfg.tiny else None, out=str(out / "generate"), compile_only=cfg.compile_only,
         seed=cfg.seed), evaluator=ev)
     return {"verdict": rep.verdict, "source": rep.source, "verified": rep.verified, "notes": rep.notes,
             "out": rep.out, "kernel": str(Path(rep.out) / "kernel.cu"), "format": rep.best.format}

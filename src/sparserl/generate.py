@@ -69,8 +69,9 @@ class GenerateConfig:
     """Completions sampled from the policy."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
-    max_new_tokens: int = 1536
-    """Longest completion, in tokens."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     out: str | None = None
     """Output folder (default runs/generate/<matrix name>)."""
     library_fallback: bool = True
@@ -93,7 +94,8 @@ class GenerateConfig:
         check_op(self.op, self.k)
         require(self.samples >= 1, "--samples", ">= 1", self.samples)
         require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
-        require(self.max_new_tokens >= 1, "--max-new-tokens", ">= 1", self.max_new_tokens)
+        require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
+                self.max_new_tokens)
         require(self.regime in ("cold", "warm"), "--regime", "cold or warm", self.regime)
         require(self.search >= 0, "--search-budget", ">= 0 candidates", self.search)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)

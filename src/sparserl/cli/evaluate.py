@@ -26,7 +26,8 @@ def evaluate_cmd(
                                      "[default: none]"),
     samples: int = typer.Option(D.samples, help="completions per matrix per checkpoint (pass@k uses them)"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
-    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens"),
+    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
+                                                       "kernel in the policy's tokens, plus a margin]"),
     family_rows: int = typer.Option(D.family_rows, help="rows of each generated matrix with --matrices families"),
     gen_batch: int = typer.Option(D.gen_batch, help="completions generated together"),
     out: Path = typer.Option(Path(D.out), help="output folder (eval.md, eval.json, plots)"),

@@ -23,7 +23,8 @@ def generate_cmd(
                                           "last under runs/]"),
     samples: int = typer.Option(D.samples, help="completions to sample and evaluate"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
-    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens"),
+    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
+                                                       "kernel in the policy's tokens, plus a margin]"),
     out: Path = typer.Option(None, help="output folder [default: runs/generate/<matrix name>]"),
     no_library_fallback: bool = typer.Option(False, "--no-library-fallback",
                                              help="fail instead of returning a library kernel"),

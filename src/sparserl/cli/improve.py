@@ -36,7 +36,8 @@ def improve_cmd(
                                                             "samples and refinements"),
     temperature: float = typer.Option(D.temperature, help="the policy's sampling temperature (search and "
                                                           "validation)"),
-    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens"),
+    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
+                                                       "kernel in the policy's tokens, plus a margin]"),
     regime: str = typer.Option(D.regime, help="L2 regime kernels are ranked in: cold or warm"),
     within: float = typer.Option(D.within, help="teacher: verified kernels at most this fraction slower than their "
                                                 "matrix's best known (0.05: 5%)"),

@@ -60,7 +60,8 @@ def _rl(algo: str):
         pg_token_share: float = typer.Option(None, help="share of tokens (highest sampling entropy) that get the "
                                                         "policy-gradient loss (1.0 = every token)"),
         reward: str = typer.Option(None, help="clipped_log, relative_best or paper"),
-        max_new_tokens: int = typer.Option(None, help="longest completion, in tokens"),
+        max_new_tokens: int = typer.Option(None, help="longest completion, in tokens [default: the longest library "
+                                                           "kernel in the policy's tokens, plus a margin]"),
         resume: bool = typer.Option(None, "--resume", help="continue from OUT/state.pt"),
         force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
         compile_only: bool = typer.Option(None, "--compile-only", help="rewards from compiling only (smoke runs); "

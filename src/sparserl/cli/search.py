@@ -33,7 +33,8 @@ def search_cmd(
     regime: str = typer.Option(D.regime, help="L2 regime candidates are ranked in: cold (flushed) or warm"),
     parallel: int = typer.Option(D.parallel, help="candidates in flight (0: four per GPU)"),
     temperature: float = typer.Option(J.temperature, help="the policy's sampling temperature"),
-    max_new_tokens: int = typer.Option(J.max_new_tokens, help="the policy's longest completion, in tokens"),
+    max_new_tokens: int = typer.Option(J.max_new_tokens, help="the policy's longest completion, in tokens [default: the longest library "
+                                                       "kernel in the policy's tokens, plus a margin]"),
     device: str = typer.Option(J.device, help="the model's device: auto, cpu or cuda[:N]"),
     compile_only: bool = typer.Option(False, "--compile-only", help="compile only, even on a GPU (no GPU: always)"),
     seed: int = typer.Option(D.seed, help="seed of the search's random choices"),

@@ -34,7 +34,8 @@ def sft_cmd(
     eval_every: int = typer.Option(D.eval_every, help="steps between validation checks through the harness"),
     eval_samples: int = typer.Option(D.eval_samples, help="validation rows sampled and checked at each validation"),
     eval_temperature: float = typer.Option(D.eval_temperature, help="sampling temperature of the validation (> 0)"),
-    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest validation completion, in tokens"),
+    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest validation completion, in tokens [default: the longest library "
+                                                       "kernel in the policy's tokens, plus a margin]"),
     save_every: int = typer.Option(D.save_every, help="steps between checkpoints"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/state.pt"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),

@@ -75,8 +75,9 @@ class EvalConfig:
     """Completions per matrix per checkpoint (pass@k uses them)."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
-    max_new_tokens: int = 1536
-    """Longest completion, in tokens."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     gen_batch: int = 32
     """Completions generated together (across matrices): the policy's batch size."""
     out: str = "runs/eval"
@@ -99,7 +100,8 @@ class EvalConfig:
         if self.split not in SPLITS:
             raise SparseRLError(f"--split {self.split!r}: a data folder's splits are {', '.join(SPLITS)}")
         require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
-        require(self.max_new_tokens >= 1, "--max-new-tokens", ">= 1", self.max_new_tokens)
+        require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
+                self.max_new_tokens)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
 
 

@@ -42,8 +42,9 @@ class ImproveConfig:
     """Share of each search's budget that goes to the policy's proposals (samples, then refinements)."""
     temperature: float = 1.0
     """Sampling temperature of the policy, in the search and in the validation."""
-    max_new_tokens: int = 1536
-    """Longest completion, in tokens."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     regime: str = "cold"
     """L2 regime kernels are ranked and collected in: cold or warm."""
     # -- 2. collect -----------------------------------------------------------------------------
@@ -98,7 +99,7 @@ class ImproveConfig:
             raise SparseRLError(f"--test-samples must be >= 0 (0: no held-out evaluation), got {self.test_samples}")
         for name in ("matrices_per_round", "search_budget", "per_matrix", "sft_steps", "sft_batch_size",
                      "val_matrices", "val_samples", "max_new_tokens"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise SparseRLError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.search_seconds is not None and not self.search_seconds > 0:
             raise SparseRLError(f"--search-seconds must be positive, got {self.search_seconds}")

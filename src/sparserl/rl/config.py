@@ -50,8 +50,9 @@ class RLConfig:
     """Operations to train on ('spmv', 'spmm')."""
     k: int = 32
     """SpMM columns (when 'spmm' is in ops)."""
-    max_new_tokens: int = 1536
-    """Longest completion sampled."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     temperature: float = 1.0
     """Sampling temperature; the learner scores tokens at the same temperature (log-probs of
     softmax(logits / T)), so that the sampler's and the learner's log-probs agree."""
@@ -194,7 +195,8 @@ class RLConfig:
         if self.algo == "grpo" and self.samples_per_matrix < 2:
             raise SparseRLError("GRPO needs samples_per_matrix >= 2 (the group)")
         for name in ("steps", "matrices_per_step", "samples_per_matrix", "max_new_tokens"):  # flags too
-            require(getattr(self, name) >= 1, f"--{name.replace('_', '-')} ({name})", ">= 1", getattr(self, name))
+            value = getattr(self, name)
+            require(value is None or value >= 1, f"--{name.replace('_', '-')} ({name})", ">= 1", value)
         if min(self.epochs, self.minibatch) < 1:
             raise SparseRLError("epochs and minibatch must be >= 1")
         require(0 < self.pg_token_share <= 1, "--pg-token-share (pg_token_share)", "in (0, 1]", self.pg_token_share)

@@ -221,7 +221,7 @@ def _valid(results: list[EvalResult]) -> list[bool]:
 
 
 def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
-            max_new_tokens: int, temperature: float, reward_cfg: RewardConfig, seed: int,
+            max_new_tokens: int | None, temperature: float, reward_cfg: RewardConfig, seed: int,
             best_known=None, samples: list[Sample] | None = None) -> RolloutBatch:
     """Sample, score and annotate one batch (``len(items) * samples_per_item`` completions).
 

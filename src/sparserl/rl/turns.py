@@ -112,7 +112,7 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
 
 
 def collect_turns(policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
-                  max_new_tokens: int, temperature: float, reward_cfg, seed: int, turns: int, discount: float,
+                  max_new_tokens: int | None, temperature: float, reward_cfg, seed: int, turns: int, discount: float,
                   best_known=None) -> RolloutBatch:
     """``turns`` turns of :func:`collect` (turn t + 1 refining each completion of turn t), scored by
     discounted returns and merged into one batch; per-turn figures in its timings dict."""

@@ -87,7 +87,7 @@ class PolicyProposer:
     BATCH = 16
     """Completions generated together."""
 
-    def __init__(self, policy, ctx: MatrixContext, name: str, temperature: float = 1.0, max_new_tokens: int = 1536,
+    def __init__(self, policy, ctx: MatrixContext, name: str, temperature: float = 1.0, max_new_tokens: int | None = None,
                  seed: int = 0, lease=None):
         """``ctx``: the request's matrix; its card (:attr:`MatrixContext.prompt_card`, the text every
         prompt carries) is shown in refinements, and in samples when the policy's prompt has a card.

@@ -63,7 +63,9 @@ class SearchJob:
     """Policy checkpoint or HF model folder that proposes too (None: templates only)."""
     temperature: float = 1.0
     """Sampling temperature of the policy's proposals."""
-    max_new_tokens: int = 1536
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     device: str = "auto"
     """Device of the model: auto, cpu or cuda[:N]."""
     store: str | None = None
@@ -77,7 +79,8 @@ class SearchJob:
     def __post_init__(self) -> None:
         check_op(self.op, self.k)
         require(self.temperature > 0, "--temperature", "> 0", self.temperature)
-        require(self.max_new_tokens >= 1, "--max-new-tokens", ">= 1", self.max_new_tokens)
+        require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
+                self.max_new_tokens)
 
 
 def open_proposer(job: SearchJob, ctx: MatrixContext, evaluator, policy: Policy | None = None) -> PolicyProposer:

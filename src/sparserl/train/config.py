@@ -130,8 +130,9 @@ class SFTConfig:
     """Validation rows sampled and checked by the harness at each evaluation."""
     eval_temperature: float = 1.0
     """Sampling temperature of the validation (> 0)."""
-    max_new_tokens: int = 1536
-    """Longest validation completion, in tokens."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     save_every: int = 250
     """Steps between checkpoints (and one at the end)."""
     resume: bool = False
@@ -154,7 +155,8 @@ class SFTConfig:
         require(self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every)
         require(self.eval_samples >= 0, "--eval-samples", ">= 0", self.eval_samples)
         require(self.save_every >= 1, "--save-every", ">= 1", self.save_every)
-        require(self.max_new_tokens >= 1, "--max-new-tokens", ">= 1", self.max_new_tokens)
+        require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
+                self.max_new_tokens)
         require(self.eval_temperature > 0, "--eval-temperature", "> 0 (1.0 samples the policy as it is)",
                 self.eval_temperature)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
