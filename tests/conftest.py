@@ -16,6 +16,12 @@ from tests.postgres import pg_url, postgres_server  # noqa: F401 (fixtures: a re
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist each worker gets one core's worth of threads (and so do the processes the tests
+# start, which inherit this environment): N workers with N threads each on N cores spin against each other.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
 REPO = Path(__file__).resolve().parents[1]
 NEEDS_NVCC = "needs nvcc, the CUDA toolkit's compiler (no GPU needed): install the toolkit or set CUDA_HOME"
 

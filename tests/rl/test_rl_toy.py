@@ -4,6 +4,7 @@ start), and on it the defaults keep the policy near its reference where the old 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ ROLLOUT = ("step", "intact", "oracle", "reward", "kl_to_ref", "logp_gap")  # wha
 
 def toy(tmp_path: Path, name: str, *extra: str) -> dict:
     out = tmp_path / f"{name}.json"
-    env = {"PYTHONPATH": f"{REPO / 'src'}:{REPO}", "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": f"{REPO / 'src'}:{REPO}", "PATH": "/usr/bin:/bin",
+           **{k: v for k, v in os.environ.items() if k.endswith("_NUM_THREADS")}}
     p = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rl_toy.py"), "--kernels", "2", "--chars", "100",
                         "--sft-steps", "40", "--group", "4", "--max-new-tokens", "48", "--lr", "2e-3", "--steps", "5",
                         "--sft-cache", str(tmp_path / "sft.pt"), "--out", str(out), *extra],
