@@ -157,3 +157,19 @@ def test_every_source_folder_is_a_package() -> None:
     missing = sorted(str(d.relative_to(REPO)) for d in {p.parent for p in src.rglob("*.py")}
                      if not (d / "__init__.py").exists())
     assert missing == []
+
+
+def test_no_name_is_used_that_its_module_never_defines() -> None:
+    """pyflakes finds no undefined name in the package, the tests or the benchmarks. Kills the mutation
+    'a function moves to another module and one caller keeps the bare name without importing it': a GPU
+    worker that calls ``load_matrix_file`` without its import passes every CPU test and fails on its
+    first matrix on the GPU machine."""
+    pyflakes = pytest.importorskip("pyflakes.api")
+    from pyflakes.reporter import Reporter
+    import io
+
+    out = io.StringIO()
+    pyflakes.checkRecursive([str(REPO / d) for d in ("src", "tests", "benchmarks", "examples")],
+                            Reporter(out, out))
+    undefined = [line for line in out.getvalue().splitlines() if "undefined name" in line]
+    assert not undefined, "\n".join(undefined)

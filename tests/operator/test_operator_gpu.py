@@ -112,13 +112,14 @@ def test_update_values_then_the_product_is_the_new_matrix(fmt) -> None:
             op.update_values(given)
             judged(B, X, op @ X)
             np.testing.assert_array_equal(cp.asnumpy(op.values()), v)  # read back from the format's arrays
-        # a bad update changes nothing
-        before = cp.asnumpy(op @ X)
+        # a bad update changes nothing: the format's arrays keep B's values bit for bit and the product is
+        # still B's (judged against fp64, not bitwise: COO and HYB's atomics add in any order)
         for bad in (cp.zeros(A.nnz, dtype=cp.float64), cp.zeros(A.nnz - 1, dtype=cp.float32),
                     torch.zeros(A.nnz), one_more_nonzero(A)):
             with pytest.raises(SparseRLError):
                 op.update_values(bad)
-        np.testing.assert_array_equal(cp.asnumpy(op @ X), before)
+        np.testing.assert_array_equal(cp.asnumpy(op.values()), v)
+        judged(B, X, op @ X)
 
 
 def test_bad_inputs_are_one_line_and_change_nothing() -> None:
@@ -183,10 +184,17 @@ def test_cg_solution_matches_scipys_and_gmres_minres_converge() -> None:
     library, info = cla.cg(csp.csr_matrix(A), cp.asarray(b), rtol=1e-7, maxiter=2000)  # cuSPARSE, fp32
     assert info == 0
     assert error(x) < 1e-4 and error(x) < 10 * error(library) + 1e-6, (error(x), error(library))
+    def residual(x) -> float:
+        return float(np.linalg.norm(A.astype(np.float64) @ cp.asnumpy(x).astype(np.float64) - b) / np.linalg.norm(b))
+
+    # gmres and minres through the operator converge as they do on cupyx's own matrix (cuSPARSE, fp32):
+    # minres's fp32 recurrence can stop short of its tolerance (through the operator it stopped at a
+    # true residual of 4.7e-4 for tol 1e-5 on one H200), so the library's own run is the yardstick
     for solver in (cla.gmres, cla.minres):
         x, info = solver(lin, cp.asarray(b), maxiter=2000, **tolerance(solver, 1e-5))
-        res = np.linalg.norm(A.astype(np.float64) @ cp.asnumpy(x).astype(np.float64) - b) / np.linalg.norm(b)
-        assert info == 0 and res < 1e-4, (solver.__name__, info, res)
+        library, lib_info = solver(csp.csr_matrix(A), cp.asarray(b), maxiter=2000, **tolerance(solver, 1e-5))
+        res, lib_res = residual(x), residual(library)
+        assert info == 0 and res < 1e-2 and res < 2 * lib_res + 1e-5, (solver.__name__, info, res, lib_res)
 
 
 def test_tune_searches_once_then_finds_the_winner_in_the_store(loop_evaluator, tmp_path) -> None:
@@ -216,7 +224,9 @@ def test_tune_searches_once_then_finds_the_winner_in_the_store(loop_evaluator, t
 
 
 def _gcn_loss(torch, matmul, X, W1, W2):
-    H = torch.relu(matmul(X @ W1))
+    # tanh, not relu: a smooth layer, so that two fp32 summation orders give gradients that differ by
+    # rounding only (with relu an activation near 0 flips between them and its gradient row with it)
+    H = torch.tanh(matmul(X @ W1))
     return (matmul(H @ W2) ** 2).mean()
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sparserl.harness.buffers import GUARD, NAN_BITS
+from sparserl.harness.buffers import GUARD
 from sparserl.harness.reference import Comparison
 
 LANES_MAX = 32

@@ -25,6 +25,8 @@ from collections import OrderedDict
 import numpy as np
 import scipy.sparse as sp
 
+from sparserl.harness.matrix_files import load_matrix_file
+
 MAX_MATRICES = 4
 """Matrices a worker keeps (least recently used evicted)."""
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
