@@ -42,6 +42,18 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
     return out * mask.to(x.dtype)
 
 
+def masked_scale(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, min_std: float = 0.0) -> torch.Tensor:
+    """x / max(std, min_std) over the masked entries, *not* re-centred: every entry keeps its sign;
+    0 outside the mask. x, mask: (B, T).
+
+    For advantages that already have their baseline (leave-one-out, max@k): :func:`masked_whiten`
+    would subtract the token-weighted batch mean, and where long completions of one group carry
+    large advantages that mean moves every small advantage of another group across zero."""
+    var = masked_var(x, mask)
+    std = torch.maximum(torch.sqrt(var + eps), torch.tensor(min_std, dtype=x.dtype, device=x.device))
+    return x / std * mask.to(x.dtype)
+
+
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k1") -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference, (B, T).
 
