@@ -100,10 +100,13 @@ def test_compile_only_evaluation_writes_reports(tmp_path: Path) -> None:
     assert "## Compile rate per family\n\n| system | real |" in md and md.count("| stand-in | 50.0% |") == 2
     assert json.loads((tmp_path / "e" / "eval.json").read_text())["compile_only"] is True
     assert not list((tmp_path / "e").glob("*.png")) and "plots" not in res
-    assert markdown(res) == md
     rows = [json.loads(line) for line in (tmp_path / "e" / "completions.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and {r["matrix"] for r in rows} == {"banded", "random"}
     assert sum(r["verdict"] == "contract_error" for r in rows) == 4 and all(r["completion"] for r in rows)
+    # the page's figures come from the samples: compiled (no_gpu, compile-only) samples over all of them,
+    # per family too (the earlier check compared the page with markdown() of the same result)
+    rate = sum(r["verdict"] == "no_gpu" for r in rows) / len(rows)
+    assert rate == 0.5 and md.count(f"| stand-in | {100 * rate:.1f}% |") == 2
     # batches cut across matrices: 3 + 3 + 2 completions; each matrix must get its own four back
     res = evaluate(EvalConfig(matrices=str(d), samples=4, gen_batch=3, out=str(tmp_path / "e3"), compile_only=True),
                    policies={"stand-in": sampler})

@@ -87,9 +87,10 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
 
 def collect_turns(policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
                   max_new_tokens: int, temperature: float, reward_cfg, seed: int, turns: int, discount: float,
-                  best_known=None) -> RolloutBatch:
+                  best_known=None, compile_only: bool = False) -> RolloutBatch:
     """``turns`` turns of :func:`collect` (turn t + 1 refining each completion of turn t), scored by
-    discounted returns and merged into one batch; per-turn figures in its timings dict."""
+    discounted returns and merged into one batch; per-turn figures in its timings dict (no correct
+    rate when ``compile_only``: nothing was run)."""
     rep = [it for it in items for _ in range(samples_per_item)]
     batches = [collect(policy, ref_logp_fn, value_fn, evaluator, items, samples_per_item, max_new_tokens,
                        temperature, reward_cfg, seed, best_known=best_known)]
@@ -102,7 +103,8 @@ def collect_turns(policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixIt
         valid = b.valid_mask
         n = max(int(valid.sum()), 1)
         figures[f"turns/reward_mean_{t}"] = float(b.scores[valid].sum()) / n
-        figures[f"turns/correct_rate_{t}"] = sum(r.correct for r, v in zip(b.results, valid.tolist()) if v) / n
+        if not compile_only:
+            figures[f"turns/correct_rate_{t}"] = sum(r.correct for r, v in zip(b.results, valid.tolist()) if v) / n
     for b, g in zip(batches, discounted_returns([b.scores for b in batches], discount)):
         b.scores = g * b.valid_mask.to(g.dtype)
     merged = concat_batches(batches, policy.tokenizer.pad_token_id)
