@@ -158,10 +158,11 @@ def test_empty_rows_must_be_written_as_zero() -> None:
     assert ref.compare(x, np.array([0.0, 3.0, 0.0], np.float32)).ok
     unwritten = ref.compare(x, np.array([0.0, 3.0, np.nan], np.float32))
     assert (unwritten.ok, unwritten.bad_rows, unwritten.nonfinite, unwritten.first_bad_row) == (False, 1, 1, 2)
-    assert "1 entries never written or not finite" in unwritten.describe()
+    assert unwritten.describe() == ("1 rows out of tolerance (1 entries never written or not finite), first bad row 2, "
+                                    "max error infx the tolerance")
     small = ref.compare(x, np.array([1e-20, 3.0, 0.0], np.float32))
     assert small.bad_rows == 1 and small.first_bad_row == 0 and small.nonfinite == 0
-    assert "wrong values" in small.describe()
+    assert small.describe() == "1 rows out of tolerance (wrong values), first bad row 0, max error 1e+10x the tolerance"
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
