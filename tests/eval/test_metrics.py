@@ -84,3 +84,19 @@ def test_speedup_at_1_is_monotone_in_correctness(samples, data) -> None:
     logs = [[math.log(v) if v is not None and v > 1 else 0.0 for v in prob] for prob in samples]
     draws = [math.fsum(c) / len(c) for c in itertools.product(*logs)]
     assert speedup_at_1(samples) == pytest.approx(math.exp(math.fsum(draws) / len(draws)), rel=1e-9)
+
+
+def test_edges_and_messages() -> None:
+    """fast_p counts strictly faster than p; an empty set of problems is nan for the means; every
+    refusal says why, in full. Mutations killed: ``s > p`` made ``>=``, the empty case dropped, the
+    zero check of geomean made ``< 0`` (log(0) then raised a bare math error), messages lost."""
+    assert fast_p([1.2, 1.2000001, None], 1.2) == pytest.approx(1 / 3)
+    assert math.isnan(mean_pass_at_k([], 1))
+    cases = [(lambda: geomean([2.0, 0.0]), "geometric mean needs positive values"),
+             (lambda: pass_at_k(3, 4, 1), "need 0 <= c <= n and k >= 1, got n=3, c=4, k=1"),
+             (lambda: pass_at_k(3, 1, 4), "k=4 is larger than the n=3 samples drawn"),
+             (lambda: speedup_at_1([[2.0], []]), "a problem with no samples")]
+    for call, message in cases:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert str(e.value) == message

@@ -90,9 +90,11 @@ def test_the_inputs_are_the_documented_set() -> None:
     assert [n for n, _ in got] == ["normal0", "uniform1", "normal2", "large_signed", "zeros", "alternating"]
     d = dict(got)
     assert all(x.dtype == np.float32 and x.shape == (1000,) for x in d.values())
-    assert np.abs(d["uniform1"]).max() <= 1 and 0.5 < np.std(d["normal0"]) < 1.5
+    assert np.abs(d["uniform1"]).max() <= 1 and d["uniform1"].min() < -0.9 and d["uniform1"].max() > 0.9
+    assert 0.5 < np.std(d["normal0"]) < 1.5
     big = np.abs(d["large_signed"])
     assert big.min() >= 1e3 and big.max() <= 1e4 and 300 < (d["large_signed"] < 0).sum() < 700
+    assert np.unique(big).size > 900  # magnitudes drawn per entry, not one for all
     assert not d["zeros"].any() and d["alternating"].tolist() == [1.0, -1.0] * 500
     again = make_inputs((1000,), VerifyConfig())
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, again))
@@ -101,8 +103,9 @@ def test_the_inputs_are_the_documented_set() -> None:
     assert [n for n, _ in make_inputs((4, 3), VerifyConfig(random_inputs=1, adversarial=False))] == ["normal0"]
     assert make_inputs((4, 3), VerifyConfig())[5][1].tolist() == [[1.0] * 3, [-1.0] * 3] * 2  # SpMM: by rows
     for bad in ({"random_inputs": 0}, {"revalued_inputs": -1}):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError) as e:
             VerifyConfig(**bad)
+        assert str(e.value) == "need random_inputs >= 1 and revalued_inputs >= 0"
 
 
 # -- verdicts ------------------------------------------------------------------------------------
@@ -170,26 +173,50 @@ def wrong_on_its_sixth_launch(self, x, y) -> None:  # the rerun of the first inp
     y[...] = self.product(x) * (2.0 if self.calls == 6 else 1.0)
 
 
-@pytest.mark.parametrize("body, kind, says", [
-    (unwritten_last_row, ErrorKind.INCORRECT, "input 'normal0': 1 rows out of tolerance (1 entries never written"),
-    (writes_past_y, ErrorKind.INCORRECT, "input 'normal0': wrote past the end of y"),
-    (writes_before_y, ErrorKind.INCORRECT, "input 'normal0': wrote before the start of y"),
-    (writes_before_x, ErrorKind.INPUT_MODIFIED, "input 'normal0': wrote before the start of x"),
-    (scribbles_on_x, ErrorKind.INPUT_MODIFIED, "input 'normal0': the kernel wrote to x"),
-    (scribbles_on_val, ErrorKind.INPUT_MODIFIED, "input 'normal0': the kernel wrote to the matrix arrays val"),
-    (first_answer_forever, ErrorKind.INCORRECT, "input 'uniform1': "),
-    (clamps_x, ErrorKind.INCORRECT, "input 'large_signed': "),
-    (bias, ErrorKind.INCORRECT, "input 'zeros': "),
-    (wrong_on_its_sixth_launch, ErrorKind.INCORRECT, "input 'normal0': "),
+def scribbles_on_two_arrays(self, x, y) -> None:
+    self.honest(x, y)
+    self.arrays["col_idx"][0] = 0
+    self.arrays["col_idx"][1] = 0
+    self.arrays["val"][3] += 1.0
+
+
+@pytest.mark.parametrize("body, kind, says, worst", [
+    (unwritten_last_row, ErrorKind.INCORRECT, "input 'normal0': 1 rows out of tolerance (1 entries never written or "
+     f"not finite), first bad row {M - 1}, max error infx the tolerance", "inf"),
+    (writes_past_y, ErrorKind.INCORRECT, "input 'normal0': wrote past the end of y", "inf"),
+    (writes_before_y, ErrorKind.INCORRECT, "input 'normal0': wrote before the start of y", "inf"),
+    (writes_before_x, ErrorKind.INPUT_MODIFIED, "input 'normal0': wrote before the start of x", "inf"),
+    (scribbles_on_x, ErrorKind.INPUT_MODIFIED, "input 'normal0': the kernel wrote to x", "none yet"),
+    (scribbles_on_val, ErrorKind.INPUT_MODIFIED, "input 'normal0': the kernel wrote to the matrix arrays val",
+     "none yet"),
+    (scribbles_on_two_arrays, ErrorKind.INPUT_MODIFIED,
+     "input 'normal0': the kernel wrote to the matrix arrays col_idx, val", "none yet"),
+    (first_answer_forever, ErrorKind.INCORRECT, "input 'uniform1': ", "over"),
+    (clamps_x, ErrorKind.INCORRECT, "input 'large_signed': ", "over"),
+    (bias, ErrorKind.INCORRECT, "input 'zeros': ", "over"),
+    (wrong_on_its_sixth_launch, ErrorKind.INCORRECT, "input 'normal0': ", "over"),
 ])
-def test_cheats_get_their_verdict_on_the_input_that_shows_them(body, kind, says: str) -> None:
-    """Each kernel fails with its kind, on the input named (the earlier inputs pass it).
+def test_cheats_get_their_verdict_on_the_input_that_shows_them(body, kind, says: str, worst: str) -> None:
+    """Each kernel fails with its kind, on the input named (the earlier inputs pass it), with the
+    message in full where it is fixed (no hint about values: that is the twin's), and the worst
+    scaled error the outcome reports: inf for a write outside the buffers, 0 when it failed
+    before any output was compared, above 1 for wrong values.
 
     Mutations killed: the NaN poison of y skipped (unwritten_last_row passes), guard_problem not
     called or a guard left unchecked, the x comparison or the tamper check dropped, a guard write
-    into x classed as incorrect, the large-signed, zeros or rerun input dropped."""
+    into x classed as incorrect, the large-signed, zeros or rerun input dropped, the arrays' names
+    joined without their separator, the outcome's error dropped or taken from the wrong branch."""
     out, _, _ = verify(body)
     assert out.kind is kind and out.message.startswith(says), out.message
+    assert "read every value from val" not in out.message
+    if says.endswith(("tolerance", " of y", " of x", " to x", "val")):
+        assert out.message == says
+    if worst == "inf":
+        assert out.max_scaled_error == float("inf")
+    elif worst == "none yet":
+        assert out.max_scaled_error == 0.0
+    else:
+        assert 1.0 < out.max_scaled_error < float("inf")
 
 
 def test_a_tampered_matrix_is_restored_for_the_next_job() -> None:
@@ -226,7 +253,7 @@ def test_a_kernel_without_atomics_must_repeat_itself_bit_for_bit() -> None:
         y[...] = self.product(x) * np.float32(1 + 2 ** -22 if self.calls else 1)
 
     out, _, _ = verify(order_changes)
-    assert out.kind is ErrorKind.NONDETERMINISTIC
+    assert out.kind is ErrorKind.NONDETERMINISTIC and 0.0 < out.max_scaled_error <= 1.0
     assert out.message == "two runs on the same input differ and the compiled code uses no atomics"
     out, _, _ = verify(order_changes, atomics=True)
     assert out.kind is ErrorKind.NONE
@@ -378,3 +405,18 @@ def test_cusparse_runs_are_prepared_but_not_checked() -> None:
     checked.prepare(0)
     assert np.isnan(io.y).all() and io.x.tolist() == host_refresh(int(checked.seed[0]), 0, N).tolist()
     assert checked.check("cold") is None and checked.checked == 0 and checked.snapshot is None
+
+
+@pytest.mark.gpu
+def test_the_host_refresh_is_what_the_gpu_writes() -> None:
+    """The CUDA refresh kernel and :func:`host_refresh` give the same x, bit for bit, for two
+    offsets, and the same poison in y (so the host path tests the inputs the GPU times with)."""
+    import cupy as cp
+
+    io = IOBuffers(300, 1000, xp=cp)
+    seed = cp.asarray([0x1234_5678_9ABC_DEF1], dtype=cp.uint64)
+    for offset in (0, 7):
+        io.refresh(seed, offset)
+        cp.cuda.runtime.deviceSynchronize()
+        assert np.array_equal(cp.asnumpy(io.x), host_refresh(0x1234_5678_9ABC_DEF1, offset, 1000))
+        assert bool((io.y.view(cp.uint32) == NAN_BITS).all()) and io.guard_problem() is None
