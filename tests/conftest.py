@@ -20,6 +20,15 @@ os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# --hypothesis-profile=mutation (scripts/mutation.py): a property that fails is reported as it is
+# found, not shrunk to its smallest case (shrinking made mutmut read a killed mutant as a hang)
+try:
+    from hypothesis import Phase, settings
+
+    settings.register_profile("mutation", phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None)
+except ImportError:  # hypothesis is in the dev extra
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 NEEDS_NVCC = "needs nvcc, the CUDA toolkit's compiler (no GPU needed): install the toolkit or set CUDA_HOME"
 

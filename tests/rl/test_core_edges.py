@@ -190,3 +190,10 @@ def test_share_bounds_and_messages() -> None:
     single = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]])
     assert covariance_top_mask(scores, adv, single, 0.2).tolist() == single.tolist()
     assert float(covariance_top_mask(scores, adv, torch.zeros(1, 5), 0.2).abs().sum()) == 0.0
+
+
+def test_masked_scale_floor_is_exact_in_float64() -> None:
+    """A nearly uniform float64 batch scaled by the floor 0.1 itself, not 0.1 rounded to float32.
+    Mutation killed: the floor tensor built without the input's dtype."""
+    x = torch.tensor([[0.01, -0.01, 0.02]], dtype=F64)
+    assert masked_scale(x, torch.ones(1, 3), min_std=0.1)[0].tolist() == pytest.approx([0.1, -0.1, 0.2], rel=1e-14)
