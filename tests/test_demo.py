@@ -51,8 +51,10 @@ def test_tiny_compile_only_demo(tmp_path: Path) -> None:
     # count); mutation killed: policy_change comparing a checkpoint with itself
     from safetensors.numpy import load_file
 
-    before = {k: v for f in sorted((out / "sft" / "checkpoint").rglob("*.safetensors")) for k, v in load_file(str(f)).items()}
-    after = {k: v for f in sorted((out / "ppo" / "checkpoint").rglob("*.safetensors")) for k, v in load_file(str(f)).items()}
+    def weights(folder: Path) -> dict:
+        return {k: v for f in sorted(folder.rglob("*.safetensors")) for k, v in load_file(str(f)).items()}
+
+    before, after = weights(out / "sft" / "checkpoint"), weights(out / "ppo" / "checkpoint")
     moved = sum(not np.array_equal(before[k], after[k]) for k in before)
     ch = rep["rl_change"]
     assert ch["comparable"] and ch["tensors"] == len(before) > 0 and ch["tensors_changed"] == moved
