@@ -7,7 +7,12 @@ compile-time cases get their verdict and runtime cases stop at ``no_gpu``), then
 per case (class, name, expected, seen, message) and writes JSON and Markdown.
 
     python benchmarks/adversarial.py --out results/adversarial.json                 # GPU machine
+    python benchmarks/adversarial.py --path both --out results/adversarial.json     # batched and sequential
     python benchmarks/adversarial.py --compile-only --out results/adversarial_cpu.json
+
+``--path``: the harness's evaluation path (``batched``, the default; ``sequential``, the earlier one,
+``SpeedConfig.classic()``; or ``both``, one after the other in one run). Cases the sequential path
+judges differently (it never stops early) are expected with its verdict there.
 
 Exit status 1 when any case gets a verdict other than the expected one.
 """
@@ -25,49 +30,64 @@ sys.path.insert(0, str(REPO))  # the cases live in the test tree
 
 from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
 from sparserl.harness.pool import PhaseLimits  # noqa: E402
+from sparserl.harness.speed import SpeedConfig  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402
-from tests.harness.adversarial import CLASSES, GOOD, RUNTIME_KINDS, VALUE_CASES  # noqa: E402
+from tests.harness.adversarial import (  # noqa: E402
+    CLASSES,
+    GOOD,
+    RUNTIME_KINDS,
+    SEQUENTIAL_VERDICTS,
+    VALUE_CASES,
+)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("adversarial.json"))
     ap.add_argument("--compile-only", action="store_true", help="no GPU: static and compile-time verdicts only")
+    ap.add_argument("--path", choices=("batched", "sequential", "both"), default="batched",
+                    help="the harness's evaluation path (both: one after the other)")
     args = ap.parse_args()
 
-    cfg = HarnessConfig(compile_only=args.compile_only, memo=0, limits=PhaseLimits(verify=3.0))
     rows = []
-    with Evaluator(cfg) as ev:
-        mat = ev.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random20k")
-        A = generate("random", 20_000, seed=4, nnz_per_row=12)
-        A.data[:] = 1.0
-        unit = ev.register(A, "random20k_unit")
-        good = ev.evaluate(GOOD, mat, "spmv")
-        for cls, cases in CLASSES.items():
-            for name, (text, expected) in cases.items():
-                t0 = time.perf_counter()
-                res = ev.evaluate(text, unit if name in VALUE_CASES else mat, "spmv")
-                want = "no_gpu" if args.compile_only and expected in RUNTIME_KINDS else expected
-                cold = res.timings.get("cold")
-                rows.append({"class": cls, "case": name, "expected": want, "seen": res.error_kind.value,
-                             "ok": res.error_kind.value == want, "message": res.message,
-                             "cold_us": cold.median_us if cold else None,
-                             "honest_cold_us": good.timings["cold"].median_us if "cold" in good.timings else None,
-                             "checked_timed_outputs": res.checked_timed_outputs,
-                             "seconds": time.perf_counter() - t0})
-        gpu = ev.pool.gpu if ev.has_gpu else None
-    print(f"{'class':13} {'case':34} {'expected':15} {'seen':15} message")
+    gpu = None
+    for path in ("batched", "sequential") if args.path == "both" else (args.path,):
+        speed = SpeedConfig() if path == "batched" else SpeedConfig.classic()
+        cfg = HarnessConfig(compile_only=args.compile_only, memo=0, limits=PhaseLimits(verify=3.0), speed=speed)
+        with Evaluator(cfg) as ev:  # one path's worker at a time on the GPU
+            mat = ev.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random20k")
+            A = generate("random", 20_000, seed=4, nnz_per_row=12)
+            A.data[:] = 1.0
+            unit = ev.register(A, "random20k_unit")
+            good = ev.evaluate(GOOD, mat, "spmv")
+            for cls, cases in CLASSES.items():
+                for name, (text, expected) in cases.items():
+                    t0 = time.perf_counter()
+                    res = ev.evaluate(text, unit if name in VALUE_CASES else mat, "spmv")
+                    if path == "sequential":
+                        expected = SEQUENTIAL_VERDICTS.get(name, expected)
+                    want = "no_gpu" if args.compile_only and expected in RUNTIME_KINDS else expected
+                    cold = res.timings.get("cold")
+                    rows.append({"path": path, "class": cls, "case": name, "expected": want,
+                                 "seen": res.error_kind.value, "ok": res.error_kind.value == want,
+                                 "message": res.message, "cold_us": cold.median_us if cold else None,
+                                 "honest_cold_us": good.timings["cold"].median_us if "cold" in good.timings else None,
+                                 "checked_timed_outputs": res.checked_timed_outputs,
+                                 "seconds": time.perf_counter() - t0})
+            gpu = ev.pool.gpu if ev.has_gpu else None
+    print(f"{'path':10} {'class':13} {'case':34} {'expected':15} {'seen':15} message")
     for r in rows:
         mark = "" if r["ok"] else "   <-- UNEXPECTED"
         extra = f" [cold {r['cold_us']:.2f} us; honest kernel {r['honest_cold_us']:.2f} us]" if r["cold_us"] else ""
-        print(f"{r['class']:13} {r['case']:34} {r['expected']:15} {r['seen']:15} {r['message'][:110]}{extra}{mark}")
-    bad = [r["case"] for r in rows if not r["ok"]]
+        print(f"{r['path']:10} {r['class']:13} {r['case']:34} {r['expected']:15} {r['seen']:15} "
+              f"{r['message'][:110]}{extra}{mark}")
+    bad = [f"{r['path']}/{r['case']}" for r in rows if not r["ok"]]
     print(f"\n{len(rows)} cases, {len(rows) - len(bad)} with the expected verdict" + (f"; unexpected: {bad}" if bad else ""))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"gpu": gpu, "compile_only": args.compile_only, "rows": rows}, indent=1))
-    md = ["| class | case | expected | seen | message |", "| --- | --- | --- | --- | --- |"]
-    md += [f"| {r['class']} | {r['case']} | {r['expected']} | {r['seen']} | {r['message'][:140].replace('|', '/')} |"
-           for r in rows]
+    md = ["| path | class | case | expected | seen | message |", "| --- | --- | --- | --- | --- | --- |"]
+    md += [f"| {r['path']} | {r['class']} | {r['case']} | {r['expected']} | {r['seen']} | "
+           f"{r['message'][:140].replace('|', '/')} |" for r in rows]
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
     return 1 if bad else 0
 

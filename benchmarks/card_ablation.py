@@ -1,4 +1,4 @@
-"""Ablation of the matrix card in the prompt (issue 16 item 1): does the card help?
+"""Ablation of the matrix card in the prompt: does the card help?
 
 SFT runs twice on the same data, with the same model, seed, steps and batches: once with the
 matrix card in the prompt (``--card``) and once without (``--no-card``). Both checkpoints are
@@ -93,13 +93,14 @@ def train_arm(args, data: Path, model: Path, arm: str) -> dict:
 
 def prompt_tokens(data: Path, split: str, checkpoint: Path) -> dict:
     """Mean and max prompt tokens (text after the soft tokens) over the split's matrices."""
-    from sparserl.data.sft_build import read_jsonl
+    from sparserl.data.rows import read_rows
     from sparserl.model.policy import Policy, prompt_text
-    from sparserl.train.sft import sample_of
+    from sparserl.train.dataset import SFTDataset
 
     policy = Policy.load(checkpoint)
-    rows = {(r["matrix"], r.get("op"), r.get("k")): r for r in read_jsonl(data / f"{split}.jsonl")}
-    n = [len(policy.tokenizer(prompt_text(sample_of(r, policy.config), policy.config.text_prompt,
+    rows = {(r.matrix, r.op, r.k): r for r in read_rows(data / f"{split}.jsonl")}
+    inputs = SFTDataset(list(rows.values()), policy.config)
+    n = [len(policy.tokenizer(prompt_text(inputs.sample(r), policy.config.text_prompt,
                                           policy.config.card), add_special_tokens=False)["input_ids"])
          for r in rows.values()]
     return {"mean": sum(n) / len(n), "max": max(n)} if n else {}

@@ -6,6 +6,10 @@ about ``--nnz`` nonzeros, and ``generate()`` and ``compute_features()`` are time
 ``.mtx``, ``.mtx.gz`` and ``.npz`` is timed too. Prints a table and writes JSON.
 
     python benchmarks/generator_throughput.py --nnz 10000000 --out runs/generator_throughput.json
+    python benchmarks/generator_throughput.py --rows 1000000 --application --out runs/generator_1m.json
+
+``--rows`` generates every family at that many rows instead (no pilot); ``--application`` adds the
+application families (circuit, lp, kkt, ...) to the default list of the classic ones.
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ def _best_of(repeat: int, fn: Any) -> tuple[float, Any]:
     return best, result
 
 
-def bench_family(family: str, target_nnz: int, repeat: int, seed: int) -> dict[str, Any]:
-    """Time generate() and compute_features() for ``family`` at about ``target_nnz`` nonzeros."""
-    pilot = generate(family, PILOT_ROWS, seed=seed)  # also warms up code paths
-    per_row = pilot.nnz / pilot.shape[0]
-    rows = max(1, round(target_nnz / per_row))
+def bench_family(family: str, target_nnz: int, repeat: int, seed: int, rows: int | None = None) -> dict[str, Any]:
+    """Time generate() and compute_features() for ``family`` at about ``target_nnz`` nonzeros (or
+    at ``rows`` rows)."""
+    if rows is None:
+        pilot = generate(family, PILOT_ROWS, seed=seed)  # also warms up code paths
+        per_row = pilot.nnz / pilot.shape[0]
+        rows = max(1, round(target_nnz / per_row))
     t_gen, A = _best_of(repeat, lambda: generate(family, rows, seed=seed))
     t_feat, _ = _best_of(repeat, lambda: compute_features(A))
     return {
@@ -90,20 +96,24 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement (best is kept)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--families", nargs="*", default=None, help="subset of families (default: all)")
+    parser.add_argument("--families", nargs="*", default=None,
+                        help="subset of families (default: the classic ones, with --application all)")
+    parser.add_argument("--application", action="store_true", help="add the application families to the default")
+    parser.add_argument("--rows", type=int, default=None, help="rows of every matrix (instead of --nnz)")
     parser.add_argument("--io", action="store_true", help="also time save/load of .mtx, .mtx.gz, .npz")
     args = parser.parse_args()
 
     console = Console()
     results = []
-    for family in args.families or family_names():
-        res = bench_family(family, args.nnz, args.repeat, args.seed)
+    for family in args.families or family_names(include_application=args.application):
+        res = bench_family(family, args.nnz, args.repeat, args.seed, args.rows)
         results.append(res)
         console.log(
             f"{family}: {res['nnz']} nnz, generate {res['generate_s']:.3f}s, features {res['features_s']:.3f}s"
         )
 
-    table = Table(title=f"generator throughput, target {args.nnz:,} nnz ({os.cpu_count()} CPUs)")
+    size = f"{args.rows:,} rows" if args.rows else f"target {args.nnz:,} nnz"
+    table = Table(title=f"generator throughput, {size} ({os.cpu_count()} CPUs)")
     for col in ("family", "rows", "nnz", "generate s", "gen Mnnz/s", "features s", "feat Mnnz/s"):
         table.add_column(col, justify="left" if col == "family" else "right")
     for r in results:
@@ -131,7 +141,8 @@ def main() -> None:
 
     report = {
         "benchmark": "generator_throughput",
-        "target_nnz": args.nnz,
+        "target_nnz": None if args.rows else args.nnz,
+        "rows": args.rows,
         "repeat": args.repeat,
         "seed": args.seed,
         "machine": {

@@ -107,7 +107,7 @@ def main() -> int:
     ap.add_argument("--suitesparse", type=Path, default=None, help="folder of *.mtx.gz to add")
     ap.add_argument("--suitesparse-limit", type=int, default=80)
     ap.add_argument("--ops", default="spmv,spmm")
-    ap.add_argument("--k", default="8,32,5", help="SpMM column counts (5 exercises k % 4 != 0)")
+    ap.add_argument("--k", default="8,32,5", help="SpMM column counts (5 exercises k %% 4 != 0)")
     ap.add_argument("--strategies", default=None, help="only these strategies, comma-separated [default: all]")
     ap.add_argument("--seed", type=int, default=0, help="seed of the fresh values (the harness draws them from the OS)")
     args = ap.parse_args()

@@ -49,7 +49,7 @@ LARGE = [
     ("banded9_4M", "banded", 4_000_000, {"bands": 9}),
     ("stencil2d_4M", "stencil2d", 4_000_000, {}),
     ("stencil3d7_4M", "stencil3d_7", 4_000_000, {}),
-    ("stencil3d27_4M", "stencil3d_27", 4_000_000, {}),  # 108M nonzeros (the size; 1M rows before)
+    ("stencil3d27_4M", "stencil3d_27", 4_000_000, {}),  # 108M nonzeros (1M rows before)
     ("block8_1M", "block", 1_000_000, {"block": 8, "blocks_per_row": 4}),
     ("random16_2M", "random", 2_000_000, {"nnz_per_row": 16}),
     ("powerlaw_2M", "powerlaw", 2_000_000, {}),

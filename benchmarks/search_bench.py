@@ -41,7 +41,7 @@ from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.kernels.templates import templates
 from sparserl.matrices import family_names, generate, load_matrix
-from sparserl.matrices.card import matrix_card
+from sparserl.request.context import MatrixContext
 from sparserl.search.footprint import check_fits
 from sparserl.search.loop import SearchConfig
 from sparserl.search.run import search_array
@@ -51,15 +51,16 @@ log = logging.getLogger("search_bench")
 
 LARGE_FAMILIES = ("diagonal", "banded", "stencil2d", "stencil3d_7", "stencil3d_27", "block", "random", "powerlaw",
                   "skewed", "empty_rows", "rectangular")
-"""The 11 generated families of the issue's targets (generator defaults, seed 1)."""
+"""The 11 generated families of the search targets (generator defaults, seed 1)."""
 
 
 def matrices(args):
     """(set, name, family, matrix) in order; generated ones are made only when reached."""
     fams = [] if args.no_families else (args.families.split(",") if args.families else list(LARGE_FAMILIES))
-    unknown = set(fams) - set(family_names())
+    unknown = set(fams) - set(family_names(include_application=True))
     if unknown:
-        raise SystemExit(f"unknown families {sorted(unknown)}; families are {family_names()}")
+        raise SystemExit(f"unknown families {sorted(unknown)}; families are "
+                         f"{family_names(include_application=True)}")
     for fam in fams:
         yield "families", f"{fam}_{args.rows}", fam, lambda fam=fam: generate(fam, args.rows, seed=1)
     if args.suitesparse:
@@ -105,11 +106,12 @@ def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
     t0 = time.perf_counter()
     if ev.has_gpu:
         check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
-    cfg = SearchConfig(budget=args.budget, seconds=args.seconds, regime=regime, seed=args.seed)
+    cfg = SearchConfig(budget=args.budget, seconds=args.seconds, regime=regime, seed=args.seed,
+                       cost_model=args.cost_model)
     t_search = time.perf_counter()
-    card = matrix_card(A)
-    res = search_array(A, name, op, k, cfg, ev, store, card=card,
-                       run_config={"benchmark": "search_bench", "budget": args.budget},
+    ctx = MatrixContext(A, name, op, k)
+    card = ctx.card
+    res = search_array(ctx, cfg, ev, store, run_config={"benchmark": "search_bench", "budget": args.budget},
                        trace=args.trace_dir / f"{name}.trace.jsonl" if args.trace_dir else None)
     search_wall = time.perf_counter() - t_search
     t_oracle = time.perf_counter()
@@ -206,6 +208,8 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="keep the matrices already in --out, run the rest")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: exercise the paths, time nothing")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cost-model", default="default",
+                    help="the search's candidate order: default (the packaged cost model), none, or a model file")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.budget < 1:

@@ -19,7 +19,7 @@ L2 flushed, and the warm regime) in the same worker as cuSPARSE. Candidates with
 Matrices: the 11 large families of ``library_speed.py`` (sizes scaled by ``--rows / 2M``: at the
 default 2M rows they are exactly library_speed's set) plus ``dense_lines`` and ``rmat`` at
 ``--rows``, and with ``--suitesparse DIR`` every ``*.mtx.gz`` there. Geometric means are given
-over the 11 families (the issue's target set), over all generated matrices, and over SuiteSparse.
+over the 11 families (the target set), over all generated matrices, and over SuiteSparse.
 
     python benchmarks/templates_speed.py --out benchmarks/results/templates_speed.json
     python benchmarks/templates_speed.py --rows 20000 --out /tmp/templates_smoke.json
@@ -63,7 +63,7 @@ EXTRA = [("dense_lines", "dense_lines", REFERENCE_ROWS, {}), ("rmat", "rmat", RE
 NEW_LIBRARY_STRATEGIES = frozenset(v.strategy for v in irregular_variants())
 """Library strategies added with the templates (left out of the 'old library' oracle)."""
 TARGET_FAMILIES = ("powerlaw", "skewed", "random", "empty_rows")
-"""The issue's per-matrix target (>= 1.3x cuSPARSE with the new kernels) applies to these."""
+"""The per-matrix target (>= 1.3x cuSPARSE with the new kernels) applies to these."""
 
 
 def _size_tag(v: int) -> str:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16's measurements on one GPU machine, after `scripts/improve_round.sh RUN ROUNDS` (which this
+# The self-improvement measurements on one GPU machine, after `scripts/improve_round.sh RUN ROUNDS` (which this
 # runs first, resuming it): the starting SFT model and improve's best model, best of 16, beside
 # cuSPARSE and the library oracle,
 #   1. on the generated families at 1M rows (`evaluate --matrices families`),
@@ -10,7 +10,7 @@
 #
 #   bash scripts/improve_eval.sh runs/imp 3 [SUITESPARSE_DIR]
 #
-# Measured on one H200 (benchmarks/results/2026-12-01/session12/, 3 rounds): improve_round.sh 555 s
+# Measured on one H200 (benchmarks/results/2026-12-01/improve-3-rounds/, 3 rounds): improve_round.sh 555 s
 # from nothing, the families 666 s, the card ablation 219 s; the SuiteSparse stage did not finish there.
 set -uo pipefail
 run=${1:?usage: scripts/improve_eval.sh RUN ROUNDS [SUITESPARSE_DIR]}

@@ -9,7 +9,7 @@
 #   bash scripts/improve_round.sh runs/imp 2 --search-seconds 30   # options after ROUNDS go to 'sparserl improve'
 #   bash scripts/improve_round.sh runs/imp 0                        # data, pre-training and SFT only
 #
-# Measured on one H200 (benchmarks/results/2026-12-01/session12/): data 80 s, pre-training 67 s, SFT 68 s,
+# Measured on one H200 (benchmarks/results/2026-12-01/improve-3-rounds/): data 80 s, pre-training 67 s, SFT 68 s,
 # round 0's validation 43 s, then 54-58 s per round with --search-seconds 30, the held-out test 57 s.
 set -euo pipefail
 out=${1:-runs/imp}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SFT model behind the README's "held out at scale" results (issue 6's targets): SFT data on
+# The SFT model behind the "held out at scale" results (docs/results.md): SFT data on
 # generated matrices of 5k to 1.5M rows whose targets are the near-fastest verified library
 # variants, the default model pre-trained from scratch, then SFT. One H200: data about 11 min,
 # pre-training 1.5 min (run it beside the data on a second GPU), SFT 3 min.

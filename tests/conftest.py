@@ -15,6 +15,8 @@ import pytest
 sys.dont_write_bytecode = True
 os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
 
+from tests.postgres import pg_url, postgres_server  # noqa: E402, F401 (fixtures: a real PostgreSQL server)
+
 # Triton's kernels (the split-key decode attention) run on CPU tensors in its interpreter, which must
 # be chosen before Triton is first imported; on a GPU machine they compile as in production.
 if shutil.which("nvidia-smi") is None:
@@ -37,10 +39,13 @@ def load_benchmark(name: str):
     """The module of ``benchmarks/NAME.py`` (the scripts are not a package), imported from its file."""
     import importlib.util
 
+    import sys
+
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, mod)  # dataclasses look their module up while the class is made
     spec.loader.exec_module(mod)
-    return mod
+    return sys.modules[name]
 
 
 def suitesparse_dir() -> Path | None:
@@ -186,3 +191,31 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer, tiny_hf_config) -> Path:
     AutoModelForCausalLM.from_config(tiny_hf_config).save_pretrained(folder)
     tiny_tokenizer.save_pretrained(folder)
     return folder
+
+
+# -- the real harness on a GPU, for the loop tests (search, RL, improve; gpu-marked) --------------
+
+
+@pytest.fixture(scope="session")
+def loop_evaluator(tmp_path_factory):
+    """The harness the GPU loop tests run their loops through: cold regime only, 15 timed runs
+    per kernel (a median stable to a few percent), its own cache folder. Shared by the search, RL
+    and improve GPU tests so that its worker starts once."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    ev = Evaluator(HarnessConfig(regimes=("cold",), reward_regime="cold", cold_trials=15,
+                                 cache_dir=str(tmp_path_factory.mktemp("loop_harness"))))
+    yield ev
+    ev.close()
+
+
+@pytest.fixture(scope="session")
+def fresh_evaluator(tmp_path_factory):
+    """A second, independent harness (its own workers, compile cache, saved matrices and cuSPARSE
+    times, nothing remembered between calls) that re-evaluates what a loop stored."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    ev = Evaluator(HarnessConfig(regimes=("cold",), reward_regime="cold", cold_trials=15, memo=0,
+                                 cache_dir=str(tmp_path_factory.mktemp("fresh_harness"))))
+    yield ev
+    ev.close()

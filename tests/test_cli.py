@@ -21,7 +21,7 @@ def test_usage_errors_use_the_one_error_prefix(cli) -> None:
 
 
 def test_ctrl_c_is_one_line_and_status_130(cli, monkeypatch, tmp_path) -> None:
-    import sparserl.matrices.cli as mcli
+    import sparserl.cli.matrix as mcli
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

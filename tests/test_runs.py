@@ -55,7 +55,7 @@ def test_evaluate_keeps_an_earlier_evaluation_unless_forced(cli, tmp_path: Path)
 
 
 def test_sft_refuses_a_temperature_of_zero(cli, tmp_path: Path) -> None:
-    one_line_error(cli("sft", "--out", tmp_path / "s", "--eval-temperature", "0"), "eval_temperature must be > 0")
+    one_line_error(cli("sft", "--out", tmp_path / "s", "--eval-temperature", "0"), "--eval-temperature must be > 0")
 
 
 def test_data_build_refuses_ks_without_spmm(cli, tmp_path: Path) -> None:

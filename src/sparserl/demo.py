@@ -18,11 +18,23 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparserl import interrupts
+from sparserl.checks import require
+from sparserl.data.corpus import CorpusConfig
+from sparserl.data.sft_build import SFTDataConfig, build_sft_data
 from sparserl.errors import SparseRLError
+from sparserl.eval.compare import EvalConfig, evaluate
+from sparserl.generate import GenerateConfig, generate_kernel
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.matrices import generate, save_matrix
+from sparserl.model.config import TinyModelConfig
+from sparserl.rl.config import RLConfig
+from sparserl.train.config import PretrainConfig, SFTConfig
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +60,11 @@ class DemoConfig:
     """Skip the stages an earlier run of the same ``out`` finished (recorded in ``stages.json``)
     and continue the interrupted one from its last checkpoint."""
 
+    def __post_init__(self) -> None:
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)
+        if self.real_matrix is not None and not Path(self.real_matrix).is_file():
+            raise SparseRLError(f"--real-matrix {self.real_matrix}: no such file")
+
 
 def _identity(cfg: DemoConfig) -> dict:
     """The settings that decide what the stages produce (a resume must not mix two of them)."""
@@ -60,6 +77,7 @@ def _stage(name: str, fn, report: dict, done: dict, record: Path, identity: dict
         report[name] = done[name]
         log.info("== %s: done by an earlier run (%.1f s), skipped ==", name, done[name]["seconds"])
         return done[name]
+    interrupts.check()  # a Ctrl-C that a stage swallowed stops the run here
     t = time.perf_counter()
     log.info("== %s ==", name)
     res = fn()
@@ -75,8 +93,6 @@ def _stage(name: str, fn, report: dict, done: dict, record: Path, identity: dict
 def _real_matrix(cfg: DemoConfig, out: Path) -> str:
     if cfg.real_matrix:
         return cfg.real_matrix
-    from sparserl.matrices import generate, save_matrix
-
     p = out / "real_like.mtx"
     save_matrix(generate("stencil3d_27", 3000 if cfg.tiny else 30000, seed=cfg.seed + 5), p)
     return str(p)
@@ -84,13 +100,9 @@ def _real_matrix(cfg: DemoConfig, out: Path) -> str:
 
 def _stages(cfg: DemoConfig, out: Path, ev, resume) -> dict:
     """name -> a function that runs that stage (sizes: tiny or the H200 default)."""
-    from sparserl.data.corpus import CorpusConfig
-    from sparserl.data.sft_build import SFTDataConfig, build_sft_data
-    from sparserl.eval.compare import EvalConfig, evaluate
-    from sparserl.model.config import TinyModelConfig
-    from sparserl.rl.trainer import RLConfig, train_rl
-    from sparserl.train.pretrain import PretrainConfig, pretrain
-    from sparserl.train.sft import SFTConfig, sft
+    from sparserl.rl.trainer import train_rl  # torch
+    from sparserl.train.pretrain import pretrain  # torch
+    from sparserl.train.sft import sft  # torch
 
     tiny, co, seed = cfg.tiny, cfg.compile_only, cfg.seed
     t = lambda small, full: small if tiny else full  # noqa: E731
@@ -112,16 +124,16 @@ def _stages(cfg: DemoConfig, out: Path, ev, resume) -> dict:
         "sft": lambda: sft(SFTConfig(
             data=str(out / "data"), model=str(out / "pretrain" / "model"), out=str(out / "sft"), steps=t(20, 500),
             batch_size=t(4, 16), lr=t(3e-3, 3e-4), warmup_steps=t(2, 30), max_nnz=t(32, 128), eval_every=t(20, 500),
-            eval_samples=t(4, 32), max_new_tokens=t(64, 1536), save_every=t(20, 200), compile_only=co,
+            eval_samples=t(4, 32), max_new_tokens=t(64, None), save_every=t(20, 200), compile_only=co,
             resume=resume("sft"), seed=seed), evaluator=ev),
         "ppo": lambda: train_rl(RLConfig(
             algo="ppo", model=str(out / "sft" / "checkpoint"), matrices=str(out / "data"), out=str(out / "ppo"),
             steps=t(2, 16), matrices_per_step=t(2, 8), samples_per_matrix=t(2, 8), minibatch=t(2, 16),
-            epochs=t(1, 2), max_new_tokens=t(64, 1536), lr=t(1e-4, 2e-5), eval_every=t(2, 4), save_every=t(2, 4),
+            epochs=t(1, 2), max_new_tokens=t(64, None), lr=t(1e-4, 2e-5), eval_every=t(2, 4), save_every=t(2, 4),
             compile_only=co, resume=resume("ppo"), seed=seed), evaluator=ev),
         "evaluate": lambda: {"summary": evaluate(EvalConfig(
             matrices=str(out / "data"), split="test", out=str(out / "eval"), samples=t(2, 4),
-            max_new_tokens=t(64, 1536), gen_batch=64, compile_only=co,
+            max_new_tokens=t(64, None), gen_batch=64, compile_only=co,
             checkpoints=(f"sft={out / 'sft' / 'checkpoint'}", f"ppo={out / 'ppo' / 'checkpoint'}")),
             evaluator=ev)["summary"]},
         "generate": lambda: _generate(cfg, out, ev),
@@ -130,49 +142,57 @@ def _stages(cfg: DemoConfig, out: Path, ev, resume) -> dict:
 
 def _generate(cfg: DemoConfig, out: Path, ev) -> dict:
     """The main job on a matrix the model never saw; always returns a kernel (the library's if need be)."""
-    from sparserl.generate import GenerateConfig, generate_kernel
-
     rep = generate_kernel(GenerateConfig(
         matrix=_real_matrix(cfg, out), model=str(out / "ppo" / "checkpoint"), samples=4 if cfg.tiny else 16,
-        max_new_tokens=64 if cfg.tiny else 1536, out=str(out / "generate"), compile_only=cfg.compile_only,
+        max_new_tokens=64 if cfg.tiny else None, out=str(out / "generate"), compile_only=cfg.compile_only,
         seed=cfg.seed), evaluator=ev)
-    return {k: rep[k] for k in ("verdict", "source", "verified", "notes", "out")} | {
-        "kernel": str(Path(rep["out"]) / "kernel.cu"), "format": rep["best"]["format"]}
+    return {"verdict": rep.verdict, "source": rep.source, "verified": rep.verified, "notes": rep.notes,
+            "out": rep.out, "kernel": str(Path(rep.out) / "kernel.cu"), "format": rep.best.format}
+
+
+RUN_FILES = (*STAGES, "eval", "stages.json", "demo.json", "real_like.mtx")
+"""What a demo run writes in its folder (``evaluate`` writes ``eval/``): what a fresh run clears."""
+
+
+def _start(cfg: DemoConfig, out: Path) -> dict:
+    """The stages an earlier run finished (``--resume``; settings must match); a fresh run (``--force``)
+    clears every file an earlier run left, so no stage of it sits beside the new run's."""
+    record = out / "stages.json"
+    if cfg.resume:
+        if not record.exists():
+            return {}
+        saved = json.loads(record.read_text())
+        if saved.get("config") != _identity(cfg):
+            raise SparseRLError(f"{out} holds a demo run with other settings ({saved.get('config')}); "
+                                "run without --resume, or give another --out")
+        return saved["stages"]
+    for name in RUN_FILES:
+        p = out / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+    return {}
 
 
 def run_demo(cfg: DemoConfig) -> dict:
     """Run every stage; returns where each artefact is, with timings and a plain summary."""
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    ev = Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
-    if not cfg.compile_only and not ev.has_gpu:
-        ev.close()
-        raise SparseRLError("no GPU visible: run 'sparserl demo --compile-only --tiny' on a CPU")
-    report: dict = {"config": cfg.__dict__}
-    record, identity, done = out / "stages.json", _identity(cfg), {}
-    if cfg.resume and record.exists():
-        saved = json.loads(record.read_text())
-        if saved.get("config") != identity:
-            ev.close()
-            raise SparseRLError(f"{out} holds a demo run with other settings ({saved.get('config')}); "
-                                "run without --resume, or give another --out")
-        done = saved["stages"]
-    if not cfg.resume:
-        record.unlink(missing_ok=True)
+    done = _start(cfg, out)
     first_todo = next((n for n in STAGES if n not in done), None)
 
     def resume(name: str) -> bool:
         """Only the interrupted stage continues from its checkpoint; a later one starts afresh."""
         return cfg.resume and name == first_todo
 
-    try:
+    report: dict = {"config": cfg.__dict__}
+    with Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",))) as ev:
+        if not cfg.compile_only and not ev.has_gpu:
+            raise SparseRLError("no GPU visible: run 'sparserl demo --compile-only --tiny' on a CPU")
         for name, fn in _stages(cfg, out, ev, resume).items():
-            _stage(name, fn, report, done, record, identity)
-    finally:
-        ev.close()
+            _stage(name, fn, report, done, out / "stages.json", _identity(cfg))
     report["seconds"] = round(time.perf_counter() - t0, 1)
     report["stage_seconds"] = round(sum(report[n]["seconds"] for n in STAGES), 1)
     report["artefacts"] = {"data": str(out / "data"), "pretrained model": str(out / "pretrain" / "model"),

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from sparserl.errors import SparseRLError
-from sparserl.matrices.features import compute_features
+from sparserl.matrices.features import MatrixFeatures, compute_features
 
 PE_KINDS = ("sinusoidal", "learned")
 
@@ -94,9 +94,10 @@ def sample_nonzeros(A: sp.csr_array, max_nnz: int, seed: int = 0) -> tuple[np.nd
     return rows[chosen], cols[chosen]
 
 
-def summary_vector(A: sp.csr_array) -> np.ndarray:
-    """Structure features scaled to O(1) values, as float32 (length ``SUMMARY_DIM``)."""
-    f = compute_features(A)
+def summary_vector(A: sp.csr_array, features: MatrixFeatures | None = None) -> np.ndarray:
+    """Structure features scaled to O(1) values, as float32 (length ``SUMMARY_DIM``); ``features``:
+    ``A``'s, when the caller has them already."""
+    f = features if features is not None else compute_features(A)
     m, n = f.rows, f.cols
     hist = np.asarray(f.row_len_hist, dtype=np.float64) / max(m, 1)
     offs = np.zeros(8)
@@ -128,9 +129,11 @@ class MatrixInput:
     summary: np.ndarray  # (SUMMARY_DIM,) float32
 
     @classmethod
-    def from_matrix(cls, A: sp.csr_array, config: EncodingConfig) -> "MatrixInput":
+    def from_matrix(cls, A: sp.csr_array, config: EncodingConfig,
+                    features: MatrixFeatures | None = None) -> "MatrixInput":
+        """``A``'s sampled coordinates and summary (``features``: ``A``'s, when the caller has them)."""
         r, c = sample_nonzeros(A, config.max_nnz, config.seed)
-        s = summary_vector(A) if config.summary else np.zeros(SUMMARY_DIM, np.float32)
+        s = summary_vector(A, features) if config.summary else np.zeros(SUMMARY_DIM, np.float32)
         return cls(r, c, (int(A.shape[0]), int(A.shape[1])), s)
 
 

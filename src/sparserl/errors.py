@@ -21,3 +21,4 @@ class FormatError(SparseRLError):
 
 class ContractError(SparseRLError):
     """A kernel header, signature or LAUNCH expression that breaks the kernel contract."""
+

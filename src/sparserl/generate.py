@@ -19,8 +19,9 @@ Every user gets a kernel:
   candidate (the model's, else the rule-based selector's library choice), marked unverified,
   with the one command that verifies it on a GPU.
 
-Candidates from any source (samples, ``search`` more from :mod:`sparserl.search`, the library)
-go through one function, :func:`best_of`, so another source of kernel texts plugs in there.
+Samples, a search's candidates (``search``, :mod:`sparserl.search`) and library variants are
+candidates of one kind in one :class:`~sparserl.request.candidates.CandidatePool`, which chooses
+the kernel as ``sparserl search`` does; another source of kernel texts adds candidates there.
 """
 
 from __future__ import annotations
@@ -29,12 +30,21 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from sparserl.checks import check_op, require
+from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
-from sparserl.harness.extract import Extracted, extract
-from sparserl.harness.result import ErrorKind, EvalResult
-from sparserl.kernel_report import write_kernel_report
-from sparserl.kernels.contract import Op
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.request.candidates import Candidate, CandidatePool, Origin
+from sparserl.request.context import MatrixContext
+from sparserl.request.library import library_texts
+from sparserl.request.report import KernelReport
+from sparserl.search.loop import SearchConfig, SearchResult, search_summary
+from sparserl.search.run import SearchJob, open_proposer, search_after_sampling, search_candidates
+
+if TYPE_CHECKING:
+    from sparserl.model.policy import Policy
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +62,16 @@ class GenerateConfig:
     """'spmv' or 'spmm'."""
     k: int | None = None
     """SpMM columns (required for spmm, refused for spmv)."""
-    model: str = "runs/ppo/checkpoint"
-    """Policy checkpoint (or HF model folder); when there is none, only the library is searched."""
+    model: str | None = None
+    """Policy checkpoint (or HF model folder); None: runs/ppo/checkpoint, else the policy trained last
+    under runs/ (:func:`find_model`); when there is none, the library's kernel is returned."""
     samples: int = 16
     """Completions sampled from the policy."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
-    max_new_tokens: int = 1536
-    """Longest completion, in tokens."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     out: str | None = None
     """Output folder (default runs/generate/<matrix name>)."""
     library_fallback: bool = True
@@ -79,36 +91,36 @@ class GenerateConfig:
     """Best-known store the search reads and updates (default: under the harness cache root)."""
 
     def __post_init__(self) -> None:
-        if self.op not in ("spmv", "spmm"):
-            raise SparseRLError(f"op must be spmv or spmm, got {self.op!r}")
-        if self.op == "spmm" and (self.k is None or self.k < 1):
-            raise SparseRLError("SpMM needs --k K (K >= 1)")
-        if self.op == "spmv" and self.k is not None:
-            raise SparseRLError("--k is the column count of X for --op spmm; SpMV multiplies one vector: "
-                                "leave --k out")
-        if self.samples < 1:
-            raise SparseRLError("samples must be >= 1")
-        if not self.temperature > 0:
-            raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {self.temperature}")
-        if self.regime not in ("cold", "warm"):
-            raise SparseRLError(f"regime must be cold or warm, got {self.regime!r}")
-        if self.search < 0:
-            raise SparseRLError(f"--search must be >= 0 candidates, got {self.search}")
+        check_op(self.op, self.k)
+        require(self.samples >= 1, "--samples", ">= 1", self.samples)
+        require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
+        require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
+                self.max_new_tokens)
+        require(self.regime in ("cold", "warm"), "--regime", "cold or warm", self.regime)
+        require(self.search >= 0, "--search-budget", ">= 0 candidates", self.search)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)
+
+    def search_job(self, model: str) -> SearchJob:
+        """The search ``search`` asks for after the samples, with this run's ``model`` and sampling."""
+        return SearchJob(matrix=self.matrix, op=self.op, k=self.k,
+                         search=SearchConfig(budget=max(self.search, 1), regime=self.regime, seed=self.seed),
+                         model=model, temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                         device=self.device, store=self.store, compile_only=self.compile_only)
 
 
-@dataclass
-class Candidate:
-    """One kernel text from some source, with its harness verdict."""
+@dataclass(frozen=True)
+class Choice:
+    """What ``generate`` chose, and from what."""
 
-    text: str
-    source: str
-    """'model', 'search: ...' (a searched candidate), 'selector' (the rule-based selector's library
-    variant) or 'library'."""
-    result: EvalResult
-
-
-def _name(path: str) -> str:
-    return Path(path).name.split(".")[0]
+    best: Candidate
+    pool: CandidatePool
+    """Every candidate: samples, the search's, library variants."""
+    samples: tuple[Candidate, ...]
+    """The model's samples (none without a model)."""
+    search: SearchResult | None
+    """The search after the samples (None: none asked for)."""
+    notes: tuple[str, ...]
+    """What the user should know about how the kernel was found."""
 
 
 def has_model(path: str) -> bool:
@@ -116,194 +128,97 @@ def has_model(path: str) -> bool:
     return (Path(path) / "policy.json").exists() or (Path(path) / "config.json").exists()
 
 
-def _converts(text: str, op: Op, A) -> bool:
-    from sparserl.formats import accepts
-
-    ex = extract(text, op)
-    return isinstance(ex, Extracted) and accepts(A, ex.header.format, ex.header.params)
+DEFAULT_MODEL = "runs/ppo/checkpoint"
+"""Where ``sparserl ppo`` writes its policy with the default settings."""
 
 
-def best_of(texts: list[tuple[str, str]], ev, ref, A, op: Op, k: int | None,
-            compile_only: bool) -> tuple[list[Candidate], list[Candidate]]:
-    """Evaluate ``(text, source)`` pairs on the matrix; returns (every candidate, the usable
-    ones best first). Usable: verified correct (fastest first); compile-only: compiled, with a
-    format that accepts the matrix (in the given order, since nothing was timed)."""
-    results = ev.evaluate_many([(t, ref, op, k) for t, _ in texts])
-    cands = []
-    for (t, source), r in zip(texts, results):
-        ex = extract(t, op)
-        cands.append(Candidate(ex.text if isinstance(ex, Extracted) else t, source, r))
-    if compile_only:
-        good = [c for c in cands if c.result.error_kind is ErrorKind.NO_GPU and _converts(c.text, op, A)]
-    else:
-        good = sorted((c for c in cands if c.result.ok), key=lambda c: c.result.speedup or 0.0, reverse=True)
-    return cands, good
+def find_model(given: str | None, runs: Path = Path("runs")) -> tuple[str, str | None]:
+    """(the model to sample, a note when it was looked for rather than given). Not given:
+    :data:`DEFAULT_MODEL`, else the policy checkpoint trained last under ``runs`` (``runs/demo/ppo``
+    after ``sparserl demo``, say), else :data:`DEFAULT_MODEL` all the same (no model there)."""
+    if given is not None or has_model(DEFAULT_MODEL):
+        return given or DEFAULT_MODEL, None
+    found = [p.parent for pattern in ("*/checkpoint/policy.json", "*/*/checkpoint/policy.json", "*/best/policy.json")
+             for p in runs.glob(pattern)]
+    if not found:
+        return DEFAULT_MODEL, None
+    latest = max(found, key=lambda p: (p / "policy.json").stat().st_mtime)
+    return str(latest), (f"no model at {DEFAULT_MODEL}: used {latest}, the policy trained last under {runs}/ "
+                         "(pass --model to choose another)")
 
 
-def best_of_results(records: list[dict], A, op: Op, compile_only: bool) -> tuple[list[Candidate], list[Candidate]]:
-    """:func:`best_of` for candidates already evaluated elsewhere (``{"text", "result", "source"}``
-    records, as the search returns them)."""
-    cands = [Candidate(r["text"], r["source"], r["result"]) for r in records]
-    if compile_only:
-        good = [c for c in cands if c.result.error_kind is ErrorKind.NO_GPU and _converts(c.text, op, A)]
-    else:
-        good = sorted((c for c in cands if c.result.ok), key=lambda c: c.result.speedup or 0.0, reverse=True)
-    return cands, good
-
-
-def library_texts(A, op: Op, k: int | None) -> list[tuple[str, str]]:
-    """Every library variant for the op, the rule-based selector's choice first."""
-    from sparserl.eval.selector import select_variant
-    from sparserl.kernels.library import variants
-    from sparserl.matrices import compute_features
-
-    pick = select_variant(compute_features(A), op)
-    rest = [v for v in variants(op, None, k) if v.id != pick.id]
-    return [(pick.render(), "selector")] + [(v.render(), "library") for v in rest]
-
-
-def open_policy(cfg: GenerateConfig, policy=None):
-    """The policy to sample: the one given, else ``cfg.model`` opened, else None (no model there)."""
-    if policy is not None or not has_model(cfg.model):
+def open_policy(model: str, device: str, policy: Policy | None = None) -> Policy | None:
+    """The policy to sample: the one given, else ``model`` opened, else None (no model there)."""
+    if policy is not None or not has_model(model):
         return policy
-    from sparserl.devices import pick_device
-    from sparserl.model.policy import Policy
+    from sparserl.model.policy import Policy  # torch
 
-    return Policy.open(cfg.model, device=str(pick_device(cfg.device)))
-
-
-def sample_texts(cfg: GenerateConfig, A, op: Op, k: int | None, policy) -> list[str]:
-    """``cfg.samples`` completions from the policy."""
-    from sparserl.model.policy import make_sample
-    from sparserl.progress import progress
-
-    sample = make_sample(A, policy.config, op, k)
-    texts: list[str] = []
-    with progress() as bar:
-        task = bar.add_task("sampling kernels", total=cfg.samples)
-        for i in range(0, cfg.samples, 16):
-            n = min(16, cfg.samples - i)
-            texts += policy.generate([sample] * n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                     seed=cfg.seed + i)
-            bar.update(task, advance=n)
-    return texts
+    return Policy.open(model, device=str(pick_device(device)))
 
 
-def _verdict(best: Candidate, compile_only: bool) -> str:
-    r = best.result
-    if compile_only:
-        return "compiled, NOT verified (no GPU): do not use it before checking it on a GPU"
-    if r.speedup is not None and r.speedup > 1.0:
-        return f"correct, {r.speedup:.2f}x faster than cuSPARSE"
-    return f"correct, but not faster than cuSPARSE ({r.speedup:.2f}x); returned the best correct kernel anyway"
+def _library_fallback(ctx: MatrixContext, ev: Evaluator, pool: CandidatePool) -> None:
+    """The library's candidates, when nothing else was usable: every variant (the fastest verified one
+    wins); compile-only, where nothing is timed, the selector's pick, and the rest only if it fails."""
+    texts = [(t, Origin.SELECTOR if pick else Origin.LIBRARY) for t, pick in library_texts(ctx)]
+    if not pool.timed:
+        if pool.usable(pool.evaluate(ev, texts[:1])):
+            return
+        texts = texts[1:]
+    pool.evaluate(ev, texts)
 
 
-def _source_label(best: Candidate, used_model: bool, compile_only: bool) -> str:
-    if best.source == "model":
-        return "written by the model"
-    if best.source.startswith("search: "):
-        return best.source
-    why = "no model was used" if not used_model else (
-        "no sampled kernel compiled" if compile_only else "no sampled kernel was correct")
-    if compile_only:  # nothing was timed: the library kernel is the selector's choice when it compiles
-        pick = "the rule-based format selector's choice" if best.source == "selector" else "the first compiling variant"
-        return f"library kernel: {pick} ({why})"
-    return f"library kernel: the fastest verified library variant ({why})"
-
-
-def _runners_up(cands: list[Candidate], best: Candidate, compile_only: bool) -> list[dict]:
-    """Up to five distinct kernels after the best (samples often repeat)."""
-    key = (lambda c: 0.0) if compile_only else (lambda c: c.result.speedup or 0.0)
-    runners, seen = [], {" ".join(best.text.split())}
-    for c in sorted(cands, key=key, reverse=True):
-        norm = " ".join(c.text.split())
-        if norm in seen:
-            continue
-        seen.add(norm)
-        kind = c.result.error_kind
-        verdict = "correct" if c.result.correct else "compiled" if kind is ErrorKind.NO_GPU else kind.value
-        runners.append({"source": c.source, "format": c.result.format, "verdict": verdict,
-                        "error_kind": kind.value, "speedup": c.result.speedup})
-        if len(runners) == 5:
-            break
-    return runners
-
-
-def _choose(cfg: GenerateConfig, A, op: Op, k: int | None, ev, ref, policy, out: Path) -> tuple:
-    """The best candidate, every candidate, the model's results, the search's summary (or None)
-    and notes for the user."""
-    notes: list[str] = []
-    policy = open_policy(cfg, policy)
-    texts = sample_texts(cfg, A, op, k, policy) if policy is not None else []
-    if policy is None:
+def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Policy | None, out: Path) -> Choice:
+    """Samples, then (if asked) a search, then (if nothing is usable) the library; the best of all."""
+    model, found = find_model(cfg.model) if policy is None else (cfg.model or DEFAULT_MODEL, None)
+    notes = [found] if found else []
+    policy = open_policy(model, cfg.device, policy)
+    job = cfg.search_job(model)
+    pool = CandidatePool(ctx, timed=not cfg.compile_only)
+    proposer = open_proposer(job, ctx, ev, policy) if policy is not None else None
+    if proposer is None:
         if not cfg.library_fallback and not cfg.search:
-            raise SparseRLError(f"no model at {cfg.model} and --no-library-fallback given: {TRAIN_HINT}")
-        notes.append(f"no model was used (nothing at {cfg.model}): this kernel was not written for your matrix "
+            raise SparseRLError(f"no model at {model} and --no-library-fallback given: {TRAIN_HINT}")
+        notes.append(f"no model was used (nothing at {model}): this kernel was not written for your matrix "
                      f"by a model; to get one that is, {TRAIN_HINT}")
-        log.warning("no model at %s: searching without one", cfg.model)
-    cands, good = best_of([(t, "model") for t in texts], ev, ref, A, op, k, cfg.compile_only)
-    model_results = [c.result for c in cands]
+        log.info("no model at %s: %s", model, "the search proposes without one" if cfg.search
+                 else "the library's kernel is returned")
+    texts = proposer.sample(cfg.samples, show=True) if proposer is not None else []
+    samples = pool.evaluate(ev, [(t, Origin.MODEL) for t in texts])
     searched = None
     if cfg.search:  # more candidates from a search (the samples enter it as evaluated)
-        from sparserl.search.run import search_after_sampling
-
-        extra, searched = search_after_sampling(cfg, A, _name(cfg.matrix), ev, policy, texts, model_results, out)
-        found, good_found = best_of_results(extra, A, op, cfg.compile_only)
-        cands += found
-        good = sorted(good + good_found, key=lambda c: c.result.speedup or 0.0, reverse=True) \
-            if not cfg.compile_only else good + good_found
-    if not good and cfg.library_fallback:
-        lib_texts = library_texts(A, op, k)
-        if cfg.compile_only:  # nothing is timed: the selector's choice when it compiles, the rest only if not
-            lib, good = best_of(lib_texts[:1], ev, ref, A, op, k, True)
-            cands += lib
-            lib_texts = [] if good else lib_texts[1:]
-        lib, good_lib = best_of(lib_texts, ev, ref, A, op, k, cfg.compile_only)
-        cands += lib
-        good = good or good_lib
-    if not good:
-        what = "compiling" if cfg.compile_only else "correct"
-        kinds = ", ".join(sorted({c.result.error_kind.value for c in cands})) or "no candidates"
-        raise SparseRLError(f"no {what} kernel for {_name(cfg.matrix)}: {kinds}")
-    return good[0], cands, model_results, searched, notes
+        searched = search_after_sampling(ctx, job, ev, proposer, samples, out, asdict(cfg))
+        pool.add(search_candidates(searched))
+    if pool.best() is None and cfg.library_fallback:
+        _library_fallback(ctx, ev, pool)
+    best = pool.best()
+    if best is None:
+        raise SparseRLError(f"no {'correct' if pool.timed else 'compiling'} kernel for {ctx.name}: {pool.kinds()}")
+    return Choice(best, pool, tuple(samples), searched, tuple(notes))
 
 
-def generate_kernel(cfg: GenerateConfig, evaluator=None, policy=None) -> dict:
-    """Run the main job; returns the report dict (also written to the output folder)."""
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.matrices import load_matrix
-
+def generate_kernel(cfg: GenerateConfig, evaluator: Evaluator | None = None,
+                    policy: Policy | None = None) -> KernelReport:
+    """Run the main job; returns the report (also written to the output folder)."""
     t0 = time.perf_counter()
-    op = Op(cfg.op)
-    k = cfg.k if op is Op.SPMM else None
-    A = load_matrix(cfg.matrix)
-    name = _name(cfg.matrix)
-    out = Path(cfg.out or f"runs/generate/{name}")
-    own = evaluator is None
+    ctx = MatrixContext.load(cfg.matrix, cfg.op, cfg.k)
+    out = Path(cfg.out or f"runs/generate/{ctx.name}")
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold", "warm"),
                                               reward_regime=cfg.regime))
     try:
         if not cfg.compile_only and not ev.has_gpu:
             raise SparseRLError("no GPU visible: a kernel can only be verified and timed on a GPU "
                                 "(use --compile-only to see what the model writes, unverified)")
-        best, cands, model_results, searched, notes = _choose(cfg, A, op, k, ev, ev.register(A, name), policy, out)
+        choice = _choose(cfg, ctx, ev, policy, out)
     finally:
-        if own:
+        if evaluator is None:
             ev.close()
+    notes = list(choice.notes)
     if cfg.compile_only:
         notes.append(f"unverified: without a GPU nothing is run or timed; verify it on a GPU with: "
-                     f"sparserl check-kernel {out / 'kernel.cu'} --matrix {cfg.matrix}"
-                     + (f" --op spmm --k {k}" if k else ""))
-    rep = {"matrix": name, "path": cfg.matrix, "shape": list(A.shape), "nnz": int(A.nnz), "op": op.value, "k": k,
-           "verdict": _verdict(best, cfg.compile_only),
-           "source": _source_label(best, bool(model_results), cfg.compile_only),
-           "verified": not cfg.compile_only, "model_used": bool(model_results), "best": best.result.to_dict(),
-           "samples": {"n": len(model_results), "compiled": sum(r.compiled for r in model_results),
-                       "correct": sum(r.correct for r in model_results)},
-           "runners_up": _runners_up(cands, best, cfg.compile_only), "notes": notes, "config": asdict(cfg),
-           "seconds": time.perf_counter() - t0}
-    if searched is not None:
-        rep["search"] = searched
-    write_kernel_report(out, best.text, op, A, k, rep)
-    rep["out"] = str(out)
+                     f"sparserl check-kernel {out / 'kernel.cu'} {cfg.matrix}"
+                     + (f" --op spmm --k {ctx.k}" if ctx.k else ""))
+    rep = KernelReport.of(ctx, choice.best, choice.pool, [c.result for c in choice.samples], "samples drawn",
+                          asdict(cfg), time.perf_counter() - t0, used_model=bool(choice.samples), notes=notes,
+                          search=search_summary(choice.search) if choice.search is not None else None)
+    rep.write(out, ctx)
     return rep

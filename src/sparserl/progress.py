@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from sparserl import interrupts
+
 log = logging.getLogger(__name__)
 
 
@@ -31,9 +33,21 @@ def progress(enabled: bool = True, console: Console | None = None, every_s: floa
     (data-parallel ranks other than 0)."""
     console = console or Console()
     if not enabled or console.is_terminal:
-        return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=console, disable=not enabled)
+        return Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), console=console, disable=not enabled)
     return LineProgress(every_s=every_s, min_gap_s=min_gap_s)
+
+
+class Bar(Progress):
+    """rich's progress bar, stopping the loop at its next step after a Ctrl-C (:mod:`sparserl.interrupts`)."""
+
+    def update(self, task_id, **kw) -> None:
+        interrupts.check()
+        super().update(task_id, **kw)
+
+    def advance(self, task_id, advance: float = 1) -> None:
+        interrupts.check()
+        super().advance(task_id, advance)
 
 
 def quiet_foreign_bars(stream=None) -> None:
@@ -135,6 +149,7 @@ class LineProgress:
 
     def update(self, task_id: int, *, advance: float | None = None, completed: float | None = None,
                description: str | None = None, total: float | None = None, **_) -> None:
+        interrupts.check()  # a loop stops at its next step after a Ctrl-C, even one that was swallowed
         with self._lock:
             t = self._tasks[task_id]
             if description is not None:

@@ -25,6 +25,9 @@ wrong kernels got positive advantages). The ladder holds between results with th
   A correct kernel scores ``1 + r_eff (s - 1) > 1 - r_eff``, above a wrong one (0) at every
   speedup only when ``r_eff <= 1``; larger values are rejected.
 
+A kernel the harness stopped early as hopeless (``error_kind = slow``) passed every check: it is
+``correct``, and every reward scores it by the speed it measured, exactly as a correct kernel.
+
 In compile-only mode (no GPU) nothing is run: a result with ``error_kind = no_gpu`` scores the
 compiled-but-not-correct rung (``paper``: +0.5, the compile step only).
 

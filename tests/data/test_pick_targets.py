@@ -50,7 +50,7 @@ def test_edge_cases_and_bad_input():
         pick_targets([1.0], 2, "fastest", 1, rng())
     with pytest.raises(SparseRLError, match="target must be"):
         pick_targets(TIMES, 6, "slowest", 1, rng())
-    with pytest.raises(SparseRLError, match="near_fastest_ratio"):
+    with pytest.raises(SparseRLError, match="--near-fastest-ratio"):
         SFTDataConfig(near_fastest_ratio=0.9)
     with pytest.raises(SparseRLError, match="target must be"):
         SFTDataConfig(target="slowest")

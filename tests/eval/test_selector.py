@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from sparserl.eval.selector import select_variant
+from sparserl.request.library import select_variant
 from sparserl.kernels.contract import Op
 from sparserl.matrices import compute_features, family_names, generate
 from sparserl.matrices.features import MatrixFeatures

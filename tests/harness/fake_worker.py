@@ -1,7 +1,10 @@
 """A CPU-only stand-in for the GPU worker, speaking the same pipe protocol.
 
-Jobs are scripts: ``{"steps": [["phase", "verify"], ["lease"], ["sleep", 2.0], ["exit", 3], ["fatal"], ...]}``
+Jobs are scripts: ``{"steps": [["phase", "verify"], ["phase", "verify", 8, 0.4], ["lease"], ["sleep", 2.0], ["exit", 3], ["fatal"], ...]}``
 followed by a "done" reply, so the pool's limits and restarts can be tested without a GPU.
+``["exit_once", PATH, CODE]`` exits only when PATH does not exist yet (creating it first): a
+death that a second attempt on a fresh worker does not meet. With ``settings["no_start"]`` naming
+a file that exists, a (re)starting worker fails its start-up as a worker without a GPU does.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ import time
 
 
 def fake_worker_main(conn, device: int, settings: dict) -> None:
+    if settings.get("no_start") and os.path.exists(settings["no_start"]):
+        conn.send(("fatal", {"error_kind": "internal_error", "message": "worker could not start: no GPU"}))
+        return
     conn.send(("ready", {"gpu": "fake", "pid": os.getpid(), "device": device}))
     while True:
         try:
@@ -20,8 +26,8 @@ def fake_worker_main(conn, device: int, settings: dict) -> None:
         if kind == "stop":
             return
         for step in job.get("steps", []):
-            if step[0] == "phase":
-                conn.send(("phase", step[1]))
+            if step[0] == "phase":  # ["phase", name] or ["phase", name, launches, seconds]
+                conn.send(("phase", step[1] if len(step) == 2 else tuple(step[1:])))
             elif step[0] == "lease":  # as the real worker does before timing
                 conn.send(("want_gpu", None))
                 conn.recv()
@@ -29,6 +35,9 @@ def fake_worker_main(conn, device: int, settings: dict) -> None:
                 time.sleep(step[1])
             elif step[0] == "exit":
                 os._exit(step[1])
+            elif step[0] == "exit_once" and not os.path.exists(step[1]):
+                open(step[1], "w").close()
+                os._exit(step[2])
             elif step[0] == "fatal":
                 conn.send(("fatal", {"error_kind": "crashed", "message": "poisoned context"}))
                 os._exit(3)

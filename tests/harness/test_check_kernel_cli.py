@@ -132,9 +132,9 @@ def test_what_a_run_kernel_prints(cli, mtx: Path, tmp_path: Path, monkeypatch, r
     """The GPU path's report on a CPU: verdict, format line, per-regime times with cuSPARSE's and
     the ratio, the speedup line with roofline and break-even; a failing verdict exits 1 with the
     worker's log tail. Mutation killed: the Exit(1) removed, or given to a correct kernel."""
-    from sparserl.harness import evaluator
+    import sparserl.cli.check as check_cli
 
-    monkeypatch.setattr(evaluator, "Evaluator", EvaluatorDouble)
+    monkeypatch.setattr(check_cli, "Evaluator", EvaluatorDouble)
     monkeypatch.setattr(EvaluatorDouble, "result", result)
     k = tmp_path / "k.cu"
     k.write_text(variants("spmv", "CSR")[0].render())

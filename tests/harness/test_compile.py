@@ -252,3 +252,85 @@ def test_no_line_of_another_file_reaches_the_log(tmp_path: Path, backend: str) -
     res = compile_source(src, CompileOptions(backend=backend), cache_dir=tmp_path / "cache")
     assert not res.ok and res.error_kind == "compile_error"
     assert "TOPSECRET" not in res.log and str(tmp_path) not in res.log, res.log
+
+
+def _wrapper(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+@needs_nvcc
+def test_nvcc_out_of_memory_is_a_compiler_failure_and_not_cached(tmp_path: Path) -> None:
+    """Kills the mutation that cached a compiler crash without "nvcc fatal" as the source's compile
+    error: the real nvcc run under a virtual-memory limit fails (a catastrophic "out of memory" at
+    exit code 1, or a segfault, depending on where the limit bites) and must not be remembered."""
+    real = find_nvcc()
+    failed = None
+    for limit_kb in (120000, 100000, 90000, 60000):
+        nvcc = _wrapper(tmp_path / f"nvcc{limit_kb}", f'ulimit -v {limit_kb}\nexec "{real}" "$@"\n')
+        r = compile_source(GOOD, CompileOptions(backend="nvcc", nvcc=nvcc), cache_dir=tmp_path / "cache")
+        if not r.ok:
+            failed = (nvcc, r)
+            break
+    if failed is None:
+        pytest.skip("nvcc built the kernel under every memory limit tried")
+    nvcc, r = failed
+    assert r.error_kind == "compiler_failure" and "nvcc failed on its own" in r.log, r.log
+    assert not list((tmp_path / "cache").rglob("*.json")), "a compiler failure was cached"
+    again = compile_source(GOOD, CompileOptions(backend="nvcc", nvcc=nvcc), cache_dir=tmp_path / "cache")
+    assert not again.cached and again.error_kind == "compiler_failure"
+
+
+@needs_nvcc
+def test_a_step_killed_by_a_signal_is_a_compiler_failure(tmp_path: Path) -> None:
+    """nvcc's host preprocessor killed by SIGSEGV while it reads the candidate: nvcc exits 139 and
+    prints no "nvcc fatal"; the build is not the source's compile error."""
+    import shutil
+
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no gcc for nvcc's host steps")
+    ccbin = _wrapper(tmp_path / "gcc", f'case "$*" in *kernel.cu*) kill -SEGV $$ ;; esac\nexec "{gcc}" "$@"\n')
+    opts = CompileOptions(backend="nvcc", flags=("-O3", "--std=c++17", "-ccbin", ccbin))
+    r = compile_source(GOOD, opts, cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "compiler_failure" and "signal 11" in r.log, r.log
+    assert not list(tmp_path.rglob("*.json"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("directive", ['#error "out of memory"', "#warning nvcc fatal : Killed",
+                                       '#error "died due to signal 9"'])
+def test_the_candidates_own_text_cannot_make_its_error_a_machine_fault(tmp_path: Path, directive: str) -> None:
+    """A completion that prints machine-fault words through #error/#warning still gets (and caches)
+    its compile error: otherwise it could escape the compile-failure reward as an infrastructure
+    failure."""
+    bad = directive + "\n" + GOOD.replace("s += val[j]", "s += undefined_thing[j]")
+    r = compile_source(bad, NVCC, cache_dir=tmp_path)
+    assert not r.ok and r.error_kind == "compile_error", r.log
+    assert compile_source(bad, NVCC, cache_dir=tmp_path).cached
+
+
+def test_build_failure_kind_reads_what_compilers_print() -> None:
+    from sparserl.harness.compile import build_failure_kind
+
+    source = 'kernel.cu(3): error: identifier "x" is undefined\n\n1 error detected in the compilation of "kernel.cu".\n'
+    assert build_failure_kind(source, 1) == ("compile_error", None)
+    assert build_failure_kind("ptxas error   : Entry function 'k' uses too much shared data (0x3a980 bytes, "
+                              "0xc000 max)\n", 255) == ("compile_error", None)
+    assert build_failure_kind("ptxas fatal   : Unresolved extern function '_Z3foof'\n", 255)[0] == "compile_error"
+    machine = ["/usr/include/stdio.h(723): catastrophic error: out of memory\n  extern void rewind (FILE *__stream);\n"
+               '              ^\n\n1 catastrophic error detected in the compilation of "kernel.cu".\n',
+               "nvcc error   : 'cicc' died due to signal 11 (Invalid memory reference)\n",
+               "nvcc error   : 'ptxas' core dumped\n",
+               "ptxas fatal   : Memory allocation failure\n",
+               "nvcc fatal   : Unsupported gpu architecture 'compute_10'\n",
+               "nvcc: error while loading shared libraries: libm.so.6: failed to map segment from shared object\n",
+               ""]
+    for text in machine:
+        kind, why = build_failure_kind(text, 1)
+        assert kind == "compiler_failure" and why, text
+    assert build_failure_kind(source, -9)[0] == "compiler_failure"  # killed, whatever it printed first
+    assert build_failure_kind("Segmentation fault\n", 139)[1] == "a step was killed by signal 11"
+    own = 'kernel.cu:1:2: error: #error "out of memory"\n    1 | #error "out of memory"\n      |  ^~~~~\n'
+    assert build_failure_kind(own, 1) == ("compile_error", None)

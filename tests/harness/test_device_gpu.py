@@ -133,15 +133,18 @@ def test_timed_runs_are_prepared_and_checked() -> None:
                      io=CheckedIO(io, ref))
 
 
-def test_resident_matrix_finds_damage_to_arrays_pristine_copies_and_references() -> None:
-    """The check a worker runs before a job's first launch, on a matrix state built in this process."""
+@pytest.mark.parametrize("batched", [False, True])
+def test_resident_matrix_finds_damage_to_arrays_pristine_copies_and_references(batched: bool) -> None:
+    """The check a worker runs before a job's first launch, on a matrix state built in this process
+    (batched: the arrays compared by kernels and everything read back in one copy; the balanced
+    check's plan fingerprinted with the references)."""
     import cupy as cp
 
     from sparserl.harness.resident import ResidentMatrix
     from sparserl.harness.verify import VerifyConfig
 
     A = generate("random", 5_000, seed=1)
-    st = ResidentMatrix(A)
+    st = ResidentMatrix(A, batched=batched)
     assert not np.array_equal(st.A_alt.data, A.data) and np.array_equal(st.A_alt.indices, A.indices)
     key = ("A", ("CSR", ()))
     arrays = {"row_ptr": cp.asarray(A.indptr), "val": cp.asarray(A.data)}
@@ -160,6 +163,18 @@ def test_resident_matrix_finds_damage_to_arrays_pristine_copies_and_references()
     st.references["A"].val[0] -= 1.0
     next(iter(st.verifiers.values())).inputs[0][1][5] += 1.0  # a verification input
     assert st.damage(key, arrays) == ["the verification references or inputs"]
+    next(iter(st.verifiers.values())).inputs[0][1][5] -= 1.0
+    assert st.damage(key, arrays) == []
+    if batched:
+        st.checks["A_alt"].chunk_ptr[0] += 1  # the balanced check's plan
+        assert st.damage(key, arrays) == ["the verification references or inputs"]
+        st.checks["A_alt"].chunk_ptr[0] -= 1
+    # two targets, one of them damaged: each is named on its own
+    other = ("A_alt", ("CSR", ()))
+    alt = {"row_ptr": cp.asarray(A.indptr), "val": cp.asarray(st.A_alt.data)}
+    st.keep_pristine(other, alt)
+    alt["val"][0] = 0.0
+    assert st.damage_report([(key, arrays), (other, alt)]) == ({key: [], other: ["val"]}, False)
 
 
 @pytest.mark.parametrize("k", [None, 3])

@@ -12,7 +12,7 @@ from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
-from tests.harness.adversarial import ADVERSARIAL, GOOD, RUNTIME_KINDS
+from tests.harness.adversarial import ADVERSARIAL, COMPILED_CODE_CASES, GOOD, RUNTIME_KINDS
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 
@@ -28,9 +28,6 @@ def ev(tmp_path_factory):
 def mat(ev):
     return ev.register(generate("random", 500, seed=0, nnz_per_row=8), "random500")
 
-
-COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_memory",
-                       "writes_device_const_by_address", "calls_outside_the_module"}
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))

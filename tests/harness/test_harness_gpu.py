@@ -12,6 +12,7 @@ import pytest
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.pool import PhaseLimits
 from sparserl.harness.result import ErrorKind
+from sparserl.kernels.contract import FORMAT_NAMES
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
 from tests.harness.adversarial import ADVERSARIAL, FAR_WRITE, GOOD, VALUE_CASES
@@ -51,6 +52,7 @@ def good(ev, mat):
 def test_good_kernel(good) -> None:
     res = good
     assert res.ok and res.correct and res.compiled, res.message
+    assert res.error_kind is ErrorKind.NONE, f"timed in full (not stopped early) is what this test needs: {res.message}"
     assert set(res.timings) == {"cold", "warm"} and set(res.baseline) == {"cold", "warm"}
     assert res.speedup and res.speedup > 0 and 0 < res.roofline < 1.5
     assert res.max_scaled_error is not None and res.max_scaled_error <= 1.0
@@ -65,23 +67,50 @@ def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, unit, 
     if kind == "none":  # it cannot tell timed runs from checked ones: it computes, and gains nothing
         t, t_good = res.timings["cold"].median_us, good.timings["cold"].median_us
         assert 0.67 < t / t_good < 1.5, (name, t, t_good)
+    elif kind == "slow":  # verified, stopped after the early-stop runs, scored by what they measured
+        assert res.correct and res.speedup is not None and set(res.timings) == {"cold"}
+        assert res.timings["cold"].trials == ev.config.speed.early_stop_runs == res.checked_timed_outputs
+        assert res.timings["cold"].median_us > ev.config.speed.early_stop * res.baseline["cold"].median_us
     else:
         assert not res.correct and res.speedup is None
     if name in ("computes_only_for_known_inputs", "skips_on_timed_input_grid", "half_work_on_timed_inputs",
-                "writes_guard_when_timed"):
+                "writes_guard_when_timed", "slow_and_wrong_when_timed"):
         assert res.message.startswith("timed run"), (name, res.message)
-    if name in VALUE_CASES:
+    if name in ("writes_matrix_when_timed", "slow_and_writes_matrix_when_timed"):
+        assert res.message.endswith("during timed runs"), (name, res.message)
+    if name in VALUE_CASES or name == "writes_twin_matrix_only":
         assert "fresh values" in res.message, (name, res.message)
     after = ev.evaluate(GOOD, mat, "spmv")
     assert after.ok, (name, after.error_kind, after.message)
 
 
 def test_crash_and_hang_restart_the_worker(ev, mat) -> None:
+    """A hang costs the limit scaled to cuSPARSE's time on the matrix (its floor, 2 s, on this small
+    matrix), not the configured 3 s per launch."""
     before = ev.pool.restarts
     assert ev.evaluate(ADVERSARIAL["illegal_address"][0], mat, "spmv").error_kind is ErrorKind.CRASHED
-    assert ev.evaluate(ADVERSARIAL["infinite_loop"][0], mat, "spmv").error_kind is ErrorKind.TIMEOUT
+    hang = ev.evaluate(ADVERSARIAL["infinite_loop"][0], mat, "spmv")
+    assert hang.error_kind is ErrorKind.TIMEOUT and "verify phase within 2 s" in hang.message, hang.message
     assert ev.pool.restarts == before + 2
     assert ev.evaluate(GOOD, mat, "spmv").ok
+
+
+def test_early_stop_against_the_best_known_and_the_profile(ev, mat, good) -> None:
+    """Given a best known time far below it, an honest kernel stops early: slow, verified, its time
+    measured over the early-stop runs and close to its full timing; the result carries the profile
+    of its steps. Kills a worker that ignores the best known time, or reports slow before checking."""
+    res = ev.evaluate(GOOD, mat, "spmv", best_us=good.timings["cold"].median_us / 10)
+    assert res.error_kind is ErrorKind.SLOW and res.correct and res.speedup is not None, res.message
+    assert res.timings["cold"].trials == ev.config.speed.early_stop_runs
+    assert 0.67 < res.timings["cold"].median_us / good.timings["cold"].median_us < 1.5
+    assert "over 3x the best known time" in res.message
+    p = good.profile
+    assert p is not None and p.counts["verify_launches"] == 9 and p.counts["cold_runs"] >= 7
+    for step in ("compile", "verify_batch", "time_runs", "time_check"):
+        assert step in p.seconds, (step, p.seconds)
+    assert res.profile.counts["cold_runs"] == 5  # the slow one stopped there
+    # the steps account for the evaluation's wall time (the first evaluation also waited for the pool)
+    assert 0.5 * res.eval_seconds < res.profile.total_s < 1.5 * res.eval_seconds + 0.05
 
 
 def test_a_far_write_is_not_blamed_on_later_jobs(ev, mat) -> None:
@@ -114,3 +143,68 @@ def test_baseline(ev, mat) -> None:
     out = ev.baseline(mat, "spmv")
     assert set(out["baselines"]) == {"cold", "warm"}
     assert all(b["median_us"] > 0 and 0 < b["roofline"] < 1.5 for b in out["baselines"].values())
+
+
+def test_a_kernel_writing_the_shared_conversion_leaves_the_next_verdict_alone(ev, mat, caplog) -> None:
+    """Every CSR kernel on a matrix runs on one shared conversion. Kernels that write into it (in every
+    launch, or only when timed) are input_modified, and the conversion is restored word for word: an
+    honest kernel evaluated before and after them gives bit-identical outputs (the same worst error
+    over the same seeded inputs, on A and on the same fresh-valued twin), and the worker never had to
+    rebuild the matrix. Kills a restore skipped after the timed runs, or one that restores only the
+    array it counted first."""
+    honest = variants("spmv", "CSR")[1].render()  # a thread per row: no atomics, one order of additions
+    before = ev.evaluate(honest, mat, "spmv")
+    assert before.ok and before.max_scaled_error is not None, before.message
+    caplog.set_level("WARNING", logger="sparserl.harness.evaluator")
+    for name in ("modifies_matrix", "writes_matrix_when_timed", "slow_and_writes_matrix_when_timed",
+                 "writes_twin_matrix_only"):
+        res = ev.evaluate(ADVERSARIAL[name][0], mat, "spmv")
+        assert res.error_kind is ErrorKind.INPUT_MODIFIED, (name, res.error_kind, res.message)
+        after = ev.evaluate(honest, mat, "spmv")
+        assert after.ok and after.max_scaled_error == before.max_scaled_error, (name, after.message)
+    assert "rebuilt the matrix" not in caplog.text
+
+
+def test_no_kernel_is_compiled_inside_a_job(tmp_path, monkeypatch) -> None:
+    """With an empty CuPy kernel cache, a worker compiles what it needs while it starts; jobs on matrices
+    whose arrays have lengths it never saw (long rows, SELL slice pointers, DIA offsets, empty HYB
+    spill), in every format, compile nothing more. CuPy's own reductions compile a kernel for each new
+    power of two of an array's length under 2048 words, seconds each inside a job's time limit: this
+    kills any of them creeping back into a job (the fingerprints, a CuPy comparison of arrays)."""
+    cache = tmp_path / "cupy_kernels"
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(cache))  # the spawned worker reads it
+    cfg = HarnessConfig(memo=0, cold_trials=11, warm_trials=3, cache_dir=str(tmp_path / "harness"))
+    with Evaluator(cfg) as fresh:
+        mats = [fresh.register(generate(f, rows, seed=2, **kw), f"{f}{rows}") for f, rows, kw in
+                (("random", 8_000, {"nnz_per_row": 12}), ("random", 16_000, {"nnz_per_row": 12}),
+                 ("dense_lines", 20_000, {}), ("banded", 30_000, {}))]
+        assert fresh.pool.gpu  # started and warmed up
+        compiled = sorted(p.name for p in cache.rglob("*") if p.is_file())
+        assert compiled, "the worker's start-up compiles into the cache given"
+        jobs = [(v.render(), "spmv", None) for v in (variants("spmv", f)[0] for f in FORMAT_NAMES)]
+        jobs.append((variants("spmm", "CSR", 8)[0].render(), "spmm", 8))
+        slowest, verified = [], 0
+        for m in mats:
+            for text, op, k in jobs:
+                res = fresh.evaluate(text, m, op, k)
+                assert res.error_kind not in (ErrorKind.INTERNAL, ErrorKind.CRASHED, ErrorKind.TIMEOUT), \
+                    (m.name, res.error_kind, res.message)
+                verified += res.ok
+                if res.profile is not None:
+                    slowest.append(max(((s, v) for s, v in res.profile.seconds.items()
+                                        if s not in ("compile", "queue", "ipc")), key=lambda kv: kv[1]) + (m.name,))
+        new = sorted(set(p.name for p in cache.rglob("*") if p.is_file()) - set(compiled))
+        assert not new, (new, sorted(slowest, key=lambda t: -t[1])[:5])
+        assert verified >= 2 * len(mats), f"only {verified} jobs ran to a verified kernel: too few to tell"
+
+
+def test_the_caller_converts_a_new_format_ahead_of_the_worker(ev, mat) -> None:
+    """A first use of a format on the batched path: the pattern is converted in the caller's threads
+    (the profile's preconvert step) and the worker loads it (load_conversion) instead of converting,
+    and the kernel is verified and timed as ever. Kills a job that loses the folder on its way to the
+    worker, or a worker that converts anyway."""
+    v = variants("spmv", "SELL")[-1]  # C=128, sigma=1024: no other test converts it
+    res = ev.evaluate(v.render(), mat, "spmv")
+    assert res.ok, (v.id, res.error_kind, res.message)
+    seconds = res.profile.seconds
+    assert "preconvert" in seconds and "load_conversion" in seconds and "convert" not in seconds, seconds

@@ -109,3 +109,58 @@ def test_a_restarted_worker_warms_up_under_the_lease(pool) -> None:
         assert t.is_alive(), "the worker restarted while the GPU was leased to someone else"
     t.join(timeout=60)
     assert not t.is_alive() and pool.run("eval", {"steps": []})["error_kind"] == "none"
+
+
+def test_a_death_in_a_harness_phase_is_the_machines_fault_not_the_kernels(pool) -> None:
+    """Kills the mutation that scored a worker dying in prepare or check (no candidate running)
+    as the kernel's crash: such a job is run again on a fresh worker, and a second death comes
+    back as internal_error (which rewards leave out), never as crashed."""
+    from sparserl.harness.result import ErrorKind, EvalResult
+    from sparserl.rewards import infrastructure_failure
+
+    for phase, steps in (("prepare", [["exit", 9]]),  # the worker's first phase, before it names one
+                         ("prepare", [["phase", "prepare"], ["fatal"]]),
+                         ("check", [["phase", "verify"], ["phase", "check"], ["exit", 9]])):
+        before = pool.restarts
+        out = pool.run("eval", {"steps": steps})
+        assert out["error_kind"] == "internal_error", (steps, out)
+        assert f"in the {phase} phase" in out["message"], out
+        assert pool.restarts == before + 2, "run once more on a fresh worker before giving up"
+        assert infrastructure_failure(EvalResult.failure("spmv", None, "m", ErrorKind(out["error_kind"]), out["message"]))
+    assert pool.run("eval", {"steps": []})["error_kind"] == "none"
+
+
+def test_a_transient_death_in_prepare_is_retried_and_the_kernel_judged(pool, tmp_path) -> None:
+    marker = str(tmp_path / "died-once")
+    before = pool.restarts
+    out = pool.run("eval", {"steps": [["phase", "prepare"], ["exit_once", marker, 9], ["phase", "verify"]]})
+    assert out["error_kind"] == "none" and pool.restarts == before + 1
+
+
+def test_a_worker_that_cannot_start_again_is_an_internal_error(tmp_path) -> None:
+    """A kernel's crash keeps its verdict though no new worker starts; the jobs after it come back
+    as internal_error (startup) instead of raising, and the pool serves again once workers start."""
+    flag = tmp_path / "no-start"
+    p = WorkerPool([0], {"no_start": str(flag)}, LIMITS, target=fake_worker_main)
+    try:
+        flag.touch()
+        out = p.run("eval", {"steps": [["phase", "verify"], ["exit", 9]]})
+        assert out["error_kind"] == "crashed"
+        out = p.run("eval", {"steps": []})
+        assert out["error_kind"] == "internal_error" and "startup" in out["message"]
+        flag.unlink()
+        assert p.run("eval", {"steps": []})["error_kind"] == "none"
+    finally:
+        p.close()
+
+
+def test_a_scaled_limit_applies_but_never_beyond_the_configured_one(pool) -> None:
+    """The batched worker asks for a limit scaled to the matrix: a tighter one is used (a hang costs
+    that long, not the configured limit); a looser one is capped by the configured limit, which for
+    ``verify`` is per launch of the candidate. Kills a pool that ignores the ask, or lets it win."""
+    out = pool.run("eval", {"steps": [["phase", "verify", 1, 0.2], ["sleep", 1.0]]})
+    assert out["error_kind"] == "timeout" and "within 0.2 s" in out["message"], out
+    out = pool.run("eval", {"steps": [["phase", "verify", 1, 30.0], ["sleep", 1.5]]})
+    assert out["error_kind"] == "timeout" and "within 0.5 s" in out["message"], out
+    out = pool.run("eval", {"steps": [["phase", "verify", 4, None], ["sleep", 1.2], ["phase", "check"]]})
+    assert out["error_kind"] == "none", out  # four launches: 4 x 0.5 s

@@ -9,7 +9,7 @@ from sparserl.harness.compile import CompileOptions, compile_source, find_nvcc
 from sparserl.harness.nvrtc import load_nvrtc
 from sparserl.harness.ptx_check import check_ptx, readable
 from sparserl.kernels.contract import Op, split_completion
-from tests.harness.adversarial import ADVERSARIAL, GOOD
+from tests.harness.adversarial import ADVERSARIAL, CLASSES, COMPILED_CODE_CASES, GOOD
 
 MODULE = """.version 9.0
 .target sm_90
@@ -108,13 +108,25 @@ needs_compiler = pytest.mark.skipif(find_nvcc() is None and load_nvrtc() is None
 
 
 @needs_compiler
-@pytest.mark.parametrize("name", ["writes_through_const_table", "writes_through_constant_memory",
-                                  "writes_device_const_by_address", "calls_outside_the_module"])
+@pytest.mark.parametrize("name", sorted(COMPILED_CODE_CASES))
 def test_compiled_code_cases_are_refused_at_compile_time(tmp_path, name: str) -> None:
     text, kind = ADVERSARIAL[name]
     assert kind == "static_check"
     _, code = split_completion(text, Op.SPMV)
     res = compile_source(code, CompileOptions(), tmp_path)
+    assert res.ok and res.ptx_violation is not None, (name, res.log[-300:])
+
+
+@pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
+@pytest.mark.parametrize("name", sorted(COMPILED_CODE_CASES & set(CLASSES["params"])))
+def test_writes_to_constant_tables_are_refused_by_both_backends(tmp_path, name: str, backend: str) -> None:
+    """A write to a __constant__ table (directly, through a cast, atomically) compiles to a trap, one to
+    a __device__ constexpr table to a store into module data: either is refused from the PTX, whichever
+    compiler built it."""
+    if (backend == "nvrtc" and load_nvrtc() is None) or (backend == "nvcc" and find_nvcc() is None):
+        pytest.skip(f"no {backend}")
+    _, code = split_completion(ADVERSARIAL[name][0], Op.SPMV)
+    res = compile_source(code, CompileOptions(backend=backend), tmp_path)
     assert res.ok and res.ptx_violation is not None, (name, res.log[-300:])
 
 

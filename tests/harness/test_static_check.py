@@ -8,11 +8,7 @@ import pytest
 from sparserl.harness.static_check import static_check
 from sparserl.kernels.contract import Op, split_completion
 from sparserl.kernels.library import all_variants
-from tests.harness.adversarial import ADVERSARIAL, GOOD, HONEST, RUNTIME_KINDS, csr
-
-COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_memory",
-                       "writes_device_const_by_address", "calls_outside_the_module"}
-"""Static-check cases only the compiled code shows (the source is legal C++): tests/harness/test_ptx_check.py."""
+from tests.harness.adversarial import ADVERSARIAL, COMPILED_CODE_CASES, GOOD, HEADER_CASES, HONEST, RUNTIME_KINDS, csr
 
 
 def check(text: str, op: Op = Op.SPMV):
@@ -32,7 +28,7 @@ def test_good_kernel_passes_and_comments_do_not_count() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, kind) in ADVERSARIAL.items() if kind in ("static_check", "contract_error")
-                                        and n not in {"no_header", "bad_launch_expression"} | COMPILED_CODE_CASES))
+                                        and n not in HEADER_CASES | COMPILED_CODE_CASES))
 def test_adversarial_static_cases_are_refused(name: str) -> None:
     text, kind = ADVERSARIAL[name]
     v = check(text)

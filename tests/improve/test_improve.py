@@ -1,5 +1,6 @@
 """``sparserl improve`` (expert iteration) on a CPU: the harness's GPU timing replaced by the
-search tests' stand-in (tests/search/doubles.py), everything else real: the search with the
+search tests' double (tests/search/doubles.py, :func:`fake_harness`: any text starting with
+"FORMAT:" counts as correct), everything else real: the search with the
 tiny policy proposing, the store, the teacher export, a real SFT fine-tune of the tiny model,
 validation, keep/reject, the round table and metrics, and resume after a kill between phases."""
 
@@ -18,15 +19,22 @@ from sparserl.kernels.library import variants
 from sparserl.matrices import generate, save_matrix
 from sparserl.search.space import normalised
 from tests.conftest import one_line_error
-from tests.search.doubles import TimingDouble
+from tests.search.doubles import FakeTimingDouble
 
 
-def library_time(text: str) -> float | None:
-    """A made-up landscape: a library kernel's time is a fixed function of its text (10-49 us);
-    anything else (the tiny random model's text) is incorrect."""
+def fake_time_any_format_text(text: str) -> float | None:
+    """A made-up landscape, for the double only: ANY text that starts with "FORMAT:" counts as a
+    correct kernel whose time is a fixed function of its text (10-49 us); anything else (the tiny
+    random model's text) is incorrect. Nothing is compiled or run: what these tests store as
+    "verified" never was (tests/improve/test_improve_gpu.py runs a round with the real harness)."""
     if not text.lstrip().upper().startswith("FORMAT:"):
         return None
     return 10.0 + int(hashlib.sha1(normalised(text).encode()).hexdigest(), 16) % 40
+
+
+def fake_harness() -> FakeTimingDouble:
+    """The search tests' GPU-timing double answering with :func:`fake_time_any_format_text`."""
+    return FakeTimingDouble(fake_time_any_format_text)
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +101,16 @@ def test_validation_figures_and_the_keep_rule() -> None:
 def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_dir: Path, tiny_model_dir: Path,
                                                                           tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("torch")
+    from sparserl.improve import loop
     from sparserl.improve.loop import improve
-    from sparserl.search import export
     from sparserl.search.store import BestStore
 
     filters = []  # every teacher export leaves out kernels with facts the prompt's card does not show
 
-    def spy(store, flt, _orig=export.export_rows):
+    def spy(store, flt, _orig=loop.export_rows):
         filters.append(flt)
         return _orig(store, flt)
-    monkeypatch.setattr(export, "export_rows", spy)
+    monkeypatch.setattr(loop, "export_rows", spy)
 
     scores = {0: 1.0, 1: 1.2, 2: 1.1}  # round 1 improves, round 2 does not
     validated: list[int] = []
@@ -124,7 +132,7 @@ def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_d
 
     cfg = small(data_dir, tiny_model_dir, tmp_path)
     out = Path(cfg.out)
-    ev = TimingDouble(library_time)
+    ev = fake_harness()
     with pytest.raises(Kill):
         improve(cfg, ev, validate=validate, on_phase=kill_after_collect)
     st = json.loads((out / "state.json").read_text())
@@ -134,7 +142,7 @@ def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_d
     searched = len(ev.submitted)
     assert searched >= 2 * cfg.search_budget * 0.5  # the templates' share at least, on 2 matrices
 
-    ev2 = TimingDouble(library_time)
+    ev2 = fake_harness()
     phases.clear()
     res = improve(small(data_dir, tiny_model_dir, tmp_path, resume=True), ev2, validate=validate,
                   on_phase=lambda r, p: phases.append((r, p)))
@@ -162,12 +170,12 @@ def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_d
         assert (out / "rounds.png").stat().st_size > 0
 
     # more rounds later: --resume with a larger --rounds continues from the best
-    res = improve(small(data_dir, tiny_model_dir, tmp_path, resume=True, rounds=3), TimingDouble(library_time),
+    res = improve(small(data_dir, tiny_model_dir, tmp_path, resume=True, rounds=3), fake_harness(),
                   validate=lambda p, r: {"score": 0.5, "correct_rate": 0.0})
     assert [x["round"] for x in res["rounds"]] == [0, 1, 2, 3] and res["best"]["round"] == 1
 
     # a new run in the same folder (--force) starts over: no earlier checkpoint is resumed or kept
-    res = improve(small(data_dir, tiny_model_dir, tmp_path, rounds=0), TimingDouble(library_time),
+    res = improve(small(data_dir, tiny_model_dir, tmp_path, rounds=0), fake_harness(),
                   validate=lambda p, r: {"score": 1.0, "correct_rate": 0.0})
     assert [x["round"] for x in res["rounds"]] == [0] and res["best_model"] == str(tiny_model_dir)
     assert not (out / "best").exists() and not (out / "round_1").exists()
@@ -185,13 +193,13 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
     cfg = small(data_dir, tiny_model_dir, tmp_path, rounds=1)
     out = Path(cfg.out)
 
-    class Counting(TimingDouble):
+    class KillingFakeDouble(FakeTimingDouble):
         def submit(self, text, ref, op, k=None):
             if getattr(self, "kill_at", None) is not None and ref.name == self.kill_at:
                 raise KeyboardInterrupt
             return super().submit(text, ref, op, k)
 
-    ev = Counting(library_time)
+    ev = KillingFakeDouble(fake_time_any_format_text)
     first: list[str] = []
 
     def note(r, phase):
@@ -199,7 +207,7 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
             from sparserl.improve.loop import round_matrices, split_rows
 
             rows = round_matrices(split_rows(cfg.data, "train"), 1, 2, 0)
-            names = [Path(x["matrix"]).name.split(".")[0] for x in rows]
+            names = [x.matrix_name for x in rows]
             first.append(names[0])
             ev.kill_at = names[1]
 
@@ -211,7 +219,7 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
     with BestStore(cfg.store) as s:
         runs_before = s.counts()["runs"]
 
-    ev2 = TimingDouble(library_time)
+    ev2 = fake_harness()
     res = improve(small(data_dir, tiny_model_dir, tmp_path, rounds=1, resume=True), ev2)
     with BestStore(cfg.store) as s:
         assert s.counts()["runs"] == runs_before + 1  # the second matrix only
@@ -233,7 +241,7 @@ def test_a_round_of_spmm(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -
     from sparserl.search.store import BestStore
 
     cfg = small(data_dir, tiny_model_dir, tmp_path, rounds=1, op="spmm", k=8, val_matrices=1, val_samples=1)
-    res = improve(cfg, TimingDouble(library_time))
+    res = improve(cfg, fake_harness())
     r1 = res["rounds"][1]
     with BestStore(cfg.store) as s:
         best = s.best()
@@ -285,13 +293,13 @@ def test_held_out_compares_the_start_and_the_best_on_the_test_split_once(data_di
     def validate(policy, r):
         return {"score": scores[r], "vs_oracle": scores[r], "correct_rate": 1.0}
 
-    res = improve(cfg, TimingDouble(library_time), validate=validate)
+    res = improve(cfg, fake_harness(), validate=validate)
     test = res["test"]
     assert test["best_round"] == 1 and set(test["figures"]) == {"start", "round_1"} and test["matrices"] == 2
     assert test["models"] == {"start": str(tiny_model_dir), "round_1": str(out / "best")}
     for f in test["figures"].values():  # the tiny random model writes no kernel: every sample is wrong
         assert f["samples"] == 4 and f["correct_rate"] == 0.0 and f["vs_oracle"] is not None
-    assert 100.0 / 49.0 <= test["oracle_geomean"] <= 100.0 / 10.0  # library_time: 10-49 us against 100 us
+    assert 100.0 / 49.0 <= test["oracle_geomean"] <= 100.0 / 10.0 * (1 + 1e-12)  # fake_time_any_format_text: 10-49 us against 100 us
     md = (out / "rounds.md").read_text()
     assert "## Held out: the data's test split" in md and "| round_1 |" in md and "| start |" in md
     assert json.loads((out / "rounds.json").read_text())["test"]["best_round"] == 1
@@ -299,15 +307,15 @@ def test_held_out_compares_the_start_and_the_best_on_the_test_split_once(data_di
     stamp = (out / "test" / "start" / "eval.json").stat().st_mtime_ns
 
     again = dict(rounds=2, test_samples=2, resume=True)
-    res = improve(small(data, tiny_model_dir, tmp_path, **again), TimingDouble(library_time), validate=validate)
+    res = improve(small(data, tiny_model_dir, tmp_path, **again), fake_harness(), validate=validate)
     assert [x["round"] for x in res["rounds"]] == [0, 1, 2] and res["test"]["best_round"] == 1
     assert (out / "test" / "start" / "eval.json").stat().st_mtime_ns == stamp, "no new best: not evaluated again"
-    res = improve(small(data, tiny_model_dir, tmp_path, **again | {"test_samples": 1}), TimingDouble(library_time),
+    res = improve(small(data, tiny_model_dir, tmp_path, **again | {"test_samples": 1}), fake_harness(),
                   validate=validate)
     assert res["test"]["samples"] == 1 and res["test"]["figures"]["start"]["samples"] == 2
 
-    res = improve(small(data, tiny_model_dir, tmp_path, rounds=0, test_samples=0), TimingDouble(library_time))
+    res = improve(small(data, tiny_model_dir, tmp_path, rounds=0, test_samples=0), fake_harness())
     assert res["test"] is None and not (out / "test").exists(), "a fresh run keeps no earlier held-out figures"
     res = improve(small(data_dir, tiny_model_dir, tmp_path / "b", rounds=0, test_samples=2),
-                  TimingDouble(library_time))
+                  fake_harness())
     assert res["test"] is None and not (tmp_path / "b" / "improve" / "test").exists()

@@ -132,4 +132,5 @@ def test_specialised_csr_adaptive_bakes_the_long_rows_it_knows() -> None:
     assert f"LAUNCH: grid={2 * len(long_rows)}, block=256, kernel=spmv_long" in text
     assert "a lane per row" in text  # every other row has at most 7 entries
     none = t.render({"rpw": 32, "items": 8, "long_len": 4096, "seg": 1024, "block": 256}, card)
-    assert "spmv_long" not in none and none.count("LAUNCH:") == 1
+    assert "kernel=spmv_long" not in none and none.count("LAUNCH:") == 1  # the long-row kernel is not launched
+    assert "constexpr int LONG_ROWS = 0;" in none and "constexpr int LONG_ROWS = 12;" in text

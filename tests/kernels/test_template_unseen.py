@@ -94,13 +94,30 @@ def test_every_specialised_template_says_what_it_hides_or_hides_nothing() -> Non
             assert t.unseen is not None or t.name in shows_all, f"{t.name} needs an unseen hook or a reason here"
 
 
+VECTOR = get_template("spmv", "csr_vector").candidate({"tpr": 4, "block": 128}).id
+
+
 def test_specialised_points_that_cannot_be_judged_are_unseen() -> None:
     card = matrix_card(_long_rows(3))
     assert "does not know" in unseen_facts("spmv/nosuch/-/a=1/spec", card)
     spec = get_template("spmv", "csr_adaptive_spec").candidate(ADAPTIVE).id
     assert "no card" in unseen_facts(spec, None)
     assert unseen_facts(spec, card) is None
-    assert unseen_facts("spmv/csr_vector/-/tpr=4", None) is None  # generic: nothing baked
+    assert unseen_facts(VECTOR, None) is None  # generic: nothing baked
+
+
+@pytest.mark.parametrize("cid", [None, "", "text/0123456789abcdef", "spmv/csr_vector/-/x", "spmv/csr_vector/-/tpr=4",
+                                 "spmv/csr_vector/-/tpr=4,block=100", "spmv/csr_vector/-/tpr=4,block=128/spec",
+                                 "spmv/csr_adaptive_spec/-/rpw=x/spec", "spmv/csr_adaptive_spec/-/rpw=32",
+                                 "spmv/csr_vector/-/tpr=4,block=128/extra/more", "nosuchop/csr_vector/-/tpr=4"])
+def test_what_the_filter_cannot_read_is_left_out(cid) -> None:
+    """Kills the mutation that passed whatever the filter could not parse (None, free text, a
+    malformed or foreign id, a specialised template's id without /spec, a /spec id whose
+    parameters do not parse): each is unjudged, so the teacher leaves it out."""
+    from sparserl.search.export import UNJUDGED
+
+    why = unseen_facts(cid, matrix_card(_long_rows(3)))
+    assert why is not None and why.startswith(UNJUDGED), why
 
 
 def test_diagonal_offsets_are_unseen_when_too_many_to_list() -> None:
@@ -121,7 +138,7 @@ def test_the_teacher_export_leaves_out_kernels_with_unseen_facts(tmp_path: Path,
     card = matrix_card(_long_rows(20))
     spec = get_template("spmv", "csr_adaptive_spec").candidate(ADAPTIVE).id
     assert unseen_facts(spec, card) is not None
-    assert unseen_facts("spmv/csr_vector/-/x", card) is None and unseen_facts(None, card) is None
+    assert unseen_facts(VECTOR, card) is None
 
     def kernel(cid: str, t: float, tag: str) -> VerifiedKernel:
         return VerifiedKernel(fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", gpu="H200", regime="cold",
@@ -133,14 +150,47 @@ def test_the_teacher_export_leaves_out_kernels_with_unseen_facts(tmp_path: Path,
     with BestStore(tmp_path / "s.sqlite") as st:
         st.add_matrix(card, "long_rows", coords=([0, 1], [0, 1]))
         st.record(kernel(spec, 10.0, "a"))
-        st.record(kernel("spmv/csr_vector/-/tpr=4", 12.0, "b"))
+        st.record(kernel(VECTOR, 12.0, "b"))
         both, _ = export_rows(st, ExportFilter(per_matrix=4, within=0.5))
         seen, skipped = export_rows(st, ExportFilter(per_matrix=4, within=0.5, seen_only=True))
         one, skipped1 = export_rows(st, ExportFilter(per_matrix=1, within=0.5, seen_only=True))
-    assert [r["variant"] for r in both] == [spec, "spmv/csr_vector/-/tpr=4"]
-    assert [r["variant"] for r in seen] == ["spmv/csr_vector/-/tpr=4"] and skipped["unseen_facts"] == 1
-    assert [r["variant"] for r in one] == ["spmv/csr_vector/-/tpr=4"] and skipped1["unseen_facts"] == 1
+    assert [r.variant for r in both] == [spec, VECTOR]
+    assert [r.variant for r in seen] == [VECTOR] and skipped["unseen_facts"] == 1 and skipped["unjudged"] == 0
+    assert [r.variant for r in one] == [VECTOR] and skipped1["unseen_facts"] == 1
     out = tmp_path / "teacher.jsonl"
     rc, msg, _ = run_cli(["best", "export", str(out), "--store", str(tmp_path / "s.sqlite"), "--per-matrix", "4",
                           "--within", "0.5", "--seen-only"], capsys)
     assert rc == 0 and "wrote 1 rows" in msg and "'unseen_facts': 1" in msg, msg
+
+
+def test_free_text_is_judged_by_who_wrote_it(tmp_path: Path) -> None:
+    """Free text passes only when the policy wrote it from the prompt (a policy sample), or refined
+    it from a kernel the filter vouches for; a refinement of a kernel with unseen facts, a
+    refinement of what cannot be judged, and free text met only as a known best's re-run are left
+    out and counted as unjudged. Kills the mutation that passed every free-text kernel."""
+    card = matrix_card(_long_rows(20))
+    spec = get_template("spmv", "csr_adaptive_spec").candidate(ADAPTIVE).id
+    assert unseen_facts(spec, card) is not None and not unseen_facts(spec, card).startswith("cannot be judged")
+
+    def kernel(tag: str, t: float, provenance: str, parent: str | None = None) -> VerifiedKernel:
+        from sparserl.search.space import text_id
+
+        text = f"FORMAT: CSR\nLAUNCH: grid=1, block=128\n// {tag}\n"
+        return VerifiedKernel(fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", gpu="H200", regime="cold",
+                              text=text, time_us=t, cusparse_us=100.0, speedup=100.0 / t, roofline=0.4, format="CSR",
+                              template=None, candidate_id=text_id(text), provenance=provenance, parent_id=parent,
+                              model="m", run_id="r", harness_version=harness_version())
+
+    sample = kernel("sample", 10.0, "policy-sample")
+    chain = kernel("refined-from-sample", 11.0, "policy-refine", sample.candidate_id)
+    generic = kernel("refined-from-generic", 12.0, "policy-refine", VECTOR)
+    leaked = kernel("refined-from-spec", 9.0, "policy-refine", spec)  # may copy the hidden table it was shown
+    orphan = kernel("refined-from-unknown", 8.0, "policy-refine", "text/ffffffffffffffff")
+    rerun = kernel("known-rerun", 7.0, "known-best")
+    with BestStore(tmp_path / "s.sqlite") as st:
+        st.add_matrix(card, "long_rows", coords=([0, 1], [0, 1]))
+        for v in (sample, chain, generic, leaked, orphan, rerun):
+            st.record(v)
+        rows, skipped = export_rows(st, ExportFilter(per_matrix=10, seen_only=True))
+    assert sorted(r.times.kernel_us for r in rows) == [10.0, 11.0, 12.0]
+    assert skipped["unseen_facts"] == 3 and skipped["unjudged"] == 3

@@ -63,7 +63,9 @@ def test_family_registry() -> None:
     for name, spec in FAMILIES.items():
         assert spec.description and "\n" not in spec.description, name
         assert callable(spec.fn)
-        assert spec.takes_cols == (name not in SQUARE_ONLY)
+        assert spec.takes_cols == (name not in SQUARE_ONLY) or name not in family_names(), name
+    # the application families: only lp takes any cols (rectangular by nature)
+    assert [n for n in FAMILIES if n not in family_names() and FAMILIES[n].takes_cols] == ["lp"]
 
 
 def test_diagonal() -> None:

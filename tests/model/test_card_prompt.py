@@ -1,10 +1,11 @@
-"""The matrix card in the prompt (issue 16 item 1): on iff the policy's config says so, saved
+"""The matrix card in the prompt: on iff the policy's config says so, saved
 with the checkpoint (an old checkpoint loads without it), the same text on every path that
 builds a prompt (SFT data, RL rollouts, generate, search, best-known export), and a pure
 function of the structure (values never reach a prompt)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -86,19 +87,23 @@ def test_checkpoint_keeps_the_setting_and_an_old_one_loads_without_the_card(tmp_
 
 def test_sft_sets_the_card_for_new_models_and_keeps_a_checkpoints(tmp_path: Path, tiny_model_dir: Path,
                                                                   caplog) -> None:
-    from sparserl.train.sft import SFTConfig, build_policy
+    from sparserl.model.build import build_policy
+    from sparserl.train.sft import SFTConfig, policy_config
+
+    def build(cfg: SFTConfig):  # as sft() builds its starting policy
+        return build_policy(cfg.model, policy_config(cfg), dev, seed=cfg.seed, card=cfg.card)
 
     dev = torch.device("cpu")
-    new = build_policy(SFTConfig(model=str(tiny_model_dir), max_nnz=16), dev)
+    new = build(SFTConfig(model=str(tiny_model_dir), max_nnz=16))
     assert new.config.card is True
-    old = build_policy(SFTConfig(model=str(tiny_model_dir), max_nnz=16, card=False), dev)
+    old = build(SFTConfig(model=str(tiny_model_dir), max_nnz=16, card=False))
     assert old.config.card is False
     for a, b in zip(new.encoder.state_dict().values(), old.encoder.state_dict().values()):
         assert torch.equal(a, b), "both arms of the ablation start from the same weights"
     old.save(tmp_path / "old")
-    assert build_policy(SFTConfig(model=str(tmp_path / "old")), dev).config.card is False
-    with caplog.at_level("WARNING", logger="sparserl.train.sft"):
-        assert build_policy(SFTConfig(model=str(tmp_path / "old"), card=True), dev).config.card is True
+    assert build(SFTConfig(model=str(tmp_path / "old"))).config.card is False
+    with caplog.at_level("WARNING", logger="sparserl.model.build"):
+        assert build(SFTConfig(model=str(tmp_path / "old"), card=True)).config.card is True
     assert "trained without the matrix card" in caplog.text
 
 
@@ -133,10 +138,11 @@ def test_prompt_card_is_bounded_and_exact_when_offsets_are_few() -> None:
 
 def test_the_same_card_in_sft_rollout_generate_and_search(tmp_path: Path) -> None:
     """Every path that builds a prompt gives the one card text, prompt_card(A)."""
-    from sparserl.generate import GenerateConfig, sample_texts
+    from sparserl.request.context import MatrixContext
     from sparserl.rl.rollout import matrix_items
     from sparserl.search.policy import PolicyProposer
-    from sparserl.train.sft import sample_of
+    from sparserl.data.rows import SFTRow
+    from sparserl.train.dataset import SFTDataset
 
     A = generate("skewed", 2000, seed=3)
     path = tmp_path / "m.npz"
@@ -145,15 +151,15 @@ def test_the_same_card_in_sft_rollout_generate_and_search(tmp_path: Path) -> Non
     pol = RecordingPolicy()
 
     # SFT data: a row of the data build (its matrix file), and a best-known export row whose file is gone
-    row = {"matrix": str(path), "shape": list(A.shape), "rows": [0], "cols": [int(A.indices[0])],
-           "op": "spmv", "nnz": int(A.nnz), "code": "FORMAT: CSR"}
-    assert sample_of(row, pol.config).card == card
-    exported = dict(row, matrix=str(tmp_path / "gone.npz"), card=matrix_card(A).to_dict())
-    assert sample_of(exported, pol.config).card == card
-    bare = {k: v for k, v in exported.items() if k != "card"} | {"matrix": str(tmp_path / "gone2.npz")}
+    row = SFTRow(matrix=str(path), shape=A.shape, rows=[0], cols=[int(A.indices[0])], op="spmv", nnz=int(A.nnz),
+                 code="FORMAT: CSR")
+    assert SFTDataset([row], pol.config).sample(row).card == card
+    exported = dataclasses.replace(row, matrix=str(tmp_path / "gone.npz"), card=matrix_card(A).to_dict())
+    assert SFTDataset([exported], pol.config).sample(exported).card == card
+    bare = dataclasses.replace(exported, card=None, matrix=str(tmp_path / "gone2.npz"))
     with pytest.raises(SparseRLError, match="card"):
-        sample_of(bare, pol.config)  # sampled coordinates only: their card would be wrong
-    assert sample_of(bare, ENC).card is None  # an encoding alone asks for no card
+        SFTDataset([bare], pol.config).sample(bare)  # sampled coordinates only: their card would be wrong
+    assert SFTDataset([bare], ENC).sample(bare).card is None  # an encoding alone asks for no card
 
     # RL rollouts
     class Ev:
@@ -163,17 +169,12 @@ def test_the_same_card_in_sft_rollout_generate_and_search(tmp_path: Path) -> Non
     items = matrix_items([str(path)], Ev(), pol, ("spmv", "spmm"), 8)
     assert [it.sample().card for it in items] == [card, card]
 
-    # generate
-    sample_texts(GenerateConfig(matrix=str(path), samples=2), A, Op.SPMV, None, pol)
-    assert pol.calls[-1][0].card == card
-
-    # search: what search/run.py passes (card.prompt()), and a proposer left to make its own
+    # generate and search: the proposer of the request's matrix, its samples and refinements
     from sparserl.harness.result import ErrorKind, EvalResult
 
-    for given in (matrix_card(A).prompt(), None):
-        pp = PolicyProposer(pol, A, Op.SPMV, None, given, name="m")
-        pp.sample(1)
-        assert pol.calls[-1][0].card == card
-        pp.refine("FORMAT: CSR", EvalResult.failure("spmv", None, "m", ErrorKind.COMPILE, "x"), 1)
-        assert f"Matrix card:\n{card}\n" in pol.calls[-1][0].prompt
+    pp = PolicyProposer(pol, MatrixContext.load(path, Op.SPMV), name="m")
+    pp.sample(1)
+    assert pol.calls[-1][0].card == card
+    pp.refine("FORMAT: CSR", EvalResult.failure("spmv", None, "m", ErrorKind.COMPILE, "x"), 1)
+    assert f"Matrix card:\n{card}\n" in pol.calls[-1][0].prompt
     assert make_sample(A, RecordingPolicy(card=False).config, Op.SPMV).card is None

@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sparserl.errors import SparseRLError  # noqa: E402
-from sparserl.model.decode import decode, filter_logits, pick_engine, sample_tokens  # noqa: E402
+from sparserl.model.decode import decode, pick_engine  # noqa: E402
+from sparserl.model.sampling import filter_logits, sample_tokens  # noqa: E402
 from sparserl.model.policy import LoraSpec, Policy, PolicyConfig  # noqa: E402
 
 from tests.model.test_policy import ENC, samples  # noqa: E402

@@ -126,3 +126,43 @@ def test_the_trainer_opens_the_store_only_for_relative_best(tmp_path: Path) -> N
         assert isinstance(b, BestKnown) and path.exists() and b.regime == "cold"
     finally:
         b.store.close()
+
+
+def test_new_best_known_counts_each_raised_entry_once(bk: BestKnown) -> None:
+    """Kills the mutation that counted every sample faster than the pre-batch best: four samples
+    that each beat the one before (each became the store's best as it was written) raise one
+    entry's bar; two matrices raised are two; a slower-than-cuSPARSE first kernel raises nothing."""
+    a, b = Item("a", generate("banded", 3000, seed=0)), Item("b", generate("stencil2d", 3025, seed=0))
+    score(bk, [a, b], ["Ka", "Kb"], [timed(20.0), timed(20.0)])
+    batch = [timed(16.0), timed(14.0), timed(12.0), timed(10.0)]
+    before = bk.bests([a] * 4, batch)
+    assert len(bk.record([a] * 4, ["K16", "K14", "K12", "K10"], batch, before)) == 1
+    (row,) = bk.store.best(fingerprint=bk.card(a).fingerprint)
+    assert row.time_us == 10.0
+    both = [timed(9.0), timed(8.0), timed(19.0)]
+    raised = bk.record([a, a, b], ["K9", "K8", "Kb19"], both, bk.bests([a, a, b], both))
+    assert raised == {bk.key(a, both[0]), bk.key(b, both[2])}
+    c = Item("c", generate("random", 2000, seed=3, nnz_per_row=6))
+    slow = [timed(2 * CUSPARSE_US)]
+    assert bk.record([c], ["slow"], slow, bk.bests([c], slow)) == set(), "beat nothing: cuSPARSE was the bar"
+    assert bk.store.best(fingerprint=bk.card(c).fingerprint), "the entry is started all the same"
+    fast = [timed(CUSPARSE_US / 4)]
+    d = Item("d", generate("random", 2000, seed=4, nnz_per_row=6))
+    assert len(bk.record([d], ["fast"], fast, bk.bests([d], fast))) == 1
+
+
+def test_turns_count_an_entry_raised_twice_once(bk: BestKnown, tiny_tokenizer, tiny_hf_config) -> None:
+    from sparserl.rl.rollout import MatrixItem, matrix_entry
+    from sparserl.rl.turns import collect_turns
+    from sparserl.rl.update import Reference
+    from tests.rl.tiny import ScriptedEvaluator, tiny_policy
+
+    policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
+    A = generate("banded", 200, seed=0)
+    inp, card = matrix_entry(A, policy)
+    item = MatrixItem("m", A, "m", inp, Op.SPMV, None, card)
+    score(bk, [item], ["seeded"], [timed(20.0)])
+    ev = ScriptedEvaluator([timed(15.0), timed(30.0), timed(10.0), timed(30.0)])  # each turn beats the bar
+    batch = collect_turns(policy, Reference(policy), None, ev, [item], 2, 8, 1.0, REL, seed=0, turns=2,
+                          discount=0.5, best_known=bk)
+    assert batch.timings["reward/new_best_known"] == 1.0

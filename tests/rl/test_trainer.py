@@ -203,7 +203,7 @@ def test_config_files(tmp_path: Path) -> None:
 
 def test_cli_flags_not_given_leave_the_config_file(tmp_path: Path) -> None:
     """`sparserl ppo --config F` keeps F's booleans and out; a flag given overrides F."""
-    from sparserl.train.cli import rl_config
+    from sparserl.cli.rl import rl_config
 
     f = tmp_path / "run.toml"
     f.write_text('compile_only = true\nresume = true\nsteps = 5\nout = "elsewhere"\n')

@@ -129,3 +129,36 @@ def test_a_two_turn_run_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert [k for k in m if "correct" in k] == []
     with pytest.raises(Exception, match="turns must be >= 1"):
         RLConfig(turns=0)
+
+
+def test_a_refinement_that_failed_for_machine_reasons_is_left_out_of_its_parents_return() -> None:
+    """Kills the mutation that scored a machine failure 0 inside its parent's return: the parent
+    takes its group's mean valid return in the failed refinement's place; a group with no valid
+    refinement adds nothing; and a valid refinement still counts as before."""
+    r1 = torch.tensor([1.0, 1.0, -1.0, -1.0])  # two groups (matrices) of two samples
+    r2 = torch.tensor([2.0, 0.0, 5.0, 0.0])
+    v1 = torch.tensor([True, True, True, True])
+    v2 = torch.tensor([True, False, False, False])  # group 1: one refinement lost; group 2: both lost
+    g1, g2 = discounted_returns([r1, r2], 0.5, [v1, v2], group_size=2)
+    assert g1.tolist() == [1.0 + 0.5 * 2.0, 1.0 + 0.5 * 2.0, -1.0, -1.0]
+    assert g2[0].item() == 2.0
+    # three turns: a lost middle turn stands in with its group's valid mean return (its reward is unknown)
+    r3 = torch.tensor([4.0, 8.0, 0.0, 0.0])
+    g = discounted_returns([r1, r2, r3], 0.5, [v1, v2, torch.ones(4, dtype=torch.bool)], group_size=2)
+    assert g[1][:2].tolist() == [2.0 + 0.5 * 4.0] * 2
+    assert g[0][:2].tolist() == [1.0 + 0.5 * 4.0] * 2
+    with pytest.raises(ValueError, match="group_size"):
+        discounted_returns([r1, r2], 0.5, [v1, v2])
+
+
+def test_collect_turns_leaves_a_lost_refinement_out_of_its_parents_score(setup) -> None:
+    policy, item = setup
+    lost = EvalResult.failure("spmv", None, "m", ErrorKind.INTERNAL, "the worker process died in the prepare phase",
+                              compiled=True)
+    ev = ScriptedEvaluator([timed(20.0), timed(20.0), timed(10.0), lost])
+    cfg = RewardConfig(name="clipped_log", r_eff=1.0, r_pen=0.5, clip=3.0)
+    batch = collect_turns(policy, Reference(policy), None, ev, [item], 2, 8, 1.0, cfg, seed=0, turns=2, discount=0.5)
+    # both parents ran at 20 us (1.0); the one whose refinement was lost takes the group's valid
+    # refinement return (2.0) in its place, not 0, so the two parents score alike
+    assert batch.scores.tolist() == pytest.approx([1.0 + 0.5 * 2.0, 1.0 + 0.5 * 2.0, 2.0, 0.0])
+    assert batch.valid_mask.tolist() == [True, True, True, False]

@@ -247,12 +247,13 @@ def test_no_signal_is_logged(caplog) -> None:
     from sparserl.kernels.library import get_variant
 
     two = get_variant("spmv/bsr_group/R=2,C=2/g=32,block=128").render()
-    four = get_variant("spmv/bsr_group/R=4,C=4/g=32,block=256").render()
-    mixed = four.split("\n\n", 1)[0] + "\n\n" + two.split("\n\n", 1)[1]  # 4x4 header, 2x2 body
-    texts = RolloutBatch([None] * B, [two, mixed, "", "junk"], torch.zeros(B, T, dtype=torch.long), torch.ones(B, T),
-                         torch.zeros(B, T), torch.zeros(B, T), None, torch.zeros(B), res)
+    other = two.replace("FORMAT: BSR R=2 C=2", "FORMAT: BSR R=2 C=4")  # the library body with other numbers
+    mixed = two.replace("grid=ceil_div(mb, BLOCK / G)", "grid=ceil_div(mb, 4)")  # a LAUNCH line it never has
+    texts = RolloutBatch([None] * B, [two, mixed, other, "junk"], torch.zeros(B, T, dtype=torch.long),
+                         torch.ones(B, T), torch.zeros(B, T), torch.zeros(B, T), None, torch.zeros(B), res)
     m = batch_metrics(texts, cfg)
-    assert (m["samples/library_share"], m["samples/mismatch_share"], m["samples/new_share"]) == (0.25, 0.25, 0.5)
+    assert (m["samples/library_share"], m["samples/params_share"], m["samples/mismatch_share"],
+            m["samples/new_share"]) == (0.25, 0.25, 0.25, 0.25)
     assert flat["samples/new_share"] == 1.0  # empty completions
 
     class R:

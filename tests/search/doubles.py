@@ -1,10 +1,11 @@
 """Test doubles for the search's tests.
 
-:class:`TimingDouble` stands in for the harness's GPU path only: it compiles and runs nothing,
+:class:`FakeTimingDouble` stands in for the harness's GPU path only: it compiles and runs nothing,
 and answers every submission with a real :class:`EvalResult` whose kernel time is a function
 the test gives of the candidate (through its text). It lets the search *policy* be tested on
-a CPU; the harness itself is tested elsewhere, and the search's real compile-only path runs
-through the real Evaluator in test_cli.py.
+a CPU; the harness itself is tested elsewhere, the search's real compile-only path runs
+through the real Evaluator in test_cli.py, and the search and improve loops run with the real
+harness on a GPU in test_search_gpu.py and tests/improve/test_improve_gpu.py.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ def timed_result(op: str, k, name: str, t_us: float | ErrorKind | WrongButTimed 
                       speedup=cusparse_us / t_us, roofline=0.5, format="CSR", arch=arch, gpu="double")
 
 
-class TimingDouble:
-    """A GPU-path double (see the module docstring). ``time_of(text)``: the kernel time in us,
-    None for an incorrect kernel, or an ErrorKind for that failure. ``delay``: seconds each evaluation takes (on threads)."""
+class FakeTimingDouble:
+    """A GPU-path double (see the module docstring), for CPU unit tests only: it reports
+    ``has_gpu`` but runs nothing. ``time_of(text)``: the kernel time in us, None for an incorrect
+    kernel, or an ErrorKind for that failure. ``delay``: seconds each evaluation takes (on threads)."""
 
     has_gpu = True
 

@@ -3,6 +3,8 @@ errors, ``sparserl best list|show|export``, export read by the SFT trainer, and 
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import subprocess
@@ -164,16 +166,16 @@ def test_best_list_and_show(filled_store, capsys) -> None:
 
 def test_export_within_a_share_of_the_best_known(filled_store, tmp_path: Path, capsys) -> None:
     """--within keeps the kernels at most that fraction slower than the matrix's best (15, 20, 30 us here)."""
-    from sparserl.data.sft_build import read_jsonl
+    from sparserl.data.rows import read_rows
     from sparserl.search.export import ExportFilter, export_rows
 
     path, card = filled_store
     out = tmp_path / "near.jsonl"
     rc, _, _ = run_cli(["best", "export", str(out), "--store", str(path), "--per-matrix", "5", "--within", "0.4"],
                          capsys)
-    assert rc == 0 and [r["times"]["kernel_us"] for r in read_jsonl(out)] == [15.0, 20.0]
+    assert rc == 0 and [r.times.kernel_us for r in read_rows(out)] == [15.0, 20.0]
     with BestStore(path) as st:
-        assert [r["times"]["kernel_us"] for r in export_rows(st, ExportFilter(per_matrix=5, within=0.3))[0]] == [15.0]
+        assert [r.times.kernel_us for r in export_rows(st, ExportFilter(per_matrix=5, within=0.3))[0]] == [15.0]
         assert len(export_rows(st, ExportFilter(per_matrix=5))[0]) == 3
         assert export_rows(st, ExportFilter(per_matrix=5, fingerprints=frozenset({"other"})))[0] == []
         assert len(export_rows(st, ExportFilter(per_matrix=5, fingerprints=frozenset({card.fingerprint})))[0]) == 3
@@ -182,29 +184,28 @@ def test_export_within_a_share_of_the_best_known(filled_store, tmp_path: Path, c
 
 
 def test_export_is_sft_data_the_trainer_reads(filled_store, tmp_path: Path, capsys, mtx: Path) -> None:
-    from sparserl.data.sft_build import read_jsonl
+    from sparserl.data.rows import KernelTimes, read_rows
 
     path, card = filled_store
     out = tmp_path / "pairs.jsonl"
     rc, msg, _ = run_cli(["best", "export", str(out), "--store", str(path)], capsys)
     assert rc == 0 and "wrote 1 rows" in msg
-    (row,) = read_jsonl(out)
-    assert row["code"] == variants("spmv", "DIA")[1].render() and row["format"] == "DIA"
-    assert row["shape"] == [card.rows, card.cols] and row["rows"] == [0, 1, 2] and row["matrix"] == str(mtx)
-    assert row["times"] == {"kernel_us": 15.0, "cusparse_us": 45.0, "speedup": 3.0, "regime": "cold"}
+    (row,) = read_rows(out)
+    assert row.code == variants("spmv", "DIA")[1].render() and row.format == "DIA"
+    assert row.shape == (card.rows, card.cols) and row.rows == [0, 1, 2] and row.matrix == str(mtx)
+    assert row.times == KernelTimes(kernel_us=15.0, cusparse_us=45.0, speedup=3.0, regime="cold")
     run_cli(["best", "export", str(out), "--store", str(path), "--per-matrix", "5", "--min-speedup", "2"], capsys)
-    assert [r["variant"] for r in read_jsonl(out)] == [variants("spmv", "DIA")[1].id, variants("spmv", "DIA")[0].id]
+    assert [r.variant for r in read_rows(out)] == [variants("spmv", "DIA")[1].id, variants("spmv", "DIA")[0].id]
     rc, _, err = run_cli(["best", "export", str(out), "--store", str(path), "--min-speedup", "9"], capsys)
     one_line_error(rc, err, "nothing to export")
 
     pytest.importorskip("torch")
     from sparserl.encoding import EncodingConfig
-    from sparserl.train.sft import sample_of
+    from sparserl.train.dataset import SFTDataset
 
-    rows = read_jsonl(out)
-    s = sample_of(rows[0], EncodingConfig(max_nnz=16))  # from the matrix file
+    rows = read_rows(out)
+    s = SFTDataset(rows, EncodingConfig(max_nnz=16)).sample(rows[0])  # from the matrix file
     assert s.matrix.shape == (card.rows, card.cols) and s.nnz == card.nnz
-    gone = dict(rows[0])
-    del gone["matrix"]  # the file is gone: the prompt comes from the sampled coordinates
-    s2 = sample_of(gone, EncodingConfig(max_nnz=16))
+    gone = dataclasses.replace(rows[0], matrix=None)  # the file is gone: the prompt comes from the coordinates
+    s2 = SFTDataset([gone], EncodingConfig(max_nnz=16)).sample(gone)
     assert s2.matrix.shape == (card.rows, card.cols) and s2.nnz == card.nnz

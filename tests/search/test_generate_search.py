@@ -46,8 +46,8 @@ def test_generate_then_search(tmp_path: Path) -> None:
     pol = FixedSampler([BROKEN])
     rep = generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(tmp_path / "g"), compile_only=True,
                                          search=5, store=str(tmp_path / "s.db")), policy=pol)
-    assert rep["samples"]["n"] == 2 and rep["samples"]["compiled"] == 0  # the model wrote nothing usable
-    assert rep["search"]["evaluated"] == 5 and rep["source"].startswith("search: ")
+    assert rep.counts.n == 2 and rep.counts.compiled == 0  # the model wrote nothing usable
+    assert rep.search["evaluated"] == 5 and rep.source.startswith("search: ")
     trace = [json.loads(x) for x in (tmp_path / "g" / "search_trace.jsonl").read_text().splitlines()]
     assert [x["counted"] for x in trace].count(False) == 1, "the (deduplicated) samples entered without budget"
     assert sum(x["counted"] for x in trace) == 5
@@ -56,7 +56,7 @@ def test_generate_then_search(tmp_path: Path) -> None:
     kernel = (tmp_path / "g" / "kernel.cu").read_text()
     searched = {x["text"]: x["id"] for x in trace if x["counted"] and x["verdict"] == "no_gpu"}
     assert kernel in searched, "the kernel returned is one the search compiled"
-    assert rep["source"].endswith(searched[kernel]), "the report names the kernel it returned"
+    assert rep.source.endswith(searched[kernel]), "the report names the kernel it returned"
     assert kernel.startswith("FORMAT: ") and kernel != BROKEN
     with BestStore(tmp_path / "s.db") as st:
         assert st.counts()["results"] == 0, "compile-only: nothing enters the store"

@@ -23,7 +23,7 @@ from sparserl.matrices.card import matrix_card
 from sparserl.search.loop import SearchConfig, StoreSink, run_search
 from sparserl.search.space import CandidateSpace, Provenance, normalised
 from sparserl.search.store import BestStore
-from tests.search.doubles import TimingDouble, WrongButTimed, by_text
+from tests.search.doubles import FakeTimingDouble, WrongButTimed, by_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def test_finds_the_best_point_of_a_small_space_within_budget(block, seed: int) -
     A, card = block
     opt = far_from_seeds(card)
     times, ids = bsr_times(card, opt)
-    ev = TimingDouble(by_text(times))
+    ev = FakeTimingDouble(by_text(times))
     cfg = SearchConfig(budget=40, templates=("bsr_group",), seed=seed, parallel=2)
     res = run_search(A, "block", "spmv", None, cfg, ev, card=card, progress=False)
     best_id = get_template("spmv", "bsr_group").candidate(opt).id
@@ -82,7 +82,7 @@ def test_finds_the_best_point_of_a_small_space_within_budget(block, seed: int) -
 def test_seeds_come_first_known_best_then_selector(block) -> None:
     A, card = block
     known = variants("spmv", "CSR")[3]
-    ev = TimingDouble(lambda text: 50.0)
+    ev = FakeTimingDouble(lambda text: 50.0)
     cfg = SearchConfig(budget=12, parallel=1)
     res = run_search(A, "block", "spmv", None, cfg, ev, card=card, progress=False,
                      selector_point=("csr_vector", {"tpr": 8, "block": 128}, "selector"),
@@ -97,7 +97,7 @@ def test_seeds_come_first_known_best_then_selector(block) -> None:
 
 def test_stops_on_the_time_limit(block) -> None:
     A, card = block
-    ev = TimingDouble(lambda text: 20.0, delay=0.05, workers=2)
+    ev = FakeTimingDouble(lambda text: 20.0, delay=0.05, workers=2)
     try:
         t0 = time.monotonic()
         res = run_search(A, "block", "spmv", None, SearchConfig(budget=10_000, seconds=0.4, parallel=2), ev,
@@ -111,7 +111,7 @@ def test_stops_on_the_time_limit(block) -> None:
 
 def test_stops_when_the_space_is_exhausted(block) -> None:
     A, card = block
-    ev = TimingDouble(lambda text: 20.0)
+    ev = FakeTimingDouble(lambda text: 20.0)
     res = run_search(A, "block", "spmv", None, SearchConfig(budget=50, templates=("coo_atomic",)), ev, card=card,
                      progress=False)
     assert res.stopped == "exhausted" and res.evaluated == 1
@@ -131,13 +131,52 @@ def test_incorrect_kernels_never_win(block) -> None:
     assert len(wrong) == 5  # csr_scalar x2, csr_vector tpr=8 x2, csr_lanes tpr=8
     times = {v.render(): (WrongButTimed(1.0) if normalised(v.render()) in wrong else 5.0 if v.format == "CSR"
                           else 40.0) for v in vs}
-    ev = TimingDouble(by_text(times, 60.0))
+    ev = FakeTimingDouble(by_text(times, 60.0))
     res = run_search(A, "block", "spmv", None, SearchConfig(budget=30), ev, card=card, progress=False)
     met = [e for e in res.entries if normalised(e.proposal.text) in wrong]
     assert met and all(not e.result.ok and not e.new_best for e in met), "the wrong kernels were evaluated"
     assert res.best is not None and res.best.result.ok and normalised(res.best.proposal.text) not in wrong
     assert res.best.time_us("cold") == 5.0
     assert all(e.result.ok or not e.new_best for e in res.entries)
+
+
+class NotingDouble(FakeTimingDouble):
+    """A double with the evaluator's ``note_best``; results for texts in ``slow`` come back ``slow``
+    (verified, timed until stopped early), as the harness reports a hopeless kernel."""
+
+    def __init__(self, time_of, slow=frozenset()):
+        super().__init__(time_of)
+        self.slow = {normalised(t) for t in slow}
+        self.notes: list[tuple[float, str]] = []
+
+    def note_best(self, ref, op, k, best_us, regime=None) -> None:
+        self.notes.append((best_us, regime))
+
+    def _result(self, text, ref, op, k):
+        import dataclasses
+
+        from sparserl.harness.result import ErrorKind
+
+        r = super()._result(text, ref, op, k)
+        return dataclasses.replace(r, error_kind=ErrorKind.SLOW) if normalised(text) in self.slow else r
+
+
+def test_each_new_best_is_noted_and_slow_kernels_are_ranked(block) -> None:
+    """The search tells the evaluator every new best time (so later candidates far slower stop early),
+    and a kernel stopped early (slow: verified, with its measured time) is ranked like any correct one.
+    Kills a loop that ranks only ``ok`` results (a search where everything is slow would find nothing)."""
+    A, card = block
+    texts = {v.render(): 5.0 + i for i, v in enumerate(variants("spmv"))}
+    ev = NotingDouble(by_text(texts, 100.0))
+    res = run_search(A, "block", "spmv", None, SearchConfig(budget=20, parallel=1), ev, card=card, progress=False)
+    bests = [e.time_us("cold") for e in sorted(res.entries, key=lambda e: e.index) if e.new_best]
+    assert [t for t, _ in ev.notes] == bests and all(r == "cold" for _, r in ev.notes)
+    assert all(a > b for a, b in zip(bests, bests[1:]))
+    slow = NotingDouble(lambda text: 400.0, slow=set(texts) | {p.text for p in CandidateSpace(
+        card, Op.SPMV, None, templates("spmv")).all_points()})
+    res = run_search(A, "block", "spmv", None, SearchConfig(budget=6, parallel=1), slow, card=card, progress=False)
+    assert all(e.result.error_kind.value == "slow" for e in res.entries)
+    assert res.best is not None and res.best.time_us("cold") == 400.0
 
 
 class FakeProposer:
@@ -164,7 +203,7 @@ def test_policy_samples_and_refinements(block) -> None:
     sampled = csr[0].render() + "// sampled\n"  # new texts, as a policy would write them
     better = csr[1].render() + "// refined\n"
     times = {sampled: 30.0, better: 8.0}
-    ev = TimingDouble(by_text(times, 50.0))
+    ev = FakeTimingDouble(by_text(times, 50.0))
     prop = FakeProposer(["Here is a kernel:\n" + sampled], [better] + [csr[2].render()] * 20)
     cfg = SearchConfig(budget=24, policy_share=0.25, policy_batch=1, parallel=1)
     res = run_search(A, "block", "spmv", None, cfg, ev, card=card, proposer=prop, progress=False)
@@ -185,7 +224,7 @@ def test_prior_samples_spend_no_budget(block) -> None:
 
     A, card = block
     prior = [(variants("spmv", "ELL")[0].render(), timed_result("spmv", None, "block", 12.0))]
-    ev = TimingDouble(lambda text: 40.0)
+    ev = FakeTimingDouble(lambda text: 40.0)
     res = run_search(A, "block", "spmv", None, SearchConfig(budget=5), ev, card=card, prior=prior, progress=False)
     assert len(res.entries) == 6 and res.evaluated == 5
     assert res.entries[0].counted is False and res.entries[0].proposal.provenance is Provenance.POLICY_SAMPLE
@@ -195,7 +234,7 @@ def test_prior_samples_spend_no_budget(block) -> None:
 
 def test_trace_lines_are_written_as_results_arrive(block, tmp_path: Path) -> None:
     A, card = block
-    ev = TimingDouble(lambda text: 25.0)
+    ev = FakeTimingDouble(lambda text: 25.0)
     res = run_search(A, "block", "spmv", None, SearchConfig(budget=6), ev, card=card, progress=False,
                      trace=tmp_path / "trace.jsonl")
     lines = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
@@ -208,7 +247,7 @@ def test_keyboard_interrupt_keeps_every_verified_result(block, tmp_path: Path) -
     A, card = block
     store = BestStore(tmp_path / "s.db")
     sink = StoreSink(store, card, "block", None, ([0], [0]), {"test": True})
-    ev = TimingDouble(lambda text: 30.0 - len(text) % 7, interrupt_after=5)
+    ev = FakeTimingDouble(lambda text: 30.0 - len(text) % 7, interrupt_after=5)
     with pytest.raises(KeyboardInterrupt):
         run_search(A, "block", "spmv", None, SearchConfig(budget=20, parallel=1), ev, card=card, sink=sink,
                    progress=False, run_id="r1")
@@ -225,11 +264,11 @@ from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 from sparserl.search.loop import SearchConfig, StoreSink, run_search
 from sparserl.search.store import BestStore
-from tests.search.doubles import TimingDouble
+from tests.search.doubles import FakeTimingDouble
 A = generate("block", 2000, seed=1)
 card = matrix_card(A)
 sink = StoreSink(BestStore(sys.argv[1]), card, "block", None, ([0], [0]), {})
-ev = TimingDouble(lambda text: 10.0 + len(text) % 13, delay=0.1, workers=1)
+ev = FakeTimingDouble(lambda text: 10.0 + len(text) % 13, delay=0.1, workers=1)
 run_search(A, "block", "spmv", None, SearchConfig(budget=500, parallel=1), ev, card=card, sink=sink,
            progress=False, run_id="killed")
 """
@@ -276,7 +315,7 @@ def test_after_one_seed_each_the_fastest_template_gets_its_other_seeds(block) ->
     A, card = block
     n_templates = sum(1 for t in templates("spmv") if t.seeds(card, None))  # those that fit this matrix
     group = {p.text for p in CandidateSpace(card, Op.SPMV, None, [get_template("spmv", "bsr_group")]).all_points()}
-    ev = TimingDouble(lambda text: 10.0 if text in group else 50.0)  # bsr_group, every point of it, is fastest
+    ev = FakeTimingDouble(lambda text: 10.0 if text in group else 50.0)  # bsr_group, every point of it, is fastest
     cfg = SearchConfig(budget=n_templates + 5, seed_share=1.0, parallel=1)
     res = run_search(A, "block", "spmv", None, cfg, ev, card=card, progress=False)
     order = [e.proposal for e in sorted(res.entries, key=lambda e: e.order)]
@@ -288,7 +327,7 @@ def test_a_format_the_harness_refuses_is_not_proposed_again(block) -> None:
     from sparserl.harness.result import ErrorKind
 
     A, card = block
-    ev = TimingDouble(lambda text: ErrorKind.FORMAT_REFUSED if text.startswith("FORMAT: DIA") else 30.0)
+    ev = FakeTimingDouble(lambda text: ErrorKind.FORMAT_REFUSED if text.startswith("FORMAT: DIA") else 30.0)
     res = run_search(A, "block", "spmv", None, SearchConfig(budget=60, parallel=1), ev, card=card, progress=False)
     dia = [e for e in res.entries if e.proposal.text.startswith("FORMAT: DIA")]
     assert len(dia) == 1 and dia[0].result.error_kind is ErrorKind.FORMAT_REFUSED
@@ -301,7 +340,7 @@ def test_a_stored_kernel_the_template_no_longer_renders_is_free_text(block) -> N
     point = get_template("spmv", "csr_vector").candidate({"tpr": 8, "block": 128})
     current = get_template("spmv", "csr_vector").render({"tpr": 8, "block": 128}, card)
     older = current + "// an older rendering\n"
-    ev = TimingDouble(lambda text: 20.0)
+    ev = FakeTimingDouble(lambda text: 20.0)
     res = run_search(A, "block", "spmv", None, SearchConfig(budget=30, seed_share=1.0), ev, card=card,
                      known=[(point.id, older)], progress=False)
     known = min(res.entries, key=lambda e: e.order).proposal
@@ -309,7 +348,7 @@ def test_a_stored_kernel_the_template_no_longer_renders_is_free_text(block) -> N
     mine = [e for e in res.entries if e.proposal.id == point.id]
     assert len(mine) == 1 and mine[0].proposal.text == current, "the template's own point is still evaluated"
     # the same text as the template renders: the known kernel is that template point (it can be mutated)
-    res2 = run_search(A, "block", "spmv", None, SearchConfig(budget=3), TimingDouble(lambda text: 20.0), card=card,
+    res2 = run_search(A, "block", "spmv", None, SearchConfig(budget=3), FakeTimingDouble(lambda text: 20.0), card=card,
                       known=[(point.id, current)], progress=False)
     k2 = min(res2.entries, key=lambda e: e.order).proposal
     assert k2.id == point.id and k2.template == "csr_vector" and k2.provenance is Provenance.KNOWN

@@ -54,6 +54,7 @@ def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
     pytest.importorskip("torch")
     from sparserl.encoding import EncodingConfig
     from sparserl.model.policy import PolicyConfig
+    from sparserl.request.context import MatrixContext
     from sparserl.search.policy import PolicyProposer
 
     class RecordingPolicy:
@@ -79,14 +80,14 @@ def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
         leases.append(device)
         return contextlib.nullcontext()
 
-    pp = PolicyProposer(pol, A, Op.SPMV, None, "card text", name="m", temperature=0.7, max_new_tokens=99, seed=5,
-                        lease=lease)
+    ctx = MatrixContext(A, "m", Op.SPMV)
+    pp = PolicyProposer(pol, ctx, name="m", temperature=0.7, max_new_tokens=99, seed=5, lease=lease)
     assert pp.sample(20) == [f"text {i}" for i in range(16)] + [f"text {i}" for i in range(4)]
     assert [len(c[0]) for c in pol.calls] == [16, 4] and pol.calls[0][0][0].prompt is None
-    assert pol.calls[0][0][0].card == "card text", "the samples carry the card the search gave"
+    assert pol.calls[0][0][0].card == ctx.prompt_card, "the samples carry the request's card"
     res = timed_result("spmv", None, "m", 25.0)
     pp.refine(KERNEL, res, 2)
     samples, kw = pol.calls[-1]
-    assert samples[0].prompt == refinement_prompt(Op.SPMV, None, (100, 100), int(A.nnz), "card text", KERNEL, res)
+    assert samples[0].prompt == refinement_prompt(Op.SPMV, None, (100, 100), int(A.nnz), ctx.prompt_card, KERNEL, res)
     assert kw["temperature"] == 0.7 and kw["max_new_tokens"] == 99
     assert leases == ["cpu", "cpu"], "the GPU is held against the harness's timing while the model writes"

@@ -16,7 +16,7 @@ from sparserl.search.loop import SearchConfig
 from sparserl.search.run import SearchJob, search_matrix
 from sparserl.search.space import Provenance, normalised
 from sparserl.search.store import BestStore
-from tests.search.doubles import TimingDouble
+from tests.search.doubles import FakeTimingDouble
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,12 +39,12 @@ def csr_vector_time(text: str) -> float:
 def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")  # the store's sampled coordinates come from the encoding module
     texts = {normalised(v.render()): v.id for v in variants("spmv")}
-    ev = TimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
+    ev = FakeTimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
     job = SearchJob(matrix=str(mtx), search=SearchConfig(budget=40), store=str(tmp_path / "s.db"),
                     out=str(tmp_path / "out"))  # a seed round over every template, then csr_vector's
     rep, res = search_matrix(job, evaluator=ev)
     assert res.timed and res.best.proposal.id == "spmv/csr_vector/-/tpr=8,block=256"
-    assert rep["verified"] is True and rep["verdict"] == "correct, 11.11x faster than cuSPARSE"
+    assert rep.verified is True and rep.verdict == "correct, 11.11x faster than cuSPARSE"
     out = tmp_path / "out"
     assert (out / "kernel.cu").read_text() == res.best.proposal.text
     assert json.loads((out / "launch.json").read_text())["format"] == "CSR"
@@ -57,9 +57,10 @@ def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path:
         assert st.counts()["results"] == 40 and st.counts()["runs"] == 1
         m = st.matrix(b.fingerprint)
         assert m.source_path == str(mtx.resolve()) and m.coords is not None and 900 < len(m.coords[0]) <= 1024
+        assert m.features is not None and m.features["nnz"] == b.nnz  # what the cost model learns from
 
     # a second search starts from what the store knows, and does not replace it with a tie
-    ev2 = TimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
+    ev2 = FakeTimingDouble(lambda t: csr_vector_time(texts.get(normalised(t), "")))
     _, res2 = search_matrix(SearchJob(matrix=str(mtx), search=SearchConfig(budget=3, seed=1),
                                          store=str(tmp_path / "s.db"), out=str(tmp_path / "out2")), evaluator=ev2)
     first = min(res2.entries, key=lambda e: e.order)
@@ -71,7 +72,7 @@ def test_search_writes_generates_report_shape_and_the_store(mtx: Path, tmp_path:
 def test_no_correct_candidate_is_an_error_with_the_trace_kept(mtx: Path, tmp_path: Path) -> None:
     from sparserl.errors import SparseRLError
 
-    ev = TimingDouble(lambda t: None)  # everything wrong
+    ev = FakeTimingDouble(lambda t: None)  # everything wrong
     with pytest.raises(SparseRLError, match="no correct kernel among the 5 candidates"):
         search_matrix(SearchJob(matrix=str(mtx), search=SearchConfig(budget=5), store=str(tmp_path / "s.db"),
                                 out=str(tmp_path / "out")), evaluator=ev)
@@ -95,8 +96,9 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path) -> None:
     lib = {normalised(text) for _, text, _ in search_bench.oracle_texts(Op.SPMV, None, matrix_card(A))}
     assert {normalised(v.render()) for v in variants("spmv")} <= lib
     # every oracle text (template seeds, library variants) 50 us, anything else (a mutation) 40 us
-    ev = TimingDouble(lambda t: 50.0 if normalised(t) in lib else 40.0)
-    args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None})()
+    ev = FakeTimingDouble(lambda t: 50.0 if normalised(t) in lib else 40.0)
+    args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None,
+                         "cost_model": "none"})()
     with open_store(tmp_path / "s.db") as st:
         row = search_bench.bench_one(ev, st, A, "rand", Op.SPMV, None, args)
     assert row["oracle_us"] == 50.0 and row["cusparse_us"] == 100.0 and row["oracle_speedup"] == 2.0

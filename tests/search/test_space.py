@@ -88,18 +88,18 @@ def test_refused_formats_are_never_proposed(card) -> None:
 
 
 def test_the_host_check_converts_each_format_once(monkeypatch) -> None:
-    import sparserl.formats as formats
-    from sparserl.search.run import cached_accepts
+    from sparserl.request import context
+    from sparserl.request.context import MatrixContext
 
     A = generate("banded", 500, seed=0, bands=3)
-    real, calls = formats.accepts, []
+    real, calls = context.accepts, []
 
     def counting(A_, fmt, params=None, limits=None):
         calls.append((fmt, tuple(sorted((params or {}).items()))))
         return real(A_, fmt, params, limits)
 
-    monkeypatch.setattr(formats, "accepts", counting)
-    check = cached_accepts(A)
+    monkeypatch.setattr(context, "accepts", counting)
+    check = MatrixContext(A, "banded", Op.SPMV).accepts
     answers = [check("DIA", {}), check("DIA", {}), check("SELL", {"C": 8, "sigma": 1}), check("SELL", {"sigma": 1, "C": 8})]
     assert answers == [True, True, True, True]
     assert calls == [("DIA", ()), ("SELL", (("C", 8), ("sigma", 1)))]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import sqlite3
 import threading
@@ -175,3 +176,46 @@ def test_record_replaces_only_under_the_same_key(tmp_path: Path, card: MatrixCar
         assert st.record(verified(card, 30.0, "z", arch="sm_100"))  # another GPU: its own best
         assert sorted((r.name, r.arch, r.time_us) for r in st.best()) == \
             [("a", "sm_100", 30.0), ("a", "sm_90", 50.0), ("b", "sm_90", 80.0)]
+
+
+SCHEMA_V1 = (Path(__file__).parent / "data" / "store_schema_v1.sql").read_text()
+
+
+def test_a_schema_1_store_is_migrated_and_keeps_every_result(tmp_path: Path, card: MatrixCard) -> None:
+    """A store written at schema 1 (no features column) opens at the current schema with its
+    matrices, results and best rows intact, and a matrix recorded again gains its features.
+    Mutations killed: no migration step (add_matrix fails on the missing column), a migration
+    that rewrites or drops rows, the version left at 1, features overwritten once set."""
+    from sparserl.matrices.features import MatrixFeatures, compute_features
+
+    p = tmp_path / "old.db"
+    con = sqlite3.connect(p)
+    con.executescript(SCHEMA_V1)
+    con.execute("INSERT INTO schema_version (version) VALUES (1)")
+    con.execute("INSERT INTO matrices VALUES (?, 'banded_old', ?, ?, ?, ?, NULL, '/data/b.mtx', '2026-01-01')",
+                (card.fingerprint, card.rows, card.cols, card.nnz, json.dumps(card.to_dict())))
+    con.execute("INSERT INTO kernels VALUES ('sha1', 'text', 'CSR', 'csr_vector', 'spmv/csr_vector/-/tpr=4,block=128')")
+    con.execute("INSERT INTO runs VALUES ('r1', ?, 'spmv', 0, '2026-01-01', NULL, 'finished', '{}')", (card.fingerprint,))
+    con.execute("INSERT INTO results (fingerprint, op, k, arch, gpu, regime, harness_version, kernel_sha, time_us, "
+                "cusparse_us, speedup, roofline, provenance, parent_id, model, run_id, created_at) VALUES "
+                "(?, 'spmv', 0, 'sm_90', 'H200', 'cold', '7', 'sha1', 40.0, 80.0, 2.0, NULL, 'seed', NULL, NULL, "
+                "'r1', '2026-01-01')", (card.fingerprint,))
+    con.execute("INSERT INTO best VALUES (?, 'spmv', 0, 'sm_90', 'cold', '7', 1, 'sha1', 40.0, 80.0, 2.0, "
+                "'2026-01-01')", (card.fingerprint,))
+    con.commit()
+    con.close()
+    feats = compute_features(generate("banded", 2000, seed=3, bands=5))
+    with BestStore(p) as st:
+        assert st._schema_version() == SCHEMA_VERSION == 3
+        m = st.matrix(card.fingerprint)
+        assert m is not None and m.features is None and MatrixCard.from_dict(m.card) == card and m.source_path == "/data/b.mtx"
+        [r] = st.results(card.fingerprint)
+        assert (r.time_us, r.cusparse_us, r.candidate_id) == (40.0, 80.0, "spmv/csr_vector/-/tpr=4,block=128")
+        assert [b.time_us for b in st.best()] == [40.0]
+        st.add_matrix(card, "banded_new", features=feats)
+        m = st.matrix(card.fingerprint)
+        assert m.name == "banded_old" and MatrixFeatures.from_dict(m.features) == feats
+        st.add_matrix(card, "banded_new", features=replace(feats, bandwidth=feats.bandwidth + 1))
+        assert MatrixFeatures.from_dict(st.matrix(card.fingerprint).features) == feats  # the first features stay
+    with BestStore(p) as st:  # reopened: nothing to migrate, nothing lost
+        assert st._schema_version() == SCHEMA_VERSION and st.counts()["results"] == 1

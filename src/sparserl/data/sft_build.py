@@ -9,9 +9,8 @@ format accepted the matrix, and no times are recorded.
 
 Splits are by matrix and seeded; real matrices (a SuiteSparse folder) go to the test split
 by default. Output folder: ``matrices/`` (one ``.npz`` per matrix), ``train.jsonl``,
-``val.jsonl``, ``test.jsonl`` and ``summary.json``. A row has the paper's fields
-``rows, cols, shape, format, code`` (rows/cols: up to ``coords`` sampled nonzeros; ``code``
-starts with ``FORMAT:``) plus ``op, k, matrix, family, split, variant, times``.
+``val.jsonl``, ``test.jsonl`` and ``summary.json``; each row a :class:`~sparserl.data.rows.SFTRow`
+(rows/cols: up to ``coords`` sampled nonzeros).
 """
 
 from __future__ import annotations
@@ -25,9 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
+from sparserl.checks import require
+from sparserl.data.rows import KernelTimes, RowWriter, SFTRow
 from sparserl.errors import SparseRLError
+from sparserl.formats import accepts
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
+from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate, load_matrix, save_matrix
+from sparserl.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +47,7 @@ class SFTDataConfig:
     out: str = "runs/data"
     """Output folder."""
     families: tuple[str, ...] = ()
-    """Generator families (empty: all)."""
+    """Generator families (empty: the classic ones, ``family_names()``; application families only when named)."""
     matrices_per_family: int = 12
     """Generated matrices per family."""
     min_rows: int = 2_000
@@ -77,9 +83,10 @@ class SFTDataConfig:
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise SparseRLError(f"target must be one of {TARGETS}, got {self.target!r}")
-        bad = set(self.families) - set(family_names())
-        if bad:
-            raise SparseRLError(f"unknown families {sorted(bad)}; families are {family_names()}")
+        bad = set(self.families) - set(family_names(include_application=True))
+        if bad:  # the default set is the classic families; application families only when named
+            raise SparseRLError(f"unknown families {sorted(bad)}; families are "
+                                f"{family_names(include_application=True)}")
         if any(o not in ("spmv", "spmm") for o in self.ops) or not self.ops:
             raise SparseRLError("ops must be a non-empty subset of spmv, spmm")
         if not (0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1
@@ -87,12 +94,20 @@ class SFTDataConfig:
             raise SparseRLError("val_fraction + test_fraction must be below 1")
         if self.real_split not in ("test", "mixed"):
             raise SparseRLError("real_split must be 'test' or 'mixed'")
-        if self.variants_per_matrix is not None and self.variants_per_matrix < 1:
-            raise SparseRLError("variants_per_matrix must be >= 1 (or None for all)")
-        if self.near_fastest_ratio < 1.0:
-            raise SparseRLError("near_fastest_ratio must be >= 1.0")
-        if self.min_rows < 1 or self.max_rows < self.min_rows or self.matrices_per_family < 0:
-            raise SparseRLError("need 1 <= min_rows <= max_rows and matrices_per_family >= 0")
+        if self.variants_per_matrix is not None:
+            require(self.variants_per_matrix >= 1, "--variants-per-matrix", ">= 1 (or left out for all)",
+                    self.variants_per_matrix)
+        require(self.near_fastest_ratio >= 1.0, "--near-fastest-ratio", ">= 1.0", self.near_fastest_ratio)
+        require(self.min_rows >= 1, "--min-rows", ">= 1", self.min_rows)
+        require(self.max_rows >= self.min_rows, "--max-rows", f">= --min-rows ({self.min_rows})", self.max_rows)
+        require(self.matrices_per_family >= 0, "--per-family", ">= 0", self.matrices_per_family)
+        if self.matrices_per_family == 0 and not self.real_dir:
+            raise SparseRLError("no matrices: --per-family 0 generates none and no --real-dir was given "
+                                "(give --per-family N >= 1, or a folder of matrices with --real-dir)")
+        require(self.targets_per_matrix >= 1, "--targets-per-matrix", ">= 1", self.targets_per_matrix)
+        require(all(k >= 1 for k in self.ks), "--ks", "SpMM column counts >= 1", self.ks)
+        require(self.coords >= 1, "coords", ">= 1", self.coords)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)
 
 
 @dataclass(frozen=True)
@@ -154,10 +169,7 @@ def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
 def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
     """Build the data set; ``evaluator`` defaults to a harness Evaluator (compile-only if asked or no GPU).
     The summary counts the ``correct`` variants (``compiled`` ones in a compile-only build)."""
-    from sparserl.encoding import sample_nonzeros
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.kernels.library import variants
-    from sparserl.train.common import progress
+    from sparserl.encoding import sample_nonzeros  # torch
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -167,8 +179,7 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
     if not cfg.compile_only and not ev.has_gpu:
         raise SparseRLError("no GPU visible: building SFT data needs the harness on a GPU, or --compile-only")
     rng = np.random.default_rng(cfg.seed + 1)
-    files = {s: (out / f"{s}.jsonl").open("w") for s in ("train", "val", "test")}
-    counts = {s: 0 for s in files}
+    files = {s: RowWriter(out / f"{s}.jsonl") for s in ("train", "val", "test")}
     usable = "compiled" if cfg.compile_only else "correct"  # compile-only: nothing was verified
     stats = {"matrices": len(entries), "evaluations": 0, usable: 0, f"no_{usable}_variant": []}
     jobs = [(e, Op(o), k) for e in entries for o in cfg.ops for k in ((None,) if o == "spmv" else cfg.ks)]
@@ -187,7 +198,7 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
                 if cfg.compile_only:  # no worker converted the matrix: check the format accepts it here
                     accepted = _formats_accepting(A, vs)
                     good = [(v, r) for v, r in zip(vs, results)
-                            if r.error_kind.value == "no_gpu" and accepted[(v.format, v.format_params)]]
+                            if r.error_kind is ErrorKind.NO_GPU and accepted[(v.format, v.format_params)]]
                 else:
                     good = [(v, r) for v, r in zip(vs, results) if r.ok]
                 stats[usable] += len(good)
@@ -201,22 +212,18 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
                                                        cfg.near_fastest_ratio)]
                 r_idx, c_idx = sample_nonzeros(A, cfg.coords, cfg.seed)
                 for v, res in picks:
-                    row = {
-                        "rows": r_idx.tolist(), "cols": c_idx.tolist(), "shape": [int(A.shape[0]), int(A.shape[1])],
-                        "format": v.format, "code": v.render(), "op": op.value, "k": k, "nnz": int(A.nnz),
-                        "matrix": e.path, "family": e.family, "split": e.split, "variant": v.id,
-                        "times": None if cfg.compile_only else {
-                            "kernel_us": res.timings["cold"].median_us, "cusparse_us": res.baseline["cold"].median_us,
-                            "speedup": res.speedup, "regime": "cold"},
-                    }
-                    files[e.split].write(json.dumps(row) + "\n")
-                    counts[e.split] += 1
+                    measured = None if cfg.compile_only else KernelTimes(
+                        res.timings["cold"].median_us, res.baseline["cold"].median_us, res.speedup, "cold")
+                    files[e.split].write(SFTRow(
+                        rows=r_idx.tolist(), cols=c_idx.tolist(), shape=(int(A.shape[0]), int(A.shape[1])),
+                        code=v.render(), format=v.format, op=op.value, k=k, nnz=int(A.nnz), matrix=e.path,
+                        family=e.family, split=e.split, variant=v.id, times=measured))
     finally:
         for f in files.values():
             f.close()
         if own:
             ev.close()
-    summary = {"config": asdict(cfg), "rows": counts, "seconds": time.perf_counter() - t0,
+    summary = {"config": asdict(cfg), "rows": {s: f.count for s, f in files.items()}, "seconds": time.perf_counter() - t0,
                "splits": {s: sorted({e.name for e in entries if e.split == s}) for s in files}, **stats}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
@@ -250,31 +257,5 @@ def pick_targets(times: list[float] | None, n_good: int, target: str, n: int,
 
 def _formats_accepting(A, vs) -> dict[tuple, bool]:
     """Whether each (format, params) of ``vs`` converts ``A`` within the fill limits."""
-    from sparserl.formats import accepts
-
     keys = {(v.format, v.format_params) for v in vs}
     return {key: accepts(A, key[0], dict(key[1])) for key in keys}
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Rows of an SFT JSONL file, checked for the fields training needs."""
-    path = Path(path)
-    if not path.exists():
-        raise SparseRLError(f"{path}: no such file")
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SparseRLError(f"{path}:{i}: not JSON ({exc.msg})") from None
-        missing = {"rows", "cols", "shape", "code"} - set(row)
-        if missing:
-            raise SparseRLError(f"{path}:{i}: missing fields {sorted(missing)}")
-        if not str(row["code"]).lstrip().upper().startswith("FORMAT:"):
-            raise SparseRLError(f"{path}:{i}: code must start with 'FORMAT:'")
-        rows.append(row)
-    if not rows:
-        raise SparseRLError(f"{path}: no rows")
-    return rows

@@ -2,7 +2,7 @@
 
 Systems: policy checkpoints (each sampled ``samples`` times per matrix), and the baselines
 cuSPARSE (speedup 1 by definition), the library oracle (fastest verified library variant)
-and the rule-based selector (:mod:`sparserl.eval.selector`). Everything goes through the
+and the rule-based selector (:func:`sparserl.request.library.select_variant`). Everything goes through the
 same harness in the same run, so every ratio is measured side by side.
 
 Per system: compile rate and correctness over all samples, unbiased pass@1 and pass@k,
@@ -12,7 +12,7 @@ slower than cuSPARSE, counts as 1.0: the user keeps cuSPARSE; :func:`~sparserl.e
 and, at their raw speed, over the matrices it covers; speedup@1 (what one sampled kernel
 gives, estimated from all samples, by the same rule), roofline fraction; broken down per structure family and per format
 chosen, with a format confusion table against the oracle, and where the policies' samples come
-from against the library (:mod:`sparserl.eval.provenance`).
+from against the library (:mod:`sparserl.eval.library_match`).
 """
 
 from __future__ import annotations
@@ -23,18 +23,31 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sparserl.checks import check_op, require
+from sparserl.data.rows import read_nonempty
+from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
+from sparserl.eval.library_match import library_match_table
 from sparserl.eval.metrics import fast_p, geomean, kept_speedup, mean_pass_at_k, speedup_at_1
-from sparserl.eval.provenance import provenance_table
+from sparserl.eval.report import markdown, plots
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
+from sparserl.kernels.library import variants
+from sparserl.matrices import family_names, generate
+from sparserl.request.context import MatrixContext
+from sparserl.request.library import select_variant
+
+if TYPE_CHECKING:
+    from sparserl.model.policy import Policy
 
 log = logging.getLogger(__name__)
 
-# Figures from the paper as quoted in this project's issue tracker (not re-measured here).
-PAPER = {"source": "SparseRL, ICLR 2026 (figures as quoted in the project's issues)",
+# The paper's own figures, as it reports them (not re-measured here).
+PAPER = {"source": "SparseRL, ICLR 2026 (the paper's reported figures)",
          "compile_rate": 0.575, "pass_at_1": 0.10, "geomean_speedup": 1.42, "gpu": "V100"}
 FAST_PS = (1.0, 1.2, 1.5)
 BASELINES = ("cusparse", "oracle", "selector")
@@ -57,14 +70,15 @@ class EvalConfig:
     """Baselines run beside the policies: 'cusparse', 'oracle', 'selector'."""
     op: str = "spmv"
     """'spmv' or 'spmm'."""
-    k: int = 32
-    """SpMM columns (unused for spmv)."""
+    k: int | None = None
+    """SpMM columns (required for spmm, refused for spmv)."""
     samples: int = 8
     """Completions per matrix per checkpoint (pass@k uses them)."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
-    max_new_tokens: int = 1536
-    """Longest completion, in tokens."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     gen_batch: int = 32
     """Completions generated together (across matrices): the policy's batch size."""
     out: str = "runs/eval"
@@ -80,39 +94,48 @@ class EvalConfig:
         bad = set(self.baselines) - set(BASELINES)
         if bad:
             raise SparseRLError(f"unknown baselines {sorted(bad)}; choose from {BASELINES}")
-        if self.samples < 1 or self.gen_batch < 1 or self.op not in ("spmv", "spmm"):
-            raise SparseRLError("need samples >= 1, gen_batch >= 1 and op spmv or spmm")
+        check_op(self.op, self.k)
+        require(self.samples >= 1, "--samples", ">= 1", self.samples)
+        require(self.gen_batch >= 1, "--gen-batch", ">= 1", self.gen_batch)
+        require(self.family_rows >= 1, "--family-rows", ">= 1", self.family_rows)
         if self.split not in SPLITS:
             raise SparseRLError(f"--split {self.split!r}: a data folder's splits are {', '.join(SPLITS)}")
-        if not self.temperature > 0:
-            raise SparseRLError(f"temperature must be > 0 (1.0 samples the policy as it is), got {self.temperature}")
-        if self.max_new_tokens < 1:
-            raise SparseRLError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
+        require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
+                self.max_new_tokens)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)
 
 
-def matrix_set(cfg: EvalConfig) -> list[tuple[str, str, object]]:
-    """(name, family, matrix) triples of the evaluation set."""
-    from sparserl.matrices import family_names, generate, load_matrix
-
+def matrix_files(cfg: EvalConfig) -> list[tuple[str, str]] | None:
+    """(file, family) of the evaluation set's matrices, checked and listed without loading them; None
+    for 'families' (generated, one per family). Raises SparseRLError for a set that has none."""
     if cfg.matrices == "families":
-        return [(f"{f}_{cfg.family_rows}", f, generate(f, cfg.family_rows, seed=cfg.seed + 7)) for f in family_names()]
+        return None
     p = Path(cfg.matrices)
     if not (p / f"{cfg.split}.jsonl").exists() and any((p / f"{s}.jsonl").exists() for s in SPLITS):
         raise SparseRLError(f"{p} is a data folder without a {cfg.split!r} split ({cfg.split}.jsonl): "
                             f"choose --split from {', '.join(s for s in SPLITS if (p / f'{s}.jsonl').exists())}")
     if (p / f"{cfg.split}.jsonl").exists():
-        from sparserl.data.sft_build import read_jsonl
-
-        rows = read_jsonl(p / f"{cfg.split}.jsonl")
         seen: dict[str, str] = {}
-        for r in rows:
-            seen.setdefault(r["matrix"], r.get("family", "?"))
-        return [(Path(m).name.split(".")[0], fam, load_matrix(m)) for m, fam in sorted(seen.items())]
+        for r in read_nonempty(p / f"{cfg.split}.jsonl"):
+            if r.matrix:
+                seen.setdefault(r.matrix, r.family or "?")
+        return sorted(seen.items())
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.name.endswith((".mtx", ".mtx.gz", ".npz")))
         if files:
-            return [(f.name.split(".")[0], "real", load_matrix(f)) for f in files]
+            return [(str(f), "real") for f in files]
     raise SparseRLError(f"{cfg.matrices}: no matrices (give a data folder, a folder of matrices, or 'families')")
+
+
+def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> list[tuple[MatrixContext, str]]:
+    """(matrix, family) pairs of the evaluation set (``files``: :func:`matrix_files`'s, when listed
+    already), each matrix asked for ``cfg``'s op."""
+    op = Op(cfg.op)
+    if cfg.matrices == "families":
+        return [(MatrixContext(generate(f, cfg.family_rows, seed=cfg.seed + 7), f"{f}_{cfg.family_rows}", op, cfg.k), f)
+                for f in family_names()]
+    return [(MatrixContext.load(m, op, cfg.k), fam) for m, fam in (files or matrix_files(cfg))]
 
 
 def _record(results, family: str) -> dict:
@@ -126,8 +149,15 @@ def _record(results, family: str) -> dict:
             "sample_speedups": [r.speedup if r.correct and r.speedup else None for r in results]}
 
 
-def summarize(per_matrix: dict[str, dict], samples: int) -> dict:
-    """Aggregate one system's per-matrix records (pure)."""
+TIMED_FIGURES = ("correct_rate", "pass@1", "coverage", "geomean_speedup", "geomean_speedup_covered", "speedup@1",
+                 "roofline_mean", *(f"fast_{p}" for p in FAST_PS))
+"""What a compile-only run (no GPU) cannot measure: nothing was run, so nothing is correct or fast."""
+
+
+def summarize(per_matrix: dict[str, dict], samples: int, timed: bool = True) -> dict:
+    """Aggregate one system's per-matrix records (pure). ``timed``: whether the kernels ran on a GPU;
+    without (compile-only) only compile rates are measured, and every other figure is None (a
+    speedup of 1.0 or a correct rate of 0 would be a figure nobody measured)."""
     recs = list(per_matrix.values())
     n = sum(r["n"] for r in recs)
     best = [r["best_speedup"] for r in recs]
@@ -155,16 +185,15 @@ def summarize(per_matrix: dict[str, dict], samples: int) -> dict:
         compiled[r["family"]][0] += r["compiled"]
         compiled[r["family"]][1] += r["n"]
     out["per_family_compile_rate"] = {f: c / n if n else None for f, (c, n) in compiled.items()}
+    if not timed:
+        out |= {key: None for key in (*TIMED_FIGURES, f"pass@{samples}")} | {"per_family_geomean": {}}
     return out
 
 
-def _baselines(cfg: EvalConfig, ev, ref, A, fam: str, op: Op, k: int | None) -> dict[str, dict]:
+def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, dict]:
     """The baselines' records on one matrix: cuSPARSE, the library oracle, the rule-based selector."""
-    from sparserl.eval.selector import select_variant
-    from sparserl.kernels.library import variants
-    from sparserl.matrices import compute_features
-
     out = {}
+    ref, op, k = ctx.ref(ev), ctx.op, ctx.k
     if "cusparse" in cfg.baselines:
         b = ev.baseline(ref, op, k)["baselines"]["cold"]
         out["cuSPARSE"] = {"family": fam, "n": 1, "compiled": 1, "correct": 1, "best_speedup": 1.0,
@@ -176,84 +205,95 @@ def _baselines(cfg: EvalConfig, ev, ref, A, fam: str, op: Op, k: int | None) -> 
         rec["sample_speedups"] = [rec["best_speedup"]]  # the oracle is one pick: its best
         out["library oracle"] = rec
     if "selector" in cfg.baselines:
-        v = select_variant(compute_features(A), op)
+        v = select_variant(ctx.features, op)
         out["rule-based selector"] = _record([ev.evaluate(v.render(), ref, op, k)], fam)
     return out
 
 
-def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> dict:
-    """Run the evaluation; writes eval.json, eval.md and plots to ``cfg.out``; returns the summary."""
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.matrices.card import prompt_card
-    from sparserl.model.policy import make_sample, uses_card
-
-    t0 = time.perf_counter()
-    op = Op(cfg.op)
-    k = cfg.k if op is Op.SPMM else None
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    own = evaluator is None
-    ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
-    if not cfg.compile_only and not ev.has_gpu:
-        raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")
-    policies = dict(policies or {})
+def _open_policies(cfg: EvalConfig, given: dict | None) -> dict[str, Policy]:
+    """The policies to evaluate: those given, and ``cfg.checkpoints`` opened (NAME=PATH or PATH)."""
+    policies = dict(given or {})
     if cfg.checkpoints:
-        from sparserl.model.policy import Policy
-        from sparserl.devices import pick_device
+        from sparserl.model.policy import Policy  # torch
 
         device = str(pick_device("auto"))
         for spec in cfg.checkpoints:
             name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
             policies[name] = Policy.open(path, device=device)
+    return policies
+
+
+def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple[MatrixContext, str]],
+                completions: Path) -> tuple[dict[str, dict], list[tuple[str, str, bool]]]:
+    """One policy's samples on every matrix (generated in full batches across matrices, then judged
+    by the harness): its per-matrix records and (system, completion, correct) of every sample; each
+    sample is appended to ``completions``."""
+    jobs = [ctx for ctx, _ in todo for _ in range(cfg.samples)]
+    texts: list[str] = []
+    for i in range(0, len(jobs), cfg.gen_batch):
+        texts += policy.generate([ctx.sample(policy.config) for ctx in jobs[i:i + cfg.gen_batch]],
+                                 max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + i)
+        log.info("%s: generated %d of %d completions", name, len(texts), len(jobs))
+    rs = ev.evaluate_many([(t, ctx.ref(ev), ctx.op, ctx.k) for t, ctx in zip(texts, jobs)])
+    records = {ctx.name: _record(rs[n * cfg.samples:(n + 1) * cfg.samples], fam) for n, (ctx, fam) in enumerate(todo)}
+    with completions.open("a") as f:  # every sample, for reading the failures
+        for t, ctx, r in zip(texts, jobs, rs):
+            f.write(json.dumps({"system": name, "matrix": ctx.name, "verdict": r.error_kind.value,
+                                "message": (r.message or "")[:500], "format": r.format,
+                                "speedup": r.speedup, "completion": t}) + "\n")
+    log.info("evaluated %s on %d matrices", name, len(todo))
+    return records, [(name, t, r.correct) for t, r in zip(texts, rs)]
+
+
+def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> dict:
+    """Run the evaluation; writes eval.json, eval.md and plots to ``cfg.out``; returns the summary."""
+    t0 = time.perf_counter()
+    files = matrix_files(cfg)  # a set that has no matrices fails before anything is loaded or written
+    policies = _open_policies(cfg, policies)
+    if not policies and (cfg.compile_only or not cfg.baselines):
+        raise SparseRLError("nothing to evaluate: no policy was given (-c NAME=PATH)"
+                            + (", and the baselines are timings, which need a GPU" if cfg.compile_only
+                               else " and no baseline was asked for"))
+    todo = matrix_set(cfg, files)  # before anything is written: a set that does not load leaves no folder behind
+    out = Path(cfg.out)
+    ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
-    oracle_fmt: dict[str, str | None] = {}
-    (out / "completions.jsonl").unlink(missing_ok=True)
-    todo: list[tuple[str, str, object, dict]] = []  # (matrix, family, harness ref, {policy: Sample})
     drawn: list[tuple[str, str, bool]] = []  # (policy, completion, correct): where samples come from
     try:
-        for mname, fam, A in matrix_set(cfg):
-            ref = ev.register(A, mname)
-            card = prompt_card(A) if any(uses_card(pol.config) for pol in policies.values()) else None  # once
-            todo.append((mname, fam, ref, {pname: make_sample(A, pol.config, op, k, card=card)
-                                           for pname, pol in policies.items()}))
+        if not cfg.compile_only and not ev.has_gpu:
+            raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "completions.jsonl").unlink(missing_ok=True)
+        for ctx, fam in todo:
             if not cfg.compile_only:  # the baselines are timings: nothing to compare without a GPU
-                for name, rec in _baselines(cfg, ev, ref, A, fam, op, k).items():
-                    systems[name][mname] = rec
-                if "library oracle" in systems:
-                    oracle_fmt[mname] = systems["library oracle"][mname]["best_format"]
-                log.info("baselines done for %s", mname)
-        for pname, pol in policies.items():  # all matrices' samples in full batches, then the harness
-            jobs = [(mname, fam, ref, samples[pname]) for mname, fam, ref, samples in todo for _ in range(cfg.samples)]
-            texts: list[str] = []
-            for i in range(0, len(jobs), cfg.gen_batch):
-                texts += pol.generate([j[3] for j in jobs[i:i + cfg.gen_batch]], max_new_tokens=cfg.max_new_tokens,
-                                      temperature=cfg.temperature, seed=cfg.seed + i)
-                log.info("%s: generated %d of %d completions", pname, len(texts), len(jobs))
-            rs = ev.evaluate_many([(t, j[2], op, k) for t, j in zip(texts, jobs)])
-            for n, (mname, fam, _, _) in enumerate(todo):
-                systems[pname][mname] = _record(rs[n * cfg.samples:(n + 1) * cfg.samples], fam)
-            drawn += [(pname, t, r.correct) for t, r in zip(texts, rs)]
-            with (out / "completions.jsonl").open("a") as f:  # every sample, for reading the failures
-                for t, j, r in zip(texts, jobs, rs):
-                    f.write(json.dumps({"system": pname, "matrix": j[0], "verdict": r.error_kind.value,
-                                        "message": (r.message or "")[:500], "format": r.format,
-                                        "speedup": r.speedup, "completion": t}) + "\n")
-            log.info("evaluated %s on %d matrices", pname, len(todo))
+                for name, rec in _baselines(cfg, ev, ctx, fam).items():
+                    systems[name][ctx.name] = rec
+                log.info("baselines done for %s", ctx.name)
+        for name, policy in policies.items():
+            systems[name], samples = _run_policy(cfg, ev, name, policy, todo, out / "completions.jsonl")
+            drawn += samples
     finally:
-        if own:
+        if evaluator is None:
             ev.close()
-    summary = {name: summarize(recs, cfg.samples) for name, recs in systems.items()}
-    confusion = {name: dict(Counter(f"{oracle_fmt.get(m)} -> {r['best_format']}" for m, r in recs.items()))
-                 for name, recs in systems.items() if name in policies and oracle_fmt}
-    result = {"config": asdict(cfg), "op": op.value, "k": k, "summary": summary, "per_matrix": systems,
-              "format_confusion_vs_oracle": confusion, "paper": PAPER, "seconds": time.perf_counter() - t0,
-              "compile_only": cfg.compile_only}
-    if not cfg.compile_only:  # compile-only verifies nothing, so no sample is correct
-        result["provenance"] = provenance_table(drawn, op)
+    result = _result(cfg, systems, policies, drawn, time.perf_counter() - t0)
     (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
-    from sparserl.eval.report import markdown, plots
-
     (out / "eval.md").write_text(markdown(result))
     if cfg.plots and not cfg.compile_only:  # compile-only: nothing was timed, so no speedup to plot
         result["plots"] = plots(result, out)
+    return result
+
+
+def _result(cfg: EvalConfig, systems: dict[str, dict[str, dict]], policies: dict, drawn: list, seconds: float) -> dict:
+    """eval.json: the config, every system's summary and per-matrix records, the formats the policies
+    chose against the oracle's, and where the policies' samples come from against the library."""
+    op = Op(cfg.op)
+    oracle_fmt = {m: r["best_format"] for m, r in systems.get("library oracle", {}).items()}
+    confusion = {name: dict(Counter(f"{oracle_fmt.get(m)} -> {r['best_format']}" for m, r in recs.items()))
+                 for name, recs in systems.items() if name in policies and oracle_fmt}
+    result = {"config": asdict(cfg), "op": op.value, "k": cfg.k,
+              "summary": {name: summarize(recs, cfg.samples, not cfg.compile_only) for name, recs in systems.items()},
+              "per_matrix": systems, "format_confusion_vs_oracle": confusion, "paper": PAPER, "seconds": seconds,
+              "compile_only": cfg.compile_only}
+    if not cfg.compile_only:  # compile-only verifies nothing, so no sample is correct
+        result["library_match"] = library_match_table(drawn, op)
     return result

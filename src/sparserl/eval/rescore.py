@@ -15,8 +15,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
+from sparserl.harness.result import ErrorKind
 from sparserl.eval.compare import summarize
-from sparserl.eval.provenance import provenance_table
+from sparserl.eval.library_match import library_match_table
 from sparserl.eval.report import markdown
 
 
@@ -36,10 +37,11 @@ def rescore(folder: str | Path) -> dict:
         for line in cj.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                ok = r["verdict"] == "none" and r.get("speedup")
+                verified = ErrorKind(r["verdict"]).verified  # none, or slow (stopped early, its time measured)
+                ok = verified and r.get("speedup")
                 samples[r["system"]][r["matrix"]].append(r["speedup"] if ok else None)
                 if "completion" in r:  # files of older runs kept only the verdicts
-                    drawn.append((r["system"], r["completion"], r["verdict"] == "none"))
+                    drawn.append((r["system"], r["completion"], verified))
     n = result["config"]["samples"]
     for name, recs in result["per_matrix"].items():
         for mname, rec in recs.items():
@@ -52,9 +54,10 @@ def rescore(folder: str | Path) -> dict:
                 if rec["n"] != 1:
                     raise SparseRLError(f"{cj}: no samples of {name} (it has {rec['n']} per matrix)")
                 rec["sample_speedups"] = [rec["best_speedup"]]  # a baseline: its one pick
-    result["summary"] = {name: summarize(recs, n) for name, recs in result["per_matrix"].items()}
+    timed = not result.get("compile_only")
+    result["summary"] = {name: summarize(recs, n, timed) for name, recs in result["per_matrix"].items()}
     if drawn:
-        result["provenance"] = provenance_table(drawn, result["op"])
+        result["library_match"] = library_match_table(drawn, result["op"])
     ej.write_text(json.dumps(result, indent=1, default=str))
     (folder / "eval.md").write_text(markdown(result))
     return result

@@ -5,16 +5,18 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from sparserl.formats.base import ConversionLimits, FormatData, row_of_each_entry, sorted_unique
+from sparserl.formats.base import ConversionLimits, FormatData, row_of_each_entry
 
 
 def encode(A: sp.csr_array, params: dict[str, int], limits: ConversionLimits):
-    m = A.shape[0]
+    m, n = A.shape
     rows = row_of_each_entry(A.indptr, m)
-    diff = A.indices.astype(np.int64) - rows
-    offsets = sorted_unique(diff)
+    shifted = A.indices.astype(np.int64) - rows + (m - 1)  # the diagonal of each entry, in 0 .. m + n - 2
+    present = np.zeros(m + n - 1, dtype=bool)
+    present[shifted] = True  # one pass over the entries, no sort (a refusal is decided here)
+    offsets = np.flatnonzero(present) - (m - 1)  # increasing
     limits.check("DIA", offsets.size * m, A.nnz, f"the matrix has {offsets.size} distinct diagonals")
-    d = np.searchsorted(offsets, diff)
+    d = (np.cumsum(present) - 1)[shifted]  # each entry's diagonal's place among the offsets
     val = np.zeros(offsets.size * m, dtype=np.float32)
     val[d * m + rows] = A.data
     arrays = {"offsets": offsets.astype(np.int32), "val": val}

@@ -162,9 +162,26 @@ class BaselineResult:
                 "per_alg_us": self.per_alg_us, "errors": self.errors}
 
 
+def _time_batched(run, io: IOBuffers, config: TimingConfig, flush: FlushBuffer | None, ahead: int = 1) -> Timing:
+    """cuSPARSE timed by the batched path (:mod:`sparserl.harness.batched`), every run prepared as a
+    candidate's is and not checked; always ``config.trials`` runs (no adaptive stop: the baseline is
+    measured once per matrix); ``ahead`` as ``SpeedConfig.runs_ahead``."""
+    from sparserl.harness.batched import BoardIO, time_cold, time_warm
+
+    bio = BoardIO(io, None)
+    if config.regime == "cold":
+        r = time_cold(run, config, flush or FlushBuffer(), bio, floor=config.trials, ci=0.0, batch=config.trials,
+                      ahead=ahead)
+    else:
+        r = time_warm(run, config, bio, ahead=ahead)
+    return r.timing
+
+
 def time_cusparse(A: sp.csr_array, op: Op, k: int | None, config: TimingConfig,
-                  flush: FlushBuffer | None = None, check: bool = True) -> BaselineResult:
-    """Time every cuSPARSE algorithm for ``op`` on ``A`` and keep the fastest correct one."""
+                  flush: FlushBuffer | None = None, check: bool = True, batched: bool = False,
+                  ahead: int = 1) -> BaselineResult:
+    """Time every cuSPARSE algorithm for ``op`` on ``A`` and keep the fastest correct one (``batched``:
+    timed as the batched path times candidates, ``ahead`` runs enqueued before each wait)."""
     from sparserl.harness.reference import Fp64Reference
 
     cp = cupy_module()
@@ -185,7 +202,8 @@ def time_cusparse(A: sp.csr_array, op: Op, k: int | None, config: TimingConfig,
                 if not reference.compare(runner.x, runner.y).ok:
                     errors[alg] = "result differs from the fp64 reference"
                     continue
-            t = time_run(runner.run, config, flush=flush, io=CheckedIO(runner.io))
+            t = (_time_batched(runner.run, runner.io, config, flush, ahead) if batched else
+                 time_run(runner.run, config, flush=flush, io=CheckedIO(runner.io)))
         except Exception as exc:  # e.g. an algorithm that cannot be captured in a graph
             errors[alg] = f"timing failed: {str(exc)[:200]}"
             continue
@@ -203,10 +221,13 @@ class BaselineCache:
     """cuSPARSE's best time per (matrix, op, k, regime): in memory, then on disk, then measured.
 
     Disk entries live under ``folder/<gpu>/`` and are named by the matrix's content key, op, k,
-    regime, trials and the harness version (a change in how runs are timed makes new entries)."""
+    regime, trials, the harness version and the timing path (``batched``, with ``ahead`` runs
+    enqueued before each wait; a change in how runs are timed makes new entries)."""
 
-    def __init__(self, folder: Path, gpu: str):
+    def __init__(self, folder: Path, gpu: str, batched: bool = False, ahead: int = 1):
         self.folder = Path(folder) / gpu.replace(" ", "_")
+        self.batched = batched
+        self.ahead = ahead
         self._memory: dict[tuple, dict] = {}
 
     def get(self, key: str, A: sp.csr_array, op: Op, k: int | None, config: TimingConfig,
@@ -217,12 +238,13 @@ class BaselineCache:
         mkey = (key, op.value, k, config.regime, config.trials)
         if mkey in self._memory:
             return self._memory[mkey]
-        path = self.folder / f"{key}_{op.value}_{k}_{config.regime}_{config.trials}_h{HARNESS_VERSION}.json"
+        path = self.folder / (f"{key}_{op.value}_{k}_{config.regime}_{config.trials}_h{HARNESS_VERSION}"
+                              f"{f'_batched_a{self.ahead}' if self.batched else ''}.json")
         try:
             res = json.loads(path.read_text())
         except (OSError, ValueError):
             before_measuring()
-            r = time_cusparse(A, op, k, config, flush)
+            r = time_cusparse(A, op, k, config, flush, batched=self.batched, ahead=self.ahead)
             res = {"alg": r.best_alg, **r.timing.to_dict(), "per_alg_us": r.per_alg_us}
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")

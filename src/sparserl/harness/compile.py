@@ -111,7 +111,8 @@ class CompileResult:
     cached: bool
     """True when the result came from the disk cache."""
     error_kind: str | None = None
-    """None, or one of: compile_error, timeout, no_compiler."""
+    """None, or one of: compile_error (the source's, cached), timeout, compiler_failure (the compiler
+    failed on its own: killed, out of memory, a bad option; not cached), no_compiler."""
     log: str = ""
     """Tail of nvcc's output (errors, warnings, ptxas report)."""
     resources: tuple[KernelResources, ...] = field(default_factory=tuple)
@@ -218,6 +219,58 @@ def candidate_log(text: str, name: str = SOURCE_NAME) -> str:
         if keep:
             out.append(line)
     return "\n".join(out) + ("\n" if out else "")
+
+
+_MACHINE_FAULT = re.compile(
+    r"out of memory|cannot allocate memory|memory exhausted|memory allocation failure|allocation failure occurred"
+    r"|died due to signal|core dumped|error while loading shared libraries|^segmentation fault|^killed\s*$"
+    r"|^aborted\b|^nvcc fatal\b", re.IGNORECASE | re.MULTILINE)
+"""What a compiler that failed on its own prints (memory exhausted, a step killed by a signal, a
+library it could not load, a bad option), looked for outside the candidate's own diagnostics."""
+_SOURCE_ERROR = re.compile(r"^(?:[^\s(:][^(]*?(?:\(\d+\)|:\d+(?::\d+)?):\s*(?:catastrophic error|fatal error|error)\b"
+                           r"|\d+ (?:catastrophic )?errors? detected in the compilation of|ptxas (?:error|fatal)\s*:)",
+                           re.MULTILINE)
+"""A diagnostic that blames the source: an error located in a file (the candidate's, or a header it
+used), the front end's error count, or ptxas refusing the code."""
+
+
+def _foreign_lines(text: str, name: str = SOURCE_NAME) -> str:
+    """The compiler's output less the candidate's own diagnostics (a diagnostic located in the
+    candidate's text, with its indented continuation lines): what the candidate cannot write into
+    the log with ``#error`` or ``#warning``."""
+    out, own = [], False
+    for line in text.splitlines():
+        if m := _DIAGNOSTIC.match(line):
+            own = m.group("file") == name
+        elif not line[:1].isspace() and line.lstrip()[:1] != "^":
+            own = False
+        if not own:
+            out.append(line)
+    return "\n".join(out)
+
+
+def build_failure_kind(text: str, returncode: int | None = None) -> tuple[str, str | None]:
+    """Whether a failed build is the source's fault: ``("compile_error", None)``, or
+    ``("compiler_failure", why)`` when the compiler failed on its own, which is never cached.
+
+    Fails closed: a compiler killed by a signal (``returncode`` < 0, or 129-192 from a step the
+    driver ran through a shell), one that could not run a step (126, 127), one that printed a
+    machine fault (memory exhausted, a step that died, ``nvcc fatal``) outside the candidate's own
+    diagnostics, and one that failed without any diagnostic blaming the source are compiler
+    failures. The candidate's own lines are not read for faults, so its ``#error`` text cannot
+    turn its compile error into a machine's."""
+    if returncode is not None and returncode < 0:
+        return "compiler_failure", f"killed by signal {-returncode}"
+    if returncode is not None and 128 < returncode <= 192:
+        return "compiler_failure", f"a step was killed by signal {returncode - 128}"
+    if returncode in (126, 127):
+        return "compiler_failure", f"could not run a step (exit code {returncode})"
+    if m := _MACHINE_FAULT.search(_foreign_lines(text)):
+        return "compiler_failure", f"it reported '{m.group(0).strip().lower()}'"
+    if _SOURCE_ERROR.search(text):
+        return "compile_error", None
+    return "compiler_failure", "it failed without a diagnostic about the source" + (
+        f" (exit code {returncode})" if returncode is not None else "")
 
 
 def _result_from_meta(meta: dict, cubin: Path, seconds: float) -> CompileResult:
@@ -360,9 +413,14 @@ Build = tuple[bool, bytes | None, str, str | None, str]
 def _run_nvrtc(lib, source: str, opts: list[str], timeout_s: float) -> Build:
     out = lib.compile(source, opts, timeout_s)
     kind = {"ok": None, "compile_error": "compile_error", "timeout": "timeout"}.get(out.status, "compiler_failure")
+    log_text = out.log
     if kind == "compile_error" and out.log.lstrip().startswith("nvrtc: error:"):  # an option (arch) it rejects
         kind = "compiler_failure"
-    return out.status == "ok", out.cubin, out.log, kind, out.ptx
+    elif kind == "compile_error":
+        kind, why = build_failure_kind(out.log)
+        if why is not None:
+            log_text += f"\nNVRTC failed on its own: {why}; not a compile error of the source\n"
+    return out.status == "ok", out.cubin, log_text, kind, out.ptx
 
 
 def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
@@ -373,13 +431,18 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
         cmd = [nvcc, "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.flags, "--keep", "--keep-dir", tmp,
                "-o", str(out), SOURCE_NAME]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=tmp)
+            # TMPDIR too: nvcc's front end leaves an empty kernel-*.lgenfe.bc in the temp folder when a build fails
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=tmp,
+                                  env=os.environ | {"TMPDIR": tmp})
         except subprocess.TimeoutExpired:
             return False, None, f"nvcc ran past its {options.timeout_s:g} s limit", "timeout", ""
         text = (proc.stdout + proc.stderr).replace(tmp + "/", "")
         ok = proc.returncode == 0 and out.exists()
-        if not ok and "nvcc fatal" in text:  # nvcc's own failure (an unsupported arch, a bad flag), not the source's
-            return False, None, text, "compiler_failure", ""
+        if not ok:  # the source's error, or nvcc's own failure (a bad flag, memory, a step killed)?
+            kind, why = build_failure_kind(text, proc.returncode)
+            if why is not None:
+                return False, None, text + f"\nnvcc failed on its own: {why}; not a compile error of the source\n", \
+                    kind, ""
         ptx = Path(tmp) / "kernel.ptx"
         return (ok, out.read_bytes() if ok else None, text, None if ok else "compile_error",
                 ptx.read_text(errors="replace") if ptx.exists() else "")

@@ -33,10 +33,11 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.compile import CompileOptions, compile_source, default_cache_dir
 from sparserl.harness.extract import ExtractError, extract
 from sparserl.harness.pool import PhaseLimits, WorkerPool
-from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalResult, KernelTiming
+from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalProfile, EvalResult, KernelTiming
+from sparserl.harness.speed import SpeedConfig, slow_threshold_us
 from sparserl.harness.static_check import static_check
 from sparserl.harness.verify import VerifyConfig
-from sparserl.harness.resident import save_matrix_file
+from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.harness.worker import settings_dict
 from sparserl.kernels.contract import Op
 
@@ -72,6 +73,9 @@ class HarnessConfig:
     """Registers per thread above this (never, on sm_90) flags over_resource_limit."""
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     limits: PhaseLimits = field(default_factory=PhaseLimits)
+    speed: SpeedConfig = field(default_factory=SpeedConfig)
+    """The evaluation path (batched, or the earlier sequential one: ``SpeedConfig.classic()``),
+    adaptive cold timing, early stopping of hopeless kernels, time limits scaled to the matrix."""
     compile: CompileOptions = field(default_factory=CompileOptions)
     cache_dir: str | None = None
     """Compile cache, saved matrices and baselines; default $SPARSERL_CACHE_DIR or ~/.cache/sparserl."""
@@ -86,6 +90,10 @@ class HarnessConfig:
     host_num_sms: int = 132
     """The SM count LAUNCH expressions see when a completion is planned on the host (compile-only
     evaluation, no GPU to ask): an H200's."""
+    preconvert: bool = True
+    """Batched path: convert a matrix's pattern into a completion's format in this process's compile
+    threads, while the worker is busy with other candidates, and hand the worker the result
+    (:mod:`sparserl.harness.preconvert`); False: the worker converts."""
 
     def __post_init__(self) -> None:
         if not self.regimes or any(r not in ("cold", "warm") for r in self.regimes):
@@ -123,6 +131,22 @@ def _headline(log_text: str) -> str:
     return (errors or lines or ["compile failed"])[0 if errors else -1][:300]
 
 
+def _profile(front: dict[str, float], payload: dict) -> EvalProfile:
+    """One evaluation's profile: the parent's steps (extract, checks, compile), the wait for a
+    worker, the round trip to it beyond its own time, and the worker's steps."""
+    worker = payload.get("profile") or {}
+    seconds = dict(front)
+    if "queue_seconds" in payload:
+        seconds["queue"] = payload["queue_seconds"]
+    if "call_seconds" in payload and "worker_seconds" in payload:
+        seconds["ipc"] = max(0.0, payload["call_seconds"] - payload["worker_seconds"])
+    seconds.update(worker.get("seconds", {}))
+    counts = dict(worker.get("counts", {}))
+    if "checked_timed_outputs" in payload:
+        counts["checked_outputs"] = payload["checked_timed_outputs"]
+    return EvalProfile(seconds=seconds, counts=counts)
+
+
 class Evaluator:
     """Evaluates completions on matrices; owns the GPU worker pool (if any)."""
 
@@ -137,6 +161,10 @@ class Evaluator:
         self._memo_lock = threading.Lock()
         self._host_plans: OrderedDict[tuple, object] = OrderedDict()
         self._host_lock = threading.Lock()
+        self._best: dict[tuple, float] = {}
+        self._best_lock = threading.Lock()
+        self._preconverter = None
+        self._preconverter_lock = threading.Lock()
         self.memo_hits = 0
         """Submissions answered from the memo (see ``HarnessConfig.memo``)."""
 
@@ -182,17 +210,29 @@ class Evaluator:
 
     # -- evaluation ----------------------------------------------------------------------
 
-    def _front(self, text: str, matrix: MatrixRef, op: Op, k: int | None, t0: float):
-        """Extraction, checks and compile: returns (job, None) or (None, failure result)."""
-        fail = lambda kind, msg, **kw: EvalResult.failure(op.value, k, matrix.name, kind, msg,  # noqa: E731
-                                                          eval_seconds=time.perf_counter() - t0, **kw)
-        ex = extract(text, op)
+    def _front(self, text: str, matrix: MatrixRef, op: Op, k: int | None, t0: float,
+               plan_on_host: bool | None = None):
+        """Extraction, checks and compile: returns (job, None) or (None, failure result).
+        ``plan_on_host``: convert the matrix and plan the launches here (default: without a GPU)."""
+        front: dict[str, float] = {}
+
+        def timed(name: str, fn, *args):
+            t = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                front[name] = front.get(name, 0.0) + time.perf_counter() - t
+
+        fail = lambda kind, msg, **kw: EvalResult.failure(  # noqa: E731
+            op.value, k, matrix.name, kind, msg, eval_seconds=time.perf_counter() - t0,
+            profile=EvalProfile(seconds=dict(front)), **kw)
+        ex = timed("extract", extract, text, op)
         if isinstance(ex, ExtractError):
             return None, fail(ErrorKind(ex.kind), ex.message)
-        viol = static_check(ex.code, ex.header, op)
+        viol = timed("static_check", static_check, ex.code, ex.header, op)
         if viol is not None:
             return None, fail(ErrorKind(viol.kind), viol.message, format=ex.header.format)
-        built = compile_source(ex.code, self.config.compile, self.config.root / "cubin")
+        built = timed("compile", compile_source, ex.code, self.config.compile, self.config.root / "cubin")
         if not built.ok:
             kind = {"timeout": ErrorKind.COMPILE_TIMEOUT, "compiler_failure": ErrorKind.INTERNAL}.get(
                 built.error_kind, ErrorKind.COMPILE)
@@ -200,8 +240,11 @@ class Evaluator:
                               compiled=False)
         if built.ptx_violation is not None:
             return None, fail(ErrorKind.STATIC, built.ptx_violation, format=ex.header.format, compiled=False)
-        if not self.has_gpu and (refused := self._plan_on_host(ex.header, matrix, op, k)) is not None:
+        plan = (not self.has_gpu) if plan_on_host is None else plan_on_host
+        if plan and (refused := timed("plan", self._plan_on_host, ex.header, matrix, op, k)) is not None:
             return None, fail(*refused, format=ex.header.format, compiled=True)
+        pattern = (timed("preconvert", self._preconvert, ex.header, matrix)
+                   if self.config.preconvert and self.config.speed.batched and self.has_gpu else None)
         names = set(ex.header.kernel_names(op))
         res = [r for r in built.resources if r.name in names]
         regs = max((r.registers for r in res), default=None)
@@ -212,9 +255,21 @@ class Evaluator:
             "static_smem": {r.name: r.smem_bytes for r in res}, "regimes": list(self.config.regimes),
             "reward_regime": self.config.reward_regime, "verify": asdict(self.config.verify),
         }
+        if pattern is not None:
+            job["pattern"] = pattern
         extra = {"format": ex.header.format, "registers": regs, "spill_bytes": spills,
-                 "over_resource_limit": bool(regs and regs > self.config.max_registers)}
+                 "over_resource_limit": bool(regs and regs > self.config.max_registers), "front": front}
         return (job, extra), None
+
+    def _preconvert(self, header, matrix: MatrixRef) -> str:
+        """The folder of the pattern's conversion into the header's format, made now if not yet
+        (:mod:`sparserl.harness.preconvert`)."""
+        from sparserl.harness.preconvert import Preconverter
+
+        with self._preconverter_lock:
+            if self._preconverter is None:
+                self._preconverter = Preconverter(self.config.root / "conversions")
+        return self._preconverter.folder(matrix.key, matrix.path, header.format, header.params)
 
     def _plan_on_host(self, header, matrix: MatrixRef, op: Op, k: int | None) -> tuple[ErrorKind, str] | None:
         """Without a GPU: convert on the host and evaluate the LAUNCH lines exactly as a worker
@@ -222,7 +277,7 @@ class Evaluator:
         from sparserl.errors import FormatError
         from sparserl.formats import convert
         from sparserl.harness.launcher import plan_launches
-        from sparserl.harness.resident import load_matrix_file
+        from sparserl.harness.matrix_files import load_matrix_file
 
         key = (matrix.key, header.format, tuple(sorted(header.params.items())), op, k)
         with self._host_lock:
@@ -254,37 +309,65 @@ class Evaluator:
         fields = {k2: payload[k2] for k2 in ("message", "log_tail", "format", "max_scaled_error", "baseline_alg",
                                              "regime", "speedup", "roofline", "conversion_seconds",
                                              "break_even_calls", "smem_bytes", "gpu", "arch",
-                                             "checked_timed_outputs") if k2 in payload}
+                                             "checked_timed_outputs", "host") if k2 in payload}
         over = extra.get("over_resource_limit", False) or payload.get("over_resource_limit", False)
         return EvalResult(
             op=op.value, k=k, matrix=matrix.name, error_kind=kind, compiled=True,
-            correct=kind is ErrorKind.NONE, timings=timings, baseline=baseline,
-            **{**{k2: v for k2, v in extra.items() if k2 != "over_resource_limit"}, **fields},
+            correct=kind.verified, timings=timings, baseline=baseline,
+            **{**{k2: v for k2, v in extra.items() if k2 not in ("over_resource_limit", "front")}, **fields},
             over_resource_limit=over, eval_seconds=time.perf_counter() - t0,
+            profile=_profile(extra.get("front", {}), payload),
         )
 
-    def evaluate(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> EvalResult:
-        """Evaluate one completion (blocking)."""
-        return self.submit(text, matrix, op, k).result()
+    def evaluate(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None,
+                 best_us: float | None = None) -> EvalResult:
+        """Evaluate one completion (blocking); ``best_us`` as for :meth:`submit`."""
+        return self.submit(text, matrix, op, k, best_us=best_us).result()
 
-    def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> Future:
+    def note_best(self, matrix: MatrixRef, op: Op | str, k: int | None, best_us: float | None,
+                  regime: str | None = None) -> None:
+        """Tell the evaluator the best time known for a kernel on ``matrix`` (in ``regime``, default
+        the reward regime; other regimes are ignored): later submissions on it stop early when
+        hopeless (``HarnessConfig.speed.early_stop``). The best of all notes is kept."""
+        op = Op(op)
+        if best_us is None or not best_us > 0 or (regime or self.config.reward_regime) != self.config.reward_regime:
+            return
+        key = (matrix.key, op.value, k if op is Op.SPMM else None)
+        with self._best_lock:
+            self._best[key] = min(best_us, self._best.get(key, best_us))
+
+    def best_known(self, matrix: MatrixRef, op: Op | str, k: int | None) -> float | None:
+        """The best time noted for ``matrix`` (:meth:`note_best`), or None."""
+        op = Op(op)
+        with self._best_lock:
+            return self._best.get((matrix.key, op.value, k if op is Op.SPMM else None))
+
+    def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None,
+               best_us: float | None = None) -> Future:
         """Evaluate asynchronously: compile on a CPU thread, then run on the next free GPU worker.
 
-        A completion already submitted on the same (matrix, op, k) shares the first one's result."""
+        ``best_us``: the best time known for a kernel on this matrix in the reward regime (the best
+        of it and what :meth:`note_best` was told is used): a verified kernel slower than
+        ``speed.early_stop`` times it (or cuSPARSE's time, if faster) stops early, ``slow``.
+
+        A completion already submitted on the same (matrix, op, k) shares the first one's result;
+        a remembered ``slow`` verdict only while it is still slow against the best known now."""
         op = Op(op)
         if op is Op.SPMM and (k is None or k < 1):
             raise SparseRLError("SpMM needs k >= 1")
         if op is Op.SPMV:
             k = None
+        known = [t for t in (best_us, self.best_known(matrix, op, k)) if t is not None and t > 0]
+        best = min(known) if known else None
         if not self.config.memo:
-            return self._submit(text, matrix, op, k)
+            return self._submit(text, matrix, op, k, best)
         key = self._memo_key(text, matrix, op, k)
         with self._memo_lock:
-            if key in self._memo:
+            if key in self._memo and self._still_valid(self._memo[key], best):
                 self._memo.move_to_end(key)
                 self.memo_hits += 1
                 return self._memo[key]
-            out = self._submit(text, matrix, op, k)
+            out = self._submit(text, matrix, op, k, best)
             self._memo[key] = out
             while len(self._memo) > self.config.memo:
                 self._memo.popitem(last=False)
@@ -298,16 +381,29 @@ class Evaluator:
         out.add_done_callback(forget_infrastructure_failures)
         return out
 
+    def _still_valid(self, remembered: Future, best_us: float | None) -> bool:
+        """Whether a remembered result answers a new submission: always, unless it is a ``slow``
+        verdict that the best time known now would not stop (then the kernel is evaluated again)."""
+        if not remembered.done() or remembered.exception() is not None:
+            return True
+        r = remembered.result()
+        if r.error_kind is not ErrorKind.SLOW:
+            return True
+        t = r.timings.get(r.regime)
+        base = r.baseline.get(r.regime)
+        limit = slow_threshold_us(self.config.speed.early_stop, best_us, base.median_us if base else None)
+        return t is not None and limit is not None and t.median_us > limit
+
     def _memo_key(self, text: str, matrix: MatrixRef, op: Op, k: int | None) -> tuple:
         """Everything that makes a remembered verdict valid: the code, the matrix's content (its key
         is a content hash) and name, op, k, how kernels are verified and timed, the harness version."""
         c = self.config
         settings = (c.compile_only, c.regimes, c.reward_regime, c.cold_trials, c.warm_trials, c.warm_target_ms,
-                    c.warmup, c.max_smem_bytes, c.max_registers, c.verify, c.compile, c.host_num_sms)
+                    c.warmup, c.max_smem_bytes, c.max_registers, c.verify, c.compile, c.host_num_sms, c.speed)
         return (hashlib.sha256(text.encode()).hexdigest(), matrix.key, matrix.name, op.value, k, settings,
                 HARNESS_VERSION)
 
-    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None) -> Future:
+    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None) -> Future:
         t0 = time.perf_counter()
         front = self._compile_pool.submit(self._front, text, matrix, op, k, t0)
         out: Future = Future()
@@ -323,10 +419,13 @@ class Evaluator:
                 return
             job, extra = ready
             if not self.has_gpu:
+                front = extra.pop("front")
                 out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.NO_GPU,
                                                   "compiled; not run (no GPU or compile-only)", compiled=True,
-                                                  eval_seconds=time.perf_counter() - t0, **extra))
+                                                  eval_seconds=time.perf_counter() - t0,
+                                                  profile=EvalProfile(seconds=front), **extra))
                 return
+            job["best_us"] = best_us
             try:
                 fut = self.pool.submit("eval", job)
             except Exception as exc:
@@ -352,11 +451,24 @@ class Evaluator:
         return self.pool.run("baseline", {"op": op.value, "k": k if op is Op.SPMM else None,
                                           "matrix": matrix.job(), "regimes": list(self.config.regimes)})
 
+    def worker_stats(self) -> list[dict]:
+        """Per GPU worker: its device, GPU, process id, jobs done and seconds busy (empty before any ran)."""
+        import socket
+
+        if self._pool is None:
+            return []
+        return [{"name": f"gpu{w.device}", "host": socket.gethostname(), "device": w.device,
+                 "gpu": w.info.get("gpu"), "pid": w.info.get("pid"), "jobs": w.jobs, "busy_s": w.busy_s,
+                 "sync_latency_ms": w.info.get("sync_latency_ms")} for w in self._pool.workers]
+
     def close(self) -> None:
         self._compile_pool.shutdown(wait=True)
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._preconverter is not None:
+            self._preconverter.close()
+            self._preconverter = None
 
     def __enter__(self) -> "Evaluator":
         return self

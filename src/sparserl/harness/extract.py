@@ -5,12 +5,15 @@ second answer. The rules, in order:
 
 1. Lines that are only a markdown fence (```` ``` ```` or ```` ```cuda ````) are fences.
 2. Everything before the first ``FORMAT:`` line is chatter and is dropped.
-3. The header is that line plus the ``LAUNCH:`` lines right after it (blank lines allowed).
+3. The header is that line plus the ``PARAMS:`` and ``LAUNCH:`` lines right after it (blank lines
+   allowed).
 4. The code runs from there to the first fence after the header, or to a second
    ``FORMAT:`` line, or to the end of the text.
 
 The result is an :class:`Extracted` value or an :class:`ExtractError` value (never an
 exception), so the harness can turn either into an :class:`~sparserl.harness.result.EvalResult`.
+Its ``code`` is the source the compiler and the checks see: the ``constexpr`` lines of a
+``PARAMS:`` line, then the code as written (``body``).
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ MAX_COMPLETION_CHARS = 64_000
 class Extracted:
     header: Header
     code: str
+    """The source the compiler sees: the PARAMS prelude (:meth:`Header.source`), then ``body``."""
     text: str
     """The clean completion: header lines and code, as a model should have written it."""
+    body: str
+    """The code as written, after the header."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ def extract(text: str, op: Op) -> Extracted | ExtractError:
     i = start + 1
     while i < len(lines):
         line = lines[i]
-        if _kind(line) == "LAUNCH":
+        if _kind(line) in ("PARAMS", "LAUNCH"):
             header_lines.append(_clean(line))
         elif line.strip() and not _FENCE.match(line):
             break
@@ -84,4 +90,4 @@ def extract(text: str, op: Op) -> Extracted | ExtractError:
         return ExtractError("contract_error", str(exc))
     if not code.strip():
         return ExtractError("extract_error", "no CUDA code after the header")
-    return Extracted(header, code + "\n", "\n".join(header_lines) + "\n" + code + "\n")
+    return Extracted(header, header.source(code + "\n"), "\n".join(header_lines) + "\n" + code + "\n", code + "\n")

@@ -3,9 +3,14 @@
 ``WorkerPool.run(kind, job)`` sends a job to an idle worker and waits for it under
 per-phase time limits (the worker announces each phase). If the worker exceeds a
 limit it is killed (SIGKILL: the only way to stop a running kernel) and restarted, and
-the job comes back as ``{"error_kind": "timeout"}``; if it dies or reports a poisoned
-CUDA context, it is restarted and the job comes back as ``crashed``. The caller never
-sees an exception from anything a kernel did, and the pool keeps serving.
+the job comes back as ``{"error_kind": "timeout"}``. If it dies or reports a poisoned
+CUDA context it is restarted, and who is blamed depends on the phase it was in
+(:data:`KERNEL_PHASES`): while the candidate ran (``verify``, ``time``) the job comes back
+as ``crashed``, the kernel's doing; in a phase of the harness's own (``prepare``, ``check``)
+the job runs once more on the fresh worker, and a second death comes back as
+``internal_error``, which rewards leave out. A worker that cannot be started again gives
+``internal_error`` too. The caller never sees an exception from anything a kernel did, and
+the pool keeps serving.
 
 ``submit`` runs jobs asynchronously (one thread per worker), so compiling on the CPU
 and generating on the policy GPU can overlap evaluation.
@@ -33,6 +38,18 @@ from sparserl.harness.worker import worker_main
 log = logging.getLogger(__name__)
 
 
+KERNEL_PHASES = ("verify", "time")
+"""Phases in which the candidate kernel runs (its launches, and its timed runs with their checks).
+A worker that dies or poisons its CUDA context in one of them crashed because of the kernel; in
+any other phase (``prepare``: loading and converting the matrix, timing cuSPARSE; ``check``: the
+harness's fp64 comparison after a launch that finished; ``startup``) the machine or the harness
+failed, and the kernel is not blamed."""
+
+MACHINE_RETRIES = 1
+"""How many times a job whose worker died in a harness phase is run again on a fresh worker
+before it comes back as ``internal_error``."""
+
+
 @dataclass(frozen=True)
 class PhaseLimits:
     """Seconds a worker may spend in each phase of a job before it is killed."""
@@ -48,6 +65,16 @@ class PhaseLimits:
     startup: float = 180.0
     """A new worker importing CUDA and creating its context."""
 
+    def of(self, announced) -> tuple[str, float]:
+        """(phase, seconds) for what a worker announced: a phase name, or (name, launches, seconds)
+        when it asks for a limit scaled to the matrix (``sparserl.harness.speed.scaled_limit``). The
+        configured limit always wins when it is tighter; ``verify``'s is per launch of the candidate."""
+        if isinstance(announced, str):
+            return announced, getattr(self, announced, self.prepare)
+        name, launches, asked = announced
+        base = getattr(self, name, self.prepare) * (max(1, int(launches)) if name == "verify" else 1)
+        return name, base if asked is None else min(base, float(asked))
+
 
 class _Worker:
     def __init__(self, ctx, device: int, settings: dict, limits: PhaseLimits, target=worker_main,
@@ -59,6 +86,10 @@ class _Worker:
         self.conn = None
         self.info: dict = {}
         self.restarts = -1
+        self.jobs = 0
+        """Jobs this worker has answered."""
+        self.busy_s = 0.0
+        """Seconds it spent on them."""
         self.start()
 
     def start(self, lease: bool = True) -> None:
@@ -100,19 +131,36 @@ class _Worker:
         self.kill()
         self.start(lease=not holding)
 
-    def call(self, kind: str, job: dict) -> dict:
-        holding = [False]
+    def _restart_or_why(self, holding: bool) -> str | None:
+        """Restart; None when the new worker is serving, else why it could not start (it is left
+        dead, and the next job tries again)."""
         try:
-            return self._call(kind, job, holding)
-        finally:
-            if holding[0]:
-                self.gpu_lock.release()
+            self.restart(holding)
+        except (RuntimeError, OSError, EOFError) as exc:
+            log.error("GPU worker %d could not be restarted: %s", self.device, exc)
+            return str(exc)
+        return None
 
-    def _call(self, kind: str, job: dict, holding: list[bool]) -> dict:
+    def call(self, kind: str, job: dict) -> dict:
+        for attempt in range(MACHINE_RETRIES + 1):
+            holding = [False]
+            try:
+                out, machine_fault = self._call(kind, job, holding)
+            finally:
+                if holding[0]:
+                    self.gpu_lock.release()
+            if not machine_fault or attempt == MACHINE_RETRIES:
+                return out
+            log.warning("worker %d: %s; running the job again on a fresh worker", self.device, out["message"])
+        raise AssertionError("unreachable")
+
+    def _call(self, kind: str, job: dict, holding: list[bool]) -> tuple[dict, bool]:
+        """(the job's payload, whether it failed for a reason of the machine and may be run again)."""
         try:
             self.conn.send((kind, job))
         except (BrokenPipeError, OSError):
-            self.restart(holding[0])
+            if (why := self._restart_or_why(holding[0])) is not None:
+                return _startup_failure(why), False
             self.conn.send((kind, job))
         limit = self.limits.prepare
         phase = "prepare"
@@ -125,14 +173,14 @@ class _Worker:
                 ready = True
             if not ready:
                 log.warning("worker %d: %s phase ran past %.0f s; killing it", self.device, phase, limit)
-                self.restart(holding[0])
-                return {"error_kind": "timeout", "message": f"did not finish the {phase} phase within {limit:g} s"}
+                self._restart_or_why(holding[0])
+                return {"error_kind": "timeout", "message": f"did not finish the {phase} phase within {limit:g} s"}, False
             try:
                 tag, payload = self.conn.recv()
             except (EOFError, OSError):
                 code = self.proc.exitcode if self.proc else None
-                self.restart(holding[0])
-                return {"error_kind": "crashed", "message": f"the worker process died (exit code {code})"}
+                why = self._restart_or_why(holding[0])
+                return self._death(phase, f"the worker process died (exit code {code})", why)
             if tag == "want_gpu":  # the worker is about to time: wait for the GPU's lease
                 if not holding[0]:
                     t_wait = time.monotonic()
@@ -147,14 +195,29 @@ class _Worker:
                 self.gpu_lock.release()
                 holding[0] = False
             if tag == "phase":
-                phase = payload
-                limit = getattr(self.limits, payload, self.limits.prepare)
+                phase, limit = self.limits.of(payload)
                 deadline = time.monotonic() + limit
                 continue
             if tag == "fatal":
-                self.restart(holding[0])
-                return payload
-            return payload
+                why = self._restart_or_why(holding[0])
+                if phase in KERNEL_PHASES:
+                    return payload, False
+                return self._death(phase, payload.get("message") or "the worker's CUDA context became unusable", why)
+            return payload, False
+
+    def _death(self, phase: str, what: str, restart_failure: str | None) -> tuple[dict, bool]:
+        """The payload of a job whose worker died (or lost its context) in ``phase``: the kernel's
+        crash in a kernel phase, else a fault of the machine, to be run again when the worker is back."""
+        if phase in KERNEL_PHASES:
+            return {"error_kind": "crashed", "message": what}, False
+        message = f"{what} in the {phase} phase, where no candidate kernel runs: a fault of the machine or the harness"
+        if restart_failure is not None:
+            message += f"; and the worker could not be started again ({restart_failure})"
+        return {"error_kind": "internal_error", "message": message}, restart_failure is None
+
+
+def _startup_failure(why: str) -> dict:
+    return {"error_kind": "internal_error", "message": f"did not finish the startup phase: {why}"}
 
 
 class WorkerPool:
@@ -192,12 +255,15 @@ class WorkerPool:
         try:
             out = w.call(kind, job)
         finally:
+            w.jobs += 1
+            w.busy_s += time.monotonic() - t0 - waited
             self._idle.put(w)
         with self._lock:
             self.jobs_done += 1
             self.queue_seconds += waited
         out.setdefault("gpu", w.info.get("gpu"))
         out["queue_seconds"] = waited
+        out["call_seconds"] = time.monotonic() - t0 - waited
         return out
 
     def gpu_lease(self, device: int):

@@ -6,55 +6,27 @@ A :class:`ResidentMatrix` holds, for one matrix ``A``:
   OS when the matrix is loaded (no kernel can know them when it is compiled). Verification runs a
   kernel on both, and timing runs on ``A_alt``: a kernel that hard-codes ``A``'s values fails on
   ``A_alt``, and one that recognises ``A``'s values to skip reading them gains nothing when timed;
-* their device conversions (plan once per format), with a pristine copy of every uploaded array
+* their device conversions (plan once per format; on the batched path the pattern is converted
+  once for both, :class:`~sparserl.harness.launcher.TwinConversions`), with a pristine copy of every uploaded array
   and a fingerprint of each copy, so a kernel that writes into the matrix is caught, the matrix is
   restored before the next job, and a stray write into the copies themselves is found too;
 * their fp64 references (:class:`~sparserl.harness.reference.Fp64Reference`), fingerprinted the
   same way.
 
 :class:`MatrixCache` keeps the most recently used few per worker. Matrices travel from the parent
-as files (:func:`save_matrix_file`), named by a hash of their content.
+as files (:func:`~sparserl.harness.matrix_files.save_matrix_file`), named by a hash of their content.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import secrets
 from collections import OrderedDict
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 MAX_MATRICES = 4
 """Matrices a worker keeps (least recently used evicted)."""
-
-
-def matrix_key(A: sp.csr_array) -> str:
-    """Content hash of a canonical CSR matrix (shape, pattern and values)."""
-    h = hashlib.sha1()
-    h.update(np.asarray(A.shape, np.int64).tobytes())
-    for arr in (A.indptr, A.indices, A.data):
-        h.update(np.ascontiguousarray(arr).tobytes())
-    return h.hexdigest()[:20]
-
-
-def save_matrix_file(A: sp.csr_array, folder: Path) -> tuple[str, Path]:
-    """Save ``A`` for workers; returns (content key, path). Same matrix, same file."""
-    key = matrix_key(A)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{key}.npz"
-    if not path.exists():
-        tmp = folder / f"{key}.{os.getpid()}.tmp.npz"
-        np.savez(tmp, indptr=A.indptr, indices=A.indices, data=A.data, shape=np.asarray(A.shape))
-        os.replace(tmp, path)
-    return key, path
-
-
-def load_matrix_file(path: str) -> sp.csr_array:
-    with np.load(path) as z:
-        return sp.csr_array((z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"]))
 
 
 def revalued(A: sp.csr_array, seed: int) -> sp.csr_array:
@@ -65,43 +37,57 @@ def revalued(A: sp.csr_array, seed: int) -> sp.csr_array:
     return sp.csr_array((v, A.indices.copy(), A.indptr.copy()), shape=A.shape)
 
 
-def fingerprint(arrays) -> tuple[int, ...]:
-    """Per array, the sum of its 32- or 64-bit words (wrapping): computed on the GPU, kept on the
-    host, so damage to the device copies (pristine ones included) is found without a transfer."""
-    import cupy as cp
-
-    out = []
-    for a in arrays:
-        word = {8: cp.uint64, 4: cp.uint32}.get(a.dtype.itemsize, cp.uint8)
-        words = cp.ascontiguousarray(a).view(word)
-        out.append(int(words.sum(dtype=cp.uint64)))
-    return tuple(out)
-
-
 class ResidentMatrix:
-    """One matrix on one worker's GPU (see the module docstring)."""
+    """One matrix on one worker's GPU (see the module docstring).
 
-    def __init__(self, A: sp.csr_array, seed: int | None = None):
+    ``batched`` (the batched path, :mod:`sparserl.harness.batched`): the balanced fp64 checks of
+    both versions are kept too (:class:`~sparserl.harness.gpucheck.Fp64Check`, fingerprinted with
+    the references), and matrix arrays are compared with their pristine copies by GPU kernels whose
+    counts are read back together with the fingerprints (one wait for a job's whole damage check)."""
+
+    def __init__(self, A: sp.csr_array, seed: int | None = None, batched: bool = False, sms: int = 132):
         import cupy as cp
 
-        from sparserl.harness.launcher import MatrixOnDevice
+        from sparserl.harness.launcher import MatrixOnDevice, TwinConversions
         from sparserl.harness.reference import Fp64Reference
 
         self.A = A
         self.alt_seed = secrets.randbits(63) if seed is None else seed
         """Seed of ``A_alt``'s values (from the OS unless given), kept for reproducing a verdict."""
         self.A_alt = revalued(A, self.alt_seed)
-        self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
         self.references = {"A": Fp64Reference(A, cp), "A_alt": Fp64Reference(self.A_alt, cp)}
+        self.twins: TwinConversions | None = None
+        """Both versions' conversions (batched path: the pattern converted once, the values gathered)."""
+        if batched:
+            self.twins = TwinConversions(A, self.A_alt, {w: r.val for w, r in self.references.items()}, sms)
+            self.on_device = {w: self.twins.view(w) for w in ("A", "A_alt")}
+        else:
+            self.on_device = {"A": MatrixOnDevice(A), "A_alt": MatrixOnDevice(self.A_alt)}
+        self.batched = batched
+        self.sms = sms
+        self.checks: dict = {}
+        """The balanced fp64 check of each version ("A", "A_alt"), batched path only."""
+        if batched:
+            from sparserl.harness.gpucheck import Fp64Check, RowPlan
+
+            plan = RowPlan.of(A.indptr)
+            self.checks = {w: Fp64Check(r, plan, sms) for w, r in self.references.items()}
         self.verifiers: dict = {}
-        self._ref_sums = self._reference_sums()
+        self._fingerprint_references()
         self.pristine: dict[tuple, dict] = {}
         self._pristine_sums: dict[tuple, tuple] = {}
+        self._pristine_fp: dict[tuple, object] = {}
         self.baselines: dict = {}
 
-    def _reference_sums(self) -> tuple:
+    def _fingerprint_references(self) -> None:
+        """(Re)build the fingerprint of the references, checks and verification inputs, and take it."""
+        from sparserl.harness.gpucheck import WordSums
+
         arrays = [a for r in self.references.values() for a in r.device_arrays()]
-        return fingerprint(arrays + [a for v in self.verifiers.values() for a in v.device_arrays()])
+        arrays += [a for c in self.checks.values() for a in c.device_arrays()]
+        arrays += [a for v in self.verifiers.values() for a in v.device_arrays()]
+        self._ref_fp = WordSums(arrays, self.sms)
+        self._ref_sums = self._ref_fp.compute()
 
     def verifier(self, k: int | None, cfg):
         """The :class:`~sparserl.harness.verify.Verifier` for ``k`` columns under ``cfg`` (made once)."""
@@ -111,48 +97,99 @@ class ResidentMatrix:
         if key not in self.verifiers:
             m, n = self.A.shape
             self.verifiers[key] = Verifier(m, n, k, cfg)
-            self._ref_sums = self._reference_sums()
+            self._fingerprint_references()
         return self.verifiers[key]
 
     def keep_pristine(self, key: tuple, arrays: dict) -> None:
         """Copy a fresh conversion's arrays (restored from after every launch) and fingerprint them."""
+        from sparserl.harness.gpucheck import WordSums
+
         self.pristine[key] = {n: a.copy() for n, a in arrays.items()}
-        self._pristine_sums[key] = fingerprint(self.pristine[key][n] for n in sorted(arrays))
+        self._pristine_fp[key] = WordSums([self.pristine[key][n] for n in sorted(arrays)], self.sms)
+        self._pristine_sums[key] = self._pristine_fp[key].compute()
 
     def modified(self, key: tuple, arrays: dict, restore: bool = True) -> list[str]:
         """Names of ``arrays`` that differ from their pristine copies (restored unless ``restore`` is off)."""
         import cupy as cp
 
         pristine = self.pristine[key]
+        if self.batched:  # one kernel per array (differing words counted and restored), one read
+            from sparserl.harness.gpucheck import enqueue_diff
+
+            counts = cp.zeros(len(arrays), dtype=cp.uint64)
+            for i, (n, a) in enumerate(arrays.items()):
+                enqueue_diff(a, pristine[n], counts[i:], restore=restore, sms=self.sms)
+            host = cp.asnumpy(counts)
+            return [n for i, n in enumerate(arrays) if host[i]]
         bad = [n for n, a in arrays.items() if not bool(cp.array_equal(a, pristine[n]))]
         if restore:
             for n in bad:
                 arrays[n][...] = pristine[n]
         return bad
 
+    def damage_report(self, targets: list[tuple[tuple, dict]]) -> tuple[dict[tuple, list[str]], bool]:
+        """What differs from the upload, for each ``(key, arrays)`` of ``targets``: the names of its
+        arrays unlike their pristine copies, and "their pristine copies" when those differ from their
+        fingerprints; and whether the references, checks or verification inputs differ from theirs.
+        Nothing is restored. On the batched path every comparison is a kernel and the counts come back
+        in one copy (one wait); the sequential path compares the arrays with ``cp.array_equal``."""
+        import cupy as cp
+
+        from sparserl.harness.gpucheck import enqueue_diff
+
+        fps = [self._pristine_fp[key] for key, _ in targets] + [self._ref_fp]
+        n_diff = sum(len(arrays) for _, arrays in targets) if self.batched else 0
+        tally = cp.zeros(n_diff + sum(f.size for f in fps), dtype=cp.uint64)
+        pos = 0
+        if self.batched:
+            for key, arrays in targets:
+                for name, a in arrays.items():
+                    enqueue_diff(a, self.pristine[key][name], tally[pos:], restore=False, sms=self.sms)
+                    pos += 1
+        spans = []
+        for f in fps:
+            f.enqueue(tally[pos:pos + f.size])
+            spans.append((pos, pos + f.size))
+            pos += f.size
+        host = [int(v) for v in cp.asnumpy(tally)]
+        out: dict[tuple, list[str]] = {}
+        pos = 0
+        for (key, arrays), (lo, hi) in zip(targets, spans):
+            if self.batched:
+                bad = [name for i, name in enumerate(arrays) if host[pos + i]]
+                pos += len(arrays)
+            else:
+                bad = self.modified(key, arrays, restore=False)
+            if tuple(host[lo:hi]) != self._pristine_sums[key]:
+                bad.append("their pristine copies")
+            out[key] = bad
+        lo, hi = spans[-1]
+        return out, tuple(host[lo:hi]) != self._ref_sums
+
     def damage(self, key: tuple, arrays: dict) -> list[str]:
         """What differs from the upload: arrays unlike their pristine copies, pristine copies unlike
         their fingerprints, references unlike theirs (empty when all is intact)."""
-        bad = self.modified(key, arrays, restore=False)
-        if fingerprint(self.pristine[key][n] for n in sorted(arrays)) != self._pristine_sums[key]:
-            bad.append("their pristine copies")
-        if self._reference_sums() != self._ref_sums:
-            bad.append("the verification references or inputs")
-        return bad
+        per, refs = self.damage_report([(key, arrays)])
+        return per[key] + (["the verification references or inputs"] if refs else [])
 
 
 class MatrixCache:
-    """The worker's resident matrices, least recently used evicted past ``capacity``."""
+    """The worker's resident matrices, least recently used evicted past ``capacity``; ``options`` are
+    passed to every :class:`ResidentMatrix` (``batched``, ``sms``)."""
 
-    def __init__(self, capacity: int = MAX_MATRICES):
+    def __init__(self, capacity: int = MAX_MATRICES, **options):
         self.capacity = capacity
+        self.options = options
         self._items: OrderedDict[str, ResidentMatrix] = OrderedDict()
 
     def get(self, ref: dict) -> ResidentMatrix:
         """The matrix of a job's ``{"key", "path"}`` reference, loaded from its file when not resident."""
+        from sparserl.harness import profile
+
         st = self._items.get(ref["key"])
         if st is None:
-            st = ResidentMatrix(load_matrix_file(ref["path"]))
+            with profile.step("matrix_load"):
+                st = ResidentMatrix(load_matrix_file(ref["path"]), **self.options)
             self._items[ref["key"]] = st
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)

@@ -35,6 +35,7 @@ class ErrorKind(str, Enum):
     INCORRECT = "incorrect"  # wrong values, unwritten rows (NaN poison), ...
     INPUT_MODIFIED = "input_modified"  # wrote to the matrix arrays or x
     NONDETERMINISTIC = "nondeterministic"  # two runs on the same input disagree (no atomics used)
+    SLOW = "slow"  # verified correct, stopped early: slower than the early-stop factor x the best known
     NO_GPU = "no_gpu"  # compile-only evaluation: nothing was run
     INTERNAL = "internal_error"  # a harness bug, reported rather than raised
 
@@ -42,6 +43,12 @@ class ErrorKind(str, Enum):
     def compiled(self) -> bool:
         """Whether a result with this kind got as far as a successful compile."""
         return self not in _NOT_COMPILED
+
+    @property
+    def verified(self) -> bool:
+        """Whether a result with this kind passed every check: correct, and timed (``slow``: timed
+        until it was clear it is far slower than the best known; its time is that measurement)."""
+        return self in (ErrorKind.NONE, ErrorKind.SLOW)
 
 
 _NOT_COMPILED = {ErrorKind.EXTRACT, ErrorKind.CONTRACT, ErrorKind.STATIC, ErrorKind.COMPILE,
@@ -57,6 +64,22 @@ class KernelTiming:
     p10_us: float
     p90_us: float
     spread: float
+    trials: int | None = None
+    """Timed samples behind the median (cold: runs, adaptive; warm: graph replays)."""
+
+
+@dataclass(frozen=True)
+class EvalProfile:
+    """Where one evaluation's wall time went (:mod:`sparserl.harness.profile` names the steps)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall seconds per step, each step's own time (nested steps are not counted twice)."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Launches, timed runs, checked outputs and host waits of the evaluation."""
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
 
 
 @dataclass(frozen=True)
@@ -70,7 +93,8 @@ class EvalResult:
     matrix: str
     """Name of the matrix (for reports)."""
     error_kind: ErrorKind
-    """NONE when the kernel compiled, verified correct and was timed."""
+    """NONE when the kernel compiled, verified correct and was timed; SLOW when it verified correct
+    and its timing stopped early (its time is what was measured by then)."""
     message: str = ""
     """One line on what went wrong (or empty)."""
     log_tail: str = ""
@@ -79,6 +103,7 @@ class EvalResult:
     """Storage format the completion asked for."""
     compiled: bool = False
     correct: bool = False
+    """Passed every check (``error_kind`` NONE or SLOW): rewards score it by its measured speed."""
     max_scaled_error: float | None = None
     """Worst |y - ref| / tolerance over the verification inputs (<= 1 passes)."""
     timings: dict[str, KernelTiming] = field(default_factory=dict)
@@ -110,10 +135,17 @@ class EvalResult:
     """Timed runs whose output was compared with the reference (every cold run, and per warm sample
     the last run and one chosen at random)."""
     harness_version: int = HARNESS_VERSION
+    profile: EvalProfile | None = None
+    """Per-step wall times of this evaluation (None when it did not reach the harness's steps)."""
+    host: str | None = None
+    """The machine whose GPU ran it, when that is not this one (a farm's node)."""
 
     @property
     def ok(self) -> bool:
-        return self.error_kind is ErrorKind.NONE
+        """Verified correct and timed: ``none``, or ``slow`` (stopped early as hopeless, its time the
+        few runs it took). Every consumer that ranks or rewards kernels reads this; ``error_kind is
+        ErrorKind.NONE`` alone says the timing ran in full."""
+        return self.error_kind.verified
 
     def to_dict(self) -> dict:
         d = asdict(self)

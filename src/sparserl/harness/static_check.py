@@ -16,7 +16,9 @@ the worker):
 * **State that survives a launch**: no writable variable at namespace scope in any namespace or
   storage class (``__device__ int x;``), no writable ``static`` data member, no writable
   ``static`` local. Initialised constant tables (``__constant__``, ``static const``) are fine: a
-  matrix-specialised kernel needs them.
+  matrix-specialised kernel needs them. A ``__constant__`` table must be initialised in the
+  source: nothing else fills it (device code cannot write it; the compiled-code check refuses the
+  trap a write through a cast compiles to).
 * **Clocks and timers** (``clock64``, ``%globaltimer``, ``__nanosleep``), **inline assembly**
   (``asm``), **traps and breakpoints**, **printf**, **heap use**, **vendor libraries**.
 * **Files**: ``#include`` only of allow-listed headers written literally (the rest of the
@@ -142,6 +144,23 @@ def _name_before(decl: list[str], j: int) -> str:
     return "?"
 
 
+def _declarators(decl: list[str]) -> list[list[str]]:
+    """A declaration's tokens cut at its top-level commas (``int a = 1, b[2];`` -> two declarators;
+    brace initialisers are already one ``{}`` token)."""
+    out, depth, cur = [], 0, []
+    for t in decl:
+        if t in ("(", "["):
+            depth += 1
+        elif t in (")", "]"):
+            depth -= 1
+        if t == "," and depth == 0:
+            out.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    return out + [cur]
+
+
 def _declarator_name(decl: list[str]) -> str:
     for stop in ("=", "[", "{", "("):
         j = _depth0(decl, stop)
@@ -251,6 +270,9 @@ class _Scanner:
             return
         if "extern" in words and "__shared__" not in words:
             raise _Refused(f"extern variable '{name}' is not allowed (device code only)")
+        if "__constant__" in words and not all({"=", "{}"} & set(d) for d in _declarators(core)):
+            raise _Refused(f"__constant__ table '{name}' has no initialiser: constant tables are filled "
+                           "in the source (nothing else writes them)")
         if _CONST_DATA & set(words):
             return
         if "const" in words and not {"*", "&", "&&", "mutable"} & set(words):

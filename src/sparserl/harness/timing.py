@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparserl.harness import profile
 from sparserl.harness.device import cupy_module
 
 REGIMES = ("cold", "warm")
@@ -161,76 +162,103 @@ def time_run(run: Callable[[], None], config: TimingConfig, stream=None, flush: 
     """
     cp = cupy_module()
     stream = stream or cp.cuda.Stream(non_blocking=True)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    clock = _Clock(cp, stream, io)
+    if config.regime == "cold":
+        return _time_cold(run, config, clock, flush)
+    return _time_warm(run, config, clock)
 
-    def sample(graph) -> float:
-        if io is not None:
-            with stream:
-                io.new_seed()
-        start.record(stream)
-        graph.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-        return cp.cuda.get_elapsed_time(start, stop) * 1e3
 
-    def reject_wrong(what: str) -> None:
-        if io is not None and (msg := io.check(what)) is not None:
+class _Clock:
+    """Two events on one stream around a graph's replay, and the check of a timed run's output
+    (with a :class:`~sparserl.harness.buffers.CheckedIO`; without one, nothing is checked)."""
+
+    def __init__(self, cp, stream, io) -> None:
+        self.cp, self.stream, self.io = cp, stream, io
+        self.start, self.stop = cp.cuda.Event(), cp.cuda.Event()
+
+    def elapsed_us(self, graph) -> float:
+        """One replay of ``graph`` between the two events, in us."""
+        self.start.record(self.stream)
+        graph.launch(self.stream)
+        self.stop.record(self.stream)
+        self.stop.synchronize()
+        return self.cp.cuda.get_elapsed_time(self.start, self.stop) * 1e3
+
+    def sample(self, graph) -> float:
+        """Fresh input values (a new seed), then one timed replay of ``graph``, in us."""
+        if self.io is not None:
+            with self.stream:
+                self.io.new_seed()
+        return self.elapsed_us(graph)
+
+    def reject_wrong(self, what: str) -> None:
+        if self.io is not None and (msg := self.io.check(what)) is not None:
             raise TimedRunRejected(msg)
 
-    if config.regime == "cold":
+
+def _time_cold(run: Callable[[], None], config: TimingConfig, clock: _Clock, flush: FlushBuffer | None) -> Timing:
+    """The cold regime (module docstring): L2 flushed before every run, every run's output checked."""
+    io, stream = clock.io, clock.stream
+    with profile.step("time_prepare"):
         one = capture(run, stream)
         for _ in range(config.warmup):
             one.launch(stream)
         flush = flush or FlushBuffer()
         if io is not None:
             io.snapshot_rep = None  # one run per sample: its output is the one checked
-        samples = []
-        for trial in range(config.trials):
+    samples = []
+    for trial in range(config.trials):
+        with profile.step("time_runs"):
             with stream:
                 if io is not None:
                     io.new_seed()
                     io.prepare(0)
                 flush.flush(stream)
-            start.record(stream)
-            one.launch(stream)
-            stop.record(stream)
-            stop.synchronize()
-            samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3)
-            reject_wrong(f"cold, run {trial + 1} of {config.trials}")
-        return _summary("cold", np.asarray(samples), 1)
+            samples.append(clock.elapsed_us(one))
+            profile.count("cold_runs")
+        with profile.step("time_check"):
+            clock.reject_wrong(f"cold, run {trial + 1} of {config.trials}")
+    return _summary("cold", np.asarray(samples), 1)
 
-    def reps_of(n: int, with_run: bool):
-        def body() -> None:
-            for rep in range(n):
-                if io is not None:
-                    io.prepare(rep)
-                if with_run:
-                    run()
-                if io is not None:
-                    io.mark(rep)
-        return body
 
-    # warm: estimate one run, then build a graph long enough to drown the launch gap
-    one = capture(reps_of(1, True), stream)
+def _time_warm(run: Callable[[], None], config: TimingConfig, clock: _Clock) -> Timing:
+    """The warm regime (module docstring): one run estimated, then a graph of enough runs to drown the
+    launch gap; with checks, the preparations alone are timed the same way and subtracted."""
+    io, stream = clock.io, clock.stream
+    one = capture(_reps(run, io, 1, True), stream)
     for _ in range(config.warmup):
         one.launch(stream)
-    per_run_ms = max(sum(sample(one) for _ in range(5)) / 5e3, 1e-4)
+    per_run_ms = max(sum(clock.sample(one) for _ in range(5)) / 5e3, 1e-4)
     reps = int(min(config.max_reps, max(1, round(config.warm_target_ms / per_run_ms))))
     if io is not None:
         io.choose_snapshot(reps)
-    many = capture(reps_of(reps, True), stream)
+    many = capture(_reps(run, io, reps, True), stream)
     many.launch(stream)
     totals = []
     for trial in range(config.trials):
-        totals.append(sample(many))
-        reject_wrong(f"warm, sample {trial + 1} of {config.trials}, {reps} runs each")
+        totals.append(clock.sample(many))
+        clock.reject_wrong(f"warm, sample {trial + 1} of {config.trials}, {reps} runs each")
     prep_us = 0.0
     if io is not None:
-        prep = capture(reps_of(reps, False), stream)
+        prep = capture(_reps(run, io, reps, False), stream)
         prep.launch(stream)
-        prep_us = float(np.median([sample(prep) for _ in range(config.trials)]))
+        prep_us = float(np.median([clock.sample(prep) for _ in range(config.trials)]))
     per_run = (np.asarray(totals) - prep_us) / reps
     return _summary("warm", np.maximum(per_run, 1e-3), reps)
+
+
+def _reps(run: Callable[[], None], io, n: int, with_run: bool) -> Callable[[], None]:
+    """A body of ``n`` runs to capture, each prepared and marked by ``io`` when given (``with_run``
+    False: the preparations alone)."""
+    def body() -> None:
+        for rep in range(n):
+            if io is not None:
+                io.prepare(rep)
+            if with_run:
+                run()
+            if io is not None:
+                io.mark(rep)
+    return body
 
 
 _COPY_KERNEL = r"""

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparserl.harness import profile
 from sparserl.harness.buffers import IOBuffers
 from sparserl.harness.launcher import BoundKernel
 from sparserl.harness.result import ErrorKind
@@ -123,20 +124,25 @@ class Verifier:
             runs += [(alt, name, x, "with the same pattern and fresh values, ")
                      for name, x in self.inputs[:self.cfg.revalued_inputs]]
         for idx, (target, name, x, where) in enumerate(runs):
-            io = IOBuffers(self.m, self.n, self.k, xp=self.xp)
-            keep.append(io)
+            with profile.step("verify_inputs"):
+                io = IOBuffers(self.m, self.n, self.k, xp=self.xp)
+                keep.append(io)
             bad, y = self._launch(target, io, x, phase)
             if bad is not None:
                 return VerifyOutcome(bad[0], f"{where}input '{name}': {bad[1]}", worst if bad[2] is None else bad[2])
-            res = target.reference.compare(io.x, y)
+            with profile.step("verify_compare"):
+                res = target.reference.compare(io.x, y)
             worst = max(worst, res.max_scaled_error)
             if not res.ok:
                 hint = " (the kernel must read every value from val)" if where else ""
                 return VerifyOutcome(ErrorKind.INCORRECT, f"{where}input '{name}': {res.describe()}{hint}", worst)
             if idx == 0:
-                first_y = y.copy()
+                with profile.step("verify_determinism"):
+                    first_y = y.copy()
             elif idx == len(self.inputs) and not uses_atomics:
-                if not bool(self.xp.array_equal(y, first_y)):
+                with profile.step("verify_determinism"):
+                    same = bool(self.xp.array_equal(y, first_y))
+                if not same:
                     return VerifyOutcome(ErrorKind.NONDETERMINISTIC,
                                          "two runs on the same input differ and the compiled code uses no atomics",
                                          worst)
@@ -148,17 +154,22 @@ class Verifier:
 
     def _launch(self, target: Target, io: IOBuffers, x, phase) -> tuple[tuple | None, object]:
         """Launch once on ``io`` with input ``x``; (failure kind, message, error) or None, and y."""
-        io.load_x(x)
-        self._sync()
+        with profile.step("verify_inputs"):
+            io.load_x(x)
+            self._sync()
         phase("verify")
-        target.bound.run(io.x, io.y)
-        self._sync()
+        with profile.step("verify_launch"):
+            target.bound.run(io.x, io.y)
+            self._sync()
+            profile.count("verify_launches")
         phase("check")
-        if not bool(self.xp.array_equal(io.x, x)):
-            return (ErrorKind.INPUT_MODIFIED, "the kernel wrote to x", None), io.y
-        if modified := target.modified():
-            return (ErrorKind.INPUT_MODIFIED, f"the kernel wrote to the matrix arrays {', '.join(modified)}", None), io.y
-        if (g := io.guard_problem()) is not None:
-            kind = ErrorKind.INPUT_MODIFIED if g.endswith(" x") else ErrorKind.INCORRECT
-            return (kind, g, float("inf")), io.y
+        with profile.step("verify_tamper"):
+            if not bool(self.xp.array_equal(io.x, x)):
+                return (ErrorKind.INPUT_MODIFIED, "the kernel wrote to x", None), io.y
+            if modified := target.modified():
+                return (ErrorKind.INPUT_MODIFIED, f"the kernel wrote to the matrix arrays {', '.join(modified)}",
+                        None), io.y
+            if (g := io.guard_problem()) is not None:
+                kind = ErrorKind.INPUT_MODIFIED if g.endswith(" x") else ErrorKind.INCORRECT
+                return (kind, g, float("inf")), io.y
         return None, io.y

@@ -18,7 +18,9 @@ Protocol (tuples over a ``multiprocessing`` pipe):
 
 * parent -> worker: ``("eval", job)``, ``("baseline", job)``, ``("stop", None)``
 * worker -> parent: ``("ready", info)`` once at start; ``("phase", name)`` before each
-  phase of a job; ``("want_gpu", None)`` before timing (answered ``("gpu", None)``);
+  phase of a job, or ``("phase", (name, launches, seconds))`` when the batched path scales the
+  phase's limit with cuSPARSE's time (the parent never allows more than its ``PhaseLimits``, per
+  launch for ``verify``); ``("want_gpu", None)`` before timing (answered ``("gpu", None)``);
   ``("done", payload)`` at the end of a job; ``("fatal", payload)`` when the CUDA context is
   unusable (the worker exits right after and the parent starts a new one).
 
@@ -28,6 +30,7 @@ to stop a running CUDA kernel.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -35,7 +38,10 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from sparserl.harness.resident import MatrixCache, save_matrix_file
+from sparserl.harness import profile
+from sparserl.harness.matrix_files import save_matrix_file
+from sparserl.harness.resident import MatrixCache
+from sparserl.harness.speed import SpeedConfig, scaled_limit, slow_threshold_us, timed_verdict
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +60,15 @@ class Channel:
         self.seconds, self._phase = {}, None
         return self.seconds
 
-    def phase(self, name: str) -> None:
+    def phase(self, name: str, launches: int = 1, limit_s: float | None = None) -> None:
+        """Announce a phase; ``limit_s`` (for ``launches`` launches of the candidate) asks the parent
+        for a tighter limit than its configured one."""
         now = time.perf_counter()
         if self._phase is not None:
             self.seconds[self._phase] = self.seconds.get(self._phase, 0.0) + now - self._t0
         self._phase, self._t0 = name, now
         if self.serving:
-            self.conn.send(("phase", name))
+            self.conn.send(("phase", name if limit_s is None and launches == 1 else (name, launches, limit_s)))
 
     def lease_gpu(self) -> None:
         """Wait until the parent grants this GPU for timing (see pool.py); held until the next message."""
@@ -77,11 +85,17 @@ class Worker:
         from sparserl.harness.probe import GpuProbe
 
         self.settings = settings
+        self.speed = SpeedConfig(**settings.get("speed", asdict(SpeedConfig.classic())))
         self.cache = Path(settings["cache_dir"])
         self.channel = Channel(conn)
         self.gpu = GpuProbe(self.cache)
-        self.matrices = MatrixCache()
-        self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name)
+        self.matrices = MatrixCache(batched=self.speed.batched, sms=self.gpu.sms)
+        self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name, batched=self.speed.batched,
+                                       ahead=self.speed.runs_ahead)
+        if self.speed.batched:
+            from sparserl.harness.gpucheck import compile_kernels
+
+            compile_kernels()
 
     def timing_config(self, regime: str):
         from sparserl.harness.timing import TimingConfig
@@ -94,8 +108,13 @@ class Worker:
 
     def baseline(self, ref: dict, op, k: int | None, regime: str) -> dict:
         st = self.matrices.get(ref)
-        return self.baselines.get(ref["key"], st.A, op, k, self.timing_config(regime), self.gpu.flush,
-                                  self.channel.lease_gpu)
+        with profile.step("baseline"):
+            return self.baselines.get(ref["key"], st.A, op, k, self.timing_config(regime), self.gpu.flush,
+                                      self.channel.lease_gpu)
+
+    def _limit(self, launches: int, cusparse_us: float | None, allowance_s: float = 0.0) -> float | None:
+        """The scaled time limit of a phase that runs the candidate ``launches`` times (batched path)."""
+        return scaled_limit(cusparse_us, launches, self.speed, allowance_s) if self.speed.batched else None
 
     def warm_up(self) -> None:
         """Evaluate a library kernel on a tiny matrix (SpMV and SpMM) through the job path.
@@ -123,41 +142,50 @@ class Worker:
             job = {"op": op, "k": k, "matrix": {"key": key, "path": str(path), "name": "warm-up"},
                    "header": header.render(), "cubin_path": built.cubin_path, "uses_atomics": built.uses_atomics,
                    "static_smem": {}, "regimes": list(self.settings["regimes"]),
-                   "reward_regime": self.settings["reward_regime"], "verify": asdict(VerifyConfig())}
+                   "reward_regime": self.settings["reward_regime"], "verify": asdict(VerifyConfig()),
+                   "early_stop": False}  # the whole timing path runs once here, whatever the kernel's speed
             res = self.evaluate(job)
-            if res.get("error_kind") != "none":
+            if res.get("error_kind") not in ("none", "slow"):  # slow: verified, timed until stopped early
                 raise RuntimeError(f"warm-up evaluation failed: {res.get('message')}")
         self.matrices.drop(key)
         self.gpu.cp.cuda.runtime.deviceSynchronize()
 
     # -- a job ---------------------------------------------------------------------------
 
-    def _bind(self, job: dict, st, which: str):
+    def _bind(self, job: dict, header, st, which: str):
         """The completion bound to one version of the matrix ("A" or "A_alt"), pristine copies kept."""
         from sparserl.harness.launcher import BoundKernel
-        from sparserl.kernels.contract import Op, split_completion
+        from sparserl.kernels.contract import Op
 
-        op = Op(job["op"])
-        header, _ = split_completion(job["header"] + "\n", op)
-        bound = BoundKernel.bind(header, op, job["cubin_path"], st.on_device[which], job["k"], self.gpu.sms)
+        bound = BoundKernel.bind(header, Op(job["op"]), job["cubin_path"], st.on_device[which], job["k"], self.gpu.sms)
         if not isinstance(bound, str) and (which, bound.conversion_key) not in st.pristine:
-            st.keep_pristine((which, bound.conversion_key), bound.dev.arrays)  # before anything can launch
+            with profile.step("upload"):
+                st.keep_pristine((which, bound.conversion_key), bound.dev.arrays)  # before anything can launch
         return bound
 
     def _resident(self, job: dict, out: dict):
         """The job's matrix and the completion bound to both its versions ("A" and "A_alt"), the
         matrix rebuilt from its file if an earlier job damaged what this one will use."""
+        from sparserl.kernels.contract import Op, split_completion
+
         ref = job["matrix"]
+        with profile.step("bind"):
+            header, _ = split_completion(job["header"] + "\n", Op(job["op"]))
         for attempt in (0, 1):
             st = self.matrices.get(ref)
-            bound = self._bind(job, st, "A")
+            if job.get("pattern") and st.twins is not None:  # the caller converted the pattern already
+                st.twins.files[(header.format, tuple(sorted(header.params.items())))] = job["pattern"]
+            bound = self._bind(job, header, st, "A")
             if isinstance(bound, str):
                 return st, bound, None
-            alt = self._bind(job, st, "A_alt")
+            alt = self._bind(job, header, st, "A_alt")
             if isinstance(alt, str):  # same pattern, so the same conversion: never expected
                 raise RuntimeError(f"the fresh-valued twin was refused: {alt}")
-            damaged = [f"{w}: {d}" for w, b in (("A", bound), ("A_alt", alt))
-                       for d in st.damage((w, b.conversion_key), b.dev.arrays)]
+            with profile.step("damage_check"):
+                per, refs = st.damage_report([(("A", bound.conversion_key), bound.dev.arrays),
+                                              (("A_alt", alt.conversion_key), alt.dev.arrays)])
+            damaged = [f"{key[0]}: {d}" for key, what in per.items() for d in what]
+            damaged += ["the verification references or inputs"] if refs else []
             if not damaged or attempt:
                 return st, bound, alt
             # Before this job's first launch the matrix's state already differs from what was
@@ -171,6 +199,18 @@ class Worker:
         raise AssertionError("unreachable")
 
     def evaluate(self, job: dict) -> dict:
+        """One job, with its profile (:mod:`sparserl.harness.profile`) in the payload."""
+        profile.begin()
+        t0 = time.perf_counter()
+        try:
+            out = self._evaluate(job)
+        finally:
+            prof = profile.end()
+        prof["seconds"].setdefault("other", 0.0)
+        out["profile"] = prof | {"total_s": time.perf_counter() - t0}
+        return out
+
+    def _evaluate(self, job: dict) -> dict:
         from sparserl.harness.result import ErrorKind
         from sparserl.harness.verify import Target, VerifyConfig
         from sparserl.kernels.contract import Op
@@ -191,17 +231,103 @@ class Worker:
                           "message": f"{smem} bytes of shared memory per block is over the limit "
                                      f"{self.settings['max_smem_bytes']}"}
         baselines = {r: self.baseline(job["matrix"], op, k, r) for r in job["regimes"]}
-        targets = [Target(b, st.references[w], lambda b=b, w=w: st.modified((w, b.conversion_key), b.dev.arrays))
-                   for b, w in ((bound, "A"), (alt, "A_alt"))]
+        reg = job["reward_regime"]
+        t_base = baselines[reg]["median_us"]
         verifier = st.verifier(k, VerifyConfig(**job["verify"]))
-        outcome = verifier.run(targets[0], targets[1], job["uses_atomics"], self.channel.phase)
+        if self.speed.batched:
+            from sparserl.harness.batched import BatchedVerifier, GpuTarget
+
+            targets = [GpuTarget(b, st.checks[w], st.pristine[(w, b.conversion_key)], self.gpu.sms)
+                       for b, w in ((bound, "A"), (alt, "A_alt"))]
+            outcome = BatchedVerifier(verifier).run(
+                targets[0], targets[1], job["uses_atomics"],
+                lambda name, launches=1: self.channel.phase(
+                    name, launches, self._limit(launches, t_base) if name == "verify" else None))
+        else:
+            targets = [Target(b, st.references[w],
+                              lambda b=b, w=w: st.modified((w, b.conversion_key), b.dev.arrays))
+                       for b, w in ((bound, "A"), (alt, "A_alt"))]
+            outcome = verifier.run(targets[0], targets[1], job["uses_atomics"], self.channel.phase)
         out["max_scaled_error"] = outcome.max_scaled_error
         if outcome.kind is not ErrorKind.NONE:
             return out | {"error_kind": outcome.kind.value, "message": outcome.message}
-        timed = self._time(targets[1], k, job["regimes"], out)
-        if timed is not None:
+        if self.speed.batched:
+            threshold = (slow_threshold_us(self.speed.early_stop, job.get("best_us"), t_base)
+                         if reg == "cold" and job.get("early_stop", True) else None)
+            timed = self._time_batched(st, targets[1], k, job["regimes"], reg, out, t_base, threshold)
+        else:
+            timed = self._time(targets[1], k, job["regimes"], out)
+        if timed is not None and timed.get("error_kind") != ErrorKind.SLOW.value:
             return out | timed
-        return out | self._speed(out["timings"], baselines, job["reward_regime"], fd, k)
+        with profile.step("speed"):
+            res = out | self._speed(out["timings"], baselines, reg, fd, k)
+        if timed is not None:  # slow: verified correct, timed until it was clear; the time is its measurement
+            res |= timed
+        return res
+
+    def _time_batched(self, st, target, k: int | None, regimes: list[str], reward_regime: str, out: dict,
+                      t_base: float, slow_above_us: float | None) -> dict | None:
+        """The batched path's timing on the fresh-valued twin (:mod:`sparserl.harness.batched`): the
+        reward regime first (where early stopping is decided), every run prepared and checked; a
+        failure or ``slow`` dict, or None. The matrix is restored after the timed runs whatever
+        their verdict."""
+        from sparserl.harness.batched import BoardIO, time_cold, time_warm
+        from sparserl.harness.buffers import IOBuffers
+        from sparserl.harness.result import ErrorKind
+
+        s = self.settings
+        launches = s["warmup"] + s["cold_trials"] + (s["warmup"] + 5 + s["warm_trials"] if "warm" in regimes else 0)
+        self.channel.phase("time", 1, self._limit(launches, t_base, allowance_s=10.0))
+        with profile.step("lease"):
+            self.channel.lease_gpu()
+        with profile.step("time_prepare"):
+            if not self.gpu.flush_intact():  # zeroed again: an earlier job's far write, not this one's
+                log.warning("the L2 flush buffer held non-zero data before this job was timed (an earlier kernel "
+                            "wrote far outside its buffers); zeroed it again")
+            m, n = target.bound.dev.data.shape
+            io = BoardIO(IOBuffers(m, n, k), target.check)
+        runner = target.bound.runner(io.io.x, io.io.y)
+        key = ("A_alt", target.bound.conversion_key)
+        timings: dict = {}
+        wrong, slow = None, False
+        try:
+            for regime in sorted(regimes, key=lambda r: r != reward_regime):
+                cfg = self.timing_config(regime)
+                if regime == "cold":
+                    sp = self.speed
+                    r = time_cold(runner, cfg, self.gpu.flush, io, floor=min(sp.min_cold_trials, cfg.trials),
+                                  ci=sp.ci, batch=sp.batch, early_runs=sp.early_stop_runs,
+                                  slow_above_us=slow_above_us if regime == reward_regime else None,
+                                  ahead=sp.runs_ahead)
+                else:
+                    with profile.step("time_warm"):
+                        r = time_warm(runner, cfg, io, ahead=self.speed.runs_ahead)
+                if r.failure is not None:
+                    wrong = r.failure
+                    break
+                t = r.timing
+                timings[regime] = {"regime": regime, "median_us": t.median_us, "p10_us": t.p10_us,
+                                   "p90_us": t.p90_us, "spread": t.spread, "trials": t.trials}
+                if r.slow:
+                    slow = True
+                    break
+        finally:
+            out["checked_timed_outputs"] = io.checked
+            with profile.step("time_after"):
+                modified = st.modified(key, target.arrays)  # restored, whatever the verdict
+        with profile.step("time_after"):
+            intact = self.gpu.flush_intact() if wrong is None and not modified else True
+        verdict = timed_verdict(wrong, modified, intact, slow)
+        if verdict is not None and verdict[0] != ErrorKind.SLOW.value:
+            return {"error_kind": verdict[0], "message": verdict[1]}
+        out["timings"] = timings
+        if verdict is None:
+            return None
+        t = timings[reward_regime]
+        return {"error_kind": ErrorKind.SLOW.value,
+                "message": f"stopped after {t['trials']} checked cold runs: the median {t['median_us']:.2f} us is "
+                           f"over {self.speed.early_stop:g}x the best known time "
+                           f"({slow_above_us / self.speed.early_stop:.2f} us)"}
 
     def _time(self, target, k: int | None, regimes: list[str], out: dict) -> dict | None:
         """Time the kernel on the fresh-valued twin, every run prepared and checked; a failure dict or None."""
@@ -210,7 +336,8 @@ class Worker:
         from sparserl.harness.timing import TimedRunRejected, time_run
 
         self.channel.phase("time")
-        self.channel.lease_gpu()
+        with profile.step("lease"):
+            self.channel.lease_gpu()
         if not self.gpu.flush_intact():  # zeroed again: an earlier job's far write, not this one's
             log.warning("the L2 flush buffer held non-zero data before this job was timed (an earlier kernel "
                         "wrote far outside its buffers); zeroed it again")
@@ -220,18 +347,22 @@ class Worker:
         timings = {}
         try:
             for regime in regimes:
-                t = time_run(target.bound.runner(io.x, io.y), self.timing_config(regime), flush=self.gpu.flush,
-                             io=checked)
+                with profile.step("time_warm") if regime == "warm" else contextlib.nullcontext():
+                    t = time_run(target.bound.runner(io.x, io.y), self.timing_config(regime), flush=self.gpu.flush,
+                                 io=checked)
                 timings[regime] = {"regime": regime, "median_us": t.median_us, "p10_us": t.p10_us,
-                                   "p90_us": t.p90_us, "spread": t.spread}
+                                   "p90_us": t.p90_us, "spread": t.spread, "trials": t.trials}
         except TimedRunRejected as exc:
             return {"error_kind": ErrorKind.INCORRECT.value, "message": str(exc)}
         finally:
             out["checked_timed_outputs"] = checked.checked
-        if modified := target.modified():
+        with profile.step("time_after"):
+            modified = target.modified()
+            intact = self.gpu.flush_intact() if not modified else True
+        if modified:
             return {"error_kind": ErrorKind.INPUT_MODIFIED.value,
                     "message": f"the kernel wrote to the matrix arrays {', '.join(modified)} during timed runs"}
-        if not self.gpu.flush_intact():
+        if not intact:
             return {"error_kind": ErrorKind.INCORRECT.value,
                     "message": "the kernel wrote far outside its buffers (into the harness's L2 flush buffer)"}
         out["timings"] = timings
@@ -247,8 +378,8 @@ class Worker:
         return dict(
             error_kind=ErrorKind.NONE.value,
             timings=timings,
-            baseline={r: {kk2: b[kk2] for kk2 in ("regime", "median_us", "p10_us", "p90_us", "spread")}
-                      for r, b in baselines.items()},
+            baseline={r: {kk2: b[kk2] for kk2 in ("regime", "median_us", "p10_us", "p90_us", "spread", "trials")
+                          if kk2 in b} for r, b in baselines.items()},
             baseline_alg=baselines[reg]["alg"],
             regime=reg,
             speedup=t_base / t_kernel,
@@ -330,6 +461,8 @@ def _serve(conn, worker: Worker, cp) -> None:
 
 
 def settings_dict(cfg) -> dict:
-    """The picklable settings a worker needs, from a HarnessConfig."""
+    """The picklable settings a worker needs, from a HarnessConfig (its evaluation path included)."""
     d = asdict(cfg)
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items() if not isinstance(v, dict)}
+    out = {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items() if not isinstance(v, dict)}
+    out["speed"] = d["speed"]
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparserl.checks import check_op, require
 from sparserl.errors import SparseRLError
 
 
@@ -28,8 +29,8 @@ class ImproveConfig:
     """Best-known store (default: best_known.sqlite under the harness cache root, the one ``sparserl search`` uses)."""
     op: str = "spmv"
     """spmv or spmm."""
-    k: int = 32
-    """SpMM columns of X (unused for spmv)."""
+    k: int | None = None
+    """SpMM columns of X (required for spmm, refused for spmv)."""
     # -- 1. search ------------------------------------------------------------------------------
     matrices_per_round: int = 8
     """Training matrices searched per round (taken in a fixed shuffled order, round after round)."""
@@ -41,8 +42,9 @@ class ImproveConfig:
     """Share of each search's budget that goes to the policy's proposals (samples, then refinements)."""
     temperature: float = 1.0
     """Sampling temperature of the policy, in the search and in the validation."""
-    max_new_tokens: int = 1536
-    """Longest completion, in tokens."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     regime: str = "cold"
     """L2 regime kernels are ranked and collected in: cold or warm."""
     # -- 2. collect -----------------------------------------------------------------------------
@@ -92,16 +94,13 @@ class ImproveConfig:
     def __post_init__(self) -> None:
         if self.rounds < 0:
             raise SparseRLError(f"--rounds must be >= 0, got {self.rounds}")
-        if self.op not in ("spmv", "spmm"):
-            raise SparseRLError(f"--op must be spmv or spmm, got {self.op!r}")
-        if self.op == "spmm" and self.k < 1:
-            raise SparseRLError("--op spmm needs --k >= 1 columns of X")
+        check_op(self.op, self.k)
         if self.test_samples < 0:
             raise SparseRLError(f"--test-samples must be >= 0 (0: no held-out evaluation), got {self.test_samples}")
         for name in ("matrices_per_round", "search_budget", "per_matrix", "sft_steps", "sft_batch_size",
                      "val_matrices", "val_samples", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise SparseRLError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise SparseRLError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.search_seconds is not None and not self.search_seconds > 0:
             raise SparseRLError(f"--search-seconds must be positive, got {self.search_seconds}")
         if not 0.0 <= self.policy_share < 1.0:
@@ -114,9 +113,8 @@ class ImproveConfig:
             raise SparseRLError(f"--replay must be >= 0, got {self.replay}")
         if not 0.0 <= self.min_correct <= 1.0:
             raise SparseRLError(f"--min-correct must lie in [0, 1], got {self.min_correct}")
-        if not self.within >= 0 or not self.min_gain >= 0 or not self.sft_lr > 0 or self.sft_warmup < 0:
-            raise SparseRLError("need within >= 0, min_gain >= 0, sft_lr > 0 and sft_warmup >= 0")
-
-    @property
-    def k_or_none(self) -> int | None:
-        return self.k if self.op == "spmm" else None
+        require(self.within >= 0, "--within", ">= 0 (a fraction: 0.05 is 5%)", self.within)
+        require(self.min_gain >= 0, "--min-gain", ">= 0", self.min_gain)
+        require(self.sft_lr > 0, "--sft-lr", "> 0", self.sft_lr)
+        require(self.sft_warmup >= 0, "--sft-warmup", ">= 0", self.sft_warmup)
+        require(self.seed >= 0, "--seed", ">= 0", self.seed)

@@ -34,7 +34,7 @@ resumes at the phase it was in; the search's verified results are in the store a
 matrix searched before the kill is not searched again. Each finished round goes to
 ``rounds.json``, ``rounds.md`` (:mod:`.table`), ``rounds.png`` (:mod:`.plot`, with matplotlib),
 ``metrics.jsonl`` and TensorBoard (one step per round, through the trainers'
-:class:`~sparserl.train.common.MetricLogger`).
+:class:`~sparserl.runtime.metrics.MetricLogger`).
 """
 
 from __future__ import annotations
@@ -49,13 +49,32 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import gc
 
+import numpy as np
+import torch
+
+from sparserl.data.rows import SFTRow, read_rows, write_rows
+from sparserl.devices import pick_device, visible_gpus
 from sparserl.errors import SparseRLError
-from sparserl.eval.provenance import shares
+from sparserl.eval.compare import EvalConfig, evaluate
+from sparserl.eval.metrics import kept_speedup, speedup_at_1
+from sparserl.eval.library_match import shares
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.harness.result import ErrorKind
 from sparserl.improve.config import ImproveConfig
 from sparserl.improve.plot import plot_rounds
-from sparserl.improve.table import round_metrics, rounds_markdown
+from sparserl.improve.table import geomean_of, round_metrics, rounds_markdown
+from sparserl.model.policy import Policy
+from sparserl.request.context import MatrixContext
+from sparserl.runtime.metrics import MetricLogger
+from sparserl.search.export import ExportFilter, export_rows
+from sparserl.search.footprint import check_fits
+from sparserl.search.loop import SearchConfig
+from sparserl.search.run import SearchJob, open_proposer, search_array
+from sparserl.search.space import Provenance
+from sparserl.search.store import harness_version, open_store
+from sparserl.train.sft import SFTConfig, sft
 
 log = logging.getLogger(__name__)
 
@@ -69,36 +88,25 @@ NO_GPU = ("sparserl improve needs an NVIDIA GPU: without one a search verifies n
 # -- matrices ---------------------------------------------------------------------------------
 
 
-def split_rows(data: str, split: str) -> list[dict]:
+def split_rows(data: str, split: str) -> list[SFTRow]:
     """One data row per matrix file of ``split`` (the first row of each), in file order."""
-    from sparserl.data.sft_build import read_jsonl
-
     path = Path(data) / f"{split}.jsonl"
     if not path.exists():
         raise SparseRLError(f"{data}: no {split}.jsonl (give the data folder 'sparserl data build' wrote, --data)")
-    seen: dict[str, dict] = {}
-    for row in read_jsonl(path):
-        m = row.get("matrix")
-        if m and m not in seen and Path(m).exists():
-            seen[m] = row
+    seen: dict[str, SFTRow] = {}
+    for row in read_rows(path):
+        if row.matrix and row.matrix not in seen and Path(row.matrix).exists():
+            seen[row.matrix] = row
     if not seen:
         raise SparseRLError(f"{path}: no row names a matrix file that exists here")
     return list(seen.values())
 
 
-def round_matrices(train: list[dict], r: int, n: int, seed: int) -> list[dict]:
+def round_matrices(train: list[SFTRow], r: int, n: int, seed: int) -> list[SFTRow]:
     """The training rows searched in round ``r`` (1-based): the next ``n`` of a shuffled order, cycling."""
     order = np.random.default_rng(seed).permutation(len(train))
     n = min(n, len(train))
     return [train[order[((r - 1) * n + j) % len(train)]] for j in range(n)]
-
-
-def _name(row: dict) -> str:
-    return Path(row["matrix"]).name.split(".")[0]
-
-
-def _geomean(xs: list[float]) -> float | None:
-    return float(math.exp(sum(math.log(x) for x in xs) / len(xs))) if xs else None
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -114,8 +122,6 @@ def validation_figures(per_matrix: dict[str, dict], oracle: dict[str, float | No
     oracle's best (None without oracle times); ``ahead_of_oracle``: share of matrices where the
     policy's best is faster than the oracle's; ``speedup_at_1``: the expected single sample;
     ``correct_rate``: correct samples over all samples."""
-    from sparserl.eval.metrics import kept_speedup, speedup_at_1
-
     recs = list(per_matrix.values())
     n = sum(r["n"] for r in recs)
     best = {m: kept_speedup(r["best_speedup"]) for m, r in per_matrix.items()}
@@ -123,13 +129,13 @@ def validation_figures(per_matrix: dict[str, dict], oracle: dict[str, float | No
         "matrices": len(recs), "samples": n,
         "correct_rate": sum(r["correct"] for r in recs) / n if n else 0.0,
         "compile_rate": sum(r["compiled"] for r in recs) / n if n else 0.0,
-        "geomean_speedup": _geomean(list(best.values())),
+        "geomean_speedup": geomean_of(list(best.values())),
     }
     if recs and all(r.get("sample_speedups") for r in recs):
         out["speedup_at_1"] = speedup_at_1([r["sample_speedups"] for r in recs])
     if oracle:
         ratios = [best[m] / kept_speedup(oracle.get(m)) for m in best]
-        out["vs_oracle"] = _geomean(ratios)
+        out["vs_oracle"] = geomean_of(ratios)
         out["ahead_of_oracle"] = sum(x > 1.0 for x in ratios) / len(ratios) if ratios else 0.0
     out["score"] = out.get("vs_oracle") if out.get("vs_oracle") is not None else out["geomean_speedup"]
     return out
@@ -204,7 +210,8 @@ class Improve:
         val = split_rows(cfg.data, "val")
         pick = np.random.default_rng(cfg.seed).permutation(len(val))[: cfg.val_matrices]
         return {"version": STATE_VERSION, "config": asdict(cfg), "round": 0, "phase": "validate",
-                "best": None, "best_model": cfg.model, "oracle": None, "val_rows": [val[i] for i in sorted(pick)],
+                "best": None, "best_model": cfg.model, "oracle": None,
+                "val_rows": [val[i].to_dict() for i in sorted(pick)],
                 "train_fingerprints": [], "current": {}, "rounds": [], "logged": -1}
 
     def save(self) -> None:
@@ -229,9 +236,6 @@ class Improve:
     # -- the loop --
 
     def run(self) -> dict:
-        from sparserl.search.store import open_store
-        from sparserl.train.common import MetricLogger
-
         st, cfg = self.state, self.cfg
         self.save()
         self._write_valset()
@@ -268,85 +272,40 @@ class Improve:
 
     def _write_valset(self) -> None:
         """The validation matrices as a data folder's val split (what ``evaluate`` reads)."""
-        self._write_split("valset", "val", self.state["val_rows"])
+        self._write_split("valset", "val", [SFTRow.from_dict(r) for r in self.state["val_rows"]])
 
-    def _write_split(self, folder: str, split: str, rows: list[dict]) -> Path:
+    def _write_split(self, folder: str, split: str, rows: list[SFTRow]) -> Path:
         """``rows`` as split ``split`` of the data folder ``OUT/folder`` (what ``evaluate`` reads)."""
         d = self.out / folder
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_rows(d / f"{split}.jsonl", rows)
         return d
 
     # -- 1. search --
 
     def search(self, r: int) -> None:
-        from sparserl.harness.result import ErrorKind
-        from sparserl.kernels.contract import Op
-        from sparserl.matrices import load_matrix
-        from sparserl.search.footprint import check_fits
-        from sparserl.search.loop import SearchConfig
-        from sparserl.search.run import SearchJob, open_proposer, search_array
-        from sparserl.search.space import Provenance
-        from sparserl.search.store import harness_version
-
-        cfg, cur = self.cfg, self.state["current"]
-        done: dict = cur.setdefault("search", {})
+        """Search this round's training matrices with the current best policy proposing; each one's
+        figures go to the state as it finishes (a killed round does not search it again)."""
+        cfg = self.cfg
+        done: dict = self.state["current"].setdefault("search", {})
         todo = [row for row in round_matrices(self.train, r, cfg.matrices_per_round, cfg.seed)
-                if _name(row) not in done]
+                if row.matrix_name not in done]
         if not todo:
             return
-        op, k = Op(cfg.op), cfg.k_or_none
         model = self.state["best_model"]
         policy = self._policy(model)
         trace_dir = self.round_dir(r) / "search"
         trace_dir.mkdir(parents=True, exist_ok=True)
-        policy_kinds = (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE)
         try:
-            for i, row in enumerate(todo):
-                name, path = _name(row), row["matrix"]
+            for row in todo:
                 t = time.perf_counter()
-                A = load_matrix(path)
                 try:
-                    check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
-                except SparseRLError as exc:
-                    log.warning("round %d: %s skipped: %s", r, name, exc)
-                    done[name] = {"skipped": str(exc)}
-                    self.save()
-                    continue
-                scfg = SearchConfig(budget=cfg.search_budget, seconds=cfg.search_seconds, regime=cfg.regime,
-                                    policy_share=cfg.policy_share, seed=cfg.seed + 1000 * r + len(done))
-                job = SearchJob(matrix=path, op=cfg.op, k=k, search=scfg, model=str(model),
-                                temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
-                log.info("round %d: searching %s (%d of %d), %d candidates", r, name, len(done) + 1,
-                         min(cfg.matrices_per_round, len(self.train)), cfg.search_budget)
-                try:
-                    res = search_array(A, name, op, k, scfg, self.ev, self.store,
-                                       source_path=str(Path(path).resolve()),
-                                       run_config={"improve": str(self.out), "round": r, "job": asdict(job)},
-                                       proposer_factory=lambda card, job=job, A=A: open_proposer(
-                                           job, A, op, k, card, self.ev, policy),
-                                       model=str(model), trace=trace_dir / f"{name}.jsonl")
+                    res = self._search_one(r, row, policy, model, trace_dir, len(done))
                 except SparseRLError as exc:  # this matrix only (what it verified is in the store already)
-                    log.warning("round %d: the search of %s stopped: %s", r, name, exc)
-                    done[name] = {"skipped": str(exc)}
+                    log.warning("round %d: %s skipped: %s", r, row.matrix_name, exc)
+                    done[row.matrix_name] = {"skipped": str(exc)}
                     self.save()
                     continue
-                ok = [e for e in res.entries if e.result.ok]
-                pol = [e for e in res.entries if e.proposal.provenance in policy_kinds]
-                known = self.store.best(fingerprint=res.fingerprint, op=cfg.op, k=k, regime=cfg.regime,
-                                        harness_version=harness_version())
-                done[name] = {
-                    "fingerprint": res.fingerprint, "evaluated": res.evaluated, "correct": len(ok),
-                    "policy": len(pol), "policy_correct": sum(e.result.ok for e in pol),
-                    "policy_failed": {kind: sum(e.result.error_kind.value == kind for e in pol)
-                                      for kind in {e.result.error_kind.value for e in pol if not e.result.ok}},
-                    "best_speedup": res.best.result.speedup if res.best else None,
-                    "best_provenance": res.best.proposal.provenance.value if res.best else None,
-                    "store_improved": res.store_improved,
-                    "policy_set_best": any(e.store_best and e.proposal.provenance in policy_kinds for e in res.entries),
-                    "best_known_speedup": max((b.speedup for b in known), default=None),
-                    "no_gpu": all(e.result.error_kind is ErrorKind.NO_GPU for e in res.entries),
-                    "seconds": round(time.perf_counter() - t, 2)}
+                done[row.matrix_name] = self._search_figures(res) | {"seconds": round(time.perf_counter() - t, 2)}
                 if res.fingerprint not in self.state["train_fingerprints"]:
                     self.state["train_fingerprints"].append(res.fingerprint)
                 self.save()  # a kill from here on does not search this matrix again
@@ -354,45 +313,74 @@ class Improve:
             policy = None  # noqa: F841 (the last reference: the model's memory goes back)
             self._release()
 
+    def _search_one(self, r: int, row: SFTRow, policy: Policy, model: str, trace_dir: Path, n_done: int):
+        """One training matrix searched (raises SparseRLError when it does not fit, or the search stops)."""
+        cfg = self.cfg
+        ctx = MatrixContext.load(row.matrix, cfg.op, cfg.k)
+        check_fits(ctx.name, *ctx.shape, ctx.nnz, ctx.k)
+        scfg = SearchConfig(budget=cfg.search_budget, seconds=cfg.search_seconds, regime=cfg.regime,
+                            policy_share=cfg.policy_share, seed=cfg.seed + 1000 * r + n_done)
+        job = SearchJob(matrix=row.matrix, op=cfg.op, k=ctx.k, search=scfg, model=str(model),
+                        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
+        log.info("round %d: searching %s (%d of %d), %d candidates", r, ctx.name, n_done + 1,
+                 min(cfg.matrices_per_round, len(self.train)), cfg.search_budget)
+        return search_array(ctx, scfg, self.ev, self.store,
+                            run_config={"improve": str(self.out), "round": r, "job": asdict(job)},
+                            proposer=open_proposer(job, ctx, self.ev, policy), model=str(model),
+                            trace=trace_dir / f"{ctx.name}.jsonl")
+
+    def _search_figures(self, res) -> dict:
+        """What the round table keeps of one matrix's search."""
+        cfg = self.cfg
+        policy_kinds = (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE)
+        pol = [e for e in res.entries if e.proposal.provenance in policy_kinds]
+        known = self.store.best(fingerprint=res.fingerprint, op=cfg.op, k=cfg.k, regime=cfg.regime,
+                                harness_version=harness_version())
+        return {
+            "fingerprint": res.fingerprint, "evaluated": res.evaluated, "correct": sum(e.result.ok for e in res.entries),
+            "policy": len(pol), "policy_correct": sum(e.result.ok for e in pol),
+            "policy_failed": {kind: sum(e.result.error_kind.value == kind for e in pol)
+                              for kind in {e.result.error_kind.value for e in pol if not e.result.ok}},
+            "best_speedup": res.best.result.speedup if res.best else None,
+            "best_provenance": res.best.proposal.provenance.value if res.best else None,
+            "store_improved": res.store_improved,
+            "policy_set_best": any(e.store_best and e.proposal.provenance in policy_kinds for e in res.entries),
+            "best_known_speedup": max((b.speedup for b in known), default=None),
+            "no_gpu": all(e.result.error_kind is ErrorKind.NO_GPU for e in res.entries)}
+
     # -- 2. collect --
 
     def collect(self, r: int) -> int:
         """Write the teacher set; returns its rows."""
-        from sparserl.search.export import ExportFilter, export_rows
-        from sparserl.search.store import harness_version
-
         cfg = self.cfg
         flt = ExportFilter(op=cfg.op, regime=cfg.regime, harness_version=harness_version(), per_matrix=cfg.per_matrix,
                            within=cfg.within, fingerprints=frozenset(self.state["train_fingerprints"]), seen_only=True)
         rows, skipped = export_rows(self.store, flt)
-        rows = [row for row in rows if row.get("k") == cfg.k_or_none]
+        rows = [row for row in rows if row.k == cfg.k]
         replay = self._replay(r, round(cfg.replay * len(rows)))
         d = self.round_dir(r) / "teacher"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows + replay))
-        (d / "val.jsonl").write_text("")  # the round's validation is its own phase
+        write_rows(d / "train.jsonl", rows + replay)
+        write_rows(d / "val.jsonl", [])  # the round's validation is its own phase
         prov: dict[str, int] = {}
         for row in rows:
-            prov[row["provenance"]] = prov.get(row["provenance"], 0) + 1
+            prov[row.origin.provenance] = prov.get(row.origin.provenance, 0) + 1
         self.state["current"]["teacher"] = {
-            "rows": len(rows), "matrices": len({row["fingerprint"] for row in rows}), "provenance": prov,
+            "rows": len(rows), "matrices": len({row.origin.fingerprint for row in rows}), "provenance": prov,
             "policy_rows": sum(v for p, v in prov.items() if p.startswith("policy")), "replay_rows": len(replay),
             "unseen_facts_dropped": skipped["unseen_facts"],
-            "speedup_geomean": _geomean([row["times"]["speedup"] for row in rows])}
+            "speedup_geomean": geomean_of([row.times.speedup for row in rows])}
         if not rows:
             log.warning("round %d: no verified kernel to learn from (nothing within %.0f%% of a best known): "
                         "the round fine-tunes nothing and keeps the previous best", r, 100 * cfg.within)
         return len(rows)
 
-    def _replay(self, r: int, n: int) -> list[dict]:
+    def _replay(self, r: int, n: int) -> list[SFTRow]:
         """``n`` rows of the data's train split for op (and k), drawn afresh each round."""
         if n < 1:
             return []
-        from sparserl.data.sft_build import read_jsonl
-
         cfg = self.cfg
-        rows = [row for row in read_jsonl(Path(cfg.data) / "train.jsonl") if row.get("op", "spmv") == cfg.op
-                and (cfg.op == "spmv" or row.get("k") == cfg.k)]
+        rows = [row for row in read_rows(Path(cfg.data) / "train.jsonl") if row.op == cfg.op
+                and row.k == cfg.k]
         if not rows:
             return []
         pick = np.random.default_rng([cfg.seed, r]).choice(len(rows), size=n, replace=n > len(rows))
@@ -401,8 +389,6 @@ class Improve:
     # -- 3. finetune --
 
     def finetune(self, r: int) -> None:
-        from sparserl.train.sft import SFTConfig, sft
-
         cfg = self.cfg
         steps = cfg.sft_steps
         scfg = SFTConfig(data=str(self.round_dir(r) / "teacher"), model=str(self.state["best_model"]),
@@ -428,8 +414,6 @@ class Improve:
         log.info("round %d: validation %s", r, _rounded(fig))
 
     def _evaluate(self, policy, r: int) -> dict:
-        from sparserl.eval.compare import EvalConfig, evaluate
-
         cfg, st = self.cfg, self.state
         ecfg = EvalConfig(matrices=str(self.out / "valset"), split="val",
                           baselines=("oracle",) if st["oracle"] is None else (), op=cfg.op, k=cfg.k,
@@ -439,9 +423,9 @@ class Improve:
         res = evaluate(ecfg, evaluator=self.ev, policies={name: policy})
         if st["oracle"] is None and "library oracle" in res["per_matrix"]:  # timed once, at round 0
             st["oracle"] = oracle_speedups(res)
-            st["oracle_geomean"] = _geomean([v or 1.0 for v in st["oracle"].values()])
+            st["oracle_geomean"] = geomean_of([v or 1.0 for v in st["oracle"].values()])
         # and the samples against the library: a library kernel exactly, a mismatched header, a new body
-        return validation_figures(res["per_matrix"][name], st["oracle"]) | shares(res.get("provenance", {}).get(name))
+        return validation_figures(res["per_matrix"][name], st["oracle"]) | shares(res.get("library_match", {}).get(name))
 
     # -- 5. decide --
 
@@ -482,8 +466,6 @@ class Improve:
         with it). Once per (best round, models, samples): a resumed run that kept no new round does not
         evaluate again. The policies are loaded one at a time. A failure here (a test matrix that no
         longer loads, say) is logged and leaves the rounds as they are: the next resume tries again."""
-        from sparserl.eval.compare import EvalConfig, evaluate
-
         cfg, st = self.cfg, self.state
         if not cfg.test_samples:
             return
@@ -520,7 +502,7 @@ class Improve:
         except (SparseRLError, OSError, ValueError) as exc:
             log.warning("held-out evaluation failed (the rounds stand; --resume tries it again): %s", exc)
             return
-        st["test"] = key | {"matrices": len(rows), "oracle_geomean": _geomean([v or 1.0 for v in oracle.values()]),
+        st["test"] = key | {"matrices": len(rows), "oracle_geomean": geomean_of([v or 1.0 for v in oracle.values()]),
                             "seconds": round(time.perf_counter() - t, 2),
                             "figures": {n: validation_figures(per_matrix[n], oracle or None) for n in models}}
         log.info("held out (test split): %s", {n: _rounded(f) for n, f in st["test"]["figures"].items()})
@@ -558,9 +540,6 @@ class Improve:
     # -- models --
 
     def _policy(self, path: str):
-        from sparserl.devices import pick_device
-        from sparserl.model.policy import Policy
-
         policy = Policy.open(path, device=str(pick_device(self.cfg.device)))
         policy.eval()
         return policy
@@ -568,10 +547,6 @@ class Improve:
     @staticmethod
     def _release() -> None:
         """Give the GPU memory of a model no longer referenced back (the harness's workers share the GPU)."""
-        import gc
-
-        import torch
-
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -583,14 +558,10 @@ def improve(cfg: ImproveConfig, evaluator=None, *, validate: Callable | None = N
 
     ``evaluator``: the harness (default: a new one on this machine's GPUs; without a GPU the run
     is refused, since a search verifies nothing there). Tests inject a stand-in for its timing."""
-    from sparserl.devices import visible_gpus
-
     if evaluator is None and not visible_gpus():
         raise SparseRLError(NO_GPU)
     own = evaluator is None
     if own:
-        from sparserl.harness.evaluator import Evaluator, HarnessConfig
-
         evaluator = Evaluator(HarnessConfig(regimes=(cfg.regime,), reward_regime=cfg.regime))
     try:
         if not evaluator.has_gpu:

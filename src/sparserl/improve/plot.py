@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparserl.eval.report import pyplot
+
 log = logging.getLogger(__name__)
 
 
@@ -45,8 +47,6 @@ def round_points(rounds: dict) -> list[RoundPoint]:
 def plot_rounds(runs: dict[str, dict], path: str | Path) -> Path | None:
     """Draw each run's rounds (label -> rounds.json content) into ``path``; None without matplotlib
     or without a validated round."""
-    from sparserl.eval.report import pyplot
-
     series = {label: round_points(r) for label, r in runs.items()}
     if not any(series.values()):
         return None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import math
+from sparserl.eval.metrics import geomean
 
 
-def _geomean(xs: list[float]) -> float | None:
+def geomean_of(xs: list[float | None]) -> float | None:
+    """The geometric mean (:func:`~sparserl.eval.metrics.geomean`) of the figures there are (None and 0
+    left out); None when there are none."""
     xs = [x for x in xs if x]
-    return float(math.exp(sum(math.log(x) for x in xs) / len(xs))) if xs else None
+    return geomean(xs) if xs else None
 
 
 def search_totals(search: dict) -> dict:
@@ -18,7 +20,7 @@ def search_totals(search: dict) -> dict:
             "policy": sum(v["policy"] for v in done), "policy_correct": sum(v["policy_correct"] for v in done),
             "store_improved": sum(bool(v["store_improved"]) for v in done),
             "policy_set_best": sum(bool(v["policy_set_best"]) for v in done),
-            "best_known_geomean": _geomean([v["best_known_speedup"] for v in done]),
+            "best_known_geomean": geomean_of([v["best_known_speedup"] for v in done]),
             "seconds": sum(v["seconds"] for v in done)}
 
 

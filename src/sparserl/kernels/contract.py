@@ -7,9 +7,15 @@ library) both read it; ``docs/contract.md`` is the same contract in prose.
 A completion is::
 
     FORMAT: NAME [key=value ...]
+    [PARAMS: NAME=INT, ...]             # optional: named integers, one constexpr each
     LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
     [LAUNCH: ...]                       # several LAUNCH lines run in order
     <CUDA device code only>
+
+A ``PARAMS:`` line names a kernel's tunable numbers once (``PARAMS: BLOCK=256, BATCHES=4``): the
+harness puts one ``constexpr int NAME = value;`` line per name before the code, after one per
+FORMAT parameter (``constexpr int C = 32;`` for ``FORMAT: SELL C=32``) (:meth:`Header.prelude`),
+and LAUNCH expressions may use the names.
 
 Kernels are ``extern "C" __global__`` functions. Every kernel a completion
 launches takes the same argument list: the common prefix ``int m, int n, int nnz``
@@ -24,6 +30,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 
 from sparserl.errors import ContractError
 from sparserl.kernels.launch import Expr, parse_expr
@@ -325,8 +332,9 @@ def kernel_params(fmt: str, op: Op) -> tuple[Param, ...]:
     return tuple(params)
 
 
-def signature(fmt: str, op: Op, name: str | None = None, launch_bounds: int | None = None) -> str:
-    """The kernel's C declaration line(s), e.g. for rendering a completion."""
+def signature(fmt: str, op: Op, name: str | None = None, launch_bounds: int | str | None = None) -> str:
+    """The kernel's C declaration line(s), e.g. for rendering a completion; ``launch_bounds`` is a
+    number or a constant's name (``BLOCK``)."""
     ps = kernel_params(fmt, op)
     name = name or op.kernel_name
     lb = f"__launch_bounds__({launch_bounds}) " if launch_bounds else ""
@@ -346,11 +354,12 @@ def launch_variables(fmt: str, op: Op) -> tuple[str, ...]:
 # Header grammar
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HEADER_LINE = re.compile(r"^\s*(?:[*#>`-]+\s*)?\**\s*(FORMAT|LAUNCH)\s*\**\s*:\s*\**\s*(.*)$", re.IGNORECASE)
+_HEADER_LINE = re.compile(r"^\s*(?:[*#>`-]+\s*)?\**\s*(FORMAT|PARAMS|LAUNCH)\s*\**\s*:\s*\**\s*(.*)$",
+                          re.IGNORECASE)
 
 
 def header_line(line: str) -> tuple[str, str] | None:
-    """``("FORMAT" or "LAUNCH", body)`` for a header line, or None for any other line.
+    """``("FORMAT", "PARAMS" or "LAUNCH", body)`` for a header line, or None for any other line.
 
     The one recogniser of header lines: markdown decoration a model may add is dropped
     (``**FORMAT:** CSR``, ``- LAUNCH: ...``, a line in backticks), so extraction from model
@@ -359,6 +368,92 @@ def header_line(line: str) -> tuple[str, str] | None:
     if m is None:
         return None
     return m.group(1).upper(), m.group(2).strip().strip("`").strip()
+
+# ---------------------------------------------------------------------------------------------
+# PARAMS: named integers
+
+MAX_PARAMS = 8
+"""Most names one PARAMS line may give."""
+PARAM_MIN, PARAM_MAX = -(2**31), 2**31 - 1
+"""A PARAMS value is an ``int`` in C."""
+
+_CPP_KEYWORDS = (
+    "alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t "
+    "class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield "
+    "decltype default delete do double dynamic_cast else enum explicit export extern false float for friend "
+    "goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private "
+    "protected public register reinterpret_cast requires return short signed sizeof static static_assert "
+    "static_cast struct switch template this thread_local throw true try typedef typeid typename union "
+    "unsigned using virtual void volatile wchar_t while xor xor_eq restrict"
+).split()
+_VECTOR_TYPES = [f"{t}{n}" for t in ("char", "uchar", "short", "ushort", "int", "uint", "long", "ulong",
+                                     "longlong", "ulonglong", "float", "double") for n in (1, 2, 3, 4)]
+_CUDA_BUILTINS = (
+    "threadIdx blockIdx blockDim gridDim warpSize dim3 size_t ptrdiff_t uint NULL main printf malloc free "
+    "assert half nv_bfloat16 cooperative_groups std cuda"
+).split()
+RESERVED_NAMES: frozenset[str] = frozenset(_CPP_KEYWORDS + _VECTOR_TYPES + _CUDA_BUILTINS)
+"""Names a PARAMS line may not give: C++ keywords, CUDA's built-in variables and vector types, and
+a few library names kernels call (names starting with an underscore are reserved in C++ too)."""
+
+
+@lru_cache(maxsize=1)
+def contract_names() -> frozenset[str]:
+    """Every name the contract gives a meaning: each format's kernel arguments and LAUNCH variables,
+    for both ops, the default kernel names and the LAUNCH functions. A PARAMS name may be none of
+    them (a constexpr ``m`` would hide the kernel's argument)."""
+    names = {"ceil_div", "min", "max"}
+    for fmt in FORMATS:
+        for op in Op:
+            names |= {p.name for p in kernel_params(fmt, op)} | set(launch_variables(fmt, op)) | {op.kernel_name}
+    return frozenset(names)
+
+
+_PARAM_ITEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\S+)")
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+
+
+def parse_params_line(text: str) -> dict[str, int]:
+    """Parse the body of a ``PARAMS:`` line (``NAME=INT, NAME=INT, ...``), in the order written.
+
+    Refused, each with a one-line :class:`ContractError`: an item that is not ``NAME=integer``
+    (decimal, no leading zeros, within C's ``int``), a name given twice, more than
+    :data:`MAX_PARAMS` names, a name that starts with an underscore, is a C++/CUDA keyword or
+    built-in (:data:`RESERVED_NAMES`) or has a meaning in the contract (:func:`contract_names`)."""
+    if not text.strip():
+        raise ContractError("PARAMS line names nothing; write PARAMS: NAME=integer, ... or leave the line out")
+    out: dict[str, int] = {}
+    reserved = contract_names()
+    for item in (part.strip() for part in text.split(",")):
+        m = _PARAM_ITEM.fullmatch(item)
+        if m is None:
+            raise ContractError(f"PARAMS item {item!r} is not NAME=integer (items are separated by commas)")
+        name, value = m.groups()
+        if not _INTEGER.fullmatch(value):
+            raise ContractError(f"PARAMS {name}={value!r} is not a decimal integer")
+        if not PARAM_MIN <= int(value) <= PARAM_MAX:
+            raise ContractError(f"PARAMS {name}={value} does not fit a C int")
+        if name in out:
+            raise ContractError(f"PARAMS names {name} twice")
+        if name.startswith("_"):
+            raise ContractError(f"PARAMS name {name} starts with an underscore (reserved in C++)")
+        if name in RESERVED_NAMES:
+            raise ContractError(f"PARAMS name {name} is a C++/CUDA keyword or built-in")
+        if name in reserved:
+            raise ContractError(f"PARAMS name {name} is a contract variable (kernel argument or LAUNCH name)")
+        out[name] = int(value)
+    if len(out) > MAX_PARAMS:
+        raise ContractError(f"PARAMS gives {len(out)} names; at most {MAX_PARAMS} are allowed")
+    return out
+
+
+def render_params_line(constants: Mapping[str, int]) -> str:
+    """The ``PARAMS:`` line for ``constants`` (empty string when there are none)."""
+    return "PARAMS: " + ", ".join(f"{k}={v}" for k, v in constants.items()) if constants else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# LAUNCH
 
 MAX_LAUNCHES = 4
 MAX_BLOCK_THREADS = 1024
@@ -395,6 +490,8 @@ class Header:
     format: str  # upper-case name in FORMATS
     params: dict[str, int] = field(default_factory=dict)  # as written (resolved against defaults)
     launches: tuple[LaunchSpec, ...] = ()
+    constants: dict[str, int] = field(default_factory=dict)
+    """The PARAMS line's names and values, in the order written (empty: no PARAMS line)."""
 
     @property
     def spec(self) -> FormatSpec:
@@ -406,7 +503,21 @@ class Header:
 
     def render(self) -> str:
         fmt = " ".join([self.format] + [f"{k}={v}" for k, v in self.params.items()])
-        return "\n".join([f"FORMAT: {fmt}"] + [l.render() for l in self.launches])
+        params = [render_params_line(self.constants)] if self.constants else []
+        return "\n".join([f"FORMAT: {fmt}"] + params + [l.render() for l in self.launches])
+
+    def prelude(self) -> str:
+        """The lines the harness puts before the code of a completion with a PARAMS line:
+        ``constexpr int NAME = value;`` for each FORMAT parameter (``R``, ``C``, ``sigma``,
+        ``width`` as the FORMAT line gives them, defaults filled), then for each PARAMS name.
+        Without a PARAMS line there are none: the code is compiled as written."""
+        if not self.constants:
+            return ""
+        return "".join(f"constexpr int {k} = {v};\n" for k, v in {**self.params, **self.constants}.items())
+
+    def source(self, code: str) -> str:
+        """The source the compiler sees for ``code`` under this header: the PARAMS prelude, then the code."""
+        return self.prelude() + code
 
 
 @dataclass(frozen=True)
@@ -507,9 +618,10 @@ def parse_launch_line(text: str) -> LaunchSpec:
 
 
 def parse_header(lines: list[str], op: Op) -> Header:
-    """Parse header lines (``FORMAT:`` first, then ``LAUNCH:`` lines) and check their names.
+    """Parse header lines (``FORMAT:`` first, an optional ``PARAMS:`` line, then ``LAUNCH:`` lines)
+    and check their names.
 
-    Every name a LAUNCH expression reads must be one of :func:`launch_variables`.
+    Every name a LAUNCH expression reads must be one of :func:`launch_variables` or a PARAMS name.
     """
     if not lines:
         raise ContractError("completion has no FORMAT: line")
@@ -517,9 +629,14 @@ def parse_header(lines: list[str], op: Op) -> Header:
     if first is None or first[0] != "FORMAT":
         raise ContractError(f"first header line must be 'FORMAT: ...', got {lines[0].strip()[:60]!r}")
     fmt, params = parse_format_line(first[1])
+    rest = [(line, header_line(line)) for line in lines[1:]]
+    constants: dict[str, int] = {}
+    if rest and rest[0][1] is not None and rest[0][1][0] == "PARAMS":
+        constants = parse_params_line(rest.pop(0)[1][1])
     launches = []
-    for line in lines[1:]:
-        got = header_line(line)
+    for line, got in rest:
+        if got is not None and got[0] == "PARAMS":
+            raise ContractError("a completion has at most one PARAMS line, right after the FORMAT line")
         if got is None or got[0] != "LAUNCH":
             raise ContractError(f"expected a 'LAUNCH: ...' line, got {line.strip()[:60]!r}")
         launches.append(parse_launch_line(got[1]))
@@ -527,7 +644,7 @@ def parse_header(lines: list[str], op: Op) -> Header:
         raise ContractError("completion has no LAUNCH: line")
     if len(launches) > MAX_LAUNCHES:
         raise ContractError(f"at most {MAX_LAUNCHES} LAUNCH lines are allowed, got {len(launches)}")
-    allowed = set(launch_variables(fmt, op))
+    allowed = set(launch_variables(fmt, op)) | set(constants)
     for l in launches:
         exprs = list(l.grid) + list(l.block) + ([l.smem] if l.smem is not None else [])
         for e in exprs:
@@ -537,13 +654,14 @@ def parse_header(lines: list[str], op: Op) -> Header:
                     f"LAUNCH expression {e.text!r} uses {', '.join(sorted(bad))}; "
                     f"for {op.value} {fmt} the names are: {', '.join(sorted(allowed))}"
                 )
-    return Header(fmt, params, tuple(launches))
+    return Header(fmt, params, tuple(launches), constants)
 
 
 def split_completion(text: str, op: Op) -> tuple[Header, str]:
-    """Split a clean completion into its parsed header and its CUDA code.
+    """Split a clean completion into its parsed header and the source the compiler sees (its CUDA
+    code after the PARAMS prelude, :meth:`Header.source`).
 
-    Header lines are the leading non-blank lines that start with ``FORMAT:`` or
+    Header lines are the leading non-blank lines that start with ``FORMAT:``, ``PARAMS:`` or
     ``LAUNCH:``. Tolerant extraction (markdown fences, chatter) is the harness's job.
     """
     lines = text.splitlines()
@@ -559,11 +677,13 @@ def split_completion(text: str, op: Op) -> tuple[Header, str]:
             i += 1
             continue
         break
-    return parse_header(header, op), "\n".join(lines[i:]).strip("\n") + "\n"
+    parsed = parse_header(header, op)
+    return parsed, parsed.source("\n".join(lines[i:]).strip("\n") + "\n")
 
 
 def evaluate_launches(header: Header, op: Op, env: Mapping[str, int]) -> list[LaunchConfig]:
-    """Evaluate every LAUNCH line against ``env`` and check CUDA's limits."""
+    """Evaluate every LAUNCH line against ``env`` and the header's PARAMS, and check CUDA's limits."""
+    env = {**env, **header.constants}
     out = []
     for l in header.launches:
         grid = [e.evaluate(env) for e in l.grid] + [1] * (3 - len(l.grid))

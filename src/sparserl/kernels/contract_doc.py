@@ -6,7 +6,16 @@ checks that the committed file matches, so the prose cannot drift from the code.
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import ALLOWED_INCLUDES, FORMATS, MAX_LAUNCHES, RULES, Op, launch_variables, signature
+from sparserl.kernels.contract import (
+    ALLOWED_INCLUDES,
+    FORMATS,
+    MAX_LAUNCHES,
+    MAX_PARAMS,
+    RULES,
+    Op,
+    launch_variables,
+    signature,
+)
 
 INTRO = f"""# The kernel contract
 
@@ -18,6 +27,7 @@ The code of record is `src/sparserl/kernels/contract.py`; this page is generated
 
 ```
 FORMAT: NAME [key=value ...]
+[PARAMS: NAME=INT, NAME=INT, ...]
 LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
 [LAUNCH: ... up to {MAX_LAUNCHES} lines, run in order on one stream]
 <CUDA device code>
@@ -25,6 +35,25 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
 
 * `FORMAT:` names the storage format and its integer parameters. The harness converts the
   matrix on the host (the cost is measured and reported separately) and passes the arrays below.
+* `PARAMS:` (optional, right after `FORMAT:`) names the kernel's tunable numbers once, e.g.
+  `PARAMS: BLOCK=256, BATCHES=4`. The harness puts one `constexpr int NAME = value;` line per name
+  before the code, in the order written, and LAUNCH expressions may use the names, so a launch and
+  its kernel cannot disagree: `LAUNCH: grid=ceil_div(nnz, BLOCK * BATCHES), block=BLOCK` with
+  `__launch_bounds__(BLOCK)` and `BLOCK / 32` warps in the code. With a PARAMS line the FORMAT
+  parameters are constants of the code too, under their own names and before the PARAMS names
+  (`FORMAT: BSR R=4 C=4` gives `constexpr int R = 4;` and `constexpr int C = 4;`), so a block
+  shape is written once, on the FORMAT line. Without a PARAMS line nothing is added: the code is
+  compiled as written. Values are decimal integers that
+  fit a C `int` (no leading zeros, no `+`, hex or `_`); items are separated by commas; at most
+  {MAX_PARAMS} names. A name may not start with an underscore, be a C++/CUDA keyword or built-in
+  (`int`, `if`, `threadIdx`, `blockDim`, `warpSize`, `float4`, `printf` ...), nor be a name the
+  contract already uses: any format's kernel arguments and LAUNCH names (`m`, `n`, `nnz`, `k`, `x`,
+  `y`, `X`, `Y`, `val`, `row_ptr`, `width`, `C`, `R`, `num_sms` ...), `spmv_kernel`, `spmm_kernel`,
+  `ceil_div`, `min`, `max`. Any of these is a `contract_error` with a one-line message. The checks
+  of the code (source and compiled) see the code with the `constexpr` lines in front.
+* Facts a kernel bakes in about its matrix (diagonal offsets, row bins, long-row lists) go in one
+  block at the top of the code: `constexpr` values, and `__constant__` tables initialised there
+  (a `__constant__` without an initialiser is refused: nothing else fills it).
 * `LAUNCH:` gives the grid and block (one expression, or `(x, y)` / `(x, y, z)`), optional dynamic
   shared memory in bytes and the kernel's name (default `spmv_kernel` / `spmm_kernel`). A launch
   whose grid has a 0 dimension is skipped (e.g. an empty COO part of HYB). Blocks have at most 1024

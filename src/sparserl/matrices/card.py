@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from sparserl.matrices.features import compute_features
+from sparserl.matrices.features import MatrixFeatures, compute_features
 from sparserl.matrices.io import canonicalize
 
 MAX_CARD_DIAGONALS = 64
@@ -230,6 +230,13 @@ def _uniform_block_row_len(C: sp.csr_array, b: int) -> int | None:
 
 def matrix_card(A: Any) -> MatrixCard:
     """The card of ``A`` (anything :func:`~sparserl.matrices.io.canonicalize` accepts)."""
+    return card_and_features(A)[0]
+
+
+def card_and_features(A: Any) -> tuple[MatrixCard, MatrixFeatures]:
+    """The card of ``A`` and the :class:`~sparserl.matrices.features.MatrixFeatures` it is built
+    from, computed once (the search needs both: the card for its templates, the features for the
+    selector and the cost model)."""
     C: sp.csr_array = canonicalize(A)
     f = compute_features(C)
     lengths = np.diff(C.indptr).astype(np.int64)
@@ -244,7 +251,7 @@ def matrix_card(A: Any) -> MatrixCard:
             block, density = (b, b), float(d)
             break
     long_rows, long_min = _long_rows(lengths)
-    return MatrixCard(
+    card = MatrixCard(
         rows=f.rows, cols=f.cols, nnz=f.nnz, fingerprint=structure_fingerprint(C),
         row_len_mean=float(f.row_len_mean), row_len_max=f.row_len_max, empty_rows=f.empty_rows,
         bins=_bins(lengths), longest_rows=tuple((int(r), int(lengths[r])) for r in top if lengths[r] > 0),
@@ -253,3 +260,4 @@ def matrix_card(A: Any) -> MatrixCard:
         row_len_min=int(lengths.min()) if lengths.size else 0, long_rows=long_rows, long_rows_min=long_min,
         block_row_len=_uniform_block_row_len(C, block[0]) if block is not None else None,
     )
+    return card, f

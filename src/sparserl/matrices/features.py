@@ -83,6 +83,11 @@ class MatrixFeatures:
             out[key] = list(value) if isinstance(value, tuple) else value
         return out
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MatrixFeatures:
+        """The inverse of :meth:`to_dict` (lists become tuples)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
 
 def row_length_bucket(lengths: np.ndarray) -> np.ndarray:
     """Histogram bucket of each row length: 0 for 0, else ``min(bit_length(len), 15)``.

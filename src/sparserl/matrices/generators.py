@@ -44,7 +44,8 @@ from sparserl.matrices.io import MAX_INT32, csr_from_sorted_parts
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAMILIES", "FamilySpec", "expected_nnz", "family_names", "generate", "memory_estimate", "random_values"]
+__all__ = ["APPLICATION_FAMILIES", "CLASSIC_FAMILIES", "FAMILIES", "HELD_OUT_FAMILIES", "TARGET_FAMILIES", "FamilySpec",
+           "expected_nnz", "family_names", "generate", "is_held_out", "memory_estimate", "random_values"]
 
 _CHUNK_NNZ = 1 << 22
 """Nonzeros built per chunk of rows (bounds int64 temporaries to a few tens of MB)."""
@@ -520,6 +521,377 @@ def _rmat(
 
 
 # --------------------------------------------------------------------------------------------
+# Application families: structures of real application classes the families above do not make.
+# --------------------------------------------------------------------------------------------
+
+
+def _distinct_sorted(rng: np.random.Generator, counts: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """For each row ``i``, ``counts[i]`` distinct sorted integers in ``[0, widths[i])`` (requires
+    ``counts <= widths``), rows concatenated (int64).
+
+    Sorted draws with replacement from ``[0, width - count]`` spread apart by their rank
+    (``y_k = x_(k) + k``): distinct and sorted by construction, one sort per chunk, no rejection
+    rounds. (A random subset, though not a uniformly distributed one: good enough for a structure.)
+    """
+    counts, widths = counts.astype(np.int64), widths.astype(np.int64)
+    out = []
+    for r0, r1 in _row_chunks(counts):
+        c = counts[r0:r1]
+        total = int(c.sum())
+        if total == 0:
+            continue
+        row = np.repeat(np.arange(r1 - r0, dtype=np.int64), c)
+        span = (widths[r0:r1] - c + 1)[row]
+        x = np.minimum((rng.random(total) * span).astype(np.int64), span - 1)
+        big = int(span.max())
+        keys = row * big + x
+        keys.sort()
+        first = np.zeros(c.size, dtype=np.int64)
+        np.cumsum(c[:-1], out=first[1:])
+        out.append(keys - row * big + np.arange(total, dtype=np.int64) - np.repeat(first, c))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def _from_keys(keys: np.ndarray, m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 indptr, int32 indices) of the pattern whose ``row * n + col`` keys are given (any
+    order, duplicates allowed): sorted and deduplicated here."""
+    keys.sort()
+    keys = _dedupe_sorted(keys)
+    indptr = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys // n, minlength=m), out=indptr[1:])
+    return indptr, (keys % n).astype(np.int32)
+
+
+def _symmetric_keys(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    """Keys of the edges ``src -> dst`` and of their reverses."""
+    return np.concatenate((src * n + dst, dst * n + src))
+
+
+def _random_graph(rng: np.random.Generator, n: int, degree: int, loops: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of an undirected random graph on ``n`` nodes: ``degree`` edges from each
+    node to uniform random others (symmetrised; repeats merge), with every self loop when ``loops``."""
+    src = np.repeat(np.arange(n, dtype=np.int64), degree)
+    dst = rng.integers(0, n, size=src.size, dtype=np.int64)
+    keep = dst != src
+    keys = _symmetric_keys(src[keep], dst[keep], n)
+    if loops:
+        diag = np.arange(n, dtype=np.int64)
+        keys = np.concatenate((keys, diag * n + diag))
+    return _from_keys(keys, n, n)
+
+
+def _square_family(family: str, rows: int, cols: int | None, size: int | None = None, how: str = "") -> None:
+    """A square family: ``cols`` must be left out or agree (with ``rows``, or with ``size``, the
+    rows the family makes from ``rows``: ``how``)."""
+    size = rows if size is None else size
+    if cols is not None and cols not in (rows, size):
+        made = f"{size} x {size}{' (' + how + ')' if how else ''}"
+        raise MatrixError(f"{family}: builds a square matrix, {made} for rows={rows}; cols={cols} disagrees "
+                          "(leave cols out)")
+
+
+def _band_nnz(m: int, n: int, offsets: range) -> int:
+    """Nonzeros of the diagonals ``offsets`` of an ``m x n`` matrix."""
+    d = np.arange(offsets.start, offsets.stop, dtype=np.int64)
+    return int(np.maximum(np.minimum(m, n - d) - np.maximum(0, -d), 0).sum())
+
+
+def _circuit(
+    rng: np.random.Generator,
+    rows: int,
+    cols: int | None,
+    *,
+    local_degree: int,
+    locality: int,
+    far_fraction: float,
+    supply_nets: int,
+    net_fill: float,
+) -> sp.csr_array:
+    _square_family("circuit", rows, cols)
+    m = rows
+    _need(local_degree >= 0, "circuit", f"local_degree must be >= 0, got {local_degree}")
+    _need(locality >= 1, "circuit", f"locality must be >= 1, got {locality}")
+    _need(0.0 <= far_fraction <= 1.0, "circuit", f"far_fraction must be in [0, 1], got {far_fraction}")
+    _need(supply_nets >= 0, "circuit", f"supply_nets must be >= 0, got {supply_nets}")
+    _need(0.0 < net_fill <= 1.0, "circuit", f"net_fill must be in (0, 1], got {net_fill}")
+    k = min(local_degree, locality)
+    fill = max(1, round(net_fill * m))
+    nets = min(supply_nets, m)
+    _check_size("circuit", m, m, 1 + 2 * k + 2 * nets * fill / m)
+    # device terminals: k distinct nodes among the next `locality` (netlist order is local), a
+    # `far_fraction` of them rewired to any node; every connection both ways
+    src = np.repeat(np.arange(m, dtype=np.int64), k)
+    dst = src + 1 + _distinct_sorted(rng, np.full(m, k, dtype=np.int64), np.full(m, locality, dtype=np.int64))
+    far = rng.random(src.size) < far_fraction
+    dst[far] = rng.integers(0, m, size=int(far.sum()), dtype=np.int64)
+    keep = (dst < m) & (dst != src)
+    src, dst = src[keep], dst[keep]
+    # supply nets (power, ground, clock): a few nodes wired to a `net_fill` share of all nodes
+    hubs = _exact_subset(rng, m, nets)
+    hsrc = np.repeat(hubs, fill)
+    hdst = np.concatenate([_exact_subset(rng, m, fill) for _ in range(nets)]) if nets else np.zeros(0, np.int64)
+    diag = np.arange(m, dtype=np.int64)
+    keys = np.concatenate((_symmetric_keys(src, dst, m), _symmetric_keys(hsrc, hdst, m), diag * m + diag))
+    del src, dst, hsrc, hdst, far, keep
+    indptr, indices = _from_keys(keys, m, m)
+    return _finish(rng, "circuit", indptr, indices, (m, m))
+
+
+def _lp(
+    rng: np.random.Generator,
+    rows: int,
+    cols: int | None,
+    *,
+    block_rows: int,
+    nnz_per_row: int,
+    linking_rows: int,
+    linking_fill: float,
+    staircase: int,
+) -> sp.csr_array:
+    n = 2 * rows if cols is None else cols
+    _need(block_rows >= 1, "lp", f"block_rows must be >= 1, got {block_rows}")
+    _need(nnz_per_row >= 1, "lp", f"nnz_per_row must be >= 1, got {nnz_per_row}")
+    _need(linking_rows >= 0, "lp", f"linking_rows must be >= 0, got {linking_rows}")
+    _need(0.0 < linking_fill <= 1.0, "lp", f"linking_fill must be in (0, 1], got {linking_fill}")
+    _need(staircase in (0, 1), "lp", f"staircase must be 0 or 1, got {staircase}")
+    n_link = min(linking_rows, rows - 1)
+    body = rows - n_link
+    link_len = min(n, max(1, round(linking_fill * n)))
+    _check_size("lp", rows, n, min(2 * nnz_per_row, n) + n_link * link_len / rows)
+    # diagonal blocks of about `block_rows` constraints over an equal share of the variables (a
+    # stage, a period, a commodity); with `staircase`, a block's rows also reach the next block's
+    # variables. Each block is one constraint type: all its rows have the same length.
+    K = max(1, min(-(-body // block_rows), n))
+    bounds = np.arange(K + 1, dtype=np.int64) * n // K
+    block = np.arange(body, dtype=np.int64) * K // body
+    start = bounds[block]
+    width = bounds[np.minimum(block + 1 + staircase, K)] - start
+    per_block = np.maximum(1, np.rint(nnz_per_row * 2.0 ** rng.uniform(-1.0, 1.0, size=K))).astype(np.int64)
+    lengths = np.minimum(per_block[block], width)
+    body_cols = np.repeat(start, lengths) + _distinct_sorted(rng, lengths, width)
+    # linking rows at the bottom (budget, capacity): each over a `linking_fill` share of all variables
+    link_lengths, link_cols = _distinct_columns(rng, np.full(n_link, link_len, dtype=np.int64), n)
+    indptr, indices = _assemble(rows, [(lengths, body_cols.astype(np.int32)), (link_lengths, link_cols)])
+    return _finish(rng, "lp", indptr, indices, (rows, n))
+
+
+def _kkt(
+    rng: np.random.Generator,
+    rows: int,
+    cols: int | None,
+    *,
+    constraint_fraction: float,
+    half_bandwidth: int,
+    nnz_per_constraint: int,
+) -> sp.csr_array:
+    _square_family("kkt", rows, cols)
+    _need(0.0 <= constraint_fraction < 1.0, "kkt",
+          f"constraint_fraction must be in [0, 1), got {constraint_fraction}")
+    _need(half_bandwidth >= 0, "kkt", f"half_bandwidth must be >= 0, got {half_bandwidth}")
+    _need(nnz_per_constraint >= 1, "kkt", f"nnz_per_constraint must be >= 1, got {nnz_per_constraint}")
+    N = rows
+    p = min(N - 1, round(constraint_fraction * N))
+    nh = N - p
+    k = min(nnz_per_constraint, nh)
+    _check_size("kkt", N, N, (nh * (2 * half_bandwidth + 1) + 2 * p * k) / N)
+    # [[H, A^T], [A, 0]]: H (nh x nh) a banded Hessian, A (p x nh) the constraints' Jacobian with
+    # `nnz_per_constraint` variables each, and the zero block of the multipliers
+    i = np.arange(nh, dtype=np.int64)
+    lo = np.maximum(i - half_bandwidth, 0)
+    hlen = np.minimum(i + half_bandwidth, nh - 1) - lo + 1
+    h_keys = np.repeat(i, hlen) * N + _ranges(lo, hlen)
+    keys = h_keys
+    if p:
+        aptr, acols = _random_pattern(rng, np.full(p, k, dtype=np.int64), nh)
+        arow = np.repeat(np.arange(nh, N, dtype=np.int64), np.diff(aptr))
+        keys = np.concatenate((h_keys, _symmetric_keys(arow, acols.astype(np.int64), N)))
+        del h_keys, arow, acols
+    indptr, indices = _from_keys(keys, N, N)
+    return _finish(rng, "kkt", indptr, indices, (N, N))
+
+
+def _kron_sides(rows: int) -> tuple[int, int]:
+    a = max(1, round(math.sqrt(rows)))
+    return a, max(1, rows // a)
+
+
+def _kronecker(
+    rng: np.random.Generator, rows: int, cols: int | None, *, outer_degree: int, inner_degree: int
+) -> sp.csr_array:
+    a, b = _kron_sides(rows)
+    N = a * b
+    _square_family("kronecker", rows, cols, N, f"a {a}-node graph times a {b}-node graph")
+    _need(outer_degree >= 0 and inner_degree >= 0, "kronecker",
+          f"outer_degree and inner_degree must be >= 0, got {outer_degree} and {inner_degree}")
+    _check_size("kronecker", N, N, min(a, 1 + 2 * outer_degree) * min(b, 1 + 2 * inner_degree))
+    # G (a nodes) x H (b nodes), both with self loops: row (i, j) = i * b + j holds g * b + h for
+    # every g in G's row i and h in H's row j, already in order
+    gptr, gcols = _random_graph(rng, a, outer_degree, loops=True)
+    hptr, hcols = _random_graph(rng, b, inner_degree, loops=True)
+    glen, hlen = np.diff(gptr), np.diff(hptr)
+    parts = []
+    for r0, r1 in _row_chunks(N, float((glen.mean() if a else 1) * (hlen.mean() if b else 1))):
+        r = np.arange(r0, r1, dtype=np.int64)
+        i, j = r // b, r % b
+        lengths = glen[i] * hlen[j]
+        at = _ranges(np.zeros(r.size, dtype=np.int64), lengths)  # position within the row
+        ri, rj, rh = np.repeat(i, lengths), np.repeat(j, lengths), np.repeat(hlen[j], lengths)
+        c = gcols[gptr[ri] + at // rh].astype(np.int64) * b + hcols[hptr[rj] + at % rh]
+        parts.append((lengths, c.astype(np.int32)))
+    indptr, indices = _assemble(N, parts)
+    return _finish(rng, "kronecker", indptr, indices, (N, N))
+
+
+def _cartesian(rng: np.random.Generator, rows: int, cols: int | None, *, layers: int, degree: int) -> sp.csr_array:
+    _need(layers >= 1, "cartesian", f"layers must be >= 1, got {layers}")
+    _need(degree >= 0, "cartesian", f"degree must be >= 0, got {degree}")
+    L = min(layers, rows)
+    g = max(1, rows // L)
+    N = L * g
+    _square_family("cartesian", rows, cols, N, f"{L} layers of a {g}-node graph")
+    _check_size("cartesian", N, N, 3 + 2 * degree)
+    # G (g nodes) times a path of L layers (a time-expanded network): node v of layer l is row
+    # l * g + v, linked to its G neighbours in its layer and to itself in the layers before and after
+    gptr, gcols = _random_graph(rng, g, degree, loops=True)  # the loop is the diagonal
+    glen = np.diff(gptr)
+    parts = []
+    for r0, r1 in _row_chunks(N, float(glen.mean() + 2)):
+        r = np.arange(r0, r1, dtype=np.int64)
+        l, v = r // g, r % g
+        up, down = (l > 0).astype(np.int64), (l < L - 1).astype(np.int64)
+        lengths = up + glen[v] + down
+        first = np.zeros(r.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=first[1:])
+        c = np.empty(int(lengths.sum()), dtype=np.int64)
+        c[first[up == 1]] = r[up == 1] - g
+        c[(first + lengths - 1)[down == 1]] = r[down == 1] + g
+        c[_ranges(first + up, glen[v])] = np.repeat(l * g, glen[v]) + gcols[_ranges(gptr[v], glen[v])]
+        parts.append((lengths, c.astype(np.int32)))
+    indptr, indices = _assemble(N, parts)
+    return _finish(rng, "cartesian", indptr, indices, (N, N))
+
+
+_FEM_OFFSETS = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)]
+"""Every node coupling the mixed-element mesh can have, in column order (dy, then dx)."""
+_FEM_TYPES = (
+    {(0, 0), (0, -1), (0, 1), (-1, 0), (1, 0), (1, 1), (-1, -1)},  # linear triangles: 7 couplings
+    {(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)},  # bilinear quadrilaterals: 9
+    set(_FEM_OFFSETS),  # biquadratic quadrilaterals: 25
+)
+"""The node couplings of each element type (each set symmetric: o in it iff -o in it)."""
+
+
+def _fem_mixed(rng: np.random.Generator, rows: int, cols: int | None, *, patch: int, dofs: int) -> sp.csr_array:
+    _need(patch >= 1, "fem_mixed", f"patch must be >= 1, got {patch}")
+    _need(1 <= dofs <= 8, "fem_mixed", f"dofs must be in 1..8, got {dofs}")
+    s = _grid_side(max(1, rows // dofs), 2)
+    nodes = s * s
+    N = nodes * dofs
+    _square_family("fem_mixed", rows, cols, N, f"an {s}x{s} node mesh, {dofs} unknowns per node")
+    _check_size("fem_mixed", N, N, 25 * dofs)
+    # an s x s node mesh cut into patch x patch patches, each meshed with one element type; two
+    # nodes couple when an element of either one's patch joins them (so the pattern is symmetric)
+    npatch = -(-s // patch)
+    ptype = rng.integers(0, len(_FEM_TYPES), size=(npatch, npatch)).astype(np.int8)
+    side = np.arange(s, dtype=np.int64) // patch
+    ntype = ptype[side[:, None], side[None, :]].ravel()  # each node's element type
+    has = np.array([[o in t for o in _FEM_OFFSETS] for t in _FEM_TYPES])  # (types, offsets)
+    parts = []
+    for r0, r1 in _row_chunks(nodes, 25):
+        i = np.arange(r0, r1, dtype=np.int64)
+        y, x = i // s, i % s
+        ti = ntype[r0:r1]
+        present = np.empty((len(_FEM_OFFSETS), i.size), dtype=bool)  # offset-major: contiguous writes
+        nbr = np.empty((len(_FEM_OFFSETS), i.size), dtype=np.int64)
+        for o, (dy, dx) in enumerate(_FEM_OFFSETS):
+            j = i + dy * s + dx
+            inside = (y + dy >= 0) & (y + dy < s) & (x + dx >= 0) & (x + dx < s)
+            tj = ntype[np.clip(j, 0, nodes - 1)]
+            h = has[:, o]
+            present[o] = inside & (h[ti] | h[tj])
+            nbr[o] = j
+        nlen = present.sum(axis=0, dtype=np.int64)
+        ncols = nbr.T[present.T]  # row by row, in column order
+        if dofs == 1:
+            parts.append((nlen, ncols.astype(np.int32)))
+            continue
+        # dofs unknowns per node: every coupling becomes a dense dofs x dofs block
+        xcols = (ncols[:, None] * dofs + np.arange(dofs, dtype=np.int64)).ravel()
+        xlen = nlen * dofs
+        xfirst = np.zeros(i.size, dtype=np.int64)
+        np.cumsum(xlen[:-1], out=xfirst[1:])
+        lengths = np.repeat(xlen, dofs)
+        parts.append((lengths, xcols[_ranges(np.repeat(xfirst, dofs), lengths)].astype(np.int32)))
+    indptr, indices = _assemble(N, parts)
+    return _finish(rng, "fem_mixed", indptr, indices, (N, N))
+
+
+def _road(
+    rng: np.random.Generator, rows: int, cols: int | None, *, keep: float, diagonal: float, tile: int
+) -> sp.csr_array:
+    s = _grid_side(rows, 2)
+    N = s * s
+    _square_family("road", rows, cols, N, f"an {s}x{s} street grid")
+    _need(s >= 2, "road", f"needs rows >= 3 (a 2 x 2 grid at least), got {rows}")
+    _need(0.0 < keep <= 1.0, "road", f"keep must be in (0, 1], got {keep}")
+    _need(0.0 <= diagonal <= 1.0, "road", f"diagonal must be in [0, 1], got {diagonal}")
+    _need(tile >= 1, "road", f"tile must be >= 1, got {tile}")
+    _check_size("road", N, N, 6)
+    # a planar street grid: each grid street kept with probability `keep`, one diagonal per block
+    # with probability `diagonal` (never two crossing), every node on at least one street; the
+    # node order is by map tile, the tiles in random order (ids local within a tile only)
+    i = np.arange(N, dtype=np.int64)
+    y, x = i // s, i % s
+    right = i[(x < s - 1) & (rng.random(N) < keep)]
+    down = i[(y < s - 1) & (rng.random(N) < keep)]
+    diag = i[(x < s - 1) & (y < s - 1) & (rng.random(N) < diagonal)]
+    src = np.concatenate((right, down, diag))
+    dst = np.concatenate((right + 1, down + s, diag + s + 1))
+    lonely = i[np.bincount(np.concatenate((src, dst)), minlength=N) == 0]
+    lx = lonely % s
+    src = np.concatenate((src, lonely))
+    dst = np.concatenate((dst, np.where(lx < s - 1, lonely + 1, lonely - 1)))
+    t = min(tile, s)
+    nt = -(-s // t)
+    tile_rank = rng.permutation(nt * nt).astype(np.int64)
+    order = np.argsort(tile_rank[(y // t) * nt + x // t] * (t * t) + (y % t) * t + x % t, kind="stable")
+    relabel = np.empty(N, dtype=np.int64)
+    relabel[order] = i
+    indptr, indices = _from_keys(_symmetric_keys(relabel[src], relabel[dst], N), N, N)
+    return _finish(rng, "road", indptr, indices, (N, N))
+
+
+def _arrow(rng: np.random.Generator, rows: int, cols: int | None, *, bands: int, border: int) -> sp.csr_array:
+    _square_family("arrow", rows, cols)
+    _need(bands >= 1, "arrow", f"bands must be >= 1, got {bands}")
+    _need(border >= 0, "arrow", f"border must be >= 0, got {border}")
+    N = rows
+    b = min(border, N - 1)
+    body = N - b
+    _check_size("arrow", N, N, min(bands, body) + 2 * b)
+    # a banded body (bands adjacent diagonals, as `banded`) bordered by `border` dense rows and
+    # columns at the end: an arrowhead, the pattern of a banded matrix plus a low-rank update
+    lo = -(bands // 2)
+    parts = []
+    for r0, r1 in _row_chunks(body, min(bands, body) + b):
+        r = np.arange(r0, r1, dtype=np.int64)
+        start = np.maximum(r + lo, 0)
+        blen = np.maximum(np.minimum(r + lo + bands - 1, body - 1) - start + 1, 0)
+        lengths = blen + b
+        first = np.zeros(r.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=first[1:])
+        c = np.empty(int(lengths.sum()), dtype=np.int64)
+        c[_ranges(first, blen)] = _ranges(start, blen)
+        c[_ranges(first + blen, np.full(r.size, b, dtype=np.int64))] = np.tile(np.arange(body, N, dtype=np.int64),
+                                                                              r.size)
+        parts.append((lengths, c.astype(np.int32)))
+    full = np.arange(N, dtype=np.int32)
+    parts.append((np.full(b, N, dtype=np.int64), np.tile(full, b)))
+    indptr, indices = _assemble(N, parts)
+    return _finish(rng, "arrow", indptr, indices, (N, N))
+
+
+# --------------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------------
 
@@ -536,7 +908,14 @@ class FamilySpec:
     """Every parameter the family accepts, with its default (``None`` = derived, see description)."""
     takes_cols: bool = True
     """Whether ``cols`` is free (False: square by construction; a disagreeing ``cols`` is an error)."""
+    bytes_per_nnz: int = _BYTES_PER_NNZ
+    """Peak memory per (expected) nonzero while generating (see :func:`memory_estimate`)."""
+    fixed_bytes: int = 0
+    """Peak memory besides that: temporaries of one chunk of rows, whatever the size."""
 
+
+_APPLICATION_CHUNK_BYTES = 192 << 20
+"""Temporaries of one chunk of rows of an application family (measured: at most 190 MB, kronecker)."""
 
 FAMILIES: dict[str, FamilySpec] = {
     "diagonal": FamilySpec(_diagonal, "main diagonal only (min(rows, cols) nonzeros)"),
@@ -600,13 +979,125 @@ FAMILIES: dict[str, FamilySpec] = {
         {"edge_factor": 8.0, "a": 0.57, "b": 0.19, "c": 0.19},
         takes_cols=False,
     ),
+    "circuit": FamilySpec(
+        _circuit,
+        "circuit simulation: each node wired to `local_degree` of the next `locality` nodes (a `far_fraction` "
+        "rewired anywhere), plus `supply_nets` nets each touching `net_fill` of all nodes; diagonal; "
+        "structurally symmetric; square",
+        {"local_degree": 2, "locality": 32, "far_fraction": 0.05, "supply_nets": 3, "net_fill": 0.1},
+        takes_cols=False,
+        bytes_per_nnz=32,
+        fixed_bytes=_APPLICATION_CHUNK_BYTES,
+    ),
+    "lp": FamilySpec(
+        _lp,
+        "LP constraints: diagonal blocks of `block_rows` rows over equal shares of the columns (`staircase` 1: "
+        "also the next block's), each block one row length around `nnz_per_row` (x0.5-x2), plus `linking_rows` "
+        "rows at the bottom over `linking_fill` of all columns; cols defaults to 2 * rows",
+        {"block_rows": 1000, "nnz_per_row": 6, "linking_rows": 4, "linking_fill": 0.2, "staircase": 1},
+        bytes_per_nnz=32,
+        fixed_bytes=_APPLICATION_CHUNK_BYTES,
+    ),
+    "kkt": FamilySpec(
+        _kkt,
+        "optimisation KKT saddle point [[H, A^T], [A, 0]]: H banded (`half_bandwidth`), A a "
+        "`constraint_fraction` of the rows with `nnz_per_constraint` random variables each, a zero block; "
+        "symmetric; square",
+        {"constraint_fraction": 0.3, "half_bandwidth": 2, "nnz_per_constraint": 4},
+        takes_cols=False,
+        bytes_per_nnz=32,
+        fixed_bytes=_APPLICATION_CHUNK_BYTES,
+    ),
+    "kronecker": FamilySpec(
+        _kronecker,
+        "Kronecker product G x H of two random graphs with self loops (`outer_degree`, `inner_degree` edges "
+        "per node), a = round(sqrt(rows)) and b = rows // a nodes; rows becomes a * b",
+        {"outer_degree": 1, "inner_degree": 2},
+        takes_cols=False,
+        bytes_per_nnz=32,
+        fixed_bytes=_APPLICATION_CHUNK_BYTES,
+    ),
+    "cartesian": FamilySpec(
+        _cartesian,
+        "Cartesian product of a random graph (`degree` edges per node) and a path of `layers` nodes (a "
+        "time-expanded network): block tridiagonal, identity off-diagonal blocks; rows becomes a multiple of layers",
+        {"layers": 16, "degree": 2},
+        takes_cols=False,
+        bytes_per_nnz=40,
+        fixed_bytes=_APPLICATION_CHUNK_BYTES,
+    ),
+    "fem_mixed": FamilySpec(
+        _fem_mixed,
+        "FEM with mixed element types: an s x s node mesh in `patch` x `patch` patches of linear triangles, "
+        "bilinear or biquadratic quads (7, 9 or 25 couplings), `dofs` unknowns per node; symmetric; "
+        "rows becomes s*s*dofs",
+        {"patch": 16, "dofs": 1},
+        takes_cols=False,
+        bytes_per_nnz=24,
+        fixed_bytes=_APPLICATION_CHUNK_BYTES,
+    ),
+    "road": FamilySpec(
+        _road,
+        "road network: a planar s x s street grid, each street kept with probability `keep`, a diagonal per "
+        "block with probability `diagonal`, no isolated node, ids by map `tile` in random tile order; symmetric, "
+        "no diagonal; rows becomes s*s",
+        {"keep": 0.6, "diagonal": 0.1, "tile": 32},
+        takes_cols=False,
+        bytes_per_nnz=24,
+        fixed_bytes=_APPLICATION_CHUNK_BYTES,
+    ),
+    "arrow": FamilySpec(
+        _arrow,
+        "banded plus low rank: `bands` adjacent diagonals bordered by `border` dense rows and columns at the end "
+        "(an arrowhead); square",
+        {"bands": 5, "border": 4},
+        takes_cols=False,
+        bytes_per_nnz=32,
+        fixed_bytes=_APPLICATION_CHUNK_BYTES,
+    ),
 }
-"""Generator families by name, in a stable order (structured first, random last)."""
+"""Generator families by name, in a stable order: the classic families (:data:`CLASSIC_FAMILIES`)
+first, then the application families (:data:`APPLICATION_FAMILIES`)."""
+
+CLASSIC_FAMILIES: tuple[str, ...] = (
+    "diagonal", "banded", "stencil2d", "stencil3d_7", "stencil3d_27", "block",
+    "random", "powerlaw", "skewed", "empty_rows", "rectangular", "dense_lines", "rmat",
+)  # fmt: skip
+"""The 13 families every enumeration of "the families" means by default (:func:`family_names`:
+``data build``'s default families, ``evaluate --matrices families``, RL's generated training
+matrices, the benchmarks that list all families), kept fixed so that earlier figures stay
+reproducible."""
+
+TARGET_FAMILIES: tuple[str, ...] = CLASSIC_FAMILIES[:11]
+"""The 11 families the project's targets quote ("the 11 families at 1M rows"): the classic ones
+less dense_lines and rmat (``benchmarks/search_bench.py``'s default set)."""
+
+APPLICATION_FAMILIES: tuple[str, ...] = ("circuit", "lp", "kkt", "kronecker", "cartesian", "fem_mixed", "road",
+                                         "arrow")
+"""Structures of real application classes that the classic families do not make (circuit
+simulation, LP constraints, KKT saddle points, graph products, mixed-element FEM, road networks,
+banded plus low rank). Only named explicitly (or with ``family_names(include_application=True)``):
+no default set includes them, so the classic sets stay as they were."""
+
+HELD_OUT_FAMILIES: tuple[str, ...] = ("circuit", "kkt", "fem_mixed", "road")
+"""Application families no learned component is fitted on: the cost model's training leaves out
+every matrix of these families (and SFT/RL data builds should too), so that the search and the
+cost model are judged on them as on structures they have never seen (:func:`is_held_out` tells
+by a matrix's name). The other application families (lp, kronecker, cartesian, arrow) may be
+trained on."""
 
 
-def family_names() -> list[str]:
-    """Names of the generator families, in registry order."""
-    return list(FAMILIES)
+def is_held_out(name: str) -> bool:
+    """Whether a generated matrix's name (``FAMILY_...``, as data build, evaluate, the benchmarks
+    and the best-known store name them) is of a held-out family: what a learned component's
+    training data leaves out."""
+    return any(name == f or name.startswith(f + "_") for f in HELD_OUT_FAMILIES)
+
+
+def family_names(include_application: bool = False) -> list[str]:
+    """Names of the classic generator families (:data:`CLASSIC_FAMILIES`), in registry order;
+    with ``include_application`` every family, the application ones after them."""
+    return list(FAMILIES) if include_application else list(CLASSIC_FAMILIES)
 
 
 def _is_int(v: object) -> bool:
@@ -642,7 +1133,7 @@ def expected_nnz(family: str, rows: int, cols: int | None, params: dict[str, Any
     arguments alone (``params`` complete): exact, except block, dense_lines, rmat and banded past
     65536 bands (upper bounds: an edge block cut by the last column counts whole, crossing dense
     lines and duplicate edges count twice) and powerlaw (its mean: row lengths are drawn)."""
-    n = cols if cols is not None else (2 * rows if family == "rectangular" else rows)
+    n = cols if cols is not None else (2 * rows if family in ("rectangular", "lp") else rows)
     p = params
     if family == "diagonal":
         return min(rows, n)
@@ -678,6 +1169,44 @@ def expected_nnz(family: str, rows: int, cols: int | None, params: dict[str, Any
         return (rows - d_rows) * min(max(p["nnz_per_row"], 0), n) + d_rows * row_fill + d_cols * col_fill
     if family == "rmat":  # an upper bound: the edges drawn, before duplicates merge
         return max(1, round(rows * max(p["edge_factor"], 0.0)))
+    return _application_nnz(family, rows, n, p)
+
+
+def _application_nnz(family: str, rows: int, n: int, p: dict[str, Any]) -> int:
+    """:func:`expected_nnz` of the application families: exact for kkt and arrow; upper bounds
+    for the others (their random edges may repeat, and lp's, fem_mixed's and road's drawn choices
+    are counted at their largest)."""
+    if family == "circuit":
+        k = min(max(p["local_degree"], 0), max(p["locality"], 1))
+        fill = max(1, round(p["net_fill"] * rows))
+        return rows + 2 * rows * k + 2 * min(max(p["supply_nets"], 0), rows) * fill
+    if family == "lp":
+        n_link = min(max(p["linking_rows"], 0), rows - 1)
+        link_len = min(n, max(1, round(p["linking_fill"] * n)))
+        return (rows - n_link) * min(2 * max(p["nnz_per_row"], 1), n) + n_link * link_len
+    if family == "kkt":
+        cp = min(rows - 1, round(p["constraint_fraction"] * rows))
+        nh, h = rows - cp, max(p["half_bandwidth"], 0)
+        return _band_nnz(nh, nh, range(-h, h + 1)) + 2 * cp * min(max(p["nnz_per_constraint"], 1), nh)
+    if family == "kronecker":
+        a, b = _kron_sides(rows)
+        return a * min(a, 1 + 2 * max(p["outer_degree"], 0)) * b * min(b, 1 + 2 * max(p["inner_degree"], 0))
+    if family == "cartesian":
+        L = min(max(p["layers"], 1), rows)
+        g = max(1, rows // L)
+        return L * g * min(g, 1 + 2 * max(p["degree"], 0)) + 2 * (L - 1) * g
+    if family == "fem_mixed":
+        d = max(p["dofs"], 1)
+        s = _grid_side(max(1, rows // d), 2)
+        return sum(max(s - abs(dy), 0) * max(s - abs(dx), 0) for dy, dx in _FEM_OFFSETS) * d * d
+    if family == "road":
+        s = _grid_side(rows, 2)
+        return 2 * (2 * s * (s - 1) + (s - 1) ** 2)
+    if family == "arrow":
+        b = min(max(p["border"], 0), rows - 1)
+        body = rows - b
+        lo = -(max(p["bands"], 1) // 2)
+        return _band_nnz(body, body, range(lo, lo + max(p["bands"], 1))) + body * b + b * rows
     raise MatrixError(f"unknown matrix family {family!r}")
 
 
@@ -687,7 +1216,7 @@ def memory_estimate(family: str, rows: int, cols: int | None = None, **params: A
     if spec is None:
         raise MatrixError(f"unknown matrix family {family!r}; valid: {', '.join(FAMILIES)}")
     nnz = expected_nnz(family, rows, cols, _coerce_params(family, spec, params))
-    return _BYTES_PER_NNZ * nnz + _BYTES_PER_ROW * rows
+    return spec.bytes_per_nnz * nnz + _BYTES_PER_ROW * rows + spec.fixed_bytes
 
 
 def available_memory() -> int | None:
@@ -718,7 +1247,8 @@ def _check_memory(family: str, rows: int, cols: int | None, kwargs: dict[str, An
     nnz = expected_nnz(family, rows, cols, kwargs)
     if nnz > MAX_INT32:
         return  # the family's own check says why (int32 indices), before it allocates
-    need = _BYTES_PER_NNZ * nnz + _BYTES_PER_ROW * rows
+    spec = FAMILIES[family]
+    need = spec.bytes_per_nnz * nnz + _BYTES_PER_ROW * rows + spec.fixed_bytes
     have = available_memory()
     if have is not None and need > have:
         raise MatrixError(

@@ -25,7 +25,7 @@ with any LoRA adapters on them, rotary embedding, MLP), with three changes to th
 Models: decoder-only models of the Llama family whose layers are ``input_layernorm ->
 self_attn (q/k/v/o_proj, optional q_norm/k_norm) -> post_attention_layernorm -> mlp`` with full
 attention in every layer (Qwen3, Qwen2, Llama). :func:`supports` says whether a model qualifies;
-others keep the ``graph``/``static``/``hf`` engines. Sampling is :func:`decode.sample_with_logp`,
+others keep the ``graph``/``static``/``hf`` engines. Sampling is :func:`sampling.sample_with_logp`,
 the rule every engine shares.
 """
 
@@ -38,7 +38,10 @@ import torch
 import torch.nn.functional as F
 
 from sparserl.errors import SparseRLError
-from sparserl.model.hf_parts import base_model, text_config
+from sparserl.model import decode_attention as da
+from sparserl.model import decode_fused as fu
+from sparserl.model.hf_parts import RMS_NORMS, base_model, text_config
+from sparserl.model.sampling import sample_with_logp
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ MIN_COMPACT_BATCH = 8  # below this a smaller batch saves nothing worth a re-cap
 # where Triton is installed and the model's shape suits its kernels, else "sdpa"), "triton" (split-key
 # kernels with float32 scores, model/decode_attention.py, and the fused step of model/decode_fused.py:
 # 127-140k tokens/s for the default model at batch 256 on an H200, against 73-75k with sdpa,
-# benchmarks/results/2026-12-01/session11), "sdpa" (torch's fused kernel) or "matmul" (two batched
+# docs/results.md, 'How fast is decoding?'), "sdpa" (torch's fused kernel) or "matmul" (two batched
 # products; in bf16 it rounds the raw scores to bf16, and the sampler's log-probabilities then drift
 # from the learner's)
 ATTENTION = os.environ.get("SPARSERL_DECODE_ATTENTION", "auto")
@@ -67,7 +70,6 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos[:, None] + _rotate_half(x) * sin[:, None]
 
 
-RMS_NORMS = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm")  # w * (x / rms(x)) in float32, cast back
 _TABLE_ROPE = ("default", "linear", "llama3")  # rotary types whose angles depend on the position alone
 
 
@@ -128,14 +130,12 @@ class DecoderView:
 
     def mlp_fused(self, li: int, h: torch.Tensor) -> torch.Tensor:
         """Layer ``li``'s gated MLP on rows h (B, d) with the Triton activation."""
-        from sparserl.model.decode_fused import silu_mul
-
         mlp = self.layers[li].mlp
         if self.gate_up is not None and self.gate_up[li] is not None:
             g, u = F.linear(h, self.gate_up[li]).chunk(2, dim=-1)
         else:
             g, u = mlp.gate_proj(h), mlp.up_proj(h)
-        return mlp.down_proj(silu_mul(g, u))
+        return mlp.down_proj(fu.silu_mul(g, u))
 
     @staticmethod
     def _fuse(attn):
@@ -217,8 +217,6 @@ def attention_kind(group: int, head_dim: int, device: torch.device) -> str:
         raise SparseRLError(f"SPARSERL_DECODE_ATTENTION={kind!r}: choose auto (the default), sdpa, matmul or triton")
     if kind not in ("auto", "triton"):
         return kind
-    from sparserl.model import decode_attention as da
-
     if kind == "auto":
         fits = torch.device(device).type == "cuda" and da.available() and da.unsupported(group, head_dim, device) is None
         return "triton" if fits else "sdpa"
@@ -254,7 +252,7 @@ def capture(fn, stream: "torch.cuda.Stream", pool=None) -> "torch.cuda.CUDAGraph
     does the same after a device synchronisation and an ``empty_cache``, which hands the caching
     allocator's free blocks back to the driver: the steps after it allocate them again, and on an
     H200 each capture of the default model's step then took about 32 ms (ten per decode at batch
-    256, 17% of the decode's time; benchmarks/results/2026-12-01/session11). During a capture the
+    256, 17% of the decode's time; docs/results.md, 'How fast is decoding?'). During a capture the
     allocator cannot free cached blocks to make room, so a capture that fails (out of memory near
     the limit, say) is tried once more after that synchronisation and ``empty_cache``; a second
     failure raises."""
@@ -286,8 +284,6 @@ class BucketedDecode:
     @torch.no_grad()
     def __init__(self, lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_id: int,
                  pad_id: int, sampling: tuple[float, int, float], bucket: int | None = None):
-        from sparserl.model.decode import sample_with_logp
-
         self._sample = sample_with_logp
         base = base_model(lm)
         self.model_name = type(base).__name__
@@ -332,10 +328,8 @@ class BucketedDecode:
         attention, an angle table and layers the kernels know."""
         if self.attention != "triton":
             return False
-        from sparserl.model import decode_fused
-
         why = "the rotary type needs more than the position" if self.m.table is None else \
-            decode_fused.unfusable(self.m.layers, self.m.norm)
+            fu.unfusable(self.m.layers, self.m.norm)
         if why:
             log.info("decode step not fused (%s): Triton attention, PyTorch for the rest", why)
             return False
@@ -373,9 +367,7 @@ class BucketedDecode:
         B = q.shape[0]
         qg = q.reshape(B, self.m.n_kv, self.m.group, self.m.head_dim)  # heads sharing a key head: query rows of it
         if self.attention == "triton":  # split-key kernels (model/decode_attention.py)
-            from sparserl.model.decode_attention import decode_attention
-
-            out = decode_attention(qg, K, V, bias, span, self.m.scaling)
+            out = da.decode_attention(qg, K, V, bias, span, self.m.scaling)
         elif self.attention == "matmul":  # two batched products and a float32 softmax: no 64-row query tiles
             scores = torch.matmul(qg, K[:, :, :span].transpose(-1, -2)).float() * self.m.scaling + bias
             out = torch.matmul(scores.softmax(-1).to(qg.dtype), V[:, :, :span])
@@ -402,9 +394,6 @@ class BucketedDecode:
         """The decoder on rows x (B, d) with the fused Triton kernels (model/decode_fused.py): each
         residual sum fused into the next norm, q/k norms, rotary embedding and cache writes in one
         kernel, and the MLP's activation in one; the logits (B, vocab)."""
-        from sparserl.model import decode_fused as fu
-        from sparserl.model.decode_attention import decode_attention
-
         B, m = x.shape[0], self.m
         res = None
         for li, layer in enumerate(m.layers):
@@ -412,8 +401,8 @@ class BucketedDecode:
             q, k, v = m.project(li, h)
             qo = fu.qk_rope_store(q, k, v, layer.self_attn, m.table, self.pos, self.col, self.k[li], self.v[li],
                                   m.head_dim)
-            att = decode_attention(qo.view(B, m.n_kv, m.group, m.head_dim), self.k[li], self.v[li], bias, span,
-                                   m.scaling)
+            att = da.decode_attention(qo.view(B, m.n_kv, m.group, m.head_dim), self.k[li], self.v[li], bias, span,
+                                      m.scaling)
             h, x = fu.add_rms_norm(x, layer.self_attn.o_proj(att.reshape(B, -1)), layer.post_attention_layernorm)
             res = m.mlp_fused(li, h)
         return m.head(fu.add_rms_norm(x, res, m.norm)[0])

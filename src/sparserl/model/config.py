@@ -25,6 +25,25 @@ class TinyModelConfig:
     tie_word_embeddings: bool = True
 
 
+BASE_SHAPE = TinyModelConfig(hidden_size=1024, intermediate_size=3072, num_hidden_layers=16, num_attention_heads=16,
+                             num_key_value_heads=8, head_dim=64, max_position_embeddings=4096, rope_theta=1000000.0)
+"""The base model: about 210M parameters at vocab 8192 (201M outside the embedding), Qwen3's
+proportions (MLP 3x the hidden size, grouped-query attention with half as many KV heads, head
+size 64, RoPE base 1e6), pre-trained on the CUDA corpus on a GPU in 2048-token windows."""
+
+PRESETS: dict[str, TinyModelConfig] = {"default": TinyModelConfig(), "base": BASE_SHAPE}
+"""Model shapes by name (``--preset``): 'default' (about 29M, the CPU and demo default) and 'base'."""
+
+
+def preset_shape(name: str) -> TinyModelConfig:
+    """The shape of preset ``name``; an unknown name is a SparseRLError."""
+    if name not in PRESETS:
+        from sparserl.errors import SparseRLError
+
+        raise SparseRLError(f"unknown model preset {name!r}: choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
 # Qwen3-8B's published shape (config.json of Qwen/Qwen3-8B), for random-weight memory checks.
 QWEN3_8B_SHAPE = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
                       num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1000000.0,

@@ -5,7 +5,7 @@ attention) over up to a few thousand cache positions. torch's SDPA takes it to i
 memory-efficient kernel, whose 64-row query tiles serve 2-4 query rows, and which gives each
 (row, key head) one block that walks every key: on an H200 at batch 256 that kernel ran at
 about 2.7x its memory bound and took 56% of the decode's device time
-(benchmarks/results/2026-12-01/session9, section 4).
+(docs/results.md, 'How fast is decoding?').
 
 Here the keys of each (row, key head) are cut into chunks of ``chunk`` positions, one program
 per (row, key head, chunk), so a step has ``B * Hkv * span / chunk`` programs reading its keys
@@ -17,7 +17,7 @@ float32 model), and a second kernel merges the chunks. The additive ``bias`` (0 
 -inf elsewhere) is the same one SDPA gets; a chunk with no valid key contributes nothing (its
 running max stays -inf).
 
-On an H200 (benchmarks/results/2026-12-01/session11) one layer's attention at batch 256 took
+On an H200 (docs/results.md, 'How fast is decoding?') one layer's attention at batch 256 took
 30, 83 and 152 us over 256, 1024 and 2048 positions against SDPA's 45, 132 and 247 us (memory
 bound: 14, 56 and 112 us). On a CPU the same kernels run in Triton's interpreter
 (``TRITON_INTERPRET=1``, which ``tests/conftest.py`` sets where no GPU is), where tests compare

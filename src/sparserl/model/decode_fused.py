@@ -4,7 +4,7 @@
 At batch 256 the default model's step ran about 335 kernels, most of them elementwise ops on a
 few hundred kilobytes (the norms' casts, the rotary embedding's negation, concatenation, products
 and sum, the cache writes), each a few microseconds, with a gap before the next one even inside a
-CUDA graph (benchmarks/results/2026-12-01/session11). Three kernels take their place:
+CUDA graph (docs/results.md, 'How fast is decoding?'). Three kernels take their place:
 
 * :func:`add_rms_norm`: the residual sum and the next RMS norm in one pass (was 5 kernels);
 * :func:`qk_rope_store`: per-head q/k norms, the rotary embedding of queries and keys, and the
@@ -17,15 +17,15 @@ Triton's interpreter (the CPU tests) the fused step is bit for bit the unfused o
 GPU the values rounded can differ in their last float32 bits (the hardware's exp and rsqrt, another
 summation order), so a few bf16 elements may differ in their last bit: the GPU tests bound that,
 and in GRPO runs on an H200 the sampler's log-probabilities stayed within 1.2e-6 nats per token
-(mean) of the learner's (benchmarks/results/2026-12-01/session11).
+(mean) of the learner's (docs/results.md, 'How fast is decoding?').
 """
 
 from __future__ import annotations
 
 import torch
 
-from sparserl.model.bucketed import RMS_NORMS
 from sparserl.model.decode_attention import next_pow2
+from sparserl.model.hf_parts import RMS_NORMS
 
 ACTIVATIONS = ("SiLUActivation", "SiLU")
 """MLP activations :func:`silu_mul` computes."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+RMS_NORMS = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm")
+"""RMS norm classes of the supported decoder families: ``w * (x / rms(x))`` in float32, cast back."""
+
 
 def base_model(lm):
     """The underlying model (not PEFT's wrapper)."""

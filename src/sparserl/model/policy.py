@@ -32,8 +32,10 @@ import torch
 from sparserl.encoding import EncodingConfig, MatrixEncoder, MatrixInput
 from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import VALUES_RULE, Op
+from sparserl.matrices.card import prompt_card
 from sparserl.model import hf_parts
 from sparserl.model.decode import decode
+from sparserl.model.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +88,6 @@ def make_sample(A, config: PolicyConfig, op: Op, k: int | None = None, *, inp: M
                 nnz: int | None = None, card: str | None = None) -> Sample:
     """The policy input for matrix ``A``: its encoder input (``inp``, else sampled now) and, when
     ``config.card``, its card (``card``, else :func:`~sparserl.matrices.card.prompt_card` of ``A``)."""
-    from sparserl.matrices.card import prompt_card
-
     on = uses_card(config)
     if on and card is None:
         card = prompt_card(A)
@@ -139,6 +139,7 @@ class Policy(torch.nn.Module):
         self.config = config
         self.tokenizer = tokenizer
         self.base_path = base_path
+        self._library_lengths: dict[str, int] | None = None  # library kernels in this tokenizer's tokens
         if config.lora is not None:
             from peft import LoraConfig, get_peft_model
 
@@ -165,8 +166,6 @@ class Policy(torch.nn.Module):
     def from_pretrained(cls, path: str | Path, config: PolicyConfig | None = None, device: str = "cpu") -> "Policy":
         """Wrap the HF causal LM in local folder ``path`` (any architecture with input embeddings)."""
         from transformers import AutoModelForCausalLM
-
-        from sparserl.model.tokenizer import load_tokenizer
 
         config = config or PolicyConfig()
         path = Path(path)
@@ -289,21 +288,23 @@ class Policy(torch.nn.Module):
     # -- sampling --------------------------------------------------------------------------
 
     @torch.no_grad()
-    def generate(self, samples: list[Sample], max_new_tokens: int = 1024, temperature: float = 1.0,
+    def generate(self, samples: list[Sample], max_new_tokens: int | None = None, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None, engine: str | None = None) -> list[str]:
         """Sample one completion per sample (KV cache, stops at the end-of-kernel token)."""
         ids = self.generate_ids(samples, max_new_tokens, temperature, top_k, top_p, seed, engine)
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     @torch.no_grad()
-    def generate_ids(self, samples: list[Sample], max_new_tokens: int = 1024, temperature: float = 1.0,
+    def generate_ids(self, samples: list[Sample], max_new_tokens: int | None = None, temperature: float = 1.0,
                      top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
                      engine: str | None = None, return_logp: bool = False):
         """The generated token ids, (B, L) padded with the pad token after each sequence's end;
         with ``return_logp`` also the sampler's log-probabilities of those tokens, (B, L) float32.
 
+        ``max_new_tokens``: see :meth:`completion_budget` (None: enough for every library kernel).
         ``engine``: see :mod:`sparserl.model.decode` (default: a CUDA graph per decode step on a
         GPU, the same loop eagerly on a CPU, ``generate()`` for models it cannot drive)."""
+        max_new_tokens = self.completion_budget(max_new_tokens)
         if seed is not None:
             torch.manual_seed(seed)
         was_training = self.training
@@ -315,6 +316,15 @@ class Policy(torch.nn.Module):
         if was_training:
             self.train()
         return out
+
+    def completion_budget(self, requested: int | None) -> int:
+        """The decoder's ``max_new_tokens`` for ``requested`` (None: the longest library kernel in this
+        policy's tokens plus a margin; see :mod:`sparserl.model.budget`), worked out once per policy."""
+        from sparserl.model.budget import completion_budget, library_token_lengths
+
+        if self._library_lengths is None:
+            self._library_lengths = library_token_lengths(self.tokenizer)
+        return completion_budget(self.tokenizer, requested, self._library_lengths)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -335,8 +345,6 @@ class Policy(torch.nn.Module):
         """Restore a policy saved with :meth:`save`."""
         from safetensors.torch import load_file
         from transformers import AutoModelForCausalLM
-
-        from sparserl.model.tokenizer import load_tokenizer
 
         folder = Path(folder)
         if not (folder / "policy.json").exists():

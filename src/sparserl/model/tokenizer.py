@@ -2,6 +2,11 @@
 
 Saved as a Hugging Face fast tokenizer, so ``AutoTokenizer.from_pretrained(folder)`` loads
 it like any other. ``<|endofkernel|>`` ends a completion (generation stops there).
+
+Digits are split one by one before the byte-level split, so no token holds two digits: ``1024``
+is ``1 0 2 4`` and ``1000000`` is seven tokens, in a kernel's literals and in the matrix card
+alike. A number is then read and written digit by digit, the way the model has to choose it,
+instead of as whichever chunks the merges happened to learn (`` 1|0000|00``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency:
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -9,6 +9,11 @@ correct samples faster than that best are written to the store (the fastest of t
 new best), so the next batch must beat them. A matrix with nothing in the store yet is scored
 against cuSPARSE (clipped_log's speed term), and its correct samples start its entry.
 
+``reward/new_best_known`` counts new best-known kernels: the store entries (matrix structure, op,
+k, architecture, regime) whose bar the batch raised, once each however many of its samples beat
+the bar, where the bar is the store's best before the batch, or cuSPARSE for an entry the batch
+started (a first correct kernel slower than cuSPARSE starts the entry but beats nothing).
+
 Timing noise: the store keeps the fastest measurement ever seen, so the bar only ever drops;
 a sample as fast as the best scores slightly below 0 on average. Seed the store with
 ``sparserl search`` on the training matrices for a bar that the library's best already sets.
@@ -19,9 +24,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sparserl.harness.result import EvalResult
 from sparserl.rewards import kernel_us
+
+if TYPE_CHECKING:
+    from sparserl.search.store import BestStore
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +39,7 @@ log = logging.getLogger(__name__)
 class BestKnown:
     """Best times read from, and new bests written to, a :class:`~sparserl.search.store.BestStore`."""
 
-    store: object  # search.store.BestStore
+    store: BestStore
     regime: str = "cold"
     model: str | None = None
     """The policy's name, recorded with the kernels it wrote."""
@@ -68,14 +77,20 @@ class BestKnown:
             out.append(seen[key])
         return out
 
+    def key(self, item, r: EvalResult) -> tuple:
+        """The store entry a timed result of ``item`` competes in."""
+        return (self.card(item).fingerprint, item.op.value, item.k, r.arch or "unknown", r.regime,
+                str(r.harness_version))
+
     def record(self, items: list, texts: list[str], results: list[EvalResult],
-               before: list[float | None]) -> int:
+               before: list[float | None]) -> set[tuple]:
         """Write the correct samples faster than ``before`` (their best known when scored) to the
-        store; returns how many became the store's best."""
+        store; returns the entries (:meth:`key`) whose bar the batch raised: a new best faster
+        than ``before``, or than cuSPARSE where nothing was known (see the module docstring)."""
         from sparserl.search.loop import StoreSink, TraceEntry
         from sparserl.search.space import Provenance, text_proposal
 
-        new = 0
+        raised: set[tuple] = set()
         for it, text, r, b in zip(items, texts, results, before):
             t = kernel_us(r) if r.ok else None
             if t is None or (b is not None and t >= b) or r.regime not in r.baseline:
@@ -88,11 +103,13 @@ class BestKnown:
                 sink = self._sinks[card.fingerprint] = StoreSink(
                     self.store, card, it.name, None, coords_later(it.A), {"rl": self.run_id}, model=self.model)
             entry = TraceEntry(0, text_proposal(text, it.op, Provenance.POLICY_SAMPLE, note="RL rollout"), r, 0.0)
-            if sink.write(f"{self.run_id}-{card.fingerprint[:8]}", it.op, it.k, r.regime, entry):
-                new += 1
-        if new:
-            log.info("RL wrote %d new best-known kernels to %s", new, getattr(self.store, "path", "the store"))
-        return new
+            became_best = sink.write(f"{self.run_id}-{card.fingerprint[:8]}", it.op, it.k, r.regime, entry)
+            if became_best and (b is not None or t < r.baseline[r.regime].median_us):
+                raised.add(self.key(it, r))
+        if raised:
+            log.info("RL found %d new best-known kernels (written to %s)", len(raised),
+                     getattr(self.store, "path", "the store"))
+        return raised
 
     def close(self) -> None:
         for sink in self._sinks.values():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from sparserl.checks import require
 from sparserl.errors import SparseRLError
 from sparserl.rewards import RewardConfig
 
@@ -49,8 +50,9 @@ class RLConfig:
     """Operations to train on ('spmv', 'spmm')."""
     k: int = 32
     """SpMM columns (when 'spmm' is in ops)."""
-    max_new_tokens: int = 1536
-    """Longest completion sampled."""
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     temperature: float = 1.0
     """Sampling temperature; the learner scores tokens at the same temperature (log-probs of
     softmax(logits / T)), so that the sampler's and the learner's log-probs agree."""
@@ -194,14 +196,17 @@ class RLConfig:
             raise SparseRLError(f"algo must be ppo or grpo, got {self.algo!r}")
         if self.algo == "grpo" and self.samples_per_matrix < 2:
             raise SparseRLError("GRPO needs samples_per_matrix >= 2 (the group)")
-        if min(self.steps, self.matrices_per_step, self.samples_per_matrix, self.epochs, self.minibatch) < 1:
-            raise SparseRLError("steps, matrices_per_step, samples_per_matrix, epochs and minibatch must be >= 1")
-        if not 0 < self.pg_token_share <= 1:
-            raise SparseRLError(f"pg_token_share must be in (0, 1], got {self.pg_token_share}")
-        if self.lr <= 0 or self.vf_lr <= 0 or not 0 < self.clip < 1:
-            raise SparseRLError("need lr > 0, vf_lr > 0 and 0 < clip < 1")
-        if self.temperature <= 0:
-            raise SparseRLError(f"RL samples need temperature > 0, got {self.temperature}")
+        for name in ("steps", "matrices_per_step", "samples_per_matrix", "max_new_tokens"):  # flags too
+            value = getattr(self, name)
+            require(value is None or value >= 1, f"--{name.replace('_', '-')} ({name})", ">= 1", value)
+        if min(self.epochs, self.minibatch) < 1:
+            raise SparseRLError("epochs and minibatch must be >= 1")
+        require(0 < self.pg_token_share <= 1, "--pg-token-share (pg_token_share)", "in (0, 1]", self.pg_token_share)
+        require(self.lr > 0, "--lr (lr)", "> 0", self.lr)
+        if self.vf_lr <= 0 or not 0 < self.clip < 1:
+            raise SparseRLError("need vf_lr > 0 and 0 < clip < 1")
+        require(self.temperature > 0, "--temperature (temperature)", "> 0", self.temperature)
+        require(self.seed >= 0, "seed", ">= 0", self.seed)
         if self.warmup_steps < 0 or self.eval_every < 1 or self.save_every < 1:
             raise SparseRLError("warmup_steps must be >= 0, eval_every and save_every >= 1")
         if self.large_per_family is not None and self.large_per_family < 0 or self.large_rows < 1:

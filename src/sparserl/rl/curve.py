@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sparserl.eval.report import pyplot
+
 SERIES = ("reward/mean", "reward/compile_rate", "reward/correct_rate", "heldout/compile_rate", "heldout/correct_rate",
           "heldout/speedup_geomean_correct")
 """What is drawn; a compile-only run logs no correct rates, so its curve shows compile rates only."""
@@ -38,8 +40,6 @@ def plot_learning_curve(metrics_path: str | Path, out_png: str | Path) -> str | 
     curve = read_curve(metrics_path)
     if not any(curve.values()):
         return None
-    from sparserl.eval.report import pyplot
-
     plt = pyplot()
     if plt is None:
         return None

@@ -15,8 +15,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from sparserl.encoding import MatrixInput
@@ -27,6 +29,9 @@ from sparserl.model.policy import Policy, Sample, make_sample
 from sparserl.rewards import RewardConfig, infrastructure_failure, reward
 from sparserl.rl.core import entropy_from_logp
 
+if TYPE_CHECKING:
+    from sparserl.harness.evaluator import MatrixRef
+
 log = logging.getLogger(__name__)
 
 
@@ -35,8 +40,8 @@ class MatrixItem:
     """A training matrix: its data, its harness registration and its encoder input."""
 
     name: str
-    A: object
-    ref: object  # harness MatrixRef
+    A: sp.csr_array
+    ref: MatrixRef
     inp: MatrixInput
     op: Op
     k: int | None
@@ -102,12 +107,15 @@ class RolloutBatch:
     old_logp: torch.Tensor  # (B, T) the learner's log-probs at rollout time (at the sampling temperature)
     ref_logp: torch.Tensor  # (B, T)
     values: torch.Tensor | None  # (B, T) or None (no critic)
-    scores: torch.Tensor  # (B,) reward of each completion
+    scores: torch.Tensor  # (B,) reward of each completion (a 0 placeholder where not valid: read with valid_mask)
     results: list[EvalResult]
     timings: dict[str, float] = field(default_factory=dict)
     entropy: torch.Tensor | None = None  # (B, T) the old policy's entropy at each response token
     sample_logp: torch.Tensor | None = None  # (B, T) the sampler's own log-probs of the same tokens
     valid: torch.Tensor | None = None  # (B,) bool: False for infrastructure failures (None: all valid)
+    new_bests: frozenset = frozenset()
+    """The best-known store entries whose bar this batch raised (``BestKnown.record``; counted once
+    each in ``reward/new_best_known``, also when batches merge)."""
 
     @property
     def valid_mask(self) -> torch.Tensor:
@@ -213,7 +221,7 @@ def _valid(results: list[EvalResult]) -> list[bool]:
 
 
 def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
-            max_new_tokens: int, temperature: float, reward_cfg: RewardConfig, seed: int,
+            max_new_tokens: int | None, temperature: float, reward_cfg: RewardConfig, seed: int,
             best_known=None, samples: list[Sample] | None = None) -> RolloutBatch:
     """Sample, score and annotate one batch (``len(items) * samples_per_item`` completions).
 
@@ -252,10 +260,11 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
     before = best_known.bests(rep, results) if best_known is not None else [None] * len(results)
     scores = torch.tensor([reward(r, reward_cfg, b) if v else 0.0 for r, v, b in zip(results, valid.tolist(), before)],
                           dtype=torch.float32, device=ids.device)
-    extra = {}
+    extra, new_bests = {}, frozenset()
     if best_known is not None:
         extra["reward/best_known_share"] = sum(b is not None for b in before) / len(before) if before else 0.0
-        extra["reward/new_best_known"] = float(best_known.record(rep, texts, results, before))
+        new_bests = frozenset(best_known.record(rep, texts, results, before))
+        extra["reward/new_best_known"] = float(len(new_bests))
     keep = valid[:, None].to(mask.dtype)
     eval_s = [r.eval_seconds for r in results]
     return RolloutBatch(samples, texts, ids, mask * keep, ann.old_logp * keep, ann.ref_logp * keep,
@@ -263,4 +272,4 @@ def collect(policy: Policy, ref_logp_fn, value_fn, evaluator, items: list[Matrix
                         {"time/generate": t_gen, "time/forward": t_fwd, "time/harness_wait": t_wait,
                          "time/harness_eval_mean": float(np.mean(eval_s)) if eval_s else 0.0,
                          "charts/harness_memo_share": hits / len(texts) if texts else 0.0} | extra,
-                        ann.entropy * keep, sample_logp.to(mask.dtype) * mask * keep, valid)
+                        ann.entropy * keep, sample_logp.to(mask.dtype) * mask * keep, valid, new_bests)

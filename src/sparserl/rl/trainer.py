@@ -23,11 +23,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sparserl.data.rows import read_rows
 from sparserl.devices import pick_device
+from sparserl.encoding import EncodingConfig
 from sparserl.errors import SparseRLError
-from sparserl.eval.provenance import Provenance, provenance
-from sparserl.model.policy import Policy
+from sparserl.eval.metrics import geomean
+from sparserl.eval.library_match import LibraryMatch, library_match
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.kernels.contract import Op
+from sparserl.matrices import generate
+from sparserl.matrices.generators import family_names
+from sparserl.model.build import build_policy
+from sparserl.model.policy import Policy, PolicyConfig, uses_card
+from sparserl.progress import progress
+from sparserl.request.context import MatrixContext
 from sparserl.rl import core
+from sparserl.rl.best_known import BestKnown
 from sparserl.rl.config import RLConfig, load_config_file
 from sparserl.rl.curve import plot_learning_curve
 from sparserl.rl.rollout import MatrixItem, MatrixPool, RolloutBatch, collect, matrix_items
@@ -43,7 +54,10 @@ from sparserl.rl.update import (
     set_lr,
     update,
 )
-from sparserl.train.common import MetricLogger, NullLogger, load_train_state, progress, save_train_state
+from sparserl.runtime import dist
+from sparserl.runtime.metrics import MetricLogger, NullLogger
+from sparserl.runtime.optim import load_train_state, save_train_state
+from sparserl.search.store import open_store
 
 log = logging.getLogger(__name__)
 
@@ -53,33 +67,28 @@ __all__ = ["RLConfig", "load_config_file", "train_rl", "evaluate_heldout", "batc
 def _matrix_paths(source: str, split: str) -> list[str]:
     p = Path(source)
     if (p / f"{split}.jsonl").exists():
-        from sparserl.data.sft_build import read_jsonl
-
-        text = (p / f"{split}.jsonl").read_text()
-        return sorted({r["matrix"] for r in read_jsonl(p / f"{split}.jsonl")}) if text.strip() else []
+        return sorted({r.matrix for r in read_rows(p / f"{split}.jsonl") if r.matrix})
     if p.is_dir():
         return sorted(str(f) for f in p.iterdir() if f.name.endswith((".mtx", ".mtx.gz", ".npz")))
     raise SparseRLError(f"{source}: neither an SFT data folder nor a folder of matrices")
 
 
+def matrix_item(ctx: MatrixContext, evaluator, policy: Policy) -> MatrixItem:
+    """A request's matrix as an RL pool's item (registered with the harness, with the policy's input)."""
+    card = ctx.prompt_card if uses_card(policy.config) else None
+    return MatrixItem(ctx.name, ctx.A, ctx.ref(evaluator), ctx.encoder_input(policy.config.encoding), ctx.op, ctx.k,
+                      card)
+
+
 def large_items(cfg: RLConfig, evaluator, policy: Policy) -> list[MatrixItem]:
     """``large_per_family`` generated matrices of ``large_rows`` rows per family (seeded), for the pool."""
-    from sparserl.kernels.contract import Op
-    from sparserl.matrices import generate
-    from sparserl.matrices.generators import family_names
-    from sparserl.rl.rollout import matrix_entry
-
     per = cfg.large_per_family if cfg.large_per_family is not None else (0 if cfg.compile_only else 1)
     items = []
     for f_i, fam in enumerate(family_names()):
         for j in range(per):
-            A = generate(fam, cfg.large_rows, seed=cfg.seed + 1000 * f_i + j)
-            name = f"{fam}_large{j}_{cfg.large_rows}"
-            ref = evaluator.register(A, name)
-            inp, card = matrix_entry(A, policy)
-            for o in cfg.ops:
-                op = Op(o)
-                items.append(MatrixItem(name, A, ref, inp, op, cfg.k if op is Op.SPMM else None, card))
+            ctx = MatrixContext(generate(fam, cfg.large_rows, seed=cfg.seed + 1000 * f_i + j),
+                                f"{fam}_large{j}_{cfg.large_rows}", Op.SPMV)
+            items += [matrix_item(ctx.with_op(o, cfg.k), evaluator, policy) for o in cfg.ops]
     if items:
         log.info("RL pool: %d large matrices (%d rows) added", len(items), cfg.large_rows)
     return items
@@ -102,7 +111,7 @@ def evaluate_heldout(policy: Policy, evaluator, items, cfg: RLConfig, seed: int)
         out["heldout/correct_rate"] = sum(r.correct for r in res) / n
     sp = [r.speedup for r in res if r.correct and r.speedup]
     if sp:
-        out["heldout/speedup_geomean_correct"] = float(np.exp(np.mean(np.log(sp))))
+        out["heldout/speedup_geomean_correct"] = geomean(sp)
     return out
 
 
@@ -119,7 +128,7 @@ def batch_metrics(batch: RolloutBatch, cfg: RLConfig) -> dict:
         out["reward/correct_rate"] = sum(r.correct for r in res) / n
     sp = [r.speedup for r in res if r.correct and r.speedup]
     if sp:
-        out["reward/speedup_geomean"] = float(np.exp(np.mean(np.log(sp))))
+        out["reward/speedup_geomean"] = geomean(sp)
     uniform = core.uniform_groups(batch.scores, cfg.samples_per_matrix, valid)
     out["reward/uniform_group_share"] = float(uniform.float().mean())
     out["charts/no_signal"] = float(bool(uniform.all()))
@@ -130,8 +139,8 @@ def batch_metrics(batch: RolloutBatch, cfg: RLConfig) -> dict:
         out["rollout/logp_gap_max"] = float(gap.max()) if gap.numel() else 0.0
     if batch.values is not None:
         out["charts/values_mean"] = float(core.masked_mean(batch.values, batch.mask))
-    kinds = Counter(provenance(t, r.op) for t, r in zip(batch.texts, batch.results))  # against the library
-    for c in Provenance:
+    kinds = Counter(library_match(t, r.op) for t, r in zip(batch.texts, batch.results))  # against the library
+    for c in LibraryMatch:
         out[f"samples/{c.value}_share"] = kinds[c] / max(len(batch.texts), 1)
     return out
 
@@ -141,9 +150,9 @@ class Run:
     """Everything one RL run holds between steps."""
 
     cfg: RLConfig
-    info: object  # train.dist.DistInfo
+    info: dist.DistInfo
     device: torch.device
-    evaluator: object
+    evaluator: Evaluator
     own_evaluator: bool
     policy: Policy
     value_head: ValueHead | None
@@ -154,13 +163,13 @@ class Run:
     rng: np.random.Generator
     pool: MatrixPool | None = None
     val_items: list = field(default_factory=list)
-    logger: object = None
+    logger: MetricLogger | NullLogger | None = None
     step: int = 0
     resumed: bool = False
     samples_done: int = 0
     t_start: float = field(default_factory=time.perf_counter)
-    best_known: object = None
-    """rl.best_known.BestKnown for the relative_best reward (None for the other rewards)."""
+    best_known: BestKnown | None = None
+    """The best-known kernels the relative_best reward reads (None for the other rewards)."""
 
     @property
     def out(self) -> Path:
@@ -169,9 +178,6 @@ class Run:
 
 def _evaluator(cfg: RLConfig, info, device, evaluator):
     """(evaluator, whether this run owns it); refuses a GPU run without a GPU."""
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.train import dist
-
     ev = evaluator or Evaluator(HarnessConfig(
         compile_only=cfg.compile_only, regimes=(cfg.regime,), reward_regime=cfg.regime,
         devices=dist.harness_devices(info, device)))
@@ -182,9 +188,9 @@ def _evaluator(cfg: RLConfig, info, device, evaluator):
 
 
 def _starting_policy(cfg: RLConfig, device) -> Policy:
-    from sparserl.train.sft import SFTConfig, build_policy
-
-    return build_policy(SFTConfig(model=cfg.model, max_nnz=cfg.max_nnz, seed=cfg.seed), device).to(device)
+    """The policy RL starts from (a HF model folder is wrapped with the card on, as SFT does)."""
+    config = PolicyConfig(encoding=EncodingConfig(max_nnz=cfg.max_nnz, seed=cfg.seed))
+    return build_policy(cfg.model, config, device, seed=cfg.seed).to(device)
 
 
 def _restore(run: Run, state_path: Path) -> dict:
@@ -214,9 +220,7 @@ def _reference(run: Run, st: dict, state_path: Path) -> Reference:
 
 def setup(cfg: RLConfig, evaluator=None) -> Run:
     """Devices, harness, policy, critic, optimizer, reference, matrix pools and logger (resumed if asked)."""
-    from sparserl.train import dist
-
-    info, dist_device = dist.init(cfg.device)  # torchrun: one process per GPU (train/dist.py)
+    info, dist_device = dist.init(cfg.device)  # torchrun: one process per GPU (runtime/dist.py)
     device = dist_device or pick_device(cfg.device)
     ev, own = _evaluator(cfg, info, device, evaluator)
     out = Path(cfg.out)
@@ -244,9 +248,6 @@ def _best_known(cfg: RLConfig):
     and without a GPU, where nothing is timed)."""
     if cfg.reward.name != "relative_best" or cfg.compile_only:
         return None
-    from sparserl.rl.best_known import BestKnown
-    from sparserl.search.store import open_store
-
     store = open_store(cfg.store)
     log.info("relative_best: rewards against the best known kernels in %s", store.path)
     return BestKnown(store, regime=cfg.regime, model=str(cfg.model))
@@ -265,8 +266,6 @@ def _pools(run: Run) -> None:
 
 def save(run: Run) -> None:
     """Checkpoint the policy and the training state (rank 0; every rank checks the replicas agree)."""
-    from sparserl.train import dist
-
     dist.check_in_sync(run.optim.params, run.info)
     if not run.info.is_main:
         return
@@ -286,18 +285,14 @@ def _worth_a_step(cfg: RLConfig, metrics: dict, device) -> bool:
     """False when the update would only turn gradient noise into a step (see
     ``RLConfig.skip_no_signal_kl``), judged on the batch's :func:`batch_metrics` (no signal, KL to
     the reference); the same answer on every rank."""
-    from sparserl.train.dist import mean_over_ranks
-
     if cfg.skip_no_signal_kl is None or cfg.entropy_coef > 0:
         return True
     local = not metrics["charts/no_signal"] or abs(metrics["charts/kl_to_ref"]) > cfg.skip_no_signal_kl
-    return mean_over_ranks(float(local), device) > 0
+    return dist.mean_over_ranks(float(local), device) > 0
 
 
 def rl_step(run: Run) -> dict:
     """One RL step: rollout, advantages, update; returns the step's metrics (gathered over ranks)."""
-    from sparserl.train import dist
-
     cfg, device = run.cfg, run.device
     lr = set_lr(run.optim, cfg, run.step)
     items = run.pool.next(cfg.matrices_per_step)
@@ -352,8 +347,6 @@ def _loop(run: Run) -> dict:
 
 def train_rl(cfg: RLConfig, evaluator=None) -> dict:
     """Run PPO or GRPO; returns the final metrics."""
-    from sparserl.train import dist
-
     run = setup(cfg, evaluator)
     try:
         last = _loop(run)

@@ -29,7 +29,7 @@ from sparserl.model.policy import Policy
 from sparserl.rl import core
 from sparserl.rl.config import RLConfig
 from sparserl.rl.rollout import RolloutBatch, logprobs_and_entropy, token_logprobs, train_mode
-from sparserl.train.dist import mean_over_ranks
+from sparserl.runtime.dist import mean_over_ranks
 
 
 class ValueHead(torch.nn.Module):

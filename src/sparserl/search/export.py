@@ -1,6 +1,6 @@
 """Export the best-known store as SFT pairs: the teacher of expert iteration.
 
-Rows are the SFT data's JSONL format (:mod:`sparserl.data.sft_build`): the paper's fields
+Rows are the SFT data's rows (:class:`sparserl.data.rows.SFTRow`): the paper's fields
 ``rows, cols, shape, format, code`` (``rows``/``cols``: the matrix's sampled nonzero coordinates,
 ``code``: the verified completion, starting with ``FORMAT:``) plus ``op, k, nnz, family, split,
 variant, times, card`` (``card``: the matrix card's facts, :meth:`MatrixCard.to_dict`) and, when
@@ -12,11 +12,11 @@ Extra fields say where a row came from: ``fingerprint, arch, harness_version, pr
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparserl.data.rows import KernelTimes, SFTRow, TeacherOrigin, write_rows
 from sparserl.errors import SparseRLError
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.store import BestStore, MatrixRow, ResultRow
@@ -49,7 +49,8 @@ class ExportFilter:
     seen_only: bool = False
     """Only kernels that bake in no structure fact the policy's prompt card leaves out (a
     template's ``unseen``: a long-row table the card does not prove complete, diagonal offsets too
-    many to list) and no specialised kernel that cannot be judged (:func:`unseen_facts`). Expert
+    many to list), judged from their candidate id (:func:`unseen_facts`) or, for free text, from
+    who wrote it (:func:`free_text_unseen`). What cannot be judged is left out and counted. Expert
     iteration's teacher: the policy sees the prompt's card, not the store's."""
 
     def __post_init__(self) -> None:
@@ -76,28 +77,79 @@ def _coords(m: MatrixRow) -> tuple[list[int], list[int]] | None:
     return None
 
 
+UNJUDGED = "cannot be judged: "
+"""How :func:`unseen_facts` begins when it could not read what a kernel bakes in (the teacher leaves
+such kernels out all the same, and counts them apart as ``unjudged``)."""
+
+MAX_REFINEMENT_CHAIN = 32
+"""The most policy refinements followed back to a kernel written from the card alone."""
+
+
 def unseen_facts(candidate_id: str | None, card: MatrixCard | None, k: int | None = None) -> str | None:
     """What the template point named by ``candidate_id`` bakes in for ``card`` that the prompt's
-    card does not show; None: nothing, or not a specialised template point. A specialised point
-    that cannot be judged (no card, a template or point this version does not know) counts as
-    unseen: the teacher leaves out what it cannot vouch for."""
+    card does not show. None only when the filter can vouch for it: a generic template point of
+    this version (nothing baked in), or a specialised point whose facts the card shows.
+
+    Fails closed: everything it cannot read comes back as a reason beginning :data:`UNJUDGED` and
+    is left out by the teacher: no id, an id that is not exactly this version's id for a point of a
+    known template (malformed parameters, a template or point this version does not know, a
+    specialised template under a generic id or the reverse), a specialised point without a card or
+    not valid for it, and free text (``text/...``, which :func:`export_rows` judges from who wrote
+    it instead)."""
     from sparserl.kernels.templates import get_template
     from sparserl.search.space import parse_candidate_id
 
+    if not candidate_id:
+        return UNJUDGED + "no candidate id"
+    if candidate_id.startswith("text/"):
+        return UNJUDGED + "free text (not a template point)"
     parsed = parse_candidate_id(candidate_id)
-    if parsed is None or not (candidate_id or "").endswith("/spec"):
-        return None
+    if parsed is None:
+        return UNJUDGED + f"{candidate_id!r} does not parse as a template point"
     op, name, params = parsed
     try:
         t = get_template(op, name)
     except (SparseRLError, ValueError):  # a template, or an op, this version does not know
-        t = None
-    if t is None or card is None:
-        return f"{name}: {'no card for its matrix' if card is None else 'a template this version does not know'}"
+        return UNJUDGED + f"{name}: a template this version does not know"
+    if not _is_point(t, params):
+        return UNJUDGED + f"{candidate_id!r} is not a point of this version's {name}"
+    if t.candidate(params).id != candidate_id:  # e.g. a generic template under a /spec id, or the reverse
+        return UNJUDGED + f"{candidate_id!r} is not this version's id for that point of {name}"
+    if not t.specialised:
+        return None
+    if card is None:
+        return UNJUDGED + f"{name}: no card for its matrix"
     why = t.check(params, card, k)
     if why:
-        return f"not a valid point here ({why})"
+        return UNJUDGED + f"not a valid point here ({why})"
     return t.unseen_facts(params, card, k)
+
+
+def _is_point(t, params: dict[str, int]) -> bool:
+    """Whether ``params`` names exactly one point of ``t``'s space (every parameter, each in its domain)."""
+    return set(params) == {p.name for p in t.space} and all(params[p.name] in p.values for p in t.space)
+
+
+def free_text_unseen(candidate_id: str, authors: dict[str, list[tuple[str, str | None]]], card: MatrixCard | None,
+                     k: int | None = None, depth: int = 0) -> str | None:
+    """What a free-text kernel (``text/...``) may bake in that the prompt's card does not show,
+    judged from who wrote it on this matrix (``authors``: candidate id -> (provenance, parent id)
+    of each of its results there). None when one of its results was a policy sample (the policy
+    saw the prompt's card and the matrix, nothing else) or a policy refinement of a kernel this
+    filter vouches for (the policy saw that kernel besides). Anything else is left out: free text
+    met only as a re-run of a known best, a refinement of a kernel that bakes unseen facts or
+    cannot be judged, a chain of refinements longer than :data:`MAX_REFINEMENT_CHAIN`."""
+    from sparserl.search.space import Provenance
+
+    for provenance, parent in authors.get(candidate_id, ()):
+        if provenance == Provenance.POLICY_SAMPLE.value:
+            return None
+        if provenance == Provenance.POLICY_REFINE.value and parent and depth < MAX_REFINEMENT_CHAIN:
+            why = (free_text_unseen(parent, authors, card, k, depth + 1) if parent.startswith("text/")
+                   else unseen_facts(parent, card, k))
+            if why is None:
+                return None
+    return UNJUDGED + "free text not written from the prompt's card alone (nor refined from a kernel that was)"
 
 
 def _card(store: BestStore, fingerprint: str) -> MatrixCard | None:
@@ -110,13 +162,26 @@ def _card(store: BestStore, fingerprint: str) -> MatrixCard | None:
         return None
 
 
-def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[dict], dict]:
-    """The SFT rows of the store's kernels that pass ``flt``, and counts of what was skipped."""
+def _authors(store: BestStore, fingerprint: str) -> dict[str, list[tuple[str, str | None]]]:
+    """Candidate id -> (provenance, parent id) of each of its results on one matrix."""
+    out: dict[str, list[tuple[str, str | None]]] = {}
+    for r in store.results(fingerprint=fingerprint):
+        if r.fingerprint == fingerprint and r.candidate_id:
+            out.setdefault(r.candidate_id, []).append((r.provenance, r.parent_id))
+    return out
+
+
+def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[SFTRow], dict]:
+    """The SFT rows of the store's kernels that pass ``flt``, and counts of what was skipped
+    (``unseen_facts``: distinct kernels ``seen_only`` left out; ``unjudged``: those of them it could
+    not read, left out because the filter fails closed)."""
     picked: dict[tuple, list[ResultRow]] = {}
     fastest: dict[tuple, float] = {}
     cards: dict[str, MatrixCard | None] = {}
     verdicts: dict[tuple, str | None] = {}  # (fingerprint, k, candidate id) -> unseen_facts
+    authors: dict[str, dict[str, list[tuple[str, str | None]]]] = {}  # fingerprint -> free_text_unseen's
     unseen: set[tuple] = set()  # (fingerprint, k, kernel) left out as unseen
+    unjudged: set[tuple] = set()  # the part of those the filter could not read
     for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
         if flt.fingerprints is not None and r.fingerprint not in flt.fingerprints:
             continue
@@ -132,14 +197,22 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
             if vk not in verdicts:
                 if r.fingerprint not in cards:
                     cards[r.fingerprint] = _card(store, r.fingerprint)
-                verdicts[vk] = unseen_facts(r.candidate_id, cards[r.fingerprint], r.k)
+                if (r.candidate_id or "").startswith("text/"):
+                    if r.fingerprint not in authors:
+                        authors[r.fingerprint] = _authors(store, r.fingerprint)
+                    verdicts[vk] = free_text_unseen(r.candidate_id, authors[r.fingerprint], cards[r.fingerprint], r.k)
+                else:
+                    verdicts[vk] = unseen_facts(r.candidate_id, cards[r.fingerprint], r.k)
                 if verdicts[vk]:
                     log.debug("not exported (%s): %s", r.candidate_id, verdicts[vk])
             if verdicts[vk]:
                 unseen.add((r.fingerprint, r.k, r.kernel_sha))
+                if verdicts[vk].startswith(UNJUDGED):
+                    unjudged.add((r.fingerprint, r.k, r.kernel_sha))
                 continue
         group.append(r)  # results come fastest first
-    rows, seen, skipped = [], set(), {"no_coordinates": 0, "duplicate": 0, "unseen_facts": len(unseen)}
+    rows, seen = [], set()
+    skipped = {"no_coordinates": 0, "duplicate": 0, "unseen_facts": len(unseen), "unjudged": len(unjudged)}
     matrices: dict[str, MatrixRow | None] = {}
     coords: dict[str, tuple | None] = {}
     for (fp, op, k, arch, regime, hv), group in sorted(picked.items(), key=lambda kv: kv[0][:3] + (kv[0][3] or "",)):
@@ -157,16 +230,12 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
                 continue
             seen.add(key)
             text = store.kernel_text(r.kernel_sha)
-            row = {"rows": list(xy[0]), "cols": list(xy[1]), "shape": [m.rows, m.cols], "format": r.format,
-                   "code": text, "op": op, "k": k, "nnz": m.nnz, "family": "best_known", "split": "train",
-                   "variant": r.candidate_id, "name": m.name,
-                   "times": {"kernel_us": r.time_us, "cusparse_us": r.cusparse_us, "speedup": r.speedup,
-                             "regime": regime},
-                   "fingerprint": fp, "arch": arch, "harness_version": hv, "provenance": r.provenance,
-                   "card": m.card}
-            if m.source_path and Path(m.source_path).exists():
-                row["matrix"] = m.source_path
-            rows.append(row)
+            rows.append(SFTRow(
+                rows=list(xy[0]), cols=list(xy[1]), shape=(m.rows, m.cols), code=text, format=r.format, op=op, k=k,
+                nnz=m.nnz, family="best_known", split="train", variant=r.candidate_id, name=m.name,
+                times=KernelTimes(r.time_us, r.cusparse_us, r.speedup, regime), card=m.card,
+                origin=TeacherOrigin(fp, arch, hv, r.provenance),
+                matrix=m.source_path if m.source_path and Path(m.source_path).exists() else None))
     if skipped["no_coordinates"]:
         log.warning("%d kernels skipped: their matrix has no sampled coordinates in the store and its file is gone",
                     skipped["no_coordinates"])
@@ -179,12 +248,6 @@ def export_sft(store: BestStore, path: str | Path, flt: ExportFilter = ExportFil
     if not rows:
         raise SparseRLError(f"nothing to export from {store.path}: no verified kernel passes the filters"
                             + (" (the store is empty)" if not store.counts()["results"] else ""))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    tmp.replace(path)
-    return {"rows": len(rows), "matrices": len({r["fingerprint"] for r in rows}), "skipped": skipped,
+    write_rows(path, rows)
+    return {"rows": len(rows), "matrices": len({r.origin.fingerprint for r in rows}), "skipped": skipped,
             "path": str(path)}

@@ -3,18 +3,24 @@
 Read top to bottom, :func:`run_search` is:
 
 1. seeds: the best-known store's kernel for this matrix (if any), the rule-based selector's
-   choice, every template's first seed, then the other seeds of the templates that measured
-   fastest first; at most ``seed_share`` of the budget goes to seeds before mutations start
-   (seeds left over stay available later);
+   choice, the ranker's top picks across every template (a cost model's, see :mod:`.ranker`;
+   none without one), every template's first seed, then the other seeds of the templates that
+   measured fastest first; at most ``seed_share`` of the budget goes to seeds before mutations
+   start (seeds left over stay available later);
 2. then, from the best verified kernels so far (a beam): a neighbour (one parameter moved one
    step), now and then a switch (the parameters carried into another template or format) or a
    random point (exploration);
+   with a cost model, the templates' turns in the first round (each with its own first seed),
+   their other seeds and a parent's neighbours and switches come in the order of its predicted
+   times (without one: the templates' own order and a random order of the moves);
 3. with a policy, a share of the budget goes to it, spread over the run: samples first, then
    refinements (the best kernel so far and its measured time shown to the policy; before any
    kernel is correct, the policy's latest kernel and its error);
 4. every candidate goes through the harness (``Evaluator.submit``; several in flight, compiles
    cached), no candidate id or text twice; a candidate is a win only when correct
-   (``EvalResult.ok``), ranked by its median time in the configured regime;
+   (``EvalResult.correct``: verified, early-stopped ``slow`` ones included), ranked by its median
+   time in the configured regime; the run's best time is noted with the evaluator, which stops
+   later candidates far slower than it early;
 5. a format the harness refuses for the matrix (``format_refused``) is remembered: no further
    point in it is proposed (without a GPU, where nothing converts, the host checks instead);
 6. every verified result is written to the best-known store as it arrives, and every finished
@@ -44,6 +50,7 @@ from sparserl.harness.result import ErrorKind, EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.policy import Proposer
+from sparserl.search.ranker import Ranker
 from sparserl.search.space import (
     CandidateSpace,
     Proposal,
@@ -86,6 +93,12 @@ class SearchConfig:
     """Candidates in flight at once (0: four per GPU, at least four)."""
     seed: int = 0
     """Seed of the search's random choices."""
+    cost_model: str = "default"
+    """Orders the candidates ('default': the user's model under the harness cache root, else the
+    packaged one; 'none': the selector's and templates' order; or a model file). Read where the
+    search is set up (:func:`~sparserl.search.run.search_array`); :func:`run_search` takes a ranker."""
+    model_picks: int = 4
+    """The cost model's top picks (one per template) tried right after the store's best and the selector's choice."""
     progress_every_s: float = 15.0
     """Seconds between plain progress lines when the output is not a terminal."""
 
@@ -101,8 +114,10 @@ class SearchConfig:
                 raise SparseRLError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 <= self.policy_share < 1.0:
             raise SparseRLError(f"policy_share must lie in [0, 1), got {self.policy_share}")
-        if self.beam < 1 or self.policy_batch < 1 or self.parallel < 0:
-            raise SparseRLError("need beam >= 1, policy_batch >= 1 and parallel >= 0")
+        if self.parallel < 0:
+            raise SparseRLError(f"--parallel must be >= 0 candidates in flight (0: four per GPU), got {self.parallel}")
+        if self.beam < 1 or self.policy_batch < 1 or self.model_picks < 0:
+            raise SparseRLError("need beam >= 1, policy_batch >= 1 and model_picks >= 0")
 
 
 @dataclass
@@ -125,7 +140,7 @@ class TraceEntry:
 
     def time_us(self, regime: str) -> float | None:
         """Median kernel time in ``regime`` when verified, else None."""
-        t = self.result.timings.get(regime) if self.result.ok else None
+        t = self.result.timings.get(regime) if self.result.correct else None  # slow ones too: verified, timed
         return t.median_us if t is not None else None
 
     def to_dict(self, regime: str) -> dict[str, Any]:
@@ -157,7 +172,8 @@ class SearchResult:
     evaluated: int
     """Candidates that spent budget."""
     stopped: str
-    """'budget', 'seconds' or 'exhausted' (the space had nothing new to offer)."""
+    """'budget', 'seconds', 'exhausted' (the space had nothing new to offer) or 'stopped' (asked
+    to stop: the candidates in flight finished, nothing new was submitted)."""
     seconds: float
     timed: bool
     """Whether kernels ran on a GPU (False: compile-only, nothing timed)."""
@@ -190,38 +206,43 @@ class SearchResult:
 
 class StoreSink:
     """Writes a search's verified results to a :class:`~.store.BestStore`; the matrix and the
-    run are registered with the first one (a search that verifies nothing leaves no trace there)."""
+    run are registered with the first one (a search that verifies nothing leaves no trace there).
+
+    ``journal(kernel)``, when given, is called with each :class:`~.store.VerifiedKernel` before it
+    is written: a farm keeps them on its own disk, so a store that cannot be reached loses nothing
+    (they are written again, once each by their ``uid``, when the farm resumes)."""
 
     def __init__(self, store, card: MatrixCard, name: str, source_path: str | None, coords, run_config: dict,
-                 model: str | None = None):
-        """``coords``: the sampled nonzeros (rows, cols), or a function computing them on first use."""
+                 model: str | None = None, journal=None, features=None):
+        """``coords``: the sampled nonzeros (rows, cols), or a function computing them on first use.
+        ``features``: the matrix's :class:`~sparserl.matrices.features.MatrixFeatures` (what the cost
+        model learns from beside the card), if computed."""
         self.store, self.card, self.name, self.source_path = store, card, name, source_path
-        self.coords, self.run_config, self.model = coords, run_config, model
+        self.coords, self.run_config, self.model, self.features = coords, run_config, model, features
+        self.journal = journal
         self.started: str | None = None
         self.writes = 0
 
     def write(self, run_id: str, op: Op, k: int | None, regime: str, entry: TraceEntry) -> bool:
-        import sqlite3
-
         from sparserl.search.store import VerifiedKernel
 
         r, p = entry.result, entry.proposal
-        try:
-            if self.started is None:
-                coords = self.coords() if callable(self.coords) else self.coords
-                self.store.add_matrix(self.card, self.name, self.source_path, coords)
-                self.store.start_run(run_id, self.card.fingerprint, op.value, k, self.run_config)
-                self.started = run_id
-            best = self.store.record(VerifiedKernel(
-                fingerprint=self.card.fingerprint, op=op.value, k=k, arch=r.arch or "unknown", gpu=r.gpu,
-                regime=regime, text=p.text, time_us=r.timings[regime].median_us,
-                cusparse_us=r.baseline[regime].median_us, speedup=r.baseline[regime].median_us
-                / r.timings[regime].median_us, roofline=r.roofline, format=r.format, template=p.template,
-                candidate_id=p.id, provenance=p.provenance.value, parent_id=p.parent,
-                model=self.model if p.provenance in (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE) else None,
-                run_id=run_id, harness_version=str(r.harness_version)))
-        except sqlite3.Error as exc:
-            raise SparseRLError(f"best-known store {self.store.path}: {exc}") from None
+        v = VerifiedKernel(
+            fingerprint=self.card.fingerprint, op=op.value, k=k, arch=r.arch or "unknown", gpu=r.gpu,
+            regime=regime, text=p.text, time_us=r.timings[regime].median_us,
+            cusparse_us=r.baseline[regime].median_us, speedup=r.baseline[regime].median_us
+            / r.timings[regime].median_us, roofline=r.roofline, format=r.format, template=p.template,
+            candidate_id=p.id, provenance=p.provenance.value, parent_id=p.parent,
+            model=self.model if p.provenance in (Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE) else None,
+            run_id=run_id, harness_version=str(r.harness_version), **({"host": r.host} if r.host else {}))
+        if self.journal is not None:
+            self.journal(v)
+        if self.started is None:
+            coords = self.coords() if callable(self.coords) else self.coords
+            self.store.add_matrix(self.card, self.name, self.source_path, coords, features=self.features)
+            self.store.start_run(run_id, self.card.fingerprint, op.value, k, self.run_config)
+            self.started = run_id
+        best = self.store.record(v)
         self.writes += 1
         return best
 
@@ -281,7 +302,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
                known: list[tuple[str, str]] = (), proposer: Proposer | None = None,
                prior: list[tuple[str, EvalResult]] = (), sink: StoreSink | None = None,
                accepts=None, trace: str | Path | IO[str] | None = None, progress: bool = True,
-               run_id: str | None = None) -> SearchResult:
+               run_id: str | None = None, stop=None, ranker: Ranker | None = None) -> SearchResult:
     """Search the kernel space for matrix ``A`` (see the module docstring).
 
     ``evaluator``: a harness :class:`~sparserl.harness.evaluator.Evaluator` (or anything with its
@@ -292,100 +313,168 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
     results go (the best-known store). ``accepts(format, params)``: whether the matrix converts
     to a format, asked before proposing a point (None: yes, until the harness refuses the format;
     points in a format the harness refused are never proposed again either). ``trace``: a path or an open file for
-    the JSON-lines trace.
+    the JSON-lines trace. ``stop``: a :class:`threading.Event`; once set, nothing new is submitted
+    and the search returns when the candidates in flight have finished (stopped 'stopped').
+    ``ranker``: the order of the candidates (None: the null ranker, see :mod:`.ranker`).
     """
-    op = Op(op)
-    k = k if op is Op.SPMM else None
-    if card is None:
-        from sparserl.matrices.card import matrix_card
-
-        card = matrix_card(A)
-    from sparserl.search.space import select_templates
-
-    refused: set[tuple] = set()  # (format, params) the harness refused for this matrix
-
-    def known_to_convert(fmt: str, params: dict) -> bool:
-        if (fmt, tuple(sorted(params.items()))) in refused:
-            return False
-        return accepts(fmt, params) if accepts is not None else True
-
-    space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=known_to_convert, seed=cfg.seed)
-    state = _Search(cfg, space, proposer, refused)
-    run_id = run_id or uuid.uuid4().hex[:12]
-    ref = evaluator.register(A, name)
-    timed = bool(evaluator.has_gpu)
-    own_trace = isinstance(trace, (str, Path))
-    fh = open(trace, "w") if own_trace else trace  # noqa: SIM115 (closed in finally)
-    t0 = time.monotonic()
-    entries: list[TraceEntry] = []
-    best: TraceEntry | None = None
-    status, stopped = "failed", "budget"
-
-    def finish(prop: Proposal, order: int, res: EvalResult, counted: bool) -> None:
-        nonlocal best
-        e = TraceEntry(len(entries), prop, res, time.monotonic() - t0, order, counted)
-        t = e.time_us(cfg.regime)
-        if res.ok and (t is None or cfg.regime not in res.baseline):
-            log.warning("%s: verified but without its or cuSPARSE's time in the %s regime; not ranked",
-                        prop.id, cfg.regime)
-            t = None
-        if t is not None:
-            if best is None or t < best.time_us(cfg.regime):
-                best, e.new_best = e, True
-            if sink is not None:
-                e.store_best = sink.write(run_id, op, k, cfg.regime, e)
-        entries.append(e)
-        state.observe(e, t)
-        if fh is not None:
-            fh.write(json.dumps(e.to_dict(cfg.regime), default=str) + "\n")
-            fh.flush()
-
+    run = _SearchRun(A, name, op, k, cfg, evaluator, card=card, proposer=proposer, sink=sink, accepts=accepts,
+                     trace=trace, run_id=run_id, ranker=ranker)
+    status = "failed"
     try:
-        for text, res in prior:
-            prop = text_proposal(text, op, Provenance.POLICY_SAMPLE, note="drawn before the search")
-            if state.claim(prop):
-                finish(prop, len(entries), res, counted=False)
-                state.prior_samples += 1
-        state.start(known, selector_point)
-        in_flight: dict[Future, tuple[Proposal, int]] = {}
-        first = len(entries)
-        parallel = cfg.parallel or (4 * max(1, len(visible_gpus())) if timed else 8)
-        submitted = 0
-        with _Progress(name, cfg.budget, cfg.progress_every_s) if progress else _NoProgress() as bar:
-            while True:
-                out_of_time = cfg.seconds is not None and time.monotonic() - t0 >= cfg.seconds
-                while not out_of_time and submitted < cfg.budget and len(in_flight) < parallel:
-                    prop = state.next(submitted)
-                    if prop is None:
-                        break
-                    in_flight[evaluator.submit(prop.text, ref, op, k)] = (prop, first + submitted)
-                    submitted += 1
-                if not in_flight:
-                    stopped = ("seconds" if out_of_time else "budget" if submitted >= cfg.budget else "exhausted")
-                    break
-                timeout = None if cfg.seconds is None else max(0.05, cfg.seconds - (time.monotonic() - t0))
-                done, _ = wait(list(in_flight), timeout=timeout if not out_of_time else None,
-                               return_when=FIRST_COMPLETED)
-                for f in done:
-                    finish(*in_flight.pop(f), f.result(), counted=True)
-                bar.update(sum(e.counted for e in entries), _best_text(best, cfg.regime, timed))
-            bar.update(sum(e.counted for e in entries), _best_text(best, cfg.regime, timed), force=True)
+        run.enter_prior(prior)
+        run.state.start(known, selector_point)
+        stopped = run.submit_and_wait(progress, stop)
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
-        log.warning("search %s interrupted: %d candidates finished; verified ones are in the store", name,
-                    len(entries))
+        run.warn_interrupted()
         raise
     finally:
-        if sink is not None:
-            sink.finish(status)
-        if own_trace and fh is not None:
-            fh.close()
-    return SearchResult(matrix=name, fingerprint=card.fingerprint, op=op.value, k=k, regime=cfg.regime,
-                        entries=entries, best=best, evaluated=sum(e.counted for e in entries), stopped=stopped,
-                        seconds=time.monotonic() - t0, timed=timed, run_id=run_id,
-                        store_writes=sink.writes if sink is not None else 0, refused=dict(space.refused),
-                        render_errors=dict(space.render_errors))
+        run.close(status)
+    return run.result(stopped)
+
+
+class _SearchRun:
+    """One call of :func:`run_search`: the space and the proposal state, the trace, and the
+    candidates finished so far (the run's best among them)."""
+
+    def __init__(self, A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, evaluator, *,
+                 card: MatrixCard | None, proposer: Proposer | None, sink: StoreSink | None, accepts,
+                 trace: str | Path | IO[str] | None, run_id: str | None, ranker: Ranker | None):
+        """Sets up the space, the proposal state and the trace, and registers ``A`` with the evaluator."""
+        op = Op(op)
+        k = k if op is Op.SPMM else None
+        if card is None:
+            from sparserl.matrices.card import matrix_card
+
+            card = matrix_card(A)
+        from sparserl.search.space import select_templates
+
+        refused: set[tuple] = set()  # (format, params) the harness refused for this matrix
+
+        def known_to_convert(fmt: str, params: dict) -> bool:
+            if (fmt, tuple(sorted(params.items()))) in refused:
+                return False
+            return accepts(fmt, params) if accepts is not None else True
+
+        self.name, self.op, self.k, self.cfg, self.card, self.sink = name, op, k, cfg, card, sink
+        self.evaluator = evaluator
+        self.space = CandidateSpace(card, op, k, select_templates(op, cfg.templates), accepts=known_to_convert,
+                                    seed=cfg.seed)
+        self.state = _Search(cfg, self.space, proposer, refused, ranker or Ranker())
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.ref = evaluator.register(A, name)
+        self.note_best = getattr(evaluator, "note_best", None)
+        self.timed = bool(evaluator.has_gpu)
+        self.own_trace = isinstance(trace, (str, Path))
+        self.fh = open(trace, "w") if self.own_trace else trace  # noqa: SIM115 (closed in close)
+        self.t0 = time.monotonic()
+        self.entries: list[TraceEntry] = []
+        self.best: TraceEntry | None = None
+
+    @property
+    def evaluated(self) -> int:
+        """Candidates finished that spent budget."""
+        return sum(e.counted for e in self.entries)
+
+    def record(self, prop: Proposal, order: int, res: EvalResult, counted: bool) -> None:
+        """Enter one finished candidate: ranked, the store written, observed, its trace line written
+        (a store failure is raised after the trace line, so the trace keeps the verified kernel)."""
+        regime = self.cfg.regime
+        e = TraceEntry(len(self.entries), prop, res, time.monotonic() - self.t0, order, counted)
+        t = e.time_us(regime)
+        if res.correct and (t is None or regime not in res.baseline):
+            log.warning("%s: verified but without its or cuSPARSE's time in the %s regime; not ranked",
+                        prop.id, regime)
+            t = None
+        lost_store = self._rank_and_store(e, t) if t is not None else None
+        self.entries.append(e)
+        self.state.observe(e, t)
+        if self.fh is not None:
+            self.fh.write(json.dumps(e.to_dict(regime), default=str) + "\n")
+            self.fh.flush()
+        if lost_store is not None:
+            raise lost_store
+
+    def _rank_and_store(self, e: TraceEntry, t: float) -> SparseRLError | None:
+        """A verified, timed candidate: the run's best when faster (noted with the evaluator), and
+        written to the store; returns the store's failure, if it failed."""
+        regime = self.cfg.regime
+        if self.best is None or t < self.best.time_us(regime):
+            self.best, e.new_best = e, True
+            if self.note_best is not None:  # later candidates far slower than it stop early
+                self.note_best(self.ref, self.op, self.k, t, regime)
+        if self.sink is not None:
+            try:
+                e.store_best = self.sink.write(self.run_id, self.op, self.k, regime, e)
+            except SparseRLError as exc:  # the store failed: the trace still keeps the verified kernel
+                return exc
+        return None
+
+    def enter_prior(self, prior: list[tuple[str, EvalResult]]) -> None:
+        """The policy samples evaluated before the search, entered without spending budget."""
+        for text, res in prior:
+            prop = text_proposal(text, self.op, Provenance.POLICY_SAMPLE, note="drawn before the search")
+            if self.state.claim(prop):
+                self.record(prop, len(self.entries), res, counted=False)
+                self.state.prior_samples += 1
+
+    def submit_and_wait(self, progress: bool, stop) -> str:
+        """Submit candidates (up to ``parallel`` in flight) and enter each as it finishes, until the
+        budget, the time or the space runs out or ``stop`` is set; returns why it stopped."""
+        cfg = self.cfg
+        in_flight: dict[Future, tuple[Proposal, int]] = {}
+        first = len(self.entries)
+        parallel = cfg.parallel or (4 * max(1, len(visible_gpus())) if self.timed else 8)
+        submitted = 0
+        with _Progress(self.name, cfg.budget, cfg.progress_every_s) if progress else _NoProgress() as bar:
+            while True:
+                halted = stop is not None and stop.is_set()
+                out_of_time = halted or (cfg.seconds is not None and time.monotonic() - self.t0 >= cfg.seconds)
+                while not out_of_time and submitted < cfg.budget and len(in_flight) < parallel:
+                    prop = self.state.next(submitted)
+                    if prop is None:
+                        break
+                    in_flight[self.evaluator.submit(prop.text, self.ref, self.op, self.k)] = (prop, first + submitted)
+                    submitted += 1
+                if not in_flight:
+                    stopped = ("stopped" if halted else "seconds" if out_of_time else
+                               "budget" if submitted >= cfg.budget else "exhausted")
+                    break
+                timeout = None if cfg.seconds is None else max(0.05, cfg.seconds - (time.monotonic() - self.t0))
+                done, _ = wait(list(in_flight), timeout=timeout if not out_of_time else None,
+                               return_when=FIRST_COMPLETED)
+                for f in done:
+                    self.record(*in_flight.pop(f), f.result(), counted=True)
+                bar.update(self.evaluated, _best_text(self.best, cfg.regime, self.timed))
+            bar.update(self.evaluated, _best_text(self.best, cfg.regime, self.timed), force=True)
+        return stopped
+
+    def warn_interrupted(self) -> None:
+        writes = self.sink.writes if self.sink is not None else 0
+        log.warning("search %s interrupted: %d candidates finished; %s", self.name, len(self.entries),
+                    f"the {writes} verified ones are in the store" if writes else
+                    "none was verified" + ("" if self.timed else " (nothing is run without a GPU)")
+                    + ", so the store is unchanged")
+
+    def close(self, status: str) -> None:
+        """The run's end in the store (its failure raised only for a finished run), then the trace closed."""
+        if self.sink is not None:
+            try:
+                self.sink.finish(status)
+            except SparseRLError as exc:
+                if status == "finished":
+                    raise
+                log.warning("the run's end was not recorded in the store: %s", exc)
+        if self.own_trace and self.fh is not None:
+            self.fh.close()
+
+    def result(self, stopped: str) -> SearchResult:
+        return SearchResult(matrix=self.name, fingerprint=self.card.fingerprint, op=self.op.value, k=self.k,
+                            regime=self.cfg.regime, entries=self.entries, best=self.best, evaluated=self.evaluated,
+                            stopped=stopped, seconds=time.monotonic() - self.t0, timed=self.timed,
+                            run_id=self.run_id, store_writes=self.sink.writes if self.sink is not None else 0,
+                            refused=dict(self.space.refused), render_errors=dict(self.space.render_errors))
 
 
 class _NoProgress:
@@ -405,15 +494,16 @@ class _Search:
     MAX_DRY = 3
     """Policy batches in a row with nothing new before the policy is asked no more."""
 
-    def __init__(self, cfg: SearchConfig, space: CandidateSpace, proposer: Proposer | None, refused: set[tuple]):
-        self.cfg, self.space, self.proposer = cfg, space, proposer
+    def __init__(self, cfg: SearchConfig, space: CandidateSpace, proposer: Proposer | None, refused: set[tuple],
+                 ranker: Ranker):
+        self.cfg, self.space, self.proposer, self.ranker = cfg, space, proposer, ranker
         self.refused = refused
         """(format, params) keys the harness refused for this matrix (learned from verdicts)."""
         self.rng = space.rng
         self.seen_ids: set[str] = set()
         self.seen_texts: set[str] = set()
         self.first: deque[Proposal] = deque()
-        """The store's best and the selector's choice: tried before any other seed."""
+        """The store's best, the selector's choice and the ranker's picks: tried before any other seed."""
         self.seed_lists: dict[str, deque[dict]] = {}
         """Per template, its seeds not yet proposed."""
         self.round_one: deque[str] = deque()
@@ -458,9 +548,22 @@ class _Search:
             p = self.space.point(name, params, Provenance.SEED, note=note) if name in self.space.by_name else None
             if p is not None:
                 self.first.append(p)
-        space = self.space
-        self.seed_lists = {t.name: deque(t.seeds(space.card, space.k)) for t in space.templates}
-        self.round_one = deque(t.name for t in space.templates)
+        space, picks = self.space, 0
+        for name, params in self.ranker.best_points(space) if self.cfg.model_picks else ():
+            if picks >= self.cfg.model_picks:
+                break
+            p = space.point(name, params, Provenance.MODEL, note=self.ranker.note(name, params))
+            if p is not None and all(q.id != p.id for q in self.first):
+                self.first.append(p)
+                picks += 1
+        self.seed_lists = {}
+        for t in space.templates:  # a template's own first guess stays first; its other seeds by the ranker
+            first, *rest = t.seeds(space.card, space.k) or [None]
+            ranked = [rest[i] for i in self.ranker.order([(t.name, q) for q in rest])]
+            self.seed_lists[t.name] = deque(([first] if first is not None else []) + ranked)
+        heads = [(t.name, self.seed_lists[t.name][0]) for t in space.templates if self.seed_lists[t.name]]
+        self.round_one = deque([heads[i][0] for i in self.ranker.order(heads)]
+                               + [t.name for t in space.templates if not self.seed_lists[t.name]])
 
     def observe(self, e: TraceEntry, t: float | None) -> None:
         if t is not None:
@@ -571,7 +674,9 @@ class _Search:
         key = f"{'switch' if switch else 'step'}:{parent.id}"
         if key not in self.moves:
             moves = self.space.switches(parent) if switch else self.space.neighbours(parent)
-            self.moves[key] = deque(moves[i] for i in self.rng.permutation(len(moves)))
+            moves = [moves[i] for i in self.rng.permutation(len(moves))]
+            ranked = self.ranker.order([(m.template, m.param_dict) for m in moves])
+            self.moves[key] = deque(moves[i] for i in ranked)
         q = self.moves[key]
         while q:
             p = q.popleft()

@@ -1,14 +1,16 @@
-"""Policy proposals for a search: sampling, and refining the best kernel so far.
+"""The policy's proposals for a kernel request: samples (``generate``'s, and a search's), and
+refinements of the best kernel so far (a search's).
 
 Sampling is the policy's ordinary prompt (matrix soft tokens + the task line). Refining shows
 the policy a previous kernel with what the harness measured (time against cuSPARSE, or the
 error) and asks for a faster correct one, as multi-turn kernel-writing systems do (Kevin-32B:
 each turn sees the previous kernel's compile error or time). :func:`refinement_prompt` builds
 that prompt and is a pure function of its inputs; :class:`PolicyProposer` runs the policy
-(``sparserl.model.policy.Policy.generate``, the sampling path ``generate`` uses) with it.
+(``sparserl.model.policy.Policy.generate``) on the request's matrix with either prompt.
 
-The shipped policies were not trained on refinement prompts; until the self-improvement work
-teaches them, their refinements are samples conditioned on a longer prompt.
+A policy trained only on the data build's pairs has never seen a refinement prompt: its
+refinements are samples conditioned on a longer prompt until ``sparserl improve`` teaches it from
+the kernels its refinements found.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Protocol
 
 from sparserl.harness.result import ErrorKind, EvalResult
 from sparserl.kernels.contract import Op
+from sparserl.progress import progress
+from sparserl.request.context import MatrixContext
 
 log = logging.getLogger(__name__)
 
@@ -77,42 +81,43 @@ class Proposer(Protocol):
 
 class PolicyProposer:
     """A :class:`Proposer` over a :class:`sparserl.model.policy.Policy` (or anything with its
-    ``generate(samples, max_new_tokens=, temperature=, seed=)`` and ``config.encoding``)."""
+    ``generate(samples, max_new_tokens=, temperature=, seed=)`` and ``config.encoding``), for one
+    request's matrix."""
 
     BATCH = 16
-    """Completions generated together (as ``generate`` does)."""
+    """Completions generated together."""
 
-    def __init__(self, policy, A, op: Op, k: int | None, card_text: str | None, name: str,
-                 temperature: float = 1.0, max_new_tokens: int = 1536, seed: int = 0, lease=None):
-        """``card_text``: the matrix card's prompt text (:meth:`MatrixCard.prompt`, the text every
-        prompt carries), shown in refinements, and in samples when the policy's prompt has a card.
+    def __init__(self, policy, ctx: MatrixContext, name: str, temperature: float = 1.0, max_new_tokens: int | None = None,
+                 seed: int = 0, lease=None):
+        """``ctx``: the request's matrix; its card (:attr:`MatrixContext.prompt_card`, the text every
+        prompt carries) is shown in refinements, and in samples when the policy's prompt has a card.
         ``lease``: a context manager factory taking the model's device (``Evaluator.gpu_lease``),
         held while the model generates so the harness does not time kernels meanwhile."""
-        from sparserl.model.policy import make_sample
-
-        self.policy, self.op, self.k, self.card_text, self.name = policy, op, k, card_text, name
-        self.shape, self.nnz = (int(A.shape[0]), int(A.shape[1])), int(A.nnz)
+        self.policy, self.ctx, self.name = policy, ctx, name
         self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
         self.lease = lease
-        self.base = make_sample(A, policy.config, op, k, card=card_text)
-        if self.card_text is None:
-            self.card_text = self.base.card  # the card the samples carry, shown in refinements too
+        self.base = ctx.sample(policy.config)
         self.calls = 0
 
-    def _generate(self, samples: list) -> list[str]:
+    def _generate(self, samples: list, show: bool = False) -> list[str]:
         device = getattr(self.policy, "device", "cpu")
         held = self.lease(device) if self.lease is not None else contextlib.nullcontext()
         out: list[str] = []
-        with held:
+        with held, progress(show) as bar:
+            task = bar.add_task("sampling kernels", total=len(samples))
             for i in range(0, len(samples), self.BATCH):
                 out += self.policy.generate(samples[i:i + self.BATCH], max_new_tokens=self.max_new_tokens,
                                             temperature=self.temperature, seed=self.seed + 7919 * self.calls + i)
+                bar.update(task, advance=len(samples[i:i + self.BATCH]))
         self.calls += 1
         return out
 
-    def sample(self, n: int) -> list[str]:
-        return self._generate([self.base] * n)
+    def sample(self, n: int, show: bool = False) -> list[str]:
+        """``n`` completions from the ordinary prompt; ``show``: with a progress display (not inside
+        a search, which shows its own)."""
+        return self._generate([self.base] * n, show)
 
     def refine(self, previous: str, result: EvalResult, n: int) -> list[str]:
-        prompt = refinement_prompt(self.op, self.k, self.shape, self.nnz, self.card_text, previous, result)
+        ctx = self.ctx
+        prompt = refinement_prompt(ctx.op, ctx.k, ctx.shape, ctx.nnz, ctx.prompt_card, previous, result)
         return self._generate([dataclasses.replace(self.base, prompt=prompt)] * n)

@@ -1,35 +1,50 @@
 """``sparserl search``: one matrix in, the best verified kernel of a budgeted search out.
 
-:func:`search_matrix` loads the matrix, checks that it fits on the GPU, opens the best-known
-store, runs :func:`~sparserl.search.loop.run_search` (with the policy when a model is given),
-and writes to the output folder the best kernel and its report in ``generate``'s shape
+:func:`search_matrix` loads the matrix (a :class:`~sparserl.request.context.MatrixContext`), checks
+that it fits on the GPU, opens the best-known store, runs :func:`~sparserl.search.loop.run_search`
+(with the policy when a model is given) and hands its candidates to a
+:class:`~sparserl.request.candidates.CandidatePool`, which chooses the kernel as ``generate`` does.
+The output folder holds the kernel and its :class:`~sparserl.request.report.KernelReport`
 (``kernel.cu``, ``launch.json``, ``report.json``, ``report.md``) plus ``trace.jsonl`` (every
 candidate: provenance, parent, verdict, times, speedup, text).
 
-:func:`search_after_sampling` is ``generate --search N``: the model's samples enter the search
-as already evaluated, N more candidates are searched, and generate returns the best of all.
+:func:`search_after_sampling` is ``generate --search N``: the model's samples enter the search as
+already evaluated, N more candidates are searched, and generate chooses among all of them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sparserl.checks import check_op, require
+from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
-from sparserl.harness.result import ErrorKind, EvalResult
+from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
+from sparserl.request.candidates import Candidate, CandidatePool, Origin
+from sparserl.request.context import MatrixContext
+from sparserl.request.library import select_variant
+from sparserl.request.report import KernelReport
+from sparserl.search.footprint import check_fits
 from sparserl.search.loop import (
     SearchConfig,
     SearchResult,
     StoreSink,
-    TraceEntry,
     run_search,
     search_summary,
 )
+from sparserl.search.policy import PolicyProposer
+from sparserl.search.ranker import make_ranker
+from sparserl.search.space import select_templates
 from sparserl.search.store import COORDS, BestStore, harness_version, open_store
+
+if TYPE_CHECKING:
+    from sparserl.model.policy import Policy
 
 log = logging.getLogger(__name__)
 
@@ -48,45 +63,48 @@ class SearchJob:
     """Policy checkpoint or HF model folder that proposes too (None: templates only)."""
     temperature: float = 1.0
     """Sampling temperature of the policy's proposals."""
-    max_new_tokens: int = 1536
+    max_new_tokens: int | None = None
+    """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
+    :mod:`sparserl.model.budget`)."""
     device: str = "auto"
     """Device of the model: auto, cpu or cuda[:N]."""
     store: str | None = None
-    """Best-known store (default: best_known.sqlite under the harness cache root)."""
+    """Best-known store: a file (SQLite) or a postgresql:// URL (default: best_known.sqlite under the
+    harness cache root)."""
     out: str | None = None
     """Output folder (default runs/search/<matrix name>)."""
     compile_only: bool = False
     """Compile only, even with a GPU (without one, the search is compile-only anyway)."""
 
     def __post_init__(self) -> None:
-        if self.op not in ("spmv", "spmm"):
-            raise SparseRLError(f"--op must be spmv or spmm, got {self.op!r}")
-        if self.op == "spmm" and (self.k is None or self.k < 1):
-            raise SparseRLError("--op spmm needs --k K (K >= 1 columns of X)")
-        if self.temperature <= 0 or self.max_new_tokens < 1:
-            raise SparseRLError("need temperature > 0 and max_new_tokens >= 1")
+        check_op(self.op, self.k)
+        require(self.temperature > 0, "--temperature", "> 0", self.temperature)
+        require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
+                self.max_new_tokens)
 
 
-def matrix_name(path: str) -> str:
-    return Path(path).name.split(".")[0]
+def open_proposer(job: SearchJob, ctx: MatrixContext, evaluator, policy: Policy | None = None) -> PolicyProposer:
+    """The policy's proposer for a search job: proposals from ``policy``, else from the model at
+    ``job.model``; it holds the evaluator's GPU lease while it writes."""
+    if policy is None:
+        from sparserl.model.policy import Policy  # torch
+
+        policy = Policy.open(job.model, device=str(pick_device(job.device)))
+    return PolicyProposer(policy, ctx, name=str(job.model), temperature=job.temperature,
+                          max_new_tokens=job.max_new_tokens, seed=job.search.seed, lease=evaluator.gpu_lease)
 
 
-def _selector_point(A, op: Op) -> tuple[str, dict, str] | None:
-    from sparserl.eval.selector import select_variant
-    from sparserl.matrices import compute_features
+def search_candidates(res: SearchResult) -> list[Candidate]:
+    """A search's own candidates (not the samples it was given) as a request's, in the order they
+    were proposed."""
+    return [Candidate(e.proposal.text, Origin.SEARCH, e.result, f"{e.proposal.provenance.value} {e.proposal.id}")
+            for e in sorted(res.entries, key=lambda e: e.order) if e.counted]
 
-    v = select_variant(compute_features(A), op)
+
+def _selector_point(ctx: MatrixContext) -> tuple[str, dict, str]:
+    """The rule-based selector's library variant as a template point (tried first among the seeds)."""
+    v = select_variant(ctx.features, ctx.op)
     return v.strategy, dict(v.format_params + v.tunables), "selector"
-
-
-def _format_takes(text: str, op: Op, A) -> bool:
-    """Whether the completion's FORMAT line converts ``A`` (template points were checked when
-    proposed; free text was not)."""
-    from sparserl.formats import accepts
-    from sparserl.harness.extract import Extracted, extract
-
-    ex = extract(text, op)
-    return isinstance(ex, Extracted) and accepts(A, ex.header.format, ex.header.params)
 
 
 def coords_later(A):
@@ -119,44 +137,102 @@ def _known(store: BestStore, fingerprint: str, op: Op, k: int | None, regime: st
     return rows[0], seeds
 
 
-def open_proposer(job: SearchJob, A, op: Op, k, card, evaluator, policy=None):
-    """The policy proposer of a search job: proposals from ``policy``, else from the model at ``job.model``."""
-    from sparserl.search.policy import PolicyProposer
+def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | None, *,
+                 run_config: dict | None = None, proposer: PolicyProposer | None = None, model: str | None = None,
+                 prior: list[Candidate] = (), trace: Path | None = None, accepts=None, progress: bool = True,
+                 journal=None, stop=None, ranker=None) -> SearchResult:
+    """Search the request's matrix with an open evaluator and store: what ``search``, ``generate
+    --search``, ``improve``, the farm and the benchmark share. ``proposer``: the policy's (None:
+    templates only); ``prior``: the model's samples, already evaluated. ``journal``, ``stop``: see
+    :class:`~.loop.StoreSink` and :func:`~.loop.run_search`. ``ranker``: the candidates' order
+    (None: what ``cfg.cost_model`` names, see :func:`~.ranker.make_ranker`).
 
-    if policy is None:
-        from sparserl.devices import pick_device
-        from sparserl.model.policy import Policy
+    ``accepts``: the host check of formats; default none on a GPU (converting a large matrix on the
+    host for every format costs as much as the worker's own conversion, minutes at 10^7 nonzeros:
+    the search learns refusals from the harness instead), and :meth:`MatrixContext.accepts` without one."""
+    t = time.perf_counter()
+    card, features = ctx.card, ctx.features
+    log.info("%s: %d x %d, %d nonzeros; card in %.1f s", ctx.name, *ctx.shape, ctx.nnz, time.perf_counter() - t)
+    if ranker is None:
+        ranker = make_ranker(cfg.cost_model, card, features, ctx.op, ctx.k)
+    known_row, known = _known(store, card.fingerprint, ctx.op, ctx.k, cfg.regime) if store is not None else (None, [])
+    if known_row is not None:
+        log.info("the store knows %s for this matrix: %s", ctx.name, known_row.candidate_id or known_row.kernel_sha[:12])
+    sink = None
+    if store is not None:
+        coords = coords_later(ctx.A)
+        if ev.has_gpu:  # results will come: sample the coordinates meanwhile (seconds at 10^7 nonzeros)
+            pool = ThreadPoolExecutor(1, thread_name_prefix="coords")
+            coords = pool.submit(coords).result
+            pool.shutdown(wait=False)  # the task runs on; its result is asked for at the first write
+        source = str(Path(ctx.path).resolve()) if ctx.path else None
+        sink = StoreSink(store, card, ctx.name, source, coords, run_config or {"search": asdict(cfg)}, model=model,
+                         journal=journal, features=features)
+    if accepts is None and not ev.has_gpu:  # nothing converts the matrix without a GPU: the host checks
+        accepts = ctx.accepts
+    res = run_search(ctx.A, ctx.name, ctx.op, ctx.k, cfg, ev, card=card, selector_point=_selector_point(ctx),
+                     known=known, proposer=proposer, prior=[(c.text, c.result) for c in prior], sink=sink,
+                     accepts=accepts, trace=trace, progress=progress, stop=stop, ranker=ranker)
+    res.known_best = known_row
+    return res
 
-        policy = Policy.open(job.model, device=str(pick_device(job.device)))
-    return PolicyProposer(policy, A, op, k, card.prompt(), name=str(job.model), temperature=job.temperature,
-                          max_new_tokens=job.max_new_tokens, seed=job.search.seed, lease=evaluator.gpu_lease)
+
+def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None) -> tuple[KernelReport, SearchResult]:
+    """Run one search; returns (report, search result). Writes to the output folder and the store."""
+    select_templates(Op(job.op), job.search.templates)  # an unknown name fails before any work
+    store = open_store(job.store)  # so does a store from a newer version
+    try:
+        ctx = MatrixContext.load(job.matrix, job.op, job.k)
+        out = Path(job.out or f"runs/search/{ctx.name}")
+        regime = job.search.regime
+        ev = evaluator or Evaluator(HarnessConfig(compile_only=job.compile_only, regimes=(regime,),
+                                                  reward_regime=regime))
+        try:
+            if ev.has_gpu:
+                check_fits(ctx.name, *ctx.shape, ctx.nnz, ctx.k)
+            else:
+                log.warning("no GPU: the search compiles its candidates only; nothing is timed and the store "
+                            "is not updated")
+            proposer = open_proposer(job, ctx, ev, policy) if job.model or policy is not None else None
+            out.mkdir(parents=True, exist_ok=True)
+            res = search_array(ctx, job.search, ev, store, run_config=asdict(job), proposer=proposer,
+                               model=str(job.model) if job.model else None, trace=out / "trace.jsonl")
+        finally:
+            if evaluator is None:
+                ev.close()
+    finally:
+        store.close()
+    return write_report(ctx, res, out, asdict(job)), res
 
 
-def _verdict(best: TraceEntry | None, timed: bool) -> str:
-    if not timed:
-        return "compiled, NOT verified (no GPU): do not use without checking on a GPU"
-    sp = best.result.speedup
-    if sp is not None and sp > 1.0:
-        return f"correct, {sp:.2f}x faster than cuSPARSE"
-    return f"correct, but not faster than cuSPARSE ({sp or 0:.2f}x); returned the best correct kernel anyway"
+def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict) -> KernelReport:
+    """The search's kernel and its report (``config``: the run's settings, recorded), written to
+    ``out`` (the trace is there already); raises SparseRLError when no candidate is usable."""
+    pool = CandidatePool(ctx, timed=res.timed)
+    pool.add(search_candidates(res))
+    best = pool.best()
+    if best is None:
+        what = "correct" if res.timed else "compiling"
+        raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "
+                            f"({pool.kinds()}); the trace is in {out / 'trace.jsonl'}")
+    rep = KernelReport.of(ctx, best, pool, [c.result for c in pool.candidates], "candidates evaluated", config,
+                          res.seconds, search=search_summary(res))
+    rep.write(out, ctx, search_markdown(res))
+    return rep
 
 
-def _runners_up(res: SearchResult, chosen: TraceEntry) -> list[dict]:
-    from sparserl.search.space import normalised
-
-    key = (lambda e: e.result.speedup or 0.0) if res.timed else (lambda e: 0.0)
-    seen, out = {normalised(chosen.proposal.text)}, []
-    for e in sorted(res.entries, key=key, reverse=True):
-        norm = normalised(e.proposal.text)
-        if norm in seen:
-            continue
-        seen.add(norm)
-        out.append({"source": f"{e.proposal.provenance.value} {e.proposal.id}", "format": e.result.format,
-                    "verdict": "correct" if e.result.ok else e.result.error_kind.value,
-                    "error_kind": e.result.error_kind.value, "speedup": e.result.speedup})
-        if len(out) == 5:
-            break
-    return out
+def search_after_sampling(ctx: MatrixContext, job: SearchJob, ev, proposer: PolicyProposer | None,
+                          samples: list[Candidate], out: Path, config: dict[str, Any]) -> SearchResult:
+    """``generate --search N``: search ``job.search.budget`` candidates after the model's ``samples``
+    (which enter the search as evaluated, spending no budget). The trace goes to
+    out/search_trace.jsonl; ``config``: the run's settings, recorded in the store."""
+    store = open_store(job.store)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return search_array(ctx, job.search, ev, store, run_config=config, proposer=proposer, model=str(job.model),
+                            prior=samples, trace=out / "search_trace.jsonl")
+    finally:
+        store.close()
 
 
 def search_markdown(res: SearchResult) -> str:
@@ -188,154 +264,3 @@ def store_line(res: SearchResult) -> str:
     if res.store_improved:
         return f"{res.store_writes} verified results written; this run set the best known for the matrix{was}"
     return f"{res.store_writes} verified results written; the best known stays faster{was}"
-
-
-def write_outputs(res: SearchResult, A, out: Path, job_config: dict, path: str) -> dict:
-    """The best kernel and its report in ``out`` (generate's shape; the trace is already there)."""
-    from sparserl.kernel_report import write_kernel_report
-
-    op = Op(res.op)
-    if res.timed:
-        chosen = res.best
-    else:  # compile-only: the first candidate that compiled and whose format takes the matrix
-        chosen = next((e for e in sorted(res.entries, key=lambda e: e.order)
-                       if e.result.error_kind is ErrorKind.NO_GPU and _format_takes(e.proposal.text, op, A)), None)
-    kinds = sorted({e.result.error_kind.value for e in res.entries})
-    summary = search_summary(res)
-    if chosen is None:
-        what = "correct" if res.timed else "compiling"
-        raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {res.matrix} "
-                            f"({', '.join(kinds) or 'none evaluated'}); the trace is in {out / 'trace.jsonl'}")
-    r = chosen.result
-    rep = {"matrix": res.matrix, "path": path, "shape": list(A.shape), "nnz": int(A.nnz), "op": res.op, "k": res.k,
-           "verdict": _verdict(chosen, res.timed),
-           "source": f"search: {chosen.proposal.provenance.value} {chosen.proposal.id}",
-           "verified": res.timed, "best": r.to_dict(),
-           "samples": {"n": len(res.entries), "compiled": sum(e.result.compiled for e in res.entries),
-                       "correct": sum(e.result.correct for e in res.entries), "label": "candidates",
-                       "verb": "evaluated"},
-           "runners_up": _runners_up(res, chosen), "config": job_config, "seconds": res.seconds,
-           "search": summary}
-    write_kernel_report(out, chosen.proposal.text, op, A, res.k, rep, search_markdown(res))
-    rep["out"] = str(out)
-    return rep
-
-
-def cached_accepts(A):
-    """``accepts(format, params)`` for ``A``, each (format, params) converted once on the host."""
-    from sparserl.formats import accepts
-
-    memo: dict[tuple, bool] = {}
-
-    def check(fmt: str, params) -> bool:
-        key = (fmt, tuple(sorted(dict(params or {}).items())))
-        if key not in memo:
-            memo[key] = accepts(A, fmt, dict(params or {}))
-        return memo[key]
-    return check
-
-
-def search_array(A, name: str, op: Op, k: int | None, cfg: SearchConfig, ev, store: BestStore | None, *,
-                 card=None, source_path: str | None = None, run_config: dict | None = None,
-                 proposer_factory=None, model: str | None = None, prior=(), trace: Path | None = None,
-                 accepts=None, progress: bool = True) -> SearchResult:
-    """Search a loaded matrix with an open evaluator and store: what ``search``, ``generate --search``
-    and the benchmark share. ``proposer_factory(card)``: the policy's proposer (None: templates only).
-
-    ``accepts``: the host check of formats; default none on a GPU (converting a large matrix on the
-    host for every format costs as much as the worker's own conversion, minutes at 10^7 nonzeros:
-    the search learns refusals from the harness instead), and :func:`cached_accepts` without one."""
-    from sparserl.matrices.card import matrix_card
-
-    t = time.perf_counter()
-    card = card or matrix_card(A)
-    log.info("%s: %d x %d, %d nonzeros; card in %.1f s", name, *A.shape, A.nnz, time.perf_counter() - t)
-    known_row, known = _known(store, card.fingerprint, op, k, cfg.regime) if store is not None else (None, [])
-    if known_row is not None:
-        log.info("the store knows %s for this matrix: %s", name, known_row.candidate_id or known_row.kernel_sha[:12])
-    proposer = proposer_factory(card) if proposer_factory is not None else None
-    sink = None
-    if store is not None:
-        coords = coords_later(A)
-        if ev.has_gpu:  # results will come: sample the coordinates meanwhile (seconds at 10^7 nonzeros)
-            from concurrent.futures import ThreadPoolExecutor
-
-            pool = ThreadPoolExecutor(1, thread_name_prefix="coords")
-            coords = pool.submit(coords).result
-            pool.shutdown(wait=False)  # the task runs on; its result is asked for at the first write
-        sink = StoreSink(store, card, name, source_path, coords, run_config or {"search": asdict(cfg)}, model=model)
-    if accepts is None and not ev.has_gpu:  # nothing converts the matrix without a GPU: the host checks
-        accepts = cached_accepts(A)
-    res = run_search(A, name, op, k, cfg, ev, card=card, selector_point=_selector_point(A, op), known=known,
-                     proposer=proposer, prior=prior, sink=sink, accepts=accepts, trace=trace, progress=progress)
-    res.known_best = known_row
-    return res
-
-
-def search_matrix(job: SearchJob, evaluator=None, policy=None) -> tuple[dict, SearchResult]:
-    """Run one search; returns (report, search result). Writes to the output folder and the store."""
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.matrices import load_matrix
-    from sparserl.search.footprint import check_fits
-    from sparserl.search.space import select_templates
-
-    op = Op(job.op)
-    k = job.k if op is Op.SPMM else None
-    select_templates(op, job.search.templates)  # an unknown name fails before any work
-    store = open_store(job.store)  # so does a store from a newer version
-    try:
-        A = load_matrix(job.matrix)
-        name = matrix_name(job.matrix)
-        out = Path(job.out or f"runs/search/{name}")
-        own = evaluator is None
-        regime = job.search.regime
-        ev = evaluator or Evaluator(HarnessConfig(compile_only=job.compile_only, regimes=(regime,),
-                                                  reward_regime=regime))
-        try:
-            if ev.has_gpu:
-                check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
-            else:
-                log.warning("no GPU: the search compiles its candidates only; nothing is timed and the store "
-                            "is not updated")
-            factory = None
-            if job.model or policy is not None:
-                factory = lambda card: open_proposer(job, A, op, k, card, ev, policy)  # noqa: E731
-            config = asdict(job)
-            out.mkdir(parents=True, exist_ok=True)
-            res = search_array(A, name, op, k, job.search, ev, store, source_path=str(Path(job.matrix).resolve()),
-                               run_config=config, proposer_factory=factory,
-                               model=str(job.model) if job.model else None, trace=out / "trace.jsonl")
-            return write_outputs(res, A, out, config, job.matrix), res
-        finally:
-            if own:
-                ev.close()
-    finally:
-        store.close()
-
-
-def search_after_sampling(cfg, A, name: str, ev, policy, texts: list[str], results: list[EvalResult],
-                          out: Path) -> tuple[list[dict], dict]:
-    """``generate --search N``: search N candidates after the model's samples (which enter the
-    search as evaluated, spending no budget); returns generate's candidate records for the
-    search's own candidates, and the search's summary. The trace goes to out/search_trace.jsonl."""
-    from sparserl.search.policy import PolicyProposer
-
-    op = Op(cfg.op)
-    k = cfg.k if op is Op.SPMM else None
-    scfg = SearchConfig(budget=cfg.search, regime=cfg.regime, seed=cfg.seed)
-    factory = None
-    if policy is not None:
-        factory = lambda card: PolicyProposer(  # noqa: E731
-            policy, A, op, k, card.prompt(), name=str(cfg.model), temperature=cfg.temperature,
-            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, lease=ev.gpu_lease)
-    store = open_store(cfg.store)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        res = search_array(A, name, op, k, scfg, ev, store, source_path=str(Path(cfg.matrix).resolve()),
-                           run_config=asdict(cfg), proposer_factory=factory, model=str(cfg.model),
-                           prior=list(zip(texts, results)), trace=out / "search_trace.jsonl")
-    finally:
-        store.close()
-    extra = [{"text": e.proposal.text, "result": e.result,
-              "source": f"search: {e.proposal.provenance.value} {e.proposal.id}"} for e in res.entries if e.counted]
-    return extra, search_summary(res)

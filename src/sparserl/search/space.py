@@ -51,6 +51,8 @@ class Provenance(str, Enum):
     """A parent's parameters carried into another template (strategy or format)."""
     RANDOM = "random"
     """A uniformly drawn valid point of a random template (exploration)."""
+    MODEL = "cost-model"
+    """One of the cost model's top picks across every template (tried among the first candidates)."""
     POLICY_SAMPLE = "policy-sample"
     """Sampled from the policy for this matrix."""
     POLICY_REFINE = "policy-refine"

@@ -1,29 +1,39 @@
 """The best-known store: the fastest verified kernel per (matrix structure, op, k, GPU architecture).
 
-A search (and ``generate --search``) writes every *verified* candidate here as soon as its
-result arrives, so an interrupted search loses nothing it had verified; only kernels the
-harness verified and timed on a GPU ever enter. Compile-only results never do.
+A search (and ``generate --search``, RL's ``relative_best`` reward, the farm) writes every
+*verified* candidate here as soon as its result arrives, so an interrupted search loses nothing it
+had verified; only kernels the harness verified and timed on a GPU ever enter. Compile-only
+results never do.
 
-Embedded default: one SQLite file (stdlib :mod:`sqlite3`), in WAL mode so readers do not block
-the writer, every write in a ``BEGIN IMMEDIATE`` transaction (the write lock is taken before
-the current best is read, so two searches writing at once cannot both "win" the same key), and
-a busy timeout so concurrent writers wait for each other instead of failing. The schema uses
-plain tables and explicit types (INTEGER, REAL, TEXT; timestamps as ISO-8601 UTC text; JSON as
-text) so a server database could take it unchanged, ``id INTEGER PRIMARY KEY`` becoming an
-identity column.
+Two databases take the same schema (:mod:`.store_backends`): one SQLite file, the embedded default
+(``--store PATH``), and a PostgreSQL server that several hosts share (``--store
+postgresql://user@host/dbname``). Plain tables and explicit types (INTEGER, REAL, TEXT;
+timestamps as ISO-8601 UTC text; JSON as text); ``id`` is SQLite's ``INTEGER PRIMARY KEY`` and
+PostgreSQL's identity column, REAL is PostgreSQL's DOUBLE PRECISION.
 
-Tables (``SCHEMA_VERSION`` 1):
+Concurrent writers never lose or duplicate a best kernel: the best row is written by one
+``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE excluded.time_us < best.time_us`` statement,
+which both databases apply atomically against the row as it stands (on SQLite the write lock is
+besides taken before anything is read, ``BEGIN IMMEDIATE``). Each verified result carries a
+``uid`` (unique), so writing it again (a retry after a lost connection, a farm's journal replayed
+on ``--resume``) changes nothing.
 
-* ``schema_version(version)``: one row. A store written by a newer SparseRL is refused.
+Tables (``SCHEMA_VERSION`` 3; version 1 is created first and migrated, see :data:`MIGRATIONS`):
+
+* ``schema_version(version)``: one row. A store written by a newer SparseRL is refused in one line.
 * ``matrices``: one row per structure fingerprint: name, shape, nnz, the matrix card (JSON),
   up to :data:`COORDS` sampled nonzero coordinates (JSON, as the SFT data carries them) and the
-  file it was loaded from, so ``export`` can rebuild the model's prompt.
+  file it was loaded from, so ``export`` can rebuild the model's prompt; and the structure
+  features (:class:`~sparserl.matrices.features.MatrixFeatures`, JSON), which the cost model
+  learns from beside the card (NULL for a matrix recorded before schema 3).
 * ``kernels``: completion texts by SHA-256, with their format, template and candidate id.
 * ``results``: every verified candidate's times (kernel, cuSPARSE, speedup, roofline), regime,
-  harness version, GPU, provenance (how the search proposed it, its parent, the model) and run.
+  harness version, GPU and the host it ran on, provenance (how the search proposed it, its
+  parent, the model), run, and its ``uid``.
 * ``best``: per (fingerprint, op, k, arch, regime, harness_version), the fastest result. A new
   result replaces it only when strictly faster; times under another harness version or regime
-  are never compared (they are other keys). ``k`` is 0 for SpMV (a key column is never NULL).
+  are never compared (they are other keys: two farms of different harness versions on one store
+  keep apart). ``k`` is 0 for SpMV (a key column is never NULL).
 * ``runs``: one row per search: when, what, its configuration, how it ended.
 """
 
@@ -33,25 +43,29 @@ import hashlib
 import json
 import logging
 import os
-import sqlite3
-import time
-from dataclasses import dataclass
+import socket
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from sparserl.errors import SparseRLError
+from sparserl.search.store_backends import (
+    BUSY_TIMEOUT_S,  # noqa: F401 (re-exported: how long a writer waits)
+    StoreError,
+    StoreUnavailable,
+    is_url,
+    open_backend,
+)
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 """Version of the tables below; a store with a larger version was written by a newer SparseRL."""
 
 COORDS = 1024
 """Sampled nonzero coordinates kept per matrix (the SFT data's default ``coords``)."""
-
-BUSY_TIMEOUT_S = 60.0
-"""How long a writer waits for another process's transaction before giving up."""
 
 STORE_FILE = "best_known.sqlite"
 """File name of the default store under the harness cache root."""
@@ -62,6 +76,15 @@ def harness_version() -> str:
     from sparserl.harness.result import HARNESS_VERSION
 
     return str(HARNESS_VERSION)
+
+
+def store_label(spec: str | os.PathLike[str] | None) -> str:
+    """How messages name a store: its path, or its URL without the password."""
+    from sparserl.search.store_backends import redact
+
+    if spec is None:
+        return str(default_store_path())
+    return redact(str(spec)) if isinstance(spec, str) and is_url(spec) else str(spec)
 
 
 def default_store_path() -> Path:
@@ -79,16 +102,16 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-_SCHEMA = """
+SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS matrices (
     fingerprint TEXT PRIMARY KEY,
     name TEXT NOT NULL,
-    rows INTEGER NOT NULL,
-    cols INTEGER NOT NULL,
-    nnz INTEGER NOT NULL,
+    rows {bigint} NOT NULL,
+    cols {bigint} NOT NULL,
+    nnz {bigint} NOT NULL,
     card_json TEXT NOT NULL,
     coords_json TEXT,
     source_path TEXT,
@@ -112,7 +135,7 @@ CREATE TABLE IF NOT EXISTS runs (
     config_json TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS results (
-    id INTEGER PRIMARY KEY,
+    id {id},
     fingerprint TEXT NOT NULL REFERENCES matrices(fingerprint),
     op TEXT NOT NULL,
     k INTEGER NOT NULL,
@@ -121,10 +144,10 @@ CREATE TABLE IF NOT EXISTS results (
     regime TEXT NOT NULL,
     harness_version TEXT NOT NULL,
     kernel_sha TEXT NOT NULL REFERENCES kernels(kernel_sha),
-    time_us REAL NOT NULL,
-    cusparse_us REAL NOT NULL,
-    speedup REAL NOT NULL,
-    roofline REAL,
+    time_us {real} NOT NULL,
+    cusparse_us {real} NOT NULL,
+    speedup {real} NOT NULL,
+    roofline {real},
     provenance TEXT NOT NULL,
     parent_id TEXT,
     model TEXT,
@@ -139,15 +162,29 @@ CREATE TABLE IF NOT EXISTS best (
     arch TEXT NOT NULL,
     regime TEXT NOT NULL,
     harness_version TEXT NOT NULL,
-    result_id INTEGER NOT NULL REFERENCES results(id),
+    result_id {bigint} NOT NULL REFERENCES results(id),
     kernel_sha TEXT NOT NULL REFERENCES kernels(kernel_sha),
-    time_us REAL NOT NULL,
-    cusparse_us REAL NOT NULL,
-    speedup REAL NOT NULL,
+    time_us {real} NOT NULL,
+    cusparse_us {real} NOT NULL,
+    speedup {real} NOT NULL,
     updated_at TEXT NOT NULL,
     PRIMARY KEY (fingerprint, op, k, arch, regime, harness_version)
 );
 """
+"""The first version of the tables (``{id}``, ``{bigint}``, ``{real}``: the backend's types); a new
+store is made at version 1 and brought up to date by :data:`MIGRATIONS`, as an old store is."""
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: ("ALTER TABLE results ADD COLUMN host TEXT",
+        "ALTER TABLE results ADD COLUMN uid TEXT",
+        "CREATE UNIQUE INDEX IF NOT EXISTS results_by_uid ON results (uid)"),
+    3: ("ALTER TABLE matrices ADD COLUMN features_json TEXT",),
+}
+"""Statements that take a store from version N-1 to N, run in order in one transaction under the
+migration lock. 2: the host a result was measured on (farms span machines), and a unique id per
+verified result so writing it twice (a retry, a replayed journal) records it once. 3: the
+matrix's structure features (nullable: rows recorded earlier keep NULL until a search records the
+matrix again), which the cost model learns from."""
 
 _TABLES = ("schema_version", "matrices", "kernels", "runs", "results", "best")
 
@@ -177,6 +214,10 @@ class VerifiedKernel:
     model: str | None
     run_id: str
     harness_version: str
+    host: str | None = field(default_factory=socket.gethostname)
+    """The machine that measured it (the GPU's host)."""
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """This result's unique id: recording it again changes nothing."""
 
     def __post_init__(self) -> None:
         if not (self.time_us > 0 and self.cusparse_us > 0 and self.speedup > 0):
@@ -234,6 +275,10 @@ class ResultRow:
     run_id: str
     created_at: str
     kernel_sha: str
+    parent_id: str | None = None
+    """The candidate id of the kernel this one was derived from (a mutation's or a refinement's parent)."""
+    host: str | None = None
+    """The machine that measured it (None: written before stores kept it)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +293,8 @@ class MatrixRow:
     card: dict
     coords: tuple[list[int], list[int]] | None
     source_path: str | None
+    features: dict | None = None
+    """The structure features (``MatrixFeatures.to_dict()``); None for a matrix recorded before schema 3."""
 
 
 def _k(k: int | None) -> int:
@@ -269,7 +316,7 @@ def _filters(table: str, fingerprint: str | None, op: str | None, k: int | None,
             where.append(f"{table}.{col} = ?")
             args.append(val)
     if fingerprint is not None:
-        where.append(f"substr({table}.fingerprint, 1, ?) = ?")
+        where.append(f"substr({table}.fingerprint, 1, CAST(? AS INTEGER)) = ?")
         args += [len(fingerprint), fingerprint]
     if k is not None:
         where.append(f"{table}.k = ?")
@@ -278,84 +325,111 @@ def _filters(table: str, fingerprint: str | None, op: str | None, k: int | None,
 
 
 class BestStore:
-    """The best-known store in one SQLite file (see the module docstring).
+    """The best-known store (see the module docstring) in an SQLite file or a PostgreSQL database.
 
-    One connection per instance; use one instance per thread or process."""
+    ``BestStore(path)`` opens (or makes) an SQLite file; ``BestStore("postgresql://...")`` a
+    server's database. One connection per instance; use one instance per thread or process. Every
+    failure comes out as a one-line :class:`~.store_backends.StoreError` (a database that cannot
+    be reached: :class:`~.store_backends.StoreUnavailable`); on PostgreSQL a lost connection is
+    opened again once and the statement retried (every write is idempotent)."""
 
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        if self.path.exists() and not self.path.is_file():
-            raise SparseRLError(f"{self.path}: the best-known store must be a file")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
+    def __init__(self, spec: str | os.PathLike[str]):
+        self.db = open_backend(spec)
+        self.path = self.db.where
+        """Where the store is, as messages name it (a file path, or the URL without its password)."""
         try:
             self._setup()
-        except sqlite3.DatabaseError as exc:
-            self.conn.close()
-            raise SparseRLError(f"{self.path}: not a SparseRL best-known store ({exc})") from None
+        except self.db.errors as exc:
+            self.db.close()
+            if self.db.name == "sqlite":
+                raise SparseRLError(f"{self.path}: not a SparseRL best-known store ({exc})") from None
+            raise self._error("cannot set up", exc) from None
         except BaseException:
-            self.conn.close()
+            self.db.close()
             raise
+
+    @property
+    def conn(self):
+        """The backend's connection (SQLite's ``sqlite3.Connection``, psycopg's ``Connection``)."""
+        return self.db.conn
+
+    @property
+    def backend(self) -> str:
+        """'sqlite' or 'postgresql'."""
+        return self.db.name
 
     # -- setup -------------------------------------------------------------------------------
 
     def _setup(self) -> None:
-        c = self.conn
-        c.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        c.execute("PRAGMA foreign_keys = ON")
         found = self._schema_version()
         if found is not None and found > SCHEMA_VERSION:
-            raise SparseRLError(f"{self.path} was written by a newer SparseRL (store schema {found}; this one reads "
-                                f"up to {SCHEMA_VERSION}): upgrade sparserl or give another --store")
-        self._wal()
+            raise SparseRLError(self._newer(found))
+        self.db.prepare()
         if found == SCHEMA_VERSION:
             return
-        with self.transaction():
-            found = self._schema_version()  # again, under the write lock: another process may have made it
+        with self.db.migration_lock():
+            found = self._schema_version()  # again, under the lock: another process may have made it
             if found is None:
-                existing = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if existing:
-                    raise SparseRLError(f"{self.path}: an SQLite file that is not a SparseRL best-known store "
-                                        f"(tables {sorted(existing)})")
-                for stmt in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it would commit
-                    c.execute(stmt)
-                c.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-            elif found > SCHEMA_VERSION:
-                raise SparseRLError(f"{self.path} was written by a newer SparseRL (store schema {found})")
+                ours = {"schema_version", *_TABLES}
+                existing = self.db.tables()
+                strangers = existing if self.db.name == "sqlite" else existing & ours
+                if strangers:
+                    what = "an SQLite file" if self.db.name == "sqlite" else "a database"
+                    raise SparseRLError(f"{self.path}: {what} that is not a SparseRL best-known store "
+                                        f"(tables {sorted(strangers)})")
+                ddl = SCHEMA_V1.format(**self.db.types)
+                for stmt in filter(str.strip, ddl.split(";")):  # not executescript: it would commit
+                    self.db.execute(stmt)
+                self.db.execute("INSERT INTO schema_version (version) VALUES (?)", (1,))
+                found = 1
+            if found > SCHEMA_VERSION:
+                raise SparseRLError(self._newer(found))
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                for stmt in MIGRATIONS[version]:
+                    self.db.execute(stmt)
+                self.db.execute("UPDATE schema_version SET version = ?", (version,))
+                log.info("%s: best-known store schema %d -> %d", self.path, version - 1, version)
+
+    def _newer(self, found: int) -> str:
+        return (f"{self.path} was written by a newer SparseRL (store schema {found}; this one reads up to "
+                f"{SCHEMA_VERSION}): upgrade sparserl or give another --store")
 
     def _schema_version(self) -> int | None:
-        try:
-            row = self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return None
-            raise
-        return int(row[0]) if row and row[0] is not None else None
+        if "schema_version" not in self.db.tables():  # asked first: a failed statement would end a transaction
+            return None
+        row = self.db.execute("SELECT MAX(version) AS v FROM schema_version").fetchone()
+        return int(row["v"]) if row and row["v"] is not None else None
 
-    def _wal(self) -> None:
-        """WAL mode (persistent in the file). Switching needs a moment alone with the file,
-        which the busy handler does not always wait for: retry for the busy timeout."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
-        while True:
+    def _error(self, what: str, exc: BaseException) -> StoreError:
+        from sparserl.search.store_backends import _first_line
+
+        cls = StoreUnavailable if self.db.lost(exc) else StoreError
+        return cls(f"best-known store {self.path}: {what}: {_first_line(exc)}")
+
+    def _run(self, what: str, fn):
+        """``fn()`` with the backend's errors as one line; a lost PostgreSQL connection is opened
+        again once and ``fn`` run again (every write here is idempotent)."""
+        for attempt in (0, 1):
             try:
-                mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if mode.lower() != "wal":
-                    log.warning("%s: SQLite refused WAL mode (%s); concurrent searches will wait longer",
-                                self.path, mode)
-                self.conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a killed process loses no commit
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return fn()
+            except self.db.errors as exc:
+                if attempt == 0 and self.db.lost(exc):
+                    log.warning("%s: the connection was lost (%s); connecting again", self.path,
+                                str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    try:
+                        self.db.reconnect()
+                    except StoreError as again:
+                        raise StoreUnavailable(f"{again} (the connection was lost while {what})") from None
+                    continue
+                raise self._error(what, exc) from None
+        raise AssertionError("unreachable")
 
     def transaction(self):
-        """``with store.transaction():`` one write transaction, the write lock taken at once."""
-        return _Transaction(self.conn)
+        """``with store.transaction():`` one write transaction (on SQLite, the write lock taken at once)."""
+        return self.db.transaction()
 
     def close(self) -> None:
-        self.conn.close()
+        self.db.close()
 
     def __enter__(self) -> BestStore:
         return self
@@ -366,59 +440,78 @@ class BestStore:
     # -- writes ------------------------------------------------------------------------------
 
     def add_matrix(self, card, name: str, source_path: str | None = None,
-                   coords: tuple[list[int], list[int]] | None = None) -> None:
-        """Remember a matrix (its card and sampled coordinates) under its fingerprint; a known
-        fingerprint keeps its first name and fills in coordinates or a path it lacked."""
-        with self.transaction():
-            self.conn.execute(
-                "INSERT INTO matrices (fingerprint, name, rows, cols, nnz, card_json, coords_json, source_path, "
-                "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO UPDATE SET "
-                "coords_json = COALESCE(matrices.coords_json, excluded.coords_json), "
-                "source_path = COALESCE(excluded.source_path, matrices.source_path)",
-                (card.fingerprint, name, card.rows, card.cols, card.nnz, json.dumps(card.to_dict()),
-                 json.dumps([list(map(int, coords[0])), list(map(int, coords[1]))]) if coords is not None else None,
-                 source_path, _now()))
+                   coords: tuple[list[int], list[int]] | None = None, features=None) -> None:
+        """Remember a matrix (its card, sampled coordinates and structure features) under its
+        fingerprint; a known fingerprint keeps its first name and fills in coordinates, features
+        or a path it lacked."""
+        args = (card.fingerprint, name, card.rows, card.cols, card.nnz, json.dumps(card.to_dict()),
+                json.dumps([list(map(int, coords[0])), list(map(int, coords[1]))]) if coords is not None else None,
+                source_path, _now(), json.dumps(features.to_dict()) if features is not None else None)
+
+        def write():
+            with self.transaction():
+                self.db.execute(
+                    "INSERT INTO matrices (fingerprint, name, rows, cols, nnz, card_json, coords_json, source_path, "
+                    "added_at, features_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO "
+                    "UPDATE SET coords_json = COALESCE(matrices.coords_json, excluded.coords_json), "
+                    "features_json = COALESCE(matrices.features_json, excluded.features_json), "
+                    "source_path = COALESCE(excluded.source_path, matrices.source_path)", args)
+        self._run("writing a matrix", write)
 
     def start_run(self, run_id: str, fingerprint: str, op: str, k: int | None, config: dict) -> None:
-        with self.transaction():
-            self.conn.execute("INSERT INTO runs (run_id, fingerprint, op, k, started_at, status, config_json) "
-                              "VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                              (run_id, fingerprint, op, _k(k), _now(), json.dumps(config, default=str)))
+        args = (run_id, fingerprint, op, _k(k), _now(), json.dumps(config, default=str))
+
+        def write():
+            with self.transaction():
+                self.db.execute("INSERT INTO runs (run_id, fingerprint, op, k, started_at, status, config_json) "
+                                "VALUES (?, ?, ?, ?, ?, 'running', ?) ON CONFLICT (run_id) DO NOTHING", args)
+        self._run("starting a run", write)
 
     def finish_run(self, run_id: str, status: str) -> None:
-        with self.transaction():
-            self.conn.execute("UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?", (_now(), status, run_id))
+        def write():
+            with self.transaction():
+                self.db.execute("UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?",
+                                (_now(), status, run_id))
+        self._run("finishing a run", write)
 
     def record(self, v: VerifiedKernel) -> bool:
         """Write one verified result; returns True when it became the best for its key (strictly
-        faster than the best under the same harness version and regime, or the first)."""
+        faster than the best under the same harness version and regime, or the first). A result
+        whose ``uid`` is in the store already is not written again (False)."""
         sha = kernel_sha(v.text)
-        with self.transaction():
-            c = self.conn
-            c.execute("INSERT INTO kernels (kernel_sha, text, format, template, candidate_id) VALUES (?, ?, ?, ?, ?) "
-                      "ON CONFLICT (kernel_sha) DO NOTHING", (sha, v.text, v.format, v.template, v.candidate_id))
-            cur = c.execute(
-                "INSERT INTO results (fingerprint, op, k, arch, gpu, regime, harness_version, kernel_sha, time_us, "
-                "cusparse_us, speedup, roofline, provenance, parent_id, model, run_id, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (v.fingerprint, v.op, _k(v.k), v.arch, v.gpu, v.regime, v.harness_version, sha, v.time_us,
-                 v.cusparse_us, v.speedup, v.roofline, v.provenance, v.parent_id, v.model, v.run_id, _now()))
-            rid = cur.lastrowid
-            key = (v.fingerprint, v.op, _k(v.k), v.arch, v.regime, v.harness_version)
-            old = c.execute("SELECT time_us FROM best WHERE fingerprint = ? AND op = ? AND k = ? AND arch = ? "
-                            "AND regime = ? AND harness_version = ?", key).fetchone()
-            if old is not None and not v.time_us < old["time_us"]:
-                return False
-            c.execute("INSERT INTO best (fingerprint, op, k, arch, regime, harness_version, result_id, kernel_sha, "
-                      "time_us, cusparse_us, speedup, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                      "ON CONFLICT (fingerprint, op, k, arch, regime, harness_version) DO UPDATE SET "
-                      "result_id = excluded.result_id, kernel_sha = excluded.kernel_sha, time_us = excluded.time_us, "
-                      "cusparse_us = excluded.cusparse_us, speedup = excluded.speedup, "
-                      "updated_at = excluded.updated_at",
-                      (*key, rid, sha, v.time_us, v.cusparse_us, v.speedup, _now()))
-            return True
+        key = (v.fingerprint, v.op, _k(v.k), v.arch, v.regime, v.harness_version)
+
+        def write() -> bool:
+            with self.transaction():
+                db = self.db
+                db.execute("INSERT INTO kernels (kernel_sha, text, format, template, candidate_id) "
+                           "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kernel_sha) DO NOTHING",
+                           (sha, v.text, v.format, v.template, v.candidate_id))
+                row = db.execute(
+                    "INSERT INTO results (fingerprint, op, k, arch, gpu, regime, harness_version, kernel_sha, "
+                    "time_us, cusparse_us, speedup, roofline, provenance, parent_id, model, run_id, created_at, host, "
+                    "uid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (uid) DO NOTHING RETURNING id",
+                    (v.fingerprint, v.op, _k(v.k), v.arch, v.gpu, v.regime, v.harness_version, sha, v.time_us,
+                     v.cusparse_us, v.speedup, v.roofline, v.provenance, v.parent_id, v.model, v.run_id, _now(),
+                     v.host, v.uid)).fetchone()
+                if row is None:  # recorded before (a retry, a replayed journal)
+                    return False
+                won = db.execute(
+                    "INSERT INTO best (fingerprint, op, k, arch, regime, harness_version, result_id, kernel_sha, "
+                    "time_us, cusparse_us, speedup, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (fingerprint, op, k, arch, regime, harness_version) DO UPDATE SET "
+                    "result_id = excluded.result_id, kernel_sha = excluded.kernel_sha, time_us = excluded.time_us, "
+                    "cusparse_us = excluded.cusparse_us, speedup = excluded.speedup, "
+                    "updated_at = excluded.updated_at WHERE excluded.time_us < best.time_us RETURNING result_id",
+                    (*key, row["id"], sha, v.time_us, v.cusparse_us, v.speedup, _now())).fetchone()
+                return won is not None
+        return self._run("recording a verified kernel", write)
 
     # -- reads -------------------------------------------------------------------------------
+
+    def _rows(self, what: str, sql: str, args=()) -> list:
+        return self._run(what, lambda: self.db.execute(sql, args).fetchall())
 
     def best(self, fingerprint: str | None = None, op: str | None = None, k: int | None = None,
              arch: str | None = None, regime: str | None = None,
@@ -429,15 +522,17 @@ class BestStore:
                "r.run_id, kn.format, kn.template, kn.candidate_id, kn.text FROM best b "
                "JOIN matrices m ON m.fingerprint = b.fingerprint JOIN results r ON r.id = b.result_id "
                "JOIN kernels kn ON kn.kernel_sha = b.kernel_sha"
-               + (" WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY m.name, b.op, b.k, b.arch, b.time_us")
-        return [BestRow(
+               + (" WHERE " + " AND ".join(where) if where else ""))
+        rows = [BestRow(
             fingerprint=r["fingerprint"], name=r["name"], rows=r["rows"], cols=r["cols"], nnz=r["nnz"], op=r["op"],
             k=_unk(r["k"]), arch=r["arch"], gpu=r["gpu"], regime=r["regime"], harness_version=r["harness_version"],
             time_us=r["time_us"], cusparse_us=r["cusparse_us"], speedup=r["speedup"], roofline=r["roofline"],
             format=r["format"], template=r["template"], candidate_id=r["candidate_id"], provenance=r["provenance"],
             parent_id=r["parent_id"], model=r["model"], run_id=r["run_id"], updated_at=r["updated_at"],
-            kernel_sha=r["kernel_sha"], text=r["text"]) for r in self.conn.execute(sql, args)]
+            kernel_sha=r["kernel_sha"], text=r["text"]) for r in self._rows("reading best kernels", sql, args)]
+        # sorted here, not by the database: PostgreSQL orders text by its locale, SQLite by code point
+        rows.sort(key=lambda r: (r.name, r.op, r.k or 0, r.arch, r.time_us, r.regime, r.harness_version))
+        return rows
 
     def results(self, fingerprint: str | None = None, op: str | None = None, k: int | None = None,
                 arch: str | None = None, regime: str | None = None,
@@ -445,51 +540,49 @@ class BestStore:
         """Every verified result matching the filters (``fingerprint``: the fingerprint or a prefix), fastest first."""
         where, args = _filters("r", fingerprint, op, k, arch, regime, harness_version)
         sql = ("SELECT r.*, kn.candidate_id, kn.format FROM results r JOIN kernels kn ON kn.kernel_sha = r.kernel_sha"
-               + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.time_us")
+               + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.time_us, r.id")
         return [ResultRow(id=r["id"], fingerprint=r["fingerprint"], op=r["op"], k=_unk(r["k"]), arch=r["arch"],
                           regime=r["regime"], harness_version=r["harness_version"], time_us=r["time_us"],
                           cusparse_us=r["cusparse_us"], speedup=r["speedup"], candidate_id=r["candidate_id"],
                           format=r["format"], provenance=r["provenance"], run_id=r["run_id"],
-                          created_at=r["created_at"], kernel_sha=r["kernel_sha"])
-                for r in self.conn.execute(sql, args)]
+                          created_at=r["created_at"], kernel_sha=r["kernel_sha"], parent_id=r["parent_id"],
+                          host=r["host"])
+                for r in self._rows("reading results", sql, args)]
 
     def kernel_text(self, sha: str) -> str:
-        row = self.conn.execute("SELECT text FROM kernels WHERE kernel_sha = ?", (sha,)).fetchone()
-        if row is None:
+        rows = self._rows("reading a kernel", "SELECT text FROM kernels WHERE kernel_sha = ?", (sha,))
+        if not rows:
             raise SparseRLError(f"no kernel {sha[:12]} in {self.path}")
-        return row["text"]
+        return rows[0]["text"]
 
     def matrix(self, fingerprint: str) -> MatrixRow | None:
-        r = self.conn.execute("SELECT * FROM matrices WHERE fingerprint = ?", (fingerprint,)).fetchone()
-        if r is None:
+        rows = self._rows("reading a matrix", "SELECT * FROM matrices WHERE fingerprint = ?", (fingerprint,))
+        if not rows:
             return None
+        r = rows[0]
         coords = json.loads(r["coords_json"]) if r["coords_json"] else None
         return MatrixRow(r["fingerprint"], r["name"], r["rows"], r["cols"], r["nnz"], json.loads(r["card_json"]),
-                         (coords[0], coords[1]) if coords else None, r["source_path"])
+                         (coords[0], coords[1]) if coords else None, r["source_path"],
+                         json.loads(r["features_json"]) if r["features_json"] else None)
+
+    def has_uids(self, uids: list[str]) -> set[str]:
+        """Which of ``uids`` are recorded results."""
+        out: set[str] = set()
+        for i in range(0, len(uids), 500):
+            chunk = uids[i:i + 500]
+            sql = f"SELECT uid FROM results WHERE uid IN ({', '.join('?' * len(chunk))})"
+            out |= {r["uid"] for r in self._rows("reading results", sql, chunk)}
+        return out
 
     def counts(self) -> dict[str, int]:
         """Rows per table."""
-        return {t: int(self.conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in _TABLES}
+        return {t: int(self._rows("counting rows", f"SELECT COUNT(*) AS n FROM {t}")[0]["n"]) for t in _TABLES}
 
 
-class _Transaction:
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN IMMEDIATE")
-        return self.conn
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.conn.execute("COMMIT")
-        else:
-            self.conn.execute("ROLLBACK")
-
-
-def open_store(path: str | os.PathLike[str] | None) -> BestStore:
-    """The store at ``path``, or the default one (:func:`default_store_path`)."""
-    return BestStore(path if path is not None else default_store_path())
+def open_store(spec: str | os.PathLike[str] | None) -> BestStore:
+    """The store at ``spec`` (a file path, or a ``postgresql://`` URL), or the default one
+    (:func:`default_store_path`)."""
+    return BestStore(spec if spec is not None else default_store_path())
 
 
 def describe(row: BestRow | Any) -> str:

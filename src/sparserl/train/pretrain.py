@@ -1,13 +1,22 @@
 """Stage 1: pre-train a causal LM on the CUDA corpus (the paper's domain pre-training).
 
-With no ``--model`` it trains a BPE tokenizer and the embedded default model
-(:mod:`sparserl.model.config`) from scratch; with ``--model PATH`` it continues
-pre-training any local Hugging Face causal LM with its own tokenizer. Held-out
-perplexity is measured on files the model never saw (:mod:`sparserl.data.corpus`).
+With no ``--model`` it trains a BPE tokenizer and a model of the chosen preset
+(:mod:`sparserl.model.config`: the 29M default, or the ~210M base) from scratch; with
+``--model PATH`` it continues pre-training any local Hugging Face causal LM with its own
+tokenizer. Held-out perplexity is measured on files the model never saw.
+
+The corpus is either the one found on this machine (:mod:`sparserl.data.corpus`: the toolkit's
+headers and the kernel library) or, with ``--corpus DIR``, a corpus built from the package index
+(``sparserl corpus build``) or its tokenised pack (``sparserl corpus pack``); then held-out
+perplexity is reported per held-out package. ``--minutes`` ends training after that much wall
+time (the learning rate decays over the budget), with a checkpoint and a last evaluation.
+Throughput is reported as tokens/s and MFU (:mod:`sparserl.train.throughput`).
 
 Output folder: ``model/`` (HF ``save_pretrained`` of model and tokenizer, loadable by
 ``AutoModelForCausalLM``), ``state.pt`` (optimizer, step, RNG: ``--resume`` continues from
-it), ``metrics.jsonl`` (and TensorBoard events when tensorboard is installed).
+it), ``metrics.jsonl`` (and TensorBoard events when tensorboard is installed), ``result.json``;
+with ``--corpus`` also ``tokens/`` (the pack's streams, decompressed once) and, for a built
+corpus, ``pack/`` (its tokenisation).
 """
 
 from __future__ import annotations
@@ -18,74 +27,23 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from sparserl.data.corpus import CorpusConfig, build_corpus
-from sparserl.errors import SparseRLError
-from sparserl.model.config import TinyModelConfig, hf_config
-from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from sparserl.devices import pick_device
-from sparserl.train.common import (
-    MetricLogger,
-    cosine_lr,
-    load_train_state,
-    progress,
-    save_train_state,
-)
+from sparserl.errors import SparseRLError
+from sparserl.model.config import hf_config
+from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from sparserl.progress import progress
+from sparserl.runtime.metrics import MetricLogger
+from sparserl.runtime.optim import cosine_lr, load_train_state, save_train_state
+from sparserl.train.config import PretrainConfig
+from sparserl.train.throughput import matmul_params, mfu, peak_tflops
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """Stage-1 pre-training."""
-
-    out: str = "runs/pretrain"
-    """Output folder (model/, state.pt, metrics.jsonl)."""
-    model: str | None = None
-    """A local HF causal LM to continue pre-training; None trains the default model from scratch."""
-    vocab_size: int = 8192
-    """BPE vocabulary of the tokenizer trained from scratch."""
-    shape: TinyModelConfig = field(default_factory=TinyModelConfig)
-    """Shape of the model trained from scratch."""
-    seq_len: int = 512
-    """Tokens per training sequence."""
-    batch_size: int = 32
-    """Sequences per optimizer step."""
-    steps: int = 2000
-    """Optimizer steps."""
-    lr: float = 1e-3
-    """Peak learning rate (AdamW), after linear warm-up, cosine decay to 10%."""
-    warmup_steps: int = 100
-    """Steps of linear warm-up."""
-    weight_decay: float = 0.1
-    """AdamW weight decay (matrices only)."""
-    grad_clip: float = 1.0
-    """Gradient norm clip."""
-    eval_every: int = 500
-    """Steps between held-out perplexity evaluations."""
-    save_every: int = 500
-    """Steps between checkpoints."""
-    heldout_tokens: int = 200_000
-    """Held-out tokens scored for perplexity (at most)."""
-    device: str = "auto"
-    """'auto' (cuda if available), 'cuda', 'cpu'."""
-    bf16: bool = True
-    """bf16 autocast on CUDA."""
-    seed: int = 0
-    """Seed of the initial weights and the batches."""
-    resume: bool = False
-    """Continue from ``out/state.pt`` if present."""
-    corpus: CorpusConfig = field(default_factory=CorpusConfig)
-    """What goes into the corpus (CUDA toolkit headers, the kernel library) and how much."""
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 8:
-            raise SparseRLError("need steps >= 1, batch_size >= 1, seq_len >= 8")
-        if self.lr <= 0:
-            raise SparseRLError("lr must be positive")
 
 
 def token_stream(texts: list[str], tokenizer, eos_id: int) -> np.ndarray:
@@ -104,14 +62,23 @@ def batches(stream: np.ndarray, batch_size: int, seq_len: int, rng: np.random.Ge
         yield torch.from_numpy(np.stack([stream[s: s + seq_len + 1] for s in starts]).astype(np.int64))
 
 
-@torch.no_grad()
 def heldout_perplexity(model, stream: np.ndarray, seq_len: int, max_tokens: int, device, bf16: bool,
                        batch_size: int = 8) -> float:
     """exp(mean next-token loss) over consecutive held-out windows."""
+    total, count = heldout_loss(model, stream, seq_len, max_tokens, device, bf16, batch_size)
+    return math.exp(total / count)
+
+
+@torch.no_grad()
+def heldout_loss(model, stream: np.ndarray, seq_len: int, max_tokens: int, device, bf16: bool,
+                 batch_size: int = 8) -> tuple[float, int]:
+    """(summed next-token loss in nats, tokens scored) over consecutive held-out windows of
+    ``seq_len`` (one shorter window when the stream is shorter than one)."""
     model.eval()
+    if stream.size < 2:
+        raise SparseRLError("held-out set is shorter than two tokens")
+    seq_len = min(seq_len, stream.size - 1)
     n = min(stream.size - 1, max_tokens) // seq_len
-    if n == 0:
-        raise SparseRLError("held-out set is shorter than one sequence")
     windows = torch.from_numpy(stream[: n * seq_len + 1].astype(np.int64))
     total, count = 0.0, 0
     for i in range(0, n, batch_size):
@@ -124,7 +91,7 @@ def heldout_perplexity(model, stream: np.ndarray, seq_len: int, max_tokens: int,
         total += float(loss)
         count += x[:, 1:].numel()
     model.train()
-    return math.exp(total / count)
+    return total, count
 
 
 def _build(cfg: PretrainConfig, texts: list[str]):
@@ -137,10 +104,31 @@ def _build(cfg: PretrainConfig, texts: list[str]):
     t0 = time.perf_counter()
     tok = train_tokenizer(texts, cfg.vocab_size)
     log.info("trained a %d-token BPE tokenizer in %.1f s", len(tok), time.perf_counter() - t0)
-    hf = hf_config(len(tok), cfg.shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    return tok, _new_model(cfg, tok)
+
+
+def untrained_model(folder: Path, cfg: PretrainConfig | None = None) -> Path:
+    """The model pre-training starts from (a tokenizer trained on the corpus, random weights), saved to
+    ``folder`` (kept as it is when it holds a model already); what the paper's SFT entry point trains
+    when no pre-trained model is given. ``cfg``: the corpus, vocabulary, shape and seed (default: a
+    4 MiB corpus and the default model)."""
+    if (Path(folder) / "config.json").exists():
+        return Path(folder)
+    cfg = cfg or PretrainConfig(corpus=CorpusConfig(max_bytes=4 << 20))
+    tok, model = _build(cfg, build_corpus(cfg.corpus).train)
+    model.save_pretrained(folder)
+    save_tokenizer(tok, folder)
+    return Path(folder)
+
+
+def _new_model(cfg: PretrainConfig, tok):
+    """A model of ``cfg``'s shape with random weights (SDPA attention: flash kernels on a GPU)."""
+    from transformers import AutoModelForCausalLM
+
+    hf = hf_config(len(tok), cfg.model_shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                    pad_token_id=tok.pad_token_id)
     torch.manual_seed(cfg.seed)
-    return tok, AutoModelForCausalLM.from_config(hf)
+    return AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
 
 
 def _train_step(model, opt, x: torch.Tensor, lr: float, cfg: PretrainConfig, device: torch.device
@@ -203,27 +191,167 @@ def _hours(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else f"{s // 60} min {s % 60:02d} s"
 
 
-def pretrain(cfg: PretrainConfig) -> dict:
-    """Run stage 1; returns the final metrics (tokens/s, held-out perplexity, paths)."""
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    device = pick_device(cfg.device)
-    corpus = build_corpus(cfg.corpus)
-    state_path = out / "state.pt"
-    resuming = cfg.resume and state_path.exists() and (out / "model").exists()
-    if resuming:
-        from transformers import AutoModelForCausalLM
+def _open_corpus(cfg: PretrainConfig, out: Path):
+    """The pack of ``cfg.corpus_dir``: opened as it is, or made from a built corpus into ``out/pack``
+    (once; with ``cfg.model`` it is tokenised by that model's tokenizer)."""
+    from sparserl.corpus.manifest import MANIFEST
+    from sparserl.corpus.pack import PackConfig, is_pack, open_pack, pack
 
+    folder = Path(cfg.corpus_dir)
+    if is_pack(folder):
+        return open_pack(folder, scratch=out / "tokens")
+    if not (folder / MANIFEST).exists():
+        raise SparseRLError(f"--corpus {folder}: neither a built corpus (manifest.jsonl) nor a pack (pack.json): "
+                            "build one with 'sparserl corpus build --out DIR'")
+    if not is_pack(out / "pack"):
+        pack(PackConfig(corpus=str(folder), out=str(out / "pack"), vocab_size=cfg.vocab_size, max_mib=0,
+                        seed=cfg.seed, tokenizer=cfg.model))
+    return open_pack(out / "pack", scratch=out / "tokens")
+
+
+def _same_vocab(a, b) -> bool:
+    return a.get_vocab() == b.get_vocab()
+
+
+def _data(cfg: PretrainConfig, out: Path, resuming: bool):
+    """(tokenizer, model, train stream, held-out streams by name, what the corpus is) for this run."""
+    from transformers import AutoModelForCausalLM
+
+    if resuming:
         tok = load_tokenizer(out / "model")
-        model = AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
-    else:
+        model = AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32, attn_implementation="sdpa")
+    if cfg.corpus_dir:
+        pk = _open_corpus(cfg, out)
+        if not resuming:
+            tok = load_tokenizer(cfg.model) if cfg.model else load_tokenizer(pk.tokenizer_dir)
+            if cfg.model and not _same_vocab(tok, load_tokenizer(pk.tokenizer_dir)):
+                raise SparseRLError(f"--model {cfg.model} has its own tokenizer, not the pack's: give the built "
+                                    "corpus folder instead of its pack, so it is tokenised with the model's")
+            model = (AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32, attn_implementation="sdpa")
+                     if cfg.model else _new_model(cfg, tok))
+        if not pk.heldout:
+            raise SparseRLError(f"--corpus {cfg.corpus_dir}: no held-out files: build the corpus with held-out "
+                                "packages or a held-out fraction")
+        whole = list(pk.info.get("heldout_whole", ()))  # packages held out whole first, then the held-out shares
+        held = dict(sorted(pk.heldout.items(), key=lambda kv: (kv[0] not in whole, kv[0])))
+        return tok, model, pk.train, held, {"corpus": str(pk.folder), "heldout_whole_packages": whole}
+    corpus = build_corpus(cfg.corpus)
+    if not resuming:
         tok, model = _build(cfg, corpus.train)
-    model.to(device)
     t0 = time.perf_counter()
     train_ids = token_stream(corpus.train, tok, tok.eos_token_id)
     held_ids = token_stream(corpus.heldout, tok, tok.eos_token_id)
     log.info("tokenized %d train and %d held-out tokens in %.1f s", train_ids.size, held_ids.size,
              time.perf_counter() - t0)
+    return tok, model, train_ids, {"heldout": held_ids}, {"corpus": "toolkit headers and kernel library"}
+
+
+def _evaluate(model, held: dict[str, np.ndarray], cfg: PretrainConfig, device) -> dict[str, float]:
+    """Held-out perplexity per stream, and over all of them (``eval/heldout_ppl``)."""
+    out, total, count = {}, 0.0, 0
+    for name, stream in held.items():
+        if stream.size < 2:
+            continue
+        nats, n = heldout_loss(model, stream, cfg.seq_len, cfg.heldout_tokens, device, cfg.bf16)
+        total, count = total + nats, count + n
+        if len(held) > 1 or name != "heldout":
+            out[f"eval/heldout_ppl/{name}"] = math.exp(nats / n)
+    out["eval/heldout_ppl"] = math.exp(total / count)
+    return out
+
+
+def _budget_lr(step: int, frac: float, cfg: PretrainConfig, floor: float = 0.1) -> float:
+    """Warm-up over ``warmup_steps``, then cosine decay to ``floor`` over the run's progress ``frac``
+    (the larger of steps done and budget spent)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def pretrain(cfg: PretrainConfig) -> dict:
+    """Run stage 1; returns the final metrics (tokens/s, MFU, held-out perplexity, paths)."""
+    run = _setup(cfg)
+    stopped = _loop(run)
+    if run.step % cfg.eval_every and run.step != cfg.steps:  # stopped by the budget between evaluations
+        run.evaluate()
+    if run.step % cfg.save_every and run.step != cfg.steps:
+        run.save()
+    run.logger.close()
+    result = _result(run, stopped)
+    (run.out / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+@dataclass
+class _Run:
+    """What one pre-training run holds between steps."""
+
+    cfg: PretrainConfig
+    out: Path
+    device: torch.device
+    tok: Any
+    model: torch.nn.Module
+    train_model: torch.nn.Module
+    """The model the steps run (compiled on a GPU when asked)."""
+    opt: torch.optim.Optimizer
+    rng: np.random.Generator
+    logger: MetricLogger
+    train_ids: np.ndarray
+    held: dict[str, np.ndarray]
+    corpus_info: dict
+    params: int
+    n_flop: int
+    """Matmul parameters (what MFU counts)."""
+    peak: float | None
+    """The device's peak TFLOP/s (None: unknown, no MFU)."""
+    step: int
+    elapsed0: float
+    """Wall seconds spent before a resume."""
+    t_start: float
+    """``perf_counter`` at the start, less ``elapsed0``."""
+    first_step: int
+    tokens_done: int = 0
+    t_train: float = 0.0
+    warm: tuple[float, int] | None = None
+    """(train seconds, tokens) once the first steps' one-time costs are paid."""
+    last: dict = field(default_factory=dict)
+    """The latest metrics (training and held-out)."""
+
+    @property
+    def state_path(self) -> Path:
+        return self.out / "state.pt"
+
+    def rate(self) -> float:
+        """Tokens/s of the steady state: past the first 3 steps (compilation, allocation), when there are more."""
+        if self.warm is not None and self.tokens_done > self.warm[1]:
+            return (self.tokens_done - self.warm[1]) / (self.t_train - self.warm[0])
+        return self.tokens_done / max(self.t_train, 1e-9)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
+
+    def save(self) -> None:
+        self.model.save_pretrained(self.out / "model")
+        save_tokenizer(self.tok, self.out / "model")
+        save_train_state(self.state_path, self.opt, self.step, self.rng, asdict(self.cfg), elapsed_s=self.elapsed())
+
+    def evaluate(self) -> None:
+        log.info("step %d: held-out perplexity on %d stream(s), at most %d tokens each", self.step, len(self.held),
+                 self.cfg.heldout_tokens)
+        ev = _evaluate(self.model, self.held, self.cfg, self.device)
+        self.last.update(ev)
+        self.logger.log(self.step, ev)
+
+
+def _setup(cfg: PretrainConfig) -> _Run:
+    """Device, data and model (resumed if asked), optimizer and logger."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = pick_device(cfg.device)
+    state_path = out / "state.pt"
+    resuming = cfg.resume and state_path.exists() and (out / "model").exists()
+    tok, model, train_ids, held, corpus_info = _data(cfg, out, resuming)
+    model.to(device)
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -231,49 +359,80 @@ def pretrain(cfg: PretrainConfig) -> dict:
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95),
                             fused=device.type == "cuda")
     rng = np.random.default_rng(cfg.seed)
-    step = 0
+    step, elapsed0 = 0, 0.0
     if resuming:
-        step = load_train_state(state_path, opt, rng, device)["step"]
+        st = load_train_state(state_path, opt, rng, device)
+        step, elapsed0 = st["step"], float(st.get("elapsed_s", 0.0))
         log.info("resumed from step %d", step)
     logger = MetricLogger(out, resumed_at=step if resuming else None)
-    data = batches(train_ids, cfg.batch_size, cfg.seq_len, rng)
     model.train()
-    tokens_done, t_train, last = 0, 0.0, {}
+    train_model = torch.compile(model) if cfg.compile and device.type == "cuda" else model
     params = sum(p.numel() for p in model.parameters())
+    n_flop = matmul_params(model)
+    peak = cfg.peak_tflops or (peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     logger.log(step, {"model/params": params, "data/train_tokens": int(train_ids.size),
-                      "data/heldout_tokens": int(held_ids.size)})
+                      "data/heldout_tokens": int(sum(h.size for h in held.values()))})
+    return _Run(cfg, out, device, tok, model, train_model, opt, rng, logger, train_ids, held, corpus_info, params,
+                n_flop, peak, step, elapsed0, time.perf_counter() - elapsed0, first_step=step)
 
-    def save() -> None:
-        model.save_pretrained(out / "model")
-        save_tokenizer(tok, out / "model")
-        save_train_state(state_path, opt, step, rng, asdict(cfg))
 
-    estimate = TimeEstimate(cfg, device, first_step=step)
+def _loop(run: _Run) -> str:
+    """Steps until ``cfg.steps`` or the time budget: log, estimate, evaluate, save; returns what
+    stopped it ('steps' or 'minutes')."""
+    cfg = run.cfg
+    data = batches(run.train_ids, cfg.batch_size, cfg.seq_len, run.rng)
+    budget_s = cfg.minutes * 60 if cfg.minutes else None
+    estimate = TimeEstimate(cfg, run.device, first_step=run.step)
+    stopped = "steps"
     with progress() as bar:
-        task = bar.add_task("pretrain", total=cfg.steps, completed=step)
-        while step < cfg.steps:
-            x = next(data).to(device, non_blocking=True)
-            lr = cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup_steps)
-            ts = time.perf_counter()
-            loss_v, gnorm = _train_step(model, opt, x, lr, cfg, device)
-            t_train += time.perf_counter() - ts
-            tokens_done += x[:, :-1].numel()
-            step += 1
-            last = {"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": gnorm,
-                    "charts/tokens_per_s": tokens_done / t_train}
-            if step % 10 == 0 or step == cfg.steps:
-                logger.log(step, last)
+        task = bar.add_task("pretrain", total=cfg.steps, completed=run.step)
+        while run.step < cfg.steps:
+            if budget_s is not None and run.elapsed() >= budget_s:
+                stopped = "minutes"
+                break
+            x = next(data).to(run.device, non_blocking=True)
+            lr = (cosine_lr(run.step, cfg.steps, cfg.lr, cfg.warmup_steps) if budget_s is None
+                  else _budget_lr(run.step, max(run.step / cfg.steps, run.elapsed() / budget_s), cfg))
+            loss_v = _step(run, x, lr)
             bar.update(task, advance=1, description=f"pretrain loss {loss_v:.3f}")
-            estimate.step(step, t_train)
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                log.info("step %d: held-out perplexity on %d tokens", step, min(held_ids.size, cfg.heldout_tokens))
-                ppl = heldout_perplexity(model, held_ids, cfg.seq_len, cfg.heldout_tokens, device, cfg.bf16)
-                last["eval/heldout_ppl"] = ppl
-                logger.log(step, {"eval/heldout_ppl": ppl})
-            if step % cfg.save_every == 0 or step == cfg.steps:
-                save()
-    logger.close()
-    result = {"steps": step, "params": params, "tokens_per_s": tokens_done / max(t_train, 1e-9),
-              "train_seconds": t_train, "model_dir": str(out / "model"), **last}
-    (out / "result.json").write_text(json.dumps(result, indent=1))
-    return result
+            if budget_s is None:
+                estimate.step(run.step, run.t_train)
+            if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
+                run.evaluate()
+            if run.step % cfg.save_every == 0 or run.step == cfg.steps:
+                run.save()
+    return stopped
+
+
+def _step(run: _Run, x: torch.Tensor, lr: float) -> float:
+    """One training step on ``x`` and its metrics (logged every 10 steps); returns its loss."""
+    cfg = run.cfg
+    ts = time.perf_counter()
+    loss_v, gnorm = _train_step(run.train_model, run.opt, x, lr, cfg, run.device)
+    run.t_train += time.perf_counter() - ts
+    run.tokens_done += x[:, :-1].numel()
+    run.step += 1
+    if run.warm is None and run.step - run.first_step == 3:
+        run.warm = (run.t_train, run.tokens_done)
+    tps = run.rate()
+    run.last.update({"losses/train": loss_v, "charts/lr": lr, "charts/grad_norm": gnorm,
+                     "charts/tokens_per_s": tps})
+    if (u := mfu(run.n_flop, tps, run.peak)) is not None:
+        run.last["charts/mfu"] = u
+    if run.step % 10 == 0 or run.step == cfg.steps:
+        run.logger.log(run.step, {k: v for k, v in run.last.items() if not k.startswith("eval/")})
+    return loss_v
+
+
+def _result(run: _Run, stopped: str) -> dict:
+    """The final metrics (what result.json holds)."""
+    cfg, device, last = run.cfg, run.device, run.last
+    return {"steps": run.step, "params": run.params, "flop_params": run.n_flop, "preset": cfg.preset,
+            "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "tokens_trained": run.tokens_done,
+            "tokens_per_s": run.rate(), "train_seconds": run.t_train,
+            "wall_seconds": run.elapsed() - run.elapsed0, "stopped": stopped, "minutes": cfg.minutes,
+            "mfu": mfu(run.n_flop, run.rate(), run.peak), "peak_tflops": run.peak,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
+            "heldout_ppl_by_package": {k.split("/", 2)[2]: v for k, v in last.items()
+                                       if k.startswith("eval/heldout_ppl/")},
+            "train_tokens": int(run.train_ids.size), **run.corpus_info, "model_dir": str(run.out / "model"), **last}

@@ -10,18 +10,21 @@ and the pool keeps serving afterwards). All are SpMV on CSR.
 * :mod:`.preprocessor` - banned names and files through the preprocessor;
 * :mod:`.host` - host functions and variables;
 * :mod:`.values` - kernels specialised to the values (run on a unit-valued matrix);
-* :mod:`.guards` - writes just outside x and y.
+* :mod:`.guards` - writes just outside x and y;
+* :mod:`.early` - the batched path's shortcuts: early stopping, conversions shared between kernels;
+* :mod:`.params` - bad PARAMS lines, and writable state beside the constant tables of a facts block.
 
 A verdict of ``none`` means the kernel is correct and timed honestly (it gains nothing).
 """
 
 from __future__ import annotations
 
-from tests.harness.adversarial import classic, guards, host, preprocessor, state, timed, values
+from tests.harness.adversarial import classic, early, guards, host, params, preprocessor, state, timed, values
 from tests.harness.adversarial.base import DOT, GOOD, HEAD, HONEST, SIG, csr
 
 CLASSES = {"classic": classic.CASES, "timed": timed.CASES, "state": state.CASES,
-           "preprocessor": preprocessor.CASES, "host": host.CASES, "values": values.CASES, "guards": guards.CASES}
+           "preprocessor": preprocessor.CASES, "host": host.CASES, "values": values.CASES, "guards": guards.CASES,
+           "early": early.CASES, "params": params.CASES}
 ADVERSARIAL: dict[str, tuple[str, str]] = {}
 for _cases in CLASSES.values():
     assert not set(_cases) & set(ADVERSARIAL), "duplicate case names"
@@ -29,8 +32,16 @@ for _cases in CLASSES.values():
 VALUE_CASES = set(values.CASES)
 """Cases that must run on a unit-valued matrix to show their cheat."""
 FAR_WRITE = classic.FAR_WRITE
-RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit", "nondeterministic", "none"}
+HEADER_CASES = {"no_header", "bad_launch_expression"} | params.HEADER_CASES
+"""Cases refused at the header: extraction or the contract, before any code is looked at."""
+COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_memory",
+                       "writes_device_const_by_address", "calls_outside_the_module"} | params.COMPILED_CODE_CASES
+"""Static-check cases only the compiled code shows (the source is legal C++)."""
+RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit", "nondeterministic", "none",
+                 "slow"}
 """Verdicts only a GPU run can give."""
+SEQUENTIAL_VERDICTS = early.SEQUENTIAL
+"""Cases whose verdict differs on the sequential path (``SpeedConfig.classic()``), which never stops early."""
 
-__all__ = ["ADVERSARIAL", "CLASSES", "DOT", "FAR_WRITE", "GOOD", "HEAD", "HONEST", "RUNTIME_KINDS", "SIG",
-           "VALUE_CASES", "csr"]
+__all__ = ["ADVERSARIAL", "CLASSES", "COMPILED_CODE_CASES", "DOT", "FAR_WRITE", "GOOD", "HEAD", "HEADER_CASES",
+           "HONEST", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG", "VALUE_CASES", "csr"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.harness.adversarial.base import HONEST, csr
 
 CASES: dict[str, tuple[str, str]] = {
-    # the case
+    # a host function beside the kernel
     "host_helper_function": (csr(HONEST, before="int helper(int a) { return a + 1; }"), "static_check"),
     "host_variable": (csr(HONEST, before="int counter = 0;"), "static_check"),
     "host_function_in_namespace": (csr(HONEST, before="namespace util { int twice(int a) { return 2 * a; } }"),

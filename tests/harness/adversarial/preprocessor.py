@@ -10,7 +10,7 @@ def with_prefix(prefix: str) -> str:
 
 
 CASES: dict[str, tuple[str, str]] = {
-    # the issue's cases: a clock and asm built by token pasting, a file named by a macro
+    # a clock and asm built by token pasting, a file named by a macro
     "clock_by_token_pasting": (csr(f"{HONEST} if (CAT(clo, ck64)() == 0) y[row] = 0.f;",
                                    before="#define CAT(a, b) a##b"), "static_check"),
     "asm_by_token_pasting": (csr(f'CAT(as, m)("trap;"); {HONEST}', before="#define CAT(a, b) a##b"), "static_check"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.harness.adversarial.base import DOT, HONEST, csr
 
 CASES: dict[str, tuple[str, str]] = {
-    # the case: a pointer cache in an anonymous namespace
+    # a pointer cache in an anonymous namespace
     "pointer_cache_in_namespace": (csr(f"if (row >= m) return; if (cache == y) return; {DOT} y[row] = sum; "
                                        "if (row == 0) cache = y;",
                                        before="namespace { __device__ float* cache; }"), "static_check"),

@@ -42,7 +42,7 @@ def looks_timed(x: np.ndarray) -> bool:
 
 
 CASES: dict[str, tuple[str, str]] = {
-    # the case: skip rows whose y already holds a number (timed runs reused one y)
+    # skip rows whose y already holds a number (what passes when timed runs reuse one y)
     "skips_rows_already_written": (csr(f"if (row >= m) return; if (y[row] == y[row]) return; {DOT} y[row] = sum;"),
                                    "none"),
     # looks at the guard before y, which held whatever the allocator left there before guards existed

@@ -8,7 +8,7 @@ from __future__ import annotations
 from tests.harness.adversarial.base import csr
 
 CASES: dict[str, tuple[str, str]] = {
-    # the case: every value assumed to be 1
+    # every value assumed to be 1
     "assumes_unit_values": (csr("if (row >= m) return; float sum = 0.f; for (int j = row_ptr[row]; "
                                 "j < row_ptr[row + 1]; ++j) sum += x[col_idx[j]]; y[row] = sum;"), "incorrect"),
     # reads one value and assumes the others equal it

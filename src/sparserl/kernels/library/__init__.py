@@ -5,7 +5,10 @@ strategies live in their own module; this module gathers them::
 
     from sparserl.kernels.library import all_variants, get_variant
     v = get_variant("spmv/csr_vector/-/tpr=8,block=256")
-    print(v.render())   # FORMAT: CSR / LAUNCH: ... / extern "C" __global__ ...
+    print(v.render())   # FORMAT: CSR / PARAMS: TPR=8, BLOCK=256 / LAUNCH: ... / extern "C" __global__ ...
+
+A strategy's code is one text shared by all its variants; they differ in their FORMAT and PARAMS
+lines only (:mod:`.common`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,15 @@
 
 A variant is one strategy with one choice of tunables (block size, threads per row,
 vector width, ...). :meth:`Variant.render` gives the completion text exactly as a
-model is asked to write it: ``FORMAT:`` and ``LAUNCH:`` lines, then device code.
+model is asked to write it: ``FORMAT:``, ``PARAMS:`` and ``LAUNCH:`` lines, then device code.
+
+A strategy's code is one text shared by all its variants: the tunables are named once on the
+``PARAMS:`` line (``block`` is ``BLOCK``, ``tpr`` is ``TPR``: :func:`param_name`), the harness
+makes each a ``constexpr int`` before the code, and every number derived from them
+(``BLOCK / TPR`` rows per block, ``TPR - 1`` as a lane mask, ``32 * BATCHES`` entries per warp)
+is the compiler's arithmetic in the code and in the ``LAUNCH:`` expressions. The FORMAT
+parameters (SELL's ``C``, BSR's ``R`` and ``C``) are constants of the code under their own names.
+Two variants of a strategy differ only in their ``FORMAT:`` and ``PARAMS:`` lines.
 """
 
 from __future__ import annotations
@@ -11,9 +19,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from string import Template
 
-from sparserl.kernels.contract import FORMATS, Op, signature
+from sparserl.kernels.contract import FORMATS, Op, render_params_line, signature
 
 FULL_MASK = "0xffffffffu"
+
+
+def param_name(tunable: str) -> str:
+    """The PARAMS name of a tunable: its name in capitals (``block`` -> ``BLOCK``)."""
+    return tunable.upper()
 
 
 @dataclass(frozen=True)
@@ -27,7 +40,7 @@ class Variant:
     format_params: tuple[tuple[str, int], ...]
     """FORMAT parameters written in the header (e.g. SELL's C and sigma)."""
     tunables: tuple[tuple[str, int], ...]
-    """Code-generation choices (block size, threads per row, vector width ...)."""
+    """Code-generation choices (block size, threads per row, vector width ...): the PARAMS line."""
     body: Callable[["Variant"], str] = field(compare=False, repr=False)
     """Renders the header and device code."""
     k_multiple: int = 1
@@ -49,6 +62,11 @@ class Variant:
         """Tunables and format parameters together, for templates."""
         return dict(self.format_params) | dict(self.tunables)
 
+    @property
+    def constants(self) -> dict[str, int]:
+        """The PARAMS line: each tunable under its :func:`param_name`."""
+        return {param_name(k): v for k, v in self.tunables}
+
     def t(self, name: str) -> int:
         return dict(self.tunables)[name]
 
@@ -56,16 +74,36 @@ class Variant:
         """Whether the kernel can run with ``k`` columns (always true for SpMV)."""
         return self.op is Op.SPMV or (k is not None and k % self.k_multiple == 0)
 
-    def header(self, launches: list[str]) -> str:
+    def header(self, launches: list[str] | tuple[str, ...]) -> str:
         fmt = " ".join([self.format] + [f"{k}={v}" for k, v in self.format_params])
-        return "\n".join([f"FORMAT: {fmt}"] + [f"LAUNCH: {l}" for l in launches])
+        params = [render_params_line(self.constants)] if self.tunables else []
+        return "\n".join([f"FORMAT: {fmt}"] + params + [f"LAUNCH: {l}" for l in launches])
 
-    def sig(self, name: str | None = None, launch_bounds: int | None = None) -> str:
+    def sig(self, name: str | None = None, launch_bounds: int | str | None = None) -> str:
         return signature(self.format, self.op, name, launch_bounds)
 
     def render(self) -> str:
         """The completion text: header lines then device code, ending with a newline."""
         return self.body(self).strip("\n") + "\n"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """The text every variant of one strategy shares: its LAUNCH lines and its code."""
+
+    launches: tuple[str, ...]
+    """LAUNCH bodies, over the contract's names and the PARAMS names."""
+    code: str
+    """The device code."""
+
+    def __call__(self, v: Variant) -> str:
+        return completion(v.header(self.launches), self.code)
+
+
+def completion(header: str, *code: str) -> str:
+    """A completion's text: the header, then each part of the code (a block of facts, the body),
+    each after a blank line."""
+    return "\n\n".join([header.strip("\n")] + [c.strip("\n") for c in code]) + "\n"
 
 
 def make(
@@ -98,87 +136,99 @@ def fill(template: str, **values: object) -> str:
 # CUDA snippets
 
 
-def group_mask(g: int) -> str:
-    """Expression for the shuffle mask of the aligned group of ``g`` lanes this thread is in."""
-    if g == 32:
-        return FULL_MASK
-    return f"((0x{(1 << g) - 1:x}u) << ((threadIdx.x & 31u) & ~{g - 1}u))"
+def group_mask(g: str) -> str:
+    """Expression for the shuffle mask of the aligned group of ``g`` lanes this thread is in
+    (``g`` a constant's name; all 32 lanes when it is 32)."""
+    return f"((0xffffffffu >> (32 - {g})) << ((threadIdx.x & 31u) & ~(unsigned)({g} - 1)))"
 
 
-def group_sum(var: str, g: int, mask: str = FULL_MASK) -> str:
-    """Butterfly sum of ``var`` across an aligned group of ``g`` lanes (all lanes get the sum)."""
-    if g == 1:
-        return ""
-    lines = ["    #pragma unroll", f"    for (int off = {g // 2}; off > 0; off >>= 1)",
-             f"        {var} += __shfl_xor_sync({mask}, {var}, off, {g});"]
-    return "\n".join(lines)
+def group_sum(var: str, g: str, mask: str = FULL_MASK) -> str:
+    """Butterfly sum of ``var`` across an aligned group of ``g`` lanes (a constant's name; all lanes
+    get the sum; no shuffle when it is 1)."""
+    return "\n".join(["    #pragma unroll", f"    for (int off = {g} / 2; off > 0; off >>= 1)",
+                      f"        {var} += __shfl_xor_sync({mask}, {var}, off, {g});"])
 
 
-# SpMM helpers: a lane owns VEC consecutive columns of Y (float4 when VEC == 4).
+_VEC_NOTE = """
+// VEC consecutive columns of X and Y per lane: one 16-byte load or store when VEC is 4.
+"""
+_FMA_X = """static __device__ __forceinline__ void fma_x(float* acc, float a, const float* xp)
+{
+    if constexpr (VEC == 4) {
+        const float4 xv = __ldg(reinterpret_cast<const float4*>(xp));
+        acc[0] = fmaf(a, xv.x, acc[0]); acc[1] = fmaf(a, xv.y, acc[1]);
+        acc[2] = fmaf(a, xv.z, acc[2]); acc[3] = fmaf(a, xv.w, acc[3]);
+    } else {
+        #pragma unroll
+        for (int q = 0; q < VEC; ++q) acc[q] = fmaf(a, __ldg(xp + q), acc[q]);
+    }
+}
+"""
+_LOAD_X = """static __device__ __forceinline__ void load_x(float* xv, const float* xp)
+{
+    if constexpr (VEC == 4) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(xp));
+        xv[0] = v.x; xv[1] = v.y; xv[2] = v.z; xv[3] = v.w;
+    } else {
+        #pragma unroll
+        for (int q = 0; q < VEC; ++q) xv[q] = __ldg(xp + q);
+    }
+}
+"""
+_STORE_Y = """static __device__ __forceinline__ void store_y(float* yp, const float* acc)
+{
+    if constexpr (VEC == 4) {
+        *reinterpret_cast<float4*>(yp) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    } else {
+        #pragma unroll
+        for (int q = 0; q < VEC; ++q) yp[q] = acc[q];
+    }
+}
+"""
+_ADD_Y = """static __device__ __forceinline__ void add_y(float* yp, const float* acc)
+{
+    #pragma unroll
+    for (int q = 0; q < VEC; ++q) atomicAdd(yp + q, acc[q]);
+}
+"""
 
 
-def acc_decl(vec: int, name: str = "acc") -> str:
-    if vec == 4:
-        return f"float4 {name} = make_float4(0.f, 0.f, 0.f, 0.f);"
-    return f"float {name} = 0.f;"
+def vec_helpers(*names: str) -> str:
+    """SpMM helpers over a lane's VEC columns, defined in this order: ``fma_x(acc, a, X + ...)``
+    adds ``a`` times VEC columns of a row of X to ``float acc[VEC]``; ``load_x(xv, X + ...)`` loads
+    them; ``store_y(Y + ..., acc)`` writes VEC columns of a row of Y; ``add_y`` adds them with atomics."""
+    parts = {"fma_x": _FMA_X, "load_x": _LOAD_X, "store_y": _STORE_Y, "add_y": _ADD_Y}
+    return _VEC_NOTE + "\n".join(parts[n] for n in names)
 
 
-def acc_fma(vec: int, v: str, xrow: str, name: str = "acc") -> str:
-    """``name += v * X[xrow .. xrow+VEC)`` where ``xrow`` is a pointer expression into X."""
-    if vec == 4:
-        return (
-            f"{{ const float4 xv = __ldg(reinterpret_cast<const float4*>({xrow})); "
-            f"{name}.x = fmaf({v}, xv.x, {name}.x); {name}.y = fmaf({v}, xv.y, {name}.y); "
-            f"{name}.z = fmaf({v}, xv.z, {name}.z); {name}.w = fmaf({v}, xv.w, {name}.w); }}"
-        )
-    return f"{name} = fmaf({v}, __ldg({xrow}), {name});"
+VEC_HELPERS = vec_helpers("fma_x", "store_y")
+"""The helpers of a SpMM kernel that writes Y (:func:`vec_helpers`)."""
 
 
-def acc_store(vec: int, yptr: str, atomic: bool = False, name: str = "acc") -> str:
-    """Write (or atomically add) the accumulator to ``Y[yptr .. yptr+VEC)``."""
-    if atomic:
-        if vec == 4:
-            return (
-                f"{{ float* yp = {yptr}; atomicAdd(yp, {name}.x); atomicAdd(yp + 1, {name}.y); "
-                f"atomicAdd(yp + 2, {name}.z); atomicAdd(yp + 3, {name}.w); }}"
-            )
-        return f"atomicAdd({yptr}, {name});"
-    if vec == 4:
-        return f"*reinterpret_cast<float4*>({yptr}) = {name};"
-    return f"*({yptr}) = {name};"
-
-
-def acc_zero(vec: int, name: str = "acc") -> str:
-    if vec == 4:
-        return f"{name} = make_float4(0.f, 0.f, 0.f, 0.f);"
-    return f"{name} = 0.f;"
-
-
-def spmm_row_group(sig: str, block: int, g: int, vec: int, prologue: str, entries: str) -> str:
-    """A SpMM kernel where ``g`` lanes share one output row and each owns ``vec`` columns.
+def spmm_row_group(sig: str, prologue: str, entries: str) -> str:
+    """A SpMM kernel where ``G`` lanes share one output row and each owns ``VEC`` columns.
 
     ``prologue`` (CUDA statements) must define ``int row`` from the group index ``grp``
     and return when the group has no row; ``entries`` loops over the row's nonzeros and
-    runs ``${FMA}`` with ``float a`` (the value) and ``int c`` (the column) in scope.
-    Columns of X are visited in tiles of ``g * vec``; Y's row is written once per tile.
+    calls ``fma_x(acc, a, X + (size_t)c * k + c0)`` with ``float a`` (the value) and ``int c``
+    (the column). Columns of X are visited in tiles of ``G * VEC``; Y's row is written once per tile.
+    The code needs :data:`VEC_HELPERS` before it.
     """
-    body = fill(entries, FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"))
     return fill(
         """
 ${SIG}
 {
-    const int lane = threadIdx.x & ${GM1};
-    const int grp = blockIdx.x * ${RPB} + threadIdx.x / ${G};  // ${G} lanes per row
+    const int lane = threadIdx.x & (G - 1);
+    const int grp = blockIdx.x * (BLOCK / G) + threadIdx.x / G;  // G lanes per row
 ${PROLOGUE}
-    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
-        const int c0 = t0 + lane * ${VEC};
+    for (int t0 = 0; t0 < k; t0 += G * VEC) {
+        const int c0 = t0 + lane * VEC;
         if (c0 >= k) break;
-        ${ACC_DECL}
+        float acc[VEC] = {};
 ${BODY}
-        ${STORE}
+        store_y(Y + (size_t)row * k + c0, acc);
     }
 }
 """,
-        SIG=sig, G=g, GM1=g - 1, RPB=block // g, VEC=vec, PROLOGUE=prologue, BODY=body,
-        ACC_DECL=acc_decl(vec), STORE=acc_store(vec, "Y + (size_t)row * k + c0"),
+        SIG=sig, PROLOGUE=prologue, BODY=entries,
     )

@@ -12,57 +12,39 @@
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op
-from sparserl.kernels.library.common import (
-    FULL_MASK,
-    Variant,
-    acc_decl,
-    acc_fma,
-    acc_store,
-    acc_zero,
-    fill,
-    make,
-)
+from sparserl.kernels.contract import Op, signature
+from sparserl.kernels.library.common import FULL_MASK, Strategy, Variant, fill, make, vec_helpers
 
-
-def atomic_function(sig: str, block: int, row: str = "row_idx", col: str = "col_idx",
-                    val: str = "val", count: str = "nnz") -> str:
-    """Thread-per-entry atomic SpMV over COO arrays named ``row``, ``col``, ``val``."""
-    return fill(
-        """
+_atomic = Strategy(("grid=ceil_div(nnz, BLOCK), block=BLOCK",), fill(
+    """
 ${SIG}
 {
-    const int i = blockIdx.x * ${B} + threadIdx.x;
-    if (i < ${COUNT})
-        atomicAdd(y + __ldg(${ROW} + i), __ldg(${VAL} + i) * __ldg(x + __ldg(${COL} + i)));
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    if (i < nnz)
+        atomicAdd(y + __ldg(row_idx + i), __ldg(val + i) * __ldg(x + __ldg(col_idx + i)));
 }
-""",
-        SIG=sig, B=block, ROW=row, COL=col, VAL=val, COUNT=count,
-    )
+""", SIG=signature("COO", Op.SPMV, None, "BLOCK")))
 
 
-def _atomic(v: Variant) -> str:
-    b = v.t("block")
-    return v.header([f"grid=ceil_div(nnz, {b}), block={b}"]) + "\n" + atomic_function(v.sig(launch_bounds=b), b)
+def segmented_launch(block: str, count: str = "nnz") -> str:
+    """The LAUNCH line of :func:`segmented_function` for ``block`` threads (a constant's name or a number)."""
+    return f"grid=ceil_div({count}, {block} * BATCHES), block={block}"
 
 
-def segmented_launch(block: int, batches: int, count: str = "nnz") -> str:
-    return f"grid=ceil_div({count}, {32 * batches * (block // 32)}), block={block}"
-
-
-def segmented_function(sig: str, block: int, batches: int, row: str = "row_idx", col: str = "col_idx",
+def segmented_function(sig: str, block: str, row: str = "row_idx", col: str = "col_idx",
                        val: str = "val", count: str = "nnz") -> str:
-    """Warp segmented-scan SpMV over COO arrays (rows sorted); y must start zeroed."""
+    """Warp segmented-scan SpMV over COO arrays (rows sorted), BATCHES batches of 32 entries per warp,
+    ``block`` threads per block; y must start zeroed."""
     return fill(
         """
 ${SIG}
 {
     const int lane = threadIdx.x & 31;
-    const long long base = ((long long)blockIdx.x * ${WPB} + (threadIdx.x >> 5)) * ${CHUNK};
+    const long long base = ((long long)blockIdx.x * (${BLOCK} / 32) + (threadIdx.x >> 5)) * (32 * BATCHES);
     if (base >= ${COUNT}) return;  // uniform per warp
     float carry = 0.f;
     int carry_row = -1;  // row of the run that reached lane 31 of the previous batch
-    for (int t = 0; t < ${BATCHES}; ++t) {
+    for (int t = 0; t < BATCHES; ++t) {
         const long long j = base + t * 32 + lane;
         const bool valid = j < ${COUNT};
         const int r = valid ? __ldg(${ROW} + j) : -1;
@@ -88,68 +70,55 @@ ${SIG}
     if (lane == 0 && carry_row >= 0) atomicAdd(y + carry_row, carry);
 }
 """,
-        SIG=sig, WPB=block // 32, CHUNK=32 * batches, BATCHES=batches, FULL=FULL_MASK,
-        ROW=row, COL=col, VAL=val, COUNT=count,
+        SIG=sig, BLOCK=block, FULL=FULL_MASK, ROW=row, COL=col, VAL=val, COUNT=count,
     )
 
 
-def _segmented(v: Variant) -> str:
-    b, batches = v.t("block"), v.t("batches")
-    return v.header([segmented_launch(b, batches)]) + "\n" + segmented_function(v.sig(launch_bounds=b), b, batches)
+_segmented = Strategy((segmented_launch("BLOCK"),),
+                      segmented_function(signature("COO", Op.SPMV, None, "BLOCK"), "BLOCK"))
 
 
-def runs_launch(block: int, g: int, nzpg: int, count: str = "nnz") -> str:
-    return f"grid=ceil_div({count}, {nzpg * (block // g)}), block={block}"
+def runs_launch(count: str = "nnz") -> str:
+    return f"grid=ceil_div({count}, NZPG * (BLOCK / G)), block=BLOCK"
 
 
-def runs_function(sig: str, block: int, g: int, vec: int, nzpg: int, row: str = "row_idx",
-                  col: str = "col_idx", val: str = "val", count: str = "nnz") -> str:
-    """SpMM over COO arrays: g lanes per run of nzpg entries, atomics into Y (zeroed)."""
+def runs_function(sig: str, row: str = "row_idx", col: str = "col_idx", val: str = "val", count: str = "nnz") -> str:
+    """SpMM over COO arrays: G lanes per run of NZPG entries, VEC columns of Y per lane, atomics into
+    Y (zeroed). Needs ``vec_helpers("fma_x", "add_y")`` before it."""
     return fill(
         """
 ${SIG}
 {
-    const int lane = threadIdx.x & ${GM1};
-    const long long j0 = ((long long)blockIdx.x * ${GPB} + threadIdx.x / ${G}) * ${NZPG};
+    const int lane = threadIdx.x & (G - 1);
+    const long long j0 = ((long long)blockIdx.x * (BLOCK / G) + threadIdx.x / G) * NZPG;
     if (j0 >= ${COUNT}) return;
-    const int j1 = (int)min(j0 + ${NZPG}, (long long)${COUNT});
-    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
-        const int c0 = t0 + lane * ${VEC};
+    const int j1 = (int)min(j0 + NZPG, (long long)${COUNT});
+    for (int t0 = 0; t0 < k; t0 += G * VEC) {
+        const int c0 = t0 + lane * VEC;
         if (c0 >= k) break;
-        ${ACC_DECL}
+        float acc[VEC] = {};
         int cur = __ldg(${ROW} + j0);
         for (int j = (int)j0; j < j1; ++j) {
             const int r = __ldg(${ROW} + j);
             if (r != cur) {
-                ${FLUSH}
-                ${ZERO}
+                add_y(Y + (size_t)cur * k + c0, acc);
+                #pragma unroll
+                for (int q = 0; q < VEC; ++q) acc[q] = 0.f;
                 cur = r;
             }
             const float a = __ldg(${VAL} + j);
             const int c = __ldg(${COL} + j);
-            ${FMA}
+            fma_x(acc, a, X + (size_t)c * k + c0);
         }
-        ${FLUSH}
+        add_y(Y + (size_t)cur * k + c0, acc);
     }
 }
 """,
-        SIG=sig,
-        G=g,
-        GM1=g - 1,
-        GPB=block // g,
-        NZPG=nzpg,
-        ROW=row, COL=col, VAL=val, COUNT=count,
-        VEC=vec,
-        ACC_DECL=acc_decl(vec),
-        ZERO=acc_zero(vec),
-        FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"),
-        FLUSH=acc_store(vec, "Y + (size_t)cur * k + c0", atomic=True),
+        SIG=sig, ROW=row, COL=col, VAL=val, COUNT=count,
     )
 
 
-def _spmm_runs(v: Variant) -> str:
-    b, g, vec, nzpg = v.t("block"), v.t("g"), v.t("vec"), v.t("nzpg")
-    return v.header([runs_launch(b, g, nzpg)]) + "\n" + runs_function(v.sig(launch_bounds=b), b, g, vec, nzpg)
+_spmm_runs = Strategy((runs_launch(),), vec_helpers("fma_x", "add_y") + runs_function(signature("COO", Op.SPMM, None, "BLOCK")))
 
 
 def variants() -> list[Variant]:

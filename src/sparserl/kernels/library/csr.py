@@ -16,28 +16,26 @@
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op
+from sparserl.kernels.contract import Op, signature
 from sparserl.kernels.library import csr_irregular
 from sparserl.kernels.library.common import (
     FULL_MASK,
+    VEC_HELPERS,
+    Strategy,
     Variant,
-    acc_decl,
-    acc_fma,
-    acc_store,
     fill,
     group_mask,
     group_sum,
     make,
 )
 
+_SIG = signature("CSR", Op.SPMV, None, "BLOCK")
 
-def _scalar(v: Variant) -> str:
-    b = v.t("block")
-    return v.header([f"grid=ceil_div(m, {b}), block={b}"]) + "\n" + fill(
-        """
+_scalar = Strategy(("grid=ceil_div(m, BLOCK), block=BLOCK",), fill(
+    """
 ${SIG}
 {
-    const int row = blockIdx.x * ${B} + threadIdx.x;
+    const int row = blockIdx.x * BLOCK + threadIdx.x;
     if (row >= m) return;
     const int start = __ldg(row_ptr + row);
     const int end = __ldg(row_ptr + row + 1);
@@ -46,52 +44,31 @@ ${SIG}
         sum = fmaf(__ldg(val + j), __ldg(x + __ldg(col_idx + j)), sum);
     y[row] = sum;
 }
-""",
-        SIG=v.sig(launch_bounds=b),
-        B=b,
-    )
+""", SIG=_SIG))
 
-
-def _vector(v: Variant) -> str:
-    b, tpr = v.t("block"), v.t("tpr")
-    rows_per_block = b // tpr
-    return v.header([f"grid=ceil_div(m, {rows_per_block}), block={b}"]) + "\n" + fill(
-        """
+_vector = Strategy(("grid=ceil_div(m, BLOCK / TPR), block=BLOCK",), fill(
+    """
 ${SIG}
 {
-    // ${TPR} lanes per row; groups never straddle a warp, and every lane reaches the shuffles.
-    const int lane = threadIdx.x & ${TPRM1};
-    const int row = blockIdx.x * ${RPB} + threadIdx.x / ${TPR};
+    // TPR lanes per row; groups never straddle a warp, and every lane reaches the shuffles.
+    const int lane = threadIdx.x & (TPR - 1);
+    const int row = blockIdx.x * (BLOCK / TPR) + threadIdx.x / TPR;
     float sum = 0.f;
     if (row < m) {
         const int start = __ldg(row_ptr + row);
         const int end = __ldg(row_ptr + row + 1);
-        for (int j = start + lane; j < end; j += ${TPR})
+        for (int j = start + lane; j < end; j += TPR)
             sum = fmaf(__ldg(val + j), __ldg(x + __ldg(col_idx + j)), sum);
     }
 ${REDUCE}
     if (lane == 0 && row < m) y[row] = sum;
 }
-""",
-        SIG=v.sig(launch_bounds=b),
-        TPR=tpr,
-        TPRM1=tpr - 1,
-        RPB=rows_per_block,
-        REDUCE=group_sum("sum", tpr, FULL_MASK),
-    )
+""", SIG=_SIG, REDUCE=group_sum("sum", "TPR", FULL_MASK)))
 
+_merge = Strategy(("grid=ceil_div(m, 256), block=256, kernel=spmv_zero_y", "grid=ceil_div(m + nnz, BLOCK * IPT), block=BLOCK"), fill(
+    """
+constexpr int TILE = BLOCK * IPT;  // merge items (row ends and nonzeros) per block
 
-def _merge(v: Variant) -> str:
-    b, ipt = v.t("block"), v.t("ipt")
-    tile = b * ipt
-    zero_sig = v.sig("spmv_zero_y")
-    return v.header(
-        [
-            "grid=ceil_div(m, 256), block=256, kernel=spmv_zero_y",
-            f"grid=ceil_div(m + nnz, {tile}), block={b}",
-        ]
-    ) + "\n" + fill(
-        """
 ${ZSIG}
 {
     const int i = blockIdx.x * 256 + threadIdx.x;
@@ -115,11 +92,11 @@ static __device__ __forceinline__ int merge_search(int diag, const int* ends, in
 ${SIG}
 {
     __shared__ int s_coord[5];
-    __shared__ int s_ends[${TILE} + 1];
-    __shared__ float s_prod[${TILE}];
+    __shared__ int s_ends[TILE + 1];
+    __shared__ float s_prod[TILE];
     const int total = m + nnz;
-    const int tile_begin = blockIdx.x * ${TILE};
-    const int tile_end = min(tile_begin + ${TILE}, total);
+    const int tile_begin = blockIdx.x * TILE;
+    const int tile_end = min(tile_begin + TILE, total);
     if (threadIdx.x < 2) {
         const int diag = threadIdx.x == 0 ? tile_begin : tile_end;
         const int r = merge_search(diag, row_ptr + 1, m, 0, nnz);
@@ -132,15 +109,15 @@ ${SIG}
     const int tile_rows = s_coord[2] - row0, tile_nnz = s_coord[3] - nz0;
     const int row0_begin = s_coord[4];
     // Stage the tile: products (coalesced loads) and the row ends it needs.
-    for (int i = threadIdx.x; i < tile_nnz; i += ${B})
+    for (int i = threadIdx.x; i < tile_nnz; i += BLOCK)
         s_prod[i] = __ldg(val + nz0 + i) * __ldg(x + __ldg(col_idx + nz0 + i));
-    for (int i = threadIdx.x; i <= tile_rows; i += ${B})
+    for (int i = threadIdx.x; i <= tile_rows; i += BLOCK)
         s_ends[i] = (row0 + i < m) ? __ldg(row_ptr + row0 + i + 1) : nnz;
     __syncthreads();
 
     const int items = tile_rows + tile_nnz;
-    const int diag = min((int)threadIdx.x * ${IPT}, items);
-    const int diag_end = min(diag + ${IPT}, items);
+    const int diag = min((int)threadIdx.x * IPT, items);
+    const int diag_end = min(diag + IPT, items);
     int r = merge_search(diag, s_ends, tile_rows, nz0, tile_nnz);
     int z = diag - r;
     // Did the current row begin before this thread's first item?
@@ -162,59 +139,38 @@ ${SIG}
     }
     if (carry) atomicAdd(y + row0 + r, sum);  // the row goes on in the next thread
 }
-""",
-        ZSIG=zero_sig,
-        SIG=v.sig(launch_bounds=b),
-        TILE=tile,
-        B=b,
-        IPT=ipt,
-    )
+""", ZSIG=signature("CSR", Op.SPMV, "spmv_zero_y"), SIG=_SIG))
 
-
-def _spmm_rows(v: Variant) -> str:
-    b, g, vec = v.t("block"), v.t("g"), v.t("vec")
-    rpb = b // g
-    mask = group_mask(g)
-    return v.header([f"grid=ceil_div(m, {rpb}), block={b}"]) + "\n" + fill(
-        """
+_spmm_rows = Strategy(("grid=ceil_div(m, BLOCK / G), block=BLOCK",), VEC_HELPERS + fill(
+    """
 ${SIG}
 {
-    // ${G} lanes per row; each lane owns ${VEC} consecutive columns of Y per column tile.
-    const int lane = threadIdx.x & ${GM1};
-    const int row = blockIdx.x * ${RPB} + threadIdx.x / ${G};
+    // G lanes per row; each lane owns VEC consecutive columns of Y per column tile.
+    const int lane = threadIdx.x & (G - 1);
+    const int row = blockIdx.x * (BLOCK / G) + threadIdx.x / G;
     if (row >= m) return;  // whole groups leave together; shuffles use the group's mask
     const unsigned gmask = ${MASK};
     const int start = __ldg(row_ptr + row);
     const int end = __ldg(row_ptr + row + 1);
-    for (int t0 = 0; t0 < k; t0 += ${G} * ${VEC}) {
-        const int c0 = t0 + lane * ${VEC};
+    for (int t0 = 0; t0 < k; t0 += G * VEC) {
+        const int c0 = t0 + lane * VEC;
         const bool active = c0 < k;
-        ${ACC_DECL}
-        for (int base = start; base < end; base += ${G}) {
+        float acc[VEC] = {};
+        for (int base = start; base < end; base += G) {
             const int j = base + lane;
             const int my_col = j < end ? __ldg(col_idx + j) : 0;
             const float my_val = j < end ? __ldg(val + j) : 0.f;
-            const int cnt = min(${G}, end - base);
+            const int cnt = min(G, end - base);
             for (int t = 0; t < cnt; ++t) {
-                const int c = __shfl_sync(gmask, my_col, t, ${G});
-                const float a = __shfl_sync(gmask, my_val, t, ${G});
-                if (active) ${FMA}
+                const int c = __shfl_sync(gmask, my_col, t, G);
+                const float a = __shfl_sync(gmask, my_val, t, G);
+                if (active) fma_x(acc, a, X + (size_t)c * k + c0);
             }
         }
-        if (active) ${STORE}
+        if (active) store_y(Y + (size_t)row * k + c0, acc);
     }
 }
-""",
-        SIG=v.sig(launch_bounds=b),
-        G=g,
-        GM1=g - 1,
-        RPB=rpb,
-        VEC=vec,
-        MASK=mask,
-        ACC_DECL=acc_decl(vec),
-        FMA=acc_fma(vec, "a", "X + (size_t)c * k + c0"),
-        STORE=acc_store(vec, "Y + (size_t)row * k + c0"),
-    )
+""", SIG=signature("CSR", Op.SPMM, None, "BLOCK"), MASK=group_mask("G")))
 
 
 def variants() -> list[Variant]:

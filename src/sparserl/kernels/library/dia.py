@@ -17,49 +17,43 @@
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op
-from sparserl.kernels.library.common import Variant, fill, make, spmm_row_group
+from sparserl.kernels.contract import Op, signature
+from sparserl.kernels.library.common import VEC_HELPERS, Strategy, Variant, fill, make, spmm_row_group
 
+_SIG = signature("DIA", Op.SPMV, None, "BLOCK")
 
-def _spmv(v: Variant) -> str:
-    b, rpt = v.t("block"), v.t("rpt")
-    return v.header([f"grid=ceil_div(m, {b * rpt}), block={b}"]) + "\n" + fill(
-        """
+_spmv = Strategy(("grid=ceil_div(m, BLOCK * RPT), block=BLOCK",), fill(
+    """
 ${SIG}
 {
-    const int base = blockIdx.x * ${TILE} + threadIdx.x;
-    float sum[${RPT}];
+    const int base = blockIdx.x * (BLOCK * RPT) + threadIdx.x;
+    float sum[RPT];
     #pragma unroll
-    for (int r = 0; r < ${RPT}; ++r) sum[r] = 0.f;
+    for (int r = 0; r < RPT; ++r) sum[r] = 0.f;
     for (int d = 0; d < num_diags; ++d) {
         const int off = __ldg(offsets + d);
         const float* vd = val + (size_t)d * m;
         #pragma unroll
-        for (int r = 0; r < ${RPT}; ++r) {
-            const int row = base + r * ${B};
+        for (int r = 0; r < RPT; ++r) {
+            const int row = base + r * BLOCK;
             const int col = row + off;
             if (row < m && col >= 0 && col < n)
                 sum[r] = fmaf(__ldg(vd + row), __ldg(x + col), sum[r]);
         }
     }
     #pragma unroll
-    for (int r = 0; r < ${RPT}; ++r)
-        if (base + r * ${B} < m) y[base + r * ${B}] = sum[r];
+    for (int r = 0; r < RPT; ++r)
+        if (base + r * BLOCK < m) y[base + r * BLOCK] = sum[r];
 }
-""",
-        SIG=v.sig(launch_bounds=b), B=b, RPT=rpt, TILE=b * rpt,
-    )
+""", SIG=_SIG))
 
-
-def _spmv_vec4(v: Variant) -> str:
-    b = v.t("block")
-    return v.header([f"grid=ceil_div(m, {b * 4}), block={b}"]) + "\n" + fill(
-        """
+_spmv_vec4 = Strategy(("grid=ceil_div(m, BLOCK * 4), block=BLOCK",), fill(
+    """
 ${SIG}
 {
     // Four consecutive rows per thread: 16-byte loads of val (and of x where the diagonal's
     // offset keeps them aligned) and a 16-byte store of y; scalar path at the edges.
-    const int r0 = (blockIdx.x * ${B} + threadIdx.x) * 4;
+    const int r0 = (blockIdx.x * BLOCK + threadIdx.x) * 4;
     if (r0 >= m) return;
     const bool vec = ((m & 3) == 0) && (r0 + 3 < m);
     float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
@@ -94,30 +88,25 @@ ${SIG}
         if (r0 + 3 < m) y[r0 + 3] = s3;
     }
 }
-""",
-        SIG=v.sig(launch_bounds=b), B=b,
-    )
+""", SIG=_SIG))
 
-
-def _spmv_stream(v: Variant) -> str:
-    b, g = v.t("block"), v.t("v")
-    return v.header([f"grid=ceil_div(m, {b * g * 4}), block={b}"]) + "\n" + fill(
-        """
+_spmv_stream = Strategy(("grid=ceil_div(m, BLOCK * V * 4), block=BLOCK",), fill(
+    """
 ${SIG}
 {
-    // ${V} groups of four consecutive rows per thread, strided by the block: group j starts at
-    // row 4 * (blockIdx.x * ${TILE} + j * ${B} + threadIdx.x). val streams (__ldcs), y too (__stcs).
-    const int q0 = blockIdx.x * ${TILE} + threadIdx.x;
+    // V groups of four consecutive rows per thread, strided by the block: group j starts at
+    // row 4 * (blockIdx.x * BLOCK * V + j * BLOCK + threadIdx.x). val streams (__ldcs), y too (__stcs).
+    const int q0 = blockIdx.x * (BLOCK * V) + threadIdx.x;
     const bool aligned = (m & 3) == 0;
-    float s[${V}][4];
+    float s[V][4];
     #pragma unroll
-    for (int j = 0; j < ${V}; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int j = 0; j < V; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     for (int d = 0; d < num_diags; ++d) {
         const int off = __ldg(offsets + d);
         const float* vd = val + (size_t)d * m;
         #pragma unroll
-        for (int j = 0; j < ${V}; ++j) {
-            const int r0 = (q0 + j * ${B}) * 4;
+        for (int j = 0; j < V; ++j) {
+            const int r0 = (q0 + j * BLOCK) * 4;
             if (r0 >= m) continue;
             const int c = r0 + off;
             float a[4];
@@ -140,8 +129,8 @@ ${SIG}
         }
     }
     #pragma unroll
-    for (int j = 0; j < ${V}; ++j) {
-        const int r0 = (q0 + j * ${B}) * 4;
+    for (int j = 0; j < V; ++j) {
+        const int r0 = (q0 + j * BLOCK) * 4;
         if (r0 >= m) continue;
         if (aligned && r0 + 3 < m) {
             __stcs(reinterpret_cast<float4*>(y + r0), make_float4(s[j][0], s[j][1], s[j][2], s[j][3]));
@@ -152,23 +141,18 @@ ${SIG}
         }
     }
 }
-""",
-        SIG=v.sig(launch_bounds=b), B=b, V=g, TILE=b * g,
-    )
+""", SIG=_SIG))
 
-
-def _spmm(v: Variant) -> str:
-    b, g, vec = v.t("block"), v.t("g"), v.t("vec")
-    return v.header([f"grid=ceil_div(m, {b // g}), block={b}"]) + "\n" + spmm_row_group(
-        v.sig(launch_bounds=b), b, g, vec,
-        prologue="    const int row = grp;\n    if (row >= m) return;",
-        entries="""        for (int d = 0; d < num_diags; ++d) {
+_spmm = Strategy(("grid=ceil_div(m, BLOCK / G), block=BLOCK",), VEC_HELPERS + spmm_row_group(
+    signature("DIA", Op.SPMM, None, "BLOCK"),
+    prologue="    const int row = grp;\n    if (row >= m) return;",
+    entries="""        for (int d = 0; d < num_diags; ++d) {
             const int c = row + __ldg(offsets + d);
             if (c < 0 || c >= n) continue;
             const float a = __ldg(val + (size_t)d * m + row);
-            ${FMA}
+            fma_x(acc, a, X + (size_t)c * k + c0);
         }""",
-    )
+))
 
 
 def variants() -> list[Variant]:

@@ -5,27 +5,16 @@
   slots: every load of ``col_idx`` and ``val`` is coalesced. Best for near-uniform rows.
 * SpMM ``ell_rows``: ``g`` lanes per row over the columns of X (``vec`` each).
 
-The function builders take array names so HYB reuses them for its ELL part.
+The function builders take array names so HYB reuses them for its ELL part (a thread per row).
 """
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op
-from sparserl.kernels.library.common import Variant, fill, make, spmm_row_group
+from sparserl.kernels.contract import Op, signature
+from sparserl.kernels.library.common import VEC_HELPERS, Strategy, Variant, fill, make, spmm_row_group
 
-
-def spmv_launch(block: int, rpt: int) -> str:
-    return f"grid=ceil_div(m, {block * rpt}), block={block}"
-
-
-def spmv_function(sig: str, block: int, rpt: int, col: str = "col_idx", val: str = "val") -> str:
-    """SpMV over column-major ELL arrays ``col``/``val`` of ``width`` slots; writes y."""
-    if rpt == 1:
-        return fill(
-            """
-${SIG}
-{
-    const int row = blockIdx.x * ${B} + threadIdx.x;
+_ONE_ROW = """
+    const int row = blockIdx.x * BLOCK + threadIdx.x;
     if (row >= m) return;
     float sum = 0.f;
     for (int j = 0; j < width; ++j) {
@@ -34,66 +23,64 @@ ${SIG}
         if (c < 0) break;  // padding comes after a row's entries
         sum = fmaf(__ldg(${VAL} + s), __ldg(x + c), sum);
     }
-    y[row] = sum;
-}
-""",
-            SIG=sig, B=block, COL=col, VAL=val,
-        )
-    return fill(
-        """
+    y[row] = sum;"""
+
+
+def spmv_row_function(sig: str, col: str = "col_idx", val: str = "val") -> str:
+    """SpMV over column-major ELL arrays ``col``/``val`` of ``width`` slots, a thread per row,
+    BLOCK threads per block; writes y."""
+    return fill("\n${SIG}\n{" + _ONE_ROW + "\n}\n", SIG=sig, COL=col, VAL=val)
+
+
+_spmv = Strategy(("grid=ceil_div(m, BLOCK * RPT), block=BLOCK",), fill(
+    """
 ${SIG}
 {
-    const int base = blockIdx.x * ${TILE} + threadIdx.x;
-    float sum[${RPT}];
-    #pragma unroll
-    for (int r = 0; r < ${RPT}; ++r) sum[r] = 0.f;
-    for (int j = 0; j < width; ++j) {
+    if constexpr (RPT == 1) {  // a thread per row, stopping at the row's padding
+""" + _ONE_ROW.replace("\n    ", "\n        ") + """
+    } else {  // RPT rows per thread, strided by the block
+        const int base = blockIdx.x * (BLOCK * RPT) + threadIdx.x;
+        float sum[RPT];
         #pragma unroll
-        for (int r = 0; r < ${RPT}; ++r) {
-            const int row = base + r * ${B};
-            if (row < m) {
-                const size_t s = (size_t)j * m + row;
-                const int c = __ldg(${COL} + s);
-                if (c >= 0) sum[r] = fmaf(__ldg(${VAL} + s), __ldg(x + c), sum[r]);
+        for (int r = 0; r < RPT; ++r) sum[r] = 0.f;
+        for (int j = 0; j < width; ++j) {
+            #pragma unroll
+            for (int r = 0; r < RPT; ++r) {
+                const int row = base + r * BLOCK;
+                if (row < m) {
+                    const size_t s = (size_t)j * m + row;
+                    const int c = __ldg(col_idx + s);
+                    if (c >= 0) sum[r] = fmaf(__ldg(val + s), __ldg(x + c), sum[r]);
+                }
             }
         }
+        #pragma unroll
+        for (int r = 0; r < RPT; ++r)
+            if (base + r * BLOCK < m) y[base + r * BLOCK] = sum[r];
     }
-    #pragma unroll
-    for (int r = 0; r < ${RPT}; ++r)
-        if (base + r * ${B} < m) y[base + r * ${B}] = sum[r];
 }
-""",
-        SIG=sig, B=block, RPT=rpt, TILE=block * rpt, COL=col, VAL=val,
-    )
+""", SIG=signature("ELL", Op.SPMV, None, "BLOCK"), COL="col_idx", VAL="val"))
+
+SPMM_LAUNCH = "grid=ceil_div(m, BLOCK / G), block=BLOCK"
 
 
-def spmm_launch(block: int, g: int) -> str:
-    return f"grid=ceil_div(m, {block // g}), block={block}"
-
-
-def spmm_function(sig: str, block: int, g: int, vec: int, col: str = "col_idx", val: str = "val") -> str:
-    """SpMM over column-major ELL arrays: g lanes per row, vec columns of Y per lane."""
+def spmm_function(sig: str, col: str = "col_idx", val: str = "val") -> str:
+    """SpMM over column-major ELL arrays: G lanes per row, VEC columns of Y per lane (needs
+    :data:`VEC_HELPERS` before it)."""
     return spmm_row_group(
-        sig, block, g, vec,
+        sig,
         prologue="    const int row = grp;\n    if (row >= m) return;",
         entries=fill("""        for (int j = 0; j < width; ++j) {
             const size_t s = (size_t)j * m + row;
             const int c = __ldg(${COL} + s);
             if (c < 0) break;
             const float a = __ldg(${VAL} + s);
-            $${FMA}
+            fma_x(acc, a, X + (size_t)c * k + c0);
         }""", COL=col, VAL=val),
     )
 
 
-def _spmv(v: Variant) -> str:
-    b, rpt = v.t("block"), v.t("rpt")
-    return v.header([spmv_launch(b, rpt)]) + "\n" + spmv_function(v.sig(launch_bounds=b), b, rpt)
-
-
-def _spmm(v: Variant) -> str:
-    b, g, vec = v.t("block"), v.t("g"), v.t("vec")
-    return v.header([spmm_launch(b, g)]) + "\n" + spmm_function(v.sig(launch_bounds=b), b, g, vec)
+_spmm = Strategy((SPMM_LAUNCH,), VEC_HELPERS + spmm_function(signature("ELL", Op.SPMM, None, "BLOCK")))
 
 
 def variants() -> list[Variant]:

@@ -7,32 +7,22 @@ the COO part is empty its grid is 0 and the launch is skipped.
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op
+from sparserl.kernels.contract import Op, signature
 from sparserl.kernels.library import coo, ell
-from sparserl.kernels.library.common import Variant, make
+from sparserl.kernels.library.common import Strategy, Variant, make, vec_helpers
 
 _ELL = dict(col="ell_col_idx", val="ell_val")
 _COO = dict(row="coo_row_idx", col="coo_col_idx", val="coo_val", count="coo_nnz")
 
+_spmv = Strategy(
+    ("grid=ceil_div(m, BLOCK), block=BLOCK", coo.segmented_launch("256", "coo_nnz") + ", kernel=spmv_coo_part"),
+    ell.spmv_row_function(signature("HYB", Op.SPMV, None, "BLOCK"), **_ELL)
+    + coo.segmented_function(signature("HYB", Op.SPMV, "spmv_coo_part", 256), "256", **_COO))
 
-def _spmv(v: Variant) -> str:
-    b, batches = v.t("block"), v.t("batches")
-    launches = [ell.spmv_launch(b, 1), coo.segmented_launch(256, batches, "coo_nnz") + ", kernel=spmv_coo_part"]
-    return "\n".join([
-        v.header(launches),
-        ell.spmv_function(v.sig(launch_bounds=b), b, 1, **_ELL),
-        coo.segmented_function(v.sig("spmv_coo_part", launch_bounds=256), 256, batches, **_COO),
-    ])
-
-
-def _spmm(v: Variant) -> str:
-    b, g, vec, nzpg = v.t("block"), v.t("g"), v.t("vec"), v.t("nzpg")
-    launches = [ell.spmm_launch(b, g), coo.runs_launch(b, g, nzpg, "coo_nnz") + ", kernel=spmm_coo_part"]
-    return "\n".join([
-        v.header(launches),
-        ell.spmm_function(v.sig(launch_bounds=b), b, g, vec, **_ELL),
-        coo.runs_function(v.sig("spmm_coo_part", launch_bounds=b), b, g, vec, nzpg, **_COO),
-    ])
+_spmm = Strategy(
+    (ell.SPMM_LAUNCH, coo.runs_launch("coo_nnz") + ", kernel=spmm_coo_part"),
+    vec_helpers("fma_x", "store_y", "add_y") + ell.spmm_function(signature("HYB", Op.SPMM, None, "BLOCK"), **_ELL)
+    + coo.runs_function(signature("HYB", Op.SPMM, "spmm_coo_part", "BLOCK"), **_COO))
 
 
 def variants() -> list[Variant]:

@@ -8,56 +8,48 @@
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op
-from sparserl.kernels.library.common import Variant, fill, make, spmm_row_group
+from sparserl.kernels.contract import Op, signature
+from sparserl.kernels.library.common import VEC_HELPERS, Strategy, Variant, fill, make, spmm_row_group
 
-
-def _spmv(v: Variant) -> str:
-    b, C = v.t("block"), v.params["C"]
-    return v.header([f"grid=ceil_div(num_slices * {C}, {b}), block={b}"]) + "\n" + fill(
-        """
+_spmv = Strategy(("grid=ceil_div(num_slices * C, BLOCK), block=BLOCK",), fill(
+    """
 ${SIG}
 {
-    const int t = blockIdx.x * ${B} + threadIdx.x;
-    const int s = t / ${C};
-    const int lane = t % ${C};
+    const int t = blockIdx.x * BLOCK + threadIdx.x;
+    const int s = t / C;
+    const int lane = t % C;
     if (s >= num_slices) return;
     const int row = __ldg(row_perm + t);
     if (row < 0) return;  // padding lane
     const int base = __ldg(slice_ptr + s);
-    const int w = (__ldg(slice_ptr + s + 1) - base) / ${C};
+    const int w = (__ldg(slice_ptr + s + 1) - base) / C;
     float sum = 0.f;
     for (int j = 0; j < w; ++j) {
-        const int idx = base + j * ${C} + lane;
+        const int idx = base + j * C + lane;
         const int c = __ldg(col_idx + idx);
         if (c < 0) break;
         sum = fmaf(__ldg(val + idx), __ldg(x + c), sum);
     }
     y[row] = sum;
 }
-""",
-        SIG=v.sig(launch_bounds=b), B=b, C=C,
-    )
+""", SIG=signature("SELL", Op.SPMV, None, "BLOCK")))
 
-
-def _spmm(v: Variant) -> str:
-    b, g, vec, C = v.t("block"), v.t("g"), v.t("vec"), v.params["C"]
-    return v.header([f"grid=ceil_div(num_slices * {C}, {b // g}), block={b}"]) + "\n" + spmm_row_group(
-        v.sig(launch_bounds=b), b, g, vec,
-        prologue=fill("""    if (grp >= num_slices * ${C}) return;  // grp = slice * C + lane of the slice
+_spmm = Strategy(("grid=ceil_div(num_slices * C, BLOCK / G), block=BLOCK",), VEC_HELPERS + spmm_row_group(
+    signature("SELL", Op.SPMM, None, "BLOCK"),
+    prologue="""    if (grp >= num_slices * C) return;  // grp = slice * C + lane of the slice
     const int row = __ldg(row_perm + grp);
     if (row < 0) return;
-    const int r = grp % ${C};
-    const int base = __ldg(slice_ptr + grp / ${C});
-    const int w = (__ldg(slice_ptr + grp / ${C} + 1) - base) / ${C};""", C=C),
-        entries=fill("""        for (int j = 0; j < w; ++j) {
-            const int idx = base + j * ${C} + r;
+    const int r = grp % C;
+    const int base = __ldg(slice_ptr + grp / C);
+    const int w = (__ldg(slice_ptr + grp / C + 1) - base) / C;""",
+    entries="""        for (int j = 0; j < w; ++j) {
+            const int idx = base + j * C + r;
             const int c = __ldg(col_idx + idx);
             if (c < 0) break;
             const float a = __ldg(val + idx);
-            $${FMA}
-        }""", C=C),
-    )
+            fma_x(acc, a, X + (size_t)c * k + c0);
+        }""",
+))
 
 
 def variants() -> list[Variant]:

@@ -5,9 +5,12 @@ A :class:`Template` is what a search walks and what a model is taught to write: 
 
 * ``space``: its parameters, each with an explicit, ordered, finite domain (:class:`Param`);
 * ``check(params, card, k)``: why a point is invalid for this matrix and k (``None`` when valid);
-* ``render(params, card)``: the completion text, deterministic and readable. A *specialised*
-  template bakes structure facts from the :class:`~sparserl.matrices.card.MatrixCard` into the
-  code (diagonal offsets, bin boundaries, split points ...); values are always read from ``val``;
+* ``render(params, card)``: the completion text, deterministic and readable: the parameters on a
+  ``PARAMS:`` line (and the FORMAT line), then one body shared by every point. A *specialised*
+  template bakes structure facts from the :class:`~sparserl.matrices.card.MatrixCard` into one
+  block of ``constexpr`` values and initialised tables at the top of the code (diagonal offsets,
+  long rows and their split points, blocks per block row ...), which the body reads by name;
+  values are always read from ``val``;
 * ``seeds(card, k)``: the library's best guesses in this space;
 * ``neighbours(params, card, k)``: the points one step away along one parameter (what a local
   search mutates).

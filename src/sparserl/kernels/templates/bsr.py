@@ -17,8 +17,8 @@ xor-shuffles at the end.
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op, signature
-from sparserl.kernels.library.common import FULL_MASK, fill
+from sparserl.kernels.contract import Op, render_params_line, signature
+from sparserl.kernels.library.common import FULL_MASK, completion, fill
 from sparserl.kernels.templates.base import Param, Params, Template
 from sparserl.matrices.card import MatrixCard
 
@@ -53,117 +53,125 @@ def _spec_check(p: Params, card: MatrixCard | None, k: int | None) -> str | None
     return None
 
 
-def _x_and_fma(C: int, guarded: bool) -> str:
-    """CUDA: add a (float4 of block values at column ``col``) times x into the lane's sums."""
-    if C >= 4:
-        fast = ("const float4 xv = __ldg(reinterpret_cast<const float4*>(x + col));\n"
-                "                sum0 = fmaf(a.x, xv.x, fmaf(a.y, xv.y, fmaf(a.z, xv.z, fmaf(a.w, xv.w, sum0))));")
-        if not guarded:
-            return "{ " + fast + " }"
-        return ("if (col + 3 < n) {\n                " + fast + "\n            } else {\n"
-                "                if (col < n) sum0 = fmaf(a.x, __ldg(x + col), sum0);\n"
-                "                if (col + 1 < n) sum0 = fmaf(a.y, __ldg(x + col + 1), sum0);\n"
-                "                if (col + 2 < n) sum0 = fmaf(a.z, __ldg(x + col + 2), sum0);\n"
-                "                if (col + 3 < n) sum0 = fmaf(a.w, __ldg(x + col + 3), sum0);\n"
-                "            }")
-    fast = ("const float2 xv = __ldg(reinterpret_cast<const float2*>(x + col));\n"
-            "                sum0 = fmaf(a.x, xv.x, fmaf(a.y, xv.y, sum0));\n"
-            "                sum1 = fmaf(a.z, xv.x, fmaf(a.w, xv.y, sum1));")
-    if not guarded:
-        return "{ " + fast + " }"
-    return ("if (col + 1 < n) {\n                " + fast + "\n            } else if (col < n) {\n"
-            "                const float x0 = __ldg(x + col);\n"
-            "                sum0 = fmaf(a.x, x0, sum0);\n"
-            "                sum1 = fmaf(a.z, x0, sum1);\n"
-            "            }")
-
-
-def _render(p: Params, card: MatrixCard | None, K: int | None) -> str:
-    R, C, g, b = p["R"], p["C"], p["g"], p["block"]
-    RC = R * C
-    bpb = b // g
-    # lane l holds floats 4l .. 4l+3 of a block (mod RC): block row r0 = 4l/C (C >= 4), else rows r0, r0+1
-    lane_rows = "one row, four columns" if C >= 4 else "two rows, two columns"
-    col_lanes = max(C // 4, 1)  # lanes that share a block row within one block (C >= 4)
-    reduce_lines = []
-    for off in (1 << i for i in range(8)):
-        if off < col_lanes or RC // 4 <= off < g:
-            reduce_lines.append(off)
-    sums = ["sum0"] if C >= 4 else ["sum0", "sum1"]
-    red = "\n".join(
-        f"    {s} += __shfl_xor_sync({FULL_MASK}, {s}, {off});" for off in reduce_lines for s in sums)
-    if C >= 4:
-        write = fill("""    if (brow < mb && lane < ${RC4} && (lane & ${CL1}) == 0) {
-        const int row = brow * ${R} + lane * 4 / ${C};
-        if (row < m) y[row] = sum0;
-    }""", RC4=RC // 4, CL1=col_lanes - 1, R=R, C=C)
-    else:
-        write = fill("""    if (brow < mb && lane < ${RC4}) {
-        const int row = brow * ${R} + lane * 2;
-        if (row < m) y[row] = sum0;
-        if (row + 1 < m) y[row + 1] = sum1;
-    }""", RC4=RC // 4, R=R)
-    pos = f"const int cc = (lane * 4) % {C};" if C >= 4 else "const int cc = 0;"
-    head = (f"FORMAT: BSR R={R} C={C}\nLAUNCH: grid=ceil_div(mb, {bpb}), block={b}\n")
-    if K is None:
-        loop = fill("""    if (brow < mb) {
-        const int b0 = __ldg(block_row_ptr + brow);
-        const int total = (__ldg(block_row_ptr + brow + 1) - b0) * ${RC};  // floats in this block row
-        const float* bv = block_val + (size_t)b0 * ${RC};
-        for (int e = lane * 4; e < total; e += ${STEP}) {
-            const float4 a = __ldcs(reinterpret_cast<const float4*>(bv + e));
-            const int col = __ldg(block_col_idx + b0 + e / ${RC}) * ${C} + cc;
-            ${FMA}
+_ADD_X = """
+// Adds a (four values of one block row at columns col .. col+3 when C >= 4; two rows of two columns
+// when C == 2) times x into the lane's sums; a guarded call checks the right edge of x.
+static __device__ __forceinline__ void add_x(float& sum0, float& sum1, float4 a, const float* __restrict__ x,
+                                             int col, int n, bool guarded)
+{
+    if constexpr (C >= 4) {
+        if (!guarded || col + 3 < n) {
+            const float4 xv = __ldg(reinterpret_cast<const float4*>(x + col));
+            sum0 = fmaf(a.x, xv.x, fmaf(a.y, xv.y, fmaf(a.z, xv.z, fmaf(a.w, xv.w, sum0))));
+        } else {
+            if (col < n) sum0 = fmaf(a.x, __ldg(x + col), sum0);
+            if (col + 1 < n) sum0 = fmaf(a.y, __ldg(x + col + 1), sum0);
+            if (col + 2 < n) sum0 = fmaf(a.z, __ldg(x + col + 2), sum0);
+            if (col + 3 < n) sum0 = fmaf(a.w, __ldg(x + col + 3), sum0);
         }
-    }""", RC=RC, STEP=4 * g, C=C, FMA=_x_and_fma(C, True))
-        intro = f"    // {g} lanes per block row stream its values; a lane holds {lane_rows} of every block it reads."
-    else:
-        steps = -(-K * RC // (4 * g))
-        guard = "" if (K * RC) % (4 * g) == 0 else f"if (e < {K * RC}) "
-        x_guard = card is not None and card.cols % C != 0
-        loop = fill("""    if (brow < mb) {
-        const int b0 = brow * ${K};
-        const float* bv = block_val + (size_t)b0 * ${RC};
-        float4 av[${STEPS}];
-        int cols[${STEPS}];
+    } else {
+        if (!guarded || col + 1 < n) {
+            const float2 xv = __ldg(reinterpret_cast<const float2*>(x + col));
+            sum0 = fmaf(a.x, xv.x, fmaf(a.y, xv.y, sum0));
+            sum1 = fmaf(a.z, xv.x, fmaf(a.w, xv.y, sum1));
+        } else if (col < n) {
+            const float x0 = __ldg(x + col);
+            sum0 = fmaf(a.x, x0, sum0);
+            sum1 = fmaf(a.z, x0, sum1);
+        }
+    }
+}
+"""
+
+_GENERIC_LOOP = """
+    if (brow < mb) {
+        const int b0 = __ldg(block_row_ptr + brow);
+        const int total = (__ldg(block_row_ptr + brow + 1) - b0) * (R * C);  // floats in this block row
+        const float* bv = block_val + (size_t)b0 * (R * C);
+        for (int e = lane * 4; e < total; e += 4 * G) {
+            const float4 a = __ldcs(reinterpret_cast<const float4*>(bv + e));
+            const int col = __ldg(block_col_idx + b0 + e / (R * C)) * C + cc;
+            add_x(sum0, sum1, a, x, col, n, true);
+        }
+    }"""
+
+_SPEC_LOOP = """
+    if (brow < mb) {
+        // Block row I is blocks I*K .. I*K+K-1: block_row_ptr is not read, and each lane loads its
+        // STEPS 16-byte pieces of the K*R*C values before the first multiply.
+        constexpr int STEPS = (K * R * C + 4 * G - 1) / (4 * G);
+        const int b0 = brow * K;
+        const float* bv = block_val + (size_t)b0 * (R * C);
+        float4 av[STEPS];
+        int cols[STEPS];
         #pragma unroll
-        for (int i = 0; i < ${STEPS}; ++i) {
-            const int e = lane * 4 + i * ${STEP};
+        for (int i = 0; i < STEPS; ++i) {
+            const int e = lane * 4 + i * (4 * G);
             av[i] = make_float4(0.f, 0.f, 0.f, 0.f);
             cols[i] = 0;
-            ${GUARD}{
+            if ((K * R * C) % (4 * G) == 0 || e < K * R * C) {
                 av[i] = __ldcs(reinterpret_cast<const float4*>(bv + e));
-                cols[i] = __ldg(block_col_idx + b0 + e / ${RC}) * ${C} + cc;
+                cols[i] = __ldg(block_col_idx + b0 + e / (R * C)) * C + cc;
             }
         }
         #pragma unroll
-        for (int i = 0; i < ${STEPS}; ++i) {
-            const int e = lane * 4 + i * ${STEP};
-            const float4 a = av[i];
-            const int col = cols[i];
-            ${GUARD}${FMA}
+        for (int i = 0; i < STEPS; ++i) {
+            const int e = lane * 4 + i * (4 * G);
+            if ((K * R * C) % (4 * G) == 0 || e < K * R * C) add_x(sum0, sum1, av[i], x, cols[i], n, N % C != 0);
         }
-    }""", K=K, RC=RC, STEPS=steps, STEP=4 * g, C=C, GUARD=guard, FMA=_x_and_fma(C, x_guard))
-        intro = (f"    // Specialised to this matrix: every block row holds {K} blocks of {R}x{C}, so block row I is\n"
-                 f"    // blocks I*{K} .. I*{K}+{K - 1} and block_row_ptr is not read; {g} lanes stream its"
-                 f" {K * RC} values,\n    // a lane holds {lane_rows} of every block it reads.")
-    return head + fill(
+    }"""
+
+
+def _code(loop: str) -> str:
+    return _ADD_X + fill(
         """
 ${SIG}
 {
-${INTRO}
-    const int lane = threadIdx.x & ${GM1};
-    const int brow = blockIdx.x * ${BPB} + threadIdx.x / ${G};
-    ${POS}
-    float sum0 = 0.f${SUM1};
-${LOOP}
-${RED}
-${WRITE}
+    // G lanes per block row stream its values; a lane holds one row and four columns (C >= 4), or two
+    // rows and two columns (C == 2), of every block it reads.
+    constexpr int COL_LANES = C >= 4 ? C / 4 : 1;  // lanes that share a block row within one block
+    const int lane = threadIdx.x & (G - 1);
+    const int brow = blockIdx.x * (BLOCK / G) + threadIdx.x / G;
+    const int cc = C >= 4 ? (lane * 4) % C : 0;
+    float sum0 = 0.f, sum1 = 0.f;${LOOP}
+    // Sum the lanes of the same rows: those of one block, then those R*C/4 apart (other blocks).
+    #pragma unroll
+    for (int off = 1; off < COL_LANES; off <<= 1) sum0 += __shfl_xor_sync(${FULL}, sum0, off);
+    #pragma unroll
+    for (int off = R * C / 4; off < G; off <<= 1) {
+        sum0 += __shfl_xor_sync(${FULL}, sum0, off);
+        if (C == 2) sum1 += __shfl_xor_sync(${FULL}, sum1, off);
+    }
+    if constexpr (C >= 4) {
+        if (brow < mb && lane < R * C / 4 && (lane & (COL_LANES - 1)) == 0) {
+            const int row = brow * R + lane * 4 / C;
+            if (row < m) y[row] = sum0;
+        }
+    } else {
+        if (brow < mb && lane < R * C / 4) {
+            const int row = brow * R + lane * 2;
+            if (row < m) y[row] = sum0;
+            if (row + 1 < m) y[row + 1] = sum1;
+        }
+    }
 }
-""",
-        SIG=signature("BSR", Op.SPMV, None, b), INTRO=intro, GM1=g - 1, BPB=bpb, G=g, POS=pos,
-        SUM1=", sum1 = 0.f" if C == 2 else "", LOOP=loop, RED=red, WRITE=write,
-    )
+""", SIG=signature("BSR", Op.SPMV, None, "BLOCK"), LOOP=loop, FULL=FULL_MASK)
+
+
+_GENERIC = _code(_GENERIC_LOOP)
+_SPEC = _code(_SPEC_LOOP)
+
+
+def _render(p: Params, card: MatrixCard | None, K: int | None) -> str:
+    head = "\n".join([f"FORMAT: BSR R={p['R']} C={p['C']}", render_params_line({"G": p["g"], "BLOCK": p["block"]}),
+                      "LAUNCH: grid=ceil_div(mb, BLOCK / G), block=BLOCK"])
+    if K is None:
+        return completion(head, _GENERIC)
+    assert card is not None
+    facts = (f"// Specialised to this matrix: every block row holds {K} blocks of {p['R']}x{p['C']}.\n"
+             f"constexpr int K = {K};  // blocks per block row\n"
+             f"constexpr int N = {card.cols};  // columns (x needs no edge test when C divides it)")
+    return completion(head, facts, _SPEC)
 
 
 def _seeds(card: MatrixCard | None, k: int | None) -> list[Params]:

@@ -4,8 +4,9 @@ The CUDA lives in :mod:`sparserl.kernels.library.csr_irregular` (the library car
 points of both); here each becomes a template with a wider space, and each has a specialised twin
 that bakes the matrix card's row-length facts into the code:
 
-* ``csr_adaptive_spec``: the row-length bins decide which code exists. No row longer than
-  ``long_len``: no long-row kernel and no long-row tests. Every other row at most
+* ``csr_adaptive_spec``: the row-length bins decide which code is compiled (one body; its block of
+  facts, ``SHORT_MAX``, ``LONG_ROWS``, ``LONG_PIECES`` and the long-row tables, selects the code with
+  ``if constexpr``). No row longer than ``long_len``: no long-row launch and no long-row tests. Every other row at most
   :data:`~sparserl.kernels.library.csr_irregular.THREAD_MAX` long: a lane per row, loop unrolled.
   Long rows that the card lists in full (at most :data:`MAX_TABLE_ROWS` of them, and tables of at
   most :data:`MAX_TABLE_CHARS` characters): their rows and split points become constant tables,

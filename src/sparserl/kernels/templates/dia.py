@@ -18,8 +18,8 @@ streaming stores, so the L2 keeps ``x``.
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op, signature
-from sparserl.kernels.library.common import fill
+from sparserl.kernels.contract import Op, render_params_line, signature
+from sparserl.kernels.library.common import completion, fill
 from sparserl.kernels.templates.base import Param, Params, Template
 from sparserl.matrices.card import MatrixCard
 
@@ -55,25 +55,23 @@ def clusters(offsets: tuple[int, ...]) -> list[list[int]]:
     return out
 
 
-def _sig(block: int) -> str:
-    return signature("DIA", Op.SPMV, None, block)
+_SIG = signature("DIA", Op.SPMV, None, "BLOCK")
+_LAUNCH = "grid=ceil_div(m, BLOCK * V * 4), block=BLOCK"
 
 
-def _header(block: int, v: int) -> str:
-    return f"FORMAT: DIA\nLAUNCH: grid=ceil_div(m, {block * v * 4}), block={block}\n"
+def _header(p: Params) -> str:
+    return "\n".join(["FORMAT: DIA", render_params_line({"BLOCK": p["block"], "V": p["v"]}), f"LAUNCH: {_LAUNCH}"])
 
 
-def _render_generic(p: Params, card: MatrixCard | None) -> str:
-    b, v = p["block"], p["v"]
-    return _header(b, v) + fill(
-        """
+_GENERIC = fill(
+    """
 ${SIG}
 {
-    // ${V} groups of four consecutive rows per thread, strided by the block.
+    // V groups of four consecutive rows per thread, strided by the block.
     const bool aligned = (m & 3) == 0;
     #pragma unroll
-    for (int g = 0; g < ${V}; ++g) {
-        const int r0 = (blockIdx.x * ${TILE} + g * ${B} + threadIdx.x) * 4;
+    for (int g = 0; g < V; ++g) {
+        const int r0 = (blockIdx.x * (BLOCK * V) + g * BLOCK + threadIdx.x) * 4;
         if (r0 >= m) break;
         const bool full = aligned && r0 + 3 < m;
         float s[4] = {0.f, 0.f, 0.f, 0.f};
@@ -108,50 +106,100 @@ ${SIG}
         }
     }
 }
-""",
-        SIG=_sig(b), V=v, B=b, TILE=b * v,
-    )
+""", SIG=_SIG)
 
 
-_XYZW = "xyzw"
+def _render_generic(p: Params, card: MatrixCard | None) -> str:
+    return completion(_header(p), _GENERIC)
 
 
-def _val_load(d: int, m: int) -> str:
-    """CUDA: ``a0..a3`` = val[d*m + r0 .. +3], with the widest loads the alignment of d*m allows."""
-    base = f"val + {d * m} + r0" if d else "val + r0"
-    mis = (d * m) % 4
-    if mis == 0:
-        return f"const float4 a = __ldcs(reinterpret_cast<const float4*>({base})); " \
-               "const float a0 = a.x, a1 = a.y, a2 = a.z, a3 = a.w;"
-    if mis == 2:
-        return (f"const float2 a = __ldcs(reinterpret_cast<const float2*>({base})), "
-                f"b = __ldcs(reinterpret_cast<const float2*>({base} + 2)); "
-                "const float a0 = a.x, a1 = a.y, a2 = b.x, a3 = b.y;")
-    return (f"const float* vd = {base}; "
-            "const float a0 = __ldcs(vd), a1 = __ldcs(vd + 1), a2 = __ldcs(vd + 2), a3 = __ldcs(vd + 3);")
+_SPEC = fill(
+    """
+#define FLOOR4(v) (((v) >= 0 ? (v) / 4 : -((3 - (v)) / 4)) * 4)  // the multiple of 4 at or below v
+// Rows r0 .. r0+3 with FIRST_ROW <= r0 <= LAST_ROW have every window of x inside x and lie inside y.
+constexpr int FIRST_ROW = OFFSETS[0] < 0 ? -FLOOR4(OFFSETS[0]) : 0;
+constexpr int LAST_ROW = N - FLOOR4(OFFSETS[DIAGS - 1] + 3) - 4 < M - 4 ? N - FLOOR4(OFFSETS[DIAGS - 1] + 3) - 4 : M - 4;
+
+${SIG}
+{
+    // V groups of four consecutive rows per thread, strided by the block; diagonals unrolled.
+    #pragma unroll
+    for (int g = 0; g < V; ++g) {
+        const int r0 = (blockIdx.x * (BLOCK * V) + g * BLOCK + threadIdx.x) * 4;
+        if (r0 >= M) break;
+        float s[4] = {0.f, 0.f, 0.f, 0.f};
+        if (r0 >= FIRST_ROW && r0 <= LAST_ROW) {  // every x window inside x, all four rows inside y
+            #pragma unroll
+            for (int c = 0; c < CLUSTERS; ++c) {
+                // The diagonals of cluster c share one aligned window of x: x[r0 + start .. r0 + start + 4 * loads).
+                const int d0 = c == 0 ? 0 : CLUSTER_END[c - 1];
+                const int start = FLOOR4(OFFSETS[d0]);
+                const int loads = (FLOOR4(OFFSETS[CLUSTER_END[c] - 1] + 3) - start) / 4 + 1;
+                float w[4 * ${MAX_WINDOW}];
+                #pragma unroll
+                for (int i = 0; i < ${MAX_WINDOW}; ++i) {
+                    if (i < loads) {
+                        const float4 v = __ldg(reinterpret_cast<const float4*>(x + r0 + start + 4 * i));
+                        w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+                    }
+                }
+                #pragma unroll
+                for (int d = 0; d < DIAGS; ++d) {
+                    if (d < d0 || d >= CLUSTER_END[c]) continue;
+                    const int e = OFFSETS[d] - start;  // x[r0 + OFFSETS[d] + t] is w[e + t]
+                    const float* vd = val + d * M + r0;  // 16-, 8- or 4-byte loads as d * M allows
+                    float a[4];
+                    if ((d * M) % 4 == 0) {
+                        const float4 v = __ldcs(reinterpret_cast<const float4*>(vd));
+                        a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
+                    } else if ((d * M) % 4 == 2) {
+                        const float2 u = __ldcs(reinterpret_cast<const float2*>(vd)), v = __ldcs(reinterpret_cast<const float2*>(vd + 2));
+                        a[0] = u.x; a[1] = u.y; a[2] = v.x; a[3] = v.y;
+                    } else {
+                        a[0] = __ldcs(vd); a[1] = __ldcs(vd + 1); a[2] = __ldcs(vd + 2); a[3] = __ldcs(vd + 3);
+                    }
+                    s[0] = fmaf(a[0], w[e], s[0]); s[1] = fmaf(a[1], w[e + 1], s[1]);
+                    s[2] = fmaf(a[2], w[e + 2], s[2]); s[3] = fmaf(a[3], w[e + 3], s[3]);
+                }
+            }
+        } else {  // edge rows: guarded, one entry at a time
+            #pragma unroll
+            for (int d = 0; d < DIAGS; ++d) {
+                const float* vd = val + d * M;
+                const int c = r0 + OFFSETS[d];
+                #pragma unroll
+                for (int t = 0; t < 4; ++t)
+                    if (r0 + t < M && c + t >= 0 && c + t < N) s[t] = fmaf(__ldcs(vd + r0 + t), __ldg(x + c + t), s[t]);
+            }
+        }
+        if constexpr (M % 4 == 0) {
+            __stcs(reinterpret_cast<float4*>(y + r0), make_float4(s[0], s[1], s[2], s[3]));
+        } else {
+            y[r0] = s[0]; if (r0 + 1 < m) y[r0 + 1] = s[1]; if (r0 + 2 < m) y[r0 + 2] = s[2]; if (r0 + 3 < m) y[r0 + 3] = s[3];
+        }
+    }
+}
+""", SIG=_SIG, MAX_WINDOW=MAX_WINDOW)
+"""The one body of dia_window_spec: the facts block above it names the shape, the offsets and the
+clusters; the compiler unrolls the diagonals and folds every offset into the loads' addresses."""
 
 
-def _plus(v: int) -> str:
-    return f"+ {v}" if v >= 0 else f"- {-v}"
-
-
-def _interior(offsets: tuple[int, ...], m: int) -> str:
-    lines = []
-    index = {o: d for d, o in enumerate(offsets)}
-    for k, cl in enumerate(clusters(offsets)):
-        start, loads = _window(cl[0], cl[-1])
-        lines.append(f"            // offsets {' '.join(str(o) for o in cl)}: x[r0 {_plus(start)} .. r0 {_plus(start + 4 * loads)})")
-        lines.append("            {")
-        for i in range(loads):
-            lines.append(f"                const float4 w{i} = __ldg(reinterpret_cast<const float4*>(x + r0 {_plus(start + 4 * i)}));")
-        for o in cl:
-            e = o - start  # x[r0 + o + t] is window element e + t
-            xs = [f"w{(e + t) // 4}.{_XYZW[(e + t) % 4]}" for t in range(4)]
-            lines.append(f"                {{ {_val_load(index[o], m)}")
-            lines.append(f"                  s0 = fmaf(a0, {xs[0]}, s0); s1 = fmaf(a1, {xs[1]}, s1); "
-                         f"s2 = fmaf(a2, {xs[2]}, s2); s3 = fmaf(a3, {xs[3]}, s3); }}")
-        lines.append("            }")
-    return "\n".join(lines)
+def _spec_facts(card: MatrixCard) -> str:
+    offs, m, n = card.dia_offsets, card.rows, card.cols
+    ends, d = [], 0
+    for cl in clusters(offs):
+        d += len(cl)
+        ends.append(d)
+    table = ", ".join(str(o) for o in offs)
+    return "\n".join([
+        f"// Specialised to this matrix: {m} x {n}, {len(offs)} diagonals at offsets {table}.",
+        f"constexpr int M = {m}, N = {n};  // rows, columns",
+        f"constexpr int DIAGS = {len(offs)};",
+        f"constexpr int CLUSTERS = {len(ends)};  // runs of nearby diagonals that share a window of x",
+        f"__device__ constexpr int OFFSETS[DIAGS] = {{{table}}};  // column - row, ascending",
+        f"__device__ constexpr int CLUSTER_END[CLUSTERS] = {{{', '.join(map(str, ends))}}};"
+        "  // cluster c: diagonals CLUSTER_END[c - 1] .. CLUSTER_END[c] - 1",
+    ])
 
 
 def _spec_check(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
@@ -170,52 +218,7 @@ def _spec_unseen(p: Params, card: MatrixCard | None, k: int | None) -> str | Non
 
 def _render_spec(p: Params, card: MatrixCard | None) -> str:
     assert card is not None and card.dia_offsets is not None
-    b, v = p["block"], p["v"]
-    offs, m, n = card.dia_offsets, card.rows, card.cols
-    nd = len(offs)
-    lo = _floor4(offs[0])
-    hi = _floor4(offs[-1] + 3) + 4
-    first = max(0, -lo)  # first r0 whose windows start at or after x[0]
-    last = min(n - hi, m - 4)  # last r0 whose windows end within x and whose four rows exist
-    table = ", ".join(str(o) for o in offs)
-    if m % 4 == 0:
-        store = "__stcs(reinterpret_cast<float4*>(y + r0), make_float4(s0, s1, s2, s3));"
-    else:
-        store = "y[r0] = s0; if (r0 + 1 < m) y[r0 + 1] = s1; if (r0 + 2 < m) y[r0 + 2] = s2; if (r0 + 3 < m) y[r0 + 3] = s3;"
-    return _header(b, v) + fill(
-        """
-// Specialised to this matrix: ${M} x ${N}, ${ND} diagonals at offsets ${TABLE}.
-__constant__ int c_offsets[${ND}] = {${TABLE}};
-
-${SIG}
-{
-    // ${V} groups of four consecutive rows per thread, strided by the block; diagonals unrolled.
-    #pragma unroll
-    for (int g = 0; g < ${V}; ++g) {
-        const int r0 = (blockIdx.x * ${TILE} + g * ${B} + threadIdx.x) * 4;
-        if (r0 >= ${M}) break;
-        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-        if (r0 >= ${FIRST} && r0 <= ${LAST}) {  // every x window inside x, all four rows inside y
-${INTERIOR}
-        } else {  // edge rows: guarded, one entry at a time
-            float s[4] = {0.f, 0.f, 0.f, 0.f};
-            #pragma unroll
-            for (int d = 0; d < ${ND}; ++d) {
-                const float* vd = val + d * ${M};
-                const int c = r0 + c_offsets[d];
-                #pragma unroll
-                for (int t = 0; t < 4; ++t)
-                    if (r0 + t < ${M} && c + t >= 0 && c + t < ${N}) s[t] = fmaf(__ldcs(vd + r0 + t), __ldg(x + c + t), s[t]);
-            }
-            s0 = s[0]; s1 = s[1]; s2 = s[2]; s3 = s[3];
-        }
-        ${STORE}
-    }
-}
-""",
-        SIG=_sig(b), M=m, N=n, ND=nd, TABLE=table, V=v, B=b, TILE=b * v, FIRST=first, LAST=last,
-        INTERIOR=_interior(offs, m), STORE=store,
-    )
+    return completion(_header(p), _spec_facts(card), _SPEC)
 
 
 def _seeds(card: MatrixCard | None, k: int | None) -> list[Params]:

@@ -14,9 +14,9 @@ power-law matrices with a light tail).
 
 from __future__ import annotations
 
-from sparserl.kernels.contract import Op, signature
+from sparserl.kernels.contract import Op, render_params_line, signature
 from sparserl.kernels.library import coo
-from sparserl.kernels.library.common import fill
+from sparserl.kernels.library.common import completion, fill
 from sparserl.kernels.templates.base import Param, Params, Template
 from sparserl.matrices.card import MatrixCard
 
@@ -42,21 +42,16 @@ def _check(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
     return None
 
 
-def _render(p: Params, card: MatrixCard | None) -> str:
-    w, b, batches = p["width"], p["block"], p["batches"]
-    coo_names = {"row": "coo_row_idx", "col": "coo_col_idx", "val": "coo_val", "count": "coo_nnz"}
-    head = "\n".join([
-        f"FORMAT: HYB width={w}",
-        f"LAUNCH: grid=ceil_div(m, {4 * b}), block={b}",
-        f"LAUNCH: {coo.segmented_launch(256, batches, 'coo_nnz')}, kernel=spmv_coo_part",
-    ])
-    ell = fill(
-        """
+_COO = {"row": "coo_row_idx", "col": "coo_col_idx", "val": "coo_val", "count": "coo_nnz"}
+_LAUNCHES = ("grid=ceil_div(m, 4 * BLOCK), block=BLOCK",
+             coo.segmented_launch("256", "coo_nnz") + ", kernel=spmv_coo_part")
+_CODE = fill(
+    """
 ${SIG}
 {
     // ELL part: four consecutive rows per thread. Slot j of rows r0 .. r0+3 is 16 contiguous bytes
     // (column-major): one 16-byte load of ell_col_idx and one of ell_val when m is a multiple of 4.
-    const int r0 = (blockIdx.x * ${B} + threadIdx.x) * 4;
+    const int r0 = (blockIdx.x * BLOCK + threadIdx.x) * 4;
     if (r0 >= m) return;
     float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
     if ((m & 3) == 0) {  // then r0 + 3 < m too
@@ -87,10 +82,16 @@ ${SIG}
     }
 }
 """,
-        SIG=signature("HYB", Op.SPMV, None, b), B=b,
-    )
-    part = coo.segmented_function(signature("HYB", Op.SPMV, "spmv_coo_part", 256), 256, batches, **coo_names)
-    return head + "\n" + ell + part
+    SIG=signature("HYB", Op.SPMV, None, "BLOCK"),
+) + coo.segmented_function(signature("HYB", Op.SPMV, "spmv_coo_part", 256), "256", **_COO)
+"""The one body of hyb_vec: the width (a FORMAT parameter) is read from the kernel's argument."""
+
+
+def _render(p: Params, card: MatrixCard | None) -> str:
+    head = "\n".join([f"FORMAT: HYB width={p['width']}",
+                      render_params_line({"BLOCK": p["block"], "BATCHES": p["batches"]})]
+                     + [f"LAUNCH: {l}" for l in _LAUNCHES])
+    return completion(head, _CODE)
 
 
 def _seeds(card: MatrixCard | None, k: int | None) -> list[Params]:

@@ -1,0 +1,169 @@
+"""The farm's cost and scaling: Ray against the in-process evaluator.
+
+GPU part (needs a GPU, CuPy and Ray): the same candidates (the library's kernels for one matrix,
+every format that takes it, repeated to ``--candidates``; compiles cached by a first pass, the memo
+off) through the in-process evaluator on one GPU, then through the farm on a local Ray instance with
+one GPU and with every visible GPU. Prints evaluations/s, the farm's overhead per candidate on one
+GPU against the in-process evaluator (target: at most 10%) and the N-GPU scaling (target: at least
+0.9 x N).
+
+CPU part (``--cpu-scaling``, no GPU needed): compile-only candidates, each compiled for real (a
+fresh compile cache per measurement, distinct texts), on a local multi-node Ray cluster (a head
+without CPUs and 1, then 2 worker nodes of one CPU each): compiles/s per node count, beside the
+in-process evaluator's compile-only rate with 1 and 2 compile threads.
+
+    python benchmarks/farm_bench.py --out $OUT/farm_bench.json                 # GPU part
+    python benchmarks/farm_bench.py --cpu-scaling --out $OUT/farm_cpu.json     # CPU part
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("farm_bench")
+
+
+def candidates(A, n: int) -> list[str]:
+    """The library's SpMV kernels whose format takes ``A``, cycled to ``n`` texts."""
+    from sparserl.formats import accepts
+    from sparserl.kernels.contract import FORMAT_NAMES as FORMATS
+    from sparserl.kernels.library import variants
+
+    texts = []
+    for fmt in FORMATS:
+        vs = variants("spmv", fmt, None)
+        if vs and accepts(A, fmt, dict(vs[0].format_params)):
+            texts += [v.render() for v in vs if accepts(A, fmt, dict(v.format_params))]
+    if not texts:
+        raise SystemExit("no library kernel takes this matrix")
+    return [texts[i % len(texts)] for i in range(n)]
+
+
+def rate(ev, A, texts: list[str], parallel: int, warm: bool = True) -> dict:
+    """Evaluations/s of ``texts`` through ``ev`` with ``parallel`` in flight (``warm``: after a first
+    pass that caches the compiles and warms the workers; else every compile is real)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    ref = ev.register(A, "bench")
+    if warm:
+        ev.evaluate_many([(t, ref, "spmv", None) for t in sorted(set(texts))])
+    t0 = time.perf_counter()
+    pending, i, kinds = set(), 0, {}
+    while i < len(texts) or pending:
+        while i < len(texts) and len(pending) < parallel:
+            pending.add(ev.submit(texts[i], ref, "spmv", None))
+            i += 1
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for f in done:
+            k = f.result().error_kind.value
+            kinds[k] = kinds.get(k, 0) + 1
+    s = time.perf_counter() - t0
+    return {"n": len(texts), "seconds": s, "per_s": len(texts) / s, "per_candidate_ms": 1e3 * s / len(texts),
+            "verdicts": kinds}
+
+
+def gpu_part(args) -> dict:
+    import ray
+
+    from sparserl.devices import visible_gpus
+    from sparserl.farm.ray_evaluator import RayEvaluator
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    A = load(args)
+    texts = candidates(A, args.candidates)
+    gpus = visible_gpus()
+    if not gpus:
+        raise SystemExit("no GPU visible: run the CPU part with --cpu-scaling")
+    cfg = HarnessConfig(regimes=("cold",), memo=0, cache_dir=args.cache)
+    out = {"matrix": args.matrix or f"banded {args.rows}", "gpus": len(gpus), "candidates": len(texts)}
+    with Evaluator(HarnessConfig(**{**cfg.__dict__, "devices": (gpus[0],)})) as ev:
+        out["in_process_1gpu"] = rate(ev, A, texts, 4)
+    log.info("in process, 1 GPU: %.1f evaluations/s", out["in_process_1gpu"]["per_s"])
+    for n in sorted({1, len(gpus)}):
+        ray.init(num_gpus=n, num_cpus=args.cpus, logging_level=logging.WARNING, include_dashboard=False)
+        try:
+            with RayEvaluator(cfg, "auto") as ev:
+                out[f"farm_{n}gpu"] = rate(ev, A, texts, 4 * n)
+        finally:
+            ray.shutdown()
+        log.info("farm, %d GPU: %.1f evaluations/s", n, out[f"farm_{n}gpu"]["per_s"])
+    one, ref = out["farm_1gpu"], out["in_process_1gpu"]
+    out["overhead_per_candidate"] = one["per_candidate_ms"] / ref["per_candidate_ms"] - 1.0
+    if len(gpus) > 1:
+        out["scaling"] = out[f"farm_{len(gpus)}gpu"]["per_s"] / one["per_s"]
+        out["scaling_target"] = 0.9 * len(gpus)
+    return out
+
+
+def cpu_part(args) -> dict:
+    from sparserl.farm.local_cluster import LocalCluster
+    from sparserl.farm.ray_evaluator import RayEvaluator
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    A = load(args)
+    texts = list(dict.fromkeys(candidates(A, 10 * args.candidates)))[:args.candidates]  # distinct texts
+
+    def cfg(tag: str, **kw) -> HarnessConfig:  # a cold compile cache per measurement
+        return HarnessConfig(compile_only=True, memo=0, cache_dir=str(Path(args.cache) / tag), **kw)
+
+    out = {"matrix": args.matrix or f"banded {args.rows}", "candidates": len(texts), "mode": "compile-only, cold"}
+    for threads in (1, 2):
+        with Evaluator(cfg(f"local{threads}", compile_jobs=threads)) as ev:
+            out[f"in_process_{threads}threads"] = rate(ev, A, texts, 2 * threads, warm=False)
+    c = LocalCluster.start(workers=1, cpus_per_worker=1, head_cpus=0)
+    try:
+        for nodes in (1, 2):
+            if nodes == 2:
+                c.add_worker(1)
+            with RayEvaluator(cfg(f"farm{nodes}"), c.address) as ev:
+                out[f"farm_{nodes}nodes"] = rate(ev, A, texts, 2 * nodes, warm=False)
+            log.info("farm, %d worker nodes: %.1f compiles/s", nodes, out[f"farm_{nodes}nodes"]["per_s"])
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        c.stop()
+    out["scaling_2_nodes"] = out["farm_2nodes"]["per_s"] / out["farm_1nodes"]["per_s"]
+    out["farm_vs_in_process_1"] = out["farm_1nodes"]["per_s"] / out["in_process_1threads"]["per_s"]
+    return out
+
+
+def load(args):
+    from sparserl.matrices import generate, load_matrix
+
+    return load_matrix(args.matrix) if args.matrix else generate("banded", args.rows, seed=0, bands=9)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--matrix", help="a .mtx/.mtx.gz/.npz file [default: a generated banded matrix]")
+    ap.add_argument("--rows", type=int, default=200_000, help="rows of the generated matrix")
+    ap.add_argument("--candidates", type=int, default=96, help="candidates per measurement")
+    ap.add_argument("--cpus", type=int, default=None, help="CPUs the local Ray instance may use (GPU part)")
+    ap.add_argument("--cpu-scaling", action="store_true", help="the CPU part: compile-only on a multi-node cluster")
+    ap.add_argument("--cache", default=None, help="harness cache [default: a temporary folder]")
+    ap.add_argument("--out", required=True, help="JSON file to write")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args.cache = args.cache or tempfile.mkdtemp(prefix="farm-bench-")
+    res = cpu_part(args) if args.cpu_scaling else gpu_part(args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    for key, v in res.items():
+        if isinstance(v, dict) and "per_s" in v:
+            print(f"{key:22s} {v['per_s']:8.2f}/s  {v['per_candidate_ms']:8.1f} ms per candidate  {v['verdicts']}")
+    for key in ("overhead_per_candidate", "scaling", "scaling_target", "scaling_2_nodes", "farm_vs_in_process_1"):
+        if key in res:
+            print(f"{key:22s} {res[key]:.3f}")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""What every command shares: defaults read from the stage's config, the no-GPU fallback, lists
+given as comma-separated text.
+
+Rules every command follows:
+
+* An option's default is its stage's config dataclass's (:func:`defaults`), so the command line
+  and the library agree on every default.
+* On a machine without a GPU a command that would verify kernels falls back to compile-only and
+  prints a ``note:`` line saying so (:func:`fallback`).
+* A command that writes a run folder refuses one that holds an earlier run unless ``--force``
+  (or ``--resume``, where the stage can continue) is given (:mod:`sparserl.runs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import typer
+
+from sparserl.devices import compile_only_or_fallback
+from sparserl.errors import SparseRLError
+
+
+def defaults(config: type) -> SimpleNamespace:
+    """The field defaults of a config dataclass, by name (``defaults(SFTConfig).steps``); a field
+    without a default is left out."""
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return SimpleNamespace(**out)
+
+
+def fallback(compile_only: bool) -> bool:
+    """compile-only as asked, or forced by a machine without a GPU (with a note)."""
+    compile_only, note = compile_only_or_fallback(compile_only)
+    if note:
+        typer.echo(f"note: {note}", err=True)
+    return compile_only
+
+
+def names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names (empty entries dropped)."""
+    return tuple(filter(None, (s.strip() for s in text.split(","))))
+
+
+def integers(text: str, flag: str) -> tuple[int, ...]:
+    """A comma-separated list of integers; a one-line error naming ``flag`` otherwise."""
+    try:
+        return tuple(int(s) for s in names(text))
+    except ValueError:
+        raise SparseRLError(f"{flag} must be comma-separated integers, got {text!r}") from None

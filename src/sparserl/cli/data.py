@@ -1,0 +1,64 @@
+"""``sparserl data build``: SFT pairs (the defaults are :class:`~sparserl.data.sft_build.SFTDataConfig`'s)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from sparserl.cli.common import defaults, fallback, integers, names
+from sparserl.data.sft_build import SFTDataConfig, build_sft_data
+from sparserl.errors import SparseRLError
+from sparserl.runs import check_output
+
+D = defaults(SFTDataConfig)
+
+app = typer.Typer(help="SFT data: (matrix, correct kernel) pairs from the reference library.",
+                  no_args_is_help=True, rich_markup_mode="rich")
+
+
+@app.command("build")
+def data_build_cmd(
+    out: Path = typer.Option(Path(D.out), help="output folder (matrices/, train/val/test.jsonl, summary.json)"),
+    families: str = typer.Option("", help="comma-separated generator families [default: all]"),
+    per_family: int = typer.Option(D.matrices_per_family, help="generated matrices per family"),
+    min_rows: int = typer.Option(D.min_rows, help="fewest rows of a generated matrix"),
+    max_rows: int = typer.Option(D.max_rows, help="most rows of a generated matrix"),
+    real_dir: Path = typer.Option(None, help="folder of real matrices (.mtx/.mtx.gz/.npz), test split "
+                                             "[default: none]"),
+    ops: str = typer.Option(",".join(D.ops), help="spmv, spmm or spmv,spmm"),
+    ks: str = typer.Option(None, help="SpMM column counts, comma-separated (with spmm in --ops only) "
+                                      f"[default: {','.join(map(str, D.ks))}]"),
+    target: str = typer.Option(D.target, help="correct (a random correct variant), fastest (the fastest ones) "
+                                              "or near_fastest (random among those within --near-fastest-ratio "
+                                              "of the fastest)"),
+    targets_per_matrix: int = typer.Option(D.targets_per_matrix, help="rows per train (matrix, op, k)"),
+    near_fastest_ratio: float = typer.Option(D.near_fastest_ratio, help="near_fastest: at most this times the "
+                                                                        "fastest time"),
+    variants_per_matrix: int = typer.Option(None, help="evaluate this many random library variants per matrix "
+                                                       "[default: all]"),
+    val_fraction: float = typer.Option(D.val_fraction, help="share of each family's matrices for validation "
+                                                            "(rounded down)"),
+    test_fraction: float = typer.Option(D.test_fraction, help="share of each family's matrices for test "
+                                                              "(rounded down)"),
+    compile_only: bool = typer.Option(False, "--compile-only", help="targets are variants that compile (no "
+                                                                    "times); the default without a GPU"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier data set in OUT"),
+    seed: int = typer.Option(D.seed, help="random seed"),
+) -> None:
+    """Render library variants for each matrix, check them with the harness, write JSONL splits."""
+    op_list = names(ops)
+    if ks is not None and "spmm" not in op_list:
+        raise SparseRLError("--ks are SpMM column counts: give --ops spmm (or spmv,spmm), or leave --ks out")
+    k_list = integers(ks, "--ks") if ks is not None else D.ks
+    check_output(out, "data", force)
+    compile_only = fallback(compile_only)
+    cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family, min_rows=min_rows,
+                        max_rows=max_rows, real_dir=str(real_dir) if real_dir else None, ops=op_list, ks=k_list,
+                        target=target, targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
+                        near_fastest_ratio=near_fastest_ratio, val_fraction=val_fraction,
+                        test_fraction=test_fraction, compile_only=compile_only, seed=seed)
+    summary = build_sft_data(cfg)
+    usable = "compiled" if compile_only else "correct"  # compile-only: nothing was verified
+    typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", usable, "seconds")}, indent=1))

@@ -1,0 +1,50 @@
+"""``sparserl generate``: the main job (the defaults are :class:`~sparserl.generate.GenerateConfig`'s)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import typer
+
+from sparserl.cli.common import defaults, fallback
+from sparserl.generate import GenerateConfig, generate_kernel
+
+D = defaults(GenerateConfig)
+
+
+def generate_cmd(
+    matrix: Path = typer.Argument(..., help=".mtx, .mtx.gz or .npz"),
+    op: str = typer.Option(D.op, help="spmv or spmm"),
+    k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
+                                     "[default: none]"),
+    model: Path = typer.Option(None, help="policy checkpoint or HF model folder; without one, the best library "
+                                          "kernel is returned [default: runs/ppo/checkpoint, else the policy trained "
+                                          "last under runs/]"),
+    samples: int = typer.Option(D.samples, help="completions to sample and evaluate"),
+    temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
+    max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
+                                                       "kernel in the policy's tokens, plus a margin]"),
+    out: Path = typer.Option(None, help="output folder [default: runs/generate/<matrix name>]"),
+    no_library_fallback: bool = typer.Option(False, "--no-library-fallback",
+                                             help="fail instead of returning a library kernel"),
+    compile_only: bool = typer.Option(False, "--compile-only", help="the best compiling kernel, unverified; "
+                                                                    "the default without a GPU"),
+    device: str = typer.Option(D.device, help="auto, cpu or cuda[:N] (for the model)"),
+    seed: int = typer.Option(D.seed, help="random seed"),
+    search: int = typer.Option(D.search, "--search-budget", "--search",
+                               help="then search N more candidates (templates, mutations, refinements) and return "
+                                    "the best of all (0: no search)"),
+    store: str = typer.Option(None, help="best-known store for the search: a file or postgresql:// URL "
+                                         "[default: under the harness cache root]"),
+) -> None:
+    """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
+    cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model) if model else None, samples=samples,
+                         temperature=temperature, max_new_tokens=max_new_tokens, out=str(out) if out else None,
+                         library_fallback=not no_library_fallback, device=device, seed=seed,
+                         compile_only=compile_only, search=search, store=store or None)
+    rep = generate_kernel(dataclasses.replace(cfg, compile_only=fallback(compile_only)))
+    typer.echo(f"{rep.verdict} [{rep.source}]")
+    for line in rep.notes:
+        typer.echo(f"note: {line}")
+    typer.echo(f"wrote {rep.out}/kernel.cu, launch.json, report.md, report.json in {rep.seconds:.1f} s")

@@ -1,0 +1,370 @@
+"""``sparserl corpus build``: a CUDA C++ pre-training corpus from packages on the public index.
+
+Sources, in the order they are read (the first to bring a text owns it):
+
+1. the packages (:mod:`sparserl.corpus.sources`), fetched with ``pip download`` into a cache
+   (:mod:`sparserl.corpus.fetch`) or read from a folder of archives already downloaded;
+2. the CUDA toolkit's include folder (its CCCL copy is skipped when a CCCL package is in the
+   build: one version of a library, not two);
+3. the project's own kernel library, rendered;
+4. the held-out packages, last, so a text they share with a training package stays in training
+   and the held-out split holds only text the model never saw.
+
+Every file goes through :func:`sparserl.corpus.filters.drop_reason`, then de-duplication by the
+SHA-256 of its bytes. The split is by package: the held-out packages whole, plus
+``heldout_fraction`` of every other package's files (chosen by hash, so the same file lands in the
+same split on every build), which gives each package a held-out perplexity of its own.
+
+A build can be run again at any time: archives already in the cache are not fetched again, texts
+already in ``files/`` are not written again, and the manifest is replaced only when the build
+succeeded (a failed build leaves an earlier corpus as it was).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sparserl.corpus.archives import ArchiveInfo, members, read_info
+from sparserl.corpus.fetch import fetch
+from sparserl.corpus.filters import FileRules, drop_reason, has_extension, licence_of
+from sparserl.corpus.manifest import FILES, SUMMARY, ManifestRow, file_path, write_manifest
+from sparserl.corpus.sources import (
+    ARCHIVE_SUFFIXES,
+    DEFAULT_HELDOUT,
+    DEFAULT_PACKAGES,
+    PackageSpec,
+    archive_name_version,
+    normalise,
+    spec_for,
+)
+from sparserl.errors import SparseRLError
+
+log = logging.getLogger(__name__)
+
+TOOLKIT = "cuda-toolkit"
+LIBRARY = "sparserl-library"
+
+
+def default_cache() -> Path:
+    """``<harness cache root>/pip-corpus`` (root: $SPARSERL_CACHE_DIR or ~/.cache/sparserl)."""
+    root = os.environ.get("SPARSERL_CACHE_DIR") or os.path.join(Path.home(), ".cache", "sparserl")
+    return Path(root) / "pip-corpus"
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """What goes into a built corpus."""
+
+    out: str
+    """Corpus folder (manifest.jsonl, summary.json, files/)."""
+    cache: str | None = None
+    """Folder the archives are downloaded into; default: :func:`default_cache`."""
+    archives: str | None = None
+    """Read this folder of archives (.whl, .tar.gz, .zip) instead of fetching: no index needed."""
+    packages: tuple[PackageSpec, ...] = DEFAULT_PACKAGES
+    """Packages to fetch (ignored with ``archives``)."""
+    heldout_packages: tuple[str, ...] = DEFAULT_HELDOUT
+    """Packages held out whole."""
+    heldout_fraction: float = 0.01
+    """Share of every other package's files held out (chosen by hash)."""
+    toolkit: bool = True
+    """Add the CUDA toolkit's headers."""
+    cuda_include: str | None = None
+    """The toolkit's include folder; default: found from nvcc or $CUDA_HOME."""
+    library: bool = True
+    """Add the project's kernel library, rendered."""
+    rules: FileRules = field(default_factory=FileRules)
+    """File filter thresholds."""
+    index_url: str | None = None
+    """Package index for pip (default: pip's own setting)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.heldout_fraction < 0.5:
+            raise SparseRLError(f"heldout_fraction must be in [0, 0.5), got {self.heldout_fraction}")
+
+
+@dataclass
+class PackageTally:
+    """What one source gave: the per-package lines of ``summary.json``."""
+
+    version: str = ""
+    licence: str = ""
+    origin: str = ""
+    """'fetched', 'cache', 'archives', 'local'."""
+    archive: str = ""
+    files_seen: int = 0
+    """Files with a CUDA C++ extension inside the package's share."""
+    bytes_seen: int = 0
+    kept: int = 0
+    kept_bytes: int = 0
+    train_bytes: int = 0
+    heldout_bytes: int = 0
+    duplicates: int = 0
+    """Files whose text an earlier file (this package's or another's) already brought."""
+    duplicate_bytes: int = 0
+    dropped: dict = field(default_factory=dict)
+    """reason -> {'files': n, 'bytes': b}."""
+    excluded: int = 0
+    """CUDA C++ files outside the package's share (bundled copies of other libraries, generated kernels)."""
+    excluded_bytes: int = 0
+
+    def drop(self, reason: str, size: int) -> None:
+        d = self.dropped.setdefault(reason, {"files": 0, "bytes": 0})
+        d["files"] += 1
+        d["bytes"] += size
+
+
+@dataclass(frozen=True)
+class Source:
+    """One package to read: its recipe, its archive (None for a local folder) and its metadata."""
+
+    spec: PackageSpec
+    archive: Path | None
+    info: ArchiveInfo
+    origin: str
+
+
+def _heldout_by_hash(sha: str, fraction: float) -> bool:
+    return int(sha[:8], 16) / 0x100000000 < fraction
+
+
+def _archive_sources(folder: Path) -> list[Source]:
+    if not folder.is_dir():
+        raise SparseRLError(f"--archives {folder}: no such folder")
+    found = sorted(p for p in folder.iterdir() if p.name.endswith(ARCHIVE_SUFFIXES))
+    if not found:
+        raise SparseRLError(f"--archives {folder} holds no package archives (.whl, .tar.gz, .zip): download "
+                            "them there with 'pip download --no-deps -d FOLDER NAME'")
+    out = []
+    for p in found:
+        nv = archive_name_version(p.name) or (normalise(p.name.split(".")[0]), "")
+        info = read_info(p, *nv)
+        spec = spec_for(info.name, info.version)
+        out.append(Source(spec, p, info, "archives"))
+    return out
+
+
+def _fetched_sources(cfg: BuildConfig, cache: Path) -> list[Source]:
+    results = []
+    failed = []
+    for spec in cfg.packages:
+        r = fetch(spec, cache, cfg.index_url)
+        if r.archive is None:
+            failed.append(r)
+            log.warning("could not fetch %s: %s", spec.requirement, r.error)
+        else:
+            results.append(r)
+    if failed:
+        names = ", ".join(r.spec.requirement for r in failed)
+        why = failed[0].error.removeprefix("ERROR: ")
+        raise SparseRLError(
+            f"could not fetch {len(failed)} of {len(cfg.packages)} packages ({names}; pip: {why}); "
+            f"{len(results)} fetched are kept in {cache}. With no reachable index, download the archives where "
+            "there is one (pip download --no-deps NAME==VERSION) and pass their folder with --archives DIR")
+    return [Source(r.spec, r.archive, read_info(r.archive, r.spec.name, r.spec.version),
+                   "cache" if r.cached else "fetched") for r in results]
+
+
+def _toolkit_files(root: Path, skip_cccl: bool) -> Iterator[tuple[str, bytes]]:
+    for dirpath, dirnames, names in os.walk(root, followlinks=True):
+        rel_dir = os.path.relpath(dirpath, root)
+        if skip_cccl and rel_dir == ".":
+            dirnames[:] = [d for d in dirnames if d != "cccl"]
+        dirnames.sort()
+        for name in sorted(names):
+            p = Path(dirpath) / name
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if has_extension(rel, extensionless=True):
+                try:
+                    yield rel, p.read_bytes()
+                except OSError:
+                    continue
+
+
+def _toolkit_version(root: Path) -> str:
+    try:
+        m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", (root / "cuda.h").read_text(errors="replace"))
+    except OSError:
+        return ""
+    return f"{int(m.group(1)) // 1000}.{int(m.group(1)) % 1000 // 10}" if m else ""
+
+
+def _library_files() -> Iterator[tuple[str, bytes]]:
+    from sparserl.kernels.library import all_variants
+
+    for v in all_variants():
+        yield f"library/{v.id}.cu", v.render().encode()
+
+
+class _Writer:
+    """De-duplicates, splits, stores texts and tallies."""
+
+    def __init__(self, cfg: BuildConfig, out: Path):
+        self.cfg, self.out = cfg, out
+        self.seen: dict[str, str] = {}
+        self.rows: list[ManifestRow] = []
+        self.tally: dict[str, PackageTally] = {}
+        self.written = 0
+
+    def share(self, spec: PackageSpec, archive: Path) -> Iterator[tuple[str, bytes]]:
+        """The members of ``archive`` in ``spec``'s share; those outside it (bundled copies, other
+        folders) are tallied as ``excluded`` without being read."""
+        t = self.tally.setdefault(spec.name, PackageTally())
+        for m in members(archive):
+            if not has_extension(m.name, spec.extensionless):
+                continue
+            if spec.takes(m.name):
+                yield m.name, m.read()
+            else:
+                t.excluded += 1
+                t.excluded_bytes += m.size
+
+    def add(self, package: str, version: str, licence: str, items: Iterator[tuple[str, bytes]],
+            extensionless: bool, cuda_only: bool, heldout: bool, origin: str, archive: str) -> PackageTally:
+        t = self.tally.setdefault(package, PackageTally())
+        t.version, t.licence, t.origin, t.archive = version, licence, origin, archive
+        for path, data in items:
+            t.files_seen += 1
+            t.bytes_seen += len(data)
+            reason, text = drop_reason(path, data, self.cfg.rules, extensionless=extensionless, cuda_only=cuda_only)
+            if reason is not None:
+                t.drop(reason, len(data))
+                continue
+            sha = hashlib.sha256(data).hexdigest()
+            if sha in self.seen:
+                t.duplicates += 1
+                t.duplicate_bytes += len(data)
+                continue
+            self.seen[sha] = package
+            split = "heldout" if heldout or _heldout_by_hash(sha, self.cfg.heldout_fraction) else "train"
+            dest = file_path(self.out, sha)
+            if not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_suffix(".tmp")
+                tmp.write_bytes(data)
+                tmp.replace(dest)
+                self.written += 1
+            self.rows.append(ManifestRow(package, version, licence_of(text, self.cfg.rules.head_chars) or licence,
+                                         path, sha, len(data), split))
+            t.kept += 1
+            t.kept_bytes += len(data)
+            if split == "train":
+                t.train_bytes += len(data)
+            else:
+                t.heldout_bytes += len(data)
+        return t
+
+
+def build(cfg: BuildConfig) -> dict:
+    """Build the corpus folder; returns the summary (also written to ``summary.json``)."""
+    from sparserl.progress import progress
+
+    t0 = time.perf_counter()
+    out = Path(cfg.out)
+    if cfg.archives:
+        sources = _archive_sources(Path(cfg.archives))
+    else:
+        cache = Path(cfg.cache) if cfg.cache else default_cache()
+        sources = _fetched_sources(cfg, cache)
+    held = {normalise(n) for n in cfg.heldout_packages}
+    sources.sort(key=lambda s: s.spec.name in held)  # stable: training packages first, held-out ones last
+    (out / FILES).mkdir(parents=True, exist_ok=True)
+    w = _Writer(cfg, out)
+    local: list[tuple[str, str, str, Iterator, str]] = []
+    if cfg.toolkit:
+        from sparserl.data.corpus import find_cuda_include
+
+        try:
+            root = find_cuda_include(cfg.cuda_include)
+        except SparseRLError as exc:
+            raise SparseRLError(f"{exc}; or build without them: --no-toolkit") from None
+        has_cccl = any(s.spec.name.startswith("nvidia-cuda-cccl") for s in sources)
+        local.append((TOOLKIT, _toolkit_version(root), "NVIDIA CUDA Toolkit EULA",
+                      _toolkit_files(root, skip_cccl=has_cccl), str(root)))
+    if cfg.library:
+        from sparserl import __version__
+
+        local.append((LIBRARY, __version__, "Apache-2.0", _library_files(), "rendered"))
+    train_sources = [s for s in sources if s.spec.name not in held]
+    held_sources = [s for s in sources if s.spec.name in held]
+    with progress() as bar:
+        task = bar.add_task("corpus", total=len(sources) + len(local))
+
+        def read(s: Source) -> None:
+            bar.update(task, description=f"corpus {s.spec.name}")
+            spec = s.spec
+            items = w.share(spec, s.archive)
+            w.add(spec.name, s.info.version, s.info.licence, items, spec.extensionless, True,
+                  spec.name in held, s.origin, s.archive.name)
+            bar.advance(task)
+
+        for s in train_sources:
+            read(s)
+        for name, version, licence, items, where in local:
+            bar.update(task, description=f"corpus {name}")
+            w.add(name, version, licence, items, extensionless=True, cuda_only=name != TOOLKIT,
+                  heldout=name in held, origin="local", archive=where)
+            bar.advance(task)
+        for s in held_sources:
+            read(s)
+    from_packages = sum(w.tally[s.spec.name].kept for s in sources if s.spec.name in w.tally)
+    if sources and from_packages == 0:
+        where = cfg.archives or "the fetched archives"
+        raise SparseRLError(f"{where}: {len(sources)} archive(s), none holds CUDA source that passes the filters "
+                            f"({_reasons(w.tally)}): nothing usable, the corpus in {out} was left as it was")
+    if not w.rows:
+        raise SparseRLError("nothing usable: no package, toolkit or library file passed the filters")
+    if not any(r.split == "train" for r in w.rows):
+        raise SparseRLError("every file landed in the held-out split: hold out fewer packages")
+    write_manifest(out, w.rows)
+    pruned = _prune(out, {r.sha256 for r in w.rows})
+    summary = _summary(cfg, w, time.perf_counter() - t0, pruned)
+    tmp = out / (SUMMARY + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1))
+    tmp.replace(out / SUMMARY)
+    return summary
+
+
+def _reasons(tally: dict[str, PackageTally]) -> str:
+    total: dict[str, int] = {}
+    for t in tally.values():
+        for reason, d in t.dropped.items():
+            total[reason] = total.get(reason, 0) + d["files"]
+    seen = sum(t.files_seen for t in tally.values())
+    if not seen:
+        return "no .cu/.cuh/.h/.hpp/.inl file in their share"
+    return f"{seen} CUDA C++ files seen, dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(total.items()))
+
+
+def _prune(out: Path, keep: set[str]) -> int:
+    """Remove texts an earlier build stored that this one no longer lists."""
+    n = 0
+    for p in (out / FILES).glob("*/*.txt"):
+        if p.stem not in keep:
+            p.unlink()
+            n += 1
+    return n
+
+
+def _summary(cfg: BuildConfig, w: _Writer, seconds: float, pruned: int) -> dict:
+    packages = {name: asdict(t) for name, t in w.tally.items()}
+    train = sum(r.bytes for r in w.rows if r.split == "train")
+    held = sum(r.bytes for r in w.rows if r.split == "heldout")
+    return {
+        "files": len(w.rows), "unique_bytes": train + held, "train_bytes": train, "heldout_bytes": held,
+        "heldout_packages": sorted({r.package for r in w.rows if r.split == "heldout"
+                                    and r.package in {normalise(n) for n in cfg.heldout_packages}}),
+        "heldout_fraction": cfg.heldout_fraction, "bytes_seen": sum(t.bytes_seen for t in w.tally.values()),
+        "duplicate_bytes": sum(t.duplicate_bytes for t in w.tally.values()),
+        "excluded_bytes": sum(t.excluded_bytes for t in w.tally.values()),
+        "files_written": w.written, "files_pruned": pruned, "seconds": round(seconds, 1),
+        "rules": asdict(cfg.rules), "packages": packages,
+    }

@@ -1,0 +1,91 @@
+"""The corpus manifest: one row per file kept, where it came from and which split it is in.
+
+A built corpus folder holds ``manifest.jsonl`` (these rows), ``summary.json`` (per package:
+files seen, kept, dropped by reason, bytes) and ``files/`` (each file's text once, named by its
+SHA-256, so the same text brought by two packages is stored and trained on once).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from sparserl.errors import SparseRLError
+
+MANIFEST = "manifest.jsonl"
+SUMMARY = "summary.json"
+FILES = "files"
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class ManifestRow:
+    """One file of the corpus."""
+
+    package: str
+    """Distribution it came from ('cuda-toolkit' and 'sparserl-library' for the two local sources)."""
+    version: str
+    """That distribution's version."""
+    licence: str
+    """The file's SPDX line when it has one, else the package's declared licence."""
+    path: str
+    """Path inside the package's archive (or include folder)."""
+    sha256: str
+    """Hash of the file's bytes: its name under ``files/`` and the de-duplication key."""
+    bytes: int
+    """Size in bytes."""
+    split: str
+    """'train' or 'heldout'."""
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
+
+
+def file_path(corpus: Path, sha256: str) -> Path:
+    """Where the text with hash ``sha256`` lives in a corpus folder."""
+    return Path(corpus) / FILES / sha256[:2] / f"{sha256}.txt"
+
+
+def write_manifest(corpus: Path, rows: Iterable[ManifestRow]) -> None:
+    """Write ``manifest.jsonl`` atomically."""
+    path = Path(corpus) / MANIFEST
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(asdict(row)) + "\n")
+    tmp.replace(path)
+
+
+def read_manifest(corpus: Path) -> list[ManifestRow]:
+    """The rows of a built corpus; a folder without a readable manifest is a SparseRLError."""
+    path = Path(corpus) / MANIFEST
+    if not path.exists():
+        raise SparseRLError(f"{corpus}: no {MANIFEST} here, so not a built corpus: build one with "
+                            "'sparserl corpus build --out DIR'")
+    names = {f.name for f in fields(ManifestRow)}
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            rows.append(ManifestRow(**{k: rec[k] for k in names}))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SparseRLError(f"{path}:{i}: not a manifest row ({exc}); build the corpus again") from None
+    if not rows:
+        raise SparseRLError(f"{path} lists no files: the corpus holds nothing usable; build it again "
+                            "with packages or archives that ship CUDA source")
+    return rows
+
+
+def read_text(corpus: Path, row: ManifestRow) -> str:
+    """The text of one manifest row."""
+    p = file_path(corpus, row.sha256)
+    try:
+        return p.read_text(encoding="utf-8")
+    except OSError:
+        raise SparseRLError(f"{p} is missing (listed in the manifest as {row.package}:{row.path}): build the "
+                            "corpus again (files already there are kept)") from None

@@ -1,0 +1,139 @@
+"""How a sampled kernel relates to the reference library (pure functions).
+
+A library strategy is one body shared by all its variants; a variant is that body under its
+header (``FORMAT:``, ``PARAMS:``, ``LAUNCH:``). A policy taught on the library writes, for each
+sample, one of four things:
+
+* ``library``: one of the library's variants exactly (body and header);
+* ``params``: a library body under the header of one of its variants with other numbers: other
+  PARAMS values or FORMAT parameters, the same names and the same LAUNCH lines. Since the LAUNCH
+  lines and the code read the numbers by name, such a kernel is consistent by construction; it
+  is a choice of numbers the library did not make;
+* ``mismatch``: a library body under any other header (other LAUNCH lines, other or missing PARAMS
+  names, another format): the two can disagree on what the body bakes in;
+* ``new``: a body the library does not have: a specialised or mutated kernel, or a garbled one.
+
+Counting a system's samples by class, with the correct share of each, tells whether its
+incorrect samples are library parts put together wrongly or new code. A completion is read as the
+harness reads it (:func:`sparserl.harness.extract.extract`: fences, chatter and markdown dropped,
+the header parsed and rendered back with its format parameters' defaults filled in); bodies (the
+code as written, without the PARAMS prelude) are compared with their whitespace collapsed. A
+completion the harness cannot extract is ``new``. Nothing is compiled or run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+
+from sparserl.harness.extract import Extracted, extract
+from sparserl.kernels.contract import Header, Op
+from sparserl.kernels.library import variants
+
+
+class LibraryMatch(str, Enum):
+    """What a completion is, against the library (see the module docstring)."""
+
+    LIBRARY = "library"
+    PARAMS = "params"
+    MISMATCH = "mismatch"
+    NEW = "new"
+
+
+DESCRIPTION = {
+    LibraryMatch.LIBRARY: "a library variant exactly",
+    LibraryMatch.PARAMS: "a library body with other PARAMS or FORMAT numbers",
+    LibraryMatch.MISMATCH: "a library body under a header none of its variants has",
+    LibraryMatch.NEW: "a body the library does not have",
+}
+
+
+def _shape(header: Header) -> tuple:
+    """A header without its numbers: the format, the names of its FORMAT parameters and PARAMS,
+    and its LAUNCH lines (which read the numbers by name)."""
+    return (header.format, tuple(header.params), tuple(header.constants), tuple(l.render() for l in header.launches))
+
+
+def _parts(text: str, op: Op) -> tuple[Header, str] | None:
+    """(the parsed header, the body as written with its whitespace collapsed), or None when the
+    harness would find no completion in ``text``."""
+    got = extract(text, op)
+    if not isinstance(got, Extracted):
+        return None
+    return got.header, re.sub(r"\s+", " ", got.body).strip()
+
+
+@dataclass(frozen=True)
+class _Headers:
+    exact: frozenset[str]
+    """Rendered headers of the variants with this body."""
+    shapes: frozenset[tuple]
+    """Their :func:`_shape`."""
+
+
+@lru_cache(maxsize=4)
+def _library(op: Op) -> dict[str, _Headers]:
+    """Library bodies of ``op`` -> the headers they come with."""
+    exact: dict[str, set[str]] = defaultdict(set)
+    shapes: dict[str, set[tuple]] = defaultdict(set)
+    for v in variants(op):
+        head, body = _parts(v.render(), op)
+        exact[body].add(head.render())
+        shapes[body].add(_shape(head))
+    return {b: _Headers(frozenset(exact[b]), frozenset(shapes[b])) for b in exact}
+
+
+def library_match(text: str, op: Op | str) -> LibraryMatch:
+    """The class of one completion (see the module docstring)."""
+    op = Op(op)
+    parts = _parts(text, op)
+    heads = _library(op).get(parts[1]) if parts else None
+    if heads is None:
+        return LibraryMatch.NEW
+    if parts[0].render() in heads.exact:
+        return LibraryMatch.LIBRARY
+    return LibraryMatch.PARAMS if _shape(parts[0]) in heads.shapes else LibraryMatch.MISMATCH
+
+
+def library_match_table(samples: Iterable[tuple[str, str, bool]], op: Op | str) -> dict[str, dict[str, dict]]:
+    """Per system, per class: how many samples and how many of them correct.
+
+    ``samples`` are (system, completion, correct) triples; every class appears for every system
+    (zeros included), so tables of different runs line up."""
+    counts: dict[str, dict[LibraryMatch, list[int]]] = defaultdict(lambda: {c: [0, 0] for c in LibraryMatch})
+    for system, text, correct in samples:
+        c = counts[system][library_match(text, op)]
+        c[0] += 1
+        c[1] += bool(correct)
+    return {s: {c.value: {"samples": n, "correct": k} for c, (n, k) in by.items()} for s, by in counts.items()}
+
+
+def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
+    """The table as markdown lines: samples and correct share of each class, per system."""
+    if not table:
+        return []
+    cols = [c for c in LibraryMatch]
+    lines = ["## Samples against the library", "",
+             "Each sample is " + "; ".join(f"*{c.value}*: {DESCRIPTION[c]}" for c in cols)
+             + ". Cells: samples (share of the system's samples), correct share among them.", "",
+             "| system | " + " | ".join(c.value for c in cols) + " |", "|" + " --- |" * (len(cols) + 1)]
+    for system, by in table.items():
+        total = sum(v["samples"] for v in by.values()) or 1
+        cells = []
+        for c in cols:
+            n, k = by[c.value]["samples"], by[c.value]["correct"]
+            cells.append(f"{n} ({100 * n / total:.0f}%), {100 * k / n:.0f}% correct" if n else "0")
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def shares(by_class: dict[str, dict] | None) -> dict[str, float]:
+    """``{CLASS}_share`` of one system's samples (from :func:`library_match_table`); {} when it drew none."""
+    total = sum(v["samples"] for v in (by_class or {}).values())
+    if not total:
+        return {}
+    return {f"{c.value}_share": by_class.get(c.value, {"samples": 0})["samples"] / total for c in LibraryMatch}

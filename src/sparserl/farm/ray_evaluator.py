@@ -1,0 +1,505 @@
+"""The evaluator interface served by a Ray cluster: compiles as CPU tasks, one actor per GPU.
+
+    ev = RayEvaluator(HarnessConfig(), "head-node:6379")   # sparserl farm --ray ADDRESS picks it
+    ref = ev.register(A, "bcsstk13")
+    res = ev.submit(text, ref, "spmv").result()             # an EvalResult, as Evaluator gives
+
+A candidate travels: a **compile task** (``num_cpus=1``, any node: extraction, static checks,
+NVRTC/nvcc, PTX checks; without GPUs also the host's conversion and launch plan, and there it
+ends with ``no_gpu``) returns the job and the cubin's bytes; the driver hands them to an idle
+**GPU actor** (``num_gpus=1``: Ray gives it one GPU alone), which holds one harness worker
+(:class:`~sparserl.harness.pool.WorkerPool` of one) and runs one job at a time, so one timed
+kernel at a time per GPU, under the pool's phase limits, its restarts and its verdicts. A matrix
+is shipped once per node through Ray's object store and saved in the node's harness cache.
+
+Faults: a compile task whose worker or node dies is run again by Ray (``max_retries``); a GPU
+job whose actor dies (its process, its node) is run again on another actor, up to
+:data:`RERUNS` times, and the dead actor is asked whether Ray restarted it (``max_restarts``)
+before it is given work again. A kernel that crashes its harness worker is the kernel's verdict
+(``crashed``), as on one host: the actor survives it. Each GPU's health (shared, throttled:
+:mod:`.health`) is asked at start and whenever :meth:`RayEvaluator.health` is called.
+
+Every node must run the same SparseRL (checked at start: a node of another harness version is a
+one-line error, so two versions' verdicts never mix in one farm).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from sparserl.errors import SparseRLError
+from sparserl.harness.evaluator import _NOT_REMEMBERED, Evaluator, HarnessConfig, MatrixRef
+from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalProfile, EvalResult
+from sparserl.kernels.contract import Op
+
+log = logging.getLogger(__name__)
+
+RERUNS = 3
+"""How many times a GPU job whose actor died is run again on another actor before it comes back
+as ``internal_error``."""
+
+COMPILE_RETRIES = 5
+"""Ray's retries of a compile task whose worker process or node died."""
+
+NO_GPU_NOTE = ("the Ray cluster has no GPUs: the farm compiles and checks its candidates only (nothing is "
+               "verified or timed, nothing enters the store)")
+
+
+def ray_module():
+    """Ray, or a one-line error saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise SparseRLError("the farm needs Ray: pip install -e '.[farm]' (on every node of the cluster)") from None
+    return ray
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def check_address(address: str, timeout: float = 5.0) -> None:
+    """A one-line error unless something answers at ``address`` (``host:port`` or ``ray://host:port``;
+    ``auto`` is left to Ray, which finds the cluster of this machine)."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise SparseRLError(f"--ray must be host:port, ray://host:port or auto, got {address!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise SparseRLError(f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one with "
+                            "'ray start --head' or check the address") from None
+
+
+def connect(address: str) -> bool:
+    """Join the cluster at ``address``; False when this process was connected already."""
+    ray = ray_module()
+    if ray.is_initialized():
+        return False
+    check_address(address)
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, namespace="sparserl")
+    except Exception as exc:  # ConnectionError, RuntimeError, TimeoutError ... from Ray: one line
+        raise SparseRLError(f"cannot join the Ray cluster at {address}: {_first_line(exc)}") from None
+    return True
+
+
+# -- what runs on the nodes ------------------------------------------------------------------
+
+_LOCAL: dict[str, Evaluator] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def _local_evaluator(config: HarnessConfig) -> Evaluator:
+    """This worker process's compile-only evaluator for ``config`` (its compile cache, its host plans)."""
+    key = repr(config)
+    with _LOCAL_LOCK:
+        if key not in _LOCAL:
+            _LOCAL[key] = Evaluator(replace(config, compile_only=True, compile_jobs=1, memo=0))
+        return _LOCAL[key]
+
+
+def _matrix_here(root: Path, key: str, blob_box: list) -> Path:
+    """The node's copy of a registered matrix (fetched from the object store the first time)."""
+    path = root / "matrices" / f"{key}.npz"
+    if not path.exists():
+        ray = ray_module()
+        data = ray.get(blob_box[0])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return path
+
+
+def node_facts() -> dict:
+    """What a node says about itself at the farm's start."""
+    import shutil
+
+    from sparserl import __version__
+
+    return {"host": socket.gethostname(), "harness_version": HARNESS_VERSION, "sparserl": __version__,
+            "nvcc": shutil.which("nvcc") is not None, "pid": os.getpid()}
+
+
+def compile_task(config: HarnessConfig, text: str, mref: MatrixRef, blob_box: list, op: str, k: int | None,
+                 gpu_mode: bool) -> tuple:
+    """A compile task (see the module docstring): ``("done", EvalResult, host)`` when the candidate's
+    evaluation ends here, or ``("ready", job, extra, cubin bytes, host)`` for a GPU actor."""
+    ev = _local_evaluator(config)
+    t0 = time.perf_counter()
+    host = socket.gethostname()
+    local = replace(mref, path=str(_matrix_here(ev.config.root, mref.key, blob_box)))
+    ready, failed = ev._front(text, local, Op(op), k, t0, plan_on_host=not gpu_mode)
+    if failed is not None:
+        return "done", replace(failed, host=host), host
+    job, extra = ready
+    if not gpu_mode:
+        front = extra.pop("front", {})
+        return "done", EvalResult.failure(op, k, mref.name, ErrorKind.NO_GPU, "compiled; not run (no GPU or "
+                                          "compile-only)", compiled=True, host=host,
+                                          eval_seconds=time.perf_counter() - t0,
+                                          profile=EvalProfile(seconds=front), **extra), host
+    return "ready", job, extra, Path(job["cubin_path"]).read_bytes(), host
+
+
+class GpuActor:
+    """One GPU of the cluster (``num_gpus=1``) and the harness worker that owns it."""
+
+    def __init__(self, config: HarnessConfig, target=None):
+        from sparserl.harness.pool import WorkerPool
+        from sparserl.harness.worker import settings_dict
+
+        self.config = config
+        self.host = socket.gethostname()
+        settings = settings_dict(config) | {"cache_dir": str(config.root)}
+        kw = {"target": target} if target is not None else {}
+        self.pool = WorkerPool([0], settings, config.limits, **kw)  # Ray set CUDA_VISIBLE_DEVICES to our GPU
+        self.started = time.time()
+
+    def info(self) -> dict:
+        ray = ray_module()
+        w = self.pool.workers[0]
+        return node_facts() | {"gpu_ids": [str(g) for g in ray.get_gpu_ids()], "gpu": w.info.get("gpu"),
+                               "arch": w.info.get("arch"), "worker_pid": w.info.get("pid"),
+                               "sync_latency_ms": w.info.get("sync_latency_ms"),
+                               "node_id": ray.get_runtime_context().get_node_id(), "jobs": w.jobs,
+                               "busy_s": w.busy_s}
+
+    def run(self, kind: str, job: dict, cubin: bytes | None, blob_box: list) -> dict:
+        import hashlib
+
+        root = self.config.root
+        job = dict(job, matrix=dict(job["matrix"], path=str(_matrix_here(root, job["matrix"]["key"], blob_box))))
+        if cubin is not None:
+            path = root / "farm_cubin" / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(cubin)
+                os.replace(tmp, path)
+            job["cubin_path"] = str(path)
+        out = self.pool.run(kind, job)
+        out["host"] = self.host
+        return out
+
+    def health(self):
+        from sparserl.farm.health import query
+
+        ray = ray_module()
+        ids = ray.get_gpu_ids()
+        w = self.pool.workers[0]
+        found = query(int(ids[0]) if ids and str(ids[0]).isdigit() else None, {w.info.get("pid") or -1},
+                      w.info.get("sync_latency_ms"))
+        return found[0] if found else None
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Actor:
+    handle: object
+    name: str
+    info: dict = field(default_factory=dict)
+    alive: bool = True
+    jobs: int = 0
+    busy_s: float = 0.0
+    lost: int = 0
+    checking: bool = False
+    """Whether the driver is asking if Ray restarted it."""
+
+
+class RayEvaluator:
+    """The evaluator interface (:class:`~sparserl.harness.interface.KernelEvaluator`) on a Ray cluster.
+
+    ``address``: the cluster (``host:port``, ``ray://host:port`` or ``auto``). ``gpus``: use at
+    most this many of its GPUs (None: all). ``worker_target``: the GPU worker's entry point
+    (tests give the pool's CPU stand-in; default the real one)."""
+
+    _finish = Evaluator._finish  # the payload -> EvalResult step is the in-process evaluator's own
+    _memo_key = Evaluator._memo_key
+
+    def __init__(self, config: HarnessConfig | None = None, address: str = "auto", *, gpus: int | None = None,
+                 worker_target=None):
+        self.config = config or HarnessConfig()
+        self.address = address
+        ray = ray_module()
+        self._own_connection = connect(address)
+        try:
+            self._setup(ray, gpus, worker_target)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, ray, gpus: int | None, worker_target) -> None:
+        self.nodes = self._check_nodes(ray)
+        resources = ray.cluster_resources()
+        self.cpus = int(resources.get("CPU", 0))
+        n_gpus = int(resources.get("GPU", 0))
+        if gpus is not None:
+            n_gpus = min(n_gpus, gpus)
+        self._gpu_mode = n_gpus > 0 and not self.config.compile_only
+        if n_gpus == 0 and not self.config.compile_only:
+            log.warning(NO_GPU_NOTE)
+        if self.cpus < 1:
+            raise SparseRLError(f"the Ray cluster at {self.address} has no CPUs for compile tasks")
+        self._compile = ray.remote(compile_task).options(num_cpus=1, max_retries=COMPILE_RETRIES)
+        self._blobs: dict[str, object] = {}
+        self._memo: OrderedDict[tuple, Future] = OrderedDict()
+        self._memo_lock = threading.Lock()
+        self.memo_hits = 0
+        self._stats_lock = threading.Lock()
+        self.compiles: dict[str, int] = {}
+        """Compile tasks finished, per host."""
+        self.reruns = 0
+        """GPU jobs run again because their actor died."""
+        self.actors: list[_Actor] = []
+        self._idle: queue.Queue[_Actor] = queue.Queue()
+        if self._gpu_mode:
+            self._start_actors(ray, n_gpus, worker_target)
+        self._gpu_exec = ThreadPoolExecutor(max_workers=max(1, len(self.actors)), thread_name_prefix="farm-gpu")
+
+    def _check_nodes(self, ray) -> list[dict]:
+        """One probe task on every live node: all must run this harness version."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        probe = ray.remote(node_facts)
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        refs = [probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote() for n in alive]
+        try:
+            facts = ray.get(refs, timeout=self.config.limits.startup)
+        except Exception as exc:
+            raise SparseRLError(f"the nodes of the Ray cluster at {self.address} did not answer: "
+                                f"{_first_line(exc)}") from None
+        other = [f for f in facts if str(f["harness_version"]) != str(HARNESS_VERSION)]
+        if other:
+            hosts = ", ".join(sorted({f"{f['host']} (harness {f['harness_version']})" for f in other}))
+            raise SparseRLError(f"nodes of the Ray cluster run another SparseRL: {hosts}; this one is harness "
+                                f"{HARNESS_VERSION}: install the same sparserl on every node")
+        log.info("Ray cluster at %s: %d nodes (%s)", self.address, len(facts),
+                 ", ".join(sorted({f["host"] for f in facts})))
+        return facts
+
+    def _start_actors(self, ray, n: int, target) -> None:
+        cls = ray.remote(GpuActor).options(num_gpus=1, num_cpus=0, max_restarts=-1, max_task_retries=0)
+        handles = [cls.remote(self.config, target) for _ in range(n)]
+        pending = {h.info.remote(): i for i, h in enumerate(handles)}
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.config.limits.startup)
+        for ref in ready:
+            i = pending[ref]
+            try:
+                info = ray.get(ref)
+            except Exception as exc:
+                log.warning("a GPU actor did not start: %s", _first_line(exc))
+                ray.kill(handles[i])
+                continue
+            a = _Actor(handles[i], f"{info['host']}/gpu{','.join(info['gpu_ids']) or '?'}", info)
+            self.actors.append(a)
+            self._idle.put(a)
+        for ref, i in pending.items():
+            if ref not in ready:
+                ray.kill(handles[i])
+        if not self.actors:
+            raise SparseRLError(f"none of the {n} GPU actors of the Ray cluster at {self.address} started "
+                                f"within {self.config.limits.startup:g} s")
+        for a in self.actors:
+            log.info("GPU actor %s: %s (%s), launch latency %.2f ms", a.name, a.info.get("gpu"), a.info.get("arch"),
+                     a.info.get("sync_latency_ms") or 0.0)
+
+    # -- the interface -----------------------------------------------------------------------
+
+    @property
+    def has_gpu(self) -> bool:
+        return self._gpu_mode and any(a.alive for a in self.actors)
+
+    def register(self, A, name: str = "matrix") -> MatrixRef:
+        from sparserl.harness.matrix_files import save_matrix_file
+
+        key, path = save_matrix_file(A, self.config.root / "matrices")
+        if key not in self._blobs:
+            self._blobs[key] = ray_module().put(Path(path).read_bytes())
+        return MatrixRef(key, str(path), name, (int(A.shape[0]), int(A.shape[1])), int(A.nnz))
+
+    def gpu_lease(self, device):
+        """The cluster's GPUs are Ray's, not this process's: nothing to hold here (give the trainer's GPU
+        to no actor: start that node with one GPU fewer, ``ray start --num-gpus``)."""
+        return contextlib.nullcontext()
+
+    def evaluate(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> EvalResult:
+        return self.submit(text, matrix, op, k).result()
+
+    def evaluate_many(self, items) -> list[EvalResult]:
+        futures = [self.submit(t, m, o, k) for t, m, o, k in items]
+        return [f.result() for f in futures]
+
+    def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> Future:
+        """As :meth:`Evaluator.submit <sparserl.harness.evaluator.Evaluator.submit>`, on the cluster."""
+        op = Op(op)
+        if op is Op.SPMM and (k is None or k < 1):
+            raise SparseRLError("SpMM needs k >= 1")
+        if op is Op.SPMV:
+            k = None
+        if not self.config.memo:
+            return self._submit(text, matrix, op, k)
+        key = self._memo_key(text, matrix, op, k)
+        with self._memo_lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                self.memo_hits += 1
+                return self._memo[key]
+            out = self._submit(text, matrix, op, k)
+            self._memo[key] = out
+            while len(self._memo) > self.config.memo:
+                self._memo.popitem(last=False)
+
+        def forget(f: Future) -> None:
+            if f.result().error_kind in _NOT_REMEMBERED:
+                with self._memo_lock:
+                    if self._memo.get(key) is f:
+                        del self._memo[key]
+        out.add_done_callback(forget)
+        return out
+
+    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None) -> Future:
+        t0 = time.perf_counter()
+        out: Future = Future()
+        ref = self._compile.remote(self.config, text, matrix, [self._blobs[matrix.key]], op.value, k, self._gpu_mode)
+        ref.future().add_done_callback(lambda f: self._after_compile(f, out, matrix, op, k, t0))
+        return out
+
+    def _after_compile(self, f: Future, out: Future, matrix: MatrixRef, op: Op, k: int | None, t0: float) -> None:
+        try:
+            tag, *rest = f.result()
+        except Exception as exc:  # the task failed past its retries, or the harness raised: not the kernel's
+            out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL,
+                                              f"compile task failed: {_first_line(exc)}"))
+            return
+        with self._stats_lock:
+            host = rest[-1]
+            self.compiles[host] = self.compiles.get(host, 0) + 1
+        if tag == "done":
+            out.set_result(rest[0])
+            return
+        job, extra, cubin, _ = rest
+        try:
+            self._gpu_exec.submit(self._run_on_gpu, job, extra, cubin, matrix, op, k, t0, out)
+        except RuntimeError as exc:  # closed meanwhile
+            out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, str(exc), compiled=True))
+
+    def _take_actor(self) -> _Actor | None:
+        while True:
+            try:
+                a = self._idle.get(timeout=2.0)
+            except queue.Empty:
+                if not any(x.alive or x.checking for x in self.actors):
+                    return None
+                continue
+            if a.alive:
+                return a
+
+    def _run_on_gpu(self, job: dict, extra: dict, cubin: bytes, matrix: MatrixRef, op: Op, k: int | None,
+                    t0: float, out: Future) -> None:
+        ray = ray_module()
+        why = "no GPU actor is left in the cluster"
+        for attempt in range(RERUNS + 1):
+            a = self._take_actor()
+            if a is None:
+                break
+            t = time.perf_counter()
+            try:
+                payload = ray.get(a.handle.run.remote("eval", job, cubin, [self._blobs[matrix.key]]))
+            except Exception as exc:  # the actor (its process, its node) died under the job: run it elsewhere
+                why = f"GPU actor {a.name} died: {_first_line(exc)}"
+                log.warning("%s; running the candidate again on another GPU (attempt %d of %d)", why, attempt + 1,
+                            RERUNS)
+                with self._stats_lock:
+                    self.reruns += 1
+                self._lost(a)
+                continue
+            with self._stats_lock:
+                a.jobs += 1
+                a.busy_s += time.perf_counter() - t
+            self._idle.put(a)
+            out.set_result(self._finish(payload, extra, matrix, op, k, t0))
+            return
+        out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, why, compiled=True, **extra))
+
+    def _lost(self, a: _Actor) -> None:
+        """Take ``a`` out of service; back in when Ray has restarted it (asked in the background)."""
+        a.alive = False
+        a.lost += 1
+        a.checking = True
+
+        def check() -> None:
+            ray = ray_module()
+            try:
+                a.info = ray.get(a.handle.info.remote(), timeout=self.config.limits.startup)
+            except Exception as exc:
+                log.warning("GPU actor %s is gone: %s", a.name, _first_line(exc))
+                a.checking = False
+                return
+            log.info("GPU actor %s is back (restarted on %s)", a.name, a.info.get("host"))
+            a.alive, a.checking = True, False
+            self._idle.put(a)
+        threading.Thread(target=check, name=f"farm-check-{a.name}", daemon=True).start()
+
+    # -- what the farm shows ---------------------------------------------------------------------
+
+    def worker_stats(self) -> list[dict]:
+        """Per GPU actor: host, GPU, jobs done, seconds busy, whether it is serving."""
+        with self._stats_lock:
+            return [{"name": a.name, "host": a.info.get("host"), "gpu": a.info.get("gpu"), "jobs": a.jobs,
+                     "busy_s": a.busy_s, "alive": a.alive, "lost": a.lost,
+                     "sync_latency_ms": a.info.get("sync_latency_ms")} for a in self.actors]
+
+    def health(self) -> dict:
+        """Per GPU actor's name, its :class:`~.health.GpuHealth` (None where nvidia-smi says nothing)."""
+        ray = ray_module()
+        refs = {a.name: a.handle.health.remote() for a in self.actors if a.alive}
+        out = {}
+        for name, ref in refs.items():
+            try:
+                out[name] = ray.get(ref, timeout=30)
+            except Exception as exc:
+                log.debug("health of %s: %s", name, exc)
+        return out
+
+    def close(self) -> None:
+        ray = ray_module()
+        if getattr(self, "_gpu_exec", None) is not None:
+            self._gpu_exec.shutdown(wait=True)
+        for a in getattr(self, "actors", []):
+            with contextlib.suppress(Exception):
+                ray.get(a.handle.close.remote(), timeout=30)
+            with contextlib.suppress(Exception):
+                ray.kill(a.handle)
+        self.actors = []
+        if getattr(self, "_own_connection", False) and ray.is_initialized():
+            ray.shutdown()
+            self._own_connection = False
+
+    def __enter__(self) -> RayEvaluator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,208 @@
+"""How fast the harness judges a kernel, and the rules that let it stop early: pure functions.
+
+:class:`SpeedConfig` picks the evaluation path (``HarnessConfig.speed``):
+
+* **batched** (default): verification launches run back to back and the timed runs are enqueued
+  ahead, each followed by its checks as GPU kernels that write into a board of counters
+  (:mod:`~sparserl.harness.gpucheck`); the host synchronises once per batch and replays the
+  verdict in the order the checks would have run one at a time. Every check of the sequential
+  path runs, on every launch it covered.
+* **sequential** (``SpeedConfig.classic()``): the earlier path, one launch, one synchronisation
+  and one host-side check at a time. Kept so a benchmark can time both side by side in one run.
+
+The rules, each a pure function tested on the CPU:
+
+* :func:`median_ci` and :func:`enough_runs` - the adaptive number of cold timed runs: stop once the
+  distribution-free 95% confidence interval of the median lies within ``±ci`` of it, never before
+  ``min_cold_trials`` runs and never after ``HarnessConfig.cold_trials``;
+* :func:`slow_threshold_us` and :func:`is_slow` - early stopping: a verified kernel whose median over
+  its first ``early_stop_runs`` checked cold runs is over ``early_stop`` times the best known time for
+  the matrix (or cuSPARSE's, if that is faster) stops there, reported ``slow`` with that time;
+* :func:`scaled_limit` - the time limit of the candidate's own phases scales with cuSPARSE's time on
+  the matrix, so a pathological kernel costs seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sparserl.errors import SparseRLError
+
+
+@dataclass(frozen=True)
+class SpeedConfig:
+    """The evaluation path and its early-stopping rules (module docstring)."""
+
+    batched: bool = True
+    """Verification launches back to back and timed runs enqueued ahead, every check a GPU kernel
+    writing into a board of counters read once per batch; False: one launch, one synchronisation
+    and one host-side check at a time (the earlier path)."""
+    min_cold_trials: int = 11
+    """Adaptive cold timing: at least this many timed runs (each checked)."""
+    ci: float = 0.01
+    """Adaptive cold timing: stop once the median's 95% confidence interval lies within ±ci of the
+    median (0.01: ±1%); 0 always runs ``HarnessConfig.cold_trials``."""
+    batch: int = 10
+    """Cold timed runs between two looks at the times (after the first look)."""
+    runs_ahead: int = 1
+    """Timed runs (cold) or samples (warm) enqueued, each with its checks, before the host waits for
+    the GPU. 1: every run starts on an idle GPU with nothing queued behind it, as on the sequential
+    path. Runs enqueued back to back measured 0.3-1.0 us slower than the sequential path's (cuSPARSE
+    1-6% on 1M-row and small matrices, one H200); ``benchmarks/harness_speed.py --modes`` times both
+    loops side by side. A wait per run costs the host's enqueueing of the next run."""
+    early_stop: float = 3.0
+    """A verified kernel slower than this many times min(best known, cuSPARSE) after its first
+    ``early_stop_runs`` checked timed runs stops there: ``slow``. 0 turns early stopping off."""
+    early_stop_runs: int = 5
+    """Checked timed runs (in the reward regime) before the early-stop decision."""
+    limit_scale: float = 1000.0
+    """The candidate's phases may take ``limit_scale`` x cuSPARSE's time on the matrix per launch of
+    the candidate (plus the harness's own work), never more than ``PhaseLimits`` allow; 0 keeps the
+    fixed ``PhaseLimits``."""
+    limit_floor_s: float = 2.0
+    """A scaled limit is never below this (first-launch module loading, a GPU shared with training)."""
+
+    def __post_init__(self) -> None:
+        if self.min_cold_trials < 3 or self.batch < 1 or self.early_stop_runs < 1 or self.runs_ahead < 1:
+            raise SparseRLError("need min_cold_trials >= 3, batch >= 1, early_stop_runs >= 1 and runs_ahead >= 1")
+        if not 0.0 <= self.ci < 1.0:
+            raise SparseRLError(f"ci must lie in [0, 1), got {self.ci}")
+        if self.early_stop != 0.0 and self.early_stop <= 1.0:
+            raise SparseRLError(f"early_stop must be 0 (off) or above 1, got {self.early_stop}: a factor of "
+                                "1 or less would stop kernels as fast as the best known")
+        if self.limit_scale < 0 or self.limit_floor_s <= 0:
+            raise SparseRLError("need limit_scale >= 0 and limit_floor_s > 0")
+        if not self.batched and (self.ci or self.early_stop):
+            raise SparseRLError("adaptive timing (ci) and early stopping need the batched path: set ci=0 and "
+                                "early_stop=0 with batched=False, or use SpeedConfig.classic()")
+
+    @classmethod
+    def classic(cls) -> "SpeedConfig":
+        """The earlier harness: sequential checks, fixed run counts, fixed time limits."""
+        return cls(batched=False, ci=0.0, early_stop=0.0, limit_scale=0.0)
+
+
+# -- adaptive number of timed runs -------------------------------------------------------------
+
+
+def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int]:
+    """1-based ranks (lo, hi) of the order statistics bracketing the median of ``n`` samples with at
+    least ``confidence`` coverage, distribution-free: the largest ``lo`` with
+    P(Binomial(n, 1/2) < lo) <= (1 - confidence) / 2, and ``hi = n + 1 - lo``. (1, n) when ``n`` is
+    too small for that coverage."""
+    if n < 1:
+        raise ValueError("need at least one sample")
+    tail = (1.0 - confidence) / 2.0
+    cdf, lo = 0.0, 1
+    for j in range(n + 1):  # cdf = P(B <= j) = P(B < j + 1): rank j + 1 keeps the lower tail within bounds
+        cdf += math.comb(n, j) / 2.0 ** n
+        if cdf > tail:
+            break
+        lo = j + 1
+    lo = min(lo, (n + 1) // 2)
+    return lo, n + 1 - lo
+
+
+def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(median, lower, upper): the median and its distribution-free confidence interval."""
+    s = sorted(samples)
+    n = len(s)
+    lo, hi = median_ci_ranks(n, confidence)
+    return _median(s), s[lo - 1], s[hi - 1]
+
+
+def enough_runs(samples: Sequence[float], ci: float, floor: int, ceiling: int) -> bool:
+    """Whether cold timing may stop: ``ceiling`` runs done, or at least ``floor`` and the median's
+    95% interval within ``±ci`` of the median (``ci`` 0: only at the ceiling)."""
+    n = len(samples)
+    if n >= ceiling:
+        return True
+    if ci <= 0 or n < floor:
+        return False
+    mid, lo, hi = median_ci(samples)
+    return mid > 0 and hi <= mid * (1.0 + ci) and lo >= mid * (1.0 - ci)
+
+
+# -- early stopping ----------------------------------------------------------------------------
+
+
+def slow_threshold_us(factor: float, best_us: float | None, cusparse_us: float | None) -> float | None:
+    """The median time above which a verified kernel stops early: ``factor`` times the faster of the
+    best known time and cuSPARSE's; None when early stopping is off or nothing is known."""
+    known = [t for t in (best_us, cusparse_us) if t is not None and t > 0 and math.isfinite(t)]
+    if factor <= 0 or not known:
+        return None
+    return factor * min(known)
+
+
+def is_slow(median_us: float, threshold_us: float | None) -> bool:
+    """Whether a kernel whose first checked runs have this median stops early."""
+    return threshold_us is not None and median_us > threshold_us
+
+
+def look(samples_us: Sequence[float], messages: Sequence[str | None], *, early_runs: int,
+         slow_above_us: float | None, ci: float, floor: int, ceiling: int) -> tuple[str, str]:
+    """What cold timing does at a look (after a batch of checked runs): ``("wrong", message)`` for
+    the first wrong timed output, whatever the times (a kernel slow *and* wrong is wrong);
+    ``("slow", "")`` when exactly ``early_runs`` runs are done (fewer than ``ceiling``) and their
+    median is over ``slow_above_us``; ``("enough", "")`` when :func:`enough_runs` says so; else
+    ``("more", "")``. ``messages[i]`` is run i's failure message or None."""
+    for msg in messages:
+        if msg is not None:
+            return "wrong", msg
+    n = len(samples_us)
+    if slow_above_us is not None and n == early_runs < ceiling and is_slow(_median(samples_us), slow_above_us):
+        return "slow", ""
+    if enough_runs(samples_us, ci, floor, ceiling):
+        return "enough", ""
+    return "more", ""
+
+
+def look_points(early_runs: int, early_stop: bool, floor: int, ci: float, batch: int, ceiling: int) -> list[int]:
+    """Run counts at which cold timing looks at its times: ``early_runs`` (early stopping on), then
+    ``floor`` (adaptive), then every ``batch`` runs, and ``ceiling``; only ``ceiling`` when neither
+    early stopping nor the adaptive rule is on (one batch)."""
+    points = {ceiling}
+    if early_stop and 0 < early_runs < ceiling:
+        points.add(early_runs)
+    if ci > 0:
+        points.update(range(min(floor, ceiling), ceiling, batch))
+    return sorted(points)
+
+
+def _median(v: Sequence[float]) -> float:
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def timed_verdict(wrong: str | None, modified: Sequence[str], flush_intact: bool,
+                  slow: bool) -> tuple[str, str] | None:
+    """The verdict after the timed runs, in the order the harness checks: a wrong timed output
+    (``incorrect``), then matrix arrays written during timed runs (``input_modified``), then a write
+    into the L2 flush buffer (``incorrect``), then ``slow``; None for a kernel timed in full. So a
+    kernel stopped early is reported slow only when it passed every check."""
+    if wrong is not None:
+        return "incorrect", wrong
+    if modified:
+        return "input_modified", f"the kernel wrote to the matrix arrays {', '.join(modified)} during timed runs"
+    if not flush_intact:
+        return "incorrect", "the kernel wrote far outside its buffers (into the harness's L2 flush buffer)"
+    if slow:
+        return "slow", ""
+    return None
+
+
+# -- time limits -------------------------------------------------------------------------------
+
+
+def scaled_limit(cusparse_us: float | None, launches: int, cfg: SpeedConfig, allowance_s: float = 0.0) -> float | None:
+    """Seconds a phase that runs the candidate ``launches`` times may take: ``allowance_s`` (the
+    harness's own work in it) plus ``limit_scale`` x cuSPARSE's time per launch, and never less than
+    ``limit_floor_s``. None when scaling is off or cuSPARSE's time is unknown (the fixed
+    ``PhaseLimits`` apply). The pool never lets it exceed the configured limit."""
+    if cfg.limit_scale <= 0 or cusparse_us is None or not cusparse_us > 0:
+        return None
+    return max(cfg.limit_floor_s, allowance_s + max(1, launches) * cfg.limit_scale * cusparse_us * 1e-6)

@@ -1,0 +1,182 @@
+"""What runs ``y = A x`` inside an operator: a tuned kernel, or the library.
+
+:class:`KernelBackend` is a contract kernel bound to the matrix's conversion on the device, run
+through the harness's own launch path (:class:`~sparserl.harness.launcher.BoundKernel`: the output
+policy, then every LAUNCH line). :class:`LibraryBackend` is cuSPARSE's generic SpMV/SpMM on CSR
+(row-major dense operands, the same calls the harness times as its baseline), used when no kernel
+beats it. Both update their values in place on the GPU, so the device pointers a launch reads
+never change: :meth:`set_values` takes the new values in CSR order.
+
+Everything here needs a GPU and CuPy (imported when a backend is built).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparserl.harness.device import cupy_module
+from sparserl.kernels.contract import Op
+
+log = logging.getLogger(__name__)
+
+_GATHER_SOURCE = r"""
+extern "C" __global__ void sparserl_value_gather(const float* __restrict__ v, const int* __restrict__ where,
+                                                 float* __restrict__ dst, long long slots)
+{
+    // one thread per slot of a format's value array: the value of the 1-based CSR position it holds, 0 for padding
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < slots) {
+        const int p = where[i];
+        dst[i] = p > 0 ? v[p - 1] : 0.0f;
+    }
+}
+"""
+_GATHER = None
+
+
+def gather_values(values, where, dst) -> None:
+    """``dst[i] = values[where[i] - 1]``, or 0 where ``where[i]`` is 0 (padding), in place: one pass over a
+    format's value array (a raw kernel: a light launch, which an update's cost mostly is)."""
+    global _GATHER
+    if _GATHER is None:
+        _GATHER = cupy_module().RawKernel(_GATHER_SOURCE, "sparserl_value_gather")
+    slots = int(dst.size)
+    if slots:
+        _GATHER(((slots + 255) // 256,), (256,), (values, where, dst, np.int64(slots)))
+
+
+class KernelBackend:
+    """A tuned contract kernel on the matrix's device conversion."""
+
+    def __init__(self, bound, A: sp.csr_array, where: dict):
+        self._cp = cupy_module()
+        self.bound = bound
+        """The :class:`~sparserl.harness.launcher.BoundKernel` every launch goes through."""
+        self.A = A
+        self.format = bound.dev.data.format
+        self.where = where
+        """Per value array, the device int32 map (1-based CSR positions, 0 padding), or None (a copy)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.bound.dev.data.header_line().removeprefix('FORMAT: ')} kernel"
+
+    def run(self, x, y) -> None:
+        """``y = A x`` (or ``Y = A X``) on CuPy's current stream; ``x``, ``y`` CuPy arrays."""
+        self.bound.runner(x, y)()
+
+    def csr_values(self):
+        """The device array that holds the values in CSR order, when the format stores them so."""
+        name = next((n for n, w in self.where.items() if w is None), None)
+        return self.bound.dev.arrays[name] if name is not None else None
+
+    def current_values(self):
+        """The values the kernel reads now, in CSR order: the value array itself (CSR, COO), or read
+        back from the format's value arrays through the value map (a new array)."""
+        own = self.csr_values()
+        if own is not None:
+            return own
+        cp = self._cp
+        out = cp.empty(self.A.nnz, dtype=cp.float32)
+        for name, w in self.where.items():
+            held = w > 0
+            out[w[held] - 1] = self.bound.dev.arrays[name][held]
+        return out
+
+    def set_values(self, values) -> None:
+        """Write new values (a CuPy float32 array in CSR order) into the format's value arrays: one
+        copy (CSR, COO) or one gather per value array, padding slots kept zero."""
+        for name, w in self.where.items():
+            dst = self.bound.dev.arrays[name]
+            if w is None:
+                if dst.data.ptr != values.data.ptr:
+                    self._cp.copyto(dst, values)
+            else:
+                gather_values(values, w, dst)
+
+    def close(self) -> None:
+        pass
+
+
+class LibraryBackend:
+    """cuSPARSE's generic SpMV / SpMM on the matrix in CSR, descriptors made once."""
+
+    format = "CSR"
+    name = "cuSPARSE (library)"
+
+    def __init__(self, A: sp.csr_array, op: Op, k: int | None):
+        cp = self._cp = cupy_module()
+        from cupy.cuda import device
+        from cupy_backends.cuda.libs import cusparse as cs
+
+        self._cs, self.op, self.k = cs, op, k
+        m, n = A.shape
+        self.shape = (int(m), int(n))
+        self.indptr = cp.asarray(A.indptr, dtype=cp.int32)
+        self.indices = cp.asarray(A.indices, dtype=cp.int32)
+        self.data = cp.asarray(A.data, dtype=cp.float32)
+        self.handle = device.get_cusparse_handle()
+        self._f32 = 0  # CUDA_R_32F
+        self._opn = cs.CUSPARSE_OPERATION_NON_TRANSPOSE
+        self.alpha = np.array(1.0, np.float32)
+        self.beta = np.array(0.0, np.float32)
+        self.mat = cs.createCsr(m, n, A.nnz, self.indptr.data.ptr, self.indices.data.ptr, self.data.data.ptr,
+                                cs.CUSPARSE_INDEX_32I, cs.CUSPARSE_INDEX_32I, cs.CUSPARSE_INDEX_BASE_ZERO, self._f32)
+        x = cp.zeros((n,) if op is Op.SPMV else (n, k), dtype=cp.float32)
+        y = cp.zeros((m,) if op is Op.SPMV else (m, k), dtype=cp.float32)
+        dx, dy = self._descriptors(x, y)
+        try:
+            if op is Op.SPMV:
+                size = cs.spMV_bufferSize(self.handle, self._opn, self.alpha.ctypes.data, self.mat, dx,
+                                          self.beta.ctypes.data, dy, self._f32, 0)
+            else:
+                size = cs.spMM_bufferSize(self.handle, self._opn, self._opn, self.alpha.ctypes.data, self.mat, dx,
+                                          self.beta.ctypes.data, dy, self._f32, 0)
+        finally:
+            self._destroy(dx, dy)
+        self.buffer = cp.empty(max(int(size), 1), dtype=cp.uint8)
+
+    def _descriptors(self, x, y) -> tuple[int, int]:
+        cs, m, n = self._cs, *self.shape
+        if self.op is Op.SPMV:
+            return cs.createDnVec(n, x.data.ptr, self._f32), cs.createDnVec(m, y.data.ptr, self._f32)
+        k = self.k
+        return (cs.createDnMat(n, k, k, x.data.ptr, self._f32, cs.CUSPARSE_ORDER_ROW),
+                cs.createDnMat(m, k, k, y.data.ptr, self._f32, cs.CUSPARSE_ORDER_ROW))
+
+    def _destroy(self, dx: int, dy: int) -> None:
+        destroy = self._cs.destroyDnVec if self.op is Op.SPMV else self._cs.destroyDnMat
+        destroy(dx)
+        destroy(dy)
+
+    def run(self, x, y) -> None:
+        """``y = A x`` on CuPy's current stream (cuSPARSE's default algorithm)."""
+        cs = self._cs
+        dx, dy = self._descriptors(x, y)
+        try:
+            if self.op is Op.SPMV:
+                cs.spMV(self.handle, self._opn, self.alpha.ctypes.data, self.mat, dx, self.beta.ctypes.data, dy,
+                        self._f32, 0, self.buffer.data.ptr)
+            else:
+                cs.spMM(self.handle, self._opn, self._opn, self.alpha.ctypes.data, self.mat, dx,
+                        self.beta.ctypes.data, dy, self._f32, 0, self.buffer.data.ptr)
+        finally:
+            self._destroy(dx, dy)
+
+    def csr_values(self):
+        return self.data
+
+    def current_values(self):
+        return self.data
+
+    def set_values(self, values) -> None:
+        if self.data.data.ptr != values.data.ptr:
+            self._cp.copyto(self.data, values)
+
+    def close(self) -> None:
+        if self.mat is not None:
+            self._cs.destroySpMat(self.mat)
+            self.mat = None

@@ -1,0 +1,65 @@
+"""The operator as a PyTorch custom op: ``torch.ops.sparserl.matmul(x, handle, m)``.
+
+Registered through :func:`torch.library.custom_op` with a fake implementation (output shape only),
+so ``torch.compile`` captures it as one node without a graph break, and with an autograd formula
+(:func:`torch.library.register_autograd`): the gradient with respect to ``x`` is ``A^T grad``,
+computed by the operator's transpose, itself a tuned operator (tuned on the first backward unless
+``tune(..., backward=True)`` tuned it already; a symmetric structure finds it in the store). The
+values of A are constants to autograd: no gradient flows to them.
+
+Inside ``torch.compile`` call ``op.matmat(X)`` / ``op.matvec(x)`` (Dynamo does not trace a
+user-defined ``__matmul__``); ``op @ X`` works in eager mode.
+
+Importing this module registers the op (it is imported the first time an operator sees a tensor).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sparserl.operator import registry
+
+
+@torch.library.custom_op("sparserl::matmul", mutates_args=())
+def matmul(x: torch.Tensor, handle: int, m: int) -> torch.Tensor:
+    """``A x`` for the operator registered as ``handle`` (A is m x n; x is (n,) or (n, k), float32,
+    contiguous, on the operator's GPU); a new tensor of shape (m,) or (m, k)."""
+    return registry.lookup(handle).torch_forward(x)
+
+
+@matmul.register_fake
+def _matmul_fake(x: torch.Tensor, handle: int, m: int) -> torch.Tensor:
+    return x.new_empty((m, *x.shape[1:]))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, handle, _ = inputs
+    ctx.handle = handle
+    ctx.n = x.shape[0]
+
+
+def _backward(ctx, grad: torch.Tensor):
+    transpose = registry.lookup(ctx.handle).transpose()
+    return torch.ops.sparserl.matmul(grad.contiguous(), transpose.handle, ctx.n), None, None
+
+
+matmul.register_autograd(_backward, setup_context=_setup_context)
+
+
+def apply(operator, x: torch.Tensor) -> torch.Tensor:
+    """``A x`` through the custom op (differentiable in ``x``, capturable by ``torch.compile``)."""
+    return torch.ops.sparserl.matmul(x, operator.handle, operator.shape[0])
+
+
+_STREAMS: dict[int, object] = {}
+
+
+def current_stream(cp, device: torch.device):
+    """PyTorch's current stream on ``device`` as a CuPy stream (kernels run where torch's work runs)."""
+    ptr = torch.cuda.current_stream(device).cuda_stream
+    if ptr == 0:
+        return cp.cuda.Stream.null
+    stream = _STREAMS.get(ptr)
+    if stream is None:
+        stream = _STREAMS[ptr] = cp.cuda.ExternalStream(ptr, device.index or 0)
+    return stream

@@ -1,0 +1,52 @@
+"""The reference library's kernels for a request, and the rule-based selector's pick among them.
+
+:func:`select_variant` is the baseline an expert's rule of thumb gives. From the structure
+features alone it picks one library variant: DIA for a few well-filled diagonals, BSR 8x8 / 4x4
+for dense blocks, ELL for even rows, merge-path CSR for skewed rows, otherwise CSR vector with
+about as many lanes per row as the mean row length. The RL policy should beat it; the library
+oracle (every variant, the fastest verified) bounds both. :func:`library_texts` is what a request
+falls back to: the selector's pick first, then every other variant.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library import Variant, get_variant, variants
+from sparserl.matrices.features import MatrixFeatures
+
+if TYPE_CHECKING:
+    from sparserl.request.context import MatrixContext
+
+
+def select_variant(f: MatrixFeatures, op: Op = Op.SPMV) -> Variant:
+    """The rule-based choice for a matrix with features ``f``."""
+    if op is Op.SPMM:
+        if f.num_diagonals <= 64 and f.diag_fill >= 0.5:
+            return get_variant("spmm/dia_rows/-/g=8,vec=4,block=256")
+        if f.block_density_8 >= 0.6:
+            return get_variant("spmm/bsr_group/R=8,C=8/g=32,vec=4,block=256")
+        return get_variant("spmm/csr_rows/-/g=32,vec=4,block=256")
+    if f.num_diagonals <= 64 and f.diag_fill >= 0.5:
+        return get_variant("spmv/dia_vec4/-/block=128")
+    if f.block_density_8 >= 0.6:
+        return get_variant("spmv/bsr_group/R=8,C=8/g=16,block=128")
+    if f.block_density_4 >= 0.6:
+        return get_variant("spmv/bsr_group/R=4,C=4/g=16,block=128")
+    mean = max(f.row_len_mean, 1e-9)
+    if f.row_len_max > 16 * mean or f.empty_rows > 0.3 * f.rows:
+        return get_variant("spmv/csr_merge/-/block=256,ipt=7")
+    if f.row_len_std <= 0.3 * mean and f.row_len_max <= 64:
+        return get_variant("spmv/ell_rows/-/block=128,rpt=1")
+    tpr = 2
+    while tpr < 32 and tpr * 2 <= mean:
+        tpr *= 2
+    return get_variant(f"spmv/csr_vector/-/tpr={tpr},block=128")
+
+
+def library_texts(ctx: MatrixContext) -> list[tuple[str, bool]]:
+    """Every library variant of the request's op as (text, whether it is the selector's pick), the
+    selector's pick first."""
+    pick = select_variant(ctx.features, ctx.op)
+    return [(pick.render(), True)] + [(v.render(), False) for v in variants(ctx.op, None, ctx.k) if v.id != pick.id]

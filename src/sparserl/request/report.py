@@ -1,0 +1,178 @@
+"""The answer to a kernel request, and the folder it is handed over in.
+
+:class:`KernelReport` is what ``generate`` and ``search`` return: the kernel, its verdict and where
+it came from, its measurements, the runners-up. :meth:`KernelReport.write` writes the folder:
+``kernel.cu``, ``launch.json`` (format, launch lines and the launches they give for this matrix,
+kernel arguments), ``report.json`` (:meth:`KernelReport.to_dict`) and ``report.md`` (verdict, times
+against cuSPARSE, roofline fraction, conversion cost, runners-up).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparserl.formats import convert
+from sparserl.harness.extract import Extracted, extract
+from sparserl.harness.result import EvalResult
+from sparserl.kernels.contract import evaluate_launches, kernel_params
+from sparserl.request.candidates import Candidate, CandidatePool, Origin, RunnerUp
+from sparserl.request.context import MatrixContext
+
+NUM_SMS = 132
+"""The SM count the launch geometry in launch.json is evaluated with (H100/H200)."""
+
+
+def verdict(best: Candidate, verified: bool) -> str:
+    """One line on the kernel handed back: how fast it is, or that it is not verified."""
+    if not verified:
+        return "compiled, NOT verified (no GPU): do not use it before checking it on a GPU"
+    sp = best.result.speedup
+    if sp is not None and sp > 1.0:
+        return f"correct, {sp:.2f}x faster than cuSPARSE"
+    return f"correct, but not faster than cuSPARSE ({sp or 0:.2f}x); returned the best correct kernel anyway"
+
+
+def source_label(best: Candidate, used_model: bool, verified: bool) -> str:
+    """Where the kernel handed back came from, in words (and, for a library kernel, why)."""
+    if best.origin is Origin.MODEL:
+        return "written by the model"
+    if best.origin is Origin.SEARCH:
+        return best.source
+    why = "no model was used" if not used_model else (
+        "no sampled kernel was correct" if verified else "no sampled kernel compiled")
+    if not verified:  # nothing was timed: the library kernel is the selector's choice when it compiles
+        pick = ("the rule-based format selector's choice" if best.origin is Origin.SELECTOR
+                else "the first compiling variant")
+        return f"library kernel: {pick} ({why})"
+    return f"library kernel: the fastest verified library variant ({why})"
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many candidates of one kind a request drew, compiled and verified."""
+
+    n: int
+    compiled: int
+    correct: int
+
+    @classmethod
+    def of(cls, results: list[EvalResult]) -> Counts:
+        return cls(len(results), sum(r.compiled for r in results), sum(r.correct for r in results))
+
+
+@dataclass
+class KernelReport:
+    """The kernel a request hands back and what is known about it (see the module docstring)."""
+
+    matrix: str
+    """The matrix's name."""
+    path: str | None
+    """Its file."""
+    shape: tuple[int, int]
+    nnz: int
+    op: str
+    k: int | None
+    kernel: str
+    """The kernel handed back: a contract completion (FORMAT/LAUNCH header + code)."""
+    verdict: str
+    source: str
+    """Where it came from, in words (:func:`source_label`)."""
+    verified: bool
+    """Whether it was run and checked on a GPU (False: compile-only)."""
+    best: EvalResult
+    counts: Counts
+    """The model's samples (``generate``) or the search's candidates (``search``)."""
+    counted: str
+    """What ``counts`` counts, in the report's words: 'samples drawn' or 'candidates evaluated'."""
+    runners_up: list[RunnerUp]
+    config: dict[str, Any]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    model_used: bool | None = None
+    """Whether a model proposed (``generate``; None for ``search``)."""
+    search: dict[str, Any] | None = None
+    """The search's summary (:func:`~sparserl.search.loop.search_summary`), when one ran."""
+    out: str | None = None
+    """The folder it was written to (:meth:`write`)."""
+
+    @classmethod
+    def of(cls, ctx: MatrixContext, best: Candidate, pool: CandidatePool, counts: list[EvalResult], counted: str,
+           config: dict[str, Any], seconds: float, used_model: bool | None = None, **kw) -> KernelReport:
+        """The report of ``best``, chosen from ``pool`` for ``ctx``; ``counts``: the results counted."""
+        return cls(matrix=ctx.name, path=ctx.path, shape=ctx.shape, nnz=ctx.nnz, op=ctx.op.value, k=ctx.k,
+                   kernel=best.text, verdict=verdict(best, pool.timed),
+                   source=source_label(best, bool(used_model), pool.timed), verified=pool.timed, best=best.result,
+                   counts=Counts.of(counts), counted=counted, runners_up=pool.runners_up(best), config=config,
+                   seconds=seconds, model_used=used_model, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """report.json."""
+        d = {"matrix": self.matrix, "path": self.path, "shape": list(self.shape), "nnz": self.nnz, "op": self.op,
+             "k": self.k, "verdict": self.verdict, "source": self.source, "verified": self.verified,
+             "best": self.best.to_dict(), "samples": asdict(self.counts) | {"counted": self.counted},
+             "runners_up": [asdict(r) for r in self.runners_up], "notes": list(self.notes), "config": self.config,
+             "seconds": self.seconds}
+        if self.model_used is not None:
+            d["model_used"] = self.model_used
+        if self.search is not None:
+            d["search"] = self.search
+        if self.out is not None:
+            d["out"] = self.out
+        return d
+
+    def markdown(self) -> str:
+        """report.md (without a search's own section)."""
+        b, c = self.best, self.counts
+        lines = [f"# SparseRL kernel for {self.matrix}", "",
+                 f"- matrix: {self.shape[0]} x {self.shape[1]}, {self.nnz} nonzeros; op {self.op}"
+                 + (f", k = {self.k}" if self.k else ""),
+                 f"- verdict: **{self.verdict}**", f"- source: {self.source}",
+                 f"- {self.counted}: {c.n}, {c.compiled} compiled" + (f", {c.correct} correct" if self.verified else "")]
+        lines += [f"- note: {n}" for n in self.notes]
+        if b.speedup is not None:
+            t, base = b.timings.get(b.regime), b.baseline.get(b.regime)
+            lines += [f"- time ({b.regime} L2): kernel {t.median_us if t else 0:.2f} us, cuSPARSE "
+                      f"{base.median_us if base else 0:.2f} us ({b.baseline_alg}): **{b.speedup:.2f}x**",
+                      f"- roofline fraction: {b.roofline or 0:.2f}",
+                      f"- format {b.format}: conversion {b.conversion_seconds * 1e3:.1f} ms on the host; "
+                      + (f"pays off after {b.break_even_calls:.0f} calls" if b.break_even_calls is not None
+                         else "not faster than cuSPARSE, so it never pays off")]
+        if self.runners_up:
+            timed = self.verified  # compile-only: nothing was timed, so no speedup column
+            lines += ["", "## Runners-up (distinct kernels)", "",
+                      "| source | format | verdict |" + (" speedup |" if timed else ""),
+                      "| --- | --- | --- |" + (" --- |" if timed else "")]
+            for r in self.runners_up:
+                sp = f" {r.speedup:.2f}x |" if r.speedup else " - |"
+                lines.append(f"| {r.source} | {r.format or '-'} | {r.verdict} |" + (sp if timed else ""))
+        lines += ["", "Use it: `sparserl.load_kernel(folder)` returns a callable; see launch.json for the contract."]
+        return "\n".join(lines) + "\n"
+
+    def write(self, out: Path, ctx: MatrixContext, extra_md: str = "") -> None:
+        """kernel.cu, launch.json, report.json and report.md (``extra_md`` appended) in ``out``."""
+        out.mkdir(parents=True, exist_ok=True)
+        self.out = str(out)
+        (out / "kernel.cu").write_text(self.kernel)
+        (out / "launch.json").write_text(json.dumps(launch_info(self.kernel, ctx), indent=1))
+        (out / "report.json").write_text(json.dumps(self.to_dict(), indent=1, default=str))
+        (out / "report.md").write_text(self.markdown() + extra_md)
+
+
+def launch_info(text: str, ctx: MatrixContext) -> dict[str, Any]:
+    """launch.json: how to launch kernel ``text`` on the request's matrix."""
+    ex = extract(text, ctx.op)
+    assert isinstance(ex, Extracted)  # the kernel handed back was extracted by the harness
+    fd = convert(ctx.A, ex.header.format, ex.header.params)
+    cfgs = evaluate_launches(ex.header, ctx.op, fd.launch_env(ctx.op, ctx.k, NUM_SMS))
+    return {
+        "op": ctx.op.value, "k": ctx.k, "format": fd.format, "format_params": fd.params,
+        "launch_lines": [ln.render() for ln in ex.header.launches],
+        "kernel_args": [f"{p.ctype} {p.name}" for p in kernel_params(fd.format, ctx.op)],
+        "sizes": fd.sizes, "zero_fill_y": fd.zero_fill_y,
+        "launches_for_this_matrix": [{"kernel": c.kernel, "grid": c.grid, "block": c.block, "smem": c.smem}
+                                     for c in cfgs],
+        "geometry_note": f"grid/block evaluated with num_sms = {NUM_SMS} (H100/H200); LAUNCH lines hold the formulas",
+    }

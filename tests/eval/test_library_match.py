@@ -1,0 +1,105 @@
+"""Where samples come from against the library: exact variants, library bodies with other numbers,
+library bodies under headers none of their variants has, new bodies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparserl.eval.library_match import LibraryMatch, library_match, library_match_table, markdown, shares
+from sparserl.kernels.library import get_variant, variants
+
+VECTOR = "spmv/csr_vector/-/tpr=8,block=256"
+BSR = "spmv/bsr_group/R=2,C=2/g=32,block=128"
+
+
+@pytest.mark.parametrize("op", ["spmv", "spmm"])
+def test_every_library_variant_is_library(op: str) -> None:
+    vs = variants(op)
+    assert vs and all(library_match(v.render(), op) is LibraryMatch.LIBRARY for v in vs)
+
+
+def test_whitespace_does_not_matter_but_the_code_does() -> None:
+    text = get_variant(VECTOR).render()
+    assert library_match(text.replace("\n", "\n\n").replace("    ", "\t") + "\n\n", "spmv") is LibraryMatch.LIBRARY
+    head, body = text.split("\n\n", 1)
+    assert "(TPR - 1)" in body
+    changed = head + "\n\n" + body.replace("(TPR - 1)", "(TPR - 2)", 1)
+    assert changed != text and library_match(changed, "spmv") is LibraryMatch.NEW
+    assert library_match("FORMAT: CSR\nLAUNCH: grid=1, block=1\n", "spmv") is LibraryMatch.NEW
+    assert library_match("", "spmv") is LibraryMatch.NEW
+
+
+def test_a_completion_is_read_as_the_harness_reads_it() -> None:
+    """Chatter, fences and markdown on the header do not make a library kernel new: the harness runs it as one."""
+    text = get_variant(VECTOR).render()
+    head, body = text.split("\n\n", 1)
+    wrapped = "Here is the kernel.\n\n```cuda\n" + head.replace("FORMAT:", "**FORMAT:**") + "\n" + body + "```\nDone."
+    assert wrapped != text and library_match(wrapped, "spmv") is LibraryMatch.LIBRARY
+    assert library_match("FORMAT: NOPE\nLAUNCH: grid=1, block=32\n\n" + body, "spmv") is LibraryMatch.NEW  # no such format
+
+
+def test_a_library_body_with_other_numbers_is_params() -> None:
+    """Other PARAMS values, or other FORMAT numbers, under the same names and LAUNCH lines: the
+    numbers the library did not choose (the LAUNCH lines and the code read them by name)."""
+    text = get_variant(VECTOR).render()
+    assert library_match(text.replace("PARAMS: TPR=8, BLOCK=256", "PARAMS: TPR=4, BLOCK=512"), "spmv") is LibraryMatch.PARAMS
+    bsr = get_variant(BSR).render()
+    assert library_match(bsr.replace("FORMAT: BSR R=2 C=2", "FORMAT: BSR R=2 C=4"), "spmv") is LibraryMatch.PARAMS
+    # the 2x2 and the 4x4 variants share one body: a 4x4 header over it is a library variant
+    assert library_match(bsr.replace("R=2 C=2", "R=4 C=4").replace("BLOCK=128", "BLOCK=256"), "spmv") is LibraryMatch.LIBRARY
+
+
+def test_a_library_body_under_a_header_none_of_its_variants_has_is_a_mismatch() -> None:
+    bsr = get_variant(BSR).render()
+    head, body = bsr.split("\n\n", 1)
+    assert "LAUNCH: grid=ceil_div(mb, BLOCK / G), block=BLOCK" in head
+    literal = head.replace("grid=ceil_div(mb, BLOCK / G), block=BLOCK", "grid=ceil_div(mb, 4), block=128")
+    assert library_match(literal + "\n\n" + body, "spmv") is LibraryMatch.MISMATCH  # numbers written twice again
+    renamed = head.replace("PARAMS: G=32, BLOCK=128", "PARAMS: G=32, BLOCK=128, EXTRA=1")
+    assert library_match(renamed + "\n\n" + body, "spmv") is LibraryMatch.MISMATCH
+    no_params = "FORMAT: BSR R=2 C=2\nLAUNCH: grid=ceil_div(mb, 4), block=128\n\n" + body
+    assert library_match(no_params, "spmv") is LibraryMatch.MISMATCH  # the body's names are not defined: no compile
+    assert library_match(bsr, "spmm") is LibraryMatch.NEW  # an SpMV body is not in the SpMM library
+
+
+def test_table_counts_samples_and_correct_ones_per_class() -> None:
+    lib = get_variant(VECTOR).render()
+    other = lib.replace("PARAMS: TPR=8, BLOCK=256", "PARAMS: TPR=16, BLOCK=512")
+    head, body = lib.split("\n\n", 1)
+    mixed = head.replace("grid=ceil_div(m, BLOCK / TPR)", "grid=ceil_div(m, 32)") + "\n\n" + body
+    t = library_match_table([("a", lib, True), ("a", lib, False), ("a", mixed, False), ("a", other, True),
+                          ("b", "junk", False)], "spmv")
+    assert t["a"] == {"library": {"samples": 2, "correct": 1}, "params": {"samples": 1, "correct": 1},
+                      "mismatch": {"samples": 1, "correct": 0}, "new": {"samples": 0, "correct": 0}}
+    assert t["b"]["new"] == {"samples": 1, "correct": 0} and t["b"]["library"]["samples"] == 0
+    md = markdown(t)
+    assert md[0] == "## Samples against the library"
+    assert "| a | 2 (50%), 50% correct | 1 (25%), 100% correct | 1 (25%), 0% correct | 0 |" in md
+    assert "| b | 0 | 0 | 0 | 1 (100%), 0% correct |" in md
+    assert markdown({}) == []
+    assert shares(t["a"]) == {"library_share": 0.5, "params_share": 0.25, "mismatch_share": 0.25, "new_share": 0.0}
+    assert shares(None) == {} and shares({"library": {"samples": 0, "correct": 0}}) == {}
+
+
+def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
+    pytest.importorskip("numpy")
+    from sparserl.eval.rescore import rescore
+
+    lib = get_variant(VECTOR).render()
+    rec = {"family": "banded", "n": 2, "compiled": 2, "correct": 1, "best_speedup": 2.0, "best_format": "CSR",
+           "roofline": 0.5, "kinds": {}}
+    result = {"config": {"samples": 2}, "op": "spmv", "k": None, "per_matrix": {"sft": {"m0": rec}},
+              "summary": {}, "paper": {"source": "x", "gpu": "V100", "compile_rate": 0.5, "pass_at_1": 0.1,
+                                       "geomean_speedup": 1.4}, "format_confusion_vs_oracle": {}}
+    (tmp_path / "eval.json").write_text(json.dumps(result))
+    lines = [{"system": "sft", "matrix": "m0", "verdict": "none", "speedup": 2.0, "completion": lib},
+             {"system": "sft", "matrix": "m0", "verdict": "incorrect", "speedup": None, "completion": "junk"}]
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = rescore(tmp_path)
+    assert out["library_match"]["sft"]["library"] == {"samples": 1, "correct": 1}
+    assert out["library_match"]["sft"]["new"] == {"samples": 1, "correct": 0}
+    md = (tmp_path / "eval.md").read_text()
+    assert "## Samples against the library" in md and "| sft | 1 (50%), 100% correct | 0 | 0 | 1 (50%), 0% correct |" in md

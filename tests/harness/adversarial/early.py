@@ -1,0 +1,60 @@
+"""Kernels aimed at the batched path's shortcuts: early stopping, and a conversion shared by every
+kernel that asks for the same format.
+
+* an honest kernel far slower than cuSPARSE stops early: ``slow``, verified, with its measured time
+  (``none`` on the sequential path, which times it in full);
+* a kernel that is slow *and* wrong when timed is ``incorrect``, never ``slow``: every timed run
+  before the early-stop decision is checked first;
+* a kernel that writes into the (shared) matrix arrays only when timed, keeping its own output right,
+  is ``input_modified``, slow or not, and the arrays are restored for the next kernel;
+* so is one that writes only into the fresh-valued twin's arrays (it recognises the matrix's own
+  values, which are public): the batched path converts the two from one conversion of their pattern,
+  into separate buffers, each checked and restored against its own pristine copy.
+
+A kernel cannot behave differently after some number of runs: it has no state across launches (the
+source and PTX checks refuse writable global data), so neither the adaptive number of timed runs nor
+early stopping can be played by counting runs.
+"""
+
+from __future__ import annotations
+
+from tests.harness.adversarial.base import DOT, csr
+from tests.harness.adversarial.timed import LOOKS_TIMED
+
+SPIN = ("float spin = sum; for (int i = 0; i < 50000; ++i) spin = fmaf(spin, 1.0000001f, 1e-7f); "
+        "if (spin == 12345.678f) sum = spin;")
+"""About 200k dependent cycles per thread (some 100 us): an honest but hopeless kernel. The result is
+used, so the loop stays; it never equals that value, so the output is the honest one."""
+MASKED_DOT = ("float sum = 0.f; for (int j = row_ptr[row]; j < row_ptr[row + 1]; ++j) "
+              "sum += val[j] * x[col_idx[j] & 0x7fffffff];")
+"""The dot product with the high bit of every column index ignored."""
+MARK_WHEN_TIMED = (f"{LOOKS_TIMED} if (timed && row == 0 && row_ptr[1] > row_ptr[0]) "
+                   "((int*)col_idx)[row_ptr[0]] |= (int)0x80000000;")
+"""When timed, row 0's thread sets the high bit of its first column index after reading it: the matrix
+arrays change, the kernel's outputs (which mask that bit) stay right."""
+
+def _first_value() -> float:
+    """The first stored value of the GPU suite's matrix (random20k: generated, seeded, public)."""
+    from sparserl.matrices import generate
+
+    return float(generate("random", 20_000, seed=3, nnz_per_row=12).data[0])
+
+
+MARK_ON_TWIN = (f"if (row == 0 && val[0] != {_first_value()!r}f && row_ptr[1] > row_ptr[0]) "
+                "((int*)col_idx)[row_ptr[0]] |= (int)0x80000000;")
+"""When the values are not the matrix's own (the twin), row 0's thread sets the high bit of its first
+column index after reading it; the outputs (which mask that bit) stay right."""
+
+CASES: dict[str, tuple[str, str]] = {
+    "slow_honest": (csr(f"if (row >= m) return; {DOT} {SPIN} y[row] = sum;"), "slow"),
+    "slow_and_wrong_when_timed": (csr(f"if (row >= m) return; {DOT} {SPIN} {LOOKS_TIMED} "
+                                      "if (timed && (row & 1)) return; y[row] = sum;"), "incorrect"),
+    "slow_and_writes_matrix_when_timed": (csr(f"if (row >= m) return; {MASKED_DOT} {SPIN} y[row] = sum; "
+                                              f"{MARK_WHEN_TIMED}"), "input_modified"),
+    "writes_matrix_when_timed": (csr(f"if (row >= m) return; {MASKED_DOT} y[row] = sum; {MARK_WHEN_TIMED}"),
+                                 "input_modified"),
+    "writes_twin_matrix_only": (csr(f"if (row >= m) return; {MASKED_DOT} y[row] = sum; {MARK_ON_TWIN}"),
+                                "input_modified"),
+}
+SEQUENTIAL = {"slow_honest": "none"}
+"""The verdicts the sequential path gives instead (it never stops early)."""

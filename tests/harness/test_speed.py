@@ -1,0 +1,147 @@
+"""The batched path's rules on the CPU: the adaptive number of cold runs, early stopping, the order of
+the timed verdicts, scaled time limits, and how rewards score a kernel stopped early."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sparserl.errors import SparseRLError
+from sparserl.harness.pool import PhaseLimits
+from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
+from sparserl.harness.speed import (
+    SpeedConfig,
+    enough_runs,
+    is_slow,
+    look,
+    look_points,
+    median_ci,
+    median_ci_ranks,
+    scaled_limit,
+    slow_threshold_us,
+    timed_verdict,
+)
+from sparserl.rewards import RewardConfig, reward
+
+
+def test_median_ci_ranks_by_hand_and_against_the_binomial() -> None:
+    """n = 11: P(B <= 1) = 12/2048 = 0.0059 <= 0.025 < P(B <= 2) = 67/2048 = 0.0327, so the interval
+    is the 2nd to the 10th order statistic. Kills an off-by-one in the rank (3, 9 or 1, 11)."""
+    assert median_ci_ranks(11) == (2, 10)
+    assert median_ci_ranks(41) == (14, 28)  # the textbook table's ranks for n = 41
+    assert median_ci_ranks(5) == (1, 5)  # P(B = 0) = 1/32 > 0.025: no narrower interval exists
+    for n in range(3, 60):
+        lo, hi = median_ci_ranks(n)
+        below = sum(math.comb(n, j) for j in range(lo)) / 2 ** n  # P(B < lo)
+        beyond = sum(math.comb(n, j) for j in range(lo + 1)) / 2 ** n  # P(B < lo + 1)
+        assert hi == n + 1 - lo and (below <= 0.025 or lo == 1) and (beyond > 0.025 or lo == (n + 1) // 2), n
+
+
+def test_adaptive_stopping_rule_on_a_hand_computed_example() -> None:
+    """11 samples sorted: 98.9, 99.5, 99.6, 99.8, 99.9, 100, 100.1, 100.2, 100.4, 100.6, 101.5. Median
+    100, interval [x(2), x(10)] = [99.5, 100.6]: within ±1% (99, 101), so timing may stop. Swapping in
+    x(10) = 101.2 (1.2% above) keeps it going; 10 samples are under the floor whatever they are."""
+    s = [100.0, 99.5, 101.5, 99.9, 100.1, 98.9, 100.6, 99.6, 100.2, 99.8, 100.4]
+    mid, lo, hi = median_ci(s)
+    assert (mid, lo, hi) == (100.0, 99.5, 100.6)
+    assert enough_runs(s, ci=0.01, floor=11, ceiling=41)
+    wide = [101.2 if v == 100.6 else v for v in s]
+    assert not enough_runs(wide, ci=0.01, floor=11, ceiling=41)
+    assert enough_runs(wide, ci=0.02, floor=11, ceiling=41)
+    assert not enough_runs(s[:10], ci=0.01, floor=11, ceiling=41)
+    assert not enough_runs(s, ci=0.0, floor=11, ceiling=41)  # ci 0: only the ceiling ends it
+    assert enough_runs([1.0, 50.0, 3.0], ci=0.0, floor=11, ceiling=3)
+
+
+def test_look_points() -> None:
+    assert look_points(5, True, 11, 0.01, 10, 41) == [5, 11, 21, 31, 41]
+    assert look_points(5, False, 11, 0.01, 10, 41) == [11, 21, 31, 41]
+    assert look_points(5, True, 11, 0.0, 10, 41) == [5, 41]
+    assert look_points(5, False, 11, 0.0, 10, 41) == [41]  # the earlier behaviour: one run of 41
+    assert look_points(5, True, 11, 0.01, 10, 7) == [5, 7]
+
+
+def test_early_stop_threshold_and_decision() -> None:
+    assert slow_threshold_us(3.0, 40.0, 100.0) == 120.0  # the best known is faster than cuSPARSE
+    assert slow_threshold_us(3.0, 400.0, 100.0) == 300.0  # cuSPARSE is faster than the best known
+    assert slow_threshold_us(3.0, None, 100.0) == 300.0
+    assert slow_threshold_us(0.0, 40.0, 100.0) is None  # off
+    assert slow_threshold_us(3.0, None, None) is None
+    assert is_slow(121.0, 120.0) and not is_slow(120.0, 120.0) and not is_slow(1e9, None)
+
+
+def test_look_decides_wrong_before_slow_before_enough() -> None:
+    """A kernel slow *and* wrong is wrong: the first wrong output decides, whatever the times (kills a
+    look that tests slowness first); slow only at the early-stop look; adaptive stop after that."""
+    kw = dict(early_runs=5, slow_above_us=100.0, ci=0.01, floor=11, ceiling=41)
+    slow5 = [500.0] * 5
+    assert look(slow5, [None, None, "timed run (cold, run 3 of up to 41): wrong", None, None], **kw) == \
+        ("wrong", "timed run (cold, run 3 of up to 41): wrong")
+    assert look(slow5, [None] * 5, **kw) == ("slow", "")
+    assert look([50.0] * 5, [None] * 5, **kw) == ("more", "")
+    assert look([500.0] * 11, [None] * 11, **kw) == ("enough", "")  # past the early-stop look: timed in full
+    assert look(slow5, [None] * 5, **(kw | {"slow_above_us": None})) == ("more", "")
+
+
+def test_timed_verdict_order() -> None:
+    """After the timed runs: wrong > matrix written > flush buffer written > slow (slow and wrong is
+    wrong; slow and writing the matrix is input_modified)."""
+    assert timed_verdict("msg", ["val"], False, True) == ("incorrect", "msg")
+    assert timed_verdict(None, ["val", "col_idx"], False, True)[0] == "input_modified"
+    assert "val, col_idx during timed runs" in timed_verdict(None, ["val", "col_idx"], True, True)[1]
+    assert timed_verdict(None, [], False, True)[0] == "incorrect"
+    assert timed_verdict(None, [], True, True) == ("slow", "")
+    assert timed_verdict(None, [], True, False) is None
+
+
+def test_scaled_limits_and_the_pool_cap() -> None:
+    cfg = SpeedConfig()
+    assert scaled_limit(100.0, 1, cfg) == 2.0  # 1000 x 100 us = 0.1 s, under the 2 s floor
+    assert scaled_limit(10_000.0, 8, cfg, allowance_s=1.0) == pytest.approx(81.0)  # 1 s + 8 x 10 s
+    assert scaled_limit(None, 8, cfg) is None and scaled_limit(100.0, 8, SpeedConfig.classic()) is None
+    limits = PhaseLimits(verify=30.0, time=120.0)
+    assert limits.of("verify") == ("verify", 30.0)
+    assert limits.of(("verify", 8, 2.0)) == ("verify", 2.0)
+    assert limits.of(("verify", 8, 500.0)) == ("verify", 240.0)  # never above 30 s per launch
+    assert limits.of(("verify", 8, None)) == ("verify", 240.0)
+    assert limits.of(("time", 1, 16.6)) == ("time", 16.6)
+    assert limits.of(("time", 1, 900.0)) == ("time", 120.0)
+
+
+def test_speed_config_validation() -> None:
+    classic = SpeedConfig.classic()
+    assert not classic.batched and classic.ci == 0 and classic.early_stop == 0 and classic.limit_scale == 0
+    with pytest.raises(SparseRLError, match="batched"):
+        SpeedConfig(batched=False)  # adaptive timing and early stopping are on by default
+    with pytest.raises(SparseRLError, match="early_stop"):
+        SpeedConfig(early_stop=1.0)
+    with pytest.raises(SparseRLError, match="ci"):
+        SpeedConfig(ci=1.5)
+    with pytest.raises(SparseRLError, match="runs_ahead"):
+        SpeedConfig(runs_ahead=0)
+    assert SpeedConfig().runs_ahead == 1  # each timed run starts on an idle GPU, as on the sequential path
+
+
+def _timed(kind: ErrorKind, t_us: float, base_us: float = 100.0) -> EvalResult:
+    kt, base = KernelTiming("cold", t_us, t_us, t_us, 0.0, 5), KernelTiming("cold", base_us, base_us, base_us, 0.0)
+    return EvalResult(op="spmv", k=None, matrix="m", error_kind=kind, compiled=True, correct=kind.verified,
+                      timings={"cold": kt}, baseline={"cold": base}, speedup=base_us / t_us)
+
+
+@pytest.mark.parametrize("name", ["clipped_log", "relative_best", "paper"])
+def test_a_slow_kernel_is_scored_by_its_measured_speed_as_a_correct_one(name: str) -> None:
+    """Kills a reward that reads ``error_kind is NONE`` instead of ``correct`` (slow scored as wrong)."""
+    cfg = RewardConfig(name=name, r_eff=1.0 if name != "paper" else 0.5)
+    for t in (350.0, 2000.0):
+        slow, full = _timed(ErrorKind.SLOW, t), _timed(ErrorKind.NONE, t)
+        assert reward(slow, cfg, best_us=40.0) == reward(full, cfg, best_us=40.0)
+    wrong = EvalResult.failure("spmv", None, "m", ErrorKind.INCORRECT, "wrong", compiled=True)
+    assert reward(_timed(ErrorKind.SLOW, 2000.0), cfg, best_us=40.0) > reward(wrong, cfg, best_us=40.0)
+    assert ErrorKind.SLOW.verified and ErrorKind.SLOW.compiled and not ErrorKind.INCORRECT.verified
+
+
+def test_median_of_even_count_matches_numpy() -> None:
+    s = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
+    assert median_ci(s)[0] == float(np.median(s))

@@ -1,0 +1,61 @@
+"""The completion budget: every stage's default lets a sample finish every library kernel."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def test_the_automatic_budget_fits_every_library_kernel_in_the_policys_own_tokens(tiny_tokenizer) -> None:
+    """Kills: a fixed default shorter than the longest library kernel (the 1536 that cut csr_adaptive
+    short), a budget worked out in characters or another tokenizer's tokens, a budget without room
+    for the end token."""
+    from sparserl.kernels.library import variants
+    from sparserl.model.budget import completion_budget, library_token_lengths
+
+    lengths = library_token_lengths(tiny_tokenizer)
+    assert len(lengths) == len(variants("spmv")) + len(variants("spmm", None, 32))
+    longest_id = max(lengths, key=lengths.get)
+    v = next(v for op in ("spmv", "spmm") for v in variants(op, None, 32 if op == "spmm" else None)
+             if v.id == longest_id)
+    independent = len(tiny_tokenizer(v.render(), add_special_tokens=False)["input_ids"])
+    assert lengths[longest_id] == independent
+    budget = completion_budget(tiny_tokenizer, None, lengths)
+    assert budget > independent and budget % 128 == 0
+
+
+def test_a_smaller_budget_given_on_purpose_is_kept_and_named(tiny_tokenizer, caplog) -> None:
+    from sparserl.model.budget import completion_budget
+
+    with caplog.at_level(logging.WARNING, logger="sparserl.model.budget"):
+        assert completion_budget(tiny_tokenizer, 16) == 16
+    assert "cuts" in caplog.text and "library kernel" in caplog.text
+
+
+@pytest.mark.parametrize("config", ["sparserl.generate:GenerateConfig", "sparserl.search.run:SearchJob",
+                                    "sparserl.train.config:SFTConfig", "sparserl.eval.compare:EvalConfig",
+                                    "sparserl.rl.config:RLConfig", "sparserl.improve.config:ImproveConfig"])
+def test_every_stage_defaults_to_the_automatic_budget(config: str) -> None:
+    """Kills a stage that keeps a fixed number as its default (each stage passes its setting to
+    Policy.generate, which resolves None to the automatic budget)."""
+    import importlib
+
+    module, name = config.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    [field] = [f for f in dataclasses.fields(cls) if f.name == "max_new_tokens"]
+    assert field.default is None
+
+
+def test_policy_generate_resolves_none_to_the_budget(tiny_tokenizer, tiny_hf_config) -> None:
+    from tests.rl.tiny import tiny_policy
+
+    policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
+    from sparserl.model.budget import completion_budget, library_token_lengths
+
+    assert policy.completion_budget(None) == completion_budget(tiny_tokenizer, None,
+                                                               library_token_lengths(tiny_tokenizer))
+    assert policy.completion_budget(7) == 7

@@ -1,0 +1,167 @@
+"""tune's choice on a machine without a GPU: the store first (by structure fingerprint, compiled from
+the disk cache the second time), a kernel slower than cuSPARSE left to the library, a store miss
+searched (compile-only: nothing verified, so the library), and the request checks.
+
+The store rows here are written as a GPU search writes them (times are fixture values: no GPU
+measures anything here). Mutations this kills: a lookup that ignores op, k, architecture or the
+fingerprint (another structure's kernel used); a store hit that searches anyway; a kernel slower
+than cuSPARSE used instead of the library; a compile that misses its cache on the second call; a
+search result claimed as verified without a GPU."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparserl.errors import SparseRLError
+from sparserl.harness.compile import find_nvcc
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate
+from sparserl.matrices.card import matrix_card
+from sparserl.operator.tuning import LIBRARY, SEARCH, STORE, TuneConfig, check_request, choose_kernel
+from sparserl.search.store import BestStore, VerifiedKernel, harness_version
+from tests.conftest import NEEDS_NVCC
+
+ARCH = "sm_90"
+
+
+def record(store_path, A, text: str, *, op="spmv", k=None, arch=ARCH, time_us=5.0, cusparse_us=7.5,
+           regime="warm", cid="fixture") -> str:
+    """Write one verified result as the search's store sink does; returns the fingerprint."""
+    card = matrix_card(A)
+    with BestStore(store_path) as st:
+        st.add_matrix(card, "fixture")
+        st.record(VerifiedKernel(card.fingerprint, op, k, arch, "NVIDIA H200", regime, text, time_us, cusparse_us,
+                                 cusparse_us / time_us, None, "CSR", None, cid, "seed", None, None, "run-fixture",
+                                 harness_version()))
+    return card.fingerprint
+
+
+@pytest.fixture()
+def banded():
+    return generate("banded", 3000, seed=0)
+
+
+needs_compiler = pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
+
+
+@needs_compiler
+def test_store_hit_compiles_once_and_searches_nothing(tmp_path, banded) -> None:
+    text = variants("spmv", "CSR")[2].render()
+    fp = record(tmp_path / "s.db", banded, text, cid="seed/csr")
+    cfg = TuneConfig(budget=4, store=tmp_path / "s.db")
+    first = choose_kernel(banded, Op.SPMV, None, cfg, ARCH, cache_dir=tmp_path / "cubin")
+    assert first.action == STORE and first.searched == 0 and first.fingerprint == fp
+    assert first.text == text and first.header.format == "CSR" and first.kernel == "seed/csr"
+    assert first.speedup == pytest.approx(1.5)
+    t = time.perf_counter()
+    again = choose_kernel(banded.copy(), Op.SPMV, None, cfg, ARCH, cache_dir=tmp_path / "cubin")
+    took = time.perf_counter() - t
+    assert again.action == STORE and again.cubin_path == first.cubin_path
+    assert took < 1.0, f"a second lookup of a known structure took {took:.2f} s (target: under 1 s)"
+    # the same structure with other values is the same key; one more nonzero is not
+    revalued = sp.csr_array((banded.data * 3, banded.indices, banded.indptr), shape=banded.shape)
+    assert choose_kernel(revalued, Op.SPMV, None, cfg, ARCH, cache_dir=tmp_path / "cubin").action == STORE
+
+
+@needs_compiler
+def test_store_rows_of_another_key_are_not_used(tmp_path, banded) -> None:
+    """Rows for another op, k or architecture are no hit: the search runs (compile-only here)."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    record(tmp_path / "s.db", banded, variants("spmv", "CSR")[2].render(), arch="sm_80")
+    record(tmp_path / "s.db", banded, variants("spmm", "CSR", 8)[0].render(), op="spmm", k=8)
+    ev = Evaluator(HarnessConfig(compile_only=True, regimes=("warm",), reward_regime="warm",
+                                 cache_dir=str(tmp_path / "cache")))
+    try:
+        cfg = TuneConfig(budget=2, store=tmp_path / "s.db", evaluator=ev)
+        choice = choose_kernel(banded, Op.SPMV, None, cfg, ARCH, cache_dir=tmp_path / "cubin")
+    finally:
+        ev.close()
+    assert choice.action == LIBRARY and choice.searched == 2 and choice.text is None
+    assert "without a GPU" in choice.why
+    report = choice.report(Op.SPMV, None, 1.0)
+    assert report.line.startswith(f"tune {choice.fingerprint[:12]}: searched 2 candidates;")
+    assert "library" in report.line
+    with BestStore(tmp_path / "s.db") as st:  # nothing compile-only enters the store
+        assert len(st.results(fingerprint=choice.fingerprint, op="spmv", arch=ARCH)) == 0
+
+
+def test_a_stored_kernel_slower_than_cusparse_leaves_it_to_the_library(tmp_path, banded) -> None:
+    record(tmp_path / "s.db", banded, variants("spmv", "CSR")[0].render(), time_us=9.0, cusparse_us=7.5)
+    cfg = TuneConfig(store=tmp_path / "s.db")
+    choice = choose_kernel(banded, Op.SPMV, None, cfg, ARCH, cache_dir=tmp_path / "cubin")
+    assert choice.action == LIBRARY and choice.searched == 0 and choice.text is None
+    assert "0.83x" in choice.why
+    line = choice.report(Op.SPMV, None, 0.1).line
+    assert "found in the store" in line and "library (cuSPARSE)" in line and "\n" not in line
+    # a user who wants the kernel anyway lowers the bar
+    if find_nvcc() is not None:
+        kept = choose_kernel(banded, Op.SPMV, None, TuneConfig(store=tmp_path / "s.db", min_speedup=0.5), ARCH,
+                             cache_dir=tmp_path / "cubin")
+        assert kept.action == STORE
+
+
+def test_the_best_row_prefers_this_regime_then_the_fastest(tmp_path, banded) -> None:
+    from sparserl.operator.tuning import best_known
+
+    vs = variants("spmv", "CSR")
+    record(tmp_path / "s.db", banded, vs[0].render(), time_us=4.0, regime="cold", cid="cold-fast")
+    record(tmp_path / "s.db", banded, vs[1].render(), time_us=6.0, regime="warm", cid="warm-slow")
+    record(tmp_path / "s.db", banded, vs[2].render(), time_us=5.0, regime="warm", cid="warm-fast")
+    fp = matrix_card(banded).fingerprint
+    with BestStore(tmp_path / "s.db") as st:
+        assert best_known(st, fp, Op.SPMV, None, ARCH, "warm").candidate_id == "warm-fast"
+        assert best_known(st, fp, Op.SPMV, None, ARCH, "cold").candidate_id == "cold-fast"
+        assert best_known(st, fp[:-1] + ("0" if fp[-1] != "0" else "1"), Op.SPMV, None, ARCH, "warm") is None
+
+
+@pytest.mark.parametrize("op,k,msg", [("spmx", None, "op must be"), ("spmm", None, "needs k"),
+                                      ("spmm", 0, "needs k"), ("spmv", 4, "leave k out")])
+def test_bad_requests_are_one_line_errors(op, k, msg) -> None:
+    with pytest.raises(SparseRLError, match=msg) as e:
+        check_request(op, k)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kw,msg", [({"budget": 0}, "budget"), ({"regime": "hot"}, "regime"),
+                                    ({"seconds": 0}, "seconds")])
+def test_bad_configs_are_one_line_errors(kw, msg) -> None:
+    with pytest.raises(SparseRLError, match=msg):
+        TuneConfig(**kw)
+
+
+def test_tune_without_a_gpu_is_one_line() -> None:
+    """On a machine without CuPy or a GPU, tune says so in one line before doing any work."""
+    import sparserl
+
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here: the no-GPU path is not reachable")
+    except ImportError:
+        pass
+    with pytest.raises(SparseRLError) as e:
+        sparserl.tune(generate("banded", 100, seed=0))
+    assert "GPU" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_search_outcome_line_names_what_won() -> None:
+    from sparserl.operator.tuning import KernelChoice
+
+    c = KernelChoice(SEARCH, "ab" * 16, searched=16, kernel="spmv/dia/x", speedup=1.4, time_us=5.0,
+                     cusparse_us=7.0, why="the winner spmv/dia/x is 1.40x cuSPARSE, kept in the store")
+    r = c.report(Op.SPMV, None, 12.3)
+    assert r.line == ("tune abababababab: searched 16 candidates; the winner spmv/dia/x is 1.40x cuSPARSE, "
+                      "kept in the store (12.30 s)")
+    assert r.action == SEARCH and r.searched == 16 and r.seconds == 12.3
+
+
+def test_values_are_excluded_from_the_key() -> None:
+    A = generate("powerlaw", 500, seed=1)
+    B = sp.csr_array((np.ones_like(A.data), A.indices, A.indptr), shape=A.shape)
+    assert matrix_card(A).fingerprint == matrix_card(B).fingerprint

@@ -1,0 +1,389 @@
+"""The cost model: trained from a real best-known store on a synthetic landscape, saved and loaded,
+refused with one line when its file is of another version or layout (the search then keeps the
+selector's order), a one-line error when a store is too small, and the search's order: the
+selector's choice and the model's picks first, the rest in predicted order."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lightgbm")
+
+from sparserl.kernels.contract import Op  # noqa: E402
+from sparserl.matrices import generate  # noqa: E402
+from sparserl.matrices.card import card_and_features  # noqa: E402
+from sparserl.search import cost_quality as cq  # noqa: E402
+from sparserl.search.cost_model import (  # noqa: E402
+    PACKAGED_MODEL,
+    CostModel,
+    CostModelError,
+    MatrixMeasurements,
+    TrainConfig,
+    store_measurements,
+    train,
+)
+from sparserl.search.loop import SearchConfig, run_search  # noqa: E402
+from sparserl.search.ranker import ModelRanker, Ranker, make_ranker  # noqa: E402
+from sparserl.search.space import CandidateSpace, Provenance, normalised, select_templates  # noqa: E402
+from sparserl.search.store import BestStore, VerifiedKernel, harness_version  # noqa: E402
+from tests.search.doubles import CUSPARSE_US, FakeTimingDouble  # noqa: E402
+
+TEMPLATES = ("csr_scalar", "csr_vector", "ell_rows", "dia_rows", "sell_lanes", "coo_atomic")
+TRAIN = [("random_4", "random", {"nnz_per_row": 4}), ("random_24", "random", {"nnz_per_row": 24}),
+         ("random_12", "random", {"nnz_per_row": 12}), ("banded_3", "banded", {"bands": 3}),
+         ("banded_11", "banded", {"bands": 11}), ("stencil2d", "stencil2d", {}), ("powerlaw", "powerlaw", {}),
+         ("skewed", "skewed", {}), ("empty_rows", "empty_rows", {"nnz_per_row": 6})]
+TEST = [("random_8", "random", {"nnz_per_row": 8}), ("banded_5", "banded", {"bands": 5})]
+
+
+def law(template: str, p: dict, card) -> float:
+    """The synthetic truth: log(time / cuSPARSE's) of a point on a matrix, from its card."""
+    mean = max(card.row_len_mean, 0.5)
+    spread = math.log(card.row_len_max / mean)
+    if template == "csr_vector":
+        return 0.3 * abs(math.log2(p["tpr"]) - math.log2(mean)) + 0.05 * (p["block"] == 128)
+    if template == "csr_scalar":
+        return 0.2 + 0.15 * math.log2(mean)
+    if template == "ell_rows":
+        return 0.6 * spread - 0.1 + 0.05 * (p["rpt"] == 2)
+    if template == "dia_rows":
+        return -0.6 + 1.5 * (1 - card.diag_fill) + 0.05 * p["rpt"]
+    if template == "sell_lanes":
+        return 0.1 + 0.1 * abs(math.log2(p["C"]) - 5) + 0.02 * math.log2(p["sigma"]) + 0.3 * spread
+    return 0.5
+
+
+def matrix(name: str, fam: str, params: dict):
+    A = generate(fam, 2500, seed=7, **params)
+    card, feats = card_and_features(A)
+    space = CandidateSpace(card, Op.SPMV, None, select_templates(Op.SPMV, TEMPLATES))
+    return name, A, card, feats, list(space.all_points())
+
+
+def synthetic_time(card, p) -> float:
+    return CUSPARSE_US * math.exp(law(p.template, p.param_dict, card))
+
+
+@pytest.fixture(scope="module")
+def train_mats():
+    return [matrix(*m) for m in TRAIN]
+
+
+@pytest.fixture(scope="module")
+def test_mats():
+    return [matrix(*m) for m in TEST]
+
+
+def fill_store(path: Path, mats) -> None:
+    with BestStore(path) as st:
+        for name, _, card, feats, points in mats:
+            st.add_matrix(card, name, features=feats)
+            for p in points:
+                t = synthetic_time(card, p)
+                st.record(VerifiedKernel(
+                    fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", gpu="H200", regime="cold",
+                    text=p.text, time_us=t, cusparse_us=CUSPARSE_US, speedup=CUSPARSE_US / t, roofline=None,
+                    format=None, template=p.template, candidate_id=p.id, provenance="seed", parent_id=None,
+                    model=None, run_id="r", harness_version=harness_version()))
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory, train_mats) -> Path:
+    p = tmp_path_factory.mktemp("store") / "s.db"
+    fill_store(p, train_mats)
+    return p
+
+
+@pytest.fixture(scope="module")
+def model(store_path) -> CostModel:
+    with BestStore(store_path) as st:
+        data = store_measurements(st)
+    return train(data, TrainConfig(trees=150))
+
+
+def measured(name, card, feats, points) -> MatrixMeasurements:
+    return MatrixMeasurements(name=name, family="random", op="spmv", k=None, arch="sm_90", regime="cold",
+                              card=card, features=feats, cusparse_us=CUSPARSE_US,
+                              times={p.id: synthetic_time(card, p) for p in points})
+
+
+def test_trains_from_a_store_and_ranks_matrices_it_has_not_seen(store_path, model, test_mats) -> None:
+    """Fitted on the store's verified times of 9 matrices, it ranks two unseen ones well.
+    Mutations killed: targets not aligned with their rows, a matrix's features taken from another
+    matrix, parameters left out of the rows (every point of a template would tie)."""
+    with BestStore(store_path) as st:
+        data = store_measurements(st)
+    assert len(data) == len(TRAIN) and all(m.features is not None for m in data)
+    assert sum(len(m.points()) for m in data) == model.meta["trained_on"]["measurements"]
+    for name, _, card, feats, points in test_mats:
+        s = cq.score_model(model, [measured(name, card, feats, points)])[0]
+        assert s.recall and s.tau > 0.8, (name, s)
+        assert s.regret == 1.0
+
+
+def test_save_and_load_give_the_same_predictions(model, test_mats, tmp_path: Path) -> None:
+    _, _, card, feats, points = test_mats[0]
+    pts = [(p.template, p.param_dict) for p in points]
+    path = model.save(tmp_path / "m.json.gz")
+    with gzip.open(path) as fh:
+        assert json.load(fh)["format"] == "sparserl-cost-model"
+    back = CostModel.load(path)
+    assert back.meta == model.meta
+    np.testing.assert_array_equal(back.predict_points(card, feats, "spmv", None, pts),
+                                  model.predict_points(card, feats, "spmv", None, pts))
+
+
+def _rewrite(src: Path, dst: Path, change) -> Path:
+    blob = json.loads(gzip.decompress(src.read_bytes()))
+    change(blob)
+    dst.write_bytes(gzip.compress(json.dumps(blob).encode()))
+    return dst
+
+
+def _search_ids(A, card, ranker, budget: int = 12) -> list[str]:
+    ev = FakeTimingDouble(lambda text: 10.0 + len(text) % 11)
+    res = run_search(A, "m", "spmv", None, SearchConfig(budget=budget, parallel=1), ev, card=card, progress=False,
+                     selector_point=("csr_vector", {"tpr": 4, "block": 128}, "selector"), ranker=ranker)
+    return [e.proposal.id for e in sorted(res.entries, key=lambda e: e.order)]
+
+
+@pytest.mark.parametrize("change", [
+    lambda b: b.update(format_version=b["format_version"] + 1),
+    lambda b: b.update(layout=b["layout"] + 1),
+    lambda b: b.update(feature_names=b["feature_names"][:-1]),
+    lambda b: b.update(format="something else"),
+], ids=["format-version", "layout-version", "feature-names", "not-a-model"])
+def test_a_model_of_another_version_or_layout_falls_back_with_one_line(model, test_mats, tmp_path, caplog,
+                                                                        change) -> None:
+    """Mutations killed: no version check, no layout check (a model fed rows of another layout
+    would rank at random), a refusal that raises past the search or logs a traceback."""
+    good = model.save(tmp_path / "good.json.gz")
+    bad = _rewrite(good, tmp_path / "bad.json.gz", change)
+    with pytest.raises(CostModelError) as exc:
+        CostModel.load(bad)
+    assert "\n" not in str(exc.value)
+    _, A, card, feats, _ = test_mats[0]
+    with caplog.at_level(logging.INFO, logger="sparserl.search.ranker"):
+        r = make_ranker(str(bad), card, feats, "spmv", None)
+    assert type(r) is Ranker
+    warnings = [x for x in caplog.records if x.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0].getMessage() and warnings[0].exc_info is None
+    assert "selector's order" in warnings[0].getMessage()
+    assert _search_ids(A, card, r) == _search_ids(A, card, None)  # today's order exactly
+
+
+def test_junk_and_missing_files_fall_back_too(test_mats, tmp_path, caplog) -> None:
+    _, _, card, feats, _ = test_mats[0]
+    junk = tmp_path / "junk.json.gz"
+    junk.write_bytes(b"\x1f\x8b not gzip at all")
+    for path in (junk, tmp_path / "missing.json.gz"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="sparserl.search.ranker"):
+            assert type(make_ranker(str(path), card, feats, "spmv", None)) is Ranker
+        assert len(caplog.records) == 1
+
+
+def test_without_lightgbm_the_search_keeps_its_order(model, test_mats, tmp_path, monkeypatch, caplog) -> None:
+    """The search works without the search extra: one line, then the selector's order."""
+    path = model.save(tmp_path / "fresh.json.gz")  # a file no earlier test loaded (loads are cached)
+    monkeypatch.setitem(sys.modules, "lightgbm", None)  # import lightgbm now raises ImportError
+    _, A, card, feats, _ = test_mats[0]
+    with caplog.at_level(logging.WARNING, logger="sparserl.search.ranker"):
+        r = make_ranker(str(path), card, feats, "spmv", None)
+    assert type(r) is Ranker and len(caplog.records) == 1 and "lightgbm is not installed" in caplog.text
+
+
+def test_too_few_measurements_is_one_line_that_says_how_many(train_mats, tmp_path, capsys) -> None:
+    """Mutations killed: training on whatever there is, a message without the numbers needed."""
+    from tests.search.test_cli import run_cli
+
+    path = tmp_path / "small.db"
+    fill_store(path, train_mats[:3])
+    with BestStore(path) as st:
+        data = store_measurements(st)
+    n = sum(len(m.points()) for m in data)
+    with pytest.raises(CostModelError, match=rf"{n} verified measurements on 3 matrices; training a cost model "
+                                             r"needs at least 200 on 4 matrices"):
+        train(data)
+    code, out, err = run_cli(["best", "cost-model", "--store", str(path), "--out", str(tmp_path / "m.json.gz")],
+                             capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "at least 200 on 4 matrices" in err
+    assert not (tmp_path / "m.json.gz").exists()
+
+
+def test_held_out_families_are_never_trained_on(train_mats) -> None:
+    """Mutation killed: training on every matrix it is given (a held-out family's name included)."""
+    data = [measured(n if i else "circuit_2500", c, f, p) for i, (n, _, c, f, p) in enumerate(train_mats)]
+    m = train(data, TrainConfig(trees=5))
+    assert m.meta["trained_on"]["held_out_left_out"] == 1
+    assert m.meta["trained_on"]["matrices"] == len(train_mats) - 1
+
+
+def _best_per_template(model, card, feats, space) -> list[tuple[str, dict]]:
+    """Independently of the ranker: every template's best predicted valid point, best first."""
+    import itertools
+
+    best = []
+    for t in space.templates:
+        pts = [dict(zip([p.name for p in t.space], v)) for v in itertools.product(*(p.values for p in t.space))]
+        pts = [q for q in pts if t.check(q, card, None) is None]
+        s = model.predict_points(card, feats, "spmv", None, [(t.name, q) for q in pts])
+        best.append((float(s.min()), t.name, pts[int(np.argmin(s))]))
+    return [(n, q) for _, n, q in sorted(best, key=lambda x: x[0])]
+
+
+def test_first_candidates_are_the_selector_then_the_models_picks_across_templates(model, test_mats) -> None:
+    """Mutations killed: picks left out, picks all from one template, picks before the selector."""
+    name, A, card, feats, _ = test_mats[0]
+    ranker = ModelRanker(model, card, feats, "spmv", None)
+    space = CandidateSpace(card, Op.SPMV, None, select_templates(Op.SPMV, TEMPLATES))
+    expect = [space.point(n, q, Provenance.MODEL).id for n, q in _best_per_template(model, card, feats, space)
+              if not ranker.refused(space.by_name[n].format, q)][:4]
+    ev = FakeTimingDouble(lambda text: 20.0)
+    cfg = SearchConfig(budget=10, parallel=1, templates=TEMPLATES)
+    res = run_search(A, name, "spmv", None, cfg, ev, card=card, progress=False, ranker=ranker,
+                     selector_point=("csr_scalar", {"block": 128}, "selector"))
+    order = sorted(res.entries, key=lambda e: e.order)
+    assert order[0].proposal.note == "selector" and order[0].proposal.id == "spmv/csr_scalar/-/block=128"
+    picks = order[1:5]
+    assert [e.proposal.id for e in picks] == expect
+    assert all(e.proposal.provenance is Provenance.MODEL and "predicted" in e.proposal.note for e in picks)
+    assert len({e.proposal.template for e in picks}) == 4
+
+
+def test_the_order_follows_the_model(model, test_mats) -> None:
+    """Round one and a parent's mutations come in predicted order with a model, and not without
+    one. Mutation killed: a search that ignores its ranker (this test then fails on both counts)."""
+    name, A, card, feats, points = test_mats[0]
+    sel = ("sell_lanes", {"C": 32, "sigma": 64, "block": 256}, "selector")
+    sel_text = normalised(next(p.text for p in points if p.template == "sell_lanes" and p.param_dict == sel[1]))
+    ranker = ModelRanker(model, card, feats, "spmv", None)
+
+    def run(r) -> list:
+        ev = FakeTimingDouble(lambda text: 10.0 if normalised(text) == sel_text else 50.0)  # the selector's stays best
+        cfg = SearchConfig(budget=40, parallel=1, templates=TEMPLATES, model_picks=0, explore=0.0, switch=0.0,
+                           beam=1, seed_share=0.2)
+        res = run_search(A, name, "spmv", None, cfg, ev, card=card, progress=False, ranker=r, selector_point=sel)
+        return sorted(res.entries, key=lambda e: e.order)
+
+    def scores(entries) -> list[float]:
+        return list(ranker.scores([(e.proposal.template, e.proposal.param_dict) for e in entries]))
+
+    for r, follows in ((ranker, True), (None, False)):
+        entries = run(r)
+        first_round = [e for e in entries if e.proposal.provenance is Provenance.SEED][1:len(TEMPLATES)]
+        moves = [e for e in entries if e.proposal.provenance is Provenance.MUTATION]
+        assert len(moves) >= 4 and all(e.proposal.parent == "spmv/sell_lanes/C=32,sigma=64/block=256" for e in moves)
+        assert (scores(moves) == sorted(scores(moves))) is follows
+        assert (scores(first_round) == sorted(scores(first_round))) is follows, [e.proposal.id for e in first_round]
+
+
+def test_search_array_follows_its_cost_model_setting(model, test_mats, tmp_path) -> None:
+    """Mutation killed: a search set up without its configured model (or with one under 'none')."""
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.run import search_array
+
+    path = model.save(tmp_path / "mine.json.gz")
+    name, A, card, feats, _ = test_mats[0]
+    ids = {}
+    for spec in (str(path), "none"):
+        ev = FakeTimingDouble(lambda text: 10.0 + len(text) % 11)
+        res = search_array(MatrixContext(A, name, Op.SPMV), SearchConfig(budget=12, parallel=1, cost_model=spec), ev,
+                           None, progress=False)
+        ids[spec] = [e.proposal for e in sorted(res.entries, key=lambda e: e.order)]
+    assert sum(p.provenance is Provenance.MODEL for p in ids[str(path)]) == 4
+    assert not any(p.provenance is Provenance.MODEL for p in ids["none"])
+    assert ids[str(path)][0].note == ids["none"][0].note == "selector"
+
+
+def test_default_is_your_own_model_else_the_packaged_one(model, test_mats, tmp_path, monkeypatch) -> None:
+    from sparserl.search.cost_model import default_model_path, user_model_path
+
+    monkeypatch.setenv("SPARSERL_CACHE_DIR", str(tmp_path / "cache"))
+    assert default_model_path() == PACKAGED_MODEL
+    model.save(user_model_path())
+    assert default_model_path() == user_model_path() == tmp_path / "cache" / "cost_model.json.gz"
+    _, _, card, feats, _ = test_mats[0]
+    r = make_ranker("default", card, feats, "spmv", None)
+    assert isinstance(r, ModelRanker) and r.model.meta == model.meta
+
+
+def test_a_matrix_far_outside_the_trained_sizes_keeps_the_selectors_order(model, test_mats, tmp_path,
+                                                                          caplog) -> None:
+    """A tree model predicts past its training sizes as at the nearest size seen; the ranker
+    then stands aside. Mutation killed: a model applied to any matrix whatever its size."""
+    from dataclasses import replace
+
+    path = model.save(tmp_path / "sized.json.gz")
+    lo, hi = model.meta["trained_on"]["nnz_range"]
+    _, _, card, feats, _ = test_mats[0]
+    assert isinstance(make_ranker(str(path), replace(card, nnz=hi * 3), feats, "spmv", None), ModelRanker)
+    with caplog.at_level(logging.INFO, logger="sparserl.search.ranker"):
+        r = make_ranker(str(path), replace(card, nnz=hi * 5), feats, "spmv", None)
+    assert type(r) is Ranker and "trained on matrices of" in caplog.text
+    assert type(make_ranker(str(path), replace(card, nnz=lo // 5), feats, "spmv", None)) is Ranker
+
+
+def test_the_packaged_model_loads_and_fits_this_layout() -> None:
+    """Fails when the feature layout, a template's parameters or the file format change without
+    the packaged model being trained again (sparserl best cost-model --data ... --out PACKAGED)."""
+    m = CostModel.load(PACKAGED_MODEL)
+    assert "spmv" in m.meta["ops"] and m.meta["target"] == "ratio"
+    assert PACKAGED_MODEL.stat().st_size < 300_000
+    from sparserl.matrices.generators import HELD_OUT_FAMILIES
+
+    assert not set(m.meta["trained_on"]["families"]) & set(HELD_OUT_FAMILIES)
+    assert not any(s.startswith("/") for s in m.meta["trained_on"]["sources"])  # no paths of a machine
+
+
+def test_ranking_figures_on_a_perfect_and_a_reversed_order(test_mats) -> None:
+    name, _, card, feats, points = test_mats[0]
+    m = measured(name, card, feats, points)
+    by_time = sorted(m.times, key=m.times.get)
+    good = cq.rank_score(m, by_time, predicted=[m.times[c] for c in by_time])
+    bad = cq.rank_score(m, by_time[::-1], predicted=[-m.times[c] for c in by_time[::-1]])
+    assert good.recall and good.near and good.regret == 1.0 and good.tau == pytest.approx(1.0)
+    assert not bad.recall and bad.regret > 1.0 and bad.tau == pytest.approx(-1.0)
+    assert bad.regret == pytest.approx(m.times[by_time[-5]] / m.times[by_time[0]])
+
+
+def test_templates_speed_measurements_in_git_load_with_their_cards() -> None:
+    """The measurements the packaged model was trained on: every matrix with its card and features."""
+    from sparserl.search.cost_model import load_measurements
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks/results/2026-12-02/cost-model/" \
+        "templates_speed_measurements.jsonl"
+    data = load_measurements(path)
+    assert len(data) == 7 and all(m.features is not None and len(m.points()) >= 50 for m in data)
+    assert {m.card.nnz for m in data} >= {4_000_000, 107_171_875}
+
+
+def test_the_data_script_writes_measurements_the_trainer_reads(tmp_path) -> None:
+    """benchmarks/cost_model_data.py's per-matrix record, with the GPU's timing stood in for by the
+    double: every oracle point and the mutations evaluated, cuSPARSE's time kept, read back by the
+    trainer's loader with its card and features. Mutation killed: a record the loader cannot read,
+    or times keyed by ids that are not template points."""
+    from sparserl.search.cost_model import load_measurements
+    from tests.conftest import load_benchmark
+
+    mod = load_benchmark("cost_model_data")
+    A = generate("powerlaw", 3000, seed=1)
+    card, feats = card_and_features(A)
+    ev = FakeTimingDouble(lambda text: 10.0 + len(text) % 17)
+    row = mod.measure(ev, "powerlaw_3000", "powerlaw", A, card, feats, Op.SPMV, None, 6, 0, math.inf, False)
+    assert row["complete"] and row["evaluated"] == row["planned"] >= 60 and row["cusparse_us"] == CUSPARSE_US
+    assert sum(c["provenance"] in ("mutation", "random") for c in row["candidates"]) == 6
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps(row | {"cusparse_us": None}) + "\n")
+    [m] = load_measurements(path)  # a record with nothing verified (compile-only) is skipped
+    assert m.card == card and m.features == feats and len(m.points()) == row["evaluated"]
+    assert all(m.times[c["id"]] == c["time_us"] for c in row["candidates"])
+    assert set(mod.FAMILIES) & {"circuit", "kkt", "fem_mixed", "road"} == set()

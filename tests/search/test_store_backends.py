@@ -1,0 +1,251 @@
+"""The best-known store on both databases: SQLite (a file) and a real PostgreSQL server.
+
+The same operations give the same rows on both; schema migrations take an old store forward and
+an older SparseRL refuses a newer one in one line; a result written twice (by its uid) is recorded
+once; concurrent writers leave exactly one best row per key, the fastest; bad URLs, wrong
+credentials, an unreachable server and a database that vanishes are one line each, on the command
+line too. Mutations these tests kill: the upsert's ``WHERE excluded.time_us < best.time_us``
+dropped (a slower result replaces the best), ``ON CONFLICT (uid) DO NOTHING`` dropped (a replayed
+journal duplicates results), a migration step skipped (version 2's columns missing), the newer-
+schema check removed, the reconnect removed (a cut connection fails the write).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import re
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparserl.errors import SparseRLError
+from sparserl.matrices import generate
+from sparserl.matrices.card import MatrixCard, matrix_card
+from sparserl.search.store import MIGRATIONS, SCHEMA_V1, SCHEMA_VERSION, BestStore, harness_version
+from sparserl.search.store_backends import SQLiteBackend, StoreUnavailable
+from tests.conftest import one_line_error
+from tests.search.test_store import KERNEL, verified
+
+
+@pytest.fixture(scope="module")
+def card() -> MatrixCard:
+    return matrix_card(generate("banded", 2000, seed=3, bands=5))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def spec(request, tmp_path: Path) -> str:
+    """A new, empty store's spec on each database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "s.db")
+    return request.getfixturevalue("pg_url")
+
+
+def _fill(st: BestStore, card: MatrixCard) -> list[bool]:
+    other = replace(card, fingerprint="f" * 32)
+    st.add_matrix(card, "banded", "/data/banded.mtx", ([0, 1], [0, 2]))
+    st.add_matrix(other, "Zeta")
+    return [st.record(verified(card, 50.0, "a")), st.record(verified(card, 60.0, "b")),
+            st.record(verified(card, 50.0, "c")), st.record(verified(card, 40.0, "d", provenance="mutation",
+                                                                  parent_id="spmv/csr_vector/-/a")),
+            st.record(verified(card, 90.0, "e", harness_version="older")),
+            st.record(verified(card, 95.0, "f", regime="warm")),
+            st.record(verified(card, 30.0, "g", op="spmm", k=8)),
+            st.record(verified(other, 80.0, "y", fingerprint=other.fingerprint, arch="sm_100"))]
+
+
+def _portable(rows) -> list[dict]:
+    """Rows without what differs by construction (ids, timestamps, run ids)."""
+    drop = {"id", "created_at", "updated_at"}
+    return [{k: v for k, v in r.__dict__.items() if k not in drop} for r in rows]
+
+
+def test_both_databases_give_the_same_rows(tmp_path: Path, pg_url: str, card: MatrixCard) -> None:
+    out = {}
+    for spec in (str(tmp_path / "s.db"), pg_url):
+        with BestStore(spec) as st:
+            won = _fill(st, card)
+            out[st.backend] = (won, _portable(st.best()), _portable(st.results()), st.counts(),
+                               st.matrix(card.fingerprint), _portable(st.best(fingerprint=card.fingerprint[:6],
+                                                                              op="spmv", k=None, regime="cold")))
+    assert out["sqlite"] == out["postgresql"]
+    won, best, _, counts, m, cold = out["postgresql"]
+    assert won == [True, False, False, True, True, True, True, True]
+    assert counts["results"] == 8 and counts["best"] == 5
+    assert [r["time_us"] for r in cold] == [40.0, 90.0]  # this harness version's best, and the older one's
+    assert [r["name"] for r in best] == ["Zeta", "banded", "banded", "banded", "banded"]  # code-point order
+    assert MatrixCard.from_dict(m.card) == card and m.coords == ([0, 1], [0, 2])
+
+
+def test_times_keep_double_precision(spec: str, card: MatrixCard) -> None:
+    t = 12.345678901234567
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        st.record(verified(card, t, "a"))
+        assert st.best()[0].time_us == t  # PostgreSQL's REAL would round this to 12.345679
+
+
+def test_a_result_written_twice_is_recorded_once(spec: str, card: MatrixCard) -> None:
+    v = verified(card, 50.0, "a")
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        assert st.record(v) is True
+        assert st.record(v) is False  # the same uid: a retry or a replayed journal
+        assert st.record(replace(v, time_us=10.0)) is False  # a faster time under a known uid is not a new result
+        assert st.counts()["results"] == 1 and st.best()[0].time_us == 50.0
+        assert st.has_uids([v.uid, "nope"]) == {v.uid}
+        assert st.results()[0].host == v.host and v.host
+
+
+def test_newer_schema_is_refused_in_one_line(spec: str) -> None:
+    BestStore(spec).close()
+    with BestStore(spec) as st:
+        with st.transaction():
+            st.db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    with pytest.raises(SparseRLError, match="newer SparseRL") as exc:
+        BestStore(spec)
+    assert "\n" not in str(exc.value) and f"store schema {SCHEMA_VERSION + 1}" in str(exc.value)
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_rows(spec: str, card: MatrixCard) -> None:
+    """A store as version 1 wrote it (no host, no uid) is brought to version 2 on open."""
+    from sparserl.search.store_backends import open_backend
+
+    db = open_backend(spec)
+    with db.transaction():
+        for stmt in filter(str.strip, SCHEMA_V1.format(**db.types).split(";")):
+            db.execute(stmt)
+        db.execute("INSERT INTO schema_version (version) VALUES (1)")
+    db.close()
+    assert SCHEMA_VERSION == max(MIGRATIONS)
+    with BestStore(spec) as st:
+        with st.transaction():  # a version-1 writer's row: no host or uid columns in its INSERT
+            st.db.execute("INSERT INTO matrices (fingerprint, name, rows, cols, nnz, card_json, added_at) "
+                          "VALUES (?, 'old', 1, 1, 1, ?, 'then')", (card.fingerprint, json.dumps(card.to_dict())))
+        assert st.record(verified(card, 50.0, "a")) is True
+        assert st._schema_version() == SCHEMA_VERSION
+        assert st.best()[0].name == "old" and st.results()[0].host is not None
+    with BestStore(spec) as st:  # opening again changes nothing
+        assert st._schema_version() == SCHEMA_VERSION and st.counts()["results"] == 1
+
+
+def test_sqlite_files_that_are_not_stores_are_still_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.commit()
+    con.close()
+    with pytest.raises(SparseRLError, match="not a SparseRL best-known store"):
+        BestStore(other)
+    assert isinstance(BestStore(tmp_path / "new.db").db, SQLiteBackend)
+
+
+def _writer(spec: str, card_dict: dict, seed: int, n: int) -> None:
+    card = MatrixCard.from_dict(card_dict)
+    rng = np.random.default_rng(seed)
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        for i in range(n):
+            st.record(verified(card, float(rng.uniform(10, 100)), f"{seed}-{i}", run_id=f"run{seed}"))
+
+
+def test_four_processes_on_one_postgresql_store(pg_url: str, card: MatrixCard) -> None:
+    """Four writers at once, racing on one key and on the schema's creation: one best row, the fastest."""
+    n, seeds = 25, [11, 12, 13, 14]
+    ctx = mp.get_context("fork")  # no connection is open in this process yet
+    procs = [ctx.Process(target=_writer, args=(pg_url, card.to_dict(), s, n)) for s in seeds]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with BestStore(pg_url) as st:
+        assert st.counts()["results"] == 4 * n and st.counts()["schema_version"] == 1
+        (b,) = st.best()
+        expected = min(float(np.random.default_rng(s).uniform(10, 100, n).min()) for s in seeds)
+        assert b.time_us == pytest.approx(expected)
+        assert b.time_us == min(r.time_us for r in st.results())
+
+
+def test_a_cut_connection_is_opened_again(pg_url: str, postgres_server, card: MatrixCard) -> None:
+    import psycopg
+
+    with BestStore(pg_url) as st:
+        st.add_matrix(card, "banded")
+        pid = st.conn.info.backend_pid
+        with psycopg.connect(postgres_server.url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert st.record(verified(card, 50.0, "a")) is True  # reconnected once, written once
+        assert st.conn.info.backend_pid != pid and st.counts()["results"] == 1
+
+
+def test_a_vanished_database_is_one_line(pg_url: str, postgres_server, card: MatrixCard) -> None:
+    st = BestStore(pg_url)
+    st.add_matrix(card, "banded")
+    postgres_server.drop_database(pg_url)
+    with pytest.raises(StoreUnavailable) as exc:
+        st.record(verified(card, 50.0, "a"))
+    msg = str(exc.value)
+    assert "\n" not in msg and "does not exist" in msg and "recording a verified kernel" in msg
+    assert postgres_server.password not in msg
+    st.close()
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_best_list_show_export_agree_on_both(cli, tmp_path: Path, pg_url: str, card: MatrixCard) -> None:
+    outs = {}
+    for name, spec in (("sqlite", str(tmp_path / "s.db")), ("postgresql", pg_url)):
+        with BestStore(spec) as st:
+            _fill(st, card)
+        listed = cli("best", "list", "--store", spec, "--json")
+        shown = cli("best", "show", card.fingerprint[:10], "--store", spec, "--op", "spmm")
+        exported = cli("best", "export", str(tmp_path / f"{name}.jsonl"), "--store", spec)
+        assert listed.rc == shown.rc == exported.rc == 0, (listed.err, shown.err, exported.err)
+        rows = [json.loads(x) for x in listed.out.splitlines()]
+        for r in rows:
+            r.pop("updated_at")
+        lines = [json.loads(x) for x in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        outs[name] = (rows, re.sub(r"\d{4}-\d\d-\d\dT[\d:]+\+00:00", "WHEN", shown.out), lines)
+    assert outs["sqlite"] == outs["postgresql"]
+    rows, shown, lines = outs["sqlite"]
+    assert len(rows) == 5 and KERNEL.format("g").strip() in shown and "3.33x" in shown
+    assert len(lines) == 4 and {x["code"] for x in lines} >= {KERNEL.format("d"), KERNEL.format("g")}  # Zeta: no coords
+
+
+def test_store_urls_that_cannot_work_are_one_line(cli, postgres_server) -> None:
+    wrong = postgres_server.url("postgres", password="not-the-password")
+    line = one_line_error(cli("best", "list", "--store", wrong), "password authentication failed")
+    assert "not-the-password" not in line and "***" in line
+    one_line_error(cli("best", "list", "--store", "mysql://u@h/db"), "unsupported best-known store URL scheme 'mysql'")
+    closed = f"postgresql://u@127.0.0.1:{_closed_port()}/db"
+    one_line_error(cli("best", "list", "--store", closed), "cannot open the best-known store", "refused")
+
+
+def test_a_newer_postgresql_store_is_one_line_on_the_command_line(cli, pg_url: str) -> None:
+    with BestStore(pg_url) as st:
+        with st.transaction():
+            st.db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 5,))
+    one_line_error(cli("best", "list", "--store", pg_url), "newer SparseRL", "upgrade sparserl")
+
+
+def _closed_port() -> int:
+    from tests.postgres import free_port
+
+    return free_port()
+
+
+def test_harness_versions_on_one_store_are_kept_apart(spec: str, card: MatrixCard) -> None:
+    """Two farms measuring under different harness versions: each its own best, neither compared."""
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        assert st.record(verified(card, 50.0, "a", harness_version="7"))
+        assert st.record(verified(card, 90.0, "b"))  # slower, but another version: its own best
+        assert st.record(verified(card, 40.0, "c", harness_version="7"))
+        assert not st.record(verified(card, 95.0, "d"))
+        by = {r.harness_version: r.time_us for r in st.best()}
+        assert by == {"7": 40.0, harness_version(): 90.0}

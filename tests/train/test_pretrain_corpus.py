@@ -1,0 +1,128 @@
+"""Pre-training on a built corpus (``--corpus``): held-out perplexity per package, a wall-clock
+budget that ends with a checkpoint, the model presets and the MFU arithmetic."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparserl.errors import SparseRLError  # noqa: E402
+from sparserl.model.config import TinyModelConfig  # noqa: E402
+from sparserl.train.pretrain import PretrainConfig, pretrain  # noqa: E402
+from sparserl.train.throughput import matmul_params, mfu, peak_tflops  # noqa: E402
+from tests.corpus.test_pack import make_corpus  # noqa: E402
+
+SHAPE = TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                        num_key_value_heads=1, head_dim=32)
+
+
+def cfg(out, corpus, **kw) -> PretrainConfig:
+    base = dict(out=str(out), corpus_dir=str(corpus), vocab_size=400, shape=SHAPE, seq_len=32, batch_size=4,
+                steps=8, lr=3e-3, warmup_steps=2, eval_every=4, save_every=4, heldout_tokens=2000, device="cpu")
+    return PretrainConfig(**(base | kw))
+
+
+def test_pretrain_on_a_built_corpus_reports_each_heldout_package(tmp_path) -> None:
+    make_corpus(tmp_path / "c")
+    r = pretrain(cfg(tmp_path / "run", tmp_path / "c", steps=4, eval_every=2, save_every=2))
+    assert r["steps"] == 4 and r["heldout_whole_packages"] == ["beta"]
+    ppl = r["heldout_ppl_by_package"]
+    assert set(ppl) == {"alpha", "beta"} and all(1 < v < 400 for v in ppl.values())
+    assert min(ppl.values()) <= r["eval/heldout_ppl"] <= max(ppl.values())
+    assert r["mfu"] is None and r["peak_tflops"] is None and r["tokens_per_s"] > 0  # no peak known for a CPU
+    rows = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in rows if "eval/heldout_ppl/beta" in m] == [2, 4]
+    # the built corpus was tokenised once into run/pack; a resumed run uses that pack as it is
+    pack_json = tmp_path / "run" / "pack" / "pack.json"
+    before = pack_json.stat().st_mtime_ns
+    r2 = pretrain(cfg(tmp_path / "run", tmp_path / "c", steps=6, eval_every=2, save_every=2, resume=True))
+    assert r2["steps"] == 6 and pack_json.stat().st_mtime_ns == before
+
+
+def test_minutes_budget_ends_with_a_checkpoint_and_decayed_lr(tmp_path) -> None:
+    """On a pack given directly. Kills: a budget that is ignored (runs all 100000 steps), a stop
+    without a last save and evaluation, a learning rate that decays over the steps instead."""
+    from sparserl.corpus.pack import PackConfig, pack
+
+    make_corpus(tmp_path / "c")
+    pack(PackConfig(corpus=str(tmp_path / "c"), out=str(tmp_path / "p"), vocab_size=400, max_mib=0))
+    c = cfg(tmp_path / "run", tmp_path / "p", steps=100_000, minutes=0.15, warmup_steps=1, eval_every=10_000,
+            save_every=10_000)
+    r = pretrain(c)
+    assert r["stopped"] == "minutes" and 2 <= r["steps"] < 100_000
+    assert set(r["heldout_ppl_by_package"]) == {"alpha", "beta"}
+    st = torch.load(tmp_path / "run" / "state.pt", weights_only=False)
+    assert st["step"] == r["steps"] and st["elapsed_s"] >= 9.0
+    assert r["charts/lr"] < 0.9 * c.lr  # decayed over the budget, not over 100000 steps
+    from transformers import AutoModelForCausalLM
+
+    assert sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model").parameters()) \
+        == r["params"]
+
+
+def test_bad_corpus_folders(tmp_path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SparseRLError, match="neither a built corpus"):
+        pretrain(cfg(tmp_path / "run", tmp_path / "empty"))
+    with pytest.raises(SparseRLError, match="no such folder"):
+        cfg(tmp_path / "run", tmp_path / "missing")
+    with pytest.raises(SparseRLError, match="unknown model preset"):
+        cfg(tmp_path / "run", tmp_path / "empty", preset="huge")
+
+
+def test_presets_sizes() -> None:
+    """The base preset is Qwen3-shaped at 150-300M parameters; the default stays about 29M."""
+    from transformers import AutoModelForCausalLM
+
+    from sparserl.model.config import PRESETS, hf_config
+
+    sizes = {}
+    for name, shape in PRESETS.items():
+        with torch.device("meta"):
+            m = AutoModelForCausalLM.from_config(hf_config(8192, shape))
+        sizes[name] = sum(p.numel() for p in m.parameters())
+        assert type(m).__name__ == "Qwen3ForCausalLM"
+    assert 150e6 <= sizes["base"] <= 300e6 and 28e6 <= sizes["default"] <= 31e6
+
+
+def test_mfu_arithmetic() -> None:
+    """6 N tokens/s over the peak; a tied embedding counts once, an untied input embedding not at all."""
+    from transformers import AutoModelForCausalLM
+
+    from sparserl.model.config import hf_config
+
+    tied = AutoModelForCausalLM.from_config(hf_config(300, SHAPE))
+    untied = AutoModelForCausalLM.from_config(hf_config(300, SHAPE, tie_word_embeddings=False))
+    n_tied = sum(p.numel() for p in tied.parameters())
+    assert matmul_params(tied) == n_tied
+    assert matmul_params(untied) == sum(p.numel() for p in untied.parameters()) - 300 * 64 == n_tied
+    assert math.isclose(mfu(200_000_000, 400_000, 989.0), 6 * 2e8 * 4e5 / 989e12)
+    assert mfu(1, 1.0, None) is None
+    assert peak_tflops("NVIDIA H200") == 989.0 and peak_tflops("NVIDIA GH200 480GB") == 989.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and peak_tflops("Tesla T4") is None
+
+
+@pytest.mark.slow
+def test_base_preset_trains_a_few_steps_on_cpu(tmp_path) -> None:
+    """The ~210M base preset end to end at a tiny window: forward, backward, checkpoint, perplexity."""
+    make_corpus(tmp_path / "c")
+    r = pretrain(cfg(tmp_path / "run", tmp_path / "c", preset="base", seq_len=16, batch_size=1, steps=2,
+                     eval_every=2, heldout_tokens=64))
+    assert 150e6 <= r["params"] <= 300e6 and r["steps"] == 2 and r["eval/heldout_ppl"] > 1
+
+
+def test_cli_corpus_errors_are_one_line(tmp_path, cli) -> None:
+    """A folder that is neither a corpus nor a pack, and one whose manifest lists nothing: one
+    'error:' line each, and no run folder left holding a half-made model."""
+    from tests.conftest import one_line_error
+
+    (tmp_path / "empty").mkdir()
+    one_line_error(cli("pretrain", "--corpus", tmp_path / "empty", "--out", tmp_path / "run"), "neither a built corpus")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "manifest.jsonl").write_text("\n")
+    one_line_error(cli("pretrain", "--corpus", tmp_path / "bare", "--out", tmp_path / "run2"), "nothing usable")
+    assert not (tmp_path / "run2" / "model").exists()

@@ -1,0 +1,119 @@
+"""SFT data building (compile-only on CPU) and SFT training on a tiny model, plus the
+paper-compatible entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparserl.data.rows import read_rows  # noqa: E402
+from sparserl.data.sft_build import SFTDataConfig, build_sft_data  # noqa: E402
+from sparserl.errors import SparseRLError  # noqa: E402
+from sparserl.formats import convert  # noqa: E402
+from sparserl.kernels.contract import Op, split_completion  # noqa: E402
+from sparserl.harness.compile import find_nvcc  # noqa: E402
+from tests.conftest import NEEDS_NVCC  # noqa: E402
+from sparserl.matrices import generate, load_matrix, save_matrix  # noqa: E402
+
+pytestmark = pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
+
+FAMS = ("banded", "random", "block")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data")
+    build_sft_data(SFTDataConfig(out=str(out), families=FAMS, matrices_per_family=5, min_rows=200, max_rows=800,
+                                 compile_only=True, targets_per_matrix=2, val_fraction=0.2, test_fraction=0.2,
+                                 ops=("spmv", "spmm"), ks=(8,)))
+    return out
+
+
+def test_data_rows_splits_and_targets(data_dir: Path) -> None:
+    summary = json.loads((data_dir / "summary.json").read_text())
+    assert summary["matrices"] == 15 and summary["rows"]["train"] > 0
+    rows = {s: read_rows(data_dir / f"{s}.jsonl") for s in ("train", "val", "test")}
+    mats = {s: {r.matrix for r in rs} for s, rs in rows.items()}
+    assert not (mats["train"] & mats["val"]) and not (mats["train"] & mats["test"]) and not (mats["val"] & mats["test"])
+    for r in rows["train"]:
+        assert r.code.startswith("FORMAT: " + r.format) and len(r.rows) == len(r.cols) <= 1024
+        assert r.times is None  # compile-only: nothing was timed
+        header, _ = split_completion(r.code, Op(r.op))
+        convert(load_matrix(r.matrix), header.format, header.params)  # accepted formats only (raises if not)
+    per_key: dict = {}
+    for r in rows["train"]:
+        per_key.setdefault((r.matrix, r.op), set()).add(r.variant)
+    assert all(len(v) == 2 for v in per_key.values()), "two distinct targets per train (matrix, op)"
+    assert {r.op for r in rows["train"]} == {"spmv", "spmm"}
+    refused = [r for r in rows["train"] if r.family == "random" and r.format == "DIA"]
+    assert not refused, "DIA is refused on random matrices and must never be a target"
+
+
+def test_variant_subset_per_matrix(tmp_path: Path) -> None:
+    s = build_sft_data(SFTDataConfig(out=str(tmp_path / "d"), families=("banded",), matrices_per_family=3, min_rows=200,
+                                     max_rows=400, compile_only=True, variants_per_matrix=5, val_fraction=0.0,
+                                     test_fraction=0.0))
+    assert s["evaluations"] == 3 * 5 and s["rows"]["train"] == 3 * 2
+    with pytest.raises(SparseRLError):
+        SFTDataConfig(variants_per_matrix=0)
+
+
+def test_empty_split_is_reported(tmp_path: Path, caplog) -> None:
+    from sparserl.data.sft_build import make_matrices
+
+    with caplog.at_level("WARNING", logger="sparserl.data.sft_build"):
+        entries = make_matrices(SFTDataConfig(out=str(tmp_path), families=("banded",), matrices_per_family=4,
+                                              min_rows=200, max_rows=300, val_fraction=0.1, test_fraction=0.25))
+    assert {e.split for e in entries} == {"train", "test"}  # 4 x 0.1 rounds down to no validation matrix
+    assert "no matrix went to the val split" in caplog.text and "test split" not in caplog.text
+
+
+def test_read_rows_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"rows": [0], "cols": [0], "shape": [1, 1]}\n')
+    with pytest.raises(SparseRLError, match="missing fields"):
+        read_rows(bad)
+    bad.write_text('{"rows": [0], "cols": [0], "shape": [1, 1], "code": "int x;"}\n')
+    with pytest.raises(SparseRLError, match="FORMAT"):
+        read_rows(bad)
+    bad.write_text("not json\n")
+    with pytest.raises(SparseRLError, match="not JSON"):
+        read_rows(bad)
+
+
+def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    from sparserl.train.sft import SFTConfig, sft
+
+    cfg = SFTConfig(data=str(data_dir), model=str(tiny_model_dir), out=str(tmp_path / "sft"), steps=30, batch_size=4,
+                    lr=3e-3, warmup_steps=3, max_nnz=16, eval_every=30, eval_samples=3, max_new_tokens=24,
+                    save_every=15, compile_only=True, device="cpu")
+    r = sft(cfg)
+    assert r["steps"] == 30 and (tmp_path / "sft" / "checkpoint" / "policy.json").exists()
+    metrics = [json.loads(l) for l in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    losses = [m["losses/sft"] for m in metrics if "losses/sft" in m]
+    assert losses[-1] < losses[0]
+    assert r["eval/samples"] == 3 and r["eval/compile_rate"] in (0.0, 1 / 3, 2 / 3, 1.0)  # a share of the 3
+    assert "eval/pass_at_1" not in r, "compile-only evaluation claims no correctness"
+    r2 = sft(SFTConfig(**{**cfg.__dict__, "steps": 40, "resume": True}))
+    steps = [json.loads(l)["step"] for l in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert r2["steps"] == 40 and max(steps) == 40
+
+
+def test_paper_compatible_entry_points(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:
+    from sparserl.train_sft import main
+
+    mtx = tmp_path / "mtx"
+    mtx.mkdir()
+    for i, fam in enumerate(("banded", "stencil2d", "random")):
+        save_matrix(generate(fam, 300, seed=i), mtx / f"m{i}.mtx")
+    assert main(["--dataset-dir", str(mtx), "--max-nnz", "128", "--steps", "2", "--model-path", str(tiny_model_dir),
+                 "--out", str(tmp_path / "a"), "--compile-only", "--eval-samples", "1", "--batch-size", "2"]) == 0
+    assert (tmp_path / "a" / "checkpoint" / "policy.json").exists()
+    assert main(["--data", str(data_dir / "train.jsonl"), "--steps", "2", "--model-path", str(tiny_model_dir),
+                 "--out", str(tmp_path / "b"), "--compile-only", "--eval-samples", "1", "--batch-size", "2"]) == 0
+    assert main(["--data", str(tmp_path / "missing.jsonl"), "--steps", "2", "--model-path", str(tiny_model_dir),
+                 "--out", str(tmp_path / "c"), "--compile-only"]) == 2
