@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.postgres import pg_url, postgres_server  # noqa: F401 (fixtures: a real PostgreSQL server)
+# A test run writes nothing into the checkout's src/: no bytecode caches, from this process or from
+# the commands the tests start (pytest_sessionfinish below checks).
+sys.dont_write_bytecode = True
+os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+
+from tests.postgres import pg_url, postgres_server  # noqa: E402, F401 (fixtures: a real PostgreSQL server)
 
 # Triton's kernels (the split-key decode attention) run on CPU tensors in its interpreter, which must
 # be chosen before Triton is first imported; on a GPU machine they compile as in production.
@@ -21,6 +27,14 @@ if shutil.which("nvidia-smi") is None:
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
+# --hypothesis-profile=mutation (scripts/mutation.py): a property that fails is reported as it is
+# found, not shrunk to its smallest case (shrinking made mutmut read a killed mutant as a hang)
+try:
+    from hypothesis import Phase, settings
+
+    settings.register_profile("mutation", phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None)
+except ImportError:  # hypothesis is in the dev extra
+    pass
 
 REPO = Path(__file__).resolve().parents[1]
 NEEDS_NVCC = "needs nvcc, the CUDA toolkit's compiler (no GPU needed): install the toolkit or set CUDA_HOME"
@@ -71,6 +85,30 @@ def _why_no_gpu() -> str | None:
     except Exception:
         pass
     return "needs an NVIDIA GPU: CuPy sees none on this machine"
+
+
+def _src_files() -> set[str]:
+    return {os.path.join(d, f) for d, _, files in os.walk(REPO / "src") for f in files}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_SRC] = _src_files()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test left a file in src/ (a cache, a result, bytecode): tests write under
+    pytest's tmp_path only. Skipped under mutation testing, whose copy of src/ is its own."""
+    before = session.config.stash.get(_SRC, None)
+    if before is None or REPO.name == "mutants" or "MUTANT_UNDER_TEST" in os.environ:
+        return
+    new = sorted(_src_files() - before)
+    if new:
+        session.config.get_terminal_writer().line(
+            f"error: the tests wrote into src/: {', '.join(os.path.relpath(f, REPO) for f in new[:5])}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_SRC = pytest.StashKey[set]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -123,6 +123,42 @@ def test_config_validation() -> None:
         RewardConfig(name="paper", r_eff=2.0)
 
 
+def test_config_messages_and_bounds() -> None:
+    """Each refusal says what to do, in full; the bounds themselves are allowed (r_eff = r_pen = 0,
+    a paper r_eff of exactly 1). Mutations killed: a bound made strict or dropped, a message garbled."""
+    with pytest.raises(SparseRLError) as e:
+        RewardConfig(name="nope")
+    assert str(e.value) == "unknown reward 'nope'; rewards: clipped_log, relative_best, paper"
+    for bad in ({"clip": 0.0}, {"clip": -1.0}, {"step": 0.0}, {"r_eff": -0.1}, {"r_pen": -0.1}):
+        with pytest.raises(SparseRLError) as e:
+            RewardConfig(**bad)
+        assert str(e.value) == "clip and step must be > 0, r_eff and r_pen >= 0", bad
+    with pytest.raises(SparseRLError) as e:
+        RewardConfig(name="paper", r_eff=2.0)
+    assert str(e.value) == ("paper reward with r_eff = 2.0 > 1 scores a correct kernel below 0.50x under a wrong "
+                            "one; use r_eff <= 1 or clipped_log")
+    for ok in ({"r_eff": 0.0, "r_pen": 0.0}, {"name": "paper", "r_eff": 1.0}, {"clip": 1e-9, "step": 1e-9}):
+        RewardConfig(**ok)
+
+
+def test_a_degenerate_speed_ratio_scores_the_bottom_of_the_band() -> None:
+    """A correct kernel whose speed ratio is 0 (a best-known time of 0, or a speedup of 0) scores -c,
+    the slowest a correct kernel can score, not a math error and not +c.
+
+    Mutations killed: the ``ratio > 0`` guard dropped or turned into ``>= 0``, ``-c`` into ``+c``."""
+    assert reward(res(ErrorKind.NONE, 0.0), LOG) == -3.0
+    assert reward(res(ErrorKind.NONE, 2.0, t_us=10.0), REL, best_us=0.0) == -3.0
+    assert reward(res(ErrorKind.NONE, 0.0, over=True), LOG) == -3.5
+
+
+def test_the_paper_speed_term_needs_a_correct_kernel() -> None:
+    """An incorrect result that carries a speedup (timed, then rejected) gets no speed term.
+
+    Mutation killed: ``r.correct and r.speedup is not None`` turned into ``or``."""
+    assert reward(res(ErrorKind.INCORRECT, speedup=3.0), PAPER) == 0.0
+    assert reward(res(ErrorKind.INCORRECT, speedup=3.0), LOG) == -3.5
+
+
 @pytest.mark.parametrize("kind,message,infra", [
     (ErrorKind.INTERNAL, "worker could not start", True),
     (ErrorKind.COMPILE_TIMEOUT, "nvcc ran past its 60 s limit", True),

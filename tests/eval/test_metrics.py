@@ -7,7 +7,10 @@ import math
 
 import pytest
 
-from sparserl.eval.metrics import fast_p, geomean, mean_pass_at_k, pass_at_k, speedup_at_1
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparserl.eval.metrics import fast_p, geomean, kept_speedup, mean_pass_at_k, pass_at_k, speedup_at_1
 
 
 @pytest.mark.parametrize("n", range(1, 8))
@@ -45,6 +48,55 @@ def test_speedup_at_1_is_the_expected_single_sample() -> None:
     # drawing one sample uniformly per problem: the mean log over all draws is the same
     draws = [math.log(a) + math.log(b) for a in (4.0, 1.0) for b in (8.0, 1.0)]
     assert math.log(got) == pytest.approx(sum(draws) / len(draws) / 2)
-    assert speedup_at_1([[2.0], [0.5]]) == pytest.approx(1.0)
+    # a correct sample slower than cuSPARSE is worth what the user keeps: cuSPARSE, 1.0
+    assert speedup_at_1([[2.0], [0.5]]) == pytest.approx(math.sqrt(2.0))
     with pytest.raises(ValueError):
         speedup_at_1([[2.0], []])
+
+
+def test_an_incorrect_sample_never_beats_a_correct_one() -> None:
+    """A correct 0.5x sample and an incorrect one: the correct one is worth at least as much.
+
+    Mutation killed: counting a correct sample at its raw speed below 1.0 while an incorrect one
+    counts 1.0 (the earlier definition scored [[0.5]] at 0.5 and [[None]] at 1.0)."""
+    assert kept_speedup(0.5) == 1.0 and kept_speedup(None) == 1.0 and kept_speedup(3.0) == 3.0
+    assert speedup_at_1([[0.5]]) >= speedup_at_1([[None]])
+    assert speedup_at_1([[0.5, 4.0]]) >= speedup_at_1([[None, 4.0]])
+
+
+speeds = st.one_of(st.none(), st.floats(0.01, 100.0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(speeds, min_size=1, max_size=6), min_size=1, max_size=5), st.data())
+def test_speedup_at_1_is_monotone_in_correctness(samples, data) -> None:
+    """Turning any incorrect sample into a correct one, at any speed, never lowers speedup@1; and the
+    value is the brute-force mean over every way of drawing one sample per problem of the log of
+    what the user keeps (max(speedup, 1), or 1 for an incorrect sample), exponentiated."""
+    p = data.draw(st.integers(0, len(samples) - 1))
+    i = data.draw(st.integers(0, len(samples[p]) - 1))
+    s = data.draw(st.floats(0.01, 100.0))
+    before = [list(x) for x in samples]
+    before[p][i] = None
+    after = [list(x) for x in before]
+    after[p][i] = s
+    assert speedup_at_1(after) >= speedup_at_1(before) * (1 - 1e-12)
+    logs = [[math.log(v) if v is not None and v > 1 else 0.0 for v in prob] for prob in samples]
+    draws = [math.fsum(c) / len(c) for c in itertools.product(*logs)]
+    assert speedup_at_1(samples) == pytest.approx(math.exp(math.fsum(draws) / len(draws)), rel=1e-9)
+
+
+def test_edges_and_messages() -> None:
+    """fast_p counts strictly faster than p; an empty set of problems is nan for the means; every
+    refusal says why, in full. Mutations killed: ``s > p`` made ``>=``, the empty case dropped, the
+    zero check of geomean made ``< 0`` (log(0) then raised a bare math error), messages lost."""
+    assert fast_p([1.2, 1.2000001, None], 1.2) == pytest.approx(1 / 3)
+    assert math.isnan(mean_pass_at_k([], 1))
+    cases = [(lambda: geomean([2.0, 0.0]), "geometric mean needs positive values"),
+             (lambda: pass_at_k(3, 4, 1), "need 0 <= c <= n and k >= 1, got n=3, c=4, k=1"),
+             (lambda: pass_at_k(3, 1, 4), "k=4 is larger than the n=3 samples drawn"),
+             (lambda: speedup_at_1([[2.0], []]), "a problem with no samples")]
+    for call, message in cases:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert str(e.value) == message

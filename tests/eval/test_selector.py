@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sparserl.request.library import select_variant
 from sparserl.kernels.contract import Op
 from sparserl.matrices import compute_features, family_names, generate
+from sparserl.matrices.features import MatrixFeatures
 
 
 @pytest.mark.parametrize("family, fmt", [("diagonal", "DIA"), ("banded", "DIA"), ("stencil2d", "DIA"),
@@ -22,3 +25,49 @@ def test_every_family_gets_a_variant_for_both_ops(family: str) -> None:
     f = compute_features(generate(family, 1000, seed=1))
     assert select_variant(f, Op.SPMV).op is Op.SPMV
     assert select_variant(f, Op.SPMM).op is Op.SPMM
+
+
+def features(**kw) -> MatrixFeatures:
+    """Features of a plain matrix (no diagonal, block or skew structure, uneven rows: 4096 rows of
+    30 +- 12 entries, at most 40), with the fields a case is about replaced."""
+    base = dict(num_diagonals=5000, diag_fill=0.01, block_density_8=0.05, block_density_4=0.1, row_len_mean=30.0,
+                row_len_max=40, row_len_std=12.0, empty_rows=0, rows=4096)
+    f = compute_features(generate("random", 64, seed=0))
+    return dataclasses.replace(f, **(base | kw))
+
+
+@pytest.mark.parametrize("kw, spmv, spmm", [
+    # DIA: at most 64 diagonals, at least half filled (both bounds inclusive)
+    ({"num_diagonals": 64, "diag_fill": 0.5}, "spmv/dia_vec4/-/block=128", "spmm/dia_rows/-/g=8,vec=4,block=256"),
+    ({"num_diagonals": 65, "diag_fill": 0.9}, "spmv/csr_vector/-/tpr=16,block=128", "spmm/csr_rows/-/g=32,vec=4,block=256"),
+    ({"num_diagonals": 10, "diag_fill": 0.49}, "spmv/csr_vector/-/tpr=16,block=128", "spmm/csr_rows/-/g=32,vec=4,block=256"),
+    # BSR 8x8 from a block density of 0.6, then 4x4 (SpMM has no 4x4 rule)
+    ({"block_density_8": 0.6}, "spmv/bsr_group/R=8,C=8/g=16,block=128", "spmm/bsr_group/R=8,C=8/g=32,vec=4,block=256"),
+    ({"block_density_8": 0.59, "block_density_4": 0.6}, "spmv/bsr_group/R=4,C=4/g=16,block=128",
+     "spmm/csr_rows/-/g=32,vec=4,block=256"),
+    # merge-path CSR: a row longer than 16x the mean, or more than 30% empty rows
+    ({"row_len_max": 481}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/csr_rows/-/g=32,vec=4,block=256"),
+    ({"row_len_max": 480, "row_len_std": 20.0}, "spmv/csr_vector/-/tpr=16,block=128", None),
+    ({"empty_rows": 1229}, "spmv/csr_merge/-/block=256,ipt=7", None),
+    ({"empty_rows": 1228}, "spmv/csr_vector/-/tpr=16,block=128", None),
+    # ELL: even rows (std at most 0.3 x the mean) of at most 64 entries
+    ({"row_len_std": 9.0}, "spmv/ell_rows/-/block=128,rpt=1", None),
+    ({"row_len_std": 9.1}, "spmv/csr_vector/-/tpr=16,block=128", None),
+    ({"row_len_std": 1.0, "row_len_max": 65, "row_len_mean": 60.0}, "spmv/csr_vector/-/tpr=32,block=128", None),
+    # CSR vector: lanes per row the largest power of two <= the mean row length, between 2 and 32
+    ({"row_len_mean": 1.0, "row_len_max": 12}, "spmv/csr_vector/-/tpr=2,block=128", None),
+    ({"row_len_mean": 7.9, "row_len_max": 60}, "spmv/csr_vector/-/tpr=4,block=128", None),
+    ({"row_len_mean": 8.0, "row_len_max": 60}, "spmv/csr_vector/-/tpr=8,block=128", None),
+    ({"row_len_mean": 500.0, "row_len_max": 900, "row_len_std": 300.0}, "spmv/csr_vector/-/tpr=32,block=128", None),
+])
+def test_the_rules_at_their_edges(kw: dict, spmv: str, spmm: str | None) -> None:
+    """Each documented rule on both sides of its threshold, on features set by hand, and the exact
+    variant it picks (the earlier test checked only the op of the pick).
+
+    Mutations killed: any threshold moved or made strict (64 diagonals, fill 0.5, block density 0.6,
+    16x the mean, 30% empty rows, std 0.3x the mean, 64 entries), the rules' order changed, the lanes
+    per row not a power of two <= the mean."""
+    f = features(**kw)
+    assert select_variant(f, Op.SPMV).id == spmv
+    if spmm is not None:
+        assert select_variant(f, Op.SPMM).id == spmm

@@ -75,6 +75,15 @@ def test_validation_figures_and_the_keep_rule() -> None:
     assert f["geomean_speedup"] == pytest.approx(2 ** 0.5)  # b keeps cuSPARSE: 1.0
     assert f["vs_oracle"] == pytest.approx(1.0) and f["ahead_of_oracle"] == 0.5 and f["score"] == f["vs_oracle"]
     assert validation_figures(per, None)["score"] == pytest.approx(2 ** 0.5)
+    # a round that turns a matrix's slow correct kernels (0.8x, below an oracle at 0.9x) into wrong ones
+    # gains nothing: both leave the user with cuSPARSE. (The earlier rule scored the failure 1.0 / 0.9,
+    # ahead of the oracle, and the slow kernel 0.8 / 0.9.)
+    slow = {"c": {"n": 2, "compiled": 2, "correct": 2, "best_speedup": 0.8, "sample_speedups": [0.8, 0.7]}}
+    wrong = {"c": {"n": 2, "compiled": 2, "correct": 0, "best_speedup": None, "sample_speedups": [None, None]}}
+    fs, fw = validation_figures(slow, {"c": 0.9}), validation_figures(wrong, {"c": 0.9})
+    assert fs["score"] == fw["score"] == pytest.approx(1.0) and fw["ahead_of_oracle"] == 0.0
+    assert fs["speedup_at_1"] == fw["speedup_at_1"] == pytest.approx(1.0)
+    assert not improved(fw, fs, 0.0)[0]
     assert improved({"score": 1.1, "correct_rate": 0.1}, {"score": 1.0, "correct_rate": 0.5}, 0.0)[0]
     assert not improved({"score": 1.04, "correct_rate": 0.9}, {"score": 1.0, "correct_rate": 0.5}, 0.05)[0]
     assert improved({"score": 1.0, "correct_rate": 0.6}, {"score": 1.0, "correct_rate": 0.5}, 0.0)[0]

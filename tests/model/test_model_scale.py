@@ -4,7 +4,6 @@ step crashed with "pg_token_share < 1 needs the rollout's entropies" once that d
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,21 +11,25 @@ import pytest
 
 pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[2]
 
+def test_model_scale_cpu_smoke(tmp_path: Path, monkeypatch) -> None:
+    """In this process (a subprocess paid a second torch and transformers start-up): SFT steps, both
+    decode engines, the profile and the PPO step. Each engine's token count is what its ids hold:
+    at most batch x steps, at least one token a row."""
+    from tests.conftest import load_benchmark
 
-def test_model_scale_cpu_smoke(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
-    env = {"PYTHONPATH": f"{REPO / 'src'}:{REPO}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    p = subprocess.run([sys.executable, str(REPO / "benchmarks" / "model_scale.py"), "--shape", "tiny-test", "--bf16",
-                        "--decode", "bucketed,static", "--gen-tokens", "16", "--gen-batch", "4", "--batch", "2", "--steps", "1",
-                        "--device", "cpu", "--out", str(out), "--profile", str(tmp_path / "prof.txt")],
-                       capture_output=True, text=True, env=env, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
+    monkeypatch.setattr(sys, "argv", ["model_scale.py", "--shape", "tiny-test", "--bf16", "--decode", "bucketed,static",
+                                      "--gen-tokens", "16", "--gen-batch", "4", "--batch", "2", "--steps", "1",
+                                      "--device", "cpu", "--out", str(out), "--profile", str(tmp_path / "prof.txt")])
+    assert load_benchmark("model_scale").main() in (0, None)
     res = json.loads(out.read_text())
     assert res["bf16"] and res["ppo_batch"] == 2 and res["ppo_step_s"] > 0
-    assert res["generation"]["static"]["tokens"] > 0 and res["generation"]["bucketed"]["tokens"] > 0
-    assert all(res["generation"][e]["memory_bound_tokens_per_s"] > 0 for e in ("static", "bucketed"))
+    for engine in ("static", "bucketed"):
+        g = res["generation"][engine]
+        assert 4 <= g["tokens"] <= 4 * g["steps"] and 1 <= g["steps"] <= 16, g
+        assert g["tokens_per_s"] == pytest.approx(g["tokens"] / g["seconds"])
+        assert g["memory_bound_tokens_per_s"] > 0
     prof = (tmp_path / "prof.txt").read_text()  # a CPU run: no kernels, the operators' table instead
     assert prof.startswith("# bucketed decode, batch 4, 16 tokens") and "aten::mm" in prof
 

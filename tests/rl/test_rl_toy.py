@@ -19,7 +19,7 @@ ROLLOUT = ("step", "intact", "oracle", "reward", "kl_to_ref", "logp_gap")  # wha
 
 def toy(tmp_path: Path, name: str, *extra: str) -> dict:
     out = tmp_path / f"{name}.json"
-    env = {"PYTHONPATH": f"{REPO / 'src'}:{REPO}", "PATH": "/usr/bin:/bin",
+    env = {"PYTHONPATH": f"{REPO / 'src'}:{REPO}", "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
            **{k: v for k, v in os.environ.items() if k.endswith("_NUM_THREADS")}}
     p = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rl_toy.py"), "--kernels", "2", "--chars", "100",
                         "--sft-steps", "40", "--group", "4", "--max-new-tokens", "48", "--lr", "2e-3", "--steps", "5",

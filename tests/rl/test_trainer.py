@@ -65,12 +65,20 @@ def test_response_mask() -> None:
 
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
-def test_rl_loop_runs_learns_and_resumes(algo: str, tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
+def test_rl_loop_runs_and_resumes(algo: str, tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:
+    """The loop on compile-only rewards: metrics, warm-up, checkpoint, resume. (Learning is shown in
+    test_learning.py, on a reward the tiny model can earn.) Each step's mean reward is what the
+    ladder gives its compile rate: -4 for a sample that does not compile, -3.5 for one that does
+    (compiled, not run: the wrong rung, c = 3, step 0.5); a miscounted compile rate or a misplaced
+    rung breaks the identity."""
     from sparserl.model.policy import Policy
 
     r = train_rl(base(tiny_model_dir, mats, tmp_path / algo, algo=algo, critic=algo == "ppo"))  # PPO: with a critic
-    assert r["steps"] == 2 and 0 <= r["reward/compile_rate"] <= 1
+    assert r["steps"] == 2
     metrics = [json.loads(l) for l in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
+    rows = [m for m in metrics if "reward/mean" in m]
+    assert len(rows) == 2 and all(m["reward/mean"] == pytest.approx(-4 + 0.5 * m["reward/compile_rate"]) for m in rows)
+    assert r["reward/compile_rate"] == rows[-1]["reward/compile_rate"]
     keys = set().union(*metrics)
     assert {"losses/policy_loss", "losses/clipfrac", "losses/approx_kl", "losses/entropy", "charts/kl_to_ref",
             "charts/samples_per_s", "time/generate", "time/harness_wait", "time/update"} <= keys
@@ -105,7 +113,7 @@ def test_update_moves_toward_rewarded_completions(algo: str, share: float, tiny_
     _, _, stats = run_update(cfg, policy, vh, batch)
     gain = seq_logp(policy, batch) - lp0
     assert float(gain[[0, 2]].mean()) > float(gain[[1, 3]].mean()) + 0.1, gain
-    assert stats["losses/clipfrac"] >= 0 and stats["charts/update_minibatches"] == 3
+    assert stats["charts/update_minibatches"] == 3
     if share < 1.0:
         sel = pg_token_mask(cfg, batch)
         assert all(int(sel[b].sum()) == max(1, round(share * float(batch.mask[b].sum()))) for b in range(4))

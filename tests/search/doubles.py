@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from sparserl.harness.evaluator import MatrixRef
 from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
@@ -22,9 +23,25 @@ from sparserl.search.space import normalised
 CUSPARSE_US = 100.0
 
 
-def timed_result(op: str, k, name: str, t_us: float | ErrorKind | None, regime: str = "cold",
+@dataclass(frozen=True)
+class WrongButTimed:
+    """``time_of``'s answer for an incorrect kernel whose result nonetheless carries a kernel time
+    (fast, typically): what a search must never rank, whatever the time says."""
+
+    t_us: float
+
+
+def timed_result(op: str, k, name: str, t_us: float | ErrorKind | WrongButTimed | None, regime: str = "cold",
                  cusparse_us: float = CUSPARSE_US, arch: str = "sm_90") -> EvalResult:
-    """A correct, timed result (t_us), an incorrect one (None), or a failure of the kind given."""
+    """A correct, timed result (t_us), an incorrect one (None), an incorrect one with a time
+    (:class:`WrongButTimed`), or a failure of the kind given."""
+    if isinstance(t_us, WrongButTimed):
+        kt = KernelTiming(regime, t_us.t_us, t_us.t_us, t_us.t_us, 0.0)
+        base = KernelTiming(regime, cusparse_us, cusparse_us, cusparse_us, 0.0)
+        return EvalResult(op=op, k=k, matrix=name, error_kind=ErrorKind.INCORRECT, compiled=True, correct=False,
+                          message="incorrect (double)", timings={regime: kt}, baseline={regime: base},
+                          baseline_alg="double", regime=regime, speedup=cusparse_us / t_us.t_us, format="CSR",
+                          arch=arch, gpu="double")
     if t_us is None or isinstance(t_us, ErrorKind):
         kind = t_us or ErrorKind.INCORRECT
         return EvalResult.failure(op, k, name, kind, f"{kind.value} (double)", compiled=True,

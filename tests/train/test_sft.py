@@ -96,7 +96,7 @@ def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model
     metrics = [json.loads(l) for l in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     losses = [m["losses/sft"] for m in metrics if "losses/sft" in m]
     assert losses[-1] < losses[0]
-    assert 0.0 <= r["eval/compile_rate"] <= 1.0 and r["eval/samples"] == 3
+    assert r["eval/samples"] == 3 and r["eval/compile_rate"] in (0.0, 1 / 3, 2 / 3, 1.0)  # a share of the 3
     assert "eval/pass_at_1" not in r, "compile-only evaluation claims no correctness"
     r2 = sft(SFTConfig(**{**cfg.__dict__, "steps": 40, "resume": True}))
     steps = [json.loads(l)["step"] for l in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]

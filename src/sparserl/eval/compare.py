@@ -7,9 +7,10 @@ same harness in the same run, so every ratio is measured side by side.
 
 Per system: compile rate and correctness over all samples, unbiased pass@1 and pass@k,
 fast_p (p = 1.0, 1.2, 1.5) on each matrix's best correct kernel, geometric-mean speedup
-of the best of the ``samples`` kernels (a matrix with no correct kernel counts as 1.0: the
-user keeps cuSPARSE) and over the matrices it covers, speedup@1 (what one sampled kernel
-gives, estimated from all samples), roofline fraction; broken down per structure family and per format
+of the best of the ``samples`` kernels (a matrix with no correct kernel, or only correct kernels
+slower than cuSPARSE, counts as 1.0: the user keeps cuSPARSE; :func:`~sparserl.eval.metrics.kept_speedup`)
+and, at their raw speed, over the matrices it covers; speedup@1 (what one sampled kernel
+gives, estimated from all samples, by the same rule), roofline fraction; broken down per structure family and per format
 chosen, with a format confusion table against the oracle, and where the policies' samples come
 from against the library (:mod:`sparserl.eval.library_match`).
 """
@@ -31,7 +32,7 @@ from sparserl.data.rows import read_nonempty
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.eval.library_match import library_match_table
-from sparserl.eval.metrics import fast_p, geomean, mean_pass_at_k, speedup_at_1
+from sparserl.eval.metrics import fast_p, geomean, kept_speedup, mean_pass_at_k, speedup_at_1
 from sparserl.eval.report import markdown, plots
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
@@ -166,7 +167,7 @@ def summarize(per_matrix: dict[str, dict], samples: int, timed: bool = True) -> 
            f"pass@{samples}": mean_pass_at_k([(r["n"], r["correct"]) for r in recs if r["n"] >= samples], samples)
            if all(r["n"] >= samples for r in recs) else None,
            "coverage": sum(b is not None for b in best) / len(recs) if recs else None,
-           "geomean_speedup": geomean([b if b is not None else 1.0 for b in best]) if recs else None,
+           "geomean_speedup": geomean([kept_speedup(b) for b in best]) if recs else None,
            "geomean_speedup_covered": geomean([b for b in best if b is not None]) if any(best) else None,
            "speedup@1": speedup_at_1([r["sample_speedups"] for r in recs])
            if recs and all(r.get("sample_speedups") for r in recs) else None,
@@ -178,7 +179,7 @@ def summarize(per_matrix: dict[str, dict], samples: int, timed: bool = True) -> 
     fams: dict[str, list] = defaultdict(list)
     for r in recs:
         fams[r["family"]].append(r["best_speedup"])
-    out["per_family_geomean"] = {f: geomean([b if b is not None else 1.0 for b in v]) for f, v in fams.items()}
+    out["per_family_geomean"] = {f: geomean([kept_speedup(b) for b in v]) for f, v in fams.items()}
     compiled: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for r in recs:
         compiled[r["family"]][0] += r["compiled"]

@@ -5,13 +5,17 @@
   ``1 - C(n-c, k) / C(n, k)``, computed as a stable product.
 * ``fast_p(speedups, p)``: the share of problems whose best *correct* kernel is faster than
   ``p`` times the baseline (KernelBench's fast_p); problems with no correct kernel count as not fast.
+* ``kept_speedup(s)``: what one kernel is worth to a user who verifies and times it before using
+  it: its speedup when it is correct and faster than the baseline, else 1.0 (they keep cuSPARSE).
+  Every speed figure below that counts a missing kernel as 1.0 counts a correct slower one the
+  same way, so an incorrect sample can never rank above a correct one: at best they tie at 1.0
+  (counting the incorrect one as 1.0 and a correct 0.8x one at 0.8 rewarded failing over writing
+  a slow kernel). The raw speeds stay in the per-sample records and the "covered" geomean.
 * ``speedup_at_1(samples)``: the speedup one sampled kernel gives, in expectation: per problem
-  the geometric mean over its samples (a sample that is not correct counts as 1.0: the user keeps
-  the baseline), then the geometric mean over problems. It is the n = 1 case of the best-of-n
-  geomean, estimated from all n samples, so systems sampled n times compare at one sample too.
-  As in the best-of-n geomean, a correct kernel slower than the baseline counts at its speed
-  (below 1.0) while an incorrect one counts 1.0; compare it with the correct rate beside it
-  (a system that fails instead of writing slow kernels would gain).
+  the geometric mean over its samples of :func:`kept_speedup`, then the geometric mean over
+  problems. It is the n = 1 case of the best-of-n geomean, estimated from all n samples, so
+  systems sampled n times compare at one sample too. It never falls when a sample turns from
+  incorrect to correct, at any speed, and never rises when one turns from correct to incorrect.
 * ``geomean``: geometric mean of positive ratios.
 """
 
@@ -58,12 +62,18 @@ def geomean(values: Iterable[float]) -> float:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
+def kept_speedup(s: float | None) -> float:
+    """The speedup a user keeps from one kernel (None = not correct): ``max(s, 1)``, or 1.0."""
+    return 1.0 if s is None else max(s, 1.0)
+
+
 def speedup_at_1(samples: Sequence[Sequence[float | None]]) -> float:
     """Expected single-sample speedup: one list per problem of its samples' speedups (None = not
-    correct, counted as 1.0); geomean within each problem, then geomean over problems."""
+    correct); each sample counts at :func:`kept_speedup`, geomean within each problem, then geomean
+    over problems."""
     per = []
     for s in samples:
         if not s:
             raise ValueError("a problem with no samples")
-        per.append(math.exp(sum(math.log(v) if v is not None else 0.0 for v in s) / len(s)))
+        per.append(math.exp(sum(math.log(kept_speedup(v)) for v in s) / len(s)))
     return geomean(per)

@@ -13,6 +13,10 @@ drawn from the OS for each sample) and ``y`` is poisoned with NaN, exactly like 
 launch; afterwards the output is compared with the fp64 reference for that ``x``. So a kernel that
 computes only when its output looks unwritten, or that caches an answer for a repeated input,
 produces wrong timed outputs and is judged ``incorrect``.
+
+Both classes work on the GPU (CuPy, the worker) or on the host (``xp=numpy``: the same layout,
+poison, guards and checks, with :func:`host_refresh` computing the fresh inputs the CUDA kernel
+computes), so the rules are tested on a CPU with host kernels standing in for CUDA ones.
 """
 
 from __future__ import annotations
@@ -49,6 +53,20 @@ extern "C" __global__ void refresh_io(float* __restrict__ x, long long nx, float
 }
 """
 _kernel = None
+_GOLDEN, _MIX1, _MIX2, _STEP = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD1B54A32D192ED03
+_M64 = (1 << 64) - 1
+
+
+def host_refresh(seed: int, offset: int, count: int) -> np.ndarray:
+    """The ``count`` x values :data:`_REFRESH` writes for ``(seed, offset)``, computed on the host:
+    splitmix64 of ``(seed + offset) * golden + i * step``, its top 24 bits scaled to [-1, 1)."""
+    s = np.uint64(((seed + offset) * _GOLDEN) & _M64)
+    with np.errstate(over="ignore"):
+        z = s + np.arange(count, dtype=np.uint64) * np.uint64(_STEP)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+        z ^= z >> np.uint64(31)
+    return (z >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 8388608.0) - np.float32(1.0)
 
 
 def _refresh_kernel():
@@ -60,10 +78,12 @@ def _refresh_kernel():
 
 
 class IOBuffers:
-    """``x`` (n, or n x k) and ``y`` (m, or m x k), each between NaN guards; ``y`` starts poisoned."""
+    """``x`` (n, or n x k) and ``y`` (m, or m x k), each between NaN guards; ``y`` starts poisoned.
 
-    def __init__(self, m: int, n: int, k: int | None = None):
-        cp = cupy_module()
+    ``xp``: the array module (default CuPy on the GPU; ``numpy`` for the host path)."""
+
+    def __init__(self, m: int, n: int, k: int | None = None, xp=None):
+        cp = xp if xp is not None else cupy_module()
         self.cp = cp
         kk = k or 1
         self.nx, self.ny = n * kk, m * kk
@@ -86,6 +106,11 @@ class IOBuffers:
         ``seed`` is a one-element uint64 device array, so a captured graph reads a new seed on
         every replay."""
         ny = self.ny if poison else 0
+        if self.cp is np:  # the host path: the same values, at once
+            self.x.reshape(-1)[...] = host_refresh(int(seed[0]), offset, self.nx)
+            if poison:
+                self.poison_y()
+            return
         grid = max(1, min(1024, (self.nx + ny + 255) // 256))
         _refresh_kernel()((grid,), (256,), (self.x, np.int64(self.nx), self.y, np.int64(ny), seed, np.uint32(offset)))
 
@@ -105,7 +130,7 @@ class CheckedIO:
     """Fresh x and a poisoned y before each timed run; the output checked after it (module docstring)."""
 
     def __init__(self, io: IOBuffers, reference=None):
-        cp = cupy_module()
+        cp = io.cp
         self.cp = cp
         self.io = io
         self.reference = reference

@@ -19,6 +19,9 @@ global state, sees new pointers and new values every time), laid out as every la
 * then the kernel runs on the same sparsity pattern with fresh random values
   (``A_alt``, :mod:`sparserl.harness.resident`) on the first ``revalued_inputs`` inputs: a kernel
   may bake the structure into its code, never the values.
+
+The verifier runs on the GPU (CuPy, in a worker) or, with ``xp=numpy``, on the host: the same
+rules on the same buffers, for tests with host kernels standing in for CUDA ones.
 """
 
 from __future__ import annotations
@@ -92,12 +95,14 @@ def make_inputs(shape: tuple[int, ...], cfg: VerifyConfig) -> list[tuple[str, np
 class Verifier:
     """Runs a kernel on the verification inputs and judges every output (module docstring)."""
 
-    def __init__(self, m: int, n: int, k: int | None, cfg: VerifyConfig):
-        import cupy as cp
+    def __init__(self, m: int, n: int, k: int | None, cfg: VerifyConfig, xp=None):
+        if xp is None:
+            import cupy as xp
 
+        self.xp = xp
         self.m, self.n, self.k = m, n, k
         self.cfg = cfg
-        self.inputs = [(name, cp.asarray(xh)) for name, xh in make_inputs((n,) if k is None else (n, k), cfg)]
+        self.inputs = [(name, xp.asarray(xh)) for name, xh in make_inputs((n,) if k is None else (n, k), cfg)]
 
     def device_arrays(self) -> list:
         """The inputs kept on the GPU (fingerprinted by the worker to catch stray writes)."""
@@ -120,7 +125,7 @@ class Verifier:
                      for name, x in self.inputs[:self.cfg.revalued_inputs]]
         for idx, (target, name, x, where) in enumerate(runs):
             with profile.step("verify_inputs"):
-                io = IOBuffers(self.m, self.n, self.k)
+                io = IOBuffers(self.m, self.n, self.k, xp=self.xp)
                 keep.append(io)
             bad, y = self._launch(target, io, x, phase)
             if bad is not None:
@@ -135,32 +140,31 @@ class Verifier:
                 with profile.step("verify_determinism"):
                     first_y = y.copy()
             elif idx == len(self.inputs) and not uses_atomics:
-                import cupy as cp
-
                 with profile.step("verify_determinism"):
-                    same = bool(cp.array_equal(y, first_y))
+                    same = bool(self.xp.array_equal(y, first_y))
                 if not same:
                     return VerifyOutcome(ErrorKind.NONDETERMINISTIC,
                                          "two runs on the same input differ and the compiled code uses no atomics",
                                          worst)
         return VerifyOutcome(ErrorKind.NONE, "", worst)
 
-    @staticmethod
-    def _launch(target: Target, io: IOBuffers, x, phase) -> tuple[tuple | None, object]:
-        """Launch once on ``io`` with input ``x``; (failure kind, message, error) or None, and y."""
-        import cupy as cp
+    def _sync(self) -> None:
+        if self.xp is not np:
+            self.xp.cuda.runtime.deviceSynchronize()
 
+    def _launch(self, target: Target, io: IOBuffers, x, phase) -> tuple[tuple | None, object]:
+        """Launch once on ``io`` with input ``x``; (failure kind, message, error) or None, and y."""
         with profile.step("verify_inputs"):
             io.load_x(x)
-            cp.cuda.runtime.deviceSynchronize()
+            self._sync()
         phase("verify")
         with profile.step("verify_launch"):
             target.bound.run(io.x, io.y)
-            cp.cuda.runtime.deviceSynchronize()
+            self._sync()
             profile.count("verify_launches")
         phase("check")
         with profile.step("verify_tamper"):
-            if not bool(cp.array_equal(io.x, x)):
+            if not bool(self.xp.array_equal(io.x, x)):
                 return (ErrorKind.INPUT_MODIFIED, "the kernel wrote to x", None), io.y
             if modified := target.modified():
                 return (ErrorKind.INPUT_MODIFIED, f"the kernel wrote to the matrix arrays {', '.join(modified)}",

@@ -58,7 +58,7 @@ from sparserl.data.rows import SFTRow, read_rows, write_rows
 from sparserl.devices import pick_device, visible_gpus
 from sparserl.errors import SparseRLError
 from sparserl.eval.compare import EvalConfig, evaluate
-from sparserl.eval.metrics import speedup_at_1
+from sparserl.eval.metrics import kept_speedup, speedup_at_1
 from sparserl.eval.library_match import shares
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.result import ErrorKind
@@ -115,13 +115,16 @@ def round_matrices(train: list[SFTRow], r: int, n: int, seed: int) -> list[SFTRo
 def validation_figures(per_matrix: dict[str, dict], oracle: dict[str, float | None] | None) -> dict:
     """The figures a round is judged by, from ``evaluate``'s per-matrix records of one policy.
 
-    ``geomean_speedup``: best-of-k against cuSPARSE (a matrix without a correct sample counts as
-    1.0: the user keeps cuSPARSE); ``vs_oracle``: the same against the library oracle's best
-    (None without oracle times); ``ahead_of_oracle``: share of matrices where the policy's best
-    is faster than the oracle's; ``correct_rate``: correct samples over all samples."""
+    Every speed counts as :func:`~sparserl.eval.metrics.kept_speedup` (a matrix without a correct
+    sample, or whose best correct sample is slower, counts as 1.0: the user keeps cuSPARSE; the
+    oracle likewise), so a round cannot gain by turning slow correct kernels into wrong ones.
+    ``geomean_speedup``: best-of-k against cuSPARSE; ``vs_oracle``: the same against the library
+    oracle's best (None without oracle times); ``ahead_of_oracle``: share of matrices where the
+    policy's best is faster than the oracle's; ``speedup_at_1``: the expected single sample;
+    ``correct_rate``: correct samples over all samples."""
     recs = list(per_matrix.values())
     n = sum(r["n"] for r in recs)
-    best = {m: r["best_speedup"] or 1.0 for m, r in per_matrix.items()}
+    best = {m: kept_speedup(r["best_speedup"]) for m, r in per_matrix.items()}
     out: dict[str, Any] = {
         "matrices": len(recs), "samples": n,
         "correct_rate": sum(r["correct"] for r in recs) / n if n else 0.0,
@@ -131,7 +134,7 @@ def validation_figures(per_matrix: dict[str, dict], oracle: dict[str, float | No
     if recs and all(r.get("sample_speedups") for r in recs):
         out["speedup_at_1"] = speedup_at_1([r["sample_speedups"] for r in recs])
     if oracle:
-        ratios = [best[m] / (oracle.get(m) or 1.0) for m in best]
+        ratios = [best[m] / kept_speedup(oracle.get(m)) for m in best]
         out["vs_oracle"] = geomean_of(ratios)
         out["ahead_of_oracle"] = sum(x > 1.0 for x in ratios) / len(ratios) if ratios else 0.0
     out["score"] = out.get("vs_oracle") if out.get("vs_oracle") is not None else out["geomean_speedup"]

@@ -145,7 +145,9 @@ class RLConfig:
     baseline). Rewards the best of a group rather than its mean. Needs a leave-one-out baseline (PPO
     score_baseline 'group', GRPO grpo_baseline 'loo') and k <= samples_per_matrix."""
     whiten_advantages: bool = True
-    """Scale advantages by their batch std (PPO, and GRPO's 'loo'), never below ``adv_std_floor``."""
+    """Scale advantages by their batch std (PPO, and GRPO's 'loo'), never below ``adv_std_floor``; after a
+    group baseline they are not re-centred, so no advantage changes sign (PPO with score_baseline 'none'
+    is also centred on the batch mean)."""
     adv_std_floor: float = 0.1
     """Whitening and GRPO's group std divide by max(std, this): a batch or group whose rewards differ
     by less (timing jitter is ~0.03 in log2 speed) is not blown up to unit std."""

@@ -28,18 +28,27 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return ((x - mean) ** 2 * mask).sum() / (n - 1).clamp(min=1)
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8,
-                  min_std: float = 0.0) -> torch.Tensor:
-    """(x - mean) / max(std, min_std) over the masked entries (mean kept when ``shift_mean`` is
-    False); 0 outside the mask. x, mask: (B, T).
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, min_std: float = 0.0) -> torch.Tensor:
+    """(x - mean) / max(std, min_std) over the masked entries; 0 outside the mask. x, mask: (B, T).
 
     ``min_std``: a batch whose entries differ by less than this is not blown up to unit std
-    (a nearly uniform batch is mostly noise: timing jitter, KL terms, float error)."""
+    (a nearly uniform batch is mostly noise: timing jitter, KL terms, float error). Advantages that
+    already carry a baseline are scaled without re-centring instead (:func:`masked_scale`)."""
     mean, var = masked_mean(x, mask), masked_var(x, mask)
     out = (x - mean) / torch.maximum(torch.sqrt(var + eps), torch.tensor(min_std, dtype=x.dtype, device=x.device))
-    if not shift_mean:
-        out = out + mean
     return out * mask.to(x.dtype)
+
+
+def masked_scale(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, min_std: float = 0.0) -> torch.Tensor:
+    """x / max(std, min_std) over the masked entries, *not* re-centred: every entry keeps its sign;
+    0 outside the mask. x, mask: (B, T).
+
+    For advantages that already have their baseline (leave-one-out, max@k): :func:`masked_whiten`
+    would subtract the token-weighted batch mean, and where long completions of one group carry
+    large advantages that mean moves every small advantage of another group across zero."""
+    var = masked_var(x, mask)
+    std = torch.maximum(torch.sqrt(var + eps), torch.tensor(min_std, dtype=x.dtype, device=x.device))
+    return x / std * mask.to(x.dtype)
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k1") -> torch.Tensor:

@@ -301,7 +301,8 @@ def rl_step(run: Run) -> dict:
         if cfg.turns > 1:
             batch = collect_turns(run.policy, run.reference, run.value_head, run.evaluator, items,
                                   cfg.samples_per_matrix, cfg.max_new_tokens, cfg.temperature, cfg.reward, seed,
-                                  cfg.turns, cfg.turn_discount, best_known=run.best_known)
+                                  cfg.turns, cfg.turn_discount, best_known=run.best_known,
+                                  compile_only=cfg.compile_only)
         else:
             batch = collect(run.policy, run.reference, run.value_head, run.evaluator, items, cfg.samples_per_matrix,
                             cfg.max_new_tokens, cfg.temperature, cfg.reward, seed=seed, best_known=run.best_known)

@@ -113,9 +113,10 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
 
 def collect_turns(policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixItem], samples_per_item: int,
                   max_new_tokens: int | None, temperature: float, reward_cfg, seed: int, turns: int, discount: float,
-                  best_known=None) -> RolloutBatch:
+                  best_known=None, compile_only: bool = False) -> RolloutBatch:
     """``turns`` turns of :func:`collect` (turn t + 1 refining each completion of turn t), scored by
-    discounted returns and merged into one batch; per-turn figures in its timings dict."""
+    discounted returns and merged into one batch; per-turn figures in its timings dict (no correct
+    rate when ``compile_only``: nothing was run)."""
     rep = [it for it in items for _ in range(samples_per_item)]
     batches = [collect(policy, ref_logp_fn, value_fn, evaluator, items, samples_per_item, max_new_tokens,
                        temperature, reward_cfg, seed, best_known=best_known)]
@@ -128,7 +129,8 @@ def collect_turns(policy, ref_logp_fn, value_fn, evaluator, items: list[MatrixIt
         valid = b.valid_mask
         n = max(int(valid.sum()), 1)
         figures[f"turns/reward_mean_{t}"] = float(b.scores[valid].sum()) / n
-        figures[f"turns/correct_rate_{t}"] = sum(r.correct for r, v in zip(b.results, valid.tolist()) if v) / n
+        if not compile_only:
+            figures[f"turns/correct_rate_{t}"] = sum(r.correct for r, v in zip(b.results, valid.tolist()) if v) / n
     returns = discounted_returns([b.scores for b in batches], discount, [b.valid_mask for b in batches],
                                  samples_per_item)
     for b, g in zip(batches, returns):

@@ -156,7 +156,12 @@ def advantages(cfg: RLConfig, batch: RolloutBatch, kl_coef: float | None = None)
 
     With a critic: token rewards (the group-relative score on the last token, minus ``kl_coef``
     times the per-token KL penalty when it is > 0; default ``cfg.kl_coef``) through GAE. Without:
-    the group-relative score on every token."""
+    the group-relative score on every token.
+
+    ``whiten_advantages``: divided by the batch's token std (at least ``adv_std_floor``); re-centred
+    on the batch's token mean only for PPO's textbook score (``score_baseline`` 'none'). After a
+    group baseline, re-centring on a token-weighted mean would flip the sign of small advantages
+    (:func:`core.masked_scale`); GRPO's 'mean_std' is normalised per group already."""
     kl_coef = cfg.kl_coef if kl_coef is None else kl_coef
     scores = group_scores(cfg, batch)
     mask = batch.mask
@@ -168,8 +173,16 @@ def advantages(cfg: RLConfig, batch: RolloutBatch, kl_coef: float | None = None)
         rewards = core.token_rewards(scores, kl, mask, kl_coef)
         adv, returns = core.gae(rewards, batch.values, mask, cfg.gamma, cfg.lam)
     if cfg.whiten_advantages and not (cfg.algo == "grpo" and cfg.grpo_baseline == "mean_std"):
-        adv = core.masked_whiten(adv, mask, min_std=cfg.adv_std_floor)
+        if has_group_baseline(cfg):  # centred per group already: scale only, never flip a sign
+            adv = core.masked_scale(adv, mask, min_std=cfg.adv_std_floor)
+        else:  # the textbook score: the batch mean is the baseline
+            adv = core.masked_whiten(adv, mask, min_std=cfg.adv_std_floor)
     return adv, returns
+
+
+def has_group_baseline(cfg: RLConfig) -> bool:
+    """Whether :func:`group_scores` subtracts a per-group baseline (all but PPO's score_baseline 'none')."""
+    return not (cfg.algo == "ppo" and cfg.score_baseline == "none")
 
 
 # -- the update --------------------------------------------------------------------------------

@@ -1,0 +1,341 @@
+"""The correctness judge on the host: the fp64 reference, the per-row tolerance and the verdict
+(harness/reference.py), each checked against an independent computation: exact row sums with
+math.fsum (a product of two fp32 numbers is exact in fp64), the documented bound written out
+again here, hand-derived numbers, and fp32 kernels simulated in NumPy (a correct kernel in several
+summation orders must pass; a kernel that drops a term or rounds to half precision must fail).
+
+Mutations these tests kill (each was applied to reference.py and seen to fail here): the factor 16
+or the sqrt in ``rtol_per_row``, ``max(L, 1)`` dropped, ``<=`` turned into ``<`` in the verdict,
+``|A| |x|`` replaced by ``|A x|``, ATOL raised, non-finite outputs counted as passing, the SpMM
+bound not broadcast per row, the reference computed in fp32."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparserl.harness.reference import ATOL, Comparison, Fp64Reference, compare_to, rtol_per_row
+from sparserl.harness.verify import VerifyConfig, make_inputs
+
+EPS32 = 2.0 ** -23  # written out, not read from the module
+
+
+def csr(rows: list[list[tuple[int, float]]], n: int) -> sp.csr_array:
+    """A CSR matrix from per-row (column, value) lists, values fp32, columns kept in the given order."""
+    indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int32)
+    indices = np.array([c for r in rows for c, _ in r], dtype=np.int32)
+    data = np.array([v for r in rows for _, v in r], dtype=np.float32)
+    return sp.csr_array((data, indices, indptr), shape=(len(rows), n))
+
+
+def exact_rows(A: sp.csr_array, x: np.ndarray) -> tuple[list[float], list[float], list[float]]:
+    """Per row (SpMV): the exact A x and |A| |x| (correctly rounded, math.fsum of exact products),
+    and the documented bound 16 eps32 sqrt(max(L, 1)) |A||x| + 1e-30, one row at a time."""
+    ref, mag, bound = [], [], []
+    for i in range(A.shape[0]):
+        s, e = int(A.indptr[i]), int(A.indptr[i + 1])
+        terms = [float(A.data[j]) * float(x[A.indices[j]]) for j in range(s, e)]
+        ref.append(math.fsum(terms))
+        mag.append(math.fsum(abs(t) for t in terms))
+        bound.append(16 * EPS32 * math.sqrt(max(e - s, 1)) * mag[-1] + 1e-30)
+    return ref, mag, bound
+
+
+# -- the tolerance --------------------------------------------------------------------------
+
+
+def test_rtol_is_the_documented_formula() -> None:
+    """rtol(L) = 16 eps32 sqrt(max(L, 1)): rows of 0, 1, 4, 4096 and 10^5 entries, by hand.
+    The docstring's figure: 1.2e-4 for a row of 4096 terms."""
+    lengths = [0, 1, 4, 4096, 100_000]
+    A = csr([[(j, 1.0) for j in range(L)] for L in lengths], 100_000)
+    got = rtol_per_row(A)
+    want = [16 * EPS32, 16 * EPS32, 32 * EPS32, 1024 * EPS32, 16 * EPS32 * math.sqrt(1e5)]
+    assert got.dtype == np.float64 and got.tolist() == pytest.approx(want, rel=1e-15)
+    assert got[3] == pytest.approx(1.2207e-4, rel=1e-4)
+    assert ATOL == 1e-30
+
+
+# -- the reference ----------------------------------------------------------------------------
+
+
+@st.composite
+def matrices(draw, max_rows: int = 12, max_len: int = 40):
+    """A small CSR matrix (empty rows, repeated columns, values of one scale among tiny to huge) and
+    an fp32 x; the entries come from a drawn seed, the shape and the scale from hypothesis."""
+    n, m = draw(st.integers(1, 60)), draw(st.integers(1, max_rows))
+    scale = draw(st.sampled_from([1.0, 1e-20, 1e4, 2.0 ** 100]))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    lengths = rng.integers(0, max_len + 1, m) * (rng.random(m) < 0.8)
+    rows = [list(zip(rng.integers(0, n, L).tolist(), (rng.uniform(-1, 1, L) * scale).astype(np.float32).tolist()))
+            for L in lengths]
+    x = (rng.standard_normal(n) * draw(st.sampled_from([1.0, 1e4]))).astype(np.float32)
+    return csr(rows, n), x
+
+
+@settings(max_examples=60, deadline=None)
+@given(matrices())
+def test_the_reference_is_the_exact_product(case) -> None:
+    """``expected`` agrees with the exact row sums to fp64 rounding (L * 2^-53 of |A||x|), rows with
+    repeated columns, tiny and huge values included. An fp32 reference would be ~2^29 times off."""
+    A, x = case
+    ref, mag = Fp64Reference(A).expected(x)
+    eref, emag, _ = exact_rows(A, x)
+    L = np.diff(A.indptr)
+    for i in range(A.shape[0]):
+        tol = (L[i] + 1) * 2.0 ** -52 * emag[i]
+        assert abs(ref[i] - eref[i]) <= tol and abs(mag[i] - emag[i]) <= tol, (i, ref[i], eref[i])
+
+
+# -- the verdict ------------------------------------------------------------------------------
+
+DELTAS = [0.0, 0.5, -0.5, 0.9, -0.9, 1.2, -1.2, 3.0, -40.0, math.nan, math.inf, -math.inf]
+
+
+@settings(max_examples=80, deadline=None)
+@given(matrices(), st.data())
+def test_verdicts_follow_the_documented_rule(case, data) -> None:
+    """y_i = exact_i + delta_i * bound_i (then rounded to fp32, which moves it by at most 1/32 of
+    the bound), delta drawn per row: rows with |delta| <= 0.9 pass, |delta| >= 1.2 and non-finite
+    fail; bad_rows, first_bad_row, nonfinite and max_scaled_error are what the deltas say."""
+    A, x = case
+    eref, _, bound = exact_rows(A, x)
+    m = A.shape[0]
+    deltas = data.draw(st.lists(st.sampled_from(DELTAS), min_size=m, max_size=m))
+    y = np.array([r + d * b if math.isfinite(d) else d for r, d, b in zip(eref, deltas, bound)], dtype=np.float64)
+    y32 = y.astype(np.float32)
+    if not all(np.isfinite(y32[i]) == math.isfinite(deltas[i]) for i in range(m)):
+        return  # a huge row whose bound overflows fp32: not this test's subject
+    res = Fp64Reference(A).compare(x, y32)
+    bad = [i for i, d in enumerate(deltas) if not abs(d) <= 0.9]
+    assert res.ok == (not bad) and res.bad_rows == len(bad)
+    assert res.first_bad_row == (bad[0] if bad else None)
+    assert res.nonfinite == sum(not math.isfinite(d) for d in deltas)
+    if all(math.isfinite(d) for d in deltas):
+        assert res.max_scaled_error == pytest.approx(max(abs(d) for d in deltas), abs=0.04)
+    else:
+        assert res.max_scaled_error == math.inf
+
+
+def test_the_bound_is_inclusive_at_its_edge() -> None:
+    """A cancelling row (1e4 - 1e4 = 0 exactly, |A||x| = 2e4) judged at its edge, in fp64 outputs:
+    |y| = bound passes, the next double above fails. Hand-derived: bound = 16 eps32 sqrt(2) 2e4 + 1e-30
+    = 0.0539..."""
+    A = csr([[(0, 1e4), (1, -1e4)]], 2)
+    x = np.ones(2, np.float32)
+    b = 16 * EPS32 * math.sqrt(2) * 2e4 + 1e-30
+    assert b == pytest.approx(0.05394, rel=1e-3)
+    ref = Fp64Reference(A)
+    for sign in (1.0, -1.0):
+        at = ref.compare(x, np.array([sign * b]))
+        assert at.ok and at.max_scaled_error == 1.0
+        over = ref.compare(x, np.array([sign * np.nextafter(b, np.inf)]))
+        assert not over.ok and over.bad_rows == 1 and over.first_bad_row == 0
+
+
+def test_cancellation_gets_no_looser_bound_than_its_terms() -> None:
+    """Rows whose terms cancel: the bound scales with |A||x| (the terms summed), not with |A x|
+    (near 0) nor with a global norm. y = 0.04 passes the cancelling row of 2e4-sized terms
+    (bound 0.054) and fails a row whose exact value is 0 with terms of 1 (bound 2.7e-6)."""
+    A = csr([[(0, 1e4), (1, -1e4)], [(0, 1.0), (1, -1.0)]], 2)
+    x = np.ones(2, np.float32)
+    res = Fp64Reference(A).compare(x, np.array([0.04, 0.04], np.float32))
+    assert res.bad_rows == 1 and res.first_bad_row == 1
+    assert res.max_scaled_error == pytest.approx(0.04 / (16 * EPS32 * math.sqrt(2) * 2), rel=1e-6)
+
+
+def test_empty_rows_must_be_written_as_zero() -> None:
+    """A row with no entries: its product is 0 and its bound ATOL (1e-30). 0 passes, NaN (the poison
+    of a row never written) fails as non-finite, and 1e-20 fails."""
+    A = csr([[], [(0, 2.0)], []], 3)
+    x = np.array([1.5, 0, 0], np.float32)
+    ref = Fp64Reference(A)
+    assert ref.compare(x, np.array([0.0, 3.0, 0.0], np.float32)).ok
+    unwritten = ref.compare(x, np.array([0.0, 3.0, np.nan], np.float32))
+    assert (unwritten.ok, unwritten.bad_rows, unwritten.nonfinite, unwritten.first_bad_row) == (False, 1, 1, 2)
+    assert unwritten.describe() == ("1 rows out of tolerance (1 entries never written or not finite), first bad row 2, "
+                                    "max error infx the tolerance")
+    small = ref.compare(x, np.array([1e-20, 3.0, 0.0], np.float32))
+    assert small.bad_rows == 1 and small.first_bad_row == 0 and small.nonfinite == 0
+    assert small.describe() == "1 rows out of tolerance (wrong values), first bad row 0, max error 1e+10x the tolerance"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_outputs_never_pass(bad: float) -> None:
+    """NaN and +-inf in y fail their row however large the bound, and count as non-finite."""
+    A = csr([[(0, 3e38)], [(0, 1.0)]], 1)
+    x = np.array([1.0], np.float32)
+    res = Fp64Reference(A).compare(x, np.array([bad, 1.0], np.float32))
+    assert (res.ok, res.bad_rows, res.nonfinite, res.first_bad_row) == (False, 1, 1, 0)
+    assert res.max_scaled_error == math.inf
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_inputs_fail_the_rows_that_read_them(bad: float) -> None:
+    """An x entry that is NaN or inf: the rows that read it can be judged correct by no output (their
+    reference is not finite), whatever y holds there, even the same inf; rows that do not read it
+    are judged as usual. (The verification inputs are finite; this is the judge's floor.)"""
+    A = csr([[(0, 1.0), (1, 1.0)], [(1, 2.0)], [(0, -1.0)]], 2)
+    x = np.array([bad, 1.0], np.float32)
+    for y0 in (bad, 1.0, np.inf, np.nan):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # and quietly: no RuntimeWarning in a worker's log
+            res = Fp64Reference(A).compare(x, np.array([y0, 2.0, -bad], np.float32))
+        assert res.bad_rows == 2 and res.first_bad_row == 0, y0
+    assert not Fp64Reference(A).compare(x, np.array([0.0, 2.5, 0.0], np.float32)).ok
+
+
+def test_large_magnitudes_scale_out() -> None:
+    """x near 2^100 (1.3e30, fp32 holds it): the verdicts of (x, y) and of (x * 2^100, y * 2^100) are
+    the same, row for row, and so is the scaled error (powers of two scale exactly)."""
+    rng = np.random.default_rng(0)
+    A = sp.random_array((50, 40), density=0.3, format="csr", random_state=1, dtype=np.float32)
+    x = rng.standard_normal(40).astype(np.float32)
+    ref, mag = Fp64Reference(A).expected(x)
+    rt = rtol_per_row(A)
+    y = (ref + rng.choice([-2.0, -0.5, 0.5, 2.0], 50) * rt * mag).astype(np.float32)
+    small = Fp64Reference(A).compare(x, y)
+    big = Fp64Reference(A).compare(x * np.float32(2.0 ** 100), y * np.float32(2.0 ** 100))
+    assert 0 < small.bad_rows < 50
+    assert (big.bad_rows, big.first_bad_row) == (small.bad_rows, small.first_bad_row)
+    assert big.max_scaled_error == pytest.approx(small.max_scaled_error, rel=1e-12)
+
+
+def test_spmm_judges_every_column() -> None:
+    """SpMM: one wrong column in row 3 of a 5 x 4 output makes row 3 bad (and only it); the bound of
+    each column uses that column's |A||X|."""
+    A = sp.random_array((5, 6), density=0.6, format="csr", random_state=2, dtype=np.float32)
+    X = np.random.default_rng(1).standard_normal((6, 4)).astype(np.float32)
+    exact = np.array([exact_rows(A, X[:, c])[0] for c in range(4)]).T
+    bounds = np.array([exact_rows(A, X[:, c])[2] for c in range(4)]).T
+    Y = exact.copy()
+    Y[3, 2] += 5 * bounds[3, 2]
+    Y[1, 0] += 0.5 * bounds[1, 0]
+    res = Fp64Reference(A).compare(X, Y.astype(np.float32))
+    assert (res.ok, res.bad_rows, res.first_bad_row, res.nonfinite) == (False, 1, 3, 0)
+    assert res.max_scaled_error == pytest.approx(5.0, abs=0.05)
+    ref, mag = Fp64Reference(A).expected(X)
+    assert compare_to(ref, mag, rtol_per_row(A), Y.reshape(-1)).bad_rows == 1  # flat y is reshaped
+
+
+def test_an_empty_output_passes_trivially() -> None:
+    res = compare_to(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0, np.float32))
+    assert res == Comparison(ok=True, bad_rows=0, nonfinite=0, max_scaled_error=0.0, first_bad_row=None)
+
+
+# -- fp32 kernels, simulated -------------------------------------------------------------------
+
+
+def long_rows() -> sp.csr_array:
+    """Rows of 0, 1, 7, 300, 4096 and 10^5 entries (random columns, signed values of mixed scale)."""
+    rng = np.random.default_rng(7)
+    n = 100_000
+    rows = []
+    for L in (0, 1, 7, 300, 4096, 100_000):
+        cols = rng.permutation(n)[:L] if L < n else rng.permutation(n)
+        v = rng.standard_normal(L) * rng.choice([1e-3, 1.0, 1e3], L)
+        rows.append(list(zip(cols.tolist(), v.astype(np.float32).tolist())))
+    return csr(rows, n)
+
+
+def fp32_kernel(A: sp.csr_array, x: np.ndarray, order: str) -> np.ndarray:
+    """y = A x in fp32 arithmetic as a CUDA kernel would sum each row: 'sequential' (a thread per
+    row), 'reverse', 'pairwise' (NumPy's fp32 sum), or 'warp' (32 strided partial sums, then a tree)."""
+    y = np.empty(A.shape[0], np.float32)
+    for i in range(A.shape[0]):
+        s, e = A.indptr[i], A.indptr[i + 1]
+        p = (A.data[s:e] * x[A.indices[s:e]]).astype(np.float32)
+        if p.size == 0:
+            y[i] = 0.0
+        elif order == "sequential":
+            y[i] = np.cumsum(p, dtype=np.float32)[-1]
+        elif order == "reverse":
+            y[i] = np.cumsum(p[::-1], dtype=np.float32)[-1]
+        elif order == "pairwise":
+            y[i] = p.sum(dtype=np.float32)
+        else:
+            lanes = np.zeros(32, np.float32)
+            for j in range(32):
+                lane = p[j::32]
+                lanes[j] = np.cumsum(lane, dtype=np.float32)[-1] if lane.size else 0.0
+            while lanes.size > 1:
+                lanes = (lanes[: lanes.size // 2] + lanes[lanes.size // 2:]).astype(np.float32)
+            y[i] = lanes[0]
+    return y
+
+
+@pytest.fixture(scope="module")
+def rows_and_inputs():
+    A = long_rows()
+    return A, Fp64Reference(A), make_inputs((A.shape[1],), VerifyConfig())
+
+
+@pytest.mark.parametrize("order", ["sequential", "reverse", "pairwise", "warp"])
+def test_correct_fp32_kernels_pass_on_every_verification_input(rows_and_inputs, order: str) -> None:
+    """A correct fp32 kernel passes in any summation order, on every verification input (normal,
+    uniform, large signed, zeros, alternating), rows of 0 to 10^5 entries included, with a margin:
+    its worst row uses less than half the tolerance."""
+    A, ref, inputs = rows_and_inputs
+    for name, x in inputs:
+        res = ref.compare(x, fp32_kernel(A, x, order))
+        assert res.ok and res.max_scaled_error < 0.5, (order, name, res.describe())
+
+
+def test_a_sequential_sum_of_equal_values_passes() -> None:
+    """The worst common case for a thread-per-row kernel: 10^5 copies of 0.1f summed in order, where
+    rounding errors do not cancel. Measured against a float128 sum its error is below the bound."""
+    L = 100_000
+    A = csr([[(j, 0.1) for j in range(L)]], L)
+    x = np.ones(L, np.float32)
+    y = np.cumsum(np.full(L, np.float32(0.1)), dtype=np.float32)[-1:]
+    exact = np.sum(np.full(L, np.float32(0.1), dtype=np.float128), dtype=np.float128)
+    bound = 16 * EPS32 * math.sqrt(L) * float(exact)
+    assert abs(float(y[0]) - float(exact)) < bound  # hand check of the premise, in float128
+    assert Fp64Reference(A).compare(x, y).ok
+
+
+def test_wrong_kernels_fail(rows_and_inputs) -> None:
+    """Near-misses a cheap kernel makes: dropping a row's largest term (rows up to 4096 entries),
+    dropping 1% of the terms of the 10^5 row, reading the next column of x, and half-precision
+    products fail on the normal input. (Half-precision products pass on the long rows: their
+    rounding errors, random in sign, grow like sqrt(L) in absolute terms while the bound grows like
+    sqrt(L) times |A||x|; the short rows catch them.)"""
+    A, ref, inputs = rows_and_inputs
+    x = inputs[0][1]
+    good = fp32_kernel(A, x, "pairwise")
+    for row in (1, 2, 3, 4):
+        s, e = A.indptr[row], A.indptr[row + 1]
+        p = A.data[s:e] * x[A.indices[s:e]]
+        y = good.copy()
+        y[row] -= p[np.argmax(np.abs(p))]
+        res = ref.compare(x, y)
+        assert res.bad_rows == 1 and res.first_bad_row == row, row
+    s, e = A.indptr[5], A.indptr[6]
+    p = (A.data[s:e] * x[A.indices[s:e]]).astype(np.float64)
+    y = good.copy()
+    y[5] = np.float32(p[1000:].sum())
+    assert ref.compare(x, y).first_bad_row == 5
+    shifted = A.copy()
+    shifted.indices = (shifted.indices + 1) % A.shape[1]
+    assert ref.compare(x, fp32_kernel(shifted, x, "pairwise")).bad_rows >= 4
+    half = np.array([(A.data[A.indptr[i]:A.indptr[i + 1]].astype(np.float16)
+                      * x[A.indices[A.indptr[i]:A.indptr[i + 1]]].astype(np.float16)).astype(np.float32).sum()
+                     for i in range(A.shape[0])], dtype=np.float32)
+    res = ref.compare(x, half)
+    assert res.first_bad_row == 1 and res.bad_rows >= 2  # rows of 1 and 7 entries at least
+
+
+def test_host_reference_keeps_its_arrays() -> None:
+    """device_arrays on the host: the fp64 values, their magnitudes and the tolerances, so a stray
+    write into any of them changes a fingerprint."""
+    A = csr([[(0, -2.0), (1, 1.0)], []], 2)
+    ref = Fp64Reference(A)
+    vals, mags, rtol = ref.device_arrays()
+    assert vals.tolist() == [-2.0, 1.0] and mags.tolist() == [2.0, 1.0]
+    assert rtol.tolist() == pytest.approx([16 * EPS32 * math.sqrt(2), 16 * EPS32])
