@@ -60,7 +60,10 @@ def settings(work: Path, module: str, tests: list[str]) -> None:
     are checked again by :func:`recheck`)."""
     table = ["", "[tool.mutmut]", 'source_paths = ["src/sparserl"]', f"only_mutate = [{json.dumps(module)}]",
              f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",
-             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "--hypothesis-profile=mutation"]']
+             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "--hypothesis-profile=mutation"]',
+             # a fork server free of torch's threads forks the test processes (forked from a process that
+             # had run torch, children hung and were counted as time-outs)
+             'process_isolation = "forkserver"']
     (work / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text() + "\n".join(table) + "\n")
 
 
@@ -75,7 +78,10 @@ def prepare(work: Path, module: str, tests: list[str]) -> None:
 
 
 def mutmut(work: Path, *args: str, timeout: float = 7200) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # mutmut puts its mutants first on sys.path itself
+    """``python -m mutmut ARGS`` in ``work`` (the copy), its output captured."""
+    # mutmut puts its mutants first on sys.path itself; one math thread per test process (forked
+    # children that each start a thread pool on a shared CPU were read as hangs)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("PYTHONPATH", None)
     return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=work, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -103,7 +109,7 @@ def statuses_of(work: Path) -> dict[str, str]:
     return {m.group(1): m.group(2) for line in listing.stdout.splitlines() if (m := STATUS.match(line))}
 
 
-def run_module(name: str, work_root: Path, rerun: bool = False) -> dict:
+def run_module(name: str, work_root: Path, rerun: bool = False, children: int = 2) -> dict:
     """Mutate one module (``rerun``: keep the earlier run's mutants and results, take this checkout's
     tests, and test again only the mutants they did not kill)."""
     module, tests = MODULES[name]
@@ -117,7 +123,7 @@ def run_module(name: str, work_root: Path, rerun: bool = False) -> dict:
     else:
         prepare(work, module, tests)
     t0 = time.perf_counter()
-    run = mutmut(work, "run", *names) if names or not rerun else None
+    run = mutmut(work, "run", "--max-children", str(children), *names) if names or not rerun else None
     seconds = time.perf_counter() - t0
     if run is not None and run.returncode != 0:
         raise SystemExit(f"error: mutmut run on {module} failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
@@ -180,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="JSON report")
     ap.add_argument("--rerun", action="store_true", help="with --work of an earlier run: test only the mutants its "
                     "tests did not kill, with this checkout's tests (after adding tests; the module unchanged)")
+    ap.add_argument("--max-children", type=int, default=2,
+                    help="test processes at once (mutmut's default is every core; the CPU may be shared)")
     args = ap.parse_args(argv)
     names = [m.strip() for m in args.modules.split(",") if m.strip()]
     unknown = sorted(set(names) - set(MODULES))
@@ -195,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in names:
             print(f"{name}: mutating {MODULES[name][0]} against {' '.join(MODULES[name][1])}", flush=True)
-            res = run_module(name, work_root, rerun=args.rerun)
+            res = run_module(name, work_root, rerun=args.rerun, children=args.max_children)
             report["modules"][name] = res
             c = res["counts"]
             print(f"{name}: {res['detected']} of {c['total']} killed ({res['score']:.1%}; {res['score_cpu']:.1%} of "

@@ -125,7 +125,8 @@ def test_config_validation() -> None:
 
 def test_config_messages_and_bounds() -> None:
     """Each refusal says what to do, in full; the bounds themselves are allowed (r_eff = r_pen = 0,
-    a paper r_eff of exactly 1). Mutations killed: a bound made strict or dropped, a message garbled."""
+    a paper r_eff of exactly 1). Mutations killed: a bound made strict or dropped, a message garbled,
+    the speed in the paper preset's message computed as ``1 ** 1 / r_eff`` (a cosmic-ray operator)."""
     with pytest.raises(SparseRLError) as e:
         RewardConfig(name="nope")
     assert str(e.value) == "unknown reward 'nope'; rewards: clipped_log, relative_best, paper"
@@ -134,8 +135,8 @@ def test_config_messages_and_bounds() -> None:
             RewardConfig(**bad)
         assert str(e.value) == "clip and step must be > 0, r_eff and r_pen >= 0", bad
     with pytest.raises(SparseRLError) as e:
-        RewardConfig(name="paper", r_eff=2.0)
-    assert str(e.value) == ("paper reward with r_eff = 2.0 > 1 scores a correct kernel below 0.50x under a wrong "
+        RewardConfig(name="paper", r_eff=4.0)  # at r_eff = 2, 1 - 1/r_eff and 1/r_eff are both 0.5
+    assert str(e.value) == ("paper reward with r_eff = 4.0 > 1 scores a correct kernel below 0.75x under a wrong "
                             "one; use r_eff <= 1 or clipped_log")
     for ok in ({"r_eff": 0.0, "r_pen": 0.0}, {"name": "paper", "r_eff": 1.0}, {"clip": 1e-9, "step": 1e-9}):
         RewardConfig(**ok)

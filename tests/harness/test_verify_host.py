@@ -126,6 +126,26 @@ def test_an_honest_kernel_passes_with_every_launch_on_fresh_buffers() -> None:
     assert phases == ["verify", "check"] * 9
 
 
+def test_the_profile_names_each_verification_step_and_counts_the_launches() -> None:
+    """Under a job's profile the sequential verifier's time lands in the steps harness/profile.py
+    documents (fresh buffers and inputs, launches, tamper checks, fp64 comparisons, the rerun's
+    determinism check) and the 9 launches are counted.
+
+    Mutations killed: any step or count name changed or made None (harness/profile.py's table
+    documents them; harness_speed.py reports the time per step name)."""
+    from sparserl.harness import profile
+
+    profile.begin()
+    try:
+        out, _, _ = verify()
+    finally:
+        prof = profile.end()
+    assert out.kind is ErrorKind.NONE
+    assert set(prof["seconds"]) - {"other"} == {"verify_inputs", "verify_launch", "verify_tamper", "verify_compare",
+                                                 "verify_determinism"}
+    assert prof["counts"] == {"verify_launches": 9}
+
+
 def unwritten_last_row(self, x, y) -> None:
     y[:-1] = self.product(x)[:-1]
 

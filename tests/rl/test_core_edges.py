@@ -15,13 +15,19 @@ from sparserl.rl.core import (  # noqa: E402
     KL_LOSS_CLAMP,
     AdaptiveKL,
     covariance_top_mask,
+    explained_variance,
     gae,
     grpo_advantages,
     kl_loss_terms,
+    kl_penalty,
     loo_centred,
+    masked_mean,
     masked_scale,
+    masked_var,
     masked_whiten,
+    max_k_advantages,
     max_k_estimate,
+    max_k_weights,
     policy_loss,
     token_rewards,
     top_share_mask,
@@ -118,6 +124,17 @@ def test_grpo_groups_of_two_and_unscaled() -> None:
         pytest.approx([1.0, -1.0, -2.0, 2.0])
 
 
+def test_grpo_groups_of_one_carry_no_advantage() -> None:
+    """group_size 1 (one sample per matrix): each sample is its own group's mean, so its advantage is
+    exactly 0, scaled or not, valid or not: a lone sample has no one to be better than.
+    Mutation killed: the group mean's count clamped to at least 2 (``n.clamp(min=2)``), which gave a
+    lone sample half its score as advantage."""
+    s = torch.tensor([3.0, -1.5, 0.25], dtype=F64)
+    for scale in (True, False):
+        assert grpo_advantages(s, 1, scale=scale).tolist() == [0.0, 0.0, 0.0]
+        assert grpo_advantages(s, 1, scale=scale, valid=torch.tensor([True, False, True])).tolist() == [0.0] * 3
+
+
 def test_loo_with_single_sample_groups_and_invalid_samples() -> None:
     """group_size 1: the raw score, 0 for an invalid sample (not inf, not the score).
     Mutations killed: the valid mask ignored, or divided by instead of multiplied."""
@@ -197,3 +214,86 @@ def test_masked_scale_floor_is_exact_in_float64() -> None:
     Mutation killed: the floor tensor built without the input's dtype."""
     x = torch.tensor([[0.01, -0.01, 0.02]], dtype=F64)
     assert masked_scale(x, torch.ones(1, 3), min_std=0.1)[0].tolist() == pytest.approx([0.1, -0.1, 0.2], rel=1e-14)
+
+
+def test_masked_mean_along_a_dim_against_a_slow_loop() -> None:
+    """``masked_mean(x, mask, dim=1)``: each row's mean over its masked entries, by a slow loop; a row
+    with one entry is that entry, an empty row 0 (not nan).
+    Mutations killed: the ``dim is None`` test inverted, the row sums taken over everything
+    (``sum(None)``), ``x / mask``, the division made a product, the count clamped to 2 or not at all."""
+    x = torch.tensor([[1.0, 2.0, 4.0, 8.0], [3.0, -5.0, 7.0, 0.5], [9.0, 9.0, 9.0, 9.0]], dtype=F64)
+    mask = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=F64)
+    want = []
+    for row, m in zip(x.tolist(), mask.tolist()):
+        kept = [v for v, keep in zip(row, m) if keep]
+        want.append(math.fsum(kept) / len(kept) if kept else 0.0)
+    assert masked_mean(x, mask, dim=1).tolist() == want == [13.0 / 3.0, -5.0, 0.0]
+    assert float(masked_mean(x, mask)) == pytest.approx((1 + 4 + 8 - 5) / 4, rel=1e-15)
+
+
+def test_masked_var_of_two_entries_divides_by_one() -> None:
+    """The unbiased variance of two masked entries a, b is (a - b)^2 / 2 (n - 1 = 1); padding is ignored.
+    Mutation killed: ``(n - 1).clamp(min=2)`` (which halves it)."""
+    x = torch.tensor([[3.0, 99.0, 1.0]], dtype=F64)
+    assert float(masked_var(x, torch.tensor([[1.0, 0.0, 1.0]], dtype=F64))) == 2.0
+
+
+def test_explained_variance_by_hand() -> None:
+    """1 - Var(R - V) / Var(R) with Var(R) = 0.5 (below 1, so a wrong clamp shows) and, for constant
+    returns (Var(R) = 0), the 1e-8 floor in the denominator.
+    Mutations killed: the ratio made a product, the floor 1e-8 raised (to 1.00000001)."""
+    mask = torch.ones(1, 2, dtype=F64)
+    R = torch.tensor([[1.0, 2.0]], dtype=F64)  # Var = 0.5
+    V = torch.tensor([[1.5, 1.5]], dtype=F64)  # R - V = (-0.5, 0.5): Var = 0.5
+    assert float(explained_variance(V, R, mask)) == 0.0
+    V2 = torch.tensor([[1.0, 1.5]], dtype=F64)  # R - V = (0, 0.5): Var = 0.125
+    assert float(explained_variance(V2, R, mask)) == 1.0 - 0.125 / 0.5
+    flat = torch.tensor([[2.0, 2.0]], dtype=F64)
+    assert float(explained_variance(V2, flat, mask)) == pytest.approx(1.0 - 0.125 / 1e-8, rel=1e-12)
+
+
+def test_kl_penalty_default_abs_and_message() -> None:
+    """k1 (log p - log q) is the default; ``abs`` is |log p - log q|; an unknown kind names the known ones.
+    Mutations killed: the default or the ``abs`` name changed, the message lost."""
+    logp = torch.tensor([[-1.0, -0.25, -2.0]], dtype=F64)
+    ref = torch.tensor([[-0.5, -1.0, -2.0]], dtype=F64)
+    assert kl_penalty(logp, ref).tolist() == [[-0.5, 0.75, 0.0]]
+    assert kl_penalty(logp, ref, "abs").tolist() == [[0.5, 0.75, 0.0]]
+    with pytest.raises(ValueError) as e:
+        kl_penalty(logp, ref, "k9")
+    assert str(e.value) == "unknown KL estimator 'k9' (k1, k2, k3, abs)"
+
+
+def test_group_helpers_say_what_is_wrong() -> None:
+    """Scores that do not split into groups, and a max@k with k = 0 or k > n, are refused with what was given.
+    Mutations killed: any of the three messages lost."""
+    with pytest.raises(ValueError) as e:
+        loo_centred(torch.zeros(5), 2)
+    assert str(e.value) == "5 scores do not split into groups of 2"
+    with pytest.raises(ValueError) as e:
+        max_k_advantages(torch.zeros(4), 2, 0)
+    assert str(e.value) == "k must be >= 1, got 0"
+    with pytest.raises(ValueError) as e:
+        max_k_weights(torch.zeros(1, 3), 4)
+    assert str(e.value) == "need 1 <= k <= n, got k=4, n=3"
+
+
+def test_group_maths_runs_in_float64_for_float32_scores() -> None:
+    """float32 scores are worked in float64 and only the result is rounded back: with a reward of 2^24
+    beside small ones, a float32 sum loses the small ones (the others' mean of the 1.0 sample would be
+    8388607.5, not 2^23). max@k weights and advantages come back in float32, equal to the float64
+    results rounded; max@k advantages of groups of one are 0, in the scores' dtype.
+    Mutations killed: ``_groups`` without ``.to(torch.float64)``, a final ``.to(dtype)`` dropped (full
+    or ragged groups, weights), ``zeros_like(None)`` for groups of one."""
+    s = torch.tensor([2.0 ** 24, 1.0, 0.0])
+    assert loo_centred(s, 3).tolist() == [2.0 ** 24, 1.0 - 2.0 ** 23, -(2.0 ** 23)]
+    r = torch.tensor([[2.0 ** 24, 1.0, 3.0, 0.5]])
+    w = max_k_weights(r, 2)
+    assert w.dtype == torch.float32 and torch.equal(w, max_k_weights(r.double(), 2).float())
+    adv = max_k_advantages(torch.tensor([2.0 ** 24, 1.0, 3.0, 0.5]), 4, 2)
+    assert adv.dtype == torch.float32
+    assert torch.equal(adv, max_k_advantages(torch.tensor([2.0 ** 24, 1.0, 3.0, 0.5], dtype=F64), 4, 2).float())
+    one = max_k_advantages(torch.tensor([1.0, 5.0]), 1, 1)
+    assert one.dtype == torch.float32 and one.tolist() == [0.0, 0.0]
+    ragged = max_k_advantages(torch.tensor([3.0, 1.0, 2.0, 0.0]), 4, 2, torch.tensor([True, True, False, True]))
+    assert ragged.dtype == torch.float32 and ragged[2] == 0.0

@@ -29,7 +29,7 @@ from sparserl.matrices import generate, save_matrix  # noqa: E402
 FIRST = "abcdefghijklmnopqrstu"
 
 
-class PatternEvaluator:
+class PatternHarnessDouble:
     """A double of the harness: a completion is "correct at 2x" when its text begins with one of
     ``FIRST``, else compiled but incorrect. Nothing is compiled or run."""
 
@@ -115,7 +115,7 @@ def zero_lr(optim, cfg, step) -> float:
 def test_the_policy_moves_toward_the_rewarded_behaviour(start: Path, tmp_path: Path, one_thread, monkeypatch,
                                                         algo: str, lr_zero: bool) -> None:
     """Four steps of 2 matrices x 8 one-token samples at lr 3e-2 raise the behaviour's probability
-    from 0.27 by more than 0.3 (measured: to 0.96 with PPO, 0.95 with GRPO; unchanged at lr 0)."""
+    from 0.27 by more than 0.3 (measured: to 0.97 with PPO, 0.95 with GRPO; unchanged at lr 0)."""
     from sparserl.model.policy import Policy
     from sparserl.rl import trainer
     from sparserl.rl.trainer import RLConfig, train_rl
@@ -129,7 +129,7 @@ def test_the_policy_moves_toward_the_rewarded_behaviour(start: Path, tmp_path: P
                    steps=4, matrices_per_step=2, samples_per_matrix=8, minibatch=16, max_new_tokens=1, lr=3e-2,
                    warmup_steps=1, target_kl=None, large_per_family=0, eval_every=100, save_every=100,
                    device="cpu", skip_no_signal_kl=None)
-    r = train_rl(cfg, evaluator=PatternEvaluator())
+    r = train_rl(cfg, evaluator=PatternHarnessDouble())
     after = behaviour_probability(Policy.load(tmp_path / "run" / "checkpoint"), paths)
     assert r["steps"] == 4
     assert after > before + 0.3, (before, after)
