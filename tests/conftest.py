@@ -111,6 +111,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _SRC = pytest.StashKey[set]()
 
 
+def slow_seconds(item: pytest.Item) -> float:
+    """How long a ``slow``-marked test takes on one idle core (``@pytest.mark.slow(seconds=N)``; 10 when
+    not given), 0 for the others."""
+    mark = item.get_closest_marker("slow")
+    return 0.0 if mark is None else float(mark.kwargs.get("seconds", 10))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under pytest-xdist (``-n``), unless another --dist is asked for: a module at a time to a worker, in the
+    # order below (slow modules first), handed out as workers free up; module fixtures (a Ray cluster,
+    # a data set) are then made once, and one worker's first batch never holds every slow test.
+    if getattr(config.option, "numprocesses", None) and config.option.dist in ("no", "load"):
+        config.option.dist = "loadscope"
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     why = _why_no_gpu() if any("gpu" in item.keywords for item in items) else None
     if why:
@@ -118,6 +134,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    # The modules that hold slow tests first, slowest first, each module's tests kept together and in
+    # their order (module fixtures are set up once): the workers start on the long tests and end on
+    # short ones, instead of one worker finishing the demo while the other waits.
+    module_cost: dict[str, float] = {}
+    for item in items:
+        module_cost[item.nodeid.split("::")[0]] = max(module_cost.get(item.nodeid.split("::")[0], 0.0),
+                                                      slow_seconds(item))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda it: (-module_cost[it.nodeid.split("::")[0]], order[id(it)]))
 
 
 # -- the command line, in process -------------------------------------------------------------

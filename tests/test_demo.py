@@ -16,6 +16,7 @@ from sparserl.harness.compile import find_nvcc  # noqa: E402
 from tests.conftest import NEEDS_NVCC  # noqa: E402
 
 
+@pytest.mark.slow(seconds=70)
 @pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
 def test_tiny_compile_only_demo(tmp_path: Path) -> None:
     out = tmp_path / "demo"

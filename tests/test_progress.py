@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
+import pytest
 from rich.console import Console
 from rich.progress import Progress
 
@@ -76,6 +77,7 @@ def test_a_long_step_still_gets_a_line_every_so_often(caplog) -> None:
     assert caplog.records[-1].getMessage().startswith("sampling kernels: 16/16 (100%)")
 
 
+@pytest.mark.slow(seconds=11)
 def test_hugging_face_bars_stay_out_of_a_log(tiny_model_dir) -> None:
     """With output in a file, loading a model printed transformers' "Loading weights" tqdm bar
     (carriage returns and all) into the log; every sparserl command turns those bars off there.

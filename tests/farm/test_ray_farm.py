@@ -34,6 +34,7 @@ def _verdicts(results) -> list[tuple]:
     return [(r.error_kind.value, r.format, r.compiled, r.message.split(":")[0]) for r in results]
 
 
+@pytest.mark.slow(seconds=30)
 def test_compile_tasks_on_the_cluster_match_the_in_process_evaluator(ray_cluster, farm_matrices: Path,
                                                                      tmp_path: Path, caplog) -> None:
     from sparserl.farm.ray_evaluator import NO_GPU_NOTE, RayEvaluator
@@ -68,6 +69,7 @@ def test_farm_command_on_the_cluster(cli, ray_cluster, farm_matrices: Path, tmp_
     assert sum(s["farm"]["compiles"].values()) == 12 and s["farm"]["candidates"] == 12
 
 
+@pytest.mark.slow(seconds=24)
 def test_a_worker_node_killed_mid_farm_loses_nothing(ray_cluster, farm_matrices: Path, tmp_path: Path) -> None:
     """Kills one of the two worker nodes (its whole process tree) while compile tasks run on it."""
     from sparserl.farm.ray_evaluator import RayEvaluator

@@ -98,6 +98,7 @@ def test_validation_figures_and_the_keep_rule() -> None:
     assert set(seen) == {str(i) for i in range(5)} and len(round_matrices(rows, 1, 9, 0)) == 5
 
 
+@pytest.mark.slow(seconds=26)
 def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_dir: Path, tiny_model_dir: Path,
                                                                           tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("torch")
@@ -272,6 +273,7 @@ def test_improve_refuses_without_a_gpu_and_explains_its_options(cli, tmp_path: P
     one_line_error(cli("improve", "--out", tmp_path / "imp"), "earlier improve run", "--resume")
 
 
+@pytest.mark.slow(seconds=23)
 def test_held_out_compares_the_start_and_the_best_on_the_test_split_once(data_dir: Path, tiny_model_dir: Path,
                                                                          tmp_path: Path) -> None:
     """After the last round, the starting policy and the kept one are sampled on the test split beside

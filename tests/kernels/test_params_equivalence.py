@@ -43,6 +43,7 @@ def _sample(pe) -> list:
     return out
 
 
+@pytest.mark.slow(seconds=17)
 def test_a_sample_of_every_strategy_compiles_to_the_same_code(pe) -> None:
     """Kills: a body edit that changes what a kernel does (``(TPR - 1)`` -> ``(TPR - 2)``), a PARAMS name
     the code reads with another meaning, a facts block that drops a diagonal or a long row."""

@@ -131,7 +131,7 @@ def test_malformed_gzip_content_reports_the_same(tmp_path: Path, case: str) -> N
 
 
 def _good_gz() -> bytes:
-    return gzip.compress((BANNER + "3 3 2\n1 1 1.0\n3 2 2.0\n").encode())
+    return gzip.compress((BANNER + "3 3 2\n1 1 1.0\n3 2 2.0\n").encode(), mtime=0)  # the same bytes every time
 
 
 @pytest.mark.parametrize(
@@ -141,6 +141,7 @@ def _good_gz() -> bytes:
         ("truncated.mtx.gz", _good_gz()[:-12]),
         ("plain_text.mtx.gz", (BANNER + "3 3 1\n1 1 1.0\n").encode()),
     ],
+    ids=["garbage", "truncated", "plain_text"],  # ids from names: every pytest-xdist worker collects the same tests
 )
 def test_corrupt_gzip(tmp_path: Path, name: str, payload: bytes) -> None:
     path = tmp_path / name

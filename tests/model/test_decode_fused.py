@@ -138,6 +138,7 @@ def test_unfusable_says_why(tiny_hf_config) -> None:
 
 
 @_CPU_OK
+@pytest.mark.slow(seconds=16)
 @pytest.mark.parametrize("family,dtype", [("qwen3-lora", torch.float32), ("llama", torch.bfloat16)])
 # Qwen3 in bf16, bit for bit, is test_fused_step_with_biases_and_rows_leaving's case (with biases)
 def test_fused_step_samples_what_the_unfused_step_samples(tiny_hf_config, monkeypatch, family, dtype) -> None:
@@ -169,6 +170,7 @@ def test_fused_step_samples_what_the_unfused_step_samples(tiny_hf_config, monkey
 
 
 @_CPU_OK
+@pytest.mark.slow(seconds=11)
 def test_fused_step_with_biases_and_rows_leaving(tiny_hf_config, monkeypatch) -> None:
     """Qwen3 with q/k/v/o biases in bf16, greedy, six rows that end early and two that go on: the
     batch shrinks to two at the first check (the fused step's cache writes then land in the

@@ -29,6 +29,7 @@ def toy(tmp_path: Path, name: str, *extra: str) -> dict:
     return json.loads(out.read_text())["runs"]
 
 
+@pytest.mark.slow(seconds=50)
 def test_defaults_keep_the_drift_bounded(tmp_path: Path) -> None:
     """The lr 5e-5 collapse's mechanism on the toy, at 10x the toy's lr (2e-3, pg_token_share 0.05):
     with the old settings (no KL loss, the KL only in PPO's reward, a critic, no warm-up, no KL

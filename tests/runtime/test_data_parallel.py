@@ -34,6 +34,7 @@ def torchrun(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
 
 
+@pytest.mark.slow(seconds=12)
 def test_helpers_average_gradients_and_catch_drift() -> None:
     p = torchrun(str(REPO / "tests" / "runtime" / "dist_probe.py"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
@@ -41,6 +42,7 @@ def test_helpers_average_gradients_and_catch_drift() -> None:
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
+@pytest.mark.slow(seconds=21)
 def test_ppo_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
     """Each rank draws its own matrices and samples; the replicas are checked identical at every
     checkpoint (they would drift apart if gradients were not averaged)."""
@@ -68,6 +70,7 @@ def test_ppo_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
+@pytest.mark.slow(seconds=28)
 def test_sft_on_two_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
     from sparserl.data.sft_build import SFTDataConfig, build_sft_data
 

@@ -106,7 +106,7 @@ def test_mfu_arithmetic() -> None:
     assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and peak_tflops("Tesla T4") is None
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=11)
 def test_base_preset_trains_a_few_steps_on_cpu(tmp_path) -> None:
     """The ~210M base preset end to end at a tiny window: forward, backward, checkpoint, perplexity."""
     make_corpus(tmp_path / "c")

@@ -85,6 +85,7 @@ def test_read_rows_errors(tmp_path: Path) -> None:
         read_rows(bad)
 
 
+@pytest.mark.slow(seconds=28)
 def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     from sparserl.train.sft import SFTConfig, sft
 
