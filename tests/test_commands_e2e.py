@@ -68,3 +68,46 @@ def test_corpus_pack_writes_a_pack_that_opens(cli, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     bad = cli("corpus", "pack", "--corpus", tmp_path / "empty", "--out", tmp_path / "pack2")
     assert bad.rc == 2 and bad.err.strip().startswith("error:") and len(bad.err.strip().splitlines()) == 1, bad.err
+
+
+def test_library_compile_builds_one_formats_variants(cli, tmp_path: Path) -> None:
+    """``sparserl library compile --op spmv --format DIA``: exit 0, and the cache then holds one compiled
+    kernel per DIA SpMV variant (counted independently of the command's own message). Kills: the
+    command exiting 0 without compiling, or compiling another format."""
+    from sparserl.harness.compile import find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("needs nvcc")
+    want = [v for v in variants("spmv", "DIA")]
+    res = cli("library", "compile", "--op", "spmv", "--format", "DIA", "--cache-dir", tmp_path / "cache", "--jobs", "2")
+    assert res.rc == 0, res.err
+    built = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.suffix in (".cubin", ".ptx")]
+    assert len({p.stem for p in built}) >= len({v.render() for v in want}) > 0, (len(built), len(want))
+
+
+@pytest.mark.slow(seconds=12)
+def test_data_build_evaluate_and_grpo_run_end_to_end_on_a_cpu(cli, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The model-side commands chained as a user on a CPU runs them, each exit 0 with its files:
+    ``data build`` (compile-only targets), ``evaluate`` of a checkpoint on its val split (compile-only),
+    ``grpo`` for one step. Kills: any of them failing after its argument checks (the tests ran only their
+    error paths), or writing a report that does not count the samples it drew."""
+    pytest.importorskip("torch")
+    data, ev, rl = tmp_path / "data", tmp_path / "eval", tmp_path / "grpo"
+    res = cli("data", "build", "--families", "banded,random", "--per-family", "3", "--min-rows", "200",
+              "--max-rows", "400", "--ops", "spmv", "--compile-only", "--val-fraction", "0.34", "--test-fraction",
+              "0.34", "--out", data)
+    assert res.rc == 0, res.err
+    rows = {s: (data / f"{s}.jsonl").read_text().splitlines() for s in ("train", "val", "test")}
+    assert all(rows.values()), {s: len(r) for s, r in rows.items()}
+    val_matrices = {json.loads(r)["matrix"] for r in rows["val"]}
+    res = cli("evaluate", "--matrices", data, "--split", "val", "--samples", "2", "--max-new-tokens", "16",
+              "-c", f"tiny={tiny_model_dir}", "--compile-only", "--no-plots", "--out", ev)
+    assert res.rc == 0, res.err
+    per_matrix = json.loads((ev / "eval.json").read_text())["per_matrix"]["tiny"]
+    assert len(per_matrix) == len(val_matrices) and all(r["n"] == 2 for r in per_matrix.values()), per_matrix
+    res = cli("grpo", "--model", tiny_model_dir, "--matrices", data, "--steps", "1", "--matrices-per-step", "2",
+              "--samples-per-matrix", "2", "--max-new-tokens", "16", "--compile-only", "--device", "cpu", "--out", rl)
+    assert res.rc == 0, res.err
+    steps = [json.loads(ln) for ln in (rl / "metrics.jsonl").read_text().splitlines()]
+    trained = [s for s in steps if "reward/mean" in s]  # a step-0 row holds the held-out figures only
+    assert [s["step"] for s in trained] == [1] and (rl / "checkpoint").is_dir(), steps
