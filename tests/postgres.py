@@ -14,7 +14,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -23,6 +22,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+
+from sparserl.farm.local_cluster import free_port
 
 USER = "sparserl"
 PASSWORD = "farm-test-secret"
@@ -36,12 +37,6 @@ def server_binaries() -> Path | None:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
     return Path(initdb).resolve().parent if initdb and shutil.which("pg_ctl") else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
