@@ -137,12 +137,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The modules that hold slow tests first, slowest first, each module's tests kept together and in
     # their order (module fixtures are set up once): the workers start on the long tests and end on
     # short ones, instead of one worker finishing the demo while the other waits.
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
     module_cost: dict[str, float] = {}
     for item in items:
-        module_cost[item.nodeid.split("::")[0]] = max(module_cost.get(item.nodeid.split("::")[0], 0.0),
-                                                      slow_seconds(item))
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda it: (-module_cost[it.nodeid.split("::")[0]], order[id(it)]))
+        module_cost[module(item)] = max(module_cost.get(module(item), 0.0), slow_seconds(item))
+    items.sort(key=lambda it: -module_cost[module(it)])  # a stable sort: each module's order is kept
 
 
 # -- the command line, in process -------------------------------------------------------------

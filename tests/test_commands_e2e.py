@@ -78,7 +78,7 @@ def test_library_compile_builds_one_formats_variants(cli, tmp_path: Path) -> Non
 
     if find_nvcc() is None:
         pytest.skip("needs nvcc")
-    want = [v for v in variants("spmv", "DIA")]
+    want = variants("spmv", "DIA")
     res = cli("library", "compile", "--op", "spmv", "--format", "DIA", "--cache-dir", tmp_path / "cache", "--jobs", "2")
     assert res.rc == 0, res.err
     built = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.suffix in (".cubin", ".ptx")]
