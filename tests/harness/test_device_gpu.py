@@ -194,3 +194,27 @@ def test_gpu_comparison_agrees_with_the_host_one(k) -> None:
         a, b = host.compare(x, y), dev.compare(cp.asarray(x), cp.asarray(y))
         assert (a.ok, a.bad_rows, a.nonfinite, a.first_bad_row) == (b.ok, b.bad_rows, b.nonfinite, b.first_bad_row)
         assert b.max_scaled_error == pytest.approx(a.max_scaled_error, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_the_host_double_of_the_check_kernel_agrees_with_it(k) -> None:
+    """The CPU tests run the one-pass path with ``CheckKernelDouble`` in place of ``fp64_check``: on
+    the same outputs (correct, wrong rows, a NaN, an unwritten last row) the double and the CUDA
+    kernel give the same verdicts and figures."""
+    import cupy as cp
+
+    from tests.harness.check_kernel_double import CheckKernelDouble
+
+    A = generate("powerlaw", 3000, seed=5)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((A.shape[1],) if k is None else (A.shape[1], k)).astype(np.float32)
+    exact = (A.astype(np.float64) @ x.astype(np.float64)).astype(np.float32)
+    bad = exact.copy()
+    bad[[5, 2999]] *= 1.01
+    bad[7] = np.nan
+    double, dev = Fp64Reference(A, np, check=CheckKernelDouble()), Fp64Reference(A, cp)
+    for y in (exact, bad, exact):
+        a, b = double.compare(x, y), dev.compare(cp.asarray(x), cp.asarray(y))
+        assert (a.ok, a.bad_rows, a.nonfinite, a.first_bad_row) == (b.ok, b.bad_rows, b.nonfinite, b.first_bad_row)
+        assert b.max_scaled_error == pytest.approx(a.max_scaled_error, rel=1e-6, abs=1e-9)
+    assert not double.compare(x, bad).ok

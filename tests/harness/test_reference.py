@@ -20,10 +20,31 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparserl.harness.reference import ATOL, Comparison, Fp64Reference, compare_to, rtol_per_row
+from sparserl.harness.reference import (
+    ATOL,
+    CHECK_BLOCK,
+    Comparison,
+    Fp64Reference,
+    check_grid,
+    columns_of,
+    compare_to,
+    decode_stats,
+    reset_stats,
+    rtol_per_row,
+)
 from sparserl.harness.verify import VerifyConfig, make_inputs
+from tests.harness.check_kernel_double import CheckKernelDouble
 
 EPS32 = 2.0 ** -23  # written out, not read from the module
+
+PATHS = ["scipy", "one_pass"]
+"""The two ways a reference judges: SciPy on the host, and the one-pass path the worker runs on the
+GPU, here with the host double of its CUDA kernel (the verdict tests run on both)."""
+
+
+def judge(path: str, A: sp.csr_array) -> Fp64Reference:
+    return Fp64Reference(A) if path == "scipy" else Fp64Reference(A, np, check=CheckKernelDouble())
+
 
 
 def csr(rows: list[list[tuple[int, float]]], n: int) -> sp.csr_array:
@@ -98,9 +119,10 @@ def test_the_reference_is_the_exact_product(case) -> None:
 DELTAS = [0.0, 0.5, -0.5, 0.9, -0.9, 1.2, -1.2, 3.0, -40.0, math.nan, math.inf, -math.inf]
 
 
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=80, deadline=None)
 @given(matrices(), st.data())
-def test_verdicts_follow_the_documented_rule(case, data) -> None:
+def test_verdicts_follow_the_documented_rule(path: str, case, data) -> None:
     """y_i = exact_i + delta_i * bound_i (then rounded to fp32, which moves it by at most 1/32 of
     the bound), delta drawn per row: rows with |delta| <= 0.9 pass, |delta| >= 1.2 and non-finite
     fail; bad_rows, first_bad_row, nonfinite and max_scaled_error are what the deltas say."""
@@ -112,7 +134,7 @@ def test_verdicts_follow_the_documented_rule(case, data) -> None:
     y32 = y.astype(np.float32)
     if not all(np.isfinite(y32[i]) == math.isfinite(deltas[i]) for i in range(m)):
         return  # a huge row whose bound overflows fp32: not this test's subject
-    res = Fp64Reference(A).compare(x, y32)
+    res = judge(path, A).compare(x, y32)
     bad = [i for i, d in enumerate(deltas) if not abs(d) <= 0.9]
     assert res.ok == (not bad) and res.bad_rows == len(bad)
     assert res.first_bad_row == (bad[0] if bad else None)
@@ -126,7 +148,8 @@ def test_verdicts_follow_the_documented_rule(case, data) -> None:
 def test_the_bound_is_inclusive_at_its_edge() -> None:
     """A cancelling row (1e4 - 1e4 = 0 exactly, |A||x| = 2e4) judged at its edge, in fp64 outputs:
     |y| = bound passes, the next double above fails. Hand-derived: bound = 16 eps32 sqrt(2) 2e4 + 1e-30
-    = 0.0539..."""
+    = 0.0539... (SciPy path only: its outputs are fp64, which the one-pass path rounds to fp32 as a
+    kernel's output is.)"""
     A = csr([[(0, 1e4), (1, -1e4)]], 2)
     x = np.ones(2, np.float32)
     b = 16 * EPS32 * math.sqrt(2) * 2e4 + 1e-30
@@ -139,23 +162,25 @@ def test_the_bound_is_inclusive_at_its_edge() -> None:
         assert not over.ok and over.bad_rows == 1 and over.first_bad_row == 0
 
 
-def test_cancellation_gets_no_looser_bound_than_its_terms() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_cancellation_gets_no_looser_bound_than_its_terms(path: str) -> None:
     """Rows whose terms cancel: the bound scales with |A||x| (the terms summed), not with |A x|
     (near 0) nor with a global norm. y = 0.04 passes the cancelling row of 2e4-sized terms
     (bound 0.054) and fails a row whose exact value is 0 with terms of 1 (bound 2.7e-6)."""
     A = csr([[(0, 1e4), (1, -1e4)], [(0, 1.0), (1, -1.0)]], 2)
     x = np.ones(2, np.float32)
-    res = Fp64Reference(A).compare(x, np.array([0.04, 0.04], np.float32))
+    res = judge(path, A).compare(x, np.array([0.04, 0.04], np.float32))
     assert res.bad_rows == 1 and res.first_bad_row == 1
     assert res.max_scaled_error == pytest.approx(0.04 / (16 * EPS32 * math.sqrt(2) * 2), rel=1e-6)
 
 
-def test_empty_rows_must_be_written_as_zero() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_empty_rows_must_be_written_as_zero(path: str) -> None:
     """A row with no entries: its product is 0 and its bound ATOL (1e-30). 0 passes, NaN (the poison
     of a row never written) fails as non-finite, and 1e-20 fails."""
     A = csr([[], [(0, 2.0)], []], 3)
     x = np.array([1.5, 0, 0], np.float32)
-    ref = Fp64Reference(A)
+    ref = judge(path, A)
     assert ref.compare(x, np.array([0.0, 3.0, 0.0], np.float32)).ok
     unwritten = ref.compare(x, np.array([0.0, 3.0, np.nan], np.float32))
     assert (unwritten.ok, unwritten.bad_rows, unwritten.nonfinite, unwritten.first_bad_row) == (False, 1, 1, 2)
@@ -166,18 +191,20 @@ def test_empty_rows_must_be_written_as_zero() -> None:
     assert small.describe() == "1 rows out of tolerance (wrong values), first bad row 0, max error 1e+10x the tolerance"
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_non_finite_outputs_never_pass(bad: float) -> None:
+def test_non_finite_outputs_never_pass(path: str, bad: float) -> None:
     """NaN and +-inf in y fail their row however large the bound, and count as non-finite."""
     A = csr([[(0, 3e38)], [(0, 1.0)]], 1)
     x = np.array([1.0], np.float32)
-    res = Fp64Reference(A).compare(x, np.array([bad, 1.0], np.float32))
+    res = judge(path, A).compare(x, np.array([bad, 1.0], np.float32))
     assert (res.ok, res.bad_rows, res.nonfinite, res.first_bad_row) == (False, 1, 1, 0)
     assert res.max_scaled_error == math.inf
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_non_finite_inputs_fail_the_rows_that_read_them(bad: float) -> None:
+def test_non_finite_inputs_fail_the_rows_that_read_them(path: str, bad: float) -> None:
     """An x entry that is NaN or inf: the rows that read it can be judged correct by no output (their
     reference is not finite), whatever y holds there, even the same inf; rows that do not read it
     are judged as usual. (The verification inputs are finite; this is the judge's floor.)"""
@@ -186,12 +213,13 @@ def test_non_finite_inputs_fail_the_rows_that_read_them(bad: float) -> None:
     for y0 in (bad, 1.0, np.inf, np.nan):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # and quietly: no RuntimeWarning in a worker's log
-            res = Fp64Reference(A).compare(x, np.array([y0, 2.0, -bad], np.float32))
+            res = judge(path, A).compare(x, np.array([y0, 2.0, -bad], np.float32))
         assert res.bad_rows == 2 and res.first_bad_row == 0, y0
-    assert not Fp64Reference(A).compare(x, np.array([0.0, 2.5, 0.0], np.float32)).ok
+    assert not judge(path, A).compare(x, np.array([0.0, 2.5, 0.0], np.float32)).ok
 
 
-def test_large_magnitudes_scale_out() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_large_magnitudes_scale_out(path: str) -> None:
     """x near 2^100 (1.3e30, fp32 holds it): the verdicts of (x, y) and of (x * 2^100, y * 2^100) are
     the same, row for row, and so is the scaled error (powers of two scale exactly)."""
     rng = np.random.default_rng(0)
@@ -200,14 +228,15 @@ def test_large_magnitudes_scale_out() -> None:
     ref, mag = Fp64Reference(A).expected(x)
     rt = rtol_per_row(A)
     y = (ref + rng.choice([-2.0, -0.5, 0.5, 2.0], 50) * rt * mag).astype(np.float32)
-    small = Fp64Reference(A).compare(x, y)
-    big = Fp64Reference(A).compare(x * np.float32(2.0 ** 100), y * np.float32(2.0 ** 100))
+    small = judge(path, A).compare(x, y)
+    big = judge(path, A).compare(x * np.float32(2.0 ** 100), y * np.float32(2.0 ** 100))
     assert 0 < small.bad_rows < 50
     assert (big.bad_rows, big.first_bad_row) == (small.bad_rows, small.first_bad_row)
     assert big.max_scaled_error == pytest.approx(small.max_scaled_error, rel=1e-12)
 
 
-def test_spmm_judges_every_column() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_spmm_judges_every_column(path: str) -> None:
     """SpMM: one wrong column in row 3 of a 5 x 4 output makes row 3 bad (and only it); the bound of
     each column uses that column's |A||X|."""
     A = sp.random_array((5, 6), density=0.6, format="csr", random_state=2, dtype=np.float32)
@@ -217,7 +246,7 @@ def test_spmm_judges_every_column() -> None:
     Y = exact.copy()
     Y[3, 2] += 5 * bounds[3, 2]
     Y[1, 0] += 0.5 * bounds[1, 0]
-    res = Fp64Reference(A).compare(X, Y.astype(np.float32))
+    res = judge(path, A).compare(X, Y.astype(np.float32))
     assert (res.ok, res.bad_rows, res.first_bad_row, res.nonfinite) == (False, 1, 3, 0)
     assert res.max_scaled_error == pytest.approx(5.0, abs=0.05)
     ref, mag = Fp64Reference(A).expected(X)
@@ -273,21 +302,24 @@ def fp32_kernel(A: sp.csr_array, x: np.ndarray, order: str) -> np.ndarray:
 @pytest.fixture(scope="module")
 def rows_and_inputs():
     A = long_rows()
-    return A, Fp64Reference(A), make_inputs((A.shape[1],), VerifyConfig())
+    return A, make_inputs((A.shape[1],), VerifyConfig())
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("order", ["sequential", "reverse", "pairwise", "warp"])
-def test_correct_fp32_kernels_pass_on_every_verification_input(rows_and_inputs, order: str) -> None:
+def test_correct_fp32_kernels_pass_on_every_verification_input(path: str, rows_and_inputs, order: str) -> None:
     """A correct fp32 kernel passes in any summation order, on every verification input (normal,
     uniform, large signed, zeros, alternating), rows of 0 to 10^5 entries included, with a margin:
     its worst row uses less than half the tolerance."""
-    A, ref, inputs = rows_and_inputs
+    A, inputs = rows_and_inputs
+    ref = judge(path, A)
     for name, x in inputs:
         res = ref.compare(x, fp32_kernel(A, x, order))
         assert res.ok and res.max_scaled_error < 0.5, (order, name, res.describe())
 
 
-def test_a_sequential_sum_of_equal_values_passes() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_a_sequential_sum_of_equal_values_passes(path: str) -> None:
     """The worst common case for a thread-per-row kernel: 10^5 copies of 0.1f summed in order, where
     rounding errors do not cancel. Measured against a float128 sum its error is below the bound."""
     L = 100_000
@@ -297,16 +329,18 @@ def test_a_sequential_sum_of_equal_values_passes() -> None:
     exact = np.sum(np.full(L, np.float32(0.1), dtype=np.float128), dtype=np.float128)
     bound = 16 * EPS32 * math.sqrt(L) * float(exact)
     assert abs(float(y[0]) - float(exact)) < bound  # hand check of the premise, in float128
-    assert Fp64Reference(A).compare(x, y).ok
+    assert judge(path, A).compare(x, y).ok
 
 
-def test_wrong_kernels_fail(rows_and_inputs) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_wrong_kernels_fail(path: str, rows_and_inputs) -> None:
     """Near-misses a cheap kernel makes: dropping a row's largest term (rows up to 4096 entries),
     dropping 1% of the terms of the 10^5 row, reading the next column of x, and half-precision
     products fail on the normal input. (Half-precision products pass on the long rows: their
     rounding errors, random in sign, grow like sqrt(L) in absolute terms while the bound grows like
     sqrt(L) times |A||x|; the short rows catch them.)"""
-    A, ref, inputs = rows_and_inputs
+    A, inputs = rows_and_inputs
+    ref = judge(path, A)
     x = inputs[0][1]
     good = fp32_kernel(A, x, "pairwise")
     for row in (1, 2, 3, 4):
@@ -339,3 +373,113 @@ def test_host_reference_keeps_its_arrays() -> None:
     vals, mags, rtol = ref.device_arrays()
     assert vals.tolist() == [-2.0, 1.0] and mags.tolist() == [2.0, 1.0]
     assert rtol.tolist() == pytest.approx([16 * EPS32 * math.sqrt(2), 16 * EPS32])
+
+
+# -- the one-pass path's own code ----------------------------------------------------------------
+# Mutations these tests kill: the grid rounded down (rows past the last full block never judged),
+# the slots not reset between comparisons (a bad verdict leaks into the next), the first bad row
+# reset to 0 instead of the largest value, the slots decoded in another order, k taken as 1 for
+# SpMM, a shape check dropped, an argument uploaded as another dtype (the double refuses it as
+# CuPy's raw memory would be misread), the max scaled error read as an integer.
+
+
+def test_the_grid_covers_every_row() -> None:
+    """Hand-derived: 0 rows need no block, 1 to 256 rows one, 257 two; a wrong last row is found
+    on a matrix of 257 and of 513 rows."""
+    assert CHECK_BLOCK == 256
+    assert [check_grid(m) for m in (0, 1, 255, 256, 257, 512, 513)] == [0, 1, 1, 1, 2, 2, 3]
+    for m in (257, 513):
+        A = csr([[(0, 1.0)] for _ in range(m)], 1)
+        y = np.ones(m, np.float32)
+        y[-1] = 2.0
+        res = judge("one_pass", A).compare(np.ones(1, np.float32), y)
+        assert (res.bad_rows, res.first_bad_row) == (1, m - 1), m
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_verdict_does_not_leak_into_the_next_comparison(path: str) -> None:
+    """One reference judges a bad output (rows 2 and 1 wrong, one NaN), then a correct one, then
+    the bad one again: each verdict is the output's own."""
+    A = csr([[(0, 1.0)], [(0, 2.0)], [(0, 3.0)], [(0, 4.0)]], 1)
+    x = np.ones(1, np.float32)
+    good, bad = np.array([1, 2, 3, 4], np.float32), np.array([1, np.nan, 7, 4], np.float32)
+    ref = judge(path, A)
+    for _ in range(2):
+        wrong = ref.compare(x, bad)
+        assert (wrong.ok, wrong.bad_rows, wrong.nonfinite, wrong.first_bad_row) == (False, 2, 1, 1)
+        assert wrong.max_scaled_error == math.inf
+        right = ref.compare(x, good)
+        assert right == Comparison(ok=True, bad_rows=0, nonfinite=0, max_scaled_error=0.0, first_bad_row=None)
+
+
+def test_a_verdict_whose_first_bad_row_is_the_last() -> None:
+    """Only the last of 3 rows is wrong, on a reference that judged a correct output first: the
+    first bad row is 2 (a slot reset to 0 instead of its largest value would say 0)."""
+    A = csr([[(0, 1.0)], [(0, 1.0)], [(0, 1.0)]], 1)
+    ref = judge("one_pass", A)
+    x = np.ones(1, np.float32)
+    assert ref.compare(x, np.ones(3, np.float32)).ok
+    res = ref.compare(x, np.array([1, 1, 1.5], np.float32))
+    assert (res.bad_rows, res.first_bad_row) == (1, 2)
+    assert res.max_scaled_error == pytest.approx(0.5 / (16 * EPS32 + 1e-30), rel=1e-9)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("x_shape, y_size", [((3,), 2), ((2,), 1), ((2, 3), 5), ((2, 3), 7), ((2, 1, 1), 2)])
+def test_shapes_that_do_not_fit_are_refused(path: str, x_shape, y_size: int) -> None:
+    """A 2 x 2 matrix: x of 3 rows; y of 1 entry for 2 rows; SpMM y of 5 or 7 entries for 2 x 3; a 3-D x."""
+    A = csr([[(0, 1.0)], [(1, 1.0)]], 2)
+    with pytest.raises(ValueError):
+        judge(path, A).compare(np.ones(x_shape, np.float32), np.ones(y_size, np.float32))
+
+
+def test_columns_of_reads_k_and_checks_the_shapes() -> None:
+    one, three = np.zeros(4), np.zeros((4, 3))
+    assert columns_of((5, 4), one, np.zeros(5)) == 1
+    assert columns_of((5, 4), three, np.zeros((5, 3))) == 3
+    assert columns_of((5, 4), three, np.zeros(15)) == 3
+    for x, y in ((one, np.zeros(4)), (three, np.zeros(5)), (np.zeros(3), np.zeros(5)), (np.zeros((4, 3, 1)), np.zeros(15))):
+        with pytest.raises(ValueError, match="do not fit a 5 x 4 matrix"):
+            columns_of((5, 4), x, y)
+
+
+def test_the_slots_are_reset_and_decoded_as_the_kernel_writes_them() -> None:
+    """reset: counts and the max at 0, the first bad row at 2^64 - 1. decode: (bad, non-finite, the
+    bits of the max scaled error, first bad row), the first bad row only when a row is bad."""
+    stats = np.array([5, 6, 7, 8], np.uint64)
+    reset_stats(stats)
+    assert stats.tolist() == [0, 0, 0, 2 ** 64 - 1]
+    assert decode_stats(stats) == Comparison(ok=True, bad_rows=0, nonfinite=0, max_scaled_error=0.0, first_bad_row=None)
+    bits = int(np.float64(3.5).view(np.uint64))
+    assert decode_stats([2, 1, bits, 7]) == Comparison(ok=False, bad_rows=2, nonfinite=1, max_scaled_error=3.5,
+                                                       first_bad_row=7)
+    assert decode_stats([0, 0, int(np.float64(0.25).view(np.uint64)), 2 ** 64 - 1]).max_scaled_error == 0.25
+
+
+def test_the_one_pass_path_keeps_its_arrays_in_the_kernels_types() -> None:
+    """The arrays fingerprinted on the one-pass path are the CSR arrays and tolerances the kernel
+    reads, in its types; ``expected`` belongs to the SciPy path only; one launch per comparison."""
+    A = csr([[(0, -2.0), (1, 1.0)], []], 2)
+    double = CheckKernelDouble()
+    ref = Fp64Reference(A, np, check=double)
+    indptr, indices, val, rtol = ref.device_arrays()
+    assert (indptr.dtype, indices.dtype, val.dtype, rtol.dtype) == (np.int32, np.int32, np.float32, np.float64)
+    assert indptr.tolist() == [0, 2, 2] and indices.tolist() == [0, 1] and val.tolist() == [-2.0, 1.0]
+    assert rtol.tolist() == pytest.approx([16 * EPS32 * math.sqrt(2), 16 * EPS32])
+    with pytest.raises(NotImplementedError, match="on the one-pass path the reference is computed inside compare"):
+        ref.expected(np.ones(2, np.float32))
+    ref.compare(np.ones(2), np.array([-1.0, 0.0]))  # fp64 inputs are converted to the kernel's fp32
+    ref.compare(np.ones((2, 3), np.float32)[:, ::2], np.zeros((2, 2), np.float32))  # and made contiguous
+    assert double.launches == 2
+
+
+def test_the_upload_gives_the_kernel_its_types() -> None:
+    """A matrix held with int64 indices and fp64 values (SciPy's choice for large or converted
+    matrices) is uploaded as the int32 / fp32 CSR arrays ``fp64_check`` reads (the double refuses
+    any other dtype, as the kernel would misread the memory)."""
+    A = csr([[(0, 0.5), (2, -1.0)], [(1, 2.0)]], 3)
+    A64 = sp.csr_array((A.data.astype(np.float64), A.indices.astype(np.int64), A.indptr.astype(np.int64)), shape=A.shape)
+    ref = Fp64Reference(A64, np, check=CheckKernelDouble())
+    assert [a.dtype for a in ref.device_arrays()] == [np.int32, np.int32, np.float32, np.float64]
+    res = ref.compare(np.array([2.0, 1.0, 1.0], np.float32), np.array([0.0, 2.0], np.float32))
+    assert res.ok, res.describe()

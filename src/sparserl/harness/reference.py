@@ -16,6 +16,7 @@ SpMM applies the same bound per column of X.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,7 +86,50 @@ extern "C" __global__ void fp64_check(int m, int k, const int* __restrict__ indp
     atomicMax(stats + 2, (unsigned long long)__double_as_longlong(worst));
 }
 """
-_check_kernel = None
+_cuda_check = None
+"""The compiled ``fp64_check`` (CuPy), made at the first one-pass comparison."""
+
+
+def cuda_check_kernel(cp):
+    """``fp64_check`` compiled by CuPy (once per process), called as ``kernel(grid, block, args)``."""
+    global _cuda_check
+    if _cuda_check is None:
+        _cuda_check = cp.RawKernel(_CHECK, "fp64_check")
+    return _cuda_check
+
+
+STATS_SLOTS = 4
+"""``fp64_check``'s result slots: bad rows, non-finite entries, the bits of the max scaled error, first bad row."""
+CHECK_BLOCK = 256
+"""Threads per block of ``fp64_check`` (one thread per row)."""
+
+
+def check_grid(m: int) -> int:
+    """Blocks of :data:`CHECK_BLOCK` threads that cover ``m`` rows."""
+    return (m + CHECK_BLOCK - 1) // CHECK_BLOCK
+
+
+def columns_of(shape: tuple[int, int], x, y) -> int:
+    """k, the columns of ``x`` (1 for a vector), after checking that ``x`` and ``y`` fit the matrix."""
+    m, n = shape
+    k = 1 if x.ndim == 1 else int(x.shape[1])
+    if x.ndim > 2 or x.shape[0] != n or y.size != m * k:
+        raise ValueError(f"x {x.shape} and y {y.shape} do not fit a {m} x {n} matrix")
+    return k
+
+
+def reset_stats(stats) -> None:
+    """The slots before a check: counts and the max at 0, the first bad row at its largest value
+    (``atomicMin`` lowers it)."""
+    stats[:] = (0, 0, 0, 2 ** 64 - 1)
+
+
+def decode_stats(values) -> Comparison:
+    """The verdict from ``fp64_check``'s four slots (host integers or a host array)."""
+    bad, nonfinite, worst_bits, first = (int(v) for v in values)
+    return Comparison(ok=bad == 0, bad_rows=bad, nonfinite=nonfinite,
+                      max_scaled_error=struct.unpack("<d", struct.pack("<Q", worst_bits))[0],
+                      first_bad_row=first if bad else None)
 
 
 class Fp64Reference:
@@ -94,65 +138,69 @@ class Fp64Reference:
     ``xp`` is the array module the matrix is kept in: ``cupy`` (the worker: everything stays on the
     GPU, and one kernel computes the reference and judges every row in a single pass) or ``numpy``
     (CPU tests and tools, through SciPy). Inputs and outputs must be of that module.
+
+    ``check`` is the one-pass kernel, called as ``check(grid, block, args)`` with the arguments of
+    ``fp64_check``. With CuPy it defaults to the CUDA kernel. With NumPy, ``None`` selects the SciPy
+    path; CPU tests pass a host double of the kernel, to run the one-pass path's own code (upload,
+    shape checks, slot reset and decoding) without a GPU.
     """
 
-    def __init__(self, A: sp.csr_array, xp=np):
+    def __init__(self, A: sp.csr_array, xp=np, check=None):
         self.xp = xp
         self.shape = A.shape
+        self.one_pass = xp is not np or check is not None
+        self._check = check
         rtol = rtol_per_row(A)
-        if xp is np:
+        if self.one_pass:
+            self._upload(A, rtol)
+        else:
             self.A64 = sp.csr_array((A.data.astype(np.float64), A.indices, A.indptr), shape=A.shape)
             self.absA = sp.csr_array((np.abs(self.A64.data), A.indices, A.indptr), shape=A.shape)
             self.rtol = rtol
-        else:
-            self._upload(A, rtol)
 
     def _upload(self, A: sp.csr_array, rtol: np.ndarray) -> None:
-        """The GPU side: the matrix in the CSR arrays the check kernel reads, and its result slots."""
+        """The one-pass side: the matrix in the CSR arrays the check kernel reads, and its result slots."""
         xp = self.xp
         self.indptr, self.indices = xp.asarray(A.indptr, dtype=xp.int32), xp.asarray(A.indices, dtype=xp.int32)
         self.val = xp.asarray(A.data, dtype=xp.float32)
-        self.rtol = xp.asarray(rtol)
-        self._stats = xp.zeros(4, dtype=xp.uint64)
+        self.rtol = xp.asarray(rtol)  # fp64, as rtol_per_row makes it
+        self._stats = xp.zeros(STATS_SLOTS, dtype=xp.uint64)
 
     def expected(self, x) -> tuple:
-        """``(A x, |A| |x|)`` in fp64 for an fp32 ``x`` of shape (n,) or (n, k) (host only)."""
-        if self.xp is not np:
-            raise NotImplementedError("on the GPU the reference is computed inside compare()")
+        """``(A x, |A| |x|)`` in fp64 for an fp32 ``x`` of shape (n,) or (n, k) (SciPy path only)."""
+        if self.one_pass:
+            raise NotImplementedError("on the one-pass path the reference is computed inside compare()")
         x64 = np.asarray(x, dtype=np.float64)
         return self.A64 @ x64, self.absA @ np.abs(x64)
 
     def compare(self, x, y) -> Comparison:
         """Judge ``y`` (a kernel's fp32 output) against the product with ``x``."""
-        if self.xp is np:
-            ref, mag = self.expected(x)
-            return compare_to(ref, mag, self.rtol, y)
-        return self._compare_on_gpu(x, y)
+        if self.one_pass:
+            return self._compare_in_one_pass(x, y)
+        ref, mag = self.expected(x)
+        return compare_to(ref, mag, self.rtol, y)
 
-    def _compare_on_gpu(self, x, y) -> Comparison:
-        global _check_kernel
-        cp = self.xp
-        if _check_kernel is None:
-            _check_kernel = cp.RawKernel(_CHECK, "fp64_check")
-        m, n = self.shape
-        k = 1 if x.ndim == 1 else int(x.shape[1])
-        if x.shape[0] != n or y.size != m * k:
-            raise ValueError(f"x {x.shape} and y {y.shape} do not fit a {m} x {n} matrix")
-        x, y = cp.ascontiguousarray(x, dtype=cp.float32), cp.ascontiguousarray(y, dtype=cp.float32)
-        self._stats[:3] = 0
-        self._stats[3] = np.iinfo(np.uint64).max
-        _check_kernel(((m + 255) // 256,), (256,), (np.int32(m), np.int32(k), self.indptr, self.indices, self.val,
-                                                    x, y, self.rtol, self._stats))
-        bad, nonfinite, worst_bits, first = (int(v) for v in cp.asnumpy(self._stats))
-        return Comparison(ok=bad == 0, bad_rows=bad, nonfinite=nonfinite,
-                          max_scaled_error=float(np.array(worst_bits, dtype=np.uint64).view(np.float64)),
-                          first_bad_row=first if bad else None)
+    def _compare_in_one_pass(self, x, y) -> Comparison:
+        xp = self.xp
+        kernel = self._check if self._check is not None else cuda_check_kernel(xp)
+        m = self.shape[0]
+        k = columns_of(self.shape, x, y)
+        x, y = xp.ascontiguousarray(x, dtype=xp.float32), xp.ascontiguousarray(y, dtype=xp.float32)
+        reset_stats(self._stats)
+        kernel((check_grid(m),), (CHECK_BLOCK,), (np.int32(m), np.int32(k), self.indptr, self.indices, self.val,
+                                                  x, y, self.rtol, self._stats))
+        return decode_stats(to_host(self._stats))
 
     def device_arrays(self) -> list:
         """The arrays this reference keeps (fingerprinted by the worker to catch stray writes)."""
-        if self.xp is np:
-            return [self.A64.data, self.absA.data, self.rtol]
-        return [self.indptr, self.indices, self.val, self.rtol]
+        if self.one_pass:
+            return [self.indptr, self.indices, self.val, self.rtol]
+        return [self.A64.data, self.absA.data, self.rtol]
+
+
+def to_host(a) -> np.ndarray:
+    """A NumPy copy of a CuPy array, or the NumPy array itself."""
+    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def compare_to(ref, mag, rtol, y) -> Comparison:
