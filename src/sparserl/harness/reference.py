@@ -121,7 +121,8 @@ def columns_of(shape: tuple[int, int], x, y) -> int:
 def reset_stats(stats) -> None:
     """The slots before a check: counts and the max at 0, the first bad row at its largest value
     (``atomicMin`` lowers it)."""
-    stats[:] = (0, 0, 0, 2 ** 64 - 1)
+    stats[:3] = 0  # one scalar fill per part: CuPy fills a slice from a scalar, not from a tuple
+    stats[3] = 2 ** 64 - 1
 
 
 def decode_stats(values) -> Comparison:
