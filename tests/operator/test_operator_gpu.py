@@ -255,6 +255,7 @@ def test_gcn_gradients_through_the_tuned_transpose_equal_torch_sparse(loop_evalu
 
     A = generate("powerlaw", 3000, seed=7)  # not symmetric: a backward through A instead of A^T fails
     assert (A != A.T).nnz > 0
+    torch.manual_seed(9)
     op = sparserl.tune(A, "spmm", K, budget=2, store=tmp_path / "s.db", regime="cold", evaluator=loop_evaluator,
                        min_speedup=0.0)
     rng = np.random.default_rng(8)
@@ -270,8 +271,13 @@ def test_gcn_gradients_through_the_tuned_transpose_equal_torch_sparse(loop_evalu
         W2 = torch.randn(K, K, device="cuda", requires_grad=True)
         ours = torch.autograd.grad(_gcn_loss(torch, op.matmat, X, W1, W2), (X, W1, W2))
         theirs = torch.autograd.grad(_gcn_loss(torch, lambda Y: torch.sparse.mm(At, Y), X, W1, W2), (X, W1, W2))
-        for g, r in zip(ours, theirs):
-            torch.testing.assert_close(g, r, rtol=1e-3, atol=1e-5 * float(r.abs().max()))
+        # the judge is fp64: ours must be as close to it as torch.sparse's own fp32 gradients are (a few
+        # entries near cancellation differ by more than a fixed tolerance between two fp32 summation orders)
+        A64, leaves = At.double(), [t.detach().double().requires_grad_() for t in (X, W1, W2)]
+        exact = torch.autograd.grad(_gcn_loss(torch, lambda Y: torch.sparse.mm(A64, Y), *leaves), leaves)
+        for g, r, e in zip(ours, theirs, exact):
+            ours_err, theirs_err = float((g.double() - e).abs().max()), float((r.double() - e).abs().max())
+            assert ours_err <= 8 * theirs_err + 1e-6 * float(e.abs().max()), (step, ours_err, theirs_err)
     assert op.transpose().shape == (A.shape[1], A.shape[0])
     G = cp.asarray(rng.standard_normal((A.shape[0], K)).astype(np.float32))
     judged(A.T.tocsr(), G, op.transpose() @ G)
