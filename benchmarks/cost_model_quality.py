@@ -39,7 +39,7 @@ import numpy as np
 
 from sparserl.kernels.contract import Op
 from sparserl.search import cost_quality as cq
-from sparserl.search.cost_model import TrainConfig, load_measurements, train, trainable
+from sparserl.search.cost_model import TARGETS, TrainConfig, load_measurements, train, trainable
 
 log = logging.getLogger("cost_model_quality")
 
@@ -184,7 +184,7 @@ def main() -> int:
             report["null"][name] = cq.summary(cq.score_null(ms))
             print(f"no model, {name}: {fmt(report['null'][name])}")
     for lib, fit in fits.items():
-        for target in ("ratio", "absolute"):
+        for target in TARGETS if lib == "lightgbm" else ("ratio", "absolute"):
             cfg = replace(base, target=target)
             key = f"{lib}/{target}"
             t0 = time.perf_counter()

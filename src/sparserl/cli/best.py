@@ -144,6 +144,9 @@ def best_cost_model(
                                         "root, which searches then use]"),
     regime: str = typer.Option("cold", help="train on the times of this regime: cold or warm"),
     trees: int = typer.Option(200, help="boosting rounds"),
+    target: str = typer.Option("rank", help="what the model learns: rank (which candidate of a matrix is faster; "
+                                            "the best top-5 on held-out families), ratio (log time over "
+                                            "cuSPARSE's) or absolute (log time)"),
     min_measurements: int = typer.Option(200, help="refuse to train on fewer verified measurements"),
 ) -> None:
     """Fit the cost model that orders a search's candidates, on the store's verified times (and
@@ -167,8 +170,8 @@ def best_cost_model(
         measurements += [m for m in load_measurements(f) if m.regime == regime]
         sources.append(str(f))
     where = " and ".join(sources)
-    model = train(measurements, TrainConfig(trees=trees, min_measurements=min_measurements), where=where,
-                  sources=sources)
+    model = train(measurements, TrainConfig(trees=trees, target=target, min_measurements=min_measurements),
+                  where=where, sources=sources)
     path = model.save(out if out is not None else user_model_path())
     t = model.meta["trained_on"]
     typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(t['families'])}"

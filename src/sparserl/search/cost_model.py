@@ -49,8 +49,15 @@ MODEL_FORMAT = "sparserl-cost-model"
 FORMAT_VERSION = 1
 """Version of the model file's layout (the JSON around the booster)."""
 
-TARGETS = ("ratio", "absolute")
-"""``ratio``: log(t / t_cuSPARSE) (the default, see the module docstring); ``absolute``: log(t)."""
+TARGETS = ("ratio", "absolute", "rank")
+"""``ratio``: log(t / t_cuSPARSE) (the default, see the module docstring); ``absolute``: log(t);
+``rank``: a learning-to-rank fit (LambdaRank, one group per matrix) of :func:`rank_grade`, whose
+score says only which candidate of a matrix is faster, not by how much."""
+
+RANK_STEP = 1.03
+"""One grade of :func:`rank_grade` per 3% slower than the matrix's fastest candidate."""
+RANK_GRADES = 10
+"""Grades 9 (within 3% of the fastest) down to 0 (about 31% slower, or more)."""
 
 MIN_MEASUREMENTS = 200
 """Verified measurements a training set needs at least."""
@@ -245,6 +252,13 @@ def target_of(m: MatrixMeasurements, t_us: float, target: str) -> float:
     return math.log(t_us / m.cusparse_us) if target == "ratio" else math.log(t_us)
 
 
+def rank_grade(t_us: float, best_us: float) -> int:
+    """The relevance of a candidate of time ``t_us`` on a matrix whose fastest took ``best_us``:
+    ``RANK_GRADES - 1`` for the fastest and anything within 3% of it, one less per further 3%, 0 at last."""
+    steps = math.floor(math.log(t_us / best_us) / math.log(RANK_STEP) + 1e-9)
+    return max(0, RANK_GRADES - 1 - steps)
+
+
 def design(data: Sequence[MatrixMeasurements], vocab: Mapping[str, Sequence[str]], target: str,
            balance: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, targets, weights) of every verified template point of ``data``."""
@@ -254,7 +268,11 @@ def design(data: Sequence[MatrixMeasurements], vocab: Mapping[str, Sequence[str]
         if not pts:
             continue
         xs.append(cf.rows(m.card, m.features, m.op, m.k, [(t, p) for _, t, p, _ in pts], vocab))
-        ys.append([target_of(m, t, target) for *_, t in pts])
+        if target == "rank":
+            best = min(t for *_, t in pts)
+            ys.append([rank_grade(t, best) for *_, t in pts])
+        else:
+            ys.append([target_of(m, t, target) for *_, t in pts])
         ws.append(np.full(len(pts), 1.0 / len(pts) if balance else 1.0))
     if not xs:
         return np.zeros((0, len(cf.feature_names()))), np.zeros(0), np.zeros(0)
@@ -293,7 +311,12 @@ def train(data: Sequence[MatrixMeasurements], cfg: TrainConfig = TrainConfig(), 
               "min_child_samples": cfg.min_child_samples, "feature_fraction": cfg.feature_fraction,
               "seed": cfg.seed, "deterministic": True, "num_threads": 1, "verbose": -1,
               "min_data_per_group": 5, "cat_smooth": 5.0}
-    ds = lgb.Dataset(X, label=y, weight=w, feature_name=names,
+    ranking = {}
+    if cfg.target == "rank":  # one query per matrix; every matrix counts once by construction
+        params |= {"objective": "lambdarank", "lambdarank_truncation_level": 10, "label_gain": list(range(RANK_GRADES))}
+        ranking = {"group": [len(m.points()) for m in data if m.points()]}
+        w = None
+    ds = lgb.Dataset(X, label=y, weight=w, feature_name=names, **ranking,
                      categorical_feature=[names.index(c) for c in cf.CATEGORICAL], free_raw_data=False)
     booster = lgb.train(params, ds, num_boost_round=cfg.trees)
     archs = sorted({m.arch for m in data if m.arch})
@@ -341,9 +364,12 @@ class CostModel:
         return self.meta["target"]
 
     def predict(self, X: np.ndarray) -> np.ndarray:
+        """Per row, lower is faster: the predicted log time (over cuSPARSE's, for ``ratio``), or for
+        ``rank`` the negated ranking score."""
         if X.shape[0] == 0:
             return np.zeros(0)
-        return np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+        out = np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+        return -out if self.target == "rank" else out
 
     def predict_points(self, card: MatrixCard, features: MatrixFeatures | None, op: Op | str, k: int | None,
                        points: Sequence[tuple[str, Mapping[str, int]]]) -> np.ndarray:

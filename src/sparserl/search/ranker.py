@@ -126,6 +126,8 @@ class ModelRanker(Ranker):
         v = float(self.scores([(template, params)])[0])
         if self.model.target == "ratio":
             return f"cost model: predicted {math.exp(-v):.2f}x cuSPARSE"
+        if self.model.target == "rank":
+            return f"cost model: ranking score {-v:.2f}"
         return f"cost model: predicted {math.exp(v):.2f} us"
 
 
