@@ -169,3 +169,22 @@ def test_check_kernel_on_a_gpu(cli, mtx: Path, tmp_path: Path) -> None:
     assert res.rc == 1 and "verdict: INCORRECT" in res.out
     d = json.loads(cli("check-kernel", bad, "-m", mtx, "--json").out)
     assert d["error_kind"] == "incorrect" and d["compiled"] and not d["correct"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("extra, what", [((), "spmv"), (("--op", "spmm", "--k", "8"), "spmm k=8")])
+def test_baseline_on_a_gpu_times_cusparse_cold_and_warm(cli, mtx: Path, extra: tuple, what: str) -> None:
+    """``sparserl baseline`` succeeds (exit 0) with the matrix's line, then one line per regime (cold,
+    warm), each with a positive median between its p10 and p90 and the algorithm kept."""
+    import re
+
+    res = cli("baseline", mtx, *extra)
+    assert res.rc == 0, res.err
+    lines = res.out.splitlines()
+    assert lines[0].startswith("m.mtx: 500 x 500, ") and f"; {what}; " in lines[0] and "GB/s" in lines[0]
+    for regime in ("cold", "warm"):
+        line = next(ln for ln in lines if ln.startswith(regime))
+        med, p10, p90 = (float(v) for v in re.search(r"cuSPARSE ([\d.]+) us \(p10 ([\d.]+), p90 ([\d.]+)\)",
+                                                      line).groups())
+        assert 0 < p10 <= med <= p90, line
+        assert " best " in line and "per algorithm (us): " in line

@@ -17,7 +17,7 @@ from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
 from sparserl.matrices import load_matrix
 
-console = Console()
+console = Console(soft_wrap=True)  # piped or captured: one line per result, never cut at 80 columns
 
 
 def _op(op: str, k: int | None) -> tuple[Op, int | None]:
