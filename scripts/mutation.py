@@ -125,7 +125,8 @@ def run_module(name: str, work_root: Path, rerun: bool = False, children: int = 
     run = mutmut(work, "run", "--max-children", str(children), *names) if names or not rerun else None
     seconds = time.perf_counter() - t0
     if run is not None and run.returncode != 0:
-        raise SystemExit(f"error: mutmut run on {module} failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
+        raise SystemExit(f"error: mutmut run on {module} failed (exit {run.returncode}):\n{run.stdout[-3000:]}\n"
+                         f"{run.stderr[-3000:]}")
     statuses = statuses_of(work)
     for m in sorted(x for x, st in statuses.items() if st == "timeout"):
         statuses[m] = recheck(work, m, tests)
