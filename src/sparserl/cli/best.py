@@ -125,13 +125,17 @@ def best_export(
                                             "known (0.05: within 5%) [default: no limit]"),
     seen_only: bool = typer.Option(False, "--seen-only", help="leave out kernels that bake in structure facts the "
                                    "policy's prompt card does not show (what 'sparserl improve' teaches from)"),
+    refinements: bool = typer.Option(False, "--refinements", help="also rows that teach a refinement: a searched "
+                                     "kernel's parent and its measured time in the prompt, the kernel (at least 2% "
+                                     "faster) as the completion"),
 ) -> None:
     """SFT pairs (matrix, verified kernel) from the store, in the SFT data's JSONL format."""
     flt = ExportFilter(op=op, arch=arch, regime=regime, harness_version=harness_version, min_speedup=min_speedup,
                        per_matrix=per_matrix, within=within, seen_only=seen_only)
     with _open(store) as st:
-        res = export_sft(st, out, flt)
-    typer.echo(f"wrote {res['rows']} rows ({res['matrices']} matrices) to {res['path']}"
+        res = export_sft(st, out, flt, refinements=refinements)
+    more = f", {res['refinement_rows']} of them refinements" if refinements else ""
+    typer.echo(f"wrote {res['rows']} rows ({res['matrices']} matrices{more}) to {res['path']}"
                + (f"; skipped {res['skipped']}" if any(res["skipped"].values()) else ""))
 
 

@@ -55,6 +55,24 @@ class TeacherOrigin:
 
 
 @dataclass(frozen=True)
+class Refinement:
+    """The previous kernel a refinement row's completion was found from, and what the harness measured for it."""
+
+    previous: str
+    """The previous kernel's text (FORMAT line first)."""
+    outcome: str
+    """Its measured outcome, as one line (:func:`~sparserl.search.policy.describe_timing`)."""
+    correct: bool
+    """Whether it was correct (the prompt then asks for a faster correct kernel, else a correct one)."""
+    parent: str | None = None
+    """Its candidate id, where it has one."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Refinement:
+        return cls(str(d["previous"]), str(d["outcome"]), bool(d["correct"]), d.get("parent"))
+
+
+@dataclass(frozen=True)
 class SFTRow:
     """One (matrix, kernel) pair of the SFT data."""
 
@@ -90,6 +108,10 @@ class SFTRow:
     """The matrix card's facts (rows exported from the store, whose matrix file may be gone)."""
     origin: TeacherOrigin | None = None
     """Where a row exported from the best-known store came from (None for other rows)."""
+    refinement: Refinement | None = None
+    """When the row teaches a refinement: the previous kernel and its measured outcome, shown in the
+    prompt as search and RL show them (:func:`~sparserl.search.policy.refinement_text`), with
+    ``code`` the faster kernel found from it; None: the ordinary prompt."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Fields this version does not know, kept so that a row read and written back loses nothing."""
 
@@ -113,6 +135,9 @@ class SFTRow:
         d["times"] = None if self.times is None else {"kernel_us": self.times.kernel_us,
                                                       "cusparse_us": self.times.cusparse_us,
                                                       "speedup": self.times.speedup, "regime": self.times.regime}
+        if self.refinement is not None:
+            d["refinement"] = {"previous": self.refinement.previous, "outcome": self.refinement.outcome,
+                               "correct": self.refinement.correct, "parent": self.refinement.parent}
         if self.origin is not None:
             d |= {"fingerprint": self.origin.fingerprint, "arch": self.origin.arch,
                   "harness_version": self.origin.harness_version, "provenance": self.origin.provenance}
@@ -139,9 +164,10 @@ class SFTRow:
                        variant=d.get("variant"), name=d.get("name"),
                        times=KernelTimes(**times) if isinstance(times, dict) else None,
                        card=d.get("card") if isinstance(d.get("card"), dict) else None, origin=origin,
+                       refinement=Refinement.from_dict(d["refinement"]) if d.get("refinement") else None,
                        extra={k: v for k, v in d.items() if k not in known})
-        except (TypeError, ValueError, IndexError) as exc:
-            raise SparseRLError(f"{where}: malformed row ({exc})") from None
+        except (TypeError, ValueError, IndexError, KeyError) as exc:
+            raise SparseRLError(f"{where}: malformed row ({exc!r})") from None
 
 
 def read_rows(path: str | Path) -> list[SFTRow]:

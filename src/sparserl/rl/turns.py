@@ -21,12 +21,10 @@ import torch
 from sparserl.harness.extract import Extracted, extract
 from sparserl.model.policy import Sample
 from sparserl.rl.rollout import MatrixItem, RolloutBatch, collect
+from sparserl.search.policy import MAX_PREVIOUS_CHARS
 
 log = logging.getLogger(__name__)
 
-MAX_PREVIOUS_CHARS = 6000
-"""The longest previous kernel shown in a refinement prompt (longer text is cut: a garbled
-completion of the whole token budget would otherwise double the next prompt)."""
 
 
 def refinement_samples(rep: list[MatrixItem], batch: RolloutBatch) -> list[Sample]:

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparserl.data.rows import KernelTimes, SFTRow, TeacherOrigin, write_rows
+from sparserl.data.rows import KernelTimes, Refinement, SFTRow, TeacherOrigin, write_rows
 from sparserl.errors import SparseRLError
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.store import BestStore, MatrixRow, ResultRow
@@ -171,15 +171,40 @@ def _authors(store: BestStore, fingerprint: str) -> dict[str, list[tuple[str, st
     return out
 
 
+class _SeenJudge:
+    """:class:`ExportFilter`'s ``seen_only`` rule for the results of one store, each verdict made once."""
+
+    def __init__(self, store: BestStore):
+        self.store = store
+        self.cards: dict[str, MatrixCard | None] = {}
+        self.authors: dict[str, dict[str, list[tuple[str, str | None]]]] = {}  # fingerprint -> free_text_unseen's
+        self.verdicts: dict[tuple, str | None] = {}  # (fingerprint, k, candidate id) -> why unseen, or None
+
+    def why_unseen(self, r: ResultRow) -> str | None:
+        """Why ``r``'s kernel bakes in facts the prompt's card does not show (or cannot be judged), or None."""
+        vk = (r.fingerprint, r.k, r.candidate_id)
+        if vk not in self.verdicts:
+            if r.fingerprint not in self.cards:
+                self.cards[r.fingerprint] = _card(self.store, r.fingerprint)
+            card = self.cards[r.fingerprint]
+            if (r.candidate_id or "").startswith("text/"):
+                if r.fingerprint not in self.authors:
+                    self.authors[r.fingerprint] = _authors(self.store, r.fingerprint)
+                self.verdicts[vk] = free_text_unseen(r.candidate_id, self.authors[r.fingerprint], card, r.k)
+            else:
+                self.verdicts[vk] = unseen_facts(r.candidate_id, card, r.k)
+            if self.verdicts[vk]:
+                log.debug("not exported (%s): %s", r.candidate_id, self.verdicts[vk])
+        return self.verdicts[vk]
+
+
 def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[list[SFTRow], dict]:
     """The SFT rows of the store's kernels that pass ``flt``, and counts of what was skipped
     (``unseen_facts``: distinct kernels ``seen_only`` left out; ``unjudged``: those of them it could
     not read, left out because the filter fails closed)."""
     picked: dict[tuple, list[ResultRow]] = {}
     fastest: dict[tuple, float] = {}
-    cards: dict[str, MatrixCard | None] = {}
-    verdicts: dict[tuple, str | None] = {}  # (fingerprint, k, candidate id) -> unseen_facts
-    authors: dict[str, dict[str, list[tuple[str, str | None]]]] = {}  # fingerprint -> free_text_unseen's
+    judge = _SeenJudge(store)
     unseen: set[tuple] = set()  # (fingerprint, k, kernel) left out as unseen
     unjudged: set[tuple] = set()  # the part of those the filter could not read
     for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
@@ -193,21 +218,10 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
         if len(group) >= flt.per_matrix or any(g.kernel_sha == r.kernel_sha for g in group):
             continue
         if flt.seen_only:
-            vk = (r.fingerprint, r.k, r.candidate_id)
-            if vk not in verdicts:
-                if r.fingerprint not in cards:
-                    cards[r.fingerprint] = _card(store, r.fingerprint)
-                if (r.candidate_id or "").startswith("text/"):
-                    if r.fingerprint not in authors:
-                        authors[r.fingerprint] = _authors(store, r.fingerprint)
-                    verdicts[vk] = free_text_unseen(r.candidate_id, authors[r.fingerprint], cards[r.fingerprint], r.k)
-                else:
-                    verdicts[vk] = unseen_facts(r.candidate_id, cards[r.fingerprint], r.k)
-                if verdicts[vk]:
-                    log.debug("not exported (%s): %s", r.candidate_id, verdicts[vk])
-            if verdicts[vk]:
+            why = judge.why_unseen(r)
+            if why:
                 unseen.add((r.fingerprint, r.k, r.kernel_sha))
-                if verdicts[vk].startswith(UNJUDGED):
+                if why.startswith(UNJUDGED):
                     unjudged.add((r.fingerprint, r.k, r.kernel_sha))
                 continue
         group.append(r)  # results come fastest first
@@ -242,12 +256,76 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
     return rows, skipped
 
 
-def export_sft(store: BestStore, path: str | Path, flt: ExportFilter = ExportFilter()) -> dict:
-    """Write the rows of :func:`export_rows` to ``path`` (JSONL); returns counts."""
+MIN_REFINEMENT_GAIN = 0.02
+"""A refinement row's completion is at least this much faster than the kernel it was found from
+(2%: beyond the spread of two cold timings of one kernel)."""
+
+
+def refinement_rows(store: BestStore, flt: ExportFilter = ExportFilter(),
+                    min_gain: float = MIN_REFINEMENT_GAIN) -> tuple[list[SFTRow], dict]:
+    """Rows that teach a refinement, from the store's search history: a verified kernel whose parent
+    (the candidate a search mutated or refined to make it) is verified on the same matrix, op, k,
+    architecture, regime and harness version, and at least ``min_gain`` slower. The row's prompt
+    shows the parent and its measured time as search and RL show a previous kernel
+    (:func:`~sparserl.search.policy.refinement_text`); its completion is the child. Each candidate
+    counts with its fastest time; each (parent kernel, child kernel) pair once. ``flt``'s op, arch,
+    regime, harness version, matrices, ``min_speedup`` and ``seen_only`` apply to the child;
+    ``per_matrix`` and ``within`` do not. Returns the rows and counts of what was skipped."""
+    from sparserl.search.policy import MAX_PREVIOUS_CHARS, describe_timing
+
+    by_key: dict[tuple, dict[str, ResultRow]] = {}  # key -> candidate id -> its fastest result
+    for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
+        if r.candidate_id and (flt.fingerprints is None or r.fingerprint in flt.fingerprints):
+            key = (r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version)
+            by_key.setdefault(key, {}).setdefault(r.candidate_id, r)  # results come fastest first
+    judge = _SeenJudge(store)
+    rows: list[SFTRow] = []
+    skipped = {"not_faster": 0, "slow": 0, "unseen_facts": 0, "no_coordinates": 0}
+    for (fp, op, k, arch, regime, hv), cands in sorted(by_key.items(), key=lambda kv: kv[0][:3] + (kv[0][3] or "",)):
+        m, pairs = None, set()
+        for cid, r in cands.items():
+            parent = cands.get(r.parent_id) if r.parent_id else None
+            if parent is None or parent.kernel_sha == r.kernel_sha or (parent.kernel_sha, r.kernel_sha) in pairs:
+                continue
+            if r.time_us * (1 + min_gain) > parent.time_us:
+                skipped["not_faster"] += 1
+                continue
+            if r.speedup < flt.min_speedup:
+                skipped["slow"] += 1
+                continue
+            if flt.seen_only and judge.why_unseen(r):
+                skipped["unseen_facts"] += 1
+                continue
+            m = m or store.matrix(fp)
+            xy = _coords(m) if m is not None else None
+            if xy is None:
+                skipped["no_coordinates"] += 1
+                continue
+            pairs.add((parent.kernel_sha, r.kernel_sha))
+            previous = store.kernel_text(parent.kernel_sha)[:MAX_PREVIOUS_CHARS]
+            rows.append(SFTRow(
+                rows=list(xy[0]), cols=list(xy[1]), shape=(m.rows, m.cols), code=store.kernel_text(r.kernel_sha),
+                format=r.format, op=op, k=k, nnz=m.nnz, family="best_known", split="train", variant=cid,
+                name=m.name, times=KernelTimes(r.time_us, r.cusparse_us, r.speedup, regime), card=m.card,
+                origin=TeacherOrigin(fp, arch, hv, r.provenance),
+                matrix=m.source_path if m.source_path and Path(m.source_path).exists() else None,
+                refinement=Refinement(previous, describe_timing(parent.time_us, parent.cusparse_us, regime),
+                                      True, parent.candidate_id)))
+    return rows, skipped
+
+
+def export_sft(store: BestStore, path: str | Path, flt: ExportFilter = ExportFilter(),
+               refinements: bool = False) -> dict:
+    """Write the rows of :func:`export_rows` to ``path`` (JSONL), and with ``refinements`` those of
+    :func:`refinement_rows` after them; returns counts."""
     rows, skipped = export_rows(store, flt)
+    if refinements:
+        more, skipped_more = refinement_rows(store, flt)
+        rows += more
+        skipped |= {f"refinement_{k}": v for k, v in skipped_more.items()}
     if not rows:
         raise SparseRLError(f"nothing to export from {store.path}: no verified kernel passes the filters"
                             + (" (the store is empty)" if not store.counts()["results"] else ""))
     write_rows(path, rows)
-    return {"rows": len(rows), "matrices": len({r.origin.fingerprint for r in rows}), "skipped": skipped,
-            "path": str(path)}
+    return {"rows": len(rows), "refinement_rows": sum(r.refinement is not None for r in rows),
+            "matrices": len({r.origin.fingerprint for r in rows}), "skipped": skipped, "path": str(path)}

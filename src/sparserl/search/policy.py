@@ -28,9 +28,23 @@ from sparserl.request.context import MatrixContext
 log = logging.getLogger(__name__)
 
 
+MAX_PREVIOUS_CHARS = 6000
+"""The longest previous kernel shown in a refinement prompt (longer text is cut: a garbled
+completion of the whole token budget would otherwise double the next prompt)."""
+
+
 def task_line(op: Op, k: int | None, shape: tuple[int, int], nnz: int) -> str:
     what = "SpMV y = A x" if op is Op.SPMV else f"SpMM Y = A X with k = {k}"
     return f"{what} for the {shape[0]} x {shape[1]} sparse matrix above ({nnz} nonzeros)."
+
+
+def describe_timing(kernel_us: float, cusparse_us: float, regime: str, roofline: float | None = None) -> str:
+    """The outcome line of a correct kernel timed at ``kernel_us`` beside cuSPARSE's ``cusparse_us``."""
+    line = (f"correct; {kernel_us:.2f} us against cuSPARSE's {cusparse_us:.2f} us "
+            f"({cusparse_us / kernel_us:.2f}x), {regime} L2")
+    if roofline is not None:
+        line += f", {roofline:.2f} of the memory roofline"
+    return line + "."
 
 
 def describe_outcome(result: EvalResult) -> str:
@@ -40,11 +54,7 @@ def describe_outcome(result: EvalResult) -> str:
         base = result.baseline.get(result.regime)
         if t is None or base is None:
             return "correct (no time recorded)."
-        line = (f"correct; {t.median_us:.2f} us against cuSPARSE's {base.median_us:.2f} us "
-                f"({base.median_us / t.median_us:.2f}x), {result.regime} L2")
-        if result.roofline is not None:
-            line += f", {result.roofline:.2f} of the memory roofline"
-        return line + "."
+        return describe_timing(t.median_us, base.median_us, result.regime, result.roofline)
     if result.error_kind is ErrorKind.NO_GPU:
         return "compiled; not run (no GPU), so its speed is unknown."
     msg = " ".join(result.message.split())[:300]
@@ -57,12 +67,18 @@ def refinement_prompt(op: Op, k: int | None, shape: tuple[int, int], nnz: int, c
 
     Pure: the same inputs give the same text. ``card``: the matrix card's text
     (:meth:`MatrixCard.render`), or None to leave it out."""
-    faster = "a faster correct kernel" if result.ok else "a correct kernel"
+    return refinement_text(op, k, shape, nnz, card, previous, describe_outcome(result), result.ok)
+
+
+def refinement_text(op: Op, k: int | None, shape: tuple[int, int], nnz: int, card: str | None, previous: str,
+                    outcome: str, correct: bool) -> str:
+    """:func:`refinement_prompt` from the outcome's line (:func:`describe_outcome`,
+    :func:`describe_timing`) and whether the previous kernel was correct. Pure."""
+    faster = "a faster correct kernel" if correct else "a correct kernel"
     lines = [task_line(op, k, shape, nnz)]
     if card:
         lines += ["Matrix card:", card.strip()]
-    lines += ["Previous kernel:", previous.strip(), "Measured: " + describe_outcome(result),
-              f"Write {faster}:"]
+    lines += ["Previous kernel:", previous.strip(), "Measured: " + outcome, f"Write {faster}:"]
     return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,7 @@ coordinates the row carries (the paper's cut-down data holds whole matrices ther
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -89,7 +90,14 @@ class SFTDataset:
                 self._cards[key] = row_card(row, name, A)
             card = self._cards[key]
         nnz = int(row.nnz) if row.nnz is not None else int(A.nnz)
-        return make_sample(A, self.config, Op(row.op), row.k, inp=self._inputs[key], nnz=nnz, card=card)
+        sample = make_sample(A, self.config, Op(row.op), row.k, inp=self._inputs[key], nnz=nnz, card=card)
+        if row.refinement is None:
+            return sample
+        from sparserl.search.policy import refinement_text
+
+        r = row.refinement
+        prompt = refinement_text(Op(row.op), row.k, tuple(row.shape), nnz, card, r.previous, r.outcome, r.correct)
+        return dataclasses.replace(sample, prompt=prompt)
 
 
 def load_splits(data: str, seed: int) -> tuple[list[SFTRow], list[SFTRow]]:
