@@ -443,10 +443,20 @@ def test_columns_of_reads_k_and_checks_the_shapes() -> None:
             columns_of((5, 4), x, y)
 
 
+class ScalarFillOnly(np.ndarray):
+    """A NumPy array that takes assignments as a CuPy array does: a slice filled from a scalar only
+    (CuPy refuses a tuple: "non-scalar numpy.ndarray cannot be used for fill")."""
+
+    def __setitem__(self, key, value) -> None:
+        assert np.ndim(value) == 0, "CuPy fills a slice from a scalar only"
+        super().__setitem__(key, value)
+
+
 def test_the_slots_are_reset_and_decoded_as_the_kernel_writes_them() -> None:
-    """reset: counts and the max at 0, the first bad row at 2^64 - 1. decode: (bad, non-finite, the
+    """reset: counts and the max at 0, the first bad row at 2^64 - 1, in scalar fills that CuPy
+    takes (a fill from a tuple failed every GPU worker's start-up). decode: (bad, non-finite, the
     bits of the max scaled error, first bad row), the first bad row only when a row is bad."""
-    stats = np.array([5, 6, 7, 8], np.uint64)
+    stats = np.array([5, 6, 7, 8], np.uint64).view(ScalarFillOnly)
     reset_stats(stats)
     assert stats.tolist() == [0, 0, 0, 2 ** 64 - 1]
     assert decode_stats(stats) == Comparison(ok=True, bad_rows=0, nonfinite=0, max_scaled_error=0.0, first_bad_row=None)

@@ -29,9 +29,10 @@ TEXTS = {v.id: v.render() for v in variants("spmv", "CSR")[:5]}
 IDS = list(TEXTS)
 
 
-def record(st: BestStore, card, cid: str, t: float, parent: str | None, provenance: str = "mutation") -> None:
+def record(st: BestStore, card, cid: str, t: float, parent: str | None, provenance: str = "mutation",
+           roofline: float | None = None) -> None:
     st.record(VerifiedKernel(card.fingerprint, "spmv", None, "sm_90", "H200", "cold", TEXTS[cid], t, 20.0, 20.0 / t,
-                             None, "CSR", cid.split("/")[1], cid, provenance, parent, None, "r", harness_version()))
+                             roofline, "CSR", cid.split("/")[1], cid, provenance, parent, None, "r", harness_version()))
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def store(tmp_path: Path):
         a, b = cards
         record(st, a, IDS[0], 10.0, None, "seed")
         record(st, a, IDS[0], 10.5, None, "seed")      # the parent again, slower: its fastest time counts
-        record(st, a, IDS[1], 9.8, IDS[0])             # 10 / 9.8 = 1.0204: a refinement row
+        record(st, a, IDS[1], 9.8, IDS[0], roofline=0.45)   # 10 / 9.8 = 1.0204: a refinement row
         record(st, a, IDS[2], 9.81, IDS[0])            # 1.9% faster: within the noise, no row
         record(st, a, IDS[3], 9.0, IDS[1])             # a grandchild: a row with IDS[1] as its parent
         record(st, a, IDS[4], 5.0, "spmv/csr_vector/-/nope")   # its parent is not in the store
@@ -69,7 +70,8 @@ def test_rows_pair_each_kernel_with_the_parent_it_was_found_from(store) -> None:
     assert first.code == TEXTS[IDS[1]] and first.refinement.previous == TEXTS[IDS[0]]
     assert first.refinement.outcome == "correct; 10.00 us against cuSPARSE's 20.00 us (2.00x), cold L2."
     assert first.refinement.correct and first.times.kernel_us == 9.8 and first.origin.fingerprint == a.fingerprint
-    assert by_child[IDS[3]].refinement.outcome.startswith("correct; 9.80 us against cuSPARSE's 20.00 us (2.04x)")
+    assert by_child[IDS[3]].refinement.outcome == ("correct; 9.80 us against cuSPARSE's 20.00 us (2.04x), cold L2, "
+                                                   "0.45 of the memory roofline.")  # the parent's roofline, as search shows it
 
 
 def test_a_lower_gain_admits_the_near_tie_and_min_speedup_filters_the_child(store) -> None:
@@ -114,10 +116,10 @@ def test_the_prompt_matches_search_s_refinement_prompt() -> None:
     t = KernelTiming(regime="cold", median_us=10.0, p10_us=9.9, p90_us=10.1, spread=0.01)
     base = KernelTiming(regime="cold", median_us=20.0, p10_us=19.9, p90_us=20.1, spread=0.01)
     res = EvalResult(op="spmv", k=None, matrix="m", error_kind=ErrorKind.NONE, compiled=True, correct=True,
-                     regime="cold", timings={"cold": t}, baseline={"cold": base})
+                     regime="cold", timings={"cold": t}, baseline={"cold": base}, roofline=0.45)
     assert res.ok
     args = (Op.SPMV, None, (4, 4), 7, "card line", "FORMAT: CSR\nprev")
-    assert refinement_prompt(*args, res) == refinement_text(*args, describe_timing(10.0, 20.0, "cold"), True)
+    assert refinement_prompt(*args, res) == refinement_text(*args, describe_timing(10.0, 20.0, "cold", 0.45), True)
 
 
 def test_a_malformed_refinement_is_one_line() -> None:

@@ -91,3 +91,34 @@ def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
     assert samples[0].prompt == refinement_prompt(Op.SPMV, None, (100, 100), int(A.nnz), ctx.prompt_card, KERNEL, res)
     assert kw["temperature"] == 0.7 and kw["max_new_tokens"] == 99
     assert leases == ["cpu", "cpu"], "the GPU is held against the harness's timing while the model writes"
+
+
+def test_a_policy_without_the_card_is_refined_without_it_and_long_kernels_are_cut() -> None:
+    """The refinement prompt RL's turns and SFT's refinement rows show: the card only when the
+    policy's prompt carries one, and the previous kernel cut at MAX_PREVIOUS_CHARS.
+    Mutations killed: the request's card always shown, the previous kernel never cut."""
+    pytest.importorskip("torch")
+    from sparserl.encoding import EncodingConfig
+    from sparserl.model.policy import PolicyConfig
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.policy import MAX_PREVIOUS_CHARS, PolicyProposer
+
+    class NoCardPolicyDouble:
+        config = PolicyConfig(encoding=EncodingConfig(max_nnz=8), card=False)
+        device = "cpu"
+        seen: list = []
+
+        def generate(self, samples, **kw):
+            self.seen += samples
+            return ["t"] * len(samples)
+
+    A = generate("banded", 100, seed=0, bands=3)
+    pol = NoCardPolicyDouble()
+    ctx = MatrixContext(A, "m", Op.SPMV)
+    pp = PolicyProposer(pol, ctx, name="m", temperature=0.7, max_new_tokens=9, seed=5)
+    long = "FORMAT: CSR\n" + "x" * (2 * MAX_PREVIOUS_CHARS)
+    res = timed_result("spmv", None, "m", 25.0)
+    pp.refine(long, res, 1)
+    prompt = pol.seen[-1].prompt
+    assert prompt == refinement_prompt(Op.SPMV, None, (100, 100), int(A.nnz), None, long[:MAX_PREVIOUS_CHARS], res)
+    assert "Matrix card" not in prompt and long[:MAX_PREVIOUS_CHARS + 1] not in prompt

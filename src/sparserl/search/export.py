@@ -268,7 +268,8 @@ def refinement_rows(store: BestStore, flt: ExportFilter = ExportFilter(),
     architecture, regime and harness version, and at least ``min_gain`` slower. The row's prompt
     shows the parent and its measured time as search and RL show a previous kernel
     (:func:`~sparserl.search.policy.refinement_text`); its completion is the child. Each candidate
-    counts with its fastest time; each (parent kernel, child kernel) pair once. ``flt``'s op, arch,
+    counts with its fastest time; each (parent kernel, child kernel) pair once per matrix, op, k,
+    architecture, regime and harness version (their times differ). ``flt``'s op, arch,
     regime, harness version, matrices, ``min_speedup`` and ``seen_only`` apply to the child;
     ``per_matrix`` and ``within`` do not. Returns the rows and counts of what was skipped."""
     from sparserl.search.policy import MAX_PREVIOUS_CHARS, describe_timing
@@ -309,8 +310,8 @@ def refinement_rows(store: BestStore, flt: ExportFilter = ExportFilter(),
                 name=m.name, times=KernelTimes(r.time_us, r.cusparse_us, r.speedup, regime), card=m.card,
                 origin=TeacherOrigin(fp, arch, hv, r.provenance),
                 matrix=m.source_path if m.source_path and Path(m.source_path).exists() else None,
-                refinement=Refinement(previous, describe_timing(parent.time_us, parent.cusparse_us, regime),
-                                      True, parent.candidate_id)))
+                refinement=Refinement(previous, describe_timing(parent.time_us, parent.cusparse_us, regime,
+                                                                 parent.roofline), True, parent.candidate_id)))
     return rows, skipped
 
 

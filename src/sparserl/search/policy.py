@@ -105,8 +105,8 @@ class PolicyProposer:
 
     def __init__(self, policy, ctx: MatrixContext, name: str, temperature: float = 1.0, max_new_tokens: int | None = None,
                  seed: int = 0, lease=None):
-        """``ctx``: the request's matrix; its card (:attr:`MatrixContext.prompt_card`, the text every
-        prompt carries) is shown in refinements, and in samples when the policy's prompt has a card.
+        """``ctx``: the request's matrix; its card (:attr:`MatrixContext.prompt_card`) is shown in
+        samples and refinements when the policy's prompt has a card.
         ``lease``: a context manager factory taking the model's device (``Evaluator.gpu_lease``),
         held while the model generates so the harness does not time kernels meanwhile."""
         self.policy, self.ctx, self.name = policy, ctx, name
@@ -134,6 +134,10 @@ class PolicyProposer:
         return self._generate([self.base] * n, show)
 
     def refine(self, previous: str, result: EvalResult, n: int) -> list[str]:
+        """``n`` completions shown ``previous`` (cut at :data:`MAX_PREVIOUS_CHARS`) and its outcome,
+        with the card when the policy's prompt carries one: the prompt RL's refinement turns and SFT's
+        refinement rows show."""
         ctx = self.ctx
-        prompt = refinement_prompt(ctx.op, ctx.k, ctx.shape, ctx.nnz, ctx.prompt_card, previous, result)
+        prompt = refinement_prompt(ctx.op, ctx.k, ctx.shape, ctx.nnz, self.base.card, previous[:MAX_PREVIOUS_CHARS],
+                                   result)
         return self._generate([dataclasses.replace(self.base, prompt=prompt)] * n)

@@ -279,6 +279,8 @@ class ResultRow:
     """The candidate id of the kernel this one was derived from (a mutation's or a refinement's parent)."""
     host: str | None = None
     """The machine that measured it (None: written before stores kept it)."""
+    roofline: float | None = None
+    """Its fraction of the memory roofline, where the harness computed one."""
 
 
 @dataclass(frozen=True)
@@ -546,7 +548,7 @@ class BestStore:
                           cusparse_us=r["cusparse_us"], speedup=r["speedup"], candidate_id=r["candidate_id"],
                           format=r["format"], provenance=r["provenance"], run_id=r["run_id"],
                           created_at=r["created_at"], kernel_sha=r["kernel_sha"], parent_id=r["parent_id"],
-                          host=r["host"])
+                          host=r["host"], roofline=r["roofline"])
                 for r in self._rows("reading results", sql, args)]
 
     def kernel_text(self, sha: str) -> str:
