@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sparserl.harness.buffers import GUARD
-from sparserl.harness.reference import Comparison
+from sparserl.harness.reference import Comparison, decode_stats
 
 LANES_MAX = 32
 CHUNK = 1024
@@ -376,11 +376,8 @@ class Board:
 
 
 def comparison(row: np.ndarray) -> Comparison:
-    """The fp64 comparison a board row holds, as the sequential path reports it."""
-    bad, nonfinite, first = int(row[BAD]), int(row[NONFINITE]), int(row[FIRST])
-    worst = float(np.asarray(row[WORST], dtype=np.uint64).view(np.float64))
-    return Comparison(ok=bad == 0, bad_rows=bad, nonfinite=nonfinite, max_scaled_error=worst,
-                      first_bad_row=first if bad else None)
+    """The fp64 comparison a board row holds, decoded as the sequential path decodes its check's slots."""
+    return decode_stats((row[BAD], row[NONFINITE], row[WORST], row[FIRST]))
 
 
 def guard_problem(row: np.ndarray) -> str | None:
