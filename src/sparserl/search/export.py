@@ -171,6 +171,37 @@ def _authors(store: BestStore, fingerprint: str) -> dict[str, list[tuple[str, st
     return out
 
 
+class _Matrices:
+    """The store's matrices and their sampled coordinates, each read once per export."""
+
+    def __init__(self, store: BestStore):
+        self.store = store
+        self._got: dict[str, tuple[MatrixRow | None, tuple | None]] = {}
+
+    def get(self, fingerprint: str) -> tuple[MatrixRow | None, tuple | None]:
+        """(matrix row, its (rows, cols) coordinates), either None when the store cannot give it."""
+        if fingerprint not in self._got:
+            m = self.store.matrix(fingerprint)
+            self._got[fingerprint] = (m, _coords(m) if m is not None else None)
+        return self._got[fingerprint]
+
+
+def _by_matrix(item: tuple) -> tuple:
+    """Sort key of a (result key, ...) item: matrix, op, k, then architecture (None first)."""
+    return item[0][:3] + (item[0][3] or "",)
+
+
+def _teacher_row(store: BestStore, m: MatrixRow, xy: tuple, r: ResultRow,
+                 refinement: Refinement | None = None) -> SFTRow:
+    """The SFT row of the store's verified result ``r`` on matrix ``m`` (coordinates ``xy``)."""
+    return SFTRow(
+        rows=list(xy[0]), cols=list(xy[1]), shape=(m.rows, m.cols), code=store.kernel_text(r.kernel_sha),
+        format=r.format, op=r.op, k=r.k, nnz=m.nnz, family="best_known", split="train", variant=r.candidate_id,
+        name=m.name, times=KernelTimes(r.time_us, r.cusparse_us, r.speedup, r.regime), card=m.card,
+        origin=TeacherOrigin(r.fingerprint, r.arch, r.harness_version, r.provenance),
+        matrix=m.source_path if m.source_path and Path(m.source_path).exists() else None, refinement=refinement)
+
+
 class _SeenJudge:
     """:class:`ExportFilter`'s ``seen_only`` rule for the results of one store, each verdict made once."""
 
@@ -227,13 +258,9 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
         group.append(r)  # results come fastest first
     rows, seen = [], set()
     skipped = {"no_coordinates": 0, "duplicate": 0, "unseen_facts": len(unseen), "unjudged": len(unjudged)}
-    matrices: dict[str, MatrixRow | None] = {}
-    coords: dict[str, tuple | None] = {}
-    for (fp, op, k, arch, regime, hv), group in sorted(picked.items(), key=lambda kv: kv[0][:3] + (kv[0][3] or "",)):
-        if fp not in matrices:
-            matrices[fp] = store.matrix(fp)
-            coords[fp] = _coords(matrices[fp]) if matrices[fp] is not None else None
-        m, xy = matrices[fp], coords[fp]
+    matrices = _Matrices(store)
+    for (fp, op, k, arch, regime, hv), group in sorted(picked.items(), key=_by_matrix):
+        m, xy = matrices.get(fp)
         for r in group:
             key = (fp, op, k, r.kernel_sha)
             if key in seen:
@@ -243,13 +270,7 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
                 skipped["no_coordinates"] += 1
                 continue
             seen.add(key)
-            text = store.kernel_text(r.kernel_sha)
-            rows.append(SFTRow(
-                rows=list(xy[0]), cols=list(xy[1]), shape=(m.rows, m.cols), code=text, format=r.format, op=op, k=k,
-                nnz=m.nnz, family="best_known", split="train", variant=r.candidate_id, name=m.name,
-                times=KernelTimes(r.time_us, r.cusparse_us, r.speedup, regime), card=m.card,
-                origin=TeacherOrigin(fp, arch, hv, r.provenance),
-                matrix=m.source_path if m.source_path and Path(m.source_path).exists() else None))
+            rows.append(_teacher_row(store, m, xy, r))
     if skipped["no_coordinates"]:
         log.warning("%d kernels skipped: their matrix has no sampled coordinates in the store and its file is gone",
                     skipped["no_coordinates"])
@@ -279,12 +300,12 @@ def refinement_rows(store: BestStore, flt: ExportFilter = ExportFilter(),
         if r.candidate_id and (flt.fingerprints is None or r.fingerprint in flt.fingerprints):
             key = (r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version)
             by_key.setdefault(key, {}).setdefault(r.candidate_id, r)  # results come fastest first
-    judge = _SeenJudge(store)
+    judge, matrices = _SeenJudge(store), _Matrices(store)
     rows: list[SFTRow] = []
     skipped = {"not_faster": 0, "slow": 0, "unseen_facts": 0, "no_coordinates": 0}
-    for (fp, op, k, arch, regime, hv), cands in sorted(by_key.items(), key=lambda kv: kv[0][:3] + (kv[0][3] or "",)):
-        m, pairs = None, set()
-        for cid, r in cands.items():
+    for key, cands in sorted(by_key.items(), key=_by_matrix):
+        pairs = set()
+        for r in cands.values():
             parent = cands.get(r.parent_id) if r.parent_id else None
             if parent is None or parent.kernel_sha == r.kernel_sha or (parent.kernel_sha, r.kernel_sha) in pairs:
                 continue
@@ -297,21 +318,14 @@ def refinement_rows(store: BestStore, flt: ExportFilter = ExportFilter(),
             if flt.seen_only and judge.why_unseen(r):
                 skipped["unseen_facts"] += 1
                 continue
-            m = m or store.matrix(fp)
-            xy = _coords(m) if m is not None else None
-            if xy is None:
+            m, xy = matrices.get(key[0])
+            if m is None or xy is None:
                 skipped["no_coordinates"] += 1
                 continue
             pairs.add((parent.kernel_sha, r.kernel_sha))
-            previous = store.kernel_text(parent.kernel_sha)[:MAX_PREVIOUS_CHARS]
-            rows.append(SFTRow(
-                rows=list(xy[0]), cols=list(xy[1]), shape=(m.rows, m.cols), code=store.kernel_text(r.kernel_sha),
-                format=r.format, op=op, k=k, nnz=m.nnz, family="best_known", split="train", variant=cid,
-                name=m.name, times=KernelTimes(r.time_us, r.cusparse_us, r.speedup, regime), card=m.card,
-                origin=TeacherOrigin(fp, arch, hv, r.provenance),
-                matrix=m.source_path if m.source_path and Path(m.source_path).exists() else None,
-                refinement=Refinement(previous, describe_timing(parent.time_us, parent.cusparse_us, regime,
-                                                                 parent.roofline), True, parent.candidate_id)))
+            outcome = describe_timing(parent.time_us, parent.cusparse_us, parent.regime, parent.roofline)
+            rows.append(_teacher_row(store, m, xy, r, Refinement(
+                store.kernel_text(parent.kernel_sha)[:MAX_PREVIOUS_CHARS], outcome, True, parent.candidate_id)))
     return rows, skipped
 
 
