@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from sparserl.improve.config import ImproveConfig
-from sparserl.kernels.library import variants
-from sparserl.matrices import generate, save_matrix
 from sparserl.search.space import normalised
 from tests.conftest import one_line_error
+from tests.improve.data_folder import write_data_folder
 from tests.search.doubles import FakeTimingDouble
 
 
@@ -40,21 +39,9 @@ def fake_harness() -> FakeTimingDouble:
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     """A data folder as 'sparserl data build' writes it: 3 train and 2 val matrices, rows naming them."""
-    d = tmp_path_factory.mktemp("data")
-    code = variants("spmv", "CSR")[0].render()
-    for split, specs in (("train", (("banded", 0), ("random", 1), ("powerlaw", 2))),
-                         ("val", (("banded", 3), ("random", 4)))):
-        rows = []
-        for fam, seed in specs:
-            path = d / "matrices" / f"{fam}_{seed}.mtx"
-            path.parent.mkdir(exist_ok=True)
-            A = generate(fam, 400, seed=seed)
-            save_matrix(A, path)
-            rows.append({"rows": [0], "cols": [0], "shape": list(A.shape), "code": code, "format": "CSR",
-                         "op": "spmv", "k": None, "nnz": int(A.nnz), "family": fam, "split": split,
-                         "matrix": str(path)})
-        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return d
+    return write_data_folder(tmp_path_factory.mktemp("data"),
+                             {"train": (("banded", 0, 400), ("random", 1, 400), ("powerlaw", 2, 400)),
+                              "val": (("banded", 3, 400), ("random", 4, 400))})
 
 
 def small(data_dir: Path, tiny_model_dir: Path, tmp_path: Path, **over) -> ImproveConfig:

@@ -17,9 +17,9 @@ import pytest
 
 from sparserl.improve import ImproveConfig, improve
 from sparserl.kernels.contract import Op
-from sparserl.kernels.library import variants
-from sparserl.matrices import generate, load_matrix, save_matrix
+from sparserl.matrices import load_matrix
 from sparserl.search.store import BestStore, harness_version
+from tests.improve.data_folder import write_data_folder
 
 pytestmark = pytest.mark.gpu
 
@@ -29,19 +29,7 @@ VAL = (("stencil2d", 2, 2500),)
 
 def data_folder(d: Path) -> Path:
     """A data folder as 'sparserl data build' writes it: 2 train and 1 val matrices, a row each."""
-    code = variants("spmv", "CSR")[0].render()
-    for split, specs in (("train", TRAIN), ("val", VAL)):
-        rows = []
-        for fam, seed, n in specs:
-            path = d / "matrices" / f"{fam}_{seed}.mtx"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            A = generate(fam, n, seed=seed)
-            save_matrix(A, path)
-            rows.append({"rows": [0], "cols": [0], "shape": list(A.shape), "code": code, "format": "CSR",
-                         "op": "spmv", "k": None, "nnz": int(A.nnz), "family": fam, "split": split,
-                         "matrix": str(path)})
-        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return d
+    return write_data_folder(d, {"train": TRAIN, "val": VAL})
 
 
 def test_one_round_on_two_small_matrices(tiny_model_dir: Path, loop_evaluator, fresh_evaluator,
