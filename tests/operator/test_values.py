@@ -17,19 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparserl.errors import FormatError
-from sparserl.formats import ConversionLimits, convert
+from sparserl.formats import convert
 from sparserl.matrices import canonicalize, generate
 from sparserl.operator.values import map_of, pattern_conversion, transpose_order
+from tests.formats.test_formats import CHOICES, UNLIMITED  # every format and awkward parameters
 
-UNLIMITED = ConversionLimits(max_fill=1e12)
-CHOICES = [
-    ("CSR", {}), ("COO", {}), ("ELL", {}),
-    ("SELL", {"C": 32, "sigma": 1}), ("SELL", {"C": 4, "sigma": 8}), ("SELL", {"C": 3, "sigma": 1}),
-    ("SELL", {"C": 8, "sigma": 64}),
-    ("DIA", {}),
-    ("BSR", {"R": 4, "C": 4}), ("BSR", {"R": 3, "C": 2}), ("BSR", {"R": 1, "C": 8}),
-    ("HYB", {}), ("HYB", {"width": 0}), ("HYB", {"width": 2}),
-]
 FAMILIES = [("powerlaw", 300), ("stencil2d", 400), ("banded", 250), ("block", 256), ("empty_rows", 300),
             ("rectangular", 120), ("skewed", 300)]
 
