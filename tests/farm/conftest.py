@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 
 import pytest
@@ -23,12 +25,21 @@ def farm_matrices(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
     """A head node (no CPUs: it only coordinates) and two worker nodes of one CPU each, compile-only
-    (no GPU declared), shared by the session's farm tests; the driver is this test process."""
+    (no GPU declared), shared by the session's farm tests; the driver is this test process.
+
+    The cluster wants an authentication token, as one that ``ray start`` starts where a token file
+    exists does (Ray 2.59 on). The driver's side has the token's file (``RAY_AUTH_TOKEN_PATH``) but
+    no ``RAY_AUTH_MODE``: the farm has to join with the token by itself (kills a ``connect`` that
+    leaves the mode unset: every test of the cluster then fails to join)."""
     pytest.importorskip("ray", reason="the farm needs Ray: pip install -e '.[farm]'")
     from sparserl.farm.local_cluster import LocalCluster
 
+    token = tmp_path_factory.mktemp("ray_auth") / "auth_token"
+    token.write_text(secrets.token_hex(32))
     c = LocalCluster.start(workers=2, cpus_per_worker=1, head_cpus=0,
-                           cache=tmp_path_factory.mktemp("ray_cache"))
+                           cache=tmp_path_factory.mktemp("ray_cache"), token=token)
+    saved = {k: os.environ.pop(k, None) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
     try:
         yield c
     finally:
@@ -37,3 +48,7 @@ def ray_cluster(tmp_path_factory):
         if ray.is_initialized():
             ray.shutdown()
         c.stop()
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v

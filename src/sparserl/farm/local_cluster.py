@@ -50,13 +50,17 @@ class LocalCluster:
 
     @classmethod
     def start(cls, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 0, gpus: int = 0,
-              cache: Path | None = None) -> LocalCluster:
-        """``cache``: the nodes' harness cache ($SPARSERL_CACHE_DIR), default the temporary folder's."""
+              cache: Path | None = None, token: Path | None = None) -> LocalCluster:
+        """``cache``: the nodes' harness cache ($SPARSERL_CACHE_DIR), default the temporary folder's.
+        ``token``: a file holding a Ray authentication token: every node then wants it
+        (``RAY_AUTH_MODE=token``), as a cluster started where a token exists does."""
         temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # Ray's socket paths must stay short
         port = free_port()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
                    RAY_USAGE_STATS_ENABLED="0", RAY_DEDUP_LOGS="0", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0",
                    SPARSERL_CACHE_DIR=str(cache or temp / "cache"))
+        if token is not None:
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
         c = cls(f"127.0.0.1:{port}", [], temp, env)
         common = ["--block", "--disable-usage-stats", f"--num-gpus={gpus}", "--include-dashboard=false"]
         try:

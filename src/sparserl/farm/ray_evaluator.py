@@ -86,16 +86,60 @@ def check_address(address: str, timeout: float = 5.0) -> None:
                             "'ray start --head' or check the address") from None
 
 
+def auth_token_source(env=os.environ) -> str | None:
+    """Where this machine keeps a Ray authentication token (Ray's own order: ``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``), or None."""
+    if env.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    if env.get("RAY_AUTH_TOKEN_PATH"):
+        return env["RAY_AUTH_TOKEN_PATH"]
+    default = Path(env.get("HOME") or Path.home()) / ".ray" / "auth_token"
+    return str(default) if default.is_file() else None
+
+
+def use_token_auth() -> str | None:
+    """Join with token authentication when this machine has a token and ``RAY_AUTH_MODE`` is unset;
+    the token's source, or None when nothing changed.
+
+    Ray (2.59 on) turns token authentication on for a cluster that ``ray start`` starts wherever a
+    token exists, and any earlier ``ray.init()`` on that machine leaves one in ``~/.ray/auth_token``;
+    but a driver that joins by address sends no token unless ``RAY_AUTH_MODE=token``, and is then
+    refused after 20 s of retries. A cluster without authentication accepts a driver that sends a
+    token (Ray 2.60), so sending it whenever there is one costs nothing. An explicit
+    ``RAY_AUTH_MODE`` (``disabled`` included) is left as the user set it.
+
+    Ray reads the mode into its cached configuration when it is imported, so the variable alone
+    does not reach this process: Ray's own switch (the one ``ray.init(address="auto")`` uses)
+    sets both; a Ray without it (before token authentication existed) needs nothing."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return None
+    source = auth_token_source()
+    if source is None:
+        return None
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:
+        return None
+    _enable_token_auth()
+    return source
+
+
 def connect(address: str) -> bool:
     """Join the cluster at ``address``; False when this process was connected already."""
     ray = ray_module()
     if ray.is_initialized():
         return False
     check_address(address)
+    if (source := use_token_auth()) is not None:
+        log.info("joining the Ray cluster with the authentication token of %s", source)
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, namespace="sparserl")
     except Exception as exc:  # ConnectionError, RuntimeError, TimeoutError ... from Ray: one line
-        raise SparseRLError(f"cannot join the Ray cluster at {address}: {_first_line(exc)}") from None
+        hint = ""
+        if "auth" in str(exc).lower() or auth_token_source() is None:
+            hint = (" (if the cluster uses token authentication: run 'ray get-auth-token' on the head and give the "
+                    "token to this machine as RAY_AUTH_TOKEN or ~/.ray/auth_token)")
+        raise SparseRLError(f"cannot join the Ray cluster at {address}: {_first_line(exc)}{hint}") from None
     return True
 
 
