@@ -10,7 +10,7 @@ GPU against the in-process evaluator (target: at most 10%) and the N-GPU scaling
 CPU part (``--cpu-scaling``, no GPU needed): compile-only candidates, each compiled for real (a
 fresh compile cache per measurement, distinct texts), on a local multi-node Ray cluster (a head
 without CPUs and 1, then 2 worker nodes of one CPU each): compiles/s per node count, beside the
-in-process evaluator's compile-only rate with 1 and 2 compile threads.
+in-process evaluator's compile-only rate with 1 and 2 compile threads (``--nodes 1,2,4,8``: more counts).
 
     python benchmarks/farm_bench.py --out $OUT/farm_bench.json                 # GPU part
     python benchmarks/farm_bench.py --cpu-scaling --out $OUT/farm_cpu.json     # CPU part
@@ -116,21 +116,27 @@ def cpu_part(args) -> dict:
     for threads in (1, 2):
         with Evaluator(cfg(f"local{threads}", compile_jobs=threads)) as ev:
             out[f"in_process_{threads}threads"] = rate(ev, A, texts, 2 * threads, warm=False)
+    counts = sorted({int(n) for n in args.nodes.split(",")} | {1})
     c = LocalCluster.start(workers=1, cpus_per_worker=1, head_cpus=0)
     try:
-        for nodes in (1, 2):
-            if nodes == 2:
+        for nodes in counts:
+            while len(c.nodes) - 1 < nodes:  # c.nodes: the head, then the worker nodes
                 c.add_worker(1)
             with RayEvaluator(cfg(f"farm{nodes}"), c.address) as ev:
                 out[f"farm_{nodes}nodes"] = rate(ev, A, texts, 2 * nodes, warm=False)
             log.info("farm, %d worker nodes: %.1f compiles/s", nodes, out[f"farm_{nodes}nodes"]["per_s"])
+            import ray
+
+            ray.shutdown()  # the next count joins afresh, its new nodes included
     finally:
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
         c.stop()
-    out["scaling_2_nodes"] = out["farm_2nodes"]["per_s"] / out["farm_1nodes"]["per_s"]
+    for nodes in counts[1:]:
+        out[f"scaling_{nodes}_nodes"] = out[f"farm_{nodes}nodes"]["per_s"] / out["farm_1nodes"]["per_s"]
+        out[f"scaling_{nodes}_nodes_target"] = 0.9 * nodes
     out["farm_vs_in_process_1"] = out["farm_1nodes"]["per_s"] / out["in_process_1threads"]["per_s"]
     return out
 
@@ -148,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--candidates", type=int, default=96, help="candidates per measurement")
     ap.add_argument("--cpus", type=int, default=None, help="CPUs the local Ray instance may use (GPU part)")
     ap.add_argument("--cpu-scaling", action="store_true", help="the CPU part: compile-only on a multi-node cluster")
+    ap.add_argument("--nodes", default="1,2", help="CPU part: worker node counts (one CPU each), e.g. 1,2,4,8")
     ap.add_argument("--cache", default=None, help="harness cache [default: a temporary folder]")
     ap.add_argument("--out", required=True, help="JSON file to write")
     args = ap.parse_args(argv)
@@ -159,9 +166,9 @@ def main(argv: list[str] | None = None) -> None:
     for key, v in res.items():
         if isinstance(v, dict) and "per_s" in v:
             print(f"{key:22s} {v['per_s']:8.2f}/s  {v['per_candidate_ms']:8.1f} ms per candidate  {v['verdicts']}")
-    for key in ("overhead_per_candidate", "scaling", "scaling_target", "scaling_2_nodes", "farm_vs_in_process_1"):
-        if key in res:
-            print(f"{key:22s} {res[key]:.3f}")
+    for key, v in res.items():
+        if key.startswith(("overhead", "scaling", "farm_vs")):
+            print(f"{key:22s} {v:.3f}")
     print(f"wrote {args.out}")
 
 
