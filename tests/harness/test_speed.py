@@ -145,3 +145,22 @@ def test_a_slow_kernel_is_scored_by_its_measured_speed_as_a_correct_one(name: st
 def test_median_of_even_count_matches_numpy() -> None:
     s = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
     assert median_ci(s)[0] == float(np.median(s))
+
+
+def test_predicted_overrun_boundaries() -> None:
+    """Over only when the first launch's time times the remaining launches is strictly above the
+    margin times the limit, the first launch took at least the floor, and a limit is known. Kills
+    ``>=`` for ``>`` (a kernel predicted to land exactly on the margin is stopped), a dropped margin
+    (noise near the limit stops kernels that would finish), a dropped floor, and a None limit read
+    as 0 (every kernel stopped when scaling is off)."""
+    from sparserl.harness.speed import PREDICT_MARGIN, PREDICT_MIN_S, predicted_overrun
+
+    assert (PREDICT_MIN_S, PREDICT_MARGIN) == (0.05, 1.25)
+    assert not predicted_overrun(0.3125, 8, 2.0)  # 2.5 s: exactly the margin times the limit
+    assert predicted_overrun(0.313, 8, 2.0)
+    assert not predicted_overrun(0.3, 8, 2.0)  # 2.4 s: over the limit, within the margin
+    assert predicted_overrun(10.0, 1, 2.0) and not predicted_overrun(2.5, 1, 2.0)
+    assert not predicted_overrun(0.0499, 1000, 2.0)  # 50 s predicted, but from a launch under the floor
+    assert predicted_overrun(0.05, 1000, 2.0)
+    assert not predicted_overrun(100.0, 8, None)  # scaling off: today's fixed limits, no prediction
+    assert not predicted_overrun(100.0, 0, 2.0)  # nothing left to run

@@ -19,7 +19,10 @@ The rules, each a pure function tested on the CPU:
   its first ``early_stop_runs`` checked cold runs is over ``early_stop`` times the best known time for
   the matrix (or cuSPARSE's, if that is faster) stops there, reported ``slow`` with that time;
 * :func:`scaled_limit` - the time limit of the candidate's own phases scales with cuSPARSE's time on
-  the matrix, so a pathological kernel costs seconds, not minutes.
+  the matrix, so a pathological kernel costs seconds, not minutes;
+* :func:`predicted_overrun` - a verification whose first launch shows that the remaining launches
+  would run past that limit stops there, ``timeout``, instead of running until the worker is killed
+  and restarted.
 """
 
 from __future__ import annotations
@@ -206,3 +209,37 @@ def scaled_limit(cusparse_us: float | None, launches: int, cfg: SpeedConfig, all
     if cfg.limit_scale <= 0 or cusparse_us is None or not cusparse_us > 0:
         return None
     return max(cfg.limit_floor_s, allowance_s + max(1, launches) * cfg.limit_scale * cusparse_us * 1e-6)
+
+
+PREDICT_MIN_S = 0.05
+"""A first launch shorter than this never predicts a time-out (:func:`predicted_overrun`)."""
+PREDICT_MARGIN = 1.25
+"""The remaining launches must be predicted to take this many times their limit."""
+
+
+def predicted_overrun(first_s: float, remaining: int, limit_s: float | None) -> bool:
+    """Whether ``remaining`` verification launches, each taking as long as the first one did
+    (``first_s``: host wall time from its enqueue to the end of its checks), would run past
+    ``limit_s``, the limit the worker asks for them; False when no limit is known (None: scaling off).
+
+    Over only when ``first_s * remaining > PREDICT_MARGIN * limit_s`` (strictly) and ``first_s >=
+    PREDICT_MIN_S``. The margin keeps noise from stopping a kernel that would have finished: a
+    launch this long (50 ms and more) varies by a few percent from run to run, and each remaining
+    launch also pays fresh buffers and its checks as the first did; a kernel within 25% of the
+    limit is left to run, and killed as before if it overruns. The floor keeps a fast kernel, whose
+    first launch may carry one-time host costs (the lazy load of its module, the memory pool), from
+    ever being judged by it: 50 ms is far above such costs and far below any limit (2 s at least).
+
+    Why it cannot be played: the verifier asks only after the first launch was judged (a kernel
+    wrong on it is reported wrong, never timed out), and the answer can only turn a verification
+    that would have gone on into a ``timeout`` verdict, which is a failure scored as a wrong kernel
+    and never remembered. So no kernel gains a reward by it. A kernel slower on its first launch
+    than on the others loses a verification it might have finished within the limit, but such a
+    kernel takes at least ``limit / (PREDICT_MARGIN * remaining)`` on one launch (0.25 s at the
+    2 s floor and 8 remaining launches; over 1000x cuSPARSE's time when scaled), far past the
+    early-stop factor, so the most it could have earned is the slowest correct rung. A kernel wrong
+    on a later input that would have been reported ``incorrect`` may now be ``timeout``: both score
+    the wrong rung (and a later hang already gave the same)."""
+    if limit_s is None or remaining < 1 or first_s < PREDICT_MIN_S:
+        return False
+    return first_s * remaining > PREDICT_MARGIN * limit_s
