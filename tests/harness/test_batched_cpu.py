@@ -291,3 +291,98 @@ def test_one_conversion_of_the_pattern_gives_both_versions_bit_for_bit(family: s
                     w = wheres[name]
                     got = np.where(w > 0, M.data.view(np.uint32)[np.maximum(w, 1) - 1], 0).view(np.float32)
                 assert np.array_equal(got.view(np.uint32), arr.view(np.uint32)), (family, fmt, params, name)
+
+
+class _Clock:
+    """A perf_counter that moves only when a fake launch runs."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _HostBoard:
+    """gpucheck.Board on the host: the same rows, reset, read."""
+
+    def __init__(self, rows: int) -> None:
+        self.host = np.zeros((rows, gpucheck.FIELDS), dtype=np.uint64)
+        self.host[:, gpucheck.FIRST] = np.iinfo(np.uint64).max
+
+    def row(self, i: int, field: int = 0):
+        return self.host[i, field:]
+
+    def enqueue_reset(self, i: int) -> None:
+        pass
+
+    def read(self) -> np.ndarray:
+        return self.host.copy()
+
+
+def _verify_on_host(monkeypatch, launch_s: list[float], wrong: set[int], limit):
+    """BatchedVerifier.run with the GPU work replaced by host doubles: launch ``i`` takes
+    ``launch_s[i]`` seconds on the verifier's clock, and its comparison counts a bad row when ``i`` is in
+    ``wrong`` (every other check clean). Returns (outcome, launches run, phases announced, limits
+    asked, profile counts)."""
+    from sparserl.harness import batched
+
+    clock = _Clock()
+    monkeypatch.setattr(batched, "time", clock)
+    monkeypatch.setattr(batched, "_sync", lambda stream=None: None)
+    monkeypatch.setattr(batched, "IOBuffers", lambda m, n, k: SimpleNamespace(
+        load_x=lambda x: None, x=np.zeros(n, np.float32), y=np.zeros(m, np.float32)))
+    monkeypatch.setattr(gpucheck, "Board", _HostBoard)
+    monkeypatch.setattr(gpucheck, "enqueue_diff", lambda *a, **kw: None)
+    monkeypatch.setattr(gpucheck, "enqueue_guards", lambda *a, **kw: None)
+    launched: list[int] = []
+
+    def run(x, y) -> None:
+        clock.now += launch_s[len(launched)]
+        launched.append(len(launched))
+
+    def compare(x, y, out) -> None:
+        if launched[-1] in wrong:
+            out[gpucheck.BAD] = 1
+            out[gpucheck.FIRST] = 0
+
+    dev = SimpleNamespace(arrays={n: None for n in ARRAYS})
+    targets = [GpuTarget(bound=SimpleNamespace(dev=dev, run=run), check=SimpleNamespace(enqueue=compare),
+                         pristine={n: None for n in ARRAYS}, sms=1) for _ in range(2)]
+    phases, asked = [], []
+
+    def limit_of(n: int):
+        asked.append(n)
+        return limit
+
+    profile.begin()
+    out = verifier().run(targets[0], targets[1], False, lambda *a: phases.append(a), limit=limit_of)
+    return out, len(launched), phases, asked, profile.end()["counts"]
+
+
+def test_a_slow_first_launch_stops_verification_with_a_timeout(monkeypatch) -> None:
+    """First launch 0.4 s, 8 launches left, limit 2 s (0.4 x 8 = 3.2 > 1.25 x 2): ``timeout`` after that
+    launch, the others never enqueued nor announced, the limit asked for the 8, the profile counting
+    it. Kills a prediction that still runs the remaining batch, that asks the limit for the wrong
+    number of launches, or that reads the time of the whole verification instead of the first launch."""
+    out, launched, phases, asked, counts = _verify_on_host(monkeypatch, [0.4] * 9, set(), 2.0)
+    assert out.kind is ErrorKind.TIMEOUT and launched == 1 and asked == [8]
+    assert out.message == ("the first launch took 0.40 s: the 8 remaining launches would run past the verify "
+                           "limit of 2 s")
+    assert phases == [("verify", 1), ("check",)]
+    assert counts["verify_predicted_timeouts"] == 1 and counts["verify_launches"] == 1
+
+
+def test_no_prediction_without_a_limit_a_fast_first_launch_or_a_right_answer(monkeypatch) -> None:
+    """The same slow kernel with no limit (scaling off) runs every launch and passes, as before; a
+    first launch under the prediction's share runs every launch; a slow first launch that is wrong is
+    ``incorrect``, never ``timeout``. Kills a None limit read as 0, a prediction made before the first
+    launch is judged (a kernel slow and wrong would be reported slow to fail, not wrong)."""
+    out, launched, phases, _, counts = _verify_on_host(monkeypatch, [0.4] * 9, set(), None)
+    assert out.kind is ErrorKind.NONE and launched == 9 and ("verify", 8) in phases
+    assert "verify_predicted_timeouts" not in counts
+    out, launched, *_ = _verify_on_host(monkeypatch, [0.3] + [5.0] * 8, set(), 2.0)  # 0.3 x 8 = 2.4 <= 2.5
+    assert out.kind is ErrorKind.NONE and launched == 9
+    out, launched, *_ = _verify_on_host(monkeypatch, [0.4] * 9, {0}, 2.0)
+    assert out.kind is ErrorKind.INCORRECT and launched == 1 and out.message.startswith("input 'normal0'")
+

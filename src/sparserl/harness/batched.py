@@ -11,6 +11,9 @@ before); the others go back to back and are judged from the board in order, so t
 message are the sequential path's. One difference: a kernel that fails a check on one input and
 then crashes or hangs on a later one, in the same batch, is reported ``crashed`` or ``timeout``
 instead of the earlier failure (both are failures; the sequential path never ran the later input).
+When the first launch took so long that the others would run past the time limit the worker asks
+for them (:func:`~sparserl.harness.speed.predicted_overrun`), verification stops after judging it:
+``timeout``, without running them, so the worker is neither killed nor restarted.
 
 **Timing** (:func:`time_cold`, :func:`time_warm`): the same sequence per run as
 :func:`sparserl.harness.timing.time_run` (cold: fresh x and poisoned y, the L2 flush, start event,
@@ -27,6 +30,7 @@ host reads the times and the board only at the looks. Cold timing is adaptive
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,7 +39,7 @@ import numpy as np
 from sparserl.harness import gpucheck, profile
 from sparserl.harness.buffers import IOBuffers
 from sparserl.harness.result import ErrorKind
-from sparserl.harness.speed import look, look_points
+from sparserl.harness.speed import look, look_points, predicted_overrun
 from sparserl.harness.timing import FlushBuffer, Timing, TimingConfig, _summary, capture
 from sparserl.harness.verify import VerifyOutcome
 
@@ -96,10 +100,14 @@ class BatchedVerifier:
         self.m, self.n, self.k, self.cfg = base.m, base.n, base.k, base.cfg
 
     def run(self, main: GpuTarget, alt: GpuTarget | None, uses_atomics: bool,
-            phase: Callable[..., None] = lambda *a, **kw: None) -> VerifyOutcome:
+            phase: Callable[..., None] = lambda *a, **kw: None,
+            limit: Callable[[int], float | None] = lambda launches: None) -> VerifyOutcome:
         """Verify; CUDA errors propagate to the worker, which classifies them. ``phase(name, launches)``
         is announced before the launches of each batch (the parent's time limit covers them, and the
-        checks enqueued between them) and ``phase("check")`` before the verdict is read."""
+        checks enqueued between them) and ``phase("check")`` before the verdict is read.
+        ``limit(launches)``: the seconds the worker asks the parent for a batch of that many
+        launches (None: not scaled); the remaining launches are not run when the first one's time
+        predicts they would overrun it (module docstring)."""
         if len(main.arrays) > gpucheck.MAX_ARRAYS:
             raise ValueError(f"a format with {len(main.arrays)} arrays needs a wider board")
         inputs = self.base.inputs
@@ -110,8 +118,12 @@ class BatchedVerifier:
         board = gpucheck.Board(len(runs))
         keep: list[IOBuffers] = []  # every buffer held to the end: no pointer is ever reused
         first_y = None
-        worst = 0.0
+        worst = first_s = 0.0
         for lo, hi in ((0, 1), (1, len(runs))):  # the first launch alone, then the rest back to back
+            if lo > 0 and predicted_overrun(first_s, hi - lo, limit_s := limit(hi - lo)):
+                profile.count("verify_predicted_timeouts")
+                return VerifyOutcome(ErrorKind.TIMEOUT, f"the first launch took {first_s:.2f} s: the {hi - lo} "
+                                     f"remaining launches would run past the verify limit of {limit_s:.3g} s", worst)
             with profile.step("verify_inputs"):  # enqueued ahead of the launches on the same stream
                 ios = []
                 for target, _, x, _ in runs[lo:hi]:
@@ -121,6 +133,7 @@ class BatchedVerifier:
                 keep += ios
             phase("verify", hi - lo)
             with profile.step("verify_batch"):
+                t0 = time.perf_counter()
                 for idx in range(lo, hi):
                     target, _, x, _ = runs[idx]
                     io = ios[idx - lo]
@@ -138,6 +151,8 @@ class BatchedVerifier:
                         gpucheck.enqueue_diff(io.y, first_y, board.row(idx, gpucheck.RERUN), restore=False,
                                               sms=target.sms)
                 _sync()
+                if lo == 0:
+                    first_s = time.perf_counter() - t0
             phase("check")
             with profile.step("verify_verdict"):
                 counts = board.read()

@@ -48,7 +48,9 @@ Step names (``EvalProfile.seconds``, in the order an evaluation meets them):
 =====================  ============================================================================
 
 Counts (``EvalProfile.counts``): ``verify_launches``, ``cold_runs``, ``warm_samples``,
-``checked_outputs``, ``syncs`` (host waits on the GPU in the timed and verification loops).
+``checked_outputs``, ``syncs`` (host waits on the GPU in the timed and verification loops),
+``verify_predicted_timeouts`` (1 when verification stopped after its first launch because the
+others would have run past their time limit: :func:`sparserl.harness.speed.predicted_overrun`).
 """
 
 from __future__ import annotations

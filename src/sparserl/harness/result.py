@@ -31,7 +31,8 @@ class ErrorKind(str, Enum):
     RESOURCE = "resource_limit"  # shared memory or registers past the configured limit
     LAUNCH = "launch_error"  # the launch itself failed (bad config for this kernel, missing kernel)
     CRASHED = "crashed"  # illegal address, trap, ... (the worker was restarted)
-    TIMEOUT = "timeout"  # did not finish in time (the worker was killed and restarted)
+    TIMEOUT = "timeout"  # did not finish in time (the worker was killed and restarted), or its first
+    # verification launch showed that the others would not (stopped there; speed.predicted_overrun)
     INCORRECT = "incorrect"  # wrong values, unwritten rows (NaN poison), ...
     INPUT_MODIFIED = "input_modified"  # wrote to the matrix arrays or x
     NONDETERMINISTIC = "nondeterministic"  # two runs on the same input disagree (no atomics used)

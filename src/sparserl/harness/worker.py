@@ -242,7 +242,8 @@ class Worker:
             outcome = BatchedVerifier(verifier).run(
                 targets[0], targets[1], job["uses_atomics"],
                 lambda name, launches=1: self.channel.phase(
-                    name, launches, self._limit(launches, t_base) if name == "verify" else None))
+                    name, launches, self._limit(launches, t_base) if name == "verify" else None),
+                limit=lambda launches: self._limit(launches, t_base))
         else:
             targets = [Target(b, st.references[w],
                               lambda b=b, w=w: st.modified((w, b.conversion_key), b.dev.arrays))
