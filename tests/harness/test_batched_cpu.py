@@ -386,3 +386,18 @@ def test_no_prediction_without_a_limit_a_fast_first_launch_or_a_right_answer(mon
     out, launched, *_ = _verify_on_host(monkeypatch, [0.4] * 9, {0}, 2.0)
     assert out.kind is ErrorKind.INCORRECT and launched == 1 and out.message.startswith("input 'normal0'")
 
+
+def test_the_slow_first_launch_kernels_pass_the_parent_checks_and_compile(tmp_path) -> None:
+    """The GPU test's spinning kernels get through extraction, the source and compiled-code checks and
+    nvcc here, so the GPU run cannot fail before it runs them."""
+    from sparserl.harness.compile import find_nvcc
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from tests.harness.adversarial.early import SLOW_FIRST_LAUNCH, SLOW_FIRST_LAUNCH_WRONG
+
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    with Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path))) as ev:
+        mat = ev.register(generate("random", 500, seed=0, nnz_per_row=8), "random500")
+        for text in (SLOW_FIRST_LAUNCH, SLOW_FIRST_LAUNCH_WRONG):
+            res = ev.evaluate(text, mat, "spmv")
+            assert res.error_kind is ErrorKind.NO_GPU and res.compiled, res.message

@@ -7,6 +7,8 @@ replaced). Run on the device machine: python -m pytest -m gpu tests/harness
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
@@ -92,6 +94,29 @@ def test_crash_and_hang_restart_the_worker(ev, mat) -> None:
     hang = ev.evaluate(ADVERSARIAL["infinite_loop"][0], mat, "spmv")
     assert hang.error_kind is ErrorKind.TIMEOUT and "verify phase within 2 s" in hang.message, hang.message
     assert ev.pool.restarts == before + 2
+    assert ev.evaluate(GOOD, mat, "spmv").ok
+
+
+def test_a_slow_first_launch_times_out_without_a_restart(ev, mat) -> None:
+    """An honest kernel whose every launch takes most of a second, on a matrix whose verify limit is
+    the 2 s floor: ``timeout`` after its first launch (the 8 others would overrun), with no kill and
+    no restart, in well under the limit; the same kernel writing 2x the product is ``incorrect``.
+    Kills a worker that does not pass the limit to the verifier (killed after 2 s and restarted), a
+    prediction made before the first launch is judged (the wrong one would be ``timeout``)."""
+    from tests.harness.adversarial.early import SLOW_FIRST_LAUNCH, SLOW_FIRST_LAUNCH_WRONG
+
+    before = ev.pool.restarts
+    first = ev.evaluate(SLOW_FIRST_LAUNCH, mat, "spmv")  # compiles it too
+    assert first.error_kind is ErrorKind.TIMEOUT and first.message.startswith("the first launch took "), first.message
+    assert "8 remaining launches would run past the verify limit of 2 s" in first.message, first.message
+    assert first.profile.counts["verify_predicted_timeouts"] == 1 and first.profile.counts["verify_launches"] == 1
+    t0 = time.perf_counter()
+    again = ev.evaluate(SLOW_FIRST_LAUNCH, mat, "spmv")  # compiled: the evaluation alone (not remembered)
+    took = time.perf_counter() - t0
+    assert again.error_kind is ErrorKind.TIMEOUT and took < 1.9, (took, again.message)
+    wrong = ev.evaluate(SLOW_FIRST_LAUNCH_WRONG, mat, "spmv")
+    assert wrong.error_kind is ErrorKind.INCORRECT and wrong.message.startswith("input "), wrong.message
+    assert ev.pool.restarts == before
     assert ev.evaluate(GOOD, mat, "spmv").ok
 
 

@@ -11,6 +11,11 @@ kernel that asks for the same format.
   values, which are public): the batched path converts the two from one conversion of their pattern,
   into separate buffers, each checked and restored against its own pristine copy.
 
+Beside the cases, :data:`SLOW_FIRST_LAUNCH` (and its wrong twin) is an honest kernel whose every
+launch takes most of a second: the batched verifier stops after its first launch, ``timeout``,
+because the others would run past the verify limit (``speed.predicted_overrun``); the wrong twin is
+``incorrect``. Not a case: the sequential path, with no such prediction, would run it for minutes.
+
 A kernel cannot behave differently after some number of runs: it has no state across launches (the
 source and PTX checks refuse writable global data), so neither the adaptive number of timed runs nor
 early stopping can be played by counting runs.
@@ -44,6 +49,17 @@ MARK_ON_TWIN = (f"if (row == 0 && val[0] != {_first_value()!r}f && row_ptr[1] > 
                 "((int*)col_idx)[row_ptr[0]] |= (int)0x80000000;")
 """When the values are not the matrix's own (the twin), row 0's thread sets the high bit of its first
 column index after reading it; the outputs (which mask that bit) stay right."""
+
+LONG_SPIN = ("float spin = sum; for (int i = 0; i < 400000000; ++i) spin = fmaf(spin, 1.0000001f, 1e-7f); "
+             "if (spin == 12345.678f) sum = spin;")
+""":data:`SPIN` 8000 times longer: some 1.6e9 dependent cycles per thread, about 0.8 s per launch at
+2 GHz (0.4-1.2 s allowing for the FMA latency and the clock). On a matrix whose verify limit is the
+2 s floor, the first launch finishes within it and the 8 remaining launches would not (over
+1.25 x 2 s once a launch takes more than 0.31 s)."""
+SLOW_FIRST_LAUNCH = csr(f"if (row >= m) return; {DOT} {LONG_SPIN} y[row] = sum;")
+"""Correct, and every launch takes most of a second: ``timeout`` after its first launch."""
+SLOW_FIRST_LAUNCH_WRONG = csr(f"if (row >= m) return; {DOT} {LONG_SPIN} y[row] = 2.f * sum;")
+"""The same, writing twice the product: ``incorrect`` (a kernel slow and wrong is wrong)."""
 
 CASES: dict[str, tuple[str, str]] = {
     "slow_honest": (csr(f"if (row >= m) return; {DOT} {SPIN} y[row] = sum;"), "slow"),
