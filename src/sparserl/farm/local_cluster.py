@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
+from sparserl.farm.auth import node_auth_env
 
 SRC = Path(__file__).resolve().parents[2]
 
@@ -61,6 +62,7 @@ class LocalCluster:
                    SPARSERL_CACHE_DIR=str(cache or temp / "cache"))
         if token is not None:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+        env.update(node_auth_env(env))  # a token of this machine's: the worker nodes must send it too
         c = cls(f"127.0.0.1:{port}", [], temp, env)
         common = ["--block", "--disable-usage-stats", f"--num-gpus={gpus}", "--include-dashboard=false"]
         try:

@@ -6,10 +6,11 @@
 
 A candidate travels: a **compile task** (``num_cpus=1``, any node: extraction, static checks,
 NVRTC/nvcc, PTX checks; without GPUs also the host's conversion and launch plan, and there it
-ends with ``no_gpu``) returns the job and the cubin's bytes; the driver hands them to an idle
+ends with ``no_gpu``) returns the job and the cubin's bytes; the driver hands them to a free slot of a
 **GPU actor** (``num_gpus=1``: Ray gives it one GPU alone), which holds one harness worker
 (:class:`~sparserl.harness.pool.WorkerPool` of one) and runs one job at a time, so one timed
-kernel at a time per GPU, under the pool's phase limits, its restarts and its verdicts. A matrix
+kernel at a time per GPU (the driver keeps :data:`SLOTS_PER_GPU` jobs on it, the next one waiting
+in the actor's queue, so the GPU does not wait for a round trip through the driver), under the pool's phase limits, its restarts and its verdicts. A matrix
 is shipped once per node through Ray's object store and saved in the node's harness cache.
 
 Faults: a compile task whose worker or node dies is run again by Ray (``max_retries``); a GPU
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
+from sparserl.farm.auth import auth_token_source, use_token_auth
 from sparserl.harness.evaluator import _NOT_REMEMBERED, Evaluator, HarnessConfig, MatrixRef
 from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalProfile, EvalResult
 from sparserl.kernels.contract import Op
@@ -47,6 +49,12 @@ log = logging.getLogger(__name__)
 RERUNS = 3
 """How many times a GPU job whose actor died is run again on another actor before it comes back
 as ``internal_error``."""
+
+SLOTS_PER_GPU = 2
+"""Jobs handed to one GPU actor at once. The second waits in the actor's own queue and starts the
+moment the first ends, where one at a time left the GPU idle for a round trip through the driver
+per candidate (18% of a 14 ms candidate on one H200). The actor still runs one job at a time, so
+one timed kernel at a time per GPU."""
 
 COMPILE_RETRIES = 5
 """Ray's retries of a compile task whose worker process or node died."""
@@ -84,44 +92,6 @@ def check_address(address: str, timeout: float = 5.0) -> None:
     except OSError as exc:
         raise SparseRLError(f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one with "
                             "'ray start --head' or check the address") from None
-
-
-def auth_token_source(env=os.environ) -> str | None:
-    """Where this machine keeps a Ray authentication token (Ray's own order: ``RAY_AUTH_TOKEN``,
-    ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``), or None."""
-    if env.get("RAY_AUTH_TOKEN"):
-        return "RAY_AUTH_TOKEN"
-    if env.get("RAY_AUTH_TOKEN_PATH"):
-        return env["RAY_AUTH_TOKEN_PATH"]
-    default = Path(env.get("HOME") or Path.home()) / ".ray" / "auth_token"
-    return str(default) if default.is_file() else None
-
-
-def use_token_auth() -> str | None:
-    """Join with token authentication when this machine has a token and ``RAY_AUTH_MODE`` is unset;
-    the token's source, or None when nothing changed.
-
-    Ray (2.59 on) turns token authentication on for a cluster that ``ray start`` starts wherever a
-    token exists, and any earlier ``ray.init()`` on that machine leaves one in ``~/.ray/auth_token``;
-    but a driver that joins by address sends no token unless ``RAY_AUTH_MODE=token``, and is then
-    refused after 20 s of retries. A cluster without authentication accepts a driver that sends a
-    token (Ray 2.60), so sending it whenever there is one costs nothing. An explicit
-    ``RAY_AUTH_MODE`` (``disabled`` included) is left as the user set it.
-
-    Ray reads the mode into its cached configuration when it is imported, so the variable alone
-    does not reach this process: Ray's own switch (the one ``ray.init(address="auto")`` uses)
-    sets both; a Ray without it (before token authentication existed) needs nothing."""
-    if os.environ.get("RAY_AUTH_MODE"):
-        return None
-    source = auth_token_source()
-    if source is None:
-        return None
-    try:
-        from ray._private.authentication.authentication_token_setup import _enable_token_auth
-    except ImportError:
-        return None
-    _enable_token_auth()
-    return source
 
 
 def connect(address: str) -> bool:
@@ -270,6 +240,63 @@ class _Actor:
     lost: int = 0
     checking: bool = False
     """Whether the driver is asking if Ray restarted it."""
+    gen: int = 0
+    """Bumped at each loss: a slot handed out before it is stale (dropped when taken)."""
+    last_end: float = 0.0
+    """When its last job came back (``busy_s`` counts overlapping slots once)."""
+
+
+class GpuSlots:
+    """Which GPU actor takes the next job: ``per_actor`` slots each (:data:`SLOTS_PER_GPU`), handed
+    out and returned by the driver's GPU threads; no Ray in here (tested on the CPU).
+
+    A slot carries its actor's generation; a loss bumps it, so the slots handed out before the loss
+    (the other job in flight on it, a slot still queued) are dropped instead of coming back as extra
+    ones, and a restarted actor gets exactly ``per_actor`` fresh slots."""
+
+    def __init__(self, per_actor: int = SLOTS_PER_GPU):
+        self.per_actor = per_actor
+        self._queue: queue.Queue[tuple[_Actor, int]] = queue.Queue()
+        self._lock = threading.Lock()
+
+    def free(self, a: _Actor) -> None:
+        """Hand out a new (or restarted) actor's slots."""
+        for _ in range(self.per_actor):
+            self._queue.put((a, a.gen))
+
+    def take(self, actors: list[_Actor], wait_s: float = 2.0) -> tuple[_Actor, int] | None:
+        """A free slot of a live actor (waiting for one); None when no actor is alive or being asked
+        whether Ray restarted it."""
+        while True:
+            try:
+                a, gen = self._queue.get(timeout=wait_s)
+            except queue.Empty:
+                if not any(x.alive or x.checking for x in actors):
+                    return None
+                continue
+            if a.alive and gen == a.gen:
+                return a, gen
+
+    def done(self, a: _Actor, gen: int, started: float, ended: float) -> None:
+        """A job of the slot ``(a, gen)`` came back: count it (busy time of overlapping slots once)
+        and give the slot back."""
+        with self._lock:
+            a.jobs += 1
+            a.busy_s += max(0.0, ended - max(started, a.last_end))
+            a.last_end = max(a.last_end, ended)
+        self._queue.put((a, gen))
+
+    def lost(self, a: _Actor, gen: int) -> bool:
+        """The job of slot ``(a, gen)`` died with its actor: take the actor out of service. True for
+        the first report of this loss (the caller then asks whether Ray restarted it), False for the
+        others (the other slot's job of the same loss)."""
+        with self._lock:
+            if gen != a.gen:
+                return False
+            a.gen += 1
+            a.alive, a.checking = False, True
+            a.lost += 1
+            return True
 
 
 class RayEvaluator:
@@ -317,10 +344,11 @@ class RayEvaluator:
         self.reruns = 0
         """GPU jobs run again because their actor died."""
         self.actors: list[_Actor] = []
-        self._idle: queue.Queue[_Actor] = queue.Queue()
+        self._slots = GpuSlots()
         if self._gpu_mode:
             self._start_actors(ray, n_gpus, worker_target)
-        self._gpu_exec = ThreadPoolExecutor(max_workers=max(1, len(self.actors)), thread_name_prefix="farm-gpu")
+        self._gpu_exec = ThreadPoolExecutor(max_workers=max(1, SLOTS_PER_GPU * len(self.actors)),
+                                            thread_name_prefix="farm-gpu")
 
     def _check_nodes(self, ray) -> list[dict]:
         """One probe task on every live node: all must run this harness version."""
@@ -359,7 +387,7 @@ class RayEvaluator:
                 continue
             a = _Actor(handles[i], f"{info['host']}/gpu{','.join(info['gpu_ids']) or '?'}", info)
             self.actors.append(a)
-            self._idle.put(a)
+            self._slots.free(a)
         for ref, i in pending.items():
             if ref not in ready:
                 ray.kill(handles[i])
@@ -450,25 +478,15 @@ class RayEvaluator:
         except RuntimeError as exc:  # closed meanwhile
             out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, str(exc), compiled=True))
 
-    def _take_actor(self) -> _Actor | None:
-        while True:
-            try:
-                a = self._idle.get(timeout=2.0)
-            except queue.Empty:
-                if not any(x.alive or x.checking for x in self.actors):
-                    return None
-                continue
-            if a.alive:
-                return a
-
     def _run_on_gpu(self, job: dict, extra: dict, cubin: bytes, matrix: MatrixRef, op: Op, k: int | None,
                     t0: float, out: Future) -> None:
         ray = ray_module()
         why = "no GPU actor is left in the cluster"
         for attempt in range(RERUNS + 1):
-            a = self._take_actor()
-            if a is None:
+            slot = self._slots.take(self.actors)
+            if slot is None:
                 break
+            a, gen = slot
             t = time.perf_counter()
             try:
                 payload = ray.get(a.handle.run.remote("eval", job, cubin, [self._blobs[matrix.key]]))
@@ -478,21 +496,17 @@ class RayEvaluator:
                             RERUNS)
                 with self._stats_lock:
                     self.reruns += 1
-                self._lost(a)
+                self._lost(a, gen)
                 continue
-            with self._stats_lock:
-                a.jobs += 1
-                a.busy_s += time.perf_counter() - t
-            self._idle.put(a)
+            self._slots.done(a, gen, t, time.perf_counter())
             out.set_result(self._finish(payload, extra, matrix, op, k, t0))
             return
         out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, why, compiled=True, **extra))
 
-    def _lost(self, a: _Actor) -> None:
+    def _lost(self, a: _Actor, gen: int) -> None:
         """Take ``a`` out of service; back in when Ray has restarted it (asked in the background)."""
-        a.alive = False
-        a.lost += 1
-        a.checking = True
+        if not self._slots.lost(a, gen):
+            return
 
         def check() -> None:
             ray = ray_module()
@@ -504,7 +518,7 @@ class RayEvaluator:
                 return
             log.info("GPU actor %s is back (restarted on %s)", a.name, a.info.get("host"))
             a.alive, a.checking = True, False
-            self._idle.put(a)
+            self._slots.free(a)
         threading.Thread(target=check, name=f"farm-check-{a.name}", daemon=True).start()
 
     # -- what the farm shows ---------------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""The driver's GPU slots (farm/ray_evaluator.GpuSlots): two jobs in flight per GPU actor, a lost
+actor's slots never coming back twice, busy time of overlapping jobs counted once. No Ray needed."""
+
+from __future__ import annotations
+
+from sparserl.farm.ray_evaluator import SLOTS_PER_GPU, GpuSlots, _Actor
+
+
+def live_slots(slots: GpuSlots, a: _Actor) -> int:
+    return sum(1 for x, g in list(slots._queue.queue) if x is a and g == a.gen)
+
+
+def test_each_actor_gets_its_slots_and_takes_them_in_turn() -> None:
+    """Kills one slot per actor (the GPU idle for the driver's round trip again)."""
+    assert SLOTS_PER_GPU >= 2
+    slots = GpuSlots()
+    a, b = _Actor(object(), "a"), _Actor(object(), "b")
+    slots.free(a)
+    slots.free(b)
+    taken = [slots.take([a, b]) for _ in range(2 * SLOTS_PER_GPU)]
+    assert sorted(x.name for x, _ in taken) == ["a"] * SLOTS_PER_GPU + ["b"] * SLOTS_PER_GPU
+    a.alive = b.alive = False
+    assert slots.take([a, b], wait_s=0.01) is None
+
+
+def test_a_lost_actor_comes_back_with_exactly_its_slots() -> None:
+    """Kills a loss counted once per failed job, and stale slots (handed out before the loss)
+    coming back as extra ones: after the restart the actor would hold more jobs than its slots."""
+    slots = GpuSlots(per_actor=2)
+    a = _Actor(object(), "a")
+    slots.free(a)
+    s1, s2 = slots.take([a]), slots.take([a])
+    assert slots.lost(a, s1[1]) is True and slots.lost(a, s2[1]) is False
+    assert a.lost == 1 and not a.alive and a.checking
+    slots.done(a, s2[1], 0.0, 1.0)  # a job of the old generation that came back after all
+    a.alive, a.checking = True, False  # Ray restarted it
+    slots.free(a)
+    assert live_slots(slots, a) == 2
+    got = [slots.take([a], wait_s=0.01) for _ in range(2)]
+    assert all(g == a.gen == 1 for _, g in got)
+    a.alive = False
+    assert slots.take([a], wait_s=0.01) is None  # the stale slot was dropped, not handed out
+
+
+def test_busy_time_counts_overlapping_jobs_once() -> None:
+    """Kills adding each job's whole round trip (two overlapping slots would count the GPU busy
+    twice over, and the farm's per-GPU rate would read half)."""
+    slots = GpuSlots(per_actor=2)
+    a = _Actor(object(), "a")
+    slots.free(a)
+    (_, g1), (_, g2) = slots.take([a]), slots.take([a])
+    slots.done(a, g1, 0.0, 10.0)
+    slots.done(a, g2, 5.0, 12.0)  # waited in the actor's queue from 5 to 10
+    assert a.jobs == 2 and a.busy_s == 12.0
+    slots.done(a, g1, 20.0, 21.0)
+    assert a.busy_s == 13.0
