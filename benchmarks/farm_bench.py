@@ -8,9 +8,11 @@ GPU against the in-process evaluator (target: at most 10%) and the N-GPU scaling
 0.9 x N).
 
 CPU part (``--cpu-scaling``, no GPU needed): compile-only candidates, each compiled for real (a
-fresh compile cache per measurement, distinct texts), on a local multi-node Ray cluster (a head
-without CPUs and 1, then 2 worker nodes of one CPU each): compiles/s per node count, beside the
-in-process evaluator's compile-only rate with 1 and 2 compile threads (``--nodes 1,2,4,8``: more counts).
+fresh compile cache per measurement; the library's kernels cycled, each copy made distinct by a
+comment), on a local multi-node Ray cluster (a head without CPUs and 1, then 2 worker nodes of one
+CPU each; ``--nodes 1,2,4,8``: more counts): compiles/s per node count, each after an untimed
+warm-up of other distinct texts that starts every node's worker process, beside the in-process
+evaluator's compile-only rate with 1 and 2 compile threads.
 
     python benchmarks/farm_bench.py --out $OUT/farm_bench.json                 # GPU part
     python benchmarks/farm_bench.py --cpu-scaling --out $OUT/farm_cpu.json     # CPU part
@@ -45,14 +47,23 @@ def candidates(A, n: int) -> list[str]:
     return [texts[i % len(texts)] for i in range(n)]
 
 
-def rate(ev, A, texts: list[str], parallel: int, warm: bool = True) -> dict:
+def distinct(texts: list[str], n: int, tag: str) -> list[str]:
+    """``n`` texts cycled from ``texts``, each made distinct by a trailing comment (so each is a
+    compile of its own, not a cache hit)."""
+    return [f"{texts[i % len(texts)]}\n// {tag} {i}\n" for i in range(n)]
+
+
+def rate(ev, A, texts: list[str], parallel: int, warm: bool = True, warmup: list[str] = ()) -> dict:
     """Evaluations/s of ``texts`` through ``ev`` with ``parallel`` in flight (``warm``: after a first
-    pass that caches the compiles and warms the workers; else every compile is real)."""
+    pass that caches the compiles and warms the workers; else every compile is real; ``warmup``:
+    other texts evaluated first, untimed, so every worker process has started)."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     ref = ev.register(A, "bench")
     if warm:
         ev.evaluate_many([(t, ref, "spmv", None) for t in sorted(set(texts))])
+    if warmup:
+        ev.evaluate_many([(t, ref, "spmv", None) for t in warmup])
     t0 = time.perf_counter()
     pending, i, kinds = set(), 0, {}
     while i < len(texts) or pending:
@@ -107,7 +118,8 @@ def cpu_part(args) -> dict:
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
 
     A = load(args)
-    texts = list(dict.fromkeys(candidates(A, 10 * args.candidates)))[:args.candidates]  # distinct texts
+    library = list(dict.fromkeys(candidates(A, 1000)))
+    texts = distinct(library, args.candidates, "candidate")
 
     def cfg(tag: str, **kw) -> HarnessConfig:  # a cold compile cache per measurement
         return HarnessConfig(compile_only=True, memo=0, cache_dir=str(Path(args.cache) / tag), **kw)
@@ -115,7 +127,8 @@ def cpu_part(args) -> dict:
     out = {"matrix": args.matrix or f"banded {args.rows}", "candidates": len(texts), "mode": "compile-only, cold"}
     for threads in (1, 2):
         with Evaluator(cfg(f"local{threads}", compile_jobs=threads)) as ev:
-            out[f"in_process_{threads}threads"] = rate(ev, A, texts, 2 * threads, warm=False)
+            out[f"in_process_{threads}threads"] = rate(ev, A, texts, 2 * threads, warm=False,
+                                                       warmup=distinct(library, 2 * threads, f"warm{threads}"))
     counts = sorted({int(n) for n in args.nodes.split(",")} | {1})
     c = LocalCluster.start(workers=1, cpus_per_worker=1, head_cpus=0)
     try:
@@ -123,7 +136,8 @@ def cpu_part(args) -> dict:
             while len(c.nodes) - 1 < nodes:  # c.nodes: the head, then the worker nodes
                 c.add_worker(1)
             with RayEvaluator(cfg(f"farm{nodes}"), c.address) as ev:
-                out[f"farm_{nodes}nodes"] = rate(ev, A, texts, 2 * nodes, warm=False)
+                out[f"farm_{nodes}nodes"] = rate(ev, A, texts, 2 * nodes, warm=False,
+                                                 warmup=distinct(library, 4 * nodes, f"warm{nodes}"))
             log.info("farm, %d worker nodes: %.1f compiles/s", nodes, out[f"farm_{nodes}nodes"]["per_s"])
             import ray
 
