@@ -4,8 +4,9 @@ GPU part (needs a GPU, CuPy and Ray): the same candidates (the library's kernels
 every format that takes it, repeated to ``--candidates``; compiles cached by a first pass, the memo
 off) through the in-process evaluator on one GPU, then through the farm on a local Ray instance with
 one GPU and with every visible GPU. Prints evaluations/s, the farm's overhead per candidate on one
-GPU against the in-process evaluator (target: at most 10%) and the N-GPU scaling (target: at least
-0.9 x N).
+GPU against the in-process evaluator (target: at most 10%), the N-GPU scaling (target: at least
+0.9 x N), and the mean time per candidate of each profile step on both, the farm's own among them
+(``farm_compile_hop``, ``farm_slot_wait``, ``farm_actor``: where the overhead goes).
 
 CPU part (``--cpu-scaling``, no GPU needed): compile-only candidates, each compiled for real (a
 fresh compile cache per measurement; the library's kernels cycled, each copy made distinct by a
@@ -65,18 +66,20 @@ def rate(ev, A, texts: list[str], parallel: int, warm: bool = True, warmup: list
     if warmup:
         ev.evaluate_many([(t, ref, "spmv", None) for t in warmup])
     t0 = time.perf_counter()
-    pending, i, kinds = set(), 0, {}
+    pending, i, kinds, steps = set(), 0, {}, {}
     while i < len(texts) or pending:
         while i < len(texts) and len(pending) < parallel:
             pending.add(ev.submit(texts[i], ref, "spmv", None))
             i += 1
         done, pending = wait(pending, return_when=FIRST_COMPLETED)
         for f in done:
-            k = f.result().error_kind.value
-            kinds[k] = kinds.get(k, 0) + 1
+            r = f.result()
+            kinds[r.error_kind.value] = kinds.get(r.error_kind.value, 0) + 1
+            for step, sec in (r.profile.seconds if r.profile else {}).items():
+                steps[step] = steps.get(step, 0.0) + sec
     s = time.perf_counter() - t0
     return {"n": len(texts), "seconds": s, "per_s": len(texts) / s, "per_candidate_ms": 1e3 * s / len(texts),
-            "verdicts": kinds}
+            "verdicts": kinds, "mean_step_ms": {k: 1e3 * v / len(texts) for k, v in sorted(steps.items())}}
 
 
 def gpu_part(args) -> dict:
@@ -183,6 +186,13 @@ def main(argv: list[str] | None = None) -> None:
     for key, v in res.items():
         if key.startswith(("overhead", "scaling", "farm_vs")):
             print(f"{key:22s} {v:.3f}")
+    runs = [k for k, v in res.items() if isinstance(v, dict) and "mean_step_ms" in v]
+    names = sorted({s for k in runs for s in res[k]["mean_step_ms"]})
+    if names:  # where a candidate's time went, mean ms per candidate per step (steps overlap across candidates)
+        w = max(len(k) for k in runs) + 2
+        print("step".ljust(22) + "".join(k.rjust(w) for k in runs))
+        for n in names:
+            print(n.ljust(22) + "".join(f"{res[k]['mean_step_ms'].get(n, 0.0):{w}.2f}" for k in runs))
     print(f"wrote {args.out}")
 
 

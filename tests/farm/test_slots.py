@@ -3,7 +3,12 @@ actor's slots never coming back twice, busy time of overlapping jobs counted onc
 
 from __future__ import annotations
 
-from sparserl.farm.ray_evaluator import SLOTS_PER_GPU, GpuSlots, _Actor
+import time
+from concurrent.futures import Future
+
+import pytest
+
+from sparserl.farm.ray_evaluator import SLOTS_PER_GPU, GpuSlots, RayEvaluator, _Actor, farm_steps
 
 
 def live_slots(slots: GpuSlots, a: _Actor) -> int:
@@ -54,3 +59,29 @@ def test_busy_time_counts_overlapping_jobs_once() -> None:
     assert a.jobs == 2 and a.busy_s == 12.0
     slots.done(a, g1, 20.0, 21.0)
     assert a.busy_s == 13.0
+
+
+def test_farm_steps_split_the_round_trip() -> None:
+    """Kills counting the harness worker's own call (or its queue) as the farm's cost."""
+    steps = farm_steps(10.0, 10.5, 11.0, {"call_seconds": 0.3, "queue_seconds": 0.1})
+    assert steps == {"farm_slot_wait": 0.5, "farm_actor": pytest.approx(0.1)}
+    assert farm_steps(1.0, 1.0, 1.2, {"call_seconds": 0.5})["farm_actor"] == 0.0
+
+
+def test_a_job_with_no_gpu_actor_left_fails_in_one_result() -> None:
+    """When every GPU actor is gone, the job comes back ``internal_error`` with the compile task's
+    steps as its profile (kills passing those steps to EvalResult as a field: a TypeError in the
+    driver's thread, and a future that never resolves, so the farm would hang)."""
+    pytest.importorskip("ray", reason="the farm needs Ray: pip install -e '.[farm]'")
+    from sparserl.harness.evaluator import MatrixRef
+    from sparserl.harness.result import ErrorKind
+    from sparserl.kernels.contract import Op
+
+    ev = object.__new__(RayEvaluator)
+    ev.actors, ev._slots = [], GpuSlots()
+    out: Future = Future()
+    ev._run_on_gpu({}, {"front": {"compile": 0.25}, "smem_bytes": 0}, b"", MatrixRef("k", "p", "m", (4, 4), 4),
+                   Op.SPMV, None, time.perf_counter(), out)
+    r = out.result(timeout=10)
+    assert r.error_kind is ErrorKind.INTERNAL and "no GPU actor" in r.message
+    assert r.profile.seconds == {"compile": 0.25}

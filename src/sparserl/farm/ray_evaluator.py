@@ -172,6 +172,16 @@ def compile_task(config: HarnessConfig, text: str, mref: MatrixRef, blob_box: li
     return "ready", job, extra, Path(job["cubin_path"]).read_bytes(), host
 
 
+def farm_steps(ready: float, sent: float, back: float, payload: dict) -> dict[str, float]:
+    """The farm's own share of a GPU job's time, as profile steps (seconds): ``farm_slot_wait``
+    from the compile task's result to a free slot, ``farm_actor`` the round trip to the actor beyond
+    the harness worker's call and its queue (Ray's hops, the wait in the actor's own queue behind
+    the other slot's job, the cubin written on the node). ``ready``, ``sent``, ``back``: the
+    driver's clock when the job was ready, sent and back."""
+    pool = payload.get("call_seconds", 0.0) + payload.get("queue_seconds", 0.0)
+    return {"farm_slot_wait": max(0.0, sent - ready), "farm_actor": max(0.0, back - sent - pool)}
+
+
 class GpuActor:
     """One GPU of the cluster (``num_gpus=1``) and the harness worker that owns it."""
 
@@ -473,6 +483,8 @@ class RayEvaluator:
             out.set_result(rest[0])
             return
         job, extra, cubin, _ = rest
+        extra = dict(extra, front=dict(extra.get("front", {}), farm_compile_hop=max(
+            0.0, time.perf_counter() - t0 - sum(extra.get("front", {}).values()))))
         try:
             self._gpu_exec.submit(self._run_on_gpu, job, extra, cubin, matrix, op, k, t0, out)
         except RuntimeError as exc:  # closed meanwhile
@@ -482,6 +494,7 @@ class RayEvaluator:
                     t0: float, out: Future) -> None:
         ray = ray_module()
         why = "no GPU actor is left in the cluster"
+        t_ready = time.perf_counter()
         for attempt in range(RERUNS + 1):
             slot = self._slots.take(self.actors)
             if slot is None:
@@ -498,10 +511,14 @@ class RayEvaluator:
                     self.reruns += 1
                 self._lost(a, gen)
                 continue
-            self._slots.done(a, gen, t, time.perf_counter())
-            out.set_result(self._finish(payload, extra, matrix, op, k, t0))
+            t_back = time.perf_counter()
+            self._slots.done(a, gen, t, t_back)
+            out.set_result(self._finish(payload, dict(extra, front=dict(extra["front"], **farm_steps(
+                t_ready, t, t_back, payload))), matrix, op, k, t0))
             return
-        out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, why, compiled=True, **extra))
+        rest = {key: v for key, v in extra.items() if key != "front"}  # the compile task's steps: the profile's
+        out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, why, compiled=True,
+                                          profile=EvalProfile(seconds=dict(extra.get("front", {}))), **rest))
 
     def _lost(self, a: _Actor, gen: int) -> None:
         """Take ``a`` out of service; back in when Ray has restarted it (asked in the background)."""
