@@ -104,9 +104,10 @@ def store_path(tmp_path_factory, train_mats) -> Path:
 
 @pytest.fixture(scope="module")
 def model(store_path) -> CostModel:
+    """A regression model (log time over cuSPARSE's): the search's use of a model, whatever its target."""
     with BestStore(store_path) as st:
         data = store_measurements(st)
-    return train(data, TrainConfig(trees=150))
+    return train(data, TrainConfig(trees=150, target="ratio"))
 
 
 def measured(name, card, feats, points) -> MatrixMeasurements:
@@ -336,7 +337,7 @@ def test_the_packaged_model_loads_and_fits_this_layout() -> None:
     """Fails when the feature layout, a template's parameters or the file format change without
     the packaged model being trained again (sparserl best cost-model --data ... --out PACKAGED)."""
     m = CostModel.load(PACKAGED_MODEL)
-    assert "spmv" in m.meta["ops"] and m.meta["target"] == "rank"
+    assert "spmv" in m.meta["ops"] and m.meta["target"] == "blend"
     assert PACKAGED_MODEL.stat().st_size < 300_000
     from sparserl.matrices.generators import HELD_OUT_FAMILIES
 
@@ -421,3 +422,119 @@ def test_the_rank_target_puts_the_fastest_first_on_matrices_it_has_not_seen(stor
                                ranked.predict_points(card, feats, "spmv", None, pts))
     ranker = ModelRanker(again, card, feats, "spmv", None)
     assert ranker.note(*pts[0]).startswith("cost model: ranking score ")
+
+
+@pytest.fixture(scope="module")
+def blended(store_path) -> CostModel:
+    with BestStore(store_path) as st:
+        data = store_measurements(st)
+    return train(data, TrainConfig(trees=150, target="blend"))
+
+
+def test_the_blend_is_the_weighted_sum_of_its_two_fits_pointwise(blended, test_mats, tmp_path: Path) -> None:
+    """Hand-derived from its parts: the blend's score is w_rank * -rank_score / s_rank + w_gap *
+    gap / s_gap, each spread the mean within-matrix standard deviation of that fit's scores on the
+    training matrices; a point's score does not depend on the other points scored with it (the
+    search scores points in batches); it ranks both unseen matrices' fastest in its top 5 and saves
+    and loads with both boosters. Mutations killed: the ranking score not negated, the weights or
+    spreads swapped, a spread taken over each batch (the score of a point would change with its
+    batch), the second booster not saved."""
+    from sparserl.search import cost_features as cf
+
+    assert blended.target == "blend" and blended.meta["blend"]["weights"] == [0.3, 0.7]
+    s_rank, s_gap = blended.meta["blend"]["scales"]
+    assert s_rank > 0 and s_gap > 0 and s_rank != s_gap
+    name, _, card, feats, points = test_mats[0]
+    pts = [(p.template, p.param_dict) for p in points]
+    X = cf.rows(card, feats, "spmv", None, pts, blended.meta["vocab"])
+    rank, gap = blended.booster.predict(X), blended.gap_booster.predict(X)
+    expect = 0.3 * -rank / s_rank + 0.7 * gap / s_gap
+    got = blended.predict_points(card, feats, "spmv", None, pts)
+    np.testing.assert_allclose(got, expect, rtol=1e-12)
+    np.testing.assert_allclose(blended.predict_points(card, feats, "spmv", None, pts[:3]), got[:3], rtol=1e-12)
+    for name, _, card, feats, points in test_mats:
+        s = cq.score_model(blended, [measured(name, card, feats, points)])[0]
+        assert s.recall and s.regret < 1.02 and s.tau > 0.5, (name, s)
+    again = CostModel.load(blended.save(tmp_path / "blend.json.gz"))
+    assert again.meta == blended.meta and again.gap_text == blended.gap_text
+    np.testing.assert_array_equal(again.predict_points(card, feats, "spmv", None, pts),
+                                  blended.predict_points(card, feats, "spmv", None, pts))
+    assert ModelRanker(again, card, feats, "spmv", None).note(*pts[0]).startswith("cost model: score ")
+
+
+def test_the_blend_spreads_are_the_fits_mean_spread_within_a_training_matrix(blended, store_path) -> None:
+    """Recomputed from the training rows. Mutation killed: a spread over all rows at once (it would
+    hold the differences between matrices, which the ranking fit does not even have)."""
+    from sparserl.search import cost_features as cf
+    from sparserl.search.cost_model import design
+
+    with BestStore(store_path) as st:
+        data = store_measurements(st)
+    X, _, _ = design(data, blended.meta["vocab"], "gap")
+    sizes = np.cumsum([len(m.points()) for m in data])[:-1]
+    for booster, sign, spread in ((blended.booster, -1.0, blended.meta["blend"]["scales"][0]),
+                                  (blended.gap_booster, 1.0, blended.meta["blend"]["scales"][1])):
+        per = [np.std(sign * part) for part in np.split(booster.predict(X), sizes)]
+        assert spread == pytest.approx(float(np.mean(per)), rel=1e-9)
+    assert X.shape[1] == len(cf.feature_names())
+
+
+def test_the_gap_target_is_log_time_over_the_matrix_fastest(train_mats) -> None:
+    """Hand-derived: each matrix's fastest candidate has target 0, the others log(t / t_fastest).
+    Mutation killed: the gap taken over cuSPARSE's time or over the fastest of all matrices."""
+    from sparserl.search import cost_features as cf
+    from sparserl.search.cost_model import design
+
+    data = [measured(n, c, f, p) for n, _, c, f, p in train_mats[:2]]
+    _, y, _ = design(data, cf.vocabulary(), "gap")
+    parts = np.split(y, [len(data[0].points())])
+    for m, part in zip(data, parts):
+        t = np.array([t for *_, t in m.points()])
+        np.testing.assert_allclose(part, np.log(t / t.min()))
+
+
+def test_a_blend_file_without_its_second_booster_falls_back_with_one_line(blended, test_mats, tmp_path,
+                                                                         caplog) -> None:
+    """Mutation killed: a blend model loaded without its regression booster (it would fail in the
+    middle of a search, or rank by one half with the other's spread)."""
+    good = blended.save(tmp_path / "blend.json.gz")
+    for i, change in enumerate((lambda b: b.pop("gap_booster"), lambda b: b["blend"].pop("scales"))):
+        bad = _rewrite(good, tmp_path / f"bad{i}.json.gz", change)
+        with pytest.raises(CostModelError, match="blend cost model without") as exc:
+            CostModel.load(bad)
+        assert "\n" not in str(exc.value)
+        _, _, card, feats, _ = test_mats[0]
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="sparserl.search.ranker"):
+            assert type(make_ranker(str(bad), card, feats, "spmv", None)) is Ranker
+        assert len(caplog.records) == 1 and "selector's order" in caplog.text
+
+
+def test_a_model_file_of_format_one_still_loads(model, test_mats, tmp_path) -> None:
+    """A one-booster file written before the blend (format version 1) loads and predicts as before.
+    Mutation killed: a loader that reads the newest format only."""
+    path = _rewrite(model.save(tmp_path / "m.json.gz"), tmp_path / "v1.json.gz",
+                    lambda b: b.update(format_version=1))
+    old = CostModel.load(path)
+    _, _, card, feats, points = test_mats[0]
+    pts = [(p.template, p.param_dict) for p in points]
+    np.testing.assert_array_equal(old.predict_points(card, feats, "spmv", None, pts),
+                                  model.predict_points(card, feats, "spmv", None, pts))
+
+
+def test_the_default_fit_is_the_blend_chosen_by_leave_one_family_out() -> None:
+    """The defaults chosen by leave-one-family-out cross-validation over the 58 trainable matrices
+    (the last section of benchmarks/results/2026-12-02/cost-model/README.md), and the packaged model
+    fitted with them: the ranking half with truncation level 20 and gains 2**g - 1, weighed 0.3
+    against the regression of log(t / t_fastest). Mutations killed: the default target put back to
+    rank, the truncation level or the gains put back (10, linear), the weight changed, the packaged
+    model not refitted."""
+    cfg = TrainConfig()
+    assert (cfg.target, cfg.rank_truncation, cfg.rank_gain, cfg.blend_rank_weight) == ("blend", 20, "exponential", 0.3)
+    m = CostModel.load(PACKAGED_MODEL)
+    assert m.meta["target"] == "blend" and m.meta["format_version"] == 2
+    assert {k: m.meta["config"][k] for k in ("rank_truncation", "rank_gain", "blend_rank_weight")} == \
+        {"rank_truncation": 20, "rank_gain": "exponential", "blend_rank_weight": 0.3}
+    assert "[lambdarank_truncation_level: 20]" in m.booster_text
+    assert "[label_gain: 0,1,3,7,15,31,63,127,255,511]" in m.booster_text
+    assert "[objective: regression]" in m.gap_text

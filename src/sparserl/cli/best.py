@@ -148,9 +148,10 @@ def best_cost_model(
                                         "root, which searches then use]"),
     regime: str = typer.Option("cold", help="train on the times of this regime: cold or warm"),
     trees: int = typer.Option(200, help="boosting rounds"),
-    target: str = typer.Option("rank", help="what the model learns: rank (which candidate of a matrix is faster; "
-                                            "the best top-5 on held-out families), ratio (log time over "
-                                            "cuSPARSE's) or absolute (log time)"),
+    target: str = typer.Option("blend", help="what the model learns: blend (a ranking fit and a regression of "
+                                             "log time over the matrix's fastest, summed: the best top-5 when "
+                                             "a family is left out), rank or gap (either half alone), ratio "
+                                             "(log time over cuSPARSE's) or absolute (log time)"),
     min_measurements: int = typer.Option(200, help="refuse to train on fewer verified measurements"),
 ) -> None:
     """Fit the cost model that orders a search's candidates, on the store's verified times (and

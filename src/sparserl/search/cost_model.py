@@ -1,13 +1,17 @@
 """A learned cost model: a candidate's predicted time on a matrix, from the matrix's card and
 features and the candidate's template and parameters (:mod:`.cost_features`).
 
-What it predicts: ``log(t / t_cuSPARSE)``, the log of the candidate's time over cuSPARSE's time
-on the same matrix, op, k, GPU and regime. Within one matrix this orders candidates exactly as
-their log time does (cuSPARSE's time is one constant per matrix), which is all a search needs;
-across matrices it takes away what the size of the matrix alone explains, so the trees spend
-their splits on what differs between candidates, and measurements from 10k-row and 4M-row
-matrices, or from two GPUs, sit on one scale. ``benchmarks/cost_model_quality.py`` measures the
-other choice (log time) beside it.
+What it predicts (:data:`TARGETS`): by default (``blend``) a score whose order within one matrix
+is the predicted order of its candidates' times, the sum of two fits: a learning-to-rank fit
+(LambdaRank, one group per matrix) of how close each candidate comes to the matrix's fastest
+(:func:`rank_grade`), and a regression of ``log(t / t_fastest)``, each over its typical spread
+within a matrix, the regression weighing more (:attr:`TrainConfig.blend_rank_weight`). The
+ranking fit looks at the top of each matrix's list, the regression at the whole of it; together
+they put the fastest candidate of a family they were not fitted on in their top 5 more often
+than either alone (``benchmarks/cost_model_quality.py``, leave one family out). The others:
+``ratio``, ``log(t / t_cuSPARSE)`` (cuSPARSE's time is one constant per matrix, so within a
+matrix it orders as the log time does, and measurements from 10k-row and 4M-row matrices sit on
+one scale), ``absolute`` (log time), and ``rank`` and ``gap``, the two halves of ``blend``.
 
 How: gradient-boosted trees (LightGBM, the ``search`` extra), fitted on the verified times of
 the best-known store (:func:`store_measurements`) and of benchmark files
@@ -15,9 +19,11 @@ the best-known store (:func:`store_measurements`) and of benchmark files
 held-out generator families (:data:`~sparserl.matrices.generators.HELD_OUT_FAMILIES`) are always
 left out. Each matrix weighs the same in the fit, however many of its candidates were measured.
 
-A model file is gzipped JSON: the booster's text, the feature layout it was trained on (names
-and :data:`~.cost_features.FEATURE_LAYOUT`), its categories, and what it was trained on. A file
-of another format version or another layout is refused with a one-line :class:`CostModelError`
+A model file is gzipped JSON: the booster's text (a ``blend`` file adds the regression's booster,
+the two weights and the two spreads), the feature layout it was trained on (names and
+:data:`~.cost_features.FEATURE_LAYOUT`), its categories, and what it was trained on. Files of
+format version 1 (one booster) still load. A file of another format version or another layout
+is refused with a one-line :class:`CostModelError`
 (the search then keeps the selector's order, see :mod:`.ranker`). The package ships one
 (``search/data/cost_model.json.gz``); ``sparserl best cost-model`` rebuilds one from a user's
 store, which the search then prefers.
@@ -46,13 +52,20 @@ from sparserl.search import cost_features as cf
 log = logging.getLogger(__name__)
 
 MODEL_FORMAT = "sparserl-cost-model"
-FORMAT_VERSION = 1
-"""Version of the model file's layout (the JSON around the booster)."""
+FORMAT_VERSION = 2
+"""Version of the model file's layout (the JSON around the boosters); 2 added the ``blend`` part."""
+READS_VERSIONS = (1, 2)
+"""Format versions this one loads (a version 1 file is a one-booster model of any other target)."""
 
-TARGETS = ("ratio", "absolute", "rank")
-"""``ratio``: log(t / t_cuSPARSE) (the default, see the module docstring); ``absolute``: log(t);
-``rank``: a learning-to-rank fit (LambdaRank, one group per matrix) of :func:`rank_grade`, whose
-score says only which candidate of a matrix is faster, not by how much."""
+TARGETS = ("ratio", "absolute", "rank", "gap", "blend")
+"""``ratio``: log(t / t_cuSPARSE); ``absolute``: log(t); ``rank``: a learning-to-rank fit
+(LambdaRank, one group per matrix) of :func:`rank_grade`, whose score says only which candidate of
+a matrix is faster, not by how much; ``gap``: log(t / t_fastest), the candidate's time over its
+matrix's fastest; ``blend`` (the default): ``rank`` and ``gap`` summed (see the module docstring)."""
+
+RANK_GAINS = ("linear", "exponential")
+"""The gain of a :func:`rank_grade` g in the ranking fit's NDCG: g, or 2**g - 1 (the fastest
+grades count far more than the middle ones)."""
 
 RANK_STEP = 1.03
 """One grade of :func:`rank_grade` per 3% slower than the matrix's fastest candidate."""
@@ -228,8 +241,16 @@ class TrainConfig:
     """Fewest measurements in a leaf."""
     feature_fraction: float = 0.8
     """Share of the features each tree may split on."""
-    target: str = "ratio"
-    """What is predicted: 'ratio' (log time over cuSPARSE's) or 'absolute' (log time)."""
+    target: str = "blend"
+    """What is predicted, one of :data:`TARGETS` (see the module docstring)."""
+    rank_truncation: int = 20
+    """LambdaRank's truncation level: the positions of a matrix's predicted list whose swaps the
+    ranking fit weighs (``rank`` and ``blend``)."""
+    rank_gain: str = "exponential"
+    """The gain of a grade in the ranking fit's NDCG, one of :data:`RANK_GAINS`."""
+    blend_rank_weight: float = 0.3
+    """``blend``: the ranking fit's weight (the regression of log(t / t_fastest) has the rest), each
+    fit's score divided first by its mean spread (standard deviation) within a training matrix."""
     balance: bool = True
     """Weigh every matrix the same (else every measurement the same)."""
     seed: int = 0
@@ -246,10 +267,19 @@ class TrainConfig:
             raise SparseRLError("need trees >= 1, leaves >= 2, learning_rate > 0 and min_child_samples >= 1")
         if not 0.0 < self.feature_fraction <= 1.0:
             raise SparseRLError(f"feature_fraction must lie in (0, 1], got {self.feature_fraction}")
+        if self.rank_gain not in RANK_GAINS or self.rank_truncation < 1:
+            raise SparseRLError(f"need rank_gain in {RANK_GAINS} and rank_truncation >= 1")
+        if not 0.0 <= self.blend_rank_weight <= 1.0:
+            raise SparseRLError(f"blend_rank_weight must lie in [0, 1], got {self.blend_rank_weight}")
 
 
-def target_of(m: MatrixMeasurements, t_us: float, target: str) -> float:
-    return math.log(t_us / m.cusparse_us) if target == "ratio" else math.log(t_us)
+def target_of(m: MatrixMeasurements, t_us: float, target: str, best_us: float | None = None) -> float:
+    """The regression target of a candidate of time ``t_us`` on ``m`` (``best_us``: ``m``'s fastest, for ``gap``)."""
+    if target == "ratio":
+        return math.log(t_us / m.cusparse_us)
+    if target == "gap":
+        return math.log(t_us / best_us)
+    return math.log(t_us)
 
 
 def rank_grade(t_us: float, best_us: float) -> int:
@@ -268,11 +298,11 @@ def design(data: Sequence[MatrixMeasurements], vocab: Mapping[str, Sequence[str]
         if not pts:
             continue
         xs.append(cf.rows(m.card, m.features, m.op, m.k, [(t, p) for _, t, p, _ in pts], vocab))
+        best = min(t for *_, t in pts)
         if target == "rank":
-            best = min(t for *_, t in pts)
             ys.append([rank_grade(t, best) for *_, t in pts])
         else:
-            ys.append([target_of(m, t, target) for *_, t in pts])
+            ys.append([target_of(m, t, target, best) for *_, t in pts])
         ws.append(np.full(len(pts), 1.0 / len(pts) if balance else 1.0))
     if not xs:
         return np.zeros((0, len(cf.feature_names()))), np.zeros(0), np.zeros(0)
@@ -305,31 +335,60 @@ def train(data: Sequence[MatrixMeasurements], cfg: TrainConfig = TrainConfig(), 
     data, dropped = trainable(data)
     check_enough(data, cfg, where)
     vocab = cf.vocabulary()
-    X, y, w = design(data, vocab, cfg.target, cfg.balance)
+    blend = None
+    if cfg.target == "blend":
+        booster, X, groups = _fit(lgb, data, vocab, cfg, "rank")
+        gap, _, _ = _fit(lgb, data, vocab, cfg, "gap")
+        scales = [_spread(-booster.predict(X, num_threads=1), groups), _spread(gap.predict(X, num_threads=1), groups)]
+        blend = {"weights": [cfg.blend_rank_weight, 1.0 - cfg.blend_rank_weight], "scales": scales}
+    else:
+        booster, X, groups = _fit(lgb, data, vocab, cfg, cfg.target)
+        gap = None
+    archs = sorted({m.arch for m in data if m.arch})
+    meta = {"format": MODEL_FORMAT, "format_version": FORMAT_VERSION, "layout": cf.FEATURE_LAYOUT,
+            "feature_names": list(cf.feature_names()), "vocab": vocab, "target": cfg.target,
+            "ops": sorted({m.op for m in data}), "archs": archs, "regimes": sorted({m.regime for m in data}),
+            "trained_on": {"matrices": len(data), "measurements": int(X.shape[0]), "held_out_left_out": dropped,
+                           "families": sorted({m.family for m in data}), "sources": list(sources),
+                           "nnz_range": [min(m.card.nnz for m in data), max(m.card.nnz for m in data)]},
+            "config": {k: getattr(cfg, k) for k in ("trees", "leaves", "learning_rate", "min_child_samples",
+                                                    "feature_fraction", "balance", "seed", "rank_truncation",
+                                                    "rank_gain", "blend_rank_weight")},
+            "sparserl_version": _version(), "lightgbm_version": lgb.__version__}
+    if blend is not None:
+        meta["blend"] = blend
+    return CostModel(booster.model_to_string(), meta, booster,
+                     gap_text=gap.model_to_string() if gap is not None else None, gap_booster=gap)
+
+
+def _fit(lgb, data: Sequence[MatrixMeasurements], vocab: Mapping[str, Sequence[str]], cfg: TrainConfig,
+         target: str):
+    """One booster fitted on ``data`` for one target (not ``blend``); with its rows and the number of
+    rows of each matrix."""
+    X, y, w = design(data, vocab, target, cfg.balance)
     names = list(cf.feature_names())
+    groups = [len(m.points()) for m in data if m.points()]
     params = {"objective": "regression", "num_leaves": cfg.leaves, "learning_rate": cfg.learning_rate,
               "min_child_samples": cfg.min_child_samples, "feature_fraction": cfg.feature_fraction,
               "seed": cfg.seed, "deterministic": True, "num_threads": 1, "verbose": -1,
               "min_data_per_group": 5, "cat_smooth": 5.0}
     ranking = {}
-    if cfg.target == "rank":  # one query per matrix; every matrix counts once by construction
-        params |= {"objective": "lambdarank", "lambdarank_truncation_level": 10, "label_gain": list(range(RANK_GRADES))}
-        ranking = {"group": [len(m.points()) for m in data if m.points()]}
+    if target == "rank":  # one query per matrix; every matrix counts once by construction
+        gains = [g if cfg.rank_gain == "linear" else 2**g - 1 for g in range(RANK_GRADES)]
+        params |= {"objective": "lambdarank", "lambdarank_truncation_level": cfg.rank_truncation, "label_gain": gains}
+        ranking = {"group": groups}
         w = None
     ds = lgb.Dataset(X, label=y, weight=w, feature_name=names, **ranking,
                      categorical_feature=[names.index(c) for c in cf.CATEGORICAL], free_raw_data=False)
-    booster = lgb.train(params, ds, num_boost_round=cfg.trees)
-    archs = sorted({m.arch for m in data if m.arch})
-    meta = {"format": MODEL_FORMAT, "format_version": FORMAT_VERSION, "layout": cf.FEATURE_LAYOUT,
-            "feature_names": names, "vocab": vocab, "target": cfg.target, "ops": sorted({m.op for m in data}),
-            "archs": archs, "regimes": sorted({m.regime for m in data}),
-            "trained_on": {"matrices": len(data), "measurements": int(y.size), "held_out_left_out": dropped,
-                           "families": sorted({m.family for m in data}), "sources": list(sources),
-                           "nnz_range": [min(m.card.nnz for m in data), max(m.card.nnz for m in data)]},
-            "config": {k: getattr(cfg, k) for k in ("trees", "leaves", "learning_rate", "min_child_samples",
-                                                    "feature_fraction", "balance", "seed")},
-            "sparserl_version": _version(), "lightgbm_version": lgb.__version__}
-    return CostModel(booster.model_to_string(), meta, booster)
+    return lgb.train(params, ds, num_boost_round=cfg.trees), X, groups
+
+
+def _spread(pred: np.ndarray, groups: Sequence[int]) -> float:
+    """The mean over matrices of the standard deviation of a fit's scores within one matrix (the
+    unit a ``blend`` divides that fit's score by; 1.0 where every matrix's scores tie)."""
+    sds = [float(np.std(part)) for part in np.split(pred, np.cumsum(groups)[:-1]) if part.size]
+    spread = float(np.mean(sds)) if sds else 0.0
+    return spread if spread > 0 else 1.0
 
 
 def _version() -> str:
@@ -347,11 +406,16 @@ def _version() -> str:
 
 class CostModel:
     """A fitted cost model (see the module docstring): :meth:`predict_points` gives, per
-    template point of one matrix, the predicted log time over cuSPARSE's (lower is faster)."""
+    template point of one matrix, a score whose order is the predicted order of their times
+    (lower is faster).
 
-    def __init__(self, booster_text: str, meta: dict[str, Any], booster=None):
-        self.booster_text, self.meta = booster_text, meta
-        self._booster = booster
+    ``booster_text``: the booster of the model's target (of ``rank``, for ``blend``);
+    ``gap_text``: for ``blend``, the booster of ``gap``."""
+
+    def __init__(self, booster_text: str, meta: dict[str, Any], booster=None, gap_text: str | None = None,
+                 gap_booster=None):
+        self.booster_text, self.meta, self.gap_text = booster_text, meta, gap_text
+        self._booster, self._gap = booster, gap_booster
 
     @property
     def booster(self):
@@ -360,15 +424,27 @@ class CostModel:
         return self._booster
 
     @property
+    def gap_booster(self):
+        if self._gap is None and self.gap_text is not None:
+            self._gap = _lightgbm().Booster(model_str=self.gap_text)
+        return self._gap
+
+    @property
     def target(self) -> str:
         return self.meta["target"]
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Per row, lower is faster: the predicted log time (over cuSPARSE's, for ``ratio``), or for
-        ``rank`` the negated ranking score."""
+        """Per row, lower is faster: the predicted log time (over cuSPARSE's, for ``ratio``; over
+        the matrix's fastest, for ``gap``), for ``rank`` the negated ranking score, for ``blend``
+        the weighted sum of the two fits' scores, each over its spread (pointwise: a row's score
+        does not depend on the other rows)."""
         if X.shape[0] == 0:
             return np.zeros(0)
         out = np.asarray(self.booster.predict(X, num_threads=1), dtype=np.float64)
+        if self.target == "blend":
+            (w_rank, w_gap), (s_rank, s_gap) = self.meta["blend"]["weights"], self.meta["blend"]["scales"]
+            gap = np.asarray(self.gap_booster.predict(X, num_threads=1), dtype=np.float64)
+            return w_rank * -out / s_rank + w_gap * gap / s_gap
         return -out if self.target == "rank" else out
 
     def predict_points(self, card: MatrixCard, features: MatrixFeatures | None, op: Op | str, k: int | None,
@@ -394,7 +470,8 @@ class CostModel:
         """Write the model (gzipped JSON when the name ends in .gz); returns the path."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        blob = json.dumps(self.meta | {"booster": self.booster_text}, sort_keys=True)
+        extra = {"gap_booster": self.gap_text} if self.gap_text is not None else {}
+        blob = json.dumps(self.meta | {"booster": self.booster_text} | extra, sort_keys=True)
         tmp = p.with_name(p.name + ".tmp")
         if p.suffix == ".gz":
             with open(tmp, "wb") as fh, gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0) as gz:
@@ -418,9 +495,10 @@ class CostModel:
             raise CostModelError(f"{p}: not a cost model file ({type(exc).__name__})") from None
         if not isinstance(blob, dict) or blob.get("format") != MODEL_FORMAT or "booster" not in blob:
             raise CostModelError(f"{p}: not a cost model file")
-        if blob.get("format_version") != FORMAT_VERSION:
+        if blob.get("format_version") not in READS_VERSIONS:
             raise CostModelError(f"{p}: a cost model of another version (file format {blob.get('format_version')}, "
-                                 f"this one reads {FORMAT_VERSION}): rebuild it with 'sparserl best cost-model'")
+                                 f"this one reads {', '.join(map(str, READS_VERSIONS))}): rebuild it with "
+                                 f"'sparserl best cost-model'")
         names = list(cf.feature_names())
         if blob.get("layout") != cf.FEATURE_LAYOUT or blob.get("feature_names") != names:
             raise CostModelError(
@@ -429,10 +507,16 @@ class CostModel:
                 f"{len(names)}): rebuild it with 'sparserl best cost-model'")
         if blob.get("target") not in TARGETS:
             raise CostModelError(f"{p}: unknown cost model target {blob.get('target')!r}")
-        booster_text = blob.pop("booster")
-        model = cls(booster_text, blob)
+        blend = blob.get("blend") if blob["target"] == "blend" else None
+        if blob["target"] == "blend" and not (
+                isinstance(blob.get("gap_booster"), str) and isinstance(blend, dict)
+                and all(isinstance(blend.get(k), list) and len(blend[k]) == 2 for k in ("weights", "scales"))):
+            raise CostModelError(f"{p}: a blend cost model without its second booster, weights or scales")
+        booster_text, gap_text = blob.pop("booster"), blob.pop("gap_booster", None)
+        model = cls(booster_text, blob, gap_text=gap_text)
         try:
             model.booster  # noqa: B018 (parse now: a damaged booster is this file's error, not the search's)
+            model.gap_booster  # noqa: B018
         except CostModelError:
             raise
         except Exception as exc:  # lightgbm's own parse errors

@@ -72,7 +72,7 @@ class ModelRanker(Ranker):
         return template, tuple(sorted(params.items()))
 
     def scores(self, points: Sequence[Point]) -> np.ndarray:
-        """Predicted log time (over cuSPARSE's, for the default target) of each point; +inf for free text.
+        """The model's score of each point (lower is faster, see :meth:`.CostModel.predict`); +inf for free text.
         One batch for the points not scored before."""
         todo = [(t, p) for t, p in points if t is not None and self._key(t, p) not in self._scores]
         todo = list({self._key(t, p): (t, dict(p)) for t, p in todo}.values())
@@ -128,6 +128,10 @@ class ModelRanker(Ranker):
             return f"cost model: predicted {math.exp(-v):.2f}x cuSPARSE"
         if self.model.target == "rank":
             return f"cost model: ranking score {-v:.2f}"
+        if self.model.target == "gap":
+            return f"cost model: predicted {math.exp(v):.2f}x the fastest"
+        if self.model.target == "blend":
+            return f"cost model: score {v:.2f} (lower is faster)"
         return f"cost model: predicted {math.exp(v):.2f} us"
 
 
