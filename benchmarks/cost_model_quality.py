@@ -16,8 +16,10 @@ Sets (each where the data has it):
   on the host) and recall is whether the oracle's pick is in its top 5 (near-recall, regret and
   tau need every time and are not given).
 
-Also measured: the other target (log time instead of log time over cuSPARSE's), and
-``--xgboost`` fits XGBoost on the same rows when it is installed.
+Every target of the cost model is measured (``lightgbm/<target>``, the default ``blend`` among
+them), and ``lightgbm/rank-v1``: the ranking fit as the model of file format 1 was fitted
+(truncation level 10, linear gains), the model shipped before ``blend``. ``--xgboost`` fits
+XGBoost on the same rows when it is installed.
 
     python benchmarks/cost_model_quality.py --data DIR/measurements.jsonl --out quality.json
     python benchmarks/cost_model_quality.py --data train.jsonl --held-out heldout.jsonl --suitesparse-data ss.jsonl \\
@@ -42,6 +44,9 @@ from sparserl.search import cost_quality as cq
 from sparserl.search.cost_model import TARGETS, TrainConfig, load_measurements, train, trainable
 
 log = logging.getLogger("cost_model_quality")
+
+RANK_V1 = {"rank_truncation": 10, "rank_gain": "linear"}
+"""The ranking fit's settings in the model of file format 1 (shipped before the ``blend`` target)."""
 
 
 def fmt(d: dict) -> str:
@@ -184,9 +189,11 @@ def main() -> int:
             report["null"][name] = cq.summary(cq.score_null(ms))
             print(f"no model, {name}: {fmt(report['null'][name])}")
     for lib, fit in fits.items():
-        for target in TARGETS if lib == "lightgbm" else ("ratio", "absolute"):
-            cfg = replace(base, target=target)
-            key = f"{lib}/{target}"
+        targets = TARGETS if lib == "lightgbm" else ("ratio", "absolute")
+        runs = [(f"{lib}/{t}", replace(base, target=t)) for t in targets]
+        if lib == "lightgbm":
+            runs.append((f"{lib}/rank-v1", replace(base, target="rank", **RANK_V1)))
+        for key, cfg in runs:
             t0 = time.perf_counter()
             run: dict = {}
             if len({m.family for m in train_set}) >= 2:
