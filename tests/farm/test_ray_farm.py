@@ -105,3 +105,18 @@ def test_a_worker_node_killed_mid_farm_loses_nothing(ray_cluster, farm_matrices:
         names = [n for n in ("banded", "random", "powerlaw") for _ in range(budget)]
         again = local.evaluate_many([(x["text"], refs[n], "spmv", None) for x, n in zip(traces, names)])
     assert [x["verdict"] for x in traces] == [r.error_kind.value for r in again]  # the same verdicts
+
+
+def test_the_probe_sees_that_the_cluster_wants_a_token(ray_cluster) -> None:
+    """The real probe against the session's cluster, which wants a token (kills a probe that never
+    says True: the farm would then join without its token and be refused)."""
+    import subprocess
+    import sys
+
+    from sparserl.farm.auth import cluster_wants_token
+
+    env = {k: v for k, v in ray_cluster.env.items() if k != "RAY_AUTH_MODE"}  # a fresh driver's view
+    code = f"from sparserl.farm.auth import cluster_wants_token as w; print(w({ray_cluster.address!r}))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "True", out.stderr[-800:]
+    assert cluster_wants_token("auto") is None and cluster_wants_token(f"ray://{ray_cluster.address}") is None

@@ -10,7 +10,8 @@ ends with ``no_gpu``) returns the job and the cubin's bytes; the driver hands th
 **GPU actor** (``num_gpus=1``: Ray gives it one GPU alone), which holds one harness worker
 (:class:`~sparserl.harness.pool.WorkerPool` of one) and runs one job at a time, so one timed
 kernel at a time per GPU (the driver keeps :data:`SLOTS_PER_GPU` jobs on it, the next one waiting
-in the actor's queue, so the GPU does not wait for a round trip through the driver), under the pool's phase limits, its restarts and its verdicts. A matrix
+in the actor's queue, so the GPU does not wait for a round trip through the driver), under the
+pool's phase limits, its restarts and its verdicts. A matrix
 is shipped once per node through Ray's object store and saved in the node's harness cache.
 
 Faults: a compile task whose worker or node dies is run again by Ray (``max_retries``); a GPU
@@ -100,7 +101,7 @@ def connect(address: str) -> bool:
     if ray.is_initialized():
         return False
     check_address(address)
-    if (source := use_token_auth()) is not None:
+    if (source := use_token_auth(address)) is not None:
         log.info("joining the Ray cluster with the authentication token of %s", source)
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, namespace="sparserl")
@@ -174,12 +175,15 @@ def compile_task(config: HarnessConfig, text: str, mref: MatrixRef, blob_box: li
 
 def farm_steps(ready: float, sent: float, back: float, payload: dict) -> dict[str, float]:
     """The farm's own share of a GPU job's time, as profile steps (seconds): ``farm_slot_wait``
-    from the compile task's result to a free slot, ``farm_actor`` the round trip to the actor beyond
-    the harness worker's call and its queue (Ray's hops, the wait in the actor's own queue behind
-    the other slot's job, the cubin written on the node). ``ready``, ``sent``, ``back``: the
-    driver's clock when the job was ready, sent and back."""
+    from the compile task's result to a free slot; ``farm_actor_own`` the actor's own work beyond
+    the harness worker's call and its queue (the cubin written on the node, the matrix's path);
+    ``farm_actor_wait`` the rest of the round trip: Ray's two hops, and the wait in the actor's own
+    queue behind the other slot's job (GPU time when both slots are full, not overhead). ``ready``,
+    ``sent``, ``back``: the driver's clock when the job was ready, sent and back."""
     pool = payload.get("call_seconds", 0.0) + payload.get("queue_seconds", 0.0)
-    return {"farm_slot_wait": max(0.0, sent - ready), "farm_actor": max(0.0, back - sent - pool)}
+    own = payload.get("actor_seconds", pool)
+    return {"farm_slot_wait": max(0.0, sent - ready), "farm_actor_own": max(0.0, own - pool),
+            "farm_actor_wait": max(0.0, back - sent - own)}
 
 
 class GpuActor:
@@ -208,6 +212,7 @@ class GpuActor:
     def run(self, kind: str, job: dict, cubin: bytes | None, blob_box: list) -> dict:
         import hashlib
 
+        t0 = time.perf_counter()
         root = self.config.root
         job = dict(job, matrix=dict(job["matrix"], path=str(_matrix_here(root, job["matrix"]["key"], blob_box))))
         if cubin is not None:
@@ -220,6 +225,7 @@ class GpuActor:
             job["cubin_path"] = str(path)
         out = self.pool.run(kind, job)
         out["host"] = self.host
+        out["actor_seconds"] = time.perf_counter() - t0
         return out
 
     def health(self):
@@ -486,15 +492,17 @@ class RayEvaluator:
         extra = dict(extra, front=dict(extra.get("front", {}), farm_compile_hop=max(
             0.0, time.perf_counter() - t0 - sum(extra.get("front", {}).values()))))
         try:
-            self._gpu_exec.submit(self._run_on_gpu, job, extra, cubin, matrix, op, k, t0, out)
+            self._gpu_exec.submit(self._run_on_gpu, job, extra, cubin, matrix, op, k, t0, out, time.perf_counter())
         except RuntimeError as exc:  # closed meanwhile
             out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, str(exc), compiled=True))
 
     def _run_on_gpu(self, job: dict, extra: dict, cubin: bytes, matrix: MatrixRef, op: Op, k: int | None,
-                    t0: float, out: Future) -> None:
+                    t0: float, out: Future, t_ready: float | None = None) -> None:
+        """Run a compiled job on a GPU actor (``t_ready``: when the compile task's result came back,
+        for the profile's ``farm_slot_wait``, which includes the wait for a driver thread)."""
         ray = ray_module()
         why = "no GPU actor is left in the cluster"
-        t_ready = time.perf_counter()
+        t_ready = time.perf_counter() if t_ready is None else t_ready
         for attempt in range(RERUNS + 1):
             slot = self._slots.take(self.actors)
             if slot is None:
