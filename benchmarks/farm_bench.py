@@ -6,7 +6,8 @@ off) through the in-process evaluator on one GPU, then through the farm on a loc
 one GPU and with every visible GPU. Prints evaluations/s, the farm's overhead per candidate on one
 GPU against the in-process evaluator (target: at most 10%), the N-GPU scaling (target: at least
 0.9 x N), and the mean time per candidate of each profile step on both, the farm's own among them
-(``farm_compile_hop``, ``farm_slot_wait``, ``farm_actor``: where the overhead goes).
+(``farm_compile_hop``, ``farm_slot_wait``, ``farm_actor_own``, ``farm_actor_wait``: where the
+overhead goes).
 
 CPU part (``--cpu-scaling``, no GPU needed): compile-only candidates, each compiled for real (a
 fresh compile cache per measurement; the library's kernels cycled, each copy made distinct by a

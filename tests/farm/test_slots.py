@@ -63,9 +63,10 @@ def test_busy_time_counts_overlapping_jobs_once() -> None:
 
 def test_farm_steps_split_the_round_trip() -> None:
     """Kills counting the harness worker's own call (or its queue) as the farm's cost."""
-    steps = farm_steps(10.0, 10.5, 11.0, {"call_seconds": 0.3, "queue_seconds": 0.1})
-    assert steps == {"farm_slot_wait": 0.5, "farm_actor": pytest.approx(0.1)}
-    assert farm_steps(1.0, 1.0, 1.2, {"call_seconds": 0.5})["farm_actor"] == 0.0
+    steps = farm_steps(10.0, 10.5, 11.0, {"call_seconds": 0.3, "queue_seconds": 0.1, "actor_seconds": 0.45})
+    assert steps == {"farm_slot_wait": 0.5, "farm_actor_own": pytest.approx(0.05),
+                     "farm_actor_wait": pytest.approx(0.05)}
+    assert farm_steps(1.0, 1.0, 1.2, {"call_seconds": 0.5})["farm_actor_wait"] == 0.0
 
 
 def test_a_job_with_no_gpu_actor_left_fails_in_one_result() -> None:
