@@ -33,8 +33,8 @@ from pathlib import Path
 log = logging.getLogger("farm_bench")
 
 
-def candidates(A, n: int) -> list[str]:
-    """The library's SpMV kernels whose format takes ``A``, cycled to ``n`` texts."""
+def library_texts(A) -> list[str]:
+    """The library's SpMV kernels whose format takes ``A``, each once."""
     from sparserl.formats import accepts
     from sparserl.kernels.contract import FORMAT_NAMES as FORMATS
     from sparserl.kernels.library import variants
@@ -46,6 +46,12 @@ def candidates(A, n: int) -> list[str]:
             texts += [v.render() for v in vs if accepts(A, fmt, dict(v.format_params))]
     if not texts:
         raise SystemExit("no library kernel takes this matrix")
+    return texts
+
+
+def candidates(A, n: int) -> list[str]:
+    """:func:`library_texts` cycled to ``n`` texts."""
+    texts = library_texts(A)
     return [texts[i % len(texts)] for i in range(n)]
 
 
@@ -122,7 +128,7 @@ def cpu_part(args) -> dict:
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
 
     A = load(args)
-    library = list(dict.fromkeys(candidates(A, 1000)))
+    library = list(dict.fromkeys(library_texts(A)))  # distinct texts
     texts = distinct(library, args.candidates, "candidate")
 
     def cfg(tag: str, **kw) -> HarnessConfig:  # a cold compile cache per measurement
@@ -143,9 +149,6 @@ def cpu_part(args) -> dict:
                 out[f"farm_{nodes}nodes"] = rate(ev, A, texts, 2 * nodes, warm=False,
                                                  warmup=distinct(library, 4 * nodes, f"warm{nodes}"))
             log.info("farm, %d worker nodes: %.1f compiles/s", nodes, out[f"farm_{nodes}nodes"]["per_s"])
-            import ray
-
-            ray.shutdown()  # the next count joins afresh, its new nodes included
     finally:
         import ray
 

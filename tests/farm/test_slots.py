@@ -82,7 +82,7 @@ def test_a_job_with_no_gpu_actor_left_fails_in_one_result() -> None:
     ev.actors, ev._slots = [], GpuSlots()
     out: Future = Future()
     ev._run_on_gpu({}, {"front": {"compile": 0.25}, "smem_bytes": 0}, b"", MatrixRef("k", "p", "m", (4, 4), 4),
-                   Op.SPMV, None, time.perf_counter(), out)
+                   Op.SPMV, None, time.perf_counter(), out, time.perf_counter())
     r = out.result(timeout=10)
     assert r.error_kind is ErrorKind.INTERNAL and "no GPU actor" in r.message
     assert r.profile.seconds == {"compile": 0.25}

@@ -270,10 +270,11 @@ class GpuSlots:
     (the other job in flight on it, a slot still queued) are dropped instead of coming back as extra
     ones, and a restarted actor gets exactly ``per_actor`` fresh slots."""
 
-    def __init__(self, per_actor: int = SLOTS_PER_GPU):
+    def __init__(self, per_actor: int = SLOTS_PER_GPU, lock: threading.Lock | None = None):
+        """``lock``: the one that guards the actors' counters (the evaluator's statistics lock)."""
         self.per_actor = per_actor
         self._queue: queue.Queue[tuple[_Actor, int]] = queue.Queue()
-        self._lock = threading.Lock()
+        self._lock = lock or threading.Lock()
 
     def free(self, a: _Actor) -> None:
         """Hand out a new (or restarted) actor's slots."""
@@ -360,7 +361,7 @@ class RayEvaluator:
         self.reruns = 0
         """GPU jobs run again because their actor died."""
         self.actors: list[_Actor] = []
-        self._slots = GpuSlots()
+        self._slots = GpuSlots(lock=self._stats_lock)
         if self._gpu_mode:
             self._start_actors(ray, n_gpus, worker_target)
         self._gpu_exec = ThreadPoolExecutor(max_workers=max(1, SLOTS_PER_GPU * len(self.actors)),
@@ -489,20 +490,20 @@ class RayEvaluator:
             out.set_result(rest[0])
             return
         job, extra, cubin, _ = rest
-        extra = dict(extra, front=dict(extra.get("front", {}), farm_compile_hop=max(
-            0.0, time.perf_counter() - t0 - sum(extra.get("front", {}).values()))))
+        ready = time.perf_counter()
+        front = extra.get("front", {})
+        extra = dict(extra, front=dict(front, farm_compile_hop=max(0.0, ready - t0 - sum(front.values()))))
         try:
-            self._gpu_exec.submit(self._run_on_gpu, job, extra, cubin, matrix, op, k, t0, out, time.perf_counter())
+            self._gpu_exec.submit(self._run_on_gpu, job, extra, cubin, matrix, op, k, t0, out, ready)
         except RuntimeError as exc:  # closed meanwhile
             out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, str(exc), compiled=True))
 
     def _run_on_gpu(self, job: dict, extra: dict, cubin: bytes, matrix: MatrixRef, op: Op, k: int | None,
-                    t0: float, out: Future, t_ready: float | None = None) -> None:
+                    t0: float, out: Future, t_ready: float) -> None:
         """Run a compiled job on a GPU actor (``t_ready``: when the compile task's result came back,
         for the profile's ``farm_slot_wait``, which includes the wait for a driver thread)."""
         ray = ray_module()
         why = "no GPU actor is left in the cluster"
-        t_ready = time.perf_counter() if t_ready is None else t_ready
         for attempt in range(RERUNS + 1):
             slot = self._slots.take(self.actors)
             if slot is None:
