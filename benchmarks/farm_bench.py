@@ -14,7 +14,9 @@ fresh compile cache per measurement; the library's kernels cycled, each copy mad
 comment), on a local multi-node Ray cluster (a head without CPUs and 1, then 2 worker nodes of one
 CPU each; ``--nodes 1,2,4,8``: more counts): compiles/s per node count, each after an untimed
 warm-up of other distinct texts that starts every node's worker process, beside the in-process
-evaluator's compile-only rate with 1 and 2 compile threads.
+evaluator's compile-only rate with as many compile threads as nodes, and beside as many plain
+processes (each a compile-only evaluator, fed by a process pool): the machine's own scaling, what
+the same compiles reach without Ray.
 
     python benchmarks/farm_bench.py --out $OUT/farm_bench.json                 # GPU part
     python benchmarks/farm_bench.py --cpu-scaling --out $OUT/farm_cpu.json     # CPU part
@@ -102,24 +104,72 @@ def gpu_part(args) -> dict:
     if not gpus:
         raise SystemExit("no GPU visible: run the CPU part with --cpu-scaling")
     cfg = HarnessConfig(regimes=("cold",), memo=0, cache_dir=args.cache)
-    out = {"matrix": args.matrix or f"banded {args.rows}", "gpus": len(gpus), "candidates": len(texts)}
-    with Evaluator(HarnessConfig(**{**cfg.__dict__, "devices": (gpus[0],)})) as ev:
-        out["in_process_1gpu"] = rate(ev, A, texts, 4)
-    log.info("in process, 1 GPU: %.1f evaluations/s", out["in_process_1gpu"]["per_s"])
-    for n in sorted({1, len(gpus)}):
+    out = {"matrix": args.matrix or f"banded {args.rows}", "gpus": len(gpus), "candidates": len(texts),
+           "in_flight_per_gpu": args.parallel, "repeats": args.repeats}
+    runs: dict[str, list[dict]] = {"in_process_1gpu": [], "farm_1gpu": []}
+    with Evaluator(HarnessConfig(**{**cfg.__dict__, "devices": (gpus[0],)})) as local:
+        ray.init(num_gpus=1, num_cpus=args.cpus, logging_level=logging.WARNING, include_dashboard=False)
+        try:
+            with RayEvaluator(cfg, "auto") as farm:
+                for i in range(args.repeats):  # side by side, in alternating order (drift falls on both)
+                    pair = [("in_process_1gpu", local), ("farm_1gpu", farm)]
+                    for name, ev in (pair if i % 2 == 0 else pair[::-1]):
+                        runs[name].append(rate(ev, A, texts, args.parallel, warm=i == 0))
+                        log.info("repeat %d, %s: %.1f evaluations/s", i + 1, name, runs[name][-1]["per_s"])
+        finally:
+            ray.shutdown()
+    for name, rs in runs.items():  # the median repeat stands for each; every repeat's figure is kept
+        out[name] = dict(sorted(rs, key=lambda r: r["per_candidate_ms"])[len(rs) // 2],
+                         per_candidate_ms_repeats=[r["per_candidate_ms"] for r in rs])
+    one, ref = out["farm_1gpu"], out["in_process_1gpu"]
+    out["overhead_per_candidate"] = one["per_candidate_ms"] / ref["per_candidate_ms"] - 1.0
+    out["overhead_per_repeat"] = [f / i - 1.0 for f, i in zip(one["per_candidate_ms_repeats"],
+                                                                ref["per_candidate_ms_repeats"])]
+    if len(gpus) > 1:
+        n = len(gpus)
         ray.init(num_gpus=n, num_cpus=args.cpus, logging_level=logging.WARNING, include_dashboard=False)
         try:
             with RayEvaluator(cfg, "auto") as ev:
-                out[f"farm_{n}gpu"] = rate(ev, A, texts, 4 * n)
+                out[f"farm_{n}gpu"] = rate(ev, A, texts, args.parallel * n)
         finally:
             ray.shutdown()
-        log.info("farm, %d GPU: %.1f evaluations/s", n, out[f"farm_{n}gpu"]["per_s"])
-    one, ref = out["farm_1gpu"], out["in_process_1gpu"]
-    out["overhead_per_candidate"] = one["per_candidate_ms"] / ref["per_candidate_ms"] - 1.0
-    if len(gpus) > 1:
-        out["scaling"] = out[f"farm_{len(gpus)}gpu"]["per_s"] / one["per_s"]
-        out["scaling_target"] = 0.9 * len(gpus)
+        log.info("farm, %d GPUs: %.1f evaluations/s", n, out[f"farm_{n}gpu"]["per_s"])
+        out["scaling"] = out[f"farm_{n}gpu"]["per_s"] / one["per_s"]
+        out["scaling_target"] = 0.9 * n
     return out
+
+
+_PROCESS: dict = {}
+
+
+def _process_init(cache: str, matrix: str | None, rows: int) -> None:
+    """A process of the machine's own scaling measurement: its compile-only evaluator and the matrix."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    ev = Evaluator(HarnessConfig(compile_only=True, memo=0, cache_dir=cache, compile_jobs=1))
+    _PROCESS.update(ev=ev, ref=ev.register(load(argparse.Namespace(matrix=matrix, rows=rows)), "bench"))
+
+
+def _process_compile(text: str) -> str:
+    return _PROCESS["ev"].evaluate(text, _PROCESS["ref"], "spmv").error_kind.value
+
+
+def process_rate(args, texts: list[str], warmup: list[str], processes: int, cache: str) -> dict:
+    """Compiles/s of ``texts`` by ``processes`` plain processes of this machine, each with its own
+    compile-only evaluator (what N Ray nodes of one CPU do, without Ray), after ``warmup``."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"), initializer=_process_init,
+                             initargs=(cache, args.matrix, args.rows)) as pool:
+        list(pool.map(_process_compile, warmup))
+        t0 = time.perf_counter()
+        kinds: dict[str, int] = {}
+        for kind in pool.map(_process_compile, texts):
+            kinds[kind] = kinds.get(kind, 0) + 1
+        s = time.perf_counter() - t0
+    return {"n": len(texts), "seconds": s, "per_s": len(texts) / s, "per_candidate_ms": 1e3 * s / len(texts),
+            "verdicts": kinds}
 
 
 def cpu_part(args) -> dict:
@@ -135,11 +185,15 @@ def cpu_part(args) -> dict:
         return HarnessConfig(compile_only=True, memo=0, cache_dir=str(Path(args.cache) / tag), **kw)
 
     out = {"matrix": args.matrix or f"banded {args.rows}", "candidates": len(texts), "mode": "compile-only, cold"}
-    for threads in (1, 2):
+    counts = sorted({int(n) for n in args.nodes.split(",")} | {1})
+    for threads in counts:  # the machine's own scaling: the same compiles from N threads of one process
         with Evaluator(cfg(f"local{threads}", compile_jobs=threads)) as ev:
             out[f"in_process_{threads}threads"] = rate(ev, A, texts, 2 * threads, warm=False,
                                                        warmup=distinct(library, 2 * threads, f"warm{threads}"))
-    counts = sorted({int(n) for n in args.nodes.split(",")} | {1})
+        log.info("in process, %d compile threads: %.1f compiles/s", threads, out[f"in_process_{threads}threads"]["per_s"])
+        out[f"processes_{threads}"] = process_rate(args, texts, distinct(library, 2 * threads, f"pwarm{threads}"),
+                                                   threads, str(Path(args.cache) / f"proc{threads}"))
+        log.info("%d plain processes: %.1f compiles/s", threads, out[f"processes_{threads}"]["per_s"])
     c = LocalCluster.start(workers=1, cpus_per_worker=1, head_cpus=0)
     try:
         for nodes in counts:
@@ -158,6 +212,10 @@ def cpu_part(args) -> dict:
     for nodes in counts[1:]:
         out[f"scaling_{nodes}_nodes"] = out[f"farm_{nodes}nodes"]["per_s"] / out["farm_1nodes"]["per_s"]
         out[f"scaling_{nodes}_nodes_target"] = 0.9 * nodes
+        out[f"in_process_scaling_{nodes}_threads"] = (out[f"in_process_{nodes}threads"]["per_s"]
+                                                      / out["in_process_1threads"]["per_s"])
+        out[f"machine_scaling_{nodes}_processes"] = out[f"processes_{nodes}"]["per_s"] / out["processes_1"]["per_s"]
+        out[f"farm_over_machine_{nodes}"] = out[f"farm_{nodes}nodes"]["per_s"] / out[f"processes_{nodes}"]["per_s"]
     out["farm_vs_in_process_1"] = out["farm_1nodes"]["per_s"] / out["in_process_1threads"]["per_s"]
     return out
 
@@ -173,6 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--matrix", help="a .mtx/.mtx.gz/.npz file [default: a generated banded matrix]")
     ap.add_argument("--rows", type=int, default=200_000, help="rows of the generated matrix")
     ap.add_argument("--candidates", type=int, default=96, help="candidates per measurement")
+    ap.add_argument("--parallel", type=int, default=4, help="GPU part: candidates in flight per GPU")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="GPU part: timed passes of each evaluator, alternating (the median is reported)")
     ap.add_argument("--cpus", type=int, default=None, help="CPUs the local Ray instance may use (GPU part)")
     ap.add_argument("--cpu-scaling", action="store_true", help="the CPU part: compile-only on a multi-node cluster")
     ap.add_argument("--nodes", default="1,2", help="CPU part: worker node counts (one CPU each), e.g. 1,2,4,8")
@@ -188,8 +249,8 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(v, dict) and "per_s" in v:
             print(f"{key:22s} {v['per_s']:8.2f}/s  {v['per_candidate_ms']:8.1f} ms per candidate  {v['verdicts']}")
     for key, v in res.items():
-        if key.startswith(("overhead", "scaling", "farm_vs")):
-            print(f"{key:22s} {v:.3f}")
+        if key.startswith(("overhead", "scaling", "farm_vs", "in_process_scaling", "machine_scaling", "farm_over")):
+            print(f"{key:22s} {v:.3f}" if isinstance(v, float) else f"{key:22s} {[round(x, 3) for x in v]}")
     runs = [k for k, v in res.items() if isinstance(v, dict) and "mean_step_ms" in v]
     names = sorted({s for k in runs for s in res[k]["mean_step_ms"]})
     if names:  # where a candidate's time went, mean ms per candidate per step (steps overlap across candidates)

@@ -5,15 +5,31 @@ followed by a "done" reply, so the pool's limits and restarts can be tested with
 ``["exit_once", PATH, CODE]`` exits only when PATH does not exist yet (creating it first): a
 death that a second attempt on a fresh worker does not meet. With ``settings["no_start"]`` naming
 a file that exists, a (re)starting worker fails its start-up as a worker without a GPU does.
+
+Bound with :func:`functools.partial` (the farm's GPU actors take it as their worker): ``echo``
+puts what the job said of the best time known into the reply's message (``best_us=...``);
+``kill_parent_once=PATH`` kills the worker's parent process, the farm's GPU actor, at the first
+job when PATH does not exist yet (creating it first): an actor's death mid-job.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 
-def fake_worker_main(conn, device: int, settings: dict) -> None:
+def _first(path: str) -> bool:
+    """Whether this process created ``path`` (one winner among workers racing for it)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def fake_worker_main(conn, device: int, settings: dict, *, echo: bool = False,
+                     kill_parent_once: str | None = None) -> None:
     if settings.get("no_start") and os.path.exists(settings["no_start"]):
         conn.send(("fatal", {"error_kind": "internal_error", "message": "worker could not start: no GPU"}))
         return
@@ -25,6 +41,9 @@ def fake_worker_main(conn, device: int, settings: dict) -> None:
             return
         if kind == "stop":
             return
+        if kill_parent_once and _first(kill_parent_once):
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(60)  # the job never ends here: its actor is gone
         for step in job.get("steps", []):
             if step[0] == "phase":  # ["phase", name] or ["phase", name, launches, seconds]
                 conn.send(("phase", step[1] if len(step) == 2 else tuple(step[1:])))
@@ -41,4 +60,7 @@ def fake_worker_main(conn, device: int, settings: dict) -> None:
             elif step[0] == "fatal":
                 conn.send(("fatal", {"error_kind": "crashed", "message": "poisoned context"}))
                 os._exit(3)
-        conn.send(("done", {"error_kind": "none", "pid": os.getpid()}))
+        reply = {"error_kind": "none", "pid": os.getpid()}
+        if echo:
+            reply["message"] = f"best_us={job.get('best_us')}"
+        conn.send(("done", reply))

@@ -325,6 +325,9 @@ class RayEvaluator:
 
     _finish = Evaluator._finish  # the payload -> EvalResult step is the in-process evaluator's own
     _memo_key = Evaluator._memo_key
+    note_best = Evaluator.note_best  # and so is the early stop of hopeless candidates (``slow``)
+    best_known = Evaluator.best_known
+    _still_valid = Evaluator._still_valid
 
     def __init__(self, config: HarnessConfig | None = None, address: str = "auto", *, gpus: int | None = None,
                  worker_target=None):
@@ -355,6 +358,8 @@ class RayEvaluator:
         self._memo: OrderedDict[tuple, Future] = OrderedDict()
         self._memo_lock = threading.Lock()
         self.memo_hits = 0
+        self._best: dict[tuple, float] = {}
+        self._best_lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self.compiles: dict[str, int] = {}
         """Compile tasks finished, per host."""
@@ -434,29 +439,34 @@ class RayEvaluator:
         to no actor: start that node with one GPU fewer, ``ray start --num-gpus``)."""
         return contextlib.nullcontext()
 
-    def evaluate(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> EvalResult:
-        return self.submit(text, matrix, op, k).result()
+    def evaluate(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None,
+                 best_us: float | None = None) -> EvalResult:
+        return self.submit(text, matrix, op, k, best_us=best_us).result()
 
     def evaluate_many(self, items) -> list[EvalResult]:
         futures = [self.submit(t, m, o, k) for t, m, o, k in items]
         return [f.result() for f in futures]
 
-    def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> Future:
-        """As :meth:`Evaluator.submit <sparserl.harness.evaluator.Evaluator.submit>`, on the cluster."""
+    def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None,
+               best_us: float | None = None) -> Future:
+        """As :meth:`Evaluator.submit <sparserl.harness.evaluator.Evaluator.submit>`, on the cluster
+        (the best time known, ``best_us`` or :meth:`note_best`'s, is read again when the job leaves
+        for its GPU: a best found meanwhile stops it early too)."""
         op = Op(op)
         if op is Op.SPMM and (k is None or k < 1):
             raise SparseRLError("SpMM needs k >= 1")
         if op is Op.SPMV:
             k = None
         if not self.config.memo:
-            return self._submit(text, matrix, op, k)
+            return self._submit(text, matrix, op, k, best_us)
         key = self._memo_key(text, matrix, op, k)
+        known = [t for t in (best_us, self.best_known(matrix, op, k)) if t is not None and t > 0]
         with self._memo_lock:
-            if key in self._memo:
+            if key in self._memo and self._still_valid(self._memo[key], min(known) if known else None):
                 self._memo.move_to_end(key)
                 self.memo_hits += 1
                 return self._memo[key]
-            out = self._submit(text, matrix, op, k)
+            out = self._submit(text, matrix, op, k, best_us)
             self._memo[key] = out
             while len(self._memo) > self.config.memo:
                 self._memo.popitem(last=False)
@@ -469,14 +479,15 @@ class RayEvaluator:
         out.add_done_callback(forget)
         return out
 
-    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None) -> Future:
+    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None) -> Future:
         t0 = time.perf_counter()
         out: Future = Future()
         ref = self._compile.remote(self.config, text, matrix, [self._blobs[matrix.key]], op.value, k, self._gpu_mode)
-        ref.future().add_done_callback(lambda f: self._after_compile(f, out, matrix, op, k, t0))
+        ref.future().add_done_callback(lambda f: self._after_compile(f, out, matrix, op, k, t0, best_us))
         return out
 
-    def _after_compile(self, f: Future, out: Future, matrix: MatrixRef, op: Op, k: int | None, t0: float) -> None:
+    def _after_compile(self, f: Future, out: Future, matrix: MatrixRef, op: Op, k: int | None, t0: float,
+                       best_us: float | None = None) -> None:
         try:
             tag, *rest = f.result()
         except Exception as exc:  # the task failed past its retries, or the harness raised: not the kernel's
@@ -490,6 +501,7 @@ class RayEvaluator:
             out.set_result(rest[0])
             return
         job, extra, cubin, _ = rest
+        job["best_us"] = best_us
         ready = time.perf_counter()
         front = extra.get("front", {})
         extra = dict(extra, front=dict(front, farm_compile_hop=max(0.0, ready - t0 - sum(front.values()))))
@@ -509,6 +521,8 @@ class RayEvaluator:
             if slot is None:
                 break
             a, gen = slot
+            known = [v for v in (job.get("best_us"), self.best_known(matrix, op, k)) if v is not None and v > 0]
+            job["best_us"] = min(known) if known else None
             t = time.perf_counter()
             try:
                 payload = ray.get(a.handle.run.remote("eval", job, cubin, [self._blobs[matrix.key]]))

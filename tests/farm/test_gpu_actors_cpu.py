@@ -1,0 +1,95 @@
+"""The farm's GPU path on the CPU: GPU actors on logical GPUs of a real local Ray cluster, each
+holding the pool's CPU stand-in worker (:mod:`tests.harness.fake_worker`) instead of a GPU worker.
+
+Real compile tasks hand real jobs to the actors, as on a GPU cluster; only what the worker does
+with a job is the stand-in's. Mutations these tests kill: the best time known not sent with the
+job (the farm's searches then never stop a hopeless candidate early: ``best_us=None`` comes back),
+``note_best`` missing from the farm's evaluator (the search's early stop silently off), a job
+whose actor died coming back as ``internal_error`` instead of being run again, and the rerun not
+counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+from sparserl.harness.compile import find_nvcc
+from sparserl.harness.evaluator import HarnessConfig
+from sparserl.harness.result import ErrorKind
+from sparserl.kernels.library import variants
+from sparserl.matrices import generate
+from tests.harness.fake_worker import fake_worker_main
+
+pytestmark = [pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found"), pytest.mark.slow(seconds=18)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster(tmp_path_factory):
+    """A head (no CPUs) and one worker node of two CPUs; each node declares two logical GPUs."""
+    pytest.importorskip("ray", reason="the farm needs Ray: pip install -e '.[farm]'")
+    from sparserl.farm.local_cluster import LocalCluster
+
+    saved = os.environ.get("PYTHONPATH")  # the actors import the stand-in worker from tests/
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved]))
+    try:
+        c = LocalCluster.start(workers=1, cpus_per_worker=2, head_cpus=0, gpus=2,
+                               cache=tmp_path_factory.mktemp("ray_gpu_cache"))
+    finally:
+        os.environ.pop("PYTHONPATH")
+        if saved is not None:
+            os.environ["PYTHONPATH"] = saved
+    try:
+        yield c
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        c.stop()
+
+
+def _texts() -> list[str]:
+    return [v.render() for v in variants("spmv", "CSR", None)[:3]]
+
+
+def test_gpu_actors_run_the_jobs_with_the_best_time_known(gpu_cluster, tmp_path: Path) -> None:
+    from sparserl.farm.ray_evaluator import RayEvaluator
+
+    target = functools.partial(fake_worker_main, echo=True)
+    with RayEvaluator(HarnessConfig(cache_dir=str(tmp_path / "driver"), memo=0), gpu_cluster.address,
+                      worker_target=target) as ev:
+        assert ev.has_gpu and len(ev.actors) == 4  # two logical GPUs on each of the two nodes
+        ref = ev.register(generate("banded", 2000, seed=0, bands=5), "banded")
+        first = ev.evaluate_many([(t, ref, "spmv", None) for t in _texts()])
+        ev.note_best(ref, "spmv", None, 12.5)
+        ev.note_best(ref, "spmv", None, 30.0)  # a slower note keeps the best
+        noted = ev.evaluate_many([(t, ref, "spmv", None) for t in _texts()])
+        given = ev.evaluate(_texts()[0], ref, "spmv", best_us=7.0)
+        stats = ev.worker_stats()
+    assert [r.error_kind for r in first + noted + [given]] == [ErrorKind.NONE] * 7
+    assert [r.message for r in first] == ["best_us=None"] * 3
+    assert [r.message for r in noted] == ["best_us=12.5"] * 3
+    assert given.message == "best_us=7.0"  # the lower of the caller's and the noted
+    assert sum(s["jobs"] for s in stats) == 7 and ev.reruns == 0
+
+
+def test_a_gpu_actor_killed_mid_job_reruns_it_elsewhere(gpu_cluster, tmp_path: Path) -> None:
+    from sparserl.farm.ray_evaluator import RayEvaluator
+
+    flag = tmp_path / "killed"
+    target = functools.partial(fake_worker_main, kill_parent_once=str(flag))
+    with RayEvaluator(HarnessConfig(cache_dir=str(tmp_path / "driver"), memo=0), gpu_cluster.address,
+                      worker_target=target) as ev:
+        ref = ev.register(generate("banded", 2000, seed=0, bands=5), "banded")
+        results = ev.evaluate_many([(t, ref, "spmv", None) for t in _texts() * 2])
+        reruns, stats = ev.reruns, ev.worker_stats()
+    assert flag.exists()  # an actor died under a job
+    assert [r.error_kind for r in results] == [ErrorKind.NONE] * 6  # nothing lost to it
+    assert reruns >= 1 and sum(s["lost"] for s in stats) == 1
+    assert sum(s["jobs"] for s in stats) == 6
