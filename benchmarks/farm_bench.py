@@ -14,8 +14,8 @@ fresh compile cache per measurement; the library's kernels cycled, each copy mad
 comment), on a local multi-node Ray cluster (a head without CPUs and 1, then 2 worker nodes of one
 CPU each; ``--nodes 1,2,4,8``: more counts): compiles/s per node count, each after an untimed
 warm-up of other distinct texts that starts every node's worker process, beside the in-process
-evaluator's compile-only rate with as many compile threads as nodes, and beside as many plain
-processes (each a compile-only evaluator, fed by a process pool): the machine's own scaling, what
+evaluator's compile-only rate with 1 and 2 compile threads, and beside as many plain
+processes as nodes (each a compile-only evaluator, fed by a process pool): the machine's own scaling, what
 the same compiles reach without Ray.
 
     python benchmarks/farm_bench.py --out $OUT/farm_bench.json                 # GPU part
@@ -186,11 +186,12 @@ def cpu_part(args) -> dict:
 
     out = {"matrix": args.matrix or f"banded {args.rows}", "candidates": len(texts), "mode": "compile-only, cold"}
     counts = sorted({int(n) for n in args.nodes.split(",")} | {1})
-    for threads in counts:  # the machine's own scaling: the same compiles from N threads of one process
+    for threads in (1, 2):
         with Evaluator(cfg(f"local{threads}", compile_jobs=threads)) as ev:
             out[f"in_process_{threads}threads"] = rate(ev, A, texts, 2 * threads, warm=False,
                                                        warmup=distinct(library, 2 * threads, f"warm{threads}"))
         log.info("in process, %d compile threads: %.1f compiles/s", threads, out[f"in_process_{threads}threads"]["per_s"])
+    for threads in counts:  # the machine's own scaling: the same compiles in N plain processes
         out[f"processes_{threads}"] = process_rate(args, texts, distinct(library, 2 * threads, f"pwarm{threads}"),
                                                    threads, str(Path(args.cache) / f"proc{threads}"))
         log.info("%d plain processes: %.1f compiles/s", threads, out[f"processes_{threads}"]["per_s"])
@@ -212,8 +213,6 @@ def cpu_part(args) -> dict:
     for nodes in counts[1:]:
         out[f"scaling_{nodes}_nodes"] = out[f"farm_{nodes}nodes"]["per_s"] / out["farm_1nodes"]["per_s"]
         out[f"scaling_{nodes}_nodes_target"] = 0.9 * nodes
-        out[f"in_process_scaling_{nodes}_threads"] = (out[f"in_process_{nodes}threads"]["per_s"]
-                                                      / out["in_process_1threads"]["per_s"])
         out[f"machine_scaling_{nodes}_processes"] = out[f"processes_{nodes}"]["per_s"] / out["processes_1"]["per_s"]
         out[f"farm_over_machine_{nodes}"] = out[f"farm_{nodes}nodes"]["per_s"] / out[f"processes_{nodes}"]["per_s"]
     out["farm_vs_in_process_1"] = out["farm_1nodes"]["per_s"] / out["in_process_1threads"]["per_s"]
@@ -249,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(v, dict) and "per_s" in v:
             print(f"{key:22s} {v['per_s']:8.2f}/s  {v['per_candidate_ms']:8.1f} ms per candidate  {v['verdicts']}")
     for key, v in res.items():
-        if key.startswith(("overhead", "scaling", "farm_vs", "in_process_scaling", "machine_scaling", "farm_over")):
+        if key.startswith(("overhead", "scaling", "farm_vs", "machine_scaling", "farm_over")):
             print(f"{key:22s} {v:.3f}" if isinstance(v, float) else f"{key:22s} {[round(x, 3) for x in v]}")
     runs = [k for k, v in res.items() if isinstance(v, dict) and "mean_step_ms" in v]
     names = sorted({s for k in runs for s in res[k]["mean_step_ms"]})
