@@ -47,7 +47,7 @@ def fake_worker_main(conn, device: int, settings: dict, *, echo: bool = False,
         for step in job.get("steps", []):
             if step[0] == "phase":  # ["phase", name] or ["phase", name, launches, seconds]
                 conn.send(("phase", step[1] if len(step) == 2 else tuple(step[1:])))
-            elif step[0] == "lease":  # as the real worker does before timing
+            elif step[0] == "lease" and not job.get("gpu_granted"):  # as the real worker does before timing
                 conn.send(("want_gpu", None))
                 conn.recv()
             elif step[0] == "sleep":

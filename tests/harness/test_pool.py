@@ -64,6 +64,55 @@ def test_submit_is_asynchronous_and_loses_nothing(pool) -> None:
     assert kinds.count("timeout") == 3 and kinds.count("none") == 12
 
 
+def _locked_at(p: WorkerPool, job: dict, at: list[float]) -> tuple[list[bool], dict]:
+    """Whether GPU 0's lease is held at each of the times ``at`` (seconds after ``job`` is sent)."""
+    t0 = time.monotonic()
+    fut = p.submit("eval", job)
+    seen = []
+    for t in at:
+        time.sleep(max(0.0, t0 + t - time.monotonic()))
+        seen.append(p.gpu_locks[0].locked())
+    return seen, fut.result(timeout=30)
+
+
+def test_a_gpu_nobody_else_uses_is_leased_for_each_whole_job() -> None:
+    """No trainer has asked for the lease: the pool takes it before sending a job and keeps it to
+    the job's end, whatever the worker announces meanwhile (the worker then times with no round
+    trip). Kills: the lease not taken for the job (free at 0.15 s), given back at the worker's
+    next phase message as an asked-for lease is (free at 0.45 s and 0.75 s), or kept after it."""
+    p = WorkerPool([0], {}, LIMITS, target=fake_worker_main)
+    try:
+        job = {"steps": [["phase", "verify"], ["sleep", 0.3], ["phase", "time"], ["lease"], ["sleep", 0.3],
+                         ["phase", "check"], ["sleep", 0.3]]}
+        seen, out = _locked_at(p, job, [0.15, 0.45, 0.75])
+        assert out["error_kind"] == "none" and seen == [True, True, True]
+        assert not p.gpu_locks[0].locked()
+        out = p.run("eval", {"steps": [["phase", "verify"], ["sleep", 30]]})  # killed holding it: given back
+        assert out["error_kind"] == "timeout" and not p.gpu_locks[0].locked()
+    finally:
+        p.close()
+
+
+def test_a_lease_wanted_during_a_granted_job_waits_for_its_end_and_later_jobs_ask() -> None:
+    """The trainer's first lease, taken while a job runs with the whole-job lease, waits for that
+    job's end (never overlaps its timing); from then on jobs hold the lease only to time. Kills:
+    ``gpu_lease`` not marking the GPU shared (the later job holds the lease while it verifies)."""
+    p = WorkerPool([0], {}, LIMITS, target=fake_worker_main)
+    try:
+        fut = p.submit("eval", {"steps": [["phase", "time"], ["lease"], ["sleep", 0.6]]})
+        time.sleep(0.1)
+        t = time.monotonic()
+        with p.gpu_lease(0):
+            waited = time.monotonic() - t
+            assert fut.done(), "the trainer took the GPU while a job was timing"
+        assert waited > 0.3 and fut.result()["error_kind"] == "none"
+        seen, out = _locked_at(p, {"steps": [["phase", "verify"], ["sleep", 0.4], ["phase", "time"], ["lease"],
+                                             ["sleep", 0.4], ["phase", "check"]]}, [0.2, 0.6])
+        assert out["error_kind"] == "none" and seen == [False, True]
+    finally:
+        p.close()
+
+
 def test_timing_waits_for_the_gpu_lease(pool) -> None:
     """While the trainer holds the GPU's lease a job that wants to time waits, without being
     charged for the wait; the lease comes back once the job moves on."""

@@ -26,7 +26,7 @@ def test_channel_accounts_phases_and_reports_them_once_serving(monkeypatch) -> N
     after it every phase is announced, and the GPU lease waits for the parent's ("gpu", None).
 
     Mutations killed: phases sent before serving, a phase's time not accumulated, the lease not
-    waiting or accepting another reply."""
+    waiting or accepting another reply, a lease asked for in a job granted the GPU whole."""
     clock = iter([0.0, 1.0, 3.0, 6.0, 10.0])
     monkeypatch.setattr(W, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     parent, child = mp.Pipe()
@@ -44,6 +44,10 @@ def test_channel_accounts_phases_and_reports_them_once_serving(monkeypatch) -> N
     parent.send(("gpu", None))
     ch.lease_gpu()
     assert parent.recv() == ("want_gpu", None)
+    ch.granted = True  # a job the parent leased the GPU for, whole: nothing to ask
+    ch.lease_gpu()
+    assert not parent.poll()
+    ch.granted = False
     parent.send(("stop", None))
     with pytest.raises(RuntimeError, match="expected the GPU lease, got 'stop'"):
         ch.lease_gpu()
@@ -132,14 +136,20 @@ def cupy_double(usable: bool) -> SimpleNamespace:
 
 
 class JobHandlerDouble:
-    """Stands in for a Worker's job methods: returns, or raises, what the job asks for."""
+    """Stands in for a Worker's job methods: returns, or raises, what the job asks for (and says
+    whether its channel was told the GPU was granted for the whole job)."""
+
+    def __init__(self):
+        self.channel = W.Channel(None)
 
     def evaluate(self, job: dict) -> dict:
+        if "speedup" in job:
+            return {"error_kind": "none", "speedup": job["speedup"], "granted": self.channel.granted}
         if job.get("raise") == "cuda":
             raise CudaErrorDouble("an illegal memory access was encountered")
         if job.get("raise") == "python":
             raise KeyError("no such matrix")
-        return {"error_kind": "none", "speedup": job["speedup"]}
+        raise AssertionError(f"unexpected job {job}")
 
     def baseline_job(self, job: dict) -> dict:
         return {"baselines": job["name"]}
@@ -150,15 +160,18 @@ def test_the_loop_answers_every_job_and_survives_errors() -> None:
     internal_error with its traceback (the loop goes on); a CUDA error in a usable context is a
     launch_error; "stop" ends the loop.
 
-    Mutations killed: a Python error ending the loop, a usable-context CUDA error reported as a crash."""
+    Mutations killed: a Python error ending the loop, a usable-context CUDA error reported as a crash,
+    a job's whole-GPU grant not passed to the channel or kept for the next job."""
     parent, child = mp.Pipe()
-    for job in (("eval", {"speedup": 2.0}), ("baseline", {"name": "m"}), ("eval", {"raise": "python"}),
-                ("eval", {"raise": "cuda"}), ("stop", None)):
+    for job in (("eval", {"speedup": 2.0, "gpu_granted": True}), ("baseline", {"name": "m"}),
+                ("eval", {"raise": "python"}), ("eval", {"raise": "cuda"}), ("eval", {"speedup": 3.0}),
+                ("stop", None)):
         parent.send(job)
     W._serve(child, JobHandlerDouble(), cupy_double(usable=True))
-    got = [parent.recv() for _ in range(4)]
+    got = [parent.recv() for _ in range(5)]
     assert not parent.poll()
     assert got[0][0] == "done" and got[0][1]["speedup"] == 2.0 and got[0][1]["worker_seconds"] >= 0
+    assert got[0][1]["granted"] and not got[4][1]["granted"]  # each job says for itself
     assert got[1] == ("done", {"baselines": "m", "worker_seconds": got[1][1]["worker_seconds"]})
     assert got[2][0] == "done" and got[2][1]["error_kind"] == "internal_error"
     assert got[2][1]["message"] == "KeyError: 'no such matrix'" and "Traceback" in got[2][1]["log_tail"]

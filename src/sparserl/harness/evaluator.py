@@ -153,6 +153,8 @@ class Evaluator:
     def __init__(self, config: HarnessConfig | None = None):
         self.config = config or HarnessConfig()
         self._pool: WorkerPool | None = None
+        self._leased = False
+        """Whether a GPU lease was ever taken (a trainer shares the GPUs: jobs ask to time)."""
         self._pool_lock = threading.Lock()
         self._devices = list(self.config.devices) if self.config.devices is not None else None
         self._compile_pool = ThreadPoolExecutor(max_workers=self.config.compile_jobs or None,
@@ -190,6 +192,9 @@ class Evaluator:
             cfg = self.config
             settings = settings_dict(cfg) | {"cache_dir": str(cfg.root)}
             self._pool = WorkerPool(self._devices, settings, cfg.limits)
+            if self._leased:  # a trainer took a lease before the workers existed: its jobs ask too
+                for event in self._pool.shared.values():
+                    event.set()
         return self._pool
 
     @contextlib.contextmanager
@@ -199,6 +204,8 @@ class Evaluator:
         The pool is looked up on entry, so a lease taken before the workers exist still counts
         once they do."""
         index = getattr(device, "index", device)
+        if getattr(device, "type", "cuda") == "cuda":
+            self._leased = True
         pool = self._pool if getattr(device, "type", "cuda") == "cuda" else None
         with pool.gpu_lease(index or 0) if pool is not None else contextlib.nullcontext():
             yield

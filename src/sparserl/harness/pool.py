@@ -20,6 +20,14 @@ Timing owns its GPU. Before it times anything a worker asks for that GPU's lease
 (or when it dies). Whoever else computes on that GPU in this process, the trainer, takes
 the same lease with :meth:`WorkerPool.gpu_lease`, so no kernel is ever timed while the
 policy is generating or training beside it. Compiling and verifying need no lease.
+
+Until anyone has asked for a GPU's lease that way (search, evaluation, the farm: nothing else
+computes on it), the pool takes the lease itself before it sends a job and holds it to the job's
+end (``"gpu_granted"`` in the job): the worker then times without a round trip through this
+process, whose threads may be busy compiling (in a process that compiles on several threads the
+round trip waited 1-1.5 ms for the interpreter on a 12 ms candidate). Once
+:meth:`WorkerPool.gpu_lease` has been called for a GPU, its jobs ask as above, and a lease
+wanted while a granted job runs waits for that job's end.
 """
 
 from __future__ import annotations
@@ -78,10 +86,12 @@ class PhaseLimits:
 
 class _Worker:
     def __init__(self, ctx, device: int, settings: dict, limits: PhaseLimits, target=worker_main,
-                 gpu_lock: threading.Lock | None = None):
+                 gpu_lock: threading.Lock | None = None, shared: threading.Event | None = None):
         self.ctx, self.device, self.settings, self.limits = ctx, device, settings, limits
         self.target = target
         self.gpu_lock = gpu_lock or threading.Lock()
+        self.shared = shared or threading.Event()
+        """Set once someone else asked for this GPU's lease: from then on jobs ask for it to time."""
         self.proc = None
         self.conn = None
         self.info: dict = {}
@@ -142,10 +152,16 @@ class _Worker:
         return None
 
     def call(self, kind: str, job: dict) -> dict:
+        granted = not self.shared.is_set()  # nobody else computes on this GPU: lease the whole job
+        if granted:
+            job = dict(job, gpu_granted=True)
         for attempt in range(MACHINE_RETRIES + 1):
             holding = [False]
             try:
-                out, machine_fault = self._call(kind, job, holding)
+                if granted:
+                    self.gpu_lock.acquire()
+                    holding[0] = True
+                out, machine_fault = self._call(kind, job, holding, granted)
             finally:
                 if holding[0]:
                     self.gpu_lock.release()
@@ -154,8 +170,9 @@ class _Worker:
             log.warning("worker %d: %s; running the job again on a fresh worker", self.device, out["message"])
         raise AssertionError("unreachable")
 
-    def _call(self, kind: str, job: dict, holding: list[bool]) -> tuple[dict, bool]:
-        """(the job's payload, whether it failed for a reason of the machine and may be run again)."""
+    def _call(self, kind: str, job: dict, holding: list[bool], granted: bool = False) -> tuple[dict, bool]:
+        """(the job's payload, whether it failed for a reason of the machine and may be run again).
+        ``granted``: the caller holds the GPU's lease for the whole job (kept to its end)."""
         try:
             self.conn.send((kind, job))
         except (BrokenPipeError, OSError):
@@ -191,7 +208,7 @@ class _Worker:
                     deadline += time.monotonic() - t_wait  # the wait was not the worker's time
                 self.conn.send(("gpu", None))
                 continue
-            if holding[0]:
+            if holding[0] and not granted:
                 self.gpu_lock.release()
                 holding[0] = False
             if tag == "phase":
@@ -231,7 +248,9 @@ class WorkerPool:
         ctx = mp.get_context("spawn")
         self.limits = limits or PhaseLimits()
         self.gpu_locks = {d: threading.Lock() for d in devices}
-        self.workers = [_Worker(ctx, d, settings, self.limits, target, self.gpu_locks[d]) for d in devices]
+        self.shared = {d: threading.Event() for d in devices}
+        self.workers = [_Worker(ctx, d, settings, self.limits, target, self.gpu_locks[d], self.shared[d])
+                        for d in devices]
         self._idle: queue.Queue[_Worker] = queue.Queue()
         for w in self.workers:
             self._idle.put(w)
@@ -268,7 +287,10 @@ class WorkerPool:
 
     def gpu_lease(self, device: int):
         """Hold GPU ``device`` against timing (a context manager; a no-op for a GPU the pool
-        does not use). Never wait on a harness result while holding it."""
+        does not use). Never wait on a harness result while holding it. From the first call on,
+        the GPU's jobs ask for the lease only to time (the module docstring)."""
+        if device in self.shared:
+            self.shared[device].set()
         return self.gpu_locks.get(device) or contextlib.nullcontext()
 
     def submit(self, kind: str, job: dict) -> Future:

@@ -20,7 +20,9 @@ Protocol (tuples over a ``multiprocessing`` pipe):
 * worker -> parent: ``("ready", info)`` once at start; ``("phase", name)`` before each
   phase of a job, or ``("phase", (name, launches, seconds))`` when the batched path scales the
   phase's limit with cuSPARSE's time (the parent never allows more than its ``PhaseLimits``, per
-  launch for ``verify``); ``("want_gpu", None)`` before timing (answered ``("gpu", None)``);
+  launch for ``verify``); ``("want_gpu", None)`` before timing (answered ``("gpu", None)``),
+  except in a job that says ``"gpu_granted": True`` (the parent took the GPU's lease for the
+  whole job before sending it: nothing else computes on that GPU, so no round trip is needed);
   ``("done", payload)`` at the end of a job; ``("fatal", payload)`` when the CUDA context is
   unusable (the worker exits right after and the parent starts a new one).
 
@@ -52,6 +54,7 @@ class Channel:
     def __init__(self, conn):
         self.conn = conn
         self.serving = False  # phases are reported to the parent only once "ready" was sent
+        self.granted = False  # the parent holds this GPU's lease for the whole current job
         self.seconds: dict[str, float] = {}
         self._phase: str | None = None
         self._t0 = 0.0
@@ -71,8 +74,9 @@ class Channel:
             self.conn.send(("phase", name if limit_s is None and launches == 1 else (name, launches, limit_s)))
 
     def lease_gpu(self) -> None:
-        """Wait until the parent grants this GPU for timing (see pool.py); held until the next message."""
-        if self.serving:
+        """Wait until the parent grants this GPU for timing (see pool.py); held until the next message.
+        Nothing to ask in a job the parent granted the GPU for, whole, before sending it."""
+        if self.serving and not self.granted:
             self.conn.send(("want_gpu", None))
             tag, _ = self.conn.recv()
             if tag != "gpu":
@@ -442,6 +446,7 @@ def _serve(conn, worker: Worker, cp) -> None:
         if kind == "stop":
             return
         t0 = time.perf_counter()
+        worker.channel.granted = bool(job.get("gpu_granted"))
         try:
             payload = worker.evaluate(job) if kind == "eval" else worker.baseline_job(job)
         except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
