@@ -177,6 +177,8 @@ def test_each_new_best_is_noted_and_slow_kernels_are_ranked(block) -> None:
     res = run_search(A, "block", "spmv", None, SearchConfig(budget=6, parallel=1), slow, card=card, progress=False)
     assert all(e.result.error_kind.value == "slow" for e in res.entries)
     assert res.best is not None and res.best.time_us("cold") == 400.0
+    lines = [e.to_dict("cold") for e in res.entries]  # the trace says which stopped early
+    assert all(x["verdict"] == "correct" and x["stopped_early"] and x["time_us"] == 400.0 for x in lines)
 
 
 class FakeProposer:
@@ -240,6 +242,7 @@ def test_trace_lines_are_written_as_results_arrive(block, tmp_path: Path) -> Non
     lines = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
     assert [x["id"] for x in lines] == [e.proposal.id for e in res.entries]
     assert all(x["verdict"] == "correct" and x["time_us"] == 25.0 and x["speedup"] == 4.0 for x in lines)
+    assert not any(x["stopped_early"] for x in lines)
     assert {"provenance", "parent", "text", "cusparse_us", "order"} <= set(lines[0])
 
 
