@@ -79,6 +79,35 @@ def test_gpu_actors_run_the_jobs_with_the_best_time_known(gpu_cluster, tmp_path:
     assert sum(s["jobs"] for s in stats) == 7 and ev.reruns == 0
 
 
+def test_a_job_waiting_for_its_gpu_takes_the_best_time_noted_meanwhile(gpu_cluster, tmp_path: Path) -> None:
+    """One GPU actor (two slots), jobs of 2 s each: a third job, compiled once the two slots are
+    taken, waits in the driver for a slot while a better time is noted, and leaves with it. Kills:
+    the best time read only when the candidate was submitted (the third would say ``best_us=None``)."""
+    import time
+
+    from sparserl.farm.ray_evaluator import RayEvaluator
+
+    target = functools.partial(fake_worker_main, echo=True, job_seconds=2.0)
+    with RayEvaluator(HarnessConfig(cache_dir=str(tmp_path / "driver"), memo=0), gpu_cluster.address, gpus=1,
+                      worker_target=target) as ev:
+        ref = ev.register(generate("banded", 2000, seed=0, bands=5), "banded")
+        first, second = _texts()[:2]
+
+        def compiled(n: int) -> None:
+            deadline = time.monotonic() + 120
+            while sum(ev.compiles.values()) < n and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+        futures = [ev.submit(first, ref, "spmv"), ev.submit(second, ref, "spmv")]
+        compiled(2)  # both slots taken for 2 s each
+        futures.append(ev.submit(first, ref, "spmv"))  # compiled already: ready for a GPU at once
+        compiled(3)
+        ev.note_best(ref, "spmv", None, 3.0)
+        results = [f.result() for f in futures]
+        assert len(ev.actors) == 1 and ev.worker_stats()[0]["jobs"] == 3
+    assert results[2].message == "best_us=3.0"
+
+
 def test_a_gpu_actor_killed_mid_job_reruns_it_elsewhere(gpu_cluster, tmp_path: Path) -> None:
     from sparserl.farm.ray_evaluator import RayEvaluator
 

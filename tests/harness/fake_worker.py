@@ -9,7 +9,8 @@ a file that exists, a (re)starting worker fails its start-up as a worker without
 Bound with :func:`functools.partial` (the farm's GPU actors take it as their worker): ``echo``
 puts what the job said of the best time known into the reply's message (``best_us=...``);
 ``kill_parent_once=PATH`` kills the worker's parent process, the farm's GPU actor, at the first
-job when PATH does not exist yet (creating it first): an actor's death mid-job.
+job when PATH does not exist yet (creating it first): an actor's death mid-job; ``job_seconds``:
+how long every job takes.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _first(path: str) -> bool:
 
 
 def fake_worker_main(conn, device: int, settings: dict, *, echo: bool = False,
-                     kill_parent_once: str | None = None) -> None:
+                     kill_parent_once: str | None = None, job_seconds: float = 0.0) -> None:
     if settings.get("no_start") and os.path.exists(settings["no_start"]):
         conn.send(("fatal", {"error_kind": "internal_error", "message": "worker could not start: no GPU"}))
         return
@@ -60,6 +61,7 @@ def fake_worker_main(conn, device: int, settings: dict, *, echo: bool = False,
             elif step[0] == "fatal":
                 conn.send(("fatal", {"error_kind": "crashed", "message": "poisoned context"}))
                 os._exit(3)
+        time.sleep(job_seconds)
         reply = {"error_kind": "none", "pid": os.getpid()}
         if echo:
             reply["message"] = f"best_us={job.get('best_us')}"

@@ -113,6 +113,29 @@ def test_a_lease_wanted_during_a_granted_job_waits_for_its_end_and_later_jobs_as
         p.close()
 
 
+def test_a_job_run_again_after_a_machine_fault_holds_the_whole_job_lease_again(tmp_path) -> None:
+    """A granted job whose worker dies in a harness phase runs again on a fresh worker, granted
+    again, even when a trainer appeared between the two attempts (the job still says it is granted,
+    so the pool must hold the lease for it). Kills: the lease taken for the first attempt only, or
+    the grant decided again per attempt while the job sent keeps saying granted."""
+    p = WorkerPool([0], {}, LIMITS, target=fake_worker_main)
+    try:
+        job = {"steps": [["phase", "prepare"], ["sleep", 0.6], ["exit_once", str(tmp_path / "once"), 9],
+                         ["phase", "time"], ["lease"], ["sleep", 2.0]]}  # dies after the trainer's arrival
+        fut = p.submit("eval", job)
+        time.sleep(0.3)
+        p.gpu_lease(0)  # the trainer's first lease is asked for now (taken only once the job ends)
+        deadline = time.monotonic() + 20
+        while p.restarts < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.8)
+        assert p.gpu_locks[0].locked(), "the job's second attempt timed without the GPU's lease"
+        assert fut.result(timeout=30)["error_kind"] == "none" and p.restarts == 1
+        assert not p.gpu_locks[0].locked()
+    finally:
+        p.close()
+
+
 def test_timing_waits_for_the_gpu_lease(pool) -> None:
     """While the trainer holds the GPU's lease a job that wants to time waits, without being
     charged for the wait; the lease comes back once the job moves on."""

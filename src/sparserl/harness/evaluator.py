@@ -153,8 +153,6 @@ class Evaluator:
     def __init__(self, config: HarnessConfig | None = None):
         self.config = config or HarnessConfig()
         self._pool: WorkerPool | None = None
-        self._leased = False
-        """Whether a GPU lease was ever taken (a trainer shares the GPUs: jobs ask to time)."""
         self._pool_lock = threading.Lock()
         self._devices = list(self.config.devices) if self.config.devices is not None else None
         self._compile_pool = ThreadPoolExecutor(max_workers=self.config.compile_jobs or None,
@@ -192,21 +190,16 @@ class Evaluator:
             cfg = self.config
             settings = settings_dict(cfg) | {"cache_dir": str(cfg.root)}
             self._pool = WorkerPool(self._devices, settings, cfg.limits)
-            if self._leased:  # a trainer took a lease before the workers existed: its jobs ask too
-                for event in self._pool.shared.values():
-                    event.set()
         return self._pool
 
     @contextlib.contextmanager
     def gpu_lease(self, device):
         """Hold a GPU against the harness's timing while computing on it (a context manager).
-        ``device`` is a CUDA index or a ``torch.device``; a no-op without workers or for a CPU.
-        The pool is looked up on entry, so a lease taken before the workers exist still counts
-        once they do."""
+        ``device`` is a CUDA index or a ``torch.device``; a no-op without GPUs or for a CPU. The
+        workers are started first if they do not exist yet, so even the first lease holds the
+        lock their timing waits for (and from it on, that GPU's jobs ask for the lease to time)."""
         index = getattr(device, "index", device)
-        if getattr(device, "type", "cuda") == "cuda":
-            self._leased = True
-        pool = self._pool if getattr(device, "type", "cuda") == "cuda" else None
+        pool = self.pool if getattr(device, "type", "cuda") == "cuda" and self.has_gpu else None
         with pool.gpu_lease(index or 0) if pool is not None else contextlib.nullcontext():
             yield
 

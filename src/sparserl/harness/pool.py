@@ -21,13 +21,13 @@ Timing owns its GPU. Before it times anything a worker asks for that GPU's lease
 the same lease with :meth:`WorkerPool.gpu_lease`, so no kernel is ever timed while the
 policy is generating or training beside it. Compiling and verifying need no lease.
 
-Until anyone has asked for a GPU's lease that way (search, evaluation, the farm: nothing else
-computes on it), the pool takes the lease itself before it sends a job and holds it to the job's
-end (``"gpu_granted"`` in the job): the worker then times without a round trip through this
-process, whose threads may be busy compiling (in a process that compiles on several threads the
-round trip waited 1-1.5 ms for the interpreter on a 12 ms candidate). Once
-:meth:`WorkerPool.gpu_lease` has been called for a GPU, its jobs ask as above, and a lease
-wanted while a granted job runs waits for that job's end.
+Until anyone has asked for a GPU's lease that way (an evaluation, the farm, a search without a
+policy model on that GPU: nothing else computes on it), the pool takes the lease itself before it
+sends a job and holds it to the job's end (``"gpu_granted"`` in the job): the worker then times
+without a round trip through this process, whose threads may be busy compiling (in a process that
+compiles on several threads the round trip waited 1-1.5 ms for the interpreter on a 12 ms
+candidate). Once :meth:`WorkerPool.gpu_lease` has been called for a GPU, its jobs ask as above,
+and a lease wanted while a granted job runs waits for that job's end.
 """
 
 from __future__ import annotations
@@ -151,6 +151,13 @@ class _Worker:
             return str(exc)
         return None
 
+    def _acquire_lease(self) -> None:
+        """Take the GPU's lease, saying every minute that it waits (the trainer holds it)."""
+        t_wait = time.monotonic()
+        while not self.gpu_lock.acquire(timeout=60.0):
+            log.warning("worker %d has waited %.0f s for its GPU's lease (held by the trainer)", self.device,
+                        time.monotonic() - t_wait)
+
     def call(self, kind: str, job: dict) -> dict:
         granted = not self.shared.is_set()  # nobody else computes on this GPU: lease the whole job
         if granted:
@@ -159,7 +166,7 @@ class _Worker:
             holding = [False]
             try:
                 if granted:
-                    self.gpu_lock.acquire()
+                    self._acquire_lease()
                     holding[0] = True
                 out, machine_fault = self._call(kind, job, holding, granted)
             finally:
@@ -201,9 +208,7 @@ class _Worker:
             if tag == "want_gpu":  # the worker is about to time: wait for the GPU's lease
                 if not holding[0]:
                     t_wait = time.monotonic()
-                    while not self.gpu_lock.acquire(timeout=60.0):
-                        log.warning("worker %d has waited %.0f s for its GPU's lease (held by the trainer)",
-                                    self.device, time.monotonic() - t_wait)
+                    self._acquire_lease()
                     holding[0] = True
                     deadline += time.monotonic() - t_wait  # the wait was not the worker's time
                 self.conn.send(("gpu", None))
