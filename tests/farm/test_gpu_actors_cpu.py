@@ -4,9 +4,10 @@ holding the pool's CPU stand-in worker (:mod:`tests.harness.fake_worker`) instea
 Real compile tasks hand real jobs to the actors, as on a GPU cluster; only what the worker does
 with a job is the stand-in's. Mutations these tests kill: the best time known not sent with the
 job (the farm's searches then never stop a hopeless candidate early: ``best_us=None`` comes back),
-``note_best`` missing from the farm's evaluator (the search's early stop silently off), a job
-whose actor died coming back as ``internal_error`` instead of being run again, and the rerun not
-counted.
+``note_best`` missing from the farm's evaluator (the search's early stop silently off), the best
+time read only at submit (a job that waited for a slot misses a best found meanwhile), a memo that
+answers with a ``slow`` verdict the best time known now would not give, a job whose actor died
+coming back as ``internal_error`` instead of being run again, and the rerun not counted.
 """
 
 from __future__ import annotations
@@ -106,6 +107,24 @@ def test_a_job_waiting_for_its_gpu_takes_the_best_time_noted_meanwhile(gpu_clust
         results = [f.result() for f in futures]
         assert len(ev.actors) == 1 and ev.worker_stats()[0]["jobs"] == 3
     assert results[2].message == "best_us=3.0"
+
+
+def test_a_remembered_slow_verdict_answers_only_while_it_is_still_slow(gpu_cluster, tmp_path: Path) -> None:
+    """The farm's memo (on): a kernel stopped early as ``slow`` (400 us; cuSPARSE 200 us) is
+    remembered for a submission whose best time still stops it (50 us: over 3x), and evaluated
+    again for one that no longer would (no best: 3x cuSPARSE is 600 us). Kills a memo that answers
+    every repeat with the remembered ``slow``."""
+    from sparserl.farm.ray_evaluator import RayEvaluator
+
+    target = functools.partial(fake_worker_main, slow_us=(400.0, 200.0))
+    with RayEvaluator(HarnessConfig(cache_dir=str(tmp_path / "driver"), memo=16), gpu_cluster.address, gpus=1,
+                      worker_target=target) as ev:
+        ref = ev.register(generate("banded", 2000, seed=0, bands=5), "banded")
+        text = _texts()[0]
+        kinds = [ev.evaluate(text, ref, "spmv", best_us=b).error_kind for b in (10.0, 50.0, None)]
+        hits, jobs = ev.memo_hits, ev.worker_stats()[0]["jobs"]
+    assert kinds == [ErrorKind.SLOW] * 3
+    assert hits == 1 and jobs == 2
 
 
 def test_a_gpu_actor_killed_mid_job_reruns_it_elsewhere(gpu_cluster, tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ Bound with :func:`functools.partial` (the farm's GPU actors take it as their wor
 puts what the job said of the best time known into the reply's message (``best_us=...``);
 ``kill_parent_once=PATH`` kills the worker's parent process, the farm's GPU actor, at the first
 job when PATH does not exist yet (creating it first): an actor's death mid-job; ``job_seconds``:
-how long every job takes.
+how long every job takes; ``slow_us=(t, t_cusparse)``: every job comes back ``slow``, timed at
+``t`` us against cuSPARSE's ``t_cusparse`` (cold regime).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _first(path: str) -> bool:
 
 
 def fake_worker_main(conn, device: int, settings: dict, *, echo: bool = False,
-                     kill_parent_once: str | None = None, job_seconds: float = 0.0) -> None:
+                     kill_parent_once: str | None = None, job_seconds: float = 0.0,
+                     slow_us: tuple[float, float] | None = None) -> None:
     if settings.get("no_start") and os.path.exists(settings["no_start"]):
         conn.send(("fatal", {"error_kind": "internal_error", "message": "worker could not start: no GPU"}))
         return
@@ -65,4 +67,9 @@ def fake_worker_main(conn, device: int, settings: dict, *, echo: bool = False,
         reply = {"error_kind": "none", "pid": os.getpid()}
         if echo:
             reply["message"] = f"best_us={job.get('best_us')}"
+        if slow_us is not None:
+            timing = lambda us: {"regime": "cold", "median_us": us, "p10_us": us, "p90_us": us,  # noqa: E731
+                                 "spread": 0.0}
+            reply |= {"error_kind": "slow", "regime": "cold", "timings": {"cold": timing(slow_us[0])},
+                      "baseline": {"cold": timing(slow_us[1])}}
         conn.send(("done", reply))
