@@ -63,6 +63,12 @@ def distinct(texts: list[str], n: int, tag: str) -> list[str]:
     return [f"{texts[i % len(texts)]}\n// {tag} {i}\n" for i in range(n)]
 
 
+def passed(n: int, seconds: float, verdicts: dict[str, int]) -> dict:
+    """What a timed pass of ``n`` candidates reports."""
+    return {"n": n, "seconds": seconds, "per_s": n / seconds, "per_candidate_ms": 1e3 * seconds / n,
+            "verdicts": verdicts}
+
+
 def rate(ev, A, texts: list[str], parallel: int, warm: bool = True, warmup: list[str] = ()) -> dict:
     """Evaluations/s of ``texts`` through ``ev`` with ``parallel`` in flight (``warm``: after a first
     pass that caches the compiles and warms the workers; else every compile is real; ``warmup``:
@@ -86,9 +92,8 @@ def rate(ev, A, texts: list[str], parallel: int, warm: bool = True, warmup: list
             kinds[r.error_kind.value] = kinds.get(r.error_kind.value, 0) + 1
             for step, sec in (r.profile.seconds if r.profile else {}).items():
                 steps[step] = steps.get(step, 0.0) + sec
-    s = time.perf_counter() - t0
-    return {"n": len(texts), "seconds": s, "per_s": len(texts) / s, "per_candidate_ms": 1e3 * s / len(texts),
-            "verdicts": kinds, "mean_step_ms": {k: 1e3 * v / len(texts) for k, v in sorted(steps.items())}}
+    return passed(len(texts), time.perf_counter() - t0, kinds) | {
+        "mean_step_ms": {k: 1e3 * v / len(texts) for k, v in sorted(steps.items())}}
 
 
 def gpu_part(args) -> dict:
@@ -168,8 +173,7 @@ def process_rate(args, texts: list[str], warmup: list[str], processes: int, cach
         for kind in pool.map(_process_compile, texts):
             kinds[kind] = kinds.get(kind, 0) + 1
         s = time.perf_counter() - t0
-    return {"n": len(texts), "seconds": s, "per_s": len(texts) / s, "per_candidate_ms": 1e3 * s / len(texts),
-            "verdicts": kinds}
+    return passed(len(texts), s, kinds)
 
 
 def cpu_part(args) -> dict:
@@ -195,8 +199,7 @@ def cpu_part(args) -> dict:
         out[f"processes_{threads}"] = process_rate(args, texts, distinct(library, 2 * threads, f"pwarm{threads}"),
                                                    threads, str(Path(args.cache) / f"proc{threads}"))
         log.info("%d plain processes: %.1f compiles/s", threads, out[f"processes_{threads}"]["per_s"])
-    c = LocalCluster.start(workers=1, cpus_per_worker=1, head_cpus=0)
-    try:
+    with LocalCluster.start(workers=1, cpus_per_worker=1, head_cpus=0) as c:
         for nodes in counts:
             while len(c.nodes) - 1 < nodes:  # c.nodes: the head, then the worker nodes
                 c.add_worker(1)
@@ -204,12 +207,6 @@ def cpu_part(args) -> dict:
                 out[f"farm_{nodes}nodes"] = rate(ev, A, texts, 2 * nodes, warm=False,
                                                  warmup=distinct(library, 4 * nodes, f"warm{nodes}"))
             log.info("farm, %d worker nodes: %.1f compiles/s", nodes, out[f"farm_{nodes}nodes"]["per_s"])
-    finally:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-        c.stop()
     for nodes in counts[1:]:
         out[f"scaling_{nodes}_nodes"] = out[f"farm_{nodes}nodes"]["per_s"] / out["farm_1nodes"]["per_s"]
         out[f"scaling_{nodes}_nodes_target"] = 0.9 * nodes

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
@@ -38,17 +37,7 @@ def ray_cluster(tmp_path_factory):
     token.write_text(secrets.token_hex(32))
     c = LocalCluster.start(workers=2, cpus_per_worker=1, head_cpus=0,
                            cache=tmp_path_factory.mktemp("ray_cache"), token=token)
-    saved = {k: os.environ.pop(k, None) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
-    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-    try:
+    with pytest.MonkeyPatch.context() as env, c:
+        env.delenv("RAY_AUTH_MODE", raising=False)
+        env.setenv("RAY_AUTH_TOKEN_PATH", str(token))
         yield c
-    finally:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-        c.stop()
-        for k, v in saved.items():
-            os.environ.pop(k, None)
-            if v is not None:
-                os.environ[k] = v

@@ -36,23 +36,12 @@ def gpu_cluster(tmp_path_factory):
     pytest.importorskip("ray", reason="the farm needs Ray: pip install -e '.[farm]'")
     from sparserl.farm.local_cluster import LocalCluster
 
-    saved = os.environ.get("PYTHONPATH")  # the actors import the stand-in worker from tests/
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved]))
-    try:
+    with pytest.MonkeyPatch.context() as env:  # the actors import the stand-in worker from tests/
+        env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         c = LocalCluster.start(workers=1, cpus_per_worker=2, head_cpus=0, gpus=2,
                                cache=tmp_path_factory.mktemp("ray_gpu_cache"))
-    finally:
-        os.environ.pop("PYTHONPATH")
-        if saved is not None:
-            os.environ["PYTHONPATH"] = saved
-    try:
+    with c:
         yield c
-    finally:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-        c.stop()
 
 
 def _texts() -> list[str]:

@@ -116,6 +116,20 @@ class LocalCluster:
                 pass
         node.wait(30)
 
+    def close(self) -> None:
+        """Leave the cluster (when this process joined one) and stop every node."""
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        self.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def stop(self) -> None:
         for p in reversed(self.nodes):
             self.kill(p)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from sparserl.errors import SparseRLError
 from sparserl.farm.auth import auth_token_source, use_token_auth
-from sparserl.harness.evaluator import _NOT_REMEMBERED, Evaluator, HarnessConfig, MatrixRef
+from sparserl.harness.evaluator import Evaluator, HarnessConfig, MatrixRef
 from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalProfile, EvalResult
 from sparserl.kernels.contract import Op
 
@@ -328,6 +328,9 @@ class RayEvaluator:
     note_best = Evaluator.note_best  # and so is the early stop of hopeless candidates (``slow``)
     best_known = Evaluator.best_known
     _still_valid = Evaluator._still_valid
+    submit = Evaluator.submit  # checks, the memo and the best time known, then this class's _submit
+    evaluate = Evaluator.evaluate
+    evaluate_many = Evaluator.evaluate_many
 
     def __init__(self, config: HarnessConfig | None = None, address: str = "auto", *, gpus: int | None = None,
                  worker_target=None):
@@ -439,47 +442,10 @@ class RayEvaluator:
         to no actor: start that node with one GPU fewer, ``ray start --num-gpus``)."""
         return contextlib.nullcontext()
 
-    def evaluate(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None,
-                 best_us: float | None = None) -> EvalResult:
-        return self.submit(text, matrix, op, k, best_us=best_us).result()
-
-    def evaluate_many(self, items) -> list[EvalResult]:
-        futures = [self.submit(t, m, o, k) for t, m, o, k in items]
-        return [f.result() for f in futures]
-
-    def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None,
-               best_us: float | None = None) -> Future:
-        """As :meth:`Evaluator.submit <sparserl.harness.evaluator.Evaluator.submit>`, on the cluster
-        (the best time known, ``best_us`` or :meth:`note_best`'s, is read again when the job leaves
-        for its GPU: a best found meanwhile stops it early too)."""
-        op = Op(op)
-        if op is Op.SPMM and (k is None or k < 1):
-            raise SparseRLError("SpMM needs k >= 1")
-        if op is Op.SPMV:
-            k = None
-        if not self.config.memo:
-            return self._submit(text, matrix, op, k, best_us)
-        key = self._memo_key(text, matrix, op, k)
-        known = [t for t in (best_us, self.best_known(matrix, op, k)) if t is not None and t > 0]
-        with self._memo_lock:
-            if key in self._memo and self._still_valid(self._memo[key], min(known) if known else None):
-                self._memo.move_to_end(key)
-                self.memo_hits += 1
-                return self._memo[key]
-            out = self._submit(text, matrix, op, k, best_us)
-            self._memo[key] = out
-            while len(self._memo) > self.config.memo:
-                self._memo.popitem(last=False)
-
-        def forget(f: Future) -> None:
-            if f.result().error_kind in _NOT_REMEMBERED:
-                with self._memo_lock:
-                    if self._memo.get(key) is f:
-                        del self._memo[key]
-        out.add_done_callback(forget)
-        return out
-
     def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None) -> Future:
+        """A compile task, then a GPU actor (:meth:`Evaluator.submit <sparserl.harness.evaluator.Evaluator.submit>`
+        calls it). The best time known is read again when the job leaves for its GPU: a best found
+        while it waited for a slot stops it early too."""
         t0 = time.perf_counter()
         out: Future = Future()
         ref = self._compile.remote(self.config, text, matrix, [self._blobs[matrix.key]], op.value, k, self._gpu_mode)
