@@ -3,11 +3,14 @@
 Every case runs on one GPU, the tuned operator beside its reference, on the wall clock (the GPU
 synchronised before and after; median of ``--reps`` runs after one warm-up):
 
-* **CG** (``cupyx.scipy.sparse.linalg.cg``, rtol 1e-8, float32 like the kernels) on SPD matrices:
-  3D Poisson on the stencil generator's structure, SuiteSparse Dubcova1 and bcsstk16, and an
-  irregular one (the Laplacian of a symmetrised power-law graph, plus the identity); the reference
-  is the same ``cg`` on a ``cupyx`` CSR matrix (cuSPARSE's SpMV). Also **GMRES** (restart 20, rtol
-  1e-5) on the non-symmetric SuiteSparse BentPipe2D100.
+* **CG** (rtol 1e-8, float32 like the kernels) on SPD matrices: 3D Poisson on the stencil
+  generator's structure, SuiteSparse Dubcova1 and bcsstk16, and an irregular one (the Laplacian of
+  a symmetrised power-law graph, plus the identity). Ours is the operator's own solver
+  (``op.cg``: the scalars on the device, the iterations replayed as a CUDA graph) on the tuned
+  SpMV; the reference is ``cupyx.scipy.sparse.linalg.cg`` on a ``cupyx`` CSR matrix (cuSPARSE's
+  SpMV). Beside them, to split the gain: our solver on cuSPARSE (``from_library``) and cupyx's cg
+  on the tuned operator. Also **GMRES** (cupyx's, restart 20, rtol 1e-5) on the non-symmetric
+  SuiteSparse BentPipe2D100, on the tuned operator against cuSPARSE.
 * **GCN**, two layers (``relu(A (X W1))``, then ``A (H W2)``), k = 64 and 128, on a 1M-node
   power-law graph and on SuiteSparse soc-brightkite (both with self loops, symmetrically
   normalised), against ``torch.sparse.mm``: the forward pass and a training step (SGD on W1, W2;
@@ -136,6 +139,22 @@ def wall(fn, reps: int) -> float:
     return float(np.median(times))
 
 
+def wall_pair(first, second, reps: int) -> tuple[float, float]:
+    """Median wall seconds of two functions timed in alternation (``reps`` runs each, after one
+    warm-up each), the GPU idle at each end of every run."""
+    first()
+    second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(reps):
+        for fn, out in ((first, times[0]), (second, times[1])):
+            sync()
+            t = time.perf_counter()
+            fn()
+            sync()
+            out.append(time.perf_counter() - t)
+    return float(np.median(times[0])), float(np.median(times[1]))
+
+
 def per_call_us(fn, calls: int = 50) -> float:
     """Microseconds per call of ``fn`` enqueued back to back (launch overhead included), CUDA events."""
     import cupy as cp
@@ -240,27 +259,54 @@ def solver_case(kind: str, name: str, A, args, ev, store) -> dict:
                   callback=lambda r: count.__setitem__(0, count[0] + 1), callback_type="pr_norm")
         return count[0] * GMRES_RESTART
 
-    x_ours, info_ours = solve(lin)
+    # CG: ours is the operator's own solver (sparserl.operator.solvers: scalars on the device, iterations
+    # replayed as a CUDA graph); beside it the same solver on cuSPARSE, and cupyx's cg on our operator,
+    # so the table says what the solver buys and what the tuned SpMV buys
+    fused = kind == "cg"
+    lib = None
+    if fused:
+        from sparserl.operator import from_library, solve_cg
+
+        lib = from_library(A)
+
+        def ours(o=None):
+            res = solve_cg(o or op, b, rtol=CG_RTOL, maxiter=maxiter)
+            return res.x, res.info
+    else:
+        def ours(o=None):
+            return solve(lin)
+
+    x_ours, info_ours = ours()
     x_ref, info_ref = solve(ref)
     at_solution = product_check(A, x_ours, op.matvec(x_ours))
-    its_ours, its_ref = iterations(lin), iterations(ref)
-    ours_s, ref_s = wall(lambda: solve(lin), args.reps), wall(lambda: solve(ref), args.reps)
+    its_ours = solve_cg(op, b, rtol=CG_RTOL, maxiter=maxiter).iterations if fused else iterations(lin)
+    its_ref = iterations(ref)
+    ours_s, ref_s = wall(ours, args.reps), wall(lambda: solve(ref), args.reps)
+    parts = {}
+    if fused:
+        x_lib, _ = ours(lib)
+        parts = {"solver_on_cusparse_s": wall(lambda: ours(lib), args.reps),
+                 "cupyx_on_tuned_s": wall(lambda: solve(lin), args.reps),
+                 "iterations_solver_on_cusparse": solve_cg(lib, b, rtol=CG_RTOL, maxiter=maxiter).iterations,
+                 "true_residual_solver_on_cusparse": true_residual(A, b_host, x_lib)}
+        parts["solver_speedup"] = ref_s / parts["solver_on_cusparse_s"]
+        parts["spmv_speedup_in_solver"] = parts["solver_on_cusparse_s"] / ours_s
     # values updated before every solve (a Newton or time step): new values, same structure
     values = [cp.asarray(A.data * np.float32(1.0 + 0.01 * (i + 1))) for i in range(2)]
     turn = [0]
 
-    def updated(M, update):
+    def updated(solver, update):
         update(values[turn[0] % 2])
         turn[0] += 1
-        return solve(M)
+        return solver()
 
-    ours_upd = wall(lambda: updated(lin, op.update_values), args.reps)
-    ref_upd = wall(lambda: updated(ref, lambda v: cp.copyto(ref.data, v)), args.reps)
+    ours_upd = wall(lambda: updated(ours, op.update_values), args.reps)
+    ref_upd = wall(lambda: updated(lambda: solve(ref), lambda v: cp.copyto(ref.data, v)), args.reps)
     last = values[0]  # both set to known values for the checks
     op.update_values(last)
     cp.copyto(ref.data, last)
     A_last = sp.csr_array((cp.asnumpy(last), A.indices, A.indptr), shape=A.shape)
-    x_last, _ = solve(lin)
+    x_last, _ = ours()
     y = cp.empty(n, dtype=cp.float32)
     spmv_us = per_call_us(lambda: op.matvec(x_last, out=y))
     update_us = per_call_us(lambda: op.update_values(last))
@@ -274,12 +320,19 @@ def solver_case(kind: str, name: str, A, args, ev, store) -> dict:
         "converged_ours": int(info_ours) == 0, "converged_ref": int(info_ref) == 0,
     }
     checks["ok"] = checks["spmv_at_solution"]["ok"] and checks["spmv_after_updates"]["ok"]
+    if fused:  # the solver must converge where cupyx does, to a solution as good
+        checks["ok"] = checks["ok"] and (checks["converged_ours"] or not checks["converged_ref"]) and (
+            checks["true_residual_ours"] <= max(10 * checks["true_residual_ref"], 10 * CG_RTOL))
     row = {"case": kind, "matrix": name, "rows": n, "nnz": int(A.nnz), "op": "spmv", "k": None,
+           "solver": "sparserl cg (CUDA graph)" if fused else "cupyx",
            **report_fields(op), "tune_s": tune_s, "retune_s": retune_s, "retune_same_process_s": retune_kept,
            "iterations_ours": its_ours, "iterations_ref": its_ref,
            "ours_s": ours_s, "ref_s": ref_s, "speedup": ref_s / ours_s, "break_even": break_even(tune_s, ours_s, ref_s),
+           **parts,
            "ours_updated_s": ours_upd, "ref_updated_s": ref_upd, "speedup_updated": ref_upd / ours_upd,
            "update_us": update_us, "spmv_us": spmv_us, "update_over_spmv": update_us / spmv_us, "checks": checks}
+    if lib is not None:
+        lib.close()
     op.close()
     return row
 
@@ -333,8 +386,9 @@ def gcn_case(name: str, A, k: int, args, ev, store) -> dict:
         opt.step()
 
     with torch.no_grad():
-        ours_fwd = wall(lambda: forward(ours_mm), args.reps)
-        ref_fwd = wall(lambda: forward(ref_mm), args.reps)
+        # a forward is a few milliseconds or less: more runs than a solve gets, alternating the two
+        # systems so that a drift of the machine falls on both
+        ours_fwd, ref_fwd = wall_pair(lambda: forward(ours_mm), lambda: forward(ref_mm), max(args.reps, 21))
         out_ours, out_ref = forward(ours_mm), forward(ref_mm)
     ours_step, ref_step = wall(lambda: step(ours_mm), args.reps), wall(lambda: step(ref_mm), args.reps)
     # learned edge weights: new values before every step
@@ -363,6 +417,9 @@ def gcn_case(name: str, A, k: int, args, ev, store) -> dict:
     G = torch.randn(A.shape[0], k, device="cuda", generator=g)
     Zc, Gc = cp.asarray(Z), cp.asarray(G)
     spmm_us = per_call_us(lambda: op.matmat(Zc))
+    with torch.no_grad():  # one product from torch, ours and the reference's (host path included)
+        torch_call_us = per_call_us(lambda: op.matmat(Z))
+        ref_call_us = per_call_us(lambda: torch.sparse.mm(At, Z))
     update_us = per_call_us(lambda: op.update_values(last))
     diff = float((out_ours - out_ref).abs().max() / out_ref.abs().max().clamp_min(1e-30))
     Y = op.matmat(Z)
@@ -378,7 +435,10 @@ def gcn_case(name: str, A, k: int, args, ev, store) -> dict:
            "step_ours_s": ours_step, "step_ref_s": ref_step, "step_speedup": ref_step / ours_step,
            "step_break_even": break_even(tune_s, ours_step, ref_step),
            "ours_updated_s": ours_upd, "ref_updated_s": ref_upd, "speedup_updated": ref_upd / ours_upd,
-           "update_us": update_us, "spmv_us": spmm_us, "update_over_spmv": update_us / spmm_us, "checks": checks}
+           "update_us": update_us, "spmv_us": spmm_us, "update_over_spmv": update_us / spmm_us,
+           "torch_call_us": torch_call_us, "ref_call_us": ref_call_us, "checks": checks}
+    print(f"  one SpMM: {spmm_us:.1f} us from CuPy, {torch_call_us:.1f} us from torch; torch.sparse.mm "
+          f"{ref_call_us:.1f} us", flush=True)
     op.close()
     return row
 
@@ -436,6 +496,20 @@ def table(rows: list[dict]) -> str:
             f"{r['speedup']:.2f}x | {'never' if be is None else f'{be:.0f}'} | {step} | "
             f"{fmt_s(r['ours_updated_s'])} / {fmt_s(r['ref_updated_s'])} ({r['speedup_updated']:.2f}) | "
             f"{r['update_over_spmv']:.2f} | {'ok' if r['checks']['ok'] else 'FAILED'} |")
+    return "\n".join(out)
+
+
+def cg_lines(rows: list[dict]) -> str:
+    """Where a CG solve's time goes: cupyx's cg and ours, each on cuSPARSE and on the tuned SpMV."""
+    head = ("| matrix | iterations ours / cupyx | cupyx cg, cuSPARSE (ref) | cupyx cg, tuned SpMV | our cg, cuSPARSE | "
+            "our cg, tuned SpMV | total | solver's part | SpMV's part |")
+    out = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in rows:
+        if "solver_on_cusparse_s" not in r:
+            continue
+        out.append(f"| {r['matrix']} | {r['iterations_ours']} / {r['iterations_ref']} | {fmt_s(r['ref_s'])} | "
+                   f"{fmt_s(r['cupyx_on_tuned_s'])} | {fmt_s(r['solver_on_cusparse_s'])} | {fmt_s(r['ours_s'])} | "
+                   f"{r['speedup']:.2f}x | {r['solver_speedup']:.2f}x | {r['spmv_speedup_in_solver']:.2f}x |")
     return "\n".join(out)
 
 
@@ -534,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
         save()
     print()
     print(table(result["cases"]))
+    if any("solver_on_cusparse_s" in r for r in result["cases"]):
+        print("\nCG, where the time goes (solve times; total = ref / ours = solver's part x SpMV's part):")
+        print(cg_lines(result["cases"]))
     if result["updates"]:
         print()
         print(f"update_values against one SpMV, library kernel per format, poisson3d_{side}:")

@@ -45,6 +45,27 @@ def test_the_gcn_adjacency_is_symmetrically_normalised() -> None:
     np.testing.assert_allclose(A.toarray(), (sp.diags_array(d) @ S @ sp.diags_array(d)).toarray(), rtol=1e-6)
 
 
+def test_wall_pair_alternates_and_takes_each_median(monkeypatch) -> None:
+    """Kills a pair timer that runs one function's reps before the other's (a drift then falls on
+    one side) or returns the two medians swapped."""
+    monkeypatch.setattr(bench, "sync", lambda: None)
+    order = []
+    clock = iter(range(1000))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: float(next(clock)))
+
+    def a():
+        order.append("a")
+        next(clock)  # a takes 2 ticks from start to end
+
+    def b():
+        order.append("b")
+        for _ in range(3):  # b takes 4
+            next(clock)
+
+    ta, tb = bench.wall_pair(a, b, 3)
+    assert order == ["a", "b"] * 4 and (ta, tb) == (2.0, 4.0)
+
+
 def test_break_even() -> None:
     assert bench.break_even(10.0, 0.8, 1.0) == pytest.approx(50.0)
     assert bench.break_even(10.0, 1.0, 1.0) is None and bench.break_even(10.0, 1.2, 1.0) is None

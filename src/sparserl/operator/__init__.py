@@ -4,6 +4,8 @@
   budgeted search, else the library;
 * :mod:`.core`: :class:`SparseOperator` (``op @ x``, ``matvec``/``matmat``, ``update_values``,
   ``as_linear_operator``, ``transpose``);
+* :mod:`.solvers`: conjugate gradient with the scalars on the device and the iterations replayed as a
+  CUDA graph (``op.cg(b)``);
 * :mod:`.torch_op`: the ``torch.ops.sparserl.matmul`` custom op (``torch.compile``, autograd);
 * :mod:`.inputs`: the checks every input passes; :mod:`.backends`: kernel or cuSPARSE.
 
@@ -12,7 +14,8 @@ Importing this package needs neither CuPy nor torch.
 
 from __future__ import annotations
 
-__all__ = ["SparseOperator", "TuneConfig", "TuneReport", "from_kernel", "tune"]
+__all__ = ["CGResult", "SparseOperator", "TuneConfig", "TuneReport", "cg", "from_kernel", "from_library",
+           "solve_cg", "tune"]
 
 
 def __getattr__(name: str):
@@ -24,8 +27,12 @@ def __getattr__(name: str):
         from sparserl.operator import tuning
 
         return getattr(tuning, name)
-    if name in ("SparseOperator", "from_kernel"):
+    if name in ("SparseOperator", "from_kernel", "from_library"):
         from sparserl.operator import core
 
         return getattr(core, name)
+    if name in ("CGResult", "cg", "solve_cg"):
+        from sparserl.operator import solvers
+
+        return getattr(solvers, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -182,26 +182,34 @@ class SparseOperator:
     def _torch(self, x, what: str):
         import torch
 
-        from sparserl.operator.torch_op import apply
-
         want, _ = self._operand_shapes()
         if not (x.dtype == torch.float32 and x.is_cuda and x.device.index == self.device and tuple(x.shape) == want
                 and x.is_contiguous()):
             check_operand(describe(x, what), what, want, self.device)
-        return apply(self, x)
+        if (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
+            from sparserl.operator.torch_op import apply
+
+            return apply(self, x)  # the custom op: autograd's formula, torch.compile's node
+        return self._torch_product(x)  # nothing to record: straight to the kernel, no dispatcher
 
     def torch_forward(self, x):
         """The custom op's implementation: ``A x`` for a torch CUDA tensor, into a new tensor."""
+        want, _ = self._operand_shapes()
+        check_operand(describe(x, "x"), "x", want, self.device)
+        return self._torch_product(x)
+
+    def _torch_product(self, x):
+        """``A x`` for a checked torch tensor, in PyTorch's current stream, into a new tensor; both
+        tensors passed to the kernel as CuPy views of their memory."""
         import torch
 
         from sparserl.operator.torch_op import current_stream
 
-        want, give = self._operand_shapes()
-        check_operand(describe(x, "x"), "x", want, self.device)
+        _, give = self._operand_shapes()
         y = torch.empty(give, dtype=torch.float32, device=x.device)
         cp = self._cp
         with current_stream(cp, x.device):
-            self._run(cp.asarray(x.detach()), cp.asarray(y))  # zero-copy views of the tensors' memory
+            self._run(_cupy_view(cp, x), _cupy_view(cp, y))
         return y
 
     # -- values -----------------------------------------------------------------------------
@@ -290,6 +298,16 @@ class SparseOperator:
         return LinearOperator(self.shape, matvec=lambda x: self.matvec(vector(x)),
                               rmatvec=lambda x: self.transpose().matvec(vector(x)), dtype=np.float32)
 
+    def cg(self, b, x0=None, *, rtol: float = 1e-5, atol: float | None = None, maxiter: int | None = None,
+           check_every: int = 16):
+        """Solve ``A x = b`` (A symmetric positive definite) by conjugate gradient on the GPU, every
+        iteration's scalars kept on the device and ``check_every`` iterations replayed as one CUDA graph:
+        ``(x, info)`` as ``cupyx.scipy.sparse.linalg.cg`` returns them (:func:`~.solvers.solve_cg` for
+        the iteration count and residual)."""
+        from sparserl.operator.solvers import cg
+
+        return cg(self, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every)
+
     def close(self) -> None:
         """Free the library backend's cuSPARSE descriptor now (device memory goes with the object)."""
         self.backend.close()
@@ -301,6 +319,29 @@ class SparseOperator:
             self.backend.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown: CuPy may be gone already
             pass
+
+
+def _cupy_view(cp, t):
+    """A CuPy array on a contiguous float32 torch CUDA tensor's memory (no copy; it keeps the tensor
+    alive), made directly: lighter than the ``__cuda_array_interface__`` round trip."""
+    mem = cp.cuda.UnownedMemory(t.data_ptr(), t.numel() * 4, t, t.device.index or 0)
+    return cp.ndarray(tuple(t.shape), dtype=cp.float32, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+
+def from_library(A, op: str = "spmv", k: int | None = None) -> SparseOperator:
+    """An operator that runs cuSPARSE's generic SpMV/SpMM on ``A`` in CSR, with no store lookup or
+    search: the baseline a tuned operator is measured against, with the same solvers and checks."""
+    from sparserl.harness.device import cupy_module
+    from sparserl.matrices import canonicalize
+    from sparserl.matrices.card import structure_fingerprint
+    from sparserl.operator.tuning import GIVEN, KernelChoice, TuneConfig, check_request
+
+    t0 = time.perf_counter()
+    opv, k = check_request(op, k)
+    cupy_module()
+    A = canonicalize(A)
+    choice = KernelChoice(GIVEN, structure_fingerprint(A), why="the library (cuSPARSE), as asked")
+    return SparseOperator.build(A, opv, k, choice, TuneConfig(), t0)
 
 
 def from_kernel(A, text: str, op: str = "spmv", k: int | None = None) -> SparseOperator:

@@ -56,10 +56,12 @@ _STREAMS: dict[int, object] = {}
 
 def current_stream(cp, device: torch.device):
     """PyTorch's current stream on ``device`` as a CuPy stream (kernels run where torch's work runs)."""
-    ptr = torch.cuda.current_stream(device).cuda_stream
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the pointer without a Stream object
+    ptr = raw(index) if raw is not None else torch.cuda.current_stream(device).cuda_stream
     if ptr == 0:
         return cp.cuda.Stream.null
     stream = _STREAMS.get(ptr)
     if stream is None:
-        stream = _STREAMS[ptr] = cp.cuda.ExternalStream(ptr, device.index or 0)
+        stream = _STREAMS[ptr] = cp.cuda.ExternalStream(ptr, index)
     return stream
