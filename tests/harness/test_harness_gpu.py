@@ -99,16 +99,19 @@ def test_crash_and_hang_restart_the_worker(ev, mat) -> None:
 
 def test_a_slow_first_launch_times_out_without_a_restart(ev, mat) -> None:
     """An honest kernel whose every launch takes most of a second, on a matrix whose verify limit is
-    the 2 s floor: ``timeout`` after its first launch (the 8 others would overrun), with no kill and
-    no restart, in well under the limit; the same kernel writing 2x the product is ``incorrect``.
+    the floor: ``timeout`` after its first launch (the 8 others would overrun), with no kill and no
+    restart, in well under the limit; the same kernel writing 2x the product is ``incorrect``. The
+    job has the GPU whole (no trainer here), so the prediction compares with the granted floor
+    (0.5 s) while the kill deadline keeps 2 s (``test_crash_and_hang_restart_the_worker``).
     Kills a worker that does not pass the limit to the verifier (killed after 2 s and restarted), a
-    prediction made before the first launch is judged (the wrong one would be ``timeout``)."""
+    prediction made before the first launch is judged (the wrong one would be ``timeout``), and a
+    prediction that ignores the grant."""
     from tests.harness.adversarial.early import SLOW_FIRST_LAUNCH, SLOW_FIRST_LAUNCH_WRONG
 
     before = ev.pool.restarts
     first = ev.evaluate(SLOW_FIRST_LAUNCH, mat, "spmv")  # compiles it too
     assert first.error_kind is ErrorKind.TIMEOUT and first.message.startswith("the first launch took "), first.message
-    assert "8 remaining launches would run past the verify limit of 2 s" in first.message, first.message
+    assert "8 remaining launches would run past the verify limit of 0.5 s" in first.message, first.message
     assert first.profile.counts["verify_predicted_timeouts"] == 1 and first.profile.counts["verify_launches"] == 1
     t0 = time.perf_counter()
     again = ev.evaluate(SLOW_FIRST_LAUNCH, mat, "spmv")  # compiled: the evaluation alone (not remembered)

@@ -96,11 +96,32 @@ def test_timed_verdict_order() -> None:
     assert timed_verdict(None, [], True, False) is None
 
 
+def test_the_worker_asks_for_the_granted_floor_only_in_a_granted_job() -> None:
+    """Kills a worker that takes the lower floor in a job whose GPU a trainer shares (its kernels
+    would be killed for the trainer's time), one that never takes it, and one that kills at it (a
+    kill costs a restart: the lower floor only predicts)."""
+    from types import SimpleNamespace
+
+    from sparserl.harness.worker import Worker
+
+    w = SimpleNamespace(speed=SpeedConfig(), channel=SimpleNamespace(granted=False))
+    assert Worker._limit(w, 1, 100.0) == 2.0
+    w.channel.granted = True
+    assert Worker._limit(w, 1, 100.0) == 0.5  # the verifier's prediction after the first launch
+    assert Worker._limit(w, 1, 100.0, kill=True) == 2.0  # the parent's kill deadline keeps the floor
+    w.speed = SpeedConfig.classic()
+    assert Worker._limit(w, 1, 100.0) is None
+
+
 def test_scaled_limits_and_the_pool_cap() -> None:
     cfg = SpeedConfig()
     assert scaled_limit(100.0, 1, cfg) == 2.0  # 1000 x 100 us = 0.1 s, under the 2 s floor
     assert scaled_limit(10_000.0, 8, cfg, allowance_s=1.0) == pytest.approx(81.0)  # 1 s + 8 x 10 s
     assert scaled_limit(None, 8, cfg) is None and scaled_limit(100.0, 8, SpeedConfig.classic()) is None
+    # a job with the GPU whole (no trainer shares it) has the lower floor; the scaled part is the same
+    assert scaled_limit(100.0, 1, cfg, granted=True) == 0.5
+    assert scaled_limit(10_000.0, 8, cfg, allowance_s=1.0, granted=True) == pytest.approx(81.0)
+    assert scaled_limit(100.0, 1, SpeedConfig(limit_floor_s=0.2), granted=True) == 0.2  # never above the floor
     limits = PhaseLimits(verify=30.0, time=120.0)
     assert limits.of("verify") == ("verify", 30.0)
     assert limits.of(("verify", 8, 2.0)) == ("verify", 2.0)

@@ -66,6 +66,12 @@ class SpeedConfig:
     fixed ``PhaseLimits``."""
     limit_floor_s: float = 2.0
     """A scaled limit is never below this (first-launch module loading, a GPU shared with training)."""
+    limit_floor_granted_s: float = 0.5
+    """The floor of the verify limit that the prediction after the first launch compares with
+    (:func:`predicted_overrun`) in a job that has the GPU whole (no trainer shares it: the pool grants
+    the job the GPU's lease before sending it). The kill deadline keeps ``limit_floor_s``. Verifying
+    at 1M rows takes about 7 ms of the harness's own work (docs/harness.md), 70 times less; a kernel
+    whose first launch shows it hopeless then stops after that launch instead of running on."""
 
     def __post_init__(self) -> None:
         if self.min_cold_trials < 3 or self.batch < 1 or self.early_stop_runs < 1 or self.runs_ahead < 1:
@@ -75,8 +81,8 @@ class SpeedConfig:
         if self.early_stop != 0.0 and self.early_stop <= 1.0:
             raise SparseRLError(f"early_stop must be 0 (off) or above 1, got {self.early_stop}: a factor of "
                                 "1 or less would stop kernels as fast as the best known")
-        if self.limit_scale < 0 or self.limit_floor_s <= 0:
-            raise SparseRLError("need limit_scale >= 0 and limit_floor_s > 0")
+        if self.limit_scale < 0 or self.limit_floor_s <= 0 or self.limit_floor_granted_s <= 0:
+            raise SparseRLError("need limit_scale >= 0, limit_floor_s > 0 and limit_floor_granted_s > 0")
         if not self.batched and (self.ci or self.early_stop):
             raise SparseRLError("adaptive timing (ci) and early stopping need the batched path: set ci=0 and "
                                 "early_stop=0 with batched=False, or use SpeedConfig.classic()")
@@ -201,14 +207,17 @@ def timed_verdict(wrong: str | None, modified: Sequence[str], flush_intact: bool
 # -- time limits -------------------------------------------------------------------------------
 
 
-def scaled_limit(cusparse_us: float | None, launches: int, cfg: SpeedConfig, allowance_s: float = 0.0) -> float | None:
+def scaled_limit(cusparse_us: float | None, launches: int, cfg: SpeedConfig, allowance_s: float = 0.0,
+                 granted: bool = False) -> float | None:
     """Seconds a phase that runs the candidate ``launches`` times may take: ``allowance_s`` (the
     harness's own work in it) plus ``limit_scale`` x cuSPARSE's time per launch, and never less than
-    ``limit_floor_s``. None when scaling is off or cuSPARSE's time is unknown (the fixed
-    ``PhaseLimits`` apply). The pool never lets it exceed the configured limit."""
+    ``limit_floor_s`` (``limit_floor_granted_s`` when ``granted``: the job has the GPU whole). None
+    when scaling is off or cuSPARSE's time is unknown (the fixed ``PhaseLimits`` apply). The pool
+    never lets it exceed the configured limit."""
     if cfg.limit_scale <= 0 or cusparse_us is None or not cusparse_us > 0:
         return None
-    return max(cfg.limit_floor_s, allowance_s + max(1, launches) * cfg.limit_scale * cusparse_us * 1e-6)
+    floor = min(cfg.limit_floor_granted_s, cfg.limit_floor_s) if granted else cfg.limit_floor_s
+    return max(floor, allowance_s + max(1, launches) * cfg.limit_scale * cusparse_us * 1e-6)
 
 
 PREDICT_MIN_S = 0.05

@@ -116,9 +116,18 @@ class Worker:
             return self.baselines.get(ref["key"], st.A, op, k, self.timing_config(regime), self.gpu.flush,
                                       self.channel.lease_gpu)
 
-    def _limit(self, launches: int, cusparse_us: float | None, allowance_s: float = 0.0) -> float | None:
-        """The scaled time limit of a phase that runs the candidate ``launches`` times (batched path)."""
-        return scaled_limit(cusparse_us, launches, self.speed, allowance_s) if self.speed.batched else None
+    def _limit(self, launches: int, cusparse_us: float | None, allowance_s: float = 0.0,
+               kill: bool = False) -> float | None:
+        """The scaled time limit of a phase that runs the candidate ``launches`` times (batched path).
+
+        ``kill``: the limit the parent kills the worker at (the phase it is announced with) keeps the
+        ordinary floor. The lower floor of a job granted the GPU whole applies only where no kill is
+        needed: the verifier's prediction after the first launch (``speed.predicted_overrun``). A kill
+        costs a worker restart (about 3 s), so a lower kill limit made the oracle slower on matrices
+        whose hopeless kernels take 0.5-2 s (``benchmarks/oracle_time.py``)."""
+        if not self.speed.batched:
+            return None
+        return scaled_limit(cusparse_us, launches, self.speed, allowance_s, granted=self.channel.granted and not kill)
 
     def warm_up(self) -> None:
         """Evaluate a library kernel on a tiny matrix (SpMV and SpMM) through the job path.
@@ -246,7 +255,7 @@ class Worker:
             outcome = BatchedVerifier(verifier).run(
                 targets[0], targets[1], job["uses_atomics"],
                 lambda name, launches=1: self.channel.phase(
-                    name, launches, self._limit(launches, t_base) if name == "verify" else None),
+                    name, launches, self._limit(launches, t_base, kill=True) if name == "verify" else None),
                 limit=lambda launches: self._limit(launches, t_base))
         else:
             targets = [Target(b, st.references[w],

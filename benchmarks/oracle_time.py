@@ -1,0 +1,166 @@
+"""The library oracle's wall time per matrix (``evaluate --baselines oracle``), two harness settings side by side.
+
+For each generated matrix (``--rows`` rows, one per family), every library variant of the op is
+evaluated as ``sparserl evaluate``'s oracle does (``Evaluator.evaluate_many``: compiles in
+parallel, the GPU worker takes them in turn), once per setting of ``limit_floor_granted_s`` (the
+lowest time limit of a candidate's verification when the job has the GPU whole), with a separate
+evaluator each, one after the other and alternating which goes first per matrix. Compiles are
+made once ahead of both (a shared compile cache), so the wall time is the GPU worker's.
+
+Printed per matrix and setting: the oracle's wall seconds, the verdicts (and seconds spent in each
+kind), the worker restarts (a kill for a verification over its limit costs one), the oracle's best
+speedup over cuSPARSE; then every kernel whose verdict differs between the settings. A correct,
+fully timed kernel that a lower floor times out is a false time-out (the exit status is 1 then); a
+``slow`` one that becomes ``timeout`` ran longer than ``limit_scale`` x cuSPARSE per launch, which
+only the higher floor let it do.
+
+    python benchmarks/oracle_time.py --families lp,arrow --out results/oracle_time.json       # ~2 min, one H200
+    python benchmarks/oracle_time.py --out results/oracle_time.json                           # 13 + 8 families
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from sparserl.errors import SparseRLError
+
+log = logging.getLogger("oracle_time")
+
+
+def families(arg: str | None) -> list[str]:
+    from sparserl.matrices.generators import APPLICATION_FAMILIES, CLASSIC_FAMILIES
+
+    if arg:
+        return [f for f in arg.split(",") if f]
+    return list(CLASSIC_FAMILIES) + list(APPLICATION_FAMILIES)
+
+
+def run_oracle(ev, ref, op, k, texts: list[tuple[str, str]]) -> dict:
+    """Every text on one matrix through ``evaluate_many``; the wall seconds and each verdict."""
+    pool = ev.pool
+    restarts0 = sum(max(w.restarts, 0) for w in pool.workers)
+    t = time.perf_counter()
+    results = ev.evaluate_many([(text, ref, op, k) for _, text in texts])
+    wall = time.perf_counter() - t
+    restarts = sum(max(w.restarts, 0) for w in pool.workers) - restarts0
+    per = {}
+    seconds = defaultdict(float)
+    for (vid, _), r in zip(texts, results):
+        own = sum((r.profile.seconds or {}).values()) if r.profile else 0.0
+        seconds[r.error_kind.value] += own
+        per[vid] = {"kind": r.error_kind.value, "speedup": r.speedup, "seconds": own,
+                    "message": (r.message or "")[:200]}
+    best = max((r.speedup for r in results if r.correct and r.speedup), default=None)
+    return {"wall_s": wall, "restarts": restarts, "kinds": dict(Counter(v["kind"] for v in per.values())),
+            "seconds_by_kind": dict(seconds), "best_speedup": best, "kernels": per}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path, help="JSON file to write (after every matrix)")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows of each generated matrix")
+    ap.add_argument("--families", help="comma-separated families (default: the 13 classic and 8 application ones)")
+    ap.add_argument("--floors", default="2.0,0.5",
+                    help="comma-separated limit_floor_granted_s settings, side by side (the first is 'before')")
+    ap.add_argument("--op", default="spmv", choices=("spmv", "spmm"))
+    ap.add_argument("--k", type=int, help="SpMM columns")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.harness.speed import SpeedConfig
+    from sparserl.kernels.contract import Op
+    from sparserl.kernels.library import variants
+    from sparserl.matrices import generate
+
+    try:
+        floors = [float(f) for f in args.floors.split(",")]
+        names = families(args.families)
+        op = Op(args.op)
+        if op is Op.SPMM and not args.k:
+            raise SparseRLError("--op spmm needs --k")
+    except (ValueError, SparseRLError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    k = args.k if op is Op.SPMM else None
+    texts = [(v.id, v.render()) for v in variants(op, None, k)]
+    tmp = tempfile.TemporaryDirectory(prefix="oracle_time_")
+    cache = str(Path(tmp.name) / "cache")
+    evs = {f: Evaluator(HarnessConfig(regimes=("cold",), memo=0, cache_dir=cache,
+                                      speed=SpeedConfig(limit_floor_granted_s=f))) for f in floors}
+    result = {"config": {**vars(args), "out": str(args.out)}, "kernels": len(texts), "matrices": []}
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1, default=str))
+
+    try:
+        if not next(iter(evs.values())).has_gpu:
+            print("error: no NVIDIA GPU here: the oracle's time needs one", file=sys.stderr)
+            return 2
+        warm = generate("random", 2000, seed=0)  # compiles every kernel once, starts every worker
+        for ev in evs.values():
+            ev.evaluate_many([(text, ev.register(warm, "warm"), op, k) for _, text in texts])
+        for i, fam in enumerate(names):
+            t = time.perf_counter()
+            A = generate(fam, args.rows, seed=args.seed)
+            gen_s = time.perf_counter() - t
+            row = {"matrix": f"{fam}_{args.rows}", "rows": A.shape[0], "nnz": int(A.nnz), "generate_s": gen_s,
+                   "by_floor": {}}
+            order = floors if i % 2 == 0 else floors[::-1]
+            for f in order:
+                ev = evs[f]
+                ref = ev.register(A, row["matrix"])
+                row["by_floor"][str(f)] = run_oracle(ev, ref, op, k, texts)
+            base = row["by_floor"][str(floors[0])]["kernels"]
+            row["differ"] = {f"{floors[0]} vs {f}": {vid: [base[vid]["kind"], row["by_floor"][str(f)]["kernels"][vid]["kind"]]
+                                                    for vid in base
+                                                    if base[vid]["kind"] != row["by_floor"][str(f)]["kernels"][vid]["kind"]}
+                             for f in floors[1:]}
+            result["matrices"].append(row)
+            save()
+            walls = "  ".join(f"floor {f}: {row['by_floor'][str(f)]['wall_s']:6.1f} s "
+                              f"({row['by_floor'][str(f)]['restarts']} restarts)" for f in floors)
+            print(f"{row['matrix']:>24}  {walls}", flush=True)
+    finally:
+        for ev in evs.values():
+            ev.close()
+        save()
+    print()
+    print(table(result, floors))
+    print(f"\nJSON in {args.out}")
+    changes = Counter(f"{a} -> {b}" for r in result["matrices"] for d in r["differ"].values() for a, b in d.values())
+    result["verdict_changes"] = dict(changes)
+    save()
+    print(f"verdicts that differ from floor {floors[0]}'s: {dict(changes) or 'none'}")
+    print("  'none -> timeout' would be a correct, fully timed kernel lost to the lower floor (a false time-out);\n"
+          "  'slow -> timeout' is a kernel slower than limit_scale x cuSPARSE per launch that the 2 s floor let run")
+    return 1 if changes.get("none -> timeout") else 0
+
+
+def table(result: dict, floors: list[float]) -> str:
+    head = "| matrix | nnz | " + " | ".join(f"oracle wall, floor {f} s | verdicts | restarts" for f in floors) + \
+        " | best speedup | verdicts that differ |"
+    out = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in result["matrices"]:
+        cells = []
+        for f in floors:
+            b = r["by_floor"][str(f)]
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(b["kinds"].items()))
+            cells.append(f"{b['wall_s']:.1f} | {kinds} | {b['restarts']}")
+        best = r["by_floor"][str(floors[-1])]["best_speedup"]
+        differ = "; ".join(f"{vid}: {a} -> {b}" for d in r["differ"].values() for vid, (a, b) in d.items()) or "-"
+        out.append(f"| {r['matrix']} | {r['nnz']} | " + " | ".join(cells) +
+                   f" | {'-' if best is None else f'{best:.2f}x'} | {differ} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
