@@ -134,3 +134,18 @@ def test_specialised_csr_adaptive_bakes_the_long_rows_it_knows() -> None:
     none = t.render({"rpw": 32, "items": 8, "long_len": 4096, "seg": 1024, "block": 256}, card)
     assert "kernel=spmv_long" not in none and none.count("LAUNCH:") == 1  # the long-row kernel is not launched
     assert "constexpr int LONG_ROWS = 0;" in none and "constexpr int LONG_ROWS = 12;" in text
+
+
+def test_spmm_lane_groups_beyond_the_librarys_compile() -> None:
+    """The SpMM strategies' lane groups of 4 and 16 (a wider domain than the library's 2, 8, 32)
+    render and compile: a mutation to them must not be a compile error the search pays for."""
+    card = matrix_card(generate("powerlaw", 6000, seed=1))
+    texts = []
+    for t in (get_template(Op.SPMM, n) for n in ("csr_rows", "coo_runs", "ell_rows", "sell_lanes", "hyb_ell_coo")):
+        base = t.seeds(card, 64)[0]
+        for g in (4, 16):
+            p = dict(base, g=g, vec=4)
+            assert t.check(p, card, 64) is None, (t.name, p)
+            texts.append(split_completion(t.render(p, card), Op.SPMM)[1])
+    results = compile_many(texts, OPTIONS)
+    assert all(r.ok for r in results), [r.log[-400:] for r in results if not r.ok]

@@ -73,6 +73,16 @@ def test_spmm_points_need_k_a_multiple_of_vec(card) -> None:
     assert t.check({"g": 8, "vec": 4, "block": 128}, card, 8) is None
 
 
+def test_spmm_lanes_per_row_reach_every_power_of_two_by_mutation(card) -> None:
+    """The SpMM strategies' lane groups include 4 and 16 (16 x 4 columns: k = 64 in one pass), one
+    mutation step from the library's 8 and 32; the seeds stay the library's points."""
+    t = get_template("spmm", "csr_rows")
+    assert t.param("g").values == (2, 4, 8, 16, 32)
+    assert {"g": 16, "vec": 4, "block": 128} in t.neighbours({"g": 8, "vec": 4, "block": 128}, card, 64)
+    assert t.check({"g": 16, "vec": 4, "block": 128}, card, 64) is None
+    assert all(p["g"] in (2, 8, 32) for p in t.seeds(card, 64))
+
+
 def test_unknown_template_is_a_one_line_error() -> None:
     with pytest.raises(SparseRLError, match="templates are"):
         get_template("spmv", "nope")
