@@ -113,6 +113,27 @@ def test_the_worker_asks_for_the_granted_floor_only_in_a_granted_job() -> None:
     assert Worker._limit(w, 1, 100.0) is None
 
 
+def test_the_verifier_announces_the_kill_deadline_and_predicts_with_the_granted_floor() -> None:
+    """What the batched verifier is handed: the phase announced to the parent carries the 2 s kill
+    deadline and the prediction's limit the granted 0.5 s. Kills a verify phase announced with the
+    granted floor (kills at 0.5 s, each a restart) and a prediction that ignores the grant."""
+    from types import SimpleNamespace
+
+    from sparserl.harness.worker import Worker
+
+    said = []
+    channel = SimpleNamespace(granted=True, phase=lambda name, launches, limit: said.append((name, launches, limit)))
+    w = SimpleNamespace(speed=SpeedConfig(), channel=channel)
+    w._limit = lambda *a, **kw: Worker._limit(w, *a, **kw)
+    announce, limit = Worker._verify_limits(w, 48.9)
+    announce("verify", 9)
+    announce("check")
+    assert said == [("verify", 9, 2.0), ("check", 1, None)]
+    assert limit(9) == 0.5  # 9 x 1000 x 48.9 us = 0.44 s, under the granted floor
+    channel.granted = False
+    assert limit(9) == 2.0
+
+
 def test_scaled_limits_and_the_pool_cap() -> None:
     cfg = SpeedConfig()
     assert scaled_limit(100.0, 1, cfg) == 2.0  # 1000 x 100 us = 0.1 s, under the 2 s floor

@@ -141,7 +141,8 @@ def test_spmm_lane_groups_beyond_the_librarys_compile() -> None:
     render and compile: a mutation to them must not be a compile error the search pays for."""
     card = matrix_card(generate("powerlaw", 6000, seed=1))
     texts = []
-    for t in (get_template(Op.SPMM, n) for n in ("csr_rows", "coo_runs", "ell_rows", "sell_lanes", "hyb_ell_coo")):
+    for t in (get_template(Op.SPMM, n) for n in ("csr_rows", "coo_runs", "ell_rows", "sell_lanes", "hyb_ell_coo",
+                                                  "dia_rows", "bsr_group")):
         base = t.seeds(card, 64)[0]
         for g in (4, 16):
             p = dict(base, g=g, vec=4)

@@ -171,3 +171,25 @@ def test_new_values_are_what_the_next_solve_uses(backend) -> None:
         return float(np.linalg.norm(cp.asnumpy(b) - M.astype(np.float64) @ xb) / np.linalg.norm(cp.asnumpy(b)))
 
     assert residual(B, second.x) < 1e-5 and residual(A, second.x) > 1e-2
+
+
+def test_a_solvers_library_descriptors_outlive_the_product_cache() -> None:
+    """The library backend's per-call descriptors live in a bounded cache (256 address pairs); a
+    solver's runner owns its own. Kills a runner whose descriptors the cache evicts and destroys
+    while the solver's loop still calls them (the second solve would run on freed descriptors)."""
+    import cupy as cp
+
+    from sparserl.operator import from_library, solve_cg
+
+    A = poisson3d(10)
+    n = A.shape[0]
+    op = from_library(A)
+    b = cp.asarray(np.random.default_rng(6).standard_normal(n).astype(np.float32))
+    first = solve_cg(op, b, rtol=1e-6, graph=False)
+    xs = [cp.full(n, float(i), dtype=cp.float32) for i in range(300)]  # 300 address pairs: the cache evicts
+    ys = [op.matvec(x) for x in xs]
+    assert float(cp.abs(ys[-1] - op.matvec(xs[-1])).max()) == 0.0
+    second = solve_cg(op, b, rtol=1e-6, graph=False)
+    assert second.converged and second.iterations == first.iterations and cp.array_equal(second.x, first.x)
+    op.close()
+    assert "_cg_workspaces" not in op.__dict__  # close drops the work vectors and graphs

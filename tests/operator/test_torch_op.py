@@ -79,3 +79,39 @@ def test_an_operator_that_is_gone_is_one_line() -> None:
         torch.ops.sparserl.matmul(torch.ones(N), 10**9, M)
     assert "no live sparse operator" in str(e.value) and "\n" not in str(e.value)
     assert torch_op.apply is not None
+
+
+def test_only_a_plain_tensor_in_eager_code_with_nothing_to_record_skips_the_custom_op() -> None:
+    """Kills a bypass (straight to the kernel, no dispatcher) taken where something must see the op:
+    autograd recording, a forward-mode AD level, a dispatch mode (fake tensors, make_fx, FLOP
+    counting), a function mode, a tensor subclass; and one never taken."""
+    from torch.autograd import forward_ad
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    needs = torch_op.needs_custom_op
+    x = torch.ones(4)
+    w = torch.ones(4, requires_grad=True)
+    assert not needs(x)
+    assert needs(w)
+    with torch.no_grad():
+        assert not needs(w)
+    with torch.inference_mode():
+        assert not needs(torch.ones(4))
+    with forward_ad.dual_level():
+        assert needs(x)
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class SeenFn(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        assert needs(x)
+    with SeenFn():
+        assert needs(x)
+    assert needs(torch.nn.Parameter(torch.ones(4), requires_grad=False))  # a subclass
+    assert not needs(x)  # and nothing left active

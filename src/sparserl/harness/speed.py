@@ -237,16 +237,18 @@ def predicted_overrun(first_s: float, remaining: int, limit_s: float | None) -> 
     launch also pays fresh buffers and its checks as the first did; a kernel within 25% of the
     limit is left to run, and killed as before if it overruns. The floor keeps a fast kernel, whose
     first launch may carry one-time host costs (the lazy load of its module, the memory pool), from
-    ever being judged by it: 50 ms is far above such costs and far below any limit (2 s at least).
+    ever being judged by it: 50 ms is far above such costs and far below any limit (0.5 s at least:
+    ``limit_floor_granted_s`` where the job has the GPU whole, else 2 s).
 
     Why it cannot be played: the verifier asks only after the first launch was judged (a kernel
     wrong on it is reported wrong, never timed out), and the answer can only turn a verification
     that would have gone on into a ``timeout`` verdict, which is a failure scored as a wrong kernel
     and never remembered. So no kernel gains a reward by it. A kernel slower on its first launch
     than on the others loses a verification it might have finished within the limit, but such a
-    kernel takes at least ``limit / (PREDICT_MARGIN * remaining)`` on one launch (0.25 s at the
-    2 s floor and 8 remaining launches; over 1000x cuSPARSE's time when scaled), far past the
-    early-stop factor, so the most it could have earned is the slowest correct rung. A kernel wrong
+    kernel takes at least ``limit / (PREDICT_MARGIN * remaining)`` on one launch (0.2 s at the
+    2 s floor and 8 remaining launches, 50 ms at the granted 0.5 s floor; over 1000x cuSPARSE's time
+    when scaled), far past the early-stop factor, so the most it could have earned is the slowest
+    correct rung. A kernel wrong
     on a later input that would have been reported ``incorrect`` may now be ``timeout``: both score
     the wrong rung (and a later hang already gave the same)."""
     if limit_s is None or remaining < 1 or first_s < PREDICT_MIN_S:

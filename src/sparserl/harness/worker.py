@@ -129,6 +129,16 @@ class Worker:
             return None
         return scaled_limit(cusparse_us, launches, self.speed, allowance_s, granted=self.channel.granted and not kill)
 
+    def _verify_limits(self, cusparse_us: float | None):
+        """(announce, limit) for the batched verifier: ``announce(name, launches)`` tells the parent a
+        phase with its kill deadline (the ordinary floor), ``limit(launches)`` is what the prediction
+        after the first launch compares with (the granted floor where the job has the GPU whole)."""
+
+        def announce(name: str, launches: int = 1) -> None:
+            self.channel.phase(name, launches, self._limit(launches, cusparse_us, kill=True) if name == "verify" else None)
+
+        return announce, (lambda launches: self._limit(launches, cusparse_us))
+
     def warm_up(self) -> None:
         """Evaluate a library kernel on a tiny matrix (SpMV and SpMM) through the job path.
 
@@ -252,11 +262,9 @@ class Worker:
 
             targets = [GpuTarget(b, st.checks[w], st.pristine[(w, b.conversion_key)], self.gpu.sms)
                        for b, w in ((bound, "A"), (alt, "A_alt"))]
-            outcome = BatchedVerifier(verifier).run(
-                targets[0], targets[1], job["uses_atomics"],
-                lambda name, launches=1: self.channel.phase(
-                    name, launches, self._limit(launches, t_base, kill=True) if name == "verify" else None),
-                limit=lambda launches: self._limit(launches, t_base))
+            announce, limit = self._verify_limits(t_base)
+            outcome = BatchedVerifier(verifier).run(targets[0], targets[1], job["uses_atomics"], announce,
+                                                    limit=limit)
         else:
             targets = [Target(b, st.references[w],
                               lambda b=b, w=w: st.modified((w, b.conversion_key), b.dev.arrays))
@@ -291,7 +299,7 @@ class Worker:
 
         s = self.settings
         launches = s["warmup"] + s["cold_trials"] + (s["warmup"] + 5 + s["warm_trials"] if "warm" in regimes else 0)
-        self.channel.phase("time", 1, self._limit(launches, t_base, allowance_s=10.0))
+        self.channel.phase("time", 1, self._limit(launches, t_base, allowance_s=10.0, kill=True))
         with profile.step("lease"):
             self.channel.lease_gpu()
         with profile.step("time_prepare"):

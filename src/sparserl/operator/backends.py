@@ -158,6 +158,7 @@ class LibraryBackend:
             self._destroy(dx, dy)
         self.buffer = cp.empty(max(int(size), 1), dtype=cp.uint8)
         self._kept: dict[tuple[int, int], tuple[int, int]] = {}
+        self._owned: list[tuple[int, int]] = []  # the runners' descriptors, destroyed at close
 
     def _descriptors(self, x, y) -> tuple[int, int]:
         cs, m, n = self._cs, *self.shape
@@ -173,16 +174,24 @@ class LibraryBackend:
         destroy(dy)
 
     def run(self, x, y) -> None:
-        """``y = A x`` on CuPy's current stream (cuSPARSE's default algorithm)."""
-        self.runner(x, y)()
+        """``y = A x`` on CuPy's current stream (cuSPARSE's default algorithm), on descriptors made once
+        per (x, y) address pair and kept in a bounded cache."""
+        self._call(*self._descriptors_of(x, y))()
 
     def runner(self, x, y):
-        """A function that enqueues ``y = A x`` on the current stream. It calls the library through ctypes
-        (CuPy's wrappers refuse to run inside a CUDA-graph capture; cuSPARSE's SpMV/SpMM with the
-        backend's own buffer can be captured) on descriptors made once per (x, y) address pair."""
+        """A function that enqueues ``y = A x`` on the current stream, for as long as the backend is
+        open: its descriptors are its own (kept to ``close``, never evicted from the cache ``run``
+        uses), so a captured graph or a solver's loop can call it any time later."""
+        pair = self._descriptors(x, y)
+        self._owned.append(pair)
+        return self._call(*pair)
+
+    def _call(self, dx: int, dy: int):
+        """The library call on two dense descriptors through ctypes (CuPy's wrappers refuse to run
+        inside a CUDA-graph capture; cuSPARSE's SpMV/SpMM with the backend's own buffer can be
+        captured)."""
         from sparserl.harness.baseline import _libcusparse
 
-        dx, dy = self._descriptors_of(x, y)
         lib, cs, handle, opn, cp = _libcusparse(), self._cs, self.handle, self._opn, self._cp
         alpha, beta, mat, buf = self.alpha.ctypes.data, self.beta.ctypes.data, self.mat, self.buffer.data.ptr
         spmv = self.op is Op.SPMV
@@ -221,9 +230,10 @@ class LibraryBackend:
             self._cp.copyto(self.data, values)
 
     def close(self) -> None:
-        for dx, dy in self._kept.values():
+        for dx, dy in [*self._kept.values(), *self._owned]:
             self._destroy(dx, dy)
         self._kept.clear()
+        self._owned.clear()
         if self.mat is not None:
             self._cs.destroySpMat(self.mat)
             self.mat = None

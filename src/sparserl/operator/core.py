@@ -186,10 +186,10 @@ class SparseOperator:
         if not (x.dtype == torch.float32 and x.is_cuda and x.device.index == self.device and tuple(x.shape) == want
                 and x.is_contiguous()):
             check_operand(describe(x, what), what, want, self.device)
-        if (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
-            from sparserl.operator.torch_op import apply
+        from sparserl.operator.torch_op import apply, needs_custom_op
 
-            return apply(self, x)  # the custom op: autograd's formula, torch.compile's node
+        if needs_custom_op(x):
+            return apply(self, x)  # the custom op: autograd's formula, torch.compile's node, modes see it
         return self._torch_product(x)  # nothing to record: straight to the kernel, no dispatcher
 
     def torch_forward(self, x):
@@ -309,7 +309,9 @@ class SparseOperator:
         return cg(self, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every)
 
     def close(self) -> None:
-        """Free the library backend's cuSPARSE descriptor now (device memory goes with the object)."""
+        """Free the library backend's cuSPARSE descriptor now (device memory goes with the object), and
+        the solvers' work vectors and graphs."""
+        self.__dict__.pop("_cg_workspaces", None)
         self.backend.close()
         if self._transpose is not None:
             self._transpose.close()

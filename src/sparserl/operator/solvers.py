@@ -38,6 +38,7 @@ STOP, ITERS, MAXITER = range(3)
 RUNNING, CONVERGED, MAXITER, BREAKDOWN = range(4)
 
 THREADS = 256
+INT32_MAX = 2**31 - 1
 
 CG_SOURCE = r"""
 #define RHO 0
@@ -191,6 +192,7 @@ def solve_cg(op, b, x0=None, *, rtol: float = 1e-5, atol: float | None = None, m
     maxiter = 10 * n if maxiter is None else int(maxiter)
     if maxiter < 1:
         raise SparseRLError(f"maxiter must be at least 1 (got {maxiter})")
+    maxiter = min(maxiter, INT32_MAX)  # the device counts in int32; 2^31 - 1 iterations is "unbounded"
     if check_every < 1:
         raise SparseRLError(f"check_every must be at least 1 (got {check_every})")
     cp = op._cp
@@ -199,9 +201,11 @@ def solve_cg(op, b, x0=None, *, rtol: float = 1e-5, atol: float | None = None, m
         b = _vector(cp, b, n, "b")
         x0 = None if x0 is None else _vector(cp, x0, n, "x0")
         work = _workspace(op, cp, check_every, graph)
-        work.stream.wait_event(_caller_stream(cp, b_in, x0_in).record())  # b and x0 as the caller's work left them
+        caller = _caller_stream(cp, b_in, x0_in)
+        work.stream.wait_event(caller.record())  # b and x0 as the caller's work left them
         with work.stream:
             res = work.solve(b, x0, rtol, atol, maxiter)
+        caller.wait_event(work.stream.record())  # the caller's next work sees x as the solve left it
         if type(b_in).__module__.startswith("torch"):  # a tensor in, a tensor out (a view of the result)
             import torch
 
@@ -215,16 +219,15 @@ def _workspace(op, cp, check_every: int, graph: bool) -> "_Workspace":
     cache = op.__dict__.setdefault("_cg_workspaces", {})
     key = (check_every, graph)
     if key not in cache:
-        cache[key] = _Workspace(op, cp, check_every, graph)
+        cache[key] = _Workspace(op.backend, op.shape[0], cp, check_every, graph)
     return cache[key]
 
 
 class _Workspace:
     """One operator's CG vectors, device scalars and captured iterations, kept between solves."""
 
-    def __init__(self, op, cp, check_every: int, graph: bool):
-        self.cp, self.op = cp, op
-        n = op.shape[0]
+    def __init__(self, backend, n: int, cp, check_every: int, graph: bool):
+        self.cp, self.backend = cp, backend  # the backend, not the operator: no cycle keeps it alive
         self.n64 = np.int64(n)
         self.stream = cp.cuda.Stream(non_blocking=True)
         mod = _module(cp)
@@ -236,7 +239,7 @@ class _Workspace:
             self.x, self.r, self.p, self.q = (cp.zeros(n, dtype=cp.float32) for _ in range(4))
             self.s = cp.zeros(8, dtype=cp.float64)
             self.flags = cp.zeros(3, dtype=cp.int32)  # stop reason, iterations done, maxiter
-            spmv = op.backend.runner(self.p, self.q)
+            spmv = backend.runner(self.p, self.q)
             grid, block, x, r, p, q, s, flags, n64 = (self.grid, self.block, self.x, self.r, self.p, self.q, self.s,
                                                       self.flags, self.n64)
 
@@ -261,7 +264,7 @@ class _Workspace:
             cp.copyto(r, b)  # r = b - A 0
         else:
             cp.copyto(x, x0)
-            self.op.backend.run(x, q)
+            self.backend.run(x, q)
             cp.subtract(b, q, out=r)  # r = b - A x0
         cp.copyto(p, r)
         s.fill(0)
@@ -297,16 +300,14 @@ def _replayer(stream, iteration, check_every: int, graph: bool):
         return eager, False
     stream.begin_capture()
     try:
-        for _ in range(check_every):
-            iteration()
-    except Exception as exc:  # noqa: BLE001 - a backend whose launches cannot be captured
         try:
-            stream.end_capture()
-        except Exception:  # noqa: BLE001 - the failed capture is dropped either way
-            pass
+            for _ in range(check_every):
+                iteration()
+        finally:
+            g = stream.end_capture()  # also where a capture invalidated without a Python error shows
+    except Exception as exc:  # noqa: BLE001 - a backend whose launches cannot be captured
         log.warning("cg: the SpMV could not be captured in a CUDA graph (%s); launching one by one", exc)
         return eager, False
-    g = stream.end_capture()
     return (lambda: g.launch(stream)), True
 
 

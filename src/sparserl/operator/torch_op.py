@@ -46,6 +46,21 @@ def _backward(ctx, grad: torch.Tensor):
 matmul.register_autograd(_backward, setup_context=_setup_context)
 
 
+def needs_custom_op(x: torch.Tensor) -> bool:
+    """Whether a product must go through the custom op rather than straight to the kernel: when
+    autograd records it (``x`` requires grad under grad mode), when ``torch.compile`` or
+    ``torch.export`` traces it, when a forward-mode AD level is open, when a Python dispatch or
+    function mode is active (``make_fx``, fake tensors, ``FlopCounterMode``: they must see the op),
+    and for any tensor subclass. A plain tensor in eager no-grad or inference code skips the
+    dispatcher (about 30 us a call)."""
+    from torch.autograd import forward_ad
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return (type(x) is not torch.Tensor or (x.requires_grad and torch.is_grad_enabled())
+            or torch.compiler.is_compiling() or getattr(forward_ad, "_current_level", -1) >= 0
+            or _get_current_dispatch_mode() is not None or torch._C._is_torch_function_mode_enabled())
+
+
 def apply(operator, x: torch.Tensor) -> torch.Tensor:
     """``A x`` through the custom op (differentiable in ``x``, capturable by ``torch.compile``)."""
     return torch.ops.sparserl.matmul(x, operator.handle, operator.shape[0])
