@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The policy in one resumable sitting on one GPU: a base model pre-trained on the packed CUDA corpus,
+# teacher data at scale (library variants near the fastest, then budgeted searches whose verified
+# kernels fill a best-known store, exported with refinement rows), SFT of the base model on both, and
+# the held-out table (the data's test split and the families at 1M rows, cuSPARSE and the library
+# oracle side by side; new-body shares in each eval.md).
+#
+#   sparserl corpus build --out CORPUS && sparserl corpus pack --corpus CORPUS --out PACK   # CPU, once
+#   bash scripts/policy_at_scale.sh OUT PACK [small|full]      # GPU; full is the default
+#   BASE_MODEL=DIR bash scripts/policy_at_scale.sh OUT - small # a base model made before: no pre-training
+#   BASE_MODEL=DIR bash scripts/policy_at_scale.sh OUT - smoke # CPU: every stage compile-only (the tests)
+#
+# Presets (GPU wall clock, one H200, to be measured: OUT/stages.tsv records each stage's seconds):
+#   small  pre-training 4 min, 4 matrices per family at 10k-1M rows (one each for validation and
+#          test), searches of 16 candidates on the 2 train matrices,
+#          SFT 300 steps, 8 samples per held-out matrix: the table's shape, aimed at 15 minutes;
+#   full   pre-training 12 min, 10 matrices per family at 10k-2M rows (two each for validation and
+#          test), searches of 32 candidates on the 6 train matrices,
+#          SFT 800 steps, 16 samples: aimed at 40 minutes.
+# Each stage writes OUT/stages/NAME.done when it ends; run the same command again after a crash or a
+# time limit and the finished stages are skipped (pre-training, the searches and SFT resume inside).
+# The teacher never sees a held-out matrix: searches run on the train split only, and the families
+# held out from every learned component (circuit, kkt, fem_mixed, road) are not generated.
+set -euo pipefail
+out=${1:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]}
+pack=${2:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]  (PACK: a corpus pack, or - for the default corpus)}
+preset=${3:-full}
+families=diagonal,banded,stencil2d,stencil3d_7,stencil3d_27,block,random,powerlaw,skewed,empty_rows,rectangular,dense_lines,rmat,lp,kronecker,cartesian,arrow
+device=(); compile=(); gen=(); eval_sets=(test families)
+case $preset in
+  small) pretrain=(--preset base --minutes 4 --seq-len 2048 --batch-size 16)
+         data=(--per-family 4 --min-rows 10000 --max-rows 1000000 --variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
+         search=(--budget 16 --seconds 10); sft=(--steps 300 --batch-size 16 --eval-every 300); samples=8 ;;
+  full)  pretrain=(--preset base --minutes 12 --seq-len 2048 --batch-size 16)
+         data=(--per-family 10 --min-rows 10000 --max-rows 2000000 --variants-per-matrix 30 --val-fraction 0.2 --test-fraction 0.2)
+         search=(--budget 32 --seconds 20); sft=(--steps 800 --batch-size 16 --eval-every 400); samples=16 ;;
+  smoke) families=stencil2d,powerlaw,lp
+         pretrain=(--preset default --steps 2 --seq-len 64 --batch-size 2)
+         data=(--per-family 3 --min-rows 300 --max-rows 600 --variants-per-matrix 2 --val-fraction 0.34 --test-fraction 0.34)
+         search=(--budget 2); sft=(--steps 2 --batch-size 2 --eval-every 2 --eval-samples 1); samples=1
+         device=(--device cpu); compile=(--compile-only); gen=(--max-new-tokens 48); eval_sets=(test) ;;
+  *) echo "error: the preset is small, full or smoke (got '$preset')" >&2; exit 2 ;;
+esac
+corpus=(); [ "$pack" != "-" ] && corpus=(--corpus "$pack")
+if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then
+  echo "error: no corpus pack at $pack (make one: sparserl corpus build, then sparserl corpus pack; or give -)" >&2
+  exit 2
+fi
+mkdir -p "$out/stages"
+if command -v sparserl > /dev/null; then sparserl() { command sparserl "$@"; }; else sparserl() { "${PYTHON:-python}" -m sparserl.cli "$@"; }; fi
+
+stage() {  # stage NAME COMMAND...: run it unless it finished before; record its seconds
+  local name=$1; shift
+  if [ -e "$out/stages/$name.done" ]; then echo "== $name: done before, skipped"; return; fi
+  echo "== $name: $*"
+  local t0=$SECONDS
+  "$@"
+  printf '%s\t%s\n' "$name" $((SECONDS - t0)) >> "$out/stages.tsv"
+  touch "$out/stages/$name.done"
+}
+again() { [ -e "$1" ] && echo --resume || true; }  # --resume when a run left its state behind
+
+model="$out/pretrain/model"
+if [ -n "${BASE_MODEL:-}" ]; then  # a base model made before (any local HF checkpoint): no pre-training here
+  model=$BASE_MODEL; echo "== pretrain: skipped, the base model is $model"
+else
+  stage pretrain sparserl pretrain --out "$out/pretrain" "${corpus[@]}" "${pretrain[@]}" "${device[@]}" \
+    $(again "$out/pretrain/state.pt")
+fi
+stage data sparserl data build --out "$out/data" --families "$families" "${data[@]}" --target near_fastest \
+  --targets-per-matrix 6 --seed 0 --force "${compile[@]}"
+train_matrices() {
+  "${PYTHON:-python}" -c "import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get('matrix'):
+        seen.setdefault(r['matrix'], None)
+print('\n'.join(seen))" "$out/data/train.jsonl"
+}
+search_train() {
+  mapfile -t files < <(train_matrices)
+  sparserl farm "${files[@]}" --store "$out/teacher.sqlite" --out "$out/farm" "${search[@]}" "${compile[@]}" \
+    $(again "$out/farm/summary.json")
+}
+stage search search_train
+export_teacher() {
+  if [ ${#compile[@]} -gt 0 ]; then  # compile-only: nothing was timed, so the store holds no verified kernel
+    : > "$out/teacher.jsonl"; echo "compile-only: no store rows"; return
+  fi
+  sparserl best export "$out/teacher.jsonl" --store "$out/teacher.sqlite" --per-matrix 3 --within 0.05 --refinements
+}
+stage export export_teacher
+merge() {  # the SFT set: the library teacher's train rows and the store's, validation and test as built
+  mkdir -p "$out/sft-data"
+  cat "$out/data/train.jsonl" "$out/teacher.jsonl" > "$out/sft-data/train.jsonl"
+  cp "$out/data/val.jsonl" "$out/data/test.jsonl" "$out/sft-data/"
+  echo "SFT rows: $(wc -l < "$out/data/train.jsonl") from the library, $(wc -l < "$out/teacher.jsonl") from the store"
+}
+stage merge merge
+stage sft sparserl sft --data "$out/sft-data" --model "$model" --out "$out/sft" "${sft[@]}" \
+  --save-every 100 "${device[@]}" "${compile[@]}" "${gen[@]}" $(again "$out/sft/state.pt")
+for set in "${eval_sets[@]}"; do
+  if [ "$set" = test ]; then where=(--matrices "$out/data" --split test); else where=(--matrices families --family-rows 1000000); fi
+  stage "eval-$set" sparserl evaluate "${where[@]}" --samples "$samples" -c base_sft="$out/sft/checkpoint" \
+    --baselines cusparse,oracle --out "$out/eval-$set" --force --no-plots "${compile[@]}" "${gen[@]}"
+done
+echo "== stages (seconds):"; cat "$out/stages.tsv"
+for set in "${eval_sets[@]}"; do echo "== held out: $set ($out/eval-$set/eval.md)"; head -40 "$out/eval-$set/eval.md"; done

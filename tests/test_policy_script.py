@@ -1,0 +1,60 @@
+"""``scripts/policy_at_scale.sh`` on the CPU: every stage compile-only, on the tests' tiny model.
+
+What a GPU run of it depends on and a CPU can check: the stages' commands and arguments fit the CLI
+(a typo fails here, not an hour into a GPU session), the teacher's searches see train matrices only,
+the SFT set holds the library teacher's rows, the held-out table is written, a second run skips every
+finished stage, and a bad preset or a missing pack is one line. Mutations killed: searches over the
+test split (held-out matrices in the teacher), a merge that drops the library rows, a stage that
+runs again after it finished, a preset error that goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparserl.harness.compile import find_nvcc
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "policy_at_scale.sh"
+
+
+def run(out: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    base = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(REPO / "src"),
+                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run(["bash", str(SCRIPT), str(out), *args], capture_output=True, text=True, cwd=REPO,
+                          env=base | (env or {}), timeout=900)
+
+
+def names(path: Path) -> set[str]:
+    return {Path(json.loads(line)["matrix"]).stem for line in path.open() if json.loads(line).get("matrix")}
+
+
+@pytest.mark.skipif(find_nvcc() is None or shutil.which("bash") is None, reason="needs nvcc and bash")
+def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir) -> None:
+    out = tmp_path / "run"
+    first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    stages = [line.split("\t")[0] for line in (out / "stages.tsv").read_text().splitlines()]
+    assert stages == ["data", "search", "export", "merge", "sft", "eval-test"]
+    searched = {Path(m).stem for m in json.loads((out / "farm" / "summary.json").read_text())["config"]["matrices"]}
+    train, test = names(out / "data" / "train.jsonl"), names(out / "data" / "test.jsonl")
+    assert searched and searched <= train and not searched & test
+    library_rows = (out / "data" / "train.jsonl").read_text().splitlines()
+    assert (out / "sft-data" / "train.jsonl").read_text().splitlines()[:len(library_rows)] == library_rows
+    assert "Evaluation" in (out / "eval-test" / "eval.md").read_text()
+    again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
+    assert again.returncode == 0 and again.stdout.count("done before, skipped") == 6, again.stdout[-2000:]
+    assert len((out / "stages.tsv").read_text().splitlines()) == 6
+
+
+def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
+    bad = run(tmp_path / "a", "-", "huge")
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "\n" not in bad.stderr.strip()
+    missing = run(tmp_path / "b", str(tmp_path / "no-pack"), "small")
+    assert missing.returncode == 2 and "corpus pack" in missing.stderr and not (tmp_path / "b" / "stages").exists()
