@@ -19,6 +19,7 @@
 #          SFT 800 steps, 16 samples: aimed at 40 minutes.
 # Each stage writes OUT/stages/NAME.done when it ends; run the same command again after a crash or a
 # time limit and the finished stages are skipped (pre-training, the searches and SFT resume inside).
+# Pre-training runs for its minutes (the step cap is out of the way; the learning rate decays over them).
 # The teacher never sees a held-out matrix: searches run on the train split only, and the families
 # held out from every learned component (circuit, kkt, fem_mixed, road) are not generated.
 set -euo pipefail
@@ -28,10 +29,10 @@ preset=${3:-full}
 families=diagonal,banded,stencil2d,stencil3d_7,stencil3d_27,block,random,powerlaw,skewed,empty_rows,rectangular,dense_lines,rmat,lp,kronecker,cartesian,arrow
 device=(); compile=(); gen=(); eval_sets=(test families)
 case $preset in
-  small) pretrain=(--preset base --minutes 4 --seq-len 2048 --batch-size 16)
+  small) pretrain=(--preset base --minutes 4 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 4 --min-rows 10000 --max-rows 1000000 --variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
          search=(--budget 16 --seconds 10); sft=(--steps 300 --batch-size 16 --eval-every 300); samples=8 ;;
-  full)  pretrain=(--preset base --minutes 12 --seq-len 2048 --batch-size 16)
+  full)  pretrain=(--preset base --minutes 12 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 10 --min-rows 10000 --max-rows 2000000 --variants-per-matrix 30 --val-fraction 0.2 --test-fraction 0.2)
          search=(--budget 32 --seconds 20); sft=(--steps 800 --batch-size 16 --eval-every 400); samples=16 ;;
   smoke) families=stencil2d,powerlaw,lp
