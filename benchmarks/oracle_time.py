@@ -101,10 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1, default=str))
 
+    if not next(iter(evs.values())).has_gpu:
+        for ev in evs.values():
+            ev.close()
+        print("error: no NVIDIA GPU here: the oracle's time needs one", file=sys.stderr)
+        return 2
     try:
-        if not next(iter(evs.values())).has_gpu:
-            print("error: no NVIDIA GPU here: the oracle's time needs one", file=sys.stderr)
-            return 2
         warm = generate("random", 2000, seed=0)  # compiles every kernel once, starts every worker
         for ev in evs.values():
             ev.evaluate_many([(text, ev.register(warm, "warm"), op, k) for _, text in texts])
@@ -136,13 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(result, floors))
     print(f"\nJSON in {args.out}")
-    changes = Counter(f"{a} -> {b}" for r in result["matrices"] for d in r["differ"].values() for a, b in d.values())
+    changes = verdict_changes(result)
     result["verdict_changes"] = dict(changes)
     save()
     print(f"verdicts that differ from floor {floors[0]}'s: {dict(changes) or 'none'}")
     print("  'none -> timeout' would be a correct, fully timed kernel lost to the lower floor (a false time-out);\n"
           "  'slow -> timeout' is a kernel slower than limit_scale x cuSPARSE per launch that the 2 s floor let run")
     return 1 if changes.get("none -> timeout") else 0
+
+
+def verdict_changes(result: dict) -> Counter:
+    """How many kernels changed verdict between the first setting and each other one, by change
+    ('slow -> timeout': 3); a correct kernel timed in full that becomes a time-out is 'none -> timeout'."""
+    return Counter(f"{a} -> {b}" for r in result["matrices"] for d in r["differ"].values() for a, b in d.values())
 
 
 def table(result: dict, floors: list[float]) -> str:

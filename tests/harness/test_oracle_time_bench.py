@@ -1,0 +1,45 @@
+"""The oracle-time benchmark's CPU side: its verdict bookkeeping, its table, and its one-line exit
+without a GPU. Mutations killed: a count that misses a changed verdict, a table that hides one, a
+run on a machine without a GPU that writes figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_benchmark
+
+bench = load_benchmark("oracle_time")
+
+
+def result(differ: dict) -> dict:
+    b = {"wall_s": 3.0, "kinds": {"none": 2, "timeout": 1}, "restarts": 0, "best_speedup": 1.5}
+    return {"matrices": [{"matrix": "lp_1", "nnz": 9, "by_floor": {"2.0": b | {"restarts": 2}, "0.5": b},
+                          "differ": {"2.0 vs 0.5": differ}}]}
+
+
+def test_changes_are_counted_by_kind_and_shown_in_the_table() -> None:
+    r = result({"k1": ["slow", "timeout"], "k2": ["none", "timeout"], "k3": ["slow", "timeout"]})
+    assert dict(bench.verdict_changes(r)) == {"slow -> timeout": 2, "none -> timeout": 1}
+    text = bench.table(r, [2.0, 0.5])
+    assert "k2: none -> timeout" in text and "| 2 |" in text and text.count("\n") == 2
+    assert dict(bench.verdict_changes(result({}))) == {} and "| - |" in bench.table(result({}), [2.0, 0.5])
+
+
+def test_families_default_to_every_classic_and_application_one() -> None:
+    from sparserl.matrices.generators import APPLICATION_FAMILIES, CLASSIC_FAMILIES
+
+    assert bench.families(None) == [*CLASSIC_FAMILIES, *APPLICATION_FAMILIES]
+    assert bench.families("lp,,arrow") == ["lp", "arrow"]
+
+
+def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys) -> None:
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    assert bench.main(["--families", "lp", "--rows", "1000", "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "GPU" in err and "\n" not in err
+    assert not (tmp_path / "o.json").exists()
