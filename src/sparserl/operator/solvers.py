@@ -32,9 +32,10 @@ from sparserl.errors import SparseRLError
 
 log = logging.getLogger(__name__)
 
-# scalars (float64): rho, p.q, r.r, atol^2, beta; flags (int32): stop reason, iterations done, maxiter
+# scalars (float64): rho, p.q, r.r, atol^2, beta; flags (int32): stop reason, iterations done, iteration limit
 RHO, PQ, RR, ATOL2, BETA = range(5)
-STOP, ITERS, MAXITER = range(3)
+STOP, ITERS, LIMIT = range(3)
+# stop reasons (CG_SOURCE's cg_scalars writes the same numbers)
 RUNNING, CONVERGED, MAXITER, BREAKDOWN = range(4)
 
 THREADS = 256
@@ -48,7 +49,7 @@ CG_SOURCE = r"""
 #define BETA 4
 #define STOP 0
 #define ITERS 1
-#define MAXITER 2
+#define LIMIT 2
 
 __device__ __forceinline__ double block_sum(double v)
 {
@@ -100,7 +101,7 @@ extern "C" __global__ void cg_scalars(double* s, int* flags)
     if (!(s[PQ] > 0.0)) { flags[STOP] = 3; return; }  // p.q <= 0 or NaN: A is not positive definite
     flags[ITERS] += 1;
     if (s[RR] <= s[ATOL2]) { flags[STOP] = 1; return; }
-    if (flags[ITERS] >= flags[MAXITER]) { flags[STOP] = 2; return; }
+    if (flags[ITERS] >= flags[LIMIT]) { flags[STOP] = 2; return; }
     s[BETA] = s[RR] / s[RHO];
     s[RHO] = s[RR];
     s[PQ] = 0.0;
@@ -238,7 +239,7 @@ class _Workspace:
         with self.stream:
             self.x, self.r, self.p, self.q = (cp.zeros(n, dtype=cp.float32) for _ in range(4))
             self.s = cp.zeros(8, dtype=cp.float64)
-            self.flags = cp.zeros(3, dtype=cp.int32)  # stop reason, iterations done, maxiter
+            self.flags = cp.zeros(3, dtype=cp.int32)  # stop reason, iterations done, iteration limit
             spmv = backend.runner(self.p, self.q)
             grid, block, x, r, p, q, s, flags, n64 = (self.grid, self.block, self.x, self.r, self.p, self.q, self.s,
                                                       self.flags, self.n64)
