@@ -15,23 +15,10 @@ import pytest
 import scipy.sparse as sp
 
 from sparserl.errors import SparseRLError
-from sparserl.kernels.library import variants
-from sparserl.matrices import generate
+from tests.operator.test_operator_gpu import operator as kernel_operator  # the library variant of a format
+from tests.operator.test_operator_gpu import poisson3d
 
 pytestmark = pytest.mark.gpu
-
-
-def poisson3d(side: int) -> sp.csr_array:
-    A = generate("stencil3d_7", side**3)
-    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
-    return sp.csr_array((np.where(rows == A.indices, 6.0, -1.0).astype(np.float32), A.indices, A.indptr),
-                        shape=A.shape)
-
-
-def kernel_operator(A, fmt: str):
-    from sparserl.operator import from_kernel
-
-    return from_kernel(A, variants("spmv", fmt, None)[0].render())
 
 
 def cupyx_iterations(A, b, rtol: float, maxiter: int) -> tuple[int, object]:
