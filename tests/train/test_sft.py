@@ -118,3 +118,32 @@ def test_paper_compatible_entry_points(tmp_path: Path, tiny_model_dir: Path, dat
                  "--out", str(tmp_path / "b"), "--compile-only", "--eval-samples", "1", "--batch-size", "2"]) == 0
     assert main(["--data", str(tmp_path / "missing.jsonl"), "--steps", "2", "--model-path", str(tiny_model_dir),
                  "--out", str(tmp_path / "c"), "--compile-only"]) == 2
+
+
+def test_micro_batches_give_the_full_batch_gradient(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A step split under a small token budget gives the loss and the gradient of the whole batch.
+    Kills: each micro-batch's loss divided by its own tokens (a mean of means), a micro-batch's
+    gradient overwritten instead of summed (zero_grad inside the loop), a micro-batch left out."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.train.microbatch import split_by_tokens
+    from sparserl.train.sft import SFTConfig, _setup, _train_step
+
+    ev = Evaluator(HarnessConfig(compile_only=True))
+    out = {}
+    for budget in (None, 1):
+        cfg = SFTConfig(data=str(data_dir), model=str(tiny_model_dir), out=str(tmp_path / f"sft{budget}"), steps=1,
+                        batch_size=4, max_nnz=16, compile_only=True, device="cpu", bf16=False,
+                        max_batch_tokens=budget)
+        run = _setup(cfg, ev)
+        batch = run.train.rows[:4]
+        if budget is not None:
+            lengths = run.policy.sequence_lengths([run.train.sample(r) for r in batch], [r.code for r in batch])
+            assert len(split_by_tokens([t for t, _ in lengths], budget)) == 4  # one row a micro-batch
+        loss, _ = _train_step(run, batch, lr=0.0)  # lr 0: the weights stay, the gradients are kept
+        out[budget] = (loss, [p.grad.clone() for p in run.params if p.grad is not None])
+    ev.close()
+    (l0, g0), (l1, g1) = out[None], out[1]
+    assert l1 == pytest.approx(l0, rel=1e-5)
+    assert len(g0) == len(g1) > 0
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -31,6 +31,8 @@ def sft_cmd(
                                           "for a new model, as trained for a policy checkpoint"),
     gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing",
                                                 help="recompute activations in the backward pass (less memory)"),
+    max_batch_tokens: int = typer.Option(D.max_batch_tokens, help="most padded tokens per forward pass: a step's "
+                                         "rows are split into micro-batches under it, gradients summed"),
     eval_every: int = typer.Option(D.eval_every, help="steps between validation checks through the harness"),
     eval_samples: int = typer.Option(D.eval_samples, help="validation rows sampled and checked at each validation"),
     eval_temperature: float = typer.Option(D.eval_temperature, help="sampling temperature of the validation (> 0)"),
@@ -50,7 +52,8 @@ def sft_cmd(
     check_output(out, "sft", force, resume)
     cfg = SFTConfig(data=str(data), model=str(model), out=str(out), steps=steps, batch_size=batch_size, lr=lr,
                     lora=lora, lora_r=lora_r, max_nnz=max_nnz, text_prompt=not no_text_prompt, card=card,
-                    gradient_checkpointing=gradient_checkpointing, eval_every=eval_every, eval_samples=eval_samples,
+                    gradient_checkpointing=gradient_checkpointing, max_batch_tokens=max_batch_tokens,
+                    eval_every=eval_every, eval_samples=eval_samples,
                     eval_temperature=eval_temperature, max_new_tokens=max_new_tokens, save_every=save_every,
                     resume=resume, device=device, compile_only=fallback(compile_only), seed=seed)
     typer.echo(json.dumps(sft(cfg), indent=1, default=str))

@@ -244,10 +244,13 @@ class Policy(torch.nn.Module):
 
     # -- training --------------------------------------------------------------------------
 
-    def loss(self, samples: list[Sample], completions: list[str]) -> torch.Tensor:
-        """Mean next-token cross-entropy over the completion tokens (EOS included)."""
+    def loss(self, samples: list[Sample], completions: list[str], reduction: str = "mean") -> torch.Tensor:
+        """Next-token cross-entropy over the completion tokens (EOS included): their mean, or with
+        ``reduction="sum"`` their sum (a micro-batch's share of a step, divided by the caller)."""
         if len(samples) != len(completions) or not samples:
             raise SparseRLError("loss() needs one completion per sample")
+        if reduction not in ("mean", "sum"):
+            raise SparseRLError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
         prefix = self._prefix(samples)
         parts, labels = [], []
         emb = self.embeddings
@@ -261,7 +264,20 @@ class Policy(torch.nn.Module):
         embeds, mask, pos, lab = self._batch(parts, labels)
         logits = self.lm(inputs_embeds=embeds, attention_mask=mask, position_ids=pos).logits
         return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1),
-                                                 ignore_index=-100)
+                                                 ignore_index=-100, reduction=reduction)
+
+    def sequence_lengths(self, samples: list[Sample], completions: list[str]) -> list[tuple[int, int]]:
+        """Per row: (tokens of the whole sequence, completion tokens with EOS), what :meth:`loss` feeds
+        and scores; the matrix tokens counted from the encoder without building a graph."""
+        out = []
+        with torch.no_grad():
+            for s, text in zip(samples, completions):
+                mat = self.encoder.encode_one(s.matrix).shape[0]
+                prompt = len(self.tokenizer(prompt_text(s, self.config.text_prompt, self.config.card),
+                                            add_special_tokens=False)["input_ids"])
+                n = len(self.completion_ids(text))
+                out.append((mat + prompt + n, n))
+        return out
 
     def response_forward(self, samples: list[Sample], response_ids: torch.Tensor, response_mask: torch.Tensor,
                          hidden: bool = False):

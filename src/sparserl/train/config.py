@@ -124,6 +124,9 @@ class SFTConfig:
     own setting; True/False: set it (a checkpoint trained otherwise is re-trained to the new prompt)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more time)."""
+    max_batch_tokens: int | None = 32768
+    """Most padded tokens in one forward pass: a step's rows are split into micro-batches under it and
+    their gradients summed (the step's loss unchanged). None: the whole batch at once."""
     eval_every: int = 250
     """Steps between validations (and one at the end)."""
     eval_samples: int = 32
@@ -151,6 +154,8 @@ class SFTConfig:
         require(self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size)
         require(self.lr > 0, "--lr", "> 0", self.lr)
         require(self.lora_r >= 1, "--lora-r", ">= 1", self.lora_r)
+        require(self.max_batch_tokens is None or self.max_batch_tokens >= 1, "--max-batch-tokens", ">= 1",
+                self.max_batch_tokens)
         require(self.max_nnz >= 1, "--max-nnz", ">= 1", self.max_nnz)
         require(self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every)
         require(self.eval_samples >= 0, "--eval-samples", ">= 0", self.eval_samples)

@@ -32,6 +32,7 @@ from sparserl.progress import progress
 from sparserl.runtime import dist
 from sparserl.runtime.metrics import MetricLogger, NullLogger
 from sparserl.runtime.optim import cosine_lr, load_train_state, save_train_state
+from sparserl.train.microbatch import split_by_tokens
 from sparserl.train.config import SFTConfig
 from sparserl.train.dataset import SFTDataset, load_splits
 
@@ -80,15 +81,21 @@ def _train_step(run: _Run, batch: list[SFTRow], lr: float) -> tuple[float, float
     """One optimizer step on ``batch``; returns (loss, gradient norm before clipping)."""
     cfg, device = run.cfg, run.device
     samples = [run.train.sample(r) for r in batch]
+    codes = [r.code for r in batch]
     for g in run.opt.param_groups:
         g["lr"] = lr
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-        loss = run.model(samples, [r.code for r in batch])
     run.opt.zero_grad(set_to_none=True)
-    loss.backward()
+    lengths = run.policy.sequence_lengths(samples, codes)
+    targets = sum(n for _, n in lengths)  # the step's loss: the mean over all of its completion tokens
+    total = 0.0
+    for idx in split_by_tokens([t for t, _ in lengths], cfg.max_batch_tokens):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+            part = run.model([samples[i] for i in idx], [codes[i] for i in idx], reduction="sum") / targets
+        part.backward()  # each micro-batch's activations freed before the next
+        total += part.item()
     gnorm = torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
     run.opt.step()
-    return loss.item(), float(gnorm)
+    return total, float(gnorm)
 
 
 def _validate(run: _Run) -> dict:
@@ -231,5 +238,5 @@ class _LossModule(torch.nn.Module):
         super().__init__()
         self.policy = policy
 
-    def forward(self, samples, completions: list[str]) -> torch.Tensor:
-        return self.policy.loss(samples, completions)
+    def forward(self, samples, completions: list[str], reduction: str = "mean") -> torch.Tensor:
+        return self.policy.loss(samples, completions, reduction)
