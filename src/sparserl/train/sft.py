@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -88,10 +89,14 @@ def _train_step(run: _Run, batch: list[SFTRow], lr: float) -> tuple[float, float
     lengths = run.policy.sequence_lengths(samples, codes)
     targets = sum(n for _, n in lengths)  # the step's loss: the mean over all of its completion tokens
     total = 0.0
-    for idx in split_by_tokens([t for t, _ in lengths], cfg.max_batch_tokens):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-            part = run.model([samples[i] for i in idx], [codes[i] for i in idx], reduction="sum") / targets
-        part.backward()  # each micro-batch's activations freed before the next
+    groups = split_by_tokens([t for t, _ in lengths], cfg.max_batch_tokens)
+    for n, idx in enumerate(groups):
+        # DDP: gradients are reduced once, at the last micro-batch (ranks may split their rows differently)
+        quiet = run.model.no_sync() if n < len(groups) - 1 and hasattr(run.model, "no_sync") else nullcontext()
+        with quiet:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+                part = run.model([samples[i] for i in idx], [codes[i] for i in idx], reduction="sum") / targets
+            part.backward()  # each micro-batch's activations freed before the next
         total += part.item()
     gnorm = torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
     run.opt.step()
