@@ -5,15 +5,17 @@
 * ``coo_segmented``: a warp walks ``batches`` x 32 consecutive nonzeros; a segmented
   shuffle scan sums runs of equal rows, so there is one atomic per row segment per
   batch, and the run crossing a batch boundary is carried in registers.
-* SpMM ``coo_runs``: a group of ``g`` lanes takes ``nzpg`` consecutive nonzeros, sums
-  runs of the same row into registers (``vec`` columns per lane) and adds each run
-  into Y with atomics when the row changes.
+* SpMM ``coo_runs``: a group of ``g`` lanes takes ``nzpg`` consecutive nonzeros (an equal
+  share of the work whatever the row lengths), ``g`` at a time in one coalesced load,
+  and sums runs of the same row into registers (``vec`` columns per lane) with eight rows
+  of X in flight per lane. A row wholly inside the group's nonzeros is stored; the first
+  and last, which may be shared with a neighbouring group, are added with atomics.
 """
 
 from __future__ import annotations
 
 from sparserl.kernels.contract import Op, signature
-from sparserl.kernels.library.common import FULL_MASK, Strategy, Variant, fill, make, vec_helpers
+from sparserl.kernels.library.common import FULL_MASK, Strategy, Variant, fill, group_mask, make, vec_helpers
 
 _atomic = Strategy(("grid=ceil_div(nnz, BLOCK), block=BLOCK",), fill(
     """
@@ -82,43 +84,82 @@ def runs_launch(count: str = "nnz") -> str:
     return f"grid=ceil_div({count}, NZPG * (BLOCK / G)), block=BLOCK"
 
 
-def runs_function(sig: str, row: str = "row_idx", col: str = "col_idx", val: str = "val", count: str = "nnz") -> str:
-    """SpMM over COO arrays: G lanes per run of NZPG entries, VEC columns of Y per lane, atomics into
-    Y (zeroed). Needs ``vec_helpers("fma_x", "add_y")`` before it."""
+def runs_function(sig: str, row: str = "row_idx", col: str = "col_idx", val: str = "val", count: str = "nnz",
+                  owns_rows: bool = True) -> str:
+    """SpMM over COO arrays: G lanes take NZPG consecutive entries, VEC columns of Y per lane, Y zeroed.
+
+    The group reads G entries at a time (one coalesced load each of rows, columns and values) and
+    broadcasts them with shuffles; the rows of X of ``UNROLL`` entries are loaded before any is used,
+    so a lane keeps that many loads in flight. A run of one row is summed in registers. A row wholly
+    inside the group's entries is stored; the group's first and last rows, which may go on in a
+    neighbouring group, are added with atomics. ``owns_rows`` False: every row is added (another
+    kernel wrote Y's rows before, as HYB's ELL part does). Needs ``vec_helpers("load_x", "store_y",
+    "add_y")`` before it."""
     return fill(
         """
 ${SIG}
 {
+    constexpr int UNROLL = 8;  // rows of X in flight per lane
     const int lane = threadIdx.x & (G - 1);
     const long long j0 = ((long long)blockIdx.x * (BLOCK / G) + threadIdx.x / G) * NZPG;
-    if (j0 >= ${COUNT}) return;
+    if (j0 >= ${COUNT}) return;  // whole groups leave together; shuffles use the group's mask
     const int j1 = (int)min(j0 + NZPG, (long long)${COUNT});
+    const unsigned gmask = ${MASK};
+    const int first = __ldg(${ROW} + j0);
     for (int t0 = 0; t0 < k; t0 += G * VEC) {
         const int c0 = t0 + lane * VEC;
-        if (c0 >= k) break;
+        const bool active = c0 < k;
         float acc[VEC] = {};
-        int cur = __ldg(${ROW} + j0);
-        for (int j = (int)j0; j < j1; ++j) {
-            const int r = __ldg(${ROW} + j);
-            if (r != cur) {
-                add_y(Y + (size_t)cur * k + c0, acc);
+        int cur = first;
+        for (int base = (int)j0; base < j1; base += G) {
+            const int j = base + lane;
+            const int my_row = j < j1 ? __ldg(${ROW} + j) : 0;
+            const int my_col = j < j1 ? __ldg(${COL} + j) : 0;
+            const float my_val = j < j1 ? __ldg(${VAL} + j) : 0.f;
+            const int cnt = min(G, j1 - base);
+            const int last_row = __shfl_sync(gmask, my_row, cnt - 1, G);  // where cur stands after the round
+            for (int t = 0; t < cnt; t += UNROLL) {
+                float xv[UNROLL][VEC];  // the rows of X first: UNROLL loads in flight
                 #pragma unroll
-                for (int q = 0; q < VEC; ++q) acc[q] = 0.f;
-                cur = r;
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int c = __shfl_sync(gmask, my_col, (t + u) & (G - 1), G);
+                    if (active && t + u < cnt) {
+                        load_x(xv[u], X + (size_t)c * k + c0);
+                    } else {
+                        #pragma unroll
+                        for (int q = 0; q < VEC; ++q) xv[u][q] = 0.f;
+                    }
+                }
+                #pragma unroll
+                for (int u = 0; u < UNROLL; ++u) {  // then the values and rows, shuffled again (fewer registers)
+                    const bool real = t + u < cnt;  // past the group's entries: adds nothing, ends no run
+                    const float a = real ? __shfl_sync(gmask, my_val, (t + u) & (G - 1), G) : 0.f;
+                    const int r = real ? __shfl_sync(gmask, my_row, (t + u) & (G - 1), G) : last_row;
+                    if (r != cur) {  // the run of row cur ends here
+                        if (active) {
+${FLUSH}
+                        }
+                        #pragma unroll
+                        for (int q = 0; q < VEC; ++q) acc[q] = 0.f;
+                        cur = r;
+                    }
+                    #pragma unroll
+                    for (int q = 0; q < VEC; ++q) acc[q] = fmaf(a, xv[u][q], acc[q]);
+                }
             }
-            const float a = __ldg(${VAL} + j);
-            const int c = __ldg(${COL} + j);
-            fma_x(acc, a, X + (size_t)c * k + c0);
         }
-        add_y(Y + (size_t)cur * k + c0, acc);
+        if (active) add_y(Y + (size_t)cur * k + c0, acc);  // the last row may go on in the next group
     }
 }
 """,
-        SIG=sig, ROW=row, COL=col, VAL=val, COUNT=count,
+        SIG=sig, ROW=row, COL=col, VAL=val, COUNT=count, MASK=group_mask("G"),
+        FLUSH=("                            if (cur == first) add_y(Y + (size_t)cur * k + c0, acc);\n"
+               "                            else store_y(Y + (size_t)cur * k + c0, acc);  // the row is the group's alone"
+               if owns_rows else "                            add_y(Y + (size_t)cur * k + c0, acc);"),
     )
 
 
-_spmm_runs = Strategy((runs_launch(),), vec_helpers("fma_x", "add_y") + runs_function(signature("COO", Op.SPMM, None, "BLOCK")))
+_spmm_runs = Strategy((runs_launch(),), vec_helpers("load_x", "store_y", "add_y") + runs_function(signature("COO", Op.SPMM, None, "BLOCK")))
 
 
 def variants() -> list[Variant]:
@@ -129,8 +170,8 @@ def variants() -> list[Variant]:
     for batches in (4, 16):
         out.append(make(Op.SPMV, "COO", "coo_segmented", _segmented, {"batches": batches, "block": 256},
                         atomic=True, doc="warp segmented scan over sorted rows, one atomic per row run"))
-    for g, vec in ((32, 4), (8, 1), (2, 4)):
-        for nzpg in (1, 16):
+    for g, vec in ((32, 4), (16, 4), (8, 1), (2, 4)):
+        for nzpg in (1, 16, 64):
             out.append(make(Op.SPMM, "COO", "coo_runs", _spmm_runs,
                             {"g": g, "vec": vec, "nzpg": nzpg, "block": 256},
                             k_multiple=vec, atomic=True,

@@ -21,8 +21,8 @@ _spmv = Strategy(
 
 _spmm = Strategy(
     (ell.SPMM_LAUNCH, coo.runs_launch("coo_nnz") + ", kernel=spmm_coo_part"),
-    vec_helpers("fma_x", "store_y", "add_y") + ell.spmm_function(signature("HYB", Op.SPMM, None, "BLOCK"), **_ELL)
-    + coo.runs_function(signature("HYB", Op.SPMM, "spmm_coo_part", "BLOCK"), **_COO))
+    vec_helpers("fma_x", "load_x", "store_y", "add_y") + ell.spmm_function(signature("HYB", Op.SPMM, None, "BLOCK"), **_ELL)
+    + coo.runs_function(signature("HYB", Op.SPMM, "spmm_coo_part", "BLOCK"), **_COO, owns_rows=False))
 
 
 def variants() -> list[Variant]:

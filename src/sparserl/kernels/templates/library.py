@@ -9,11 +9,10 @@ sigma is 1 or a multiple of C (the contract's rule).
 
 A few strategies get domains wider than the library's points (:data:`WIDER`): merge-path CSR
 tile sizes (block x items per thread, limited by the 48 KiB of static shared memory its tile
-takes), the segmented COO kernel's batches, SELL's slice height and sorting window, and every
-power of two up to a warp for the SpMM strategies' lanes per row (the library has 2, 8 and 32;
-16 lanes of 4 columns cover k = 64 in one pass). Mutations reach them; the seeds stay the
-library's: put first at k = 64 they did not pay (on a 1M-node power-law graph the 16-lane CSR
-kernel was 0.66x cuSPARSE, and a budget of 8 then missed the 1.01x COO kernel it had found).
+takes), the segmented COO kernel's batches, SELL's slice height and sorting window, the COO
+SpMM's nonzeros per lane group, and every power of two up to a warp for the SpMM strategies'
+lanes per row (the library has 2, 8 and 32, and 16 for COO runs, where 16 lanes of 4 columns
+cover k = 64 in one pass). Mutations reach them; the seeds stay the library's.
 """
 
 from __future__ import annotations
@@ -31,7 +30,8 @@ WIDER: dict[tuple[Op, str], dict[str, tuple[int, ...]]] = {
     (Op.SPMV, "csr_merge"): {"block": (64, 128, 256, 512), "ipt": (1, 2, 3, 4, 5, 7, 9, 11, 13, 15)},
     (Op.SPMV, "coo_segmented"): {"batches": (1, 2, 4, 8, 16, 32), "block": (128, 256, 512)},
     (Op.SPMV, "sell_lanes"): {"C": (8, 16, 32, 64, 128), "sigma": (1, 64, 128, 256, 512, 1024, 4096)},
-    **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32)} for s in ("csr_rows", "coo_runs", "ell_rows", "sell_lanes",
+    (Op.SPMM, "coo_runs"): {"g": (2, 4, 8, 16, 32), "nzpg": (1, 4, 16, 32, 64, 128)},
+    **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32)} for s in ("csr_rows", "ell_rows", "sell_lanes",
                                                           "dia_rows", "hyb_ell_coo", "bsr_group")},
 }
 """Extra values per parameter, beyond the library's own, for a few strategies."""
