@@ -205,7 +205,7 @@ def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, d
         rec["sample_speedups"] = [rec["best_speedup"]]  # the oracle is one pick: its best
         out["library oracle"] = rec
     if "selector" in cfg.baselines:
-        v = select_variant(ctx.features, op)
+        v = select_variant(ctx.features, op, k)
         out["rule-based selector"] = _record([ev.evaluate(v.render(), ref, op, k)], fam)
     return out
 

@@ -2,8 +2,9 @@
 
 :func:`select_variant` is the baseline an expert's rule of thumb gives. From the structure
 features alone it picks one library variant: DIA for a few well-filled diagonals, BSR 8x8 / 4x4
-for dense blocks, ELL for even rows, merge-path CSR for skewed rows, otherwise CSR vector with
-about as many lanes per row as the mean row length. The RL policy should beat it; the library
+for dense blocks, ELL for even rows, merge-path CSR for skewed rows (SpMM: COO runs, an equal
+share of nonzeros per lane group), otherwise CSR vector with about as many lanes per row as the
+mean row length. The RL policy should beat it; the library
 oracle (every variant, the fastest verified) bounds both. :func:`library_texts` is what a request
 falls back to: the selector's pick first, then every other variant.
 """
@@ -20,13 +21,18 @@ if TYPE_CHECKING:
     from sparserl.request.context import MatrixContext
 
 
-def select_variant(f: MatrixFeatures, op: Op = Op.SPMV) -> Variant:
-    """The rule-based choice for a matrix with features ``f``."""
+def select_variant(f: MatrixFeatures, op: Op = Op.SPMV, k: int | None = None) -> Variant:
+    """The rule-based choice for a matrix with features ``f`` (SpMM: ``k`` columns, when known)."""
+    mean = max(f.row_len_mean, 1e-9)
+    skewed = f.row_len_max > 16 * mean or f.empty_rows > 0.3 * f.rows
     if op is Op.SPMM:
         if f.num_diagonals <= 64 and f.diag_fill >= 0.5:
             return get_variant("spmm/dia_rows/-/g=8,vec=4,block=256")
         if f.block_density_8 >= 0.6:
             return get_variant("spmm/bsr_group/R=8,C=8/g=32,vec=4,block=256")
+        if skewed:  # an equal share of nonzeros per lane group; 16 lanes of 4 columns when k <= 64
+            g = 16 if k is not None and k <= 64 else 32
+            return get_variant(f"spmm/coo_runs/-/g={g},vec=4,nzpg=64,block=256")
         return get_variant("spmm/csr_rows/-/g=32,vec=4,block=256")
     if f.num_diagonals <= 64 and f.diag_fill >= 0.5:
         return get_variant("spmv/dia_vec4/-/block=128")
@@ -34,8 +40,7 @@ def select_variant(f: MatrixFeatures, op: Op = Op.SPMV) -> Variant:
         return get_variant("spmv/bsr_group/R=8,C=8/g=16,block=128")
     if f.block_density_4 >= 0.6:
         return get_variant("spmv/bsr_group/R=4,C=4/g=16,block=128")
-    mean = max(f.row_len_mean, 1e-9)
-    if f.row_len_max > 16 * mean or f.empty_rows > 0.3 * f.rows:
+    if skewed:
         return get_variant("spmv/csr_merge/-/block=256,ipt=7")
     if f.row_len_std <= 0.3 * mean and f.row_len_max <= 64:
         return get_variant("spmv/ell_rows/-/block=128,rpt=1")
@@ -48,5 +53,5 @@ def select_variant(f: MatrixFeatures, op: Op = Op.SPMV) -> Variant:
 def library_texts(ctx: MatrixContext) -> list[tuple[str, bool]]:
     """Every library variant of the request's op as (text, whether it is the selector's pick), the
     selector's pick first."""
-    pick = select_variant(ctx.features, ctx.op)
+    pick = select_variant(ctx.features, ctx.op, ctx.k)
     return [(pick.render(), True)] + [(v.render(), False) for v in variants(ctx.op, None, ctx.k) if v.id != pick.id]

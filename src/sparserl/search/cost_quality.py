@@ -94,7 +94,7 @@ def null_sequence(card, features, op: Op | str, k: int | None, ids: Sequence[str
     state = _Search(SearchConfig(budget=10_000, seed_share=1.0), space, None, set(), Ranker())
     sel = None
     if features is not None:
-        v = select_variant(features, op)
+        v = select_variant(features, op, k)
         sel = (v.strategy, dict(v.format_params + v.tunables), "selector")
     state.start([], sel)
     wanted, order = set(ids), []

@@ -103,7 +103,7 @@ def search_candidates(res: SearchResult) -> list[Candidate]:
 
 def _selector_point(ctx: MatrixContext) -> tuple[str, dict, str]:
     """The rule-based selector's library variant as a template point (tried first among the seeds)."""
-    v = select_variant(ctx.features, ctx.op)
+    v = select_variant(ctx.features, ctx.op, ctx.k)
     return v.strategy, dict(v.format_params + v.tunables), "selector"
 
 
