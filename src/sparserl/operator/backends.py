@@ -70,16 +70,23 @@ class KernelBackend:
     def name(self) -> str:
         return f"{self.bound.dev.data.header_line().removeprefix('FORMAT: ')} kernel"
 
-    def run(self, x, y) -> None:
+    @property
+    def zero_fill(self) -> bool:
+        """Whether the format's kernels accumulate into a zeroed output (the contract's output policy)."""
+        return self.bound.dev.data.zero_fill_y
+
+    def run(self, x, y, zeroed: bool = False) -> None:
         """``y = A x`` (or ``Y = A X``) on CuPy's current stream; ``x``, ``y`` CuPy arrays. The
         harness's launch path (its output policy, then every LAUNCH line) on arguments laid out once
-        per operator: only ``x`` and ``y`` change from call to call."""
+        per operator: only ``x`` and ``y`` change from call to call. ``zeroed``: the caller made ``y``
+        zero on this stream already (a framework's zeros), so the output policy has nothing to do."""
         from sparserl.harness.device import launch_all, prepare_output
 
         args = self._args.copy()
         args[self._ix], args[self._iy] = x, y
         b = self.bound
-        prepare_output(b.dev.data, y)
+        if not zeroed:
+            prepare_output(b.dev.data, y)
         launch_all(b.kernels, b.launches, tuple(args))
 
     def runner(self, x, y):
@@ -173,9 +180,12 @@ class LibraryBackend:
         destroy(dx)
         destroy(dy)
 
-    def run(self, x, y) -> None:
+    zero_fill = False
+    """cuSPARSE writes y (beta 0): nothing to zero first."""
+
+    def run(self, x, y, zeroed: bool = False) -> None:
         """``y = A x`` on CuPy's current stream (cuSPARSE's default algorithm), on descriptors made once
-        per (x, y) address pair and kept in a bounded cache."""
+        per (x, y) address pair and kept in a bounded cache (``zeroed``: as :meth:`KernelBackend.run`)."""
         self._call(*self._descriptors_of(x, y))()
 
     def runner(self, x, y):

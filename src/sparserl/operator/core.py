@@ -169,13 +169,13 @@ class SparseOperator:
         self._run(x, y)
         return y
 
-    def _run(self, x, y) -> None:
+    def _run(self, x, y, zeroed: bool = False) -> None:
         cp = self._cp
         if cp.cuda.runtime.getDevice() == self.device:
-            self.backend.run(x, y)
+            self.backend.run(x, y, zeroed)
         else:
             with cp.cuda.Device(self.device):
-                self.backend.run(x, y)
+                self.backend.run(x, y, zeroed)
 
     # -- PyTorch ----------------------------------------------------------------------------
 
@@ -206,10 +206,11 @@ class SparseOperator:
         from sparserl.operator.torch_op import current_stream
 
         _, give = self._operand_shapes()
-        y = torch.empty(give, dtype=torch.float32, device=x.device)
+        zero = self.backend.zero_fill  # a format that accumulates: torch's zeros (one memset, no CuPy fill)
+        y = (torch.zeros if zero else torch.empty)(give, dtype=torch.float32, device=x.device)
         cp = self._cp
         with current_stream(cp, x.device):
-            self._run(_cupy_view(cp, x), _cupy_view(cp, y))
+            self._run(_cupy_view(cp, x), _cupy_view(cp, y), zero)
         return y
 
     # -- values -----------------------------------------------------------------------------
