@@ -1,0 +1,142 @@
+"""The memory floor of SpMM on the GCN benchmark's 1M-node power-law graph, beside the library's SpMM
+kernel and cuSPARSE.
+
+What no SpMM kernel of this design can beat on a graph whose columns are nearly random: the rows of X
+that the nonzeros name, gathered in the matrix's order with nothing computed and nothing written
+(one float per lane group keeps the loads), plus one write of Y. Printed beside it: a plain device
+copy's bandwidth, cuSPARSE's SpMM and the library's COO-runs kernel that ``tune`` picks on this graph
+(both as operators, ``from_library`` and ``from_kernel``), each as a ratio to the floor.
+
+    python benchmarks/spmm_floor.py --out floor.json            # one H200: about 20 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+_GATHER = r"""
+extern "C" __global__ void __launch_bounds__(256) gather(int nnz, int k, const int* __restrict__ col_idx,
+    const float* __restrict__ X, float* __restrict__ sink)
+{
+    // G lanes per group, NZ nonzeros a group, 4 columns a lane: the COO-runs kernel's loads, no work
+    const int lane = threadIdx.x & (G - 1);
+    const long long j0 = ((long long)blockIdx.x * (256 / G) + threadIdx.x / G) * NZ;
+    if (j0 >= nnz) return;
+    const int j1 = (int)min(j0 + NZ, (long long)nnz);
+    const unsigned gmask = G == 32 ? 0xffffffffu : (((1u << G) - 1) << ((threadIdx.x & 31) & ~(G - 1)));
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int base = (int)j0; base < j1; base += G) {
+        const int j = base + lane;
+        const int my_c = j < j1 ? __ldg(col_idx + j) : 0;
+        const int cnt = min(G, j1 - base);
+        for (int t = 0; t < cnt; t += 8) {
+            float4 xv[8];
+            #pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int c = __shfl_sync(gmask, my_c, (t + u) & (G - 1), G);
+                xv[u] = t + u < cnt ? __ldg(reinterpret_cast<const float4*>(X + (size_t)c * k + lane * 4))
+                                    : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            #pragma unroll
+            for (int u = 0; u < 8; ++u) { acc.x += xv[u].x; acc.y += xv[u].y; acc.z += xv[u].z; acc.w += xv[u].w; }
+        }
+    }
+    if (acc.x + acc.y + acc.z + acc.w == 12345.f) sink[0] = 1.f;  // keeps the loads
+}
+"""
+
+
+def _median_us(cp, fn, reps: int = 30) -> float:
+    for _ in range(3):
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) * 1000)
+    return float(np.median(times))
+
+
+def measure(A, k: int) -> dict:
+    """Floor, copy bandwidth, cuSPARSE and the library kernel for ``A`` at ``k`` columns (a multiple of 4, <= 128)."""
+    import cupy as cp
+
+    from sparserl.kernels.library import get_variant
+    from sparserl.operator import from_kernel, from_library
+
+    g = k // 4
+    m = A.shape[0]
+    ci = cp.asarray(A.indices.astype(np.int32))
+    X = cp.random.default_rng(0).standard_normal((A.shape[1], k), dtype=cp.float32)
+    Y = cp.empty((m, k), dtype=cp.float32)
+    sink = cp.zeros(1, dtype=cp.float32)
+    kern = cp.RawModule(code=f"#define G {g}\n#define NZ 128\n" + _GATHER).get_function("gather")
+    grid = (A.nnz + 128 * (256 // g) - 1) // (128 * (256 // g))
+    gather_us = _median_us(cp, lambda: kern((grid,), (256,), (np.int32(A.nnz), np.int32(k), ci, X, sink)))
+    write_us = _median_us(cp, lambda: Y.fill(0))
+    copy_us = _median_us(cp, lambda: cp.copyto(Y, X[:m]))
+    lib = from_library(A, "spmm", k)
+    cusparse_us = _median_us(cp, lambda: lib.matmat(X, out=Y))
+    vid = f"spmm/coo_runs/-/g={min(g, 32)},vec=4,nzpg=64,block=256"
+    ours = from_kernel(A, get_variant(vid).render(), "spmm", k)
+    kernel_us = _median_us(cp, lambda: ours.matmat(X, out=Y))
+    lib.close()
+    ours.close()
+    floor = gather_us + write_us
+    gathered = A.nnz * k * 4
+    return {"k": k, "gather_us": gather_us, "write_y_us": write_us, "floor_us": floor,
+            "gather_GBps": gathered / gather_us / 1e3, "copy_GBps": 2 * Y.nbytes / copy_us / 1e3,
+            "cusparse_us": cusparse_us, "kernel": vid, "kernel_us": kernel_us,
+            "floor_over_kernel": floor / kernel_us, "floor_over_cusparse": floor / cusparse_us,
+            "kernel_speedup": cusparse_us / kernel_us}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path, help="JSON file to write")
+    ap.add_argument("--nodes", type=int, default=1_000_000, help="nodes of the power-law graph")
+    ap.add_argument("--ks", default="64,128", help="comma-separated column counts (multiples of 4, at most 128)")
+    args = ap.parse_args(argv)
+    try:
+        ks = [int(v) for v in args.ks.split(",")]
+        if any(k % 4 or not 4 <= k <= 128 for k in ks):
+            raise ValueError(f"each k a multiple of 4 from 4 to 128, got {args.ks}")
+        import cupy  # noqa: F401
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise ImportError
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:  # no CuPy, or no device
+        print("error: no NVIDIA GPU here (with CuPy): the floor is a GPU measurement", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from operator_e2e import gcn_adjacency
+
+    from sparserl.matrices import generate
+
+    A = gcn_adjacency(generate("powerlaw", args.nodes, seed=2, mean_degree=4))
+    rows = [measure(A, k) for k in ks]
+    print(f"powerlaw_{args.nodes}: {A.nnz} nonzeros")
+    print("| k | gather | write Y | floor | copy GB/s | cuSPARSE | library kernel | floor / kernel | kernel vs cuSPARSE |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['k']} | {r['gather_us']:.0f} us | {r['write_y_us']:.0f} us | {r['floor_us']:.0f} us | "
+              f"{r['copy_GBps']:.0f} | {r['cusparse_us']:.0f} us | {r['kernel_us']:.0f} us | "
+              f"{r['floor_over_kernel']:.2f} | {r['kernel_speedup']:.2f}x |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"matrix": f"powerlaw_{args.nodes}", "nnz": int(A.nnz), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""benchmarks/spmm_floor.py on the CPU: its bad input and the machine without a GPU are one line and
+write nothing (the measurement itself runs on the device). Mutations killed: a k that is no multiple
+of 4 let through to the kernel's float4 loads, a run without a GPU that writes a file."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_benchmark
+
+bench = load_benchmark("spmm_floor")
+
+
+@pytest.mark.parametrize("ks", ["63", "0", "132", "64,x"])
+def test_a_bad_k_is_one_line(ks, tmp_path, capsys) -> None:
+    assert bench.main(["--ks", ks, "--out", str(tmp_path / "f.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    assert not (tmp_path / "f.json").exists()
+
+
+def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys) -> None:
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    assert bench.main(["--out", str(tmp_path / "f.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "GPU" in err and "\n" not in err
+    assert not (tmp_path / "f.json").exists()
