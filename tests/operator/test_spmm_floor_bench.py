@@ -1,6 +1,7 @@
 """benchmarks/spmm_floor.py on the CPU: its bad input and the machine without a GPU are one line and
 write nothing (the measurement itself runs on the device). Mutations killed: a k that is no multiple
-of 4 let through to the kernel's float4 loads, a run without a GPU that writes a file."""
+of 4 let through to the kernel's float4 loads, one whose lane group is no power of two (12, 96: the
+lane mask and shuffle width need one) or has no library kernel (4), a run without a GPU that writes a file."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.conftest import load_benchmark
 bench = load_benchmark("spmm_floor")
 
 
-@pytest.mark.parametrize("ks", ["63", "0", "132", "64,x"])
+@pytest.mark.parametrize("ks", ["63", "0", "132", "64,x", "12", "4", "96"])
 def test_a_bad_k_is_one_line(ks, tmp_path, capsys) -> None:
     assert bench.main(["--ks", ks, "--out", str(tmp_path / "f.json")]) == 2
     err = capsys.readouterr().err.strip()

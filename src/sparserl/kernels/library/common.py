@@ -190,11 +190,12 @@ _ADD_Y = """static __device__ __forceinline__ void add_y(float* yp, const float*
 #if __CUDA_ARCH__ >= 900
     if constexpr (VEC == 4) {  // one 16-byte atomic add (sm_90)
         atomicAdd(reinterpret_cast<float4*>(yp), make_float4(acc[0], acc[1], acc[2], acc[3]));
-        return;
-    }
+    } else
 #endif
-    #pragma unroll
-    for (int q = 0; q < VEC; ++q) atomicAdd(yp + q, acc[q]);
+    {
+        #pragma unroll
+        for (int q = 0; q < VEC; ++q) atomicAdd(yp + q, acc[q]);
+    }
 }
 """
 
