@@ -2,7 +2,8 @@
 and the metadata of device arrays: each bad input is one line that says what to pass instead.
 
 Mutations this kills: a check dropped or its condition inverted (the bad case would pass), a
-float64 or integer input converted silently, a transposed (strided) view accepted, values of
+float64 or integer input converted silently, a transposed (strided) view accepted, a view whose
+first element is off a 16-byte boundary accepted (the float4 kernels would fault), values of
 another length accepted, an output overlapping its input accepted, a structure check that
 compares anything but the fingerprint."""
 
@@ -51,6 +52,8 @@ def test_a_good_operand_passes() -> None:
     (gpu_array((N, 1)), r"shape \(10, 1\)"),
     (gpu_array(contiguous=False), "not contiguous.*ascontiguousarray"),
     (gpu_array(device=1), "cuda:1, the operator on cuda:0"),
+    (gpu_array(ptr=4096 + 4), r"4 bytes past a 16-byte boundary.*x\.copy\(\)"),
+    (ArrayInfo("torch", (N,), "float32", True, 0, 4 * N, 4096 + 8), r"8 bytes past.*x\.clone\(\)"),
 ])
 def test_bad_operands_are_one_line_errors(info, match) -> None:
     with pytest.raises(SparseRLError, match=match) as e:

@@ -199,6 +199,28 @@ def test_cg_solution_matches_scipys_and_gmres_minres_converge() -> None:
         assert info == 0 and res < 1e-2 and res < 2 * lib_res + 1e-5, (solver.__name__, info, res, lib_res)
 
 
+def test_a_view_off_a_16_byte_boundary_is_refused_and_a_solvers_column_copied() -> None:
+    """An operand at a 4-byte offset is one line (a float4 kernel would fault the context); cupyx's gmres,
+    whose basis columns sit at 4-byte offsets when n is odd, still converges through the linear
+    operator (it copies such a column). Kills: the alignment check dropped, the linear operator
+    passing the misaligned column on (gmres would then stop at the check)."""
+    import cupy as cp
+    from cupyx.scipy.sparse import linalg as cla
+
+    A = poisson3d(19)  # 6859 rows: odd
+    op = operator(A, "CSR")
+    buf = cp.asarray(np.random.default_rng(5).standard_normal(A.shape[1] + 1).astype(np.float32))
+    with pytest.raises(SparseRLError, match="bytes past a 16-byte boundary") as e:
+        op.matvec(buf[1:])
+    assert "\n" not in str(e.value)
+    judged(A, buf[1:], op.matvec(buf[1:].copy()))
+    b = np.random.default_rng(6).standard_normal(A.shape[0]).astype(np.float32)
+    x, info = cla.gmres(op.as_linear_operator(), cp.asarray(b), maxiter=2000, **tolerance(cla.gmres, 1e-5))
+    assert info == 0
+    res = np.linalg.norm(A.astype(np.float64) @ cp.asnumpy(x).astype(np.float64) - b) / np.linalg.norm(b)
+    assert res < 1e-3, res
+
+
 def test_tune_searches_once_then_finds_the_winner_in_the_store(loop_evaluator, tmp_path) -> None:
     import cupy as cp
 

@@ -32,6 +32,7 @@ from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import Op
 from sparserl.operator import registry
 from sparserl.operator.inputs import (
+    ALIGN,
     check_operand,
     check_structure,
     check_values,
@@ -146,7 +147,7 @@ class SparseOperator:
         cp = self._cp
         want, give = self._shapes
         if (out is None and type(x) is cp.ndarray and x.dtype == self.dtype and x.shape == want
-                and x.flags.c_contiguous and x.data.device_id == self.device
+                and x.flags.c_contiguous and x.data.device_id == self.device and not x.data.ptr % ALIGN
                 and cp.cuda.runtime.getDevice() == self.device):  # the common case, checked in a few attributes
             y = cp.empty(give, dtype=cp.float32)
             self.backend.run(x, y)
@@ -184,7 +185,7 @@ class SparseOperator:
 
         want, _ = self._operand_shapes()
         if not (x.dtype == torch.float32 and x.is_cuda and x.device.index == self.device and tuple(x.shape) == want
-                and x.is_contiguous()):
+                and x.is_contiguous() and not x.data_ptr() % ALIGN):
             check_operand(describe(x, what), what, want, self.device)
         from sparserl.operator.torch_op import apply, needs_custom_op
 
@@ -294,7 +295,9 @@ class SparseOperator:
         def vector(x):
             if x.ndim != 1:
                 x = x.reshape(-1)  # solvers pass (n,) or (n, 1)
-            return x if x.flags.c_contiguous else cp.ascontiguousarray(x)
+            if x.flags.c_contiguous and not x.data.ptr % ALIGN:
+                return x
+            return cp.array(x, copy=True, order="C")  # a column of a solver's basis: strided, or off 16 bytes
 
         return LinearOperator(self.shape, matvec=lambda x: self.matvec(vector(x)),
                               rmatvec=lambda x: self.transpose().matvec(vector(x)), dtype=np.float32)

@@ -77,13 +77,23 @@ def check_contiguous(info: ArrayInfo, what: str) -> None:
                             f"pass {fix}")
 
 
+ALIGN = 16
+"""Bytes an operand's first element is aligned to: kernels read and write 16 bytes at a time (float4),
+and a misaligned address would be a CUDA fault that ends the process's GPU context."""
+
+
 def check_operand(info: ArrayInfo, what: str, shape: tuple[int, ...], device: int) -> None:
-    """An input or output of ``A @ x``: float32, on the operator's GPU, of ``shape``, contiguous."""
+    """An input or output of ``A @ x``: float32, on the operator's GPU, of ``shape``, contiguous, its
+    first element on a 16-byte boundary."""
     check_on_device(info, what, device)
     check_dtype(info, what)
     if info.shape != shape:
         raise SparseRLError(f"{what} has shape {info.shape}; this operator needs {shape}")
     check_contiguous(info, what)
+    if info.ptr % ALIGN:
+        copy = f"{what}.clone()" if info.kind == "torch" else f"{what}.copy()"
+        raise SparseRLError(f"{what} starts {info.ptr % ALIGN} bytes past a {ALIGN}-byte boundary (a view at an "
+                            f"offset); the kernels access {ALIGN} bytes at a time: pass {copy}")
 
 
 def check_values(info: ArrayInfo, nnz: int, device: int) -> None:
