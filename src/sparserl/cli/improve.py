@@ -53,8 +53,8 @@ def improve_cmd(
     val_samples: int = typer.Option(D.val_samples, help="samples per validation matrix: the figure is their best"),
     min_gain: float = typer.Option(D.min_gain, help="keep a round only when it beats the best validation figure by "
                                                     "more than this fraction"),
-    min_correct: float = typer.Option(D.min_correct, help="keep a round only when at least this share of its "
-                                                          "validation samples is correct (0: no floor)"),
+    min_correct: float = typer.Option(D.min_correct, help="keep a round only when it does not lower the share of "
+                                                          "correct validation samples below this (0: no floor)"),
     test_samples: int = typer.Option(D.test_samples, help="after the last round, samples per matrix of the starting "
                                                           "and the best policy on the data's test split, beside "
                                                           "cuSPARSE and the library oracle (0: skip)"),

@@ -72,10 +72,11 @@ class ImproveConfig:
     """Completions per validation matrix: the figure is the best of them (best-of-k)."""
     min_gain: float = 0.0
     """Keep a round only when its validation figure beats the best so far by more than this fraction."""
-    min_correct: float = 0.0
-    """Keep a round only when at least this share of its validation samples is correct (0: no floor).
-    The first GPU run's best-of-8 figure rose while the correct share fell from 89% to 81% (66% in a
-    rejected round): the best-of-k figure alone does not see samples going wrong."""
+    min_correct: float = 0.9
+    """Keep a round only when it does not lower the share of correct validation samples below this:
+    it must reach it, or the best's share where that is lower (0: no floor). The first GPU run's
+    best-of-8 figure rose while the correct share fell from 89% to 81% (66% in a rejected round): the
+    best-of-k figure alone does not see samples going wrong."""
     # -- held out -------------------------------------------------------------------------------
     test_samples: int = 16
     """After the last round: samples per matrix of the starting policy and the best one, side by side

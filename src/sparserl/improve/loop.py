@@ -20,9 +20,10 @@ times on the validation matrices, measured once and reused). Then each round ``r
    against cuSPARSE and against the library oracle, and the share of correct samples;
 5. **decide**: the round is kept when its figure against the oracle (against cuSPARSE when no
    oracle was timed) beats the best so far by more than ``min_gain``, or equals it with more
-   correct samples (a tie happens when neither has a correct kernel), and at least ``min_correct``
-   of its samples are correct: its checkpoint becomes ``best/``. Otherwise the next round starts
-   again from the previous best.
+   correct samples (a tie happens when neither has a correct kernel), and it does not lower the
+   share of correct samples below ``min_correct`` (90% by default; a round under it must at least
+   keep the best's share): its checkpoint becomes ``best/``. Otherwise the next round starts again
+   from the previous best.
 
 After the last round, the starting policy and the best one are evaluated side by side on the
 data's test split (never searched, never validated on) with cuSPARSE and the library oracle
@@ -152,13 +153,16 @@ def _rounded(fig: dict) -> dict:
 
 
 def improved(fig: dict, best: dict | None, min_gain: float, min_correct: float = 0.0) -> tuple[bool, str]:
-    """Whether validation figures ``fig`` beat ``best`` (None: nothing to beat) with at least
-    ``min_correct`` of the samples correct; and why, in words. The first validation (the starting
-    model) is the baseline whatever its correct share."""
+    """Whether validation figures ``fig`` beat ``best`` (None: nothing to beat) without lowering the
+    share of correct samples below ``min_correct``: a round must reach ``min_correct``, or the best's
+    share where that is lower (a start under the floor can still be improved on); and why, in words.
+    The first validation (the starting model) is the baseline whatever its correct share."""
     if best is None:
         return True, "first validation"
-    if fig.get("correct_rate", 0.0) < min_correct:
-        return False, f"correct share {fig.get('correct_rate', 0.0):.2f} < {min_correct:.2f}"
+    floor = min(min_correct, best.get("correct_rate", 0.0))
+    if fig.get("correct_rate", 0.0) < floor:
+        return False, (f"correct share {fig.get('correct_rate', 0.0):.2f} < {floor:.2f} (a round may not lower it "
+                       f"below {min_correct:.0%})")
     s, b = fig.get("score"), best.get("score")
     if s is None:
         return False, "no validation figure"
