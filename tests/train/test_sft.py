@@ -123,7 +123,8 @@ def test_paper_compatible_entry_points(tmp_path: Path, tiny_model_dir: Path, dat
 def test_micro_batches_give_the_full_batch_gradient(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     """A step split under a small token budget gives the loss and the gradient of the whole batch.
     Kills: each micro-batch's loss divided by its own tokens (a mean of means), a micro-batch's
-    gradient overwritten instead of summed (zero_grad inside the loop), a micro-batch left out."""
+    gradient overwritten instead of summed (zero_grad inside the loop), a micro-batch left out, a row's
+    length counted otherwise than the sequence loss() builds."""
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.train.microbatch import split_by_tokens
     from sparserl.train.sft import SFTConfig, _setup, _train_step
@@ -137,7 +138,11 @@ def test_micro_batches_give_the_full_batch_gradient(data_dir: Path, tiny_model_d
         run = _setup(cfg, ev)
         batch = run.train.rows[:4]
         if budget is not None:
-            lengths = run.policy.sequence_lengths([run.train.sample(r) for r in batch], [r.code for r in batch])
+            samples, codes = [run.train.sample(r) for r in batch], [r.code for r in batch]
+            lengths = run.policy.sequence_lengths(samples, codes)
+            with torch.no_grad():  # counted without the encoder: the same lengths loss() builds
+                built = [p.shape[0] + len(run.policy.completion_ids(c)) for p, c in zip(run.policy._prefix(samples), codes)]
+            assert [t for t, _ in lengths] == built
             assert len(split_by_tokens([t for t, _ in lengths], budget)) == 4  # one row a micro-batch
         loss, _ = _train_step(run, batch, lr=0.0)  # lr 0: the weights stay, the gradients are kept
         out[budget] = (loss, [p.grad.clone() for p in run.params if p.grad is not None])

@@ -268,15 +268,15 @@ class Policy(torch.nn.Module):
 
     def sequence_lengths(self, samples: list[Sample], completions: list[str]) -> list[tuple[int, int]]:
         """Per row: (tokens of the whole sequence, completion tokens with EOS), what :meth:`loss` feeds
-        and scores; the matrix tokens counted from the encoder without building a graph."""
+        and scores; the matrix tokens counted as the encoder makes them (summary tokens, then one per
+        sampled coordinate), without running it."""
         out = []
-        with torch.no_grad():
-            for s, text in zip(samples, completions):
-                mat = self.encoder.encode_one(s.matrix).shape[0]
-                prompt = len(self.tokenizer(prompt_text(s, self.config.text_prompt, self.config.card),
-                                            add_special_tokens=False)["input_ids"])
-                n = len(self.completion_ids(text))
-                out.append((mat + prompt + n, n))
+        for s, text in zip(samples, completions):
+            mat = self.encoder.num_summary_tokens + len(s.matrix.rows)
+            prompt = len(self.tokenizer(prompt_text(s, self.config.text_prompt, self.config.card),
+                                        add_special_tokens=False)["input_ids"])
+            n = len(self.completion_ids(text))
+            out.append((mat + prompt + n, n))
         return out
 
     def response_forward(self, samples: list[Sample], response_ids: torch.Tensor, response_mask: torch.Tensor,

@@ -33,9 +33,9 @@ from sparserl.progress import progress
 from sparserl.runtime import dist
 from sparserl.runtime.metrics import MetricLogger, NullLogger
 from sparserl.runtime.optim import cosine_lr, load_train_state, save_train_state
-from sparserl.train.microbatch import split_by_tokens
 from sparserl.train.config import SFTConfig
 from sparserl.train.dataset import SFTDataset, load_splits
+from sparserl.train.microbatch import split_by_tokens
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _train_step(run: _Run, batch: list[SFTRow], lr: float) -> tuple[float, float
     run.opt.zero_grad(set_to_none=True)
     lengths = run.policy.sequence_lengths(samples, codes)
     targets = sum(n for _, n in lengths)  # the step's loss: the mean over all of its completion tokens
-    total = 0.0
+    total = torch.zeros((), device=device)
     groups = split_by_tokens([t for t, _ in lengths], cfg.max_batch_tokens)
     for n, idx in enumerate(groups):
         # DDP: gradients are reduced once, at the last micro-batch (ranks may split their rows differently)
@@ -97,10 +97,10 @@ def _train_step(run: _Run, batch: list[SFTRow], lr: float) -> tuple[float, float
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
                 part = run.model([samples[i] for i in idx], [codes[i] for i in idx], reduction="sum") / targets
             part.backward()  # each micro-batch's activations freed before the next
-        total += part.item()
+        total += part.detach().float()  # read once, after the step: no host wait between micro-batches
     gnorm = torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
     run.opt.step()
-    return total, float(gnorm)
+    return total.item(), float(gnorm)
 
 
 def _validate(run: _Run) -> dict:
