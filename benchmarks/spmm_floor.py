@@ -51,24 +51,6 @@ extern "C" __global__ void __launch_bounds__(256) gather(int nnz, int k, const i
 """
 
 
-def _median_us(cp, fn, reps: int = 10, calls: int = 10) -> float:
-    """Median over ``reps`` batches of the GPU time per call, ``calls`` enqueued back to back between two
-    events (the host's time per call, far below a call's GPU time here, stays off the figure)."""
-    for _ in range(3):
-        fn()
-    cp.cuda.runtime.deviceSynchronize()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) * 1000 / calls)
-    return float(np.median(times))
-
-
 KS = (8, 16, 32, 64, 128)
 """Column counts measured: 4 columns a lane and a power-of-two lane group (k / 4 lanes, 2 to 32)."""
 
@@ -76,6 +58,8 @@ KS = (8, 16, 32, 64, 128)
 def measure(A, k: int) -> dict:
     """Floor, copy bandwidth, cuSPARSE and the library kernel for ``A`` at ``k`` columns (one of :data:`KS`)."""
     import cupy as cp
+
+    from operator_e2e import per_call_us  # calls back to back between two events
 
     from sparserl.kernels.library import get_variant
     from sparserl.operator import from_kernel, from_library
@@ -88,14 +72,14 @@ def measure(A, k: int) -> dict:
     sink = cp.zeros(1, dtype=cp.float32)
     kern = cp.RawModule(code=f"#define G {g}\n#define NZ 128\n" + _GATHER).get_function("gather")
     grid = (A.nnz + 128 * (256 // g) - 1) // (128 * (256 // g))
-    gather_us = _median_us(cp, lambda: kern((grid,), (256,), (np.int32(A.nnz), np.int32(k), ci, X, sink)))
-    write_us = _median_us(cp, lambda: Y.fill(0))
-    copy_us = _median_us(cp, lambda: cp.copyto(Y, X[:m]))
+    gather_us = per_call_us(lambda: kern((grid,), (256,), (np.int32(A.nnz), np.int32(k), ci, X, sink)))
+    write_us = per_call_us(lambda: Y.fill(0))
+    copy_us = per_call_us(lambda: cp.copyto(Y, X[:m]))
     lib = from_library(A, "spmm", k)
-    cusparse_us = _median_us(cp, lambda: lib.matmat(X, out=Y))
+    cusparse_us = per_call_us(lambda: lib.matmat(X, out=Y))
     vid = f"spmm/coo_runs/-/g={16 if k <= 64 else 32},vec=4,nzpg=64,block=256"  # the selector's pick
     ours = from_kernel(A, get_variant(vid).render(), "spmm", k)
-    kernel_us = _median_us(cp, lambda: ours.matmat(X, out=Y))
+    kernel_us = per_call_us(lambda: ours.matmat(X, out=Y))
     lib.close()
     ours.close()
     floor = gather_us + write_us
