@@ -1,8 +1,8 @@
 """What runs ``y = A x`` inside an operator: a tuned kernel, or the library.
 
-:class:`KernelBackend` is a contract kernel bound to the matrix's conversion on the device, run
-through the harness's own launch path (:class:`~sparserl.harness.launcher.BoundKernel`: the output
-policy, then every LAUNCH line). :class:`LibraryBackend` is cuSPARSE's generic SpMV/SpMM on CSR
+:class:`KernelBackend` is a contract kernel bound to the matrix's conversion on the device
+(:class:`~sparserl.harness.launcher.BoundKernel`), run as the harness runs it (the output policy,
+then every LAUNCH line) on arguments packed once (:mod:`sparserl.operator.launch`). :class:`LibraryBackend` is cuSPARSE's generic SpMV/SpMM on CSR
 (row-major dense operands, the same calls the harness times as its baseline), used when no kernel
 beats it. Both update their values in place on the GPU, so the device pointers a launch reads
 never change: :meth:`set_values` takes the new values in CSR order.
@@ -62,9 +62,12 @@ class KernelBackend:
         from sparserl.harness.device import kernel_args
 
         marks = (object(), object())
-        self._args = list(kernel_args(bound.op, bound.dev, marks[0], marks[1], bound.k))
-        self._ix = next(i for i, a in enumerate(self._args) if a is marks[0])
-        self._iy = next(i for i, a in enumerate(self._args) if a is marks[1])
+        args = kernel_args(bound.op, bound.dev, marks[0], marks[1], bound.k)
+        from sparserl.operator.launch import PackedLaunch
+
+        ix, iy = (next(i for i, a in enumerate(args) if a is mark) for mark in marks)  # by identity: arrays have no ==
+        self.launch = PackedLaunch(bound.kernels, bound.launches, args, ix, iy)
+        """The kernel's launches on packed arguments: ``launch(x_ptr, y_ptr, stream_ptr)``."""
 
     @property
     def name(self) -> str:
@@ -77,17 +80,17 @@ class KernelBackend:
 
     def run(self, x, y, zeroed: bool = False) -> None:
         """``y = A x`` (or ``Y = A X``) on CuPy's current stream; ``x``, ``y`` CuPy arrays. The
-        harness's launch path (its output policy, then every LAUNCH line) on arguments laid out once
+        harness's launch sequence (its output policy, then every LAUNCH line) on arguments packed once
         per operator: only ``x`` and ``y`` change from call to call. ``zeroed``: the caller made ``y``
         zero on this stream already (a framework's zeros), so the output policy has nothing to do."""
-        from sparserl.harness.device import launch_all, prepare_output
+        self.run_pointers(x.data.ptr, y.data.ptr, y.nbytes, self._cp.cuda.get_current_stream().ptr, zeroed)
 
-        args = self._args.copy()
-        args[self._ix], args[self._iy] = x, y
-        b = self.bound
-        if not zeroed:
-            prepare_output(b.dev.data, y)
-        launch_all(b.kernels, b.launches, tuple(args))
+    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
+        """:meth:`run` on raw device addresses (a PyTorch tensor's ``data_ptr()``) and a raw stream: no
+        array objects are made on the way to the kernel."""
+        if self.zero_fill and not zeroed:
+            self._cp.cuda.runtime.memsetAsync(y_ptr, 0, y_bytes, stream_ptr)
+        self.launch(x_ptr, y_ptr, stream_ptr)
 
     def runner(self, x, y):
         """A function that enqueues ``y = A x`` on the current stream, arguments built once (a CUDA graph
@@ -153,7 +156,7 @@ class LibraryBackend:
                                 cs.CUSPARSE_INDEX_32I, cs.CUSPARSE_INDEX_32I, cs.CUSPARSE_INDEX_BASE_ZERO, self._f32)
         x = cp.zeros((n,) if op is Op.SPMV else (n, k), dtype=cp.float32)
         y = cp.zeros((m,) if op is Op.SPMV else (m, k), dtype=cp.float32)
-        dx, dy = self._descriptors(x, y)
+        dx, dy = self._descriptors(x.data.ptr, y.data.ptr)
         try:
             if op is Op.SPMV:
                 size = cs.spMV_bufferSize(self.handle, self._opn, self.alpha.ctypes.data, self.mat, dx,
@@ -167,13 +170,13 @@ class LibraryBackend:
         self._kept: dict[tuple[int, int], tuple[int, int]] = {}
         self._owned: list[tuple[int, int]] = []  # the runners' descriptors, destroyed at close
 
-    def _descriptors(self, x, y) -> tuple[int, int]:
+    def _descriptors(self, x_ptr: int, y_ptr: int) -> tuple[int, int]:
         cs, m, n = self._cs, *self.shape
         if self.op is Op.SPMV:
-            return cs.createDnVec(n, x.data.ptr, self._f32), cs.createDnVec(m, y.data.ptr, self._f32)
+            return cs.createDnVec(n, x_ptr, self._f32), cs.createDnVec(m, y_ptr, self._f32)
         k = self.k
-        return (cs.createDnMat(n, k, k, x.data.ptr, self._f32, cs.CUSPARSE_ORDER_ROW),
-                cs.createDnMat(m, k, k, y.data.ptr, self._f32, cs.CUSPARSE_ORDER_ROW))
+        return (cs.createDnMat(n, k, k, x_ptr, self._f32, cs.CUSPARSE_ORDER_ROW),
+                cs.createDnMat(m, k, k, y_ptr, self._f32, cs.CUSPARSE_ORDER_ROW))
 
     def _destroy(self, dx: int, dy: int) -> None:
         destroy = self._cs.destroyDnVec if self.op is Op.SPMV else self._cs.destroyDnMat
@@ -186,44 +189,45 @@ class LibraryBackend:
     def run(self, x, y, zeroed: bool = False) -> None:
         """``y = A x`` on CuPy's current stream (cuSPARSE's default algorithm), on descriptors made once
         per (x, y) address pair and kept in a bounded cache (``zeroed``: as :meth:`KernelBackend.run`)."""
-        self._call(*self._descriptors_of(x, y))()
+        self.run_pointers(x.data.ptr, y.data.ptr, y.nbytes, self._cp.cuda.get_current_stream().ptr)
+
+    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
+        """:meth:`run` on raw device addresses and a raw stream (as :meth:`KernelBackend.run_pointers`)."""
+        self._enqueue(*self._descriptors_of(x_ptr, y_ptr), stream_ptr)
 
     def runner(self, x, y):
         """A function that enqueues ``y = A x`` on the current stream, for as long as the backend is
         open: its descriptors are its own (kept to ``close``, never evicted from the cache ``run``
         uses), so a captured graph or a solver's loop can call it any time later."""
-        pair = self._descriptors(x, y)
+        pair = self._descriptors(x.data.ptr, y.data.ptr)
         self._owned.append(pair)
-        return self._call(*pair)
+        cp = self._cp
+        return lambda: self._enqueue(*pair, cp.cuda.get_current_stream().ptr)
 
-    def _call(self, dx: int, dy: int):
+    def _enqueue(self, dx: int, dy: int, stream_ptr: int) -> None:
         """The library call on two dense descriptors through ctypes (CuPy's wrappers refuse to run
         inside a CUDA-graph capture; cuSPARSE's SpMV/SpMM with the backend's own buffer can be
         captured)."""
         from sparserl.harness.baseline import _libcusparse
 
-        lib, cs, handle, opn, cp = _libcusparse(), self._cs, self.handle, self._opn, self._cp
-        alpha, beta, mat, buf = self.alpha.ctypes.data, self.beta.ctypes.data, self.mat, self.buffer.data.ptr
-        spmv = self.op is Op.SPMV
+        lib, handle, opn = _libcusparse(), self.handle, self._opn
+        status = lib.cusparseSetStream(handle, stream_ptr)
+        if status == 0 and self.op is Op.SPMV:
+            status = lib.cusparseSpMV(handle, opn, self.alpha.ctypes.data, self.mat, dx, self.beta.ctypes.data, dy,
+                                      self._f32, 0, self.buffer.data.ptr)
+        elif status == 0:
+            status = lib.cusparseSpMM(handle, opn, opn, self.alpha.ctypes.data, self.mat, dx, self.beta.ctypes.data,
+                                      dy, self._f32, 0, self.buffer.data.ptr)
+        if status != 0:
+            raise RuntimeError(f"cuSPARSE {'SpMV' if self.op is Op.SPMV else 'SpMM'} failed with status {status}")
 
-        def run() -> None:
-            status = lib.cusparseSetStream(handle, cp.cuda.get_current_stream().ptr)
-            if status == 0 and spmv:
-                status = lib.cusparseSpMV(handle, opn, alpha, mat, dx, beta, dy, self._f32, 0, buf)
-            elif status == 0:
-                status = lib.cusparseSpMM(handle, opn, opn, alpha, mat, dx, beta, dy, self._f32, 0, buf)
-            if status != 0:
-                raise RuntimeError(f"cuSPARSE {'SpMV' if spmv else 'SpMM'} failed with status {status}")
-
-        return run
-
-    def _descriptors_of(self, x, y) -> tuple[int, int]:
-        """Dense descriptors for these two buffers, made once and kept (a few hundred, oldest dropped):
+    def _descriptors_of(self, x_ptr: int, y_ptr: int) -> tuple[int, int]:
+        """Dense descriptors for these two addresses, made once and kept (a few hundred, oldest dropped):
         a descriptor holds only an address and a shape, and the shapes are the operator's."""
-        key = (x.data.ptr, y.data.ptr)
+        key = (x_ptr, y_ptr)
         found = self._kept.pop(key, None)
         if found is None:
-            found = self._descriptors(x, y)
+            found = self._descriptors(x_ptr, y_ptr)
             if len(self._kept) >= 256:
                 self._destroy(*self._kept.pop(next(iter(self._kept))))
         self._kept[key] = found  # most recent last

@@ -5,9 +5,10 @@
     op.update_values(new_vals)            # same structure, new values (CSR order), on the GPU
     x, info = cupyx.scipy.sparse.linalg.cg(op.as_linear_operator(), b)
 
-The hot path copies nothing: CuPy arrays are passed to the kernel as they are, torch tensors as
-zero-copy CuPy views of their memory; the output is a new array from the framework's pool (or
-``out=``, reused). Every launch goes through the harness's launch path. Inputs are checked before
+The hot path copies nothing: the kernel reads the operand's memory where it is (a CuPy array's or a
+torch tensor's address goes straight into the kernel's packed arguments, :mod:`.launch`); the
+output is a new array from the framework's pool (or ``out=``, reused). The launches are the ones
+the harness planned and verified. Inputs are checked before
 anything runs (:mod:`.inputs`): a wrong dtype, shape, device or layout is a one-line
 :class:`~sparserl.errors.SparseRLError`, never a silent conversion.
 
@@ -185,8 +186,8 @@ class SparseOperator:
 
         want, _ = self._operand_shapes()
         if not (x.dtype == torch.float32 and x.is_cuda and x.device.index == self.device and tuple(x.shape) == want
-                and x.is_contiguous() and not x.data_ptr() % ALIGN):
-            check_operand(describe(x, what), what, want, self.device)
+                and x.is_contiguous() and (torch.compiler.is_compiling() or not x.data_ptr() % ALIGN)):
+            check_operand(describe(x, what), what, want, self.device)  # traced: the op checks the address at run time
         from sparserl.operator.torch_op import apply, needs_custom_op
 
         if needs_custom_op(x):
@@ -200,18 +201,23 @@ class SparseOperator:
         return self._torch_product(x)
 
     def _torch_product(self, x):
-        """``A x`` for a checked torch tensor, in PyTorch's current stream, into a new tensor; both
-        tensors passed to the kernel as CuPy views of their memory."""
+        """``A x`` for a checked torch tensor, in PyTorch's current stream, into a new tensor: the two
+        tensors' addresses and the stream's go straight to the launch (no CuPy array or stream object
+        is made on the way)."""
         import torch
 
-        from sparserl.operator.torch_op import current_stream
+        from sparserl.operator.torch_op import current_stream_pointer
 
         _, give = self._operand_shapes()
-        zero = self.backend.zero_fill  # a format that accumulates: torch's zeros (one memset, no CuPy fill)
+        zero = self.backend.zero_fill  # a format that accumulates: torch's zeros (one memset in torch's C++)
         y = (torch.zeros if zero else torch.empty)(give, dtype=torch.float32, device=x.device)
-        cp = self._cp
-        with current_stream(cp, x.device):
-            self._run(_cupy_view(cp, x), _cupy_view(cp, y), zero)
+        stream = current_stream_pointer(self.device)
+        run = self.backend.run_pointers
+        if self._cp.cuda.runtime.getDevice() == self.device:
+            run(x.data_ptr(), y.data_ptr(), y.numel() * 4, stream, zero)
+        else:
+            with self._cp.cuda.Device(self.device):
+                run(x.data_ptr(), y.data_ptr(), y.numel() * 4, stream, zero)
         return y
 
     # -- values -----------------------------------------------------------------------------
@@ -325,13 +331,6 @@ class SparseOperator:
             self.backend.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown: CuPy may be gone already
             pass
-
-
-def _cupy_view(cp, t):
-    """A CuPy array on a contiguous float32 torch CUDA tensor's memory (no copy; it keeps the tensor
-    alive), made directly: lighter than the ``__cuda_array_interface__`` round trip."""
-    mem = cp.cuda.UnownedMemory(t.data_ptr(), t.numel() * 4, t, t.device.index or 0)
-    return cp.ndarray(tuple(t.shape), dtype=cp.float32, memptr=cp.cuda.MemoryPointer(mem, 0))
 
 
 def from_library(A, op: str = "spmv", k: int | None = None) -> SparseOperator:

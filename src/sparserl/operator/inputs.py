@@ -35,6 +35,14 @@ class ArrayInfo:
     """Address of the first element (0 for host memory)."""
 
 
+def _torch_address(t) -> int:
+    """A CUDA tensor's address; 0 while ``torch.compile`` traces (a fake tensor has none: the custom op
+    checks the real tensor's address when it runs)."""
+    import torch
+
+    return 0 if torch.compiler.is_compiling() else int(t.data_ptr())
+
+
 def describe(a, what: str = "x") -> ArrayInfo:
     """The metadata of ``a``, or a one-line error for something that is not an array we take."""
     module = type(a).__module__
@@ -46,7 +54,7 @@ def describe(a, what: str = "x") -> ArrayInfo:
         cuda = a.device.type == "cuda"
         return ArrayInfo("torch", tuple(a.shape), dtype, bool(a.is_contiguous()),
                          (a.device.index or 0) if cuda else None, a.numel() * a.element_size(),
-                         int(a.data_ptr()) if cuda else 0)
+                         _torch_address(a) if cuda else 0)
     if isinstance(a, np.ndarray):
         return ArrayInfo("numpy", a.shape, str(a.dtype), bool(a.flags.c_contiguous), None, int(a.nbytes))
     raise SparseRLError(f"{what} is a {type(a).__name__}; pass a CuPy array or a PyTorch CUDA tensor (float32)")

@@ -69,11 +69,17 @@ def apply(operator, x: torch.Tensor) -> torch.Tensor:
 _STREAMS: dict[int, object] = {}
 
 
+def current_stream_pointer(index: int) -> int:
+    """PyTorch's current stream on GPU ``index``, as the raw ``cudaStream_t`` (0: the legacy default)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the pointer without a Stream object
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+
 def current_stream(cp, device: torch.device):
     """PyTorch's current stream on ``device`` as a CuPy stream (kernels run where torch's work runs)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the pointer without a Stream object
-    ptr = raw(index) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+    ptr = current_stream_pointer(index)
     if ptr == 0:
         return cp.cuda.Stream.null
     stream = _STREAMS.get(ptr)
