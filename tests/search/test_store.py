@@ -181,6 +181,26 @@ def test_record_replaces_only_under_the_same_key(tmp_path: Path, card: MatrixCar
 SCHEMA_V1 = (Path(__file__).parent / "data" / "store_schema_v1.sql").read_text()
 
 
+def test_only_an_old_store_reports_its_migration(tmp_path: Path, caplog) -> None:
+    """A new store is made at the current schema without a word (a command's one-line error must stay one
+    line on a machine whose default store did not exist yet); a schema-1 store says each step.
+    Mutations killed: the migration logged for a new store, or never logged."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="sparserl.search.store"):
+        BestStore(tmp_path / "new.db").close()
+    assert not [r for r in caplog.records if "schema" in r.getMessage()]
+    con = sqlite3.connect(tmp_path / "old.db")
+    con.executescript(SCHEMA_V1)
+    con.execute("INSERT INTO schema_version (version) VALUES (1)")
+    con.commit()
+    con.close()
+    with caplog.at_level(logging.INFO, logger="sparserl.search.store"):
+        BestStore(tmp_path / "old.db").close()
+    steps = [r.getMessage().rsplit("schema ", 1)[-1] for r in caplog.records if "schema" in r.getMessage()]
+    assert steps == [f"{v - 1} -> {v}" for v in range(2, SCHEMA_VERSION + 1)]
+
+
 def test_a_schema_1_store_is_migrated_and_keeps_every_result(tmp_path: Path, card: MatrixCard) -> None:
     """A store written at schema 1 (no features column) opens at the current schema with its
     matrices, results and best rows intact, and a matrix recorded again gains its features.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -112,12 +112,18 @@ def prepare_output(fd: FormatData, y: Any) -> None:
         y.fill(0)
 
 
-def launch_all(kernels: LoadedKernels, launches: list[LaunchConfig], args: tuple) -> None:
-    """Launch every non-empty LAUNCH line in order on CuPy's current stream."""
+def ready_launches(kernels: LoadedKernels, launches: list[LaunchConfig]) -> Iterator[tuple[Any, LaunchConfig]]:
+    """Each non-empty LAUNCH line in order with its kernel, allowed the dynamic shared memory it asks."""
     for cfg in launches:
         if cfg.empty:
             continue
         fn = kernels.get(cfg.kernel)
         if cfg.smem > _DEFAULT_SMEM_LIMIT:
             fn.max_dynamic_shared_size_bytes = cfg.smem
+        yield fn, cfg
+
+
+def launch_all(kernels: LoadedKernels, launches: list[LaunchConfig], args: tuple) -> None:
+    """Launch every non-empty LAUNCH line in order on CuPy's current stream."""
+    for fn, cfg in ready_launches(kernels, launches):
         fn(cfg.grid, cfg.block, args, shared_mem=cfg.smem)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sparserl.harness.device import _DEFAULT_SMEM_LIMIT
+from sparserl.harness.device import ready_launches
 from sparserl.kernels.contract import LaunchConfig
 
 
@@ -59,12 +59,7 @@ class PackedLaunch:
         self._address = ctypes.addressof(self._block)
         self.calls: list[tuple[int, ...]] = []
         """Per launch: (function, grid x, y, z, block x, y, z, dynamic shared memory bytes)."""
-        for cfg in launches:
-            if cfg.empty:
-                continue
-            fn = kernels.get(cfg.kernel)
-            if cfg.smem > _DEFAULT_SMEM_LIMIT:
-                fn.max_dynamic_shared_size_bytes = cfg.smem
+        for fn, cfg in ready_launches(kernels, launches):
             function = getattr(fn, "kernel", fn)  # a RawKernel's loaded function (CUfunction in .ptr)
             self.calls.append((int(function.ptr), *map(int, cfg.grid), *map(int, cfg.block), int(cfg.smem)))
 

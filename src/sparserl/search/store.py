@@ -383,14 +383,17 @@ class BestStore:
                 for stmt in filter(str.strip, ddl.split(";")):  # not executescript: it would commit
                     self.db.execute(stmt)
                 self.db.execute("INSERT INTO schema_version (version) VALUES (?)", (1,))
-                found = 1
+                found = created = 1  # a new store: made at version 1 and brought up to date, nothing to report
+            else:
+                created = 0
             if found > SCHEMA_VERSION:
                 raise SparseRLError(self._newer(found))
             for version in range(found + 1, SCHEMA_VERSION + 1):
                 for stmt in MIGRATIONS[version]:
                     self.db.execute(stmt)
                 self.db.execute("UPDATE schema_version SET version = ?", (version,))
-                log.info("%s: best-known store schema %d -> %d", self.path, version - 1, version)
+                if not created:
+                    log.info("%s: best-known store schema %d -> %d", self.path, version - 1, version)
 
     def _newer(self, found: int) -> str:
         return (f"{self.path} was written by a newer SparseRL (store schema {found}; this one reads up to "
