@@ -206,6 +206,19 @@ def test_loo_centred_matches_loop(seed: int) -> None:
         loo_centred(torch.ones(7), 2)
 
 
+def test_equal_scores_of_a_group_are_a_tie_after_rounding() -> None:
+    """Three equal scores whose sum rounds (x = 0.1: 3x is not exact) are a tie: each advantage is 0,
+    not +-1e-17 that whitening would scale up into a sign. Mutation killed: no snapping of ties."""
+    x = 0.1
+    assert (3 * x) - x != 2 * x  # the rounding this guards against
+    out = loo_centred(torch.tensor([x, x, x, 1.0, 2.0, 3.0], dtype=torch.float64), 3)
+    assert out[:3].tolist() == [0.0, 0.0, 0.0]
+    assert out[3:].tolist() == pytest.approx([-1.5, 0.0, 1.5], abs=1e-12) and float(out[3]) < 0 < float(out[5])
+    for k in (1, 2):  # the best-of-k path (its sorted prefix sums leave -7e-15 on three scores of -3.5)
+        tie = max_k_advantages(torch.tensor([-3.5, -3.5, -3.5, x, x, x], dtype=torch.float64), 3, k)
+        assert tie.tolist() == [0.0] * 6
+
+
 def test_adaptive_kl() -> None:
     c = AdaptiveKL(0.1, target=6.0, horizon=1000)
     assert c.update(12.0, 100) > 0.1  # KL too high: penalise more

@@ -277,7 +277,14 @@ def loo_centred(scores: torch.Tensor, group_size: int, valid: torch.Tensor | Non
     n_others = vf.sum(1, keepdim=True) - vf
     others = ((g * vf).sum(1, keepdim=True) - g * vf) / n_others.clamp(min=1)
     out = torch.where(v & (n_others > 0), g - others, torch.zeros_like(g))
-    return out.reshape(-1).to(scores.dtype)
+    return _ties_to_zero(out, g * vf).reshape(-1).to(scores.dtype)
+
+
+def _ties_to_zero(adv: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Advantages (G, n) within rounding of 0 set to 0: the group's sums round (three equal scores
+    can leave +-1e-15), and a whitened or clipped update would read that residue as a sign."""
+    tiny = 4 * scores.shape[-1] * torch.finfo(scores.dtype).eps * scores.abs().amax(-1, keepdim=True)
+    return torch.where(adv.abs() <= tiny.to(adv.dtype), torch.zeros_like(adv), adv)
 
 
 def max_k_weights(rewards: torch.Tensor, k: int) -> torch.Tensor:
@@ -342,7 +349,7 @@ def _max_k_rows(r: torch.Tensor, k: int) -> torch.Tensor:
     kk = min(k, n)
     w = max_k_weights(r, kk)
     base = _loo_max_k(r, min(kk, n - 1))
-    return (n / kk) * (w - (kk / n) * base)
+    return _ties_to_zero((n / kk) * (w - (kk / n) * base), r)
 
 
 def max_k_advantages(scores: torch.Tensor, group_size: int, k: int, valid: torch.Tensor | None = None) -> torch.Tensor:
