@@ -3,9 +3,11 @@ kernel and cuSPARSE.
 
 What no SpMM kernel of this design can beat on a graph whose columns are nearly random: the rows of X
 that the nonzeros name, gathered in the matrix's order with nothing computed and nothing written
-(one float per lane group keeps the loads), plus one write of Y. Printed beside it: a plain device
-copy's bandwidth, cuSPARSE's SpMM and the library's COO-runs kernel that ``tune`` picks on this graph
-(both as operators, ``from_library`` and ``from_kernel``), each as a ratio to the floor.
+(one float per lane group keeps the loads), plus one write of Y. Printed beside it: the same gather
+reading the row and value arrays too and multiplying the values in (what the kernel reads; the rest of
+its time is its writes of Y), a plain device copy's bandwidth, cuSPARSE's SpMM and the library's
+COO-runs kernel that ``tune`` picks on this graph (both as operators, ``from_library`` and
+``from_kernel``), each as a ratio to the floor.
 
     python benchmarks/spmm_floor.py --out floor.json            # one H200: about 20 s
 """
@@ -20,19 +22,27 @@ from pathlib import Path
 import numpy as np
 
 _GATHER = r"""
-extern "C" __global__ void __launch_bounds__(256) gather(int nnz, int k, const int* __restrict__ col_idx,
-    const float* __restrict__ X, float* __restrict__ sink)
+extern "C" __global__ void __launch_bounds__(256) gather(int nnz, int k, const int* __restrict__ row_idx,
+    const int* __restrict__ col_idx, const float* __restrict__ val, const float* __restrict__ X,
+    float* __restrict__ sink)
 {
-    // G lanes per group, NZ nonzeros a group, 4 columns a lane: the COO-runs kernel's loads, no work
+    // G lanes per group, NZ nonzeros a group, 4 columns a lane: the COO-runs kernel's loads, no output.
+    // FULL 0: the column array and the rows of X only (the floor); FULL 1: also the row and value arrays,
+    // each value multiplied in, as the kernel reads them (what the kernel adds above this is its writes)
     const int lane = threadIdx.x & (G - 1);
     const long long j0 = ((long long)blockIdx.x * (256 / G) + threadIdx.x / G) * NZ;
     if (j0 >= nnz) return;
     const int j1 = (int)min(j0 + NZ, (long long)nnz);
     const unsigned gmask = G == 32 ? 0xffffffffu : (((1u << G) - 1) << ((threadIdx.x & 31) & ~(G - 1)));
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    int rows = 0;
     for (int base = (int)j0; base < j1; base += G) {
         const int j = base + lane;
         const int my_c = j < j1 ? __ldg(col_idx + j) : 0;
+#if FULL
+        const float my_v = j < j1 ? __ldg(val + j) : 0.f;
+        rows ^= j < j1 ? __ldg(row_idx + j) : 0;
+#endif
         const int cnt = min(G, j1 - base);
         for (int t = 0; t < cnt; t += 8) {
             float4 xv[8];
@@ -43,12 +53,26 @@ extern "C" __global__ void __launch_bounds__(256) gather(int nnz, int k, const i
                                     : make_float4(0.f, 0.f, 0.f, 0.f);
             }
             #pragma unroll
-            for (int u = 0; u < 8; ++u) { acc.x += xv[u].x; acc.y += xv[u].y; acc.z += xv[u].z; acc.w += xv[u].w; }
+            for (int u = 0; u < 8; ++u) {
+#if FULL
+                const float a = __shfl_sync(gmask, my_v, (t + u) & (G - 1), G);
+#else
+                const float a = 1.f;
+#endif
+                acc.x = fmaf(a, xv[u].x, acc.x); acc.y = fmaf(a, xv[u].y, acc.y);
+                acc.z = fmaf(a, xv[u].z, acc.z); acc.w = fmaf(a, xv[u].w, acc.w);
+            }
         }
     }
-    if (acc.x + acc.y + acc.z + acc.w == 12345.f) sink[0] = 1.f;  // keeps the loads
+    if (acc.x + acc.y + acc.z + acc.w == 12345.f || rows == -12345) sink[0] = 1.f;  // keeps the loads
 }
 """
+
+
+def gather_source(k: int, full: bool) -> str:
+    """The gather kernel for ``k`` columns (k / 4 lanes a group, 128 nonzeros a group); ``full``: with the
+    row and value arrays read and the values multiplied in."""
+    return f"#define G {k // 4}\n#define NZ 128\n#define FULL {int(full)}\n" + _GATHER
 
 
 KS = (8, 16, 32, 64, 128)
@@ -67,12 +91,17 @@ def measure(A, k: int) -> dict:
     g = k // 4
     m = A.shape[0]
     ci = cp.asarray(A.indices.astype(np.int32))
+    ri = cp.asarray(np.repeat(np.arange(m, dtype=np.int32), np.diff(A.indptr)))
+    vals = cp.asarray(A.data.astype(np.float32))
     X = cp.random.default_rng(0).standard_normal((A.shape[1], k), dtype=cp.float32)
     Y = cp.empty((m, k), dtype=cp.float32)
     sink = cp.zeros(1, dtype=cp.float32)
-    kern = cp.RawModule(code=f"#define G {g}\n#define NZ 128\n" + _GATHER).get_function("gather")
     grid = (A.nnz + 128 * (256 // g) - 1) // (128 * (256 // g))
-    gather_us = per_call_us(lambda: kern((grid,), (256,), (np.int32(A.nnz), np.int32(k), ci, X, sink)))
+    args = (np.int32(A.nnz), np.int32(k), ri, ci, vals, X, sink)
+    gather_us, gather_full_us = (
+        per_call_us(lambda kern=cp.RawModule(code=gather_source(k, full)).get_function("gather"):
+                    kern((grid,), (256,), args))
+        for full in (False, True))
     write_us = per_call_us(lambda: Y.fill(0))
     copy_us = per_call_us(lambda: cp.copyto(Y, X[:m]))
     lib = from_library(A, "spmm", k)
@@ -84,7 +113,7 @@ def measure(A, k: int) -> dict:
     ours.close()
     floor = gather_us + write_us
     gathered = A.nnz * k * 4
-    return {"k": k, "gather_us": gather_us, "write_y_us": write_us, "floor_us": floor,
+    return {"k": k, "gather_us": gather_us, "gather_full_us": gather_full_us, "write_y_us": write_us, "floor_us": floor,
             "gather_GBps": gathered / gather_us / 1e3, "copy_GBps": 2 * Y.nbytes / copy_us / 1e3,
             "cusparse_us": cusparse_us, "kernel": vid, "kernel_us": kernel_us,
             "floor_over_kernel": floor / kernel_us, "floor_over_cusparse": floor / cusparse_us,
@@ -118,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     A = gcn_adjacency(generate("powerlaw", args.nodes, seed=2, mean_degree=4))
     rows = [measure(A, k) for k in ks]
     print(f"powerlaw_{args.nodes}: {A.nnz} nonzeros")
-    print("| k | gather | write Y | floor | copy GB/s | cuSPARSE | library kernel | floor / kernel | kernel vs cuSPARSE |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| k | gather | + rows, values | write Y | floor | copy GB/s | cuSPARSE | library kernel | floor / kernel "
+          "| kernel vs cuSPARSE |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['k']} | {r['gather_us']:.0f} us | {r['write_y_us']:.0f} us | {r['floor_us']:.0f} us | "
+        print(f"| {r['k']} | {r['gather_us']:.0f} us | {r['gather_full_us']:.0f} us | {r['write_y_us']:.0f} us | "
+              f"{r['floor_us']:.0f} us | "
               f"{r['copy_GBps']:.0f} | {r['cusparse_us']:.0f} us | {r['kernel_us']:.0f} us | "
               f"{r['floor_over_kernel']:.2f} | {r['kernel_speedup']:.2f}x |")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,15 @@
 """benchmarks/spmm_floor.py on the CPU: its bad input and the machine without a GPU are one line and
 write nothing (the measurement itself runs on the device). Mutations killed: a k that is no multiple
 of 4 let through to the kernel's float4 loads, one whose lane group is no power of two (12, 96: the
-lane mask and shuffle width need one) or has no library kernel (4), a run without a GPU that writes a file."""
+lane mask and shuffle width need one) or has no library kernel (4), a run without a GPU that writes a file;
+and its gather kernels compile with nvcc, the full one reading the row and value arrays the floor leaves out
+(mutations killed: a syntax error in either mode, FULL that reads nothing more)."""
 
 from __future__ import annotations
 
 import pytest
 
+from sparserl.harness.compile import find_nvcc
 from tests.conftest import load_benchmark
 
 bench = load_benchmark("spmm_floor")
@@ -31,3 +34,23 @@ def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "GPU" in err and "\n" not in err
     assert not (tmp_path / "f.json").exists()
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.parametrize("k", [64, 128])
+def test_the_gather_kernels_compile_and_only_the_full_one_reads_rows_and_values(tmp_path, k) -> None:
+    import re
+    import subprocess
+
+    loads = {}
+    for full in (False, True):
+        src = tmp_path / f"g{int(full)}.cu"
+        src.write_text(bench.gather_source(k, full))
+        ptx = tmp_path / f"g{int(full)}.ptx"
+        out = subprocess.run([find_nvcc(), "-arch=sm_90", "--ptx", "-o", str(ptx), str(src)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        text = ptx.read_text()
+        assert ".entry gather(" in text
+        loads[full] = len(re.findall(r"ld\.global\.nc\.(?:s32|u32|f32|b32)\b", text))
+    assert loads[True] >= loads[False] + 2  # the row and value arrays: two more scalar loads
