@@ -11,13 +11,15 @@ The driver copies the block at the call, so the next call may overwrite it at on
 
 The launches, grid, block and shared memory are the ones the harness planned and verified; this is
 the same sequence :func:`~sparserl.harness.device.launch_all` enqueues, through a shorter door.
-Not safe to call from two threads at once on the same operator (the two slots are shared).
+The two slots are shared, so a call holds a lock from writing them to its last launch: two threads
+using one operator each get their own operands (the driver call releases the GIL).
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Sequence
+import threading
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -50,24 +52,33 @@ def pack_arguments(args: Sequence[Any], ix: int, iy: int) -> tuple[ctypes.Array,
 class PackedLaunch:
     """Every non-empty LAUNCH line of a bound kernel, enqueued by ``cuLaunchKernel`` on packed arguments."""
 
-    def __init__(self, kernels, launches: Sequence[LaunchConfig], args: Sequence[Any], ix: int, iy: int):
-        from cupy_backends.cuda.api.driver import launchKernel
+    def __init__(self, kernels, launches: Sequence[LaunchConfig], args: Sequence[Any], ix: int, iy: int,
+                 launch_kernel: Callable[..., None] | None = None):
+        """``launch_kernel``: the driver call, CuPy's ``launchKernel`` by default (the tests pass a recorder)."""
+        if launch_kernel is None:
+            from cupy_backends.cuda.api.driver import launchKernel as launch_kernel
 
-        self._launch_kernel = launchKernel
-        self._keep = tuple(args)  # the device arrays whose addresses are packed stay alive with the launch
+        self._launch_kernel = launch_kernel
+        self._lock = threading.Lock()
         self._block, self._x, self._y = pack_arguments(args, ix, iy)
         self._address = ctypes.addressof(self._block)
         self.calls: list[tuple[int, ...]] = []
         """Per launch: (function, grid x, y, z, block x, y, z, dynamic shared memory bytes)."""
+        functions = []
         for fn, cfg in ready_launches(kernels, launches):
             function = getattr(fn, "kernel", fn)  # a RawKernel's loaded function (CUfunction in .ptr)
+            functions.append(function)
             self.calls.append((int(function.ptr), *map(int, cfg.grid), *map(int, cfg.block), int(cfg.smem)))
+        # what the packed addresses name stays alive with the launch: the device arrays, and the
+        # functions (their module) whose handles the calls hold
+        self._keep = (tuple(args), kernels, tuple(functions))
 
     def __call__(self, x_ptr: int, y_ptr: int, stream_ptr: int) -> None:
         """Enqueue the launches on ``stream_ptr`` (0: the legacy default stream) reading ``x_ptr`` and
         writing ``y_ptr``; the current device must be the one the kernels were loaded on."""
-        self._x.value = x_ptr
-        self._y.value = y_ptr
         launch, address = self._launch_kernel, self._address
-        for f, gx, gy, gz, bx, by, bz, smem in self.calls:
-            launch(f, gx, gy, gz, bx, by, bz, smem, stream_ptr, address, 0)
+        with self._lock:  # the driver copies the block at each launch: another call may write it after
+            self._x.value = x_ptr
+            self._y.value = y_ptr
+            for f, gx, gy, gz, bx, by, bz, smem in self.calls:
+                launch(f, gx, gy, gz, bx, by, bz, smem, stream_ptr, address, 0)

@@ -75,7 +75,6 @@ def current_stream_pointer(index: int) -> int:
     return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
-
 def current_stream(cp, device: torch.device):
     """PyTorch's current stream on ``device`` as a CuPy stream (kernels run where torch's work runs)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
