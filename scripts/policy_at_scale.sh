@@ -10,7 +10,9 @@
 #   BASE_MODEL=DIR bash scripts/policy_at_scale.sh OUT - small # a base model made before: no pre-training
 #   BASE_MODEL=DIR bash scripts/policy_at_scale.sh OUT - smoke # CPU: every stage compile-only (the tests)
 #
-# Presets (GPU wall clock, one H200, to be measured: OUT/stages.tsv records each stage's seconds):
+# At the end, benchmarks/policy_targets.py reads the folder: the policy's targets beside what the run measured
+# (OUT/targets.json). Presets (GPU wall clock, one H200; OUT/stages.tsv records each stage's seconds; small's
+# stages up to the merge took 516 s on an H200):
 #   small  pre-training 4 min, 4 matrices per family at 10k-1M rows (one each for validation and
 #          test), searches of 16 candidates on the 2 train matrices,
 #          SFT 300 steps, 8 samples per held-out matrix: the table's shape, aimed at 15 minutes;
@@ -108,3 +110,5 @@ for set in "${eval_sets[@]}"; do
 done
 echo "== stages (seconds):"; cat "$out/stages.tsv"
 for set in "${eval_sets[@]}"; do echo "== held out: $set ($out/eval-$set/eval.md)"; head -40 "$out/eval-$set/eval.md"; done
+echo "== the policy's targets ($out/targets.json)"
+"${PYTHON:-python}" "$(dirname "$0")/../benchmarks/policy_targets.py" "$out" --preset "$preset" --out "$out/targets.json"

@@ -48,6 +48,8 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     library_rows = (out / "data" / "train.jsonl").read_text().splitlines()
     assert (out / "sft-data" / "train.jsonl").read_text().splitlines()[:len(library_rows)] == library_rows
     assert "Evaluation" in (out / "eval-test" / "eval.md").read_text()
+    targets = json.loads((out / "targets.json").read_text())  # the targets' table, read off the run
+    assert targets["preset"] == "smoke" and "test" in targets["sets"] and targets["stage_seconds"]["sft"] >= 0
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 6, again.stdout[-2000:]
     assert len((out / "stages.tsv").read_text().splitlines()) == 6

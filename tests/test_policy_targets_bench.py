@@ -1,0 +1,78 @@
+"""benchmarks/policy_targets.py: the policy's targets read off a run folder (CPU). Checked on a hand-made
+evaluation and on a real one (the reduced GPU run's eval.json in benchmarks/results). Mutations killed:
+a tie with the oracle counted as ahead, a matrix with no correct sample left out instead of counted at
+cuSPARSE's speed, the best over the oracle taken from means instead of per matrix, a target that is
+reported met when it was not measured, a folder that is not a run accepted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import load_benchmark
+
+bench = load_benchmark("policy_targets")
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "benchmarks/results/2026-12-02/policy-mini/eval.json"
+
+
+def _eval(per_matrix: dict, oracle: dict, new=(4, 1)) -> dict:
+    rows = {m: {"family": "f", "best_speedup": b, "correct": int(b is not None)} for m, b in per_matrix.items()}
+    return {"summary": {"cuSPARSE": {}, "library oracle": {}, "ours": {"samples": 16, "correct_rate": 0.75}},
+            "per_matrix": {"ours": rows, "library oracle": {m: {"best_speedup": b} for m, b in oracle.items()}},
+            "library_match": {"ours": {"new": {"samples": new[0], "correct": new[1]}}}}
+
+
+def test_ties_are_not_ahead_and_a_matrix_without_a_correct_kernel_counts_at_cusparse() -> None:
+    ev = _eval({"tie": 2.0, "ahead": 3.0, "behind": 1.5, "none": None}, {"tie": 2.0, "ahead": 2.0, "behind": 3.0,
+                                                                            "none": 4.0})
+    fig = bench.eval_figures(ev)
+    assert fig["ahead_of_oracle_share"] == 0.25
+    assert fig["best_over_oracle"] == pytest.approx((1.0 * 1.5 * 0.5 * 0.25) ** 0.25)
+    assert fig["new_correct_share"] == 0.25 and fig["correct_share"] == 0.75
+
+
+def test_a_real_evaluation_agrees_with_its_own_summary(tmp_path) -> None:
+    ev = json.loads(MINI.read_text())
+    fig = bench.eval_figures(ev)
+    summary = ev["summary"]
+    assert fig["best_over_oracle"] == pytest.approx(summary["base_sft"]["geomean_speedup"]
+                                                    / summary["library oracle"]["geomean_speedup"], rel=1e-9)
+    assert (fig["new_bodies"], fig["new_bodies_correct"], fig["correct_share"]) == (7, 0, 0.8)
+    out = tmp_path / "run"
+    (out / "eval-test").mkdir(parents=True)
+    shutil.copy(MINI, out / "eval-test/eval.json")
+    (out / "stages.tsv").write_text("pretrain\t140\ndata\t28\nsft\t73\neval-test\t29\n")
+    assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
+    result = json.loads((tmp_path / "t.json").read_text())
+    verdicts = {t["target"]: t["met"] for t in result["targets"]}
+    assert verdicts["one sitting within 15 GPU minutes (small)"] is None  # no eval-families stage: not done
+    (out / "stages.tsv").write_text("pretrain\t140\ndata\t28\nsft\t73\neval-test\t29\neval-families\t700\n")
+    assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
+    result = json.loads((tmp_path / "t.json").read_text())
+    verdicts = {t["target"]: t["met"] for t in result["targets"]}
+    assert verdicts["one sitting within 15 GPU minutes (small)"] is False  # 970 s
+    assert verdicts["test: correct share at least 95%"] is False
+    assert verdicts["test: new bodies at least 50% correct"] is False
+    assert verdicts["improve: +10% best of 16 over its SFT start at 1M rows"] is None  # not in this run
+    assert not any(t["met"] for t in result["targets"] if t["value"] is None)
+
+
+def test_a_folder_that_is_not_a_run_is_one_line(tmp_path, capsys) -> None:
+    assert bench.main([str(tmp_path)]) == 2
+    assert bench.main([str(tmp_path / "absent")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("error: ") for line in err)
+
+
+def test_a_compile_only_evaluation_meets_no_target(tmp_path) -> None:
+    ev = _eval({"a": 5.0}, {"a": 1.0}, new=(1, 1))
+    ev["compile_only"] = True  # nothing ran: the figures are not measurements
+    out = tmp_path / "run"
+    (out / "eval-test").mkdir(parents=True)
+    (out / "eval-test" / "eval.json").write_text(json.dumps(ev))
+    result = bench.read_run(out, "smoke")
+    assert [t["met"] for t in result["targets"]] == [None] * len(result["targets"])
