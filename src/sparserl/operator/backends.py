@@ -2,9 +2,9 @@
 
 :class:`KernelBackend` is a contract kernel bound to the matrix's conversion on the device
 (:class:`~sparserl.harness.launcher.BoundKernel`), run as the harness runs it (the output policy,
-then every LAUNCH line) on arguments packed once (:mod:`sparserl.operator.launch`). :class:`LibraryBackend` is cuSPARSE's generic SpMV/SpMM on CSR
-(row-major dense operands, the same calls the harness times as its baseline), used when no kernel
-beats it. Both update their values in place on the GPU, so the device pointers a launch reads
+then every LAUNCH line) on arguments packed once (:mod:`sparserl.operator.launch`).
+:class:`LibraryBackend` is cuSPARSE's generic SpMV/SpMM on CSR (row-major dense operands, the same
+calls the harness times as its baseline), used when no kernel beats it. Both update their values in place on the GPU, so the device pointers a launch reads
 never change: :meth:`set_values` takes the new values in CSR order.
 
 Everything here needs a GPU and CuPy (imported when a backend is built).

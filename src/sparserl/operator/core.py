@@ -8,9 +8,9 @@
 The hot path copies nothing: the kernel reads the operand's memory where it is (a CuPy array's or a
 torch tensor's address goes straight into the kernel's packed arguments, :mod:`.launch`); the
 output is a new array from the framework's pool (or ``out=``, reused). The launches are the ones
-the harness planned and verified. Inputs are checked before
-anything runs (:mod:`.inputs`): a wrong dtype, shape, device or layout is a one-line
-:class:`~sparserl.errors.SparseRLError`, never a silent conversion.
+the harness planned and verified. Inputs are checked before anything runs (:mod:`.inputs`): a
+wrong dtype, shape, device or layout is a one-line :class:`~sparserl.errors.SparseRLError`, never a
+silent conversion.
 
 Values: the kernel reads every value from its format's value arrays, so new values for the same
 structure are written into those arrays on the GPU (one copy for CSR/COO, one gather per value

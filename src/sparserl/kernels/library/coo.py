@@ -8,7 +8,7 @@
 * SpMM ``coo_runs``: a group of ``g`` lanes takes ``nzpg`` consecutive nonzeros (an equal
   share of the work whatever the row lengths), ``g`` at a time in one coalesced load,
   and sums runs of the same row into registers (``vec`` columns per lane) with eight rows
-  of X in flight per lane. A row wholly inside the group's nonzeros is stored; the first
+  of X in flight per lane (four when a group spans 128 columns). A row wholly inside the group's nonzeros is stored; the first
   and last, which may be shared with a neighbouring group, are added with atomics.
 """
 
@@ -91,10 +91,10 @@ def runs_function(sig: str, row: str = "row_idx", col: str = "col_idx", val: str
     The group reads G entries at a time (one coalesced load each of rows, columns and values) and
     broadcasts them with shuffles; the rows of X of ``UNROLL`` entries are loaded before any is used,
     so a lane keeps that many loads in flight: 8, or 4 when a group spans 128 columns (G * VEC) and
-    owns its rows, where
-    each load is a whole 512-byte row and 48 registers instead of 70 keep more warps on an SM (on the
-    GCN graphs at k = 128: 48.8 against 54.0 us on soc-brightkite, level on the 1M-node graph). A run of one row is summed in registers. A row wholly
-    inside the group's entries is stored; the group's first and last rows, which may go on in a
+    owns its rows, where each load is a whole 512-byte row and 48 registers instead of 70 keep more
+    warps on an SM (on the GCN graphs at k = 128: 48.8 against 54.0 us on soc-brightkite, level on
+    the 1M-node graph). A run of one row is summed in registers. A row wholly inside the group's
+    entries is stored; the group's first and last rows, which may go on in a
     neighbouring group, are added with atomics. ``owns_rows`` False: every row is added (another
     kernel wrote Y's rows before, as HYB's ELL part does). Needs ``vec_helpers("load_x", "store_y",
     "add_y")`` before it."""
