@@ -63,6 +63,33 @@ def test_csr_and_coo_layouts() -> None:
     assert fd.zero_fill_y and not convert(A, "CSR").zero_fill_y
 
 
+def test_coo_zero_y_0_leaves_y_unzeroed_and_only_coo_has_it() -> None:
+    """COO's output policy is zeroed unless the FORMAT line says ``zero_y=0``. Kills: a ``zero_y=0``
+    conversion whose y the harness (or an operator) zeroes anyway, so the kernel's saving is never
+    measured; the option accepted on a format that has none, or out of range."""
+    from sparserl.harness.device import prepare_output
+
+    class Y:  # records what the output policy does to y
+        def __init__(self) -> None:
+            self.filled: list[float] = []
+
+        def fill(self, value: float) -> None:
+            self.filled.append(value)
+
+    A = generate("random", 300, seed=0)
+    plain, opted, explicit = convert(A, "COO"), convert(A, "COO", {"zero_y": 0}), convert(A, "COO", {"zero_y": 1})
+    assert plain.zero_fill_y and explicit.zero_fill_y and not opted.zero_fill_y
+    assert opted.header_line() == "FORMAT: COO zero_y=0" and plain.header_line() == "FORMAT: COO"
+    assert all((opted.arrays[n] == plain.arrays[n]).all() for n in plain.arrays)  # the same arrays
+    for fd, want in ((plain, [0]), (opted, [])):
+        y = Y()
+        prepare_output(fd, y)
+        assert y.filled == want
+    for fmt, params in (("CSR", {"zero_y": 0}), ("HYB", {"zero_y": 0}), ("COO", {"zero_y": 2})):
+        with pytest.raises(ContractError):
+            convert(A, fmt, params)
+
+
 def test_ell_is_column_major_with_minus_one_padding() -> None:
     fd = convert(canon(EXAMPLE), "ELL")
     assert fd.sizes == {"width": 3}

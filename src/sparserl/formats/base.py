@@ -87,8 +87,9 @@ class FormatData:
 
     @property
     def zero_fill_y(self) -> bool:
-        """Whether the contract zeroes y before the first launch for this format."""
-        return self.spec.zero_fill_y
+        """Whether the contract zeroes y before the first launch for this conversion: the format's
+        policy, unless its FORMAT line says ``zero_y=0`` (the kernel writes every entry itself)."""
+        return self.spec.zero_fill_y and self.params.get("zero_y", 1) != 0
 
     @property
     def nbytes(self) -> int:

@@ -113,7 +113,7 @@ class FormatSpec:
     params: tuple[ParamSpec, ...]
     sizes: tuple[str, ...]  # int scalar arguments after the common prefix, in order
     arrays: tuple[ArrayArg, ...]  # device arrays after the sizes, in order
-    zero_fill_y: bool  # True: y is zeroed before the first launch (formats that accumulate)
+    zero_fill_y: bool  # True: y is zeroed before the first launch (formats that accumulate; COO's zero_y=0 opts out)
     layout: str  # how entries are laid out, for the docs and the model
 
     def param(self, name: str) -> ParamSpec:
@@ -171,7 +171,17 @@ FORMATS: dict[str, FormatSpec] = {
         FormatSpec(
             name="COO",
             summary="coordinate list, sorted by row then column",
-            params=(),
+            params=(
+                ParamSpec(
+                    "zero_y",
+                    "1 (left out): y is zeroed before the first launch; 0: it is not, and the kernel writes "
+                    "every entry of y itself",
+                    None,
+                    0,
+                    1,
+                    optional=True,
+                ),
+            ),
             sizes=(),
             arrays=(
                 ArrayArg("row_idx", _I, "nnz", "row of each entry (non-decreasing)"),
@@ -179,7 +189,11 @@ FORMATS: dict[str, FormatSpec] = {
                 ArrayArg("val", _F, "nnz", "value of each entry"),
             ),
             zero_fill_y=True,
-            layout="Entries sorted by (row, column). y is zeroed before the first launch: accumulate with atomicAdd.",
+            layout=(
+                "Entries sorted by (row, column). y is zeroed before the first launch: accumulate with atomicAdd. "
+                "With zero_y=0 it is not (it holds garbage): the kernel must write every entry of y, empty rows "
+                "too, and may add only into entries it wrote first."
+            ),
         ),
         FormatSpec(
             name="ELL",

@@ -92,12 +92,16 @@ def format_reference() -> str:
         if spec.params:
             out.append("Parameters (`FORMAT: " + spec.name + " " + " ".join(f"{p.name}=..." for p in spec.params) + "`):\n")
             for p in spec.params:
-                default = "chosen by the converter if left out" if p.optional else f"default {p.default}"
+                default = "optional" if p.optional else f"default {p.default}"
                 out.append(f"* `{p.name}` in [{p.lo}, {p.hi}], {default}: {p.doc}")
             out.append("")
         else:
             out.append(f"No parameters: `FORMAT: {spec.name}`.\n")
-        out.append(f"Output: {'**zeroed** before the first launch' if spec.zero_fill_y else 'NaN-poisoned; every row must be written'}.\n")
+        poisoned = "NaN-poisoned; every row must be written"
+        output = "**zeroed** before the first launch" if spec.zero_fill_y else poisoned
+        if spec.zero_fill_y and any(p.name == "zero_y" for p in spec.params):
+            output += f"; with `zero_y=0`, {poisoned}"
+        out.append(f"Output: {output}.\n")
         out.append(f"Layout: {spec.layout}\n")
         if spec.sizes:
             out.append("Size arguments: " + ", ".join(f"`int {s}`" for s in spec.sizes) + ".\n")

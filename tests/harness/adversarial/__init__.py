@@ -2,7 +2,7 @@
 
 Shared by the CPU tests (static and compile-time cases are refused without a GPU; runtime cheats
 are *not* refused early for the wrong reason) and the GPU tests (the exact verdict at run time,
-and the pool keeps serving afterwards). All are SpMV on CSR.
+and the pool keeps serving afterwards). All are SpMV, on CSR except the output policy's (COO).
 
 * :mod:`.classic` - wrong answers, crashes, hangs, the first static rules;
 * :mod:`.timed` - telling a timed run from a verification run;
@@ -12,19 +12,20 @@ and the pool keeps serving afterwards). All are SpMV on CSR.
 * :mod:`.values` - kernels specialised to the values (run on a unit-valued matrix);
 * :mod:`.guards` - writes just outside x and y;
 * :mod:`.early` - the batched path's shortcuts: early stopping, conversions shared between kernels;
-* :mod:`.params` - bad PARAMS lines, and writable state beside the constant tables of a facts block.
+* :mod:`.params` - bad PARAMS lines, and writable state beside the constant tables of a facts block;
+* :mod:`.output` - COO's ``zero_y=0`` (y not zeroed) with a kernel that accumulates anyway.
 
 A verdict of ``none`` means the kernel is correct and timed honestly (it gains nothing).
 """
 
 from __future__ import annotations
 
-from tests.harness.adversarial import classic, early, guards, host, params, preprocessor, state, timed, values
+from tests.harness.adversarial import classic, early, guards, host, output, params, preprocessor, state, timed, values
 from tests.harness.adversarial.base import DOT, GOOD, HEAD, HONEST, SIG, csr
 
 CLASSES = {"classic": classic.CASES, "timed": timed.CASES, "state": state.CASES,
            "preprocessor": preprocessor.CASES, "host": host.CASES, "values": values.CASES, "guards": guards.CASES,
-           "early": early.CASES, "params": params.CASES}
+           "early": early.CASES, "params": params.CASES, "output": output.CASES}
 ADVERSARIAL: dict[str, tuple[str, str]] = {}
 for _cases in CLASSES.values():
     assert not set(_cases) & set(ADVERSARIAL), "duplicate case names"
@@ -32,7 +33,7 @@ for _cases in CLASSES.values():
 VALUE_CASES = set(values.CASES)
 """Cases that must run on a unit-valued matrix to show their cheat."""
 FAR_WRITE = classic.FAR_WRITE
-HEADER_CASES = {"no_header", "bad_launch_expression"} | params.HEADER_CASES
+HEADER_CASES = {"no_header", "bad_launch_expression", "zero_y_on_csr", "zero_y_out_of_range"} | params.HEADER_CASES
 """Cases refused at the header: extraction or the contract, before any code is looked at."""
 COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_memory",
                        "writes_device_const_by_address", "calls_outside_the_module"} | params.COMPILED_CODE_CASES
