@@ -48,7 +48,20 @@ def gather_values(values, where, dst) -> None:
         _GATHER(((slots + 255) // 256,), (256,), (values, where, dst, np.int64(slots)))
 
 
-class KernelBackend:
+class _Backend:
+    """What both backends share: ``run`` on CuPy arrays, by way of their ``run_pointers``."""
+
+    _cp: object
+
+    def run(self, x, y) -> None:
+        """``y = A x`` (or ``Y = A X``) on CuPy's current stream; ``x``, ``y`` CuPy arrays."""
+        self.run_pointers(x.data.ptr, y.data.ptr, y.nbytes, self._cp.cuda.get_current_stream().ptr)
+
+    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
+        raise NotImplementedError
+
+
+class KernelBackend(_Backend):
     """A tuned contract kernel on the matrix's device conversion."""
 
     def __init__(self, bound, A: sp.csr_array, where: dict):
@@ -78,16 +91,12 @@ class KernelBackend:
         """Whether the format's kernels accumulate into a zeroed output (the contract's output policy)."""
         return self.bound.dev.data.zero_fill_y
 
-    def run(self, x, y, zeroed: bool = False) -> None:
-        """``y = A x`` (or ``Y = A X``) on CuPy's current stream; ``x``, ``y`` CuPy arrays. The
-        harness's launch sequence (its output policy, then every LAUNCH line) on arguments packed once
-        per operator: only ``x`` and ``y`` change from call to call. ``zeroed``: the caller made ``y``
-        zero on this stream already (a framework's zeros), so the output policy has nothing to do."""
-        self.run_pointers(x.data.ptr, y.data.ptr, y.nbytes, self._cp.cuda.get_current_stream().ptr, zeroed)
-
     def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
-        """:meth:`run` on raw device addresses (a PyTorch tensor's ``data_ptr()``) and a raw stream: no
-        array objects are made on the way to the kernel."""
+        """``y = A x`` on raw device addresses (a CuPy array's, a PyTorch tensor's ``data_ptr()``) and a
+        raw stream, no array objects made on the way: the harness's launch sequence (its output
+        policy, then every LAUNCH line) on arguments packed once per operator, where only ``x`` and
+        ``y`` change from call to call. ``zeroed``: the caller made ``y`` zero on this stream already
+        (a framework's zeros), so the output policy has nothing to do."""
         if self.zero_fill and not zeroed:
             self._cp.cuda.runtime.memsetAsync(y_ptr, 0, y_bytes, stream_ptr)
         self.launch(x_ptr, y_ptr, stream_ptr)
@@ -130,7 +139,7 @@ class KernelBackend:
         pass
 
 
-class LibraryBackend:
+class LibraryBackend(_Backend):
     """cuSPARSE's generic SpMV / SpMM on the matrix in CSR, descriptors made once."""
 
     format = "CSR"
@@ -186,13 +195,10 @@ class LibraryBackend:
     zero_fill = False
     """cuSPARSE writes y (beta 0): nothing to zero first."""
 
-    def run(self, x, y, zeroed: bool = False) -> None:
-        """``y = A x`` on CuPy's current stream (cuSPARSE's default algorithm), on descriptors made once
-        per (x, y) address pair and kept in a bounded cache (``zeroed``: as :meth:`KernelBackend.run`)."""
-        self.run_pointers(x.data.ptr, y.data.ptr, y.nbytes, self._cp.cuda.get_current_stream().ptr)
-
     def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
-        """:meth:`run` on raw device addresses and a raw stream (as :meth:`KernelBackend.run_pointers`)."""
+        """``y = A x`` on raw device addresses and a raw stream (cuSPARSE's default algorithm, beta 0: y
+        is written whatever it held, so ``zeroed`` changes nothing), on descriptors made once per (x, y)
+        address pair and kept in a bounded cache."""
         self._enqueue(*self._descriptors_of(x_ptr, y_ptr), stream_ptr)
 
     def runner(self, x, y):

@@ -168,16 +168,17 @@ class SparseOperator:
             if overlaps(info, oinfo):
                 raise SparseRLError(f"out shares memory with {what}; the kernel reads {what} while it writes out")
             y = out
-        self._run(x, y)
+        self._on_device(self.backend.run, x, y)
         return y
 
-    def _run(self, x, y, zeroed: bool = False) -> None:
+    def _on_device(self, fn, *args) -> None:
+        """``fn(*args)`` with the operator's GPU current (switched only when another one is)."""
         cp = self._cp
         if cp.cuda.runtime.getDevice() == self.device:
-            self.backend.run(x, y, zeroed)
+            fn(*args)
         else:
             with cp.cuda.Device(self.device):
-                self.backend.run(x, y, zeroed)
+                fn(*args)
 
     # -- PyTorch ----------------------------------------------------------------------------
 
@@ -212,12 +213,7 @@ class SparseOperator:
         zero = self.backend.zero_fill  # a format that accumulates: torch's zeros (one memset in torch's C++)
         y = (torch.zeros if zero else torch.empty)(give, dtype=torch.float32, device=x.device)
         stream = current_stream_pointer(self.device)
-        run = self.backend.run_pointers
-        if self._cp.cuda.runtime.getDevice() == self.device:
-            run(x.data_ptr(), y.data_ptr(), y.numel() * 4, stream, zero)
-        else:
-            with self._cp.cuda.Device(self.device):
-                run(x.data_ptr(), y.data_ptr(), y.numel() * 4, stream, zero)
+        self._on_device(self.backend.run_pointers, x.data_ptr(), y.data_ptr(), y.numel() * 4, stream, zero)
         return y
 
     # -- values -----------------------------------------------------------------------------
