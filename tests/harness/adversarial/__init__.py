@@ -41,8 +41,10 @@ COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_me
 RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit", "nondeterministic", "none",
                  "slow"}
 """Verdicts only a GPU run can give."""
+OWN_SPEED = set(output.CASES)
+"""Cases whose honest kernels are not the CSR scalar kernel's computation: their speed is their own."""
 SEQUENTIAL_VERDICTS = early.SEQUENTIAL
 """Cases whose verdict differs on the sequential path (``SpeedConfig.classic()``), which never stops early."""
 
 __all__ = ["ADVERSARIAL", "CLASSES", "COMPILED_CODE_CASES", "DOT", "FAR_WRITE", "GOOD", "HEAD", "HEADER_CASES",
-           "HONEST", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG", "VALUE_CASES", "csr"]
+           "HONEST", "OWN_SPEED", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG", "VALUE_CASES", "csr"]

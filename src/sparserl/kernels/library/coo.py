@@ -10,6 +10,10 @@
   and sums runs of the same row into registers (``vec`` columns per lane) with eight rows
   of X in flight per lane (four when a group spans 128 columns). A row wholly inside the group's nonzeros is stored; the first
   and last, which may be shared with a neighbouring group, are added with atomics.
+* SpMM ``coo_runs_stored``: the same walk under ``FORMAT: COO zero_y=0``, where the harness does
+  not zero Y (a memset of all of Y, as long as one write of it, saved): a first launch zeroes only
+  the rows that two groups share and the empty rows, and the walk stores every other row once,
+  adding with atomics only into the shared rows.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ def runs_launch(count: str = "nnz") -> str:
 
 
 def runs_function(sig: str, row: str = "row_idx", col: str = "col_idx", val: str = "val", count: str = "nnz",
-                  owns_rows: bool = True) -> str:
+                  owns_rows: bool = True, stores_all: bool = False) -> str:
     """SpMM over COO arrays: G lanes take NZPG consecutive entries, VEC columns of Y per lane, Y zeroed.
 
     The group reads G entries at a time (one coalesced load each of rows, columns and values) and
@@ -96,8 +100,10 @@ def runs_function(sig: str, row: str = "row_idx", col: str = "col_idx", val: str
     the 1M-node graph). A run of one row is summed in registers. A row wholly inside the group's
     entries is stored; the group's first and last rows, which may go on in a
     neighbouring group, are added with atomics. ``owns_rows`` False: every row is added (another
-    kernel wrote Y's rows before, as HYB's ELL part does). Needs ``vec_helpers("load_x", "store_y",
-    "add_y")`` before it."""
+    kernel wrote Y's rows before, as HYB's ELL part does). ``stores_all``: Y is not zeroed; only the
+    rows two groups share are, by :func:`zero_rows_function`'s launch before this one. A row is
+    added when it is shared, stored otherwise; the first launch zeroes the empty rows too. Needs ``vec_helpers("load_x", "store_y", "add_y")`` before it."""
+    assert owns_rows or not stores_all
     return fill(
         """
 ${SIG}
@@ -109,7 +115,7 @@ ${SIG}
     const int j1 = (int)min(j0 + NZPG, (long long)${COUNT});
     const unsigned gmask = ${MASK};
     const int first = __ldg(${ROW} + j0);
-    for (int t0 = 0; t0 < k; t0 += G * VEC) {
+${SETUP}    for (int t0 = 0; t0 < k; t0 += G * VEC) {
         const int c0 = t0 + lane * VEC;
         const bool active = c0 < k;
         float acc[VEC] = {};
@@ -151,19 +157,95 @@ ${FLUSH}
                 }
             }
         }
-        if (active) add_y(Y + (size_t)cur * k + c0, acc);  // the last row may go on in the next group
+${FINAL}
     }
 }
 """,
         SIG=sig, ROW=row, COL=col, VAL=val, COUNT=count, MASK=group_mask("G"),
         UNROLL="G * VEC >= 128 ? 4 : 8" if owns_rows else "8",  # HYB's part keeps 8 (with 4 it spills)
-        FLUSH=("                            if (cur == first) add_y(Y + (size_t)cur * k + c0, acc);\n"
-               "                            else store_y(Y + (size_t)cur * k + c0, acc);  // the row is the group's alone"
-               if owns_rows else "                            add_y(Y + (size_t)cur * k + c0, acc);"),
+        FLUSH=_STORED_FLUSH if stores_all else (
+            "                            if (cur == first) add_y(Y + (size_t)cur * k + c0, acc);\n"
+            "                            else store_y(Y + (size_t)cur * k + c0, acc);  // the row is the group's alone"
+            if owns_rows else "                            add_y(Y + (size_t)cur * k + c0, acc);"),
+        SETUP=fill(_STORED_SETUP, ROW=row) if stores_all else "",
+        FINAL=fill(_STORED_FINAL, ROW=row, COUNT=count) if stores_all else
+        "        if (active) add_y(Y + (size_t)cur * k + c0, acc);  // the last row may go on in the next group",
+    )
+
+
+# coo_runs_stored: Y is not zeroed (FORMAT: COO zero_y=0); the pieces runs_function puts in its walk
+_STORED_SETUP = """\
+    // the group's first row is shared when the previous group's last entry is in it
+    const bool head_shared = j0 > 0 && __ldg(${ROW} + j0 - 1) == first;
+"""
+_STORED_FLUSH = """\
+                            if (cur == first && head_shared) add_y(Y + (size_t)cur * k + c0, acc);
+                            else store_y(Y + (size_t)cur * k + c0, acc);  // the row is the group's alone"""
+_STORED_FINAL = """\
+        if (active) {  // the last row is shared when the next group's first entry is in it
+            if ((cur == first && head_shared) || (j1 < ${COUNT} && __ldg(${ROW} + j1) == cur))
+                add_y(Y + (size_t)cur * k + c0, acc);
+            else
+                store_y(Y + (size_t)cur * k + c0, acc);
+        }"""
+
+
+def zero_rows_function(sig: str, row: str = "row_idx", count: str = "nnz") -> str:
+    """The launch before ``runs_function(stores_all=True)``, over the same groups of ``G`` lanes and
+    ``NZPG`` entries: it zeroes the rows that walk never stores. Those are the row a boundary between
+    two groups cuts (the only rows the walk adds into; a row cut by several boundaries is zeroed by
+    each) and the empty rows: a group zeroes the rows between each of its entries' row and the
+    previous entry's, and all threads together those before the matrix's first entry and after its
+    last. All of it ends before the walk starts. A run of empty rows between two entries is one
+    group's, a row at a time: slow where such runs are long (millions of isolated rows), which the
+    timed runs show."""
+    return fill(
+        """
+${SIG}
+{
+    const float zeros[VEC] = {};
+    const long long threads = (long long)gridDim.x * BLOCK;
+    const long long t = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    const int row_first = __ldg(${ROW}), row_last = __ldg(${ROW} + ${COUNT} - 1);
+    const long long tiles = k / VEC;  // k is a multiple of VEC
+    const long long lead = (long long)row_first * tiles, trail = (long long)(m - 1 - row_last) * tiles;
+    for (long long i = t; i < lead + trail; i += threads) {
+        const long long e = i < lead ? i / tiles : row_last + 1 + (i - lead) / tiles;
+        store_y(Y + (size_t)e * k + (size_t)(i % tiles) * VEC, zeros);
+    }
+    const int lane = threadIdx.x & (G - 1);
+    const long long j0 = (t / G) * NZPG;
+    if (j0 >= ${COUNT}) return;  // whole groups leave together
+    const int j1 = (int)min(j0 + NZPG, (long long)${COUNT});
+    const unsigned gmask = ${MASK};
+    for (int base = (int)j0; base < j1; base += G) {
+        const int j = base + lane;
+        const int r = j < j1 ? __ldg(${ROW} + j) : 0;
+        const int prev = j < j1 && j > 0 ? __ldg(${ROW} + j - 1) : r;
+        const bool cut = j == j0 && j0 > 0 && prev == r;  // the boundary before this group cuts row r
+        const int lo = cut ? r : prev + 1, hi = cut ? r + 1 : r;  // rows [lo, hi) to zero
+        unsigned todo = __ballot_sync(gmask, j < j1 && lo < hi) >> ((threadIdx.x & 31u) & ~(unsigned)(G - 1));
+        while (todo) {  // the group zeroes each lane's rows in turn, VEC columns a lane
+            const int src = __ffs(todo) - 1;
+            todo &= todo - 1;
+            const int a = __shfl_sync(gmask, lo, src, G), b = __shfl_sync(gmask, hi, src, G);
+            for (int e = a; e < b; ++e)
+                for (int c0 = lane * VEC; c0 < k; c0 += G * VEC) store_y(Y + (size_t)e * k + c0, zeros);
+        }
+    }
+}
+""",
+        SIG=sig, ROW=row, COUNT=count, MASK=group_mask("G"),
     )
 
 
 _spmm_runs = Strategy((runs_launch(),), vec_helpers("load_x", "store_y", "add_y") + runs_function(signature("COO", Op.SPMM, None, "BLOCK")))
+
+_spmm_runs_stored = Strategy(
+    (runs_launch() + ", kernel=spmm_zero_rows", runs_launch()),
+    vec_helpers("load_x", "store_y", "add_y")
+    + zero_rows_function(signature("COO", Op.SPMM, "spmm_zero_rows", "BLOCK"))
+    + runs_function(signature("COO", Op.SPMM, None, "BLOCK"), stores_all=True))
 
 
 def variants() -> list[Variant]:
@@ -180,4 +262,10 @@ def variants() -> list[Variant]:
                             {"g": g, "vec": vec, "nzpg": nzpg, "block": 256},
                             k_multiple=vec, atomic=True,
                             doc="g lanes per run of nzpg nonzeros, atomics when the row changes"))
+    for g in (32, 16):
+        for nzpg in (64, 128):
+            out.append(make(Op.SPMM, "COO", "coo_runs_stored", _spmm_runs_stored,
+                            {"g": g, "vec": 4, "nzpg": nzpg, "block": 256}, format_params={"zero_y": 0},
+                            k_multiple=4, atomic=True,
+                            doc="COO runs with Y unzeroed: shared rows zeroed first, every other row stored once"))
     return out

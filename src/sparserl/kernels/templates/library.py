@@ -32,7 +32,8 @@ WIDER: dict[tuple[Op, str], dict[str, tuple[int, ...]]] = {
     (Op.SPMV, "csr_merge"): {"block": (64, 128, 256, 512), "ipt": (1, 2, 3, 4, 5, 7, 9, 11, 13, 15)},
     (Op.SPMV, "coo_segmented"): {"batches": (1, 2, 4, 8, 16, 32), "block": (128, 256, 512)},
     (Op.SPMV, "sell_lanes"): {"C": (8, 16, 32, 64, 128), "sigma": (1, 64, 128, 256, 512, 1024, 4096)},
-    (Op.SPMM, "coo_runs"): {"g": (2, 4, 8, 16, 32), "nzpg": (1, 4, 16, 32, 64, 128), "block": (128, 256, 512)},
+    **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32), "nzpg": (1, 4, 16, 32, 64, 128), "block": (128, 256, 512)}
+       for s in ("coo_runs", "coo_runs_stored")},
     **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32)} for s in ("csr_rows", "ell_rows", "sell_lanes",
                                                           "dia_rows", "hyb_ell_coo", "bsr_group")},
 }
@@ -66,9 +67,16 @@ def _generic_check(params: Params, card: MatrixCard | None, k: int | None, fmt: 
     return None
 
 
+FIXED_FORMAT_PARAMS = frozenset({"zero_y"})
+"""FORMAT parameters a strategy fixes rather than chooses (COO's output policy): rendered on every
+point, never a dimension of the space (nor a cost-model column)."""
+
+
 def _template(group: list[Variant]) -> Template:
     first = group[0]
-    fkeys = [k for k, _ in first.format_params]
+    fixed = {k: v for k, v in first.format_params if k in FIXED_FORMAT_PARAMS}
+    assert all(dict(v.format_params).items() >= fixed.items() for v in group), first.strategy
+    fkeys = [k for k, _ in first.format_params if k not in fixed]
     tkeys = [k for k, _ in first.tunables]
     wider = WIDER.get((first.op, first.strategy), {})
     space = tuple(
@@ -79,11 +87,12 @@ def _template(group: list[Variant]) -> Template:
 
     def render(params: Params, card: MatrixCard | None) -> str:
         v = make(first.op, first.format, first.strategy, first.body,
-                 {key: params[key] for key in tkeys}, {key: params[key] for key in fkeys},
+                 {key: params[key] for key in tkeys},
+                 {key: fixed[key] if key in fixed else params[key] for key, _ in first.format_params},
                  k_multiple=params.get("vec", 1), atomic=first.atomic, doc=first.doc)
         return v.render()
 
-    seeds = [dict(v.format_params + v.tunables) for v in group]
+    seeds = [{key: val for key, val in v.format_params + v.tunables if key not in fixed} for v in group]
     return Template(
         name=first.strategy, op=first.op, format=first.format, space=space, renderer=render,
         checker=lambda p, c, k: _generic_check(p, c, k, first.format) or _strategy_check(first.strategy, p),
