@@ -7,7 +7,10 @@ that the nonzeros name, gathered in the matrix's order with nothing computed and
 reading the row and value arrays too and multiplying the values in (what the kernel reads; the rest of
 its time is its writes of Y), a plain device copy's bandwidth, cuSPARSE's SpMM and the library's
 COO-runs kernel that ``tune`` picks on this graph (both as operators, ``from_library`` and
-``from_kernel``), each as a ratio to the floor.
+``from_kernel``), each as a ratio to the floor; and the same walk with Y not zeroed
+(``coo_runs_stored``, ``FORMAT: COO zero_y=0``: no memset of Y before it) at 64 and 128 nonzeros a
+group, each run on a NaN-filled Y and compared with cuSPARSE's result (largest error over the largest
+entry; a row it never wrote would be NaN).
 
     python benchmarks/spmm_floor.py --out floor.json            # one H200: about 20 s
 """
@@ -109,6 +112,19 @@ def measure(A, k: int) -> dict:
     vid = f"spmm/coo_runs/-/g={16 if k <= 64 else 32},vec=4,nzpg=64,block=256"  # the selector's pick
     ours = from_kernel(A, get_variant(vid).render(), "spmm", k)
     kernel_us = per_call_us(lambda: ours.matmat(X, out=Y))
+    ref = cp.empty_like(Y)
+    lib.matmat(X, out=ref)
+    scale = float(cp.abs(ref).max()) or 1.0
+    stored = []  # the same walk with Y not zeroed (FORMAT: COO zero_y=0): no memset of Y before it
+    for nzpg in (64, 128):
+        sid = f"spmm/coo_runs_stored/zero_y=0/g={16 if k <= 64 else 32},vec=4,nzpg={nzpg},block=256"
+        op = from_kernel(A, get_variant(sid).render(), "spmm", k)
+        out = cp.full_like(Y, cp.nan)  # a row the kernel never writes stays NaN
+        op.matmat(X, out=out)
+        err = float(cp.abs(out - ref).max()) / scale
+        stored.append({"kernel": sid, "us": per_call_us(lambda: op.matmat(X, out=out)),
+                       "max_error_over_max_y": err if err == err else None})  # NaN: rows left unwritten
+        op.close()
     lib.close()
     ours.close()
     floor = gather_us + write_us
@@ -117,7 +133,8 @@ def measure(A, k: int) -> dict:
             "gather_GBps": gathered / gather_us / 1e3, "copy_GBps": 2 * Y.nbytes / copy_us / 1e3,
             "cusparse_us": cusparse_us, "kernel": vid, "kernel_us": kernel_us,
             "floor_over_kernel": floor / kernel_us, "floor_over_cusparse": floor / cusparse_us,
-            "kernel_speedup": cusparse_us / kernel_us}
+            "kernel_speedup": cusparse_us / kernel_us, "stored": stored,
+            "stored_speedup": cusparse_us / min(r["us"] for r in stored)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,13 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure(A, k) for k in ks]
     print(f"powerlaw_{args.nodes}: {A.nnz} nonzeros")
     print("| k | gather | + rows, values | write Y | floor | copy GB/s | cuSPARSE | library kernel | floor / kernel "
-          "| kernel vs cuSPARSE |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| kernel vs cuSPARSE | Y unzeroed, nzpg 64 / 128 | its best vs cuSPARSE |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
+        st = " / ".join(f"{x['us']:.0f} us" + ("" if x["max_error_over_max_y"] is not None
+                                               and x["max_error_over_max_y"] < 1e-4 else " (WRONG)")
+                        for x in r["stored"])
         print(f"| {r['k']} | {r['gather_us']:.0f} us | {r['gather_full_us']:.0f} us | {r['write_y_us']:.0f} us | "
               f"{r['floor_us']:.0f} us | "
               f"{r['copy_GBps']:.0f} | {r['cusparse_us']:.0f} us | {r['kernel_us']:.0f} us | "
-              f"{r['floor_over_kernel']:.2f} | {r['kernel_speedup']:.2f}x |")
+              f"{r['floor_over_kernel']:.2f} | {r['kernel_speedup']:.2f}x | {st} | {r['stored_speedup']:.2f}x |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"matrix": f"powerlaw_{args.nodes}", "nnz": int(A.nnz), "rows": rows}, indent=1))
     return 0
