@@ -109,7 +109,8 @@ def measure(A, k: int) -> dict:
     copy_us = per_call_us(lambda: cp.copyto(Y, X[:m]))
     lib = from_library(A, "spmm", k)
     cusparse_us = per_call_us(lambda: lib.matmat(X, out=Y))
-    vid = f"spmm/coo_runs/-/g={16 if k <= 64 else 32},vec=4,nzpg=64,block=256"  # the selector's pick
+    lanes = 16 if k <= 64 else 32  # the selector's lanes per group: 4 columns a lane, one pass over k <= 128
+    vid = f"spmm/coo_runs/-/g={lanes},vec=4,nzpg=64,block=256"  # the selector's pick
     ours = from_kernel(A, get_variant(vid).render(), "spmm", k)
     kernel_us = per_call_us(lambda: ours.matmat(X, out=Y))
     ref = cp.empty_like(Y)
@@ -117,7 +118,7 @@ def measure(A, k: int) -> dict:
     scale = float(cp.abs(ref).max()) or 1.0
     stored = []  # the same walk with Y not zeroed (FORMAT: COO zero_y=0): no memset of Y before it
     for nzpg in (64, 128):
-        sid = f"spmm/coo_runs_stored/zero_y=0/g={16 if k <= 64 else 32},vec=4,nzpg={nzpg},block=256"
+        sid = f"spmm/coo_runs_stored/zero_y=0/g={lanes},vec=4,nzpg={nzpg},block=256"
         op = from_kernel(A, get_variant(sid).render(), "spmm", k)
         out = cp.full_like(Y, cp.nan)  # a row the kernel never writes stays NaN
         op.matmat(X, out=out)

@@ -102,7 +102,8 @@ def runs_function(sig: str, row: str = "row_idx", col: str = "col_idx", val: str
     neighbouring group, are added with atomics. ``owns_rows`` False: every row is added (another
     kernel wrote Y's rows before, as HYB's ELL part does). ``stores_all``: Y is not zeroed; only the
     rows two groups share are, by :func:`zero_rows_function`'s launch before this one. A row is
-    added when it is shared, stored otherwise; the first launch zeroes the empty rows too. Needs ``vec_helpers("load_x", "store_y", "add_y")`` before it."""
+    added when it is shared, stored otherwise; the first launch zeroes the empty rows too. Needs
+    ``vec_helpers("load_x", "store_y", "add_y")`` before it."""
     assert owns_rows or not stores_all
     return fill(
         """
