@@ -1,16 +1,18 @@
 """COO SpMM with Y not zeroed (``FORMAT: COO zero_y=0``): every row written exactly once, or zeroed and
 then added into, on the structures that make that hard.
 
-The ``coo_runs_stored`` kernels skip the harness's memset of Y: a first launch zeroes the rows two
-groups of entries share and the empty rows, and the walk stores every other row. The matrix here has
-empty rows before the first entry, after the last, in a run of 300 and scattered; a row of 1500 entries
-that crosses many group boundaries; rows that end exactly on a boundary. k = 8 (a part of one column
-tile) and k = 136 (several tiles of 64 or 128 columns).
+The ``coo_runs_stored`` kernels skip the harness's memset of Y: a first launch
+zeroes the rows a boundary between two groups of entries cuts and the rows before the first entry and
+after the last; the walk stores every other row, and the zeros of the empty rows between two entries.
+The matrix here has empty rows before the first entry, after the last, in a run of 300 and scattered;
+a row of 1500 entries that crosses many group boundaries; rows that end exactly on a boundary. k = 8
+(a part of one column tile) and k = 136 (several tiles of 64 or 128 columns).
 
 Mutations the GPU part kills (each leaves NaN poison or a lost partial sum in Y: ``incorrect``): the
-leading or trailing empty rows not zeroed, the empty rows between entries not zeroed, a shared row
-not zeroed before the adds, a shared row stored instead of added (the other group's part lost),
-a row inside one group added into instead of stored (it was never zeroed).
+leading or trailing empty rows not zeroed, the empty rows between entries not stored (inside a group
+or before its first entry), a cut row not zeroed before the adds, a cut row stored instead of added
+(the other group's part lost), a row inside one group added into instead of stored (it was never
+zeroed).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def gaps_matrix() -> sp.csr_array:
 
 def test_the_stored_kernels_say_zero_y_0_and_compile_on_these_matrices() -> None:
     """CPU part: the variants exist, declare the option, and get through the harness's front."""
-    assert len(STORED) == 4 and all(v.render().startswith("FORMAT: COO zero_y=0\n") for v in STORED)
+    assert len(STORED) == 6 and all(v.render().startswith("FORMAT: COO zero_y=0\n") for v in STORED)
     A = gaps_matrix()
     assert A.shape == (3000, 2000) and np.diff(A.indptr)[[0, 2999, 1300, 1600]].tolist() == [0, 0, 0, 1500]
     with Evaluator(HarnessConfig(compile_only=True)) as ev:

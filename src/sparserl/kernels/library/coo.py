@@ -11,9 +11,10 @@
   of X in flight per lane (four when a group spans 128 columns). A row wholly inside the group's nonzeros is stored; the first
   and last, which may be shared with a neighbouring group, are added with atomics.
 * SpMM ``coo_runs_stored``: the same walk under ``FORMAT: COO zero_y=0``, where the harness does
-  not zero Y (a memset of all of Y, as long as one write of it, saved): a first launch zeroes only
-  the rows that two groups share and the empty rows, and the walk stores every other row once,
-  adding with atomics only into the shared rows.
+  not zero Y (a memset of all of Y, as long as one write of it, saved): a small first launch zeroes
+  the rows a boundary between two groups cuts (one thread per boundary) and the rows before the
+  first entry and after the last; the walk stores every other row once, and the zeros of the empty
+  rows between its entries, adding with atomics only into the cut rows.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ ${SETUP}    for (int t0 = 0; t0 < k; t0 += G * VEC) {
             const float my_val = j < j1 ? __ldg(${VAL} + j) : 0.f;
             const int cnt = min(G, j1 - base);
             const int last_row = __shfl_sync(gmask, my_row, cnt - 1, G);  // where cur stands after the round
-            for (int t = 0; t < cnt; t += UNROLL) {
+${GAPS}            for (int t = 0; t < cnt; t += UNROLL) {
                 float xv[UNROLL][VEC];  // the rows of X first: UNROLL loads in flight
                 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
@@ -168,7 +169,7 @@ ${FINAL}
             "                            if (cur == first) add_y(Y + (size_t)cur * k + c0, acc);\n"
             "                            else store_y(Y + (size_t)cur * k + c0, acc);  // the row is the group's alone"
             if owns_rows else "                            add_y(Y + (size_t)cur * k + c0, acc);"),
-        SETUP=fill(_STORED_SETUP, ROW=row) if stores_all else "",
+        SETUP=fill(_STORED_SETUP, ROW=row) if stores_all else "", GAPS=_STORED_GAPS if stores_all else "",
         FINAL=fill(_STORED_FINAL, ROW=row, COUNT=count) if stores_all else
         "        if (active) add_y(Y + (size_t)cur * k + c0, acc);  // the last row may go on in the next group",
     )
@@ -176,8 +177,20 @@ ${FINAL}
 
 # coo_runs_stored: Y is not zeroed (FORMAT: COO zero_y=0); the pieces runs_function puts in its walk
 _STORED_SETUP = """\
-    // the group's first row is shared when the previous group's last entry is in it
-    const bool head_shared = j0 > 0 && __ldg(${ROW} + j0 - 1) == first;
+    // the group's first row is shared when the previous group's last entry is in it; the rows between
+    // that entry's row and the first are empty, and this group stores their zeros
+    const int before = j0 > 0 ? __ldg(${ROW} + j0 - 1) : first;
+    const bool head_shared = j0 > 0 && before == first;
+    const float zeros[VEC] = {};
+"""
+_STORED_GAPS = """\
+            if (t0 == 0) {  // the empty rows before each of this round's entries are the group's alone
+                const int up = __shfl_up_sync(gmask, my_row, 1, G);
+                const int lo = (lane == 0 ? (base == (int)j0 ? before : cur) : up) + 1;
+                if (j < j1)  // the lane that holds the entry stores their zeros, all k columns (rare: no shuffles)
+                    for (int e = lo; e < my_row; ++e)
+                        for (int c = 0; c < k; c += VEC) store_y(Y + (size_t)e * k + c, zeros);
+            }
 """
 _STORED_FLUSH = """\
                             if (cur == first && head_shared) add_y(Y + (size_t)cur * k + c0, acc);
@@ -191,15 +204,21 @@ _STORED_FINAL = """\
         }"""
 
 
+def zero_launch(count: str = "nnz") -> str:
+    """One thread per group boundary, and at least one per 32 rows (for the rows before the first
+    entry and after the last)."""
+    return f"grid=ceil_div(max(ceil_div({count}, NZPG), m / 32), BLOCK), block=BLOCK, kernel=spmm_zero_rows"
+
+
 def zero_rows_function(sig: str, row: str = "row_idx", count: str = "nnz") -> str:
-    """The launch before ``runs_function(stores_all=True)``, over the same groups of ``G`` lanes and
-    ``NZPG`` entries: it zeroes the rows that walk never stores. Those are the row a boundary between
-    two groups cuts (the only rows the walk adds into; a row cut by several boundaries is zeroed by
-    each) and the empty rows: a group zeroes the rows between each of its entries' row and the
-    previous entry's, and all threads together those before the matrix's first entry and after its
-    last. All of it ends before the walk starts. A run of empty rows between two entries is one
-    group's, a row at a time: slow where such runs are long (millions of isolated rows), which the
-    timed runs show."""
+    """The launch before ``runs_function(stores_all=True)`` (:func:`zero_launch`): it zeroes the rows
+    the walk adds into and the rows no group reaches. Those are the row each boundary between two
+    groups of ``NZPG`` entries cuts (the only rows the walk adds into; a row cut by several boundaries
+    is zeroed by each), one thread per boundary, and the rows before the matrix's first entry and
+    after its last, by all threads. It reads two entries' rows per boundary, not the whole row array.
+    The empty rows between two entries the walk stores itself: the group that holds the later entry,
+    a row at a time (slow where such runs are long, which the timed runs show). All of it ends before
+    the walk starts."""
     return fill(
         """
 ${SIG}
@@ -214,36 +233,22 @@ ${SIG}
         const long long e = i < lead ? i / tiles : row_last + 1 + (i - lead) / tiles;
         store_y(Y + (size_t)e * k + (size_t)(i % tiles) * VEC, zeros);
     }
-    const int lane = threadIdx.x & (G - 1);
-    const long long j0 = (t / G) * NZPG;
-    if (j0 >= ${COUNT}) return;  // whole groups leave together
-    const int j1 = (int)min(j0 + NZPG, (long long)${COUNT});
-    const unsigned gmask = ${MASK};
-    for (int base = (int)j0; base < j1; base += G) {
-        const int j = base + lane;
-        const int r = j < j1 ? __ldg(${ROW} + j) : 0;
-        const int prev = j < j1 && j > 0 ? __ldg(${ROW} + j - 1) : r;
-        const bool cut = j == j0 && j0 > 0 && prev == r;  // the boundary before this group cuts row r
-        const int lo = cut ? r : prev + 1, hi = cut ? r + 1 : r;  // rows [lo, hi) to zero
-        unsigned todo = __ballot_sync(gmask, j < j1 && lo < hi) >> ((threadIdx.x & 31u) & ~(unsigned)(G - 1));
-        while (todo) {  // the group zeroes each lane's rows in turn, VEC columns a lane
-            const int src = __ffs(todo) - 1;
-            todo &= todo - 1;
-            const int a = __shfl_sync(gmask, lo, src, G), b = __shfl_sync(gmask, hi, src, G);
-            for (int e = a; e < b; ++e)
-                for (int c0 = lane * VEC; c0 < k; c0 += G * VEC) store_y(Y + (size_t)e * k + c0, zeros);
-        }
+    const long long b = (t + 1) * NZPG;  // the boundary before group t + 1
+    if (b < ${COUNT}) {
+        const int r = __ldg(${ROW} + b);
+        if (__ldg(${ROW} + b - 1) == r)  // it cuts row r: both groups add into it
+            for (long long q = 0; q < tiles; ++q) store_y(Y + (size_t)r * k + q * VEC, zeros);
     }
 }
 """,
-        SIG=sig, ROW=row, COUNT=count, MASK=group_mask("G"),
+        SIG=sig, ROW=row, COUNT=count,
     )
 
 
 _spmm_runs = Strategy((runs_launch(),), vec_helpers("load_x", "store_y", "add_y") + runs_function(signature("COO", Op.SPMM, None, "BLOCK")))
 
 _spmm_runs_stored = Strategy(
-    (runs_launch() + ", kernel=spmm_zero_rows", runs_launch()),
+    (zero_launch(), runs_launch()),
     vec_helpers("load_x", "store_y", "add_y")
     + zero_rows_function(signature("COO", Op.SPMM, "spmm_zero_rows", "BLOCK"))
     + runs_function(signature("COO", Op.SPMM, None, "BLOCK"), stores_all=True))
@@ -264,7 +269,7 @@ def variants() -> list[Variant]:
                             k_multiple=vec, atomic=True,
                             doc="g lanes per run of nzpg nonzeros, atomics when the row changes"))
     for g in (32, 16):
-        for nzpg in (64, 128):
+        for nzpg in (64, 128, 256):
             out.append(make(Op.SPMM, "COO", "coo_runs_stored", _spmm_runs_stored,
                             {"g": g, "vec": 4, "nzpg": nzpg, "block": 256}, format_params={"zero_y": 0},
                             k_multiple=4, atomic=True,
