@@ -6,10 +6,10 @@ that the nonzeros name, gathered in the matrix's order with nothing computed and
 (one float per lane group keeps the loads), plus one write of Y. Printed beside it: the same gather
 reading the row and value arrays too and multiplying the values in (what the kernel reads; the rest of
 its time is its writes of Y), a plain device copy's bandwidth, cuSPARSE's SpMM and the library's
-COO-runs kernel that ``tune`` picks on this graph (both as operators, ``from_library`` and
+COO-runs kernel with Y zeroed by a memset before it (both as operators, ``from_library`` and
 ``from_kernel``), each as a ratio to the floor; and the same walk with Y not zeroed
-(``coo_runs_stored``, ``FORMAT: COO zero_y=0``: no memset of Y before it) at 64 and 128 nonzeros a
-group, each run on a NaN-filled Y and compared with cuSPARSE's result (largest error over the largest
+(``coo_runs_stored``, ``FORMAT: COO zero_y=0``: no memset of Y before it) at 64, 128 and 256 nonzeros
+a group, each run on a NaN-filled Y and compared with cuSPARSE's result (largest error over the largest
 entry; a row it never wrote would be NaN).
 
     python benchmarks/spmm_floor.py --out floor.json            # one H200: about 20 s
@@ -81,6 +81,9 @@ def gather_source(k: int, full: bool) -> str:
 KS = (8, 16, 32, 64, 128)
 """Column counts measured: 4 columns a lane and a power-of-two lane group (k / 4 lanes, 2 to 32)."""
 
+STORED_NZPG = (64, 128, 256)
+"""Entries a group of the ``coo_runs_stored`` kernels timed."""
+
 
 def measure(A, k: int) -> dict:
     """Floor, copy bandwidth, cuSPARSE and the library kernel for ``A`` at ``k`` columns (one of :data:`KS`)."""
@@ -110,14 +113,14 @@ def measure(A, k: int) -> dict:
     lib = from_library(A, "spmm", k)
     cusparse_us = per_call_us(lambda: lib.matmat(X, out=Y))
     lanes = 16 if k <= 64 else 32  # the selector's lanes per group: 4 columns a lane, one pass over k <= 128
-    vid = f"spmm/coo_runs/-/g={lanes},vec=4,nzpg=64,block=256"  # the selector's pick
+    vid = f"spmm/coo_runs/-/g={lanes},vec=4,nzpg=64,block=256"  # the walk with Y zeroed by a memset first
     ours = from_kernel(A, get_variant(vid).render(), "spmm", k)
     kernel_us = per_call_us(lambda: ours.matmat(X, out=Y))
     ref = cp.empty_like(Y)
     lib.matmat(X, out=ref)
     scale = float(cp.abs(ref).max()) or 1.0
     stored = []  # the same walk with Y not zeroed (FORMAT: COO zero_y=0): no memset of Y before it
-    for nzpg in (64, 128):
+    for nzpg in STORED_NZPG:
         sid = f"spmm/coo_runs_stored/zero_y=0/g={lanes},vec=4,nzpg={nzpg},block=256"
         op = from_kernel(A, get_variant(sid).render(), "spmm", k)
         out = cp.full_like(Y, cp.nan)  # a row the kernel never writes stays NaN
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure(A, k) for k in ks]
     print(f"powerlaw_{args.nodes}: {A.nnz} nonzeros")
     print("| k | gather | + rows, values | write Y | floor | copy GB/s | cuSPARSE | library kernel | floor / kernel "
-          "| kernel vs cuSPARSE | Y unzeroed, nzpg 64 / 128 | its best vs cuSPARSE |")
+          f"| kernel vs cuSPARSE | Y unzeroed, nzpg {' / '.join(map(str, STORED_NZPG))} | its best vs cuSPARSE |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         st = " / ".join(f"{x['us']:.0f} us" + ("" if x["max_error_over_max_y"] is not None

@@ -30,9 +30,12 @@ def select_variant(f: MatrixFeatures, op: Op = Op.SPMV, k: int | None = None) ->
             return get_variant("spmm/dia_rows/-/g=8,vec=4,block=256")
         if f.block_density_8 >= 0.6:
             return get_variant("spmm/bsr_group/R=8,C=8/g=32,vec=4,block=256")
-        if skewed:  # an equal share of nonzeros per lane group; 16 lanes of 4 columns when k <= 64
-            g = 16 if k is not None and k <= 64 else 32
-            return get_variant(f"spmm/coo_runs/-/g={g},vec=4,nzpg=64,block=256")
+        if skewed:  # an equal share of nonzeros per lane group, Y not zeroed (each row stored once);
+            # 16 lanes of 4 columns when k <= 64. On a 1M-node power-law graph: at k = 64, 658 us
+            # (698 us for coo_runs, 64 entries a group, with its memset of Y); at k = 128, 1155 us (1262 us)
+            if k is not None and k <= 64:
+                return get_variant("spmm/coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=128,block=256")
+            return get_variant("spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=256,block=256")
         return get_variant("spmm/csr_rows/-/g=32,vec=4,block=256")
     if f.num_diagonals <= 64 and f.diag_fill >= 0.5:
         return get_variant("spmv/dia_vec4/-/block=128")

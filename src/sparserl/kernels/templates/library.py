@@ -32,7 +32,7 @@ WIDER: dict[tuple[Op, str], dict[str, tuple[int, ...]]] = {
     (Op.SPMV, "csr_merge"): {"block": (64, 128, 256, 512), "ipt": (1, 2, 3, 4, 5, 7, 9, 11, 13, 15)},
     (Op.SPMV, "coo_segmented"): {"batches": (1, 2, 4, 8, 16, 32), "block": (128, 256, 512)},
     (Op.SPMV, "sell_lanes"): {"C": (8, 16, 32, 64, 128), "sigma": (1, 64, 128, 256, 512, 1024, 4096)},
-    **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32), "nzpg": (1, 4, 16, 32, 64, 128), "block": (128, 256, 512)}
+    **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32), "nzpg": (1, 4, 16, 32, 64, 128, 256), "block": (128, 256, 512)}
        for s in ("coo_runs", "coo_runs_stored")},
     **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32)} for s in ("csr_rows", "ell_rows", "sell_lanes",
                                                           "dia_rows", "hyb_ell_coo", "bsr_group")},
