@@ -127,3 +127,38 @@ def test_text_proposals_are_cleaned_and_named_by_their_text() -> None:
     assert a.text.startswith("FORMAT:") and "Enjoy" not in a.text
     assert a.id == b.id == text_id(v)
     assert a.id.startswith("text/")
+
+
+def test_every_library_variant_is_a_point_of_its_template() -> None:
+    """``variant_point`` hands the selector's choice (a library variant) to the search as a template point.
+
+    Kills: a FORMAT parameter the strategy fixes passed through (COO's ``zero_y``: the template refused
+    the point, and the selector's choice was silently never tried), a variant's value outside its
+    template's domain (a library point the search cannot reach)."""
+    from sparserl.kernels.library import all_variants
+    from sparserl.kernels.templates.library import variant_point
+
+    by_name = {(t.op, t.name): t for t in templates()}
+    for v in all_variants():
+        name, params = variant_point(v)
+        t = by_name[(v.op, name)]
+        assert set(params) == {p.name for p in t.space}, v.id
+        assert all(params[p.name] in p.values for p in t.space), v.id
+
+
+def test_the_selectors_choice_for_a_skewed_spmm_is_a_valid_first_seed() -> None:
+    """On a power-law graph at k = 128 the selector picks a COO kernel that leaves Y unzeroed; the search
+    takes it as its first seed. Kills: the fixed ``zero_y`` handed to the template (the point refused)."""
+    import scipy.sparse as sp
+
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.run import _selector_point
+
+    A = sp.csr_array(generate("powerlaw", 20_000, seed=2, mean_degree=4))
+    ctx = MatrixContext(A, "powerlaw", Op.SPMM, 128)
+    name, params, note = _selector_point(ctx)
+    space = CandidateSpace(matrix_card(A), Op.SPMM, 128, templates("spmm"))
+    seeds = list(space.seeds([(name, params, note)]))
+    assert name == "coo_runs_stored" and seeds[0].note == "selector"
+    assert seeds[0].id == "spmm/coo_runs_stored/-/g=32,vec=4,nzpg=256,block=256"
+    assert seeds[0].text.startswith("FORMAT: COO zero_y=0\n")

@@ -84,6 +84,7 @@ def null_sequence(card, features, op: Op | str, k: int | None, ids: Sequence[str
     """``ids`` in the order a search without a cost model proposes them: the selector's choice,
     then every template's first seed, then the other seeds (the search loop's own code, null
     ranker); ids it never proposes as seeds follow in their given order."""
+    from sparserl.kernels.templates.library import variant_point
     from sparserl.request.library import select_variant
     from sparserl.search.loop import SearchConfig, _Search
     from sparserl.search.ranker import Ranker
@@ -94,8 +95,7 @@ def null_sequence(card, features, op: Op | str, k: int | None, ids: Sequence[str
     state = _Search(SearchConfig(budget=10_000, seed_share=1.0), space, None, set(), Ranker())
     sel = None
     if features is not None:
-        v = select_variant(features, op, k)
-        sel = (v.strategy, dict(v.format_params + v.tunables), "selector")
+        sel = (*variant_point(select_variant(features, op, k)), "selector")
     state.start([], sel)
     wanted, order = set(ids), []
     while True:

@@ -549,6 +549,11 @@ class _Search:
             p = self.space.point(name, params, Provenance.SEED, note=note) if name in self.space.by_name else None
             if p is not None:
                 self.first.append(p)
+            else:  # never silently: the selector's choice is the search's floor
+                t = self.space.by_name.get(name)
+                why = t.check(params, self.space.card, self.space.k) if t is not None else "no such template here"
+                log.warning("the selector's choice %s %s is not a point of this search (%s); it is not tried first",
+                            name, params, why or "its format is refused here")
         space, picks = self.space, 0
         for name, params in self.ranker.best_points(space) if self.cfg.model_picks else ():
             if picks >= self.cfg.model_picks:

@@ -28,6 +28,7 @@ from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
+from sparserl.kernels.templates.library import variant_point
 from sparserl.request.library import select_variant
 from sparserl.request.report import KernelReport
 from sparserl.search.footprint import check_fits
@@ -103,8 +104,8 @@ def search_candidates(res: SearchResult) -> list[Candidate]:
 
 def _selector_point(ctx: MatrixContext) -> tuple[str, dict, str]:
     """The rule-based selector's library variant as a template point (tried first among the seeds)."""
-    v = select_variant(ctx.features, ctx.op, ctx.k)
-    return v.strategy, dict(v.format_params + v.tunables), "selector"
+    name, params = variant_point(select_variant(ctx.features, ctx.op, ctx.k))
+    return name, params, "selector"
 
 
 def coords_later(A):

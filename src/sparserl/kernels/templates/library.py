@@ -72,6 +72,12 @@ FIXED_FORMAT_PARAMS = frozenset({"zero_y"})
 point, never a dimension of the space (nor a cost-model column)."""
 
 
+def variant_point(v: Variant) -> tuple[str, dict[str, int]]:
+    """A library variant as a point of its template: the template's name and the parameters it takes
+    (the FORMAT parameters its strategy fixes are left out: the template renders them itself)."""
+    return v.strategy, {key: val for key, val in v.format_params + v.tunables if key not in FIXED_FORMAT_PARAMS}
+
+
 def _template(group: list[Variant]) -> Template:
     first = group[0]
     fixed = {k: v for k, v in first.format_params if k in FIXED_FORMAT_PARAMS}
@@ -92,7 +98,7 @@ def _template(group: list[Variant]) -> Template:
                  k_multiple=params.get("vec", 1), atomic=first.atomic, doc=first.doc)
         return v.render()
 
-    seeds = [{key: val for key, val in v.format_params + v.tunables if key not in fixed} for v in group]
+    seeds = [variant_point(v)[1] for v in group]
     return Template(
         name=first.strategy, op=first.op, format=first.format, space=space, renderer=render,
         checker=lambda p, c, k: _generic_check(p, c, k, first.format) or _strategy_check(first.strategy, p),
