@@ -46,10 +46,10 @@ def features(**kw) -> MatrixFeatures:
     ({"block_density_8": 0.59, "block_density_4": 0.6}, "spmv/bsr_group/R=4,C=4/g=16,block=128",
      "spmm/csr_rows/-/g=32,vec=4,block=256"),
     # merge-path CSR: a row longer than 16x the mean, or more than 30% empty rows
-    # (SpMM: COO runs there, with Y unzeroed and 32 lanes when k is not known)
-    ({"row_len_max": 481}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=256,block=256"),
+    # (SpMM: COO runs there, 32 lanes and Y unzeroed when k is not known; 64 entries a group on this size)
+    ({"row_len_max": 481}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64,block=256"),
     ({"row_len_max": 480, "row_len_std": 20.0}, "spmv/csr_vector/-/tpr=16,block=128", "spmm/csr_rows/-/g=32,vec=4,block=256"),
-    ({"empty_rows": 1229}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=256,block=256"),
+    ({"empty_rows": 1229}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64,block=256"),
     ({"empty_rows": 1228}, "spmv/csr_vector/-/tpr=16,block=128", "spmm/csr_rows/-/g=32,vec=4,block=256"),
     # ELL: even rows (std at most 0.3 x the mean) of at most 64 entries
     ({"row_len_std": 9.0}, "spmv/ell_rows/-/block=128,rpt=1", None),
@@ -74,13 +74,26 @@ def test_the_rules_at_their_edges(kw: dict, spmv: str, spmm: str | None) -> None
         assert select_variant(f, Op.SPMM).id == spmm
 
 
-@pytest.mark.parametrize("k, pick", [(None, "wide"), (32, "narrow"), (64, "narrow"), (65, "wide"), (128, "wide")])
-def test_skewed_spmm_takes_sixteen_lanes_up_to_k_64_and_y_unzeroed(k, pick) -> None:
-    """Skewed rows in SpMM: COO runs with Y not zeroed (each row stored once), 16 lanes of 4 columns and
-    128 entries a group when k <= 64 (one pass over Y's row, no idle lanes), 32 lanes and 256 entries
-    beyond. Kills: the k bound moved or dropped, the skew rule not applied to SpMM, a pick that zeroes
-    Y again."""
-    want = {"narrow": "spmm/coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=128,block=256",
-            "wide": "spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=256,block=256"}[pick]
-    assert select_variant(features(row_len_max=481), Op.SPMM, k).id == want
-    assert select_variant(features(), Op.SPMM, k).id == "spmm/csr_rows/-/g=32,vec=4,block=256"
+@pytest.mark.parametrize("k, nnz, want", [
+    (None, 10_000, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64"),
+    (32, 10_000, "coo_runs/-/g=16,vec=4,nzpg=64"),
+    (64, 10_000, "coo_runs/-/g=16,vec=4,nzpg=64"),
+    (65, 10_000, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64"),
+    # 32768 warps of work: 256 entries a group from 256 x 32768 nonzeros at 32 lanes, 128 below
+    (128, 256 * 32768, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=256"),
+    (128, 256 * 32768 - 1, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=128"),
+    (128, 128 * 32768, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=128"),
+    (128, 128 * 32768 - 1, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64"),
+    # 16 lanes: two groups a warp, so twice the nonzeros for the same entries a group
+    (64, 2 * 128 * 32768, "coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=128"),
+    (64, 2 * 128 * 32768 - 1, "coo_runs/-/g=16,vec=4,nzpg=64"),
+    (64, 2 * 256 * 32768, "coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=256"),
+])
+def test_skewed_spmm_lanes_by_k_entries_a_group_by_size(k, nnz, want) -> None:
+    """Skewed rows in SpMM: COO runs, 16 lanes of 4 columns when k <= 64 (one pass over Y's row, no idle
+    lanes), 32 beyond; Y not zeroed with 256 or 128 entries a group when that leaves 32768 warps of
+    work, else 64 entries (Y zeroed first when k <= 64). Kills: the k bound moved or dropped, the skew
+    rule not applied to SpMM, the size thresholds moved or made strict, the lanes' share of a warp
+    left out of them."""
+    assert select_variant(features(row_len_max=481, nnz=nnz), Op.SPMM, k).id == f"spmm/{want},block=256"
+    assert select_variant(features(nnz=nnz), Op.SPMM, k).id == "spmm/csr_rows/-/g=32,vec=4,block=256"

@@ -160,5 +160,5 @@ def test_the_selectors_choice_for_a_skewed_spmm_is_a_valid_first_seed() -> None:
     space = CandidateSpace(matrix_card(A), Op.SPMM, 128, templates("spmm"))
     seeds = list(space.seeds([(name, params, note)]))
     assert name == "coo_runs_stored" and seeds[0].note == "selector"
-    assert seeds[0].id == "spmm/coo_runs_stored/-/g=32,vec=4,nzpg=256,block=256"
+    assert seeds[0].id == "spmm/coo_runs_stored/-/g=32,vec=4,nzpg=64,block=256"  # 64 entries a group on this size
     assert seeds[0].text.startswith("FORMAT: COO zero_y=0\n")

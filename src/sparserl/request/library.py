@@ -21,6 +21,26 @@ if TYPE_CHECKING:
     from sparserl.request.context import MatrixContext
 
 
+SKEWED_SPMM_WARPS = 32768
+"""Warps of work (about six waves of an H200) below which a skewed SpMM keeps 64 entries a lane group."""
+
+
+def _skewed_spmm(f: MatrixFeatures, k: int | None) -> Variant:
+    """COO runs with Y not zeroed (each row stored once), 16 lanes of 4 columns when k <= 64, with the
+    most entries a group (256 or 128) that still leaves :data:`SKEWED_SPMM_WARPS` warps of work. Below
+    that (small matrices) 64 entries a group, and Y zeroed by a memset when k <= 64. Measured on one
+    H200: on a 1M-node power-law graph (8.9M nonzeros) 658 us at k = 64 (g 16, 128 entries; 698 us for
+    coo_runs, 64 entries) and 1155 us at k = 128 (g 32, 256 entries; 1189 us with 128, 1262 us for
+    coo_runs); on soc-brightkite (0.48M nonzeros) a search from these picks found 64 and 32 entries."""
+    g = 16 if k is not None and k <= 64 else 32
+    for nzpg in (256, 128):
+        if f.nnz / nzpg / (32 // g) >= SKEWED_SPMM_WARPS:
+            return get_variant(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg={nzpg},block=256")
+    if g == 16:
+        return get_variant("spmm/coo_runs/-/g=16,vec=4,nzpg=64,block=256")
+    return get_variant("spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64,block=256")
+
+
 def select_variant(f: MatrixFeatures, op: Op = Op.SPMV, k: int | None = None) -> Variant:
     """The rule-based choice for a matrix with features ``f`` (SpMM: ``k`` columns, when known)."""
     mean = max(f.row_len_mean, 1e-9)
@@ -30,12 +50,8 @@ def select_variant(f: MatrixFeatures, op: Op = Op.SPMV, k: int | None = None) ->
             return get_variant("spmm/dia_rows/-/g=8,vec=4,block=256")
         if f.block_density_8 >= 0.6:
             return get_variant("spmm/bsr_group/R=8,C=8/g=32,vec=4,block=256")
-        if skewed:  # an equal share of nonzeros per lane group, Y not zeroed (each row stored once);
-            # 16 lanes of 4 columns when k <= 64. On a 1M-node power-law graph: at k = 64, 658 us
-            # (698 us for coo_runs, 64 entries a group, with its memset of Y); at k = 128, 1155 us (1262 us)
-            if k is not None and k <= 64:
-                return get_variant("spmm/coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=128,block=256")
-            return get_variant("spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=256,block=256")
+        if skewed:  # an equal share of nonzeros per lane group: COO runs
+            return _skewed_spmm(f, k)
         return get_variant("spmm/csr_rows/-/g=32,vec=4,block=256")
     if f.num_diagonals <= 64 and f.diag_fill >= 0.5:
         return get_variant("spmv/dia_vec4/-/block=128")
