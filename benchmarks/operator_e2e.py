@@ -13,8 +13,9 @@ synchronised before and after; median of ``--reps`` runs after one warm-up):
   SuiteSparse BentPipe2D100, on the tuned operator against cuSPARSE.
 * **GCN**, two layers (``relu(A (X W1))``, then ``A (H W2)``), k = 64 and 128, on a 1M-node
   power-law graph and on SuiteSparse soc-brightkite (both with self loops, symmetrically
-  normalised), against ``torch.sparse.mm``: the forward pass and a training step (SGD on W1, W2;
-  the backward through the tuned transpose).
+  normalised), against ``torch.sparse.mm``: the forward pass (pairs of runs, one of each system, for
+  at least a second in all) and a training step (SGD on W1, W2; the backward through the tuned
+  transpose).
 
 Reported per case: the solve / forward / step time, ours and the reference's; the first tune's
 wall time (store lookup, search, compile, conversion) and a second tune's (a store hit: once with
@@ -139,13 +140,19 @@ def wall(fn, reps: int) -> float:
     return float(np.median(times))
 
 
-def wall_pair(first, second, reps: int) -> tuple[float, float]:
+FORWARD_SECONDS = 1.0
+"""Wall seconds of forward passes timed at least per GCN case (both systems together)."""
+
+
+def wall_pair(first, second, reps: int, min_seconds: float = 0.0, max_reps: int = 5000) -> tuple[float, float]:
     """Median wall seconds of two functions timed in alternation (``reps`` runs each, after one
-    warm-up each), the GPU idle at each end of every run."""
+    warm-up each, and more until the runs timed add up to ``min_seconds``, at most ``max_reps``), the
+    GPU idle at each end of every run. The floor in seconds keeps a pass of a fraction of a
+    millisecond from being judged on a few milliseconds of a machine's jitter."""
     first()
     second()
     times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(reps):
+    while len(times[0]) < reps or (sum(times[0]) + sum(times[1]) < min_seconds and len(times[0]) < max_reps):
         for fn, out in ((first, times[0]), (second, times[1])):
             sync()
             t = time.perf_counter()
@@ -386,9 +393,10 @@ def gcn_case(name: str, A, k: int, args, ev, store) -> dict:
         opt.step()
 
     with torch.no_grad():
-        # a forward is a few milliseconds or less: more runs than a solve gets, alternating the two
-        # systems so that a drift of the machine falls on both
-        ours_fwd, ref_fwd = wall_pair(lambda: forward(ours_mm), lambda: forward(ref_mm), max(args.reps, 21))
+        # a forward is a few milliseconds or less: more runs than a solve gets (at least 21 pairs and
+        # FORWARD_SECONDS of them), alternating the two systems so that a drift of the machine falls on both
+        ours_fwd, ref_fwd = wall_pair(lambda: forward(ours_mm), lambda: forward(ref_mm), max(args.reps, 21),
+                                      min_seconds=FORWARD_SECONDS)
         out_ours, out_ref = forward(ours_mm), forward(ref_mm)
     ours_step, ref_step = wall(lambda: step(ours_mm), args.reps), wall(lambda: step(ref_mm), args.reps)
     # learned edge weights: new values before every step

@@ -47,7 +47,7 @@ def test_the_gcn_adjacency_is_symmetrically_normalised() -> None:
 
 def test_wall_pair_alternates_and_takes_each_median(monkeypatch) -> None:
     """Kills a pair timer that runs one function's reps before the other's (a drift then falls on
-    one side) or returns the two medians swapped."""
+    one side), returns the two medians swapped, ignores its floor in seconds or its cap."""
     monkeypatch.setattr(bench, "sync", lambda: None)
     order = []
     clock = iter(range(1000))
@@ -64,6 +64,10 @@ def test_wall_pair_alternates_and_takes_each_median(monkeypatch) -> None:
 
     ta, tb = bench.wall_pair(a, b, 3)
     assert order == ["a", "b"] * 4 and (ta, tb) == (2.0, 4.0)
+    order.clear()  # a floor in seconds: pairs go on until the runs timed add up to it (6 a pair: 5 pairs for 30)
+    assert bench.wall_pair(a, b, 3, min_seconds=30) == (2.0, 4.0) and order == ["a", "b"] * 6
+    order.clear()  # and stop at the cap
+    assert bench.wall_pair(a, b, 3, min_seconds=1e9, max_reps=7) == (2.0, 4.0) and order == ["a", "b"] * 8
 
 
 def test_break_even() -> None:
