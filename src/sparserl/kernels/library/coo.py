@@ -187,7 +187,7 @@ _STORED_GAPS = """\
             if (t0 == 0) {  // the empty rows before each of this round's entries are the group's alone
                 const int up = __shfl_up_sync(gmask, my_row, 1, G);
                 const int lo = (lane == 0 ? (base == (int)j0 ? before : cur) : up) + 1;
-                if (j < j1)  // the lane that holds the entry stores their zeros, all k columns: slow where many rows are empty
+                if (j < j1)  // the lane that holds the entry stores their zeros, all k columns (rare: no shuffles)
                     for (int e = lo; e < my_row; ++e)
                         for (int c = 0; c < k; c += VEC) store_y(Y + (size_t)e * k + c, zeros);
             }
