@@ -1,9 +1,8 @@
 """COO SpMM with Y not zeroed (``FORMAT: COO zero_y=0``): every row written exactly once, or zeroed and
 then added into, on the structures that make that hard.
 
-The ``coo_runs_stored`` kernels skip the harness's memset of Y: a first launch
-zeroes the rows a boundary between two groups of entries cuts and the rows before the first entry and
-after the last; the walk stores every other row, and the zeros of the empty rows between two entries.
+The ``coo_runs_stored`` kernels skip the harness's memset of Y: a first launch zeroes the rows a
+boundary between two groups of entries cuts and the rows before the first entry and after the last; the walk stores every other row, and the zeros of the empty rows between two entries.
 The matrix here has empty rows before the first entry, after the last, in a run of 300 and scattered;
 a row of 1500 entries that crosses many group boundaries; rows that end exactly on a boundary. k = 8
 (a part of one column tile) and k = 136 (several tiles of 64 or 128 columns).

@@ -31,10 +31,10 @@ def _skewed_spmm(f: MatrixFeatures, k: int | None) -> Variant:
     most entries a group (256 or 128) that still leaves :data:`SKEWED_SPMM_WARPS` warps of work. Below
     that (small matrices) 64 entries a group, and Y zeroed by a memset when k <= 64. With more than 1%
     of the rows empty, Y zeroed by a memset (the unzeroed walk stores each empty row's zeros from one
-    lane). Measured on one
-    H200: on a 1M-node power-law graph (8.9M nonzeros) 658 us at k = 64 (g 16, 128 entries; 698 us for
-    coo_runs, 64 entries) and 1155 us at k = 128 (g 32, 256 entries; 1189 us with 128, 1262 us for
-    coo_runs); on soc-brightkite (0.48M nonzeros) a search from these picks found 64 and 32 entries."""
+    lane). Measured on one H200: on a 1M-node power-law graph (8.9M nonzeros) 658 us at k = 64 (g 16,
+    128 entries; 698 us for coo_runs, 64 entries) and 1155 us at k = 128 (g 32, 256 entries; 1189 us
+    with 128, 1262 us for coo_runs); on soc-brightkite (0.48M nonzeros) the searches' winners took 32
+    entries a group at k = 64 (coo_runs) and 64 at k = 128 (Y not zeroed)."""
     g = 16 if k is not None and k <= 64 else 32
     if f.empty_rows > 0.01 * f.rows:  # Y unzeroed, one lane stores each empty row's zeros: a memset is faster
         return get_variant(f"spmm/coo_runs/-/g={g},vec=4,nzpg=64,block=256")

@@ -26,9 +26,9 @@ from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
+from sparserl.kernels.templates.library import variant_point
 from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
-from sparserl.kernels.templates.library import variant_point
 from sparserl.request.library import select_variant
 from sparserl.request.report import KernelReport
 from sparserl.search.footprint import check_fits

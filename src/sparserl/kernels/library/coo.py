@@ -103,7 +103,8 @@ def runs_function(sig: str, row: str = "row_idx", col: str = "col_idx", val: str
     neighbouring group, are added with atomics. ``owns_rows`` False: every row is added (another
     kernel wrote Y's rows before, as HYB's ELL part does). ``stores_all``: Y is not zeroed; only the
     rows two groups share are, by :func:`zero_rows_function`'s launch before this one. A row is
-    added when it is shared, stored otherwise; the first launch zeroes the empty rows too. Needs
+    added when it is shared, stored otherwise; the walk stores the zeros of the empty rows between
+    its entries (the first launch, those before the first entry and after the last). Needs
     ``vec_helpers("load_x", "store_y", "add_y")`` before it."""
     assert owns_rows or not stores_all
     return fill(
@@ -216,7 +217,7 @@ def zero_rows_function(sig: str, row: str = "row_idx", count: str = "nnz") -> st
     groups of ``NZPG`` entries cuts (the only rows the walk adds into; a row cut by several boundaries
     is zeroed by each), one thread per boundary, and the rows before the matrix's first entry and
     after its last, by all threads. It reads two entries' rows per boundary, not the whole row array.
-    The empty rows between two entries the walk stores itself: the group that holds the later entry,
+    The empty rows between two entries the walk stores itself: the lane that holds the later entry,
     a row at a time (slow where such runs are long, which the timed runs show). All of it ends before
     the walk starts."""
     return fill(
