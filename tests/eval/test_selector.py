@@ -46,10 +46,10 @@ def features(**kw) -> MatrixFeatures:
     ({"block_density_8": 0.59, "block_density_4": 0.6}, "spmv/bsr_group/R=4,C=4/g=16,block=128",
      "spmm/csr_rows/-/g=32,vec=4,block=256"),
     # merge-path CSR: a row longer than 16x the mean, or more than 30% empty rows
-    # (SpMM: COO runs there, 32 lanes and Y unzeroed when k is not known; 64 entries a group on this size)
-    ({"row_len_max": 481}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64,block=256"),
+    # (SpMM: COO runs there, 32 lanes when k is not known; 16 entries a group on this size)
+    ({"row_len_max": 481}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/coo_runs/-/g=32,vec=4,nzpg=16,block=256"),
     ({"row_len_max": 480, "row_len_std": 20.0}, "spmv/csr_vector/-/tpr=16,block=128", "spmm/csr_rows/-/g=32,vec=4,block=256"),
-    ({"empty_rows": 1229}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/coo_runs/-/g=32,vec=4,nzpg=64,block=256"),
+    ({"empty_rows": 1229}, "spmv/csr_merge/-/block=256,ipt=7", "spmm/coo_runs/-/g=32,vec=4,nzpg=16,block=256"),
     ({"empty_rows": 1228}, "spmv/csr_vector/-/tpr=16,block=128", "spmm/csr_rows/-/g=32,vec=4,block=256"),
     # ELL: even rows (std at most 0.3 x the mean) of at most 64 entries
     ({"row_len_std": 9.0}, "spmv/ell_rows/-/block=128,rpt=1", None),
@@ -75,31 +75,36 @@ def test_the_rules_at_their_edges(kw: dict, spmv: str, spmm: str | None) -> None
 
 
 @pytest.mark.parametrize("k, nnz, want", [
-    (None, 10_000, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64"),
-    (32, 10_000, "coo_runs/-/g=16,vec=4,nzpg=64"),
-    (64, 10_000, "coo_runs/-/g=16,vec=4,nzpg=64"),
-    (65, 10_000, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64"),
-    # 32768 warps of work: 256 entries a group from 256 x 32768 nonzeros at 32 lanes, 128 below
+    (None, 10_000, "coo_runs/-/g=32,vec=4,nzpg=16"),
+    (32, 10_000, "coo_runs/-/g=16,vec=4,nzpg=16"),
+    (64, 10_000, "coo_runs/-/g=16,vec=4,nzpg=16"),
+    (65, 10_000, "coo_runs/-/g=32,vec=4,nzpg=16"),
+    # 32768 warps of work: 256 entries a group from 256 x 32768 nonzeros at 32 lanes, then 128, 64, 16
     (128, 256 * 32768, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=256"),
     (128, 256 * 32768 - 1, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=128"),
     (128, 128 * 32768, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=128"),
-    (128, 128 * 32768 - 1, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64"),
+    (128, 128 * 32768 - 1, "coo_runs/-/g=32,vec=4,nzpg=64"),
+    (128, 64 * 32768, "coo_runs/-/g=32,vec=4,nzpg=64"),
+    (128, 64 * 32768 - 1, "coo_runs/-/g=32,vec=4,nzpg=16"),
     # 16 lanes: two groups a warp, so twice the nonzeros for the same entries a group
     (64, 2 * 128 * 32768, "coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=128"),
     (64, 2 * 128 * 32768 - 1, "coo_runs/-/g=16,vec=4,nzpg=64"),
     (64, 2 * 256 * 32768, "coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=256"),
+    (64, 2 * 64 * 32768, "coo_runs/-/g=16,vec=4,nzpg=64"),
+    (64, 2 * 64 * 32768 - 1, "coo_runs/-/g=16,vec=4,nzpg=16"),
 ])
 @pytest.mark.parametrize("empty", [0, 40])
 def test_skewed_spmm_lanes_by_k_entries_a_group_by_size(k, nnz, want, empty) -> None:
     """Skewed rows in SpMM: COO runs, 16 lanes of 4 columns when k <= 64 (one pass over Y's row, no idle
-    lanes), 32 beyond; Y not zeroed with 256 or 128 entries a group when that leaves 32768 warps of
-    work, else 64 entries (Y zeroed first when k <= 64); with more than 1% of the rows empty (41 of
-    4096), Y zeroed and 64 entries whatever the size. Kills: the k bound moved or dropped, the skew rule
-    not applied to SpMM, the size thresholds moved or made strict, the lanes' share of a warp left out
-    of them, the empty-row bound moved or made loose."""
+    lanes), 32 beyond; the most entries a group that leaves 32768 warps of work: Y not zeroed with 256 or
+    128, else Y zeroed first with 64, else 16; with more than 1% of the rows empty (41 of 4096), Y zeroed
+    whatever the size (64 or 16 entries by the same count). Kills: the k bound moved or dropped, the skew
+    rule not applied to SpMM, the size thresholds moved or made strict, the lanes' share of a warp left
+    out of them, the empty-row bound moved or made loose, the unzeroed walk kept below 128 entries."""
     f = features(row_len_max=481, nnz=nnz, empty_rows=empty)
     assert select_variant(f, Op.SPMM, k).id == f"spmm/{want},block=256"
     wide = dataclasses.replace(f, empty_rows=41)
     g = 16 if k is not None and k <= 64 else 32
-    assert select_variant(wide, Op.SPMM, k).id == f"spmm/coo_runs/-/g={g},vec=4,nzpg=64,block=256"
+    nzpg = 64 if nnz * g / 32 / 64 >= 32768 else 16
+    assert select_variant(wide, Op.SPMM, k).id == f"spmm/coo_runs/-/g={g},vec=4,nzpg={nzpg},block=256"
     assert select_variant(features(nnz=nnz), Op.SPMM, k).id == "spmm/csr_rows/-/g=32,vec=4,block=256"

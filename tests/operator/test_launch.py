@@ -139,7 +139,7 @@ def test_the_output_is_zeroed_first_only_for_a_format_that_accumulates_and_only_
 
     events: list = []
     backend = object.__new__(KernelBackend)
-    backend.bound = SimpleNamespace(dev=SimpleNamespace(data=SimpleNamespace(zero_fill_y=zero_fill)))
+    backend.zero_fill = zero_fill
     backend._cp = SimpleNamespace(cuda=SimpleNamespace(runtime=SimpleNamespace(
         memsetAsync=lambda ptr, value, size, stream: events.append(("memset", ptr, value, size, stream)))))
     backend.launch = lambda x, y, stream: events.append(("launch", x, y, stream))

@@ -146,19 +146,22 @@ def test_every_library_variant_is_a_point_of_its_template() -> None:
         assert all(params[p.name] in p.values for p in t.space), v.id
 
 
-def test_the_selectors_choice_for_a_skewed_spmm_is_a_valid_first_seed() -> None:
-    """On a power-law graph at k = 128 the selector picks a COO kernel that leaves Y unzeroed; the search
-    takes it as its first seed. Kills: the fixed ``zero_y`` handed to the template (the point refused)."""
+def test_the_selectors_choice_for_a_skewed_spmm_is_a_valid_first_seed(monkeypatch) -> None:
+    """On a power-law graph at k = 128 the selector picks a COO kernel that leaves Y unzeroed (here on a
+    small graph: the warps-of-work bound lowered to what it has); the search takes it as its first seed.
+    Kills: the fixed ``zero_y`` handed to the template (the point refused)."""
     import scipy.sparse as sp
 
+    from sparserl.request import library
     from sparserl.request.context import MatrixContext
     from sparserl.search.run import _selector_point
 
     A = sp.csr_array(generate("powerlaw", 20_000, seed=2, mean_degree=4))
+    monkeypatch.setattr(library, "SKEWED_SPMM_WARPS", A.nnz // 256)
     ctx = MatrixContext(A, "powerlaw", Op.SPMM, 128)
     name, params, note = _selector_point(ctx)
     space = CandidateSpace(matrix_card(A), Op.SPMM, 128, templates("spmm"))
     seeds = list(space.seeds([(name, params, note)]))
     assert name == "coo_runs_stored" and seeds[0].note == "selector"
-    assert seeds[0].id == "spmm/coo_runs_stored/-/g=32,vec=4,nzpg=64,block=256"  # 64 entries a group on this size
+    assert seeds[0].id == "spmm/coo_runs_stored/-/g=32,vec=4,nzpg=256,block=256"
     assert seeds[0].text.startswith("FORMAT: COO zero_y=0\n")

@@ -81,15 +81,13 @@ class KernelBackend(_Backend):
         ix, iy = (next(i for i, a in enumerate(args) if a is mark) for mark in marks)  # by identity: arrays have no ==
         self.launch = PackedLaunch(bound.kernels, bound.launches, args, ix, iy)
         """The kernel's launches on packed arguments: ``launch(x_ptr, y_ptr, stream_ptr)``."""
+        self.zero_fill: bool = bound.dev.data.zero_fill_y
+        """Whether the format's kernels accumulate into a zeroed output (the contract's output policy;
+        read once: a product reads it on every call)."""
 
     @property
     def name(self) -> str:
         return f"{self.bound.dev.data.header_line().removeprefix('FORMAT: ')} kernel"
-
-    @property
-    def zero_fill(self) -> bool:
-        """Whether the format's kernels accumulate into a zeroed output (the contract's output policy)."""
-        return self.bound.dev.data.zero_fill_y
 
     def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
         """``y = A x`` on raw device addresses (a CuPy array's, a PyTorch tensor's ``data_ptr()``) and a

@@ -43,6 +43,19 @@ from sparserl.operator.inputs import (
 
 log = logging.getLogger(__name__)
 
+_TORCH_SIDE = None
+""":mod:`sparserl.operator.torch_op`, imported (with torch) when the first tensor arrives: a product
+from PyTorch then pays no import statement per call."""
+
+
+def _torch_side():
+    global _TORCH_SIDE
+    if _TORCH_SIDE is None:
+        from sparserl.operator import torch_op
+
+        _TORCH_SIDE = torch_op
+    return _TORCH_SIDE
+
 
 class SparseOperator:
     """``y = A x`` (SpMV) or ``Y = A X`` (SpMM, k columns) with the kernel :func:`~.api.tune` chose."""
@@ -67,6 +80,7 @@ class SparseOperator:
         """The operator's number for ``torch.ops.sparserl.matmul``."""
         m, n = self.shape
         self._shapes = ((n,), (m,)) if op is Op.SPMV else ((n, k), (m, k))
+        self._y_bytes = 4 * m * (k if op is Op.SPMM else 1)
         self._transpose: SparseOperator | None = None
         self._transpose_order = None  # device gather: A^T's CSR order -> A's
         self._transpose_values = None
@@ -183,37 +197,29 @@ class SparseOperator:
     # -- PyTorch ----------------------------------------------------------------------------
 
     def _torch(self, x, what: str):
-        import torch
-
-        want, _ = self._operand_shapes()
-        if not (x.dtype == torch.float32 and x.is_cuda and x.device.index == self.device and tuple(x.shape) == want
-                and x.is_contiguous() and (torch.compiler.is_compiling() or not x.data_ptr() % ALIGN)):
+        tp = _TORCH_SIDE or _torch_side()
+        want = self._shapes[0]
+        if not (x.dtype is tp.FLOAT32 and x.get_device() == self.device and x.shape == want and x.is_contiguous()
+                and (tp.is_compiling() or not x.data_ptr() % ALIGN)):  # on a CPU tensor get_device() is -1
             check_operand(describe(x, what), what, want, self.device)  # traced: the op checks the address at run time
-        from sparserl.operator.torch_op import apply, needs_custom_op
-
-        if needs_custom_op(x):
-            return apply(self, x)  # the custom op: autograd's formula, torch.compile's node, modes see it
+        if tp.needs_custom_op(x):
+            return tp.apply(self, x)  # the custom op: autograd's formula, torch.compile's node, modes see it
         return self._torch_product(x)  # nothing to record: straight to the kernel, no dispatcher
 
     def torch_forward(self, x):
         """The custom op's implementation: ``A x`` for a torch CUDA tensor, into a new tensor."""
-        want, _ = self._operand_shapes()
-        check_operand(describe(x, "x"), "x", want, self.device)
+        check_operand(describe(x, "x"), "x", self._shapes[0], self.device)
         return self._torch_product(x)
 
     def _torch_product(self, x):
         """``A x`` for a checked torch tensor, in PyTorch's current stream, into a new tensor: the two
         tensors' addresses and the stream's go straight to the launch (no CuPy array or stream object
-        is made on the way)."""
-        import torch
-
-        from sparserl.operator.torch_op import current_stream_pointer
-
-        _, give = self._operand_shapes()
-        zero = self.backend.zero_fill  # a format that accumulates: torch's zeros (one memset in torch's C++)
-        y = (torch.zeros if zero else torch.empty)(give, dtype=torch.float32, device=x.device)
-        stream = current_stream_pointer(self.device)
-        self._on_device(self.backend.run_pointers, x.data_ptr(), y.data_ptr(), y.numel() * 4, stream, zero)
+        is made on the way). A format that accumulates gets its zeros from the launch path's memset on
+        that stream (cheaper on the host than ``torch.zeros``, which a small product is bound by)."""
+        tp, device = _TORCH_SIDE or _torch_side(), self.device
+        y = tp.torch.empty(self._shapes[1], dtype=tp.FLOAT32, device=device)  # an int: that CUDA device
+        self._on_device(self.backend.run_pointers, x.data_ptr(), y.data_ptr(), self._y_bytes,
+                        tp.current_stream_pointer(device))
         return y
 
     # -- values -----------------------------------------------------------------------------

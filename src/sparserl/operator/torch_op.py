@@ -16,8 +16,13 @@ Importing this module registers the op (it is imported the first time an operato
 from __future__ import annotations
 
 import torch
+from torch.autograd import forward_ad
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from sparserl.operator import registry
+
+FLOAT32 = torch.float32
+is_compiling = torch.compiler.is_compiling
 
 
 @torch.library.custom_op("sparserl::matmul", mutates_args=())
@@ -53,11 +58,8 @@ def needs_custom_op(x: torch.Tensor) -> bool:
     function mode is active (``make_fx``, fake tensors, ``FlopCounterMode``: they must see the op),
     and for any tensor subclass. A plain tensor in eager no-grad or inference code skips the
     dispatcher (about 30 us a call)."""
-    from torch.autograd import forward_ad
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
     return (type(x) is not torch.Tensor or (x.requires_grad and torch.is_grad_enabled())
-            or torch.compiler.is_compiling() or getattr(forward_ad, "_current_level", -1) >= 0
+            or is_compiling() or getattr(forward_ad, "_current_level", -1) >= 0
             or _get_current_dispatch_mode() is not None or torch._C._is_torch_function_mode_enabled())
 
 

@@ -22,28 +22,29 @@ if TYPE_CHECKING:
 
 
 SKEWED_SPMM_WARPS = 32768
-"""Warps of work below which a skewed SpMM keeps 64 entries a lane group (about six waves of an H200 at
-the 40 warps an SM these kernels' 48 registers allow)."""
+"""Warps of work a skewed SpMM's lane groups should leave (about six waves of an H200 at the 40 warps an
+SM these kernels' 48 registers allow): the most entries a group that still leaves this many is taken."""
 
 
 def _skewed_spmm(f: MatrixFeatures, k: int | None) -> Variant:
-    """COO runs with Y not zeroed (each row stored once), 16 lanes of 4 columns when k <= 64, with the
-    most entries a group (256 or 128) that still leaves :data:`SKEWED_SPMM_WARPS` warps of work. Below
-    that (small matrices) 64 entries a group, and Y zeroed by a memset when k <= 64. With more than 1%
-    of the rows empty, Y zeroed by a memset (the unzeroed walk stores each empty row's zeros from one
-    lane). Measured on one H200: on a 1M-node power-law graph (8.9M nonzeros) 658 us at k = 64 (g 16,
-    128 entries; 698 us for coo_runs, 64 entries) and 1155 us at k = 128 (g 32, 256 entries; 1189 us
-    with 128, 1262 us for coo_runs); on soc-brightkite (0.48M nonzeros) the searches' winners took 32
-    entries a group at k = 64 (coo_runs) and 64 at k = 128 (Y not zeroed)."""
+    """COO runs, 16 lanes of 4 columns when k <= 64, else 32, with the most entries a group that still
+    leaves :data:`SKEWED_SPMM_WARPS` warps of work: Y not zeroed (each row stored once) with 256 or 128
+    entries, else Y zeroed by a memset with 64, else 16. With more than 1% of the rows empty, Y is zeroed
+    whatever the size (the unzeroed walk stores each empty row's zeros from one lane).
+
+    Measured on one H200 (warm): on a 1M-node power-law graph (8.9M nonzeros) 658 us at k = 64 (g 16, 128
+    entries; 698 us for coo_runs, 64 entries) and 1155 us at k = 128 (g 32, 256 entries; 1189 us with 128,
+    1262 us for coo_runs); on soc-brightkite (0.48M nonzeros, every library variant timed) coo_runs with 16
+    entries was the fastest at both k: 30.1 us at k = 64 (38.9 us with 64 entries, 40.5 us Y unzeroed) and
+    46.5 us at k = 128 (47.7 us with 64 entries, 51.7 us Y unzeroed)."""
     g = 16 if k is not None and k <= 64 else 32
-    if f.empty_rows > 0.01 * f.rows:  # Y unzeroed, one lane stores each empty row's zeros: a memset is faster
-        return get_variant(f"spmm/coo_runs/-/g={g},vec=4,nzpg=64,block=256")
-    for nzpg in (256, 128):
-        if f.nnz / nzpg / (32 // g) >= SKEWED_SPMM_WARPS:
-            return get_variant(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg={nzpg},block=256")
-    if g == 16:
-        return get_variant("spmm/coo_runs/-/g=16,vec=4,nzpg=64,block=256")
-    return get_variant("spmm/coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=64,block=256")
+    warps = f.nnz / (32 // g)  # divided by the entries a group: the warps of work
+    if f.empty_rows <= 0.01 * f.rows:
+        for nzpg in (256, 128):
+            if warps / nzpg >= SKEWED_SPMM_WARPS:
+                return get_variant(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg={nzpg},block=256")
+    nzpg = 64 if warps / 64 >= SKEWED_SPMM_WARPS else 16
+    return get_variant(f"spmm/coo_runs/-/g={g},vec=4,nzpg={nzpg},block=256")
 
 
 def select_variant(f: MatrixFeatures, op: Op = Op.SPMV, k: int | None = None) -> Variant:
