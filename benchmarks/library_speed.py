@@ -18,9 +18,13 @@ kernel's launch overlaps some of it), so no bound is derived from it here. Run
     python benchmarks/library_speed.py --set large --out results/speed_large.json
     python benchmarks/library_speed.py --set suitesparse --suitesparse DIR --regime warm
     python benchmarks/library_speed.py --set large --compare OLD.json   # old and new figures side by side
+    python benchmarks/library_speed.py --set suitesparse --suitesparse DIR --only soc-brightkite --gcn \
+        --op spmm --k 128 --regime warm --out FILE       # a GCN's normalised adjacency of the graph
 
 Sets: ``large`` = generated families at millions of nonzeros (DRAM-bound), ``suitesparse``
-= the real matrices (all fit in the H200's L2). Prints a table, writes JSON.
+= the real matrices (all fit in the H200's L2). ``--gcn`` times each matrix's GCN adjacency instead
+(the symmetric pattern with self loops, symmetrically normalised, as ``benchmarks/operator_e2e.py``
+builds it). Prints a table, writes JSON, every verified variant's time included.
 """
 
 from __future__ import annotations
@@ -59,7 +63,15 @@ LARGE = [
 ]
 
 
-def matrices(which: str, suitesparse: Path | None, only: set[str] | None):
+def matrices(which: str, suitesparse: Path | None, only: set[str] | None, gcn: bool = False):
+    """(name, family, matrix) of the set; with ``gcn`` each one's GCN adjacency."""
+    if gcn:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from operator_e2e import gcn_adjacency
+
+        for name, fam, A in matrices(which, suitesparse, only):
+            yield f"gcn_{name}", fam, gcn_adjacency(A)
+        return
     if which == "large":
         for name, fam, rows, params in LARGE:
             if only and name not in only:
@@ -116,6 +128,8 @@ def main() -> int:
     ap.add_argument("--regime", choices=["cold", "warm"], default="cold", help="regime of the headline speedup")
     ap.add_argument("--out", type=Path, default=Path("library_speed.json"))
     ap.add_argument("--compare", type=Path, help="an earlier run's JSON: print its figures beside this run's")
+    ap.add_argument("--gcn", action="store_true",
+                    help="time each matrix's GCN adjacency (symmetric pattern, self loops, normalised)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -125,7 +139,7 @@ def main() -> int:
     rows = []
     only = set(filter(None, args.only.split(",")))
     with Evaluator(HarnessConfig(reward_regime=args.regime)) as ev:
-        for name, fam, A in matrices(args.set, args.suitesparse, only or None):
+        for name, fam, A in matrices(args.set, args.suitesparse, only or None, args.gcn):
             m, n = A.shape
             mat = ev.register(A, name)
             t0 = time.perf_counter()
@@ -138,7 +152,8 @@ def main() -> int:
                 continue
             row = {"matrix": name, "family": fam, "rows": m, "cols": n, "nnz": int(A.nnz),
                    "features": compute_features(A).to_dict(), "failed": bad, "variants_ok": len(ok),
-                   "eval_seconds": time.perf_counter() - t0}
+                   "eval_seconds": time.perf_counter() - t0,
+                   "variants_us": {vid: {g: t.median_us for g, t in r.timings.items()} for vid, _, r in ok}}
             for regime in ("cold", "warm"):
                 base = ok[0][2].baseline[regime].median_us
                 best_vid, best_fmt, best = min(ok, key=lambda t: t[2].timings[regime].median_us)
@@ -188,8 +203,8 @@ def main() -> int:
     if args.compare is not None:
         print_comparison(json.loads(args.compare.read_text()), rows, args.compare.name)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"op": args.op, "k": k, "set": args.set, "headline_regime": args.regime,
-                                    "gpu": gpu, "timing_floor_us": floor, "copy_bandwidth_bytes_per_s": bandwidth,
+    args.out.write_text(json.dumps({"op": args.op, "k": k, "set": args.set, "gcn": args.gcn,
+                                    "headline_regime": args.regime, "gpu": gpu, "timing_floor_us": floor, "copy_bandwidth_bytes_per_s": bandwidth,
                                     "summary": summary, "rows": rows}, indent=1))
     return 0
 

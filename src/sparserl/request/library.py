@@ -34,9 +34,10 @@ def _skewed_spmm(f: MatrixFeatures, k: int | None) -> Variant:
 
     Measured on one H200 (warm): on a 1M-node power-law graph (8.9M nonzeros) 658 us at k = 64 (g 16, 128
     entries; 698 us for coo_runs, 64 entries) and 1155 us at k = 128 (g 32, 256 entries; 1189 us with 128,
-    1262 us for coo_runs); on soc-brightkite (0.48M nonzeros, every library variant timed) coo_runs with 16
-    entries was the fastest at both k: 30.1 us at k = 64 (38.9 us with 64 entries, 40.5 us Y unzeroed) and
-    46.5 us at k = 128 (47.7 us with 64 entries, 51.7 us Y unzeroed)."""
+    1262 us for coo_runs); on soc-brightkite's GCN adjacency (0.48M nonzeros, every library variant timed by
+    ``benchmarks/library_speed.py --gcn``) coo_runs with 16 entries was the fastest at both k: 30.1 us at
+    k = 64 (38.3 us with 64 entries, 41.3 us Y unzeroed) and 45.7 us at k = 128 (48.8 us with 64 entries,
+    51.6 us Y unzeroed)."""
     g = 16 if k is not None and k <= 64 else 32
     warps = f.nnz / (32 // g)  # divided by the entries a group: the warps of work
     if f.empty_rows <= 0.01 * f.rows:
