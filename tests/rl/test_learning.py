@@ -1,9 +1,11 @@
 """Learning that must show: the project's RL trainer (``train_rl``: rollout, rewards, advantages,
 the clipped update, learning-rate warm-up, checkpoints), on a reward for a token pattern, moves a
-tiny random policy toward the rewarded behaviour within four steps, measurably and exactly.
+tiny random policy toward the rewarded behaviour within six steps, measurably and exactly.
 
-The behaviour: a one-token completion that begins with a lowercase letter from a to u (164 of the
-600 tokens; the random policy gives them 27% of its probability). Such a completion is scored as a
+The behaviour: a one-token completion that begins with a lowercase letter from a to u (146 of the
+600 tokens; the random policy gives them about a quarter of its probability). The tokenizer is the
+test's own, trained on a fixed text made here from a fixed seed, so that the measurement does not
+move when a library kernel's text changes (the shared fixture's tokenizer is trained on the library). Such a completion is scored as a
 correct kernel at 2x cuSPARSE, any other as a compiled but incorrect one, through the default
 reward. What is measured is not a sampled share but the policy's exact probability of the
 behaviour on each training matrix, before and after, from the saved checkpoint.
@@ -57,6 +59,45 @@ class PatternHarnessDouble:
         yield
 
 
+def fixed_text() -> list[str]:
+    """6000 lines of C-like statements from a fixed seed: identifiers, keywords, operators and numbers."""
+    import random
+
+    rng = random.Random(0)
+    parts = ["row", "col", "val", "acc", "lane", "warp", "blk", "tid", "beg", "end", "sum", "idx", "nnz", "ptr",
+             "Tile", "Vec", "Mask", "Off", "Len", "Buf", "Sh", "Wr", "Rd", "Cnt", "Pos", "Step", "Base", "Next"]
+    keywords = ["float", "int", "const", "for", "if", "return", "__global__", "__shared__", "unsigned", "while", "auto"]
+    ops = [" = ", " += ", " * ", " + ", " < ", " >> ", " & ", " - ", " == ", " != ", " / ", " % ", " << ", " | "]
+    lines = []
+    for _ in range(6000):
+        a = rng.choice(parts).lower() + rng.choice(parts)
+        b = rng.choice(parts) + rng.choice(parts)
+        call = f"{rng.choice(parts).lower()}({rng.randrange(10 ** rng.randrange(1, 6))})"
+        lines.append(f"{rng.choice(keywords)} {a}[{b}]{rng.choice(ops)}{call};")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def pattern_tokenizer():
+    """A 600-token BPE tokenizer of the fixed text (the library's text plays no part)."""
+    pytest.importorskip("transformers")
+    from sparserl.model.tokenizer import train_tokenizer
+
+    return train_tokenizer(fixed_text(), vocab_size=600)
+
+
+@pytest.fixture(scope="module")
+def pattern_config(pattern_tokenizer):
+    """The shared tiny model's shape (two Qwen3 layers of hidden size 64) on that tokenizer."""
+    from sparserl.model.config import TinyModelConfig, hf_config
+
+    shape = TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                            num_key_value_heads=1, head_dim=32, max_position_embeddings=2048)
+    t = pattern_tokenizer
+    return hf_config(len(t), shape, bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id,
+                     pad_token_id=t.pad_token_id)
+
+
 def behaviour_probability(policy, paths: list[Path]) -> float:
     """Mean over the matrices of the policy's probability that its first token begins with a letter
     of FIRST (exact: the softmax over the vocabulary at the first response position)."""
@@ -76,14 +117,15 @@ def behaviour_probability(policy, paths: list[Path]) -> float:
 
 
 @pytest.fixture(scope="module")
-def start(tmp_path_factory, tiny_tokenizer, tiny_hf_config):
+def start(tmp_path_factory, pattern_tokenizer, pattern_config):
     """A tiny random policy saved as a checkpoint (short prompts: no card, no text) and two matrices."""
     from sparserl.encoding import EncodingConfig
     from sparserl.model.policy import Policy, PolicyConfig
 
     d = tmp_path_factory.mktemp("learning")
     pcfg = PolicyConfig(encoding=EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2), card=False, text_prompt=False)
-    Policy.from_config(tiny_hf_config, tiny_tokenizer, pcfg, seed=0).save(d / "start")
+    assert len(pattern_tokenizer) == 600
+    Policy.from_config(pattern_config, pattern_tokenizer, pcfg, seed=0).save(d / "start")
     (d / "mats").mkdir()
     for i, fam in enumerate(("banded", "random")):
         save_matrix(generate(fam, 200, seed=i), d / "mats" / f"{fam}.npz")
@@ -114,8 +156,9 @@ def zero_lr(optim, cfg, step) -> float:
 ])
 def test_the_policy_moves_toward_the_rewarded_behaviour(start: Path, tmp_path: Path, one_thread, monkeypatch,
                                                         algo: str, lr_zero: bool) -> None:
-    """Four steps of 2 matrices x 8 one-token samples at lr 3e-2 raise the behaviour's probability
-    from 0.27 by more than 0.3 (measured: to 0.97 with PPO, 0.95 with GRPO; unchanged at lr 0)."""
+    """Six steps of 2 matrices x 8 one-token samples at lr 3e-2 raise the behaviour's probability
+    from 0.27 by more than 0.5 (measured: to 0.97 with PPO and with GRPO; 0.77 and 0.59 after four
+    steps; unchanged at lr 0)."""
     from sparserl.model.policy import Policy
     from sparserl.rl import trainer
     from sparserl.rl.trainer import RLConfig, train_rl
@@ -126,10 +169,10 @@ def test_the_policy_moves_toward_the_rewarded_behaviour(start: Path, tmp_path: P
     before = behaviour_probability(Policy.load(start / "start"), paths)
     assert 0.2 < before < 0.35, before
     cfg = RLConfig(algo=algo, model=str(start / "start"), matrices=str(start / "mats"), out=str(tmp_path / "run"),
-                   steps=4, matrices_per_step=2, samples_per_matrix=8, minibatch=16, max_new_tokens=1, lr=3e-2,
+                   steps=6, matrices_per_step=2, samples_per_matrix=8, minibatch=16, max_new_tokens=1, lr=3e-2,
                    warmup_steps=1, target_kl=None, large_per_family=0, eval_every=100, save_every=100,
                    device="cpu", skip_no_signal_kl=None)
     r = train_rl(cfg, evaluator=PatternHarnessDouble())
     after = behaviour_probability(Policy.load(tmp_path / "run" / "checkpoint"), paths)
-    assert r["steps"] == 4
-    assert after > before + 0.3, (before, after)
+    assert r["steps"] == 6
+    assert after > before + 0.5, (before, after)
