@@ -199,16 +199,21 @@ def tiny_tokenizer():
     return train_tokenizer(library_texts(), vocab_size=600)
 
 
-@pytest.fixture(scope="session")
-def tiny_hf_config(tiny_tokenizer):
-    """A two-layer Qwen3 config of hidden size 64 (random weights, CPU-fast)."""
+def tiny_config_for(tokenizer):
+    """A two-layer Qwen3 config of hidden size 64 (random weights, CPU-fast) on ``tokenizer``."""
     from sparserl.model.config import TinyModelConfig, hf_config
 
     shape = TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                             num_key_value_heads=1, head_dim=32, max_position_embeddings=2048)
-    t = tiny_tokenizer
+    t = tokenizer
     return hf_config(len(t), shape, bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id,
                      pad_token_id=t.pad_token_id)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_config(tiny_tokenizer):
+    """The tiny model's config on the library-trained tokenizer."""
+    return tiny_config_for(tiny_tokenizer)
 
 
 @pytest.fixture(scope="session")

@@ -89,13 +89,9 @@ def pattern_tokenizer():
 @pytest.fixture(scope="module")
 def pattern_config(pattern_tokenizer):
     """The shared tiny model's shape (two Qwen3 layers of hidden size 64) on that tokenizer."""
-    from sparserl.model.config import TinyModelConfig, hf_config
+    from tests.conftest import tiny_config_for
 
-    shape = TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                            num_key_value_heads=1, head_dim=32, max_position_embeddings=2048)
-    t = pattern_tokenizer
-    return hf_config(len(t), shape, bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id,
-                     pad_token_id=t.pad_token_id)
+    return tiny_config_for(pattern_tokenizer)
 
 
 def behaviour_probability(policy, paths: list[Path]) -> float:
