@@ -204,7 +204,8 @@ def main() -> int:
         print_comparison(json.loads(args.compare.read_text()), rows, args.compare.name)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"op": args.op, "k": k, "set": args.set, "gcn": args.gcn,
-                                    "headline_regime": args.regime, "gpu": gpu, "timing_floor_us": floor, "copy_bandwidth_bytes_per_s": bandwidth,
+                                    "headline_regime": args.regime, "gpu": gpu, "timing_floor_us": floor,
+                                    "copy_bandwidth_bytes_per_s": bandwidth,
                                     "summary": summary, "rows": rows}, indent=1))
     return 0
 

@@ -5,9 +5,9 @@ tiny random policy toward the rewarded behaviour within six steps, measurably an
 The behaviour: a one-token completion that begins with a lowercase letter from a to u (146 of the
 600 tokens; the random policy gives them about a quarter of its probability). The tokenizer is the
 test's own, trained on a fixed text made here from a fixed seed, so that the measurement does not
-move when a library kernel's text changes (the shared fixture's tokenizer is trained on the library). Such a completion is scored as a
-correct kernel at 2x cuSPARSE, any other as a compiled but incorrect one, through the default
-reward. What is measured is not a sampled share but the policy's exact probability of the
+move when a library kernel's text changes (the shared fixture's tokenizer is trained on the
+library). Such a completion is scored as a correct kernel at 2x cuSPARSE, any other as a compiled
+but incorrect one, through the default reward. What is measured is not a sampled share but the policy's exact probability of the
 behaviour on each training matrix, before and after, from the saved checkpoint.
 
 With the learning rate at 0 the same test fails (the ``lr0`` case is marked xfail(strict): it must

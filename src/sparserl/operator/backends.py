@@ -57,7 +57,7 @@ class _Backend:
         """``y = A x`` (or ``Y = A X``) on CuPy's current stream; ``x``, ``y`` CuPy arrays."""
         self.run_pointers(x.data.ptr, y.data.ptr, y.nbytes, self._cp.cuda.get_current_stream().ptr)
 
-    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
+    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int) -> None:
         raise NotImplementedError
 
 
@@ -89,13 +89,12 @@ class KernelBackend(_Backend):
     def name(self) -> str:
         return f"{self.bound.dev.data.header_line().removeprefix('FORMAT: ')} kernel"
 
-    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
+    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int) -> None:
         """``y = A x`` on raw device addresses (a CuPy array's, a PyTorch tensor's ``data_ptr()``) and a
         raw stream, no array objects made on the way: the harness's launch sequence (its output
         policy, then every LAUNCH line) on arguments packed once per operator, where only ``x`` and
-        ``y`` change from call to call. ``zeroed``: the caller made ``y`` zero on this stream already
-        (a framework's zeros), so the output policy has nothing to do."""
-        if self.zero_fill and not zeroed:
+        ``y`` change from call to call."""
+        if self.zero_fill:
             self._cp.cuda.runtime.memsetAsync(y_ptr, 0, y_bytes, stream_ptr)
         self.launch(x_ptr, y_ptr, stream_ptr)
 
@@ -193,10 +192,10 @@ class LibraryBackend(_Backend):
     zero_fill = False
     """cuSPARSE writes y (beta 0): nothing to zero first."""
 
-    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int, zeroed: bool = False) -> None:
+    def run_pointers(self, x_ptr: int, y_ptr: int, y_bytes: int, stream_ptr: int) -> None:
         """``y = A x`` on raw device addresses and a raw stream (cuSPARSE's default algorithm, beta 0: y
-        is written whatever it held, so ``zeroed`` changes nothing), on descriptors made once per (x, y)
-        address pair and kept in a bounded cache."""
+        is written whatever it held), on descriptors made once per (x, y) address pair and kept in a
+        bounded cache."""
         self._enqueue(*self._descriptors_of(x_ptr, y_ptr), stream_ptr)
 
     def runner(self, x, y):

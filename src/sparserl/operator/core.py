@@ -24,6 +24,7 @@ use and kept; its values follow every ``update_values``. PyTorch's backward uses
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import numpy as np
@@ -80,7 +81,8 @@ class SparseOperator:
         """The operator's number for ``torch.ops.sparserl.matmul``."""
         m, n = self.shape
         self._shapes = ((n,), (m,)) if op is Op.SPMV else ((n, k), (m, k))
-        self._y_bytes = 4 * m * (k if op is Op.SPMM else 1)
+        """(shape of x, shape of y)."""
+        self._y_bytes = 4 * math.prod(self._shapes[1])  # float32
         self._transpose: SparseOperator | None = None
         self._transpose_order = None  # device gather: A^T's CSR order -> A's
         self._transpose_values = None
@@ -137,10 +139,6 @@ class SparseOperator:
     def __repr__(self) -> str:
         k = f", k={self.k}" if self.k else ""
         return f"<SparseOperator {self.op.value}{k} {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, {self.format}>"
-
-    def _operand_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(shape of x, shape of y)."""
-        return self._shapes
 
     def matvec(self, x, out=None):
         """``A x`` for x of shape (n,) (an SpMV operator); ``out``: a CuPy array of shape (m,) to reuse."""
