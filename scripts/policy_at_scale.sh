@@ -12,7 +12,7 @@
 #
 # At the end, benchmarks/policy_targets.py reads the folder: the policy's targets beside what the run measured
 # (OUT/targets.json). Presets (GPU wall clock, one H200; OUT/stages.tsv records each stage's seconds; small's
-# stages up to the merge took 516 s on an H200):
+# stages took 1029 s on an H200: pre-training 271, data 220, search 46, SFT 273, evaluations 82 + 136):
 #   small  pre-training 4 min, 4 matrices per family at 10k-1M rows (one each for validation and
 #          test), searches of 16 candidates on the 2 train matrices,
 #          SFT 300 steps, 8 samples per held-out matrix: the table's shape, aimed at 15 minutes;
