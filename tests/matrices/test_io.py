@@ -364,6 +364,20 @@ def test_round_trip_is_bit_exact(tmp_path: Path, suffix: str) -> None:
     assert not list(tmp_path.glob(".*tmp*"))  # no temporary file left behind
 
 
+@pytest.mark.parametrize("compress", [True, False])
+def test_npz_deflated_or_stored_as_asked(tmp_path: Path, compress: bool) -> None:
+    """Kills: ``compress`` ignored (the archive's members are deflated, or stored, either way)."""
+    import zipfile
+
+    A = _awkward_matrix()
+    path = tmp_path / "a.npz"
+    save_matrix(A, path, compress=compress)
+    with zipfile.ZipFile(path) as z:
+        kinds = {i.compress_type for i in z.infolist()}
+    assert kinds == {zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED}
+    np.testing.assert_array_equal(load_matrix(path).data.view(np.uint32), A.data.view(np.uint32))
+
+
 def test_round_trip_with_trailing_empty_rows_and_columns(tmp_path: Path) -> None:
     A = canonicalize(sp.coo_array((np.array([1.0]), (np.array([0]), np.array([0]))), shape=(5, 7)))
     for suffix in (".mtx", ".npz"):

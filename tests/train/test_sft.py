@@ -69,6 +69,10 @@ def test_empty_split_is_reported(tmp_path: Path, caplog) -> None:
         entries = make_matrices(SFTDataConfig(out=str(tmp_path), families=("banded",), matrices_per_family=4,
                                               min_rows=200, max_rows=300, val_fraction=0.1, test_fraction=0.25))
     assert {e.split for e in entries} == {"train", "test"}  # 4 x 0.1 rounds down to no validation matrix
+    import zipfile  # the generated matrices are scratch: stored, not deflated (deflating was 3/4 of the time)
+
+    with zipfile.ZipFile(entries[0].path) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
     assert "no matrix went to the val split" in caplog.text and "test split" not in caplog.text
 
 
