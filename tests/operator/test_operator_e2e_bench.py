@@ -96,3 +96,17 @@ def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "GPU" in err and "\n" not in err
     assert not (tmp_path / "e2e.json").exists()
+
+
+def test_the_update_benchmark_without_a_gpu_says_so_in_one_line(tmp_path, capsys) -> None:
+    update = load_benchmark("operator_update")
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    assert update.main(["--out", str(tmp_path / "u.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "GPU" in err and "\n" not in err
+    assert not (tmp_path / "u.json").exists()

@@ -283,10 +283,10 @@ def test_gcn_gradients_through_the_tuned_transpose_equal_torch_sparse(loop_evalu
     op = sparserl.tune(A, "spmm", K, budget=2, store=tmp_path / "s.db", regime="cold", evaluator=loop_evaluator,
                        min_speedup=0.0)
     rng = np.random.default_rng(8)
-    for step in range(2):
-        if step:  # new values: the operator and its transpose follow
+    for step in range(3):
+        if step:  # new values, from CuPy then from torch (its own light path): the operator and its transpose follow
             A = sp.csr_array((rng.standard_normal(A.nnz).astype(np.float32), A.indices, A.indptr), shape=A.shape)
-            op.update_values(cp.asarray(A.data))
+            op.update_values(cp.asarray(A.data) if step == 1 else torch.as_tensor(A.data, device="cuda"))
         coo = A.tocoo()
         At = torch.sparse_coo_tensor(torch.as_tensor(np.vstack([coo.row, coo.col]), dtype=torch.int64),
                                      torch.as_tensor(coo.data), size=A.shape, device="cuda").coalesce()

@@ -235,6 +235,12 @@ class SparseOperator:
                 and cp.cuda.runtime.getDevice() == self.device):  # the common case: on the current stream
             self._set_values(values)
             return
+        if type(values).__module__.startswith("torch"):
+            tp = _TORCH_SIDE or _torch_side()
+            if (values.dtype is tp.FLOAT32 and values.get_device() == self.device and values.shape == (self.nnz,)
+                    and values.is_contiguous()):  # checked in a few attributes; anything else: the checks below
+                self._on_device(self._set_torch_values, values, tp)
+                return
         if type(values).__module__.startswith("cupyx") and hasattr(values, "tocsr"):
             values = values.get()  # a CuPy sparse matrix: its structure is checked on the host
         if sp.issparse(values):
@@ -256,11 +262,25 @@ class SparseOperator:
             v = cp.asarray(values)  # a view of device memory; NumPy values are uploaded here
             self._set_values(v)
 
+    def _set_torch_values(self, t, tp) -> None:
+        """New values from a checked torch CUDA tensor, in PyTorch's current stream: a CuPy view made from
+        its address (no ``__cuda_array_interface__`` round trip, no generic description of the input)."""
+        cp = self._cp
+        mem = cp.cuda.UnownedMemory(t.data_ptr(), self.nnz * 4, t, self.device)
+        v = cp.ndarray((self.nnz,), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+        with tp.stream_on(cp, self.device):
+            self._set_values(v)
+
     def _set_values(self, v) -> None:
         self.backend.set_values(v)
-        if self._transpose is not None:
-            self._cp.take(v, self._transpose_order, out=self._transpose_values)
-            self._transpose._set_values(self._transpose_values)
+        T = self._transpose
+        if T is not None:
+            direct = T.backend.value_array() if T._transpose is None else None
+            if direct is not None:  # the transpose keeps its values as one array in its CSR order: gather into it
+                self._cp.take(v, self._transpose_order, out=direct)
+            else:
+                self._cp.take(v, self._transpose_order, out=self._transpose_values)
+                T._set_values(self._transpose_values)
 
     def values(self):
         """The values the kernel reads now, in CSR order, on the device (a CuPy array; for CSR and COO

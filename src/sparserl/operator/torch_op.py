@@ -79,7 +79,11 @@ def current_stream_pointer(index: int) -> int:
 
 def current_stream(cp, device: torch.device):
     """PyTorch's current stream on ``device`` as a CuPy stream (kernels run where torch's work runs)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    return stream_on(cp, device.index if device.index is not None else torch.cuda.current_device())
+
+
+def stream_on(cp, index: int):
+    """PyTorch's current stream on GPU ``index`` as a CuPy stream, made once per stream."""
     ptr = current_stream_pointer(index)
     if ptr == 0:
         return cp.cuda.Stream.null
