@@ -13,9 +13,9 @@ synchronised before and after; median of ``--reps`` runs after one warm-up):
   SuiteSparse BentPipe2D100, on the tuned operator against cuSPARSE.
 * **GCN**, two layers (``relu(A (X W1))``, then ``A (H W2)``), k = 64 and 128, on a 1M-node
   power-law graph and on SuiteSparse soc-brightkite (both with self loops, symmetrically
-  normalised), against ``torch.sparse.mm``: the forward pass (pairs of runs, one of each system, for
-  at least a second in all) and a training step (SGD on W1, W2; the backward through the tuned
-  transpose).
+  normalised), against ``torch.sparse.mm``: the forward pass and a training step (SGD on W1, W2; the
+  backward through the tuned transpose), without and with new values before each step, each timed in
+  pairs of runs, one of each system, for at least a second in all.
 
 Reported per case: the solve / forward / step time, ours and the reference's; the first tune's
 wall time (store lookup, search, compile, conversion) and a second tune's (a store hit: once with
@@ -398,7 +398,9 @@ def gcn_case(name: str, A, k: int, args, ev, store) -> dict:
         ours_fwd, ref_fwd = wall_pair(lambda: forward(ours_mm), lambda: forward(ref_mm), max(args.reps, 21),
                                       min_seconds=FORWARD_SECONDS)
         out_ours, out_ref = forward(ours_mm), forward(ref_mm)
-    ours_step, ref_step = wall(lambda: step(ours_mm), args.reps), wall(lambda: step(ref_mm), args.reps)
+    # a step is a few milliseconds: timed like the forward, in alternation and for at least FORWARD_SECONDS
+    ours_step, ref_step = wall_pair(lambda: step(ours_mm), lambda: step(ref_mm), max(args.reps, 21),
+                                    min_seconds=FORWARD_SECONDS)
     # learned edge weights: new values before every step
     weights = [torch.as_tensor(A.data * np.float32(1.0 + 0.01 * (i + 1)), device="cuda") for i in range(2)]
     turn = [0]
@@ -417,7 +419,8 @@ def gcn_case(name: str, A, k: int, args, ev, store) -> dict:
                 At = torch.sparse_coo_tensor(At.indices(), w, size=A.shape, is_coalesced=True)
             step(ref_mm)
 
-    ours_upd, ref_upd = wall(lambda: step_updated(True), args.reps), wall(lambda: step_updated(False), args.reps)
+    ours_upd, ref_upd = wall_pair(lambda: step_updated(True), lambda: step_updated(False), max(args.reps, 21),
+                                  min_seconds=FORWARD_SECONDS)
     last = weights[0]  # the operator (and its transpose) set to known values for the checks
     op.update_values(last)
     A_last = sp.csr_array((last.cpu().numpy(), A.indices, A.indptr), shape=A.shape)
