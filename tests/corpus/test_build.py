@@ -146,6 +146,19 @@ def test_build_manifest_dedup_and_licences(tmp_path, archives) -> None:
     assert s["unique_bytes"] == sum(r.bytes for r in rows) and s["train_bytes"] == s["unique_bytes"]
 
 
+def test_a_second_build_into_a_folder_being_written_stops_in_one_line(tmp_path, archives) -> None:
+    """Kills: the folder lock dropped (two builds rename each other's temporary files away) or never released."""
+    from sparserl.corpus.lock import folder_lock
+
+    out = tmp_path / "c"
+    with folder_lock(out, "corpus build"):  # another build, as far as the lock can tell (its own open file)
+        with pytest.raises(SparseRLError, match=r"another corpus build is writing here \(pid \d+\)"):
+            build(cfg(out, archives))
+        assert not (out / "manifest.jsonl").exists()
+    build(cfg(out, archives))  # released when the holder ends
+    assert read_manifest(out)
+
+
 def test_heldout_split_by_package(tmp_path, archives) -> None:
     """A held-out package is read last: the text it shares with a training package stays in
     training (so held-out perplexity is on unseen text), the rest of it is held out whole."""

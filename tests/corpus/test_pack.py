@@ -93,6 +93,23 @@ def test_pack_streams_are_the_tokenizers_output(tmp_path) -> None:
     assert tok.convert_ids_to_tokens(tok(" 16384", add_special_tokens=False)["input_ids"])[-5:] == list("16384")
 
 
+def test_pack_waits_for_no_one_and_reads_no_corpus_being_built(tmp_path) -> None:
+    """Kills: a pack that reads a corpus while a build writes it, or writes a folder another pack writes."""
+    from sparserl.corpus.lock import folder_lock
+
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus, files=40)
+    with folder_lock(corpus, "corpus build"):
+        with pytest.raises(SparseRLError, match="a corpus build is still writing it"):
+            pack(pcfg(corpus, tmp_path / "p1"))
+    with folder_lock(tmp_path / "p2", "corpus pack"):
+        with pytest.raises(SparseRLError, match="another corpus pack is writing here"):
+            pack(pcfg(corpus, tmp_path / "p2"))
+    assert not (tmp_path / "p1" / "pack.json").exists() and not (tmp_path / "p2" / "pack.json").exists()
+    pack(pcfg(corpus, tmp_path / "p2"))
+    assert (tmp_path / "p2" / "pack.json").exists()
+
+
 def test_pack_is_cut_to_its_size_limit(tmp_path) -> None:
     make_corpus(tmp_path / "c", files=1000)
     whole = pack(pcfg(tmp_path / "c", tmp_path / "whole"))

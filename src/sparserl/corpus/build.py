@@ -35,6 +35,7 @@ from pathlib import Path
 from sparserl.corpus.archives import ArchiveInfo, members, read_info
 from sparserl.corpus.fetch import fetch
 from sparserl.corpus.filters import FileRules, drop_reason, has_extension, licence_of
+from sparserl.corpus.lock import folder_lock
 from sparserl.corpus.manifest import FILES, SUMMARY, ManifestRow, file_path, write_manifest
 from sparserl.corpus.sources import (
     ARCHIVE_SUFFIXES,
@@ -264,7 +265,13 @@ class _Writer:
 
 
 def build(cfg: BuildConfig) -> dict:
-    """Build the corpus folder; returns the summary (also written to ``summary.json``)."""
+    """Build the corpus folder; returns the summary (also written to ``summary.json``). One build at a
+    time writes a folder, and one fetches into a cache (:func:`~sparserl.corpus.lock.folder_lock`)."""
+    with folder_lock(Path(cfg.out), "corpus build"):
+        return _build(cfg)
+
+
+def _build(cfg: BuildConfig) -> dict:
     from sparserl.progress import progress
 
     t0 = time.perf_counter()
@@ -273,7 +280,8 @@ def build(cfg: BuildConfig) -> dict:
         sources = _archive_sources(Path(cfg.archives))
     else:
         cache = Path(cfg.cache) if cfg.cache else default_cache()
-        sources = _fetched_sources(cfg, cache)
+        with folder_lock(cache, "corpus fetch"):
+            sources = _fetched_sources(cfg, cache)
     held = {normalise(n) for n in cfg.heldout_packages}
     sources.sort(key=lambda s: s.spec.name in held)  # stable: training packages first, held-out ones last
     (out / FILES).mkdir(parents=True, exist_ok=True)

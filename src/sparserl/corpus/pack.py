@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sparserl.corpus.lock import check_free, folder_lock
 from sparserl.corpus.manifest import ManifestRow, read_manifest, read_text
 from sparserl.errors import SparseRLError
 
@@ -126,7 +127,14 @@ def _sample_for_tokenizer(texts: list[str], mb: float, rng: np.random.Generator)
 
 
 def pack(cfg: PackConfig) -> dict:
-    """Tokenise the corpus and write the pack; returns pack.json's content."""
+    """Tokenise the corpus and write the pack; returns pack.json's content. One pack at a time writes a
+    folder, and none reads a corpus that a build is writing."""
+    check_free(Path(cfg.corpus), "corpus build")
+    with folder_lock(Path(cfg.out), "corpus pack"):
+        return _pack(cfg)
+
+
+def _pack(cfg: PackConfig) -> dict:
     from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
     t0 = time.perf_counter()
