@@ -19,6 +19,7 @@
 #   full   pre-training 12 min, 10 matrices per family at 10k-2M rows (two each for validation and
 #          test), searches of 32 candidates on the 6 train matrices,
 #          SFT 800 steps, 16 samples: aimed at 40 minutes.
+# The teacher data's matrices are generated on the CPU while pre-training runs (OUT/matrices.log).
 # Each stage writes OUT/stages/NAME.done when it ends; run the same command again after a crash or a
 # time limit and the finished stages are skipped (pre-training, the searches and SFT resume inside).
 # Pre-training runs for its minutes (the step cap is out of the way; the learning rate decays over them).
@@ -63,12 +64,23 @@ stage() {  # stage NAME COMMAND...: run it unless it finished before; record its
 }
 again() { [ -e "$1" ] && echo --resume || true; }  # --resume when a run left its state behind
 
+gen_pid=""  # the teacher data's matrices are CPU work: generated while pre-training holds the GPU
+if [ ! -e "$out/stages/data.done" ]; then
+  sparserl data build --out "$out/data" --families "$families" "${data[@]}" --seed 0 --matrices-only \
+    > "$out/matrices.log" 2>&1 &
+  gen_pid=$!
+  trap '[ -n "$gen_pid" ] && kill "$gen_pid" 2> /dev/null; true' EXIT
+fi
 model="$out/pretrain/model"
 if [ -n "${BASE_MODEL:-}" ]; then  # a base model made before (any local HF checkpoint): no pre-training here
   model=$BASE_MODEL; echo "== pretrain: skipped, the base model is $model"
 else
   stage pretrain sparserl pretrain --out "$out/pretrain" "${corpus[@]}" "${pretrain[@]}" "${device[@]}" \
     $(again "$out/pretrain/state.pt")
+fi
+if [ -n "$gen_pid" ]; then
+  wait "$gen_pid" || { echo "error: generating the matrices failed: see $out/matrices.log" >&2; exit 1; }
+  gen_pid=""; cat "$out/matrices.log"
 fi
 stage data sparserl data build --out "$out/data" --families "$families" "${data[@]}" --target near_fastest \
   --targets-per-matrix 6 --seed 0 --force "${compile[@]}"

@@ -5,7 +5,8 @@ What a GPU run of it depends on and a CPU can check: the stages' commands and ar
 the SFT set holds the library teacher's rows, the held-out table is written, a second run skips every
 finished stage, and a bad preset or a missing pack is one line. Mutations killed: searches over the
 test split (held-out matrices in the teacher), a merge that drops the library rows, a stage that
-runs again after it finished, a preset error that goes on."""
+runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
+other options than the data stage's."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     out = tmp_path / "run"
     first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # the matrices made on the CPU beside pre-training are the ones the data stage used (options in step:
+    # different ones would leave a second set of files beside the first)
+    assert "9 generated matrices" in (out / "matrices.log").read_text()
+    assert len(list((out / "data" / "matrices").glob("*.npz"))) == 9
     stages = [line.split("\t")[0] for line in (out / "stages.tsv").read_text().splitlines()]
     assert stages == ["data", "search", "export", "merge", "sft", "eval-test"]
     searched = {Path(m).stem for m in json.loads((out / "farm" / "summary.json").read_text())["config"]["matrices"]}

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from sparserl.cli.common import defaults, fallback, integers, names
-from sparserl.data.sft_build import SFTDataConfig, build_sft_data
+from sparserl.data.sft_build import SFTDataConfig, build_sft_data, make_matrices
 from sparserl.errors import SparseRLError
 from sparserl.runs import check_output
 
@@ -45,9 +45,19 @@ def data_build_cmd(
     compile_only: bool = typer.Option(False, "--compile-only", help="targets are variants that compile (no "
                                                                     "times); the default without a GPU"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier data set in OUT"),
+    matrices_only: bool = typer.Option(False, "--matrices-only", help="only generate the matrices into "
+                                       "OUT/matrices (CPU, no GPU needed) and stop: a later build with the same "
+                                       "matrix options finds them there"),
     seed: int = typer.Option(D.seed, help="random seed"),
 ) -> None:
     """Render library variants for each matrix, check them with the harness, write JSONL splits."""
+    if matrices_only:
+        cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family,
+                            min_rows=min_rows, max_rows=max_rows, real_dir=str(real_dir) if real_dir else None,
+                            val_fraction=val_fraction, test_fraction=test_fraction, seed=seed)
+        entries = make_matrices(cfg)
+        typer.echo(f"{sum(e.family != 'real' for e in entries)} generated matrices in {out / 'matrices'}")
+        return
     op_list = names(ops)
     if ks is not None and "spmm" not in op_list:
         raise SparseRLError("--ks are SpMM column counts: give --ops spmm (or spmv,spmm), or leave --ks out")
