@@ -3,7 +3,8 @@
 # teacher data at scale (library variants near the fastest, then budgeted searches whose verified
 # kernels fill a best-known store, exported with refinement rows), SFT of the base model on both, and
 # the held-out table (the data's test split and the families at 1M rows, cuSPARSE and the library
-# oracle side by side; new-body shares in each eval.md).
+# oracle side by side; new-body shares in each eval.md), then the model guiding the search against the
+# search without it on held-out test matrices (benchmarks/guided_search.py, OUT/guided.json).
 #
 #   sparserl corpus build --out CORPUS && sparserl corpus pack --corpus CORPUS --out PACK   # CPU, once
 #   bash scripts/policy_at_scale.sh OUT PACK [small|full]      # GPU; full is the default
@@ -12,13 +13,15 @@
 #
 # At the end, benchmarks/policy_targets.py reads the folder: the policy's targets beside what the run measured
 # (OUT/targets.json). Presets (GPU wall clock, one H200; OUT/stages.tsv records each stage's seconds; small's
-# stages took 1029 s on an H200: pre-training 271, data 220, search 46, SFT 273, evaluations 82 + 136):
+# stages up to the evaluations took 1029 s on an H200: pre-training 271, data 220, search 46, SFT 273,
+# evaluations 82 + 136; the guided search was added after that run):
 #   small  pre-training 4 min, 4 matrices per family at 10k-1M rows (one each for validation and
 #          test), searches of 16 candidates on the 2 train matrices,
-#          SFT 300 steps, 8 samples per held-out matrix: the table's shape, aimed at 15 minutes;
+#          SFT 300 steps, 8 samples per held-out matrix, the guided search on 3 test matrices:
+#          the table's shape, aimed at 15 minutes;
 #   full   pre-training 12 min, 10 matrices per family at 10k-2M rows (two each for validation and
 #          test), searches of 32 candidates on the 6 train matrices,
-#          SFT 800 steps, 16 samples: aimed at 40 minutes.
+#          SFT 800 steps, 16 samples, the guided search on 6 test matrices: aimed at 40 minutes.
 # The teacher data's matrices are generated on the CPU while pre-training runs (OUT/matrices.log).
 # Each stage writes OUT/stages/NAME.done when it ends; run the same command again after a crash or a
 # time limit and the finished stages are skipped (pre-training, the searches and SFT resume inside).
@@ -34,14 +37,17 @@ device=(); compile=(); gen=(); eval_sets=(test families)
 case $preset in
   small) pretrain=(--preset base --minutes 4 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 4 --min-rows 10000 --max-rows 1000000 --variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
-         search=(--budget 16 --seconds 10); sft=(--steps 300 --batch-size 16 --eval-every 300); samples=8 ;;
+         search=(--budget 16 --seconds 10); sft=(--steps 300 --batch-size 16 --eval-every 300); samples=8
+         guided_n=3; guided=(--budget 64 --seconds 20 --samples 16 --search 16) ;;
   full)  pretrain=(--preset base --minutes 12 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 10 --min-rows 10000 --max-rows 2000000 --variants-per-matrix 30 --val-fraction 0.2 --test-fraction 0.2)
-         search=(--budget 32 --seconds 20); sft=(--steps 800 --batch-size 16 --eval-every 400); samples=16 ;;
+         search=(--budget 32 --seconds 20); sft=(--steps 800 --batch-size 16 --eval-every 400); samples=16
+         guided_n=6; guided=(--budget 64 --seconds 40 --samples 16 --search 16) ;;
   smoke) families=stencil2d,powerlaw,lp
          pretrain=(--preset default --steps 2 --seq-len 64 --batch-size 2)
          data=(--per-family 3 --min-rows 300 --max-rows 600 --variants-per-matrix 2 --val-fraction 0.34 --test-fraction 0.34)
          search=(--budget 2); sft=(--steps 2 --batch-size 2 --eval-every 2 --eval-samples 1); samples=1
+         guided_n=1; guided=(--budget 2 --samples 1 --search 1)
          device=(--device cpu); compile=(--compile-only); gen=(--max-new-tokens 48); eval_sets=(test) ;;
   *) echo "error: the preset is small, full or smoke (got '$preset')" >&2; exit 2 ;;
 esac
@@ -84,17 +90,20 @@ if [ -n "$gen_pid" ]; then
 fi
 stage data sparserl data build --out "$out/data" --families "$families" "${data[@]}" --target near_fastest \
   --targets-per-matrix 6 --seed 0 --force "${compile[@]}"
-train_matrices() {
+split_matrices() {  # split_matrices SPLIT [N]: the split's matrices in file order, or N of them evenly spaced
   "${PYTHON:-python}" -c "import json, sys
 seen = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r.get('matrix'):
         seen.setdefault(r['matrix'], None)
-print('\n'.join(seen))" "$out/data/train.jsonl"
+names, n = list(seen), int(sys.argv[2])
+if 0 < n < len(names):
+    names = [names[i * len(names) // n] for i in range(n)]
+print('\n'.join(names))" "$out/data/$1.jsonl" "${2:-0}"
 }
 search_train() {
-  mapfile -t files < <(train_matrices)
+  mapfile -t files < <(split_matrices train)
   sparserl farm "${files[@]}" --store "$out/teacher.sqlite" --out "$out/farm" "${search[@]}" "${compile[@]}" \
     $(again "$out/farm/summary.json")
 }
@@ -120,6 +129,12 @@ for set in "${eval_sets[@]}"; do
   stage "eval-$set" sparserl evaluate "${where[@]}" --samples "$samples" -c base_sft="$out/sft/checkpoint" \
     --baselines cusparse,oracle --out "$out/eval-$set" --force --no-plots "${compile[@]}" "${gen[@]}"
 done
+guided_search() {  # the model guiding the search, against the search without it, on held-out test matrices
+  mapfile -t files < <(split_matrices test "$guided_n")
+  "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/guided_search.py" "${files[@]}" --model "$out/sft/checkpoint" \
+    "${guided[@]}" "${device[@]}" "${compile[@]}" "${gen[@]}" --out "$out/guided.json"
+}
+stage guided guided_search
 echo "== stages (seconds):"; cat "$out/stages.tsv"
 for set in "${eval_sets[@]}"; do echo "== held out: $set ($out/eval-$set/eval.md)"; head -40 "$out/eval-$set/eval.md"; done
 echo "== the policy's targets ($out/targets.json)"

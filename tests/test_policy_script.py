@@ -46,18 +46,21 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert "9 generated matrices" in (out / "matrices.log").read_text()
     assert len(list((out / "data" / "matrices").glob("*.npz"))) == 9
     stages = [line.split("\t")[0] for line in (out / "stages.tsv").read_text().splitlines()]
-    assert stages == ["data", "search", "export", "merge", "sft", "eval-test"]
+    assert stages == ["data", "search", "export", "merge", "sft", "eval-test", "guided"]
     searched = {Path(m).stem for m in json.loads((out / "farm" / "summary.json").read_text())["config"]["matrices"]}
     train, test = names(out / "data" / "train.jsonl"), names(out / "data" / "test.jsonl")
     assert searched and searched <= train and not searched & test
     library_rows = (out / "data" / "train.jsonl").read_text().splitlines()
     assert (out / "sft-data" / "train.jsonl").read_text().splitlines()[:len(library_rows)] == library_rows
     assert "Evaluation" in (out / "eval-test" / "eval.md").read_text()
+    guided = json.loads((out / "guided.json").read_text())  # the guided search ran on a held-out test matrix
+    assert guided["compile_only"] and {Path(r["path"]).stem for r in guided["rows"]} <= test
+    assert set(guided["rows"][0]["arms"]) | set(guided["rows"][0]["errors"]) == {"search", "generate", "search+model"}
     targets = json.loads((out / "targets.json").read_text())  # the targets' table, read off the run
     assert targets["preset"] == "smoke" and "test" in targets["sets"] and targets["stage_seconds"]["sft"] >= 0
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
-    assert again.returncode == 0 and again.stdout.count("done before, skipped") == 6, again.stdout[-2000:]
-    assert len((out / "stages.tsv").read_text().splitlines()) == 6
+    assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7, again.stdout[-2000:]
+    assert len((out / "stages.tsv").read_text().splitlines()) == 7
 
 
 def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:

@@ -76,3 +76,16 @@ def test_a_compile_only_evaluation_meets_no_target(tmp_path) -> None:
     (out / "eval-test" / "eval.json").write_text(json.dumps(ev))
     result = bench.read_run(out, "smoke")
     assert [t["met"] for t in result["targets"]] == [None] * len(result["targets"])
+
+
+def test_the_guided_search_targets_read_the_geomeans_and_never_a_compile_only_run(tmp_path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    summary = {"generate_over_search": 1.01, "model_over_search": 1.02, "compared_generate": 3, "compared_model": 3}
+    (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
+    verdicts = {t["target"]: t["met"] for t in bench.read_run(out, "small")["targets"]}
+    assert verdicts["model-guided search: generate --search 16 at least as fast as search --budget 64"] is True
+    assert verdicts["model-guided search: 1.03x at equal budget 64"] is False  # 1.02 < 1.03
+    (out / "guided.json").write_text(json.dumps({"compile_only": True, "summary": summary}))
+    targets = bench.read_run(out, "small")["targets"]
+    assert all(t["met"] is None for t in targets if t["target"].startswith("model-guided"))

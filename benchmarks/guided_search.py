@@ -1,0 +1,181 @@
+"""Model-guided search against a search without a model, on the same matrices, in one run.
+
+For each matrix, one harness (so a kernel text measured by one arm is the same measurement in another),
+three arms, each with a fresh best-known store (no arm starts from another's finds) and the same seed:
+
+1. ``search``: ``sparserl search --budget B`` without a model (templates, mutations, the cost model's order);
+2. ``generate``: ``sparserl generate --samples N --search M`` with the model (its samples, then M more
+   candidates in which the policy proposes too);
+3. ``search+model``: ``sparserl search --budget B --model`` (the policy proposes a share of the budget).
+
+Recorded per arm: the best kernel's time and speedup over cuSPARSE, where it came from, and the arm's wall
+seconds. The two ratios the policy's targets read: ``generate_over_search`` (the search's best time over
+generate's: at least 1.00) and ``model_over_search`` (at equal budget: at least 1.03), per matrix and as
+geometric means over the matrices where both arms have a verified kernel.
+
+    python benchmarks/guided_search.py MATRIX... --model CKPT --out guided.json
+    python benchmarks/guided_search.py MATRIX... --model CKPT --budget 64 --samples 16 --search 16 --out guided.json
+
+Without a GPU (or with ``--compile-only``) every arm compiles only: nothing is timed and no ratio is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("guided_search")
+
+TARGET_GENERATE = 1.00
+"""generate --search 16 with the model: at least as fast as search --budget 64 without one."""
+TARGET_MODEL = 1.03
+"""search --budget 64 with the model: at least this much faster than without one."""
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def arm_figures(rep, regime: str, seconds: float) -> dict:
+    """One arm's result from its kernel report."""
+    t = rep.best.timings.get(regime) if rep.verified else None
+    return {"us": t.median_us if t is not None else None, "speedup": rep.best.speedup if rep.verified else None,
+            "source": rep.source, "verdict": rep.verdict, "seconds": seconds}
+
+
+def ratio(slow: dict | None, fast: dict | None) -> float | None:
+    """``slow``'s time over ``fast``'s (above 1: ``fast`` is faster); None unless both were timed."""
+    if not slow or not fast or not slow.get("us") or not fast.get("us"):
+        return None
+    return slow["us"] / fast["us"]
+
+
+def run_matrix(path: str, ev, policy, args, scratch: Path) -> dict:
+    """The three arms on one matrix; an arm that ends in an error records it and the others go on."""
+    from sparserl.errors import SparseRLError
+    from sparserl.generate import GenerateConfig, generate_kernel
+    from sparserl.search.loop import SearchConfig
+    from sparserl.search.run import SearchJob, search_matrix
+
+    name = Path(path).name.split(".")[0]
+    row: dict = {"matrix": name, "path": path, "arms": {}, "errors": {}}
+    common = dict(matrix=path, op=args.op, k=args.k, compile_only=args.compile_only, max_new_tokens=args.max_new_tokens)
+    plain = SearchConfig(budget=args.budget, seconds=args.seconds, regime=args.regime, seed=args.seed)
+    runs = {
+        "search": lambda d: search_matrix(SearchJob(search=plain, store=str(d / "store.sqlite"), out=str(d), **common),
+                                          evaluator=ev)[0],
+        "generate": lambda d: generate_kernel(GenerateConfig(model=args.model, samples=args.samples, search=args.search,
+                                                             regime=args.regime, seed=args.seed, library_fallback=False,
+                                                             store=str(d / "store.sqlite"), out=str(d), **common),
+                                              evaluator=ev, policy=policy),
+        "search+model": lambda d: search_matrix(SearchJob(search=plain, model=args.model, store=str(d / "store.sqlite"),
+                                                          out=str(d), **common), evaluator=ev, policy=policy)[0],
+    }
+    for arm, run in runs.items():
+        folder = scratch / name / arm.replace("+", "_")
+        folder.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        try:
+            rep = run(folder)
+        except SparseRLError as exc:  # e.g. no correct kernel at all in this arm
+            row["errors"][arm] = str(exc)
+            continue
+        row["arms"][arm] = arm_figures(rep, args.regime, time.perf_counter() - t)
+        print(f"  {name} {arm}: {row['arms'][arm]['source']}, "
+              f"{_fmt(row['arms'][arm]['speedup'], 'x')} cuSPARSE, {row['arms'][arm]['seconds']:.1f} s", flush=True)
+    a = row["arms"]
+    row["generate_over_search"] = ratio(a.get("search"), a.get("generate"))
+    row["model_over_search"] = ratio(a.get("search"), a.get("search+model"))
+    return row
+
+
+def summarise(rows: list[dict]) -> dict:
+    gen = [r["generate_over_search"] for r in rows if r["generate_over_search"] is not None]
+    mod = [r["model_over_search"] for r in rows if r["model_over_search"] is not None]
+    return {"matrices": len(rows), "compared_generate": len(gen), "compared_model": len(mod),
+            "generate_over_search": geomean(gen), "generate_over_search_min": min(gen, default=None),
+            "model_over_search": geomean(mod), "model_over_search_min": min(mod, default=None),
+            "targets": {"generate_over_search": TARGET_GENERATE, "model_over_search": TARGET_MODEL}}
+
+
+def _fmt(x, suffix: str = "") -> str:
+    return "-" if x is None else f"{x:.3f}{suffix}"
+
+
+def table(rows: list[dict], summary: dict) -> str:
+    lines = ["| matrix | search x | generate x | search+model x | generate / search | search+model / search |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        a = r["arms"]
+        lines.append(f"| {r['matrix']} | {_fmt(a.get('search', {}).get('speedup'))} | "
+                     f"{_fmt(a.get('generate', {}).get('speedup'))} | {_fmt(a.get('search+model', {}).get('speedup'))} | "
+                     f"{_fmt(r['generate_over_search'])} | {_fmt(r['model_over_search'])} |")
+    lines.append(f"\ngeomean over {summary['compared_generate']} / {summary['compared_model']} matrices: generate / "
+                 f"search {_fmt(summary['generate_over_search'])} (target {TARGET_GENERATE:.2f}), search+model / "
+                 f"search {_fmt(summary['model_over_search'])} (target {TARGET_MODEL:.2f})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("matrices", nargs="+", help=".mtx, .mtx.gz or .npz files")
+    ap.add_argument("--model", required=True, help="policy checkpoint or HF model folder")
+    ap.add_argument("--budget", type=int, default=64, help="candidates of each search arm")
+    ap.add_argument("--seconds", type=float, default=40.0, help="each search arm stops submitting after this")
+    ap.add_argument("--samples", type=int, default=16, help="generate: the model's samples")
+    ap.add_argument("--search", type=int, default=16, help="generate: candidates searched after the samples")
+    ap.add_argument("--op", default="spmv", help="spmv or spmm")
+    ap.add_argument("--k", type=int, default=None, help="SpMM: columns of X")
+    ap.add_argument("--regime", default="cold", help="cold or warm: the time compared")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="the policy's longest completion")
+    ap.add_argument("--device", default="auto", help="the model's device: auto, cpu or cuda[:N]")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compile-only", action="store_true", help="compile only (the default without a GPU)")
+    ap.add_argument("--out", required=True, help="JSON file (written after every matrix)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    from sparserl.errors import SparseRLError
+    from sparserl.generate import has_model
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.model.policy import Policy
+    from sparserl.devices import pick_device
+
+    missing = [m for m in args.matrices if not Path(m).is_file()]
+    if missing:
+        print(f"error: no matrix file at {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+              file=sys.stderr)
+        return 2
+    if not has_model(args.model):
+        print(f"error: no model at {args.model}: give a policy checkpoint or an HF model folder", file=sys.stderr)
+        return 2
+    ev = Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=(args.regime,), reward_regime=args.regime))
+    args.compile_only = args.compile_only or not ev.has_gpu
+    out, rows = Path(args.out), []
+    try:
+        policy = Policy.open(args.model, device=str(pick_device(args.device)))
+        with tempfile.TemporaryDirectory(prefix="guided-") as scratch:
+            for i, m in enumerate(args.matrices):
+                print(f"[{i + 1}/{len(args.matrices)}] {m}", flush=True)
+                rows.append(run_matrix(m, ev, policy, args, Path(scratch)))
+                summary = summarise(rows)
+                out.write_text(json.dumps({"config": vars(args), "compile_only": args.compile_only,
+                                           "rows": rows, "summary": summary}, indent=1))
+    except SparseRLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        ev.close()
+    print(table(rows, summarise(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

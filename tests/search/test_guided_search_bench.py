@@ -1,0 +1,60 @@
+"""``benchmarks/guided_search.py`` on the CPU: its ratios point the right way, its summary counts only
+matrices where both arms were timed, and a compile-only run goes through all three arms (the search
+without a model, generate with the model and a search after its samples, the search with the model)
+on the tests' tiny model and writes its JSON. Mutations killed: a ratio inverted (a slower guided arm
+reported as faster), an untimed arm counted in a geometric mean, an arm left out of the run, a missing
+model or matrix that is not a one-line error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparserl.harness.compile import find_nvcc
+from tests.conftest import load_benchmark
+
+bench = load_benchmark("guided_search")
+
+
+def test_ratios_are_the_search_time_over_the_guided_time() -> None:
+    assert bench.ratio({"us": 120.0}, {"us": 100.0}) == pytest.approx(1.2)  # guided faster: above 1
+    assert bench.ratio({"us": 100.0}, {"us": 125.0}) == pytest.approx(0.8)
+    assert bench.ratio({"us": None}, {"us": 100.0}) is None and bench.ratio(None, {"us": 1.0}) is None
+    rows = [{"generate_over_search": 1.2, "model_over_search": 1.1},
+            {"generate_over_search": 0.8, "model_over_search": None},  # the model arm found nothing verified
+            {"generate_over_search": None, "model_over_search": None}]
+    s = bench.summarise(rows)
+    assert s["matrices"] == 3 and s["compared_generate"] == 2 and s["compared_model"] == 1
+    assert s["generate_over_search"] == pytest.approx((1.2 * 0.8) ** 0.5) and s["generate_over_search_min"] == 0.8
+    assert s["model_over_search"] == pytest.approx(1.1)
+
+
+def test_missing_model_or_matrix_is_one_line(tmp_path, capsys) -> None:
+    assert bench.main([str(tmp_path / "none.npz"), "--model", str(tmp_path), "--out", str(tmp_path / "g.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no matrix file") and "\n" not in err
+    m = tmp_path / "m.npz"
+    m.write_bytes(b"")
+    assert bench.main([str(m), "--model", str(tmp_path / "nothing"), "--out", str(tmp_path / "g.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no model at") and "\n" not in err
+    assert not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc (compile-only arms)")
+def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir) -> None:
+    from sparserl.matrices import generate, save_matrix
+
+    m = tmp_path / "banded_400.npz"
+    save_matrix(generate("banded", 400, seed=0), m)
+    out = tmp_path / "g.json"
+    rc = bench.main([str(m), "--model", str(tiny_model_dir), "--budget", "2", "--samples", "1", "--search", "1",
+                     "--max-new-tokens", "32", "--device", "cpu", "--compile-only", "--out", str(out)])
+    assert rc == 0
+    d = json.loads(out.read_text())
+    row = d["rows"][0]
+    assert d["compile_only"] and row["matrix"] == "banded_400"
+    assert set(row["arms"]) == {"search", "generate", "search+model"} and not row["errors"]
+    assert all(a["us"] is None for a in row["arms"].values())  # compile-only: nothing timed, no ratio made
+    assert row["generate_over_search"] is None and d["summary"]["compared_generate"] == 0
