@@ -12,13 +12,14 @@
 #   BASE_MODEL=DIR bash scripts/policy_at_scale.sh OUT - smoke # CPU: every stage compile-only (the tests)
 #
 # At the end, benchmarks/policy_targets.py reads the folder: the policy's targets beside what the run measured
-# (OUT/targets.json). Presets (GPU wall clock, one H200; OUT/stages.tsv records each stage's seconds; small's
-# stages up to the evaluations took 1029 s on an H200: pre-training 271, data 220, search 46, SFT 273,
-# evaluations 82 + 136; the guided search was added after that run):
-#   small  pre-training 4 min, 4 matrices per family at 10k-1M rows (one each for validation and
+# (OUT/targets.json). Presets (GPU wall clock, one H200; OUT/stages.tsv records each stage's seconds):
+#   small  pre-training 3 min, 4 matrices per family at 10k-1M rows (one each for validation and
 #          test), searches of 16 candidates on the 2 train matrices,
-#          SFT 300 steps, 8 samples per held-out matrix, the guided search on 3 test matrices:
-#          the table's shape, aimed at 15 minutes;
+#          SFT 200 steps, 8 samples per held-out matrix, the guided search on 2 test matrices:
+#          the table's shape, aimed at 15 minutes. Measured with 4 minutes of pre-training and 300 SFT
+#          steps, before the matrices were made beside pre-training and before the guided search:
+#          1029 s (pre-training 271, data 220, search 46, SFT 273, evaluations 82 + 136); these
+#          numbers are cut to that measurement, not measured themselves yet;
 #   full   pre-training 12 min, 10 matrices per family at 10k-2M rows (two each for validation and
 #          test), searches of 32 candidates on the 6 train matrices,
 #          SFT 800 steps, 16 samples, the guided search on 6 test matrices: aimed at 40 minutes.
@@ -35,10 +36,10 @@ preset=${3:-full}
 families=diagonal,banded,stencil2d,stencil3d_7,stencil3d_27,block,random,powerlaw,skewed,empty_rows,rectangular,dense_lines,rmat,lp,kronecker,cartesian,arrow
 device=(); compile=(); gen=(); eval_sets=(test families)
 case $preset in
-  small) pretrain=(--preset base --minutes 4 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
+  small) pretrain=(--preset base --minutes 3 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 4 --min-rows 10000 --max-rows 1000000 --variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
-         search=(--budget 16 --seconds 10); sft=(--steps 300 --batch-size 16 --eval-every 300); samples=8
-         guided_n=3; guided=(--budget 64 --seconds 20 --samples 16 --search 16) ;;
+         search=(--budget 16 --seconds 10); sft=(--steps 200 --batch-size 16 --eval-every 200); samples=8
+         guided_n=2; guided=(--budget 64 --seconds 15 --samples 16 --search 16) ;;
   full)  pretrain=(--preset base --minutes 12 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 10 --min-rows 10000 --max-rows 2000000 --variants-per-matrix 30 --val-fraction 0.2 --test-fraction 0.2)
          search=(--budget 32 --seconds 20); sft=(--steps 800 --batch-size 16 --eval-every 400); samples=16
