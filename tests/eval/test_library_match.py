@@ -72,16 +72,31 @@ def test_table_counts_samples_and_correct_ones_per_class() -> None:
     mixed = head.replace("grid=ceil_div(m, BLOCK / TPR)", "grid=ceil_div(m, 32)") + "\n\n" + body
     t = library_match_table([("a", lib, True), ("a", lib, False), ("a", mixed, False), ("a", other, True),
                           ("b", "junk", False)], "spmv")
-    assert t["a"] == {"library": {"samples": 2, "correct": 1}, "params": {"samples": 1, "correct": 1},
-                      "mismatch": {"samples": 1, "correct": 0}, "new": {"samples": 0, "correct": 0}}
-    assert t["b"]["new"] == {"samples": 1, "correct": 0} and t["b"]["library"]["samples"] == 0
+    assert t["a"] == {"library": {"samples": 2, "correct": 1, "failures": {}},
+                      "params": {"samples": 1, "correct": 1, "failures": {}},
+                      "mismatch": {"samples": 1, "correct": 0, "failures": {}},
+                      "new": {"samples": 0, "correct": 0, "failures": {}}}
+    assert t["b"]["new"] == {"samples": 1, "correct": 0, "failures": {}} and t["b"]["library"]["samples"] == 0
     md = markdown(t)
     assert md[0] == "## Samples against the library"
     assert "| a | 2 (50%), 50% correct | 1 (25%), 100% correct | 1 (25%), 0% correct | 0 |" in md
     assert "| b | 0 | 0 | 0 | 1 (100%), 0% correct |" in md
-    assert markdown({}) == []
+    assert markdown({}) == [] and not any(line.startswith("Not correct") for line in md)  # no verdicts given
     assert shares(t["a"]) == {"library_share": 0.5, "params_share": 0.25, "mismatch_share": 0.25, "new_share": 0.0}
     assert shares(None) == {} and shares({"library": {"samples": 0, "correct": 0}}) == {}
+
+
+def test_failures_are_counted_by_verdict_per_class() -> None:
+    """Kills: a correct sample counted as a failure, verdicts pooled across classes, the line left out."""
+    lib = get_variant(VECTOR).render()
+    t = library_match_table([("a", lib, True, "none"), ("a", lib, False, "incorrect"), ("a", "junk", False, "contract_error"),
+                             ("a", "more junk", False, "contract_error"), ("a", "x", False, "compile_error")], "spmv")
+    assert t["a"]["library"]["failures"] == {"incorrect": 1}
+    assert t["a"]["new"]["failures"] == {"contract_error": 2, "compile_error": 1}  # most common first
+    assert list(t["a"]["new"]["failures"]) == ["contract_error", "compile_error"]
+    md = markdown(t)
+    assert ("Not correct, by the harness's verdict (a): library: incorrect 1; new: contract_error 2, "
+            "compile_error 1.") in md
 
 
 def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
@@ -99,7 +114,8 @@ def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
              {"system": "sft", "matrix": "m0", "verdict": "incorrect", "speedup": None, "completion": "junk"}]
     (tmp_path / "completions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = rescore(tmp_path)
-    assert out["library_match"]["sft"]["library"] == {"samples": 1, "correct": 1}
-    assert out["library_match"]["sft"]["new"] == {"samples": 1, "correct": 0}
+    assert out["library_match"]["sft"]["library"] == {"samples": 1, "correct": 1, "failures": {}}
+    assert out["library_match"]["sft"]["new"] == {"samples": 1, "correct": 0, "failures": {"incorrect": 1}}
     md = (tmp_path / "eval.md").read_text()
     assert "## Samples against the library" in md and "| sft | 1 (50%), 100% correct | 0 | 0 | 1 (50%), 0% correct |" in md
+    assert "Not correct, by the harness's verdict (sft): new: incorrect 1." in md

@@ -24,7 +24,7 @@ completion the harness cannot extract is ``new``. Nothing is compiled or run.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -99,17 +99,22 @@ def library_match(text: str, op: Op | str) -> LibraryMatch:
     return LibraryMatch.PARAMS if _shape(parts[0]) in heads.shapes else LibraryMatch.MISMATCH
 
 
-def library_match_table(samples: Iterable[tuple[str, str, bool]], op: Op | str) -> dict[str, dict[str, dict]]:
-    """Per system, per class: how many samples and how many of them correct.
+def library_match_table(samples: Iterable[tuple], op: Op | str) -> dict[str, dict[str, dict]]:
+    """Per system, per class: how many samples, how many of them correct, and the samples that were
+    not correct by the harness's verdict (``failures``: kind -> count, most common first).
 
-    ``samples`` are (system, completion, correct) triples; every class appears for every system
-    (zeros included), so tables of different runs line up."""
-    counts: dict[str, dict[LibraryMatch, list[int]]] = defaultdict(lambda: {c: [0, 0] for c in LibraryMatch})
-    for system, text, correct in samples:
+    ``samples`` are (system, completion, correct) triples, or (system, completion, correct, verdict)
+    with the harness's verdict (an ``ErrorKind`` value); every class appears for every system (zeros
+    included), so tables of different runs line up."""
+    counts: dict[str, dict[LibraryMatch, list]] = defaultdict(lambda: {c: [0, 0, Counter()] for c in LibraryMatch})
+    for system, text, correct, *verdict in samples:
         c = counts[system][library_match(text, op)]
         c[0] += 1
         c[1] += bool(correct)
-    return {s: {c.value: {"samples": n, "correct": k} for c, (n, k) in by.items()} for s, by in counts.items()}
+        if not correct and verdict:
+            c[2][verdict[0]] += 1
+    return {s: {c.value: {"samples": n, "correct": k, "failures": dict(f.most_common())}
+                for c, (n, k, f) in by.items()} for s, by in counts.items()}
 
 
 def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
@@ -128,6 +133,11 @@ def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
             n, k = by[c.value]["samples"], by[c.value]["correct"]
             cells.append(f"{n} ({100 * n / total:.0f}%), {100 * k / n:.0f}% correct" if n else "0")
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    for system, by in table.items():  # why the samples that were not correct failed, class by class
+        parts = [f"{c.value}: " + ", ".join(f"{kind} {n}" for kind, n in by[c.value]["failures"].items())
+                 for c in cols if by[c.value].get("failures")]
+        if parts:
+            lines += ["", f"Not correct, by the harness's verdict ({system}): " + "; ".join(parts) + "."]
     return lines
 
 

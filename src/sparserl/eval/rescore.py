@@ -32,7 +32,7 @@ def rescore(folder: str | Path) -> dict:
         raise SparseRLError(f"{ej} holds a summary only ({result.get('trimmed', 'no per-matrix records')}): "
                             "rerun the evaluation to rescore it")
     samples: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    drawn: list[tuple[str, str, bool]] = []
+    drawn: list[tuple[str, str, bool, str]] = []
     if cj.exists():
         for line in cj.read_text().splitlines():
             if line.strip():
@@ -41,7 +41,7 @@ def rescore(folder: str | Path) -> dict:
                 ok = verified and r.get("speedup")
                 samples[r["system"]][r["matrix"]].append(r["speedup"] if ok else None)
                 if "completion" in r:  # files of older runs kept only the verdicts
-                    drawn.append((r["system"], r["completion"], verified))
+                    drawn.append((r["system"], r["completion"], verified, r["verdict"]))
     n = result["config"]["samples"]
     for name, recs in result["per_matrix"].items():
         for mname, rec in recs.items():
