@@ -1,15 +1,17 @@
 """Model-guided search against a search without a model, on the same matrices, in one run.
 
-For each matrix, one harness (so a kernel text measured by one arm is the same measurement in another),
-three arms, each with a fresh best-known store (no arm starts from another's finds) and the same seed:
+For each matrix, three arms, each with its own harness (no arm is answered from another's measurements or
+stops a kernel early against another's best time) and its own fresh best-known store (no arm starts from
+another's finds), all with the same seed:
 
 1. ``search``: ``sparserl search --budget B`` without a model (templates, mutations, the cost model's order);
 2. ``generate``: ``sparserl generate --samples N --search M`` with the model (its samples, then M more
    candidates in which the policy proposes too);
 3. ``search+model``: ``sparserl search --budget B --model`` (the policy proposes a share of the budget).
 
-Recorded per arm: the best kernel's time and speedup over cuSPARSE, where it came from, and the arm's wall
-seconds. The two ratios the policy's targets read: ``generate_over_search`` (the search's best time over
+Recorded per arm: the best kernel's time and speedup over cuSPARSE, where it came from, the candidates its
+search evaluated and why it stopped (a search cut by ``--seconds`` before its budget is flagged in the
+table: the budgets are then not equal), and the arm's wall seconds. The two ratios the policy's targets read: ``generate_over_search`` (the search's best time over
 generate's: at least 1.00) and ``model_over_search`` (at equal budget: at least 1.03), per matrix and as
 geometric means over the matrices where both arms have a verified kernel.
 
@@ -46,8 +48,10 @@ def geomean(xs: list[float]) -> float | None:
 def arm_figures(rep, regime: str, seconds: float) -> dict:
     """One arm's result from its kernel report."""
     t = rep.best.timings.get(regime) if rep.verified else None
+    search = rep.search or {}
     return {"us": t.median_us if t is not None else None, "speedup": rep.best.speedup if rep.verified else None,
-            "source": rep.source, "verdict": rep.verdict, "seconds": seconds}
+            "source": rep.source, "verdict": rep.verdict, "seconds": seconds,
+            "searched": search.get("evaluated"), "stopped": search.get("stopped")}
 
 
 def ratio(slow: dict | None, fast: dict | None) -> float | None:
@@ -57,8 +61,12 @@ def ratio(slow: dict | None, fast: dict | None) -> float | None:
     return slow["us"] / fast["us"]
 
 
-def run_matrix(path: str, ev, policy, args, scratch: Path) -> dict:
-    """The three arms on one matrix; an arm that ends in an error records it and the others go on."""
+ARMS = ("search", "generate", "search+model")
+
+
+def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
+    """The three arms on one matrix, each through its own evaluator (``evs[arm]``) into ``scratch``; an arm
+    that ends in an error records it and the others go on."""
     from sparserl.errors import SparseRLError
     from sparserl.generate import GenerateConfig, generate_kernel
     from sparserl.search.loop import SearchConfig
@@ -70,16 +78,18 @@ def run_matrix(path: str, ev, policy, args, scratch: Path) -> dict:
     plain = SearchConfig(budget=args.budget, seconds=args.seconds, regime=args.regime, seed=args.seed)
     runs = {
         "search": lambda d: search_matrix(SearchJob(search=plain, store=str(d / "store.sqlite"), out=str(d), **common),
-                                          evaluator=ev)[0],
+                                          evaluator=evs["search"])[0],
         "generate": lambda d: generate_kernel(GenerateConfig(model=args.model, samples=args.samples, search=args.search,
                                                              regime=args.regime, seed=args.seed, library_fallback=False,
                                                              store=str(d / "store.sqlite"), out=str(d), **common),
-                                              evaluator=ev, policy=policy),
+                                              evaluator=evs["generate"], policy=policy),
         "search+model": lambda d: search_matrix(SearchJob(search=plain, model=args.model, store=str(d / "store.sqlite"),
-                                                          out=str(d), **common), evaluator=ev, policy=policy)[0],
+                                                          out=str(d), **common),
+                                                evaluator=evs["search+model"], policy=policy)[0],
     }
-    for arm, run in runs.items():
-        folder = scratch / name / arm.replace("+", "_")
+    for arm in ARMS:
+        run = runs[arm]
+        folder = scratch / arm.replace("+", "_")
         folder.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
         try:
@@ -112,11 +122,17 @@ def _fmt(x, suffix: str = "") -> str:
 def table(rows: list[dict], summary: dict) -> str:
     lines = ["| matrix | search x | generate x | search+model x | generate / search | search+model / search |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+
+    def cell(arm: dict | None) -> str:
+        if not arm:
+            return "-"
+        cut = arm.get("stopped") not in (None, "budget")  # cut before its budget: the budgets were not equal
+        return _fmt(arm.get("speedup")) + (f" (stopped: {arm['stopped']}, {arm.get('searched')} searched)" if cut else "")
+
     for r in rows:
         a = r["arms"]
-        lines.append(f"| {r['matrix']} | {_fmt(a.get('search', {}).get('speedup'))} | "
-                     f"{_fmt(a.get('generate', {}).get('speedup'))} | {_fmt(a.get('search+model', {}).get('speedup'))} | "
-                     f"{_fmt(r['generate_over_search'])} | {_fmt(r['model_over_search'])} |")
+        lines.append(f"| {r['matrix']} | {cell(a.get('search'))} | {cell(a.get('generate'))} | "
+                     f"{cell(a.get('search+model'))} | {_fmt(r['generate_over_search'])} | {_fmt(r['model_over_search'])} |")
     lines.append(f"\ngeomean over {summary['compared_generate']} / {summary['compared_model']} matrices: generate / "
                  f"search {_fmt(summary['generate_over_search'])} (target {TARGET_GENERATE:.2f}), search+model / "
                  f"search {_fmt(summary['model_over_search'])} (target {TARGET_MODEL:.2f})")
@@ -128,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("matrices", nargs="+", help=".mtx, .mtx.gz or .npz files")
     ap.add_argument("--model", required=True, help="policy checkpoint or HF model folder")
     ap.add_argument("--budget", type=int, default=64, help="candidates of each search arm")
-    ap.add_argument("--seconds", type=float, default=40.0, help="each search arm stops submitting after this")
+    ap.add_argument("--seconds", type=float, default=120.0,
+                    help="each search arm stops submitting after this (a safety cap: the budget should bind)")
     ap.add_argument("--samples", type=int, default=16, help="generate: the model's samples")
     ap.add_argument("--search", type=int, default=16, help="generate: candidates searched after the samples")
     ap.add_argument("--op", default="spmv", help="spmv or spmm")
@@ -156,15 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     if not has_model(args.model):
         print(f"error: no model at {args.model}: give a policy checkpoint or an HF model folder", file=sys.stderr)
         return 2
-    ev = Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=(args.regime,), reward_regime=args.regime))
-    args.compile_only = args.compile_only or not ev.has_gpu
+    evs = {arm: Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=(args.regime,),
+                                        reward_regime=args.regime)) for arm in ARMS}
+    args.compile_only = args.compile_only or not evs["search"].has_gpu
     out, rows = Path(args.out), []
     try:
         policy = Policy.open(args.model, device=str(pick_device(args.device)))
         with tempfile.TemporaryDirectory(prefix="guided-") as scratch:
             for i, m in enumerate(args.matrices):
                 print(f"[{i + 1}/{len(args.matrices)}] {m}", flush=True)
-                rows.append(run_matrix(m, ev, policy, args, Path(scratch)))
+                rows.append(run_matrix(m, evs, policy, args, Path(scratch) / str(i)))
                 summary = summarise(rows)
                 out.write_text(json.dumps({"config": vars(args), "compile_only": args.compile_only,
                                            "rows": rows, "summary": summary}, indent=1))
@@ -172,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
-        ev.close()
+        for ev in evs.values():
+            ev.close()
     print(table(rows, summarise(rows)))
     return 0
 

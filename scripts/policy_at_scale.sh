@@ -39,11 +39,11 @@ case $preset in
   small) pretrain=(--preset base --minutes 3 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 4 --min-rows 10000 --max-rows 1000000 --variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
          search=(--budget 16 --seconds 10); sft=(--steps 200 --batch-size 16 --eval-every 200); samples=8
-         guided_n=2; guided=(--budget 64 --seconds 15 --samples 16 --search 16) ;;
+         guided_n=2; guided=(--budget 64 --samples 16 --search 16) ;;
   full)  pretrain=(--preset base --minutes 12 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 10 --min-rows 10000 --max-rows 2000000 --variants-per-matrix 30 --val-fraction 0.2 --test-fraction 0.2)
          search=(--budget 32 --seconds 20); sft=(--steps 800 --batch-size 16 --eval-every 400); samples=16
-         guided_n=6; guided=(--budget 64 --seconds 40 --samples 16 --search 16) ;;
+         guided_n=6; guided=(--budget 64 --samples 16 --search 16) ;;
   smoke) families=stencil2d,powerlaw,lp
          pretrain=(--preset default --steps 2 --seq-len 64 --batch-size 2)
          data=(--per-family 3 --min-rows 300 --max-rows 600 --variants-per-matrix 2 --val-fraction 0.34 --test-fraction 0.34)
@@ -101,10 +101,17 @@ for line in open(sys.argv[1]):
 names, n = list(seen), int(sys.argv[2])
 if 0 < n < len(names):
     names = [names[i * len(names) // n] for i in range(n)]
+if not names:
+    sys.exit('error: no matrix in ' + sys.argv[1])
 print('\n'.join(names))" "$out/data/$1.jsonl" "${2:-0}"
 }
+matrices_of() {  # matrices_of SPLIT [N] into the array files, or stop with the reason
+  local listed
+  listed=$(split_matrices "$@") || exit 1
+  mapfile -t files <<< "$listed"
+}
 search_train() {
-  mapfile -t files < <(split_matrices train)
+  matrices_of train
   sparserl farm "${files[@]}" --store "$out/teacher.sqlite" --out "$out/farm" "${search[@]}" "${compile[@]}" \
     $(again "$out/farm/summary.json")
 }
@@ -131,7 +138,7 @@ for set in "${eval_sets[@]}"; do
     --baselines cusparse,oracle --out "$out/eval-$set" --force --no-plots "${compile[@]}" "${gen[@]}"
 done
 guided_search() {  # the model guiding the search, against the search without it, on held-out test matrices
-  mapfile -t files < <(split_matrices test "$guided_n")
+  matrices_of test "$guided_n"
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/guided_search.py" "${files[@]}" --model "$out/sft/checkpoint" \
     "${guided[@]}" "${device[@]}" "${compile[@]}" "${gen[@]}" --out "$out/guided.json"
 }

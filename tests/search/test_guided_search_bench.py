@@ -2,8 +2,9 @@
 matrices where both arms were timed, and a compile-only run goes through all three arms (the search
 without a model, generate with the model and a search after its samples, the search with the model)
 on the tests' tiny model and writes its JSON. Mutations killed: a ratio inverted (a slower guided arm
-reported as faster), an untimed arm counted in a geometric mean, an arm left out of the run, a missing
-model or matrix that is not a one-line error."""
+reported as faster), an untimed arm counted in a geometric mean, an arm left out of the run, a search
+cut by its time cap shown as if it had run its budget, a missing model or matrix that is not a one-line
+error."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ def test_ratios_are_the_search_time_over_the_guided_time() -> None:
     assert s["matrices"] == 3 and s["compared_generate"] == 2 and s["compared_model"] == 1
     assert s["generate_over_search"] == pytest.approx((1.2 * 0.8) ** 0.5) and s["generate_over_search_min"] == 0.8
     assert s["model_over_search"] == pytest.approx(1.1)
+
+
+def test_a_search_cut_before_its_budget_is_flagged_in_the_table() -> None:
+    """Kills: a comparison whose search arms ran unequal budgets shown as if they were equal."""
+    arms = {"search": {"speedup": 2.0, "stopped": "seconds", "searched": 40},
+            "generate": {"speedup": 2.2, "stopped": "budget", "searched": 16},
+            "search+model": {"speedup": 2.1, "stopped": "budget", "searched": 64}}
+    rows = [{"matrix": "m", "arms": arms, "generate_over_search": 1.1, "model_over_search": 1.05}]
+    text = bench.table(rows, bench.summarise(rows))
+    assert "| m | 2.000 (stopped: seconds, 40 searched) | 2.200 | 2.100 | 1.100 | 1.050 |" in text
 
 
 def test_missing_model_or_matrix_is_one_line(tmp_path, capsys) -> None:
@@ -57,4 +68,5 @@ def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir) -> None:
     assert d["compile_only"] and row["matrix"] == "banded_400"
     assert set(row["arms"]) == {"search", "generate", "search+model"} and not row["errors"]
     assert all(a["us"] is None for a in row["arms"].values())  # compile-only: nothing timed, no ratio made
+    assert row["arms"]["search"]["searched"] >= 1 and row["arms"]["generate"]["searched"] >= 1
     assert row["generate_over_search"] is None and d["summary"]["compared_generate"] == 0

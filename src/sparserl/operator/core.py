@@ -276,7 +276,9 @@ class SparseOperator:
         T = self._transpose
         if T is not None:
             direct = T.backend.value_array() if T._transpose is None else None
-            if direct is not None:  # the transpose keeps its values as one array in its CSR order: gather into it
+            if direct is not None and direct.data.ptr != v.data.ptr:
+                # the transpose keeps its values as one array in its CSR order: gather straight into it (not
+                # when the new values are that very array: a gather in place would read what it overwrites)
                 self._cp.take(v, self._transpose_order, out=direct)
             else:
                 self._cp.take(v, self._transpose_order, out=self._transpose_values)
