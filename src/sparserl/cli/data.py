@@ -51,24 +51,22 @@ def data_build_cmd(
     seed: int = typer.Option(D.seed, help="random seed"),
 ) -> None:
     """Render library variants for each matrix, check them with the harness, write JSONL splits."""
-    if matrices_only:
-        cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family,
-                            min_rows=min_rows, max_rows=max_rows, real_dir=str(real_dir) if real_dir else None,
-                            val_fraction=val_fraction, test_fraction=test_fraction, seed=seed)
-        entries = make_matrices(cfg)
-        typer.echo(f"{sum(e.family != 'real' for e in entries)} generated matrices in {out / 'matrices'}")
-        return
     op_list = names(ops)
     if ks is not None and "spmm" not in op_list:
         raise SparseRLError("--ks are SpMM column counts: give --ops spmm (or spmv,spmm), or leave --ks out")
     k_list = integers(ks, "--ks") if ks is not None else D.ks
-    check_output(out, "data", force)
-    compile_only = fallback(compile_only)
+    if not matrices_only:  # the matrices alone write no data set over an earlier one, and need no GPU
+        check_output(out, "data", force)
+        compile_only = fallback(compile_only)
     cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family, min_rows=min_rows,
                         max_rows=max_rows, real_dir=str(real_dir) if real_dir else None, ops=op_list, ks=k_list,
                         target=target, targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
                         near_fastest_ratio=near_fastest_ratio, val_fraction=val_fraction,
                         test_fraction=test_fraction, compile_only=compile_only, seed=seed)
+    if matrices_only:
+        entries = make_matrices(cfg)
+        typer.echo(f"{sum(e.family != 'real' for e in entries)} generated matrices in {out / 'matrices'}")
+        return
     summary = build_sft_data(cfg)
     usable = "compiled" if compile_only else "correct"  # compile-only: nothing was verified
     typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", usable, "seconds")}, indent=1))

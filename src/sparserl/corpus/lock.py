@@ -24,9 +24,7 @@ def folder_lock(folder: Path, what: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            pid = f.read().strip()
-            holder = f" (pid {pid})" if pid else ""
-            raise SparseRLError(f"{folder}: another {what} is writing here{holder}: wait for it to end, "
+            raise SparseRLError(f"{folder}: another {what} is writing here{_holder(f)}: wait for it to end, "
                                 "or give another folder") from None
         f.seek(0)
         f.truncate()
@@ -45,6 +43,10 @@ def check_free(folder: Path, what: str) -> None:
         try:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = f.read().strip()
-            holder = f" (pid {pid})" if pid else ""
-            raise SparseRLError(f"{folder}: a {what} is still writing it{holder}: wait for it to end") from None
+            raise SparseRLError(f"{folder}: a {what} is still writing it{_holder(f)}: wait for it to end") from None
+
+
+def _holder(f) -> str:
+    """`` (pid N)`` of the process that wrote its pid into the open lock file ``f``, or '' when none did."""
+    pid = f.read().strip()
+    return f" (pid {pid})" if pid else ""

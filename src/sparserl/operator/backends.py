@@ -136,11 +136,7 @@ class KernelBackend(_Backend):
         return out
 
     def value_array(self):
-        if len(self.where) == 1:
-            ((name, w),) = self.where.items()
-            if w is None:
-                return self.bound.dev.arrays[name]
-        return None
+        return self.csr_values() if len(self.where) == 1 else None
 
     def set_values(self, values) -> None:
         """Write new values (a CuPy float32 array in CSR order) into the format's value arrays: one
@@ -263,7 +259,7 @@ class LibraryBackend(_Backend):
         return self.data
 
     def value_array(self):
-        return self.data
+        return self.csr_values()
 
     def set_values(self, values) -> None:
         copy_values(self.data, values)
