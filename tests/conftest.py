@@ -40,6 +40,21 @@ REPO = Path(__file__).resolve().parents[1]
 NEEDS_NVCC = "needs nvcc, the CUDA toolkit's compiler (no GPU needed): install the toolkit or set CUDA_HOME"
 
 
+def assert_no_gpu_is_one_line(main, argv: list[str], out: Path, capsys) -> None:
+    """A GPU benchmark's ``main`` where CuPy is missing: exit 2, one ``error:`` line that names the GPU, and
+    no output file. Skips where CuPy is installed (the path without a GPU cannot be reached there)."""
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "GPU" in err and "\n" not in err
+    assert not out.exists()
+
+
 def load_benchmark(name: str):
     """The module of ``benchmarks/NAME.py`` (the scripts are not a package), imported from its file."""
     import importlib.util

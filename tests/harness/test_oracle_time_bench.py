@@ -4,9 +4,7 @@ run on a machine without a GPU that writes figures."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.conftest import load_benchmark
+from tests.conftest import assert_no_gpu_is_one_line, load_benchmark
 
 bench = load_benchmark("oracle_time")
 
@@ -33,13 +31,4 @@ def test_families_default_to_every_classic_and_application_one() -> None:
 
 
 def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys) -> None:
-    try:
-        import cupy  # noqa: F401
-
-        pytest.skip("CuPy is installed here")
-    except ImportError:
-        pass
-    assert bench.main(["--families", "lp", "--rows", "1000", "--out", str(tmp_path / "o.json")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "GPU" in err and "\n" not in err
-    assert not (tmp_path / "o.json").exists()
+    assert_no_gpu_is_one_line(bench.main, ["--families", "lp", "--rows", "1000"], tmp_path / "o.json", capsys)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from tests.conftest import load_benchmark
+from tests.conftest import assert_no_gpu_is_one_line, load_benchmark
 
 bench = load_benchmark("operator_e2e")
 
@@ -86,27 +86,8 @@ def test_the_table_shows_a_failed_check() -> None:
 
 
 def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys) -> None:
-    try:
-        import cupy  # noqa: F401
-
-        pytest.skip("CuPy is installed here")
-    except ImportError:
-        pass
-    assert bench.main(["--quick", "--out", str(tmp_path / "e2e.json")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "GPU" in err and "\n" not in err
-    assert not (tmp_path / "e2e.json").exists()
+    assert_no_gpu_is_one_line(bench.main, ["--quick"], tmp_path / "e2e.json", capsys)
 
 
 def test_the_update_benchmark_without_a_gpu_says_so_in_one_line(tmp_path, capsys) -> None:
-    update = load_benchmark("operator_update")
-    try:
-        import cupy  # noqa: F401
-
-        pytest.skip("CuPy is installed here")
-    except ImportError:
-        pass
-    assert update.main(["--out", str(tmp_path / "u.json")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "GPU" in err and "\n" not in err
-    assert not (tmp_path / "u.json").exists()
+    assert_no_gpu_is_one_line(load_benchmark("operator_update").main, [], tmp_path / "u.json", capsys)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from sparserl.harness.compile import find_nvcc
-from tests.conftest import load_benchmark
+from tests.conftest import assert_no_gpu_is_one_line, load_benchmark
 
 bench = load_benchmark("spmm_floor")
 
@@ -24,16 +24,7 @@ def test_a_bad_k_is_one_line(ks, tmp_path, capsys) -> None:
 
 
 def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys) -> None:
-    try:
-        import cupy  # noqa: F401
-
-        pytest.skip("CuPy is installed here")
-    except ImportError:
-        pass
-    assert bench.main(["--out", str(tmp_path / "f.json")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "GPU" in err and "\n" not in err
-    assert not (tmp_path / "f.json").exists()
+    assert_no_gpu_is_one_line(bench.main, [], tmp_path / "f.json", capsys)
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
