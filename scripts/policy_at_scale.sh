@@ -143,6 +143,6 @@ guided_search() {  # the model guiding the search, against the search without it
 }
 stage guided guided_search
 echo "== stages (seconds):"; cat "$out/stages.tsv"
-for set in "${eval_sets[@]}"; do echo "== held out: $set ($out/eval-$set/eval.md)"; head -60 "$out/eval-$set/eval.md"; done
+for set in "${eval_sets[@]}"; do echo "== held out: $set ($out/eval-$set/eval.md)"; head -80 "$out/eval-$set/eval.md"; done
 echo "== the policy's targets ($out/targets.json)"
 "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/policy_targets.py" "$out" --preset "$preset" --out "$out/targets.json"

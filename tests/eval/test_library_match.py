@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sparserl.eval.library_match import LibraryMatch, library_match, library_match_table, markdown, shares
+from sparserl.eval.library_match import (LibraryMatch, library_match, library_match_table, markdown, message_shape,
+                                         shares)
 from sparserl.kernels.library import get_variant, variants
 
 VECTOR = "spmv/csr_vector/-/tpr=8,block=256"
@@ -72,11 +73,10 @@ def test_table_counts_samples_and_correct_ones_per_class() -> None:
     mixed = head.replace("grid=ceil_div(m, BLOCK / TPR)", "grid=ceil_div(m, 32)") + "\n\n" + body
     t = library_match_table([("a", lib, True), ("a", lib, False), ("a", mixed, False), ("a", other, True),
                           ("b", "junk", False)], "spmv")
-    assert t["a"] == {"library": {"samples": 2, "correct": 1, "failures": {}},
-                      "params": {"samples": 1, "correct": 1, "failures": {}},
-                      "mismatch": {"samples": 1, "correct": 0, "failures": {}},
-                      "new": {"samples": 0, "correct": 0, "failures": {}}}
-    assert t["b"]["new"] == {"samples": 1, "correct": 0, "failures": {}} and t["b"]["library"]["samples"] == 0
+    none = {"failures": {}, "messages": {}}
+    assert t["a"] == {"library": {"samples": 2, "correct": 1, **none}, "params": {"samples": 1, "correct": 1, **none},
+                      "mismatch": {"samples": 1, "correct": 0, **none}, "new": {"samples": 0, "correct": 0, **none}}
+    assert t["b"]["new"] == {"samples": 1, "correct": 0, **none} and t["b"]["library"]["samples"] == 0
     md = markdown(t)
     assert md[0] == "## Samples against the library"
     assert "| a | 2 (50%), 50% correct | 1 (25%), 100% correct | 1 (25%), 0% correct | 0 |" in md
@@ -99,6 +99,33 @@ def test_failures_are_counted_by_verdict_per_class() -> None:
             "compile_error 1.") in md
 
 
+def test_failure_messages_count_together_by_shape() -> None:
+    """Kills: messages of one cause split by the names and numbers in them, a correct sample's message counted,
+    the most common shape not first, messages pooled across kinds or classes, the markdown lines left out."""
+    lib = get_variant(VECTOR).render()
+    sig = "kernel 'spmv_{}' takes (int, float*) but the contract for spmv CSR is (int, const int*, {} more)"
+    t = library_match_table([("a", "j1", False, "contract_error", sig.format("x", 3)),
+                             ("a", "j2", False, "contract_error", sig.format("yy", 12) + "\nsecond line"),
+                             ("a", "j3", False, "contract_error", "unknown name 'BLOCKS' in LAUNCH"),
+                             ("a", "j4", False, "compile_error", "error: identifier 'q' is undefined"),
+                             ("a", "j5", True, "none", "ran fine"),
+                             ("a", lib, False, "incorrect", "y[3] = 1.5, expected 2.5")], "spmv")
+    new = t["a"]["new"]["messages"]
+    assert list(new) == ["contract_error", "compile_error"]
+    assert new["contract_error"][0] == {"shape": message_shape(sig.format("x", 3)), "count": 2,
+                                        "example": sig.format("x", 3)}
+    assert new["contract_error"][1]["count"] == 1 and "BLOCKS" in new["contract_error"][1]["example"]
+    assert t["a"]["library"]["messages"] == {"incorrect": [{"shape": "y[N] = N, expected N", "count": 1,
+                                                            "example": "y[3] = 1.5, expected 2.5"}]}
+    assert message_shape("a 'b' \"c\" `d` 12 3.5\nrest") == "a '…' '…' '…' N N"
+    one = library_match_table([("a", f"j{i}", False, "compile_error", f"error {c}") for i, c in enumerate("xyzyy")],
+                              "spmv", top_messages=1)  # numbers aside, distinct words stay distinct
+    assert one["a"]["new"]["messages"]["compile_error"] == [{"shape": "error y", "count": 3, "example": "error y"}]
+    md = markdown(t)
+    assert f"- new, contract_error: 2 x `{sig.format('x', 3)}`" in md
+    assert "- library, incorrect: 1 x `y[3] = 1.5, expected 2.5`" in md
+
+
 def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
     pytest.importorskip("numpy")
     from sparserl.eval.rescore import rescore
@@ -111,11 +138,15 @@ def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
                                        "geomean_speedup": 1.4}, "format_confusion_vs_oracle": {}}
     (tmp_path / "eval.json").write_text(json.dumps(result))
     lines = [{"system": "sft", "matrix": "m0", "verdict": "none", "speedup": 2.0, "completion": lib},
-             {"system": "sft", "matrix": "m0", "verdict": "incorrect", "speedup": None, "completion": "junk"}]
+             {"system": "sft", "matrix": "m0", "verdict": "incorrect", "speedup": None, "completion": "junk",
+              "message": "y[7] = 0, expected 1"}]
     (tmp_path / "completions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = rescore(tmp_path)
-    assert out["library_match"]["sft"]["library"] == {"samples": 1, "correct": 1, "failures": {}}
-    assert out["library_match"]["sft"]["new"] == {"samples": 1, "correct": 0, "failures": {"incorrect": 1}}
+    assert out["library_match"]["sft"]["library"] == {"samples": 1, "correct": 1, "failures": {}, "messages": {}}
+    assert out["library_match"]["sft"]["new"] == {"samples": 1, "correct": 0, "failures": {"incorrect": 1},
+                                                  "messages": {"incorrect": [{"shape": "y[N] = N, expected N",
+                                                                              "count": 1,
+                                                                              "example": "y[7] = 0, expected 1"}]}}
     md = (tmp_path / "eval.md").read_text()
     assert "## Samples against the library" in md and "| sft | 1 (50%), 100% correct | 0 | 0 | 1 (50%), 0% correct |" in md
     assert "Not correct, by the harness's verdict (sft): new: incorrect 1." in md

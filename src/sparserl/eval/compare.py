@@ -224,10 +224,10 @@ def _open_policies(cfg: EvalConfig, given: dict | None) -> dict[str, Policy]:
 
 
 def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple[MatrixContext, str]],
-                completions: Path) -> tuple[dict[str, dict], list[tuple[str, str, bool, str]]]:
+                completions: Path) -> tuple[dict[str, dict], list[tuple[str, str, bool, str, str]]]:
     """One policy's samples on every matrix (generated in full batches across matrices, then judged
-    by the harness): its per-matrix records and (system, completion, correct, verdict) of every sample; each
-    sample is appended to ``completions``."""
+    by the harness): its per-matrix records and (system, completion, correct, verdict, message) of every
+    sample; each sample is appended to ``completions``."""
     jobs = [ctx for ctx, _ in todo for _ in range(cfg.samples)]
     texts: list[str] = []
     for i in range(0, len(jobs), cfg.gen_batch):
@@ -242,7 +242,7 @@ def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple
                                 "message": (r.message or "")[:500], "format": r.format,
                                 "speedup": r.speedup, "completion": t}) + "\n")
     log.info("evaluated %s on %d matrices", name, len(todo))
-    return records, [(name, t, r.correct, r.error_kind.value) for t, r in zip(texts, rs)]
+    return records, [(name, t, r.correct, r.error_kind.value, r.message or "") for t, r in zip(texts, rs)]
 
 
 def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> dict:
@@ -258,7 +258,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     out = Path(cfg.out)
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
-    drawn: list[tuple[str, str, bool, str]] = []  # (policy, completion, correct, verdict): where samples come from
+    drawn: list[tuple[str, str, bool, str, str]] = []  # (policy, completion, correct, verdict, message) of every sample
     try:
         if not cfg.compile_only and not ev.has_gpu:
             raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")

@@ -99,22 +99,43 @@ def library_match(text: str, op: Op | str) -> LibraryMatch:
     return LibraryMatch.PARAMS if _shape(parts[0]) in heads.shapes else LibraryMatch.MISMATCH
 
 
-def library_match_table(samples: Iterable[tuple], op: Op | str) -> dict[str, dict[str, dict]]:
-    """Per system, per class: how many samples, how many of them correct, and the samples that were
-    not correct by the harness's verdict (``failures``: kind -> count, most common first).
+def message_shape(message: str) -> str:
+    """A harness message with what varies from kernel to kernel taken out (quoted names, numbers),
+    so that failures of one cause count together: its first line, quoted text as '…', numbers as N."""
+    first = (message or "").strip().split("\n", 1)[0]
+    first = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "'…'", first)
+    return re.sub(r"\d+(\.\d+)?", "N", first)[:160]
 
-    ``samples`` are (system, completion, correct) triples, or (system, completion, correct, verdict)
-    with the harness's verdict (an ``ErrorKind`` value); every class appears for every system (zeros
-    included), so tables of different runs line up."""
-    counts: dict[str, dict[LibraryMatch, list]] = defaultdict(lambda: {c: [0, 0, Counter()] for c in LibraryMatch})
+
+def _top_messages(by_kind: dict[str, Counter], examples: dict[tuple, str], top: int) -> dict[str, list[dict]]:
+    """Per failure kind, its ``top`` most common message shapes, each with one message as written."""
+    return {kind: [{"shape": shape, "count": n, "example": examples[kind, shape]}
+                   for shape, n in shapes.most_common(top)] for kind, shapes in by_kind.items()}
+
+
+def library_match_table(samples: Iterable[tuple], op: Op | str, top_messages: int = 2) -> dict[str, dict[str, dict]]:
+    """Per system, per class: how many samples, how many of them correct, and the samples that were
+    not correct by the harness's verdict (``failures``: kind -> count, most common first; ``messages``:
+    kind -> its ``top_messages`` most common :func:`message_shape` s with a count and one example).
+
+    ``samples`` are (system, completion, correct) triples, (system, completion, correct, verdict)
+    with the harness's verdict (an ``ErrorKind`` value), or (..., verdict, message) with its message;
+    every class appears for every system (zeros included), so tables of different runs line up."""
+    counts: dict[str, dict[LibraryMatch, list]] = defaultdict(
+        lambda: {c: [0, 0, Counter(), defaultdict(Counter), {}] for c in LibraryMatch})
     for system, text, correct, *verdict in samples:
         c = counts[system][library_match(text, op)]
         c[0] += 1
         c[1] += bool(correct)
         if not correct and verdict:
             c[2][verdict[0]] += 1
-    return {s: {c.value: {"samples": n, "correct": k, "failures": dict(f.most_common())}
-                for c, (n, k, f) in by.items()} for s, by in counts.items()}
+            if len(verdict) > 1 and verdict[1]:
+                shape = message_shape(verdict[1])
+                c[3][verdict[0]][shape] += 1
+                c[4].setdefault((verdict[0], shape), verdict[1].strip().split("\n", 1)[0][:240])
+    return {s: {c.value: {"samples": n, "correct": k, "failures": dict(f.most_common()),
+                          "messages": _top_messages(m, ex, top_messages)}
+                for c, (n, k, f, m, ex) in by.items()} for s, by in counts.items()}
 
 
 def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
@@ -138,6 +159,11 @@ def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
                  for c in cols if by[c.value].get("failures")]
         if parts:
             lines += ["", f"Not correct, by the harness's verdict ({system}): " + "; ".join(parts) + "."]
+        said = [f"- {c.value}, {kind}: {m['count']} x `{m['example']}`"
+                for c in cols for kind, ms in by[c.value].get("messages", {}).items() for m in ms]
+        if said:
+            lines += ["", f"The most common messages ({system}; each counts the messages of its shape, numbers and "
+                      "quoted names aside):", ""] + said
     return lines
 
 

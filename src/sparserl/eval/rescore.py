@@ -41,7 +41,7 @@ def rescore(folder: str | Path) -> dict:
                 ok = verified and r.get("speedup")
                 samples[r["system"]][r["matrix"]].append(r["speedup"] if ok else None)
                 if "completion" in r:  # files of older runs kept only the verdicts
-                    drawn.append((r["system"], r["completion"], verified, r["verdict"]))
+                    drawn.append((r["system"], r["completion"], verified, r["verdict"], r.get("message", "")))
     n = result["config"]["samples"]
     for name, recs in result["per_matrix"].items():
         for mname, rec in recs.items():
