@@ -6,7 +6,8 @@ the SFT set holds the library teacher's rows, the held-out table is written, a s
 finished stage, and a bad preset or a missing pack is one line. Mutations killed: searches over the
 test split (held-out matrices in the teacher), a merge that drops the library rows, a stage that
 runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
-other options than the data stage's."""
+other options than the data stage's, a kept improve round left out of the evaluations or of the guided
+search."""
 
 from __future__ import annotations
 
@@ -61,6 +62,15 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7, again.stdout[-2000:]
     assert len((out / "stages.tsv").read_text().splitlines()) == 7
+    # a kept improve round (its best/ folder): evaluated beside its SFT start, and it guides the search
+    shutil.copytree(tiny_model_dir, out / "improve" / "best")
+    for name in ("eval-test", "guided"):
+        (out / "stages" / f"{name}.done").unlink()
+    third = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert {"base_sft", "improved"} <= set(json.loads((out / "eval-test" / "eval.json").read_text())["summary"])
+    assert json.loads((out / "guided.json").read_text())["config"]["model"] == str(out / "improve" / "best")
+    assert json.loads((out / "targets.json").read_text())["sets"]["test"]["checkpoint"] == "improved"
 
 
 def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
