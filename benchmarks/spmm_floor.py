@@ -8,11 +8,13 @@ reading the row and value arrays too and multiplying the values in (what the ker
 its time is its writes of Y), a plain device copy's bandwidth, cuSPARSE's SpMM and the library's
 COO-runs kernel with Y zeroed by a memset before it (both as operators, ``from_library`` and
 ``from_kernel``), each as a ratio to the floor; and the same walk with Y not zeroed
-(``coo_runs_stored``, ``FORMAT: COO zero_y=0``: no memset of Y before it) at 64, 128 and 256 nonzeros
-a group, each run on a NaN-filled Y and compared with cuSPARSE's result (largest error over the largest
-entry; a row it never wrote would be NaN).
+(``coo_runs_stored``, ``FORMAT: COO zero_y=0``: no memset of Y before it) at 64, 128, 256 and 1024
+nonzeros a group (``--nzpg``: any counts, the library's body under its PARAMS line with that NZPG, and
+``--block``), each run on a NaN-filled Y and compared with cuSPARSE's result (largest error over the
+largest entry; a row it never wrote would be NaN).
 
     python benchmarks/spmm_floor.py --out floor.json            # one H200: about 20 s
+    python benchmarks/spmm_floor.py --ks 128 --nzpg 256,1024,2048,4096 --block 128 --out sweep.json
 """
 
 from __future__ import annotations
@@ -81,11 +83,25 @@ def gather_source(k: int, full: bool) -> str:
 KS = (8, 16, 32, 64, 128)
 """Column counts measured: 4 columns a lane and a power-of-two lane group (k / 4 lanes, 2 to 32)."""
 
-STORED_NZPG = (64, 128, 256)
-"""Entries a group of the ``coo_runs_stored`` kernels timed."""
+STORED_NZPG = (64, 128, 256, 1024)
+"""Entries a group of the ``coo_runs_stored`` kernels timed (the library's points)."""
 
 
-def measure(A, k: int) -> dict:
+def stored_kernels(k: int, nzpgs=STORED_NZPG, block: int = 256) -> list[tuple[str, str]]:
+    """(name, kernel text) of the ``coo_runs_stored`` kernels timed at ``k``: 4 columns a lane, the
+    selector's lanes per group, each count of entries a group in ``nzpgs``: the library's body under its
+    PARAMS line with those numbers (the body reads them by name)."""
+    from sparserl.kernels.library import get_variant
+
+    g = 16 if k <= 64 else 32
+    base = get_variant(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg=256,block=256").render()
+    line = f"PARAMS: G={g}, VEC=4, NZPG=256, BLOCK=256"
+    assert line in base, base[:200]
+    return [(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg={n},block={block}",
+             base.replace(line, f"PARAMS: G={g}, VEC=4, NZPG={n}, BLOCK={block}")) for n in nzpgs]
+
+
+def measure(A, k: int, nzpgs=STORED_NZPG, block: int = 256) -> dict:
     """Floor, copy bandwidth, cuSPARSE and the library kernel for ``A`` at ``k`` columns (one of :data:`KS`)."""
     import cupy as cp
 
@@ -120,9 +136,8 @@ def measure(A, k: int) -> dict:
     lib.matmat(X, out=ref)
     scale = float(cp.abs(ref).max()) or 1.0
     stored = []  # the same walk with Y not zeroed (FORMAT: COO zero_y=0): no memset of Y before it
-    for nzpg in STORED_NZPG:
-        sid = f"spmm/coo_runs_stored/zero_y=0/g={lanes},vec=4,nzpg={nzpg},block=256"
-        op = from_kernel(A, get_variant(sid).render(), "spmm", k)
+    for sid, text in stored_kernels(k, nzpgs, block):
+        op = from_kernel(A, text, "spmm", k)
         out = cp.full_like(Y, cp.nan)  # a row the kernel never writes stays NaN
         op.matmat(X, out=out)
         err = float(cp.abs(out - ref).max()) / scale
@@ -141,14 +156,26 @@ def measure(A, k: int) -> dict:
             "stored_speedup": cusparse_us / min(r["us"] for r in stored)}
 
 
+def _short(vid: str) -> str:
+    """``32,4,256`` for a ``coo_runs_stored`` variant id: its lanes, columns a lane and entries a group."""
+    p = dict(kv.split("=") for kv in vid.rsplit("/", 1)[1].split(","))
+    return f"{p['g']},{p['vec']},{p['nzpg']}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="JSON file to write")
     ap.add_argument("--nodes", type=int, default=1_000_000, help="nodes of the power-law graph")
     ap.add_argument("--ks", default="64,128", help=f"comma-separated column counts, each one of {', '.join(map(str, KS))}")
+    ap.add_argument("--nzpg", default=",".join(map(str, STORED_NZPG)),
+                    help="comma-separated entries a group of the Y-unzeroed kernels timed (1-65536)")
+    ap.add_argument("--block", type=int, default=256, choices=(128, 256, 512), help="their threads a block")
     args = ap.parse_args(argv)
     try:
         ks = [int(v) for v in args.ks.split(",")]
+        nzpgs = [int(v) for v in args.nzpg.split(",")]
+        if not nzpgs or any(not 1 <= n <= 65536 for n in nzpgs):
+            raise ValueError(f"--nzpg: counts from 1 to 65536, got {args.nzpg}")
         if not ks or any(k not in KS for k in ks):
             raise ValueError(f"each k one of {', '.join(map(str, KS))} (4 columns a lane, 2-32 lanes), got {args.ks}")
         import cupy  # noqa: F401
@@ -166,13 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     from sparserl.matrices import generate
 
     A = gcn_adjacency(generate("powerlaw", args.nodes, seed=2, mean_degree=4))
-    rows = [measure(A, k) for k in ks]
+    rows = [measure(A, k, nzpgs, args.block) for k in ks]
     print(f"powerlaw_{args.nodes}: {A.nnz} nonzeros")
     print("| k | gather | + rows, values | write Y | floor | copy GB/s | cuSPARSE | library kernel | floor / kernel "
-          f"| kernel vs cuSPARSE | Y unzeroed, nzpg {' / '.join(map(str, STORED_NZPG))} | its best vs cuSPARSE |")
+          "| kernel vs cuSPARSE | Y unzeroed (g, vec, nzpg) | its best vs cuSPARSE |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        st = " / ".join(f"{x['us']:.0f} us" + ("" if x["max_error_over_max_y"] is not None
+        st = " / ".join(_short(x["kernel"]) + f" {x['us']:.0f} us" + ("" if x["max_error_over_max_y"] is not None
                                                and x["max_error_over_max_y"] < 1e-4 else " (WRONG)")
                         for x in r["stored"])
         print(f"| {r['k']} | {r['gather_us']:.0f} us | {r['gather_full_us']:.0f} us | {r['write_y_us']:.0f} us | "

@@ -68,3 +68,30 @@ def test_nvrtc_builds_every_variant_with_nvccs_resources(compiled) -> None:
     assert all(r.backend == "nvrtc" for r in by_nvrtc) and all(r.backend == "nvcc" for _, r in compiled)
     differ = [(v.id, a.resources, b.resources) for (v, a), b in zip(compiled, by_nvrtc) if a.resources != b.resources]
     assert not differ, differ[:3]
+
+
+def test_eight_columns_a_lane_load_and_store_in_16_bytes(tmp_path) -> None:
+    """The SpMM helpers move VEC columns in 16-byte pieces whenever VEC is a multiple of 4, not only at 4:
+    a COO-runs body under PARAMS VEC=8 (a choice of numbers a policy or a search may make) compiles to
+    128-bit loads of X and stores of Y, and no 32-bit ones. Kills: the helpers' vector path kept for VEC == 4
+    only (8 scalar loads a row), a loop that covers only the first 4 columns (fewer vector loads)."""
+    import re
+    import subprocess
+
+    from sparserl.kernels.library import get_variant
+
+    counts = {}
+    for vec in (4, 8):  # 32 lanes of 4 columns or 16 of 8: 128 columns a group, 4 rows of X in flight either way
+        text = get_variant("spmm/coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=256,block=256").render()
+        code = split_completion(text.replace("G=16, VEC=4", f"G={128 // vec}, VEC={vec}"), Op.SPMM)[1]
+        src, ptx = tmp_path / f"v{vec}.cu", tmp_path / f"v{vec}.ptx"
+        src.write_text(code)
+        out = subprocess.run([find_nvcc(), "-arch=sm_90", "--ptx", "-o", str(ptx), str(src)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        body = ptx.read_text()
+        counts[vec] = (len(re.findall(r"ld\.global\.nc\.v4\.f32", body)), len(re.findall(r"ld\.global\.nc\.f32", body)),
+                       len(re.findall(r"st\.global\.v4\.f32", body)))
+    v4_loads, scalar_loads, v4_stores = counts[8]
+    assert scalar_loads == counts[4][1] == 1  # the value array's one load; X is read in 16-byte pieces only
+    assert v4_loads == 2 * counts[4][0] and v4_stores >= 2 * counts[4][2] > 0

@@ -150,14 +150,17 @@ def group_sum(var: str, g: str, mask: str = FULL_MASK) -> str:
 
 
 _VEC_NOTE = """
-// VEC consecutive columns of X and Y per lane: one 16-byte load or store when VEC is 4.
+// VEC consecutive columns of X and Y per lane: 16-byte loads and stores when VEC is a multiple of 4.
 """
 _FMA_X = """static __device__ __forceinline__ void fma_x(float* acc, float a, const float* xp)
 {
-    if constexpr (VEC == 4) {
-        const float4 xv = __ldg(reinterpret_cast<const float4*>(xp));
-        acc[0] = fmaf(a, xv.x, acc[0]); acc[1] = fmaf(a, xv.y, acc[1]);
-        acc[2] = fmaf(a, xv.z, acc[2]); acc[3] = fmaf(a, xv.w, acc[3]);
+    if constexpr (VEC % 4 == 0) {
+        #pragma unroll
+        for (int q = 0; q < VEC; q += 4) {
+            const float4 xv = __ldg(reinterpret_cast<const float4*>(xp + q));
+            acc[q] = fmaf(a, xv.x, acc[q]); acc[q + 1] = fmaf(a, xv.y, acc[q + 1]);
+            acc[q + 2] = fmaf(a, xv.z, acc[q + 2]); acc[q + 3] = fmaf(a, xv.w, acc[q + 3]);
+        }
     } else {
         #pragma unroll
         for (int q = 0; q < VEC; ++q) acc[q] = fmaf(a, __ldg(xp + q), acc[q]);
@@ -166,9 +169,12 @@ _FMA_X = """static __device__ __forceinline__ void fma_x(float* acc, float a, co
 """
 _LOAD_X = """static __device__ __forceinline__ void load_x(float* xv, const float* xp)
 {
-    if constexpr (VEC == 4) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(xp));
-        xv[0] = v.x; xv[1] = v.y; xv[2] = v.z; xv[3] = v.w;
+    if constexpr (VEC % 4 == 0) {
+        #pragma unroll
+        for (int q = 0; q < VEC; q += 4) {
+            const float4 v = __ldg(reinterpret_cast<const float4*>(xp + q));
+            xv[q] = v.x; xv[q + 1] = v.y; xv[q + 2] = v.z; xv[q + 3] = v.w;
+        }
     } else {
         #pragma unroll
         for (int q = 0; q < VEC; ++q) xv[q] = __ldg(xp + q);
@@ -177,8 +183,10 @@ _LOAD_X = """static __device__ __forceinline__ void load_x(float* xv, const floa
 """
 _STORE_Y = """static __device__ __forceinline__ void store_y(float* yp, const float* acc)
 {
-    if constexpr (VEC == 4) {
-        *reinterpret_cast<float4*>(yp) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    if constexpr (VEC % 4 == 0) {
+        #pragma unroll
+        for (int q = 0; q < VEC; q += 4)
+            *reinterpret_cast<float4*>(yp + q) = make_float4(acc[q], acc[q + 1], acc[q + 2], acc[q + 3]);
     } else {
         #pragma unroll
         for (int q = 0; q < VEC; ++q) yp[q] = acc[q];
@@ -188,8 +196,10 @@ _STORE_Y = """static __device__ __forceinline__ void store_y(float* yp, const fl
 _ADD_Y = """static __device__ __forceinline__ void add_y(float* yp, const float* acc)
 {
 #if __CUDA_ARCH__ >= 900
-    if constexpr (VEC == 4) {  // one 16-byte atomic add (sm_90)
-        atomicAdd(reinterpret_cast<float4*>(yp), make_float4(acc[0], acc[1], acc[2], acc[3]));
+    if constexpr (VEC % 4 == 0) {  // 16-byte atomic adds (sm_90)
+        #pragma unroll
+        for (int q = 0; q < VEC; q += 4)
+            atomicAdd(reinterpret_cast<float4*>(yp + q), make_float4(acc[q], acc[q + 1], acc[q + 2], acc[q + 3]));
     } else
 #endif
     {

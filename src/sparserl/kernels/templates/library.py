@@ -10,11 +10,12 @@ sigma is 1 or a multiple of C (the contract's rule).
 A few strategies get domains wider than the library's points (:data:`WIDER`): merge-path CSR
 tile sizes (block x items per thread, limited by the 48 KiB of static shared memory its tile
 takes), the segmented COO kernel's batches, SELL's slice height and sorting window, the COO
-SpMM's nonzeros per lane group and block size (at the 32-lane kernel's 70 registers a thread,
-blocks of 128 fit 28 warps on an SM where blocks of 256 fit 24), and every power of two up to a
-warp for the SpMM strategies' lanes per row (the library has 2, 8 and 32, and 16 for COO runs,
-where 16 lanes of 4 columns cover k = 64 in one pass). Mutations reach them; the seeds stay the
-library's.
+SpMM's nonzeros per lane group (up to 2048: on the 1M-node GCN graph, 8.9M nonzeros at k = 128,
+fewer and longer groups walk faster, 1139 us at 2048 against 1156 at 256, until too few groups fill
+the GPU, 1531 at 4096) and block size (at the 32-lane kernel's 70 registers a thread, blocks of 128
+fit 28 warps on an SM where blocks of 256 fit 24), and every power of two up to a warp for the SpMM
+strategies' lanes per row (the library has 2, 8 and 32, and 16 for COO runs, where 16 lanes of 4
+columns cover k = 64 in one pass). Mutations reach them; the seeds stay the library's.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ WIDER: dict[tuple[Op, str], dict[str, tuple[int, ...]]] = {
     (Op.SPMV, "csr_merge"): {"block": (64, 128, 256, 512), "ipt": (1, 2, 3, 4, 5, 7, 9, 11, 13, 15)},
     (Op.SPMV, "coo_segmented"): {"batches": (1, 2, 4, 8, 16, 32), "block": (128, 256, 512)},
     (Op.SPMV, "sell_lanes"): {"C": (8, 16, 32, 64, 128), "sigma": (1, 64, 128, 256, 512, 1024, 4096)},
-    **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32), "nzpg": (1, 4, 16, 32, 64, 128, 256), "block": (128, 256, 512)}
-       for s in ("coo_runs", "coo_runs_stored")},
+    **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32), "nzpg": (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048),
+                      "block": (128, 256, 512)} for s in ("coo_runs", "coo_runs_stored")},
     **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32)} for s in ("csr_rows", "ell_rows", "sell_lanes",
                                                           "dia_rows", "hyb_ell_coo", "bsr_group")},
 }
