@@ -8,9 +8,10 @@ reading the row and value arrays too and multiplying the values in (what the ker
 its time is its writes of Y), a plain device copy's bandwidth, cuSPARSE's SpMM and the library's
 COO-runs kernel with Y zeroed by a memset before it (both as operators, ``from_library`` and
 ``from_kernel``), each as a ratio to the floor; and the same walk with Y not zeroed
-(``coo_runs_stored``, ``FORMAT: COO zero_y=0``: no memset of Y before it) at 64, 128, 256 and 1024
-nonzeros a group (``--nzpg``: any counts, the library's body under its PARAMS line with that NZPG, and
-``--block``), each run on a NaN-filled Y and compared with cuSPARSE's result (largest error over the
+(``coo_runs_stored``, ``FORMAT: COO zero_y=0``: no memset of Y before it) at the library's points (64,
+128 and 256 nonzeros a group in blocks of 256, and at 32 lanes 1024 in blocks of 128; ``--nzpg`` and
+``--block``: any counts in one block size, the library's body under its PARAMS line with those
+numbers), each run on a NaN-filled Y and compared with cuSPARSE's result (largest error over the
 largest entry; a row it never wrote would be NaN).
 
     python benchmarks/spmm_floor.py --out floor.json            # one H200: about 20 s
@@ -83,25 +84,25 @@ def gather_source(k: int, full: bool) -> str:
 KS = (8, 16, 32, 64, 128)
 """Column counts measured: 4 columns a lane and a power-of-two lane group (k / 4 lanes, 2 to 32)."""
 
-STORED_NZPG = (64, 128, 256, 1024)
-"""Entries a group of the ``coo_runs_stored`` kernels timed (the library's points)."""
-
-
-def stored_kernels(k: int, nzpgs=STORED_NZPG, block: int = 256) -> list[tuple[str, str]]:
+def stored_kernels(k: int, points=None) -> list[tuple[str, str]]:
     """(name, kernel text) of the ``coo_runs_stored`` kernels timed at ``k``: 4 columns a lane, the
-    selector's lanes per group, each count of entries a group in ``nzpgs``: the library's body under its
-    PARAMS line with those numbers (the body reads them by name)."""
-    from sparserl.kernels.library import get_variant
+    selector's lanes per group, each (entries a group, threads a block) in ``points`` (default: the
+    library's points at those lanes): the library's body under its PARAMS line with those numbers (the
+    body reads them by name)."""
+    from sparserl.kernels.library import all_variants, get_variant
 
     g = 16 if k <= 64 else 32
+    if points is None:
+        points = [(v.t("nzpg"), v.t("block")) for v in all_variants()
+                  if v.strategy == "coo_runs_stored" and v.t("g") == g and v.t("vec") == 4]
     base = get_variant(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg=256,block=256").render()
     line = f"PARAMS: G={g}, VEC=4, NZPG=256, BLOCK=256"
     assert line in base, base[:200]
-    return [(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg={n},block={block}",
-             base.replace(line, f"PARAMS: G={g}, VEC=4, NZPG={n}, BLOCK={block}")) for n in nzpgs]
+    return [(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg={n},block={b}",
+             base.replace(line, f"PARAMS: G={g}, VEC=4, NZPG={n}, BLOCK={b}")) for n, b in points]
 
 
-def measure(A, k: int, nzpgs=STORED_NZPG, block: int = 256) -> dict:
+def measure(A, k: int, points=None) -> dict:
     """Floor, copy bandwidth, cuSPARSE and the library kernel for ``A`` at ``k`` columns (one of :data:`KS`)."""
     import cupy as cp
 
@@ -136,7 +137,7 @@ def measure(A, k: int, nzpgs=STORED_NZPG, block: int = 256) -> dict:
     lib.matmat(X, out=ref)
     scale = float(cp.abs(ref).max()) or 1.0
     stored = []  # the same walk with Y not zeroed (FORMAT: COO zero_y=0): no memset of Y before it
-    for sid, text in stored_kernels(k, nzpgs, block):
+    for sid, text in stored_kernels(k, points):
         op = from_kernel(A, text, "spmm", k)
         out = cp.full_like(Y, cp.nan)  # a row the kernel never writes stays NaN
         op.matmat(X, out=out)
@@ -157,9 +158,10 @@ def measure(A, k: int, nzpgs=STORED_NZPG, block: int = 256) -> dict:
 
 
 def _short(vid: str) -> str:
-    """``32,4,256`` for a ``coo_runs_stored`` variant id: its lanes, columns a lane and entries a group."""
+    """``32,4,256,256`` for a ``coo_runs_stored`` variant id: its lanes, columns a lane, entries a group and
+    threads a block."""
     p = dict(kv.split("=") for kv in vid.rsplit("/", 1)[1].split(","))
-    return f"{p['g']},{p['vec']},{p['nzpg']}"
+    return f"{p['g']},{p['vec']},{p['nzpg']},{p['block']}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,15 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="JSON file to write")
     ap.add_argument("--nodes", type=int, default=1_000_000, help="nodes of the power-law graph")
     ap.add_argument("--ks", default="64,128", help=f"comma-separated column counts, each one of {', '.join(map(str, KS))}")
-    ap.add_argument("--nzpg", default=",".join(map(str, STORED_NZPG)),
-                    help="comma-separated entries a group of the Y-unzeroed kernels timed (1-65536)")
-    ap.add_argument("--block", type=int, default=256, choices=(128, 256, 512), help="their threads a block")
+    ap.add_argument("--nzpg", help="comma-separated entries a group of the Y-unzeroed kernels timed (1-65536), all "
+                    "in blocks of --block (default: the library's points)")
+    ap.add_argument("--block", type=int, default=256, choices=(128, 256, 512), help="threads a block with --nzpg")
     args = ap.parse_args(argv)
     try:
         ks = [int(v) for v in args.ks.split(",")]
-        nzpgs = [int(v) for v in args.nzpg.split(",")]
-        if not nzpgs or any(not 1 <= n <= 65536 for n in nzpgs):
-            raise ValueError(f"--nzpg: counts from 1 to 65536, got {args.nzpg}")
+        points = None  # the library's
+        if args.nzpg is not None:
+            points = [(int(v), args.block) for v in args.nzpg.split(",")]
+            if not points or any(not 1 <= n <= 65536 for n, _ in points):
+                raise ValueError(f"--nzpg: counts from 1 to 65536, got {args.nzpg}")
         if not ks or any(k not in KS for k in ks):
             raise ValueError(f"each k one of {', '.join(map(str, KS))} (4 columns a lane, 2-32 lanes), got {args.ks}")
         import cupy  # noqa: F401
@@ -193,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     from sparserl.matrices import generate
 
     A = gcn_adjacency(generate("powerlaw", args.nodes, seed=2, mean_degree=4))
-    rows = [measure(A, k, nzpgs, args.block) for k in ks]
+    rows = [measure(A, k, points) for k in ks]
     print(f"powerlaw_{args.nodes}: {A.nnz} nonzeros")
     print("| k | gather | + rows, values | write Y | floor | copy GB/s | cuSPARSE | library kernel | floor / kernel "
-          "| kernel vs cuSPARSE | Y unzeroed (g, vec, nzpg) | its best vs cuSPARSE |")
+          "| kernel vs cuSPARSE | Y unzeroed (g, vec, nzpg, block) | its best vs cuSPARSE |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         st = " / ".join(_short(x["kernel"]) + f" {x['us']:.0f} us" + ("" if x["max_error_over_max_y"] is not None

@@ -79,9 +79,10 @@ def test_the_rules_at_their_edges(kw: dict, spmv: str, spmm: str | None) -> None
     (32, 10_000, "coo_runs/-/g=16,vec=4,nzpg=16"),
     (64, 10_000, "coo_runs/-/g=16,vec=4,nzpg=16"),
     (65, 10_000, "coo_runs/-/g=32,vec=4,nzpg=16"),
-    # 32768 warps of work: 256 entries a group from 256 x 32768 nonzeros at 32 lanes, then 128, 64, 16
-    (128, 256 * 32768, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=256"),
-    (128, 256 * 32768 - 1, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=128"),
+    # 8192 warps of work for 1024 entries a group (from 1024 x 8192 nonzeros at 32 lanes, in blocks of 128),
+    # 32768 for 128, 64 and 16
+    (128, 1024 * 8192, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=1024,block=128"),
+    (128, 1024 * 8192 - 1, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=128"),
     (128, 128 * 32768, "coo_runs_stored/zero_y=0/g=32,vec=4,nzpg=128"),
     (128, 128 * 32768 - 1, "coo_runs/-/g=32,vec=4,nzpg=64"),
     (128, 64 * 32768, "coo_runs/-/g=32,vec=4,nzpg=64"),
@@ -89,20 +90,20 @@ def test_the_rules_at_their_edges(kw: dict, spmv: str, spmm: str | None) -> None
     # 16 lanes: two groups a warp, so twice the nonzeros for the same entries a group
     (64, 2 * 128 * 32768, "coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=128"),
     (64, 2 * 128 * 32768 - 1, "coo_runs/-/g=16,vec=4,nzpg=64"),
-    (64, 2 * 256 * 32768, "coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=256"),
+    (64, 4 * 1024 * 8192, "coo_runs_stored/zero_y=0/g=16,vec=4,nzpg=128"),  # 1024 entries: 32 lanes only
     (64, 2 * 64 * 32768, "coo_runs/-/g=16,vec=4,nzpg=64"),
     (64, 2 * 64 * 32768 - 1, "coo_runs/-/g=16,vec=4,nzpg=16"),
 ])
 @pytest.mark.parametrize("empty", [0, 40])
 def test_skewed_spmm_lanes_by_k_entries_a_group_by_size(k, nnz, want, empty) -> None:
     """Skewed rows in SpMM: COO runs, 16 lanes of 4 columns when k <= 64 (one pass over Y's row, no idle
-    lanes), 32 beyond; the most entries a group that leaves 32768 warps of work: Y not zeroed with 256 or
-    128, else Y zeroed first with 64, else 16; with more than 1% of the rows empty (41 of 4096), Y zeroed
+    lanes), 32 beyond; the most entries a group that leaves enough warps of work: Y not zeroed with 1024
+    (8192 warps, 32 lanes only) or 128 (32768), else Y zeroed first with 64 (32768), else 16; with more than 1% of the rows empty (41 of 4096), Y zeroed
     whatever the size (64 or 16 entries by the same count). Kills: the k bound moved or dropped, the skew
     rule not applied to SpMM, the size thresholds moved or made strict, the lanes' share of a warp left
     out of them, the empty-row bound moved or made loose, the unzeroed walk kept below 128 entries."""
     f = features(row_len_max=481, nnz=nnz, empty_rows=empty)
-    assert select_variant(f, Op.SPMM, k).id == f"spmm/{want},block=256"
+    assert select_variant(f, Op.SPMM, k).id == f"spmm/{want}" + ("" if "block=" in want else ",block=256")
     wide = dataclasses.replace(f, empty_rows=41)
     g = 16 if k is not None and k <= 64 else 32
     nzpg = 64 if nnz * g / 32 / 64 >= 32768 else 16

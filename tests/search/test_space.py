@@ -157,11 +157,11 @@ def test_the_selectors_choice_for_a_skewed_spmm_is_a_valid_first_seed(monkeypatc
     from sparserl.search.run import _selector_point
 
     A = sp.csr_array(generate("powerlaw", 20_000, seed=2, mean_degree=4))
-    monkeypatch.setattr(library, "SKEWED_SPMM_WARPS", A.nnz // 256)
+    monkeypatch.setattr(library, "SKEWED_SPMM_WARPS", A.nnz // 128)  # 128 entries a group: the bound's pick
     ctx = MatrixContext(A, "powerlaw", Op.SPMM, 128)
     name, params, note = _selector_point(ctx)
     space = CandidateSpace(matrix_card(A), Op.SPMM, 128, templates("spmm"))
     seeds = list(space.seeds([(name, params, note)]))
     assert name == "coo_runs_stored" and seeds[0].note == "selector"
-    assert seeds[0].id == "spmm/coo_runs_stored/-/g=32,vec=4,nzpg=256,block=256"
+    assert seeds[0].id == "spmm/coo_runs_stored/-/g=32,vec=4,nzpg=128,block=256"
     assert seeds[0].text.startswith("FORMAT: COO zero_y=0\n")
