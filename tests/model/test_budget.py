@@ -59,3 +59,24 @@ def test_policy_generate_resolves_none_to_the_budget(tiny_tokenizer, tiny_hf_con
     assert policy.completion_budget(None) == completion_budget(tiny_tokenizer, None,
                                                                library_token_lengths(tiny_tokenizer))
     assert policy.completion_budget(7) == 7
+
+
+def test_a_taught_completion_longer_than_the_library_sets_the_budget(tiny_tokenizer, caplog) -> None:
+    """A policy fine-tuned on kernels longer than the library's longest (specialised kernels with tables)
+    gets a budget that lets a sample finish them; one asked for below it is kept and the cut is named.
+    Kills: ``taught`` ignored, the library's figure taken when it is the smaller, a warning that names only
+    library kernels."""
+    from sparserl.model.budget import completion_budget, library_token_lengths, longest_completion
+
+    lengths = library_token_lengths(tiny_tokenizer)
+    library = max(lengths.values())
+    assert completion_budget(tiny_tokenizer, None, lengths, taught=library - 10) == completion_budget(
+        tiny_tokenizer, None, lengths)
+    budget = completion_budget(tiny_tokenizer, None, lengths, taught=library + 1000)
+    assert budget > library + 1000 and budget % 128 == 0
+    with caplog.at_level(logging.WARNING, logger="sparserl.model.budget"):
+        assert completion_budget(tiny_tokenizer, library + 500, lengths, taught=library + 1000) == library + 500
+    assert "fine-tuned on" in caplog.text and "library kernel" not in caplog.text
+    assert longest_completion(tiny_tokenizer, ["a b", "a b c d e f", "a b"]) == len(
+        tiny_tokenizer("a b c d e f", add_special_tokens=False)["input_ids"])
+    assert longest_completion(tiny_tokenizer, []) == 0

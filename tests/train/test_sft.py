@@ -106,6 +106,17 @@ def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model
     r2 = sft(SFTConfig(**{**cfg.__dict__, "steps": 40, "resume": True}))
     steps = [json.loads(l)["step"] for l in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert r2["steps"] == 40 and max(steps) == 40
+    # the checkpoint knows the longest completion it learnt, and its automatic budget lets a sample finish it
+    # (kills: the length not measured, not saved, not read back, or left out of the budget)
+    from sparserl.model.budget import longest_completion
+    from sparserl.model.policy import Policy
+
+    policy = Policy.load(tmp_path / "sft" / "checkpoint")
+    codes = [json.loads(line)["code"] for line in (data_dir / "train.jsonl").read_text().splitlines()]
+    assert policy.taught_tokens == longest_completion(policy.tokenizer, codes) > 0
+    assert json.loads((tmp_path / "sft" / "checkpoint" / "policy.json").read_text())["taught_tokens"] == policy.taught_tokens
+    policy.taught_tokens += 5000  # as if it had learnt a kernel far past the library's longest
+    assert policy.completion_budget(None) > policy.taught_tokens
 
 
 def test_paper_compatible_entry_points(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:

@@ -1,11 +1,13 @@
-"""How many new tokens a completion may take: never fewer than the longest library kernel needs.
+"""How many new tokens a completion may take: never fewer than the longest kernel the policy knows needs.
 
 A policy that imitates the kernel library must be able to finish every library kernel, in its own
 tokens (the digit-splitting tokenizer of a small model and a user's Qwen3 tokenizer count the same
-text differently). :func:`completion_budget` turns a stage's ``max_new_tokens`` (``None``: as many
-as the longest library kernel of either op needs, plus :data:`MARGIN`, rounded up to a multiple of
-:data:`ROUND`) into the number the decoder gets; a smaller number given on purpose is kept, with a
-warning naming the library kernels it cuts short.
+text differently); a policy fine-tuned on longer kernels (specialised ones, whose tables of row
+indices make ``csr_adaptive_spec`` 3.8k-4.5k tokens against the library's longest 2.9k) must be able
+to finish those too: ``taught`` is the longest completion it was fine-tuned on (``Policy.taught_tokens``).
+:func:`completion_budget` turns a stage's ``max_new_tokens`` (``None``: as many as the longer of the
+two needs, plus :data:`MARGIN`, rounded up to a multiple of :data:`ROUND`) into the number the
+decoder gets; a smaller number given on purpose is kept, with a warning naming what it cuts short.
 """
 
 from __future__ import annotations
@@ -37,15 +39,23 @@ def library_token_lengths(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
 
 
 def completion_budget(tokenizer: PreTrainedTokenizerBase, requested: int | None,
-                      lengths: dict[str, int] | None = None) -> int:
+                      lengths: dict[str, int] | None = None, taught: int = 0) -> int:
     """The decoder's ``max_new_tokens`` for a stage that asked for ``requested`` (see the module
-    docstring). ``lengths``: :func:`library_token_lengths` when already computed."""
+    docstring). ``lengths``: :func:`library_token_lengths` when already computed; ``taught``: the longest
+    completion the policy was fine-tuned on, in its tokens (0: none known)."""
     lengths = lengths if lengths is not None else library_token_lengths(tokenizer)
-    longest = max(lengths.values())
+    longest = max(max(lengths.values()), taught)
     if requested is None:
         return -(-(longest + 1 + MARGIN) // ROUND) * ROUND
     if requested <= longest:
         cut = sorted((n, i) for i, n in lengths.items() if n >= requested)
-        log.warning("max_new_tokens %d cuts %d library kernel(s) short (the longest, %s, is %d tokens): a sample "
-                    "cannot finish them", requested, len(cut), cut[-1][1], longest)
+        what = [f"{len(cut)} library kernel(s) (the longest, {cut[-1][1]}, is {cut[-1][0]} tokens)"] if cut else []
+        what += [f"the longest kernel it was fine-tuned on ({taught} tokens)"] if taught >= requested else []
+        log.warning("max_new_tokens %d cuts %s short: a sample cannot finish them", requested, " and ".join(what))
     return requested
+
+
+def longest_completion(tokenizer: PreTrainedTokenizerBase, texts) -> int:
+    """The longest of ``texts`` (completions a policy is fine-tuned on), in ``tokenizer``'s tokens; each
+    distinct text is counted once (0: none)."""
+    return max((len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in set(texts)), default=0)

@@ -140,6 +140,9 @@ class Policy(torch.nn.Module):
         self.tokenizer = tokenizer
         self.base_path = base_path
         self._library_lengths: dict[str, int] | None = None  # library kernels in this tokenizer's tokens
+        self.taught_tokens = 0
+        """The longest completion this policy was fine-tuned on, in its tokens (0: none known): the automatic
+        completion budget lets a sample finish it (:mod:`sparserl.model.budget`); saved in policy.json."""
         if config.lora is not None:
             from peft import LoraConfig, get_peft_model
 
@@ -334,13 +337,13 @@ class Policy(torch.nn.Module):
         return out
 
     def completion_budget(self, requested: int | None) -> int:
-        """The decoder's ``max_new_tokens`` for ``requested`` (None: the longest library kernel in this
-        policy's tokens plus a margin; see :mod:`sparserl.model.budget`), worked out once per policy."""
+        """The decoder's ``max_new_tokens`` for ``requested`` (None: the longest library kernel or taught
+        completion in this policy's tokens, plus a margin; see :mod:`sparserl.model.budget`)."""
         from sparserl.model.budget import completion_budget, library_token_lengths
 
         if self._library_lengths is None:
             self._library_lengths = library_token_lengths(self.tokenizer)
-        return completion_budget(self.tokenizer, requested, self._library_lengths)
+        return completion_budget(self.tokenizer, requested, self._library_lengths, self.taught_tokens)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -353,7 +356,8 @@ class Policy(torch.nn.Module):
         self.lm.save_pretrained(str(folder / "lm"))
         self.tokenizer.save_pretrained(str(folder / "lm"))
         save_file({k: v.contiguous() for k, v in self.encoder.state_dict().items()}, str(folder / "encoder.safetensors"))
-        meta = {"config": asdict(self.config), "base_path": self.base_path, "lora": self.config.lora is not None}
+        meta = {"config": asdict(self.config), "base_path": self.base_path, "lora": self.config.lora is not None,
+                "taught_tokens": self.taught_tokens}
         (folder / "policy.json").write_text(json.dumps(meta, indent=1))
 
     @classmethod
@@ -386,4 +390,5 @@ class Policy(torch.nn.Module):
             lm = AutoModelForCausalLM.from_pretrained(str(folder / "lm"), dtype=_dtype(config.dtype))
             policy = cls(lm, tok, config, base_path=meta["base_path"])
         policy.encoder.load_state_dict(load_file(str(folder / "encoder.safetensors")))
+        policy.taught_tokens = int(meta.get("taught_tokens", 0))  # saved before it existed: not known
         return policy.to(device)

@@ -27,6 +27,7 @@ from sparserl.encoding import EncodingConfig
 from sparserl.eval.metrics import geomean
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.result import ErrorKind
+from sparserl.model.budget import longest_completion
 from sparserl.model.build import build_policy
 from sparserl.model.policy import LoraSpec, Policy, PolicyConfig
 from sparserl.progress import progress
@@ -164,6 +165,10 @@ def _setup(cfg: SFTConfig, evaluator) -> _Run:
     policy = Policy.load(ckpt, device=str(device)) if resuming else build_policy(
         cfg.model, policy_config(cfg), device, seed=cfg.seed, card=cfg.card)
     policy.to(device)
+    taught = longest_completion(policy.tokenizer, [r.code for r in train_rows])
+    if taught > policy.taught_tokens:  # the decoder's default budget must let a sample finish what it learns
+        log.info("the longest training completion is %d tokens: sampling budgets at least that", taught)
+        policy.taught_tokens = taught
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = np.random.default_rng(cfg.seed if not info.rank else [cfg.seed, info.rank])  # each rank its own batches
