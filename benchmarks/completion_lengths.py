@@ -1,0 +1,90 @@
+"""How long the search's specialised kernels are in a policy's tokens, against the completion budget the
+library alone sets.
+
+A policy fine-tuned on the best-known store learns the search's winners, and some of them are
+specialised kernels (``*_spec`` templates) that carry a matrix's facts as tables: ``csr_adaptive_spec``
+lists its long rows. The automatic completion budget (:mod:`sparserl.model.budget`) was the longest
+library kernel plus a margin; a kernel longer than that can be learnt but never finished by a sample.
+This renders every specialised template's seed points on generated matrices of each family and counts
+their tokens, beside the library's longest and the budget it alone gives.
+
+    PYTHONPATH=src python benchmarks/completion_lengths.py --tokenizer PACK/tokenizer --rows 100000 --out lengths.json
+
+``--tokenizer``: a tokenizer folder (a corpus pack's ``tokenizer/``, a policy checkpoint's ``lm/``, any
+HF model folder). CPU only; about a second a family at 100k rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+FAMILIES = ("diagonal", "banded", "stencil2d", "block", "random", "powerlaw", "skewed", "empty_rows", "rectangular",
+            "dense_lines", "rmat", "lp", "arrow")
+
+
+def measure(tokenizer, families, rows: int, op: str = "spmv") -> dict:
+    """Per family: the specialised seeds' token counts (longest first, with their template), and how many
+    exceed the library's budget."""
+    from sparserl.kernels.templates import templates
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+    from sparserl.model.budget import completion_budget, library_token_lengths
+
+    lengths = library_token_lengths(tokenizer)
+    budget = completion_budget(tokenizer, None, lengths)
+    longest_id = max(lengths, key=lengths.get)
+    out = {"library_longest": {"id": longest_id, "tokens": lengths[longest_id]}, "library_budget": budget,
+           "rows": rows, "op": op, "families": {}}
+    spec = [t for t in templates(op) if t.specialised]
+    for fam in families:
+        A = generate(fam, rows, seed=0)
+        card = matrix_card(A)
+        seeds = []
+        for t in spec:
+            for p in t.seed_points(card, None):
+                if t.check(p, card, None) is None:
+                    text = t.render(p, card)
+                    seeds.append({"template": t.name, "tokens": len(tokenizer(text, add_special_tokens=False)["input_ids"])})
+        seeds.sort(key=lambda s: -s["tokens"])
+        out["families"][fam] = {"nnz": int(A.nnz), "seeds": seeds, "over_budget": sum(s["tokens"] >= budget for s in seeds)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokenizer", type=Path, required=True, help="a tokenizer folder (PACK/tokenizer, a checkpoint's lm/)")
+    ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated generator families")
+    ap.add_argument("--rows", type=int, default=100_000, help="rows of each generated matrix")
+    ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    args = ap.parse_args(argv)
+    from sparserl.matrices import FAMILIES as KNOWN
+
+    families = [f for f in args.families.split(",") if f]
+    bad = [f for f in families if f not in KNOWN]
+    if not families or bad or args.rows < 100:
+        print(f"error: families from {', '.join(sorted(KNOWN))} and --rows >= 100 (got {args.families!r}, "
+              f"{args.rows})", file=sys.stderr)
+        return 2
+    if not (args.tokenizer / "tokenizer.json").exists() and not (args.tokenizer / "tokenizer_config.json").exists():
+        print(f"error: {args.tokenizer} holds no tokenizer (give PACK/tokenizer or a checkpoint's lm/)", file=sys.stderr)
+        return 2
+    from sparserl.model.tokenizer import load_tokenizer
+
+    result = measure(load_tokenizer(args.tokenizer), families, args.rows)
+    print(f"library: longest {result['library_longest']['tokens']} tokens ({result['library_longest']['id']}), "
+          f"budget {result['library_budget']}")
+    print("| family | nonzeros | specialised seeds | longest (template) | at or over the budget |")
+    print("| --- | ---: | ---: | --- | ---: |")
+    for fam, r in result["families"].items():
+        top = f"{r['seeds'][0]['tokens']} ({r['seeds'][0]['template']})" if r["seeds"] else "-"
+        print(f"| {fam} | {r['nnz']} | {len(r['seeds'])} | {top} | {r['over_budget']} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
