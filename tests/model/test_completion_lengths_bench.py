@@ -43,3 +43,24 @@ def test_bad_input_is_one_line(tiny_model_dir, tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("error: ") for line in err)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_judge_gives_the_harness_verdicts_as_written_and_cut_at_the_budget(tiny_model_dir, tmp_path) -> None:
+    """Kills: a cut that keeps the whole kernel, verdicts from something other than the harness, a kernel under
+    the budget judged as cut."""
+    from sparserl.harness.compile import find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("needs nvcc")
+    out = tmp_path / "j.json"
+    assert bench.main(["--tokenizer", str(tiny_model_dir), "--families", "lp", "--rows", "3000", "--judge",
+                       "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    seeds = got["families"]["lp"]["seeds"]
+    assert seeds and all(s["verdict"] == "no_gpu" for s in seeds)  # every seed as written gets through the front
+    assert any(s["tokens"] >= got["library_budget"] for s in seeds)  # csr_adaptive_spec: past the budget here too
+    for s in seeds:
+        if s["tokens"] >= got["library_budget"]:
+            assert s["cut_verdict"] in ("static_check", "contract_error", "compile_error", "extract_error"), s
+        else:
+            assert s["cut_verdict"] == "no_gpu", s
