@@ -84,7 +84,7 @@ def make_sdist(folder: Path, name: str = "other-ops", version: str = "2.0") -> P
 
 
 def cfg(out: Path, archives: Path, **kw) -> BuildConfig:
-    base = dict(out=str(out), archives=str(archives), toolkit=False, library=False, rules=RULES,
+    base = dict(out=str(out), archives=str(archives), toolkit=False, library=False, templates=False, rules=RULES,
                 heldout_packages=(), heldout_fraction=0.0)
     return BuildConfig(**(base | kw))
 
@@ -205,6 +205,28 @@ def test_library_and_toolkit_sources(tmp_path, archives) -> None:
     assert file_path(tmp_path / "c", lib[0].sha256).read_text().startswith("FORMAT:")
 
 
+def test_the_templates_come_in_rendered_with_their_specialised_kernels(tmp_path, archives, monkeypatch) -> None:
+    """The search templates at their seed points on small generated matrices: the specialised kernels (tables of
+    a matrix's facts) among them, each rendering once. Kills: the source left out of a build, only the generic
+    templates (whose renderings do not depend on the matrix), a rendering kept twice, a held-out family's
+    matrix rendered."""
+    import sparserl.matrices as matrices
+    from sparserl.matrices.generators import HELD_OUT_FAMILIES
+
+    seen: list[str] = []
+    original = matrices.generate
+    monkeypatch.setattr(matrices, "generate", lambda family, rows, **kw: seen.append(family) or original(family, rows, **kw))
+    s = build(cfg(tmp_path / "c", archives, templates=True))
+    rows = [r for r in read_manifest(tmp_path / "c") if r.package == "sparserl-templates"]
+    assert len(rows) == s["packages"]["sparserl-templates"]["kept"] > 20
+    names = {r.path.split("/")[1] for r in rows}
+    assert {"csr_adaptive_spec", "dia_window_spec"} <= names and any(not n.endswith("_spec") for n in names)
+    assert len({r.sha256 for r in rows}) == len(rows)
+    text = file_path(tmp_path / "c", next(r for r in rows if "/csr_adaptive_spec/" in r.path).sha256).read_text()
+    assert text.startswith("FORMAT: CSR") and "Specialised to this matrix" in text
+    assert seen and not set(seen) & set(HELD_OUT_FAMILIES) and "lp" in seen
+
+
 UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: refused at once, no traffic leaves the machine
 
 
@@ -218,7 +240,7 @@ def test_fetch_cache_needs_no_index(tmp_path) -> None:
     r = fetch(spec, cache, index_url=UNREACHABLE)
     assert r.cached and r.archive == wheel
     s = build(BuildConfig(out=str(tmp_path / "c"), cache=str(cache), packages=(spec,), toolkit=False, library=False,
-                          rules=RULES, heldout_packages=(), index_url=UNREACHABLE))
+                          templates=False, rules=RULES, heldout_packages=(), index_url=UNREACHABLE))
     assert s["packages"]["demo-kernels"]["kept"] == 3 and s["packages"]["demo-kernels"]["origin"] == "cache"
 
 
@@ -230,7 +252,7 @@ def test_unreachable_index_names_what_failed_and_keeps_the_cache(tmp_path) -> No
     specs = (PackageSpec("demo-kernels", "1.0"), parse_requirement("nvidia-cutlass"))
     with pytest.raises(SparseRLError) as e:
         build(BuildConfig(out=str(tmp_path / "c"), cache=str(cache), packages=specs, toolkit=False, library=False,
-                          index_url=UNREACHABLE))
+                          templates=False, index_url=UNREACHABLE))
     msg = str(e.value)
     assert "\n" not in msg and "nvidia-cutlass==4.2.0.0" in msg and "--archives" in msg and "1 of 2" in msg
     assert "demo-kernels" not in msg.split(";")[0]
@@ -262,7 +284,7 @@ def test_bad_archive_folders_are_one_line_errors_that_keep_the_corpus(tmp_path, 
 
 def test_cli_build_and_its_error_line(tmp_path, archives, cli) -> None:
     """The command prints the per-package table; bad input is one 'error:' line, exit status 2."""
-    base = ["corpus", "build", "--no-toolkit", "--no-library", "--heldout", ""]
+    base = ["corpus", "build", "--no-toolkit", "--no-library", "--no-templates", "--heldout", ""]
     ok = cli(*base, "--out", tmp_path / "c", "--archives", archives)
     assert ok.rc == 0, ok.err
     assert "demo-kernels" in ok.out and "other-ops" in ok.out and "wrote" in ok.out

@@ -26,6 +26,9 @@ def build_cmd(
     heldout_fraction: float = typer.Option(0.01, help="share of every other package's files held out"),
     toolkit: bool = typer.Option(True, "--toolkit/--no-toolkit", help="add the CUDA toolkit's headers"),
     library: bool = typer.Option(True, "--library/--no-library", help="add the project's kernel library"),
+    templates: bool = typer.Option(True, "--templates/--no-templates",
+                                   help="add the search templates rendered at their seed points on small generated "
+                                        "matrices (the specialised kernels the search's winners are made of)"),
     max_file_kb: int = typer.Option(256, help="drop files larger than this (KiB)"),
     index_url: str = typer.Option(None, help="package index for pip [default: pip's own setting]"),
 ) -> None:
@@ -38,7 +41,7 @@ def build_cmd(
     held = tuple(filter(None, (h.strip() for h in heldout.split(",")))) if heldout is not None else DEFAULT_HELDOUT
     cfg = BuildConfig(out=str(out), cache=str(cache) if cache else None, archives=str(archives) if archives else None,
                       packages=specs, heldout_packages=held, heldout_fraction=heldout_fraction, toolkit=toolkit,
-                      library=library, rules=FileRules(max_bytes=max_file_kb << 10), index_url=index_url)
+                      library=library, templates=templates, rules=FileRules(max_bytes=max_file_kb << 10), index_url=index_url)
     summary = build(cfg)
     typer.echo(_table(summary))
     typer.echo(f"wrote {out}/manifest.jsonl, summary.json and files/ ({summary['files']} files) "

@@ -6,7 +6,9 @@ Sources, in the order they are read (the first to bring a text owns it):
    (:mod:`sparserl.corpus.fetch`) or read from a folder of archives already downloaded;
 2. the CUDA toolkit's include folder (its CCCL copy is skipped when a CCCL package is in the
    build: one version of a library, not two);
-3. the project's own kernel library, rendered;
+3. the project's own kernel library, rendered, and its search templates rendered at their seed points
+   on small generated matrices of every trainable family (``sparserl-templates``: the specialised
+   kernels the search's winners are made of, with their tables, which the library alone never shows);
 4. the held-out packages, last, so a text they share with a training package stays in training
    and the held-out split holds only text the model never saw.
 
@@ -52,6 +54,11 @@ log = logging.getLogger(__name__)
 
 TOOLKIT = "cuda-toolkit"
 LIBRARY = "sparserl-library"
+TEMPLATES = "sparserl-templates"
+TEMPLATE_ROWS = (3000, 8000)
+"""Rows of the generated matrices the templates are rendered on (one matrix per trainable family and size)."""
+TEMPLATE_SEED = 7919
+"""Their generator seed: not one a data build, an evaluation or a benchmark uses."""
 
 
 def default_cache() -> Path:
@@ -82,6 +89,8 @@ class BuildConfig:
     """The toolkit's include folder; default: found from nvcc or $CUDA_HOME."""
     library: bool = True
     """Add the project's kernel library, rendered."""
+    templates: bool = True
+    """Add the search templates rendered at their seed points on small generated matrices (:data:`TEMPLATES`)."""
     rules: FileRules = field(default_factory=FileRules)
     """File filter thresholds."""
     index_url: str | None = None
@@ -205,6 +214,27 @@ def _library_files() -> Iterator[tuple[str, bytes]]:
         yield f"library/{v.id}.cu", v.render().encode()
 
 
+def _template_files() -> Iterator[tuple[str, bytes]]:
+    """Every template's seed points (SpMV, and SpMM at k = 32) rendered on one matrix per trainable family
+    (the held-out ones left out) and size of :data:`TEMPLATE_ROWS`; the de-duplication keeps one copy of
+    a rendering that does not depend on the matrix."""
+    from sparserl.kernels.contract import Op
+    from sparserl.kernels.templates import templates
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+    from sparserl.matrices.generators import HELD_OUT_FAMILIES, family_names
+
+    for fam in (f for f in family_names(include_application=True) if f not in HELD_OUT_FAMILIES):
+        for rows in TEMPLATE_ROWS:
+            card = matrix_card(generate(fam, rows, seed=TEMPLATE_SEED))
+            for op, k in ((Op.SPMV, None), (Op.SPMM, 32)):
+                for t in templates(op.value):
+                    for p in t.seed_points(card, k):
+                        if t.check(p, card, k) is None:
+                            text = t.render(p, card).encode()
+                            yield f"templates/{t.name}/{hashlib.sha256(text).hexdigest()[:16]}.cu", text
+
+
 class _Writer:
     """De-duplicates, splits, stores texts and tallies."""
 
@@ -301,6 +331,10 @@ def _build(cfg: BuildConfig) -> dict:
         from sparserl import __version__
 
         local.append((LIBRARY, __version__, "Apache-2.0", _library_files(), "rendered"))
+    if cfg.templates:
+        from sparserl import __version__
+
+        local.append((TEMPLATES, __version__, "Apache-2.0", _template_files(), "rendered"))
     train_sources = [s for s in sources if s.spec.name not in held]
     held_sources = [s for s in sources if s.spec.name in held]
     with progress() as bar:
