@@ -31,6 +31,30 @@ def test_ctrl_c_is_one_line_and_status_130(cli, monkeypatch, tmp_path) -> None:
     assert res.rc == 130 and res.err.strip() == "error: interrupted" and "Traceback" not in res.err
 
 
+@pytest.mark.parametrize("error", [ImportError("initialization failed"), OSError("interrupted write")])
+def test_an_interrupt_turned_into_another_error_is_still_an_interrupt(cli, monkeypatch, tmp_path, error) -> None:
+    """Ctrl-C landing inside a C extension's import (scipy's Matrix Market writer, loaded on the first write)
+    comes out as ``ImportError: initialization failed``; the command must still end as interrupted, status 130.
+    Kills: the recorded interrupt ignored for errors other than KeyboardInterrupt."""
+    import os
+    import signal
+
+    import sparserl.cli.matrix as mcli
+
+    def interrupted_inside(*a, **k):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the command line's handler records it and raises here
+            for _ in range(1000):  # the handler runs between two bytecodes, right after the kill
+                pass
+        except KeyboardInterrupt:
+            raise error from None
+        raise AssertionError("the interrupt never arrived")
+
+    monkeypatch.setattr(mcli, "load_matrix", interrupted_inside)
+    res = cli("matrix", "info", tmp_path / "a.mtx")
+    assert res.rc == 130 and res.err.strip() == "error: interrupted" and "Traceback" not in res.err
+
+
 def test_top_level_help_lists_every_stage_with_commas(cli) -> None:
     text = " ".join(cli("--help").out.split())
     assert "'generate' (the main job: a verified kernel for your matrix), 'search'" in text

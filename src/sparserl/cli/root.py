@@ -156,15 +156,18 @@ def _run(argv: list[str] | None) -> None:
             typer.echo("error: interrupted", err=True)
             sys.exit(130)
         sys.exit(rc if isinstance(rc, int) else 0)
-    except SparseRLError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("error: interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # click usage errors come through here in non-standalone mode
+        if interrupts.seen():  # the interrupt, turned into another error where it landed (a C extension's
+            typer.echo("error: interrupted", err=True)  # import fails with "initialization failed")
+            sys.exit(130)
+        if isinstance(exc, SparseRLError):
+            typer.echo(f"error: {exc}", err=True)
+            sys.exit(2)
         if type(exc).__name__ == "NoArgsIsHelpError":  # 'sparserl' or 'sparserl matrix' alone: the help, shown
             sys.exit(0)
         if isinstance(exc, _click_errors()):
