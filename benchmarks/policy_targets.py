@@ -84,6 +84,8 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
         "new_bodies": new["samples"],
         "new_bodies_correct": new["correct"],
         "new_correct_share": new["correct"] / new["samples"] if new["samples"] else None,
+        "new_failures": new.get("failures", {}),
+        "new_messages": {kind: ms[0]["example"] for kind, ms in new.get("messages", {}).items() if ms},
         "best_over_oracle": _geomean(ratios),
         "ahead_of_oracle_share": ahead / len(ours) if ours and oracle else None,
         "measured": not ev.get("compile_only") and oracle is not None,
@@ -187,6 +189,10 @@ def table(result: dict) -> str:
         lines.append("")
         lines.append(f"{name}: {fig['matrices']} matrices, {fig['samples']} samples of {fig['checkpoint']}; new bodies "
                      f"{fig['new_bodies_correct']} correct of {fig['new_bodies']}")
+        failed = [f"{kind} {n}" + (f" (`{fig['new_messages'][kind][:100]}`)" if kind in fig.get("new_messages", {}) else "")
+                  for kind, n in fig.get("new_failures", {}).items()]
+        if failed:
+            lines.append(f"{name}: new bodies not correct: " + "; ".join(failed))
     return "\n".join(lines)
 
 

@@ -63,6 +63,19 @@ def test_a_real_evaluation_agrees_with_its_own_summary(tmp_path) -> None:
     assert not any(t["met"] for t in result["targets"] if t["value"] is None)
 
 
+def test_the_new_bodies_failures_are_listed_with_a_message_each() -> None:
+    """Kills: the failures of the new bodies left out of the figures or the table, a message shown for a kind
+    other than its own."""
+    ev = _eval({"a": 2.0}, {"a": 2.0}, new=(3, 0))
+    ev["library_match"]["ours"]["new"] |= {"failures": {"static_check": 2, "compile_error": 1},
+                                           "messages": {"static_check": [{"shape": "unbalanced '…'", "count": 2,
+                                                                          "example": "unbalanced '{'"}]}}
+    fig = bench.eval_figures(ev)
+    assert fig["new_failures"] == {"static_check": 2, "compile_error": 1}
+    text = bench.table({"targets": [], "sets": {"test": fig}})
+    assert "test: new bodies not correct: static_check 2 (`unbalanced '{'`); compile_error 1" in text
+
+
 def test_a_folder_that_is_not_a_run_is_one_line(tmp_path, capsys) -> None:
     assert bench.main([str(tmp_path)]) == 2
     assert bench.main([str(tmp_path / "absent")]) == 2
