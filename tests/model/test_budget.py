@@ -77,6 +77,8 @@ def test_a_taught_completion_longer_than_the_library_sets_the_budget(tiny_tokeni
     with caplog.at_level(logging.WARNING, logger="sparserl.model.budget"):
         assert completion_budget(tiny_tokenizer, library + 500, lengths, taught=library + 1000) == library + 500
     assert "fine-tuned on" in caplog.text and "library kernel" not in caplog.text
-    assert longest_completion(tiny_tokenizer, ["a b", "a b c d e f", "a b"]) == len(
-        tiny_tokenizer("a b c d e f", add_special_tokens=False)["input_ids"])
-    assert longest_completion(tiny_tokenizer, []) == 0
+    n = len(tiny_tokenizer("a b c d e f", add_special_tokens=False)["input_ids"])
+    short = len(tiny_tokenizer("a b", add_special_tokens=False)["input_ids"])
+    assert longest_completion(tiny_tokenizer, ["a b", "a b c d e f", "a b"]) == (n, 0)
+    assert longest_completion(tiny_tokenizer, ["a b", "a b c d e f", "a b"], limit=n - 1) == (short, 1)  # past the model
+    assert longest_completion(tiny_tokenizer, []) == (0, 0)

@@ -113,7 +113,8 @@ def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model
 
     policy = Policy.load(tmp_path / "sft" / "checkpoint")
     codes = [json.loads(line)["code"] for line in (data_dir / "train.jsonl").read_text().splitlines()]
-    assert policy.taught_tokens == longest_completion(policy.tokenizer, codes) > 0
+    positions = policy.lm.config.max_position_embeddings  # what no sampling budget goes past
+    assert policy.taught_tokens == longest_completion(policy.tokenizer, codes, positions)[0] > 0
     assert json.loads((tmp_path / "sft" / "checkpoint" / "policy.json").read_text())["taught_tokens"] == policy.taught_tokens
     policy.taught_tokens += 5000  # as if it had learnt a kernel far past the library's longest
     assert policy.completion_budget(None) > policy.taught_tokens

@@ -55,7 +55,11 @@ def completion_budget(tokenizer: PreTrainedTokenizerBase, requested: int | None,
     return requested
 
 
-def longest_completion(tokenizer: PreTrainedTokenizerBase, texts) -> int:
-    """The longest of ``texts`` (completions a policy is fine-tuned on), in ``tokenizer``'s tokens; each
-    distinct text is counted once (0: none)."""
-    return max((len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in set(texts)), default=0)
+def longest_completion(tokenizer: PreTrainedTokenizerBase, texts, limit: int | None = None) -> tuple[int, int]:
+    """(the longest of ``texts``, completions a policy is fine-tuned on, in ``tokenizer``'s tokens, and how
+    many distinct texts are longer than ``limit``, which the longest leaves out): each distinct text counted
+    once; 0 when there is none. ``limit`` is the model's positions: a completion past them can never be
+    sampled whole, and a budget that long would only make runaway samples cost more."""
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in set(texts)]
+    kept = [n for n in lengths if limit is None or n <= limit]
+    return max(kept, default=0), len(lengths) - len(kept)

@@ -28,6 +28,7 @@ from sparserl.eval.metrics import geomean
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.result import ErrorKind
 from sparserl.model.budget import longest_completion
+from sparserl.model.hf_parts import text_config
 from sparserl.model.build import build_policy
 from sparserl.model.policy import LoraSpec, Policy, PolicyConfig
 from sparserl.progress import progress
@@ -165,7 +166,11 @@ def _setup(cfg: SFTConfig, evaluator) -> _Run:
     policy = Policy.load(ckpt, device=str(device)) if resuming else build_policy(
         cfg.model, policy_config(cfg), device, seed=cfg.seed, card=cfg.card)
     policy.to(device)
-    taught = longest_completion(policy.tokenizer, [r.code for r in train_rows])
+    positions = getattr(text_config(policy.lm), "max_position_embeddings", None)
+    taught, past = longest_completion(policy.tokenizer, [r.code for r in train_rows], positions)
+    if past:
+        log.warning("%d distinct training completion(s) are longer than the model's %s positions: trained on, "
+                    "but no sampling budget is made that long", past, positions)
     if taught > policy.taught_tokens:  # the decoder's default budget must let a sample finish what it learns
         log.info("the longest training completion is %d tokens: sampling budgets at least that", taught)
         policy.taught_tokens = taught
