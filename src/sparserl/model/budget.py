@@ -2,9 +2,9 @@
 
 A policy that imitates the kernel library must be able to finish every library kernel, in its own
 tokens (the digit-splitting tokenizer of a small model and a user's Qwen3 tokenizer count the same
-text differently); a policy fine-tuned on longer kernels (specialised ones, whose tables of row
-indices make ``csr_adaptive_spec`` 3.8k-4.5k tokens against the library's longest 2.9k) must be able
-to finish those too: ``taught`` is the longest completion it was fine-tuned on (``Policy.taught_tokens``).
+text differently); a policy fine-tuned on longer kernels (specialised ones: ``csr_adaptive_spec`` is
+3.8k-4.5k of the base model's tokens at 100k rows, against the library's longest 2.9k) must be able to
+finish those too: ``taught`` is the longest completion it was fine-tuned on (``Policy.taught_tokens``).
 :func:`completion_budget` turns a stage's ``max_new_tokens`` (``None``: as many as the longer of the
 two needs, plus :data:`MARGIN`, rounded up to a multiple of :data:`ROUND`) into the number the
 decoder gets; a smaller number given on purpose is kept, with a warning naming what it cuts short.
