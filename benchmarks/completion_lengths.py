@@ -6,7 +6,8 @@ specialised kernels (``*_spec`` templates) that carry a matrix's facts as tables
 lists its long rows. The automatic completion budget (:mod:`sparserl.model.budget`) was the longest
 library kernel plus a margin; a kernel longer than that can be learnt but never finished by a sample.
 This renders every specialised template's seed points on generated matrices of each family and counts
-their tokens, beside the library's longest and the budget it alone gives. With ``--judge`` the harness
+their tokens, as written and as the policy is taught to write them (without comments,
+:mod:`sparserl.data.targets`), beside the library's longest and the budget it alone gives. With ``--judge`` the harness
 (compile-only: nvcc and the static checks, no GPU) also judges each seed as written and as a sample
 cut at that budget would end: its decoded first budget - 1 tokens.
 
@@ -32,6 +33,7 @@ def measure(tokenizer, families, rows: int, op: str = "spmv", judge: bool = Fals
     """Per family: the specialised seeds' token counts (longest first, with their template), and how many
     exceed the library's budget; with ``judge``, the harness's compile-only verdict on each seed as
     written and cut at the budget (``verdict``, ``cut_verdict``, ``cut_message``)."""
+    from sparserl.data.targets import without_comments
     from sparserl.kernels.templates import templates
     from sparserl.matrices import generate
     from sparserl.matrices.card import matrix_card
@@ -59,7 +61,8 @@ def measure(tokenizer, families, rows: int, op: str = "spmv", judge: bool = Fals
                     if t.check(p, card, None) is None:
                         text = t.render(p, card)
                         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-                        seed = {"template": t.name, "tokens": len(ids)}
+                        bare = len(tokenizer(without_comments(text), add_special_tokens=False)["input_ids"])
+                        seed = {"template": t.name, "tokens": len(ids), "tokens_without_comments": bare}
                         if ev is not None:
                             cut = tokenizer.decode(ids[:budget - 1])  # what a sample cut at the budget ends with
                             whole, short = ev.evaluate(text, ref, op), ev.evaluate(cut, ref, op)
@@ -107,12 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(load_tokenizer(args.tokenizer), families, args.rows, judge=args.judge)
     print(f"library: longest {result['library_longest']['tokens']} tokens ({result['library_longest']['id']}), "
           f"budget {result['library_budget']}")
-    print("| family | nonzeros | specialised seeds | longest (template) | at or over the budget |"
+    print("| family | nonzeros | specialised seeds | longest (template) | without comments | at or over the budget |"
           + (" verdicts as written | cut at the budget |" if args.judge else ""))
-    print("| --- | ---: | ---: | --- | ---: |" + (" --- | --- |" if args.judge else ""))
+    print("| --- | ---: | ---: | --- | ---: | ---: |" + (" --- | --- |" if args.judge else ""))
     for fam, r in result["families"].items():
         top = f"{r['seeds'][0]['tokens']} ({r['seeds'][0]['template']})" if r["seeds"] else "-"
-        row = f"| {fam} | {r['nnz']} | {len(r['seeds'])} | {top} | {r['over_budget']} |"
+        bare = max((s["tokens_without_comments"] for s in r["seeds"]), default=0)
+        row = f"| {fam} | {r['nnz']} | {len(r['seeds'])} | {top} | {bare} | {r['over_budget']} |"
         if args.judge:
             over = [s for s in r["seeds"] if s["tokens"] >= result["library_budget"]]
             row += (f" {_counts(s['verdict'] for s in over)} | {_counts(s['cut_verdict'] for s in over)} |")

@@ -66,6 +66,19 @@ def test_a_library_body_under_a_header_none_of_its_variants_has_is_a_mismatch() 
     assert library_match(bsr, "spmm") is LibraryMatch.NEW  # an SpMV body is not in the SpMM library
 
 
+def test_a_sample_without_the_comments_is_still_the_library_body() -> None:
+    """The policy is taught the kernels without their comments: such a sample is the library variant, and one
+    with other numbers under its PARAMS is a params sample. Kills: comments counted as part of the body."""
+    from sparserl.data.targets import without_comments
+
+    lib = get_variant(VECTOR).render()
+    bare = without_comments(lib)
+    assert bare != lib and library_match(bare, "spmv") is LibraryMatch.LIBRARY
+    other = bare.replace("PARAMS: TPR=8, BLOCK=256", "PARAMS: TPR=16, BLOCK=512")
+    assert library_match(other, "spmv") is LibraryMatch.PARAMS
+    assert library_match(bare.replace("{", "{ x += 1;", 1), "spmv") is LibraryMatch.NEW  # code, not comments
+
+
 def test_table_counts_samples_and_correct_ones_per_class() -> None:
     lib = get_variant(VECTOR).render()
     other = lib.replace("PARAMS: TPR=8, BLOCK=256", "PARAMS: TPR=16, BLOCK=512")

@@ -108,13 +108,15 @@ def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model
     assert r2["steps"] == 40 and max(steps) == 40
     # the checkpoint knows the longest completion it learnt, and its automatic budget lets a sample finish it
     # (kills: the length not measured, not saved, not read back, or left out of the budget)
+    from sparserl.data.targets import without_comments
     from sparserl.model.budget import longest_completion
     from sparserl.model.policy import Policy
 
     policy = Policy.load(tmp_path / "sft" / "checkpoint")
     codes = [json.loads(line)["code"] for line in (data_dir / "train.jsonl").read_text().splitlines()]
     positions = policy.lm.config.max_position_embeddings  # what no sampling budget goes past
-    assert policy.taught_tokens == longest_completion(policy.tokenizer, codes, positions)[0] > 0
+    taught = [without_comments(c) for c in codes]  # what the policy is taught to write
+    assert policy.taught_tokens == longest_completion(policy.tokenizer, taught, positions)[0] > 0
     assert json.loads((tmp_path / "sft" / "checkpoint" / "policy.json").read_text())["taught_tokens"] == policy.taught_tokens
     policy.taught_tokens += 5000  # as if it had learnt a kernel far past the library's longest
     assert policy.completion_budget(None) > policy.taught_tokens

@@ -17,7 +17,8 @@ Counting a system's samples by class, with the correct share of each, tells whet
 incorrect samples are library parts put together wrongly or new code. A completion is read as the
 harness reads it (:func:`sparserl.harness.extract.extract`: fences, chatter and markdown dropped,
 the header parsed and rendered back with its format parameters' defaults filled in); bodies (the
-code as written, without the PARAMS prelude) are compared with their whitespace collapsed. A
+code as written, without the PARAMS prelude) are compared without their comments and with their
+whitespace collapsed. A
 completion the harness cannot extract is ``new``. Nothing is compiled or run.
 """
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 
+from sparserl.data.targets import without_comments
 from sparserl.harness.extract import Extracted, extract
 from sparserl.kernels.contract import Header, Op
 from sparserl.kernels.library import variants
@@ -59,12 +61,13 @@ def _shape(header: Header) -> tuple:
 
 
 def _parts(text: str, op: Op) -> tuple[Header, str] | None:
-    """(the parsed header, the body as written with its whitespace collapsed), or None when the
-    harness would find no completion in ``text``."""
+    """(the parsed header, the body as written without its comments and with its whitespace collapsed),
+    or None when the harness would find no completion in ``text``. Comments do not count: the policy is
+    taught the kernels without them (:mod:`sparserl.data.targets`)."""
     got = extract(text, op)
     if not isinstance(got, Extracted):
         return None
-    return got.header, re.sub(r"\s+", " ", got.body).strip()
+    return got.header, re.sub(r"\s+", " ", without_comments(got.body)).strip()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,55 @@
+"""What the policy is taught to write: kernels without their comments (``sparserl.data.targets``).
+
+Mutations killed: comments kept, code on a commented line dropped with its comment, a "//" inside a
+string literal taken for a comment, blank lines of the code removed, the header lines touched, text with
+an unterminated block comment rewritten, the library's kernels changed in meaning (each still compiles to
+the same PTX without its comments)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from sparserl.data.targets import without_comments
+from sparserl.harness.compile import find_nvcc
+from sparserl.kernels.contract import Op, split_completion
+from sparserl.kernels.library import get_variant
+
+
+def test_comments_go_and_the_code_stays() -> None:
+    code = ("FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 256), block=256\n\n"
+            "// a whole-line comment\n"
+            "__global__ void k(int m) {  // the kernel\n"
+            "    const char* s = \"not // a comment\";\n"
+            "\n"
+            "    /* a block\n       comment */ int a = 1;\n"
+            "}\n")
+    got = without_comments(code)
+    assert got == ("FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 256), block=256\n\n"
+                   "__global__ void k(int m) {\n"
+                   "    const char* s = \"not // a comment\";\n"
+                   "\n"
+                   " int a = 1;\n"  # the block comment's lines go; its last line keeps the code after it
+                   "}\n")
+    assert without_comments("int a; /* never closed") == "int a; /* never closed"
+    assert without_comments(got) == got  # nothing left to remove
+
+
+def test_a_library_kernel_loses_a_fifth_of_its_text_and_none_of_its_code(tmp_path) -> None:
+    text = get_variant("spmv/csr_adaptive/-/rpw=32,items=8,long_len=16384,seg=16384,block=256").render()
+    bare = without_comments(text)
+    assert "//" not in bare and len(bare) < 0.85 * len(text)
+    assert bare.split("\n")[:4] == text.split("\n")[:4]  # FORMAT, PARAMS and the LAUNCH lines as they were
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found: the PTX comparison needs it")
+    ptx = []
+    for name, t in (("a", text), ("b", bare)):
+        src = tmp_path / f"{name}.cu"
+        src.write_text(split_completion(t, Op.SPMV)[1])
+        out = tmp_path / f"{name}.ptx"
+        r = subprocess.run([find_nvcc(), "-arch=sm_90", "--ptx", "-o", str(out), str(src)], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-1500:]
+        ptx.append("\n".join(l for l in out.read_text().splitlines() if not l.startswith(("//", ".file", ".loc"))))
+    assert ptx[0] == ptx[1]
