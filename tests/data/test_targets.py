@@ -53,3 +53,19 @@ def test_a_library_kernel_loses_a_fifth_of_its_text_and_none_of_its_code(tmp_pat
         assert r.returncode == 0, r.stderr[-1500:]
         ptx.append("\n".join(l for l in out.read_text().splitlines() if not l.startswith(("//", ".file", ".loc"))))
     assert ptx[0] == ptx[1]
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_every_library_variant_compiles_without_its_comments() -> None:
+    """Kills: code lost with a comment anywhere in the library (a ``//`` inside an expression, a comment
+    between a macro and its line), which the one kernel compared above would not show."""
+    from sparserl.harness.compile import CompileOptions, compile_many
+    from sparserl.kernels.library import all_variants
+
+    vs = all_variants()
+    bare = [without_comments(v.render()) for v in vs]
+    assert all("//" not in b for b in bare)
+    results = compile_many([split_completion(b, v.op)[1] for b, v in zip(bare, vs)],
+                           CompileOptions(arch="sm_90", backend="nvcc"))
+    failed = [(v.id, r.log[-300:]) for v, r in zip(vs, results) if not r.ok]
+    assert not failed, failed
