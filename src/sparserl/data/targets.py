@@ -20,6 +20,8 @@ def without_comments(code: str) -> str:
     line that ends in one keeps its code (trailing spaces dropped); string literals and every other line
     stay as written. Text whose comments cannot be told apart (an unterminated ``/*``) is returned as it is:
     the harness judges it as written."""
+    if "//" not in code and "/*" not in code:  # nothing to remove (what a policy taught this way writes)
+        return code
     try:
         stripped = strip_comments(code)
     except SourceError:
