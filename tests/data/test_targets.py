@@ -69,3 +69,24 @@ def test_every_library_variant_compiles_without_its_comments() -> None:
                            CompileOptions(arch="sm_90", backend="nvcc"))
     failed = [(v.id, r.log[-300:]) for v, r in zip(vs, results) if not r.ok]
     assert not failed, failed
+
+
+def test_taught_rows_strip_each_distinct_code_once(monkeypatch) -> None:
+    """SFT's rows as it trains on them, made once at set-up. Kills: a row left with its comments, another field
+    changed, the stripping repeated for rows that share a kernel."""
+    import dataclasses
+
+    import sparserl.data.targets as targets
+
+    @dataclasses.dataclass(frozen=True)
+    class Row:
+        code: str
+        rows: list
+
+    calls = []
+    real = targets.without_comments
+    monkeypatch.setattr(targets, "without_comments", lambda code: calls.append(code) or real(code))
+    a, b = "int a; // one\n", "int b; // two\n"
+    got = targets.taught_rows([Row(a, [1]), Row(b, [2]), Row(a, [3])])
+    assert [(r.code, r.rows) for r in got] == [("int a;\n", [1]), ("int b;\n", [2]), ("int a;\n", [3])]
+    assert calls == [a, b]

@@ -12,7 +12,12 @@ without comments on both sides, so a sample is a library body whether or not it 
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TypeVar
+
 from sparserl.harness.source import SourceError, strip_comments
+
+Row = TypeVar("Row")
 
 
 def without_comments(code: str) -> str:
@@ -31,3 +36,13 @@ def without_comments(code: str) -> str:
         return code
     out = [s.rstrip() for o, s in zip(originals, lines) if s.strip() or not o.strip()]
     return "\n".join(out)
+
+
+def taught_rows(rows: list[Row]) -> list[Row]:
+    """SFT rows (dataclasses with a ``code``) with each code as the policy is taught it (:func:`without_comments`),
+    each distinct code stripped once: the rows a fine-tune trains on."""
+    bare: dict[str, str] = {}
+    for r in rows:
+        if r.code not in bare:
+            bare[r.code] = without_comments(r.code)
+    return [dataclasses.replace(r, code=bare[r.code]) for r in rows]

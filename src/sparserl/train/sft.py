@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from sparserl.data.rows import SFTRow
-from sparserl.data.targets import without_comments
+from sparserl.data.targets import taught_rows
 from sparserl.devices import NO_GPU_NOTE, pick_device
 from sparserl.encoding import EncodingConfig
 from sparserl.eval.metrics import geomean
@@ -85,7 +85,7 @@ def _train_step(run: _Run, batch: list[SFTRow], lr: float) -> tuple[float, float
     """One optimizer step on ``batch``; returns (loss, gradient norm before clipping)."""
     cfg, device = run.cfg, run.device
     samples = [run.train.sample(r) for r in batch]
-    codes = [without_comments(r.code) for r in batch]  # what the policy is taught to write (data/targets.py)
+    codes = [r.code for r in batch]
     for g in run.opt.param_groups:
         g["lr"] = lr
     run.opt.zero_grad(set_to_none=True)
@@ -162,13 +162,14 @@ def _setup(cfg: SFTConfig, evaluator) -> _Run:
     info, dist_device = dist.init(cfg.device)  # torchrun: one process per GPU (runtime/dist.py)
     device = dist_device or pick_device(cfg.device)
     train_rows, val_rows = load_splits(cfg.data, cfg.seed)
+    train_rows = taught_rows(train_rows)  # each kernel as the policy is taught to write it: no comments
     ckpt, state_path = out / "checkpoint", out / "state.pt"
     resuming = cfg.resume and state_path.exists() and (ckpt / "policy.json").exists()
     policy = Policy.load(ckpt, device=str(device)) if resuming else build_policy(
         cfg.model, policy_config(cfg), device, seed=cfg.seed, card=cfg.card)
     policy.to(device)
     positions = getattr(text_config(policy.lm), "max_position_embeddings", None)
-    taught, past = longest_completion(policy.tokenizer, [without_comments(r.code) for r in train_rows], positions)
+    taught, past = longest_completion(policy.tokenizer, [r.code for r in train_rows], positions)
     if past:
         log.warning("%d distinct training completion(s) are longer than the model's %s positions: trained on, "
                     "but no sampling budget is made that long", past, positions)
