@@ -216,23 +216,28 @@ def _library_files() -> Iterator[tuple[str, bytes]]:
 
 def _template_files() -> Iterator[tuple[str, bytes]]:
     """Every template's seed points (SpMV, and SpMM at k = 32) rendered on one matrix per trainable family
-    (the held-out ones left out) and size of :data:`TEMPLATE_ROWS`; the de-duplication keeps one copy of
-    a rendering that does not depend on the matrix."""
+    (the held-out ones left out) and size of :data:`TEMPLATE_ROWS`. A generic template renders a point the
+    same on every matrix, so each of its points is rendered once; the specialised ones on every matrix."""
     from sparserl.kernels.contract import Op
     from sparserl.kernels.templates import templates
     from sparserl.matrices import generate
     from sparserl.matrices.card import matrix_card
     from sparserl.matrices.generators import HELD_OUT_FAMILIES, family_names
 
+    generic_done: set[tuple] = set()
     for fam in (f for f in family_names(include_application=True) if f not in HELD_OUT_FAMILIES):
         for rows in TEMPLATE_ROWS:
             card = matrix_card(generate(fam, rows, seed=TEMPLATE_SEED))
             for op, k in ((Op.SPMV, None), (Op.SPMM, 32)):
                 for t in templates(op.value):
                     for p in t.seed_points(card, k):
-                        if t.check(p, card, k) is None:
-                            text = t.render(p, card).encode()
-                            yield f"templates/{t.name}/{hashlib.sha256(text).hexdigest()[:16]}.cu", text
+                        key = (op, t.name, tuple(sorted(p.items())))
+                        if key in generic_done or t.check(p, card, k) is not None:
+                            continue
+                        if not t.specialised:
+                            generic_done.add(key)
+                        text = t.render(p, card).encode()
+                        yield f"templates/{t.name}/{hashlib.sha256(text).hexdigest()[:16]}.cu", text
 
 
 class _Writer:
@@ -327,13 +332,11 @@ def _build(cfg: BuildConfig) -> dict:
         has_cccl = any(s.spec.name.startswith("nvidia-cuda-cccl") for s in sources)
         local.append((TOOLKIT, _toolkit_version(root), "NVIDIA CUDA Toolkit EULA",
                       _toolkit_files(root, skip_cccl=has_cccl), str(root)))
-    if cfg.library:
-        from sparserl import __version__
+    from sparserl import __version__
 
+    if cfg.library:
         local.append((LIBRARY, __version__, "Apache-2.0", _library_files(), "rendered"))
     if cfg.templates:
-        from sparserl import __version__
-
         local.append((TEMPLATES, __version__, "Apache-2.0", _template_files(), "rendered"))
     train_sources = [s for s in sources if s.spec.name not in held]
     held_sources = [s for s in sources if s.spec.name in held]
