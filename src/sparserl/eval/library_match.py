@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
 
@@ -102,18 +102,45 @@ def library_match(text: str, op: Op | str) -> LibraryMatch:
     return LibraryMatch.PARAMS if _shape(parts[0]) in heads.shapes else LibraryMatch.MISMATCH
 
 
+def _first_line(message: str) -> str:
+    return (message or "").strip().split("\n", 1)[0]
+
+
 def message_shape(message: str) -> str:
     """A harness message with what varies from kernel to kernel taken out (quoted names, numbers),
     so that failures of one cause count together: its first line, quoted text as '…', numbers as N."""
-    first = (message or "").strip().split("\n", 1)[0]
-    first = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "'…'", first)
+    first = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "'…'", _first_line(message))
     return re.sub(r"\d+(\.\d+)?", "N", first)[:160]
 
 
-def _top_messages(by_kind: dict[str, Counter], examples: dict[tuple, str], top: int) -> dict[str, list[dict]]:
-    """Per failure kind, its ``top`` most common message shapes, each with one message as written."""
-    return {kind: [{"shape": shape, "count": n, "example": examples[kind, shape]}
-                   for shape, n in shapes.most_common(top)] for kind, shapes in by_kind.items()}
+@dataclass
+class _Tally:
+    """One system's samples of one class."""
+
+    samples: int = 0
+    correct: int = 0
+    failures: Counter = field(default_factory=Counter)
+    """Verdict kind -> samples not correct with it."""
+    shapes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    """Verdict kind -> :func:`message_shape` -> samples."""
+    examples: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(kind, shape) -> the first message of that shape, its first line."""
+
+    def add(self, correct: bool, verdict: str | None, message: str | None) -> None:
+        self.samples += 1
+        self.correct += bool(correct)
+        if correct or not verdict:
+            return
+        self.failures[verdict] += 1
+        if message:
+            shape = message_shape(message)
+            self.shapes[verdict][shape] += 1
+            self.examples.setdefault((verdict, shape), _first_line(message)[:240])
+
+    def as_dict(self, top: int) -> dict:
+        return {"samples": self.samples, "correct": self.correct, "failures": dict(self.failures.most_common()),
+                "messages": {kind: [{"shape": shape, "count": n, "example": self.examples[kind, shape]}
+                                    for shape, n in shapes.most_common(top)] for kind, shapes in self.shapes.items()}}
 
 
 def library_match_table(samples: Iterable[tuple], op: Op | str, top_messages: int = 2) -> dict[str, dict[str, dict]]:
@@ -124,21 +151,12 @@ def library_match_table(samples: Iterable[tuple], op: Op | str, top_messages: in
     ``samples`` are (system, completion, correct) triples, (system, completion, correct, verdict)
     with the harness's verdict (an ``ErrorKind`` value), or (..., verdict, message) with its message;
     every class appears for every system (zeros included), so tables of different runs line up."""
-    counts: dict[str, dict[LibraryMatch, list]] = defaultdict(
-        lambda: {c: [0, 0, Counter(), defaultdict(Counter), {}] for c in LibraryMatch})
-    for system, text, correct, *verdict in samples:
-        c = counts[system][library_match(text, op)]
-        c[0] += 1
-        c[1] += bool(correct)
-        if not correct and verdict:
-            c[2][verdict[0]] += 1
-            if len(verdict) > 1 and verdict[1]:
-                shape = message_shape(verdict[1])
-                c[3][verdict[0]][shape] += 1
-                c[4].setdefault((verdict[0], shape), verdict[1].strip().split("\n", 1)[0][:240])
-    return {s: {c.value: {"samples": n, "correct": k, "failures": dict(f.most_common()),
-                          "messages": _top_messages(m, ex, top_messages)}
-                for c, (n, k, f, m, ex) in by.items()} for s, by in counts.items()}
+    tallies: dict[str, dict[LibraryMatch, _Tally]] = defaultdict(lambda: {c: _Tally() for c in LibraryMatch})
+    for system, text, correct, *rest in samples:
+        verdict = rest[0] if rest else None
+        message = rest[1] if len(rest) > 1 else None
+        tallies[system][library_match(text, op)].add(correct, verdict, message)
+    return {s: {c.value: t.as_dict(top_messages) for c, t in by.items()} for s, by in tallies.items()}
 
 
 def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
