@@ -27,16 +27,16 @@ SM these kernels' 48 registers allow): the most entries a group that still leave
 LONG_GROUP_WARPS = 8192
 """Warps of work that 1024 entries a group should leave (about a wave and a half): on the 1M-node GCN
 graph (8.9M nonzeros, k = 128, 8692 warps) such groups took 1143 us in blocks of 128 (about 1163 in blocks
-of 256, one reading) against 1156 us with 256 entries, and
-4096 entries (2174 warps, under half a wave) took 1531 us (benchmarks/results/2026-12-04/spmm-groups)."""
+of 256, one reading) against 1156 us with 256 entries, and 4096 entries (2174 warps, under half a wave)
+took 1531 us (benchmarks/results/2026-12-04/spmm-groups)."""
 
 
 def _skewed_spmm(f: MatrixFeatures, k: int | None) -> Variant:
     """COO runs, 16 lanes of 4 columns when k <= 64, else 32, with the most entries a group that still
     leaves enough warps of work: Y not zeroed (each row stored once) with 1024 entries in blocks of 128
-    where :data:`LONG_GROUP_WARPS` remain (32 lanes only), else with 128 where :data:`SKEWED_SPMM_WARPS` do, else Y zeroed by a
-    memset with 64 (the same bound), else 16. 1024 takes the size from which 256 entries were this rule's
-    pick (256 x 32768 = 1024 x 8192 warps). With more than 1% of the rows empty, Y is zeroed
+    where :data:`LONG_GROUP_WARPS` remain (32 lanes only), else with 128 where :data:`SKEWED_SPMM_WARPS`
+    do, else Y zeroed by a memset with 64 (the same bound), else 16. 1024 takes the size from which 256
+    entries were this rule's pick (256 x 32768 = 1024 x 8192 warps). With more than 1% of the rows empty, Y is zeroed
     whatever the size (the unzeroed walk stores each empty row's zeros from one lane).
 
     Measured on one H200 (warm): on a 1M-node power-law graph (8.9M nonzeros) 658 us at k = 64 (g 16, 128
@@ -48,8 +48,9 @@ def _skewed_spmm(f: MatrixFeatures, k: int | None) -> Variant:
     g = 16 if k is not None and k <= 64 else 32
     warps = f.nnz / (32 // g)  # divided by the entries a group: the warps of work
     if f.empty_rows <= 0.01 * f.rows:
-        for nzpg, block, least in ((1024, 128, LONG_GROUP_WARPS), (128, 256, SKEWED_SPMM_WARPS)):
-            if warps / nzpg >= least and (nzpg < 1024 or g == 32):  # 1024 entries: 32 lanes only
+        tiers = ((1024, 128, LONG_GROUP_WARPS),) if g == 32 else ()  # the library has 1024 at 32 lanes only
+        for nzpg, block, least in (*tiers, (128, 256, SKEWED_SPMM_WARPS)):
+            if warps / nzpg >= least:
                 return get_variant(f"spmm/coo_runs_stored/zero_y=0/g={g},vec=4,nzpg={nzpg},block={block}")
     nzpg = 64 if warps / 64 >= SKEWED_SPMM_WARPS else 16
     return get_variant(f"spmm/coo_runs/-/g={g},vec=4,nzpg={nzpg},block=256")
