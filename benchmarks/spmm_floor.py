@@ -84,6 +84,11 @@ def gather_source(k: int, full: bool) -> str:
 KS = (8, 16, 32, 64, 128)
 """Column counts measured: 4 columns a lane and a power-of-two lane group (k / 4 lanes, 2 to 32)."""
 
+def lanes(k: int) -> int:
+    """The selector's lanes per group at ``k`` columns: 4 columns a lane, one pass over k <= 128."""
+    return 16 if k <= 64 else 32
+
+
 def stored_kernels(k: int, points=None) -> list[tuple[str, str]]:
     """(name, kernel text) of the ``coo_runs_stored`` kernels timed at ``k``: 4 columns a lane, the
     selector's lanes per group, each (entries a group, threads a block) in ``points`` (default: the
@@ -91,7 +96,7 @@ def stored_kernels(k: int, points=None) -> list[tuple[str, str]]:
     body reads them by name)."""
     from sparserl.kernels.library import all_variants, get_variant
 
-    g = 16 if k <= 64 else 32
+    g = lanes(k)
     if points is None:
         points = [(v.t("nzpg"), v.t("block")) for v in all_variants()
                   if v.strategy == "coo_runs_stored" and v.t("g") == g and v.t("vec") == 4]
@@ -129,8 +134,7 @@ def measure(A, k: int, points=None) -> dict:
     copy_us = per_call_us(lambda: cp.copyto(Y, X[:m]))
     lib = from_library(A, "spmm", k)
     cusparse_us = per_call_us(lambda: lib.matmat(X, out=Y))
-    lanes = 16 if k <= 64 else 32  # the selector's lanes per group: 4 columns a lane, one pass over k <= 128
-    vid = f"spmm/coo_runs/-/g={lanes},vec=4,nzpg=64,block=256"  # the walk with Y zeroed by a memset first
+    vid = f"spmm/coo_runs/-/g={lanes(k)},vec=4,nzpg=64,block=256"  # the walk with Y zeroed by a memset first
     ours = from_kernel(A, get_variant(vid).render(), "spmm", k)
     kernel_us = per_call_us(lambda: ours.matmat(X, out=Y))
     ref = cp.empty_like(Y)
