@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import tempfile
 import time
@@ -38,11 +37,6 @@ TARGET_GENERATE = 1.00
 """generate --search 16 with the model: at least as fast as search --budget 64 without one."""
 TARGET_MODEL = 1.03
 """search --budget 64 with the model: at least this much faster than without one."""
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
 def arm_figures(rep, regime: str, seconds: float) -> dict:
@@ -107,11 +101,13 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
 
 
 def summarise(rows: list[dict]) -> dict:
+    from sparserl.eval.metrics import geomean
+
     gen = [r["generate_over_search"] for r in rows if r["generate_over_search"] is not None]
-    mod = [r["model_over_search"] for r in rows if r["model_over_search"] is not None]
+    mod = [r["model_over_search"] for r in rows if r["model_over_search"] is not None]  # time ratios: positive
     return {"matrices": len(rows), "compared_generate": len(gen), "compared_model": len(mod),
-            "generate_over_search": geomean(gen), "generate_over_search_min": min(gen, default=None),
-            "model_over_search": geomean(mod), "model_over_search_min": min(mod, default=None),
+            "generate_over_search": geomean(gen) if gen else None, "generate_over_search_min": min(gen, default=None),
+            "model_over_search": geomean(mod) if mod else None, "model_over_search_min": min(mod, default=None),
             "targets": {"generate_over_search": TARGET_GENERATE, "model_over_search": TARGET_MODEL}}
 
 
