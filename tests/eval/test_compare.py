@@ -102,7 +102,12 @@ def test_compile_only_evaluation_writes_reports(tmp_path: Path) -> None:
     for word in ("speedup", "correct", "pass@", "fast_", "roofline", "1.00"):
         assert word not in tables, word
     assert "## Compile rate per family\n\n| system | real |" in md and md.count("| stand-in | 50.0% |") == 2
-    assert json.loads((tmp_path / "e" / "eval.json").read_text())["compile_only"] is True
+    saved = json.loads((tmp_path / "e" / "eval.json").read_text())
+    assert saved["compile_only"] is True
+    # where the run's time went: each phase once, none negative, together no more than the whole
+    phases = saved["phase_seconds"]
+    assert list(phases) == ["open policies", "matrices", "baselines", "stand-in: generate", "stand-in: judge"]
+    assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= saved["seconds"] + 1e-6
     assert not list((tmp_path / "e").glob("*.png")) and "plots" not in res
     rows = [json.loads(line) for line in (tmp_path / "e" / "completions.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and {r["matrix"] for r in rows} == {"banded", "random"}
@@ -127,6 +132,17 @@ def test_one_sample_has_one_pass_at_1_column() -> None:
     head, _, row, paper = markdown(result).splitlines()[2:6]
     assert head.count("pass@1") == 1 and "pass@" not in head.replace("pass@1", "")
     assert len(head.split("|")) == len(row.split("|")) == len(paper.split("|"))
+
+
+def test_a_timed_page_says_where_its_seconds_went() -> None:
+    rec = {"family": "banded", "n": 1, "compiled": 1, "correct": 1, "best_speedup": 2.0, "best_format": "DIA",
+           "roofline": 0.5, "kinds": {}, "sample_speedups": [2.0]}
+    result = {"config": {"samples": 1}, "op": "spmv", "k": None, "summary": {"m": summarize({"a": rec}, 1)},
+              "paper": {"source": "x", "gpu": "V100", "compile_rate": 0.5, "pass_at_1": 0.1, "geomean_speedup": 1.4},
+              "compile_only": False, "seconds": 12.34, "phase_seconds": {"baselines": 9.04, "m: generate": 3.0}}
+    assert markdown(result).splitlines()[-1] == "Seconds, 12 in all: baselines 9.0, m: generate 3.0."
+    del result["phase_seconds"]  # an eval.json written before phases were timed still renders
+    assert "Seconds" not in markdown(result)
 
 
 @pytest.mark.parametrize("kw, needle", [({"split": "nope"}, "--split 'nope'"), ({"temperature": 0.0}, "temperature")])

@@ -224,17 +224,22 @@ def _open_policies(cfg: EvalConfig, given: dict | None) -> dict[str, Policy]:
 
 
 def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple[MatrixContext, str]],
-                completions: Path) -> tuple[dict[str, dict], list[tuple[str, str, bool, str, str]]]:
+                completions: Path, phases: dict[str, float]
+                ) -> tuple[dict[str, dict], list[tuple[str, str, bool, str, str]]]:
     """One policy's samples on every matrix (generated in full batches across matrices, then judged
     by the harness): its per-matrix records and (system, completion, correct, verdict, message) of every
-    sample; each sample is appended to ``completions``."""
+    sample; each sample is appended to ``completions``, and the seconds of generating and judging are
+    added to ``phases``."""
     jobs = [ctx for ctx, _ in todo for _ in range(cfg.samples)]
     texts: list[str] = []
+    t0 = time.perf_counter()
     for i in range(0, len(jobs), cfg.gen_batch):
         texts += policy.generate([ctx.sample(policy.config) for ctx in jobs[i:i + cfg.gen_batch]],
                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + i)
         log.info("%s: generated %d of %d completions", name, len(texts), len(jobs))
+    t1 = time.perf_counter()
     rs = ev.evaluate_many([(t, ctx.ref(ev), ctx.op, ctx.k) for t, ctx in zip(texts, jobs)])
+    phases[f"{name}: generate"], phases[f"{name}: judge"] = t1 - t0, time.perf_counter() - t1
     records = {ctx.name: _record(rs[n * cfg.samples:(n + 1) * cfg.samples], fam) for n, (ctx, fam) in enumerate(todo)}
     with completions.open("a") as f:  # every sample, for reading the failures
         for t, ctx, r in zip(texts, jobs, rs):
@@ -254,7 +259,10 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
         raise SparseRLError("nothing to evaluate: no policy was given (-c NAME=PATH)"
                             + (", and the baselines are timings, which need a GPU" if cfg.compile_only
                                else " and no baseline was asked for"))
+    phases: dict[str, float] = {"open policies": time.perf_counter() - t0}
+    t1 = time.perf_counter()
     todo = matrix_set(cfg, files)  # before anything is written: a set that does not load leaves no folder behind
+    phases["matrices"] = time.perf_counter() - t1
     out = Path(cfg.out)
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
@@ -264,18 +272,21 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
             raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")
         out.mkdir(parents=True, exist_ok=True)
         (out / "completions.jsonl").unlink(missing_ok=True)
+        t1 = time.perf_counter()
         for ctx, fam in todo:
             if not cfg.compile_only:  # the baselines are timings: nothing to compare without a GPU
                 for name, rec in _baselines(cfg, ev, ctx, fam).items():
                     systems[name][ctx.name] = rec
                 log.info("baselines done for %s", ctx.name)
+        phases["baselines"] = time.perf_counter() - t1
         for name, policy in policies.items():
-            systems[name], samples = _run_policy(cfg, ev, name, policy, todo, out / "completions.jsonl")
+            systems[name], samples = _run_policy(cfg, ev, name, policy, todo, out / "completions.jsonl", phases)
             drawn += samples
     finally:
         if evaluator is None:
             ev.close()
     result = _result(cfg, systems, policies, drawn, time.perf_counter() - t0)
+    result["phase_seconds"] = phases
     (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "eval.md").write_text(markdown(result))
     if cfg.plots and not cfg.compile_only:  # compile-only: nothing was timed, so no speedup to plot

@@ -57,6 +57,9 @@ def markdown(result: dict) -> str:
         lines += [f"- {pair}: {n}" for pair, n in sorted(conf.items(), key=lambda kv: -kv[1])]
     if result.get("library_match"):
         lines += [""] + library_match.markdown(result["library_match"])
+    if result.get("phase_seconds"):
+        lines += ["", f"Seconds, {result['seconds']:.0f} in all: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in result["phase_seconds"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
