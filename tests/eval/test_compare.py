@@ -106,7 +106,7 @@ def test_compile_only_evaluation_writes_reports(tmp_path: Path) -> None:
     assert saved["compile_only"] is True
     # where the run's time went: each phase once, none negative, together no more than the whole
     phases = saved["phase_seconds"]
-    assert list(phases) == ["open policies", "matrices", "baselines", "stand-in: generate", "stand-in: judge"]
+    assert list(phases) == ["open policies", "matrices", "cards", "baselines", "stand-in: generate", "stand-in: judge"]
     assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= saved["seconds"] + 1e-6
     assert not list((tmp_path / "e").glob("*.png")) and "plots" not in res
     rows = [json.loads(line) for line in (tmp_path / "e" / "completions.jsonl").read_text().splitlines()]

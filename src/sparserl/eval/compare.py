@@ -40,6 +40,7 @@ from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
+from sparserl.request.warm import parallel_map, warm_contexts
 
 if TYPE_CHECKING:
     from sparserl.model.policy import Policy
@@ -133,9 +134,12 @@ def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> l
     already), each matrix asked for ``cfg``'s op."""
     op = Op(cfg.op)
     if cfg.matrices == "families":
-        return [(MatrixContext(generate(f, cfg.family_rows, seed=cfg.seed + 7), f"{f}_{cfg.family_rows}", op, cfg.k), f)
-                for f in family_names()]
-    return [(MatrixContext.load(m, op, cfg.k), fam) for m, fam in (files or matrix_files(cfg))]
+        fams = family_names()
+        made = parallel_map(lambda f: generate(f, cfg.family_rows, seed=cfg.seed + 7), fams, name="generate")
+        return [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f) for A, f in zip(made, fams)]
+    listed = files or matrix_files(cfg)
+    loaded = parallel_map(lambda mf: MatrixContext.load(mf[0], op, cfg.k), listed, name="load")
+    return [(ctx, fam) for ctx, (_, fam) in zip(loaded, listed)]
 
 
 def _record(results, family: str) -> dict:
@@ -263,6 +267,8 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     t1 = time.perf_counter()
     todo = matrix_set(cfg, files)  # before anything is written: a set that does not load leaves no folder behind
     phases["matrices"] = time.perf_counter() - t1
+    if policies:  # the prompts' cards and inputs, in threads: otherwise the GPU waits on them in generation
+        phases["cards"] = warm_contexts((ctx for ctx, _ in todo), (p.config for p in policies.values()))
     out = Path(cfg.out)
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
     systems: dict[str, dict[str, dict]] = defaultdict(dict)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import time
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,31 @@ class SFTDataset:
         if row.matrix not in self._matrices:
             self._matrices[row.matrix] = row_matrix(row)
         return self._matrices[row.matrix]
+
+    def matrices_made(self) -> list[str]:
+        """The matrix files loaded so far (each once)."""
+        return list(self._matrices)
+
+    def warm(self, workers: int | None = None) -> float:
+        """Load, sample and describe every matrix file the rows name, in threads (one task a matrix:
+        the first row naming it, with each of its distinct shapes); returns the seconds it took.
+        :meth:`sample` then finds them made instead of making them on the training loop's path."""
+        from sparserl.request.warm import parallel_map
+
+        t0 = time.perf_counter()
+        by_file: dict[str, list[SFTRow]] = {}
+        for row in self.rows:
+            if row.matrix and Path(row.matrix).exists():
+                shapes = by_file.setdefault(row.matrix, [])
+                if all(tuple(r.shape) != tuple(row.shape) for r in shapes):
+                    shapes.append(row)
+
+        def one(rows: list[SFTRow]) -> None:  # one thread per file: no two fill the same entries
+            for row in rows:
+                self.sample(dataclasses.replace(row, refinement=None))
+
+        parallel_map(one, list(by_file.values()), workers)
+        return time.perf_counter() - t0
 
     def sample(self, row: SFTRow) -> Sample:
         """The policy input for ``row``, as :func:`~sparserl.model.policy.make_sample` builds it."""

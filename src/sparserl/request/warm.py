@@ -1,0 +1,67 @@
+"""What a policy's prompt needs of many matrices, computed in threads before the GPU waits on it.
+
+A matrix's card, structure features and encoder input are CPU work of about a second per million
+rows (numpy and scipy, which release the GIL for most of it). Computed lazily, the first time a
+sample asks for them, they sit on the critical path while the GPU idles: an evaluation's
+generation, an SFT run's first steps. :func:`parallel_map` and :func:`warm_contexts` do that work
+up front, spread over the machine's cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from sparserl.model.policy import PolicyConfig
+    from sparserl.request.context import MatrixContext
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_WORKERS = 8
+"""Threads at most: past this the matrices' memory traffic, not the cores, bounds the work."""
+
+
+def workers_for(jobs: int, workers: int | None = None) -> int:
+    """Threads for ``jobs`` independent pieces of work: ``workers`` when given, else the machine's
+    cores up to :data:`MAX_WORKERS`; never more than the jobs, never fewer than one."""
+    want = workers if workers is not None else min(MAX_WORKERS, os.cpu_count() or 1)
+    return max(1, min(want, jobs))
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None,
+                 name: str = "warm") -> list[R]:
+    """``[fn(x) for x in items]`` in threads, results in order; one thread runs it in place. An
+    exception from ``fn`` is raised here (the first in item order)."""
+    n = workers_for(len(items), workers)
+    if n <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix=name) as pool:
+        return list(pool.map(fn, items))
+
+
+def warm_contexts(contexts: Iterable[MatrixContext], configs: Iterable[PolicyConfig] = (),
+                  workers: int | None = None) -> float:
+    """Compute each context's card and features, its prompt card, and its encoder input for each of
+    ``configs`` (the policies that will sample it), in threads; returns the seconds it took. Each
+    context is one thread's task, so no two threads fill the same context."""
+    contexts, configs = list(contexts), list(configs)
+    encodings = list({repr(c.encoding): c.encoding for c in configs}.values())
+    t0 = time.perf_counter()
+
+    def one(ctx: MatrixContext) -> None:
+        ctx.prompt_card  # noqa: B018 (computed once and kept in the context; the features come with it)
+        for enc in encodings:
+            ctx.encoder_input(enc)
+
+    parallel_map(one, contexts, workers)
+    seconds = time.perf_counter() - t0
+    log.info("cards and inputs of %d matrices in %.1f s", len(contexts), seconds)
+    return seconds

@@ -1,0 +1,120 @@
+"""The prompts' CPU work done up front, in threads: the same results as made one by one, each made
+once, and nothing left to make on the path where the GPU waits."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparserl.data.rows import Refinement, SFTRow  # noqa: E402
+from sparserl.encoding import EncodingConfig  # noqa: E402
+from sparserl.eval.compare import EvalConfig, matrix_set  # noqa: E402
+from sparserl.kernels.contract import Op  # noqa: E402
+from sparserl.matrices import family_names, generate, save_matrix  # noqa: E402
+from sparserl.matrices.card import prompt_card  # noqa: E402
+from sparserl.model.policy import PolicyConfig  # noqa: E402
+from sparserl.request import warm  # noqa: E402
+from sparserl.request.context import MatrixContext  # noqa: E402
+from sparserl.train import dataset  # noqa: E402
+from sparserl.train.dataset import SFTDataset  # noqa: E402
+
+CONFIG = PolicyConfig(encoding=EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2), card=True)
+
+
+def test_parallel_map_keeps_the_order_and_uses_threads() -> None:
+    names: set[str] = set()
+    barrier = threading.Barrier(2, timeout=10)  # passes only if two calls run at once
+
+    def fn(x: int) -> int:
+        names.add(threading.current_thread().name)
+        if x < 2:
+            barrier.wait()
+        return x * x
+
+    assert warm.parallel_map(fn, list(range(6)), workers=2, name="t") == [0, 1, 4, 9, 16, 25]
+    assert names and all(n.startswith("t") for n in names)
+    assert warm.parallel_map(lambda x: threading.current_thread().name, [1], workers=4) == [
+        threading.current_thread().name]  # one item: in place, no pool
+
+
+def test_parallel_map_raises_the_first_error_in_item_order() -> None:
+    def fn(x: int) -> int:
+        if x in (1, 3):
+            raise ValueError(f"bad {x}")
+        return x
+
+    with pytest.raises(ValueError, match="bad 1"):
+        warm.parallel_map(fn, [0, 1, 2, 3], workers=2)
+
+
+@pytest.mark.parametrize("jobs, workers, want", [(0, None, 1), (3, 16, 3), (100, 2, 2), (5, 0, 1)])
+def test_workers_are_bounded_by_the_jobs(jobs: int, workers: int | None, want: int) -> None:
+    assert warm.workers_for(jobs, workers) == want
+    assert warm.workers_for(1000) <= warm.MAX_WORKERS
+
+
+def test_warm_contexts_leaves_nothing_to_compute(monkeypatch) -> None:
+    ctxs = [MatrixContext(generate(f, 400, seed=i), f, Op.SPMV) for i, f in enumerate(("banded", "powerlaw"))]
+    fresh = [MatrixContext(c.A, c.name, Op.SPMV) for c in ctxs]
+    warm.warm_contexts(ctxs, [CONFIG, CONFIG], workers=2)
+    # nothing may be computed again: the card and the encoder input must already be in each context
+    import sparserl.encoding as enc
+    import sparserl.request.context as context
+
+    def boom(*a, **k):
+        raise AssertionError("computed again after warm_contexts")
+
+    monkeypatch.setattr(context, "card_and_features", boom)
+    monkeypatch.setattr(enc.MatrixInput, "from_matrix", boom)
+    warmed = [c.sample(CONFIG) for c in ctxs]
+    monkeypatch.undo()
+    for w, f in zip(warmed, fresh):  # the same as made one by one
+        s = f.sample(CONFIG)
+        assert w.card == s.card == prompt_card(f.A)
+        assert np.array_equal(w.matrix.rows, s.matrix.rows) and np.array_equal(w.matrix.cols, s.matrix.cols)
+        assert np.array_equal(w.matrix.summary, s.matrix.summary) and w.matrix.shape == s.matrix.shape
+
+
+def test_families_made_in_threads_are_the_serial_ones() -> None:
+    got = matrix_set(EvalConfig(matrices="families", family_rows=500, out="unused"))
+    assert [fam for _, fam in got] == family_names()
+    for ctx, fam in got:
+        A = generate(fam, 500, seed=EvalConfig().seed + 7)
+        assert ctx.name == f"{fam}_500" and ctx.shape == A.shape
+        assert np.array_equal(ctx.A.indptr, A.indptr) and np.array_equal(ctx.A.indices, A.indices)
+        assert np.array_equal(ctx.A.data, A.data)
+
+
+def test_sft_dataset_warm_makes_each_matrix_once_before_the_loop(tmp_path: Path, monkeypatch) -> None:
+    rows = []
+    for i, fam in enumerate(("banded", "skewed", "random")):
+        A = generate(fam, 600, seed=i)
+        path = tmp_path / f"{fam}.npz"
+        save_matrix(A, path)
+        base = SFTRow(matrix=str(path), shape=A.shape, rows=[0], cols=[int(A.indices[0])], op="spmv",
+                      nnz=int(A.nnz), code="FORMAT: CSR")
+        rows += [base, dataclasses.replace(base, code="FORMAT: COO"),
+                 dataclasses.replace(base, refinement=Refinement("FORMAT: CSR", "1.0x", True))]
+    loads: list[str] = []
+    real_load = dataset.load_matrix
+    monkeypatch.setattr(dataset, "load_matrix", lambda p: loads.append(str(p)) or real_load(p))
+    ds = SFTDataset(rows, CONFIG)
+    assert ds.warm(workers=2) >= 0
+    assert sorted(loads) == sorted({r.matrix for r in rows})  # each file once
+    assert sorted(ds.matrices_made()) == sorted({r.matrix for r in rows})
+
+    def boom(*a, **k):
+        raise AssertionError("made again on the training loop's path")
+
+    monkeypatch.setattr(dataset, "load_matrix", boom)
+    monkeypatch.setattr(dataset, "prompt_card", boom)
+    monkeypatch.setattr(dataset.MatrixInput, "from_matrix", boom)
+    samples = [ds.sample(r) for r in rows]  # refinement rows too: their prompt only differs
+    assert all(s.card == prompt_card(real_load(r.matrix)) for s, r in zip(samples, rows))
+    assert "1.0x" in samples[2].prompt
