@@ -226,6 +226,34 @@ def test_a_real_validation_and_a_kill_in_the_middle_of_a_search(data_dir: Path, 
     assert res["best_model"] == cfg.model
 
 
+def test_a_round_matrix_whose_file_does_not_load_is_skipped_alone(data_dir: Path, tiny_model_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    """The round's matrices are loaded together, in threads, before the first search: one that does
+    not load is recorded as skipped with its reason, and the others are still searched."""
+    pytest.importorskip("torch")
+    import shutil
+
+    from sparserl.improve.loop import improve, round_matrices, split_rows
+
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    for f in data.glob("*.jsonl"):  # the rows name the copied matrices
+        f.write_text(f.read_text().replace(str(data_dir), str(data)))
+    cfg = small(data, tiny_model_dir, tmp_path, rounds=1)
+    bad, good = (x.matrix for x in round_matrices(split_rows(cfg.data, "train"), 1, 2, 0))
+
+    def note(r, phase):
+        if (r, phase) == (0, "validate"):  # after round 0: the first matrix of round 1 breaks
+            Path(bad).write_bytes(b"not a matrix")
+
+    res = improve(cfg, fake_harness(), validate=lambda p, r: {"score": 1.0, "correct_rate": 1.0}, on_phase=note)
+    search = res["rounds"][1]["search"]
+    assert set(search) == {Path(bad).name.split(".")[0], Path(good).name.split(".")[0]}
+    skipped = search[Path(bad).name.split(".")[0]]
+    assert list(skipped) == ["skipped"] and skipped["skipped"]
+    assert search[Path(good).name.split(".")[0]]["evaluated"] > 0
+
+
 def test_a_round_of_spmm(data_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     """The same loop for SpMM at k = 8: SpMM searches, SpMM teacher rows, an SpMM validation."""
     pytest.importorskip("torch")

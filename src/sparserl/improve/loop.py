@@ -68,6 +68,7 @@ from sparserl.improve.plot import plot_rounds
 from sparserl.improve.table import geomean_of, round_metrics, rounds_markdown
 from sparserl.model.policy import Policy
 from sparserl.request.context import MatrixContext
+from sparserl.request.warm import parallel_map, warm_contexts
 from sparserl.runtime.metrics import MetricLogger
 from sparserl.search.export import ExportFilter, export_rows
 from sparserl.search.footprint import check_fits
@@ -299,11 +300,22 @@ class Improve:
         policy = self._policy(model)
         trace_dir = self.round_dir(r) / "search"
         trace_dir.mkdir(parents=True, exist_ok=True)
+        def load(row: SFTRow) -> MatrixContext | SparseRLError:  # a file that does not load skips its matrix only
+            try:
+                return MatrixContext.load(row.matrix, self.cfg.op, self.cfg.k)
+            except SparseRLError as exc:
+                return exc
+
+        contexts = parallel_map(load, todo, name="load")
+        # the proposals' prompts, made in threads before the first search rather than as each one starts
+        warm_contexts([c for c in contexts if isinstance(c, MatrixContext)], [policy.config])
         try:
-            for row in todo:
+            for row, ctx in zip(todo, contexts):
                 t = time.perf_counter()
                 try:
-                    res = self._search_one(r, row, policy, model, trace_dir, len(done))
+                    if isinstance(ctx, SparseRLError):
+                        raise ctx
+                    res = self._search_one(r, ctx, policy, model, trace_dir, len(done))
                 except SparseRLError as exc:  # this matrix only (what it verified is in the store already)
                     log.warning("round %d: %s skipped: %s", r, row.matrix_name, exc)
                     done[row.matrix_name] = {"skipped": str(exc)}
@@ -317,14 +329,13 @@ class Improve:
             policy = None  # noqa: F841 (the last reference: the model's memory goes back)
             self._release()
 
-    def _search_one(self, r: int, row: SFTRow, policy: Policy, model: str, trace_dir: Path, n_done: int):
+    def _search_one(self, r: int, ctx: MatrixContext, policy: Policy, model: str, trace_dir: Path, n_done: int):
         """One training matrix searched (raises SparseRLError when it does not fit, or the search stops)."""
         cfg = self.cfg
-        ctx = MatrixContext.load(row.matrix, cfg.op, cfg.k)
         check_fits(ctx.name, *ctx.shape, ctx.nnz, ctx.k)
         scfg = SearchConfig(budget=cfg.search_budget, seconds=cfg.search_seconds, regime=cfg.regime,
                             policy_share=cfg.policy_share, seed=cfg.seed + 1000 * r + n_done)
-        job = SearchJob(matrix=row.matrix, op=cfg.op, k=ctx.k, search=scfg, model=str(model),
+        job = SearchJob(matrix=ctx.path, op=cfg.op, k=ctx.k, search=scfg, model=str(model),
                         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
         log.info("round %d: searching %s (%d of %d), %d candidates", r, ctx.name, n_done + 1,
                  min(cfg.matrices_per_round, len(self.train)), cfg.search_budget)
