@@ -38,6 +38,7 @@
 # The teacher never sees a held-out matrix: searches run on the train split only, and the families
 # held out from every learned component (circuit, kkt, fem_mixed, road) are not generated.
 set -euo pipefail
+export SPARSERL_LOG_TIME=${SPARSERL_LOG_TIME:-1}  # each log line begins with its time: where the minutes went
 out=${1:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]}
 pack=${2:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]  (PACK: a corpus pack, or - for the default corpus)}
 preset=${3:-full}

@@ -135,3 +135,16 @@ def test_paper_entry_points_show_their_defaults(module: str, capsys) -> None:
     assert info.value.code == 0 and "(default: None)" not in text and "(default: False)" not in text
     assert "--max-nnz MAX_NNZ coordinate tokens per matrix (default: 128)" in text
     assert ("(default: runs/pretrain/model)" in text) == (module == "sparserl.train_sft")
+
+
+def test_log_lines_carry_the_time_only_when_asked() -> None:
+    import logging
+
+    from sparserl.cli.root import LOG_TIME, log_format
+
+    rec = logging.LogRecord("sparserl.x", logging.INFO, __file__, 1, "done", None, None)
+    plain = logging.Formatter(log_format({}), datefmt="%H:%M:%S").format(rec)
+    assert plain == "INFO sparserl.x: done" and log_format({LOG_TIME: "0"}) == log_format({})
+    timed = logging.Formatter(log_format({LOG_TIME: "1"}), datefmt="%H:%M:%S").format(rec)
+    stamp, rest = timed.split(" ", 1)
+    assert rest == plain and len(stamp) == 8 and stamp.count(":") == 2

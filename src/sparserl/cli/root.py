@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
+import os
 import sys
 
 import typer
@@ -101,11 +102,20 @@ def _root(
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
                                  help="Print the version and exit."),
 ) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=log_format(os.environ),
+                        datefmt="%H:%M:%S")
     quiet_foreign_bars()
+
+
+LOG_TIME = "SPARSERL_LOG_TIME"
+"""Set (to anything but empty or 0) to begin each log line with its wall-clock time: long scripts'
+logs then show where their time went."""
+
+
+def log_format(env) -> str:
+    """The log lines' format: level, logger and message, after the time when ``env`` sets LOG_TIME."""
+    timed = env.get(LOG_TIME, "") not in ("", "0")
+    return ("%(asctime)s " if timed else "") + "%(levelname)s %(name)s: %(message)s"
 
 
 def command():
