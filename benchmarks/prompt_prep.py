@@ -5,7 +5,7 @@ used to make them one matrix at a time as its first generation batch asked for t
 its first steps drew each matrix's rows; the GPU waited meanwhile. This times that work on the
 held-out set of 13 families (``evaluate --matrices families``: generation, then cards and inputs)
 and, with ``--data``, on an SFT data folder's training matrices (loading, cards and inputs), once
-with one thread and once with ``--workers`` threads, and checks that both give the same prompts.
+with one thread and once with ``--workers`` threads, and checks that both give the same prompts (the cards and the encoder inputs).
 
     PYTHONPATH=src python benchmarks/prompt_prep.py --rows 1000000 --out prompt_prep.json
     PYTHONPATH=src python benchmarks/prompt_prep.py --rows 1000000 --data DATA --workers 8 --out prompt_prep.json
@@ -23,8 +23,13 @@ import time
 from pathlib import Path
 
 
-def families(rows: int, workers: int) -> tuple[dict, list[str]]:
-    """Seconds to generate the 13 families at ``rows`` and make their cards and inputs, and the cards."""
+def prompt(card: str | None, inp) -> tuple:
+    """What a sample's prompt is made of, comparable: the card and the encoder input's arrays."""
+    return card, inp.shape, inp.rows.tobytes(), inp.cols.tobytes(), inp.summary.tobytes()
+
+
+def families(rows: int, workers: int) -> tuple[dict, list[tuple]]:
+    """Seconds to generate the 13 families at ``rows`` and make their cards and inputs, and the prompts."""
     from sparserl.kernels.contract import Op
     from sparserl.matrices import family_names, generate
     from sparserl.model.policy import PolicyConfig
@@ -36,13 +41,15 @@ def families(rows: int, workers: int) -> tuple[dict, list[str]]:
     made = parallel_map(lambda f: generate(f, rows, seed=7), fams, workers)
     t1 = time.perf_counter()
     ctxs = [MatrixContext(A, f"{f}_{rows}", Op.SPMV) for A, f in zip(made, fams)]
-    warm_contexts(ctxs, [PolicyConfig()], workers)
+    config = PolicyConfig()
+    warm_contexts(ctxs, [config], workers)
     t2 = time.perf_counter()
-    return {"generate": t1 - t0, "cards": t2 - t1, "total": t2 - t0}, [c.prompt_card for c in ctxs]
+    return ({"generate": t1 - t0, "cards": t2 - t1, "total": t2 - t0},
+            [prompt(c.prompt_card, c.encoder_input(config.encoding)) for c in ctxs])
 
 
-def data(folder: str, workers: int) -> tuple[dict, list[str]]:
-    """Seconds to load an SFT folder's training matrices and make their samples, and the cards."""
+def data(folder: str, workers: int) -> tuple[dict, list[tuple]]:
+    """Seconds to load an SFT folder's training matrices and make their samples, and the prompts."""
     from sparserl.data.rows import read_nonempty
     from sparserl.model.policy import PolicyConfig
     from sparserl.train.dataset import SFTDataset
@@ -50,7 +57,8 @@ def data(folder: str, workers: int) -> tuple[dict, list[str]]:
     rows = read_nonempty(Path(folder) / "train.jsonl")
     ds = SFTDataset(rows, PolicyConfig())
     seconds = ds.warm(workers)
-    return {"total": seconds, "matrices": len(ds.matrices_made())}, [ds.sample(r).card or "" for r in rows]
+    samples = [ds.sample(r) for r in rows]
+    return {"total": seconds, "matrices": len(ds.matrices_made())}, [prompt(x.card, x.matrix) for x in samples]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(("data", lambda w: data(a.data, w)))
     print(f"| set | 1 thread (s) | {a.workers} threads (s) | ratio |\n| --- | ---: | ---: | ---: |")
     for name, fn in cases:
-        one, cards_one = fn(1)
-        many, cards_many = fn(a.workers)
-        if cards_one != cards_many:
+        one, prompts_one = fn(1)
+        many, prompts_many = fn(a.workers)
+        if prompts_one != prompts_many:
             print(f"error: {name}: the threads' prompts differ from one thread's", file=sys.stderr)
             return 1
         out[name] = {"one_thread": one, "threads": many, "ratio": one["total"] / many["total"]}

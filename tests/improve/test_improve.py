@@ -240,7 +240,7 @@ def test_a_round_matrix_whose_file_does_not_load_is_skipped_alone(data_dir: Path
     for f in data.glob("*.jsonl"):  # the rows name the copied matrices
         f.write_text(f.read_text().replace(str(data_dir), str(data)))
     cfg = small(data, tiny_model_dir, tmp_path, rounds=1)
-    bad, good = (x.matrix for x in round_matrices(split_rows(cfg.data, "train"), 1, 2, 0))
+    bad, good = (x.matrix for x in round_matrices(split_rows(cfg.data, "train"), 1, cfg.matrices_per_round, cfg.seed))
 
     def note(r, phase):
         if (r, phase) == (0, "validate"):  # after round 0: the first matrix of round 1 breaks

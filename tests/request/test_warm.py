@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ def test_parallel_map_keeps_the_order_and_uses_threads() -> None:
         names.add(threading.current_thread().name)
         if x < 2:
             barrier.wait()
+        time.sleep(0.02 * (6 - x))  # the early items end last: the results must still come in item order
         return x * x
 
     assert warm.parallel_map(fn, list(range(6)), workers=2, name="t") == [0, 1, 4, 9, 16, 25]
@@ -81,6 +83,33 @@ def test_warm_contexts_leaves_nothing_to_compute(monkeypatch) -> None:
         assert np.array_equal(w.matrix.summary, s.matrix.summary) and w.matrix.shape == s.matrix.shape
 
 
+def test_evaluate_makes_the_prompts_in_the_warm_up_threads(tmp_path: Path, monkeypatch) -> None:
+    """evaluate makes every matrix's card before generation, in the warm-up's threads, and never again
+    on the generation path. Kills: the warm-up left out of evaluate (the cards are then made in the
+    main thread, as the first batch asks for them)."""
+    import sparserl.request.context as context
+    from sparserl.eval.compare import evaluate
+
+    d = tmp_path / "m"
+    d.mkdir()
+    for i, fam in enumerate(("banded", "random", "skewed")):
+        save_matrix(generate(fam, 400, seed=i), d / f"{fam}.mtx")
+    made: list[str] = []
+    real = context.card_and_features
+    monkeypatch.setattr(context, "card_and_features", lambda A: made.append(threading.current_thread().name) or real(A))
+    monkeypatch.setattr(warm.os, "cpu_count", lambda: 4)  # threads even on a one-core machine
+
+    class Stand:
+        config = CONFIG
+
+        def generate(self, samples, **kw):
+            return ["FORMAT: CSR"] * len(samples)
+
+    evaluate(EvalConfig(matrices=str(d), samples=2, out=str(tmp_path / "e"), compile_only=True, plots=False),
+             policies={"stand-in": Stand()})
+    assert len(made) == 3 and all(name.startswith("warm") for name in made)
+
+
 def test_families_made_in_threads_are_the_serial_ones() -> None:
     got = matrix_set(EvalConfig(matrices="families", family_rows=500, out="unused"))
     assert [fam for _, fam in got] == family_names()
@@ -118,3 +147,25 @@ def test_sft_dataset_warm_makes_each_matrix_once_before_the_loop(tmp_path: Path,
     samples = [ds.sample(r) for r in rows]  # refinement rows too: their prompt only differs
     assert all(s.card == prompt_card(real_load(r.matrix)) for s, r in zip(samples, rows))
     assert "1.0x" in samples[2].prompt
+
+
+def test_families_that_do_not_fit_together_are_generated_one_by_one(monkeypatch) -> None:
+    """Each generation checks its own memory need against what is free; in threads, all would run at
+    once. So when their needs together pass the free memory, matrix_set generates them in turn.
+    Kills: the threads used whatever the memory."""
+    import sparserl.eval.compare as compare
+    from sparserl.matrices.generators import generation_bytes
+
+    rows = 300
+    total = sum(generation_bytes(f, rows) for f in family_names())
+    seen: list[str] = []
+    real = compare.generate
+    monkeypatch.setattr(compare, "generate", lambda *a, **k: seen.append(threading.current_thread().name) or real(*a, **k))
+    monkeypatch.setattr(warm.os, "cpu_count", lambda: 4)
+    for have, threaded in ((total - 1, False), (total, True), (None, True)):
+        seen.clear()
+        monkeypatch.setattr(compare, "available_memory", lambda: have)
+        matrix_set(EvalConfig(matrices="families", family_rows=rows, out="unused"))
+        assert len(seen) == len(family_names())
+        assert all(n.startswith("generate") for n in seen) if threaded else set(seen) == {
+            threading.current_thread().name}, (have, seen)

@@ -170,3 +170,29 @@ def test_micro_batches_give_the_full_batch_gradient(data_dir: Path, tiny_model_d
     assert len(g0) == len(g1) > 0
     for a, b in zip(g0, g1):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_set_up_makes_every_training_matrix_before_the_first_step(data_dir: Path, tiny_model_dir: Path,
+                                                                   tmp_path: Path, monkeypatch) -> None:
+    """The matrices' inputs and cards are made at set-up (in threads), not as the first steps draw
+    their rows while the GPU waits. Kills: the warm-up left out of ``_setup``."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.train import dataset
+    from sparserl.train.sft import SFTConfig, _setup
+
+    ev = Evaluator(HarnessConfig(compile_only=True))
+    cfg = SFTConfig(data=str(data_dir), model=str(tiny_model_dir), out=str(tmp_path / "sft"), steps=1, batch_size=2,
+                    max_nnz=16, compile_only=True, device="cpu", bf16=False)
+    try:
+        run = _setup(cfg, ev)
+    finally:
+        ev.close()
+    files = {r.matrix for r in run.train.rows}
+    assert sorted(run.train.matrices_made()) == sorted(files) and len(files) > 1
+
+    def boom(*a, **k):
+        raise AssertionError("made on the training loop's path")
+
+    monkeypatch.setattr(dataset, "load_matrix", boom)
+    monkeypatch.setattr(dataset.MatrixInput, "from_matrix", boom)
+    assert all(run.train.sample(r) is not None for r in run.train.rows)

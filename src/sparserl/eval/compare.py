@@ -38,6 +38,7 @@ from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate
+from sparserl.matrices.generators import available_memory, generation_bytes
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
 from sparserl.request.warm import parallel_map, warm_contexts
@@ -135,7 +136,11 @@ def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> l
     op = Op(cfg.op)
     if cfg.matrices == "families":
         fams = family_names()
-        made = parallel_map(lambda f: generate(f, cfg.family_rows, seed=cfg.seed + 7), fams, name="generate")
+        # in threads when all of them fit in memory at once; else one by one, each checked on its own
+        have = available_memory()
+        together = have is None or sum(generation_bytes(f, cfg.family_rows) for f in fams) <= have
+        made = parallel_map(lambda f: generate(f, cfg.family_rows, seed=cfg.seed + 7), fams,
+                            workers=None if together else 1, name="generate")
         return [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f) for A, f in zip(made, fams)]
     listed = files or matrix_files(cfg)
     loaded = parallel_map(lambda mf: MatrixContext.load(mf[0], op, cfg.k), listed, name="load")
@@ -267,8 +272,6 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     t1 = time.perf_counter()
     todo = matrix_set(cfg, files)  # before anything is written: a set that does not load leaves no folder behind
     phases["matrices"] = time.perf_counter() - t1
-    if policies:  # the prompts' cards and inputs, in threads: otherwise the GPU waits on them in generation
-        phases["cards"] = warm_contexts((ctx for ctx, _ in todo), (p.config for p in policies.values()))
     out = Path(cfg.out)
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
@@ -278,6 +281,8 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
             raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")
         out.mkdir(parents=True, exist_ok=True)
         (out / "completions.jsonl").unlink(missing_ok=True)
+        if policies:  # the prompts' cards and inputs, in threads: otherwise the GPU waits on them in generation
+            phases["cards"] = warm_contexts((ctx for ctx, _ in todo), (p.config for p in policies.values()))
         t1 = time.perf_counter()
         for ctx, fam in todo:
             if not cfg.compile_only:  # the baselines are timings: nothing to compare without a GPU

@@ -68,7 +68,7 @@ from sparserl.improve.plot import plot_rounds
 from sparserl.improve.table import geomean_of, round_metrics, rounds_markdown
 from sparserl.model.policy import Policy
 from sparserl.request.context import MatrixContext
-from sparserl.request.warm import parallel_map, warm_contexts
+from sparserl.request.warm import parallel_map, warm_context
 from sparserl.runtime.metrics import MetricLogger
 from sparserl.search.export import ExportFilter, export_rows
 from sparserl.search.footprint import check_fits
@@ -300,16 +300,15 @@ class Improve:
         policy = self._policy(model)
         trace_dir = self.round_dir(r) / "search"
         trace_dir.mkdir(parents=True, exist_ok=True)
-        def load(row: SFTRow) -> MatrixContext | SparseRLError:  # a file that does not load skips its matrix only
-            try:
-                return MatrixContext.load(row.matrix, self.cfg.op, self.cfg.k)
+
+        def load(row: SFTRow) -> MatrixContext | SparseRLError:  # a matrix that fails skips itself only
+            try:  # loaded, and its proposals' prompt made, in threads before the first search starts
+                return warm_context(MatrixContext.load(row.matrix, self.cfg.op, self.cfg.k), [policy.config])
             except SparseRLError as exc:
                 return exc
 
-        contexts = parallel_map(load, todo, name="load")
-        # the proposals' prompts, made in threads before the first search rather than as each one starts
-        warm_contexts([c for c in contexts if isinstance(c, MatrixContext)], [policy.config])
         try:
+            contexts = parallel_map(load, todo, name="load")
             for row, ctx in zip(todo, contexts):
                 t = time.perf_counter()
                 try:

@@ -1243,14 +1243,26 @@ def available_memory() -> int | None:
     return max(0, min(found)) if found else None
 
 
-def _check_memory(family: str, rows: int, cols: int | None, kwargs: dict[str, Any]) -> None:
+def generation_bytes(family: str, rows: int, cols: int | None = None, **params: Any) -> int:
+    """About how many bytes ``generate(family, rows, cols=cols, **params)`` needs at its peak (0 when
+    its nonzeros pass int32 indices: the family's own check refuses it before it allocates)."""
+    spec = FAMILIES[family]
+    return _bytes(family, rows, cols, _coerce_params(family, spec, params))
+
+
+def _bytes(family: str, rows: int, cols: int | None, kwargs: dict[str, Any]) -> int:
     nnz = expected_nnz(family, rows, cols, kwargs)
     if nnz > MAX_INT32:
-        return  # the family's own check says why (int32 indices), before it allocates
+        return 0
     spec = FAMILIES[family]
-    need = spec.bytes_per_nnz * nnz + _BYTES_PER_ROW * rows + spec.fixed_bytes
+    return spec.bytes_per_nnz * nnz + _BYTES_PER_ROW * rows + spec.fixed_bytes
+
+
+def _check_memory(family: str, rows: int, cols: int | None, kwargs: dict[str, Any]) -> None:
+    nnz = expected_nnz(family, rows, cols, kwargs)
+    need = _bytes(family, rows, cols, kwargs)
     have = available_memory()
-    if have is not None and need > have:
+    if need and have is not None and need > have:
         raise MatrixError(
             f"{family}: {rows} rows make about {nnz} nonzeros, which need about {need / 2**30:.1f} GiB of memory "
             f"to generate; {have / 2**30:.1f} GiB is available: use fewer rows"

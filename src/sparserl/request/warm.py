@@ -1,7 +1,8 @@
 """What a policy's prompt needs of many matrices, computed in threads before the GPU waits on it.
 
-A matrix's card, structure features and encoder input are CPU work of about a second per million
-rows (numpy and scipy, which release the GIL for most of it). Computed lazily, the first time a
+A matrix's card, structure features and encoder input are CPU work of 0.1-6 s for a matrix of a
+million rows on one core, depending on its structure (numpy and scipy, which release the GIL for
+most of it; benchmarks/prompt_prep.py measures it). Computed lazily, the first time a
 sample asks for them, they sit on the critical path while the GPU idles: an evaluation's
 generation, an SFT run's first steps. :func:`parallel_map` and :func:`warm_contexts` do that work
 up front, spread over the machine's cores.
@@ -26,7 +27,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_WORKERS = 8
-"""Threads at most: past this the matrices' memory traffic, not the cores, bounds the work."""
+"""Threads at most: each holds one matrix's working arrays at a time, so this also bounds the
+memory the work takes on top of the matrices themselves."""
 
 
 def workers_for(jobs: int, workers: int | None = None) -> int:
@@ -47,21 +49,23 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None =
         return list(pool.map(fn, items))
 
 
+def warm_context(ctx: MatrixContext, configs: Iterable[PolicyConfig] = ()) -> MatrixContext:
+    """Compute ``ctx``'s card and features, its prompt card, and its encoder input for each of
+    ``configs`` (the policies that will sample it), kept in the context; returns it."""
+    ctx.prompt_card  # noqa: B018 (computed once and kept in the context; the features come with it)
+    for enc in {repr(c.encoding): c.encoding for c in configs}.values():
+        ctx.encoder_input(enc)
+    return ctx
+
+
 def warm_contexts(contexts: Iterable[MatrixContext], configs: Iterable[PolicyConfig] = (),
                   workers: int | None = None) -> float:
-    """Compute each context's card and features, its prompt card, and its encoder input for each of
-    ``configs`` (the policies that will sample it), in threads; returns the seconds it took. Each
-    context is one thread's task, so no two threads fill the same context."""
+    """:func:`warm_context` of each context, in threads; returns the seconds it took. Each context is
+    one thread's task: give distinct matrices (contexts from one :meth:`MatrixContext.with_op` share
+    what they compute, and two threads would then make it twice)."""
     contexts, configs = list(contexts), list(configs)
-    encodings = list({repr(c.encoding): c.encoding for c in configs}.values())
     t0 = time.perf_counter()
-
-    def one(ctx: MatrixContext) -> None:
-        ctx.prompt_card  # noqa: B018 (computed once and kept in the context; the features come with it)
-        for enc in encodings:
-            ctx.encoder_input(enc)
-
-    parallel_map(one, contexts, workers)
+    parallel_map(lambda ctx: warm_context(ctx, configs), contexts, workers)
     seconds = time.perf_counter() - t0
     log.info("cards and inputs of %d matrices in %.1f s", len(contexts), seconds)
     return seconds

@@ -197,7 +197,8 @@ def _setup(cfg: SFTConfig, evaluator) -> _Run:
     val_pick = np.random.default_rng(cfg.seed).permutation(len(val_rows))[: cfg.eval_samples]
     train, val = SFTDataset(train_rows, policy.config), SFTDataset([val_rows[i] for i in val_pick], policy.config)
     seconds = train.warm() + val.warm()  # in threads now, rather than one by one while the GPU waits
-    log.info("the inputs and cards of %d training matrices made in %.1f s", len(train.matrices_made()), seconds)
+    log.info("the inputs and cards of %d training and %d validation matrices made in %.1f s",
+             len(train.matrices_made()), len(val.matrices_made()), seconds)
     return _Run(cfg, info, device, policy, params, opt, rng, model, train, val, ev, evaluator is None, logger,
                 len(val_rows), step)
 
