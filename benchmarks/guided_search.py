@@ -66,20 +66,31 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
     from sparserl.search.loop import SearchConfig
     from sparserl.search.run import SearchJob, search_matrix
 
+    from sparserl.request.context import MatrixContext
+    from sparserl.request.warm import warm_context
+
     name = Path(path).name.split(".")[0]
     row: dict = {"matrix": name, "path": path, "arms": {}, "errors": {}}
+    t = time.perf_counter()  # the matrix, its card and the prompt's input once, outside every arm's seconds
+    try:
+        ctx = warm_context(MatrixContext.load(path, args.op, args.k), [policy.config] if policy is not None else [])
+    except SparseRLError as exc:  # a matrix that does not load: every arm records why, the next matrix goes on
+        row["errors"] = {arm: str(exc) for arm in ARMS}
+        row["generate_over_search"] = row["model_over_search"] = None
+        return row
+    row["prepare_seconds"] = time.perf_counter() - t
     common = dict(matrix=path, op=args.op, k=args.k, compile_only=args.compile_only, max_new_tokens=args.max_new_tokens)
     plain = SearchConfig(budget=args.budget, seconds=args.seconds, regime=args.regime, seed=args.seed)
     runs = {
         "search": lambda d: search_matrix(SearchJob(search=plain, store=str(d / "store.sqlite"), out=str(d), **common),
-                                          evaluator=evs["search"])[0],
+                                          evaluator=evs["search"], context=ctx)[0],
         "generate": lambda d: generate_kernel(GenerateConfig(model=args.model, samples=args.samples, search=args.search,
                                                              regime=args.regime, seed=args.seed, library_fallback=False,
                                                              store=str(d / "store.sqlite"), out=str(d), **common),
-                                              evaluator=evs["generate"], policy=policy),
+                                              evaluator=evs["generate"], policy=policy, context=ctx),
         "search+model": lambda d: search_matrix(SearchJob(search=plain, model=args.model, store=str(d / "store.sqlite"),
                                                           out=str(d), **common),
-                                                evaluator=evs["search+model"], policy=policy)[0],
+                                                evaluator=evs["search+model"], policy=policy, context=ctx)[0],
     }
     for arm in ARMS:
         run = runs[arm]

@@ -197,10 +197,12 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
 
 
 def generate_kernel(cfg: GenerateConfig, evaluator: Evaluator | None = None,
-                    policy: Policy | None = None) -> KernelReport:
-    """Run the main job; returns the report (also written to the output folder)."""
+                    policy: Policy | None = None, context: MatrixContext | None = None) -> KernelReport:
+    """Run the main job; returns the report (also written to the output folder). ``context``: the
+    request's matrix loaded already (its card and features kept), for a caller that runs several
+    jobs on one matrix."""
     t0 = time.perf_counter()
-    ctx = MatrixContext.load(cfg.matrix, cfg.op, cfg.k)
+    ctx = MatrixContext.reuse_or_load(context, cfg.matrix, cfg.op, cfg.k)
     out = Path(cfg.out or f"runs/generate/{ctx.name}")
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold", "warm"),
                                               reward_regime=cfg.regime))

@@ -169,3 +169,19 @@ def test_families_that_do_not_fit_together_are_generated_one_by_one(monkeypatch)
         assert len(seen) == len(family_names())
         assert all(n.startswith("generate") for n in seen) if threaded else set(seen) == {
             threading.current_thread().name}, (have, seen)
+
+
+def test_a_context_given_for_a_job_is_reused_only_for_its_own_file(tmp_path: Path) -> None:
+    """Kills: a context of another matrix used in place of the job's (a search of the wrong matrix)."""
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    save_matrix(generate("banded", 300, seed=0), a)
+    save_matrix(generate("random", 300, seed=1), b)
+    ctx = MatrixContext.load(a)
+    ctx.prompt_card  # noqa: B018
+    again = MatrixContext.reuse_or_load(ctx, str(a), "spmm", 8)
+    assert again.A is ctx.A and again.op is Op.SPMM and again.k == 8 and "card_and_features" in again._shared
+    assert MatrixContext.reuse_or_load(None, b).name == "b"
+    with pytest.raises(ValueError, match="not of"):
+        MatrixContext.reuse_or_load(ctx, b)
+    with pytest.raises(ValueError, match="made in memory"):
+        MatrixContext.reuse_or_load(MatrixContext(ctx.A, "x", Op.SPMV), a)

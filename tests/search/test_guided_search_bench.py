@@ -54,12 +54,16 @@ def test_missing_model_or_matrix_is_one_line(tmp_path, capsys) -> None:
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc (compile-only arms)")
-def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir) -> None:
+def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir, monkeypatch) -> None:
+    import sparserl.request.context as context
     from sparserl.matrices import generate, save_matrix
 
     m = tmp_path / "banded_400.npz"
     save_matrix(generate("banded", 400, seed=0), m)
     out = tmp_path / "g.json"
+    loads: list[str] = []  # the three arms share one loaded matrix (and its card): loaded once
+    real = context.load_matrix
+    monkeypatch.setattr(context, "load_matrix", lambda p: loads.append(str(p)) or real(p))
     rc = bench.main([str(m), "--model", str(tiny_model_dir), "--budget", "2", "--samples", "1", "--search", "1",
                      "--max-new-tokens", "32", "--device", "cpu", "--compile-only", "--out", str(out)])
     assert rc == 0
@@ -70,3 +74,4 @@ def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir) -> None:
     assert all(a["us"] is None for a in row["arms"].values())  # compile-only: nothing timed, no ratio made
     assert row["arms"]["search"]["searched"] >= 1 and row["arms"]["generate"]["searched"] >= 1
     assert row["generate_over_search"] is None and d["summary"]["compared_generate"] == 0
+    assert loads == [str(m)] and row["prepare_seconds"] >= 0

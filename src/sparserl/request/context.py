@@ -63,6 +63,18 @@ class MatrixContext:
         """The context of the matrix in file ``path`` (.mtx, .mtx.gz or .npz)."""
         return cls(load_matrix(path), matrix_name(path), Op(op), k, str(path))
 
+    @classmethod
+    def reuse_or_load(cls, given: MatrixContext | None, path: str | Path, op: Op | str = Op.SPMV,
+                      k: int | None = None) -> MatrixContext:
+        """``given`` asked for ``op`` (what it computed kept) when it is the context of the file
+        ``path``, loaded already by a caller that runs several jobs on one matrix; else ``path``
+        loaded. A context of another file is refused rather than used in its place."""
+        if given is None:
+            return cls.load(path, op, k)
+        if given.path is None or Path(given.path).resolve() != Path(path).resolve():
+            raise ValueError(f"the context given is of {given.path or 'a matrix made in memory'}, not of {path}")
+        return given.with_op(op, k)
+
     def with_op(self, op: Op | str, k: int | None = None) -> MatrixContext:
         """The same matrix asked for another operation (what was computed about it is shared)."""
         return replace(self, op=Op(op), k=k, _shared=self._shared)

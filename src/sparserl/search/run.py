@@ -178,12 +178,15 @@ def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | N
     return res
 
 
-def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None) -> tuple[KernelReport, SearchResult]:
-    """Run one search; returns (report, search result). Writes to the output folder and the store."""
+def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
+                  context: MatrixContext | None = None) -> tuple[KernelReport, SearchResult]:
+    """Run one search; returns (report, search result). Writes to the output folder and the store.
+    ``context``: the job's matrix loaded already (its card and features kept), for a caller that
+    runs several jobs on one matrix."""
     select_templates(Op(job.op), job.search.templates)  # an unknown name fails before any work
     store = open_store(job.store)  # so does a store from a newer version
     try:
-        ctx = MatrixContext.load(job.matrix, job.op, job.k)
+        ctx = MatrixContext.reuse_or_load(context, job.matrix, job.op, job.k)
         out = Path(job.out or f"runs/search/{ctx.name}")
         regime = job.search.regime
         ev = evaluator or Evaluator(HarnessConfig(compile_only=job.compile_only, regimes=(regime,),
