@@ -68,7 +68,9 @@ class MatrixContext:
                       k: int | None = None) -> MatrixContext:
         """``given`` asked for ``op`` (what it computed kept) when it is the context of the file
         ``path``, loaded already by a caller that runs several jobs on one matrix; else ``path``
-        loaded. A context of another file is refused rather than used in its place."""
+        loaded. A context of another file is refused rather than used in its place. The context keeps
+        its registrations by evaluator (:meth:`ref`, by the evaluator's id): share it among evaluators
+        that stay open together, as the guided-search benchmark's three arms do."""
         if given is None:
             return cls.load(path, op, k)
         if given.path is None or Path(given.path).resolve() != Path(path).resolve():
