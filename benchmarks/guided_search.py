@@ -63,11 +63,10 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
     that ends in an error records it and the others go on."""
     from sparserl.errors import SparseRLError
     from sparserl.generate import GenerateConfig, generate_kernel
-    from sparserl.search.loop import SearchConfig
-    from sparserl.search.run import SearchJob, search_matrix
-
     from sparserl.request.context import MatrixContext
     from sparserl.request.warm import warm_context
+    from sparserl.search.loop import SearchConfig
+    from sparserl.search.run import SearchJob, search_matrix
 
     name = Path(path).name.split(".")[0]
     row: dict = {"matrix": name, "path": path, "arms": {}, "errors": {}}

@@ -31,14 +31,14 @@ def prompt(card: str | None, inp) -> tuple:
 def families(rows: int, workers: int) -> tuple[dict, list[tuple]]:
     """Seconds to generate the 13 families at ``rows`` and make their cards and inputs, and the prompts."""
     from sparserl.kernels.contract import Op
-    from sparserl.matrices import family_names, generate
+    from sparserl.matrices import family_names, generate_many
     from sparserl.model.policy import PolicyConfig
     from sparserl.request.context import MatrixContext
-    from sparserl.request.warm import parallel_map, warm_contexts
+    from sparserl.request.warm import warm_contexts
 
     fams = family_names()
     t0 = time.perf_counter()
-    made = parallel_map(lambda f: generate(f, rows, seed=7), fams, workers)
+    made = generate_many(fams, rows, seed=7, workers=workers)
     t1 = time.perf_counter()
     ctxs = [MatrixContext(A, f"{f}_{rows}", Op.SPMV) for A, f in zip(made, fams)]
     config = PolicyConfig()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,45 +19,13 @@ from sparserl.kernels.contract import Op  # noqa: E402
 from sparserl.matrices import family_names, generate, save_matrix  # noqa: E402
 from sparserl.matrices.card import prompt_card  # noqa: E402
 from sparserl.model.policy import PolicyConfig  # noqa: E402
+from sparserl import parallel  # noqa: E402
 from sparserl.request import warm  # noqa: E402
 from sparserl.request.context import MatrixContext  # noqa: E402
 from sparserl.train import dataset  # noqa: E402
 from sparserl.train.dataset import SFTDataset  # noqa: E402
 
 CONFIG = PolicyConfig(encoding=EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2), card=True)
-
-
-def test_parallel_map_keeps_the_order_and_uses_threads() -> None:
-    names: set[str] = set()
-    barrier = threading.Barrier(2, timeout=10)  # passes only if two calls run at once
-
-    def fn(x: int) -> int:
-        names.add(threading.current_thread().name)
-        if x < 2:
-            barrier.wait()
-        time.sleep(0.02 * (6 - x))  # the early items end last: the results must still come in item order
-        return x * x
-
-    assert warm.parallel_map(fn, list(range(6)), workers=2, name="t") == [0, 1, 4, 9, 16, 25]
-    assert names and all(n.startswith("t") for n in names)
-    assert warm.parallel_map(lambda x: threading.current_thread().name, [1], workers=4) == [
-        threading.current_thread().name]  # one item: in place, no pool
-
-
-def test_parallel_map_raises_the_first_error_in_item_order() -> None:
-    def fn(x: int) -> int:
-        if x in (1, 3):
-            raise ValueError(f"bad {x}")
-        return x
-
-    with pytest.raises(ValueError, match="bad 1"):
-        warm.parallel_map(fn, [0, 1, 2, 3], workers=2)
-
-
-@pytest.mark.parametrize("jobs, workers, want", [(0, None, 1), (3, 16, 3), (100, 2, 2), (5, 0, 1)])
-def test_workers_are_bounded_by_the_jobs(jobs: int, workers: int | None, want: int) -> None:
-    assert warm.workers_for(jobs, workers) == want
-    assert warm.workers_for(1000) <= warm.MAX_WORKERS
 
 
 def test_warm_contexts_leaves_nothing_to_compute(monkeypatch) -> None:
@@ -97,7 +64,7 @@ def test_evaluate_makes_the_prompts_in_the_warm_up_threads(tmp_path: Path, monke
     made: list[str] = []
     real = context.card_and_features
     monkeypatch.setattr(context, "card_and_features", lambda A: made.append(threading.current_thread().name) or real(A))
-    monkeypatch.setattr(warm.os, "cpu_count", lambda: 4)  # threads even on a one-core machine
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 4)  # threads even on a one-core machine
 
     class Stand:
         config = CONFIG
@@ -153,18 +120,19 @@ def test_families_that_do_not_fit_together_are_generated_one_by_one(monkeypatch)
     """Each generation checks its own memory need against what is free; in threads, all would run at
     once. So when their needs together pass the free memory, matrix_set generates them in turn.
     Kills: the threads used whatever the memory."""
-    import sparserl.eval.compare as compare
+    from sparserl.matrices import generators
     from sparserl.matrices.generators import generation_bytes
 
     rows = 300
     total = sum(generation_bytes(f, rows) for f in family_names())
     seen: list[str] = []
-    real = compare.generate
-    monkeypatch.setattr(compare, "generate", lambda *a, **k: seen.append(threading.current_thread().name) or real(*a, **k))
-    monkeypatch.setattr(warm.os, "cpu_count", lambda: 4)
+    real = generators.generate
+    monkeypatch.setattr(generators, "generate",
+                        lambda *a, **k: seen.append(threading.current_thread().name) or real(*a, **k))
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 4)
     for have, threaded in ((total - 1, False), (total, True), (None, True)):
         seen.clear()
-        monkeypatch.setattr(compare, "available_memory", lambda: have)
+        monkeypatch.setattr(generators, "available_memory", lambda: have)
         matrix_set(EvalConfig(matrices="families", family_rows=rows, out="unused"))
         assert len(seen) == len(family_names())
         assert all(n.startswith("generate") for n in seen) if threaded else set(seen) == {

@@ -37,11 +37,11 @@ from sparserl.eval.report import markdown, plots
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
-from sparserl.matrices import family_names, generate
-from sparserl.matrices.generators import available_memory, generation_bytes
+from sparserl.matrices import family_names, generate_many
+from sparserl.parallel import parallel_map
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
-from sparserl.request.warm import parallel_map, warm_contexts
+from sparserl.request.warm import warm_contexts
 
 if TYPE_CHECKING:
     from sparserl.model.policy import Policy
@@ -136,11 +136,7 @@ def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> l
     op = Op(cfg.op)
     if cfg.matrices == "families":
         fams = family_names()
-        # in threads when all of them fit in memory at once; else one by one, each checked on its own
-        have = available_memory()
-        together = have is None or sum(generation_bytes(f, cfg.family_rows) for f in fams) <= have
-        made = parallel_map(lambda f: generate(f, cfg.family_rows, seed=cfg.seed + 7), fams,
-                            workers=None if together else 1, name="generate")
+        made = generate_many(fams, cfg.family_rows, seed=cfg.seed + 7)
         return [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f) for A, f in zip(made, fams)]
     listed = files or matrix_files(cfg)
     loaded = parallel_map(lambda mf: MatrixContext.load(mf[0], op, cfg.k), listed, name="load")

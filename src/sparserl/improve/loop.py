@@ -67,8 +67,9 @@ from sparserl.improve.config import ImproveConfig
 from sparserl.improve.plot import plot_rounds
 from sparserl.improve.table import geomean_of, round_metrics, rounds_markdown
 from sparserl.model.policy import Policy
+from sparserl.parallel import parallel_map
 from sparserl.request.context import MatrixContext
-from sparserl.request.warm import parallel_map, warm_context
+from sparserl.request.warm import warm_context
 from sparserl.runtime.metrics import MetricLogger
 from sparserl.search.export import ExportFilter, export_rows
 from sparserl.search.footprint import check_fits

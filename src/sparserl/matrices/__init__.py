@@ -6,7 +6,7 @@ Every matrix handed around the project is *canonical*: a ``scipy.sparse.csr_arra
 """
 
 from sparserl.matrices.features import MatrixFeatures, compute_features
-from sparserl.matrices.generators import FAMILIES, FamilySpec, family_names, generate
+from sparserl.matrices.generators import FAMILIES, FamilySpec, family_names, generate, generate_many
 from sparserl.matrices.io import canonicalize, load_matrix, save_matrix
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "compute_features",
     "family_names",
     "generate",
+    "generate_many",
     "load_matrix",
     "save_matrix",
 ]

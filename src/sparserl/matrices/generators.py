@@ -32,12 +32,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+
+from sparserl.parallel import parallel_map
 
 from sparserl.errors import MatrixError
 from sparserl.matrices.io import MAX_INT32, csr_from_sorted_parts
@@ -1246,12 +1248,11 @@ def available_memory() -> int | None:
 def generation_bytes(family: str, rows: int, cols: int | None = None, **params: Any) -> int:
     """About how many bytes ``generate(family, rows, cols=cols, **params)`` needs at its peak (0 when
     its nonzeros pass int32 indices: the family's own check refuses it before it allocates)."""
-    spec = FAMILIES[family]
-    return _bytes(family, rows, cols, _coerce_params(family, spec, params))
+    kwargs = _coerce_params(family, FAMILIES[family], params)
+    return _bytes(family, rows, expected_nnz(family, rows, cols, kwargs))
 
 
-def _bytes(family: str, rows: int, cols: int | None, kwargs: dict[str, Any]) -> int:
-    nnz = expected_nnz(family, rows, cols, kwargs)
+def _bytes(family: str, rows: int, nnz: int) -> int:
     if nnz > MAX_INT32:
         return 0
     spec = FAMILIES[family]
@@ -1260,7 +1261,7 @@ def _bytes(family: str, rows: int, cols: int | None, kwargs: dict[str, Any]) -> 
 
 def _check_memory(family: str, rows: int, cols: int | None, kwargs: dict[str, Any]) -> None:
     nnz = expected_nnz(family, rows, cols, kwargs)
-    need = _bytes(family, rows, cols, kwargs)
+    need = _bytes(family, rows, nnz)
     have = available_memory()
     if need and have is not None and need > have:
         raise MatrixError(
@@ -1313,3 +1314,15 @@ def generate(
         kwargs,
     )
     return A
+
+
+def generate_many(families: Sequence[str], rows: int, *, seed: int = 0,
+                  workers: int | None = None) -> list[sp.csr_array]:
+    """``generate(f, rows, seed=seed)`` of each family, in order: in threads
+    (:func:`sparserl.parallel.parallel_map`, ``workers``) when their memory needs together fit in
+    the free memory, else one by one. Each generation checks its own need, but threads would make
+    them all at once."""
+    have = available_memory()
+    together = have is None or sum(generation_bytes(f, rows) for f in families) <= have
+    return parallel_map(lambda f: generate(f, rows, seed=seed), list(families), workers if together else 1,
+                        name="generate")

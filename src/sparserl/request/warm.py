@@ -4,49 +4,24 @@ A matrix's card, structure features and encoder input are CPU work of 0.1-6 s fo
 million rows on one core, depending on its structure (numpy and scipy, which release the GIL for
 most of it; benchmarks/prompt_prep.py measures it). Computed lazily, the first time a
 sample asks for them, they sit on the critical path while the GPU idles: an evaluation's
-generation, an SFT run's first steps. :func:`parallel_map` and :func:`warm_contexts` do that work
-up front, spread over the machine's cores.
+generation, an SFT run's first steps. :func:`warm_contexts` does that work up front, spread over
+the machine's cores (:func:`sparserl.parallel.parallel_map`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from sparserl.parallel import parallel_map
 
 if TYPE_CHECKING:
     from sparserl.model.policy import PolicyConfig
     from sparserl.request.context import MatrixContext
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-MAX_WORKERS = 8
-"""Threads at most: each holds one matrix's working arrays at a time, so this also bounds the
-memory the work takes on top of the matrices themselves."""
-
-
-def workers_for(jobs: int, workers: int | None = None) -> int:
-    """Threads for ``jobs`` independent pieces of work: ``workers`` when given, else the machine's
-    cores up to :data:`MAX_WORKERS`; never more than the jobs, never fewer than one."""
-    want = workers if workers is not None else min(MAX_WORKERS, os.cpu_count() or 1)
-    return max(1, min(want, jobs))
-
-
-def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None,
-                 name: str = "warm") -> list[R]:
-    """``[fn(x) for x in items]`` in threads, results in order; one thread runs it in place. An
-    exception from ``fn`` is raised here (the first in item order)."""
-    n = workers_for(len(items), workers)
-    if n <= 1:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=n, thread_name_prefix=name) as pool:
-        return list(pool.map(fn, items))
 
 
 def warm_context(ctx: MatrixContext, configs: Iterable[PolicyConfig] = ()) -> MatrixContext:

@@ -23,6 +23,7 @@ from sparserl.kernels.contract import Op
 from sparserl.matrices import canonicalize, load_matrix
 from sparserl.matrices.card import MatrixCard, prompt_card
 from sparserl.model.policy import PolicyConfig, Sample, make_sample
+from sparserl.parallel import parallel_map
 
 
 def row_matrix(row: SFTRow) -> tuple[str, sp.csr_array]:
@@ -87,8 +88,6 @@ class SFTDataset:
         """Load, sample and describe every matrix file the rows name, in threads (one task a matrix:
         the first row naming it, with each of its distinct shapes); returns the seconds it took.
         :meth:`sample` then finds them made instead of making them on the training loop's path."""
-        from sparserl.request.warm import parallel_map
-
         t0 = time.perf_counter()
         by_file: dict[str, list[SFTRow]] = {}
         for row in self.rows:
