@@ -6,7 +6,7 @@ cartesian, arrow); never a held-out one (circuit, kkt, fem_mixed, road), which t
 is judged on: ``--held-out`` measures those alone, into their own folder, for
 ``cost_model_quality.py --held-out`` (training leaves them out whatever file they are in);
 ``--suitesparse DIR`` measures real matrices instead, for scoring too. For each matrix, in one
-harness: every SpMV template seed and library variant (the library oracle's set, as
+harness: every template seed and library variant of the operator (``--op``; SpMM at each ``--ks`` width) (the library oracle's set, as
 ``search_bench.py`` enumerates it) and ``--mutations`` points one step from a seed or drawn at
 random, in a seeded shuffled order. Each verdict and time goes to ``OUT/measurements.jsonl``, one
 line per matrix as it finishes (the format ``sparserl best cost-model --data`` and
@@ -22,6 +22,7 @@ on a CPU thread while the GPU times the current one.
     python benchmarks/cost_model_data.py --out $OUT/cost_model_data                  # every size, more mutations
     python benchmarks/cost_model_data.py --held-out --quick --sizes 100000,1000000 --seconds 90 --out $OUT/heldout
     python benchmarks/cost_model_data.py --suitesparse DIR --mutations 0 --seconds 120 --out $OUT/suitesparse
+    python benchmarks/cost_model_data.py --op spmm --ks 32,128 --sizes 10000,100000 --out $OUT/spmm   # SpMM
     python benchmarks/cost_model_data.py --quick --compile-only --sizes 2000 --out /tmp/cmd   # CPU smoke: no times
     python benchmarks/cost_model_data.py --import-templates-speed FILE --out DIR      # CPU: a templates_speed.json
 
@@ -116,6 +117,36 @@ def make_matrix(family: str, rows: int | Path):
     return A, card, feats, time.perf_counter() - t
 
 
+def k_list(args) -> list[int | None]:
+    """The dense widths to measure: [None] for SpMV, ``--ks`` for SpMM (each at least 1)."""
+    if args.op == "spmv":
+        if args.ks:
+            raise SystemExit("--ks is for --op spmm (SpMV has no k)")
+        return [None]
+    try:
+        ks = [int(x) for x in (args.ks or "64").split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--ks takes comma-separated integers, got {args.ks!r}") from None
+    if not ks or min(ks) < 1:
+        raise SystemExit(f"--ks needs widths of at least 1, got {args.ks!r}")
+    return ks
+
+
+def measured_name(name: str, k: int | None) -> str:
+    """A matrix's name in the measurements: the SpMM width added (``powerlaw_10000_k64``), so that
+    each (matrix, k) is its own line and ``--resume`` tells them apart."""
+    return name if k is None else f"{name}_k{k}"
+
+
+def _done(*value):
+    """A finished future holding ``value`` (the next k of the same matrix reuses it)."""
+    from concurrent.futures import Future
+
+    f: Future = Future()
+    f.set_result(value + (0.0,))
+    return f
+
+
 def measure(ev, name: str, family: str, A, card, feats, op: Op, k: int | None, mutations: int, seed: int,
             deadline: float, compile_only: bool) -> dict:
     """Evaluate one matrix's candidates until they are done or ``deadline`` (monotonic) passes."""
@@ -177,12 +208,14 @@ def collect(args) -> int:
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(QUICK_SIZES if args.quick else FULL_SIZES)
     mutations = args.mutations if args.mutations is not None else (12 if args.quick else 48)
     seconds = args.seconds if args.seconds is not None else (200.0 if args.quick else None)
+    op, ks = Op(args.op), k_list(args)
     plan = [(f"{fam}_{rows}", fam, rows) for rows in sorted(sizes) for fam in fams]
     if args.suitesparse is not None:  # real matrices instead, for scoring
         files = sorted(p for p in args.suitesparse.iterdir() if p.name.endswith((".mtx", ".mtx.gz", ".npz")))
         if not files:
             raise SystemExit(f"no .mtx/.mtx.gz/.npz files in {args.suitesparse}")
         plan, fams, sizes = [(f.name.split(".")[0], "suitesparse", f) for f in files], ["suitesparse"], []
+    plan = [(measured_name(name, k), fam, rows, k) for name, fam, rows in plan for k in ks]
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "measurements.jsonl"
     done = set()
@@ -190,7 +223,6 @@ def collect(args) -> int:
         done = {json.loads(line)["matrix"] for line in path.read_text().splitlines() if line.strip()}
         log.info("resuming: %d matrices already in %s", len(done), path)
     plan = [p for p in plan if p[0] not in done]
-    op = Op.SPMV
     summary = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                "sizes": sizes, "families": fams, "mutations": mutations, "matrices": []}
     t_start = time.monotonic()
@@ -206,15 +238,18 @@ def collect(args) -> int:
         end = t_run + seconds if seconds is not None else float("inf")
         nxt = prep.submit(make_matrix, plan[0][1], plan[0][2]) if plan else None
         with path.open("a") as fh:
-            for i, (name, fam, rows) in enumerate(plan):
+            for i, (name, fam, rows, k) in enumerate(plan):
                 A, card, feats, made = nxt.result()
-                nxt = prep.submit(make_matrix, *plan[i + 1][1:]) if i + 1 < len(plan) else None
+                if i + 1 < len(plan) and plan[i + 1][1:3] == (fam, rows):  # the same matrix at the next k
+                    nxt = _done(A, card, feats)
+                else:
+                    nxt = prep.submit(make_matrix, *plan[i + 1][1:3]) if i + 1 < len(plan) else None
                 left = len(plan) - i
                 deadline = time.monotonic() + (end - time.monotonic()) / left if seconds is not None else float("inf")
                 if time.monotonic() >= end:
                     log.info("out of time: %d matrices not measured", left)
                     break
-                row = measure(ev, name, fam, A, card, feats, op, None, mutations, args.seed, deadline,
+                row = measure(ev, name, fam, A, card, feats, op, k, mutations, args.seed, deadline,
                               args.compile_only)
                 del A
                 fh.write(json.dumps(row) + "\n")
@@ -298,6 +333,9 @@ def main() -> int:
                     help="measure the held-out families (circuit, kkt, fem_mixed, road) instead: for scoring only")
     ap.add_argument("--suitesparse", type=Path, default=None,
                     help="measure every matrix file in this folder instead (real matrices, for scoring)")
+    ap.add_argument("--op", choices=("spmv", "spmm"), default="spmv", help="the operator measured [default: spmv]")
+    ap.add_argument("--ks", default="", help="SpMM: comma-separated dense widths, each measured on every matrix "
+                                             "[default: 64]")
     ap.add_argument("--seed", type=int, default=0, help="seed of the mutation sample and the order")
     ap.add_argument("--resume", action="store_true", help="keep the matrices already in OUT, measure the rest")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile the candidates, time nothing")

@@ -11,6 +11,7 @@ import logging
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -388,6 +389,38 @@ def test_the_data_script_writes_measurements_the_trainer_reads(tmp_path) -> None
     assert m.card == card and m.features == feats and len(m.points()) == row["evaluated"]
     assert all(m.times[c["id"]] == c["time_us"] for c in row["candidates"])
     assert set(mod.FAMILIES) & {"circuit", "kkt", "fem_mixed", "road"} == set()
+
+
+def test_the_data_script_measures_spmm_at_each_width(tmp_path) -> None:
+    """``--op spmm --ks``: each (matrix, k) is its own record, named with its width, holding SpMM
+    template points that the loader reads back with op and k; SpMV refuses --ks, and bad widths are
+    refused. Mutations killed: k not passed to the harness (the records say k=None or SpMV ids),
+    one name for both widths (--resume would skip the second), --ks silently ignored for SpMV."""
+    from sparserl.search.cost_model import load_measurements
+    from tests.conftest import load_benchmark
+
+    mod = load_benchmark("cost_model_data")
+    A = generate("banded", 3000, seed=1)
+    card, feats = card_and_features(A)
+    rows = []
+    for k in (32, 128):
+        ev = FakeTimingDouble(lambda text: 10.0 + len(text) % 17)
+        name = mod.measured_name("banded_3000", k)
+        rows.append(mod.measure(ev, name, "banded", A, card, feats, Op.SPMM, k, 2, 0, math.inf, False))
+    assert [r["matrix"] for r in rows] == ["banded_3000_k32", "banded_3000_k128"]
+    assert [(r["op"], r["k"]) for r in rows] == [("spmm", 32), ("spmm", 128)]
+    assert all(c["id"].startswith("spmm/") for r in rows for c in r["candidates"])
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ms = load_measurements(path)
+    assert [(m.op, m.k) for m in ms] == [("spmm", 32), ("spmm", 128)] and all(len(m.points()) > 20 for m in ms)
+    args = SimpleNamespace(op="spmm", ks="32,128")
+    assert mod.k_list(args) == [32, 128] and mod.k_list(SimpleNamespace(op="spmm", ks="")) == [64]
+    assert mod.k_list(SimpleNamespace(op="spmv", ks="")) == [None] and mod.measured_name("a_10", None) == "a_10"
+    for bad in (SimpleNamespace(op="spmv", ks="64"), SimpleNamespace(op="spmm", ks="0"),
+                SimpleNamespace(op="spmm", ks="6x")):
+        with pytest.raises(SystemExit):
+            mod.k_list(bad)
 
 
 def test_rank_grades_step_down_three_percent_at_a_time() -> None:
