@@ -28,6 +28,7 @@ from sparserl.search.cost_model import (  # noqa: E402
     CostModelError,
     MatrixMeasurements,
     TrainConfig,
+    load_measurements,
     store_measurements,
     train,
 )
@@ -316,6 +317,69 @@ def test_default_is_your_own_model_else_the_packaged_one(model, test_mats, tmp_p
     _, _, card, feats, _ = test_mats[0]
     r = make_ranker("default", card, feats, "spmv", None)
     assert isinstance(r, ModelRanker) and r.model.meta == model.meta
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+SPMM_DATA = RESULTS / "2026-12-04" / "cost-model-spmm" / "measurements_spmm_trainable_gpu.jsonl.gz"
+SPMV_DATA = RESULTS / "2026-12-02" / "cost-model" / "templates_speed_measurements.jsonl"
+
+
+def test_each_operator_has_its_own_default_model(model, test_mats, tmp_path, monkeypatch, caplog) -> None:
+    """An SpMM search looks for the SpMM model (the user's own, else a packaged one) and an SpMV
+    search for the SpMV one; with no SpMM model anywhere, one line and the selector's order.
+    Mutations killed: one default path for both operators (an SpMM search would find the SpMV
+    model, or an SpMV search the user's SpMM model), the user's SpMM model ignored."""
+    from sparserl.search.cost_model import default_model_path, packaged_model_path, user_model_path
+
+    monkeypatch.setenv("SPARSERL_CACHE_DIR", str(tmp_path / "cache"))
+    assert default_model_path("spmv") == PACKAGED_MODEL
+    assert default_model_path("spmm") == packaged_model_path("spmm") != PACKAGED_MODEL
+    A = generate("powerlaw", 3000, seed=2)
+    card, feats = card_and_features(A)
+    if not packaged_model_path("spmm").is_file():
+        with caplog.at_level(logging.WARNING, logger="sparserl.search.ranker"):
+            assert type(make_ranker("default", card, feats, "spmm", 64)) is Ranker
+        assert "no cost model for spmm" in caplog.text
+    spmm = train(load_measurements(SPMM_DATA), TrainConfig(trees=5))
+    assert spmm.meta["ops"] == ["spmm"]
+    spmm.save(user_model_path("spmm"))
+    assert user_model_path("spmm") == tmp_path / "cache" / "cost_model_spmm.json.gz"
+    assert default_model_path("spmm") == user_model_path("spmm") and default_model_path("spmv") == PACKAGED_MODEL
+    r = make_ranker("default", card, feats, "spmm", 64)
+    assert isinstance(r, ModelRanker) and r.model.meta == spmm.meta
+    _, _, tcard, tfeats, _ = test_mats[0]
+    r = make_ranker("default", tcard, tfeats, "spmv", None)
+    assert isinstance(r, ModelRanker) and r.model.meta["ops"] == ["spmv"]
+
+
+def test_best_cost_model_fits_one_model_per_operator(tmp_path, monkeypatch, capsys) -> None:
+    """Data of both operators: a model for each, written where searches look, each fitted on its own
+    operator; --out with both is refused in one line unless --op picks one; an operator with too
+    little data is skipped with one line while the other is written. Mutations killed: one model
+    fitted on both operators, the SpMM model written over the SpMV one, --op ignored."""
+    from sparserl.search.cost_model import user_model_path
+    from tests.search.test_cli import run_cli
+
+    monkeypatch.setenv("SPARSERL_CACHE_DIR", str(tmp_path / "cache"))
+    both = ["best", "cost-model", "--data", str(SPMV_DATA), "--data", str(SPMM_DATA), "--trees", "3"]
+    code, out, err = run_cli(both, capsys)
+    assert code == 0, err
+    assert CostModel.load(user_model_path("spmv")).meta["ops"] == ["spmv"]
+    assert CostModel.load(user_model_path("spmm")).meta["ops"] == ["spmm"]
+    assert out.count("wrote ") == 2
+    code, out, err = run_cli(both + ["--out", str(tmp_path / "one.json.gz")], capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "--op" in err
+    assert not (tmp_path / "one.json.gz").exists()
+    code, out, err = run_cli(both + ["--op", "spmm", "--out", str(tmp_path / "one.json.gz")], capsys)
+    assert code == 0 and CostModel.load(tmp_path / "one.json.gz").meta["ops"] == ["spmm"]
+    few = tmp_path / "few.jsonl"  # one SpMM matrix: too little for a model of its own
+    with gzip.open(SPMM_DATA, "rt") as fh:
+        few.write_text(fh.readline())
+    (tmp_path / "cache" / "cost_model_spmm.json.gz").unlink()
+    code, out, err = run_cli(["best", "cost-model", "--data", str(SPMV_DATA), "--data", str(few), "--trees", "3"],
+                             capsys)
+    assert code == 0 and "no spmm model: " in out and "on 1 matrices" in out and out.count("wrote ") == 1
+    assert not user_model_path("spmm").exists()
 
 
 def test_a_matrix_far_outside_the_trained_sizes_keeps_the_selectors_order(model, test_mats, tmp_path,

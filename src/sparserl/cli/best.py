@@ -144,8 +144,11 @@ def best_cost_model(
     store: str = typer.Option(None, help=_STORE_HELP + " (left out when only --data is given)"),
     data: list[Path] = typer.Option([], "--data", help="measurements file (JSON lines, from "
                                     "benchmarks/cost_model_data.py); repeat for several [default: none]"),
-    out: Path = typer.Option(None, help="model file to write [default: cost_model.json.gz under the harness cache "
-                                        "root, which searches then use]"),
+    out: Path = typer.Option(None, help="model file to write (one operator: give --op when the data has both) "
+                                        "[default: cost_model.json.gz (SpMV) and cost_model_spmm.json.gz (SpMM) "
+                                        "under the harness cache root, which searches then use]"),
+    op: str = typer.Option(None, help="fit the model of this operator only: spmv or spmm [default: one model for "
+                                      "each operator the data has]"),
     regime: str = typer.Option("cold", help="train on the times of this regime: cold or warm"),
     trees: int = typer.Option(200, help="boosting rounds"),
     target: str = typer.Option("blend", help="what the model learns: blend (a ranking fit and a regression of "
@@ -154,9 +157,11 @@ def best_cost_model(
                                              "(log time over cuSPARSE's) or absolute (log time)"),
     min_measurements: int = typer.Option(200, help="refuse to train on fewer verified measurements"),
 ) -> None:
-    """Fit the cost model that orders a search's candidates, on the store's verified times (and
-    benchmark measurements); matrices of the held-out generator families are left out."""
+    """Fit the cost models that order a search's candidates, on the store's verified times (and
+    benchmark measurements): one model per operator (SpMV, SpMM), each on its own measurements;
+    matrices of the held-out generator families are left out."""
     from sparserl.search.cost_model import (
+        CostModelError,
         TrainConfig,
         load_measurements,
         store_measurements,
@@ -166,6 +171,8 @@ def best_cost_model(
 
     if regime not in ("cold", "warm"):
         raise SparseRLError(f"--regime must be cold or warm, got {regime!r}")
+    if op is not None and op not in ("spmv", "spmm"):
+        raise SparseRLError(f"--op must be spmv or spmm, got {op!r}")
     measurements, sources = [], []
     if store is not None or not data:
         with _open(store) as st:
@@ -175,9 +182,25 @@ def best_cost_model(
         measurements += [m for m in load_measurements(f) if m.regime == regime]
         sources.append(str(f))
     where = " and ".join(sources)
-    model = train(measurements, TrainConfig(trees=trees, target=target, min_measurements=min_measurements),
-                  where=where, sources=sources)
-    path = model.save(out if out is not None else user_model_path())
-    t = model.meta["trained_on"]
-    typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(t['families'])}"
-               + (f"; {t['held_out_left_out']} held-out matrices left out" if t["held_out_left_out"] else ""))
+    ops = [op] if op is not None else sorted({m.op for m in measurements}) or ["spmv"]
+    if out is not None and len(ops) > 1:
+        raise SparseRLError(f"the data has measurements of {' and '.join(ops)}: a model file holds one operator; "
+                            "give --op spmv or --op spmm with --out (or leave --out out to write both)")
+    errors = []
+    for o in ops:
+        mine = [m for m in measurements if m.op == o]
+        try:
+            model = train(mine, TrainConfig(trees=trees, target=target, min_measurements=min_measurements),
+                          where=f"the {o} measurements of {where}", sources=sources)
+        except CostModelError as exc:
+            if len(ops) == 1:
+                raise
+            errors.append(exc)  # the other operator's model may still be fitted
+            typer.echo(f"no {o} model: {exc}")
+            continue
+        path = model.save(out if out is not None else user_model_path(o))
+        t = model.meta["trained_on"]
+        typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(t['families'])}"
+                   + (f"; {t['held_out_left_out']} held-out matrices left out" if t["held_out_left_out"] else ""))
+    if len(errors) == len(ops):
+        raise errors[0]

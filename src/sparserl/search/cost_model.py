@@ -81,27 +81,38 @@ NNZ_MARGIN = 4.0
 """A model applies to matrices of at most this factor fewer or more nonzeros than it was trained
 on (a tree model does not extrapolate: past the sizes it saw, it predicts as at the nearest)."""
 
-PACKAGED_MODEL = Path(__file__).resolve().parent / "data" / "cost_model.json.gz"
-"""The model shipped with the package (trained from benchmark measurements)."""
-USER_MODEL_FILE = "cost_model.json.gz"
-"""File name of a user's own model under the harness cache root (``sparserl best cost-model``'s default)."""
+MODEL_FILES = {Op.SPMV: "cost_model.json.gz", Op.SPMM: "cost_model_spmm.json.gz"}
+"""File name of each operator's model: one model per operator (a fit on both ranks each worse than
+its own: ``benchmarks/results/2026-12-04/cost-model-spmm/``). The same names serve the packaged
+models (``search/data/``) and a user's own (under the harness cache root)."""
+PACKAGED_DIR = Path(__file__).resolve().parent / "data"
+PACKAGED_MODEL = PACKAGED_DIR / MODEL_FILES[Op.SPMV]
+"""The SpMV model shipped with the package (trained from benchmark measurements)."""
+USER_MODEL_FILE = MODEL_FILES[Op.SPMV]
+"""File name of a user's own SpMV model under the harness cache root (``sparserl best cost-model``'s default)."""
 
 
 class CostModelError(SparseRLError):
     """A cost model that cannot be used or trained (one line: what is wrong and what to do)."""
 
 
-def user_model_path() -> Path:
-    """``<harness cache root>/cost_model.json.gz`` ($SPARSERL_CACHE_DIR or ~/.cache/sparserl)."""
+def user_model_path(op: Op | str = Op.SPMV) -> Path:
+    """``<harness cache root>/cost_model.json.gz`` for SpMV, ``cost_model_spmm.json.gz`` for SpMM
+    ($SPARSERL_CACHE_DIR or ~/.cache/sparserl)."""
     from sparserl.harness.evaluator import HarnessConfig
 
-    return HarnessConfig().root / USER_MODEL_FILE
+    return HarnessConfig().root / MODEL_FILES[Op(op)]
 
 
-def default_model_path() -> Path:
-    """The user's own model when there is one, else the packaged one."""
-    user = user_model_path()
-    return user if user.is_file() else PACKAGED_MODEL
+def packaged_model_path(op: Op | str = Op.SPMV) -> Path:
+    """Where the package keeps its model for ``op`` (the file may be absent: no model shipped)."""
+    return PACKAGED_DIR / MODEL_FILES[Op(op)]
+
+
+def default_model_path(op: Op | str = Op.SPMV) -> Path:
+    """The user's own model for ``op`` when there is one, else the packaged one."""
+    user = user_model_path(op)
+    return user if user.is_file() else packaged_model_path(op)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -142,14 +142,17 @@ def _load(path: str, mtime_ns: int):
     return CostModel.load(path)
 
 
-def load_model(spec: str):
-    """The model a ``cost_model`` setting names: ``default`` (the user's own model under the
-    harness cache root when there is one, else the packaged one) or a file path. Loaded once
+def load_model(spec: str, op: Op | str = Op.SPMV):
+    """The model a ``cost_model`` setting names: ``default`` (the user's own model for ``op`` under
+    the harness cache root when there is one, else the packaged one) or a file path. Loaded once
     per file version (searches in one process share it)."""
     from sparserl.search.cost_model import CostModelError, default_model_path
 
-    path = default_model_path() if spec == "default" else Path(spec)
+    path = default_model_path(op) if spec == "default" else Path(spec)
     if not path.is_file():
+        if spec == "default":
+            raise CostModelError(f"no cost model for {Op(op).value} (neither {path.name} under the harness cache "
+                                 f"root nor a packaged one; 'sparserl best cost-model' fits one on your store)")
         raise CostModelError(f"no cost model file at {path}")
     return _load(str(path.resolve()), path.stat().st_mtime_ns), path
 
@@ -164,7 +167,7 @@ def make_ranker(spec: str | None, card: MatrixCard, features: MatrixFeatures | N
         return Ranker()
     op = Op(op)
     try:
-        model, path = load_model(spec)
+        model, path = load_model(spec, op)
     except CostModelError as exc:
         log.warning("%s; the search keeps the selector's order", exc)
         return Ranker()
