@@ -372,6 +372,8 @@ def test_best_cost_model_fits_one_model_per_operator(tmp_path, monkeypatch, caps
     assert not (tmp_path / "one.json.gz").exists()
     code, out, err = run_cli(both + ["--op", "spmm", "--out", str(tmp_path / "one.json.gz")], capsys)
     assert code == 0 and CostModel.load(tmp_path / "one.json.gz").meta["ops"] == ["spmm"]
+    code, out, err = run_cli(both + ["--op", "spmx"], capsys)
+    assert code == 2 and err.startswith("error: --op must be spmv or spmm") and err.count("\n") == 1
     few = tmp_path / "few.jsonl"  # one SpMM matrix: too little for a model of its own
     with gzip.open(SPMM_DATA, "rt") as fh:
         few.write_text(fh.readline())
