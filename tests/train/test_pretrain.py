@@ -80,3 +80,18 @@ def test_time_estimate_from_the_first_steps() -> None:
     resumed = TimeEstimate(cfg, torch.device("cpu"), first_step=1500)
     msg = [resumed.step(s, 30.0 * (s - 1500)) for s in range(1501, 1503)][0]
     assert "about 4 h 09 min left" in msg and "--steps 200 --batch-size 8 --seq-len 256" in msg
+
+
+def test_a_run_bounded_by_minutes_shows_progress_toward_where_it_will_stop() -> None:
+    """Hand-derived: 200 steps in the first 60 s of a 180 s budget, at step 200 of at most 1M, will end
+    near step 600; the step count bounds it when it comes first; no budget or no rate yet: the step
+    count. Mutations killed: the budget ignored (the line said '221/1e+06 (0%) ... about 75h left'
+    in a 3-minute run), the estimate allowed past the step count or below the step reached."""
+    from sparserl.train.pretrain import expected_steps
+
+    assert expected_steps(1_000_000, 200, 200, 60.0, 120.0) == 600
+    assert expected_steps(500, 200, 200, 60.0, 120.0) == 500
+    assert expected_steps(1_000_000, 200, 200, 60.0, None) == 1_000_000
+    assert expected_steps(1_000_000, 0, 0, 0.0, 180.0) == 1_000_000
+    assert expected_steps(1_000_000, 650, 650, 181.0, -1.0) == 650
+    assert expected_steps(1_000_000, 300, 100, 30.0, 60.0) == 500  # a resumed run: the rate of this process

@@ -268,6 +268,16 @@ def _budget_lr(step: int, frac: float, cfg: PretrainConfig, floor: float = 0.1) 
     return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
+def expected_steps(steps: int, step: int, steps_done: int, seconds_spent: float, seconds_left: float | None) -> int:
+    """The step a run will end at, for its progress line: ``steps``, or sooner when a time budget
+    (``seconds_left`` of it remaining) runs out first at the rate so far (``steps_done`` in
+    ``seconds_spent`` since this process began). A run bounded by ``--minutes`` then shows its
+    share done and the minutes left, not a share of a step count it will never reach."""
+    if seconds_left is None or steps_done <= 0 or seconds_spent <= 0:
+        return steps
+    return max(step, min(steps, step + int(steps_done / seconds_spent * max(seconds_left, 0.0))))
+
+
 def pretrain(cfg: PretrainConfig) -> dict:
     """Run stage 1; returns the final metrics (tokens/s, MFU, held-out perplexity, paths)."""
     run = _setup(cfg)
@@ -384,6 +394,7 @@ def _loop(run: _Run) -> str:
     budget_s = cfg.minutes * 60 if cfg.minutes else None
     estimate = TimeEstimate(cfg, run.device, first_step=run.step)
     stopped = "steps"
+    step0, spent0 = run.step, run.elapsed()
     with progress() as bar:
         task = bar.add_task("pretrain", total=cfg.steps, completed=run.step)
         while run.step < cfg.steps:
@@ -394,7 +405,10 @@ def _loop(run: _Run) -> str:
             lr = (cosine_lr(run.step, cfg.steps, cfg.lr, cfg.warmup_steps) if budget_s is None
                   else _budget_lr(run.step, max(run.step / cfg.steps, run.elapsed() / budget_s), cfg))
             loss_v = _step(run, x, lr)
-            bar.update(task, advance=1, description=f"pretrain loss {loss_v:.3f}")
+            total = (cfg.steps if budget_s is None else
+                     expected_steps(cfg.steps, run.step, run.step - step0, run.elapsed() - spent0,
+                                    budget_s - run.elapsed()))
+            bar.update(task, advance=1, total=total, description=f"pretrain loss {loss_v:.3f}")
             if budget_s is None:
                 estimate.step(run.step, run.t_train)
             if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
