@@ -84,10 +84,6 @@ def gather_source(k: int, full: bool) -> str:
 KS = (8, 16, 32, 64, 128)
 """Column counts measured: 4 columns a lane and a power-of-two lane group (k / 4 lanes, 2 to 32)."""
 
-def lanes(k: int) -> int:
-    """The selector's lanes per group at ``k`` columns: 4 columns a lane, one pass over k <= 128."""
-    return 16 if k <= 64 else 32
-
 
 def stored_kernels(k: int, points=None) -> list[tuple[str, str]]:
     """(name, kernel text) of the ``coo_runs_stored`` kernels timed at ``k``: 4 columns a lane, the
@@ -95,8 +91,9 @@ def stored_kernels(k: int, points=None) -> list[tuple[str, str]]:
     library's points at those lanes): the library's body under its PARAMS line with those numbers (the
     body reads them by name)."""
     from sparserl.kernels.library import all_variants, get_variant
+    from sparserl.request.library import spmm_lanes
 
-    g = lanes(k)
+    g = spmm_lanes(k)
     if points is None:
         points = [(v.t("nzpg"), v.t("block")) for v in all_variants()
                   if v.strategy == "coo_runs_stored" and v.t("g") == g and v.t("vec") == 4]
@@ -115,6 +112,7 @@ def measure(A, k: int, points=None) -> dict:
 
     from sparserl.kernels.library import get_variant
     from sparserl.operator import from_kernel, from_library
+    from sparserl.request.library import spmm_lanes
 
     g = k // 4
     m = A.shape[0]
@@ -134,7 +132,7 @@ def measure(A, k: int, points=None) -> dict:
     copy_us = per_call_us(lambda: cp.copyto(Y, X[:m]))
     lib = from_library(A, "spmm", k)
     cusparse_us = per_call_us(lambda: lib.matmat(X, out=Y))
-    vid = f"spmm/coo_runs/-/g={lanes(k)},vec=4,nzpg=64,block=256"  # the walk with Y zeroed by a memset first
+    vid = f"spmm/coo_runs/-/g={spmm_lanes(k)},vec=4,nzpg=64,block=256"  # the walk with Y zeroed by a memset first
     ours = from_kernel(A, get_variant(vid).render(), "spmm", k)
     kernel_us = per_call_us(lambda: ours.matmat(X, out=Y))
     ref = cp.empty_like(Y)

@@ -31,6 +31,12 @@ of 256, one reading) against 1156 us with 256 entries, and 4096 entries (2174 wa
 took 1531 us (benchmarks/results/2026-12-04/spmm-groups)."""
 
 
+def spmm_lanes(k: int | None) -> int:
+    """The lanes of a skewed SpMM's lane group at ``k`` columns: 4 columns a lane, 16 lanes when
+    k <= 64, else 32 (one pass over k <= 128)."""
+    return 16 if k is not None and k <= 64 else 32
+
+
 def _skewed_spmm(f: MatrixFeatures, k: int | None) -> Variant:
     """COO runs, 16 lanes of 4 columns when k <= 64, else 32, with the most entries a group that still
     leaves enough warps of work: Y not zeroed (each row stored once) with 1024 entries in blocks of 128
@@ -45,7 +51,7 @@ def _skewed_spmm(f: MatrixFeatures, k: int | None) -> Variant:
     ``benchmarks/library_speed.py --gcn``) coo_runs with 16 entries was the fastest at both k: 30.1 us at
     k = 64 (38.3 us with 64 entries, 41.3 us Y unzeroed) and 45.7 us at k = 128 (48.8 us with 64 entries,
     51.6 us Y unzeroed)."""
-    g = 16 if k is not None and k <= 64 else 32
+    g = spmm_lanes(k)
     warps = f.nnz / (32 // g)  # divided by the entries a group: the warps of work
     if f.empty_rows <= 0.01 * f.rows:
         tiers = ((1024, 128, LONG_GROUP_WARPS),) if g == 32 else ()  # the library has 1024 at 32 lanes only
