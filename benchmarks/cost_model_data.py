@@ -5,10 +5,10 @@ Families: the 13 classic ones and the trainable application families (lp, kronec
 cartesian, arrow); never a held-out one (circuit, kkt, fem_mixed, road), which the cost model
 is judged on: ``--held-out`` measures those alone, into their own folder, for
 ``cost_model_quality.py --held-out`` (training leaves them out whatever file they are in);
-``--suitesparse DIR`` measures real matrices instead, for scoring too. For each matrix, in one
-harness: every template seed and library variant of the operator (``--op``; SpMM at each ``--ks`` width) (the library oracle's set, as
-``search_bench.py`` enumerates it) and ``--mutations`` points one step from a seed or drawn at
-random, in a seeded shuffled order. Each verdict and time goes to ``OUT/measurements.jsonl``, one
+``--suitesparse DIR`` measures real matrices instead, for scoring too. For each matrix (and, with
+``--op spmm``, each ``--ks`` width), in one harness: every template seed and library variant of the
+operator (the library oracle's set, as ``search_bench.py`` enumerates it) and ``--mutations`` points
+one step from a seed or drawn at random, in a seeded shuffled order. Each verdict and time goes to ``OUT/measurements.jsonl``, one
 line per matrix as it finishes (the format ``sparserl best cost-model --data`` and
 ``benchmarks/cost_model_quality.py`` read).
 

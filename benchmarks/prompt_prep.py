@@ -65,10 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows of each family's matrix (default 1M)")
     ap.add_argument("--data", help="an SFT data folder (train.jsonl and its matrices) to time as well")
-    ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
-                    help="threads of the parallel pass (default: the cores, at most 8)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="threads of the parallel pass (default: the cores, at most sparserl.parallel.MAX_WORKERS)")
     ap.add_argument("--out", required=True, help="JSON file to write")
     a = ap.parse_args(argv)
+    from sparserl.parallel import MAX_WORKERS, workers_for
+
+    if a.workers is None:  # the threads the project's own map takes by default
+        a.workers = workers_for(MAX_WORKERS)
     out: dict = {"rows": a.rows, "workers": a.workers, "cpus": os.cpu_count()}
     cases = [("families", lambda w: families(a.rows, w))]
     if a.data:

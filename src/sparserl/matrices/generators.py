@@ -39,10 +39,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from sparserl.parallel import parallel_map
-
 from sparserl.errors import MatrixError
 from sparserl.matrices.io import MAX_INT32, csr_from_sorted_parts
+from sparserl.parallel import parallel_map
 
 log = logging.getLogger(__name__)
 

@@ -405,9 +405,8 @@ def _loop(run: _Run) -> str:
             lr = (cosine_lr(run.step, cfg.steps, cfg.lr, cfg.warmup_steps) if budget_s is None
                   else _budget_lr(run.step, max(run.step / cfg.steps, run.elapsed() / budget_s), cfg))
             loss_v = _step(run, x, lr)
-            total = (cfg.steps if budget_s is None else
-                     expected_steps(cfg.steps, run.step, run.step - step0, run.elapsed() - spent0,
-                                    budget_s - run.elapsed()))
+            total = expected_steps(cfg.steps, run.step, run.step - step0, run.elapsed() - spent0,
+                                   None if budget_s is None else budget_s - run.elapsed())
             bar.update(task, advance=1, total=total, description=f"pretrain loss {loss_v:.3f}")
             if budget_s is None:
                 estimate.step(run.step, run.t_train)
