@@ -104,7 +104,9 @@ def read_run(out: Path, preset: str) -> dict:
                 seconds[name] = seconds.get(name, 0) + int(s)
     result["stage_seconds"] = seconds
     total = sum(seconds.values())
-    done = all(name in seconds for name in ("pretrain", "data", "sft", "eval-test", "eval-families"))  # every stage ran
+    evaluated = "evals" in seconds or all(n in seconds for n in ("eval-test", "eval-families"))  # one stage, or one per set
+    done = (evaluated and all(name in seconds for name in ("pretrain", "data", "sft"))  # every stage ran,
+            and all((out / f"eval-{s}" / "eval.json").exists() for s in ("test", "families")))  # both sets written
     aim = AIM_MINUTES.get(preset)
     result["targets"].append({"target": f"one sitting within {aim:g} GPU minutes ({preset})" if aim else "one sitting",
                               "value": round(total / 60, 1) if seconds else None,

@@ -20,10 +20,11 @@
 #          SFT 200 steps (no validation of its own: the test split is evaluated after it), one improve
 #          round (4 matrices searched with 16 candidates, 30 fine-tune steps at 3e-5 with 3x replay),
 #          8 samples per held-out matrix, the guided search on 2 test matrices: the table's shape.
-#          Measured before the improve round was added and with SFT's own validation: 908 s
-#          (pre-training 212, data 97, search 39, SFT 240, evaluations 82 + 155, guided search 82);
-#          the round measured alone, outside the script, took about 145 s. With 4 minutes of
-#          pre-training the held-out perplexity was 5.82 instead of 8.59 (results of 2026-12-04);
+#          Measured with each held-out set in a process of its own, 32 completions generated at a
+#          time: 924 s (pre-training 204, data 96, search 42, SFT 140, improve 139, evaluations
+#          76 + 111, guided search 115; results of 2026-12-04). The sets now run in one process
+#          (benchmarks/heldout_eval.py: the policies opened once) and generate 128 at a time.
+#          With 4 minutes of pre-training the held-out perplexity was 5.82 instead of 8.59;
 #   full   pre-training 12 min, 10 matrices per family at 10k-2M rows (two each for validation and
 #          test), searches of 32 candidates on the 6 train matrices,
 #          SFT 800 steps, two improve rounds (6 matrices, 32 candidates), 16 samples, the guided search
@@ -43,16 +44,18 @@ out=${1:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]}
 pack=${2:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]  (PACK: a corpus pack, or - for the default corpus)}
 preset=${3:-full}
 families=diagonal,banded,stencil2d,stencil3d_7,stencil3d_27,block,random,powerlaw,skewed,empty_rows,rectangular,dense_lines,rmat,lp,kronecker,cartesian,arrow
-device=(); compile=(); gen=(); eval_sets=(test families); improve=()
+device=(); compile=(); gen=(); eval_sets=(test families); improve=(); evalgen=()
 case $preset in
   small) pretrain=(--preset base --minutes 3 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 4 --min-rows 10000 --max-rows 1000000 --variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
          search=(--budget 16 --seconds 10); sft=(--steps 200 --batch-size 16 --eval-samples 0); samples=8
+         evalgen=(--gen-batch 128)
          improve=(--rounds 1 --matrices-per-round 4 --search-budget 16 --search-seconds 20 --val-matrices 4)
          guided_n=2; guided=(--budget 64 --samples 16 --search 16) ;;
   full)  pretrain=(--preset base --minutes 12 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          data=(--per-family 10 --min-rows 10000 --max-rows 2000000 --variants-per-matrix 30 --val-fraction 0.2 --test-fraction 0.2)
          search=(--budget 32 --seconds 20); sft=(--steps 800 --batch-size 16 --eval-every 400); samples=16
+         evalgen=(--gen-batch 128)
          improve=(--rounds 2 --matrices-per-round 6 --search-budget 32 --search-seconds 40 --val-matrices 6)
          guided_n=6; guided=(--budget 64 --samples 16 --search 16) ;;
   smoke) families=stencil2d,powerlaw,lp
@@ -152,11 +155,13 @@ policies=(-c base_sft="$out/sft/checkpoint"); final="$out/sft/checkpoint"
 if [ -d "$out/improve/best" ]; then  # a kept round: evaluated beside its SFT start, and it guides the search
   policies+=(-c improved="$out/improve/best"); final="$out/improve/best"
 fi
-for set in "${eval_sets[@]}"; do
-  if [ "$set" = test ]; then where=(--matrices "$out/data" --split test); else where=(--matrices families --family-rows 1000000); fi
-  stage "eval-$set" sparserl evaluate "${where[@]}" --samples "$samples" "${policies[@]}" \
-    --baselines cusparse,oracle --out "$out/eval-$set" --force --no-plots "${compile[@]}" "${gen[@]}"
-done
+held_out() {  # every held-out set in one process: the policies opened once, one harness (OUT/eval-SET each)
+  local sets; sets=$(IFS=,; echo "${eval_sets[*]}")
+  "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/heldout_eval.py" "$out" --data "$out/data" --sets "$sets" \
+    --family-rows 1000000 --samples "$samples" "${policies[@]}" --baselines cusparse,oracle "${evalgen[@]}" \
+    "${compile[@]}" "${gen[@]}" --resume
+}
+stage evals held_out
 guided_search() {  # the model guiding the search, against the search without it, on held-out test matrices
   matrices_of test "$guided_n"
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/guided_search.py" "${files[@]}" --model "$final" \

@@ -47,7 +47,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert "9 generated matrices" in (out / "matrices.log").read_text()
     assert len(list((out / "data" / "matrices").glob("*.npz"))) == 9
     stages = [line.split("\t")[0] for line in (out / "stages.tsv").read_text().splitlines()]
-    assert stages == ["data", "search", "export", "merge", "sft", "eval-test", "guided"]
+    assert stages == ["data", "search", "export", "merge", "sft", "evals", "guided"]
     searched = {Path(m).stem for m in json.loads((out / "farm" / "summary.json").read_text())["config"]["matrices"]}
     train, test = names(out / "data" / "train.jsonl"), names(out / "data" / "test.jsonl")
     assert searched and searched <= train and not searched & test
@@ -64,8 +64,9 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert len((out / "stages.tsv").read_text().splitlines()) == 7
     # a kept improve round (its best/ folder): evaluated beside its SFT start, and it guides the search
     shutil.copytree(tiny_model_dir, out / "improve" / "best")
-    for name in ("eval-test", "guided"):
+    for name in ("evals", "guided"):
         (out / "stages" / f"{name}.done").unlink()
+    (out / "eval-test" / "eval.json").unlink()  # what --resume would keep
     third = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert {"base_sft", "improved"} <= set(json.loads((out / "eval-test" / "eval.json").read_text())["summary"])

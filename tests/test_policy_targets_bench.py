@@ -52,6 +52,15 @@ def test_a_real_evaluation_agrees_with_its_own_summary(tmp_path) -> None:
     result = json.loads((tmp_path / "t.json").read_text())
     verdicts = {t["target"]: t["met"] for t in result["targets"]}
     assert verdicts["one sitting within 15 GPU minutes (small)"] is None  # no eval-families stage: not done
+    (out / "stages.tsv").write_text("pretrain\t140\ndata\t28\nsft\t73\nevals\t100\n")  # both sets, one stage
+    assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
+    verdicts = {t["target"]: t["met"] for t in json.loads((tmp_path / "t.json").read_text())["targets"]}
+    assert verdicts["one sitting within 15 GPU minutes (small)"] is None  # no eval-families/eval.json: not done
+    (out / "eval-families").mkdir()
+    shutil.copy(MINI, out / "eval-families/eval.json")
+    assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
+    verdicts = {t["target"]: t["met"] for t in json.loads((tmp_path / "t.json").read_text())["targets"]}
+    assert verdicts["one sitting within 15 GPU minutes (small)"] is True  # 341 s, both sets written
     (out / "stages.tsv").write_text("pretrain\t140\ndata\t28\nsft\t73\neval-test\t29\neval-families\t700\n")
     assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
     result = json.loads((tmp_path / "t.json").read_text())

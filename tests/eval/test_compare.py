@@ -121,6 +121,13 @@ def test_compile_only_evaluation_writes_reports(tmp_path: Path) -> None:
                    policies={"stand-in": sampler})
     per = res["per_matrix"]["stand-in"]  # B C B | B C B | B C  -> banded: B C B B, random: C B B C
     assert per["banded"]["compiled"] == 1 and per["random"]["compiled"] == 2
+    # a checkpoint named in the config and handed over opened under its name is not opened again (several
+    # sets evaluated with one opening: benchmarks/heldout_eval.py); its path is recorded. Mutation killed:
+    # every named checkpoint opened whatever was given (here: no model at that path, an error)
+    res = evaluate(EvalConfig(matrices=str(d), samples=2, checkpoints=(f"stand-in={tmp_path / 'no-model'}",),
+                              out=str(tmp_path / "e4"), compile_only=True), policies={"stand-in": sampler})
+    assert res["summary"]["stand-in"]["samples"] == 4
+    assert json.loads((tmp_path / "e4" / "eval.json").read_text())["config"]["checkpoints"][0].endswith("no-model")
 
 
 def test_one_sample_has_one_pass_at_1_column() -> None:

@@ -216,14 +216,16 @@ def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, d
 
 
 def _open_policies(cfg: EvalConfig, given: dict | None) -> dict[str, Policy]:
-    """The policies to evaluate: those given, and ``cfg.checkpoints`` opened (NAME=PATH or PATH)."""
+    """The policies to evaluate: those given, and ``cfg.checkpoints`` (NAME=PATH or PATH) opened
+    unless one of that name was given opened (a caller evaluating several sets opens each once)."""
     policies = dict(given or {})
-    if cfg.checkpoints:
+    specs = [spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec) for spec in cfg.checkpoints]
+    specs = [(name, path) for name, _, path in specs if name not in policies]
+    if specs:
         from sparserl.model.policy import Policy  # torch
 
         device = str(pick_device("auto"))
-        for spec in cfg.checkpoints:
-            name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
+        for name, path in specs:
             policies[name] = Policy.open(path, device=device)
     return policies
 
