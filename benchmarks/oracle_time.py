@@ -14,8 +14,14 @@ fully timed kernel that a lower floor times out is a false time-out (the exit st
 ``slow`` one that becomes ``timeout`` ran longer than ``limit_scale`` x cuSPARSE per launch, which
 only the higher floor let it do.
 
+``--contenders`` compares instead ordinary jobs with contender jobs (``Evaluator.evaluate_many(...,
+contenders=True)``, what the oracle asks now: verification stops after a first launch that predicts
+more than ``SpeedConfig.contender_scale`` x the best known time a launch), both at the last floor.
+The exit status is 1 too when a matrix's oracle pick in ordinary jobs was stopped as a contender.
+
     python benchmarks/oracle_time.py --families lp,arrow --out results/oracle_time.json       # ~2 min, one H200
     python benchmarks/oracle_time.py --out results/oracle_time.json                           # 13 + 8 families
+    python benchmarks/oracle_time.py --families arrow,lp,circuit --floors 0.5 --contenders --out results/contenders.json
 """
 
 from __future__ import annotations
@@ -42,12 +48,13 @@ def families(arg: str | None) -> list[str]:
     return list(CLASSIC_FAMILIES) + list(APPLICATION_FAMILIES)
 
 
-def run_oracle(ev, ref, op, k, texts: list[tuple[str, str]]) -> dict:
-    """Every text on one matrix through ``evaluate_many``; the wall seconds and each verdict."""
+def run_oracle(ev, ref, op, k, texts: list[tuple[str, str]], contenders: bool = False) -> dict:
+    """Every text on one matrix through ``evaluate_many`` (as contender jobs with ``contenders``, as
+    ``sparserl evaluate``'s oracle asks); the wall seconds, each verdict and the oracle's pick."""
     pool = ev.pool
     restarts0 = sum(max(w.restarts, 0) for w in pool.workers)
     t = time.perf_counter()
-    results = ev.evaluate_many([(text, ref, op, k) for _, text in texts])
+    results = ev.evaluate_many([(text, ref, op, k) for _, text in texts], contenders=contenders)
     wall = time.perf_counter() - t
     restarts = sum(max(w.restarts, 0) for w in pool.workers) - restarts0
     per = {}
@@ -57,9 +64,10 @@ def run_oracle(ev, ref, op, k, texts: list[tuple[str, str]]) -> dict:
         seconds[r.error_kind.value] += own
         per[vid] = {"kind": r.error_kind.value, "speedup": r.speedup, "seconds": own,
                     "message": (r.message or "")[:200]}
-    best = max((r.speedup for r in results if r.correct and r.speedup), default=None)
+    best = max(((r.speedup, vid) for (vid, _), r in zip(texts, results) if r.correct and r.speedup), default=None)
     return {"wall_s": wall, "restarts": restarts, "kinds": dict(Counter(v["kind"] for v in per.values())),
-            "seconds_by_kind": dict(seconds), "best_speedup": best, "kernels": per}
+            "seconds_by_kind": dict(seconds), "best_speedup": best[0] if best else None,
+            "best_id": best[1] if best else None, "kernels": per}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", help="comma-separated families (default: the 13 classic and 8 application ones)")
     ap.add_argument("--floors", default="2.0,0.5",
                     help="comma-separated limit_floor_granted_s settings, side by side (the first is 'before')")
+    ap.add_argument("--contenders", action="store_true",
+                    help="instead: the last floor with ordinary jobs ('before') against contender jobs, side by side")
     ap.add_argument("--op", default="spmv", choices=("spmv", "spmm"))
     ap.add_argument("--k", type=int, help="SpMM columns")
     ap.add_argument("--seed", type=int, default=1)
@@ -82,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         floors = [float(f) for f in args.floors.split(",")]
+        # each setting: (label, floor, contender jobs); the first is 'before'
+        settings = ([(f"floor {floors[-1]:g}", floors[-1], False), ("contenders", floors[-1], True)]
+                    if args.contenders else [(str(f), f, False) for f in floors])
         names = families(args.families)
         op = Op(args.op)
         if op is Op.SPMM and not args.k:
@@ -93,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     texts = [(v.id, v.render()) for v in variants(op, None, k)]
     tmp = tempfile.TemporaryDirectory(prefix="oracle_time_")
     cache = str(Path(tmp.name) / "cache")
-    evs = {f: Evaluator(HarnessConfig(regimes=("cold",), memo=0, cache_dir=cache,
-                                      speed=SpeedConfig(limit_floor_granted_s=f))) for f in floors}
+    evs = {label: Evaluator(HarnessConfig(regimes=("cold",), memo=0, cache_dir=cache,
+                                          speed=SpeedConfig(limit_floor_granted_s=f))) for label, f, _ in settings}
+    contender = {label: c for label, _, c in settings}
+    labels = [label for label, _, _ in settings]
     result = {"config": {**vars(args), "out": str(args.out)}, "kernels": len(texts), "matrices": []}
 
     def save() -> None:
@@ -116,35 +131,42 @@ def main(argv: list[str] | None = None) -> int:
             gen_s = time.perf_counter() - t
             row = {"matrix": f"{fam}_{args.rows}", "rows": A.shape[0], "nnz": int(A.nnz), "generate_s": gen_s,
                    "by_floor": {}}
-            order = floors if i % 2 == 0 else floors[::-1]
-            for f in order:
-                ev = evs[f]
+            order = labels if i % 2 == 0 else labels[::-1]
+            for label in order:
+                ev = evs[label]
                 ref = ev.register(A, row["matrix"])
-                row["by_floor"][str(f)] = run_oracle(ev, ref, op, k, texts)
-            base = row["by_floor"][str(floors[0])]["kernels"]
-            row["differ"] = {f"{floors[0]} vs {f}": {vid: [base[vid]["kind"], row["by_floor"][str(f)]["kernels"][vid]["kind"]]
-                                                    for vid in base
-                                                    if base[vid]["kind"] != row["by_floor"][str(f)]["kernels"][vid]["kind"]}
-                             for f in floors[1:]}
+                row["by_floor"][label] = run_oracle(ev, ref, op, k, texts, contender[label])
+            base = row["by_floor"][labels[0]]["kernels"]
+            row["differ"] = {f"{labels[0]} vs {label}": {vid: [base[vid]["kind"], row["by_floor"][label]["kernels"][vid]["kind"]]
+                                                        for vid in base
+                                                        if base[vid]["kind"] != row["by_floor"][label]["kernels"][vid]["kind"]}
+                             for label in labels[1:]}
+            # the oracle's pick before, stopped in another setting: the oracle lost its fastest kernel
+            pick = row["by_floor"][labels[0]]["best_id"]
+            row["pick_lost"] = [label for label in labels[1:]
+                                if pick and row["by_floor"][label]["kernels"][pick]["kind"] not in ("none", "slow")]
             result["matrices"].append(row)
             save()
-            walls = "  ".join(f"floor {f}: {row['by_floor'][str(f)]['wall_s']:6.1f} s "
-                              f"({row['by_floor'][str(f)]['restarts']} restarts)" for f in floors)
+            walls = "  ".join(f"{label}: {row['by_floor'][label]['wall_s']:6.1f} s "
+                              f"({row['by_floor'][label]['restarts']} restarts)" for label in labels)
             print(f"{row['matrix']:>24}  {walls}", flush=True)
     finally:
         for ev in evs.values():
             ev.close()
         save()
     print()
-    print(table(result, floors))
+    print(table(result, labels))
     print(f"\nJSON in {args.out}")
     changes = verdict_changes(result)
     result["verdict_changes"] = dict(changes)
+    lost = [r["matrix"] for r in result["matrices"] if r.get("pick_lost")]
+    result["oracle_pick_lost"] = lost
     save()
-    print(f"verdicts that differ from floor {floors[0]}'s: {dict(changes) or 'none'}")
-    print("  'none -> timeout' would be a correct, fully timed kernel lost to the lower floor (a false time-out);\n"
-          "  'slow -> timeout' is a kernel slower than limit_scale x cuSPARSE per launch that the 2 s floor let run")
-    return 1 if changes.get("none -> timeout") else 0
+    print(f"verdicts that differ from {labels[0]}'s: {dict(changes) or 'none'}")
+    print("  'none -> timeout' would be a correct, fully timed kernel lost to the other setting (a false time-out);\n"
+          "  'slow -> timeout' is a kernel stopped after its first launch that the first setting let run")
+    print(f"matrices whose oracle pick the other setting stopped: {', '.join(lost) or 'none'}")
+    return 1 if changes.get("none -> timeout") or lost else 0
 
 
 def verdict_changes(result: dict) -> Counter:
@@ -153,17 +175,17 @@ def verdict_changes(result: dict) -> Counter:
     return Counter(f"{a} -> {b}" for r in result["matrices"] for d in r["differ"].values() for a, b in d.values())
 
 
-def table(result: dict, floors: list[float]) -> str:
-    head = "| matrix | nnz | " + " | ".join(f"oracle wall, floor {f} s | verdicts | restarts" for f in floors) + \
+def table(result: dict, labels: list[str]) -> str:
+    head = "| matrix | nnz | " + " | ".join(f"oracle wall, {f} | verdicts | restarts" for f in labels) + \
         " | best speedup | verdicts that differ |"
     out = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in result["matrices"]:
         cells = []
-        for f in floors:
-            b = r["by_floor"][str(f)]
+        for f in labels:
+            b = r["by_floor"][f]
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(b["kinds"].items()))
             cells.append(f"{b['wall_s']:.1f} | {kinds} | {b['restarts']}")
-        best = r["by_floor"][str(floors[-1])]["best_speedup"]
+        best = r["by_floor"][labels[-1]]["best_speedup"]
         differ = "; ".join(f"{vid}: {a} -> {b}" for d in r["differ"].values() for vid, (a, b) in d.items()) or "-"
         out.append(f"| {r['matrix']} | {r['nnz']} | " + " | ".join(cells) +
                    f" | {'-' if best is None else f'{best:.2f}x'} | {differ} |")

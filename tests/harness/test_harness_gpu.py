@@ -125,6 +125,28 @@ def test_a_slow_first_launch_times_out_without_a_restart(ev, mat) -> None:
     assert ev.evaluate(GOOD, mat, "spmv").ok
 
 
+def test_contender_jobs_stop_only_kernels_that_cannot_be_the_fastest(tmp_path) -> None:
+    """The oracle's contender jobs: a hopeless but correct kernel stops after its first launch,
+    ``timeout`` saying why, where an ordinary job verifies it and stops it early as ``slow``; a
+    fast kernel gets its ordinary verdict. A verify floor of 2 s keeps the ordinary prediction out
+    of the way. Mutations killed: the flag never reaching the worker (``slow`` both times), the
+    contender limit applied to ordinary jobs (``timeout`` both times), and the memo handing the
+    contender's time-out to the ordinary job that follows it."""
+    from sparserl.harness.speed import SpeedConfig
+    from tests.harness.adversarial.early import NOT_A_CONTENDER
+
+    with Evaluator(HarnessConfig(speed=SpeedConfig(limit_floor_granted_s=2.0), regimes=("cold",),
+                                 cache_dir=str(tmp_path))) as e:
+        m = e.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random20k")
+        fast, stopped = e.evaluate_many([(GOOD, m, "spmv", None), (NOT_A_CONTENDER, m, "spmv", None)],
+                                        contenders=True)
+        assert fast.error_kind is ErrorKind.NONE, fast.message
+        assert stopped.error_kind is ErrorKind.TIMEOUT and "not a contender" in stopped.message, stopped.message
+        assert stopped.profile.counts["verify_launches"] == 1
+        ordinary = e.evaluate(NOT_A_CONTENDER, m, "spmv")
+        assert ordinary.error_kind is ErrorKind.SLOW and ordinary.correct, ordinary.message
+
+
 def test_early_stop_against_the_best_known_and_the_profile(ev, mat, good) -> None:
     """Given a best known time far below it, an honest kernel stops early: slow, verified, its time
     measured over the early-stop runs and close to its full timing; the result carries the profile

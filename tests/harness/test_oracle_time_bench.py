@@ -18,9 +18,9 @@ def result(differ: dict) -> dict:
 def test_changes_are_counted_by_kind_and_shown_in_the_table() -> None:
     r = result({"k1": ["slow", "timeout"], "k2": ["none", "timeout"], "k3": ["slow", "timeout"]})
     assert dict(bench.verdict_changes(r)) == {"slow -> timeout": 2, "none -> timeout": 1}
-    text = bench.table(r, [2.0, 0.5])
+    text = bench.table(r, ["2.0", "0.5"])
     assert "k2: none -> timeout" in text and "| 2 |" in text and text.count("\n") == 2
-    assert dict(bench.verdict_changes(result({}))) == {} and "| - |" in bench.table(result({}), [2.0, 0.5])
+    assert dict(bench.verdict_changes(result({}))) == {} and "| - |" in bench.table(result({}), ["2.0", "0.5"])
 
 
 def test_families_default_to_every_classic_and_application_one() -> None:

@@ -134,6 +134,67 @@ def test_the_verifier_announces_the_kill_deadline_and_predicts_with_the_granted_
     assert limit(9) == 2.0
 
 
+def test_the_contender_limit_and_where_the_worker_applies_it() -> None:
+    """A contender job (the oracle's) predicts against contender_scale x min(best known, cuSPARSE) a
+    launch, only where the job has the GPU whole, and says so; an ordinary job never does. Mutations
+    killed: the limit taken from cuSPARSE alone when a faster best is known, the contender limit in
+    an ordinary or shared-GPU job, a contender limit looser than the ordinary one chosen over it,
+    and a contender_scale at or below the early-stop factor (it would stop kernels early stopping keeps)."""
+    from types import SimpleNamespace
+
+    from sparserl.harness.speed import contender_limit
+    from sparserl.harness.worker import Worker
+
+    cfg = SpeedConfig()
+    assert contender_limit(None, 50.0, 8, cfg) == pytest.approx(8 * 100 * 50e-6)
+    assert contender_limit(20.0, 50.0, 8, cfg) == pytest.approx(8 * 100 * 20e-6)  # the faster of the two
+    assert contender_limit(90.0, 50.0, 1, cfg, allowance_s=0.01) == pytest.approx(0.01 + 100 * 50e-6)
+    assert contender_limit(None, None, 8, cfg) is None
+    assert contender_limit(20.0, 50.0, 8, SpeedConfig(contender_scale=0.0)) is None
+    assert SpeedConfig.classic().contender_scale == 0.0
+    for bad in (3.0, 2.0, -1.0):
+        with pytest.raises(SparseRLError, match="contender_scale"):
+            SpeedConfig(contender_scale=bad)
+    channel = SimpleNamespace(granted=True, phase=lambda *a: None)
+    w = SimpleNamespace(speed=cfg, channel=channel)
+    w._limit = lambda *a, **kw: Worker._limit(w, *a, **kw)
+    _, ordinary = Worker._verify_limits(w, 48.9)
+    assert ordinary(8) == 0.5 and not ordinary.contender
+    _, contend = Worker._verify_limits(w, 48.9, 30.0)
+    assert contend(8) == pytest.approx(8 * 100 * 30e-6) and contend.contender
+    channel.granted = False  # a trainer shares the GPU: the ordinary limit alone
+    assert contend(8) == 2.0 and not contend.contender
+    channel.granted = True
+    w.speed = SpeedConfig(limit_scale=10.0)  # the ordinary limit: max(0.5 s floor, 8 x 10 x 2 ms)
+    _, loose = Worker._verify_limits(w, 2000.0, 2000.0)  # contender: 8 x 100 x 2 ms = 1.6 s, looser...
+    assert loose(8) == 0.5 and not loose.contender  # ...so the ordinary one binds, and its message is the ordinary one
+
+
+def test_an_ordinary_submission_never_shares_a_contender_jobs_unknown_or_timed_out_result() -> None:
+    """The memo: a contender job's time-out, or its result not known yet, never answers an ordinary
+    submission of the same kernel; a contender's other verdicts do, and a contender submission takes
+    any. Mutation killed: an ordinary job handed 'not a contender' (scored as a wrong kernel)."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    ev = SimpleNamespace(config=HarnessConfig())
+
+    def future(contender: bool, kind: ErrorKind | None) -> Future:
+        f = Future()
+        f.contender = contender
+        if kind is not None:
+            f.set_result(EvalResult.failure("spmv", None, "m", kind, "x"))
+        return f
+
+    valid = lambda f, contender: Evaluator._still_valid(ev, f, None, contender)  # noqa: E731
+    assert not valid(future(True, None), False) and valid(future(True, None), True)
+    assert not valid(future(True, ErrorKind.TIMEOUT), False) and valid(future(True, ErrorKind.TIMEOUT), True)
+    assert valid(future(True, ErrorKind.INCORRECT), False)
+    assert valid(future(False, None), False) and valid(future(False, None), True)
+
+
 def test_scaled_limits_and_the_pool_cap() -> None:
     cfg = SpeedConfig()
     assert scaled_limit(100.0, 1, cfg) == 2.0  # 1000 x 100 us = 0.1 s, under the 2 s floor

@@ -51,7 +51,7 @@ class PatternHarnessDouble:
             f.set_result(EvalResult.failure(op.value, k, ref, ErrorKind.INCORRECT, "pattern not met", compiled=True))
         return f
 
-    def evaluate_many(self, items) -> list[EvalResult]:
+    def evaluate_many(self, items, contenders: bool = False) -> list[EvalResult]:
         return [self.submit(*it).result() for it in items]
 
     @contextlib.contextmanager

@@ -92,7 +92,7 @@ class FakeTimingDouble:
         f.set_result(self._result(text, ref, op, k))
         return f
 
-    def evaluate_many(self, items) -> list[EvalResult]:
+    def evaluate_many(self, items, contenders: bool = False) -> list[EvalResult]:
         return [self.submit(t, m, o, k).result() for t, m, o, k in items]
 
     def close(self) -> None:

@@ -442,18 +442,20 @@ class RayEvaluator:
         to no actor: start that node with one GPU fewer, ``ray start --num-gpus``)."""
         return contextlib.nullcontext()
 
-    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None) -> Future:
+    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None,
+                contender: bool = False) -> Future:
         """A compile task, then a GPU actor (:meth:`Evaluator.submit <sparserl.harness.evaluator.Evaluator.submit>`
         calls it). The best time known is read again when the job leaves for its GPU: a best found
         while it waited for a slot stops it early too."""
         t0 = time.perf_counter()
         out: Future = Future()
+        out.contender = contender  # read by _still_valid
         ref = self._compile.remote(self.config, text, matrix, [self._blobs[matrix.key]], op.value, k, self._gpu_mode)
-        ref.future().add_done_callback(lambda f: self._after_compile(f, out, matrix, op, k, t0, best_us))
+        ref.future().add_done_callback(lambda f: self._after_compile(f, out, matrix, op, k, t0, best_us, contender))
         return out
 
     def _after_compile(self, f: Future, out: Future, matrix: MatrixRef, op: Op, k: int | None, t0: float,
-                       best_us: float | None = None) -> None:
+                       best_us: float | None = None, contender: bool = False) -> None:
         try:
             tag, *rest = f.result()
         except Exception as exc:  # the task failed past its retries, or the harness raised: not the kernel's
@@ -468,6 +470,8 @@ class RayEvaluator:
             return
         job, extra, cubin, _ = rest
         job["best_us"] = best_us
+        if contender:
+            job["contender"] = True
         ready = time.perf_counter()
         front = extra.get("front", {})
         extra = dict(extra, front=dict(front, farm_compile_hop=max(0.0, ready - t0 - sum(front.values()))))

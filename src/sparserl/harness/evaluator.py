@@ -343,15 +343,23 @@ class Evaluator:
             return self._best.get((matrix.key, op.value, k if op is Op.SPMM else None))
 
     def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None,
-               best_us: float | None = None) -> Future:
+               best_us: float | None = None, contender: bool = False) -> Future:
         """Evaluate asynchronously: compile on a CPU thread, then run on the next free GPU worker.
 
         ``best_us``: the best time known for a kernel on this matrix in the reward regime (the best
         of it and what :meth:`note_best` was told is used): a verified kernel slower than
         ``speed.early_stop`` times it (or cuSPARSE's time, if faster) stops early, ``slow``.
 
+        ``contender``: the caller asks only whether the kernel could be the fastest (the library
+        oracle). Where the job has the GPU whole, a verification whose first launch predicts more
+        than ``speed.contender_scale`` x min(best known, cuSPARSE) a launch stops there, ``timeout``
+        (:func:`~sparserl.harness.speed.contender_limit`). Every other verdict is the one an
+        ordinary job gives. Never for rewards: such a kernel is scored wrong.
+
         A completion already submitted on the same (matrix, op, k) shares the first one's result;
-        a remembered ``slow`` verdict only while it is still slow against the best known now."""
+        a remembered ``slow`` verdict only while it is still slow against the best known now; an
+        ordinary submission never shares a contender job's result before it is known (a contender's
+        ``timeout`` is not remembered)."""
         op = Op(op)
         if op is Op.SPMM and (k is None or k < 1):
             raise SparseRLError("SpMM needs k >= 1")
@@ -360,14 +368,14 @@ class Evaluator:
         known = [t for t in (best_us, self.best_known(matrix, op, k)) if t is not None and t > 0]
         best = min(known) if known else None
         if not self.config.memo:
-            return self._submit(text, matrix, op, k, best)
+            return self._submit(text, matrix, op, k, best, contender)
         key = self._memo_key(text, matrix, op, k)
         with self._memo_lock:
-            if key in self._memo and self._still_valid(self._memo[key], best):
+            if key in self._memo and self._still_valid(self._memo[key], best, contender):
                 self._memo.move_to_end(key)
                 self.memo_hits += 1
                 return self._memo[key]
-            out = self._submit(text, matrix, op, k, best)
+            out = self._submit(text, matrix, op, k, best, contender)
             self._memo[key] = out
             while len(self._memo) > self.config.memo:
                 self._memo.popitem(last=False)
@@ -381,9 +389,15 @@ class Evaluator:
         out.add_done_callback(forget_infrastructure_failures)
         return out
 
-    def _still_valid(self, remembered: Future, best_us: float | None) -> bool:
+    def _still_valid(self, remembered: Future, best_us: float | None, contender: bool = False) -> bool:
         """Whether a remembered result answers a new submission: always, unless it is a ``slow``
-        verdict that the best time known now would not stop (then the kernel is evaluated again)."""
+        verdict that the best time known now would not stop (then the kernel is evaluated again), or
+        a contender job's (:meth:`submit`) that an ordinary submission would have to wait for, or
+        that timed out."""
+        if getattr(remembered, "contender", False) and not contender:
+            if not remembered.done() or (remembered.exception() is None
+                                         and remembered.result().error_kind is ErrorKind.TIMEOUT):
+                return False
         if not remembered.done() or remembered.exception() is not None:
             return True
         r = remembered.result()
@@ -403,10 +417,12 @@ class Evaluator:
         return (hashlib.sha256(text.encode()).hexdigest(), matrix.key, matrix.name, op.value, k, settings,
                 HARNESS_VERSION)
 
-    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None) -> Future:
+    def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None,
+                contender: bool = False) -> Future:
         t0 = time.perf_counter()
         front = self._compile_pool.submit(self._front, text, matrix, op, k, t0)
         out: Future = Future()
+        out.contender = contender  # read by _still_valid
 
         def after_front(f: Future) -> None:
             try:
@@ -426,6 +442,8 @@ class Evaluator:
                                                   profile=EvalProfile(seconds=front), **extra))
                 return
             job["best_us"] = best_us
+            if contender:
+                job["contender"] = True
             try:
                 fut = self.pool.submit("eval", job)
             except Exception as exc:
@@ -440,9 +458,11 @@ class Evaluator:
         front.add_done_callback(after_front)
         return out
 
-    def evaluate_many(self, items: list[tuple[str, MatrixRef, Op | str, int | None]]) -> list[EvalResult]:
-        """Evaluate several completions: compiles in parallel, runs on all GPU workers."""
-        futures = [self.submit(t, m, o, k) for t, m, o, k in items]
+    def evaluate_many(self, items: list[tuple[str, MatrixRef, Op | str, int | None]],
+                      contenders: bool = False) -> list[EvalResult]:
+        """Evaluate several completions: compiles in parallel, runs on all GPU workers.
+        ``contenders``: each is a contender job (:meth:`submit`): only the fastest verified matters."""
+        futures = [self.submit(t, m, o, k, contender=contenders) for t, m, o, k in items]
         return [f.result() for f in futures]
 
     def baseline(self, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None) -> dict:

@@ -41,8 +41,10 @@ class KernelEvaluator(Protocol):
         """Evaluate one completion (blocking)."""
         ...
 
-    def evaluate_many(self, items: list[tuple[str, MatrixRef, Op | str, int | None]]) -> list[EvalResult]:
-        """Evaluate several completions at once, results in their order."""
+    def evaluate_many(self, items: list[tuple[str, MatrixRef, Op | str, int | None]],
+                      contenders: bool = False) -> list[EvalResult]:
+        """Evaluate several completions at once, results in their order (``contenders``: only the
+        fastest verified one matters, :meth:`Evaluator.submit <sparserl.harness.evaluator.Evaluator.submit>`)."""
         ...
 
     def gpu_lease(self, device):

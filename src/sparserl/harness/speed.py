@@ -73,7 +73,17 @@ class SpeedConfig:
     at 1M rows takes about 7 ms of the harness's own work (docs/harness.md), 70 times less; a kernel
     whose first launch shows it hopeless then stops after that launch instead of running on."""
 
+    contender_scale: float = 100.0
+    """In a job that asks only whether a kernel could be the fastest (``contender``: the library
+    oracle, which reports its fastest verified variant and nothing else), verification also stops
+    after the first launch when that launch predicts more than ``contender_scale`` x min(best known,
+    cuSPARSE) per launch (:func:`contender_limit`), and only where the job has the GPU whole. Such a
+    kernel is over 30 times past the early-stop factor: it cannot be the oracle's pick. 0 turns it off."""
+
     def __post_init__(self) -> None:
+        if self.contender_scale != 0.0 and self.contender_scale <= self.early_stop:
+            raise SparseRLError(f"contender_scale must be 0 (off) or above early_stop ({self.early_stop:g}), got "
+                                f"{self.contender_scale:g}: a kernel it stops must be one early stopping would too")
         if self.min_cold_trials < 3 or self.batch < 1 or self.early_stop_runs < 1 or self.runs_ahead < 1:
             raise SparseRLError("need min_cold_trials >= 3, batch >= 1, early_stop_runs >= 1 and runs_ahead >= 1")
         if not 0.0 <= self.ci < 1.0:
@@ -90,7 +100,7 @@ class SpeedConfig:
     @classmethod
     def classic(cls) -> "SpeedConfig":
         """The earlier harness: sequential checks, fixed run counts, fixed time limits."""
-        return cls(batched=False, ci=0.0, early_stop=0.0, limit_scale=0.0)
+        return cls(batched=False, ci=0.0, early_stop=0.0, limit_scale=0.0, contender_scale=0.0)
 
 
 # -- adaptive number of timed runs -------------------------------------------------------------
@@ -218,6 +228,19 @@ def scaled_limit(cusparse_us: float | None, launches: int, cfg: SpeedConfig, all
         return None
     floor = min(cfg.limit_floor_granted_s, cfg.limit_floor_s) if granted else cfg.limit_floor_s
     return max(floor, allowance_s + max(1, launches) * cfg.limit_scale * cusparse_us * 1e-6)
+
+
+def contender_limit(best_us: float | None, cusparse_us: float | None, launches: int, cfg: SpeedConfig,
+                    allowance_s: float = 0.0) -> float | None:
+    """Seconds ``launches`` verification launches may take in a ``contender`` job (see
+    ``SpeedConfig.contender_scale``): ``allowance_s`` plus ``contender_scale`` x the faster of the
+    best known time and cuSPARSE's, per launch; None when it is off or neither time is known.
+    :func:`predicted_overrun` compares the first launch with it, under the same 50 ms floor
+    (``PREDICT_MIN_S``): a launch that short never stops a verification, whatever it predicts."""
+    known = [t for t in (best_us, cusparse_us) if t is not None and t > 0]
+    if cfg.contender_scale <= 0 or not known:
+        return None
+    return allowance_s + max(1, launches) * cfg.contender_scale * min(known) * 1e-6
 
 
 PREDICT_MIN_S = 0.05

@@ -37,13 +37,13 @@ import logging
 import os
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from sparserl.harness import profile
 from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.harness.resident import MatrixCache
-from sparserl.harness.speed import SpeedConfig, scaled_limit, slow_threshold_us, timed_verdict
+from sparserl.harness.speed import SpeedConfig, contender_limit, scaled_limit, slow_threshold_us, timed_verdict
 
 log = logging.getLogger(__name__)
 
@@ -129,15 +129,27 @@ class Worker:
             return None
         return scaled_limit(cusparse_us, launches, self.speed, allowance_s, granted=self.channel.granted and not kill)
 
-    def _verify_limits(self, cusparse_us: float | None):
+    def _verify_limits(self, cusparse_us: float | None, contender_us: float | None = None):
         """(announce, limit) for the batched verifier: ``announce(name, launches)`` tells the parent a
         phase with its kill deadline (the ordinary floor), ``limit(launches)`` is what the prediction
-        after the first launch compares with (the granted floor where the job has the GPU whole)."""
+        after the first launch compares with (the granted floor where the job has the GPU whole).
+
+        ``contender_us``: in a job that asks only whether the kernel could be the fastest, the best
+        time known (or None); where the job has the GPU whole the prediction then also compares with
+        :func:`~sparserl.harness.speed.contender_limit`, the lower of the two."""
 
         def announce(name: str, launches: int = 1) -> None:
             self.channel.phase(name, launches, self._limit(launches, cusparse_us, kill=True) if name == "verify" else None)
 
-        return announce, (lambda launches: self._limit(launches, cusparse_us))
+        def limit(launches: int) -> float | None:
+            ordinary = self._limit(launches, cusparse_us)
+            contend = (contender_limit(contender_us, cusparse_us, launches, self.speed)
+                       if contender_us is not None and self.speed.batched and self.channel.granted else None)
+            limit.contender = contend is not None and (ordinary is None or contend < ordinary)  # which one binds
+            return contend if limit.contender else ordinary
+
+        limit.contender = False
+        return announce, limit
 
     def warm_up(self) -> None:
         """Evaluate a library kernel on a tiny matrix (SpMV and SpMM) through the job path.
@@ -262,9 +274,14 @@ class Worker:
 
             targets = [GpuTarget(b, st.checks[w], st.pristine[(w, b.conversion_key)], self.gpu.sms)
                        for b, w in ((bound, "A"), (alt, "A_alt"))]
-            announce, limit = self._verify_limits(t_base)
+            contender = job.get("contender", False)
+            announce, limit = self._verify_limits(t_base, (job.get("best_us") or t_base) if contender else None)
             outcome = BatchedVerifier(verifier).run(targets[0], targets[1], job["uses_atomics"], announce,
                                                     limit=limit)
+            if outcome.kind is ErrorKind.TIMEOUT and limit.contender:
+                outcome = replace(outcome, message=f"{outcome.message}: {self.speed.contender_scale:g} x the best "
+                                                   "known time a launch, in a job that asks only whether the kernel "
+                                                   "could be the fastest (not a contender)")
         else:
             targets = [Target(b, st.references[w],
                               lambda b=b, w=w: st.modified((w, b.conversion_key), b.dev.arrays))

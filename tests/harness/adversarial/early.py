@@ -61,6 +61,13 @@ SLOW_FIRST_LAUNCH = csr(f"if (row >= m) return; {DOT} {LONG_SPIN} y[row] = sum;"
 SLOW_FIRST_LAUNCH_WRONG = csr(f"if (row >= m) return; {DOT} {LONG_SPIN} y[row] = 2.f * sum;")
 """The same, writing twice the product: ``incorrect`` (a kernel slow and wrong is wrong)."""
 
+NOT_A_CONTENDER = csr(f"if (row >= m) return; {DOT} {LONG_SPIN.replace('400000000', '60000000')} y[row] = sum;")
+"""Correct, about 0.12 s a launch (60-180 ms): past the 50 ms below which no first launch predicts
+anything, and thousands of times cuSPARSE's time on the GPU suite's matrix, yet under a 2 s verify
+floor for its 8 remaining launches. An ordinary job verifies it and stops it early, ``slow``; a
+contender job (the oracle's: ``Evaluator.evaluate_many(..., contenders=True)``) stops after its
+first launch, ``timeout``."""
+
 CASES: dict[str, tuple[str, str]] = {
     "slow_honest": (csr(f"if (row >= m) return; {DOT} {SPIN} y[row] = sum;"), "slow"),
     "slow_and_wrong_when_timed": (csr(f"if (row >= m) return; {DOT} {SPIN} {LOOKS_TIMED} "
