@@ -85,10 +85,11 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
                                           evaluator=evs["search"], context=ctx)[0],
         "generate": lambda d: generate_kernel(GenerateConfig(model=args.model, samples=args.samples, search=args.search,
                                                              regime=args.regime, seed=args.seed, library_fallback=False,
+                                                             temperature=args.temperature,
                                                              store=str(d / "store.sqlite"), out=str(d), **common),
                                               evaluator=evs["generate"], policy=policy, context=ctx),
         "search+model": lambda d: search_matrix(SearchJob(search=plain, model=args.model, store=str(d / "store.sqlite"),
-                                                          out=str(d), **common),
+                                                          temperature=args.temperature, out=str(d), **common),
                                                 evaluator=evs["search+model"], policy=policy, context=ctx)[0],
     }
     for arm in ARMS:
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=None, help="SpMM: columns of X")
     ap.add_argument("--regime", default="cold", help="cold or warm: the time compared")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="the policy's longest completion")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature (both model arms)")
     ap.add_argument("--device", default="auto", help="the model's device: auto, cpu or cuda[:N]")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile-only", action="store_true", help="compile only (the default without a GPU)")

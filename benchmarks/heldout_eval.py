@@ -6,12 +6,21 @@ the sets one after the other through the same :func:`sparserl.eval.compare.evalu
 opened policies and the same :class:`~sparserl.harness.evaluator.Evaluator`, and writes exactly what
 ``sparserl evaluate --out OUT/eval-SET`` writes, per set (eval.json, eval.md, completions.jsonl).
 
-The sets: ``test`` (the test split of ``--data``, an SFT data folder) and ``families`` (one generated
-matrix per family at ``--family-rows`` rows). Nothing is shared between the sets' figures: each set
-times its own baselines, and the harness's memo answers a completion only on the same matrix content.
+The sets: ``test`` and ``val`` (those splits of ``--data``, an SFT data folder) and ``families`` (one
+generated matrix per family at ``--family-rows`` rows); ``--limit N`` keeps N matrices of a split,
+evenly spaced. Nothing is shared between the sets' figures: each set times its own baselines, and the
+harness's memo answers a completion only on the same matrix content.
+
+**Choosing the sampling temperature.** With several ``--temperature`` values every set is evaluated at
+each (``OUT/eval-SET-tT``), and ``OUT/temperature.json`` records per set and temperature the last
+policy's correct share, best of N over the library oracle (geometric mean) and new bodies, and the
+temperature chosen on the first set by :func:`choose_temperature`: the highest best of N, and among
+those within 1% of it the highest correct share. Choose on the validation split, then evaluate the
+held-out sets at the chosen temperature.
 
     python benchmarks/heldout_eval.py OUT --data OUT/data --sets test,families -c base_sft=OUT/sft/checkpoint
     python benchmarks/heldout_eval.py OUT --data OUT/data --sets test -c base_sft=CKPT --resume   # skip finished sets
+    python benchmarks/heldout_eval.py OUT --data OUT/data --sets val --limit 8 --temperature 1.0,0.7,0.4 -c base_sft=CKPT
 
 ``--resume`` keeps a set whose ``eval.json`` is already there (a set's eval.json is written at its end).
 """
@@ -26,32 +35,62 @@ from pathlib import Path
 
 log = logging.getLogger("heldout_eval")
 
-SETS = ("test", "families")
+SETS = ("test", "families", "val")
+NEAR_BEST = 0.01
+"""Temperatures whose best of N is within this share of the highest are chosen among by correct share."""
 
 
-def set_config(name: str, args, out: Path):
-    """The :class:`EvalConfig` of one set. Its checkpoints are recorded in eval.json; ``evaluate``
-    is handed them opened under the same names, and does not open them again."""
+def set_config(name: str, args, out: Path, temperature: float, folder: str):
+    """The :class:`EvalConfig` of one set at one temperature. Its checkpoints are recorded in
+    eval.json; ``evaluate`` is handed them opened under the same names, and does not open them again."""
     from sparserl.eval.compare import EvalConfig
 
-    where = (dict(matrices=str(args.data), split="test") if name == "test"
-             else dict(matrices="families", family_rows=args.family_rows))
-    return EvalConfig(**where, checkpoints=tuple(args.checkpoint), baselines=tuple(b for b in args.baselines.split(",") if b), samples=args.samples,
-                      max_new_tokens=args.max_new_tokens, gen_batch=args.gen_batch, out=str(out / f"eval-{name}"),
-                      compile_only=args.compile_only, plots=False, seed=args.seed)
+    where = (dict(matrices="families", family_rows=args.family_rows) if name == "families"
+             else dict(matrices=str(args.data), split=name, limit=args.limit))
+    return EvalConfig(**where, checkpoints=tuple(args.checkpoint), baselines=tuple(b for b in args.baselines.split(",") if b),
+                      samples=args.samples, temperature=temperature, max_new_tokens=args.max_new_tokens,
+                      gen_batch=args.gen_batch, out=str(out / folder), compile_only=args.compile_only, plots=False,
+                      seed=args.seed)
+
+
+def figures(result: dict, policy: str) -> dict:
+    """One policy's figures in one evaluation (``evaluate``'s result): correct share, best of N over
+    the library oracle (geometric means; None without a timed oracle), new bodies and how many were correct."""
+    summary = result["summary"]
+    own, oracle = summary.get(policy, {}), summary.get("library oracle", {})
+    new = (result.get("library_match") or {}).get(policy, {}).get("new", {})
+    ratio = (own["geomean_speedup"] / oracle["geomean_speedup"]
+             if own.get("geomean_speedup") and oracle.get("geomean_speedup") else None)
+    return {"correct_share": own.get("correct_rate"), "best_over_oracle": ratio,
+            "new_bodies": new.get("samples", 0), "new_bodies_correct": new.get("correct", 0)}
+
+
+def choose_temperature(by_t: dict[float, dict]) -> float | None:
+    """The temperature to sample at, from one set's :func:`figures` per temperature (pure): the
+    highest best of N over the oracle, and among the temperatures within :data:`NEAR_BEST` of it the
+    one with the highest correct share (the higher temperature on a tie). None when nothing was timed."""
+    timed = {t: f for t, f in by_t.items() if f.get("best_over_oracle")}
+    if not timed:
+        return None
+    top = max(f["best_over_oracle"] for f in timed.values())
+    near = [t for t, f in timed.items() if f["best_over_oracle"] >= top * (1 - NEAR_BEST)]
+    return max(near, key=lambda t: (timed[t].get("correct_share") or 0.0, t))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path, help="run folder: each set is written to OUT/eval-SET")
     ap.add_argument("--data", type=Path, help="SFT data folder whose test split is the 'test' set")
-    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, in order: {', '.join(SETS)}")
+    ap.add_argument("--sets", default="test,families", help=f"comma-separated, in order, of {', '.join(SETS)}")
     ap.add_argument("--checkpoint", "-c", action="append", default=[], required=True,
                     help="NAME=PATH of a policy (repeatable)")
     ap.add_argument("--samples", type=int, default=8, help="completions per matrix per policy")
     ap.add_argument("--baselines", default="cusparse,oracle", help="comma-separated: cusparse, oracle, selector")
     ap.add_argument("--family-rows", type=int, default=1_000_000, help="rows of each generated matrix ('families')")
     ap.add_argument("--gen-batch", type=int, default=32, help="completions generated together")
+    ap.add_argument("--temperature", default="1.0",
+                    help="sampling temperature, or several (comma-separated): each set at each, and the choice")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many matrices of a split, evenly spaced (0: all)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="longest completion (default: the policy's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile-only", action="store_true", help="compile rates only (the default without a GPU)")
@@ -70,22 +109,32 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not sets:
         print(f"error: --sets takes {', '.join(SETS)} (got {args.sets!r})", file=sys.stderr)
         return 2
-    if "test" in sets and args.data is None:
-        print("error: the 'test' set needs --data (an SFT data folder with test.jsonl)", file=sys.stderr)
+    if {"test", "val"} & set(sets) and args.data is None:
+        print("error: the 'test' and 'val' sets need --data (an SFT data folder with test.jsonl, val.jsonl)",
+              file=sys.stderr)
         return 2
+    try:
+        temperatures = [float(t) for t in args.temperature.split(",") if t]
+    except ValueError:
+        temperatures = []
+    if not temperatures or any(not t > 0 for t in temperatures):
+        print(f"error: --temperature takes positive numbers, comma-separated (got {args.temperature!r})", file=sys.stderr)
+        return 2
+    folder = (lambda s, t: f"eval-{s}") if len(temperatures) == 1 else (lambda s, t: f"eval-{s}-t{t:g}")
     specs = [c.rpartition("=") if "=" in c else (Path(c).name, "", c) for c in args.checkpoint]
     missing = [path for _, _, path in specs if not has_model(path)]
     if missing:
         print(f"error: no model at {missing[0]}: give a policy checkpoint or an HF model folder", file=sys.stderr)
         return 2
-    todo = [s for s in sets if not (args.resume and (args.out / f"eval-{s}" / "eval.json").exists())]
-    for s in sets:
-        if s not in todo:
-            print(f"== eval-{s}: written before, kept (--resume)", flush=True)
+    runs = [(s, t) for s in sets for t in temperatures]
+    todo = [(s, t) for s, t in runs if not (args.resume and (args.out / folder(s, t) / "eval.json").exists())]
+    for s, t in runs:
+        if (s, t) not in todo:
+            print(f"== {folder(s, t)}: written before, kept (--resume)", flush=True)
     if not todo:
-        return 0
+        return choice(args, sets, temperatures, folder, specs[-1][0])
     try:
-        cfgs = {s: set_config(s, args, args.out) for s in todo}
+        cfgs = {(s, t): set_config(s, args, args.out, t, folder(s, t)) for s, t in todo}
         for cfg in cfgs.values():
             matrix_files(cfg)  # a set without matrices fails before a policy is opened
         ev = Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=("cold",)))
@@ -97,22 +146,45 @@ def main(argv: list[str] | None = None) -> int:
             device = str(pick_device("auto"))
             policies = {name: Policy.open(path, device=device) for name, _, path in specs}
             opened = time.perf_counter() - t0
-            for s, cfg in cfgs.items():
+            for (s, temp), cfg in cfgs.items():
                 t = time.perf_counter()
                 if compile_only and not cfg.compile_only:
                     from dataclasses import replace
 
                     cfg = replace(cfg, compile_only=True)
                 res = evaluate(cfg, evaluator=ev, policies=policies)
-                print(f"== eval-{s}: {res['seconds']:.0f} s (the policies were opened once, in {opened:.1f} s); "
+                print(f"== {folder(s, temp)}: {res['seconds']:.0f} s (the policies were opened once, in {opened:.1f} s); "
                       f"wrote {cfg.out}/eval.json, eval.md", flush=True)
                 print(Path(cfg.out, "eval.md").read_text(), flush=True)
-                log.info("eval-%s took %.1f s of wall time", s, time.perf_counter() - t)
+                log.info("%s took %.1f s of wall time", folder(s, temp), time.perf_counter() - t)
         finally:
             ev.close()
     except SparseRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return choice(args, sets, temperatures, folder, specs[-1][0])
+
+
+def choice(args, sets: list[str], temperatures: list[float], folder, policy: str) -> int:
+    """With several temperatures: OUT/temperature.json (every set's figures per temperature, the
+    choice made on the first set) and one line naming the choice."""
+    if len(temperatures) < 2:
+        return 0
+    import json
+
+    table = {s: {t: figures(json.loads((args.out / folder(s, t) / "eval.json").read_text()), policy)
+                 for t in temperatures} for s in sets}
+    chosen = choose_temperature(table[sets[0]])
+    (args.out / "temperature.json").write_text(json.dumps(
+        {"policy": policy, "chosen_on": sets[0], "chosen": chosen, "rule": f"highest best of N over the oracle; "
+         f"within {NEAR_BEST:.0%} of it, highest correct share", "figures": {s: {f"{t:g}": f for t, f in by.items()}
+                                                                             for s, by in table.items()}}, indent=1))
+    for s, by in table.items():
+        for t, f in by.items():
+            print(f"{s} at T={t:g}: correct {f['correct_share']}, best of N / oracle {f['best_over_oracle']}, "
+                  f"new bodies {f['new_bodies_correct']} of {f['new_bodies']} correct")
+    print(f"temperature chosen on {sets[0]}: {chosen if chosen is not None else 'none (nothing was timed)'}; "
+          f"wrote {args.out / 'temperature.json'}")
     return 0
 
 

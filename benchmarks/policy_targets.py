@@ -89,6 +89,7 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
         "best_over_oracle": _geomean(ratios),
         "ahead_of_oracle_share": ahead / len(ours) if ours and oracle else None,
         "measured": not ev.get("compile_only") and oracle is not None,
+        "temperature": ev.get("config", {}).get("temperature"),  # the sampling temperature of these samples
     }
 
 

@@ -29,6 +29,10 @@
 #          test), searches of 32 candidates on the 6 train matrices,
 #          SFT 800 steps, two improve rounds (6 matrices, 32 candidates), 16 samples, the guided search
 #          on 6 test matrices: aimed at 40 minutes.
+# TEMPERATURE=T samples the policy at T in the held-out sets and the guided search (default 1.0);
+# TEMPERATURES=T1,T2,... first evaluates 8 validation matrices at each and takes the one with the highest
+# best of N over the oracle, and among those within 1% of it the highest correct share
+# (OUT/temperature/temperature.json; a stage of its own, about a minute on the small preset).
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -155,17 +159,30 @@ policies=(-c base_sft="$out/sft/checkpoint"); final="$out/sft/checkpoint"
 if [ -d "$out/improve/best" ]; then  # a kept round: evaluated beside its SFT start, and it guides the search
   policies+=(-c improved="$out/improve/best"); final="$out/improve/best"
 fi
+temperature=${TEMPERATURE:-1.0}  # the policy's sampling temperature in the held-out sets and the guided search
+if [ -n "${TEMPERATURES:-}" ]; then  # several: one is chosen on 8 matrices of the validation split first
+  choose_temperature() {
+    "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/heldout_eval.py" "$out/temperature" --data "$out/data" \
+      --sets val --limit 8 --temperature "$TEMPERATURES" --samples "$samples" "${policies[@]}" --baselines oracle \
+      "${evalgen[@]}" "${compile[@]}" "${gen[@]}" --resume
+  }
+  stage temperature choose_temperature
+  chosen=$("${PYTHON:-python}" -c "import json, sys; c = json.load(open(sys.argv[1]))['chosen']; print('' if c is None else c)" \
+    "$out/temperature/temperature.json")
+  if [ -n "$chosen" ]; then temperature=$chosen; fi
+  echo "== sampling temperature: $temperature (chosen on the validation split: $out/temperature/temperature.json)"
+fi
 held_out() {  # every held-out set in one process: the policies opened once, one harness (OUT/eval-SET each)
   local sets; sets=$(IFS=,; echo "${eval_sets[*]}")
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/heldout_eval.py" "$out" --data "$out/data" --sets "$sets" \
     --family-rows 1000000 --samples "$samples" "${policies[@]}" --baselines cusparse,oracle "${evalgen[@]}" \
-    "${compile[@]}" "${gen[@]}" --resume
+    --temperature "$temperature" "${compile[@]}" "${gen[@]}" --resume
 }
 stage evals held_out
 guided_search() {  # the model guiding the search, against the search without it, on held-out test matrices
   matrices_of test "$guided_n"
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/guided_search.py" "${files[@]}" --model "$final" \
-    "${guided[@]}" "${device[@]}" "${compile[@]}" "${gen[@]}" --out "$out/guided.json"
+    "${guided[@]}" --temperature "$temperature" "${device[@]}" "${compile[@]}" "${gen[@]}" --out "$out/guided.json"
 }
 stage guided guided_search
 echo "== stages (seconds):"; cat "$out/stages.tsv"

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sparserl.harness.compile import find_nvcc
+from tests.conftest import NEEDS_NVCC
+
 REPO = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("heldout_eval", REPO / "benchmarks" / "heldout_eval.py")
 bench = importlib.util.module_from_spec(spec)
@@ -15,8 +18,9 @@ spec.loader.exec_module(bench)
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--sets", "test,val", "-c", "a=x"], "--sets takes test, families"),
-    (["--sets", "test", "-c", "a=x"], "needs --data"),
+    (["--sets", "test,train", "-c", "a=x"], "--sets takes test, families, val"),
+    (["--sets", "test", "-c", "a=x"], "need --data"),
+    (["--sets", "families", "--temperature", "1.0,0", "-c", "a=x"], "--temperature takes positive numbers"),
     (["--sets", "families", "-c", "a=NOWHERE"], "no model at"),
 ])
 def test_bad_input_is_one_error_line(tmp_path, capsys, args, says) -> None:
@@ -38,3 +42,53 @@ def test_resume_keeps_a_finished_set_and_opens_nothing(tmp_path, capsys) -> None
     (model / "config.json").write_text("{}")  # has_model sees a model folder; opening it would fail
     assert bench.main([str(tmp_path), "--data", str(tmp_path), "-c", f"a={model}", "--resume"]) == 0
     assert capsys.readouterr().out.count("written before, kept") == 2
+
+
+def test_the_temperature_rule() -> None:
+    """The highest best of N wins; within 1% of it the higher correct share; on a tie of both the
+    higher temperature; nothing timed, no choice. Mutations killed: choosing by correct share alone,
+    by best of N alone, or the lower temperature on a tie."""
+    f = lambda best, correct: {"best_over_oracle": best, "correct_share": correct}  # noqa: E731
+    assert bench.choose_temperature({1.0: f(0.95, 0.80), 0.7: f(0.99, 0.85), 0.4: f(0.96, 0.97)}) == 0.7
+    assert bench.choose_temperature({1.0: f(0.99, 0.80), 0.7: f(0.985, 0.90), 0.4: f(0.97, 0.99)}) == 0.7
+    assert bench.choose_temperature({1.0: f(0.99, 0.90), 0.7: f(0.99, 0.90)}) == 1.0
+    assert bench.choose_temperature({1.0: f(None, 0.9), 0.7: f(None, 0.95)}) is None
+
+
+def test_evenly_spaced_subsets() -> None:
+    from sparserl.eval.compare import evenly
+
+    assert evenly(list(range(10)), 3) == [0, 3, 6] and evenly(list(range(4)), 0) == [0, 1, 2, 3]
+    assert evenly(list(range(4)), 9) == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
+def test_several_temperatures_write_a_set_each_and_the_choice(tmp_path, tiny_model_dir, capsys) -> None:
+    """Compile-only (nothing timed): the val split, 2 of its 3 matrices, at two temperatures, one
+    folder each, and temperature.json with the figures and no choice. Kills a sweep that evaluates
+    one temperature twice, a --limit ignored, and a choice made from nothing timed."""
+    import json
+
+    from sparserl.data.rows import SFTRow, write_rows
+    from sparserl.kernels.library import variants
+    from sparserl.matrices import generate, save_matrix
+
+    rows = []
+    for i, fam in enumerate(("banded", "random", "powerlaw")):
+        A = generate(fam, 300, seed=i)
+        path = tmp_path / f"{fam}.mtx"
+        save_matrix(A, path)
+        rows.append(SFTRow(rows=[0], cols=[0], shape=A.shape, code=variants("spmv", "CSR")[0].render(),
+                           matrix=str(path), family=fam, split="val"))
+    write_rows(tmp_path / "data" / "val.jsonl", rows)
+    out = tmp_path / "run"
+    code = bench.main([str(out), "--data", str(tmp_path / "data"), "--sets", "val", "--limit", "2", "--samples", "1",
+                       "--temperature", "1.0,0.5", "-c", f"tiny={tiny_model_dir}", "--compile-only",
+                       "--max-new-tokens", "8"])
+    assert code == 0, capsys.readouterr().err
+    for t in ("1", "0.5"):
+        ev = json.loads((out / f"eval-val-t{t}" / "eval.json").read_text())
+        assert ev["config"]["temperature"] == float(t) and ev["summary"]["tiny"]["matrices"] == 2
+    chosen = json.loads((out / "temperature.json").read_text())
+    assert chosen["chosen"] is None and set(chosen["figures"]["val"]) == {"1", "0.5"}
+    assert "temperature chosen on val: none" in capsys.readouterr().out

@@ -40,14 +40,19 @@ def names(path: Path) -> set[str]:
 @pytest.mark.skipif(find_nvcc() is None or shutil.which("bash") is None, reason="needs nvcc and bash")
 def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir) -> None:
     out = tmp_path / "run"
-    first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
+    first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5"})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # the temperature chosen on the validation split first: nothing is timed here, so none, and 1.0 is kept
+    chosen = json.loads((out / "temperature" / "temperature.json").read_text())
+    assert chosen["chosen_on"] == "val" and set(chosen["figures"]["val"]) == {"1", "0.5"} and chosen["chosen"] is None
+    assert "sampling temperature: 1.0" in first.stdout
+    assert json.loads((out / "eval-test" / "eval.json").read_text())["config"]["temperature"] == 1.0
     # the matrices made on the CPU beside pre-training are the ones the data stage used (options in step:
     # different ones would leave a second set of files beside the first)
     assert "9 generated matrices" in (out / "matrices.log").read_text()
     assert len(list((out / "data" / "matrices").glob("*.npz"))) == 9
     stages = [line.split("\t")[0] for line in (out / "stages.tsv").read_text().splitlines()]
-    assert stages == ["data", "search", "export", "merge", "sft", "evals", "guided"]
+    assert stages == ["data", "search", "export", "merge", "sft", "temperature", "evals", "guided"]
     searched = {Path(m).stem for m in json.loads((out / "farm" / "summary.json").read_text())["config"]["matrices"]}
     train, test = names(out / "data" / "train.jsonl"), names(out / "data" / "test.jsonl")
     assert searched and searched <= train and not searched & test
@@ -61,7 +66,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert targets["preset"] == "smoke" and "test" in targets["sets"] and targets["stage_seconds"]["sft"] >= 0
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7, again.stdout[-2000:]
-    assert len((out / "stages.tsv").read_text().splitlines()) == 7
+    assert len((out / "stages.tsv").read_text().splitlines()) == 8
     # a kept improve round (its best/ folder): evaluated beside its SFT start, and it guides the search
     shutil.copytree(tiny_model_dir, out / "improve" / "best")
     for name in ("evals", "guided"):

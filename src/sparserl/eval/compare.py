@@ -91,6 +91,8 @@ class EvalConfig:
     """Write plots (needs matplotlib)."""
     seed: int = 0
     """Sampling seed."""
+    limit: int = 0
+    """At most this many of a listed set's matrices, evenly spaced in its order (0: all)."""
 
     def __post_init__(self) -> None:
         bad = set(self.baselines) - set(BASELINES)
@@ -106,13 +108,26 @@ class EvalConfig:
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
+        require(self.limit >= 0, "--limit", ">= 0 (0: every matrix)", self.limit)
+
+
+def evenly(items: list, n: int) -> list:
+    """``n`` of ``items`` evenly spaced in their order (all of them when ``n`` is 0 or at least their number)."""
+    if n <= 0 or n >= len(items):
+        return list(items)
+    return [items[i * len(items) // n] for i in range(n)]
 
 
 def matrix_files(cfg: EvalConfig) -> list[tuple[str, str]] | None:
-    """(file, family) of the evaluation set's matrices, checked and listed without loading them; None
-    for 'families' (generated, one per family). Raises SparseRLError for a set that has none."""
+    """(file, family) of the evaluation set's matrices (``cfg.limit`` of them evenly spaced, when
+    set), checked and listed without loading them; None for 'families' (generated, one per family).
+    Raises SparseRLError for a set that has none."""
     if cfg.matrices == "families":
         return None
+    return evenly(_listed_files(cfg), cfg.limit)
+
+
+def _listed_files(cfg: EvalConfig) -> list[tuple[str, str]]:
     p = Path(cfg.matrices)
     if not (p / f"{cfg.split}.jsonl").exists() and any((p / f"{s}.jsonl").exists() for s in SPLITS):
         raise SparseRLError(f"{p} is a data folder without a {cfg.split!r} split ({cfg.split}.jsonl): "
