@@ -29,6 +29,8 @@ def evaluate_cmd(
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     family_rows: int = typer.Option(D.family_rows, help="rows of each generated matrix with --matrices families"),
+    limit: int = typer.Option(D.limit, help="at most this many matrices of a data split or folder, evenly spaced "
+                                            "(0: all)"),
     gen_batch: int = typer.Option(D.gen_batch, help="completions generated together"),
     out: Path = typer.Option(Path(D.out), help="output folder (eval.md, eval.json, plots)"),
     compile_only: bool = typer.Option(False, "--compile-only", help="compile rates only; the default without a GPU"),
@@ -39,7 +41,7 @@ def evaluate_cmd(
     check_output(out, "evaluate", force)
     cfg = EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint), baselines=names(baselines), op=op,
                      k=k, samples=samples, temperature=temperature,
-                     max_new_tokens=max_new_tokens, family_rows=family_rows, gen_batch=gen_batch, out=str(out),
+                     max_new_tokens=max_new_tokens, family_rows=family_rows, limit=limit, gen_batch=gen_batch, out=str(out),
                      plots=not no_plots)
     res = evaluate(dataclasses.replace(cfg, compile_only=fallback(compile_only)))
     typer.echo((out / "eval.md").read_text())
