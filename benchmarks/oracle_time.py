@@ -62,12 +62,31 @@ def run_oracle(ev, ref, op, k, texts: list[tuple[str, str]], contenders: bool = 
     for (vid, _), r in zip(texts, results):
         own = sum((r.profile.seconds or {}).values()) if r.profile else 0.0
         seconds[r.error_kind.value] += own
+        steps, counts = (r.profile.seconds or {}, r.profile.counts or {}) if r.profile else ({}, {})
         per[vid] = {"kind": r.error_kind.value, "speedup": r.speedup, "seconds": own,
-                    "message": (r.message or "")[:200]}
+                    "message": (r.message or "")[:200], "first_launch_s": steps.get("verify_first"),
+                    "later_launches_s": steps.get("verify_batch"), "verify_launches": counts.get("verify_launches")}
     best = max(((r.speedup, vid) for (vid, _), r in zip(texts, results) if r.correct and r.speedup), default=None)
     return {"wall_s": wall, "restarts": restarts, "kinds": dict(Counter(v["kind"] for v in per.values())),
             "seconds_by_kind": dict(seconds), "best_speedup": best[0] if best else None,
-            "best_id": best[1] if best else None, "kernels": per}
+            "best_id": best[1] if best else None, "first_launch_excess_s": first_launch_excess(per), "kernels": per}
+
+
+def first_launch_excess(per: dict[str, dict]) -> dict | None:
+    """How much longer a kernel's first verification launch (its checks and wait included) took than
+    each of its later ones, over the kernels verified in full (``none``, ``slow``): the largest, the
+    median, and the kernel of the largest; None when no kernel has both. A contender job's floor on
+    the first launch (``speed.PREDICT_MIN_S``) must stay above the largest one-time cost a fast
+    kernel's first launch carries."""
+    rows = []
+    for vid, k in per.items():
+        first, later, n = k.get("first_launch_s"), k.get("later_launches_s"), k.get("verify_launches") or 0
+        if k["kind"] in ("none", "slow") and first is not None and later is not None and n > 1:
+            rows.append((first - later / (n - 1), vid))
+    if not rows:
+        return None
+    rows.sort()
+    return {"kernels": len(rows), "median_s": rows[len(rows) // 2][0], "max_s": rows[-1][0], "max_kernel": rows[-1][1]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             save()
             walls = "  ".join(f"{label}: {row['by_floor'][label]['wall_s']:6.1f} s "
                               f"({row['by_floor'][label]['restarts']} restarts)" for label in labels)
+            excess = row["by_floor"][labels[0]]["first_launch_excess_s"]
+            if excess:
+                walls += (f"  first launch over a later one: median {1e3 * excess['median_s']:.2f} ms, "
+                          f"largest {1e3 * excess['max_s']:.2f} ms ({excess['max_kernel']})")
             print(f"{row['matrix']:>24}  {walls}", flush=True)
     finally:
         for ev in evs.values():

@@ -4,6 +4,8 @@ run on a machine without a GPU that writes figures."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import assert_no_gpu_is_one_line, load_benchmark
 
 bench = load_benchmark("oracle_time")
@@ -32,3 +34,17 @@ def test_families_default_to_every_classic_and_application_one() -> None:
 
 def test_without_a_gpu_it_says_so_in_one_line(tmp_path, capsys) -> None:
     assert_no_gpu_is_one_line(bench.main, ["--families", "lp", "--rows", "1000"], tmp_path / "o.json", capsys)
+
+
+def test_first_launch_excess_over_fully_verified_kernels() -> None:
+    """The first launch's time less a later launch's (the later ones' mean), over kernels verified in
+    full only. Mutations killed: the total of the later launches taken for one launch, a kernel
+    stopped after its first launch counted (it has no later launch), and the smallest reported as the largest."""
+    per = {"a": {"kind": "none", "first_launch_s": 0.010, "later_launches_s": 0.016, "verify_launches": 9},
+           "b": {"kind": "slow", "first_launch_s": 0.030, "later_launches_s": 0.080, "verify_launches": 9},
+           "c": {"kind": "timeout", "first_launch_s": 0.700, "later_launches_s": None, "verify_launches": 1},
+           "d": {"kind": "none", "first_launch_s": 0.004, "later_launches_s": 0.024, "verify_launches": 9}}
+    e = bench.first_launch_excess(per)
+    assert e["kernels"] == 3 and e["max_kernel"] == "b"
+    assert e["max_s"] == pytest.approx(0.030 - 0.010) and e["median_s"] == pytest.approx(0.010 - 0.002)
+    assert bench.first_launch_excess({"c": per["c"]}) is None

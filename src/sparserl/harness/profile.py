@@ -34,7 +34,9 @@ Step names (``EvalProfile.seconds``, in the order an evaluation meets them):
 ``verify_tamper``      x, matrix arrays and guards against what they held (sequential)
 ``verify_compare``     the fp64 comparisons (sequential)
 ``verify_determinism`` the re-run's output against the first (sequential)
-``verify_batch``       the batched launches with every check as GPU kernels, and the wait
+``verify_first``       the batched path's first verification launch alone, its checks as GPU kernels, and
+                       the wait (what :func:`sparserl.harness.speed.predicted_overrun` reads)
+``verify_batch``       the other batched launches with every check as GPU kernels, and the wait
 ``verify_verdict``     reading the batch's counters and replaying the verdict
 ``lease``              waiting for the GPU's lease from the parent before timing (a round trip)
 ``time_prepare``       graph capture, warm-up replays, timing buffers
