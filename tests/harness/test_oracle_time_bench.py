@@ -47,4 +47,5 @@ def test_first_launch_excess_over_fully_verified_kernels() -> None:
     e = bench.first_launch_excess(per)
     assert e["kernels"] == 3 and e["max_kernel"] == "b"
     assert e["max_s"] == pytest.approx(0.030 - 0.010) and e["median_s"] == pytest.approx(0.010 - 0.002)
+    assert e["longest_first_of_timed_s"] == 0.010  # 'none' only: the slow kernel's 30 ms is not a contender's
     assert bench.first_launch_excess({"c": per["c"]}) is None
