@@ -107,7 +107,7 @@ def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
     if ev.has_gpu:
         check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
     cfg = SearchConfig(budget=args.budget, seconds=args.seconds, regime=regime, seed=args.seed,
-                       cost_model=args.cost_model)
+                       cost_model=args.cost_model, seed_share=args.seed_share, beam=args.beam)
     t_search = time.perf_counter()
     ctx = MatrixContext(A, name, op, k)
     card = ctx.card
@@ -208,6 +208,9 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="keep the matrices already in --out, run the rest")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: exercise the paths, time nothing")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed-share", type=float, default=SearchConfig.seed_share,
+                    help="at most this share of the budget goes to seeds before mutations start")
+    ap.add_argument("--beam", type=int, default=SearchConfig.beam, help="mutate from the best this many kernels")
     ap.add_argument("--cost-model", default="default",
                     help="the search's candidate order: default (the packaged cost model), none, or a model file")
     args = ap.parse_args()

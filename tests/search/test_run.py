@@ -98,7 +98,7 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path) -> None:
     # every oracle text (template seeds, library variants) 50 us, anything else (a mutation) 40 us
     ev = FakeTimingDouble(lambda t: 50.0 if normalised(t) in lib else 40.0)
     args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None,
-                         "cost_model": "none"})()
+                         "cost_model": "none", "seed_share": 0.5, "beam": 3})()
     with open_store(tmp_path / "s.db") as st:
         row = search_bench.bench_one(ev, st, A, "rand", Op.SPMV, None, args)
     assert row["oracle_us"] == 50.0 and row["cusparse_us"] == 100.0 and row["oracle_speedup"] == 2.0
