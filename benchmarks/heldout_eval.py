@@ -22,7 +22,9 @@ held-out sets at the chosen temperature.
     python benchmarks/heldout_eval.py OUT --data OUT/data --sets test -c base_sft=CKPT --resume   # skip finished sets
     python benchmarks/heldout_eval.py OUT --data OUT/data --sets val --limit 8 --temperature 1.0,0.7,0.4 -c base_sft=CKPT
 
-``--resume`` keeps a set whose ``eval.json`` is already there (a set's eval.json is written at its end).
+``--resume`` keeps a set whose ``eval.json`` is already there, written with the same settings
+(:data:`RESUME_KEYS`: the same policies, temperature, samples, matrices...); a set's eval.json is
+written at its end.
 """
 
 from __future__ import annotations
@@ -51,6 +53,28 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
                       samples=args.samples, temperature=temperature, max_new_tokens=args.max_new_tokens,
                       gen_batch=args.gen_batch, out=str(out / folder), compile_only=args.compile_only, plots=False,
                       seed=args.seed)
+
+
+RESUME_KEYS = ("matrices", "split", "family_rows", "limit", "checkpoints", "baselines", "op", "k", "samples",
+               "temperature", "max_new_tokens", "seed")
+"""What an evaluation written before must have been made with to be kept under ``--resume``."""
+
+
+def written_as(cfg) -> bool:
+    """Whether ``cfg.out`` holds an evaluation finished with the same :data:`RESUME_KEYS` as ``cfg``
+    (a policy added since, another temperature or sample count: made again)."""
+    import json
+    from dataclasses import asdict
+
+    path = Path(cfg.out) / "eval.json"
+    if not path.exists():
+        return False
+    try:
+        before = json.loads(path.read_text()).get("config", {})
+    except (OSError, ValueError):
+        return False
+    now = json.loads(json.dumps(asdict(cfg)))  # tuples as lists, as eval.json holds them
+    return all(before.get(key) == now.get(key) for key in RESUME_KEYS)
 
 
 def figures(result: dict, policy: str) -> dict:
@@ -114,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        temperatures = [float(t) for t in args.temperature.split(",") if t]
+        temperatures = list(dict.fromkeys(float(t) for t in args.temperature.split(",") if t))  # each once
     except ValueError:
         temperatures = []
     if not temperatures or any(not t > 0 for t in temperatures):
@@ -127,14 +151,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no model at {missing[0]}: give a policy checkpoint or an HF model folder", file=sys.stderr)
         return 2
     runs = [(s, t) for s in sets for t in temperatures]
-    todo = [(s, t) for s, t in runs if not (args.resume and (args.out / folder(s, t) / "eval.json").exists())]
+    try:
+        wanted = {(s, t): set_config(s, args, args.out, t, folder(s, t)) for s, t in runs}
+    except SparseRLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    todo = [run for run in runs if not (args.resume and written_as(wanted[run]))]
     for s, t in runs:
         if (s, t) not in todo:
-            print(f"== {folder(s, t)}: written before, kept (--resume)", flush=True)
+            print(f"== {folder(s, t)}: written before with the same settings, kept (--resume)", flush=True)
     if not todo:
         return choice(args, sets, temperatures, folder, specs[-1][0])
     try:
-        cfgs = {(s, t): set_config(s, args, args.out, t, folder(s, t)) for s, t in todo}
+        cfgs = {run: wanted[run] for run in todo}
         for cfg in cfgs.values():
             matrix_files(cfg)  # a set without matrices fails before a policy is opened
         ev = Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=("cold",)))

@@ -70,6 +70,10 @@ case $preset in
          device=(--device cpu); compile=(--compile-only); gen=(--max-new-tokens 48); eval_sets=(test) ;;
   *) echo "error: the preset is small, full or smoke (got '$preset')" >&2; exit 2 ;;
 esac
+case "${TEMPERATURE:-1.0}" in
+  *,*) echo "error: TEMPERATURE is one number (to choose among several on the validation split: TEMPERATURES)" >&2
+       exit 2 ;;
+esac
 corpus=(); [ "$pack" != "-" ] && corpus=(--corpus "$pack")
 if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then
   echo "error: no corpus pack at $pack (make one: sparserl corpus build, then sparserl corpus pack; or give -)" >&2
@@ -160,18 +164,22 @@ if [ -d "$out/improve/best" ]; then  # a kept round: evaluated beside its SFT st
   policies+=(-c improved="$out/improve/best"); final="$out/improve/best"
 fi
 temperature=${TEMPERATURE:-1.0}  # the policy's sampling temperature in the held-out sets and the guided search
-if [ -n "${TEMPERATURES:-}" ]; then  # several: one is chosen on 8 matrices of the validation split first
-  choose_temperature() {
-    "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/heldout_eval.py" "$out/temperature" --data "$out/data" \
-      --sets val --limit 8 --temperature "$TEMPERATURES" --samples "$samples" "${policies[@]}" --baselines oracle \
-      "${evalgen[@]}" "${compile[@]}" "${gen[@]}" --resume
-  }
-  stage temperature choose_temperature
-  chosen=$("${PYTHON:-python}" -c "import json, sys; c = json.load(open(sys.argv[1]))['chosen']; print('' if c is None else c)" \
-    "$out/temperature/temperature.json")
-  if [ -n "$chosen" ]; then temperature=$chosen; fi
-  echo "== sampling temperature: $temperature (chosen on the validation split: $out/temperature/temperature.json)"
-fi
+case "${TEMPERATURES:-}" in
+  "") ;;
+  *,*)  # several: one is chosen for the final policy on 8 matrices of the validation split first
+    choose_temperature() {
+      "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/heldout_eval.py" "$out/temperature" --data "$out/data" \
+        --sets val --limit 8 --temperature "$TEMPERATURES" --samples "$samples" -c final="$final" \
+        --baselines oracle "${evalgen[@]}" "${compile[@]}" "${gen[@]}" --resume
+    }
+    tstage=temperature; [ "$final" = "$out/improve/best" ] && tstage=temperature-improved  # chosen again for it
+    stage "$tstage" choose_temperature
+    chosen=$("${PYTHON:-python}" -c "import json, sys; c = json.load(open(sys.argv[1]))['chosen']; print('' if c is None else c)" \
+      "$out/temperature/temperature.json")
+    if [ -n "$chosen" ]; then temperature=$chosen; fi
+    echo "== sampling temperature: $temperature (chosen on the validation split: $out/temperature/temperature.json)" ;;
+  *) temperature=$TEMPERATURES ;;  # one: nothing to choose
+esac
 held_out() {  # every held-out set in one process: the policies opened once, one harness (OUT/eval-SET each)
   local sets; sets=$(IFS=,; echo "${eval_sets[*]}")
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/heldout_eval.py" "$out" --data "$out/data" --sets "$sets" \

@@ -31,17 +31,35 @@ def test_bad_input_is_one_error_line(tmp_path, capsys, args, says) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_resume_keeps_a_finished_set_and_opens_nothing(tmp_path, capsys) -> None:
-    """A set whose eval.json is written is kept under --resume; with every set kept nothing is opened
-    (the model path does not exist: opening it would fail). Mutation killed: --resume ignored."""
-    for s in ("test", "families"):
-        (tmp_path / f"eval-{s}").mkdir()
-        (tmp_path / f"eval-{s}" / "eval.json").write_text("{}")
+def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys) -> None:
+    """A set whose eval.json was written with the same settings is kept under --resume, and with
+    every set kept nothing is opened (opening the stand-in model folder would fail); one written
+    with another policy list, temperature or sample count is made again. Mutations killed: --resume
+    ignored, and a set kept whatever it was made with (a policy added since would be missing from it)."""
+    import argparse
+    import json
+    from dataclasses import asdict
+
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")  # has_model sees a model folder; opening it would fail
-    assert bench.main([str(tmp_path), "--data", str(tmp_path), "-c", f"a={model}", "--resume"]) == 0
-    assert capsys.readouterr().out.count("written before, kept") == 2
+    argv = [str(tmp_path), "--data", str(tmp_path), "-c", f"a={model}", "--resume"]
+    args = argparse.Namespace(data=tmp_path, family_rows=1_000_000, limit=0, checkpoint=[f"a={model}"],
+                              baselines="cusparse,oracle", samples=8, max_new_tokens=None, gen_batch=32,
+                              compile_only=False, seed=0)
+    cfgs = {s: bench.set_config(s, args, tmp_path, 1.0, f"eval-{s}") for s in ("test", "families")}
+    for s, cfg in cfgs.items():
+        (tmp_path / f"eval-{s}").mkdir()
+        (tmp_path / f"eval-{s}" / "eval.json").write_text(json.dumps({"config": asdict(cfg)}))
+    assert bench.main(argv) == 0
+    assert capsys.readouterr().out.count("written before with the same settings, kept") == 2
+    assert bench.written_as(cfgs["test"])
+    from dataclasses import replace
+
+    for changed in (dict(temperature=0.7), dict(samples=16), dict(checkpoints=(f"a={model}", f"b={model}"))):
+        assert not bench.written_as(replace(cfgs["test"], **changed)), changed
+    (tmp_path / "eval-test" / "eval.json").write_text("{}")  # finished by something else: made again
+    assert not bench.written_as(cfgs["test"])
 
 
 def test_the_temperature_rule() -> None:

@@ -71,16 +71,21 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     shutil.copytree(tiny_model_dir, out / "improve" / "best")
     for name in ("evals", "guided"):
         (out / "stages" / f"{name}.done").unlink()
-    (out / "eval-test" / "eval.json").unlink()  # what --resume would keep
-    third = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
+    # the evaluation written before lacks the improved policy and was sampled at 1.0: --resume makes it again
+    third = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURE": "0.5"})
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert {"base_sft", "improved"} <= set(json.loads((out / "eval-test" / "eval.json").read_text())["summary"])
-    assert json.loads((out / "guided.json").read_text())["config"]["model"] == str(out / "improve" / "best")
+    test_eval = json.loads((out / "eval-test" / "eval.json").read_text())
+    assert {"base_sft", "improved"} <= set(test_eval["summary"]) and test_eval["config"]["temperature"] == 0.5
+    guided = json.loads((out / "guided.json").read_text())["config"]
+    assert guided["model"] == str(out / "improve" / "best") and guided["temperature"] == 0.5
     assert json.loads((out / "targets.json").read_text())["sets"]["test"]["checkpoint"] == "improved"
 
 
 def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     bad = run(tmp_path / "a", "-", "huge")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "\n" not in bad.stderr.strip()
+    several = run(tmp_path / "c", "-", "smoke", env={"TEMPERATURE": "1.0,0.5"})
+    assert several.returncode == 2 and several.stderr.startswith("error: TEMPERATURE is one number")
+    assert several.stderr.count("\n") == 1 and not (tmp_path / "c" / "stages").exists()
     missing = run(tmp_path / "b", str(tmp_path / "no-pack"), "small")
     assert missing.returncode == 2 and "corpus pack" in missing.stderr and not (tmp_path / "b" / "stages").exists()

@@ -129,9 +129,9 @@ def test_contender_jobs_stop_only_kernels_that_cannot_be_the_fastest(tmp_path) -
     """The oracle's contender jobs: a hopeless but correct kernel stops after its first launch,
     ``timeout`` saying why, where an ordinary job verifies it and stops it early as ``slow``; a
     fast kernel gets its ordinary verdict. A verify floor of 2 s keeps the ordinary prediction out
-    of the way. Mutations killed: the flag never reaching the worker (``slow`` both times), the
-    contender limit applied to ordinary jobs (``timeout`` both times), and the memo handing the
-    contender's time-out to the ordinary job that follows it."""
+    of the way. Mutations killed: the flag never reaching the worker (``slow`` both times) and the
+    contender limit applied to ordinary jobs (``timeout`` both times). The memo's side is a CPU test
+    (tests/harness/test_speed.py)."""
     from sparserl.harness.speed import SpeedConfig
     from tests.harness.adversarial.early import NOT_A_CONTENDER
 

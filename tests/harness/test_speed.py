@@ -164,10 +164,17 @@ def test_the_contender_limit_and_where_the_worker_applies_it() -> None:
     assert contend(8) == pytest.approx(8 * 100 * 30e-6) and contend.contender
     channel.granted = False  # a trainer shares the GPU: the ordinary limit alone
     assert contend(8) == 2.0 and not contend.contender
+    from sparserl.harness.verify import VerifyOutcome
+
+    out = VerifyOutcome(ErrorKind.TIMEOUT, "the first launch took 0.1 s: ...", 0.0)
     channel.granted = True
+    assert contend(8) and contend.explain(out).message.endswith("(not a contender)")
+    assert contend.explain(VerifyOutcome(ErrorKind.INCORRECT, "wrong", 0.0)).message == "wrong"
+    assert ordinary.explain(out) is out  # an ordinary job's time-out says nothing of contenders
     w.speed = SpeedConfig(limit_scale=10.0)  # the ordinary limit: max(0.5 s floor, 8 x 10 x 2 ms)
     _, loose = Worker._verify_limits(w, 2000.0, 2000.0)  # contender: 8 x 100 x 2 ms = 1.6 s, looser...
     assert loose(8) == 0.5 and not loose.contender  # ...so the ordinary one binds, and its message is the ordinary one
+    assert loose.explain(out) is out
 
 
 def test_an_ordinary_submission_never_shares_a_contender_jobs_unknown_or_timed_out_result() -> None:
@@ -193,6 +200,44 @@ def test_an_ordinary_submission_never_shares_a_contender_jobs_unknown_or_timed_o
     assert not valid(future(True, ErrorKind.TIMEOUT), False) and valid(future(True, ErrorKind.TIMEOUT), True)
     assert valid(future(True, ErrorKind.INCORRECT), False)
     assert valid(future(False, None), False) and valid(future(False, None), True)
+
+
+def test_submit_tags_its_future_and_keeps_an_ordinary_job_off_a_pending_contender(tmp_path, monkeypatch) -> None:
+    """Through submit(): the evaluator's own futures say whether they are a contender's, and an
+    ordinary submission made while a contender job of the same kernel is pending gets a job of its
+    own (a contender submission may share any). Mutations killed: the future left untagged (every
+    later ordinary submission would share a pending contender job), and the memo ignoring the tag."""
+    from concurrent.futures import Future
+
+    from sparserl.harness.compile import find_nvcc
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.kernels.contract import Op
+    from sparserl.kernels.library import variants
+    from sparserl.matrices import generate
+
+    if find_nvcc() is None:
+        pytest.skip("needs nvcc (the evaluator compiles)")
+    ev = Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path)))
+    try:
+        ref = ev.register(generate("random", 300, seed=0), "r")
+        text = variants("spmv", "CSR")[0].render()
+        mine, theirs = ev._submit(text, ref, Op.SPMV, None, None, True), ev._submit(text, ref, Op.SPMV, None, None)
+        assert mine.contender is True and theirs.contender is False
+        mine.result(), theirs.result()
+
+        def pending(text, matrix, op, k, best_us=None, contender=False):  # a GPU job still running
+            f = Future()
+            f.contender = contender
+            return f
+
+        monkeypatch.setattr(ev, "_submit", pending)
+        other = text + "\n// another kernel"
+        a = ev.submit(other, ref, contender=True)
+        b = ev.submit(other, ref)
+        assert b is not a and ev.submit(other, ref) is b  # its own job, then shared with the next ordinary one
+        assert ev.submit(other, ref, contender=True) is b  # a contender may take an ordinary job's result
+    finally:
+        ev.close()
 
 
 def test_scaled_limits_and_the_pool_cap() -> None:

@@ -193,9 +193,10 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
                 vs = variants(op, None, k)
                 if cfg.variants_per_matrix is not None and cfg.variants_per_matrix < len(vs):
                     vs = [vs[i] for i in sorted(rng.choice(len(vs), cfg.variants_per_matrix, replace=False))]
-                # near_fastest keeps variants within 10% of the fastest: one 100x slower need not be verified to the end
+                # near_fastest keeps variants within a small ratio of the fastest: one 100x slower need not be
+                # verified to the end (such a variant then counts as not correct in the summary's figures)
                 results = ev.evaluate_many([(v.render(), ref, op, k) for v in vs],
-                                           contenders=cfg.target == "near_fastest")
+                                           contenders=cfg.target == "near_fastest" and cfg.near_fastest_ratio < 10)
                 stats["evaluations"] += len(results)
                 if cfg.compile_only:  # no worker converted the matrix: check the format accepts it here
                     accepted = _formats_accepting(A, vs)

@@ -148,7 +148,17 @@ class Worker:
             limit.contender = contend is not None and (ordinary is None or contend < ordinary)  # which one binds
             return contend if limit.contender else ordinary
 
-        limit.contender = False
+        def explain(outcome):
+            """The verifier's outcome, its time-out saying so when the contender limit was the one it met."""
+            from sparserl.harness.result import ErrorKind
+
+            if outcome.kind is not ErrorKind.TIMEOUT or not limit.contender:
+                return outcome
+            return replace(outcome, message=f"{outcome.message}: {self.speed.contender_scale:g} x the best known "
+                                            "time a launch, in a job that asks only whether the kernel could be "
+                                            "the fastest (not a contender)")
+
+        limit.contender, limit.explain = False, explain
         return announce, limit
 
     def warm_up(self) -> None:
@@ -278,10 +288,7 @@ class Worker:
             announce, limit = self._verify_limits(t_base, (job.get("best_us") or t_base) if contender else None)
             outcome = BatchedVerifier(verifier).run(targets[0], targets[1], job["uses_atomics"], announce,
                                                     limit=limit)
-            if outcome.kind is ErrorKind.TIMEOUT and limit.contender:
-                outcome = replace(outcome, message=f"{outcome.message}: {self.speed.contender_scale:g} x the best "
-                                                   "known time a launch, in a job that asks only whether the kernel "
-                                                   "could be the fastest (not a contender)")
+            outcome = limit.explain(outcome)
         else:
             targets = [Target(b, st.references[w],
                               lambda b=b, w=w: st.modified((w, b.conversion_key), b.dev.arrays))
