@@ -29,10 +29,11 @@
 #          test), searches of 32 candidates on the 6 train matrices,
 #          SFT 800 steps, two improve rounds (6 matrices, 32 candidates), 16 samples, the guided search
 #          on 6 test matrices: aimed at 40 minutes.
-# TEMPERATURE=T samples the policy at T in the held-out sets and the guided search (default 1.0);
-# TEMPERATURES=T1,T2,... first evaluates 8 validation matrices at each and takes the one with the highest
-# best of N over the oracle, and among those within 1% of it the highest correct share
-# (OUT/temperature/temperature.json; a stage of its own, about a minute on the small preset).
+# TEMPERATURE=T samples the policy at T in improve, the held-out sets and the guided search (default 1.0);
+# TEMPERATURES=T1,T2,... first evaluates the final policy on 8 validation matrices at each and takes the
+# one with the highest best of N over the oracle, and among those within 1% of it the highest correct
+# share, for the held-out sets and the guided search (OUT/temperature/temperature.json; a stage of its
+# own, about a minute on the small preset; improve, before it, samples at TEMPERATURE).
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -157,7 +158,7 @@ stage sft sparserl sft --data "$out/sft-data" --model "$model" --out "$out/sft" 
 if [ ${#improve[@]} -gt 0 ]; then  # the teacher knobs as measured; a round is kept only at 90% correct or more
   stage improve sparserl improve --data "$out/data" --model "$out/sft/checkpoint" --out "$out/improve" \
     --store "$out/teacher.sqlite" "${improve[@]}" --sft-steps 30 --sft-lr 3e-5 --replay 3 --sft-batch-size 16 \
-    --min-correct 0.9 --test-samples 0 "${gen[@]}" $(again "$out/improve/state.json")
+    --min-correct 0.9 --test-samples 0 --temperature "${TEMPERATURE:-1.0}" "${gen[@]}" $(again "$out/improve/state.json")
 fi
 policies=(-c base_sft="$out/sft/checkpoint"); final="$out/sft/checkpoint"
 if [ -d "$out/improve/best" ]; then  # a kept round: evaluated beside its SFT start, and it guides the search
