@@ -78,15 +78,13 @@ def written_as(cfg) -> bool:
 
 
 def figures(result: dict, policy: str) -> dict:
-    """One policy's figures in one evaluation (``evaluate``'s result): correct share, best of N over
-    the library oracle (geometric means; None without a timed oracle), new bodies and how many were correct."""
-    summary = result["summary"]
-    own, oracle = summary.get(policy, {}), summary.get("library oracle", {})
-    new = (result.get("library_match") or {}).get(policy, {}).get("new", {})
-    ratio = (own["geomean_speedup"] / oracle["geomean_speedup"]
-             if own.get("geomean_speedup") and oracle.get("geomean_speedup") else None)
-    return {"correct_share": own.get("correct_rate"), "best_over_oracle": ratio,
-            "new_bodies": new.get("samples", 0), "new_bodies_correct": new.get("correct", 0)}
+    """One policy's figures in one evaluation (``evaluate``'s result), as the policy's targets read
+    them (:func:`policy_targets.eval_figures`): correct share, best of N over the library oracle
+    (None without a timed oracle), new bodies and how many were correct, among others."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, however the script is started
+    from policy_targets import eval_figures
+
+    return eval_figures(result, policy)
 
 
 def choose_temperature(by_t: dict[float, dict]) -> float | None:
@@ -124,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sparserl.devices import pick_device
     from sparserl.errors import SparseRLError
-    from sparserl.eval.compare import evaluate, matrix_files
+    from sparserl.eval.compare import checkpoint_specs, evaluate, matrix_files
     from sparserl.generate import has_model
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
 
@@ -145,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --temperature takes positive numbers, comma-separated (got {args.temperature!r})", file=sys.stderr)
         return 2
     folder = (lambda s, t: f"eval-{s}") if len(temperatures) == 1 else (lambda s, t: f"eval-{s}-t{t:g}")
-    specs = [c.rpartition("=") if "=" in c else (Path(c).name, "", c) for c in args.checkpoint]
-    missing = [path for _, _, path in specs if not has_model(path)]
+    specs = checkpoint_specs(args.checkpoint)
+    missing = [path for _, path in specs if not has_model(path)]
     if missing:
         print(f"error: no model at {missing[0]}: give a policy checkpoint or an HF model folder", file=sys.stderr)
         return 2
@@ -173,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
             t0 = time.perf_counter()
             device = str(pick_device("auto"))
-            policies = {name: Policy.open(path, device=device) for name, _, path in specs}
+            policies = {name: Policy.open(path, device=device) for name, path in specs}
             opened = time.perf_counter() - t0
             for (s, temp), cfg in cfgs.items():
                 t = time.perf_counter()

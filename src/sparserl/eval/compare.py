@@ -231,12 +231,20 @@ def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, d
     return out
 
 
+def checkpoint_specs(specs) -> list[tuple[str, str]]:
+    """(name, path) of each checkpoint given as NAME=PATH, or PATH (named by its folder)."""
+    out = []
+    for spec in specs:
+        name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
+        out.append((name, path))
+    return out
+
+
 def _open_policies(cfg: EvalConfig, given: dict | None) -> dict[str, Policy]:
     """The policies to evaluate: those given, and ``cfg.checkpoints`` (NAME=PATH or PATH) opened
     unless one of that name was given opened (a caller evaluating several sets opens each once)."""
     policies = dict(given or {})
-    specs = [spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec) for spec in cfg.checkpoints]
-    specs = [(name, path) for name, _, path in specs if name not in policies]
+    specs = [(name, path) for name, path in checkpoint_specs(cfg.checkpoints) if name not in policies]
     if specs:
         from sparserl.model.policy import Policy  # torch
 
