@@ -18,10 +18,14 @@ only the higher floor let it do.
 contenders=True)``, what the oracle asks now: verification stops after a first launch that predicts
 more than ``SpeedConfig.contender_scale`` x the best known time a launch), both at the last floor.
 The exit status is 1 too when a matrix's oracle pick in ordinary jobs was stopped as a contender.
+``--contender-min S1,S2,...`` adds a contender setting per value of ``SpeedConfig.contender_min_s``
+(the shortest first launch that may stop a contender job; 0.05 s by default), side by side.
 
     python benchmarks/oracle_time.py --families lp,arrow --out results/oracle_time.json       # ~2 min, one H200
     python benchmarks/oracle_time.py --out results/oracle_time.json                           # 13 + 8 families
     python benchmarks/oracle_time.py --families arrow,lp,circuit --floors 0.5 --contenders --out results/contenders.json
+    python benchmarks/oracle_time.py --families arrow,circuit --floors 0.5 --contenders --contender-min 0.01,0.005 \
+        --out results/contender_min.json
 """
 
 from __future__ import annotations
@@ -101,22 +105,31 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated limit_floor_granted_s settings, side by side (the first is 'before')")
     ap.add_argument("--contenders", action="store_true",
                     help="instead: the last floor with ordinary jobs ('before') against contender jobs, side by side")
+    ap.add_argument("--contender-min", default="",
+                    help="with --contenders: comma-separated contender_min_s values, one more contender setting each")
     ap.add_argument("--op", default="spmv", choices=("spmv", "spmm"))
     ap.add_argument("--k", type=int, help="SpMM columns")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.harness.speed import SpeedConfig
+    from sparserl.harness.speed import PREDICT_MIN_S, SpeedConfig
     from sparserl.kernels.contract import Op
     from sparserl.kernels.library import variants
     from sparserl.matrices import generate
 
     try:
         floors = [float(f) for f in args.floors.split(",")]
-        # each setting: (label, floor, contender jobs); the first is 'before'
-        settings = ([(f"floor {floors[-1]:g}", floors[-1], False), ("contenders", floors[-1], True)]
-                    if args.contenders else [(str(f), f, False) for f in floors])
+        mins = [float(m) for m in args.contender_min.split(",") if m]
+        if mins and not args.contenders:
+            raise SparseRLError("--contender-min needs --contenders")
+        # each setting: (label, floor, contender jobs, the contender jobs' first-launch floor); the first is 'before'
+        settings = ([(f"floor {floors[-1]:g}", floors[-1], False, PREDICT_MIN_S),
+                     ("contenders", floors[-1], True, PREDICT_MIN_S)]
+                    + [(f"contenders, first launch {1e3 * m:g} ms", floors[-1], True, m) for m in mins]
+                    if args.contenders else [(str(f), f, False, PREDICT_MIN_S) for f in floors])
+        for *_, m in settings:
+            SpeedConfig(contender_min_s=m)  # a value out of range is refused here, before any work
         names = families(args.families)
         op = Op(args.op)
         if op is Op.SPMM and not args.k:
@@ -129,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="oracle_time_")
     cache = str(Path(tmp.name) / "cache")
     evs = {label: Evaluator(HarnessConfig(regimes=("cold",), memo=0, cache_dir=cache,
-                                          speed=SpeedConfig(limit_floor_granted_s=f))) for label, f, _ in settings}
-    contender = {label: c for label, _, c in settings}
-    labels = [label for label, _, _ in settings]
+                                          speed=SpeedConfig(limit_floor_granted_s=f, contender_min_s=m)))
+           for label, f, _, m in settings}
+    contender = {label: c for label, _, c, _ in settings}
+    labels = [label for label, *_ in settings]
     result = {"config": {**vars(args), "out": str(args.out)}, "kernels": len(texts), "matrices": []}
 
     def save() -> None:
@@ -214,7 +228,8 @@ def table(result: dict, labels: list[str]) -> str:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(b["kinds"].items()))
             cells.append(f"{b['wall_s']:.1f} | {kinds} | {b['restarts']}")
         best = r["by_floor"][labels[-1]]["best_speedup"]
-        differ = "; ".join(f"{vid}: {a} -> {b}" for d in r["differ"].values() for vid, (a, b) in d.items()) or "-"
+        differ = "; ".join(f"{vid}: {a} -> {b}" + (f" ({pair.split(' vs ')[1]})" if len(labels) > 2 else "")
+                           for pair, d in r["differ"].items() for vid, (a, b) in d.items()) or "-"
         out.append(f"| {r['matrix']} | {r['nnz']} | " + " | ".join(cells) +
                    f" | {'-' if best is None else f'{best:.2f}x'} | {differ} |")
     return "\n".join(out)

@@ -147,6 +147,29 @@ def test_contender_jobs_stop_only_kernels_that_cannot_be_the_fastest(tmp_path) -
         assert ordinary.error_kind is ErrorKind.SLOW and ordinary.correct, ordinary.message
 
 
+def test_a_contender_floor_below_50_ms_stops_a_shorter_hopeless_kernel(tmp_path) -> None:
+    """``SpeedConfig.contender_min_s`` reaches the verifier: a hopeless kernel whose first launch
+    takes some 16 ms runs in full in a contender job at the default floor (50 ms) and stops after
+    its first launch with a 5 ms floor; an ordinary job with that setting still verifies it (the
+    floor is the contender limit's alone), and a fast kernel keeps its verdict. Mutations killed:
+    the verifier ignoring ``limit.min_first_s`` (``slow`` with the 5 ms floor), and the lower floor
+    applied to ordinary jobs."""
+    from sparserl.harness.speed import SpeedConfig
+    from tests.harness.adversarial.early import SHORT_NOT_A_CONTENDER
+
+    for floor_s, expected in ((0.05, ErrorKind.SLOW), (0.005, ErrorKind.TIMEOUT)):
+        with Evaluator(HarnessConfig(speed=SpeedConfig(limit_floor_granted_s=2.0, contender_min_s=floor_s),
+                                     regimes=("cold",), memo=0, cache_dir=str(tmp_path))) as e:
+            m = e.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random20k")
+            fast, short = e.evaluate_many([(GOOD, m, "spmv", None), (SHORT_NOT_A_CONTENDER, m, "spmv", None)],
+                                          contenders=True)
+            assert fast.error_kind is ErrorKind.NONE, fast.message
+            assert short.error_kind is expected, (floor_s, short.message)
+            assert short.profile.counts["verify_launches"] == (1 if expected is ErrorKind.TIMEOUT else 9)
+            ordinary = e.evaluate(SHORT_NOT_A_CONTENDER, m, "spmv")
+            assert ordinary.error_kind is ErrorKind.SLOW and ordinary.correct, ordinary.message
+
+
 def test_early_stop_against_the_best_known_and_the_profile(ev, mat, good) -> None:
     """Given a best known time far below it, an honest kernel stops early: slow, verified, its time
     measured over the early-stop runs and close to its full timing; the result carries the profile

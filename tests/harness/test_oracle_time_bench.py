@@ -49,3 +49,21 @@ def test_first_launch_excess_over_fully_verified_kernels() -> None:
     assert e["max_s"] == pytest.approx(0.030 - 0.010) and e["median_s"] == pytest.approx(0.010 - 0.002)
     assert e["longest_first_of_timed_s"] == 0.010  # 'none' only: the slow kernel's 30 ms is not a contender's
     assert bench.first_launch_excess({"c": per["c"]}) is None
+
+
+def test_contender_floors_are_checked_before_any_work_and_named_in_the_table(tmp_path, capsys) -> None:
+    """``--contender-min`` needs ``--contenders`` and values in (0, 0.05]; with three settings each
+    changed verdict names the setting it changed in. Mutations killed: an out-of-range floor run
+    anyway, the floor list silently ignored without --contenders, and a table that cannot tell two
+    contender settings apart."""
+    out = tmp_path / "o.json"
+    assert bench.main(["--out", str(out), "--contender-min", "0.01"]) == 2
+    assert "needs --contenders" in capsys.readouterr().err
+    assert bench.main(["--out", str(out), "--contenders", "--contender-min", "0.2"]) == 2
+    assert "contender_min_s" in capsys.readouterr().err and not out.exists()
+    b = {"wall_s": 3.0, "kinds": {"none": 2}, "restarts": 0, "best_speedup": 1.5}
+    labels = ["floor 0.5", "contenders", "contenders, first launch 5 ms"]
+    r = {"matrices": [{"matrix": "arrow_1", "nnz": 9, "by_floor": dict.fromkeys(labels, b),
+                       "differ": {"floor 0.5 vs contenders": {}, "floor 0.5 vs contenders, first launch 5 ms":
+                                  {"k1": ["slow", "timeout"]}}}]}
+    assert "k1: slow -> timeout (contenders, first launch 5 ms)" in bench.table(r, labels)

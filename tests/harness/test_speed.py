@@ -177,6 +177,43 @@ def test_the_contender_limit_and_where_the_worker_applies_it() -> None:
     assert loose.explain(out) is out
 
 
+def test_a_contender_job_predicts_from_a_shorter_first_launch_only_where_its_limit_binds() -> None:
+    """``SpeedConfig.contender_min_s`` is the prediction's floor where the contender limit binds and
+    nowhere else; it lies in (0, PREDICT_MIN_S]. Mutations killed: the lower floor in an ordinary job
+    (a reward path judged by a first launch that may carry one-time costs), in a shared-GPU job or
+    where the ordinary limit binds, the floor ignored by ``predicted_overrun``, and a contender floor
+    above the ordinary one accepted."""
+    from types import SimpleNamespace
+
+    from sparserl.harness.speed import PREDICT_MIN_S, predicted_overrun
+    from sparserl.harness.worker import Worker
+
+    assert SpeedConfig().contender_min_s == PREDICT_MIN_S  # unchanged until measured
+    for bad in (0.0, -0.01, PREDICT_MIN_S * 2):
+        with pytest.raises(SparseRLError, match="contender_min_s"):
+            SpeedConfig(contender_min_s=bad)
+    channel = SimpleNamespace(granted=True, phase=lambda *a: None)
+    w = SimpleNamespace(speed=SpeedConfig(contender_min_s=0.005), channel=channel)
+    w._limit = lambda *a, **kw: Worker._limit(w, *a, **kw)
+    _, ordinary = Worker._verify_limits(w, 48.9)
+    _, contend = Worker._verify_limits(w, 48.9, 30.0)
+    assert ordinary.min_first_s == PREDICT_MIN_S and contend.min_first_s == PREDICT_MIN_S  # none asked yet
+    ordinary(8), contend(8)
+    assert ordinary.min_first_s == PREDICT_MIN_S and contend.min_first_s == 0.005
+    channel.granted = False  # shared GPU: the ordinary limit, and its floor
+    contend(8)
+    assert contend.min_first_s == PREDICT_MIN_S
+    channel.granted = True
+    w.speed = SpeedConfig(limit_scale=10.0, contender_min_s=0.005)
+    _, loose = Worker._verify_limits(w, 2000.0, 2000.0)  # the ordinary limit binds
+    loose(8)
+    assert loose.min_first_s == PREDICT_MIN_S
+    assert contend(8) == pytest.approx(0.024)  # 8 x 100 x 30 us
+    # 10 ms first launch x 8 = 80 ms against 8 x 100 x 30 us = 24 ms: over, from a launch under 50 ms
+    assert not predicted_overrun(0.010, 8, 0.024) and predicted_overrun(0.010, 8, 0.024, 0.005)
+    assert not predicted_overrun(0.004, 8, 0.024, 0.005)  # under the lower floor too
+
+
 def test_an_ordinary_submission_never_shares_a_contender_jobs_unknown_or_timed_out_result() -> None:
     """The memo: a contender job's time-out, or its result not known yet, never answers an ordinary
     submission of the same kernel; a contender's other verdicts do, and a contender submission takes

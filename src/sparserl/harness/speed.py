@@ -33,6 +33,9 @@ from dataclasses import dataclass
 
 from sparserl.errors import SparseRLError
 
+PREDICT_MIN_S = 0.05
+"""A first launch shorter than this never predicts a time-out (:func:`predicted_overrun`)."""
+
 
 @dataclass(frozen=True)
 class SpeedConfig:
@@ -79,11 +82,22 @@ class SpeedConfig:
     after the first launch when that launch predicts more than ``contender_scale`` x min(best known,
     cuSPARSE) per launch (:func:`contender_limit`), and only where the job has the GPU whole. Such a
     kernel is over 30 times past the early-stop factor: it cannot be the oracle's pick. 0 turns it off."""
+    contender_min_s: float = PREDICT_MIN_S
+    """Where the contender limit is the one that binds, the shortest first launch that may predict a
+    time-out (``predicted_overrun``'s floor; elsewhere ``PREDICT_MIN_S``). It guards against a fast
+    kernel judged by one-time costs on its first launch; measured on the library variants at 1M rows
+    (five families, one H200), a first launch exceeded the median of the kernel's timed runs by 1.2 ms
+    at most (benchmarks/results/2026-12-04/oracle-first-launch). A contender job gives no reward,
+    so a lower floor can cost the oracle its pick at worst, which ``benchmarks/oracle_time.py
+    --contender-min`` checks; it stays at ``PREDICT_MIN_S`` until measured."""
 
     def __post_init__(self) -> None:
         if self.contender_scale != 0.0 and self.contender_scale <= self.early_stop:
             raise SparseRLError(f"contender_scale must be 0 (off) or above early_stop ({self.early_stop:g}), got "
                                 f"{self.contender_scale:g}: a kernel it stops must be one early stopping would too")
+        if not 0.0 < self.contender_min_s <= PREDICT_MIN_S:
+            raise SparseRLError(f"contender_min_s must lie in (0, {PREDICT_MIN_S:g}] (a contender job never "
+                                f"waits for a longer first launch than an ordinary one), got {self.contender_min_s:g}")
         if self.min_cold_trials < 3 or self.batch < 1 or self.early_stop_runs < 1 or self.runs_ahead < 1:
             raise SparseRLError("need min_cold_trials >= 3, batch >= 1, early_stop_runs >= 1 and runs_ahead >= 1")
         if not 0.0 <= self.ci < 1.0:
@@ -235,21 +249,20 @@ def contender_limit(best_us: float | None, cusparse_us: float | None, launches: 
     """Seconds ``launches`` verification launches may take in a ``contender`` job (see
     ``SpeedConfig.contender_scale``): ``allowance_s`` plus ``contender_scale`` x the faster of the
     best known time and cuSPARSE's, per launch; None when it is off or neither time is known.
-    :func:`predicted_overrun` compares the first launch with it, under the same 50 ms floor
-    (``PREDICT_MIN_S``): a launch that short never stops a verification, whatever it predicts."""
+    :func:`predicted_overrun` compares the first launch with it, under the floor
+    ``SpeedConfig.contender_min_s`` (``PREDICT_MIN_S`` unless set lower): a launch that short never
+    stops a verification, whatever it predicts."""
     known = [t for t in (best_us, cusparse_us) if t is not None and t > 0]
     if cfg.contender_scale <= 0 or not known:
         return None
     return allowance_s + max(1, launches) * cfg.contender_scale * min(known) * 1e-6
 
 
-PREDICT_MIN_S = 0.05
-"""A first launch shorter than this never predicts a time-out (:func:`predicted_overrun`)."""
 PREDICT_MARGIN = 1.25
 """The remaining launches must be predicted to take this many times their limit."""
 
 
-def predicted_overrun(first_s: float, remaining: int, limit_s: float | None) -> bool:
+def predicted_overrun(first_s: float, remaining: int, limit_s: float | None, min_s: float = PREDICT_MIN_S) -> bool:
     """Whether ``remaining`` verification launches, each taking as long as the first one did
     (``first_s``: host wall time from its enqueue to the end of its checks), would run past
     ``limit_s``, the limit the worker asks for them; False when no limit is known (None: scaling off).
@@ -273,7 +286,9 @@ def predicted_overrun(first_s: float, remaining: int, limit_s: float | None) -> 
     when scaled), far past the early-stop factor, so the most it could have earned is the slowest
     correct rung. A kernel wrong
     on a later input that would have been reported ``incorrect`` may now be ``timeout``: both score
-    the wrong rung (and a later hang already gave the same)."""
-    if limit_s is None or remaining < 1 or first_s < PREDICT_MIN_S:
+    the wrong rung (and a later hang already gave the same).
+
+    ``min_s``: the floor; a contender job passes ``SpeedConfig.contender_min_s`` where its limit binds."""
+    if limit_s is None or remaining < 1 or first_s < min_s:
         return False
     return first_s * remaining > PREDICT_MARGIN * limit_s

@@ -43,7 +43,8 @@ from pathlib import Path
 from sparserl.harness import profile
 from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.harness.resident import MatrixCache
-from sparserl.harness.speed import SpeedConfig, contender_limit, scaled_limit, slow_threshold_us, timed_verdict
+from sparserl.harness.speed import (PREDICT_MIN_S, SpeedConfig, contender_limit, scaled_limit, slow_threshold_us,
+                                    timed_verdict)
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,9 @@ class Worker:
 
         ``contender_us``: in a job that asks only whether the kernel could be the fastest, the best
         time known (or None); where the job has the GPU whole the prediction then also compares with
-        :func:`~sparserl.harness.speed.contender_limit`, the lower of the two."""
+        :func:`~sparserl.harness.speed.contender_limit`, the lower of the two, and where that one
+        binds, ``limit.min_first_s`` (the prediction's floor on the first launch) is
+        ``SpeedConfig.contender_min_s`` instead of ``PREDICT_MIN_S``."""
 
         def announce(name: str, launches: int = 1) -> None:
             self.channel.phase(name, launches, self._limit(launches, cusparse_us, kill=True) if name == "verify" else None)
@@ -146,6 +149,7 @@ class Worker:
             contend = (contender_limit(contender_us, cusparse_us, launches, self.speed)
                        if contender_us is not None and self.speed.batched and self.channel.granted else None)
             limit.contender = contend is not None and (ordinary is None or contend < ordinary)  # which one binds
+            limit.min_first_s = self.speed.contender_min_s if limit.contender else PREDICT_MIN_S  # the prediction's floor
             return contend if limit.contender else ordinary
 
         def explain(outcome):
@@ -158,7 +162,7 @@ class Worker:
                                             "time a launch, in a job that asks only whether the kernel could be "
                                             "the fastest (not a contender)")
 
-        limit.contender, limit.explain = False, explain
+        limit.contender, limit.explain, limit.min_first_s = False, explain, PREDICT_MIN_S
         return announce, limit
 
     def warm_up(self) -> None:

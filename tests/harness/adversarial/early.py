@@ -68,6 +68,11 @@ floor for its 8 remaining launches. An ordinary job verifies it and stops it ear
 contender job (the oracle's: ``Evaluator.evaluate_many(..., contenders=True)``) stops after its
 first launch, ``timeout``."""
 
+SHORT_NOT_A_CONTENDER = csr(f"if (row >= m) return; {DOT} {LONG_SPIN.replace('400000000', '8000000')} y[row] = sum;")
+"""Correct, about 16 ms a launch (8-24 ms): under the 50 ms floor, so a contender job at the default
+``SpeedConfig.contender_min_s`` verifies it in full (``slow``), and over a 5 ms one, so a contender
+job with that floor stops it after its first launch (``timeout``)."""
+
 CASES: dict[str, tuple[str, str]] = {
     "slow_honest": (csr(f"if (row >= m) return; {DOT} {SPIN} y[row] = sum;"), "slow"),
     "slow_and_wrong_when_timed": (csr(f"if (row >= m) return; {DOT} {SPIN} {LOOKS_TIMED} "
