@@ -2,7 +2,8 @@
 # The policy in one resumable sitting on one GPU: a base model pre-trained on the packed CUDA corpus,
 # teacher data at scale (library variants near the fastest, then budgeted searches whose verified
 # kernels fill a best-known store, exported with refinement rows), SFT of the base model on both,
-# `improve` rounds from the SFT model (kept only when validation gains at 90% correct or more), and
+# `improve` rounds from the SFT model (kept only when validation gains at 90% correct, or at the SFT
+# model's correct share or more where that is lower), and
 # the held-out table (the data's test split and the families at 1M rows: the SFT model and the
 # improved one when a round was kept, cuSPARSE and the library oracle side by side; new-body shares
 # in each eval.md), then the final model guiding the search against the search without it on
@@ -155,7 +156,7 @@ merge() {  # the SFT set: the library teacher's train rows and the store's, vali
 stage merge merge
 stage sft sparserl sft --data "$out/sft-data" --model "$model" --out "$out/sft" "${sft[@]}" \
   --save-every 100 "${device[@]}" "${compile[@]}" "${gen[@]}" $(again "$out/sft/state.pt")
-if [ ${#improve[@]} -gt 0 ]; then  # the teacher knobs as measured; a round is kept only at 90% correct or more
+if [ ${#improve[@]} -gt 0 ]; then  # the teacher knobs as measured; a kept round reaches 90% correct, or its start's share if lower
   stage improve sparserl improve --data "$out/data" --model "$out/sft/checkpoint" --out "$out/improve" \
     --store "$out/teacher.sqlite" "${improve[@]}" --sft-steps 30 --sft-lr 3e-5 --replay 3 --sft-batch-size 16 \
     --min-correct 0.9 --test-samples 0 --temperature "${TEMPERATURE:-1.0}" "${gen[@]}" $(again "$out/improve/state.json")
