@@ -10,6 +10,12 @@ Sets (each where the data has it):
   circuit, kkt, fem_mixed and road (measured with ``cost_model_data.py --held-out``);
 * ``suitesparse``: the same, scored on SuiteSparse matrices measured with ``cost_model_data.py
   --suitesparse DIR`` (``--suitesparse-data``);
+* ``suitesparse, K folds`` (``--suitesparse-folds K``): each SuiteSparse matrix scored by a model
+  fitted on every trainable matrix and the other K-1 folds of SuiteSparse (matrices named alike
+  share a fold: ``cost_quality.grouped_folds``), never on its own: what fitting on real matrices gives
+  (a fit on both real and generated matrices has a real part: ``TrainConfig.real_part``); and
+  ``held-out families, fitted with suitesparse``: the held-out families scored by a model fitted on
+  every trainable matrix and all of SuiteSparse;
 * ``suitesparse (best only)``: a model fitted on every trainable matrix, scored on the SuiteSparse
   matrices of a ``search_bench.py`` result, where only the library oracle's fastest candidate is
   known: the model ranks the oracle's candidate set (the formats the matrix converts to, checked
@@ -155,12 +161,29 @@ def main() -> int:
                     help="measurements of SuiteSparse matrices (cost_model_data.py --suitesparse)")
     ap.add_argument("--suitesparse-best", type=Path, help="a search_bench.py result on SuiteSparse (oracle ids)")
     ap.add_argument("--suitesparse", type=Path, help="the folder of those SuiteSparse matrices")
+    ap.add_argument("--suitesparse-folds", type=int, default=0,
+                    help="also score SuiteSparse by K-fold fits that add the other folds to the training set")
+    ap.add_argument("--fold-models", type=Path,
+                    help="with --suitesparse-folds: write each fold's model (of the last target fitted) to "
+                         "DIR/fold_I.json.gz and DIR/by_matrix.json (matrix name -> its fold's model), for "
+                         "search_bench.py --cost-model-by-matrix")
+    ap.add_argument("--targets", default="",
+                    help=f"comma-separated cost-model targets to fit (default: every one, {', '.join(TARGETS)}, and rank-v1)")
     ap.add_argument("--trees", type=int, default=TrainConfig.trees)
     ap.add_argument("--min-measurements", type=int, default=TrainConfig.min_measurements,
                     help="lower it to fit folds of a small data set")
     ap.add_argument("--xgboost", action="store_true", help="also fit XGBoost on the same rows (if installed)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    wanted = {t for t in args.targets.split(",") if t}
+    if unknown := wanted - {*TARGETS, "rank-v1"}:
+        ap.error(f"unknown target(s) {', '.join(sorted(unknown))}: choose among {', '.join(TARGETS)}, rank-v1")
+    if args.suitesparse_folds == 1 or args.suitesparse_folds < 0:
+        ap.error("--suitesparse-folds is 0 (off) or at least 2")
+    if args.suitesparse_folds and not args.suitesparse_data:
+        ap.error("--suitesparse-folds needs --suitesparse-data")
+    if args.fold_models and not args.suitesparse_folds:
+        ap.error("--fold-models needs --suitesparse-folds")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     data = [m for f in args.data for m in load_measurements(f)]
     held = [m for f in args.held_out for m in load_measurements(f)]
@@ -187,11 +210,20 @@ def main() -> int:
         if ms:
             report["null"][name] = cq.summary(cq.score_null(ms))
             print(f"no model, {name}: {fmt(report['null'][name])}")
+    by_matrix: dict[str, str] = {}
+
+    def keep_fold(fold: int, model, names: list[str]) -> None:
+        path = model.save(args.fold_models / f"fold_{fold}.json.gz")
+        by_matrix.update(dict.fromkeys(names, path.name))
+        (args.fold_models / "by_matrix.json").write_text(json.dumps(by_matrix, indent=1, sort_keys=True))
+
     for lib, fit in fits.items():
         targets = TARGETS if lib == "lightgbm" else ("ratio", "absolute")
         runs = [(f"{lib}/{t}", replace(base, target=t)) for t in targets]
         if lib == "lightgbm":
             runs.append((f"{lib}/rank-v1", replace(base, target="rank", **RANK_V1)))
+        if wanted:
+            runs = [(key, cfg) for key, cfg in runs if key.split("/")[1] in wanted]
         for key, cfg in runs:
             t0 = time.perf_counter()
             run: dict = {}
@@ -204,6 +236,13 @@ def main() -> int:
                 if ms:
                     sc = cq.score_split(train_set, ms, cfg, fit)
                     run[name] = cq.summary(sc) | {"per_matrix": cq.as_json(sc)}
+            if real and args.suitesparse_folds:
+                sc = cq.cross_fit(train_set, real, args.suitesparse_folds, cfg, fit,
+                                  on_model=keep_fold if args.fold_models else None)
+                run[f"suitesparse, {args.suitesparse_folds} folds"] = cq.summary(sc) | {"per_matrix": cq.as_json(sc)}
+                if held:  # what the real matrices in the fit do to the generated ones it has not seen
+                    sc = cq.score_split(train_set + real, held, cfg, fit)
+                    run["held-out families, fitted with suitesparse"] = cq.summary(sc) | {"per_matrix": cq.as_json(sc)}
             if args.suitesparse_best and args.suitesparse:
                 run["suitesparse (best only)"] = suitesparse_best_only(fit, cfg, train_set, args.suitesparse_best,
                                                                        args.suitesparse)

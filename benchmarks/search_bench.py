@@ -96,6 +96,21 @@ def oracle_texts(op: Op, k: int | None, card) -> list[tuple[str, str, bool]]:
     return out
 
 
+def load_by_matrix(path: Path) -> dict[str, str]:
+    """``--cost-model-by-matrix``: matrix name -> model path (resolved against the JSON's folder); a
+    missing or malformed file, or a model file that is not there, stops the run before any search."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: --cost-model-by-matrix {path}: {exc}") from None
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise SystemExit(f"error: --cost-model-by-matrix {path}: not a JSON object of matrix name -> model file")
+    out = {name: str((path.parent / f).resolve()) for name, f in raw.items()}
+    if missing := sorted({f for f in out.values() if not Path(f).is_file()}):
+        raise SystemExit(f"error: --cost-model-by-matrix {path}: no model file at {', '.join(missing)}")
+    return out
+
+
 def geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
@@ -107,7 +122,8 @@ def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
     if ev.has_gpu:
         check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
     cfg = SearchConfig(budget=args.budget, seconds=args.seconds, regime=regime, seed=args.seed,
-                       cost_model=args.cost_model, seed_share=args.seed_share, beam=args.beam)
+                       cost_model=args.by_matrix.get(name, args.cost_model), seed_share=args.seed_share,
+                       beam=args.beam)
     t_search = time.perf_counter()
     ctx = MatrixContext(A, name, op, k)
     card = ctx.card
@@ -213,10 +229,14 @@ def main() -> int:
     ap.add_argument("--beam", type=int, default=SearchConfig.beam, help="mutate from the best this many kernels")
     ap.add_argument("--cost-model", default="default",
                     help="the search's candidate order: default (the packaged cost model), none, or a model file")
+    ap.add_argument("--cost-model-by-matrix", type=Path,
+                    help="JSON {matrix name: model file, relative to the JSON's folder}: those matrices' searches "
+                         "use that model (cost_model_quality.py --fold-models: a model never fitted on the matrix)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.budget < 1:
         raise SystemExit("--budget must be at least 1")
+    args.by_matrix = load_by_matrix(args.cost_model_by_matrix) if args.cost_model_by_matrix else {}
     op = Op(args.op)
     k = args.k if op is Op.SPMM else None
     if args.trace_dir:

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -405,7 +406,9 @@ def test_the_packaged_model_loads_and_fits_this_layout() -> None:
     the packaged model being trained again (sparserl best cost-model --data ... --out PACKAGED)."""
     m = CostModel.load(PACKAGED_MODEL)
     assert "spmv" in m.meta["ops"] and m.meta["target"] == "blend"
-    assert PACKAGED_MODEL.stat().st_size < 300_000
+    assert PACKAGED_MODEL.stat().st_size < 600_000  # two parts (generated matrices; with the real ones too)
+    assert m.real_part is not None and m.meta["real_part_max_nnz"] > 100_000
+    assert "suitesparse" in m.real_part.meta["trained_on"]["families"]
     from sparserl.matrices.generators import HELD_OUT_FAMILIES
 
     assert not set(m.meta["trained_on"]["families"]) & set(HELD_OUT_FAMILIES)
@@ -631,9 +634,99 @@ def test_the_default_fit_is_the_blend_chosen_by_leave_one_family_out() -> None:
     cfg = TrainConfig()
     assert (cfg.target, cfg.rank_truncation, cfg.rank_gain, cfg.blend_rank_weight) == ("blend", 20, "exponential", 0.3)
     m = CostModel.load(PACKAGED_MODEL)
-    assert m.meta["target"] == "blend" and m.meta["format_version"] == 2
+    assert m.meta["target"] == "blend" and m.meta["format_version"] == 3
     assert {k: m.meta["config"][k] for k in ("rank_truncation", "rank_gain", "blend_rank_weight")} == \
         {"rank_truncation": 20, "rank_gain": "exponential", "blend_rank_weight": 0.3}
     assert "[lambdarank_truncation_level: 20]" in m.booster_text
     assert "[label_gain: 0,1,3,7,15,31,63,127,255,511]" in m.booster_text
     assert "[objective: regression]" in m.gap_text
+
+
+def test_folds_keep_matrices_named_alike_together_and_balance_the_rest() -> None:
+    """``grouped_folds`` is pure and deterministic, puts a group (``bcsstk29``, ``bcsstk33``) in one
+    fold, and balances fold sizes. Mutations killed: a group split across folds (a model scored on a
+    matrix whose sibling it was fitted on), a fold left empty, and an order that depends on the input's."""
+    names = ["bcsstk29", "bcsstk33", "bcsstk13", "1138_bus", "watt_1", "watt_2", "lp_a", "soc-x", "ca-y", "Ca-z"]
+    f = cq.grouped_folds(names, 3)
+    assert cq.name_group("1138_bus") == "1138_bus" and cq.name_group("Ca-z") == "ca"
+    assert len({f[0], f[1], f[2]}) == 1 and f[4] == f[5] and f[8] == f[9]
+    assert sorted(f.count(i) for i in range(3)) == [3, 3, 4]
+    shuffled = names[::-1]
+    g = cq.grouped_folds(shuffled, 3)
+    assert {n: x for n, x in zip(names, f)} == {n: x for n, x in zip(shuffled, g)}
+    with pytest.raises(ValueError, match="2 folds"):
+        cq.grouped_folds(names, 1)
+
+
+def test_cross_fit_never_scores_a_matrix_with_a_model_fitted_on_it(test_mats, monkeypatch) -> None:
+    """Each scored matrix's model was fitted on the training set and the other folds only, and every
+    matrix is scored once. Mutation killed: the scored fold left in its own fit."""
+    fitted_on: list[set[str]] = []
+
+    def fit(data, cfg, where=""):
+        names = {m.name for m in data}
+        fitted_on.append(names)
+        return SimpleNamespace(names=names)
+
+    mats = [measured(f"{base}{i}", card, feats, points)
+            for i, (base, (_, _, card, feats, points)) in enumerate(zip(("aa", "aa", "bb", "cc"), test_mats * 2))]
+    scored: list[tuple[str, set[str]]] = []
+    monkeypatch.setattr(cq, "score_model",
+                        lambda model, ms, k=cq.K: [scored.append((m.name, model.names)) or m.name for m in ms])
+    out = cq.cross_fit([mats[3]], mats[:3], 2, TrainConfig(), fit)
+    assert sorted(out) == ["aa0", "aa1", "bb2"] and len(fitted_on) == 2
+    for name, names in scored:
+        assert name not in names and "cc3" in names
+    assert {n for n, names in scored if "aa0" in names} == {"bb2"}  # aa0 and aa1 share a fold
+
+
+def _real(name: str, fam: str, params: dict, rows: int = 150) -> MatrixMeasurements:
+    """A 'real' matrix (family suitesparse) whose candidates follow the synthetic law reversed: a
+    fit on it must rank unlike a fit on the generated matrices."""
+    A = generate(fam, rows, seed=11, **params)
+    card, feats = card_and_features(A)
+    space = CandidateSpace(card, Op.SPMV, None, select_templates(Op.SPMV, TEMPLATES))
+    return MatrixMeasurements(name=name, family="suitesparse", op="spmv", k=None, arch="sm_90", regime="cold",
+                              card=card, features=feats, cusparse_us=CUSPARSE_US,
+                              times={p.id: CUSPARSE_US * math.exp(-law(p.template, p.param_dict, card))
+                                     for p in space.all_points()})
+
+
+@pytest.fixture(scope="module")
+def real_mats():
+    return [_real(f"real_{n}", fam, params) for n, fam, params in TRAIN[:6]]
+
+
+def test_real_matrices_get_a_part_of_their_own_up_to_their_size(train_mats, test_mats, real_mats, tmp_path) -> None:
+    """Generated and real matrices together: the generated ones' fit serves matrices larger than
+    every real one, the fit on all of them the rest; the part survives a save and a load; one kind
+    of data alone, or ``real_part=False``, fits one model. Mutations killed: the parts swapped (a
+    small real matrix ranked by the generated fit), the real part dropped on save, the size limit
+    taken from the generated matrices, and a tiny matrix refused as outside the generated fit's sizes."""
+    gen = [measured(name, card, feats, points) for name, _, card, feats, points in train_mats]
+    cfg = TrainConfig(trees=60, target="ratio")
+    model = train(gen + real_mats, cfg)
+    top = max(m.card.nnz for m in real_mats)
+    assert model.real_part is not None and model.meta["real_part_max_nnz"] == top
+    assert model.meta["trained_on"]["matrices"] == len(gen) and model.real_part.meta["trained_on"]["matrices"] == 15
+    assert "real matrices too" in model.describe()
+    small = _real("real_probe", "random", {"nnz_per_row": 8})
+    assert small.card.nnz <= top < min(m.card.nnz for m in gen)
+    pts = [(t, p) for _, t, p, _ in small.points()]
+    by_real = model.real_part.predict_points(small.card, small.features, "spmv", None, pts)
+    np.testing.assert_array_equal(model.predict_points(small.card, small.features, "spmv", None, pts), by_real)
+    assert cq.score_model(model, [small])[0].tau > 0.5  # the reversed law, learned from the real matrices
+    name, _, card, feats, points = test_mats[0]
+    big = measured(name, card, feats, points)
+    assert big.card.nnz > top
+    assert cq.score_model(model, [big])[0].tau > 0.5  # the generated law for the larger matrix
+    assert model.outside(small.card) is None and model.part_for(big.card) is model
+    back = CostModel.load(model.save(tmp_path / "gated.json.gz"))
+    assert back.real_part is not None and back.meta == model.meta
+    np.testing.assert_array_equal(back.predict_points(small.card, small.features, "spmv", None, pts), by_real)
+    for data, c in ((gen, cfg), (real_mats, cfg),
+                    (gen + real_mats, replace(cfg, real_part=False))):
+        assert train(data, c).real_part is None
+    broken = _rewrite(tmp_path / "gated.json.gz", tmp_path / "broken.json.gz", lambda b: b.pop("real_part_max_nnz"))
+    with pytest.raises(CostModelError, match="real part but no size"):
+        CostModel.load(broken)

@@ -28,11 +28,15 @@ def mtx(tmp_path_factory) -> Path:
     return p
 
 
-def csr_vector_time(text: str) -> float:
-    """Faster with more lanes per row up to 8, and with block 256 (a made-up landscape)."""
+def csr_vector_time(vid: str) -> float:
+    """A library variant's time by its id: csr_vector's faster with more lanes per row up to 8, and
+    with block 256, everything else 60 us (a made-up landscape with one fastest kernel, whatever
+    order the cost model tries them in)."""
+    if not vid.startswith("spmv/csr_vector/"):
+        return 60.0
     for tpr, t in ((2, 30.0), (4, 20.0), (8, 10.0), (16, 15.0), (32, 25.0)):
-        if f"tpr={tpr}," in text or f"TPR = {tpr}" in text:
-            return t - (1.0 if "block=256" in text else 0.0)
+        if f"tpr={tpr}," in vid:
+            return t - (1.0 if "block=256" in vid else 0.0)
     return 60.0
 
 
@@ -81,7 +85,7 @@ def test_no_correct_candidate_is_an_error_with_the_trace_kept(mtx: Path, tmp_pat
         assert st.counts()["results"] == 0
 
 
-def test_benchmark_oracle_and_ratio(tmp_path: Path) -> None:
+def test_benchmark_oracle_and_ratio(tmp_path: Path, monkeypatch) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         import search_bench
@@ -98,9 +102,13 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path) -> None:
     # every oracle text (template seeds, library variants) 50 us, anything else (a mutation) 40 us
     ev = FakeTimingDouble(lambda t: 50.0 if normalised(t) in lib else 40.0)
     args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None,
-                         "cost_model": "none", "seed_share": 0.5, "beam": 3})()
+                         "cost_model": "default", "by_matrix": {"rand": "none"}, "seed_share": 0.5, "beam": 3})()
+    asked = []  # the cost model each search was given: this matrix's own (--cost-model-by-matrix) over --cost-model
+    real_config = search_bench.SearchConfig
+    monkeypatch.setattr(search_bench, "SearchConfig", lambda **kw: asked.append(kw["cost_model"]) or real_config(**kw))
     with open_store(tmp_path / "s.db") as st:
         row = search_bench.bench_one(ev, st, A, "rand", Op.SPMV, None, args)
+    assert asked == ["none"]
     assert row["oracle_us"] == 50.0 and row["cusparse_us"] == 100.0 and row["oracle_speedup"] == 2.0
     assert row["search_us"] == 40.0 and row["ratio"] == pytest.approx(1.25)
     assert row["search_provenance"] in ("mutation", "switch", "random") and row["search_evaluated"] == 30
@@ -109,3 +117,24 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path) -> None:
     s = search_bench.summarise(rows)["families"]
     assert s["search_wins"] == 1 and s["search_wins_by_2pct"] == 1
     assert s["geomean_search_over_oracle"] == pytest.approx((1.25 * 0.9) ** 0.5)
+
+
+def test_benchmark_models_by_matrix_resolve_against_their_file(tmp_path: Path) -> None:
+    """``--cost-model-by-matrix``: paths relative to the JSON's folder; a malformed file or a missing
+    model stops the run with one line. Mutations killed: paths taken relative to the working
+    directory, a missing model found only mid-run (the search would fall back to no model quietly)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import search_bench
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "fold_0.json.gz").write_bytes(b"x")
+    j = tmp_path / "by_matrix.json"
+    j.write_text('{"bcsstk29": "fold_0.json.gz"}')
+    assert search_bench.load_by_matrix(j) == {"bcsstk29": str((tmp_path / "fold_0.json.gz").resolve())}
+    for text, msg in (('{"a": "fold_9.json.gz"}', "no model file at"), ("[1, 2]", "not a JSON object"),
+                      ("{", "by_matrix.json")):
+        j.write_text(text)
+        with pytest.raises(SystemExit, match=msg) as exc:
+            search_bench.load_by_matrix(j)
+        assert "\n" not in str(exc.value)

@@ -9,7 +9,9 @@ Per matrix, over its verified candidates (the candidates a search could have tri
 * Kendall's tau (tau-b) between predicted and measured times (1: the same order).
 
 :func:`leave_one_family_out` fits on every family but one and scores that one, for each
-family; :func:`score_split` fits on one set and scores another (the held-out families, SuiteSparse).
+family; :func:`score_split` fits on one set and scores another (the held-out families, SuiteSparse);
+:func:`cross_fit` scores every matrix of a set (SuiteSparse) by a model fitted on the training set
+plus the set's other folds (:func:`grouped_folds`: related matrices, named alike, share a fold).
 The same figures for the order a search without a model tries (the selector's choice, then each
 template's first seed, :func:`null_order`) are the baseline a model has to beat.
 """
@@ -17,6 +19,7 @@ template's first seed, :func:`null_order`) are the baseline a model has to beat.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -153,3 +156,51 @@ def score_split(train_on: Sequence[MatrixMeasurements], test_on: Sequence[Matrix
 
 def as_json(scores: Sequence[RankScore]) -> list[dict]:
     return [asdict(s) for s in scores]
+
+
+def name_group(name: str) -> str:
+    """The group a matrix's name puts it in: its leading letters, lower-cased (``bcsstk29`` and
+    ``bcsstk33`` -> ``bcsstk``; SuiteSparse names a collection's matrices alike), or the whole name
+    when it starts with none (``1138_bus``)."""
+    m = re.match(r"[A-Za-z]+", name)
+    return m.group(0).lower() if m else name
+
+
+def grouped_folds(names: Sequence[str], k: int) -> list[int]:
+    """A fold in ``range(k)`` for each name, every group (:func:`name_group`) in one fold; groups go
+    largest first, each to the fold with the fewest names so far (the lowest index on a tie), so the
+    folds differ in size by at most the largest group and the split is the same on every run (pure)."""
+    if k < 2:
+        raise ValueError(f"need at least 2 folds, got {k}")
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        groups.setdefault(name_group(n), []).append(i)
+    fold = [0] * len(names)
+    sizes = [0] * k
+    for _, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        f = min(range(k), key=lambda j: (sizes[j], j))
+        for i in members:
+            fold[i] = f
+        sizes[f] += len(members)
+    return fold
+
+
+def cross_fit(train_on: Sequence[MatrixMeasurements], test_on: Sequence[MatrixMeasurements], folds: int,
+              cfg: TrainConfig, fit: Callable = train, k: int = K,
+              on_model: Callable[[int, object, list[str]], None] | None = None) -> list[RankScore]:
+    """Each matrix of ``test_on`` scored by a model fitted on ``train_on`` and the other folds of
+    ``test_on`` (:func:`grouped_folds`), never on its own fold: what fitting on real matrices gives
+    on real matrices it has not seen. ``on_model(fold, model, names)`` is called with each fold's
+    model and the names of the matrices it scores (to keep the models: a search on those matrices
+    must use theirs)."""
+    fold = grouped_folds([m.name for m in test_on], folds)
+    out: list[RankScore] = []
+    for f in range(folds):
+        scored = [m for m, g in zip(test_on, fold) if g == f]
+        if scored:
+            rest = [m for m, g in zip(test_on, fold) if g != f]
+            model = fit(list(train_on) + rest, cfg, where=f"the training set and {folds - 1} of {folds} folds")
+            out += score_model(model, scored, k)
+            if on_model is not None:
+                on_model(f, model, [m.name for m in scored])
+    return out
