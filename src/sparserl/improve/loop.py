@@ -390,12 +390,14 @@ class Improve:
         return len(rows)
 
     def _replay(self, r: int, n: int) -> list[SFTRow]:
-        """``n`` rows of the data's train split for op (and k), drawn afresh each round."""
+        """``n`` rows of the data's train split for op (and k), drawn afresh each round; none of a
+        matrix this round's search skipped (a file that no longer loads would fail the fine-tune)."""
         if n < 1:
             return []
         cfg = self.cfg
+        skipped = {name for name, fig in self.state["current"].get("search", {}).items() if "skipped" in fig}
         rows = [row for row in read_rows(Path(cfg.data) / "train.jsonl") if row.op == cfg.op
-                and row.k == cfg.k]
+                and row.k == cfg.k and row.matrix_name not in skipped]
         if not rows:
             return []
         pick = np.random.default_rng([cfg.seed, r]).choice(len(rows), size=n, replace=n > len(rows))
