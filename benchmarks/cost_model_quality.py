@@ -75,6 +75,10 @@ def xgboost_fit():
 
     class XgbModel:
         outside = CostModel.outside  # the same size range rule as a LightGBM model
+        real_part = None  # one model for every size
+
+        def part_for(self, card):
+            return self
 
         def __init__(self, booster, vocab, target, nnz_range):
             self.booster = booster
@@ -164,7 +168,8 @@ def main() -> int:
     ap.add_argument("--suitesparse-folds", type=int, default=0,
                     help="also score SuiteSparse by K-fold fits that add the other folds to the training set")
     ap.add_argument("--fold-models", type=Path,
-                    help="with --suitesparse-folds: write each fold's model (of the last target fitted) to "
+                    help="with --suitesparse-folds: write each fold's model (of the one target of --targets, "
+                         "blend by default) to "
                          "DIR/fold_I.json.gz and DIR/by_matrix.json (matrix name -> its fold's model), for "
                          "search_bench.py --cost-model-by-matrix")
     ap.add_argument("--targets", default="",
@@ -184,6 +189,11 @@ def main() -> int:
         ap.error("--suitesparse-folds needs --suitesparse-data")
     if args.fold_models and not args.suitesparse_folds:
         ap.error("--fold-models needs --suitesparse-folds")
+    if args.fold_models:  # the models a search will use: of one target, LightGBM's
+        wanted = wanted or {TrainConfig().target}
+        if len(wanted) != 1 or args.xgboost:
+            ap.error("--fold-models writes the models of one LightGBM target: give --targets with one (default: "
+                     f"{TrainConfig().target}) and no --xgboost")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     data = [m for f in args.data for m in load_measurements(f)]
     held = [m for f in args.held_out for m in load_measurements(f)]

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         floors = [float(f) for f in args.floors.split(",")]
-        mins = [float(m) for m in args.contender_min.split(",") if m]
+        mins = list(dict.fromkeys(float(m) for m in args.contender_min.split(",") if m))  # each once
         if mins and not args.contenders:
             raise SparseRLError("--contender-min needs --contenders")
         # each setting: (label, floor, contender jobs, the contender jobs' first-launch floor); the first is 'before'

@@ -247,6 +247,13 @@ def main() -> int:
         log.info("resuming: %d matrices already in %s", len(rows), args.out)
     done = {r["matrix"] for r in rows}
     only = set(filter(None, args.only.split(",")))
+    if args.by_matrix:  # a real matrix left out of the map would be searched with a model that may have seen it
+        missing = [name for st, name, _, _ in matrices(args)
+                   if st == "suitesparse" and name not in args.by_matrix and (not only or name in only)]
+        if missing:
+            raise SystemExit(f"error: --cost-model-by-matrix names no model for {len(missing)} of the matrices "
+                             f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}): give a complete map, "
+                             "or --only the matrices it names")
     tmp = tempfile.TemporaryDirectory(prefix="search_bench_")
     store = open_store(args.store or Path(tmp.name) / "store.sqlite")
     config = {k2: (str(v) if isinstance(v, Path) else v) for k2, v in vars(args).items()}

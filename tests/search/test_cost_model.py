@@ -656,6 +656,9 @@ def test_folds_keep_matrices_named_alike_together_and_balance_the_rest() -> None
     assert {n: x for n, x in zip(names, f)} == {n: x for n, x in zip(shuffled, g)}
     with pytest.raises(ValueError, match="2 folds"):
         cq.grouped_folds(names, 1)
+    # fold sizes count matrices, not groups: a group of 5 and three of 1 make folds of 5 and 3 (6 and 2 by groups)
+    g = cq.grouped_folds(["aa1", "aa2", "aa3", "aa4", "aa5", "bb", "cc", "dd"], 2)
+    assert sorted(g.count(i) for i in range(2)) == [3, 5]
 
 
 def test_cross_fit_never_scores_a_matrix_with_a_model_fitted_on_it(test_mats, monkeypatch) -> None:
@@ -673,7 +676,13 @@ def test_cross_fit_never_scores_a_matrix_with_a_model_fitted_on_it(test_mats, mo
     scored: list[tuple[str, set[str]]] = []
     monkeypatch.setattr(cq, "score_model",
                         lambda model, ms, k=cq.K: [scored.append((m.name, model.names)) or m.name for m in ms])
-    out = cq.cross_fit([mats[3]], mats[:3], 2, TrainConfig(), fit)
+    kept: list[tuple[int, set[str], list[str]]] = []
+    # mats[0] again in the training set (under another family): it must still never be in its own fit
+    out = cq.cross_fit([mats[3], replace(mats[0], family="store")], mats[:3], 2, TrainConfig(), fit,
+                       on_model=lambda f, model, names: kept.append((f, model.names, names)))
+    assert len(kept) == 2 and sorted(n for _, _, names in kept for n in names) == ["aa0", "aa1", "bb2"]
+    for _, fitted, names in kept:  # each fold's model is handed over with the matrices it scored, never fitted on
+        assert not set(names) & fitted
     assert sorted(out) == ["aa0", "aa1", "bb2"] and len(fitted_on) == 2
     for name, names in scored:
         assert name not in names and "cc3" in names
@@ -694,24 +703,27 @@ def _real(name: str, fam: str, params: dict, rows: int = 150) -> MatrixMeasureme
 
 @pytest.fixture(scope="module")
 def real_mats():
-    return [_real(f"real_{n}", fam, params) for n, fam, params in TRAIN[:6]]
+    return [_real(f"{n}_ss", fam, params) for n, fam, params in TRAIN[:6]]  # named apart from the generated ones
 
 
 def test_real_matrices_get_a_part_of_their_own_up_to_their_size(train_mats, test_mats, real_mats, tmp_path) -> None:
     """Generated and real matrices together: the generated ones' fit serves matrices larger than
     every real one, the fit on all of them the rest; the part survives a save and a load; one kind
-    of data alone, or ``real_part=False``, fits one model. Mutations killed: the parts swapped (a
-    small real matrix ranked by the generated fit), the real part dropped on save, the size limit
-    taken from the generated matrices, and a tiny matrix refused as outside the generated fit's sizes."""
+    of data alone, a real matrix larger than every generated one, or ``real_part=False``, fits one
+    model. Mutations killed: the parts swapped (a small real matrix ranked by the generated fit), the
+    real part dropped on save, the size limit taken from the generated matrices or made strict (a
+    matrix of exactly the largest real size), the held-out count lost, and a split that leaves the
+    sizes between the largest generated and the largest real matrix to a fit that never saw them."""
     gen = [measured(name, card, feats, points) for name, _, card, feats, points in train_mats]
     cfg = TrainConfig(trees=60, target="ratio")
     model = train(gen + real_mats, cfg)
-    top = max(m.card.nnz for m in real_mats)
-    assert model.real_part is not None and model.meta["real_part_max_nnz"] == top
+    real_top, gen_low = max(m.card.nnz for m in real_mats), min(m.card.nnz for m in gen)
+    top = max(real_top, gen_low)  # the real part also ranks what lies below every generated matrix
+    assert real_top < gen_low and model.real_part is not None and model.meta["real_part_max_nnz"] == top
     assert model.meta["trained_on"]["matrices"] == len(gen) and model.real_part.meta["trained_on"]["matrices"] == 15
     assert "real matrices too" in model.describe()
     small = _real("real_probe", "random", {"nnz_per_row": 8})
-    assert small.card.nnz <= top < min(m.card.nnz for m in gen)
+    assert small.card.nnz <= real_top
     pts = [(t, p) for _, t, p, _ in small.points()]
     by_real = model.real_part.predict_points(small.card, small.features, "spmv", None, pts)
     np.testing.assert_array_equal(model.predict_points(small.card, small.features, "spmv", None, pts), by_real)
@@ -727,6 +739,49 @@ def test_real_matrices_get_a_part_of_their_own_up_to_their_size(train_mats, test
     for data, c in ((gen, cfg), (real_mats, cfg),
                     (gen + real_mats, replace(cfg, real_part=False))):
         assert train(data, c).real_part is None
+    card_at = SimpleNamespace(nnz=top)
+    assert model.part_for(card_at) is model.real_part and model.part_for(SimpleNamespace(nnz=top + 1)) is model
+    circuit = replace(gen[0], name="circuit_1", family="circuit")  # a held-out family: left out, and counted
+    assert train(gen + real_mats + [circuit], cfg).meta["trained_on"]["held_out_left_out"] == 1
+    # a real matrix larger than every generated one: one model on all (a generated-only part could not rank
+    # the matrices between them)
+    huge = replace(real_mats[0], card=replace(real_mats[0].card, nnz=10 * max(m.card.nnz for m in gen)))
+    one = train(gen + real_mats + [huge], cfg)
+    assert one.real_part is None and one.outside(replace(huge.card, nnz=huge.card.nnz - 1)) is None
     broken = _rewrite(tmp_path / "gated.json.gz", tmp_path / "broken.json.gz", lambda b: b.pop("real_part_max_nnz"))
     with pytest.raises(CostModelError, match="real part but no size"):
         CostModel.load(broken)
+
+
+def test_fold_models_are_written_for_one_target_and_map_each_real_matrix_to_a_fit_without_it(
+        train_mats, real_mats, tmp_path, monkeypatch, capsys) -> None:
+    """``cost_model_quality.py --suitesparse-folds 2 --fold-models DIR`` end to end on made-up
+    measurements: every real matrix is mapped to a model of the asked target whose real part was
+    fitted on the other fold only; --fold-models with two targets or --xgboost is refused. Mutations
+    killed: the map built from the fitted matrices instead of the scored ones, models of another
+    target kept, and the refusals dropped."""
+    from tests.conftest import load_benchmark
+
+    bench = load_benchmark("cost_model_quality")
+    gen = tmp_path / "gen.jsonl"
+    gen.write_text("".join(json.dumps(measured(n, c, f, p).to_json()) + "\n" for n, _, c, f, p in train_mats))
+    real = tmp_path / "real.jsonl"
+    real.write_text("".join(json.dumps(m.to_json()) + "\n" for m in real_mats))
+    folds = tmp_path / "folds"
+    base = ["cost_model_quality.py", "--data", str(gen), "--suitesparse-data", str(real), "--suitesparse-folds", "2",
+            "--trees", "10", "--min-measurements", "50", "--fold-models", str(folds), "--out", str(tmp_path / "q.json")]
+    for extra in (["--targets", "ratio,rank"], ["--xgboost"]):
+        monkeypatch.setattr(sys, "argv", base + extra)
+        with pytest.raises(SystemExit):
+            bench.main()
+        assert "--fold-models writes the models of one LightGBM target" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", base + ["--targets", "ratio"])
+    assert bench.main() == 0
+    by = json.loads((folds / "by_matrix.json").read_text())
+    assert sorted(by) == sorted(m.name for m in real_mats) and len(set(by.values())) == 2
+    for name, f in by.items():
+        model = CostModel.load(folds / f)
+        assert model.target == "ratio" and model.real_part is not None
+        assert model.real_part.meta["trained_on"]["matrices"] == len(train_mats) + 3  # the other fold's 3
+        others = {n for n, g in by.items() if g == f}
+        assert name in others and len(others) == 3  # this fold's matrices: scored by it, not fitted on

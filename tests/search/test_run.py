@@ -138,3 +138,25 @@ def test_benchmark_models_by_matrix_resolve_against_their_file(tmp_path: Path) -
         with pytest.raises(SystemExit, match=msg) as exc:
             search_bench.load_by_matrix(j)
         assert "\n" not in str(exc.value)
+
+
+def test_benchmark_refuses_a_map_that_leaves_a_real_matrix_out(tmp_path: Path, monkeypatch) -> None:
+    """With --cost-model-by-matrix, a SuiteSparse matrix the map does not name stops the run before
+    any search (it would get the packaged model, fitted on it). Mutation killed: the quiet fallback."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import search_bench
+    finally:
+        sys.path.pop(0)
+    real = tmp_path / "ss"
+    real.mkdir()
+    for name in ("aa", "bb"):
+        save_matrix(generate("random", 200, seed=1), real / f"{name}.mtx")
+    (tmp_path / "m.json.gz").write_bytes(b"x")
+    (tmp_path / "by.json").write_text('{"aa": "m.json.gz"}')
+    argv = ["search_bench.py", "--no-families", "--suitesparse", str(real), "--compile-only",
+            "--cost-model-by-matrix", str(tmp_path / "by.json"), "--out", str(tmp_path / "o.json")]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match="names no model for 1 of the matrices \\(bb\\)"):
+        search_bench.main()
+    assert not (tmp_path / "o.json").exists()

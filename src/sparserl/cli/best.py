@@ -200,7 +200,9 @@ def best_cost_model(
             continue
         path = model.save(out if out is not None else user_model_path(o))
         t = model.meta["trained_on"]
-        typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(t['families'])}"
+        fams = sorted(set(t["families"]) | set(model.real_part.meta["trained_on"]["families"]
+                                               if model.real_part is not None else ()))
+        typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(fams)}"
                    + (f"; {t['held_out_left_out']} held-out matrices left out" if t["held_out_left_out"] else ""))
     if len(errors) == len(ops):
         raise errors[0]

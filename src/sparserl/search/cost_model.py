@@ -285,8 +285,9 @@ class TrainConfig:
     """Refuse to train on fewer matrices."""
     real_part: bool = True
     """When the data holds real matrices (:data:`REAL_FAMILIES`) and enough generated ones to fit on
-    alone, fit a second model on every matrix for the matrices no larger than the largest real one,
-    the first on the generated ones alone (the module docstring says why); else one model on all."""
+    alone, some larger than every real one, fit a second model on every matrix for the matrices no
+    larger than the largest real one (nor than the smallest generated one), the first on the generated
+    ones alone for the larger (the module docstring says why); else one model on all."""
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -364,7 +365,8 @@ def train(data: Sequence[MatrixMeasurements], cfg: TrainConfig = TrainConfig(), 
     check_enough(data, cfg, where)
     real = [m for m in data if m.family in REAL_FAMILIES]
     generated = [m for m in data if m.family not in REAL_FAMILIES]
-    if cfg.real_part and real and generated:
+    real_top = max((m.card.nnz for m in real), default=0)
+    if cfg.real_part and real and generated and max(m.card.nnz for m in generated) > real_top:
         one = replace(cfg, real_part=False)
         try:
             check_enough(generated, one, f"{where} (its generated matrices)")
@@ -373,8 +375,9 @@ def train(data: Sequence[MatrixMeasurements], cfg: TrainConfig = TrainConfig(), 
         else:
             model = train(generated, one, where, sources)
             model.meta["trained_on"]["held_out_left_out"] = dropped
+            # the real part ranks up to the largest real matrix, and below the generated ones' sizes
             return model.with_real_part(train(data, one, where, sources),
-                                        max(m.card.nnz for m in real))
+                                        max(real_top, min(m.card.nnz for m in generated)))
     vocab = cf.vocabulary()
     blend = None
     if cfg.target == "blend":
@@ -511,12 +514,10 @@ class CostModel:
 
     def outside(self, card: MatrixCard) -> str | None:
         """Why the model does not apply to this matrix (its size lies more than
-        :data:`NNZ_MARGIN` times outside the sizes its part for it (:meth:`part_for`) was trained on,
-        or above them where the real part serves it), or None when it does."""
+        :data:`NNZ_MARGIN` times outside the sizes its part for it (:meth:`part_for`) was trained on),
+        or None when it does."""
         part = self.part_for(card)
         lo, hi = part.meta.get("trained_on", {}).get("nnz_range") or (0, math.inf)
-        if part is self and self.real_part is not None:  # larger than every real matrix: the small side is covered
-            lo = 0
         if lo / NNZ_MARGIN <= card.nnz <= hi * NNZ_MARGIN:
             return None
         return f"the cost model was trained on matrices of {lo}-{hi} nonzeros, this one has {card.nnz}"

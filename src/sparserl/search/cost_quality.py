@@ -194,6 +194,8 @@ def cross_fit(train_on: Sequence[MatrixMeasurements], test_on: Sequence[MatrixMe
     model and the names of the matrices it scores (to keep the models: a search on those matrices
     must use theirs)."""
     fold = grouped_folds([m.name for m in test_on], folds)
+    scored_names = {m.name for m in test_on}
+    train_on = [m for m in train_on if m.name not in scored_names]  # a scored matrix is never in its own fit
     out: list[RankScore] = []
     for f in range(folds):
         scored = [m for m, g in zip(test_on, fold) if g == f]
