@@ -25,7 +25,8 @@ real matrices the fit had not seen from 0.57 to 0.90 (four folds by name) and lo
 held-out generated families from 0.81 to 0.56, every loss but one on a matrix larger than any real
 one (``benchmarks/results/2026-12-04/cost-model-real-folds/``). So when the data holds both, two
 models are fitted (:attr:`TrainConfig.real_part`): one on every matrix, used for matrices no larger
-than the largest real one, and one on the generated matrices alone for the larger ones.
+than the largest real one (nor than the smallest generated one), and one on the generated matrices
+alone for the larger ones.
 
 A model file is gzipped JSON: the booster's text (a ``blend`` file adds the regression's booster,
 the two weights and the two spreads), the feature layout it was trained on (names and
