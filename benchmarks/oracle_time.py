@@ -8,7 +8,8 @@ evaluator each, one after the other and alternating which goes first per matrix.
 made once ahead of both (a shared compile cache), so the wall time is the GPU worker's.
 
 Printed per matrix and setting: the oracle's wall seconds, the verdicts (and seconds spent in each
-kind), the worker restarts (a kill for a verification over its limit costs one), the oracle's best
+kind), the kernels' seconds by profile step (the five largest; every step per kernel in the JSON),
+the worker restarts (a kill for a verification over its limit costs one), the oracle's best
 speedup over cuSPARSE; then every kernel whose verdict differs between the settings. A correct,
 fully timed kernel that a lower floor times out is a false time-out (the exit status is 1 then); a
 ``slow`` one that becomes ``timeout`` ran longer than ``limit_scale`` x cuSPARSE per launch, which
@@ -69,11 +70,22 @@ def run_oracle(ev, ref, op, k, texts: list[tuple[str, str]], contenders: bool = 
         steps, counts = (r.profile.seconds or {}, r.profile.counts or {}) if r.profile else ({}, {})
         per[vid] = {"kind": r.error_kind.value, "speedup": r.speedup, "seconds": own,
                     "message": (r.message or "")[:200], "first_launch_s": steps.get("verify_first"),
-                    "later_launches_s": steps.get("verify_batch"), "verify_launches": counts.get("verify_launches")}
+                    "later_launches_s": steps.get("verify_batch"), "verify_launches": counts.get("verify_launches"),
+                    "steps": {name: round(v, 5) for name, v in steps.items()}}
     best = max(((r.speedup, vid) for (vid, _), r in zip(texts, results) if r.correct and r.speedup), default=None)
     return {"wall_s": wall, "restarts": restarts, "kinds": dict(Counter(v["kind"] for v in per.values())),
-            "seconds_by_kind": dict(seconds), "best_speedup": best[0] if best else None,
+            "seconds_by_kind": dict(seconds), "seconds_by_step": seconds_by_step(per), "best_speedup": best[0] if best else None,
             "best_id": best[1] if best else None, "first_launch_excess_s": first_launch_excess(per), "kernels": per}
+
+
+def seconds_by_step(per: dict[str, dict]) -> dict[str, float]:
+    """The kernels' profile steps summed over every kernel, largest first (where a setting's seconds
+    go: conversions, verification launches, timed runs; pure)."""
+    total: dict[str, float] = defaultdict(float)
+    for k in per.values():
+        for name, v in (k.get("steps") or {}).items():
+            total[name] += v
+    return dict(sorted(total.items(), key=lambda kv: -kv[1]))
 
 
 def first_launch_excess(per: dict[str, dict]) -> dict | None:
@@ -192,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"largest {1e3 * excess['max_s']:.2f} ms ({excess['max_kernel']}); longest first launch "
                           f"of a kernel timed in full: {'-' if longest is None else f'{1e3 * longest:.1f} ms'}")
             print(f"{row['matrix']:>24}  {walls}", flush=True)
+            for label in labels:
+                top = list(row["by_floor"][label]["seconds_by_step"].items())[:5]
+                print(f"{'':>24}  {label}, kernels' seconds by step: "
+                      + ", ".join(f"{name} {v:.1f}" for name, v in top), flush=True)
     finally:
         for ev in evs.values():
             ev.close()

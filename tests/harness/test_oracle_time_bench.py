@@ -67,3 +67,11 @@ def test_contender_floors_are_checked_before_any_work_and_named_in_the_table(tmp
                        "differ": {"floor 0.5 vs contenders": {}, "floor 0.5 vs contenders, first launch 5 ms":
                                   {"k1": ["slow", "timeout"]}}}]}
     assert "k1: slow -> timeout (contenders, first launch 5 ms)" in bench.table(r, labels)
+
+
+def test_seconds_by_step_sum_every_kernels_steps_largest_first() -> None:
+    """Mutations killed: one kernel's steps only, a step of one kernel overwriting another's, and an
+    order that is not by seconds."""
+    per = {"a": {"steps": {"convert": 1.0, "verify_first": 0.2}}, "b": {"steps": {"convert": 0.5, "time_runs": 2.0}},
+           "c": {"kind": "format_refused"}}
+    assert list(bench.seconds_by_step(per).items()) == [("time_runs", 2.0), ("convert", 1.5), ("verify_first", 0.2)]
