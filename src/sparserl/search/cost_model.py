@@ -47,7 +47,7 @@ import logging
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -368,17 +368,20 @@ def train(data: Sequence[MatrixMeasurements], cfg: TrainConfig = TrainConfig(), 
     generated = [m for m in data if m.family not in REAL_FAMILIES]
     real_top = max((m.card.nnz for m in real), default=0)
     if cfg.real_part and real and generated and max(m.card.nnz for m in generated) > real_top:
-        one = replace(cfg, real_part=False)
         try:
-            check_enough(generated, one, f"{where} (its generated matrices)")
+            check_enough(generated, cfg, f"{where} (its generated matrices)")
         except CostModelError as exc:
             log.info("one model on every matrix: %s", exc)
         else:
-            model = train(generated, one, where, sources)
-            model.meta["trained_on"]["held_out_left_out"] = dropped
             # the real part ranks up to the largest real matrix, and below the generated ones' sizes
-            return model.with_real_part(train(data, one, where, sources),
-                                        max(real_top, min(m.card.nnz for m in generated)))
+            return _train_one(lgb, generated, dropped, cfg, sources).with_real_part(
+                _train_one(lgb, data, dropped, cfg, sources), max(real_top, min(m.card.nnz for m in generated)))
+    return _train_one(lgb, data, dropped, cfg, sources)
+
+
+def _train_one(lgb, data: Sequence[MatrixMeasurements], dropped: int, cfg: TrainConfig,
+               sources: Sequence[str]) -> CostModel:
+    """One model fitted on ``data`` (trainable, checked; ``dropped``: the held-out matrices left out of it)."""
     vocab = cf.vocabulary()
     blend = None
     if cfg.target == "blend":
