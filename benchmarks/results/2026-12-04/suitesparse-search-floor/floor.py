@@ -2,19 +2,15 @@
 kernel is the oracle's own and takes a few microseconds (a launch and an L2 flush), and what the other
 matrices would need for the target. Reads search_bench.py JSON files; prints a table and writes floor.json here.
 
-    python benchmarks/results/2026-12-04/suitesparse-search-floor/floor.py FILE [FILE ...]
+    PYTHONPATH=src python benchmarks/results/2026-12-04/suitesparse-search-floor/floor.py FILE [FILE ...]
 """
 import json
-import math
 import sys
 from pathlib import Path
 
+from sparserl.improve.table import geomean_of as geomean
+
 TARGET = 1.08
-
-
-def geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
-
 
 out = {}
 for f in sys.argv[1:]:
