@@ -82,14 +82,16 @@ class SpeedConfig:
     after the first launch when that launch predicts more than ``contender_scale`` x min(best known,
     cuSPARSE) per launch (:func:`contender_limit`), and only where the job has the GPU whole. Such a
     kernel is over 30 times past the early-stop factor: it cannot be the oracle's pick. 0 turns it off."""
-    contender_min_s: float = PREDICT_MIN_S
+    contender_min_s: float = 0.01
     """Where the contender limit is the one that binds, the shortest first launch that may predict a
-    time-out (``predicted_overrun``'s floor; elsewhere ``PREDICT_MIN_S``). It guards against a fast
-    kernel judged by one-time costs on its first launch; measured on the library variants at 1M rows
-    (five families, one H200), a first launch exceeded the median of the kernel's timed runs by 1.2 ms
-    at most (benchmarks/results/2026-12-04/oracle-first-launch). A contender job gives no reward,
-    so a lower floor can cost the oracle its pick at worst, which ``benchmarks/oracle_time.py
-    --contender-min`` checks; it stays at ``PREDICT_MIN_S`` until measured."""
+    time-out (``predicted_overrun``'s floor; elsewhere ``PREDICT_MIN_S``, 50 ms). It guards against a
+    fast kernel judged by one-time costs on its first launch: on the library variants at 1M rows
+    (five families, one H200), a first launch exceeded the median of the kernel's timed runs by 1.6 ms
+    at most, six times under 10 ms. A contender job gives no reward, so a lower floor can cost the
+    oracle its pick at worst: at 10 ms none was lost on arrow, circuit, lp, random and powerlaw at 1M
+    rows, and arrow's oracle took 7.8 s instead of 15.9 s (lp 5.1 instead of 11.4;
+    benchmarks/results/2026-12-04/oracle-contender-floor, ``benchmarks/oracle_time.py
+    --contender-min``)."""
 
     def __post_init__(self) -> None:
         if self.contender_scale != 0.0 and self.contender_scale <= self.early_stop:
