@@ -50,14 +50,17 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
     where = (dict(matrices="families", family_rows=args.family_rows) if name == "families"
              else dict(matrices=str(args.data), split=name, limit=args.limit))
     return EvalConfig(**where, checkpoints=tuple(args.checkpoint), baselines=tuple(b for b in args.baselines.split(",") if b),
-                      samples=args.samples, temperature=temperature, max_new_tokens=args.max_new_tokens,
+                      samples=args.samples, temperature=temperature, header_grammar=args.header_grammar,
+                      max_new_tokens=args.max_new_tokens,
                       gen_batch=args.gen_batch, out=str(out / folder), compile_only=args.compile_only, plots=False,
                       seed=args.seed)
 
 
 RESUME_KEYS = ("matrices", "split", "family_rows", "limit", "checkpoints", "baselines", "op", "k", "samples",
-               "temperature", "max_new_tokens", "seed")
+               "temperature", "header_grammar", "max_new_tokens", "seed")
 """What an evaluation written before must have been made with to be kept under ``--resume``."""
+ADDED_LATER = {"header_grammar": False}
+"""Keys an eval.json written before they existed lacks, and what it was made with."""
 
 
 def written_as(cfg) -> bool:
@@ -74,7 +77,7 @@ def written_as(cfg) -> bool:
     except (OSError, ValueError):
         return False
     now = json.loads(json.dumps(asdict(cfg)))  # tuples as lists, as eval.json holds them
-    return all(before.get(key) == now.get(key) for key in RESUME_KEYS)
+    return all(before.get(key, ADDED_LATER.get(key)) == now.get(key) for key in RESUME_KEYS)
 
 
 def figures(result: dict, policy: str) -> dict:
@@ -112,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-batch", type=int, default=32, help="completions generated together")
     ap.add_argument("--temperature", default="1.0",
                     help="sampling temperature, or several (comma-separated): each set at each, and the choice")
+    ap.add_argument("--header-grammar", action="store_true",
+                    help="sample each header within the contract's grammar (the code as before)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many matrices of a split, evenly spaced (0: all)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="longest completion (default: the policy's)")
     ap.add_argument("--seed", type=int, default=0)

@@ -35,6 +35,9 @@
 # one with the highest best of N over the oracle, and among those within 1% of it the highest correct
 # share, for the held-out sets and the guided search (OUT/temperature/temperature.json; a stage of its
 # own, about a minute on the small preset; improve, before it, samples at TEMPERATURE).
+# HEADER_GRAMMAR=1 samples each header within the contract's grammar in the temperature choice and the held-out
+# sets (`heldout_eval.py --header-grammar`: sparserl/model/header_grammar.py); improve and the guided search sample
+# as before.
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -75,6 +78,12 @@ esac
 case "${TEMPERATURE:-1.0}" in
   *,*) echo "error: TEMPERATURE is one number (to choose among several on the validation split: TEMPERATURES)" >&2
        exit 2 ;;
+esac
+case "${HEADER_GRAMMAR:-0}" in
+  1) evalgen+=(--header-grammar) ;;
+  0) ;;
+  *) echo "error: HEADER_GRAMMAR is 1 (sample headers within the contract's grammar) or 0 (got '$HEADER_GRAMMAR')" >&2
+     exit 2 ;;
 esac
 corpus=(); [ "$pack" != "-" ] && corpus=(--corpus "$pack")
 if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then

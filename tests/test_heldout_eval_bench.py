@@ -46,7 +46,7 @@ def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys
     argv = [str(tmp_path), "--data", str(tmp_path), "-c", f"a={model}", "--resume"]
     args = argparse.Namespace(data=tmp_path, family_rows=1_000_000, limit=0, checkpoint=[f"a={model}"],
                               baselines="cusparse,oracle", samples=8, max_new_tokens=None, gen_batch=32,
-                              compile_only=False, seed=0)
+                              compile_only=False, seed=0, header_grammar=False)
     cfgs = {s: bench.set_config(s, args, tmp_path, 1.0, f"eval-{s}") for s in ("test", "families")}
     for s, cfg in cfgs.items():
         (tmp_path / f"eval-{s}").mkdir()
@@ -56,8 +56,13 @@ def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys
     assert bench.written_as(cfgs["test"])
     from dataclasses import replace
 
-    for changed in (dict(temperature=0.7), dict(samples=16), dict(checkpoints=(f"a={model}", f"b={model}"))):
+    for changed in (dict(temperature=0.7), dict(samples=16), dict(checkpoints=(f"a={model}", f"b={model}")),
+                    dict(header_grammar=True)):
         assert not bench.written_as(replace(cfgs["test"], **changed)), changed
+    # written before the grammar existed (no such key): sampled without it, so kept for a run without it
+    old = {k: v for k, v in asdict(cfgs["test"]).items() if k != "header_grammar"}
+    (tmp_path / "eval-test" / "eval.json").write_text(json.dumps({"config": old}))
+    assert bench.written_as(cfgs["test"]) and not bench.written_as(replace(cfgs["test"], header_grammar=True))
     (tmp_path / "eval-test" / "eval.json").write_text("{}")  # finished by something else: made again
     assert not bench.written_as(cfgs["test"])
 

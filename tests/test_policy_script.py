@@ -72,10 +72,12 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     for name in ("evals", "guided"):
         (out / "stages" / f"{name}.done").unlink()
     # the evaluation written before lacks the improved policy and was sampled at 1.0: --resume makes it again
-    third = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURE": "0.5"})
+    # (and with HEADER_GRAMMAR=1 its headers are sampled within the contract's grammar)
+    third = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURE": "0.5", "HEADER_GRAMMAR": "1"})
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     test_eval = json.loads((out / "eval-test" / "eval.json").read_text())
     assert {"base_sft", "improved"} <= set(test_eval["summary"]) and test_eval["config"]["temperature"] == 0.5
+    assert test_eval["config"]["header_grammar"] is True
     guided = json.loads((out / "guided.json").read_text())["config"]
     assert guided["model"] == str(out / "improve" / "best") and guided["temperature"] == 0.5
     assert json.loads((out / "targets.json").read_text())["sets"]["test"]["checkpoint"] == "improved"
@@ -87,5 +89,8 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     several = run(tmp_path / "c", "-", "smoke", env={"TEMPERATURE": "1.0,0.5"})
     assert several.returncode == 2 and several.stderr.startswith("error: TEMPERATURE is one number")
     assert several.stderr.count("\n") == 1 and not (tmp_path / "c" / "stages").exists()
+    grammar = run(tmp_path / "d", "-", "smoke", env={"HEADER_GRAMMAR": "yes"})
+    assert grammar.returncode == 2 and grammar.stderr.startswith("error: HEADER_GRAMMAR is 1")
+    assert grammar.stderr.count("\n") == 1 and not (tmp_path / "d" / "stages").exists()
     missing = run(tmp_path / "b", str(tmp_path / "no-pack"), "small")
     assert missing.returncode == 2 and "corpus pack" in missing.stderr and not (tmp_path / "b" / "stages").exists()

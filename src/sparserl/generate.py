@@ -69,6 +69,8 @@ class GenerateConfig:
     """Completions sampled from the policy."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
+    header_grammar: bool = False
+    """Sample each kernel's header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""
@@ -104,7 +106,8 @@ class GenerateConfig:
         """The search ``search`` asks for after the samples, with this run's ``model`` and sampling."""
         return SearchJob(matrix=self.matrix, op=self.op, k=self.k,
                          search=SearchConfig(budget=max(self.search, 1), regime=self.regime, seed=self.seed),
-                         model=model, temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                         model=model, temperature=self.temperature, header_grammar=self.header_grammar,
+                         max_new_tokens=self.max_new_tokens,
                          device=self.device, store=self.store, compile_only=self.compile_only)
 
 

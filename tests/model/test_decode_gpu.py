@@ -118,3 +118,29 @@ def test_bucketed_graph_decode_matches_generate(tiny_hf_config, dtype, attention
     assert torch.equal(s1, s2)
     want, live = forward_logp(lm, embeds, mask, s1, 0.7), up_to_end(s1, eos)
     torch.testing.assert_close(lp[live], want[live], atol=2e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("engine", ["graph", "bucketed"])
+def test_the_header_grammar_holds_inside_captured_decode_steps(engine, tiny_tokenizer, tiny_hf_config) -> None:
+    """The constraint's mask and state update run inside the captured step (graph and bucketed
+    engines, 64 rows so the bucketed engine compacts): every completion of a random model is a header
+    prefix or a whole header, and the graph was really used. Kills a state buffer that the captured
+    graph does not update (rows would stay at the start: only 'FORMAT: ' again and again), and
+    states scrambled by the bucketed engine's compaction."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU and a CUDA build of torch; torch sees no GPU here")
+    from sparserl.model.header_grammar import START, HeaderGrammar, run
+
+    lm = _model(tiny_hf_config).to("cuda")
+    embeds, mask = _prompts(tiny_hf_config.hidden_size, lengths=tuple(4 + i % 9 for i in range(64)))
+    embeds, mask = embeds.to("cuda"), mask.to("cuda")
+    eos, pad = tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id
+    c = HeaderGrammar.for_tokenizer(tiny_tokenizer).constraint(64, "cuda")
+    torch.manual_seed(1)
+    ids = dec.decode(lm, embeds, mask, 160, eos_id=eos, pad_id=pad, temperature=1.0, engine=engine, check_every=8,
+                     constraint=c)
+    assert dec.LAST_ENGINE["engine"] == engine and type(lm).__name__ not in dec._GRAPH_BROKEN
+    texts = tiny_tokenizer.batch_decode(ids, skip_special_tokens=True)
+    for text in texts:
+        assert text.startswith("FORMAT: ") and run(START, text) is not None, text[:200]
+    assert len({t[:40] for t in texts}) > 8  # the rows moved on, each its own way

@@ -122,3 +122,38 @@ def test_a_policy_without_the_card_is_refined_without_it_and_long_kernels_are_cu
     prompt = pol.seen[-1].prompt
     assert prompt == refinement_prompt(Op.SPMV, None, (100, 100), int(A.nnz), None, long[:MAX_PREVIOUS_CHARS], res)
     assert "Matrix card" not in prompt and long[:MAX_PREVIOUS_CHARS + 1] not in prompt
+
+
+def test_the_header_grammar_reaches_the_policy_from_generate_and_search() -> None:
+    """``GenerateConfig.header_grammar`` goes into its search job, and a job's proposer asks the
+    policy's ``generate`` for it by name; without it nothing is asked (a stand-in policy whose
+    ``generate`` does not know the keyword keeps working). Mutations killed: the flag dropped
+    between the config and the job, or between the job and the proposer."""
+    pytest.importorskip("torch")
+    from sparserl.encoding import EncodingConfig
+    from sparserl.generate import GenerateConfig
+    from sparserl.model.policy import PolicyConfig
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.run import open_proposer
+
+    class RecordingPolicy:
+        config = PolicyConfig(encoding=EncodingConfig(max_nnz=8))
+        device = "cpu"
+
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, samples, **kw):
+            self.calls.append(kw)
+            return ["x"] * len(samples)
+
+    class Ev:
+        gpu_lease = None
+
+    ctx = MatrixContext(generate("banded", 100, seed=0, bands=3), "m", Op.SPMV)
+    for flag in (True, False):
+        job = GenerateConfig(matrix="m.mtx", header_grammar=flag).search_job("model")
+        assert job.header_grammar is flag
+        pol = RecordingPolicy()
+        open_proposer(job, ctx, Ev(), pol).sample(2)
+        assert pol.calls[-1].get("header_grammar", False) is flag and ("header_grammar" in pol.calls[-1]) is flag

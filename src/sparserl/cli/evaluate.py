@@ -26,6 +26,9 @@ def evaluate_cmd(
                                      "[default: none]"),
     samples: int = typer.Option(D.samples, help="completions per matrix per checkpoint (pass@k uses them)"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
+    header_grammar: bool = typer.Option(False, "--header-grammar",
+                                        help="sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the "
+                                             "contract's grammar; the code is sampled as before"),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     family_rows: int = typer.Option(D.family_rows, help="rows of each generated matrix with --matrices families"),
@@ -40,7 +43,7 @@ def evaluate_cmd(
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
     check_output(out, "evaluate", force)
     cfg = EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint), baselines=names(baselines), op=op,
-                     k=k, samples=samples, temperature=temperature,
+                     k=k, samples=samples, temperature=temperature, header_grammar=header_grammar,
                      max_new_tokens=max_new_tokens, family_rows=family_rows, limit=limit, gen_batch=gen_batch, out=str(out),
                      plots=not no_plots)
     res = evaluate(dataclasses.replace(cfg, compile_only=fallback(compile_only)))

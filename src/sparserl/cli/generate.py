@@ -23,6 +23,9 @@ def generate_cmd(
                                           "last under runs/]"),
     samples: int = typer.Option(D.samples, help="completions to sample and evaluate"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
+    header_grammar: bool = typer.Option(False, "--header-grammar",
+                                        help="sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the "
+                                             "contract's grammar; the code is sampled as before"),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     out: Path = typer.Option(None, help="output folder [default: runs/generate/<matrix name>]"),
@@ -40,7 +43,8 @@ def generate_cmd(
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model) if model else None, samples=samples,
-                         temperature=temperature, max_new_tokens=max_new_tokens, out=str(out) if out else None,
+                         temperature=temperature, header_grammar=header_grammar, max_new_tokens=max_new_tokens,
+                         out=str(out) if out else None,
                          library_fallback=not no_library_fallback, device=device, seed=seed,
                          compile_only=compile_only, search=search, store=store or None)
     rep = generate_kernel(dataclasses.replace(cfg, compile_only=fallback(compile_only)))

@@ -33,6 +33,9 @@ def search_cmd(
     regime: str = typer.Option(D.regime, help="L2 regime candidates are ranked in: cold (flushed) or warm"),
     parallel: int = typer.Option(D.parallel, help="candidates in flight (0: four per GPU)"),
     temperature: float = typer.Option(J.temperature, help="the policy's sampling temperature"),
+    header_grammar: bool = typer.Option(False, "--header-grammar",
+                                        help="sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the "
+                                             "contract's grammar; the code is sampled as before"),
     max_new_tokens: int = typer.Option(J.max_new_tokens, help="the policy's longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     device: str = typer.Option(J.device, help="the model's device: auto, cpu or cuda[:N]"),
@@ -49,7 +52,8 @@ def search_cmd(
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=names(templates),
                         regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
-                    temperature=temperature, max_new_tokens=max_new_tokens, device=device, store=store or None,
+                    temperature=temperature, header_grammar=header_grammar, max_new_tokens=max_new_tokens,
+                    device=device, store=store or None,
                     out=str(out) if out else None, compile_only=compile_only)
     rep, res = search_matrix(job)
     typer.echo(f"{res.evaluated} candidates in {res.seconds:.1f} s (stopped: {res.stopped})")

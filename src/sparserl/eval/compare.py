@@ -78,6 +78,8 @@ class EvalConfig:
     """Completions per matrix per checkpoint (pass@k uses them)."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
+    header_grammar: bool = False
+    """Sample each header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""
@@ -266,7 +268,8 @@ def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple
     t0 = time.perf_counter()
     for i in range(0, len(jobs), cfg.gen_batch):
         texts += policy.generate([ctx.sample(policy.config) for ctx in jobs[i:i + cfg.gen_batch]],
-                                 max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + i)
+                                 max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + i,
+                                 header_grammar=cfg.header_grammar)
         log.info("%s: generated %d of %d completions", name, len(texts), len(jobs))
     t1 = time.perf_counter()
     rs = ev.evaluate_many([(t, ctx.ref(ev), ctx.op, ctx.k) for t, ctx in zip(texts, jobs)])

@@ -283,8 +283,9 @@ class BucketedDecode:
 
     @torch.no_grad()
     def __init__(self, lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_id: int,
-                 pad_id: int, sampling: tuple[float, int, float], bucket: int | None = None):
+                 pad_id: int, sampling: tuple[float, int, float], bucket: int | None = None, constraint=None):
         self._sample = sample_with_logp
+        self.constraint = constraint  # a HeaderConstraint over the global rows, or None
         base = base_model(lm)
         self.model_name = type(base).__name__
         self.m = DecoderView(base)
@@ -305,7 +306,7 @@ class BucketedDecode:
         logits = self._prefill(x, pos)
         self.m.rope_table(self.L, x)
         self.fused = self._fusable()
-        first, first_logp = self._sample(logits, *sampling)
+        first, first_logp = self._sample(logits, *sampling, constraint=constraint)
         self.ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
         self.ids[:, 0] = first
         self.logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=dev)
@@ -409,7 +410,7 @@ class BucketedDecode:
 
     def _emit(self, logits: torch.Tensor) -> None:
         """Sample the next token from ``logits`` (B, vocab) and record it (the step's tail)."""
-        nxt, lp = self._sample(logits, *self.sampling)
+        nxt, lp = self._sample(logits, *self.sampling, constraint=self.constraint, rows=self.rows)
         nxt = torch.where(self.finished, torch.full_like(nxt, self.pad), nxt)
         lp = torch.where(self.finished, torch.zeros_like(lp), lp)
         t = self.t.expand_as(self.rows)

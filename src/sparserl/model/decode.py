@@ -99,14 +99,15 @@ def _cache_engine(lm, device: torch.device, engine: str) -> str:
 @torch.no_grad()
 def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_id: int, pad_id: int,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, engine: str | None = None,
-           check_every: int = 32, return_logp: bool = False):
+           check_every: int = 32, return_logp: bool = False, constraint=None):
     """Sample up to ``max_new_tokens`` tokens after left-padded prompts.
 
     embeds: (B, P, d) prompt embeddings; attention_mask: (B, P), 1 on real prompt positions
     (left padding). Returns (B, T) new token ids, T <= max_new_tokens, ``pad_id`` after each
     row's first ``eos_id``; with ``return_logp`` also (B, T) float32 log-probabilities of those
     tokens under the distribution each was drawn from (see :func:`sample_with_logp`), 0 after
-    each row's end.
+    each row's end. ``constraint``: a :class:`sparserl.model.header_grammar.HeaderConstraint` (one
+    state per row) that every engine applies to every drawn token.
     """
     if max_new_tokens < 1:
         raise SparseRLError("max_new_tokens must be >= 1")
@@ -114,7 +115,7 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
     if engine == "hf":
         LAST_ENGINE["engine"] = "hf"
         return _hf_generate(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
-                            return_logp)
+                            return_logp, constraint)
     # No autocast: under it the rotary embedding leaves keys in float32 and values in bf16, and a
     # static cache holds one dtype. The weights' own dtype rules (bf16 for large models), so a
     # float32 policy samples in float32 here while generate() would follow the autocast.
@@ -123,7 +124,7 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
         if engine == "bucketed":
             try:
                 run = bucketed.BucketedDecode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id,
-                                              (temperature, top_k, top_p))
+                                              (temperature, top_k, top_p), constraint=constraint)
             except torch.OutOfMemoryError:
                 raise
             except (TypeError, ValueError, AttributeError, RuntimeError) as exc:  # modules that take other inputs
@@ -131,14 +132,16 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
                     _BUCKETED_BROKEN.add(_model_name(lm))
                 log.warning("the bucketed decode engine does not fit %s (%s: %s); using the next engine",
                             _model_name(lm), type(exc).__name__, exc)
+                if constraint is not None:
+                    constraint.reset()  # the failed engine may have drawn a first token
                 return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
-                              _cache_engine(lm, embeds.device, "auto"), check_every, return_logp)
+                              _cache_engine(lm, embeds.device, "auto"), check_every, return_logp, constraint)
             LAST_ENGINE["engine"] = "bucketed"
             ids, logp = run.run(graph=embeds.device.type == "cuda", check_every=check_every)
             return (ids, logp) if return_logp else ids
         try:
             state = _StaticDecode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k,
-                                  top_p)
+                                  top_p, constraint)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a forward that takes other inputs
             _STATIC_BROKEN.add(_model_name(lm))
             log.warning("static-cache decoding does not fit %s (%s: %s); using generate() from now on",
@@ -148,20 +151,27 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
             LAST_ENGINE["engine"] = engine
             ids, logp = state.run(graph=engine == "graph", check_every=check_every)
             return (ids, logp) if return_logp else ids
+    if constraint is not None:
+        constraint.reset()
     return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf",
-                  return_logp=return_logp)
+                  return_logp=return_logp, constraint=constraint)
 
 
 def _hf_generate(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
-                 return_logp: bool):
+                 return_logp: bool, constraint=None):
     """``model.generate()``; with ``return_logp`` the log-probabilities come from its processed
-    scores (the logits after temperature, top-k and top-p), the distribution it drew from."""
+    scores (the logits after the constraint, temperature, top-k and top-p), the distribution it drew from."""
     do_sample = temperature > 0
+    extra = {}
+    if constraint is not None:
+        from transformers import LogitsProcessorList
+
+        extra["logits_processor"] = LogitsProcessorList([constraint.logits_processor()])
     out = lm.generate(
         inputs_embeds=embeds, attention_mask=attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
         temperature=temperature if do_sample else None, top_k=top_k if do_sample and top_k else None,
         top_p=top_p if do_sample and top_p < 1.0 else None, eos_token_id=eos_id, pad_token_id=pad_id,
-        use_cache=True, output_scores=return_logp, return_dict_in_generate=return_logp)
+        use_cache=True, output_scores=return_logp, return_dict_in_generate=return_logp, **extra)
     if not return_logp:
         return out
     ids = out.sequences
@@ -182,12 +192,13 @@ def _cache_kwarg(lm) -> str:
 class _StaticDecode:
     """State of one batched decode: static buffers that a captured step reads and updates in place."""
 
-    def __init__(self, lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p):
+    def __init__(self, lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
+                 constraint=None):
         from transformers import StaticCache
 
         self.lm, self.eos, self.pad = lm, eos_id, pad_id
         self.cache_kw = _cache_kwarg(lm)
-        self.sampling = (temperature, top_k, top_p)
+        self.sampling = (temperature, top_k, top_p, constraint)
         self.n = max_new_tokens
         dev = embeds.device
         B, P, _ = embeds.shape

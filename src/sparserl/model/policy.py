@@ -308,30 +308,40 @@ class Policy(torch.nn.Module):
 
     @torch.no_grad()
     def generate(self, samples: list[Sample], max_new_tokens: int | None = None, temperature: float = 1.0,
-                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None, engine: str | None = None) -> list[str]:
+                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None, engine: str | None = None,
+                 header_grammar: bool = False) -> list[str]:
         """Sample one completion per sample (KV cache, stops at the end-of-kernel token)."""
-        ids = self.generate_ids(samples, max_new_tokens, temperature, top_k, top_p, seed, engine)
+        ids = self.generate_ids(samples, max_new_tokens, temperature, top_k, top_p, seed, engine,
+                                header_grammar=header_grammar)
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     @torch.no_grad()
     def generate_ids(self, samples: list[Sample], max_new_tokens: int | None = None, temperature: float = 1.0,
                      top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-                     engine: str | None = None, return_logp: bool = False):
+                     engine: str | None = None, return_logp: bool = False, header_grammar: bool = False):
         """The generated token ids, (B, L) padded with the pad token after each sequence's end;
         with ``return_logp`` also the sampler's log-probabilities of those tokens, (B, L) float32.
 
         ``max_new_tokens``: see :meth:`completion_budget` (None: enough for every library kernel).
         ``engine``: see :mod:`sparserl.model.decode` (default: a CUDA graph per decode step on a
-        GPU, the same loop eagerly on a CPU, ``generate()`` for models it cannot drive)."""
+        GPU, the same loop eagerly on a CPU, ``generate()`` for models it cannot drive).
+        ``header_grammar``: draw the header's tokens only where the header stays a prefix of the
+        contract's grammar (:mod:`sparserl.model.header_grammar`; its log-probabilities are then the
+        masked distribution's, so RL rollouts never ask for it)."""
         max_new_tokens = self.completion_budget(max_new_tokens)
         if seed is not None:
             torch.manual_seed(seed)
         was_training = self.training
         self.eval()
         embeds, mask, _, _ = self._batch(self._prefix(samples))
+        constraint = None
+        if header_grammar:
+            from sparserl.model.header_grammar import HeaderGrammar
+
+            constraint = HeaderGrammar.for_tokenizer(self.tokenizer).constraint(len(samples), embeds.device)
         out = decode(self.lm, embeds, mask, max_new_tokens, eos_id=self.tokenizer.eos_token_id,
                      pad_id=self.tokenizer.pad_token_id, temperature=temperature, top_k=top_k, top_p=top_p,
-                     engine=engine, return_logp=return_logp)
+                     engine=engine, return_logp=return_logp, constraint=constraint)
         if was_training:
             self.train()
         return out

@@ -36,18 +36,26 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int = 0, top_
     return sample_with_logp(logits, temperature, top_k, top_p)[0]
 
 
-def sample_with_logp(logits: torch.Tensor, temperature: float, top_k: int = 0,
-                     top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_with_logp(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                     constraint=None, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(token (B,), its log-probability (B,) under the distribution it was drawn from) for logits (B, V).
 
     The distribution is ``softmax(filter(logits / temperature))``, in float32: the sampler's own
     log-probabilities, which the learner's must match. At temperature 0 (argmax) the
-    log-probability is the unscaled, unfiltered softmax's."""
+    log-probability is the unscaled, unfiltered softmax's.
+
+    ``constraint``: a :class:`sparserl.model.header_grammar.HeaderConstraint`; the tokens it forbids
+    are masked out first (the distribution is then the masked one's), and its states move by the
+    drawn tokens. ``rows``: the constraint's rows these logits belong to (None: all, in order)."""
     logits = logits.float()
+    if constraint is not None:
+        logits = constraint.mask(logits, rows)
     if temperature <= 0:
         tok = logits.argmax(dim=-1)
-        return tok, torch.log_softmax(logits, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
-    logits = filter_logits(logits / temperature, top_k, top_p)
-    u = torch.rand_like(logits).clamp_(1e-12, 1.0 - 1e-7)
-    tok = (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+    else:
+        logits = filter_logits(logits / temperature, top_k, top_p)
+        u = torch.rand_like(logits).clamp_(1e-12, 1.0 - 1e-7)
+        tok = (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+    if constraint is not None:
+        constraint.advance(tok, rows)
     return tok, torch.log_softmax(logits, dim=-1).gather(-1, tok[:, None]).squeeze(-1)

@@ -104,14 +104,17 @@ class PolicyProposer:
     """Completions generated together."""
 
     def __init__(self, policy, ctx: MatrixContext, name: str, temperature: float = 1.0, max_new_tokens: int | None = None,
-                 seed: int = 0, lease=None):
+                 seed: int = 0, lease=None, header_grammar: bool = False):
         """``ctx``: the request's matrix; its card (:attr:`MatrixContext.prompt_card`) is shown in
         samples and refinements when the policy's prompt has a card.
+        ``header_grammar``: sample each header within the contract's grammar (the policy's
+        ``generate`` is then asked for it by name).
         ``lease``: a context manager factory taking the model's device (``Evaluator.gpu_lease``),
         held while the model generates so the harness does not time kernels meanwhile."""
         self.policy, self.ctx, self.name = policy, ctx, name
         self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
         self.lease = lease
+        self.grammar = {"header_grammar": True} if header_grammar else {}
         self.base = ctx.sample(policy.config)
         self.calls = 0
 
@@ -123,7 +126,8 @@ class PolicyProposer:
             task = bar.add_task("sampling kernels", total=len(samples))
             for i in range(0, len(samples), self.BATCH):
                 out += self.policy.generate(samples[i:i + self.BATCH], max_new_tokens=self.max_new_tokens,
-                                            temperature=self.temperature, seed=self.seed + 7919 * self.calls + i)
+                                            temperature=self.temperature, seed=self.seed + 7919 * self.calls + i,
+                                            **self.grammar)
                 bar.update(task, advance=len(samples[i:i + self.BATCH]))
         self.calls += 1
         return out

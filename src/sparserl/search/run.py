@@ -64,6 +64,8 @@ class SearchJob:
     """Policy checkpoint or HF model folder that proposes too (None: templates only)."""
     temperature: float = 1.0
     """Sampling temperature of the policy's proposals."""
+    header_grammar: bool = False
+    """Sample each proposal's header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""
@@ -92,7 +94,8 @@ def open_proposer(job: SearchJob, ctx: MatrixContext, evaluator, policy: Policy 
 
         policy = Policy.open(job.model, device=str(pick_device(job.device)))
     return PolicyProposer(policy, ctx, name=str(job.model), temperature=job.temperature,
-                          max_new_tokens=job.max_new_tokens, seed=job.search.seed, lease=evaluator.gpu_lease)
+                          max_new_tokens=job.max_new_tokens, seed=job.search.seed, lease=evaluator.gpu_lease,
+                          header_grammar=job.header_grammar)
 
 
 def search_candidates(res: SearchResult) -> list[Candidate]:

@@ -1,0 +1,186 @@
+"""The header grammar: the automaton against every header the project writes and the malformed ones
+policies wrote, its lift to tokens, and sampling under it in every CPU engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparserl.kernels.contract import Op  # noqa: E402
+from sparserl.kernels.library import variants  # noqa: E402
+from sparserl.model.header_grammar import DONE, START, HeaderGrammar, run  # noqa: E402
+from sparserl.model.sampling import sample_with_logp  # noqa: E402
+
+from tests.model.test_policy import ENC, samples  # noqa: E402
+
+# Headers that policies wrote and the contract refused (held-out evaluations of the small preset)
+MALFORMED = [
+    "FORMAT: EC\nPARAMS: BLOCK=128, RPT=4\nLAUNCH: grid=ceil_div(m, BLOCK * RPT), block=BLOCK\n\n",
+    "FORMAT: BSR R=2 N)\nPARAMS: BLOCK=128, RPT=1\nLAUNCH: grid=ceil_div(mb, BLOCK / G), block=BLOCK\n\n",
+    "FORMAT: cooperative_ROW=8128\nLAUNCH: grid=1, block=1\n\n",
+    "FORMAT: HYB=8\nPARAMS: grid=ceil_div(m, BLOCK), block=BLOCK\n",
+    "FORMAT: CSR\nPARAMS: grid=ceil_div(m, 256), block=256, kernel=spmv_zero_y\nLAUNCH: grid=1, block=1\n\n",
+    "FORMAT: CSR\nLAUNCH: grid=device__ void __launch_bounds__(BLOCK) spmv_kernel(\n",
+    "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 256)\n\n",  # no block
+    "FORMAT: CSR\n\nextern",  # no LAUNCH line
+    "FORMAT: SELL C=32 sigma=\nLAUNCH: grid=1, block=1\n\n",  # a key without its value
+    "FORMAT: CSR\nLAUNCH: grid=(m + 1, block=256\n\n",  # unbalanced
+]
+
+
+def test_every_header_the_project_writes_is_in_the_grammar() -> None:
+    """Every library variant (both ops) and every template point the search would render, on three
+    structures, reaches the end of its header. Kills a grammar stricter than the contract's writers
+    (a format parameter, a PARAMS list, a second LAUNCH line or an expression it refuses)."""
+    for op, k in ((Op.SPMV, None), (Op.SPMM, 32)):
+        for v in variants(op, None, k):
+            assert run(START, v.render()) == DONE, v.id
+    from sparserl.kernels.templates import templates
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+
+    rng = np.random.default_rng(0)
+    seen = 0
+    for family in ("banded", "powerlaw", "block"):
+        card = matrix_card(generate(family, 5000, seed=1))
+        for op, k in ((Op.SPMV, None), (Op.SPMM, 32)):
+            for t in templates(op):
+                points = [p for p in t.seeds(card, k) if p is not None]
+                points += [t.random_point(rng, card, k) for _ in range(3)]
+                for p in points:
+                    if p is None or t.check(p, card, k):
+                        continue
+                    assert run(START, t.render(p, card)) == DONE, (t.name, p)
+                    seen += 1
+    assert seen > 200
+
+
+@pytest.mark.parametrize("text", MALFORMED)
+def test_malformed_headers_leave_the_grammar(text: str) -> None:
+    """Each header shape the contract refused is refused by the automaton at some character.
+    Kills an automaton that accepts any format name, a FORMAT key the format does not have, a
+    PARAMS value that is not an integer, unbalanced parentheses, a missing block or LAUNCH line."""
+    assert run(START, text) is None, text
+
+
+def test_a_header_prefix_is_in_the_grammar_until_its_end() -> None:
+    """Every prefix of a valid header is a live state (the sampler can always go on), and the first
+    character after the header (not a LAUNCH line) ends it: the code is free from there."""
+    text = variants(Op.SPMV, "CSR")[0].render()
+    header_end = text.index("\n\n") + 1
+    for i in range(header_end + 1):
+        s = run(START, text[:i])
+        assert s is not None and (s != DONE) == (i <= header_end), (i, text[:i])
+    assert run(START, text[:header_end] + "@@ anything goes") == DONE
+
+
+def _toy():
+    """A toy vocabulary: whole header pieces, single characters, a dead end and an end token."""
+    pieces = ["FORMAT: ", "CSR", "\n", "LAUNCH: ", "grid=", "m", ",", " ", "block=", "2", "5", "6", "x", "\n\nint",
+              "FORMAT: X", None]
+    return pieces, len(pieces) - 1
+
+
+def test_tokens_are_allowed_only_where_the_header_continues() -> None:
+    """The lift: at the start only tokens that begin a header (and never the end token) are allowed;
+    following allowed tokens spells a header and reaches the end state, where every token is allowed.
+    Kills an allowed table that ignores the automaton, an end token allowed inside the header, and
+    transitions that do not follow the drawn token."""
+    pieces, eos = _toy()
+    g = HeaderGrammar.build(pieces, eos_id=eos)
+    allowed0 = {pieces[i] for i in range(len(pieces)) if g.allowed[g.start, i]}
+    assert allowed0 == {"FORMAT: "}  # "FORMAT: X" leads nowhere; the end token is not allowed
+    s = g.start
+    for piece in ["FORMAT: ", "CSR", "\n", "LAUNCH: ", "grid=", "m", ",", " ", "block=", "2", "5", "6", "\n\nint"]:
+        tid = pieces.index(piece)
+        assert g.allowed[s, tid], (piece, s)
+        assert not g.allowed[s, eos]
+        s = int(g.trans[s, tid])
+    assert s == g.done and bool(g.allowed[s].all())
+    # "x" after "grid=" is an identifier: allowed; "," right after "grid=" (an empty expression) is not
+    s = g.start
+    for piece in ["FORMAT: ", "CSR", "\n", "LAUNCH: ", "grid="]:
+        s = int(g.trans[s, pieces.index(piece)])
+    assert g.allowed[s, pieces.index("x")] and not g.allowed[s, pieces.index(",")]
+
+
+def test_sampling_under_the_constraint_draws_allowed_tokens_and_their_masked_logp() -> None:
+    """``sample_with_logp`` with a constraint: uniform logits draw only allowed tokens, the states move
+    by them, and the log-probability is the masked distribution's (log 1/allowed). Kills a mask not
+    applied, a state not advanced, and a log-probability from the unmasked softmax."""
+    pieces, eos = _toy()
+    g = HeaderGrammar.build(pieces, eos_id=eos)
+    c = g.constraint(64, "cpu")
+    torch.manual_seed(0)
+    for _ in range(12):
+        before = c.state.clone()
+        n_allowed = g.allowed[before].sum(-1).float()
+        tok, lp = sample_with_logp(torch.zeros(64, len(pieces)), 1.0, constraint=c)
+        assert bool(g.allowed[before, tok].all())
+        assert torch.allclose(lp, -torch.log(n_allowed))
+        assert torch.equal(c.state, g.trans[before, tok])
+    assert bool((c.state != g.start).all())
+
+
+def test_the_bucketed_rows_move_only_their_own_states() -> None:
+    """With ``rows`` (the bucketed engine's running rows after a compaction) only those rows' states
+    are read and moved. Kills an update that writes the running batch's states over rows 0..n-1."""
+    pieces, eos = _toy()
+    g = HeaderGrammar.build(pieces, eos_id=eos)
+    c = g.constraint(4, "cpu")
+    rows = torch.tensor([1, 3])
+    sample_with_logp(torch.zeros(2, len(pieces)), 1.0, constraint=c, rows=rows)  # "FORMAT: " for both
+    moved = int(g.trans[g.start, pieces.index("FORMAT: ")])
+    assert c.state.tolist() == [g.start, moved, g.start, moved]
+
+
+@pytest.mark.parametrize("engine", ["static", "bucketed", "hf"])
+def test_a_random_model_writes_only_grammatical_headers_under_it(engine, tiny_tokenizer, tiny_hf_config) -> None:
+    """A tiny random-weight policy sampled at temperature 1: without the grammar its completions leave
+    the header grammar at once; with it every completion is a header prefix, or a whole header and
+    code, in each CPU engine (static cache, bucketed, ``generate()``). Kills an engine that drops the
+    constraint, or a constraint whose state does not follow the tokens drawn."""
+    from sparserl.model.policy import Policy, PolicyConfig
+
+    p = Policy.from_config(tiny_hf_config, tiny_tokenizer, PolicyConfig(encoding=ENC))
+    batch = samples() * 4
+    free = p.generate(batch, max_new_tokens=40, temperature=1.0, seed=3, engine=engine)
+    assert sum(run(START, t) is None for t in free) >= len(free) - 1
+    bound = p.generate(batch, max_new_tokens=120, temperature=1.0, seed=3, engine=engine, header_grammar=True)
+    for text in bound:
+        assert text.startswith("FORMAT: ") and run(START, text) is not None, text[:200]
+
+
+def test_the_constraint_follows_rows_through_the_bucketed_compaction(tiny_tokenizer, tiny_hf_config,
+                                                                     monkeypatch) -> None:
+    """64 rows on the bucketed engine, the end token played by a token the header often draws (a
+    space), so rows end inside their headers and the engine compacts the running batch: every
+    row's text is still a header prefix. Kills a constraint indexed by the running batch's order
+    instead of the global rows after a compaction."""
+    from sparserl.model import bucketed
+    from sparserl.model.decode import decode
+
+    from tests.model.test_decode import _model, _prompts
+
+    lm = _model(tiny_hf_config)
+    embeds, mask = _prompts(tiny_hf_config.hidden_size, lengths=tuple(4 + i % 9 for i in range(64)))
+    space = tiny_tokenizer.convert_tokens_to_ids("Ġ")
+    c = HeaderGrammar.for_tokenizer(tiny_tokenizer).constraint(64, "cpu")
+    torch.manual_seed(2)
+    seen = []
+    real = bucketed.BucketedDecode._compact
+
+    def compact(self):
+        real(self)
+        seen.append(int(self.rows.numel()))
+
+    monkeypatch.setattr(bucketed.BucketedDecode, "_compact", compact)
+    ids = decode(lm, embeds, mask, 96, eos_id=space, pad_id=tiny_tokenizer.pad_token_id, temperature=1.0,
+                 engine="bucketed", check_every=4, constraint=c)
+    assert seen, "no compaction happened: the test did not exercise it"
+    for row in ids.tolist():
+        toks = row[:row.index(space)] if space in row else row
+        text = tiny_tokenizer.decode([t for t in toks if t != tiny_tokenizer.pad_token_id])
+        assert run(START, text) is not None, text[:200]
