@@ -50,16 +50,12 @@ def test_the_policy_sees_the_prompt_a_sample_carries() -> None:
     assert prompt_text(replace(s, prompt="REFINE THIS\n"), False) == "REFINE THIS\n"
 
 
-def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
-    pytest.importorskip("torch")
+def _recording_policy():
+    """Stands in for Policy.generate only: records the samples and keywords it is given."""
     from sparserl.encoding import EncodingConfig
     from sparserl.model.policy import PolicyConfig
-    from sparserl.request.context import MatrixContext
-    from sparserl.search.policy import PolicyProposer
 
     class RecordingPolicy:
-        """Stands in for Policy.generate only: records the samples it is given."""
-
         config = PolicyConfig(encoding=EncodingConfig(max_nnz=8))
         device = "cpu"
 
@@ -70,8 +66,16 @@ def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
             self.calls.append((samples, kw))
             return [f"text {i}" for i in range(len(samples))]
 
+    return RecordingPolicy()
+
+
+def test_policy_proposer_refines_through_the_policys_sampling_path() -> None:
+    pytest.importorskip("torch")
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.policy import PolicyProposer
+
     A = generate("banded", 100, seed=0, bands=3)
-    pol = RecordingPolicy()
+    pol = _recording_policy()
     leases = []
 
     def lease(device):
@@ -130,22 +134,9 @@ def test_the_header_grammar_reaches_the_policy_from_generate_and_search() -> Non
     ``generate`` does not know the keyword keeps working). Mutations killed: the flag dropped
     between the config and the job, or between the job and the proposer."""
     pytest.importorskip("torch")
-    from sparserl.encoding import EncodingConfig
     from sparserl.generate import GenerateConfig
-    from sparserl.model.policy import PolicyConfig
     from sparserl.request.context import MatrixContext
     from sparserl.search.run import open_proposer
-
-    class RecordingPolicy:
-        config = PolicyConfig(encoding=EncodingConfig(max_nnz=8))
-        device = "cpu"
-
-        def __init__(self):
-            self.calls = []
-
-        def generate(self, samples, **kw):
-            self.calls.append(kw)
-            return ["x"] * len(samples)
 
     class Ev:
         gpu_lease = None
@@ -154,6 +145,7 @@ def test_the_header_grammar_reaches_the_policy_from_generate_and_search() -> Non
     for flag in (True, False):
         job = GenerateConfig(matrix="m.mtx", header_grammar=flag).search_job("model")
         assert job.header_grammar is flag
-        pol = RecordingPolicy()
+        pol = _recording_policy()
         open_proposer(job, ctx, Ev(), pol).sample(2)
-        assert pol.calls[-1].get("header_grammar", False) is flag and ("header_grammar" in pol.calls[-1]) is flag
+        kw = pol.calls[-1][1]
+        assert kw.get("header_grammar", False) is flag and ("header_grammar" in kw) is flag
