@@ -25,19 +25,23 @@ def _rows():
          "completion": "FORMAT: EC\nLAUNCH: grid=1, block=1\n\ncode"},
         {"system": "sft", "verdict": "contract_error", "message": "kernel 'k' named by LAUNCH is not defined",
          "completion": "FORMAT: CSR\nLAUNCH: grid=1, block=1, kernel=k\n\ncode"},
+        {"system": "sft", "verdict": "compile_error", "message": "cut at the token budget",
+         "completion": "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, "},  # a header prefix: could have been drawn
         {"system": "library oracle", "verdict": "none", "message": "", "completion": "FORMAT: EC"},  # a baseline
     ]
 
 
 def test_counts_headers_outside_the_grammar_by_verdict(tmp_path, capsys) -> None:
-    """One malformed header of two contract errors is outside; the accepted sample is inside; baselines
-    are not counted. Mutations killed: every contract error counted as outside, baselines counted."""
+    """One malformed header of two contract errors is outside; the accepted sample and a sample cut
+    inside its header are inside; baselines are not counted. Mutations killed: every contract error
+    counted as outside, a cut header counted as outside, baselines counted."""
     f = tmp_path / "completions.jsonl"
     f.write_text("\n".join(json.dumps(r) for r in _rows()) + "\n")
     out = tmp_path / "cover.json"
     assert bench.main([str(f), "--out", str(out)]) == 0
     got = json.loads(out.read_text())["by_verdict"]
-    assert got == {"contract_error": {"samples": 2, "outside": 1}, "none": {"samples": 1, "outside": 0}}
+    assert got == {"compile_error": {"samples": 1, "outside": 0}, "contract_error": {"samples": 2, "outside": 1},
+                   "none": {"samples": 1, "outside": 0}}
     assert "| contract_error | 2 | 1 |" in capsys.readouterr().out
 
 

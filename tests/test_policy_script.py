@@ -78,6 +78,11 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     test_eval = json.loads((out / "eval-test" / "eval.json").read_text())
     assert {"base_sft", "improved"} <= set(test_eval["summary"]) and test_eval["config"]["temperature"] == 0.5
     assert test_eval["config"]["header_grammar"] is True
+    from sparserl.model.header_grammar import START, run as grammar_run
+
+    sampled = [json.loads(line) for line in (out / "eval-test" / "completions.jsonl").read_text().splitlines()]
+    sampled = [r["completion"] for r in sampled if r["system"] in ("base_sft", "improved")]
+    assert sampled and all(grammar_run(START, t) is not None for t in sampled), "a header outside the grammar"
     guided = json.loads((out / "guided.json").read_text())["config"]
     assert guided["model"] == str(out / "improve" / "best") and guided["temperature"] == 0.5
     assert json.loads((out / "targets.json").read_text())["sets"]["test"]["checkpoint"] == "improved"

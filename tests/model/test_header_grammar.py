@@ -27,6 +27,24 @@ MALFORMED = [
     "FORMAT: CSR\n\nextern",  # no LAUNCH line
     "FORMAT: SELL C=32 sigma=\nLAUNCH: grid=1, block=1\n\n",  # a key without its value
     "FORMAT: CSR\nLAUNCH: grid=(m + 1, block=256\n\n",  # unbalanced
+    "FORMAT: CSR\nLAUNCH: grid=m<<1, block=256\n\n",  # an operator the contract has not
+    "FORMAT: CSR\nLAUNCH: grid=m**2, block=256\n\n",
+    "FORMAT: CSR\nLAUNCH: grid=m & 3, block=256\n\n",
+    "FORMAT: CSR\nLAUNCH: grid=m > 2 ? m : 2, block=256\n\n",
+    "FORMAT: CSR\nLAUNCH: grid=foo(m), block=256\n\n",  # a function the contract has not
+    "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 010), block=256\n\n",  # a leading zero
+    "FORMAT: CSR\nPARAMS: A=007\nLAUNCH: grid=m, block=A\n\n",
+    "FORMAT: CSR\nPARAMS: A=--1\nLAUNCH: grid=m, block=A\n\n",
+    "FORMAT: CSR\nPARAMS: _A=1\nLAUNCH: grid=m, block=_A\n\n",  # reserved in C++
+]
+
+# Headers the contract's parser accepts, beyond the library's own spelling
+ACCEPTED = [
+    "FORMAT: SELL C=32, sigma=64\nLAUNCH: grid=ceil_div(m, 128), block=128\n\n",
+    "FORMAT: COO zero_y=0\nPARAMS: B=-3, BLOCK=0\nLAUNCH: grid=1, block=256\n\n",
+    "FORMAT: CSR\nLAUNCH: grid=min(max(nnz / 1024, 1), 4 * num_sms), block=-(-256), smem=0\n\n",
+    "FORMAT: CSR\nLAUNCH: grid=(ceil_div(m, 4), 1), block=(32, 4), kernel=spmv_kernel\n\n",
+    "FORMAT: CSR\nLAUNCH: grid=m // 2 + m % 3, block=256\nLAUNCH: grid=1, block=32, kernel=k2\n\n",
 ]
 
 
@@ -65,6 +83,17 @@ def test_malformed_headers_leave_the_grammar(text: str) -> None:
     assert run(START, text) is None, text
 
 
+@pytest.mark.parametrize("text", ACCEPTED)
+def test_headers_the_parser_accepts_are_in_the_grammar(text: str) -> None:
+    """Spellings beyond the library's (commas between FORMAT parameters, negative PARAMS, calls,
+    tuples, ``//``, two LAUNCH lines) end inside the grammar, and the contract's parser accepts each
+    (so the list itself is right). Kills integer, operator and separator rules stricter than the parser's."""
+    from sparserl.kernels.contract import split_completion
+
+    split_completion(text + "extern \"C\" __global__ void spmv_kernel() {}\n", Op.SPMV)
+    assert run(START, text) == DONE, text
+
+
 def test_a_header_prefix_is_in_the_grammar_until_its_end() -> None:
     """Every prefix of a valid header is a live state (the sampler can always go on), and the first
     character after the header (not a LAUNCH line) ends it: the code is free from there."""
@@ -79,8 +108,8 @@ def test_a_header_prefix_is_in_the_grammar_until_its_end() -> None:
 def _toy():
     """A toy vocabulary: whole header pieces, single characters, a dead end and an end token."""
     pieces = ["FORMAT: ", "CSR", "\n", "LAUNCH: ", "grid=", "m", ",", " ", "block=", "2", "5", "6", "x", "\n\nint",
-              "FORMAT: X", None]
-    return pieces, len(pieces) - 1
+              "FORMAT: X", "FORMAT: C", "S", "C"]
+    return pieces, len(pieces) - 1  # the end token has text ("C") that a header could take
 
 
 def test_tokens_are_allowed_only_where_the_header_continues() -> None:
@@ -91,14 +120,19 @@ def test_tokens_are_allowed_only_where_the_header_continues() -> None:
     pieces, eos = _toy()
     g = HeaderGrammar.build(pieces, eos_id=eos)
     allowed0 = {pieces[i] for i in range(len(pieces)) if g.allowed[g.start, i]}
-    assert allowed0 == {"FORMAT: "}  # "FORMAT: X" leads nowhere; the end token is not allowed
+    # "FORMAT: X" is no format; "FORMAT: C" is a dead end two tokens deep ("S" goes on, then nothing gives "R"):
+    # pruned; the end
+    # token's text would spell the format name after "FORMAT: ", yet it is allowed only after the header
+    assert allowed0 == {"FORMAT: "}
+    after_format = int(g.trans[g.start, pieces.index("FORMAT: ")])
+    assert g.allowed[after_format, pieces.index("CSR")] and not g.allowed[after_format, eos]
     s = g.start
     for piece in ["FORMAT: ", "CSR", "\n", "LAUNCH: ", "grid=", "m", ",", " ", "block=", "2", "5", "6", "\n\nint"]:
         tid = pieces.index(piece)
         assert g.allowed[s, tid], (piece, s)
         assert not g.allowed[s, eos]
         s = int(g.trans[s, tid])
-    assert s == g.done and bool(g.allowed[s].all())
+    assert s == g.done and bool(g.allowed[s].all())  # the end token too
     # "x" after "grid=" is an identifier: allowed; "," right after "grid=" (an empty expression) is not
     s = g.start
     for piece in ["FORMAT: ", "CSR", "\n", "LAUNCH: ", "grid="]:
@@ -184,3 +218,70 @@ def test_the_constraint_follows_rows_through_the_bucketed_compaction(tiny_tokeni
         toks = row[:row.index(space)] if space in row else row
         text = tiny_tokenizer.decode([t for t in toks if t != tiny_tokenizer.pad_token_id])
         assert run(START, text) is not None, text[:200]
+
+
+@pytest.mark.parametrize("temperature, top_k", [(0.0, 0), (1.0, 1), (0.7, 2)])
+def test_the_mask_comes_before_argmax_and_top_k(temperature, top_k) -> None:
+    """Logits that favour forbidden tokens: greedy decoding and top-k still draw allowed ones, with
+    finite log-probabilities. Kills a mask skipped at temperature 0 and a mask applied after top-k
+    (which would leave nothing to draw)."""
+    pieces, eos = _toy()
+    g = HeaderGrammar.build(pieces, eos_id=eos)
+    c = g.constraint(8, "cpu")
+    logits = torch.zeros(8, len(pieces))
+    logits[:, [pieces.index("x"), pieces.index("FORMAT: X"), eos]] = 10.0  # none allowed at the start
+    tok, lp = sample_with_logp(logits, temperature, top_k, constraint=c)
+    assert bool(g.allowed[g.start, tok].all()) and bool(torch.isfinite(lp).all())
+
+
+def test_constraints_on_two_devices_keep_their_own_tables() -> None:
+    """A constraint made for one device keeps working after another is made for a second device.
+    Kills a constraint that reads the grammar's shared tables once a later one moved them."""
+    pieces, eos = _toy()
+    g = HeaderGrammar.build(pieces, eos_id=eos)
+    on_cpu = g.constraint(2, "cpu")
+    on_meta = g.constraint(2, "meta")
+    assert on_meta.allowed.device.type == "meta" and on_cpu.allowed.device.type == "cpu"
+    tok, _ = sample_with_logp(torch.zeros(2, len(pieces)), 1.0, constraint=on_cpu)
+    assert tok.tolist() == [pieces.index("FORMAT: ")] * 2
+
+
+def test_a_padded_vocabulary_is_covered(tiny_tokenizer, tiny_hf_config) -> None:
+    """A model whose logits are wider than its tokenizer (Qwen pads its vocabulary): the grammar is
+    built for the logits' width, the extra ids are never drawn inside a header. Kills tables sized to
+    the tokenizer (a shape error in every engine)."""
+    import copy
+
+    from sparserl.model.policy import Policy, PolicyConfig
+
+    cfg = copy.deepcopy(tiny_hf_config)
+    cfg.vocab_size = len(tiny_tokenizer) + 64
+    p = Policy.from_config(cfg, tiny_tokenizer, PolicyConfig(encoding=ENC))
+    for engine in ("static", "bucketed", "hf"):
+        texts = p.generate(samples(), max_new_tokens=40, temperature=1.0, seed=4, engine=engine, header_grammar=True)
+        assert all(t.startswith("FORMAT: ") and run(START, t) is not None for t in texts), (engine, texts)
+    g = HeaderGrammar.for_tokenizer(tiny_tokenizer, cfg.vocab_size)
+    assert g.allowed.shape[1] == cfg.vocab_size and not g.allowed[:g.done, len(tiny_tokenizer):].any()
+
+
+def test_an_engine_that_fails_after_drawing_leaves_the_next_one_a_fresh_start(tiny_tokenizer, tiny_hf_config,
+                                                                              monkeypatch) -> None:
+    """The bucketed engine drawing a token and then failing: the static engine it falls back to starts
+    every row at the header's start. Kills the reset before a fallback (rows would begin mid-header)."""
+    from sparserl.model import bucketed, decode as dec
+
+    from tests.model.test_decode import _model, _prompts
+
+    class Failing:
+        def __init__(self, *args, constraint=None, **kw):
+            constraint.advance(torch.full_like(constraint.state, tiny_tokenizer.convert_tokens_to_ids("F")))
+            raise RuntimeError("a shape this engine cannot take")
+
+    monkeypatch.setattr(bucketed, "BucketedDecode", Failing)
+    lm = _model(tiny_hf_config)
+    embeds, mask = _prompts(tiny_hf_config.hidden_size)
+    c = HeaderGrammar.for_tokenizer(tiny_tokenizer).constraint(3, "cpu")
+    ids = dec.decode(lm, embeds, mask, 30, eos_id=tiny_tokenizer.eos_token_id, pad_id=tiny_tokenizer.pad_token_id,
+                     temperature=1.0, engine="bucketed", constraint=c)
+    for text in tiny_tokenizer.batch_decode(ids, skip_special_tokens=True):
+        assert text.startswith("FORMAT: ") and run(START, text) is not None, text[:80]

@@ -21,7 +21,13 @@ row's allowed tokens before drawing and moves the state by the drawn token: two 
 synchronisation, so the decode step stays capturable in a CUDA graph.
 
 What it does not do: names (a LAUNCH expression's names, a kernel name that the code must define) are
-checked by the contract's parser after sampling, as before; the grammar is the header's shape only. The
+checked by the contract's parser after sampling, as before; the grammar is the header's shape only, and a
+little looser than the parser (which still judges every sample): it does not count LAUNCH lines (at most
+four), a tuple's dimensions (at most three, for grid and block only), or check PARAMS names against C++
+keywords and values against a C int. It is also a little stricter in spelling: the fields of a LAUNCH line
+in the library's order (grid, block, smem, kernel), single spaces where the library writes them, and code
+after the header never starting with ``L`` on the line right after a LAUNCH line (it would be read as
+another LAUNCH line). The
 log-probabilities the sampler returns are those of the masked distribution. RL's learner computes
 unmasked ones, so RL rollouts never use a grammar (the policy-gradient ratio would be off on header
 tokens); it is for evaluation, generation and the search's proposals.
@@ -36,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sparserl.kernels.contract import FORMATS, MAX_LAUNCHES, MAX_PARAMS
+from sparserl.kernels.contract import FORMATS, MAX_PARAMS
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +53,16 @@ DONE = ("done",)
 """The header has ended: every token is allowed from here on."""
 START = ("lit", "FORMAT: ", 0, ("fname", ""))
 
-_IDENT0 = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_IDENT0 = _LETTERS | {"_"}
 _IDENT = _IDENT0 | frozenset("0123456789")
 _DIGITS = frozenset("0123456789")
-_OPS = frozenset("+-*/%<>=!&|^?:~")
+_BINARY = frozenset("+-*/%")
+"""The operators a LAUNCH expression may use (``sparserl.kernels.launch``): binary ``+ - * / %`` (and ``//``),
+unary ``-`` and ``+``."""
+_UNARY = frozenset("+-")
+_CALLS = ("ceil_div", "min", "max")
+"""The functions a LAUNCH expression may call."""
 _FORMAT_KEYS = {name: tuple(p.name for p in spec.params) for name, spec in FORMATS.items()}
 
 State = tuple
@@ -62,8 +74,9 @@ def _lit(text: str, then: State) -> State:
 
 def _line_start(after_format: bool, launches: int) -> State:
     """The start of a header line: PARAMS (only right after FORMAT) or LAUNCH; after a LAUNCH line,
-    anything else ends the header."""
-    return ("line", after_format, launches)
+    anything else ends the header. Only whether a LAUNCH line was written is kept (not how many: the
+    parser's limit of four is left to it, which keeps the automaton a quarter of the size)."""
+    return ("line", after_format, min(launches, 1))
 
 
 def _expr(field: str, launches: int, mode: str = "operand", depth: int = 0) -> State:
@@ -92,45 +105,54 @@ def step(state: State, ch: str) -> State | None:
         return None
     if kind == "fkey":  # a FORMAT parameter's key, then '='
         _, fmt, key = state
+        if ch == " " and key == "":
+            return state
         if ch == "=" and key in _FORMAT_KEYS[fmt]:
-            return ("fval", fmt, "")
+            return ("fval", fmt, "start")
         if any(k.startswith(key + ch) for k in _FORMAT_KEYS[fmt]):
             return ("fkey", fmt, key + ch)
         return None
-    if kind == "fval":  # its integer value
+    if kind == "fval":  # its integer value, then spaces or a comma before the next key, or the line's end
         _, fmt, val = state
-        if ch in _DIGITS or (ch == "-" and val == ""):
-            return ("fval", fmt, "-" if ch == "-" else "0")  # "0": a digit was seen (the value is not kept)
-        if val == "0" and ch == " ":
-            return ("fkey", fmt, "")
-        if val == "0" and ch == "\n":
-            return _line_start(True, 0)
+        nxt = _integer(val, ch)
+        if nxt is not None:
+            return ("fval", fmt, nxt)
+        if val in ("zero", "digits", "space"):
+            if ch == " ":
+                return ("fval", fmt, "space")
+            if ch == ",":
+                return ("fkey", fmt, "")
+            if ch == "\n":
+                return _line_start(True, 0)
+            if val == "space" and ch in _IDENT0:
+                return step(("fkey", fmt, ""), ch)
         return None
     if kind == "line":
         _, after_format, launches = state
         if ch == "P" and after_format:
             return ("lit", "PARAMS: ", 1, ("pname", 0, False))
-        if ch == "L" and launches < MAX_LAUNCHES:
-            return ("lit", "LAUNCH: ", 1, _lit("grid=", _expr("grid", launches)))
+        if ch == "L":
+            return ("lit", "LAUNCH: ", 1, _lit("grid=", _expr("grid", 0)))
         if launches == 0:
             return None  # a header needs a LAUNCH line
         return DONE  # the first character after the header (this character is the code's)
-    if kind == "pname":  # PARAMS: NAME=INT, ... (count: names so far)
+    if kind == "pname":  # PARAMS: NAME=INT, ... (count: names so far; a name never starts with '_')
         _, count, started = state
-        if ch in (_IDENT if started else _IDENT0):
+        if ch in (_IDENT if started else _LETTERS):
             return ("pname", count, True)
         if ch == "=" and started:
-            return ("pval", count + 1, False)
+            return ("pval", count + 1, "start")
         if ch == " " and not started:
             return state
         return None
     if kind == "pval":
-        _, count, seen = state
-        if ch in _DIGITS or (ch == "-" and not seen):
-            return ("pval", count, ch != "-")
-        if seen and ch == "," and count < MAX_PARAMS:
+        _, count, val = state
+        nxt = _integer(val, ch)
+        if nxt is not None:
+            return ("pval", count, nxt)
+        if val in ("zero", "digits") and ch == "," and count < MAX_PARAMS:
             return ("pname", count, False)
-        if seen and ch == "\n":
+        if val in ("zero", "digits") and ch == "\n":
             return ("lit", "LAUNCH: ", 0, _lit("grid=", _expr("grid", 0)))
         return None
     if kind == "expr":
@@ -156,30 +178,64 @@ def step(state: State, ch: str) -> State | None:
     raise AssertionError(state)
 
 
+def _integer(val: str, ch: str) -> str | None:
+    """An integer as the contract writes one, ``-?(0|[1-9][0-9]*)``: the next of the states "start",
+    "sign", "zero", "digits" after ``ch``, or None where ``ch`` does not continue the number."""
+    if val == "start" and ch == "-":
+        return "sign"
+    if val in ("start", "sign"):
+        return "zero" if ch == "0" else "digits" if ch in _DIGITS else None
+    if val == "digits" and ch in _DIGITS:
+        return "digits"
+    return None
+
+
 def _expr_step(state: State, ch: str) -> State | None:
-    """A LAUNCH expression: operands (names, integers, calls, parentheses) joined by operators; a
-    comma at depth 0 ends the field, a newline at depth 0 the line (after block, smem)."""
+    """A LAUNCH expression (``sparserl.kernels.launch``): operands (names, integers without leading
+    zeros, calls of ceil_div, min and max, parentheses) joined by ``+ - * / % //``; a comma at depth 0
+    ends the field, a newline at depth 0 the line (after block, smem). Mode "ident" carries the name
+    so far while it may still be a function's, "call" a name that is one."""
     _, field, launches, mode, depth = state
-    if mode == "ident" and ch in _IDENT:
-        return state
-    if mode == "num" and ch in _DIGITS:
-        return state
-    if mode == "ident" and ch == "(":
-        return _expr(field, launches, "operand", depth + 1) if depth < MAX_DEPTH else None
-    if mode == "operand":
-        if ch == " " or ch in _OPS:
+    if isinstance(mode, tuple):  # ("ident", prefix): a name that may still become a callable one
+        name = mode[1] + ch
+        if ch in _IDENT:
+            return _expr(field, launches, ("ident", name) if any(f.startswith(name) for f in _CALLS) else "name",
+                         depth)
+        if ch == "(" and mode[1] in _CALLS:
+            return _expr(field, launches, "operand", depth + 1) if depth < MAX_DEPTH else None
+        mode = "after"
+    if mode == "name":
+        if ch in _IDENT:
             return state
-        if ch in _IDENT0:
-            return _expr(field, launches, "ident", depth)
+        mode = "after"
+    if mode == "digits":
         if ch in _DIGITS:
-            return _expr(field, launches, "num", depth)
+            return state
+        mode = "after"
+    if mode == "zero":
+        if ch in _DIGITS:
+            return None  # a leading zero: not a decimal literal
+        mode = "after"
+    if mode in ("operand", "unary"):
+        if ch == " " or (ch in _UNARY and mode == "operand"):
+            return _expr(field, launches, mode if ch == " " else "unary", depth)
+        if ch in _IDENT0:
+            return _expr(field, launches, ("ident", ch) if any(f.startswith(ch) for f in _CALLS) else "name", depth)
+        if ch in _DIGITS:
+            return _expr(field, launches, "zero" if ch == "0" else "digits", depth)
         if ch == "(":
             return _expr(field, launches, "operand", depth + 1) if depth < MAX_DEPTH else None
         return None
-    # after an operand (mode "ident", "num" or "after")
+    if mode == "slash":  # after '/': a second one is floor division
+        if ch == "/":
+            return _expr(field, launches, "operand", depth)
+        return _expr_step(_expr(field, launches, "operand", depth), ch)
+    # after an operand
     if ch == " ":
         return _expr(field, launches, "after", depth)
-    if ch in _OPS:
+    if ch == "/":
+        return _expr(field, launches, "slash", depth)
+    if ch in _BINARY:
         return _expr(field, launches, "operand", depth)
     if ch == ")" and depth > 0:
         return _expr(field, launches, "after", depth - 1)
@@ -201,10 +257,16 @@ def run(state: State | None, text: str) -> State | None:
     return state
 
 
+MAX_STATES = 20_000
+"""A bound on the lifted automaton (the contract's header needs about 500): a grammar that grows past it is a bug."""
+
+
 @dataclass
 class HeaderGrammar:
     """The header automaton lifted to a tokenizer's tokens: ``allowed`` (S, V) bool and ``trans``
-    (S, V) int32, state 0 the start and state ``done`` the end of the header (every token allowed)."""
+    (S, V) int32, state 0 the start and state ``done`` the end of the header (every token allowed).
+    V may exceed the tokenizer's size (a model's padded vocabulary): the extra ids have no text, so
+    they are never drawn inside a header and are free after it, as without the grammar."""
 
     allowed: torch.Tensor
     trans: torch.Tensor
@@ -212,6 +274,9 @@ class HeaderGrammar:
     done: int
     states: int
     build_seconds: float
+
+    def __post_init__(self) -> None:
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {self.allowed.device: (self.allowed, self.trans)}
 
     @classmethod
     def build(cls, token_texts: Sequence[str | None], eos_id: int | None = None) -> "HeaderGrammar":
@@ -251,6 +316,8 @@ class HeaderGrammar:
                             if s not in index:
                                 index[s] = len(order)
                                 order.append(s)
+                if len(order) > MAX_STATES:
+                    raise ValueError(f"the header grammar grew past {MAX_STATES} states: an unbounded state")
             edges.append(out)
             i += 1
         if DONE not in index:
@@ -267,71 +334,87 @@ class HeaderGrammar:
                     continue
                 if not any(alive[index[s]] for s in e.values()):
                     alive[k], changed = False, True
+        if not alive[0]:
+            raise ValueError("no token sequence spells a header with this tokenizer")
         V, S = len(token_texts), len(order)
-        allowed = torch.zeros(S, V, dtype=torch.bool)
-        trans = torch.zeros(S, V, dtype=torch.int32)  # half the memory of long (a 151k vocabulary: 4 bytes x S x V)
+        rows, cols, dest = [], [], []
         for k, e in enumerate(edges):
             for tid, s in e.items():
                 if alive[index[s]]:
-                    allowed[k, tid] = True
-                    trans[k, tid] = index[s]
+                    rows.append(k), cols.append(tid), dest.append(index[s])
+        allowed = torch.zeros(S, V, dtype=torch.bool)
+        trans = torch.zeros(S, V, dtype=torch.int32)  # half the memory of long (a 151k vocabulary: 4 bytes x S x V)
+        if rows:
+            r, c = torch.tensor(rows), torch.tensor(cols)
+            allowed[r, c] = True
+            trans[r, c] = torch.tensor(dest, dtype=torch.int32)
         d = index[DONE]
         allowed[d] = True
         trans[d] = d
-        if eos_id is not None:  # a completion ends after its header, never inside it
+        if eos_id is not None and eos_id < V:  # a completion ends after its header, never inside it
             allowed[:, eos_id] = False
             allowed[d, eos_id] = True
-        if not alive[0]:
-            raise ValueError("no token sequence spells a header with this tokenizer")
         return cls(allowed, trans, 0, d, S, time.perf_counter() - t0)
 
     @classmethod
-    def for_tokenizer(cls, tokenizer) -> "HeaderGrammar":
-        """The grammar for a Hugging Face tokenizer (cached per tokenizer object)."""
-        cached = _CACHE.get(id(tokenizer))
+    def for_tokenizer(cls, tokenizer, width: int | None = None) -> "HeaderGrammar":
+        """The grammar for a Hugging Face tokenizer over ``width`` token ids (the model's logits; None: the
+        tokenizer's size), cached per tokenizer object and width."""
+        V = max(len(tokenizer), width or 0)
+        cached = _CACHE.get((id(tokenizer), V))
         if cached is not None and cached[0] is tokenizer:
             return cached[1]
         special = set(tokenizer.all_special_ids)
-        V = len(tokenizer)
-        texts: list[str | None] = [None if tid in special else tokenizer.decode([tid]) for tid in range(V)]
+        texts: list[str | None] = [None if tid in special or tid >= len(tokenizer) else tokenizer.decode([tid])
+                                   for tid in range(V)]
         g = cls.build(texts, tokenizer.eos_token_id)
-        log.info("header grammar: %d states over %d tokens in %.1f s", g.states, V, g.build_seconds)
-        _CACHE[id(tokenizer)] = (tokenizer, g)
+        log.info("header grammar: %d states over %d token ids in %.1f s", g.states, V, g.build_seconds)
+        _CACHE[(id(tokenizer), V)] = (tokenizer, g)
         return g
 
-    def constraint(self, rows: int, device: torch.device | str) -> "HeaderConstraint":
-        """A fresh per-row state for a batch of ``rows`` completions."""
+    def tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(allowed, trans) on ``device``: one copy per device, so constraints on several GPUs share none."""
         dev = torch.device(device)
-        if self.allowed.device != dev:
-            self.allowed, self.trans = self.allowed.to(dev), self.trans.to(dev)
-        return HeaderConstraint(self, torch.full((rows,), self.start, dtype=torch.long, device=dev))
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev not in self._on:
+            self._on[dev] = (self.allowed.to(dev), self.trans.to(dev))
+        return self._on[dev]
+
+    def constraint(self, rows: int, device: torch.device | str) -> "HeaderConstraint":
+        """A fresh per-row state for a batch of ``rows`` completions, with the tables on ``device``."""
+        allowed, trans = self.tables(device)
+        return HeaderConstraint(self, torch.full((rows,), self.start, dtype=torch.long, device=allowed.device),
+                                allowed, trans)
 
 
-_CACHE: dict[int, tuple[object, HeaderGrammar]] = {}
+_CACHE: dict[tuple[int, int], tuple[object, HeaderGrammar]] = {}
 
 
 @dataclass
 class HeaderConstraint:
-    """One batch's header states (global row order; the bucketed engine passes its running rows)."""
+    """One batch's header states (global row order; the bucketed engine passes its running rows), with
+    the grammar's tables on the batch's device."""
 
     grammar: HeaderGrammar
     state: torch.Tensor
+    allowed: torch.Tensor
+    trans: torch.Tensor
 
     def mask(self, logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``logits`` (B, V) with the tokens the rows' states forbid at -inf."""
+        if logits.shape[-1] != self.allowed.shape[1]:
+            raise ValueError(f"the header grammar covers {self.allowed.shape[1]} token ids, the logits "
+                             f"{logits.shape[-1]}: build it for the model's width (HeaderGrammar.for_tokenizer(tok, width))")
         st = self.state if rows is None else self.state.index_select(0, rows)
-        return logits.masked_fill(~self.grammar.allowed.index_select(0, st), float("-inf"))
+        return logits.masked_fill(~self.allowed.index_select(0, st), float("-inf"))
 
     def advance(self, tokens: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         """Move each row's state by its drawn token, in place."""
         if rows is None:
-            self.state.copy_(self.grammar.trans[self.state, tokens].long())
+            self.state.copy_(self.trans[self.state, tokens].long())
         else:
-            self.state.index_copy_(0, rows, self.grammar.trans[self.state.index_select(0, rows), tokens].long())
-
-    def finished_header(self) -> torch.Tensor:
-        """(B,) bool: which rows have left their header."""
-        return self.state == self.grammar.done
+            self.state.index_copy_(0, rows, self.trans[self.state.index_select(0, rows), tokens].long())
 
     def reset(self) -> None:
         """Every row back at the header's start (an engine that failed after drawing, before another)."""

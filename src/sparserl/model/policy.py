@@ -338,7 +338,9 @@ class Policy(torch.nn.Module):
         if header_grammar:
             from sparserl.model.header_grammar import HeaderGrammar
 
-            constraint = HeaderGrammar.for_tokenizer(self.tokenizer).constraint(len(samples), embeds.device)
+            head = self.lm.get_output_embeddings()
+            width = head.weight.shape[0] if head is not None else None  # a padded vocabulary: the logits' width
+            constraint = HeaderGrammar.for_tokenizer(self.tokenizer, width).constraint(len(samples), embeds.device)
         out = decode(self.lm, embeds, mask, max_new_tokens, eos_id=self.tokenizer.eos_token_id,
                      pad_id=self.tokenizer.pad_token_id, temperature=temperature, top_k=top_k, top_p=top_p,
                      engine=engine, return_logp=return_logp, constraint=constraint)

@@ -42,7 +42,7 @@ def sample_with_logp(logits: torch.Tensor, temperature: float, top_k: int = 0, t
 
     The distribution is ``softmax(filter(logits / temperature))``, in float32: the sampler's own
     log-probabilities, which the learner's must match. At temperature 0 (argmax) the
-    log-probability is the unscaled, unfiltered softmax's.
+    log-probability is the unscaled, unfiltered softmax's (the masked one's under a constraint).
 
     ``constraint``: a :class:`sparserl.model.header_grammar.HeaderConstraint`; the tokens it forbids
     are masked out first (the distribution is then the masked one's), and its states move by the
