@@ -20,17 +20,17 @@ holds one state per row; :func:`sparserl.model.sampling.sample_with_logp` masks 
 row's allowed tokens before drawing and moves the state by the drawn token: two gathers, no host
 synchronisation, so the decode step stays capturable in a CUDA graph.
 
-What it does not do: names (a LAUNCH expression's names, a kernel name that the code must define) are
-checked by the contract's parser after sampling, as before; the grammar is the header's shape only, and a
-little looser than the parser (which still judges every sample): it does not count LAUNCH lines (at most
-four), a tuple's dimensions (at most three, for grid and block only), or check PARAMS names against C++
-keywords and values against a C int. It is also a little stricter in spelling: the fields of a LAUNCH line
-in the library's order (grid, block, smem, kernel), single spaces where the library writes them, and code
-after the header never starting with ``L`` on the line right after a LAUNCH line (it would be read as
-another LAUNCH line). The
-log-probabilities the sampler returns are those of the masked distribution. RL's learner computes
-unmasked ones, so RL rollouts never use a grammar (the policy-gradient ratio would be off on header
-tokens); it is for evaluation, generation and the search's proposals.
+What it does not do: names (a LAUNCH expression's names, a kernel name that the code must define) are checked
+by the contract's parser after sampling, as before; the grammar is the header's shape only, and a little
+looser than the parser (which still judges every sample): it does not count LAUNCH lines (at most four), a
+tuple's dimensions (at most three, for grid and block only), or check PARAMS names against C++ keywords and
+values against a C int. It is also a little stricter in spelling: the fields of a LAUNCH line in the library's
+order (grid, block, smem, kernel), one space after each ``FORMAT:``, ``PARAMS:`` and ``LAUNCH:`` and none
+around ``=``, upper-case format names, and code after the header never starting with ``L`` on the line right
+after a LAUNCH line (it would be read as another LAUNCH line). The log-probabilities the sampler returns are
+those of the masked distribution. RL's learner computes unmasked ones, so RL rollouts never use a grammar (the
+policy-gradient ratio would be off on header tokens); it is for evaluation, generation and the search's
+proposals.
 """
 
 from __future__ import annotations
