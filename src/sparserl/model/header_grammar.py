@@ -72,15 +72,15 @@ def _lit(text: str, then: State) -> State:
     return ("lit", text, 0, then)
 
 
-def _line_start(after_format: bool, launches: int) -> State:
+def _line_start(after_format: bool, has_launch: bool) -> State:
     """The start of a header line: PARAMS (only right after FORMAT) or LAUNCH; after a LAUNCH line,
     anything else ends the header. Only whether a LAUNCH line was written is kept (not how many: the
     parser's limit of four is left to it, which keeps the automaton a quarter of the size)."""
-    return ("line", after_format, min(launches, 1))
+    return ("line", after_format, has_launch)
 
 
-def _expr(field: str, launches: int, mode: str = "operand", depth: int = 0) -> State:
-    return ("expr", field, launches, mode, depth)
+def _expr(field: str, mode: str | tuple = "operand", depth: int = 0) -> State:
+    return ("expr", field, mode, depth)
 
 
 def step(state: State, ch: str) -> State | None:
@@ -101,7 +101,7 @@ def step(state: State, ch: str) -> State | None:
             if ch == " ":
                 return ("fkey", state[1], "")
             if ch == "\n":
-                return _line_start(True, 0)
+                return _line_start(True, False)
         return None
     if kind == "fkey":  # a FORMAT parameter's key, then '='
         _, fmt, key = state
@@ -123,17 +123,17 @@ def step(state: State, ch: str) -> State | None:
             if ch == ",":
                 return ("fkey", fmt, "")
             if ch == "\n":
-                return _line_start(True, 0)
+                return _line_start(True, False)
             if val == "space" and ch in _IDENT0:
                 return step(("fkey", fmt, ""), ch)
         return None
     if kind == "line":
-        _, after_format, launches = state
+        _, after_format, has_launch = state
         if ch == "P" and after_format:
             return ("lit", "PARAMS: ", 1, ("pname", 0, False))
         if ch == "L":
-            return ("lit", "LAUNCH: ", 1, _lit("grid=", _expr("grid", 0)))
-        if launches == 0:
+            return ("lit", "LAUNCH: ", 1, _lit("grid=", _expr("grid")))
+        if not has_launch:
             return None  # a header needs a LAUNCH line
         return DONE  # the first character after the header (this character is the code's)
     if kind == "pname":  # PARAMS: NAME=INT, ... (count: names so far; a name never starts with '_')
@@ -153,27 +153,27 @@ def step(state: State, ch: str) -> State | None:
         if val in ("zero", "digits") and ch == "," and count < MAX_PARAMS:
             return ("pname", count, False)
         if val in ("zero", "digits") and ch == "\n":
-            return ("lit", "LAUNCH: ", 0, _lit("grid=", _expr("grid", 0)))
+            return ("lit", "LAUNCH: ", 0, _lit("grid=", _expr("grid")))
         return None
     if kind == "expr":
         return _expr_step(state, ch)
     if kind == "sep":  # after a LAUNCH field's comma: spaces, then the next field's key
-        _, done_field, launches = state
+        _, done_field = state
         if ch == " ":
             return state
         if done_field == "grid" and ch == "b":
-            return ("lit", "block=", 1, _expr("block", launches))
+            return ("lit", "block=", 1, _expr("block"))
         if done_field == "block" and ch == "s":
-            return ("lit", "smem=", 1, _expr("smem", launches))
+            return ("lit", "smem=", 1, _expr("smem"))
         if done_field in ("block", "smem") and ch == "k":
-            return ("lit", "kernel=", 1, ("kid", launches, False))
+            return ("lit", "kernel=", 1, ("kid", False))
         return None
     if kind == "kid":  # kernel=IDENT
-        _, launches, started = state
+        _, started = state
         if ch in (_IDENT if started else _IDENT0):
-            return ("kid", launches, True)
+            return ("kid", True)
         if started and ch == "\n":
-            return _line_start(False, launches + 1)
+            return _line_start(False, True)
         return None
     raise AssertionError(state)
 
@@ -194,15 +194,15 @@ def _expr_step(state: State, ch: str) -> State | None:
     """A LAUNCH expression (``sparserl.kernels.launch``): operands (names, integers without leading
     zeros, calls of ceil_div, min and max, parentheses) joined by ``+ - * / % //``; a comma at depth 0
     ends the field, a newline at depth 0 the line (after block, smem). Mode "ident" carries the name
-    so far while it may still be a function's, "call" a name that is one."""
-    _, field, launches, mode, depth = state
+    so far while it may still be a function's (a tuple: ("ident", prefix)), "name" any other name."""
+    _, field, mode, depth = state
     if isinstance(mode, tuple):  # ("ident", prefix): a name that may still become a callable one
         name = mode[1] + ch
         if ch in _IDENT:
-            return _expr(field, launches, ("ident", name) if any(f.startswith(name) for f in _CALLS) else "name",
+            return _expr(field, ("ident", name) if any(f.startswith(name) for f in _CALLS) else "name",
                          depth)
         if ch == "(" and mode[1] in _CALLS:
-            return _expr(field, launches, "operand", depth + 1) if depth < MAX_DEPTH else None
+            return _expr(field, "operand", depth + 1) if depth < MAX_DEPTH else None
         mode = "after"
     if mode == "name":
         if ch in _IDENT:
@@ -218,33 +218,33 @@ def _expr_step(state: State, ch: str) -> State | None:
         mode = "after"
     if mode in ("operand", "unary"):
         if ch == " " or (ch in _UNARY and mode == "operand"):
-            return _expr(field, launches, mode if ch == " " else "unary", depth)
+            return _expr(field, mode if ch == " " else "unary", depth)
         if ch in _IDENT0:
-            return _expr(field, launches, ("ident", ch) if any(f.startswith(ch) for f in _CALLS) else "name", depth)
+            return _expr(field, ("ident", ch) if any(f.startswith(ch) for f in _CALLS) else "name", depth)
         if ch in _DIGITS:
-            return _expr(field, launches, "zero" if ch == "0" else "digits", depth)
+            return _expr(field, "zero" if ch == "0" else "digits", depth)
         if ch == "(":
-            return _expr(field, launches, "operand", depth + 1) if depth < MAX_DEPTH else None
+            return _expr(field, "operand", depth + 1) if depth < MAX_DEPTH else None
         return None
     if mode == "slash":  # after '/': a second one is floor division
         if ch == "/":
-            return _expr(field, launches, "operand", depth)
-        return _expr_step(_expr(field, launches, "operand", depth), ch)
+            return _expr(field, "operand", depth)
+        return _expr_step(_expr(field, "operand", depth), ch)
     # after an operand
     if ch == " ":
-        return _expr(field, launches, "after", depth)
+        return _expr(field, "after", depth)
     if ch == "/":
-        return _expr(field, launches, "slash", depth)
+        return _expr(field, "slash", depth)
     if ch in _BINARY:
-        return _expr(field, launches, "operand", depth)
+        return _expr(field, "operand", depth)
     if ch == ")" and depth > 0:
-        return _expr(field, launches, "after", depth - 1)
+        return _expr(field, "after", depth - 1)
     if ch == "," and depth > 0:
-        return _expr(field, launches, "operand", depth)
+        return _expr(field, "operand", depth)
     if ch == "," and depth == 0:
-        return ("sep", field, launches)
+        return ("sep", field)
     if ch == "\n" and depth == 0 and field != "grid":
-        return _line_start(False, launches + 1)
+        return _line_start(False, True)
     return None
 
 
