@@ -111,6 +111,8 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
     """
     if max_new_tokens < 1:
         raise SparseRLError("max_new_tokens must be >= 1")
+    if constraint is not None:
+        constraint.reset()  # every row at the header's start, also after an engine that failed having drawn
     engine = pick_engine(lm, embeds.device, engine)
     if engine == "hf":
         LAST_ENGINE["engine"] = "hf"
@@ -132,8 +134,6 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
                     _BUCKETED_BROKEN.add(_model_name(lm))
                 log.warning("the bucketed decode engine does not fit %s (%s: %s); using the next engine",
                             _model_name(lm), type(exc).__name__, exc)
-                if constraint is not None:
-                    constraint.reset()  # the failed engine may have drawn a first token
                 return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
                               _cache_engine(lm, embeds.device, "auto"), check_every, return_logp, constraint)
             LAST_ENGINE["engine"] = "bucketed"
@@ -151,8 +151,6 @@ def decode(lm, embeds: torch.Tensor, attention_mask: torch.Tensor, max_new_token
             LAST_ENGINE["engine"] = engine
             ids, logp = state.run(graph=engine == "graph", check_every=check_every)
             return (ids, logp) if return_logp else ids
-    if constraint is not None:
-        constraint.reset()
     return decode(lm, embeds, attention_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p, "hf",
                   return_logp=return_logp, constraint=constraint)
 
