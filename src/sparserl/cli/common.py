@@ -22,6 +22,11 @@ from sparserl.devices import compile_only_or_fallback
 from sparserl.errors import SparseRLError
 
 
+HEADER_GRAMMAR_HELP = ("sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the contract's grammar; "
+                       "the code is sampled as before")
+"""``--header-grammar``'s help, in every command that samples a policy."""
+
+
 def defaults(config: type) -> SimpleNamespace:
     """The field defaults of a config dataclass, by name (``defaults(SFTConfig).steps``); a field
     without a default is left out."""

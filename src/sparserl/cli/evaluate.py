@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from sparserl.cli.common import defaults, fallback, names
+from sparserl.cli.common import HEADER_GRAMMAR_HELP, defaults, fallback, names
 from sparserl.eval.compare import EvalConfig, evaluate
 from sparserl.eval.rescore import rescore
 from sparserl.runs import check_output
@@ -26,9 +26,7 @@ def evaluate_cmd(
                                      "[default: none]"),
     samples: int = typer.Option(D.samples, help="completions per matrix per checkpoint (pass@k uses them)"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
-    header_grammar: bool = typer.Option(False, "--header-grammar",
-                                        help="sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the "
-                                             "contract's grammar; the code is sampled as before"),
+    header_grammar: bool = typer.Option(D.header_grammar, "--header-grammar", help=HEADER_GRAMMAR_HELP),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     family_rows: int = typer.Option(D.family_rows, help="rows of each generated matrix with --matrices families"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from sparserl.cli.common import defaults, fallback
+from sparserl.cli.common import HEADER_GRAMMAR_HELP, defaults, fallback
 from sparserl.generate import GenerateConfig, generate_kernel
 
 D = defaults(GenerateConfig)
@@ -23,9 +23,7 @@ def generate_cmd(
                                           "last under runs/]"),
     samples: int = typer.Option(D.samples, help="completions to sample and evaluate"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
-    header_grammar: bool = typer.Option(False, "--header-grammar",
-                                        help="sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the "
-                                             "contract's grammar; the code is sampled as before"),
+    header_grammar: bool = typer.Option(D.header_grammar, "--header-grammar", help=HEADER_GRAMMAR_HELP),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     out: Path = typer.Option(None, help="output folder [default: runs/generate/<matrix name>]"),

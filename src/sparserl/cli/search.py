@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from sparserl.cli.common import defaults, names
+from sparserl.cli.common import HEADER_GRAMMAR_HELP, defaults, names
 from sparserl.search.loop import SearchConfig
 from sparserl.search.run import SearchJob, search_matrix, store_line
 
@@ -33,9 +33,7 @@ def search_cmd(
     regime: str = typer.Option(D.regime, help="L2 regime candidates are ranked in: cold (flushed) or warm"),
     parallel: int = typer.Option(D.parallel, help="candidates in flight (0: four per GPU)"),
     temperature: float = typer.Option(J.temperature, help="the policy's sampling temperature"),
-    header_grammar: bool = typer.Option(False, "--header-grammar",
-                                        help="sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the "
-                                             "contract's grammar; the code is sampled as before"),
+    header_grammar: bool = typer.Option(J.header_grammar, "--header-grammar", help=HEADER_GRAMMAR_HELP),
     max_new_tokens: int = typer.Option(J.max_new_tokens, help="the policy's longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     device: str = typer.Option(J.device, help="the model's device: auto, cpu or cuda[:N]"),
