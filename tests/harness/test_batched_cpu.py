@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from sparserl.harness import gpucheck, profile
 from sparserl.harness.batched import BatchedVerifier, GpuTarget
 from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
+from sparserl.harness.speed import VerifyLimit
 from sparserl.harness.verify import VerifyConfig
 from sparserl.matrices import generate
 
@@ -356,7 +357,7 @@ def _verify_on_host(monkeypatch, launch_s: list[float], wrong: set[int], limit):
         return limit
 
     profile.begin()
-    out = verifier().run(targets[0], targets[1], False, lambda *a: phases.append(a), limit=limit_of)
+    out = verifier().run(targets[0], targets[1], False, lambda *a: phases.append(a), limit=VerifyLimit(limit_of))
     return out, len(launched), phases, asked, profile.end()["counts"]
 
 

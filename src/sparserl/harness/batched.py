@@ -39,7 +39,7 @@ import numpy as np
 from sparserl.harness import gpucheck, profile
 from sparserl.harness.buffers import IOBuffers
 from sparserl.harness.result import ErrorKind
-from sparserl.harness.speed import PREDICT_MIN_S, look, look_points, predicted_overrun
+from sparserl.harness.speed import VerifyLimit, look, look_points, predicted_overrun
 from sparserl.harness.timing import FlushBuffer, Timing, TimingConfig, _summary, capture
 from sparserl.harness.verify import VerifyOutcome
 
@@ -101,14 +101,15 @@ class BatchedVerifier:
 
     def run(self, main: GpuTarget, alt: GpuTarget | None, uses_atomics: bool,
             phase: Callable[..., None] = lambda *a, **kw: None,
-            limit: Callable[[int], float | None] = lambda launches: None) -> VerifyOutcome:
+            limit: VerifyLimit | None = None) -> VerifyOutcome:
         """Verify; CUDA errors propagate to the worker, which classifies them. ``phase(name, launches)``
         is announced before the launches of each batch (the parent's time limit covers them, and the
         checks enqueued between them) and ``phase("check")`` before the verdict is read.
         ``limit(launches)``: the seconds the worker asks the parent for a batch of that many
-        launches (None: not scaled); the remaining launches are not run when the first one's time
-        predicts they would overrun it (module docstring), a first launch shorter than
-        ``limit.min_first_s`` (``PREDICT_MIN_S`` when it has none) never predicting."""
+        launches (None: not scaled; no ``limit``, never); the remaining launches are not run when the
+        first one's time predicts they would overrun it (module docstring), a first launch shorter
+        than ``limit.min_first_s`` never predicting."""
+        limit = limit if limit is not None else VerifyLimit()
         if len(main.arrays) > gpucheck.MAX_ARRAYS:
             raise ValueError(f"a format with {len(main.arrays)} arrays needs a wider board")
         inputs = self.base.inputs
@@ -121,8 +122,7 @@ class BatchedVerifier:
         first_y = None
         worst = first_s = 0.0
         for lo, hi in ((0, 1), (1, len(runs))):  # the first launch alone, then the rest back to back
-            if lo > 0 and predicted_overrun(first_s, hi - lo, limit_s := limit(hi - lo),
-                                            getattr(limit, "min_first_s", PREDICT_MIN_S)):
+            if lo > 0 and predicted_overrun(first_s, hi - lo, limit_s := limit(hi - lo), limit.min_first_s):
                 profile.count("verify_predicted_timeouts")
                 return VerifyOutcome(ErrorKind.TIMEOUT, f"the first launch took {first_s:.2f} s: the {hi - lo} "
                                      f"remaining launches would run past the verify limit of {limit_s:.3g} s", worst)

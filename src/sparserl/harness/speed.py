@@ -28,8 +28,8 @@ The rules, each a pure function tested on the CPU:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from sparserl.errors import SparseRLError
 
@@ -258,6 +258,46 @@ def contender_limit(best_us: float | None, cusparse_us: float | None, launches: 
     if cfg.contender_scale <= 0 or not known:
         return None
     return allowance_s + max(1, launches) * cfg.contender_scale * min(known) * 1e-6
+
+
+@dataclass
+class VerifyLimit:
+    """What the batched verifier's prediction after the first launch compares with: called with a
+    number of launches, the seconds they may take (None: not scaled).
+
+    ``ordinary(launches)`` is the scaled limit (:func:`scaled_limit`); ``contend(launches)``, in a
+    job that asks only whether the kernel could be the fastest, the :func:`contender_limit` (None
+    where it does not apply, e.g. a GPU shared with a trainer). The lower of the two binds. After
+    each call ``contender`` says whether the contender limit was the one that bound, and
+    ``min_first_s`` (the prediction's floor on the first launch) follows from it:
+    ``contender_min_s`` there, ``PREDICT_MIN_S`` everywhere else, so no ordinary job, whose verdict
+    may be a reward, is ever judged by a first launch under 50 ms."""
+
+    ordinary: Callable[[int], float | None] = lambda launches: None
+    contend: Callable[[int], float | None] | None = None
+    contender_min_s: float = PREDICT_MIN_S
+    contender_scale: float = 0.0
+    contender: bool = field(default=False, init=False)
+
+    def __call__(self, launches: int) -> float | None:
+        ordinary = self.ordinary(launches)
+        contend = self.contend(launches) if self.contend is not None else None
+        self.contender = contend is not None and (ordinary is None or contend < ordinary)
+        return contend if self.contender else ordinary
+
+    @property
+    def min_first_s(self) -> float:
+        return self.contender_min_s if self.contender else PREDICT_MIN_S
+
+    def explain(self, outcome):
+        """The verifier's outcome, its time-out saying so when the contender limit was the one it met."""
+        from sparserl.harness.result import ErrorKind
+
+        if outcome.kind is not ErrorKind.TIMEOUT or not self.contender:
+            return outcome
+        return replace(outcome, message=f"{outcome.message}: {self.contender_scale:g} x the best known time a "
+                                        "launch, in a job that asks only whether the kernel could be the "
+                                        "fastest (not a contender)")
 
 
 PREDICT_MARGIN = 1.25

@@ -37,13 +37,13 @@ import logging
 import os
 import time
 import traceback
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from sparserl.harness import profile
 from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.harness.resident import MatrixCache
-from sparserl.harness.speed import (PREDICT_MIN_S, SpeedConfig, contender_limit, scaled_limit, slow_threshold_us,
+from sparserl.harness.speed import (SpeedConfig, VerifyLimit, contender_limit, scaled_limit, slow_threshold_us,
                                     timed_verdict)
 
 log = logging.getLogger(__name__)
@@ -132,37 +132,26 @@ class Worker:
 
     def _verify_limits(self, cusparse_us: float | None, contender_us: float | None = None):
         """(announce, limit) for the batched verifier: ``announce(name, launches)`` tells the parent a
-        phase with its kill deadline (the ordinary floor), ``limit(launches)`` is what the prediction
-        after the first launch compares with (the granted floor where the job has the GPU whole).
+        phase with its kill deadline (the ordinary floor); ``limit``, a
+        :class:`~sparserl.harness.speed.VerifyLimit`, is what the prediction after the first launch
+        compares with (the granted floor where the job has the GPU whole).
 
         ``contender_us``: in a job that asks only whether the kernel could be the fastest, the best
         time known (or None); where the job has the GPU whole the prediction then also compares with
-        :func:`~sparserl.harness.speed.contender_limit`, the lower of the two, and where that one
-        binds, ``limit.min_first_s`` (the prediction's floor on the first launch) is
-        ``SpeedConfig.contender_min_s`` instead of ``PREDICT_MIN_S``."""
+        :func:`~sparserl.harness.speed.contender_limit`, the lower of the two binding, and where that
+        one binds its first-launch floor is ``SpeedConfig.contender_min_s`` instead of ``PREDICT_MIN_S``."""
 
         def announce(name: str, launches: int = 1) -> None:
             self.channel.phase(name, launches, self._limit(launches, cusparse_us, kill=True) if name == "verify" else None)
 
-        def limit(launches: int) -> float | None:
-            ordinary = self._limit(launches, cusparse_us)
-            contend = (contender_limit(contender_us, cusparse_us, launches, self.speed)
-                       if contender_us is not None and self.speed.batched and self.channel.granted else None)
-            limit.contender = contend is not None and (ordinary is None or contend < ordinary)  # which one binds
-            limit.min_first_s = self.speed.contender_min_s if limit.contender else PREDICT_MIN_S  # the prediction's floor
-            return contend if limit.contender else ordinary
+        def contend(launches: int) -> float | None:
+            if not (self.speed.batched and self.channel.granted):
+                return None
+            return contender_limit(contender_us, cusparse_us, launches, self.speed)
 
-        def explain(outcome):
-            """The verifier's outcome, its time-out saying so when the contender limit was the one it met."""
-            from sparserl.harness.result import ErrorKind
-
-            if outcome.kind is not ErrorKind.TIMEOUT or not limit.contender:
-                return outcome
-            return replace(outcome, message=f"{outcome.message}: {self.speed.contender_scale:g} x the best known "
-                                            "time a launch, in a job that asks only whether the kernel could be "
-                                            "the fastest (not a contender)")
-
-        limit.contender, limit.explain, limit.min_first_s = False, explain, PREDICT_MIN_S
+        limit = VerifyLimit(lambda launches: self._limit(launches, cusparse_us),
+                            contend if contender_us is not None else None,
+                            self.speed.contender_min_s, self.speed.contender_scale)
         return announce, limit
 
     def warm_up(self) -> None:
