@@ -15,7 +15,11 @@ same timing function as cuSPARSE and the harness:
 - ``gather_rows``: ``gather`` plus reading ``row_ptr`` and writing ``y`` once per row (a CSR
   kernel's remaining compulsory traffic, assigned per thread without balancing).
 
-Each floor is the fastest of several grid sizes (1 to 64 blocks of 256 threads per SM; the runs of
+- ``launch``: one block that writes one float per thread and reads nothing: what any kernel costs
+  in this regime (a true lower bound for one launch, whatever the matrix).
+
+Each floor is the fastest of several grid sizes (1 to 64 blocks of 256 threads per SM, and the
+smallest grid that gives each thread one 16-byte load, for small matrices; the runs of
 2026-12-01 tried 4 to 64, and the gather was fastest at 4 on every irregular matrix). ``cusparse /
 floor`` then estimates the largest speedup over cuSPARSE of a kernel issuing those reads. It is an
 estimate, not a bound: the floor is one implementation (a grid-stride loop, ``__ldg`` loads, not
@@ -26,6 +30,13 @@ far the gather sits above pure streaming.
     python benchmarks/gather_floor.py --out gather_floor.json                  # 4 irregular families, 2M rows
     python benchmarks/gather_floor.py --only random16_2M,rectangular_1Mx2M     # a subset of library_speed's LARGE
     python benchmarks/gather_floor.py --families random,powerlaw --rows 1000000  # search_bench's matrices (seed 1)
+    python benchmarks/gather_floor.py --suitesparse DIR --compare search_ss.json # real matrices, against a search run
+
+``--compare`` reads a ``search_bench.py`` JSON of the same matrices and prints, per matrix and as a
+geometric mean, how far its library oracle sits above the floors: ``oracle / launch`` bounds what
+any one-launch kernel could gain over the oracle there, ``oracle / gather_rows`` estimates what a
+kernel issuing only CSR's compulsory reads could gain. The oracle's times come from that other run;
+cuSPARSE, timed in both, rescales them to this run (``cusparse_here / cusparse_there``).
 
 Needs a GPU (CuPy). Prints a table, writes JSON.
 """
@@ -35,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -45,7 +57,7 @@ from sparserl.devices import visible_gpus
 from sparserl.harness.baseline import time_cusparse
 from sparserl.harness.timing import FlushBuffer, TimingConfig, measured_copy_bandwidth, time_run
 from sparserl.kernels.contract import Op
-from sparserl.matrices import family_names, generate
+from sparserl.matrices import family_names, generate, load_matrix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from library_speed import LARGE  # noqa: E402
@@ -76,6 +88,8 @@ __device__ float nonzeros(const int* __restrict__ col, const float* __restrict__
         acc += with_x ? __ldg(val + j) * __ldg(x + __ldg(col + j)) : __ldg(val + j) + (float)__ldg(col + j);
     return acc;
 }
+
+extern "C" __global__ void launch_floor(float* __restrict__ out) { out[threadIdx.x] = 0.f; }
 
 extern "C" __global__ void stream_floor(const int* __restrict__ col, const float* __restrict__ val,
                                         long long nnz, float* __restrict__ out) {
@@ -116,11 +130,17 @@ def floors(A, config: TimingConfig, flush: FlushBuffer) -> dict:
     y = cp.empty(A.shape[0], dtype=cp.float32)
     nnz, rows = np.int64(A.nnz), np.int32(A.shape[0])
     out: dict[str, dict] = {}
+    launch = mod.get_function("launch_floor")
+    sink = cp.empty(256, dtype=cp.float32)
+    out["launch_floor"] = {"us": time_run(lambda: launch((1,), (256,), (sink,)), config, flush=flush).median_us,
+                           "blocks_per_sm": 0, "per_blocks_per_sm": {}}
+    loads = -(-int(nnz) // 4)  # 16-byte loads of col (and of val)
+    fit = max(1, -(-loads // 256))  # the smallest grid giving each thread one
     for name in ("stream_floor", "gather_floor", "gather_rows_floor"):
         kernel = mod.get_function(name)
-        per_grid: dict[int, float] = {}
-        for blocks_per_sm in (1, 2, 4, 8, 16, 32, 64):
-            grid = sms * blocks_per_sm
+        per_grid: dict[float, float] = {}
+        for blocks_per_sm in sorted({1, 2, 4, 8, 16, 32, 64, fit / sms}):
+            grid = max(1, round(sms * blocks_per_sm))
             sink = cp.empty(grid * 256, dtype=cp.float32)
             args = {"stream_floor": (col, val, nnz, sink),
                     "gather_floor": (col, val, x, nnz, sink),
@@ -128,8 +148,44 @@ def floors(A, config: TimingConfig, flush: FlushBuffer) -> dict:
             t = time_run(lambda: kernel((grid,), (256,), args), config, flush=flush)
             per_grid[blocks_per_sm] = t.median_us
         best = min(per_grid, key=per_grid.get)
-        out[name] = {"us": per_grid[best], "blocks_per_sm": best, "per_blocks_per_sm": per_grid}
+        out[name] = {"us": per_grid[best], "blocks_per_sm": best,
+                     "per_blocks_per_sm": {f"{b:g}": t for b, t in per_grid.items()}}
     return out
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def ceilings(rows: list[dict], search_rows: list[dict]) -> dict:
+    """How far each matrix's library oracle (and search result) of a ``search_bench.py`` run sits above
+    this run's floors, their times rescaled to this run by cuSPARSE's (timed in both); pure.
+
+    Per matrix: ``oracle_over_launch`` (no one-launch kernel can beat the oracle by more: a bound),
+    ``oracle_over_gather_rows`` (a kernel issuing only CSR's compulsory reads, as this script's
+    implementation does: an estimate), ``search_over_oracle`` as that run measured it. Matrices in
+    only one of the two are left out and counted."""
+    other = {r["matrix"]: r for r in search_rows if r.get("oracle_us") and r.get("cusparse_us")}
+    per = []
+    for r in rows:
+        o = other.get(r["matrix"])
+        if o is None or not r.get("cusparse_us"):
+            continue
+        scale = r["cusparse_us"] / o["cusparse_us"]
+        oracle = o["oracle_us"] * scale
+        per.append({"matrix": r["matrix"], "nnz": r["nnz"], "cusparse_scale": scale, "oracle_us": oracle,
+                    "launch_us": r["launch_floor"], "gather_rows_us": r["gather_rows_floor"],
+                    "oracle_over_launch": oracle / r["launch_floor"],
+                    "oracle_over_gather_rows": oracle / r["gather_rows_floor"],
+                    "search_over_oracle": (o["oracle_us"] / o["search_us"]) if o.get("search_us") else None})
+    summary = {"matrices": len(per), "left_out": len(rows) - len(per)}
+    for key in ("cusparse_scale", "oracle_over_launch", "oracle_over_gather_rows", "search_over_oracle"):
+        summary[key] = geomean([p[key] for p in per])
+    # what a search at the estimate's ceiling would reach: each matrix at the better of its search and that
+    summary["search_capped_at_gather_rows"] = geomean(
+        [max(p["search_over_oracle"] or 1.0, p["oracle_over_gather_rows"]) for p in per])
+    return {"per_matrix": per, "summary": summary}
 
 
 def main() -> int:
@@ -141,11 +197,22 @@ def main() -> int:
                     help="instead of --only: these generator families at --rows rows, generator defaults, seed 1 "
                          "(search_bench.py's matrices)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows of each --families matrix")
+    ap.add_argument("--suitesparse", type=Path, help="instead of --only: every .mtx/.mtx.gz/.npz in this folder")
+    ap.add_argument("--compare", type=Path, help="a search_bench.py JSON of the same matrices (the first run of a file of several): the oracle's "
+                                                 "distance from the floors (module docstring)")
     ap.add_argument("--trials", type=int, default=41, help="cold runs per timing (the harness's default)")
     ap.add_argument("--out", type=Path, default=Path("gather_floor.json"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if args.families:
+    if args.compare is not None and not args.compare.is_file():
+        raise SystemExit(f"error: --compare {args.compare}: no such file")
+    if args.suitesparse:
+        files = (sorted(p for p in args.suitesparse.iterdir() if p.name.endswith((".mtx", ".mtx.gz", ".npz")))
+                 if args.suitesparse.is_dir() else [])
+        if not files:
+            raise SystemExit(f"error: no .mtx/.mtx.gz/.npz files in {args.suitesparse}")
+        chosen = [(f.name.split(".")[0], f, 0, None) for f in files]
+    elif args.families:
         fams = [f for f in args.families.split(",") if f]
         unknown = sorted(set(fams) - set(family_names(include_application=True)))
         if unknown:
@@ -167,7 +234,7 @@ def main() -> int:
     rows = []
     for name, fam, n, params in chosen:
         t0 = time.perf_counter()
-        A = generate(fam, n, seed=1, **params)
+        A = load_matrix(fam) if isinstance(fam, Path) else generate(fam, n, seed=1, **params)
         base = time_cusparse(A, Op.SPMV, None, config, flush=flush)
         f = floors(A, config, flush)
         m, c = A.shape
@@ -182,13 +249,31 @@ def main() -> int:
         log.info("%s done in %.0f s", name, time.perf_counter() - t0)
         args.out.write_text(json.dumps({"copy_bandwidth_bytes_s": bw, "trials": args.trials, "rows": rows}, indent=1))
     print(f"\ncold regime, {args.trials} runs each, medians in us; copy bandwidth {bw / 1e12:.2f} TB/s")
-    print(f"{'matrix':20} {'nnz':>10} {'roofline':>9} {'stream':>8} {'gather':>8} {'+rows':>8} {'cuSPARSE':>9}"
+    print(f"{'matrix':20} {'nnz':>10} {'roofline':>9} {'launch':>8} {'stream':>8} {'gather':>8} {'+rows':>8} {'cuSPARSE':>9}"
           f" {'cuSP/gather':>11} {'cuSP/+rows':>10} {'Ggathers/s':>10}")
     for r in rows:
-        print(f"{r['matrix']:20} {r['nnz']:>10} {r['roofline_us']:>9.1f} {r['stream_floor']:>8.1f} "
+        print(f"{r['matrix']:20} {r['nnz']:>10} {r['roofline_us']:>9.1f} {r['launch_floor']:>8.2f} {r['stream_floor']:>8.1f} "
               f"{r['gather_floor']:>8.1f} {r['gather_rows_floor']:>8.1f} {r['cusparse_us']:>9.1f} "
               f"{r['cusparse_over_gather']:>10.2f}x {r['cusparse_over_gather_rows']:>9.2f}x "
               f"{r['gathers_per_s'] / 1e9:>10.0f}")
+    if args.compare is not None:
+        raw = json.loads(args.compare.read_text())
+        runs = [raw] if "matrices" in raw else [v for v in raw.values() if isinstance(v, dict) and "matrices" in v]
+        if not runs:
+            raise SystemExit(f"error: --compare {args.compare}: no 'matrices' list (not a search_bench.py JSON)")
+        result = ceilings(rows, runs[0]["matrices"])
+        s = result["summary"]
+        print(f"\nagainst {args.compare} ({s['matrices']} matrices, {s['left_out']} not in it; its times x "
+              f"cuSPARSE here / there, geomean {s['cusparse_scale']:.3f}):")
+        print(f"{'matrix':22} {'nnz':>9} {'oracle':>7} {'launch':>7} {'+rows':>7} {'or/launch':>9} {'or/+rows':>8} "
+              f"{'search/or':>9}")
+        for p in sorted(result["per_matrix"], key=lambda p: p["nnz"]):
+            print(f"{p['matrix']:22} {p['nnz']:>9} {p['oracle_us']:>7.2f} {p['launch_us']:>7.2f} "
+                  f"{p['gather_rows_us']:>7.2f} {p['oracle_over_launch']:>9.3f} {p['oracle_over_gather_rows']:>8.3f} "
+                  f"{p['search_over_oracle'] or 0:>9.3f}")
+        print("geomean: " + ", ".join(f"{k} {v:.3f}" for k, v in s.items() if isinstance(v, float)))
+        args.out.write_text(json.dumps({"copy_bandwidth_bytes_s": bw, "trials": args.trials, "rows": rows,
+                                        "compare": str(args.compare), **result}, indent=1))
     print(f"\nwrote {args.out}")
     return 0
 
