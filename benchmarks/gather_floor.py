@@ -16,7 +16,9 @@ same timing function as cuSPARSE and the harness:
   kernel's remaining compulsory traffic, assigned per thread without balancing).
 
 - ``launch``: one block that writes one float per thread and reads nothing: what any kernel costs
-  in this regime (a true lower bound for one launch, whatever the matrix).
+  in this regime (a true lower bound for one launch, whatever the matrix);
+- ``fill_launch``: the same after zeroing a y of the matrix's rows, as the harness does before a
+  format that accumulates (COO with ``zero_y=1``): what that zeroing adds to a one-launch kernel.
 
 Each floor is the fastest of several grid sizes (1 to 64 blocks of 256 threads per SM, and the
 smallest grid that gives each thread one 16-byte load, for small matrices; the runs of
@@ -134,6 +136,13 @@ def floors(A, config: TimingConfig, flush: FlushBuffer) -> dict:
     sink = cp.empty(256, dtype=cp.float32)
     out["launch_floor"] = {"us": time_run(lambda: launch((1,), (256,), (sink,)), config, flush=flush).median_us,
                            "blocks_per_sm": 0, "per_blocks_per_sm": {}}
+
+    def fill_launch() -> None:
+        y.fill(0)
+        launch((1,), (256,), (sink,))
+
+    out["fill_launch_floor"] = {"us": time_run(fill_launch, config, flush=flush).median_us,
+                                "blocks_per_sm": 0, "per_blocks_per_sm": {}}
     loads = -(-int(nnz) // 4)  # 16-byte loads of col (and of val)
     fit = max(1, -(-loads // 256))  # the smallest grid giving each thread one
     for name in ("stream_floor", "gather_floor", "gather_rows_floor"):
@@ -175,7 +184,8 @@ def ceilings(rows: list[dict], search_rows: list[dict]) -> dict:
         scale = r["cusparse_us"] / o["cusparse_us"]
         oracle = o["oracle_us"] * scale
         per.append({"matrix": r["matrix"], "nnz": r["nnz"], "cusparse_scale": scale, "oracle_us": oracle,
-                    "launch_us": r["launch_floor"], "gather_rows_us": r["gather_rows_floor"],
+                    "launch_us": r["launch_floor"], "fill_launch_us": r.get("fill_launch_floor"),
+                    "gather_rows_us": r["gather_rows_floor"],
                     "oracle_over_launch": oracle / r["launch_floor"],
                     "oracle_over_gather_rows": oracle / r["gather_rows_floor"],
                     "search_over_oracle": (o["oracle_us"] / o["search_us"]) if o.get("search_us") else None})
@@ -265,10 +275,10 @@ def main() -> int:
         s = result["summary"]
         print(f"\nagainst {args.compare} ({s['matrices']} matrices, {s['left_out']} not in it; its times x "
               f"cuSPARSE here / there, geomean {s['cusparse_scale']:.3f}):")
-        print(f"{'matrix':22} {'nnz':>9} {'oracle':>7} {'launch':>7} {'+rows':>7} {'or/launch':>9} {'or/+rows':>8} "
+        print(f"{'matrix':22} {'nnz':>9} {'oracle':>7} {'launch':>7} {'fill+l':>7} {'+rows':>7} {'or/launch':>9} {'or/+rows':>8} "
               f"{'search/or':>9}")
         for p in sorted(result["per_matrix"], key=lambda p: p["nnz"]):
-            print(f"{p['matrix']:22} {p['nnz']:>9} {p['oracle_us']:>7.2f} {p['launch_us']:>7.2f} "
+            print(f"{p['matrix']:22} {p['nnz']:>9} {p['oracle_us']:>7.2f} {p['launch_us']:>7.2f} {p['fill_launch_us']:>7.2f} "
                   f"{p['gather_rows_us']:>7.2f} {p['oracle_over_launch']:>9.3f} {p['oracle_over_gather_rows']:>8.3f} "
                   f"{p['search_over_oracle'] or 0:>9.3f}")
         print("geomean: " + ", ".join(f"{k} {v:.3f}" for k, v in s.items() if isinstance(v, float)))

@@ -49,6 +49,7 @@ def test_floors_on_a_gpu() -> None:
 
     f = mod.floors(A, TimingConfig(regime="cold", trials=11), FlushBuffer())
     assert 0 < f["launch_floor"]["us"] <= f["stream_floor"]["us"] * 1.05  # one block that reads nothing
+    assert f["launch_floor"]["us"] <= f["fill_launch_floor"]["us"] * 1.05  # the same after a fill of y
     assert 0 < f["stream_floor"]["us"] <= f["gather_floor"]["us"] * 1.05
     assert f["gather_floor"]["us"] <= f["gather_rows_floor"]["us"] * 1.05
 
