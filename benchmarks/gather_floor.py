@@ -18,7 +18,9 @@ same timing function as cuSPARSE and the harness:
 - ``launch``: one block that writes one float per thread and reads nothing: what any kernel costs
   in this regime (a true lower bound for one launch, whatever the matrix);
 - ``fill_launch``: the same after zeroing a y of the matrix's rows, as the harness does before a
-  format that accumulates (COO with ``zero_y=1``): what that zeroing adds to a one-launch kernel.
+  format that accumulates (COO with ``zero_y=1``): what that zeroing adds to a one-launch kernel;
+- ``memset_launch``: the same with the zeroing as a memset (``cudaMemsetAsync``, a memset node of
+  the timed graph) instead of CuPy's fill kernel: whether a cheaper zeroing exists.
 
 Each floor is the fastest of several grid sizes (1 to 64 blocks of 256 threads per SM, and the
 smallest grid that gives each thread one 16-byte load, for small matrices; the runs of
@@ -143,6 +145,13 @@ def floors(A, config: TimingConfig, flush: FlushBuffer) -> dict:
 
     out["fill_launch_floor"] = {"us": time_run(fill_launch, config, flush=flush).median_us,
                                 "blocks_per_sm": 0, "per_blocks_per_sm": {}}
+
+    def memset_launch() -> None:
+        cp.cuda.runtime.memsetAsync(y.data.ptr, 0, y.nbytes, cp.cuda.get_current_stream().ptr)
+        launch((1,), (256,), (sink,))
+
+    out["memset_launch_floor"] = {"us": time_run(memset_launch, config, flush=flush).median_us,
+                                  "blocks_per_sm": 0, "per_blocks_per_sm": {}}
     loads = -(-int(nnz) // 4)  # 16-byte loads of col (and of val)
     fit = max(1, -(-loads // 256))  # the smallest grid giving each thread one
     for name in ("stream_floor", "gather_floor", "gather_rows_floor"):
@@ -185,12 +194,14 @@ def ceilings(rows: list[dict], search_rows: list[dict]) -> dict:
         oracle = o["oracle_us"] * scale
         per.append({"matrix": r["matrix"], "nnz": r["nnz"], "cusparse_scale": scale, "oracle_us": oracle,
                     "launch_us": r["launch_floor"], "fill_launch_us": r.get("fill_launch_floor"),
+                    "memset_launch_us": r.get("memset_launch_floor"),
                     "gather_rows_us": r["gather_rows_floor"],
                     "oracle_over_launch": oracle / r["launch_floor"],
                     "oracle_over_gather_rows": oracle / r["gather_rows_floor"],
                     "search_over_oracle": (o["oracle_us"] / o["search_us"]) if o.get("search_us") else None})
     summary = {"matrices": len(per), "left_out": len(rows) - len(per)}
-    for key in ("cusparse_scale", "oracle_over_launch", "oracle_over_gather_rows", "search_over_oracle"):
+    for key in ("cusparse_scale", "oracle_over_launch", "oracle_over_gather_rows", "search_over_oracle",
+                "launch_us", "fill_launch_us", "memset_launch_us"):
         summary[key] = geomean([p[key] for p in per])
     # what a search at the estimate's ceiling would reach: each matrix at the better of its search and that
     summary["search_capped_at_gather_rows"] = geomean(

@@ -50,6 +50,7 @@ def test_floors_on_a_gpu() -> None:
     f = mod.floors(A, TimingConfig(regime="cold", trials=11), FlushBuffer())
     assert 0 < f["launch_floor"]["us"] <= f["stream_floor"]["us"] * 1.05  # one block that reads nothing
     assert f["launch_floor"]["us"] <= f["fill_launch_floor"]["us"] * 1.05  # the same after a fill of y
+    assert f["launch_floor"]["us"] <= f["memset_launch_floor"]["us"] * 1.05  # ... or after a memset of y
     assert 0 < f["stream_floor"]["us"] <= f["gather_floor"]["us"] * 1.05
     assert f["gather_floor"]["us"] <= f["gather_rows_floor"]["us"] * 1.05
 
@@ -59,7 +60,8 @@ def test_ceilings_rescale_the_other_runs_oracle_by_cusparse_and_bound_it_by_the_
     this run's launch and gather-plus-rows floors; matrices missing from either side are left out and
     counted; the capped search takes each matrix's better of its search and the estimate. Kills the
     rescale dropped or inverted, a missing matrix counted, and the cap taking the search alone."""
-    rows = [{"matrix": "a", "nnz": 10, "cusparse_us": 20.0, "launch_floor": 4.0, "gather_rows_floor": 5.0},
+    rows = [{"matrix": "a", "nnz": 10, "cusparse_us": 20.0, "launch_floor": 4.0, "gather_rows_floor": 5.0,
+             "fill_launch_floor": 6.0, "memset_launch_floor": 5.0},
             {"matrix": "b", "nnz": 20, "cusparse_us": 10.0, "launch_floor": 4.0, "gather_rows_floor": 8.0},
             {"matrix": "only_here", "nnz": 1, "cusparse_us": 10.0, "launch_floor": 4.0, "gather_rows_floor": 4.0}]
     other = [{"matrix": "a", "cusparse_us": 10.0, "oracle_us": 3.0, "search_us": 3.0},   # here 2x slower: 6 us
@@ -74,6 +76,8 @@ def test_ceilings_rescale_the_other_runs_oracle_by_cusparse_and_bound_it_by_the_
     # a: max(1.0, 1.2) = 1.2; b: max(1.1, 1.1) = 1.1
     assert out["summary"]["search_capped_at_gather_rows"] == pytest.approx((1.2 * 1.1) ** 0.5)
     assert out["summary"]["search_over_oracle"] == pytest.approx((1.0 * 1.1) ** 0.5)
+    assert out["summary"]["fill_launch_us"] == pytest.approx(6.0)  # b has none: left out of the mean
+    assert out["summary"]["memset_launch_us"] == pytest.approx(5.0)
 
 
 def test_bad_input_stops_before_any_gpu_work(tmp_path: Path) -> None:
