@@ -96,6 +96,7 @@ TEMPLATE_MATRICES = {
     "csr_adaptive_spec": ("random_s", "powerlaw_s", "skewed_s", "skewed_m", "powerlaw_m"),
     "csr_lanes": ("random_s", "powerlaw_s", "random_m"),
     "csr_lanes_spec": ("random_s", "block8_s", "random_m"),
+    "csr_split_spec": ("powerlaw_s", "skewed_s", "powerlaw_m"),
     "dia_window": ("banded_s", "stencil2d_s", "stencil3d_m"),
     "dia_window_spec": ("banded_s", "stencil2d_s", "stencil3d_m"),
     "bsr_stream": ("block8_s", "block4_cut_s", "block8_m"),
@@ -103,7 +104,8 @@ TEMPLATE_MATRICES = {
     "hyb_vec": ("skewed_s", "powerlaw_s", "skewed_m", "powerlaw_m"),
 }
 """Where the templates beyond the library's strategies run: the specialised ones on matrices whose
-card they bake in (uniform rows, long rows, diagonal offsets, equal block rows)."""
+card they bake in (uniform rows, long rows, diagonal offsets, equal block rows; csr_split_spec where some
+rows are longer than 256 and none over 16384)."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,7 @@ def test_plan_covers_every_variant_and_template_on_small_and_medium_matrices() -
         for m in template_matrices(t):
             assert t.seeds(cards()[m], _k(t.op)), (t.name, m)
     spec = {t.name for t in templates() if t.specialised}
-    assert spec == {"csr_adaptive_spec", "csr_lanes_spec", "dia_window_spec", "bsr_stream_spec"}, spec
+    assert spec == {"csr_adaptive_spec", "csr_lanes_spec", "csr_split_spec", "dia_window_spec", "bsr_stream_spec"}, spec
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from sparserl.kernels.templates import get_template
 from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 
-NEW = ("csr_adaptive", "csr_adaptive_spec", "csr_lanes", "csr_lanes_spec", "dia_window", "dia_window_spec",
-       "bsr_stream", "bsr_stream_spec", "hyb_vec")
+NEW = ("csr_adaptive", "csr_adaptive_spec", "csr_lanes", "csr_lanes_spec", "csr_split_spec", "dia_window",
+       "dia_window_spec", "bsr_stream", "bsr_stream_spec", "hyb_vec")
 OPTIONS = CompileOptions(arch="sm_90", backend="auto")
 
 pytestmark = pytest.mark.skipif(available_backend(OPTIONS) is None, reason="no CUDA compiler (NVRTC or nvcc)")
@@ -94,7 +94,7 @@ def test_renders_are_deterministic_and_specialised_ones_differ_from_generic(rend
     for name, A, t, p, text in rendered:
         card = matrix_card(mats[name])
         assert t.render(p, card) == text
-        if t.specialised:
+        if t.specialised and t.generic is not None:  # csr_split_spec has no generic form
             g = get_template(Op.SPMV, t.generic)
             assert g.format == t.format and not g.specialised
             if set(p) == {q.name for q in g.space} and g.check(p, card) is None:
@@ -134,6 +134,29 @@ def test_specialised_csr_adaptive_bakes_the_long_rows_it_knows() -> None:
     none = t.render({"rpw": 32, "items": 8, "long_len": 4096, "seg": 1024, "block": 256}, card)
     assert "kernel=spmv_long" not in none and none.count("LAUNCH:") == 1  # the long-row kernel is not launched
     assert "constexpr int LONG_ROWS = 0;" in none and "constexpr int LONG_ROWS = 12;" in text
+
+
+def test_csr_split_bakes_every_long_row_and_launches_a_block_for_each() -> None:
+    """12 rows of 2000 on a skewed matrix: long_len 1024 bakes exactly those rows (sorted) and
+    launches 12 blocks before the other rows' blocks; the checks refuse a matrix with no row past
+    long_len, rows too long for one block, and a card that does not list every long row. Kills a
+    table built with >= (or from the listed rows of another threshold), a grid without the long
+    rows' blocks, and a point accepted where its table is incomplete."""
+    A = generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002)
+    card = matrix_card(A)
+    t = get_template("spmv", "csr_split_spec")
+    p = {"tpr": 4, "unroll": 4, "long_len": 1024, "block": 256}
+    assert t.check(p, card) is None
+    text = t.render(p, card)
+    long_rows = sorted(int(r) for r in np.flatnonzero(np.diff(A.indptr) > 1024))
+    assert len(long_rows) == 12 and f"__constant__ int c_long_row[12] = {{\n    {', '.join(map(str, long_rows))}" in text
+    assert "LAUNCH: grid=12 + ceil_div(m, BLOCK / TPR), block=BLOCK" in text and text.count("LAUNCH:") == 1
+    assert "constexpr int LONG_ROWS = 12;" in text and "atomic" not in split_completion(text, Op.SPMV)[1]
+    assert "that is csr_lanes" in t.check(dict(p, long_len=4096), card)  # no row over 4096
+    assert "csr_adaptive splits" in t.check(dict(p, block=128), matrix_card(
+        generate("skewed", 20000, seed=1, long_len=9000, long_fraction=0.001)))  # 9000 > 64 x 128
+    many = matrix_card(generate("random", 4500, seed=1, nnz_per_row=300))  # over 4096 rows of 300: not listed
+    assert many.long_rows_min > 257 and "does not list" in t.check(dict(p, long_len=256), many)
 
 
 def test_spmm_lane_groups_beyond_the_librarys_compile() -> None:

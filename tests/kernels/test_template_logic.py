@@ -222,6 +222,62 @@ def test_rows_longer_than_lists_every_long_row() -> None:
     assert card.rows_longer_than(card.long_rows_min - 2) is None  # below the listing threshold: unknown
 
 
+def emulate_split(A, x, tpr: int, unroll: int, long_len: int, block: int, long_rows) -> tuple[np.ndarray, np.ndarray]:
+    """csr_split_spec's launch on the host: blocks 0 .. len(long_rows) - 1 each sum one row of the
+    table (BLOCK threads striding by BLOCK * UNROLL, then a block-wide sum and one store), the rest
+    give TPR lanes to each row and store only rows of at most LONG_LEN entries. Returns y (NaN where
+    nothing was stored) and how many times each row was stored."""
+    m = A.shape[0]
+    y, stores = np.full(m, np.nan), np.zeros(m, dtype=int)
+    ip, col, val = A.indptr, A.indices, A.data
+    for r in long_rows:  # the long-row blocks
+        part = np.zeros(block)
+        for t in range(block):
+            for j in range(ip[r] + t, ip[r + 1], block * unroll):
+                for u in range(unroll):
+                    if j + u * block < ip[r + 1]:
+                        part[t] += val[j + u * block] * x[col[j + u * block]]
+        y[r] = part.sum()
+        stores[r] += 1
+    rows_per_block = block // tpr
+    n_blocks = len(long_rows) + -(-m // rows_per_block)
+    for b in range(len(long_rows), n_blocks):  # the other blocks: TPR lanes per row
+        for g in range(rows_per_block):
+            row = (b - len(long_rows)) * rows_per_block + g
+            if row >= m or ip[row + 1] - ip[row] > long_len:
+                continue
+            lanes = np.zeros(tpr)
+            for lane in range(tpr):
+                for j in range(ip[row] + lane, ip[row + 1], tpr * unroll):
+                    for u in range(unroll):
+                        if j + u * tpr < ip[row + 1]:
+                            lanes[lane] += val[j + u * tpr] * x[col[j + u * tpr]]
+            y[row] = lanes.sum()
+            stores[row] += 1
+    return y, stores
+
+
+def test_csr_split_stores_every_row_once() -> None:
+    """Every row is stored exactly once and y = A x, on the tricky structures (rows of exactly
+    long_len and long_len + 1, long rows first and last, empty runs) and a power-law graph, for
+    the tables the template bakes. Kills a table built with >= or from another threshold (a row of
+    long_len stored twice, or one of long_len + 1 never), a short path that also stores long rows,
+    a long-row block that strides by BLOCK alone (entries summed UNROLL times) and a grid without
+    the long rows' blocks (the last rows never stored)."""
+    from sparserl.kernels.templates.csr import split_rows
+
+    for long_len in (256, 512):
+        for A in _tricky(long_len) + [generate("powerlaw", 3000, seed=2)]:
+            card = matrix_card(A)
+            x = np.random.default_rng(1).standard_normal(A.shape[1])
+            for tpr, unroll, block in ((4, 4, 256), (32, 1, 128), (1, 8, 128)):
+                rows = split_rows({"tpr": tpr, "unroll": unroll, "long_len": long_len, "block": block}, card)
+                assert rows is not None
+                y, stores = emulate_split(A, x, tpr, unroll, long_len, block, rows)
+                assert (stores == 1).all(), np.flatnonzero(stores != 1)[:5]
+                np.testing.assert_allclose(y, A @ x, rtol=1e-9, atol=1e-9)
+
+
 def _emulate_bsr(A, R: int, C: int, g: int, K: int | None) -> np.ndarray:
     """bsr_stream's lanes, sums and xor-shuffle reduction for one x; returns y."""
     m, n = A.shape

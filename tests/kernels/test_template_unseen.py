@@ -67,6 +67,20 @@ def test_a_long_row_table_is_unseen_when_the_card_lists_fewer_rows(n_long: int, 
     assert get_template("spmv", "csr_adaptive").unseen_facts(ADAPTIVE, card) is None  # the generic form
 
 
+@pytest.mark.parametrize("n_long,hidden", [(3, False), (LONGEST_ROWS, False), (20, True)])
+def test_csr_split_table_is_unseen_when_the_card_lists_fewer_rows(n_long: int, hidden: bool) -> None:
+    """csr_split_spec bakes the same table of long rows as csr_adaptive_spec: unseen exactly when the
+    prompt's card cannot prove it complete. Kills a split template that hides nothing."""
+    card = matrix_card(_long_rows(n_long))
+    t = get_template("spmv", "csr_split_spec")
+    p = {"tpr": 4, "unroll": 4, "long_len": 256, "block": 256}
+    assert t.check(p, card) is None
+    why = t.unseen_facts(p, card)
+    assert (why is not None) == hidden, why
+    if hidden:
+        assert f"({n_long} rows of length 512-1023, {LONGEST_ROWS} listed)" in why
+
+
 def test_a_table_is_seen_only_when_the_card_proves_it_complete() -> None:
     """Eight rows of 5000 and four of exactly 4096, long_len 4096: the table is the eight listed
     rows, but the card cannot tell the four unlisted rows of 4096-8191 from rows of 4500, which the

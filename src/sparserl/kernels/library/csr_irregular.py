@@ -35,6 +35,13 @@
   ``i*L .. i*L+L-1``, so ``row_ptr`` is never read, the loop has a fixed trip count, and when
   ``L`` is a multiple of 4 every lane reads 16-byte chunks.
 
+* ``csr_split`` (specialised only): one launch, no atomics and nothing zeroed. Its first blocks
+  each sum one row longer than ``long_len`` (the rows the card lists, in a constant table): the
+  block's threads share the row's entries, ``unroll`` loads in flight each, then a block-wide sum
+  and one store. The other blocks take every other row with ``tpr`` lanes as ``csr_lanes`` does,
+  leaving the long rows to their blocks. Meant for small skewed graphs, where ``csr_lanes`` waits
+  on its longest rows and the COO kernels pay y's zeroing (a second node of the timed run).
+
 Both read every value from ``val`` and ``x``: only the structure is specialised.
 """
 
@@ -455,6 +462,91 @@ def render_lanes(tpr: int, unroll: int, block: int, uniform_len: int | None = No
     facts = (f"// Specialised to this matrix: every row has exactly {uniform_len} entries.\n"
              f"constexpr int L = {uniform_len};  // entries per row")
     return completion(_header({"TPR": tpr, "BLOCK": block}, launch), facts, _LANES_SPEC)
+
+
+_SPLIT_SPEC = fill(
+    """
+${SIG}
+{
+    if (blockIdx.x < LONG_ROWS) {
+        // Block b sums row c_long_row[b] alone: its BLOCK threads share the entries, UNROLL loads in
+        // flight each, then a block-wide sum and one store (no other thread writes this row).
+        __shared__ float s_part[BLOCK / 32];
+        const int r = c_long_row[blockIdx.x];
+        const int end = __ldg(row_ptr + r + 1);
+        float sum = 0.f;
+        for (int j = __ldg(row_ptr + r) + (int)threadIdx.x; j < end; j += BLOCK * UNROLL) {
+            int c[UNROLL];
+            float a[UNROLL];
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int jj = j + u * BLOCK;
+                c[u] = jj < end ? __ldcs(col_idx + jj) : 0;
+                a[u] = jj < end ? __ldcs(val + jj) : 0.f;
+            }
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                if (j + u * BLOCK < end) sum = fmaf(a[u], __ldg(x + c[u]), sum);
+        }
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(${FULL}, sum, off);
+        if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = sum;
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            sum = threadIdx.x < BLOCK / 32 ? s_part[threadIdx.x] : 0.f;
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(${FULL}, sum, off);
+            if (threadIdx.x == 0) y[r] = sum;
+        }
+        return;  // the whole block: the branch is uniform
+    }
+    // Every other row: TPR lanes per row, UNROLL entries per lane in flight (as csr_lanes); a row
+    // longer than LONG_LEN is its block's, and is not written here.
+    const int lane = threadIdx.x & (TPR - 1);
+    const int row = ((int)blockIdx.x - LONG_ROWS) * (BLOCK / TPR) + (int)threadIdx.x / TPR;
+    float sum = 0.f;
+    bool mine = false;
+    if (row < m) {
+        const int begin = __ldg(row_ptr + row);
+        const int end = __ldg(row_ptr + row + 1);
+        mine = end - begin <= LONG_LEN;
+        if (mine) {
+            for (int j = begin + lane; j < end; j += TPR * UNROLL) {
+                int c[UNROLL];
+                float a[UNROLL];
+                #pragma unroll
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int jj = j + u * TPR;
+                    c[u] = jj < end ? __ldcs(col_idx + jj) : 0;
+                    a[u] = jj < end ? __ldcs(val + jj) : 0.f;
+                }
+                #pragma unroll
+                for (int u = 0; u < UNROLL; ++u)
+                    if (j + u * TPR < end) sum = fmaf(a[u], __ldg(x + c[u]), sum);
+            }
+        }
+    }
+${REDUCE}
+    if (lane == 0 && mine) y[row] = sum;
+}
+""", SIG=_SIG, FULL=FULL_MASK, REDUCE=group_sum("sum", "TPR", FULL_MASK))
+"""The specialised csr_split: the long rows' table in the facts block above it."""
+
+
+def render_split(tpr: int, unroll: int, long_len: int, block: int, long_rows: tuple[int, ...]) -> str:
+    """The csr_split completion for the rows ``long_rows`` (every row longer than ``long_len``, at
+    least one): a block for each of them, then the other rows with ``tpr`` lanes each, in one launch."""
+    assert tpr in (1, 2, 4, 8, 16, 32) and block % 32 == 0 and block % tpr == 0 and long_rows
+    rows = sorted(long_rows)
+    head = _header({"TPR": tpr, "UNROLL": unroll, "LONG_LEN": long_len, "BLOCK": block},
+                   [f"grid={len(rows)} + ceil_div(m, BLOCK / TPR), block=BLOCK"])
+    facts = "\n".join([f"// Specialised to this matrix: {len(rows)} rows longer than {long_len}, a block for each.",
+                       f"constexpr int LONG_ROWS = {len(rows)};  // blocks 0 .. LONG_ROWS - 1 take c_long_row's rows",
+                       _table("c_long_row", rows)])
+    return completion(head, facts, _SPLIT_SPEC)
+
+
+SPLIT_DOC = "a block per long row (a table), tpr lanes per other row, one launch; skewed rows"
 
 
 def _adaptive_body(v: Variant) -> str:

@@ -13,6 +13,10 @@ that bakes the matrix card's row-length facts into the code:
   one block per piece.
 * ``csr_lanes_spec``: every row has the same length ``L`` (random and rectangular matrices):
   no ``row_ptr`` reads, fixed trip counts, 16-byte chunks when ``L`` is a multiple of 4.
+* ``csr_split_spec`` (no generic form: finding the long rows at run time would cost a search or a
+  second launch, which is what it saves): a block for each row longer than ``long_len`` (the rows
+  the card lists, a constant table), ``tpr`` lanes for every other row, one launch; no atomics,
+  so y is not zeroed. For small skewed graphs.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from sparserl.kernels.contract import Op
 from sparserl.kernels.library.csr_irregular import (
     ADAPTIVE_DOC,
     LANES_DOC,
+    SPLIT_DOC,
     THREAD_MAX,
     AdaptivePlan,
     render_adaptive,
     render_lanes,
+    render_split,
 )
 from sparserl.kernels.templates.base import Param, Params, Template
 from sparserl.matrices.card import MatrixCard
@@ -100,21 +106,25 @@ def _adaptive_spec_check(p: Params, card: MatrixCard | None, k: int | None) -> s
     return None
 
 
-def _adaptive_unseen(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
-    """A long-row table is seen when the prompt's card proves it complete: every row-length bin
-    that may hold rows longer than long_len has all its rows among the listed longest rows (else
-    the policy cannot tell which unlisted rows the table needs)."""
-    assert card is not None
-    table = adaptive_plan(p, card).long_rows
+def _table_unseen(table: tuple | None, long_len: int, card: MatrixCard) -> str | None:
+    """A table of the rows longer than ``long_len`` is seen when the prompt's card proves it complete:
+    every row-length bin that may hold such rows has all its rows among the listed longest rows
+    (else the policy cannot tell which unlisted rows the table needs)."""
     if not table:
         return None
     shown = card.prompt_longest_rows()
     for b in card.bins:
         listed = sum(1 for _, n in shown if b.lo <= n <= b.hi)
-        if b.hi > p["long_len"] and listed != b.rows:
-            return (f"its table of the {len(table)} rows longer than {p['long_len']} needs rows the prompt's card "
+        if b.hi > long_len and listed != b.rows:
+            return (f"its table of the {len(table)} rows longer than {long_len} needs rows the prompt's card "
                     f"does not list ({b.rows} rows of length {b.lo}-{b.hi}, {listed} listed)")
     return None
+
+
+def _adaptive_unseen(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
+    """csr_adaptive_spec's long-row table, when it has one (:func:`_table_unseen`)."""
+    assert card is not None
+    return _table_unseen(adaptive_plan(p, card).long_rows, p["long_len"], card)
 
 
 def _adaptive_seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
@@ -222,5 +232,69 @@ def _lanes_templates() -> list[Template]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# csr_split
+
+
+SPLIT_SPACE = (
+    Param("tpr", (1, 2, 4, 8, 16, 32), "lanes per row that is not long"),
+    Param("unroll", (1, 2, 4, 8), "entries per lane (or per thread of a long row's block) in flight"),
+    Param("long_len", (256, 512, 1024, 4096), "rows longer than this get a block of their own"),
+    Param("block", (128, 256), "threads per block"),
+)
+SPLIT_MAX_PER_THREAD = 64
+"""Most entries of the longest row per thread of its block (longer rows: csr_adaptive splits them)."""
+
+
+def split_rows(p: Params, card: MatrixCard) -> tuple[int, ...] | None:
+    """The rows csr_split_spec gives a block each (every row longer than long_len), or None when
+    the card does not list them all."""
+    listed = card.rows_longer_than(p["long_len"])
+    return None if listed is None else tuple(sorted(r for r, _ in listed))
+
+
+def _split_check(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
+    assert card is not None
+    rows = split_rows(p, card)
+    if rows is None:
+        return f"the card does not list every row longer than {p['long_len']}"
+    if not rows:
+        return f"no row is longer than {p['long_len']} (longest {card.row_len_max}): that is csr_lanes"
+    if len(rows) > MAX_TABLE_ROWS or sum(len(str(r)) + 2 for r in rows) > MAX_TABLE_CHARS:
+        return f"{len(rows)} rows longer than {p['long_len']}: a table too large for the code"
+    if card.row_len_max > SPLIT_MAX_PER_THREAD * p["block"]:
+        return (f"the longest row ({card.row_len_max} entries) would leave each of a block's {p['block']} threads "
+                f"over {SPLIT_MAX_PER_THREAD}: csr_adaptive splits such rows")
+    return None
+
+
+def _split_unseen(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
+    assert card is not None
+    return _table_unseen(split_rows(p, card), p["long_len"], card)
+
+
+def _split_seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
+    out: list[Params] = []
+    tprs = [4, 32] if card is None else [_pow2_near(card.row_len_mean / 4, 1, 32), 32]
+    for tpr in tprs:
+        for long_len in (256, 1024):
+            q = {"tpr": tpr, "unroll": 4, "long_len": long_len, "block": 256}
+            if q not in out:
+                out.append(q)
+    return out
+
+
+def _split_templates() -> list[Template]:
+    def spec(p: Params, card: MatrixCard | None) -> str:
+        assert card is not None
+        rows = split_rows(p, card)
+        assert rows, "render a checked point"
+        return render_split(p["tpr"], p["unroll"], p["long_len"], p["block"], rows)
+
+    return [Template(name="csr_split_spec", op=Op.SPMV, format="CSR", space=SPLIT_SPACE, renderer=spec,
+                     checker=_split_check, seed_points=_split_seeds, specialised=True, unseen=_split_unseen,
+                     doc=SPLIT_DOC)]
+
+
 def csr_templates() -> list[Template]:
-    return _adaptive_templates() + _lanes_templates()
+    return _adaptive_templates() + _lanes_templates() + _split_templates()
