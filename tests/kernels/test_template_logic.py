@@ -230,14 +230,18 @@ def emulate_split(A, x, tpr: int, unroll: int, long_len: int, block: int, long_r
     m = A.shape[0]
     y, stores = np.full(m, np.nan), np.zeros(m, dtype=int)
     ip, col, val = A.indptr, A.indices, A.data
-    for r in long_rows:  # the long-row blocks
-        part = np.zeros(block)
-        for t in range(block):
-            for j in range(ip[r] + t, ip[r + 1], block * unroll):
+
+    def strided(begin: int, end: int, threads: int) -> float:  # each thread's loop, then their sum
+        part = np.zeros(threads)
+        for t in range(threads):
+            for j in range(begin + t, end, threads * unroll):
                 for u in range(unroll):
-                    if j + u * block < ip[r + 1]:
-                        part[t] += val[j + u * block] * x[col[j + u * block]]
-        y[r] = part.sum()
+                    if j + u * threads < end:
+                        part[t] += val[j + u * threads] * x[col[j + u * threads]]
+        return part.sum()
+
+    for r in long_rows:  # the long-row blocks
+        y[r] = strided(ip[r], ip[r + 1], block)
         stores[r] += 1
     rows_per_block = block // tpr
     n_blocks = len(long_rows) + -(-m // rows_per_block)
@@ -246,13 +250,7 @@ def emulate_split(A, x, tpr: int, unroll: int, long_len: int, block: int, long_r
             row = (b - len(long_rows)) * rows_per_block + g
             if row >= m or ip[row + 1] - ip[row] > long_len:
                 continue
-            lanes = np.zeros(tpr)
-            for lane in range(tpr):
-                for j in range(ip[row] + lane, ip[row + 1], tpr * unroll):
-                    for u in range(unroll):
-                        if j + u * tpr < ip[row + 1]:
-                            lanes[lane] += val[j + u * tpr] * x[col[j + u * tpr]]
-            y[row] = lanes.sum()
+            y[row] = strided(ip[row], ip[row + 1], tpr)
             stores[row] += 1
     return y, stores
 

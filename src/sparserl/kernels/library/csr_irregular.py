@@ -47,6 +47,7 @@ Both read every value from ``val`` and ``x``: only the structure is specialised.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from sparserl.kernels.contract import Op, render_params_line, signature
@@ -361,6 +362,25 @@ def render_adaptive(rpw: int, items: int, long_len: int, seg: int, block: int,
     return completion(head, _adaptive_facts(plan, seg), _ADAPTIVE_SPEC)
 
 
+def _strided_sum(start: str, step: str, depth: int) -> str:
+    """A loop adding val * x of entries ``start``, ``start + step``, ... below ``end`` into ``sum``,
+    UNROLL of them in flight (every load issued before the first multiply), ``depth`` levels of four
+    spaces in (no newline at the end)."""
+    return textwrap.indent(fill("""for (int j = ${START}; j < end; j += ${STEP} * UNROLL) {
+    int c[UNROLL];
+    float a[UNROLL];
+    #pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        const int jj = j + u * ${STEP};
+        c[u] = jj < end ? __ldcs(col_idx + jj) : 0;
+        a[u] = jj < end ? __ldcs(val + jj) : 0.f;
+    }
+    #pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+        if (j + u * ${STEP} < end) sum = fmaf(a[u], __ldg(x + c[u]), sum);
+}""", START=start, STEP=step), "    " * depth)
+
+
 _LANES = fill(
     """
 ${SIG}
@@ -372,24 +392,12 @@ ${SIG}
     float sum = 0.f;
     if (row < m) {
         const int end = __ldg(row_ptr + row + 1);
-        for (int j = __ldg(row_ptr + row) + lane; j < end; j += TPR * UNROLL) {
-            int c[UNROLL];
-            float a[UNROLL];
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int jj = j + u * TPR;
-                c[u] = jj < end ? __ldcs(col_idx + jj) : 0;
-                a[u] = jj < end ? __ldcs(val + jj) : 0.f;
-            }
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-                if (j + u * TPR < end) sum = fmaf(a[u], __ldg(x + c[u]), sum);
-        }
+${LOOP}
     }
 ${REDUCE}
     if (lane == 0 && row < m) y[row] = sum;
 }
-""", SIG=_SIG, REDUCE=group_sum("sum", "TPR", FULL_MASK))
+""", SIG=_SIG, REDUCE=group_sum("sum", "TPR", FULL_MASK), LOOP=_strided_sum("__ldg(row_ptr + row) + lane", "TPR", 2))
 """The generic csr_lanes."""
 
 _LANES_SPEC = fill(
@@ -475,19 +483,7 @@ ${SIG}
         const int r = c_long_row[blockIdx.x];
         const int end = __ldg(row_ptr + r + 1);
         float sum = 0.f;
-        for (int j = __ldg(row_ptr + r) + (int)threadIdx.x; j < end; j += BLOCK * UNROLL) {
-            int c[UNROLL];
-            float a[UNROLL];
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int jj = j + u * BLOCK;
-                c[u] = jj < end ? __ldcs(col_idx + jj) : 0;
-                a[u] = jj < end ? __ldcs(val + jj) : 0.f;
-            }
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-                if (j + u * BLOCK < end) sum = fmaf(a[u], __ldg(x + c[u]), sum);
-        }
+${LONG_LOOP}
         #pragma unroll
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(${FULL}, sum, off);
         if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = sum;
@@ -511,25 +507,15 @@ ${SIG}
         const int end = __ldg(row_ptr + row + 1);
         mine = end - begin <= LONG_LEN;
         if (mine) {
-            for (int j = begin + lane; j < end; j += TPR * UNROLL) {
-                int c[UNROLL];
-                float a[UNROLL];
-                #pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    const int jj = j + u * TPR;
-                    c[u] = jj < end ? __ldcs(col_idx + jj) : 0;
-                    a[u] = jj < end ? __ldcs(val + jj) : 0.f;
-                }
-                #pragma unroll
-                for (int u = 0; u < UNROLL; ++u)
-                    if (j + u * TPR < end) sum = fmaf(a[u], __ldg(x + c[u]), sum);
-            }
+${SHORT_LOOP}
         }
     }
 ${REDUCE}
     if (lane == 0 && mine) y[row] = sum;
 }
-""", SIG=_SIG, FULL=FULL_MASK, REDUCE=group_sum("sum", "TPR", FULL_MASK))
+""", SIG=_SIG, FULL=FULL_MASK, REDUCE=group_sum("sum", "TPR", FULL_MASK),
+    LONG_LOOP=_strided_sum("__ldg(row_ptr + r) + (int)threadIdx.x", "BLOCK", 2),
+    SHORT_LOOP=_strided_sum("begin + lane", "TPR", 3))
 """The specialised csr_split: the long rows' table in the facts block above it."""
 
 
