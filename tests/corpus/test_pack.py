@@ -29,7 +29,7 @@ def kernel_text(rng: random.Random, i: int) -> str:
 
 def make_corpus(folder: Path, files: int = 120, seed: int = 0) -> list[ManifestRow]:
     """A corpus folder written directly: package 'alpha' (train, a few held out by share), 'beta'
-    held out whole, and two library files."""
+    held out whole, two library files and one template render."""
     rng = random.Random(seed)
     rows = []
     for i in range(files):
@@ -40,6 +40,8 @@ def make_corpus(folder: Path, files: int = 120, seed: int = 0) -> list[ManifestR
     for j in range(2):
         rows.append(_row(folder, "sparserl-library", f"library/v{j}.cu",
                          f"FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 8), block=256\n// variant {j}\n", "train"))
+    rows.append(_row(folder, "sparserl-templates", "templates/csr_split_spec/0.cu",
+                     "FORMAT: DIA\nLAUNCH: grid=ceil_div(m, 8), block=256\n// a specialised render\n", "train"))
     write_manifest(folder, rows)
     return rows
 
@@ -72,7 +74,7 @@ def test_pack_streams_are_the_tokenizers_output(tmp_path) -> None:
     beta = [r for r in sorted(rows, key=lambda r: r.sha256) if r.package == "beta"]
     want = [t for r in beta for t in tok(texts[r.sha256], add_special_tokens=False)["input_ids"] + [eos]]
     assert pk.heldout["beta"].tolist() == want
-    # train: every train file once (the library's three times), in some order, nothing held out
+    # train: every train file once (the library's and the templates' three times), in some order, nothing held out
     train = pk.train.tolist()
     docs, cur = [], []
     for t in train:
@@ -81,10 +83,11 @@ def test_pack_streams_are_the_tokenizers_output(tmp_path) -> None:
             cur = []
         else:
             cur.append(t)
-    assert cur == [] and len(docs) == info["train_files"] + 2 * 2
+    assert cur == [] and len(docs) == info["train_files"] + 2 * (2 + 1)
     train_texts = [texts[r.sha256] for r in rows if r.split == "train"]
     assert sorted(set(docs)) == sorted(train_texts)
-    assert sum(d.startswith("FORMAT: CSR") for d in docs) == 2 * 3
+    assert sum(d.startswith("FORMAT: CSR") for d in docs) == 2 * 3  # kills library files not repeated
+    assert sum(d.startswith("FORMAT: DIA") for d in docs) == 3  # kills template renders not repeated
     assert not set(docs) & {texts[r.sha256] for r in rows if r.split == "heldout"}
     assert pk.train.dtype == np.uint16 and isinstance(pk.train, np.memmap)
     # the raw streams went to the scratch folder, the pack holds only the compressed ones

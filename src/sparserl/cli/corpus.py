@@ -79,8 +79,8 @@ def pack_cmd(
     vocab_size: int = typer.Option(8192, help="BPE vocabulary of the tokenizer trained on the train split"),
     max_mib: float = typer.Option(40.0, help="most MiB the pack may take (the train split is cut to fit; 0: no "
                                              "limit)"),
-    library_repeats: int = typer.Option(10, help="times the kernel library's train files appear in the train "
-                                                 "stream"),
+    library_repeats: int = typer.Option(10, help="times the project's own kernels (the library's files and the "
+                                                 "templates' renders) appear in the train stream"),
     tokenizer_mb: float = typer.Option(32.0, help="MB of train text the tokenizer is trained on (a seeded sample)"),
     seed: int = typer.Option(0, help="seed of the document order and the tokenizer sample"),
 ) -> None:

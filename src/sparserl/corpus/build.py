@@ -38,7 +38,7 @@ from sparserl.corpus.archives import ArchiveInfo, members, read_info
 from sparserl.corpus.fetch import fetch
 from sparserl.corpus.filters import FileRules, drop_reason, has_extension, licence_of
 from sparserl.corpus.lock import folder_lock
-from sparserl.corpus.manifest import FILES, SUMMARY, ManifestRow, file_path, write_manifest
+from sparserl.corpus.manifest import FILES, LIBRARY, SUMMARY, TEMPLATES, ManifestRow, file_path, write_manifest
 from sparserl.corpus.sources import (
     ARCHIVE_SUFFIXES,
     DEFAULT_HELDOUT,
@@ -53,8 +53,6 @@ from sparserl.errors import SparseRLError
 log = logging.getLogger(__name__)
 
 TOOLKIT = "cuda-toolkit"
-LIBRARY = "sparserl-library"
-TEMPLATES = "sparserl-templates"
 TEMPLATE_ROWS = (3000, 8000)
 """Rows of the generated matrices the templates are rendered on (one matrix per trainable family and size)."""
 TEMPLATE_SEED = 7919

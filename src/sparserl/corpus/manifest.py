@@ -18,6 +18,13 @@ MANIFEST = "manifest.jsonl"
 SUMMARY = "summary.json"
 FILES = "files"
 SPLITS = ("train", "heldout")
+LIBRARY = "sparserl-library"
+"""The package of the project's kernel library, rendered."""
+TEMPLATES = "sparserl-templates"
+"""The package of the search templates rendered at their seed points (the specialised bodies the search's
+winners are made of, which the library alone never shows)."""
+OWN = (LIBRARY, TEMPLATES)
+"""The packages of the project's own kernels."""
 
 
 @dataclass(frozen=True)

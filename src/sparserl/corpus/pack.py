@@ -1,8 +1,8 @@
 """A built corpus tokenised once, in a folder small enough to carry to a GPU machine.
 
 ``sparserl corpus pack`` trains the BPE tokenizer (digits split one by one) on a seeded sample of
-the train split, tokenises the train split (documents shuffled, each ended by EOS; the kernel
-library's files repeated ``library_repeats`` times) and each held-out package's files, and writes:
+the train split, tokenises the train split (documents shuffled, each ended by EOS; the project's own
+kernels, the library's files and the templates' renders, repeated ``library_repeats`` times) and each held-out package's files, and writes:
 
 * ``tokenizer/``: the Hugging Face fast tokenizer;
 * ``train.tokens.xz``: the train token stream, raw little-endian uint16 (uint32 past 65,536
@@ -29,13 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from sparserl.corpus.lock import check_free, folder_lock
-from sparserl.corpus.manifest import ManifestRow, read_manifest, read_text
+from sparserl.corpus.manifest import OWN, ManifestRow, read_manifest, read_text
 from sparserl.errors import SparseRLError
 
 log = logging.getLogger(__name__)
 
 PACK_JSON = "pack.json"
-LIBRARY = "sparserl-library"
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,8 @@ class PackConfig:
     max_mib: float = 40.0
     """Most MiB the pack may take; the train stream is cut to fit (0: no limit)."""
     library_repeats: int = 10
-    """Times the kernel library's train files appear in the train stream (it is small and on-domain)."""
+    """Times the project's own kernels (:data:`OWN`: the library's and the templates' train files) appear in
+    the train stream: they are small and on-domain, and the policy must copy their bodies exactly."""
     tokenizer_mb: float = 32.0
     """MB of train text (a seeded sample of whole files) the tokenizer is trained on."""
     heldout_tokens: int = 262_144
@@ -155,7 +155,7 @@ def _pack(cfg: PackConfig) -> dict:
         tok = train_tokenizer(_sample_for_tokenizer(texts, cfg.tokenizer_mb, rng), cfg.vocab_size)
         log.info("trained a %d-token BPE tokenizer in %.0f s", len(tok), time.perf_counter() - t1)
     dtype = _dtype(len(tok))
-    docs = texts + [t for r, t in zip(train_rows, texts) if r.package == LIBRARY] * max(cfg.library_repeats - 1, 0)
+    docs = texts + [t for r, t in zip(train_rows, texts) if r.package in OWN] * max(cfg.library_repeats - 1, 0)
     docs = [docs[i] for i in rng.permutation(len(docs))]
     eos = tok.eos_token_id
     train = _encode(tok, docs, eos, dtype, "tokenise train")
