@@ -86,7 +86,7 @@ def test_table_counts_samples_and_correct_ones_per_class() -> None:
     mixed = head.replace("grid=ceil_div(m, BLOCK / TPR)", "grid=ceil_div(m, 32)") + "\n\n" + body
     t = library_match_table([("a", lib, True), ("a", lib, False), ("a", mixed, False), ("a", other, True),
                           ("b", "junk", False)], "spmv")
-    none = {"failures": {}, "messages": {}}
+    none = {"failures": {}, "messages": {}, "template_bodies": {}}
     assert t["a"] == {"library": {"samples": 2, "correct": 1, **none}, "params": {"samples": 1, "correct": 1, **none},
                       "mismatch": {"samples": 1, "correct": 0, **none}, "new": {"samples": 0, "correct": 0, **none}}
     assert t["b"]["new"] == {"samples": 1, "correct": 0, **none} and t["b"]["library"]["samples"] == 0
@@ -97,6 +97,34 @@ def test_table_counts_samples_and_correct_ones_per_class() -> None:
     assert markdown({}) == [] and not any(line.startswith("Not correct") for line in md)  # no verdicts given
     assert shares(t["a"]) == {"library_share": 0.5, "params_share": 0.25, "mismatch_share": 0.25, "new_share": 0.0}
     assert shares(None) == {} and shares({"library": {"samples": 0, "correct": 0}}) == {}
+
+
+def test_a_template_body_is_told_apart_whatever_its_facts_say() -> None:
+    """A specialised template's render is ``new`` (no library body) and its template's body, also with
+    its facts changed (another long-row table) or with an empty facts block; a change in the code
+    after the facts is no template's body; the table counts them per template and the markdown says
+    so. Kills a classifier that compares the facts too (a copied body with a wrong table would count
+    as the policy's own code), one that ignores the code after them, and the count left out of the table."""
+    from sparserl.eval.library_match import template_body
+    from sparserl.kernels.templates import get_template
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+
+    card = matrix_card(generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002))
+    text = get_template("spmv", "csr_split_spec").render({"tpr": 4, "unroll": 4, "long_len": 1024, "block": 256}, card)
+    assert library_match(text, "spmv") is LibraryMatch.NEW and template_body(text, "spmv") == "csr_split_spec"
+    table_start = text.index("__constant__ int c_long_row[12] = {") + len("__constant__ int c_long_row[12] = {")
+    other_facts = text[:table_start] + "\n    7, " + text[table_start:]
+    assert template_body(other_facts, "spmv") == "csr_split_spec"
+    altered = text.replace("if (lane == 0 && mine) y[row] = sum;", "if (mine) y[row] = sum;")
+    assert altered != text and template_body(altered, "spmv") is None
+    assert template_body(get_variant(VECTOR).render(), "spmv") is None  # a library body is no template's here
+    t = library_match_table([("a", text, False, "incorrect"), ("a", other_facts, True, "none"),
+                             ("a", altered, False, "incorrect")], "spmv")
+    assert t["a"]["new"]["samples"] == 3
+    assert t["a"]["new"]["template_bodies"] == {"csr_split_spec": {"samples": 2, "correct": 1}}
+    assert ("New bodies that are a search template's body, its facts aside (a): csr_split_spec 2 (1 correct); "
+            "the other 1 are no template's body exactly (code of the policy's own, or a body altered).") in markdown(t)
 
 
 def test_failures_are_counted_by_verdict_per_class() -> None:
@@ -155,8 +183,10 @@ def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
               "message": "y[7] = 0, expected 1"}]
     (tmp_path / "completions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = rescore(tmp_path)
-    assert out["library_match"]["sft"]["library"] == {"samples": 1, "correct": 1, "failures": {}, "messages": {}}
+    assert out["library_match"]["sft"]["library"] == {"samples": 1, "correct": 1, "failures": {}, "messages": {},
+                                                      "template_bodies": {}}
     assert out["library_match"]["sft"]["new"] == {"samples": 1, "correct": 0, "failures": {"incorrect": 1},
+                                                  "template_bodies": {},
                                                   "messages": {"incorrect": [{"shape": "y[N] = N, expected N",
                                                                               "count": 1,
                                                                               "example": "y[7] = 0, expected 1"}]}}

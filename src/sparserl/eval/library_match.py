@@ -20,6 +20,12 @@ the header parsed and rendered back with its format parameters' defaults filled 
 code as written, without the PARAMS prelude) are compared without their comments and with their
 whitespace collapsed. A
 completion the harness cannot extract is ``new``. Nothing is compiled or run.
+
+A ``new`` body may still be a search template's body (:func:`template_body`): the body every point
+of that template shares, after the block of facts a specialised template bakes in at the top
+(``constexpr`` values and initialised tables: diagonal offsets, long-row lists), whatever those
+facts say. The table counts these per template, so a policy's specialised kernels, copied with
+wrong facts or not, are told apart from code of its own.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from sparserl.data.targets import without_comments
 from sparserl.harness.extract import Extracted, extract
 from sparserl.kernels.contract import Header, Op
 from sparserl.kernels.library import variants
+from sparserl.kernels.templates import templates
 
 
 class LibraryMatch(str, Enum):
@@ -102,6 +109,50 @@ def library_match(text: str, op: Op | str) -> LibraryMatch:
     return LibraryMatch.PARAMS if _shape(parts[0]) in heads.shapes else LibraryMatch.MISMATCH
 
 
+_FACT = re.compile(r"(?:__device__ )?(?:static )?(?:constexpr|__constant__) [^;{]*(?:\{[^}]*\})?[^;{]*; ?")
+
+
+def _without_facts(body: str) -> str:
+    """A collapsed body without the declarations at its top (``constexpr`` values, ``__constant__``
+    and ``__device__ constexpr`` tables): what every point of a template shares."""
+    while m := _FACT.match(body):
+        body = body[m.end():]
+    return body
+
+
+TEMPLATE_CARDS = (("banded", 4003, {"bands": 9}), ("stencil2d", 4900, {}), ("block", 4000, {"block": 8, "blocks_per_row": 4}),
+                  ("skewed", 6000, {"long_len": 2000, "long_fraction": 0.002}), ("powerlaw", 6000, {}),
+                  ("random", 3001, {"nnz_per_row": 16}))
+"""The generated matrices (family, rows, parameters; seed 1) whose cards the templates are rendered on to learn
+their bodies: every specialised template applies to one of them."""
+
+
+@lru_cache(maxsize=4)
+def _template_bodies(op: Op) -> dict[str, str]:
+    """Each template body of ``op`` (facts aside) -> the template's name, from its seed points on
+    :data:`TEMPLATE_CARDS` (the library's own bodies left out: they are ``library`` or ``params``)."""
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+
+    k = 32 if op is Op.SPMM else None
+    out: dict[str, str] = {}
+    for family, rows, params in TEMPLATE_CARDS:
+        card = matrix_card(generate(family, rows, seed=1, **params))
+        for t in templates(op):
+            for p in t.seeds(card, k):
+                parts = _parts(t.render(p, card), op)
+                if parts is not None and parts[1] not in _library(op):
+                    out.setdefault(_without_facts(parts[1]), t.name)
+    return out
+
+
+def template_body(text: str, op: Op | str) -> str | None:
+    """The template whose body (facts aside) ``text``'s is, or None (see the module docstring)."""
+    op = Op(op)
+    parts = _parts(text, op)
+    return None if parts is None else _template_bodies(op).get(_without_facts(parts[1]))
+
+
 def _first_line(message: str) -> str:
     return (message or "").strip().split("\n", 1)[0]
 
@@ -125,10 +176,16 @@ class _Tally:
     """Verdict kind -> :func:`message_shape` -> samples."""
     examples: dict[tuple[str, str], str] = field(default_factory=dict)
     """(kind, shape) -> the first message of that shape, its first line."""
+    template_bodies: dict[str, list[int]] = field(default_factory=dict)
+    """Template name -> [samples, correct] of the samples whose body is that template's (``new`` only)."""
 
-    def add(self, correct: bool, verdict: str | None, message: str | None) -> None:
+    def add(self, correct: bool, verdict: str | None, message: str | None, template: str | None = None) -> None:
         self.samples += 1
         self.correct += bool(correct)
+        if template is not None:
+            got = self.template_bodies.setdefault(template, [0, 0])
+            got[0] += 1
+            got[1] += bool(correct)
         if correct or not verdict:
             return
         self.failures[verdict] += 1
@@ -139,6 +196,7 @@ class _Tally:
 
     def as_dict(self, top: int) -> dict:
         return {"samples": self.samples, "correct": self.correct, "failures": dict(self.failures.most_common()),
+                "template_bodies": {t: {"samples": n, "correct": k} for t, (n, k) in sorted(self.template_bodies.items())},
                 "messages": {kind: [{"shape": shape, "count": n, "example": self.examples[kind, shape]}
                                     for shape, n in shapes.most_common(top)] for kind, shapes in self.shapes.items()}}
 
@@ -155,7 +213,8 @@ def library_match_table(samples: Iterable[tuple], op: Op | str, top_messages: in
     for system, text, correct, *rest in samples:
         verdict = rest[0] if rest else None
         message = rest[1] if len(rest) > 1 else None
-        tallies[system][library_match(text, op)].add(correct, verdict, message)
+        kind = library_match(text, op)
+        tallies[system][kind].add(correct, verdict, message, template_body(text, op) if kind is LibraryMatch.NEW else None)
     return {s: {c.value: t.as_dict(top_messages) for c, t in by.items()} for s, by in tallies.items()}
 
 
@@ -175,6 +234,14 @@ def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
             n, k = by[c.value]["samples"], by[c.value]["correct"]
             cells.append(f"{n} ({100 * n / total:.0f}%), {100 * k / n:.0f}% correct" if n else "0")
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    for system, by in table.items():  # the new bodies that are a template's
+        bodies = by.get(LibraryMatch.NEW.value, {}).get("template_bodies") or {}
+        if bodies:
+            n_new = by[LibraryMatch.NEW.value]["samples"]
+            told = ", ".join(f"{t} {v['samples']} ({v['correct']} correct)" for t, v in bodies.items())
+            rest = n_new - sum(v["samples"] for v in bodies.values())
+            lines += ["", f"New bodies that are a search template's body, its facts aside ({system}): {told}; "
+                      f"the other {rest} are no template's body exactly (code of the policy's own, or a body altered)."]
     for system, by in table.items():  # why the samples that were not correct failed, class by class
         parts = [f"{c.value}: " + ", ".join(f"{kind} {n}" for kind, n in by[c.value]["failures"].items())
                  for c in cols if by[c.value].get("failures")]
