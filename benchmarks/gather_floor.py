@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -60,6 +59,7 @@ import numpy as np
 from sparserl.devices import visible_gpus
 from sparserl.harness.baseline import time_cusparse
 from sparserl.harness.timing import FlushBuffer, TimingConfig, measured_copy_bandwidth, time_run
+from sparserl.improve.table import geomean_of
 from sparserl.kernels.contract import Op
 from sparserl.matrices import family_names, generate, load_matrix
 
@@ -136,22 +136,16 @@ def floors(A, config: TimingConfig, flush: FlushBuffer) -> dict:
     out: dict[str, dict] = {}
     launch = mod.get_function("launch_floor")
     sink = cp.empty(256, dtype=cp.float32)
-    out["launch_floor"] = {"us": time_run(lambda: launch((1,), (256,), (sink,)), config, flush=flush).median_us,
-                           "blocks_per_sm": 0, "per_blocks_per_sm": {}}
+    zeroings = {"launch_floor": lambda: None, "fill_launch_floor": lambda: y.fill(0),
+                "memset_launch_floor": lambda: cp.cuda.runtime.memsetAsync(y.data.ptr, 0, y.nbytes,
+                                                                           cp.cuda.get_current_stream().ptr)}
+    for name, zero_y in zeroings.items():  # one block that reads nothing, after y zeroed (or not)
 
-    def fill_launch() -> None:
-        y.fill(0)
-        launch((1,), (256,), (sink,))
+        def run(zero_y=zero_y) -> None:
+            zero_y()
+            launch((1,), (256,), (sink,))
 
-    out["fill_launch_floor"] = {"us": time_run(fill_launch, config, flush=flush).median_us,
-                                "blocks_per_sm": 0, "per_blocks_per_sm": {}}
-
-    def memset_launch() -> None:
-        cp.cuda.runtime.memsetAsync(y.data.ptr, 0, y.nbytes, cp.cuda.get_current_stream().ptr)
-        launch((1,), (256,), (sink,))
-
-    out["memset_launch_floor"] = {"us": time_run(memset_launch, config, flush=flush).median_us,
-                                  "blocks_per_sm": 0, "per_blocks_per_sm": {}}
+        out[name] = {"us": time_run(run, config, flush=flush).median_us, "blocks_per_sm": 0, "per_blocks_per_sm": {}}
     loads = -(-int(nnz) // 4)  # 16-byte loads of col (and of val)
     fit = max(1, -(-loads // 256))  # the smallest grid giving each thread one
     for name in ("stream_floor", "gather_floor", "gather_rows_floor"):
@@ -169,11 +163,6 @@ def floors(A, config: TimingConfig, flush: FlushBuffer) -> dict:
         out[name] = {"us": per_grid[best], "blocks_per_sm": best,
                      "per_blocks_per_sm": {f"{b:g}": t for b, t in per_grid.items()}}
     return out
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
 def ceilings(rows: list[dict], search_rows: list[dict]) -> dict:
@@ -202,9 +191,9 @@ def ceilings(rows: list[dict], search_rows: list[dict]) -> dict:
     summary = {"matrices": len(per), "left_out": len(rows) - len(per)}
     for key in ("cusparse_scale", "oracle_over_launch", "oracle_over_gather_rows", "search_over_oracle",
                 "launch_us", "fill_launch_us", "memset_launch_us"):
-        summary[key] = geomean([p[key] for p in per])
+        summary[key] = geomean_of([p[key] for p in per])
     # what a search at the estimate's ceiling would reach: each matrix at the better of its search and that
-    summary["search_capped_at_gather_rows"] = geomean(
+    summary["search_capped_at_gather_rows"] = geomean_of(
         [max(p["search_over_oracle"] or 1.0, p["oracle_over_gather_rows"]) for p in per])
     return {"per_matrix": per, "summary": summary}
 
