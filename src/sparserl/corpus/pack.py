@@ -2,7 +2,8 @@
 
 ``sparserl corpus pack`` trains the BPE tokenizer (digits split one by one) on a seeded sample of
 the train split, tokenises the train split (documents shuffled, each ended by EOS; the project's own
-kernels, the library's files and the templates' renders, repeated ``library_repeats`` times) and each held-out package's files, and writes:
+kernels, the library's files and the templates' renders, repeated ``library_repeats`` times) and each
+held-out package's files, and writes:
 
 * ``tokenizer/``: the Hugging Face fast tokenizer;
 * ``train.tokens.xz``: the train token stream, raw little-endian uint16 (uint32 past 65,536

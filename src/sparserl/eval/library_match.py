@@ -100,7 +100,11 @@ def _library(op: Op) -> dict[str, _Headers]:
 def library_match(text: str, op: Op | str) -> LibraryMatch:
     """The class of one completion (see the module docstring)."""
     op = Op(op)
-    parts = _parts(text, op)
+    return _match(_parts(text, op), op)
+
+
+def _match(parts: tuple[Header, str] | None, op: Op) -> LibraryMatch:
+    """:func:`library_match` of a completion already read (:func:`_parts`)."""
     heads = _library(op).get(parts[1]) if parts else None
     if heads is None:
         return LibraryMatch.NEW
@@ -149,7 +153,11 @@ def _template_bodies(op: Op) -> dict[str, str]:
 def template_body(text: str, op: Op | str) -> str | None:
     """The template whose body (facts aside) ``text``'s is, or None (see the module docstring)."""
     op = Op(op)
-    parts = _parts(text, op)
+    return _template_of(_parts(text, op), op)
+
+
+def _template_of(parts: tuple[Header, str] | None, op: Op) -> str | None:
+    """:func:`template_body` of a completion already read (:func:`_parts`)."""
     return None if parts is None else _template_bodies(op).get(_without_facts(parts[1]))
 
 
@@ -210,11 +218,13 @@ def library_match_table(samples: Iterable[tuple], op: Op | str, top_messages: in
     with the harness's verdict (an ``ErrorKind`` value), or (..., verdict, message) with its message;
     every class appears for every system (zeros included), so tables of different runs line up."""
     tallies: dict[str, dict[LibraryMatch, _Tally]] = defaultdict(lambda: {c: _Tally() for c in LibraryMatch})
+    op = Op(op)
     for system, text, correct, *rest in samples:
         verdict = rest[0] if rest else None
         message = rest[1] if len(rest) > 1 else None
-        kind = library_match(text, op)
-        tallies[system][kind].add(correct, verdict, message, template_body(text, op) if kind is LibraryMatch.NEW else None)
+        parts = _parts(text, op)  # read once: the class, and the template of a new body
+        kind = _match(parts, op)
+        tallies[system][kind].add(correct, verdict, message, _template_of(parts, op) if kind is LibraryMatch.NEW else None)
     return {s: {c.value: t.as_dict(top_messages) for c, t in by.items()} for s, by in tallies.items()}
 
 
