@@ -353,3 +353,93 @@ def test_dia_window_covers_each_diagonal() -> None:
             for o in cl:
                 for t in range(4):  # x[r0 + o + t] is element o - start + t of the window
                     assert 0 <= o - start + t < 4 * loads
+
+
+def emulate_owned(A, x, batches: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """coo_owned's launch on the host, its warps in turn and each batch's 32 lanes as arrays: the
+    ownership test, the zeroes of empty rows, the segmented scan, the carry and the stores as the
+    CUDA writes them (the prologue's batches and the walk's are the same step). Returns y (NaN
+    where nothing was written) and how many times each row was written."""
+    coo = A.tocoo()
+    order = np.lexsort((coo.col, coo.row))
+    row, col, val = coo.row[order], coo.col[order], coo.data[order]
+    m, nnz, NONE = A.shape[0], len(row), 2**31 - 1
+    y, writes = np.full(m, np.nan), np.zeros(m, dtype=int)
+    lanes = np.arange(32)
+
+    def write(r: int, value: float) -> None:
+        y[r] = value
+        writes[r] += 1
+
+    warps = -(-nnz // (block * batches)) * (block // 32)
+    for w in range(warps):
+        s = w * 32 * batches
+        if s >= nnz:
+            continue
+        e = min(s + 32 * batches, nnz)
+        r_before = row[s - 1] if s > 0 else -1
+        r_end = row[e - 1]
+        if r_end == r_before:
+            continue
+        carry, carry_row, prev = 0.0, -1, r_before
+        more, j0 = True, s
+        while more:
+            j = j0 + lanes
+            valid = j < nnz
+            raw = np.where(valid, row[np.minimum(j, nnz - 1)], NONE)
+            own = (raw != NONE) & (raw != r_before) & ((j < e) | (raw == r_end))
+            r = np.where(own, raw, -1)
+            v = np.where(own, val[np.minimum(j, nnz - 1)] * x[col[np.minimum(j, nnz - 1)]], 0.0)
+            up = np.concatenate([[prev], raw[:-1]])
+            for lane in np.flatnonzero(own & (raw != up)):
+                for q in range(up[lane] + 1, raw[lane]):
+                    write(q, 0.0)
+            for lane in np.flatnonzero(own & (j == nnz - 1)):
+                for q in range(raw[lane] + 1, m):
+                    write(q, 0.0)
+            for off in (1, 2, 4, 8, 16):
+                vu, ru = np.concatenate([np.zeros(off), v[:-off]]), np.concatenate([np.full(off, -2), r[:-off]])
+                v = np.where((lanes >= off) & (ru == r), v + vu, v)
+            if carry_row >= 0 and carry_row != r[0]:
+                write(carry_row, carry)
+                carry_row = -1
+            if carry_row >= 0:
+                v = np.where(r == carry_row, v + carry, v)
+            r_next = np.concatenate([r[1:], [r[31]]])
+            for lane in np.flatnonzero((r >= 0) & (lanes != 31) & (r_next != r)):
+                write(r[lane], v[lane])
+            carry, carry_row, prev = v[31], r[31], raw[31]
+            more = carry_row >= 0 or j0 + 32 < e
+            j0 += 32
+        if carry_row >= 0:
+            write(carry_row, carry)
+    return y, writes
+
+
+def _coo_tricky() -> list[sp.csr_array]:
+    rng = np.random.default_rng(7)
+    out = []
+    # rows that start on a warp's first and last entry, rows across several warps, empty rows first,
+    # last and in runs, single entries, a row ending exactly on a warp's last entry
+    lens = [0, 0, 1, 31, 32, 33, 0, 0, 0, 1, 1, 64, 127, 128, 129, 0, 300, 5, 0] + list(rng.integers(0, 12, 200)) + [700, 0, 0]
+    out.append(_csr_from_lengths(lens, 1024, seed=3))
+    out.append(_csr_from_lengths([32] * 40 + [0] * 5, 64, seed=4))  # every row exactly one batch
+    out.append(_csr_from_lengths([1] + [0] * 50, 8, seed=5))  # one entry, then only empty rows
+    out.append(_csr_from_lengths([0] * 9 + [2000], 2048, seed=6))  # one long row, last
+    out.append(generate("powerlaw", 3000, seed=2))
+    return out
+
+
+def test_coo_owned_writes_every_row_once() -> None:
+    """Every row of y is written exactly once (the kernel runs on unzeroed y) and y = A x, on the
+    structures that hit the ownership's edges, for one and four batches a warp. Kills an ownership
+    test that also takes the row open before the range (rows summed by two warps, both storing
+    partial sums), one that stops at the range's end (the last row cut short), gap zeroing from
+    an unowned row start (empty rows written twice), no zeroing of the rows after the last entry,
+    and a walk that stops before the carried run is stored."""
+    for A in _coo_tricky():
+        x = np.random.default_rng(1).standard_normal(A.shape[1])
+        for batches, block in ((1, 256), (4, 128), (2, 64)):
+            y, writes = emulate_owned(A, x, batches, block)
+            assert (writes == 1).all(), (batches, np.flatnonzero(writes != 1)[:5])
+            np.testing.assert_allclose(y, A @ x, rtol=1e-9, atol=1e-9)
