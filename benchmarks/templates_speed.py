@@ -26,7 +26,13 @@ over the 11 families (the target set), over all generated matrices, and over Sui
     python benchmarks/templates_speed.py --suitesparse $SPARSERL_SUITESPARSE --only none --out ss.json
     python benchmarks/templates_speed.py --rows 2000 --compile-only    # CPU: render and compile only
 
-``--only`` takes comma-separated matrix names (``none`` skips the generated ones).
+``--only`` takes comma-separated matrix names (``none`` skips the generated ones). ``--points``
+adds template points beyond the seeds, each ``TEMPLATE:name=value,...`` (a point a template's check
+refuses for a matrix is left out there): they are timed beside the rest, listed per matrix in the
+JSON's ``results`` with kind ``point``, and kept out of the oracles and the specialisation gains.
+
+    python benchmarks/templates_speed.py --suitesparse DIR --only none,wiki-Vote,rajat01 \
+        --points coo_segmented:batches=1,block=256 coo_owned:batches=1,block=512 --out points.json
 ``--compile-only`` needs no GPU: it renders every candidate and compiles it, and exits non-zero if
 any fails to compile (the CPU smoke test runs this).
 """
@@ -50,7 +56,8 @@ from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
 from sparserl.kernels.contract import Op  # noqa: E402
 from sparserl.kernels.library import all_variants  # noqa: E402
 from sparserl.kernels.library.csr_irregular import variants as irregular_variants  # noqa: E402
-from sparserl.kernels.templates import templates  # noqa: E402
+from sparserl.errors import SparseRLError  # noqa: E402
+from sparserl.kernels.templates import get_template, templates  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402
 from sparserl.matrices.card import matrix_card  # noqa: E402
 
@@ -94,8 +101,31 @@ def generated(rows: int, only: set[str] | None):
             yield label, fam, A, core
 
 
-def candidates(card) -> list[dict]:
-    """Every SpMV library variant and every template seed for this card: id, kind, template, text."""
+def parse_points(specs: list[str]) -> list[tuple[str, dict[str, int]]]:
+    """``TEMPLATE:name=value,...`` strings as (SpMV template, complete point); a clear error for an
+    unknown template, a parameter it does not have, a missing one or a value outside its domain."""
+    out = []
+    for spec in specs:
+        name, _, rest = spec.partition(":")
+        try:
+            t = get_template(Op.SPMV, name)
+            point = {k: int(v) for k, v in (kv.split("=", 1) for kv in rest.split(",") if kv)}
+        except (SparseRLError, ValueError) as exc:
+            raise SystemExit(f"error: --points {spec!r}: {exc}") from None
+        names = [p.name for p in t.space]
+        bad = sorted(set(point) ^ set(names))
+        if bad:
+            raise SystemExit(f"error: --points {spec!r}: {name} takes exactly {', '.join(names)} (not {', '.join(bad)})")
+        for p in t.space:
+            if point[p.name] not in p.values:
+                raise SystemExit(f"error: --points {spec!r}: {p.name}={point[p.name]} is not one of {p.values}")
+        out.append((name, point))
+    return out
+
+
+def candidates(card, points: list[tuple[str, dict[str, int]]] = ()) -> list[dict]:
+    """Every SpMV library variant and every template seed for this card, and the extra ``points``
+    its template's check accepts for it: id, kind, template, text."""
     out = [{"id": v.id, "kind": "library", "template": v.strategy, "text": v.render(),
             "old": v.strategy not in NEW_LIBRARY_STRATEGIES}
            for v in all_variants() if v.op is Op.SPMV]
@@ -103,6 +133,10 @@ def candidates(card) -> list[dict]:
         for p in t.seeds(card):
             out.append({"id": t.candidate(p).id, "kind": "template", "template": t.name, "text": t.render(p, card),
                         "specialised": t.specialised, "generic": t.generic})
+    for name, p in points:
+        t = get_template(Op.SPMV, name)
+        if t.check(p, card, None) is None:
+            out.append({"id": t.candidate(p).id, "kind": "point", "template": name, "text": t.render(p, card)})
     return out
 
 
@@ -112,9 +146,10 @@ def _best(cands: list[dict], results: dict[str, object], regime: str, keep) -> t
     return min(ok, key=lambda t: t[1]) if ok else None
 
 
-def evaluate_matrix(ev: Evaluator, name: str, fam: str, A, regime: str, compile_only: bool) -> dict:
+def evaluate_matrix(ev: Evaluator, name: str, fam: str, A, regime: str, compile_only: bool,
+                    points: list[tuple[str, dict[str, int]]] = ()) -> dict:
     card = matrix_card(A)
-    cands = candidates(card)
+    cands = candidates(card, points)
     texts = list(dict.fromkeys(c["text"] for c in cands))
     mat = ev.register(A, name)
     t0 = time.perf_counter()
@@ -127,7 +162,8 @@ def evaluate_matrix(ev: Evaluator, name: str, fam: str, A, regime: str, compile_
                                  for c in cands if not res[c["text"]].compiled))
         row["compile_failures"] = bad
         return row
-    row["results"] = [{"id": c["id"], "ok": res[c["text"]].ok, "error_kind": res[c["text"]].error_kind.value,
+    row["results"] = [{"id": c["id"], "kind": c["kind"], "ok": res[c["text"]].ok,
+                       "error_kind": res[c["text"]].error_kind.value,
                        "message": res[c["text"]].message[:200],
                        **{f"{r}_us": res[c["text"]].timings[r].median_us for r in res[c["text"]].timings}}
                       for c in cands]
@@ -146,7 +182,7 @@ def evaluate_matrix(ev: Evaluator, name: str, fam: str, A, regime: str, compile_
         entry = {"cusparse_us": base}
         for key, keep in (("old_library", lambda c: c["kind"] == "library" and c["old"]),
                           ("library", lambda c: c["kind"] == "library"),
-                          ("with_templates", lambda c: True),
+                          ("with_templates", lambda c: c["kind"] != "point"),
                           ("best_template", lambda c: c["kind"] == "template")):
             best = _best(cands, res, reg, keep)
             entry[key] = None if best is None else {"id": best[0], "us": best[1], "speedup": base / best[1]}
@@ -218,6 +254,23 @@ def report(rows: list[dict], regime: str, gpu: str) -> dict:
         print("target >= 1.3x on the irregular families: " + ", ".join(
             f"{k} {v:.2f}x{'' if v >= 1.3 else ' (below)'}" for k, v in targets.items()))
     summary["irregular_targets"] = targets
+    points = list(dict.fromkeys(x["id"] for r in timed for x in r.get("results", []) if x.get("kind") == "point"))
+    if points:
+        print(f"\nThe --points, {regime} us (- where refused or not correct), beside the oracle with every template seed")
+        print(f"{'matrix':22} {'oracle':>8} " + " ".join(f"{i:>24}" for i in range(len(points))))
+        over: dict[str, list[float]] = {pid: [] for pid in points}
+        for r in timed:
+            got = {x["id"]: x.get(f"{regime}_us") for x in r["results"] if x.get("kind") == "point" and x["ok"]}
+            best = r[regime]["with_templates"]
+            print(f"{r['matrix']:22} {best['us'] if best else float('nan'):>8.2f} " + " ".join(
+                f"{got[pid]:>24.2f}" if got.get(pid) else f"{'-':>24}" for pid in points))
+            for pid in points:
+                if got.get(pid) and best:
+                    over[pid].append(best["us"] / got[pid])
+        for i, pid in enumerate(points):
+            print(f"  {i}: {pid}: oracle / point {_geomean(over[pid]) or 0:.3f} (geomean over {len(over[pid])})")
+        summary["points_over_oracle"] = {pid: {"geomean_oracle_over_point": _geomean(v), "matrices": len(v)}
+                                         for pid, v in over.items()}
     return summary
 
 
@@ -229,8 +282,11 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated matrix names; 'none' skips the generated set")
     ap.add_argument("--regime", choices=["cold", "warm"], default="cold", help="regime of the headline figures")
     ap.add_argument("--compile-only", action="store_true", help="render and compile every candidate (no GPU)")
+    ap.add_argument("--points", nargs="*", default=[], metavar="TEMPLATE:NAME=VALUE,...",
+                    help="template points to time beside the seeds (kept out of the oracles)")
     ap.add_argument("--out", type=Path, default=Path("templates_speed.json"))
     args = ap.parse_args()
+    points = parse_points(args.points)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.rows < 1:
         raise SystemExit("--rows must be >= 1")
@@ -246,7 +302,7 @@ def main() -> int:
             sources.append(((n, f, A, False) for n, f, A in matrices("suitesparse", args.suitesparse, only)))
         for source in sources:
             for name, fam, A, core in source:
-                row = evaluate_matrix(ev, name, fam, A, args.regime, args.compile_only) | {"core": core}
+                row = evaluate_matrix(ev, name, fam, A, args.regime, args.compile_only, points) | {"core": core}
                 rows.append(row)
                 args.out.parent.mkdir(parents=True, exist_ok=True)  # what is done survives a cut-off run
                 args.out.write_text(json.dumps({"partial": True, "matrices": rows}, indent=1, default=str))

@@ -378,9 +378,7 @@ def emulate_owned(A, x, batches: int, block: int) -> tuple[np.ndarray, np.ndarra
             continue
         e = min(s + 32 * batches, nnz)
         r_before = row[s - 1] if s > 0 else -1
-        r_end = row[e - 1]
-        if r_end == r_before:
-            continue
+        r_end = row[e - 1]  # when it is r_before, no entry is owned and nothing is written
         carry, carry_row, prev = 0.0, -1, r_before
         more, j0 = True, s
         while more:

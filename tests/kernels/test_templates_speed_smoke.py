@@ -90,3 +90,29 @@ def test_templates_speed_bookkeeping_on_fake_timings(capsys) -> None:
     assert by["banded9_4k"]["dia_window_spec"] is not None and by["skewed_2k"]["dia_window_spec"] is None
     assert by["random16_2k"]["csr_lanes_spec"] is not None and by["blocks"]["bsr_stream_spec"] is not None
     assert summary["irregular_targets"].keys() == {"random16_2k", "skewed_2k"}
+
+
+def test_points_are_parsed_timed_beside_the_rest_and_kept_out_of_the_oracles(capsys) -> None:
+    """``--points``: complete points only (kills accepting a missing, unknown or out-of-domain
+    parameter), listed with kind ``point`` where the template's check accepts them (kills timing a
+    refused point), printed, and never the oracle (kills a point counted into ``with_templates``)."""
+    from sparserl.matrices import generate
+
+    mod = _load_script()
+    assert mod.parse_points(["coo_owned:batches=2,block=512"]) == [("coo_owned", {"batches": 2, "block": 512})]
+    for bad in ("coo_owned:batches=2", "coo_owned:batches=2,block=512,tpr=4", "coo_owned:batches=3,block=512",
+                "no_such:batches=1", "coo_owned:batches=x,block=512"):
+        with pytest.raises(SystemExit, match="--points"):
+            mod.parse_points([bad])
+    points = mod.parse_points(["coo_owned:batches=2,block=512", "csr_lanes_spec:" + ",".join(
+        f"{p.name}={p.values[0]}" for p in mod.get_template("spmv", "csr_lanes_spec").space)])
+    A = generate("powerlaw", 3000, seed=1)
+    row = mod.evaluate_matrix(_FakeEvaluator(), "pl", "suitesparse", A, "cold", False, points) | {"core": False}
+    mine = [x for x in row["results"] if x["kind"] == "point"]
+    assert [x["id"] for x in mine] == ["spmv/coo_owned/-/batches=2,block=512"]  # uniform rows only: refused here
+    fast = dict(mine[0])
+    row["results"] = [x | ({"cold_us": 0.001} if x["kind"] == "point" else {}) for x in row["results"]]
+    summary = mod.report([row], "cold", "fake")
+    assert row["cold"]["with_templates"]["us"] > 0.001 and fast["ok"]
+    assert summary["points_over_oracle"][fast["id"]]["matrices"] == 1
+    assert "The --points" in capsys.readouterr().out

@@ -19,7 +19,8 @@
   rows that *start* among its ``batches`` x 32 entries and sums each of them whole, reading past
   its entries for the last one; it stores every owned row once and zeroes the empty rows before
   each owned row start (and after the matrix's last entry). Its loads for its own entries and one
-  batch past them are issued together, so most warps take two trips to memory (entries, then x),
+  batch past them are issued together, before any test of ownership, so most warps take two trips
+  to memory (entries, then x),
   as ``coo_segmented`` does, without the harness's zeroing launch before it. A row that runs on
   past that batch is walked a batch at a time, and long runs of empty rows are zeroed by one lane:
   both slow, as the timed runs show.
@@ -145,23 +146,26 @@ ${SIG}
     const long long s = ((long long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5)) * (32 * BATCHES);
     if (s >= nnz) return;  // uniform per warp
     const long long e = min(s + 32 * BATCHES, (long long)nnz);
-    const int r_before = s > 0 ? __ldg(row_idx + s - 1) : -1;  // open when the range starts: an earlier warp's row
-    const int r_end = __ldg(row_idx + e - 1);  // open when it ends: this warp's, read on past e
-    if (r_end == r_before) return;  // no row starts among the warp's entries
-    // The warp's entries and one batch past them, loaded together (two trips to memory: entries, then x).
-    int raw[BATCHES + 1];
+    // The warp's entries and one batch past them, every load issued before any test of ownership
+    // (two trips to memory: the entries, then x); owned_step drops the products of rows not owned.
+    // Past nnz a lane reads the last entry again (no branch around a load) and drops it.
+    int raw[BATCHES + 1], c[BATCHES + 1];
     float v[BATCHES + 1];
     #pragma unroll
     for (int t = 0; t <= BATCHES; ++t) {
-        const long long j = s + t * 32 + lane;
-        raw[t] = j < nnz ? __ldg(row_idx + j) : NONE;
+        const long long j = min(s + t * 32 + lane, (long long)nnz - 1);
+        raw[t] = __ldg(row_idx + j);
+        c[t] = __ldg(col_idx + j);
+        v[t] = __ldg(val + j);
     }
     #pragma unroll
     for (int t = 0; t <= BATCHES; ++t) {
-        const long long j = s + t * 32 + lane;
-        const bool own = raw[t] != NONE && raw[t] != r_before && (j < e || raw[t] == r_end);
-        v[t] = own ? __ldg(val + j) * __ldg(x + __ldg(col_idx + j)) : 0.f;
+        v[t] *= __ldg(x + c[t]);
+        if (s + t * 32 + lane >= nnz) raw[t] = NONE;
     }
+    const int row_before = __ldg(row_idx + (s > 0 ? s - 1 : 0));
+    const int r_before = s > 0 ? row_before : -1;  // open when the range starts: an earlier warp's row
+    const int r_end = __ldg(row_idx + e - 1);  // open when it ends: this warp's if it started here, read on past e
     float carry = 0.f;
     int carry_row = -1;  // the owned row whose run reached lane 31 of the last batch
     int prev = r_before;  // the row of the entry before the batch's first
