@@ -32,7 +32,7 @@ refuses for a matrix is left out there): they are timed beside the rest, listed 
 JSON's ``results`` with kind ``point``, and kept out of the oracles and the specialisation gains.
 
     python benchmarks/templates_speed.py --suitesparse DIR --only none,wiki-Vote,rajat01 \
-        --points coo_segmented:batches=1,block=256 coo_owned:batches=1,block=512 --out points.json
+        --points coo_segmented:batches=1,block=256 coo_segmented:batches=1,block=512 --out points.json
 ``--compile-only`` needs no GPU: it renders every candidate and compiles it, and exits non-zero if
 any fails to compile (the CPU smoke test runs this).
 """
@@ -142,7 +142,7 @@ def candidates(card, points: list[tuple[str, dict[str, int]]] = ()) -> list[dict
 
 def _best(cands: list[dict], results: dict[str, object], regime: str, keep) -> tuple[str, float] | None:
     ok = [(c["id"], results[c["text"]].timings[regime].median_us) for c in cands
-          if keep(c) and results[c["text"]].ok]
+          if keep(c) and results[c["text"]].ok and regime in results[c["text"]].timings]
     return min(ok, key=lambda t: t[1]) if ok else None
 
 
@@ -178,6 +178,8 @@ def evaluate_matrix(ev: Evaluator, name: str, fam: str, A, regime: str, compile_
         log.warning("%s: no candidate passed", name)
         return row
     for reg in ("cold", "warm"):
+        if reg not in ok_any.baseline:  # the harness times the regimes its config names
+            continue
         base = ok_any.baseline[reg].median_us
         entry = {"cusparse_us": base}
         for key, keep in (("old_library", lambda c: c["kind"] == "library" and c["old"]),

@@ -1,5 +1,5 @@
-"""COO SpMM and SpMV with Y not zeroed (``FORMAT: COO zero_y=0``): every row written exactly once, or
-zeroed and then added into, on the structures that make that hard.
+"""COO SpMM with Y not zeroed (``FORMAT: COO zero_y=0``): every row written exactly once, or zeroed and
+then added into, on the structures that make that hard.
 
 The ``coo_runs_stored`` kernels skip the harness's memset of Y: a first launch zeroes the rows a
 boundary between two groups of entries cuts and the rows before the first entry and after the last; the walk stores every other row, and the zeros of the empty rows between two entries.
@@ -12,13 +12,6 @@ leading or trailing empty rows not zeroed, the empty rows between entries not st
 or before its first entry), a cut row not zeroed before the adds, a cut row stored instead of added
 (the other group's part lost), a row inside one group added into instead of stored (it was never
 zeroed).
-
-The SpMV ``coo_owned`` kernels (one launch: a warp sums whole the rows that start among its entries)
-run on the same matrices, with one and four batches a warp and every template point of batches and
-block; the GPU part kills a warp that stops at its range's end (the row's tail lost), one that also
-sums the row open before its range (a partial sum stored over the whole), empty rows before an owned
-row start or after the last entry left unwritten (NaN poison). ``tests/kernels/test_template_logic.py``
-emulates the same indexing on the CPU.
 """
 
 from __future__ import annotations
@@ -33,15 +26,6 @@ from sparserl.kernels.library import all_variants
 from sparserl.matrices import canonicalize, generate
 
 STORED = [v for v in all_variants() if v.strategy == "coo_runs_stored"]
-OWNED = [v for v in all_variants() if v.strategy == "coo_owned"]
-
-
-def owned_texts() -> list[str]:
-    """Every point of the coo_owned template (4 batches x 3 blocks)."""
-    from sparserl.kernels.templates import get_template
-
-    t = get_template("spmv", "coo_owned")
-    return [t.render({"batches": b, "block": blk}) for b in t.param("batches").values for blk in t.param("block").values]
 
 
 def gaps_matrix() -> sp.csr_array:
@@ -64,13 +48,11 @@ def gaps_matrix() -> sp.csr_array:
 def test_the_stored_kernels_say_zero_y_0_and_compile_on_these_matrices() -> None:
     """CPU part: the variants exist, declare the option, and get through the harness's front."""
     assert len(STORED) == 7 and all(v.render().startswith("FORMAT: COO zero_y=0\n") for v in STORED)
-    assert len(OWNED) == 2 and all(t.startswith("FORMAT: COO zero_y=0\n") for t in owned_texts())
     A = gaps_matrix()
     assert A.shape == (3000, 2000) and np.diff(A.indptr)[[0, 2999, 1300, 1600]].tolist() == [0, 0, 0, 1500]
     with Evaluator(HarnessConfig(compile_only=True)) as ev:
         ref = ev.register(A, "gaps")
-        jobs = [(v.render(), ref, "spmm", 136) for v in STORED] + [(t, ref, "spmv", None) for t in owned_texts()]
-        for r in ev.evaluate_many(jobs):
+        for r in ev.evaluate_many([(v.render(), ref, "spmm", 136) for v in STORED]):
             assert r.compiled and r.error_kind in (ErrorKind.NO_GPU, ErrorKind.NONE), r.message
 
 
@@ -85,21 +67,4 @@ def test_the_stored_kernels_are_correct_where_rows_are_empty_or_shared(tmp_path)
         jobs = [(v, name, k) for v in STORED for name in mats for k in (8, 136)]
         results = ev.evaluate_many([(v.render(), refs[name], "spmm", k) for v, name, k in jobs])
     bad = [(v.id, name, k, r.error_kind.value, r.message[:200]) for (v, name, k), r in zip(jobs, results) if not r.correct]
-    assert not bad, bad
-
-
-@pytest.mark.gpu
-def test_the_owned_spmv_kernels_write_every_row_once(tmp_path) -> None:
-    cfg = HarnessConfig(regimes=("cold",), reward_regime="cold", cold_trials=3, warm_trials=3, warmup=0,
-                        cache_dir=str(tmp_path))
-    mats = {"gaps": gaps_matrix(), "empty_rows": generate("empty_rows", 20_000, seed=3),
-            "skewed": generate("skewed", 20_000, seed=3, long_len=5000, long_fraction=0.001),
-            "powerlaw": generate("powerlaw", 30_000, seed=3)}
-    texts = owned_texts()
-    with Evaluator(cfg) as ev:
-        refs = {name: ev.register(A, name) for name, A in mats.items()}
-        jobs = [(i, name) for i in range(len(texts)) for name in mats]
-        results = ev.evaluate_many([(texts[i], refs[name], "spmv", None) for i, name in jobs])
-    bad = [(texts[i].splitlines()[1], name, r.error_kind.value, r.message[:200])
-           for (i, name), r in zip(jobs, results) if not r.correct]
     assert not bad, bad

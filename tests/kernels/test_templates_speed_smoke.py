@@ -99,20 +99,42 @@ def test_points_are_parsed_timed_beside_the_rest_and_kept_out_of_the_oracles(cap
     from sparserl.matrices import generate
 
     mod = _load_script()
-    assert mod.parse_points(["coo_owned:batches=2,block=512"]) == [("coo_owned", {"batches": 2, "block": 512})]
-    for bad in ("coo_owned:batches=2", "coo_owned:batches=2,block=512,tpr=4", "coo_owned:batches=3,block=512",
-                "no_such:batches=1", "coo_owned:batches=x,block=512"):
+    assert mod.parse_points(["coo_segmented:batches=2,block=512"]) == [("coo_segmented", {"batches": 2, "block": 512})]
+    for bad in ("coo_segmented:batches=2", "coo_segmented:batches=2,block=512,tpr=4", "coo_segmented:batches=3,block=512",
+                "no_such:batches=1", "coo_segmented:batches=x,block=512"):
         with pytest.raises(SystemExit, match="--points"):
             mod.parse_points([bad])
-    points = mod.parse_points(["coo_owned:batches=2,block=512", "csr_lanes_spec:" + ",".join(
+    points = mod.parse_points(["coo_segmented:batches=2,block=512", "csr_lanes_spec:" + ",".join(
         f"{p.name}={p.values[0]}" for p in mod.get_template("spmv", "csr_lanes_spec").space)])
     A = generate("powerlaw", 3000, seed=1)
     row = mod.evaluate_matrix(_FakeEvaluator(), "pl", "suitesparse", A, "cold", False, points) | {"core": False}
     mine = [x for x in row["results"] if x["kind"] == "point"]
-    assert [x["id"] for x in mine] == ["spmv/coo_owned/-/batches=2,block=512"]  # uniform rows only: refused here
+    assert [x["id"] for x in mine] == ["spmv/coo_segmented/-/batches=2,block=512"]  # uniform rows only: refused here
     fast = dict(mine[0])
     row["results"] = [x | ({"cold_us": 0.001} if x["kind"] == "point" else {}) for x in row["results"]]
     summary = mod.report([row], "cold", "fake")
     assert row["cold"]["with_templates"]["us"] > 0.001 and fast["ok"]
     assert summary["points_over_oracle"][fast["id"]]["matrices"] == 1
     assert "The --points" in capsys.readouterr().out
+
+
+class _ColdOnlyEvaluator(_FakeEvaluator):
+    """As the harness does: only the regimes its config names are timed (here the cold one)."""
+
+    def evaluate_many(self, items, contenders=False):
+        out = super().evaluate_many(items, contenders)
+        for r in out:
+            r.timings.pop("warm", None)
+            if r.baseline:
+                r.baseline.pop("warm", None)
+        return out
+
+
+def test_a_harness_that_times_one_regime_gives_that_regime_alone() -> None:
+    """Kills reading the warm regime's timing unconditionally (a KeyError on the GPU, where the
+    harness times only the regimes its config names)."""
+    from sparserl.matrices import generate
+
+    mod = _load_script()
+    row = mod.evaluate_matrix(_ColdOnlyEvaluator(), "pl", "suitesparse", generate("powerlaw", 2000, seed=1), "cold", False)
+    assert "cold" in row and "warm" not in row and row["cold"]["with_templates"]["us"] > 0

@@ -344,7 +344,7 @@ def test_a_stored_kernel_the_template_no_longer_renders_is_free_text(block) -> N
     current = get_template("spmv", "csr_vector").render({"tpr": 8, "block": 128}, card)
     older = current + "// an older rendering\n"
     ev = FakeTimingDouble(lambda text: 20.0)
-    res = run_search(A, "block", "spmv", None, SearchConfig(budget=40, seed_share=1.0), ev, card=card,
+    res = run_search(A, "block", "spmv", None, SearchConfig(budget=30, seed_share=1.0), ev, card=card,
                      known=[(point.id, older)], progress=False)
     known = min(res.entries, key=lambda e: e.order).proposal
     assert known.provenance is Provenance.KNOWN and known.id.startswith("text/") and known.text == older

@@ -15,15 +15,6 @@
   the rows a boundary between two groups cuts (one thread per boundary) and the rows before the
   first entry and after the last; the walk stores every other row once, and the zeros of the empty
   rows between its entries, adding with atomics only into the cut rows.
-* ``coo_owned``: SpMV under ``FORMAT: COO zero_y=0`` in one launch, no atomics: a warp owns the
-  rows that *start* among its ``batches`` x 32 entries and sums each of them whole, reading past
-  its entries for the last one; it stores every owned row once and zeroes the empty rows before
-  each owned row start (and after the matrix's last entry). Its loads for its own entries and one
-  batch past them are issued together, before any test of ownership, so most warps take two trips
-  to memory (entries, then x),
-  as ``coo_segmented`` does, without the harness's zeroing launch before it. A row that runs on
-  past that batch is walked a batch at a time, and long runs of empty rows are zeroed by one lane:
-  both slow, as the timed runs show.
 """
 
 from __future__ import annotations
@@ -92,96 +83,6 @@ ${SIG}
 
 _segmented = Strategy((segmented_launch("BLOCK"),),
                       segmented_function(signature("COO", Op.SPMV, None, "BLOCK"), "BLOCK"))
-
-
-OWNED_DOC = "a warp sums whole the rows that start among its entries and stores each once; y not zeroed, one launch"
-
-_OWNED_STEP = """
-// One batch of 32 entries of the warp's walk (see coo_owned): raw is the entry's row (NONE past nnz),
-// v its product (0 when not owned). Stores every owned row whose run ends in the batch and carries
-// the run that reaches lane 31; zeroes the empty rows before an owned row start. Returns false
-// when the walk is over (no owned run reaches the batch's end past the warp's range).
-static __device__ __forceinline__ bool owned_step(int raw, float v, long long j, long long e, int r_before, int r_end,
-                                                  int m, int nnz, float* __restrict__ y, float& carry,
-                                                  int& carry_row, int& prev)
-{
-    const int lane = threadIdx.x & 31;
-    const bool own = raw != NONE && raw != r_before && (j < e || raw == r_end);
-    const int r = own ? raw : -1;
-    if (!own) v = 0.f;
-    int up = __shfl_up_sync(${FULL}, raw, 1);
-    if (lane == 0) up = prev;
-    if (own && raw != up)  // an owned row start: the empty rows since the entry before it are this lane's
-        for (int q = up + 1; q < raw; ++q) y[q] = 0.f;
-    if (own && j == nnz - 1)  // the matrix's last entry: the rows after it
-        for (int q = raw + 1; q < m; ++q) y[q] = 0.f;
-    #pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {  // segmented inclusive scan over runs of equal rows
-        const float vu = __shfl_up_sync(${FULL}, v, off);
-        const int ru = __shfl_up_sync(${FULL}, r, off);
-        if (lane >= off && ru == r) v += vu;
-    }
-    const int first_r = __shfl_sync(${FULL}, r, 0);
-    if (carry_row >= 0 && carry_row != first_r) {  // the carried run ended at the batch edge
-        if (lane == 0) y[carry_row] = carry;
-        carry_row = -1;
-    }
-    if (carry_row >= 0 && r == carry_row) v += carry;
-    const int r_next = __shfl_down_sync(${FULL}, r, 1);
-    if (r >= 0 && lane != 31 && r_next != r) y[r] = v;
-    carry = __shfl_sync(${FULL}, v, 31);
-    carry_row = __shfl_sync(${FULL}, r, 31);
-    prev = __shfl_sync(${FULL}, raw, 31);
-    return carry_row >= 0 || j - lane + 32 < e;
-}
-"""
-
-_owned = Strategy(("grid=ceil_div(nnz, BLOCK * BATCHES), block=BLOCK",), fill(
-    """
-constexpr int NONE = 0x7fffffff;  // the row of an entry past nnz
-""" + _OWNED_STEP + """
-${SIG}
-{
-    const int lane = threadIdx.x & 31;
-    const long long s = ((long long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5)) * (32 * BATCHES);
-    if (s >= nnz) return;  // uniform per warp
-    const long long e = min(s + 32 * BATCHES, (long long)nnz);
-    // The warp's entries and one batch past them, every load issued before any test of ownership
-    // (two trips to memory: the entries, then x); owned_step drops the products of rows not owned.
-    // Past nnz a lane reads the last entry again (no branch around a load) and drops it.
-    int raw[BATCHES + 1], c[BATCHES + 1];
-    float v[BATCHES + 1];
-    #pragma unroll
-    for (int t = 0; t <= BATCHES; ++t) {
-        const long long j = min(s + t * 32 + lane, (long long)nnz - 1);
-        raw[t] = __ldg(row_idx + j);
-        c[t] = __ldg(col_idx + j);
-        v[t] = __ldg(val + j);
-    }
-    #pragma unroll
-    for (int t = 0; t <= BATCHES; ++t) {
-        v[t] *= __ldg(x + c[t]);
-        if (s + t * 32 + lane >= nnz) raw[t] = NONE;
-    }
-    const int row_before = __ldg(row_idx + (s > 0 ? s - 1 : 0));
-    const int r_before = s > 0 ? row_before : -1;  // open when the range starts: an earlier warp's row
-    const int r_end = __ldg(row_idx + e - 1);  // open when it ends: this warp's if it started here, read on past e
-    float carry = 0.f;
-    int carry_row = -1;  // the owned row whose run reached lane 31 of the last batch
-    int prev = r_before;  // the row of the entry before the batch's first
-    bool more = true;
-    #pragma unroll
-    for (int t = 0; t <= BATCHES; ++t)
-        if (more) more = owned_step(raw[t], v[t], s + t * 32 + lane, e, r_before, r_end, m, nnz, y, carry, carry_row, prev);
-    for (long long j0 = s + 32 * (BATCHES + 1); more; j0 += 32) {  // the last owned row runs on: a batch at a time
-        const long long j = j0 + lane;
-        const int rj = j < nnz ? __ldg(row_idx + j) : NONE;
-        const float vj = rj == r_end ? __ldg(val + j) * __ldg(x + __ldg(col_idx + j)) : 0.f;
-        more = owned_step(rj, vj, j, e, r_before, r_end, m, nnz, y, carry, carry_row, prev);
-    }
-    if (lane == 0 && carry_row >= 0) y[carry_row] = carry;
-}
-""", SIG=signature("COO", Op.SPMV, None, "BLOCK"), FULL=FULL_MASK))
 
 
 def runs_launch(count: str = "nnz") -> str:
@@ -362,9 +263,6 @@ def variants() -> list[Variant]:
     for batches in (4, 16):
         out.append(make(Op.SPMV, "COO", "coo_segmented", _segmented, {"batches": batches, "block": 256},
                         atomic=True, doc="warp segmented scan over sorted rows, one atomic per row run"))
-    for batches in (1, 4):
-        out.append(make(Op.SPMV, "COO", "coo_owned", _owned, {"batches": batches, "block": 256},
-                        format_params={"zero_y": 0}, doc=OWNED_DOC))
     for g, vec in ((32, 4), (16, 4), (8, 1), (2, 4)):
         for nzpg in (1, 16, 64):
             out.append(make(Op.SPMM, "COO", "coo_runs", _spmm_runs,

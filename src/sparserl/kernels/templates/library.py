@@ -9,8 +9,7 @@ sigma is 1 or a multiple of C (the contract's rule).
 
 A few strategies get domains wider than the library's points (:data:`WIDER`): merge-path CSR
 tile sizes (block x items per thread, limited by the 48 KiB of static shared memory its tile
-takes), the segmented COO kernels' batches (up to 8 for ``coo_owned``, which holds its batches and
-one more in registers), SELL's slice height and sorting window, the COO
+takes), the segmented COO kernel's batches, SELL's slice height and sorting window, the COO
 SpMM's nonzeros per lane group (up to 2048: on the 1M-node GCN graph, 8.9M nonzeros at k = 128,
 fewer and longer groups walk faster, 1139 us at 2048 against 1156 at 256, until too few groups fill
 the GPU, 1531 at 4096) and block size (at the 32-lane kernel's 70 registers a thread, blocks of 128
@@ -33,7 +32,6 @@ from sparserl.matrices.card import MatrixCard
 WIDER: dict[tuple[Op, str], dict[str, tuple[int, ...]]] = {
     (Op.SPMV, "csr_merge"): {"block": (64, 128, 256, 512), "ipt": (1, 2, 3, 4, 5, 7, 9, 11, 13, 15)},
     (Op.SPMV, "coo_segmented"): {"batches": (1, 2, 4, 8, 16, 32), "block": (128, 256, 512)},
-    (Op.SPMV, "coo_owned"): {"batches": (1, 2, 4, 8), "block": (128, 256, 512)},
     (Op.SPMV, "sell_lanes"): {"C": (8, 16, 32, 64, 128), "sigma": (1, 64, 128, 256, 512, 1024, 4096)},
     **{(Op.SPMM, s): {"g": (2, 4, 8, 16, 32), "nzpg": (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048),
                       "block": (128, 256, 512)} for s in ("coo_runs", "coo_runs_stored")},
