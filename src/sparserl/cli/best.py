@@ -128,10 +128,12 @@ def best_export(
     refinements: bool = typer.Option(False, "--refinements", help="also rows that teach a refinement: a searched "
                                      "kernel's parent and its measured time in the prompt, the kernel (at least 2% "
                                      "faster) as the completion"),
+    max_chars: int = typer.Option(None, help="only kernels of at most this many characters without comments (the "
+                                  "next fastest within it takes a longer one's place) [default: no limit]"),
 ) -> None:
     """SFT pairs (matrix, verified kernel) from the store, in the SFT data's JSONL format."""
     flt = ExportFilter(op=op, arch=arch, regime=regime, harness_version=harness_version, min_speedup=min_speedup,
-                       per_matrix=per_matrix, within=within, seen_only=seen_only)
+                       per_matrix=per_matrix, within=within, seen_only=seen_only, max_chars=max_chars)
     with _open(store) as st:
         res = export_sft(st, out, flt, refinements=refinements)
     more = f", {res['refinement_rows']} of them refinements" if refinements else ""

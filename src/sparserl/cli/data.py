@@ -38,6 +38,8 @@ def data_build_cmd(
                                                                         "fastest time"),
     variants_per_matrix: int = typer.Option(None, help="evaluate this many random library variants per matrix "
                                                        "[default: all]"),
+    max_target_chars: int = typer.Option(None, help="only library variants of at most this many characters "
+                                         "without comments are evaluated and taught [default: no limit]"),
     val_fraction: float = typer.Option(D.val_fraction, help="share of each family's matrices for validation "
                                                             "(rounded down)"),
     test_fraction: float = typer.Option(D.test_fraction, help="share of each family's matrices for test "
@@ -61,6 +63,7 @@ def data_build_cmd(
     cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family, min_rows=min_rows,
                         max_rows=max_rows, real_dir=str(real_dir) if real_dir else None, ops=op_list, ks=k_list,
                         target=target, targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
+                        max_target_chars=max_target_chars,
                         near_fastest_ratio=near_fastest_ratio, val_fraction=val_fraction,
                         test_fraction=test_fraction, compile_only=compile_only, seed=seed)
     if matrices_only:

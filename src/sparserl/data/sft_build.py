@@ -26,6 +26,7 @@ import numpy as np
 
 from sparserl.checks import require
 from sparserl.data.rows import KernelTimes, RowWriter, SFTRow
+from sparserl.data.targets import without_comments
 from sparserl.errors import SparseRLError
 from sparserl.formats import accepts
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
@@ -74,6 +75,10 @@ class SFTDataConfig:
     variants_per_matrix: int | None = None
     """Evaluate only this many library variants per matrix, drawn at random (seeded); None: all.
     Fewer variants per matrix buys more matrices for the same GPU time (targets stay correct)."""
+    max_target_chars: int | None = None
+    """Only library variants whose text as the policy is taught it (without comments) has at most
+    this many characters are evaluated and written; None: every one. (The policy's held-out samples
+    of ``csr_adaptive``'s kernels, 6.4k-8.8k characters, were correct once in 32.)"""
     coords: int = 1024
     """Sampled nonzeros stored in each row's rows/cols fields."""
     compile_only: bool = False
@@ -98,6 +103,9 @@ class SFTDataConfig:
             require(self.variants_per_matrix >= 1, "--variants-per-matrix", ">= 1 (or left out for all)",
                     self.variants_per_matrix)
         require(self.near_fastest_ratio >= 1.0, "--near-fastest-ratio", ">= 1.0", self.near_fastest_ratio)
+        if self.max_target_chars is not None:
+            require(self.max_target_chars >= 1, "--max-target-chars", ">= 1 (or left out for no limit)",
+                    self.max_target_chars)
         require(self.min_rows >= 1, "--min-rows", ">= 1", self.min_rows)
         require(self.max_rows >= self.min_rows, "--max-rows", f">= --min-rows ({self.min_rows})", self.max_rows)
         require(self.matrices_per_family >= 0, "--per-family", ">= 0", self.matrices_per_family)
@@ -190,7 +198,7 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
             for e, op, k in jobs:
                 A = load_matrix(e.path)
                 ref = ev.register(A, e.name)
-                vs = variants(op, None, k)
+                vs = taught_variants(op, k, cfg.max_target_chars)
                 if cfg.variants_per_matrix is not None and cfg.variants_per_matrix < len(vs):
                     vs = [vs[i] for i in sorted(rng.choice(len(vs), cfg.variants_per_matrix, replace=False))]
                 # near_fastest keeps variants within a small ratio of the fastest: one 100x slower need not be
@@ -230,6 +238,13 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
                "splits": {s: sorted({e.name for e in entries if e.split == s}) for s in files}, **stats}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def taught_variants(op: Op, k: int | None, max_chars: int | None) -> list:
+    """The library variants of ``op`` (and ``k``) whose taught text (:func:`without_comments`) has at
+    most ``max_chars`` characters (every one when None)."""
+    vs = variants(op, None, k)
+    return vs if max_chars is None else [v for v in vs if len(without_comments(v.render())) <= max_chars]
 
 
 def pick_targets(times: list[float] | None, n_good: int, target: str, n: int,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparserl.data.rows import KernelTimes, Refinement, SFTRow, TeacherOrigin, write_rows
+from sparserl.data.targets import without_comments
 from sparserl.errors import SparseRLError
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.store import BestStore, MatrixRow, ResultRow
@@ -52,6 +53,11 @@ class ExportFilter:
     many to list), judged from their candidate id (:func:`unseen_facts`) or, for free text, from
     who wrote it (:func:`free_text_unseen`). What cannot be judged is left out and counted. Expert
     iteration's teacher: the policy sees the prompt's card, not the store's."""
+    max_chars: int | None = None
+    """Only kernels whose text as the policy is taught it (without comments) has at most this many
+    characters; the next fastest within the limit takes a longer one's place. None: no limit. The
+    policy's held-out samples of the longest kernels (``csr_adaptive`` and its specialised form,
+    6.4k-8.8k characters) were correct once in 32."""
 
     def __post_init__(self) -> None:
         if self.per_matrix < 1:
@@ -60,6 +66,8 @@ class ExportFilter:
             raise SparseRLError(f"--within must be >= 0 (a fraction: 0.05 is 5%), got {self.within}")
         if self.min_speedup < 0:
             raise SparseRLError("--min-speedup must be >= 0")
+        if self.max_chars is not None and self.max_chars < 1:
+            raise SparseRLError(f"--max-chars must be at least 1, got {self.max_chars}")
         if self.op not in (None, "spmv", "spmm"):
             raise SparseRLError(f"--op must be spmv or spmm, got {self.op!r}")
 
@@ -202,6 +210,20 @@ def _teacher_row(store: BestStore, m: MatrixRow, xy: tuple, r: ResultRow,
         matrix=m.source_path if m.source_path and Path(m.source_path).exists() else None, refinement=refinement)
 
 
+class _Lengths:
+    """:class:`ExportFilter`'s ``max_chars`` rule: each stored kernel's taught length, read once."""
+
+    def __init__(self, store: BestStore, max_chars: int | None):
+        self.store, self.max_chars, self.chars = store, max_chars, {}
+
+    def too_long(self, kernel_sha: str) -> bool:
+        if self.max_chars is None:
+            return False
+        if kernel_sha not in self.chars:
+            self.chars[kernel_sha] = len(without_comments(self.store.kernel_text(kernel_sha)))
+        return self.chars[kernel_sha] > self.max_chars
+
+
 class _SeenJudge:
     """:class:`ExportFilter`'s ``seen_only`` rule for the results of one store, each verdict made once."""
 
@@ -235,7 +257,8 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
     not read, left out because the filter fails closed)."""
     picked: dict[tuple, list[ResultRow]] = {}
     fastest: dict[tuple, float] = {}
-    judge = _SeenJudge(store)
+    judge, lengths = _SeenJudge(store), _Lengths(store, flt.max_chars)
+    too_long: set[str] = set()  # kernels the length limit left out
     unseen: set[tuple] = set()  # (fingerprint, k, kernel) left out as unseen
     unjudged: set[tuple] = set()  # the part of those the filter could not read
     for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
@@ -248,6 +271,9 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
         group = picked.setdefault(key, [])
         if len(group) >= flt.per_matrix or any(g.kernel_sha == r.kernel_sha for g in group):
             continue
+        if lengths.too_long(r.kernel_sha):
+            too_long.add(r.kernel_sha)
+            continue
         if flt.seen_only:
             why = judge.why_unseen(r)
             if why:
@@ -257,7 +283,8 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
                 continue
         group.append(r)  # results come fastest first
     rows, seen = [], set()
-    skipped = {"no_coordinates": 0, "duplicate": 0, "unseen_facts": len(unseen), "unjudged": len(unjudged)}
+    skipped = {"no_coordinates": 0, "duplicate": 0, "unseen_facts": len(unseen), "unjudged": len(unjudged),
+               "too_long": len(too_long)}
     matrices = _Matrices(store)
     for (fp, op, k, arch, regime, hv), group in sorted(picked.items(), key=_by_matrix):
         m, xy = matrices.get(fp)
@@ -292,7 +319,8 @@ def refinement_rows(store: BestStore, flt: ExportFilter = ExportFilter(),
     counts with its fastest time; each (parent kernel, child kernel) pair once per matrix, op, k,
     architecture, regime and harness version (their times differ). ``flt``'s op, arch,
     regime, harness version, matrices, ``min_speedup`` and ``seen_only`` apply to the child;
-    ``per_matrix`` and ``within`` do not. Returns the rows and counts of what was skipped."""
+    ``max_chars`` applies to the child; ``per_matrix`` and ``within`` do not. Returns the rows and
+    counts of what was skipped."""
     from sparserl.search.policy import MAX_PREVIOUS_CHARS, describe_timing
 
     by_key: dict[tuple, dict[str, ResultRow]] = {}  # key -> candidate id -> its fastest result
@@ -300,9 +328,9 @@ def refinement_rows(store: BestStore, flt: ExportFilter = ExportFilter(),
         if r.candidate_id and (flt.fingerprints is None or r.fingerprint in flt.fingerprints):
             key = (r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version)
             by_key.setdefault(key, {}).setdefault(r.candidate_id, r)  # results come fastest first
-    judge, matrices = _SeenJudge(store), _Matrices(store)
+    judge, matrices, lengths = _SeenJudge(store), _Matrices(store), _Lengths(store, flt.max_chars)
     rows: list[SFTRow] = []
-    skipped = {"not_faster": 0, "slow": 0, "unseen_facts": 0, "no_coordinates": 0}
+    skipped = {"not_faster": 0, "slow": 0, "too_long": 0, "unseen_facts": 0, "no_coordinates": 0}
     for key, cands in sorted(by_key.items(), key=_by_matrix):
         pairs = set()
         for r in cands.values():
@@ -314,6 +342,9 @@ def refinement_rows(store: BestStore, flt: ExportFilter = ExportFilter(),
                 continue
             if r.speedup < flt.min_speedup:
                 skipped["slow"] += 1
+                continue
+            if lengths.too_long(r.kernel_sha):
+                skipped["too_long"] += 1
                 continue
             if flt.seen_only and judge.why_unseen(r):
                 skipped["unseen_facts"] += 1
