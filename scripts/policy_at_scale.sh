@@ -41,7 +41,7 @@
 # MAX_TARGET_CHARS=N teaches only kernels of at most N characters without comments (`data build
 # --max-target-chars`, `best export --max-chars`): the next fastest within it takes a longer one's place.
 # The policy's held-out samples of csr_adaptive's kernels (6.4k-8.8k characters) were correct once in 32;
-# 6300 leaves out those alone. improve's own export is not limited.
+# 6300 leaves out those alone; improve's teacher gets the same limit (`improve --max-target-chars`).
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -111,6 +111,7 @@ again() { [ -e "$1" ] && echo --resume || true; }  # --resume when a run left it
 taught_data=(); taught_export=()
 if [ -n "${MAX_TARGET_CHARS:-}" ]; then
   taught_data=(--max-target-chars "$MAX_TARGET_CHARS"); taught_export=(--max-chars "$MAX_TARGET_CHARS")
+  if [ ${#improve[@]} -gt 0 ]; then improve+=(--max-target-chars "$MAX_TARGET_CHARS"); fi
 fi
 gen_pid=""  # the teacher data's matrices are CPU work: generated while pre-training holds the GPU
 if [ ! -e "$out/stages/data.done" ]; then

@@ -122,7 +122,7 @@ def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_d
         if (r, phase) == (1, "collect"):
             raise Kill
 
-    cfg = small(data_dir, tiny_model_dir, tmp_path)
+    cfg = small(data_dir, tiny_model_dir, tmp_path, max_target_chars=6300)
     out = Path(cfg.out)
     ev = fake_harness()
     with pytest.raises(Kill):
@@ -130,7 +130,7 @@ def test_rounds_keep_only_what_validates_better_and_resume_between_phases(data_d
     st = json.loads((out / "state.json").read_text())
     assert (st["round"], st["phase"]) == (1, "finetune") and len(st["current"]["search"]) == 2
     assert st["current"]["teacher"]["rows"] > 0 and (out / "round_1" / "teacher" / "train.jsonl").exists()
-    assert filters and all(f.seen_only for f in filters)
+    assert filters and all(f.seen_only and f.max_chars == 6300 for f in filters)  # and the length limit reaches it
     searched = len(ev.submitted)
     assert searched >= 2 * cfg.search_budget * 0.5  # the templates' share at least, on 2 matrices
 

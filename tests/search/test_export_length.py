@@ -78,6 +78,10 @@ def test_the_library_targets_are_limited_too() -> None:
         SFTDataConfig(out="x", max_target_chars=0)
     with pytest.raises(SparseRLError, match="--max-chars"):
         ExportFilter(max_chars=0)
+    from sparserl.improve.config import ImproveConfig
+
+    with pytest.raises(SparseRLError, match="--max-target-chars"):
+        ImproveConfig(data="d", model="m", out="o", max_target_chars=0)
 
 
 class _CompiledEverything:

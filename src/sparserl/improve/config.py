@@ -52,6 +52,9 @@ class ImproveConfig:
     """Collect the verified kernels at most this fraction slower than their matrix's best known (0.05: 5%)."""
     per_matrix: int = 4
     """At most this many distinct kernels per matrix in the teacher set."""
+    max_target_chars: int | None = None
+    """Only kernels of at most this many characters without comments in the teacher set (the next
+    fastest within it takes a longer one's place); None: no limit (``best export --max-chars``)."""
     replay: float = 1.0
     """Rows of the data's own train split (the library-taught SFT pairs) mixed into each round's
     fine-tune data, as a multiple of the teacher rows (0: none): keeps what SFT taught while the
@@ -115,6 +118,9 @@ class ImproveConfig:
         if not 0.0 <= self.min_correct <= 1.0:
             raise SparseRLError(f"--min-correct must lie in [0, 1], got {self.min_correct}")
         require(self.within >= 0, "--within", ">= 0 (a fraction: 0.05 is 5%)", self.within)
+        if self.max_target_chars is not None:
+            require(self.max_target_chars >= 1, "--max-target-chars", ">= 1 (or left out for no limit)",
+                    self.max_target_chars)
         require(self.min_gain >= 0, "--min-gain", ">= 0", self.min_gain)
         require(self.sft_lr > 0, "--sft-lr", "> 0", self.sft_lr)
         require(self.sft_warmup >= 0, "--sft-warmup", ">= 0", self.sft_warmup)

@@ -369,7 +369,8 @@ class Improve:
         """Write the teacher set; returns its rows."""
         cfg = self.cfg
         flt = ExportFilter(op=cfg.op, regime=cfg.regime, harness_version=harness_version(), per_matrix=cfg.per_matrix,
-                           within=cfg.within, fingerprints=frozenset(self.state["train_fingerprints"]), seen_only=True)
+                           within=cfg.within, fingerprints=frozenset(self.state["train_fingerprints"]), seen_only=True,
+                           max_chars=cfg.max_target_chars)
         rows, skipped = export_rows(self.store, flt)
         rows = [row for row in rows if row.k == cfg.k]
         replay = self._replay(r, round(cfg.replay * len(rows)))
