@@ -45,7 +45,6 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
-    assert "csr_adaptive" not in (out / "data" / "train.jsonl").read_text()
     # the temperature chosen on the validation split first: nothing is timed here, so none, and 1.0 is kept
     chosen = json.loads((out / "temperature" / "temperature.json").read_text())
     assert chosen["chosen_on"] == "val" and set(chosen["figures"]["val"]) == {"1", "0.5"} and chosen["chosen"] is None

@@ -105,18 +105,25 @@ def test_points_are_parsed_timed_beside_the_rest_and_kept_out_of_the_oracles(cap
         with pytest.raises(SystemExit, match="--points"):
             mod.parse_points([bad])
     points = mod.parse_points(["coo_segmented:batches=2,block=512", "csr_lanes_spec:" + ",".join(
-        f"{p.name}={p.values[0]}" for p in mod.get_template("spmv", "csr_lanes_spec").space)])
+        f"{p.name}={p.values[0]}" for p in mod.get_template("spmv", "csr_lanes_spec").space),
+        "csr_adaptive:rpw=128,items=4,long_len=1024,seg=1024,block=128"])  # the generic of a specialised one
     A = generate("powerlaw", 3000, seed=1)
     from sparserl.matrices.card import matrix_card
 
     fast = {c["text"] for c in mod.candidates(matrix_card(A), points) if c["kind"] == "point"}
     row = mod.evaluate_matrix(_FastPointsEvaluator(fast), "pl", "suitesparse", A, "cold", False, points) | {"core": False}
     mine = [x for x in row["results"] if x["kind"] == "point"]
-    assert [x["id"] for x in mine] == ["spmv/coo_segmented/-/batches=2,block=512"]  # uniform rows only: refused here
-    assert mine[0]["ok"] and mine[0]["cold_us"] == 0.001
+    assert [x["id"] for x in mine] == ["spmv/coo_segmented/-/batches=2,block=512",  # csr_lanes_spec: uniform rows
+                                       "spmv/csr_adaptive/-/rpw=128,items=4,long_len=1024,seg=1024,block=128"]  # only
+    assert all(x["ok"] and x["cold_us"] == 0.001 for x in mine)
     assert row["cold"]["with_templates"]["us"] > 0.001  # the fastest kernel of all, and not the oracle
+    assert row["cold"]["best_template"]["us"] > 0.001  # nor the best template
+    gains = row["cold"]["specialisation"]
+    assert gains["csr_adaptive_spec"] is not None  # a gain is computed where the point's template is the generic
+    assert all(g is None or g["spec_us"] > 0.001 and g["generic_us"] > 0.001
+               for g in gains.values())  # nor a specialised or generic best
     summary = mod.report([row], "cold", "fake")
-    assert summary["points_over_oracle"][mine[0]["id"]]["matrices"] == 1
+    assert all(summary["points_over_oracle"][x["id"]]["matrices"] == 1 for x in mine)
     assert "The --points" in capsys.readouterr().out
 
 
@@ -139,22 +146,32 @@ class _FastPointsEvaluator(_FakeEvaluator):
 
 
 class _ColdOnlyEvaluator(_FakeEvaluator):
-    """As the harness does: only the regimes its config names are timed (here the cold one)."""
+    """As the harness does: only the regimes its config names are timed (here the cold one); with
+    ``warm_baseline`` cuSPARSE still carries a warm time (so only the kernels lack one)."""
+
+    def __init__(self, warm_baseline: bool = False) -> None:
+        self.warm_baseline = warm_baseline
 
     def evaluate_many(self, items, contenders=False):
         out = super().evaluate_many(items, contenders)
         for r in out:
             r.timings.pop("warm", None)
-            if r.baseline:
+            if r.baseline and not self.warm_baseline:
                 r.baseline.pop("warm", None)
         return out
 
 
-def test_a_harness_that_times_one_regime_gives_that_regime_alone() -> None:
-    """Kills reading the warm regime's timing unconditionally (a KeyError on the GPU, where the
-    harness times only the regimes its config names)."""
+@pytest.mark.parametrize("warm_baseline", [False, True])
+def test_a_harness_that_times_one_regime_gives_that_regime_alone(warm_baseline: bool) -> None:
+    """Kills reading the warm regime's timing unconditionally, of cuSPARSE (the regime loop) or of a
+    kernel (``_best``): a KeyError on the GPU, where the harness times only the regimes its config names."""
     from sparserl.matrices import generate
 
     mod = _load_script()
-    row = mod.evaluate_matrix(_ColdOnlyEvaluator(), "pl", "suitesparse", generate("powerlaw", 2000, seed=1), "cold", False)
-    assert "cold" in row and "warm" not in row and row["cold"]["with_templates"]["us"] > 0
+    A = generate("powerlaw", 2000, seed=1)
+    row = mod.evaluate_matrix(_ColdOnlyEvaluator(warm_baseline), "pl", "suitesparse", A, "cold", False)
+    assert "cold" in row and row["cold"]["with_templates"]["us"] > 0
+    if warm_baseline:
+        assert row["warm"]["with_templates"] is None and row["warm"]["library"] is None
+    else:
+        assert "warm" not in row
