@@ -33,6 +33,7 @@ JSON's ``results`` with kind ``point``, and kept out of the oracles and the spec
 
     python benchmarks/templates_speed.py --suitesparse DIR --only none,wiki-Vote,rajat01 \
         --points coo_segmented:batches=1,block=256 coo_segmented:batches=1,block=512 --out points.json
+
 ``--compile-only`` needs no GPU: it renders every candidate and compiles it, and exits non-zero if
 any fails to compile (the CPU smoke test runs this).
 """
@@ -52,11 +53,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from library_speed import LARGE, matrices, timing_floor_us  # noqa: E402
 
+from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
 from sparserl.kernels.contract import Op  # noqa: E402
 from sparserl.kernels.library import all_variants  # noqa: E402
 from sparserl.kernels.library.csr_irregular import variants as irregular_variants  # noqa: E402
-from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.kernels.templates import get_template, templates  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402
 from sparserl.matrices.card import matrix_card  # noqa: E402
@@ -112,13 +113,9 @@ def parse_points(specs: list[str]) -> list[tuple[str, dict[str, int]]]:
             point = {k: int(v) for k, v in (kv.split("=", 1) for kv in rest.split(",") if kv)}
         except (SparseRLError, ValueError) as exc:
             raise SystemExit(f"error: --points {spec!r}: {exc}") from None
-        names = [p.name for p in t.space]
-        bad = sorted(set(point) ^ set(names))
-        if bad:
-            raise SystemExit(f"error: --points {spec!r}: {name} takes exactly {', '.join(names)} (not {', '.join(bad)})")
-        for p in t.space:
-            if point[p.name] not in p.values:
-                raise SystemExit(f"error: --points {spec!r}: {p.name}={point[p.name]} is not one of {p.values}")
+        why = t.point_error(point)
+        if why:
+            raise SystemExit(f"error: --points {spec!r}: {why}")
         out.append((name, point))
     return out
 

@@ -42,7 +42,7 @@ def improve_cmd(
     within: float = typer.Option(D.within, help="teacher: verified kernels at most this fraction slower than their "
                                                 "matrix's best known (0.05: 5%)"),
     per_matrix: int = typer.Option(D.per_matrix, help="teacher: at most this many distinct kernels per matrix"),
-    max_target_chars: int = typer.Option(None, help="teacher: only kernels of at most this many characters without "
+    max_target_chars: int = typer.Option(D.max_target_chars, help="teacher: only kernels of at most this many characters without "
                                          "comments (the next fastest takes a longer one's place) [default: no limit]"),
     replay: float = typer.Option(D.replay, help="rows of the data's train split (the library-taught SFT pairs) "
                                                 "mixed into each round's fine-tune, as a multiple of the teacher "
@@ -77,7 +77,8 @@ def improve_cmd(
                         store=str(store) if store else None, op=op, k=k, matrices_per_round=matrices_per_round,
                         search_budget=search_budget, search_seconds=search_seconds, policy_share=policy_share,
                         temperature=temperature, max_new_tokens=max_new_tokens, regime=regime, within=within,
-                        per_matrix=per_matrix, max_target_chars=max_target_chars, replay=replay, sft_steps=sft_steps, sft_batch_size=sft_batch_size,
+                        per_matrix=per_matrix, max_target_chars=max_target_chars, replay=replay,
+                        sft_steps=sft_steps, sft_batch_size=sft_batch_size,
                         sft_lr=sft_lr, sft_warmup=sft_warmup, val_matrices=val_matrices, val_samples=val_samples,
                         min_gain=min_gain, min_correct=min_correct, test_samples=test_samples,
                         device=device, resume=resume, seed=seed)

@@ -26,7 +26,7 @@ import numpy as np
 
 from sparserl.checks import require
 from sparserl.data.rows import KernelTimes, RowWriter, SFTRow
-from sparserl.data.targets import without_comments
+from sparserl.data.targets import taught_length
 from sparserl.errors import SparseRLError
 from sparserl.formats import accepts
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
@@ -241,10 +241,10 @@ def build_sft_data(cfg: SFTDataConfig, evaluator=None) -> dict:
 
 
 def taught_variants(op: Op, k: int | None, max_chars: int | None) -> list:
-    """The library variants of ``op`` (and ``k``) whose taught text (:func:`without_comments`) has at
+    """The library variants of ``op`` (and ``k``) whose taught text (:func:`taught_length`) has at
     most ``max_chars`` characters (every one when None)."""
     vs = variants(op, None, k)
-    return vs if max_chars is None else [v for v in vs if len(without_comments(v.render())) <= max_chars]
+    return vs if max_chars is None else [v for v in vs if taught_length(v.render()) <= max_chars]
 
 
 def pick_targets(times: list[float] | None, n_good: int, target: str, n: int,

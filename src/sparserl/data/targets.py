@@ -38,6 +38,12 @@ def without_comments(code: str) -> str:
     return "\n".join(out)
 
 
+def taught_length(code: str) -> int:
+    """Characters of ``code`` as the policy is taught it (:func:`without_comments`): what a length
+    limit on the teacher (``best export --max-chars``, ``data build --max-target-chars``) measures."""
+    return len(without_comments(code))
+
+
 def taught_rows(rows: list[Row]) -> list[Row]:
     """SFT rows (dataclasses with a ``code``) with each code as the policy is taught it (:func:`without_comments`),
     each distinct code stripped once: the rows a fine-tune trains on."""

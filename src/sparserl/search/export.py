@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparserl.data.rows import KernelTimes, Refinement, SFTRow, TeacherOrigin, write_rows
-from sparserl.data.targets import without_comments
+from sparserl.data.targets import taught_length
 from sparserl.errors import SparseRLError
 from sparserl.matrices.card import MatrixCard
 from sparserl.search.store import BestStore, MatrixRow, ResultRow
@@ -221,7 +221,7 @@ class _Lengths:
         if self.max_chars is None:
             return False
         if kernel_sha not in self.chars:
-            self.chars[kernel_sha] = len(without_comments(self.store.kernel_text(kernel_sha)))
+            self.chars[kernel_sha] = taught_length(self.store.kernel_text(kernel_sha))
         return self.chars[kernel_sha] > self.max_chars
 
 

@@ -100,14 +100,22 @@ class Template:
     def param(self, name: str) -> Param:
         return next(p for p in self.space if p.name == name)
 
-    def check(self, params: Mapping[str, int], card: MatrixCard | None = None, k: int | None = None) -> str | None:
-        """Why ``params`` is not a valid point for this matrix and k, or None."""
+    def point_error(self, params: Mapping[str, int]) -> str | None:
+        """Why ``params`` is not a point of this template's space (a name missing or unknown, a value
+        outside its domain), whatever the matrix; None when it is one."""
         names = {p.name for p in self.space}
         if set(params) != names:
             return f"{self.name} takes parameters {sorted(names)}, got {sorted(params)}"
         for p in self.space:
             if params[p.name] not in p.values:
                 return f"{self.name}: {p.name}={params[p.name]} is not one of {p.values}"
+        return None
+
+    def check(self, params: Mapping[str, int], card: MatrixCard | None = None, k: int | None = None) -> str | None:
+        """Why ``params`` is not a valid point for this matrix and k, or None."""
+        why = self.point_error(params)
+        if why:
+            return why
         if self.specialised and card is None:
             return f"{self.name} is specialised to a matrix and needs its card"
         if self.op is Op.SPMM and (k is None or k % params.get("vec", 1)):
