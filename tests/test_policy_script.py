@@ -7,7 +7,7 @@ finished stage, and a bad preset or a missing pack is one line. Mutations killed
 test split (held-out matrices in the teacher), a merge that drops the library rows, a stage that
 runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
 other options than the data stage's, a kept improve round left out of the evaluations or of the guided
-search."""
+search, a teacher without the default length limit, a bad limit that goes on."""
 
 from __future__ import annotations
 
@@ -40,10 +40,9 @@ def names(path: Path) -> set[str]:
 @pytest.mark.skipif(find_nvcc() is None or shutil.which("bash") is None, reason="needs nvcc and bash")
 def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir) -> None:
     out = tmp_path / "run"
-    first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
-                                        "MAX_TARGET_CHARS": "6300"})
+    first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5"})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    # the length limit reaches the library teacher (the store's export and improve do not run compile-only)
+    # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
     # the temperature chosen on the validation split first: nothing is timed here, so none, and 1.0 is kept
     chosen = json.loads((out / "temperature" / "temperature.json").read_text())
@@ -102,3 +101,10 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     assert grammar.stderr.count("\n") == 1 and not (tmp_path / "d" / "stages").exists()
     missing = run(tmp_path / "b", str(tmp_path / "no-pack"), "small")
     assert missing.returncode == 2 and "corpus pack" in missing.stderr and not (tmp_path / "b" / "stages").exists()
+    for bad_limit in ("abc", "0", "-5"):
+        limit = run(tmp_path / "e", "-", "smoke", env={"MAX_TARGET_CHARS": bad_limit})
+        assert limit.returncode == 2 and limit.stderr.startswith("error: MAX_TARGET_CHARS is a positive number")
+        assert limit.stderr.count("\n") == 1 and not (tmp_path / "e" / "stages").exists()
+    # none (no limit) is accepted: the run goes on to the next check, the pack's
+    unlimited = run(tmp_path / "f", str(tmp_path / "no-pack"), "small", env={"MAX_TARGET_CHARS": "none"})
+    assert unlimited.returncode == 2 and "corpus pack" in unlimited.stderr
