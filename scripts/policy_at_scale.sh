@@ -24,7 +24,9 @@
 #          Measured with each held-out set in a process of its own, 32 completions generated at a
 #          time: 924 s (pre-training 204, data 96, search 42, SFT 140, improve 139, evaluations
 #          76 + 111, guided search 115; results of 2026-12-04). The sets now run in one process
-#          (benchmarks/heldout_eval.py: the policies opened once) and generate 128 at a time.
+#          (benchmarks/heldout_eval.py: the policies opened once) and generate 128 at a time: 804 s
+#          (pre-training 212, data 103, search 47, SFT 127, improve 110, evaluations 142, guided
+#          search 61; results of 2026-12-04, policy-length-limit).
 #          With 4 minutes of pre-training the held-out perplexity was 5.82 instead of 8.59;
 #   full   pre-training 12 min, 10 matrices per family at 10k-2M rows (two each for validation and
 #          test), searches of 32 candidates on the 6 train matrices,
