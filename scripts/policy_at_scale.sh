@@ -30,6 +30,7 @@
 #          With 4 minutes of pre-training the held-out perplexity was 5.82 instead of 8.59;
 #   full   pre-training 12 min, 10 matrices per family at 10k-2M rows (two each for validation and
 #          test), searches of 32 candidates on the 6 train matrices,
+#          30 further matrices per family searched for the teacher (TEACHER_PER_FAMILY),
 #          SFT 800 steps, two improve rounds (6 matrices, 32 candidates), 16 samples, the guided search
 #          on 6 test matrices: aimed at 40 minutes.
 # TEMPERATURE=T samples the policy at T in improve, the held-out sets and the guided search (default 1.0);
@@ -46,6 +47,11 @@
 # samples of them were correct once in 32, and from one pre-trained base the small preset with the limit
 # reached 92.6% correct on the test split against 76.5% without it (results of 2026-12-04,
 # policy-length-limit). MAX_TARGET_CHARS=none teaches every kernel; improve's teacher gets the same limit.
+# TEACHER_PER_FAMILY=N searches N further generated matrices per family (seed 1, the data's sizes; made on the
+# CPU while pre-training runs, OUT/teacher-matrices) in the search stage beside the train split, so the store
+# the teacher is exported from covers more sizes and structures than the data set (small 0, full 30): about
+# 1.4 s a matrix at 16 candidates on one H200. SFT_STEPS=N trains SFT for N steps (small 200, full 800): with
+# more teacher rows, more steps.
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -64,21 +70,24 @@ families=diagonal,banded,stencil2d,stencil3d_7,stencil3d_27,block,random,powerla
 device=(); compile=(); gen=(); eval_sets=(test families); improve=(); evalgen=()
 case $preset in
   small) pretrain=(--preset base --minutes 3 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
-         data=(--per-family 4 --min-rows 10000 --max-rows 1000000 --variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
-         search=(--budget 16 --seconds 10); sft=(--steps 200 --batch-size 16 --eval-samples 0); samples=8
+         per_family=4; sizes=(--min-rows 10000 --max-rows 1000000); extra=0
+         data=(--variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
+         search=(--budget 16 --seconds 10); sft_steps=200; sft=(--batch-size 16 --eval-samples 0); samples=8
          evalgen=(--gen-batch 128)
          improve=(--rounds 1 --matrices-per-round 4 --search-budget 16 --search-seconds 20 --val-matrices 4)
          guided_n=2; guided=(--budget 64 --samples 16 --search 16) ;;
   full)  pretrain=(--preset base --minutes 12 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
-         data=(--per-family 10 --min-rows 10000 --max-rows 2000000 --variants-per-matrix 30 --val-fraction 0.2 --test-fraction 0.2)
-         search=(--budget 32 --seconds 20); sft=(--steps 800 --batch-size 16 --eval-every 400); samples=16
+         per_family=10; sizes=(--min-rows 10000 --max-rows 2000000); extra=30
+         data=(--variants-per-matrix 30 --val-fraction 0.2 --test-fraction 0.2)
+         search=(--budget 32 --seconds 20); sft_steps=800; sft=(--batch-size 16 --eval-every 400); samples=16
          evalgen=(--gen-batch 128)
          improve=(--rounds 2 --matrices-per-round 6 --search-budget 32 --search-seconds 40 --val-matrices 6)
          guided_n=6; guided=(--budget 64 --samples 16 --search 16) ;;
   smoke) families=stencil2d,powerlaw,lp
          pretrain=(--preset default --steps 2 --seq-len 64 --batch-size 2)
-         data=(--per-family 3 --min-rows 300 --max-rows 600 --variants-per-matrix 2 --val-fraction 0.34 --test-fraction 0.34)
-         search=(--budget 2); sft=(--steps 2 --batch-size 2 --eval-every 2 --eval-samples 1); samples=1
+         per_family=3; sizes=(--min-rows 300 --max-rows 600); extra=0
+         data=(--variants-per-matrix 2 --val-fraction 0.34 --test-fraction 0.34)
+         search=(--budget 2); sft_steps=2; sft=(--batch-size 2 --eval-every 2 --eval-samples 1); samples=1
          guided_n=1; guided=(--budget 2 --samples 1 --search 1)
          device=(--device cpu); compile=(--compile-only); gen=(--max-new-tokens 48); eval_sets=(test) ;;
   *) echo "error: the preset is small, full or smoke (got '$preset')" >&2; exit 2 ;;
@@ -93,6 +102,16 @@ case "${HEADER_GRAMMAR:-0}" in
   *) echo "error: HEADER_GRAMMAR is 1 (sample headers within the contract's grammar) or 0 (got '$HEADER_GRAMMAR')" >&2
      exit 2 ;;
 esac
+count() {  # count NAME VALUE MIN: VALUE when it is a whole number of at least MIN, else one line and stop
+  case "$2" in
+    ""|*[!0-9]*) echo "error: $1 is a whole number of at least $3 (got '$2')" >&2; exit 2 ;;
+  esac
+  if [ "$2" -lt "$3" ]; then echo "error: $1 is a whole number of at least $3 (got '$2')" >&2; exit 2; fi
+  echo "$2"
+}
+extra=$(count TEACHER_PER_FAMILY "${TEACHER_PER_FAMILY:-$extra}" 0) || exit 2
+sft_steps=$(count SFT_STEPS "${SFT_STEPS:-$sft_steps}" 1) || exit 2
+sft+=(--steps "$sft_steps")
 taught_data=(); taught_export=()
 case "${MAX_TARGET_CHARS:-6300}" in
   none) ;;
@@ -121,10 +140,20 @@ stage() {  # stage NAME COMMAND...: run it unless it finished before; record its
 }
 again() { [ -e "$1" ] && echo --resume || true; }  # --resume when a run left its state behind
 
-gen_pid=""  # the teacher data's matrices are CPU work: generated while pre-training holds the GPU
-if [ ! -e "$out/stages/data.done" ]; then
-  sparserl data build --out "$out/data" --families "$families" "${data[@]}" --seed 0 --matrices-only \
-    > "$out/matrices.log" 2>&1 &
+teacher_dir="$out/teacher-matrices"  # the matrices searched for the teacher beyond the data's train split
+make_matrices() {  # the data set's matrices (seed 0) and the teacher's further ones (seed 1), as far as needed
+  if [ ! -e "$out/stages/data.done" ]; then
+    sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \
+      "${data[@]}" --seed 0 --matrices-only || return 1
+  fi
+  if [ "$extra" -gt 0 ] && [ ! -e "$out/stages/search.done" ]; then
+    sparserl data build --out "$teacher_dir" --families "$families" --per-family "$extra" "${sizes[@]}" --seed 1 \
+      --matrices-only || return 1
+  fi
+}
+gen_pid=""  # the matrices are CPU work: generated while pre-training holds the GPU
+if [ ! -e "$out/stages/data.done" ] || { [ "$extra" -gt 0 ] && [ ! -e "$out/stages/search.done" ]; }; then
+  make_matrices > "$out/matrices.log" 2>&1 &
   gen_pid=$!
   trap '[ -n "$gen_pid" ] && kill "$gen_pid" 2> /dev/null; true' EXIT
 fi
@@ -139,7 +168,8 @@ if [ -n "$gen_pid" ]; then
   wait "$gen_pid" || { echo "error: generating the matrices failed: see $out/matrices.log" >&2; exit 1; }
   gen_pid=""; cat "$out/matrices.log"
 fi
-stage data sparserl data build --out "$out/data" --families "$families" "${data[@]}" --target near_fastest \
+stage data sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \
+  "${data[@]}" --target near_fastest \
   --targets-per-matrix 6 --seed 0 --force "${compile[@]}" "${taught_data[@]}"
 split_matrices() {  # split_matrices SPLIT [N]: the split's matrices in file order, or N of them evenly spaced
   "${PYTHON:-python}" -c "import json, sys
@@ -160,8 +190,9 @@ matrices_of() {  # matrices_of SPLIT [N] into the array files, or stop with the 
   listed=$(split_matrices "$@") || exit 1
   mapfile -t files <<< "$listed"
 }
-search_train() {
+search_train() {  # the train split's matrices, and the teacher's further ones (never a held-out matrix)
   matrices_of train
+  if [ "$extra" -gt 0 ]; then files+=("$teacher_dir/matrices"); fi
   sparserl farm "${files[@]}" --store "$out/teacher.sqlite" --out "$out/farm" "${search[@]}" "${compile[@]}" \
     $(again "$out/farm/summary.json")
 }

@@ -7,7 +7,8 @@ finished stage, and a bad preset or a missing pack is one line. Mutations killed
 test split (held-out matrices in the teacher), a merge that drops the library rows, a stage that
 runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
 other options than the data stage's, a kept improve round left out of the evaluations or of the guided
-search, a teacher without the default length limit, a bad limit that goes on."""
+search, a teacher without the default length limit, a bad limit that goes on, the teacher's further
+matrices left unsearched or drawn from the held-out ones, SFT_STEPS ignored."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def names(path: Path) -> set[str]:
 @pytest.mark.skipif(find_nvcc() is None or shutil.which("bash") is None, reason="needs nvcc and bash")
 def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir) -> None:
     out = tmp_path / "run"
-    first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5"})
+    first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
+                                        "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3"})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
@@ -55,9 +57,14 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert len(list((out / "data" / "matrices").glob("*.npz"))) == 9
     stages = [line.split("\t")[0] for line in (out / "stages.tsv").read_text().splitlines()]
     assert stages == ["data", "search", "export", "merge", "sft", "temperature", "evals", "guided"]
-    searched = {Path(m).stem for m in json.loads((out / "farm" / "summary.json").read_text())["config"]["matrices"]}
+    searched = {m["name"] for m in json.loads((out / "farm" / "summary.json").read_text())["matrices"]}
     train, test = names(out / "data" / "train.jsonl"), names(out / "data" / "test.jsonl")
-    assert searched and searched <= train and not searched & test
+    # the teacher's further matrices (one per family, seed 1) are searched beside the train split, and are
+    # other matrices than the held-out ones
+    further = {p.stem for p in (out / "teacher-matrices" / "matrices").glob("*.npz")}
+    assert len(further) == 3 and not further & (test | names(out / "data" / "val.jsonl"))
+    assert searched == train | further
+    assert json.loads((out / "sft" / "result.json").read_text())["steps"] == 3
     library_rows = (out / "data" / "train.jsonl").read_text().splitlines()
     assert (out / "sft-data" / "train.jsonl").read_text().splitlines()[:len(library_rows)] == library_rows
     assert "Evaluation" in (out / "eval-test" / "eval.md").read_text()
@@ -105,6 +112,10 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
         limit = run(tmp_path / "e", "-", "smoke", env={"MAX_TARGET_CHARS": bad_limit})
         assert limit.returncode == 2 and limit.stderr.startswith("error: MAX_TARGET_CHARS is a positive number")
         assert limit.stderr.count("\n") == 1 and not (tmp_path / "e" / "stages").exists()
+    for name, bad_count in (("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0")):
+        counted = run(tmp_path / "g", "-", "smoke", env={name: bad_count})
+        assert counted.returncode == 2 and counted.stderr.startswith(f"error: {name} is a whole number")
+        assert counted.stderr.count("\n") == 1 and not (tmp_path / "g" / "stages").exists()
     # none (no limit) is accepted: the run goes on to the next check, the pack's
     unlimited = run(tmp_path / "f", str(tmp_path / "no-pack"), "small", env={"MAX_TARGET_CHARS": "none"})
     assert unlimited.returncode == 2 and "corpus pack" in unlimited.stderr
