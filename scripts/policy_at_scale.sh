@@ -51,7 +51,8 @@
 # CPU while pre-training runs, OUT/teacher-matrices) in the search stage beside the train split, so the store
 # the teacher is exported from covers more sizes and structures than the data set (small 0, full 30): about
 # 1.4 s a matrix at 16 candidates on one H200. SFT_STEPS=N trains SFT for N steps (small 200, full 800): with
-# more teacher rows, more steps.
+# more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
+# are best of 16).
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -112,6 +113,7 @@ count() {  # count NAME VALUE MIN: VALUE when it is a whole number of at least M
 extra=$(count TEACHER_PER_FAMILY "${TEACHER_PER_FAMILY:-$extra}" 0) || exit 2
 sft_steps=$(count SFT_STEPS "${SFT_STEPS:-$sft_steps}" 1) || exit 2
 sft+=(--steps "$sft_steps")
+samples=$(count SAMPLES "${SAMPLES:-$samples}" 1) || exit 2
 taught_data=(); taught_export=()
 case "${MAX_TARGET_CHARS:-6300}" in
   none) ;;

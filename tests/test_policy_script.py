@@ -8,7 +8,7 @@ test split (held-out matrices in the teacher), a merge that drops the library ro
 runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
 other options than the data stage's, a kept improve round left out of the evaluations or of the guided
 search, a teacher without the default length limit, a bad limit that goes on, the teacher's further
-matrices left unsearched or drawn from the held-out ones, SFT_STEPS ignored."""
+matrices left unsearched or drawn from the held-out ones, SFT_STEPS or SAMPLES ignored."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def names(path: Path) -> set[str]:
 def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir) -> None:
     out = tmp_path / "run"
     first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
-                                        "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3"})
+                                        "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3",
+                                        "SAMPLES": "2"})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
@@ -51,6 +52,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert chosen["chosen_on"] == "val" and set(chosen["figures"]["val"]) == {"1", "0.5"} and chosen["chosen"] is None
     assert "sampling temperature: 1.0" in first.stdout
     assert json.loads((out / "eval-test" / "eval.json").read_text())["config"]["temperature"] == 1.0
+    assert json.loads((out / "eval-test" / "eval.json").read_text())["config"]["samples"] == 2  # SAMPLES, not 1
     # the matrices made on the CPU beside pre-training are the ones the data stage used (options in step:
     # different ones would leave a second set of files beside the first)
     assert "9 generated matrices" in (out / "matrices.log").read_text()
@@ -112,7 +114,8 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
         limit = run(tmp_path / "e", "-", "smoke", env={"MAX_TARGET_CHARS": bad_limit})
         assert limit.returncode == 2 and limit.stderr.startswith("error: MAX_TARGET_CHARS is a positive number")
         assert limit.stderr.count("\n") == 1 and not (tmp_path / "e" / "stages").exists()
-    for name, bad_count in (("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0")):
+    for name, bad_count in (("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0"),
+                            ("SAMPLES", "x")):
         counted = run(tmp_path / "g", "-", "smoke", env={name: bad_count})
         assert counted.returncode == 2 and counted.stderr.startswith(f"error: {name} is a whole number")
         assert counted.stderr.count("\n") == 1 and not (tmp_path / "g" / "stages").exists()
