@@ -52,7 +52,8 @@
 # the teacher is exported from covers more sizes and structures than the data set (small 0, full 30): about
 # 1.4 s a matrix at 16 candidates on one H200. SFT_STEPS=N trains SFT for N steps (small 200, full 800): with
 # more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
-# are best of 16).
+# are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 6; about 30 s
+# each on the small preset).
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -114,6 +115,7 @@ extra=$(count TEACHER_PER_FAMILY "${TEACHER_PER_FAMILY:-$extra}" 0) || exit 2
 sft_steps=$(count SFT_STEPS "${SFT_STEPS:-$sft_steps}" 1) || exit 2
 sft+=(--steps "$sft_steps")
 samples=$(count SAMPLES "${SAMPLES:-$samples}" 1) || exit 2
+guided_n=$(count GUIDED_MATRICES "${GUIDED_MATRICES:-$guided_n}" 1) || exit 2
 taught_data=(); taught_export=()
 case "${MAX_TARGET_CHARS:-6300}" in
   none) ;;

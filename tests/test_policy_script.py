@@ -8,7 +8,7 @@ test split (held-out matrices in the teacher), a merge that drops the library ro
 runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
 other options than the data stage's, a kept improve round left out of the evaluations or of the guided
 search, a teacher without the default length limit, a bad limit that goes on, the teacher's further
-matrices left unsearched or drawn from the held-out ones, SFT_STEPS or SAMPLES ignored."""
+matrices left unsearched or drawn from the held-out ones, SFT_STEPS, SAMPLES or GUIDED_MATRICES ignored."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     out = tmp_path / "run"
     first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
                                         "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3",
-                                        "SAMPLES": "2"})
+                                        "SAMPLES": "2", "GUIDED_MATRICES": "2"})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
@@ -73,6 +73,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     guided = json.loads((out / "guided.json").read_text())  # the guided search ran on a held-out test matrix
     assert guided["compile_only"] and {Path(r["path"]).stem for r in guided["rows"]} <= test
     assert set(guided["rows"][0]["arms"]) | set(guided["rows"][0]["errors"]) == {"search", "generate", "search+model"}
+    assert len(guided["rows"]) == 2  # GUIDED_MATRICES, not the preset's 1
     targets = json.loads((out / "targets.json").read_text())  # the targets' table, read off the run
     assert targets["preset"] == "smoke" and "test" in targets["sets"] and targets["stage_seconds"]["sft"] >= 0
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
@@ -115,7 +116,7 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
         assert limit.returncode == 2 and limit.stderr.startswith("error: MAX_TARGET_CHARS is a positive number")
         assert limit.stderr.count("\n") == 1 and not (tmp_path / "e" / "stages").exists()
     for name, bad_count in (("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0"),
-                            ("SAMPLES", "x")):
+                            ("SAMPLES", "x"), ("GUIDED_MATRICES", "0")):
         counted = run(tmp_path / "g", "-", "smoke", env={name: bad_count})
         assert counted.returncode == 2 and counted.stderr.startswith(f"error: {name} is a whole number")
         assert counted.stderr.count("\n") == 1 and not (tmp_path / "g" / "stages").exists()
