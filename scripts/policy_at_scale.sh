@@ -104,11 +104,12 @@ case "${HEADER_GRAMMAR:-0}" in
   *) echo "error: HEADER_GRAMMAR is 1 (sample headers within the contract's grammar) or 0 (got '$HEADER_GRAMMAR')" >&2
      exit 2 ;;
 esac
-count() {  # count NAME VALUE MIN: VALUE when it is a whole number of at least MIN, else one line and stop
+count() {  # count NAME VALUE MIN [OR]: VALUE when it is a whole number of at least MIN, else one line and stop
+  local why="error: $1 is a whole number of at least $3${4:+, or $4} (got '$2')"
   case "$2" in
-    ""|*[!0-9]*) echo "error: $1 is a whole number of at least $3 (got '$2')" >&2; exit 2 ;;
+    ""|*[!0-9]*) echo "$why" >&2; exit 2 ;;
   esac
-  if [ "$2" -lt "$3" ]; then echo "error: $1 is a whole number of at least $3 (got '$2')" >&2; exit 2; fi
+  if [ "$2" -lt "$3" ]; then echo "$why" >&2; exit 2; fi
   echo "$2"
 }
 extra=$(count TEACHER_PER_FAMILY "${TEACHER_PER_FAMILY:-$extra}" 0) || exit 2
@@ -117,14 +118,11 @@ sft+=(--steps "$sft_steps")
 samples=$(count SAMPLES "${SAMPLES:-$samples}" 1) || exit 2
 guided_n=$(count GUIDED_MATRICES "${GUIDED_MATRICES:-$guided_n}" 1) || exit 2
 taught_data=(); taught_export=()
-case "${MAX_TARGET_CHARS:-6300}" in
-  none) ;;
-  *[!0-9]*|0*) echo "error: MAX_TARGET_CHARS is a positive number of characters, or none (got '$MAX_TARGET_CHARS')" >&2
-               exit 2 ;;
-  *) limit=${MAX_TARGET_CHARS:-6300}
-     taught_data=(--max-target-chars "$limit"); taught_export=(--max-chars "$limit")
-     if [ ${#improve[@]} -gt 0 ]; then improve+=(--max-target-chars "$limit"); fi ;;
-esac
+if [ "${MAX_TARGET_CHARS:-6300}" != none ]; then  # characters without comments; none: no limit
+  limit=$(count MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 1 none) || exit 2
+  taught_data=(--max-target-chars "$limit"); taught_export=(--max-chars "$limit")
+  if [ ${#improve[@]} -gt 0 ]; then improve+=(--max-target-chars "$limit"); fi
+fi
 corpus=(); [ "$pack" != "-" ] && corpus=(--corpus "$pack")
 if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then
   echo "error: no corpus pack at $pack (make one: sparserl corpus build, then sparserl corpus pack; or give -)" >&2

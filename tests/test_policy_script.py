@@ -113,7 +113,8 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     assert missing.returncode == 2 and "corpus pack" in missing.stderr and not (tmp_path / "b" / "stages").exists()
     for bad_limit in ("abc", "0", "-5"):
         limit = run(tmp_path / "e", "-", "smoke", env={"MAX_TARGET_CHARS": bad_limit})
-        assert limit.returncode == 2 and limit.stderr.startswith("error: MAX_TARGET_CHARS is a positive number")
+        assert limit.returncode == 2 and limit.stderr.startswith("error: MAX_TARGET_CHARS is a whole number of at "
+                                                                 "least 1, or none")
         assert limit.stderr.count("\n") == 1 and not (tmp_path / "e" / "stages").exists()
     for name, bad_count in (("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0"),
                             ("SAMPLES", "x"), ("GUIDED_MATRICES", "0")):
