@@ -53,7 +53,8 @@
 # 1.4 s a matrix at 16 candidates on one H200. SFT_STEPS=N trains SFT for N steps (small 200, full 800): with
 # more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
 # are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 6; about 30 s
-# each on the small preset).
+# each on the small preset). OUT/settings.json names what any invocation changed of its preset; a run that
+# changed something is not the preset's sitting, and benchmarks/policy_targets.py says so.
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -112,11 +113,21 @@ count() {  # count NAME VALUE MIN [OR]: VALUE when it is a whole number of at le
   if [ "$2" -lt "$3" ]; then echo "$why" >&2; exit 2; fi
   echo "$2"
 }
+changed=()  # what this run changes of the preset (OUT/settings.json: its sitting is then not the preset's)
+knob() {  # knob NAME VALUE DEFAULT: note VALUE when it is not the preset's
+  if [ "$2" != "$3" ]; then changed+=("$1=$2"); fi
+}
+preset_counts=("$extra" "$sft_steps" "$samples" "$guided_n")
 extra=$(count TEACHER_PER_FAMILY "${TEACHER_PER_FAMILY:-$extra}" 0) || exit 2
 sft_steps=$(count SFT_STEPS "${SFT_STEPS:-$sft_steps}" 1) || exit 2
 sft+=(--steps "$sft_steps")
 samples=$(count SAMPLES "${SAMPLES:-$samples}" 1) || exit 2
 guided_n=$(count GUIDED_MATRICES "${GUIDED_MATRICES:-$guided_n}" 1) || exit 2
+knob TEACHER_PER_FAMILY "$extra" "${preset_counts[0]}"; knob SFT_STEPS "$sft_steps" "${preset_counts[1]}"
+knob SAMPLES "$samples" "${preset_counts[2]}"; knob GUIDED_MATRICES "$guided_n" "${preset_counts[3]}"
+knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-1.0}" 1.0
+knob TEMPERATURES "${TEMPERATURES:-}" ""; knob HEADER_GRAMMAR "${HEADER_GRAMMAR:-0}" 0
+knob BASE_MODEL "${BASE_MODEL:-}" ""
 taught_data=(); taught_export=()
 if [ "${MAX_TARGET_CHARS:-6300}" != none ]; then  # characters without comments; none: no limit
   limit=$(count MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 1 none) || exit 2
@@ -129,6 +140,11 @@ if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then
   exit 2
 fi
 mkdir -p "$out/stages"
+"${PYTHON:-python}" -c "import json, os, sys
+path, preset, now = sys.argv[1], sys.argv[2], sys.argv[3:]
+before = json.load(open(path))['changed'] if os.path.exists(path) else []
+json.dump({'preset': preset, 'changed': before + [c for c in now if c not in before]}, open(path, 'w'))" \
+  "$out/settings.json" "$preset" ${changed[@]+"${changed[@]}"}  # every invocation's changes (policy_targets.py)
 if command -v sparserl > /dev/null; then sparserl() { command sparserl "$@"; }; else sparserl() { "${PYTHON:-python}" -m sparserl.cli "$@"; }; fi
 
 stage() {  # stage NAME COMMAND...: run it unless it finished before; record its seconds

@@ -8,7 +8,8 @@ test split (held-out matrices in the teacher), a merge that drops the library ro
 runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
 other options than the data stage's, a kept improve round left out of the evaluations or of the guided
 search, a teacher without the default length limit, a bad limit that goes on, the teacher's further
-matrices left unsearched or drawn from the held-out ones, SFT_STEPS, SAMPLES or GUIDED_MATRICES ignored."""
+matrices left unsearched or drawn from the held-out ones, SFT_STEPS, SAMPLES or GUIDED_MATRICES ignored, a
+change of the preset left out of settings.json or one invocation's changes overwriting another's."""
 
 from __future__ import annotations
 
@@ -76,6 +77,10 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert len(guided["rows"]) == 2  # GUIDED_MATRICES, not the preset's 1
     targets = json.loads((out / "targets.json").read_text())  # the targets' table, read off the run
     assert targets["preset"] == "smoke" and "test" in targets["sets"] and targets["stage_seconds"]["sft"] >= 0
+    changed = json.loads((out / "settings.json").read_text())["changed"]  # what the run changed of its preset
+    assert changed == ["TEACHER_PER_FAMILY=1", "SFT_STEPS=3", "SAMPLES=2", "GUIDED_MATRICES=2",
+                       "TEMPERATURES=1.0,0.5", f"BASE_MODEL={tiny_model_dir}"]
+    assert targets["changed"] == changed and targets["targets"][0]["met"] is None
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7, again.stdout[-2000:]
     assert len((out / "stages.tsv").read_text().splitlines()) == 8
@@ -98,6 +103,9 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     guided = json.loads((out / "guided.json").read_text())["config"]
     assert guided["model"] == str(out / "improve" / "best") and guided["temperature"] == 0.5
     assert json.loads((out / "targets.json").read_text())["sets"]["test"]["checkpoint"] == "improved"
+    # every invocation's changes are kept: the third run's beside the first's
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["changed"] == changed + ["TEMPERATURE=0.5", "HEADER_GRAMMAR=1"]
 
 
 def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:

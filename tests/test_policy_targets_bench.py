@@ -4,7 +4,8 @@ a tie with the oracle counted as ahead, a matrix with no correct sample left out
 cuSPARSE's speed, the best over the oracle taken from means instead of per matrix, a target that is
 reported met when it was not measured, a folder that is not a run accepted; for improve: the SFT model's
 figures taken for the final policy's, a kept round under 90% correct let through, a run that kept no round
-reported as not measured or met, the gain taken from another set than the families at 1M rows."""
+reported as not measured or met, the gain taken from another set than the families at 1M rows; a run that changed its
+preset judged against the preset's minutes."""
 
 from __future__ import annotations
 
@@ -70,6 +71,31 @@ def test_a_real_evaluation_agrees_with_its_own_summary(tmp_path) -> None:
     assert verdicts["test: new bodies at least 50% correct"] is False
     assert verdicts["improve: +10% best of N over its SFT start at 1M rows"] is None  # not in this run
     assert not any(t["met"] for t in result["targets"] if t["value"] is None)
+
+
+def test_a_run_that_changed_its_preset_is_not_judged_by_the_presets_aim(tmp_path, capsys) -> None:
+    """Kills: a run with more teacher matrices (or any other change the script records in settings.json) judged
+    against the preset's minutes, a folder of one preset read as another's."""
+    out = tmp_path / "run"
+    for name in ("test", "families"):
+        (out / f"eval-{name}").mkdir(parents=True)
+        shutil.copy(MINI, out / f"eval-{name}/eval.json")
+    (out / "stages.tsv").write_text("pretrain\t140\ndata\t28\nsft\t73\nevals\t100\n")
+    (out / "settings.json").write_text(json.dumps({"preset": "small", "changed": []}))
+    assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
+    sitting = json.loads((tmp_path / "t.json").read_text())["targets"][0]
+    assert sitting == {"target": "one sitting within 15 GPU minutes (small)", "value": 5.7, "met": True}
+    (out / "settings.json").write_text(json.dumps({"preset": "small", "changed": ["TEACHER_PER_FAMILY=8",
+                                                                                 "SFT_STEPS=400"]}))
+    assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert result["targets"][0] == {"target": "one sitting (small, changed: TEACHER_PER_FAMILY=8, SFT_STEPS=400)",
+                                    "value": 5.7, "met": None}
+    assert result["changed"] == ["TEACHER_PER_FAMILY=8", "SFT_STEPS=400"]
+    capsys.readouterr()
+    assert bench.main([str(out), "--preset", "full"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "ran the small preset" in err and err.count("\n") == 1
 
 
 def test_the_new_bodies_failures_are_listed_with_a_message_each() -> None:
