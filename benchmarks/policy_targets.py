@@ -111,9 +111,11 @@ def read_run(out: Path, preset: str) -> dict:
     evaluated = "evals" in seconds or all(n in seconds for n in ("eval-test", "eval-families"))  # one stage, or one per set
     done = (evaluated and all(name in seconds for name in ("pretrain", "data", "sft"))  # every stage ran,
             and all((out / f"eval-{s}" / "eval.json").exists() for s in ("test", "families")))  # both sets written
-    settings = out / "settings.json"
-    changed = json.loads(settings.read_text())["changed"] if settings.exists() else []
-    result["changed"] = changed
+    settings = json.loads((out / "settings.json").read_text()) if (out / "settings.json").exists() else {}
+    if settings.get("preset", preset) != preset:
+        raise ValueError(f"it ran the {settings['preset']} preset (settings.json), not {preset}: give --preset "
+                         f"{settings['preset']}")
+    changed = result["changed"] = settings.get("changed", [])
     aim = AIM_MINUTES.get(preset)
     sitting = f"one sitting within {aim:g} GPU minutes ({preset})" if aim else "one sitting"
     if changed:  # not the preset as defined: its minutes say nothing of the preset's aim
@@ -216,11 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run.is_dir():
         print(f"error: {args.run} is not a folder (give the OUT folder of scripts/policy_at_scale.sh)", file=sys.stderr)
         return 2
-    settings = args.run / "settings.json"
     try:
-        ran = json.loads(settings.read_text()).get("preset") if settings.exists() else None
-        if ran is not None and ran != args.preset:
-            raise ValueError(f"it ran the {ran} preset (settings.json), not {args.preset}: give --preset {ran}")
         result = read_run(args.run, args.preset)
     except (ValueError, KeyError, json.JSONDecodeError) as exc:
         print(f"error: {args.run}: {exc}", file=sys.stderr)

@@ -117,14 +117,15 @@ changed=()  # what this run changes of the preset (OUT/settings.json: its sittin
 knob() {  # knob NAME VALUE DEFAULT: note VALUE when it is not the preset's
   if [ "$2" != "$3" ]; then changed+=("$1=$2"); fi
 }
-preset_counts=("$extra" "$sft_steps" "$samples" "$guided_n")
-extra=$(count TEACHER_PER_FAMILY "${TEACHER_PER_FAMILY:-$extra}" 0) || exit 2
-sft_steps=$(count SFT_STEPS "${SFT_STEPS:-$sft_steps}" 1) || exit 2
+override() {  # override VAR NAME MIN: VAR (the preset's count) from the environment's NAME, checked and noted
+  local now
+  now=$(count "$2" "${!2:-${!1}}" "$3") || exit 2
+  knob "$2" "$now" "${!1}"
+  printf -v "$1" %s "$now"
+}
+override extra TEACHER_PER_FAMILY 0; override sft_steps SFT_STEPS 1; override samples SAMPLES 1
+override guided_n GUIDED_MATRICES 1
 sft+=(--steps "$sft_steps")
-samples=$(count SAMPLES "${SAMPLES:-$samples}" 1) || exit 2
-guided_n=$(count GUIDED_MATRICES "${GUIDED_MATRICES:-$guided_n}" 1) || exit 2
-knob TEACHER_PER_FAMILY "$extra" "${preset_counts[0]}"; knob SFT_STEPS "$sft_steps" "${preset_counts[1]}"
-knob SAMPLES "$samples" "${preset_counts[2]}"; knob GUIDED_MATRICES "$guided_n" "${preset_counts[3]}"
 knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-1.0}" 1.0
 knob TEMPERATURES "${TEMPERATURES:-}" ""; knob HEADER_GRAMMAR "${HEADER_GRAMMAR:-0}" 0
 knob BASE_MODEL "${BASE_MODEL:-}" ""
@@ -159,18 +160,21 @@ stage() {  # stage NAME COMMAND...: run it unless it finished before; record its
 again() { [ -e "$1" ] && echo --resume || true; }  # --resume when a run left its state behind
 
 teacher_dir="$out/teacher-matrices"  # the matrices searched for the teacher beyond the data's train split
-make_matrices() {  # the data set's matrices (seed 0) and the teacher's further ones (seed 1), as far as needed
-  if [ ! -e "$out/stages/data.done" ]; then
+data_matrices=0; [ -e "$out/stages/data.done" ] || data_matrices=1  # still needed: the data set's (seed 0),
+teacher_matrices=0  # and the teacher's further ones (seed 1)
+if [ "$extra" -gt 0 ] && [ ! -e "$out/stages/search.done" ]; then teacher_matrices=1; fi
+make_matrices() {
+  if [ "$data_matrices" = 1 ]; then
     sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \
       "${data[@]}" --seed 0 --matrices-only || return 1
   fi
-  if [ "$extra" -gt 0 ] && [ ! -e "$out/stages/search.done" ]; then
+  if [ "$teacher_matrices" = 1 ]; then
     sparserl data build --out "$teacher_dir" --families "$families" --per-family "$extra" "${sizes[@]}" --seed 1 \
       --matrices-only || return 1
   fi
 }
 gen_pid=""  # the matrices are CPU work: generated while pre-training holds the GPU
-if [ ! -e "$out/stages/data.done" ] || { [ "$extra" -gt 0 ] && [ ! -e "$out/stages/search.done" ]; }; then
+if [ "$data_matrices" = 1 ] || [ "$teacher_matrices" = 1 ]; then
   make_matrices > "$out/matrices.log" 2>&1 &
   gen_pid=$!
   trap '[ -n "$gen_pid" ] && kill "$gen_pid" 2> /dev/null; true' EXIT

@@ -42,8 +42,9 @@ def improve_cmd(
     within: float = typer.Option(D.within, help="teacher: verified kernels at most this fraction slower than their "
                                                 "matrix's best known (0.05: 5%)"),
     per_matrix: int = typer.Option(D.per_matrix, help="teacher: at most this many distinct kernels per matrix"),
-    max_target_chars: int = typer.Option(D.max_target_chars, help="teacher: only kernels of at most this many characters without "
-                                         "comments (the next fastest takes a longer one's place) [default: no limit]"),
+    max_target_chars: int = typer.Option(D.max_target_chars, help="teacher: only kernels of at most this many "
+                                         "characters without comments (the next fastest takes a longer one's "
+                                         "place) [default: no limit]"),
     replay: float = typer.Option(D.replay, help="rows of the data's train split (the library-taught SFT pairs) "
                                                 "mixed into each round's fine-tune, as a multiple of the teacher "
                                                 "rows (0: none)"),
