@@ -17,7 +17,10 @@ FIXTURE = Path(__file__).parent / "fixtures" / "renders_before_params.json.gz"
 SAME = {"same_ptx", "same_sass", "same_instructions"}
 EXPLAINED = {
     "dia_window_spec": "the edge rows read the offsets as immediates from the constexpr facts table, "
-                       "where they loaded them from a __constant__ table",
+                       "where they loaded them from a __constant__ table; the shape is read at run time "
+                       "(m's alignment and the last unguarded row are tests every thread takes alike)",
+    "bsr_stream_spec": "n is read at run time: both the guarded and the unguarded x loads are compiled, "
+                       "one taken by the whole grid",
     "coo_runs": "the SpMM code was rewritten after the fixture: a group reads G entries at a time, keeps eight "
                 "rows of X in flight and stores the rows wholly its own (the GPU suite judges it on every matrix)",
     "hyb_ell_coo": "as coo_runs, in its COO part (which still adds every row)",

@@ -121,6 +121,29 @@ def test_specialised_checks_say_why_they_do_not_apply() -> None:
     assert "at most long_len" in gen.check({"rpw": 32, "items": 8, "long_len": 1024, "seg": 4096, "block": 256})
 
 
+def test_specialised_dia_and_bsr_bake_their_facts_and_not_the_shape() -> None:
+    """dia_window_spec bakes the offsets and bsr_stream_spec the blocks per block row, and both read
+    m and n at run time: the same structure at another size renders the same text (nothing for a
+    policy to copy digit by digit), another structure does not. Kills a facts block that names the
+    rows or columns again (``constexpr int M = ...``), and one that drops the offsets or K."""
+    dia = get_template("spmv", "dia_window_spec")
+    p = {"block": 256, "v": 2}
+    a, b = (matrix_card(generate("banded", rows, seed=1, bands=9)) for rows in (4003, 1_000_001))
+    assert a.dia_offsets == b.dia_offsets and a.rows != b.rows
+    assert dia.render(p, a) == dia.render(p, b)
+    wide = matrix_card(generate("banded", 4003, seed=1, bands=5))
+    assert wide.dia_offsets != a.dia_offsets and dia.render(p, wide) != dia.render(p, a)
+    assert "4003" not in dia.render(p, a)
+    bsr = get_template("spmv", "bsr_stream_spec")
+    q = {"R": 4, "C": 4, "g": 8, "block": 256}
+    cut, even = (matrix_card(generate("block", 4000, cols=cols, seed=1, block=4, blocks_per_row=3))
+                 for cols in (3001, 3000))
+    assert cut.block_row_len == even.block_row_len == 3 and cut.cols != even.cols
+    assert bsr.render(q, cut) == bsr.render(q, even)
+    four = matrix_card(generate("block", 4000, cols=3000, seed=1, block=4, blocks_per_row=4))
+    assert bsr.render(q, four) != bsr.render(q, even)
+
+
 def test_specialised_csr_adaptive_bakes_the_long_rows_it_knows() -> None:
     A = generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002)  # 12 rows of 2000
     card = matrix_card(A)

@@ -11,8 +11,9 @@ xor-shuffles at the end.
 * ``bsr_stream``: block rows from ``block_row_ptr``; ``x`` loads guarded at the right edge.
 * ``bsr_stream_spec``: every block row holds the same number ``K`` of blocks (the card's
   ``block_row_len``), so block row ``I`` is blocks ``I*K .. I*K+K-1``: ``block_row_ptr`` is not
-  read, the loop over the run has a fixed trip count and is unrolled (all loads in flight), and
-  when ``n`` is a multiple of ``C`` no ``x`` load needs a guard. Wins on block matrices.
+  read, and the loop over the run has a fixed trip count and is unrolled (all loads in flight).
+  The shape is read at run time: when ``n`` is a multiple of ``C`` (a test the whole grid takes
+  the same way) no ``x`` load is guarded. Wins on block matrices.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ _SPEC_LOOP = """
         // Block row I is blocks I*K .. I*K+K-1: block_row_ptr is not read, and each lane loads its
         // STEPS 16-byte pieces of the K*R*C values before the first multiply.
         constexpr int STEPS = (K * R * C + 4 * G - 1) / (4 * G);
+        const bool edge = n % C != 0;  // x's last block column is cut: guard the loads
         const int b0 = brow * K;
         const float* bv = block_val + (size_t)b0 * (R * C);
         float4 av[STEPS];
@@ -117,7 +119,7 @@ _SPEC_LOOP = """
         #pragma unroll
         for (int i = 0; i < STEPS; ++i) {
             const int e = lane * 4 + i * (4 * G);
-            if ((K * R * C) % (4 * G) == 0 || e < K * R * C) add_x(sum0, sum1, av[i], x, cols[i], n, N % C != 0);
+            if ((K * R * C) % (4 * G) == 0 || e < K * R * C) add_x(sum0, sum1, av[i], x, cols[i], n, edge);
         }
     }"""
 
@@ -169,8 +171,7 @@ def _render(p: Params, card: MatrixCard | None, K: int | None) -> str:
         return completion(head, _GENERIC)
     assert card is not None
     facts = (f"// Specialised to this matrix: every block row holds {K} blocks of {p['R']}x{p['C']}.\n"
-             f"constexpr int K = {K};  // blocks per block row\n"
-             f"constexpr int N = {card.cols};  // columns (x needs no edge test when C divides it)")
+             f"constexpr int K = {K};  // blocks per block row")
     return completion(head, facts, _SPEC)
 
 

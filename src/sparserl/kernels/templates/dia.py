@@ -6,13 +6,14 @@ streaming stores, so the L2 keeps ``x``.
 
 * ``dia_window``: offsets read from ``offsets`` at run time, one diagonal at a time; ``x`` read
   with a 16-byte load when the diagonal's offset is a multiple of 4, else four single loads.
-* ``dia_window_spec``: the diagonal offsets, their count, ``m`` and ``n`` are compile-time
-  constants and the loop over diagonals is unrolled. Nearby offsets are grouped into clusters;
-  each cluster loads the aligned window of ``x`` that all its diagonals need (for a 9-band
-  matrix, three 16-byte loads serve all nine diagonals of four rows), whatever the offsets'
-  alignment. ``val`` of diagonal ``d`` is read with 16-, 8- or 4-byte loads as ``d*m`` mod 4
-  allows (known here). Rows whose every window lies inside ``x`` take this path with no bounds
-  tests; the few edge rows take a guarded path. Wins on banded and stencil matrices, whose
+* ``dia_window_spec``: the diagonal offsets and their count are compile-time constants and the
+  loop over diagonals is unrolled; the shape is read at run time, so one body serves every size
+  with the same offsets. Nearby offsets are grouped into clusters; each cluster loads the aligned
+  window of ``x`` that all its diagonals need (for a 9-band matrix, three 16-byte loads serve all
+  nine diagonals of four rows), whatever the offsets' alignment. ``val`` of diagonal ``d`` is read
+  with 16-, 8- or 4-byte loads as ``d*m`` mod 4 allows (a test every thread takes the same way).
+  Rows whose every window lies inside ``x`` take this path with no bounds tests; the few edge rows
+  take a guarded path. Wins on banded and stencil matrices, whose
   off-by-one diagonals defeat the generic 16-byte path.
 """
 
@@ -116,19 +117,19 @@ def _render_generic(p: Params, card: MatrixCard | None) -> str:
 _SPEC = fill(
     """
 #define FLOOR4(v) (((v) >= 0 ? (v) / 4 : -((3 - (v)) / 4)) * 4)  // the multiple of 4 at or below v
-// Rows r0 .. r0+3 with FIRST_ROW <= r0 <= LAST_ROW have every window of x inside x and lie inside y.
 constexpr int FIRST_ROW = OFFSETS[0] < 0 ? -FLOOR4(OFFSETS[0]) : 0;
-constexpr int LAST_ROW = N - FLOOR4(OFFSETS[DIAGS - 1] + 3) - 4 < M - 4 ? N - FLOOR4(OFFSETS[DIAGS - 1] + 3) - 4 : M - 4;
 
 ${SIG}
 {
+    // Rows r0 .. r0+3 with FIRST_ROW <= r0 <= last_row have every window of x inside x and lie inside y.
+    const int last_row = min(n - FLOOR4(OFFSETS[DIAGS - 1] + 3) - 4, m - 4);
     // V groups of four consecutive rows per thread, strided by the block; diagonals unrolled.
     #pragma unroll
     for (int g = 0; g < V; ++g) {
         const int r0 = (blockIdx.x * (BLOCK * V) + g * BLOCK + threadIdx.x) * 4;
-        if (r0 >= M) break;
+        if (r0 >= m) break;
         float s[4] = {0.f, 0.f, 0.f, 0.f};
-        if (r0 >= FIRST_ROW && r0 <= LAST_ROW) {  // every x window inside x, all four rows inside y
+        if (r0 >= FIRST_ROW && r0 <= last_row) {  // every x window inside x, all four rows inside y
             #pragma unroll
             for (int c = 0; c < CLUSTERS; ++c) {
                 // The diagonals of cluster c share one aligned window of x: x[r0 + start .. r0 + start + 4 * loads).
@@ -147,12 +148,13 @@ ${SIG}
                 for (int d = 0; d < DIAGS; ++d) {
                     if (d < d0 || d >= CLUSTER_END[c]) continue;
                     const int e = OFFSETS[d] - start;  // x[r0 + OFFSETS[d] + t] is w[e + t]
-                    const float* vd = val + d * M + r0;  // 16-, 8- or 4-byte loads as d * M allows
+                    const float* vd = val + (size_t)d * m + r0;  // 16-, 8- or 4-byte loads as d * m allows
+                    const int align = (d * (m & 3)) & 3;  // (d * m) mod 4, the same for every thread
                     float a[4];
-                    if ((d * M) % 4 == 0) {
+                    if (align == 0) {
                         const float4 v = __ldcs(reinterpret_cast<const float4*>(vd));
                         a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
-                    } else if ((d * M) % 4 == 2) {
+                    } else if (align == 2) {
                         const float2 u = __ldcs(reinterpret_cast<const float2*>(vd)), v = __ldcs(reinterpret_cast<const float2*>(vd + 2));
                         a[0] = u.x; a[1] = u.y; a[2] = v.x; a[3] = v.y;
                     } else {
@@ -165,14 +167,14 @@ ${SIG}
         } else {  // edge rows: guarded, one entry at a time
             #pragma unroll
             for (int d = 0; d < DIAGS; ++d) {
-                const float* vd = val + d * M;
+                const float* vd = val + (size_t)d * m;
                 const int c = r0 + OFFSETS[d];
                 #pragma unroll
                 for (int t = 0; t < 4; ++t)
-                    if (r0 + t < M && c + t >= 0 && c + t < N) s[t] = fmaf(__ldcs(vd + r0 + t), __ldg(x + c + t), s[t]);
+                    if (r0 + t < m && c + t >= 0 && c + t < n) s[t] = fmaf(__ldcs(vd + r0 + t), __ldg(x + c + t), s[t]);
             }
         }
-        if constexpr (M % 4 == 0) {
+        if ((m & 3) == 0) {
             __stcs(reinterpret_cast<float4*>(y + r0), make_float4(s[0], s[1], s[2], s[3]));
         } else {
             y[r0] = s[0]; if (r0 + 1 < m) y[r0 + 1] = s[1]; if (r0 + 2 < m) y[r0 + 2] = s[2]; if (r0 + 3 < m) y[r0 + 3] = s[3];
@@ -180,20 +182,20 @@ ${SIG}
     }
 }
 """, SIG=_SIG, MAX_WINDOW=MAX_WINDOW)
-"""The one body of dia_window_spec: the facts block above it names the shape, the offsets and the
-clusters; the compiler unrolls the diagonals and folds every offset into the loads' addresses."""
+"""The one body of dia_window_spec: the facts block above it names the offsets and the clusters
+(the shape is read at run time); the compiler unrolls the diagonals and folds every offset into the
+loads' addresses."""
 
 
 def _spec_facts(card: MatrixCard) -> str:
-    offs, m, n = card.dia_offsets, card.rows, card.cols
+    offs = card.dia_offsets
     ends, d = [], 0
     for cl in clusters(offs):
         d += len(cl)
         ends.append(d)
     table = ", ".join(str(o) for o in offs)
     return "\n".join([
-        f"// Specialised to this matrix: {m} x {n}, {len(offs)} diagonals at offsets {table}.",
-        f"constexpr int M = {m}, N = {n};  // rows, columns",
+        f"// Specialised to this matrix: {len(offs)} diagonals at offsets {table}.",
         f"constexpr int DIAGS = {len(offs)};",
         f"constexpr int CLUSTERS = {len(ends)};  // runs of nearby diagonals that share a window of x",
         f"__device__ constexpr int OFFSETS[DIAGS] = {{{table}}};  // column - row, ascending",
