@@ -53,8 +53,10 @@
 # 1.4 s a matrix at 16 candidates on one H200. SFT_STEPS=N trains SFT for N steps (small 200, full 800): with
 # more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
 # are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 6; about 30 s
-# each on the small preset). OUT/settings.json names what any invocation changed of its preset; a run that
-# changed something is not the preset's sitting, and benchmarks/policy_targets.py says so.
+# each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
+# round was not kept on the small preset at 10k-1M rows, results of 2026-12-04). OUT/settings.json names what any
+# invocation changed of its preset; a run that changed something is not the preset's sitting, and
+# benchmarks/policy_targets.py says so.
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -129,6 +131,11 @@ sft+=(--steps "$sft_steps")
 knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-1.0}" 1.0
 knob TEMPERATURES "${TEMPERATURES:-}" ""; knob HEADER_GRAMMAR "${HEADER_GRAMMAR:-0}" 0
 knob BASE_MODEL "${BASE_MODEL:-}" ""
+case "${IMPROVE:-1}" in  # 0: no improve stage (the SFT model is the final policy)
+  1) ;;
+  0) knob IMPROVE 0 1; improve=() ;;
+  *) echo "error: IMPROVE is 1 (the preset's improve rounds) or 0 (none) (got '$IMPROVE')" >&2; exit 2 ;;
+esac
 taught_data=(); taught_export=()
 if [ "${MAX_TARGET_CHARS:-6300}" != none ]; then  # characters without comments; none: no limit
   limit=$(count MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 1 none) || exit 2

@@ -9,7 +9,8 @@ runs again after it finished, a preset error that goes on, matrices generated be
 other options than the data stage's, a kept improve round left out of the evaluations or of the guided
 search, a teacher without the default length limit, a bad limit that goes on, the teacher's further
 matrices left unsearched or drawn from the held-out ones, SFT_STEPS, SAMPLES or GUIDED_MATRICES ignored, a
-change of the preset left out of settings.json or one invocation's changes overwriting another's."""
+bad IMPROVE that goes on, a change of the preset (IMPROVE=0 too) left out of settings.json or one
+invocation's changes overwriting another's."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     out = tmp_path / "run"
     first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
                                         "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3",
-                                        "SAMPLES": "2", "GUIDED_MATRICES": "2"})
+                                        "SAMPLES": "2", "GUIDED_MATRICES": "2", "IMPROVE": "0"})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
@@ -79,7 +80,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert targets["preset"] == "smoke" and "test" in targets["sets"] and targets["stage_seconds"]["sft"] >= 0
     changed = json.loads((out / "settings.json").read_text())["changed"]  # what the run changed of its preset
     assert changed == ["TEACHER_PER_FAMILY=1", "SFT_STEPS=3", "SAMPLES=2", "GUIDED_MATRICES=2",
-                       "TEMPERATURES=1.0,0.5", f"BASE_MODEL={tiny_model_dir}"]
+                       "TEMPERATURES=1.0,0.5", f"BASE_MODEL={tiny_model_dir}", "IMPROVE=0"]
     assert targets["changed"] == changed and targets["targets"][0]["met"] is None
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7, again.stdout[-2000:]
@@ -124,6 +125,9 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
         assert limit.returncode == 2 and limit.stderr.startswith("error: MAX_TARGET_CHARS is a whole number of at "
                                                                  "least 1, or none")
         assert limit.stderr.count("\n") == 1 and not (tmp_path / "e" / "stages").exists()
+    improve = run(tmp_path / "h", "-", "smoke", env={"IMPROVE": "no"})
+    assert improve.returncode == 2 and improve.stderr.startswith("error: IMPROVE is 1")
+    assert improve.stderr.count("\n") == 1 and not (tmp_path / "h" / "stages").exists()
     for name, bad_count in (("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0"),
                             ("SAMPLES", "x"), ("GUIDED_MATRICES", "0")):
         counted = run(tmp_path / "g", "-", "smoke", env={name: bad_count})
