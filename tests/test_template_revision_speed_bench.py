@@ -1,0 +1,57 @@
+"""benchmarks/template_revision_speed.py on the CPU: the earlier form of a template is the one its
+module held at ``--before`` (here a folder holding an altered copy of the module), not the one now;
+both forms of every point render and compile on the benchmark's matrices. Mutation killed: loading
+the module as it is now for the earlier form (a comparison of a template with itself)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+from sparserl.harness.compile import CompileOptions, available_backend
+from sparserl.kernels.contract import Op
+from sparserl.kernels.templates import get_template
+from sparserl.matrices import generate
+from sparserl.matrices.card import matrix_card
+from tests.conftest import load_benchmark
+
+
+def _altered_folder(tmp: Path) -> Path:
+    for name in ("dia_window_spec", "bsr_stream_spec"):
+        path = Path(inspect.getsourcefile(get_template(Op.SPMV, name).renderer))
+        (tmp / path.name).write_text(path.read_text().replace("// Specialised to this matrix:", "// Before: for"))
+    return tmp
+
+
+def test_the_earlier_form_comes_from_before_not_from_now(tmp_path) -> None:
+    bench = load_benchmark("template_revision_speed")
+    folder = _altered_folder(tmp_path)
+    card = matrix_card(generate("banded", 4003, seed=1, bands=9))
+    p = {"block": 256, "v": 2}
+    old, now = bench.template_before("dia_window_spec", str(folder)), get_template(Op.SPMV, "dia_window_spec")
+    assert "// Before: for" in old.render(p, card) and "// Before: for" not in now.render(p, card)
+    with pytest.raises(SystemExit, match="no template"):
+        bench.template_before("dia_window_spec", str(_empty_module(tmp_path / "empty")))
+
+
+def _empty_module(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "dia.py").write_text("def dia_templates():\n    return []\n")
+    return folder
+
+
+@pytest.mark.slow(seconds=20)
+@pytest.mark.skipif(available_backend(CompileOptions(arch="sm_90", backend="auto")) is None,
+                    reason="no CUDA compiler (NVRTC or nvcc)")
+def test_compile_only_renders_and_compiles_both_forms(tmp_path, monkeypatch) -> None:
+    bench = load_benchmark("template_revision_speed")
+    out = tmp_path / "speed.json"
+    monkeypatch.setattr("sys.argv", ["x", "--before", str(_altered_folder(tmp_path)), "--rows", "3000",
+                                     "--passes", "1", "--compile-only", "--out", str(out)])
+    assert bench.main() == 0
+    res = json.loads(out.read_text())
+    assert [r["template"] for r in res["matrices"]].count("dia_window_spec") == 6 and res["summary"]["failures"] == 0
+    assert all(r["best_now_us"] is None for r in res["matrices"])  # nothing is timed without a GPU
