@@ -18,8 +18,8 @@ SAME = {"same_ptx", "same_sass", "same_instructions"}
 EXPLAINED = {
     "dia_window_spec": "the edge rows read the offsets as immediates from the constexpr facts table, "
                        "where they loaded them from a __constant__ table; the shape is read at run time "
-                       "(the body compiled once for each m mod 4, one taken by the whole grid)",
-    "bsr_stream_spec": "n is read at run time: the body is compiled with and without guards on x's loads, "
+                       "(m's alignment and the last unguarded row are tests every thread takes alike)",
+    "bsr_stream_spec": "n is read at run time: both the guarded and the unguarded x loads are compiled, "
                        "one taken by the whole grid",
     "coo_runs": "the SpMM code was rewritten after the fixture: a group reads G entries at a time, keeps eight "
                 "rows of X in flight and stores the rows wholly its own (the GPU suite judges it on every matrix)",

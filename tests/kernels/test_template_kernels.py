@@ -144,52 +144,6 @@ def test_specialised_dia_and_bsr_bake_their_facts_and_not_the_shape() -> None:
     assert bsr.render(q, four) != bsr.render(q, even)
 
 
-def _branches(texts: list[str]) -> list[int]:
-    """BRA instructions in each completion's compiled kernel (cuobjdump -sass)."""
-    import re
-    import subprocess
-
-    from tests.conftest import load_benchmark
-
-    tool = load_benchmark("params_equivalence")._cuobjdump()
-    if tool is None:
-        pytest.skip("no cuobjdump (on the PATH or in Triton's NVIDIA backend)")
-    out = []
-    for r in compile_many([split_completion(t, Op.SPMV)[1] for t in texts], OPTIONS):
-        assert r.ok, r.log[-600:]
-        sass = subprocess.run([tool, "-sass", str(r.cubin_path)], capture_output=True, text=True, check=True).stdout
-        out.append(len(re.findall(r"\bBRA\b", sass)))
-    return out
-
-
-@pytest.mark.slow(seconds=15)
-def test_specialised_dia_and_bsr_unroll_into_straight_line_code() -> None:
-    """Reading the shape at run time must not put a branch inside the unrolled loops: dia_window_spec
-    is compiled once per m mod 4 (each diagonal's alignment in val then known), bsr_stream_spec with
-    and without x's guards, and the kernel takes one body for the whole grid. Kills the alignment
-    test made at run time per diagonal (branches grow with the diagonals: 11 on 7, 31 on 27) and a
-    run-time edge flag in BSR's unrolled loads (the unguarded body then has no template to take)."""
-    import re
-
-    dia = get_template("spmv", "dia_window_spec")
-    p = {"block": 256, "v": 1}
-    cards = [matrix_card(generate(f, 27000, seed=1)) for f in ("stencil3d_7", "stencil3d_27")]
-    assert [len(c.dia_offsets) for c in cards] == [7, 27]
-    few, many = _branches([dia.render(p, c) for c in cards])
-    assert few == many
-    bsr = get_template("spmv", "bsr_stream_spec")
-    q = {"R": 4, "C": 4, "g": 8, "block": 256}
-    unguarded = []
-    for k in (2, 8):  # 1 and 4 loads of block values per lane
-        text = bsr.render(q, matrix_card(generate("block", 4000, seed=1, block=4, blocks_per_row=k)))
-        only = re.sub(r"    if \(n % C != 0\) spec_rows<true>[^\n]*\n    else spec_rows<false>([^\n]*)\n",
-                      r"    spec_rows<false>\1\n", text)
-        assert only != text  # the dispatch as rendered
-        unguarded.append(only)
-    two, eight = _branches(unguarded)
-    assert two == eight
-
-
 def test_specialised_csr_adaptive_bakes_the_long_rows_it_knows() -> None:
     A = generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002)  # 12 rows of 2000
     card = matrix_card(A)

@@ -12,9 +12,8 @@ xor-shuffles at the end.
 * ``bsr_stream_spec``: every block row holds the same number ``K`` of blocks (the card's
   ``block_row_len``), so block row ``I`` is blocks ``I*K .. I*K+K-1``: ``block_row_ptr`` is not
   read, and the loop over the run has a fixed trip count and is unrolled (all loads in flight).
-  The shape is read at run time: the body is compiled with and without guards on the loads of
-  ``x``, and the kernel takes the unguarded one for the whole grid when ``n`` is a multiple of
-  ``C``. Wins on block matrices.
+  The shape is read at run time: when ``n`` is a multiple of ``C`` (a test the whole grid takes
+  the same way) no ``x`` load is guarded. Wins on block matrices.
 """
 
 from __future__ import annotations
@@ -102,6 +101,7 @@ _SPEC_LOOP = """
         // Block row I is blocks I*K .. I*K+K-1: block_row_ptr is not read, and each lane loads its
         // STEPS 16-byte pieces of the K*R*C values before the first multiply.
         constexpr int STEPS = (K * R * C + 4 * G - 1) / (4 * G);
+        const bool edge = n % C != 0;  // x's last block column is cut: guard the loads
         const int b0 = brow * K;
         const float* bv = block_val + (size_t)b0 * (R * C);
         float4 av[STEPS];
@@ -119,12 +119,16 @@ _SPEC_LOOP = """
         #pragma unroll
         for (int i = 0; i < STEPS; ++i) {
             const int e = lane * 4 + i * (4 * G);
-            if ((K * R * C) % (4 * G) == 0 || e < K * R * C) add_x(sum0, sum1, av[i], x, cols[i], n, EDGE);
+            if ((K * R * C) % (4 * G) == 0 || e < K * R * C) add_x(sum0, sum1, av[i], x, cols[i], n, edge);
         }
     }"""
 
 
-_BODY = """
+def _code(loop: str) -> str:
+    return _ADD_X + fill(
+        """
+${SIG}
+{
     // G lanes per block row stream its values; a lane holds one row and four columns (C >= 4), or two
     // rows and two columns (C == 2), of every block it reads.
     constexpr int COL_LANES = C >= 4 ? C / 4 : 1;  // lanes that share a block row within one block
@@ -151,38 +155,13 @@ _BODY = """
             if (row < m) y[row] = sum0;
             if (row + 1 < m) y[row + 1] = sum1;
         }
-    }"""
-
-
-def _code(loop: str) -> str:
-    """The generic kernel: its body in the kernel itself."""
-    return _ADD_X + fill("\n${SIG}\n{${BODY}\n}\n", SIG=signature("BSR", Op.SPMV, None, "BLOCK"),
-                         BODY=fill(_BODY, LOOP=loop, FULL=FULL_MASK))
-
-
-def _spec_code(loop: str) -> str:
-    """The specialised kernel: its body compiled twice, with x's loads guarded (n not a multiple of C)
-    and not, and the one the whole grid needs taken once."""
-    return _ADD_X + fill(
-        """
-// One thread's block row when x's last block column is cut (EDGE: its loads of x are guarded) or not.
-template <bool EDGE>
-static __device__ __forceinline__ void spec_rows(int m, int n, int mb, const int* __restrict__ block_col_idx,
-                                                 const float* __restrict__ block_val, const float* __restrict__ x,
-                                                 float* __restrict__ y)
-{${BODY}
+    }
 }
-
-${SIG}
-{
-    if (n % C != 0) spec_rows<true>(m, n, mb, block_col_idx, block_val, x, y);  // the same for the whole grid
-    else spec_rows<false>(m, n, mb, block_col_idx, block_val, x, y);
-}
-""", SIG=signature("BSR", Op.SPMV, None, "BLOCK"), BODY=fill(_BODY, LOOP=loop, FULL=FULL_MASK))
+""", SIG=signature("BSR", Op.SPMV, None, "BLOCK"), LOOP=loop, FULL=FULL_MASK)
 
 
 _GENERIC = _code(_GENERIC_LOOP)
-_SPEC = _spec_code(_SPEC_LOOP)
+_SPEC = _code(_SPEC_LOOP)
 
 
 def _render(p: Params, card: MatrixCard | None, K: int | None) -> str:

@@ -11,8 +11,7 @@ streaming stores, so the L2 keeps ``x``.
   with the same offsets. Nearby offsets are grouped into clusters; each cluster loads the aligned
   window of ``x`` that all its diagonals need (for a 9-band matrix, three 16-byte loads serve all
   nine diagonals of four rows), whatever the offsets' alignment. ``val`` of diagonal ``d`` is read
-  with 16-, 8- or 4-byte loads as ``d*m`` mod 4 allows: the body is compiled once for each value
-  of ``m`` mod 4 and the kernel takes one for the whole grid, so each is straight-line code.
+  with 16-, 8- or 4-byte loads as ``d*m`` mod 4 allows (a test every thread takes the same way).
   Rows whose every window lies inside ``x`` take this path with no bounds tests; the few edge rows
   take a guarded path. Wins on banded and stencil matrices, whose
   off-by-one diagonals defeat the generic 16-byte path.
@@ -120,11 +119,7 @@ _SPEC = fill(
 #define FLOOR4(v) (((v) >= 0 ? (v) / 4 : -((3 - (v)) / 4)) * 4)  // the multiple of 4 at or below v
 constexpr int FIRST_ROW = OFFSETS[0] < 0 ? -FLOOR4(OFFSETS[0]) : 0;
 
-// One thread's rows when m mod 4 is MR: each diagonal's alignment in val, (d * m) mod 4, and the
-// 16-byte store of y are then known at compile time, so the unrolled diagonals are straight-line code.
-template <int MR>
-static __device__ __forceinline__ void spec_rows(int m, int n, const float* __restrict__ val,
-                                                 const float* __restrict__ x, float* __restrict__ y)
+${SIG}
 {
     // Rows r0 .. r0+3 with FIRST_ROW <= r0 <= last_row have every window of x inside x and lie inside y.
     const int last_row = min(n - FLOOR4(OFFSETS[DIAGS - 1] + 3) - 4, m - 4);
@@ -154,11 +149,12 @@ static __device__ __forceinline__ void spec_rows(int m, int n, const float* __re
                     if (d < d0 || d >= CLUSTER_END[c]) continue;
                     const int e = OFFSETS[d] - start;  // x[r0 + OFFSETS[d] + t] is w[e + t]
                     const float* vd = val + (size_t)d * m + r0;  // 16-, 8- or 4-byte loads as d * m allows
+                    const int align = (d * (m & 3)) & 3;  // (d * m) mod 4, the same for every thread
                     float a[4];
-                    if ((d * MR) % 4 == 0) {
+                    if (align == 0) {
                         const float4 v = __ldcs(reinterpret_cast<const float4*>(vd));
                         a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
-                    } else if ((d * MR) % 4 == 2) {
+                    } else if (align == 2) {
                         const float2 u = __ldcs(reinterpret_cast<const float2*>(vd)), v = __ldcs(reinterpret_cast<const float2*>(vd + 2));
                         a[0] = u.x; a[1] = u.y; a[2] = v.x; a[3] = v.y;
                     } else {
@@ -178,21 +174,11 @@ static __device__ __forceinline__ void spec_rows(int m, int n, const float* __re
                     if (r0 + t < m && c + t >= 0 && c + t < n) s[t] = fmaf(__ldcs(vd + r0 + t), __ldg(x + c + t), s[t]);
             }
         }
-        if constexpr (MR == 0) {
+        if ((m & 3) == 0) {
             __stcs(reinterpret_cast<float4*>(y + r0), make_float4(s[0], s[1], s[2], s[3]));
         } else {
             y[r0] = s[0]; if (r0 + 1 < m) y[r0 + 1] = s[1]; if (r0 + 2 < m) y[r0 + 2] = s[2]; if (r0 + 3 < m) y[r0 + 3] = s[3];
         }
-    }
-}
-
-${SIG}
-{
-    switch (m & 3) {  // the same for the whole grid: one body per m mod 4
-        case 0: spec_rows<0>(m, n, val, x, y); break;
-        case 1: spec_rows<1>(m, n, val, x, y); break;
-        case 2: spec_rows<2>(m, n, val, x, y); break;
-        default: spec_rows<3>(m, n, val, x, y); break;
     }
 }
 """, SIG=_SIG, MAX_WINDOW=MAX_WINDOW)
