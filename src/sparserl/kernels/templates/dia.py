@@ -145,8 +145,7 @@ ${SIG}
                     }
                 }
                 #pragma unroll
-                for (int d = 0; d < DIAGS; ++d) {
-                    if (d < d0 || d >= CLUSTER_END[c]) continue;
+                for (int d = d0; d < CLUSTER_END[c]; ++d) {
                     const int e = OFFSETS[d] - start;  // x[r0 + OFFSETS[d] + t] is w[e + t]
                     const float* vd = val + (size_t)d * m + r0;  // 16-, 8- or 4-byte loads as d * m allows
                     const int align = (d * (m & 3)) & 3;  // (d * m) mod 4, the same for every thread
