@@ -1,5 +1,7 @@
 """A template as it renders now against the same template at an earlier revision: every seed point of
-both forms verified and timed side by side, in one harness, passes alternated in order.
+both forms verified and timed side by side, in one harness, passes alternated in order; or, on a CPU,
+both forms compiled one at a time, their compile seconds, registers and spills, and whether their SASS
+is the same.
 
 For a change to a template's body (the specialised DIA and BSR templates reading the shape at run
 time, say), the question is what it costs in speed on the matrices the template is for. The earlier
@@ -13,11 +15,16 @@ per matrix the best point of each form; the ratio is before over now (above 1: n
     python benchmarks/template_revision_speed.py --before d6ab30c --out speed.json
     git show d6ab30c:src/sparserl/kernels/templates/dia.py > BEFORE/dia.py   # and bsr.py; then, on a GPU:
     python benchmarks/template_revision_speed.py --before BEFORE --out speed.json
-    python benchmarks/template_revision_speed.py --before d6ab30c --rows 3000 --compile-only   # CPU: render, compile
+    python benchmarks/template_revision_speed.py --before 238fc8e --compile-times --out compile.json   # CPU
+
+``--compile-times`` compiles with NVRTC into an empty cache, one kernel at a time (the seconds a
+search pays for a candidate it has not seen), and compares the SASS of the two forms (``cuobjdump``
+from the PATH or from Triton's NVIDIA backend; ``same_sass`` is None without it).
 
 Matrices (``--rows``, 1M by default; sizes off a multiple of 4 on purpose): diagonal, banded with 5
-and 9 bands, stencil2d, stencil3d_7 and stencil3d_27 for ``dia_window_spec``; 4x4 and 8x8 blocks
-(the 8x8 one with a cut last block column) for ``bsr_stream_spec``.
+and 9 bands, stencil2d, stencil3d_7 and stencil3d_27 for ``dia_window_spec``, and two of 20,003 rows
+with 64 diagonals (the most a card lists), 37 apart (each its own cluster of ``x``) and contiguous;
+4x4 and 8x8 blocks (the 8x8 one with a cut last block column) for ``bsr_stream_spec``.
 """
 
 from __future__ import annotations
@@ -31,28 +38,50 @@ import math
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Callable
 
-from sparserl.harness.evaluator import Evaluator, HarnessConfig
-from sparserl.kernels.contract import Op
-from sparserl.kernels.templates import Template, get_template
-from sparserl.matrices import generate
-from sparserl.matrices.card import matrix_card
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from params_equivalence import _cuobjdump, _sass  # noqa: E402
+
+from sparserl.harness.compile import CompileOptions, compile_many  # noqa: E402
+from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
+from sparserl.kernels.contract import Op, split_completion  # noqa: E402
+from sparserl.kernels.templates import Template, get_template  # noqa: E402
+from sparserl.matrices import generate  # noqa: E402
+from sparserl.matrices.card import matrix_card  # noqa: E402
 
 log = logging.getLogger("template_revision_speed")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def matrix_set(rows: int) -> list[tuple[str, str, str, int, dict, int | None]]:
-    """(name, template, family, rows, generator options, columns) of the default set."""
-    return [("diagonal", "dia_window_spec", "diagonal", rows + 3, {}, None),
-            ("banded5", "dia_window_spec", "banded", rows + 1, {"bands": 5}, None),
-            ("banded9", "dia_window_spec", "banded", rows + 2, {"bands": 9}, None),
-            ("stencil2d", "dia_window_spec", "stencil2d", rows, {}, None),
-            ("stencil3d_7", "dia_window_spec", "stencil3d_7", rows, {}, None),
-            ("stencil3d_27", "dia_window_spec", "stencil3d_27", rows, {}, None),
-            ("block4", "bsr_stream_spec", "block", rows, {"block": 4, "blocks_per_row": 4}, None),
-            ("block8_cut", "bsr_stream_spec", "block", rows, {"block": 8, "blocks_per_row": 3}, rows - 3)]
+WIDE_ROWS = 20_003
+"""Rows of the two 64-diagonal matrices (their compile time, not their size, is the question)."""
+
+
+def _diagonals(offsets: list[int]) -> sp.csr_array:
+    m = WIDE_ROWS
+    return sp.csr_array(sp.diags([np.ones(m - abs(o), dtype=np.float32) for o in offsets], offsets, shape=(m, m)))
+
+
+def matrix_set(rows: int) -> list[tuple[str, str, Callable[[], sp.csr_array]]]:
+    """(name, template, the matrix's builder) of the default set."""
+    def gen(family: str, m: int, cols: int | None = None, **options):
+        return lambda: generate(family, m, cols=cols, seed=1, **options)
+    return [("diagonal", "dia_window_spec", gen("diagonal", rows + 3)),
+            ("banded5", "dia_window_spec", gen("banded", rows + 1, bands=5)),
+            ("banded9", "dia_window_spec", gen("banded", rows + 2, bands=9)),
+            ("stencil2d", "dia_window_spec", gen("stencil2d", rows)),
+            ("stencil3d_7", "dia_window_spec", gen("stencil3d_7", rows)),
+            ("stencil3d_27", "dia_window_spec", gen("stencil3d_27", rows)),
+            ("wide64_apart37", "dia_window_spec", lambda: _diagonals([i * 37 - 1000 for i in range(64)])),
+            ("wide64_contiguous", "dia_window_spec", lambda: _diagonals(list(range(-32, 32)))),
+            ("block4", "bsr_stream_spec", gen("block", rows, block=4, blocks_per_row=4)),
+            ("block8_cut", "bsr_stream_spec", gen("block", rows, rows - 3, block=8, blocks_per_row=3))]
 
 
 def _module_source(template: Template, before: str) -> tuple[str, str]:
@@ -90,16 +119,58 @@ def _geomean(v: list[float]) -> float | None:
     return math.exp(sum(map(math.log, v)) / len(v)) if v else None
 
 
+def _cases(args: argparse.Namespace, befores: dict[str, Template]):
+    """(name, template name, matrix, the seed points both forms render, the two forms) of each matrix."""
+    only = set(filter(None, args.only.split(",")))
+    for name, tname, build in matrix_set(args.rows):
+        if only and name not in only:
+            continue
+        now = get_template(Op.SPMV, tname)
+        old = befores.setdefault(tname, template_before(tname, args.before))
+        A = build()
+        card = matrix_card(A)
+        points = [p for p in now.seeds(card) if now.check(p, card) is None]
+        yield name, tname, A, card, points, {"before": old, "now": now}
+
+
+def compile_times(args: argparse.Namespace) -> dict:
+    """Each seed point of both forms compiled alone with NVRTC into an empty cache: seconds, registers,
+    spills, and whether the two forms' SASS is the same."""
+    options, rows, tool = CompileOptions(backend="nvrtc"), [], _cuobjdump()
+    for name, tname, A, card, points, forms in _cases(args, {}):
+        for p in points:
+            row = {"matrix": name, "template": tname, "point": str(p)}
+            sass = {}
+            for form, t in forms.items():
+                code = split_completion(t.render(p, card), Op.SPMV)[1]
+                with tempfile.TemporaryDirectory() as cache:
+                    t0 = time.perf_counter()
+                    r = compile_many([code], options, cache_dir=cache, jobs=1)[0]
+                    row[f"{form}_s"] = time.perf_counter() - t0
+                    res = r.resources_of("spmv_kernel") if r.ok else None
+                    sass[form] = _sass(Path(r.cubin_path).read_bytes(), ("spmv_kernel",)) if r.ok and tool else None
+                row[f"{form}_ok"] = r.ok
+                row[f"{form}_registers"] = res.registers if res else None
+                row[f"{form}_spill_bytes"] = (res.spill_store_bytes + res.stack_bytes) if res else None
+            row["same_sass"] = None if None in sass.values() else sass["before"] == sass["now"]
+            log.info("%-18s %-28s before %5.1f s (%s regs)  now %5.1f s (%s regs)  same SASS %s", name, row["point"],
+                     row["before_s"], row["before_registers"], row["now_s"], row["now_registers"], row["same_sass"])
+            rows.append(row)
+    ratios = [r["before_s"] / r["now_s"] for r in rows if r["before_ok"] and r["now_ok"]]
+    summary = {"points": len(rows), "same_sass": sum(r["same_sass"] is True for r in rows),
+               "geomean_before_over_now_seconds": _geomean(ratios),
+               "failures": sum(not (r["before_ok"] and r["now_ok"]) for r in rows)}
+    return {"before": args.before, "rows": args.rows, "compile_times": rows, "summary": summary}
+
+
 def run(args: argparse.Namespace) -> dict:
     rows, befores = [], {}
-    cfg = HarnessConfig(reward_regime="cold", memo=0, compile_only=args.compile_only)
-    with Evaluator(cfg) as ev:
-        for name, tname, family, m, options, cols in matrix_set(args.rows):
-            now = get_template(Op.SPMV, tname)
-            old = befores.setdefault(tname, template_before(tname, args.before))
-            A = generate(family, m, cols=cols, seed=1, **options)
-            card = matrix_card(A)
-            points = [p for p in now.seeds(card) if now.check(p, card) is None]
+    with Evaluator(HarnessConfig(reward_regime="cold", memo=0)) as ev:
+        if not ev.has_gpu:
+            raise SystemExit("error: timing needs a GPU (on a CPU: --compile-times)")
+        for name, tname, A, card, points, forms in _cases(args, befores):
+            old, now = forms["before"], forms["now"]
+            m = int(A.shape[0])
             cands = [(str(p), form, t.render(p, card)) for p in points for form, t in (("before", old), ("now", now))]
             ref = ev.register(A, name)
             times: dict[tuple[str, str], list[float]] = {(p, f): [] for p, f, _ in cands}
@@ -109,7 +180,7 @@ def run(args: argparse.Namespace) -> dict:
                 for (point, form, _), r in zip(order, ev.evaluate_many([(t, ref, Op.SPMV, None) for *_, t in order])):
                     if r.ok:
                         times[(point, form)].append(r.timings["cold"].median_us)
-                    elif not args.compile_only or not r.compiled:
+                    else:
                         failures.append({"point": point, "form": form, "error": r.error_kind.value,
                                          "message": r.message[:200]})
             fastest = {k: min(v) for k, v in times.items() if v}
@@ -121,15 +192,15 @@ def run(args: argparse.Namespace) -> dict:
             log.info("%-14s %-16s before %s us, now %s us, before/now %s, %d failures", name, tname, best["before"],
                      best["now"], row["before_over_now"], len(failures))
             rows.append(row)
-        gpu = ev.pool.gpu if ev.has_gpu else "no GPU (compile only)"
+        gpu = ev.pool.gpu
     ratios = [r["before_over_now"] for r in rows if r["before_over_now"]]
     by_template = {t: _geomean([r["before_over_now"] for r in rows if r["template"] == t and r["before_over_now"]])
                    for t in dict.fromkeys(r["template"] for r in rows)}
     summary = {"geomean_before_over_now": _geomean(ratios), "by_template": by_template,
                "min": min(ratios, default=None), "max": max(ratios, default=None),
                "failures": sum(len(r["failures"]) for r in rows)}
-    return {"before": args.before, "rows": args.rows, "passes": args.passes, "gpu": gpu,
-            "compile_only": args.compile_only, "matrices": rows, "summary": summary}
+    return {"before": args.before, "rows": args.rows, "passes": args.passes, "gpu": gpu, "matrices": rows,
+            "summary": summary}
 
 
 def main() -> int:
@@ -137,16 +208,24 @@ def main() -> int:
     ap.add_argument("--before", required=True, help="a git revision, or a folder holding the modules' earlier files")
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows of the matrices (default 1M)")
     ap.add_argument("--passes", type=int, default=3, help="timed passes, every other one in reverse order")
-    ap.add_argument("--compile-only", action="store_true", help="render and compile both forms (no GPU)")
+    ap.add_argument("--compile-times", action="store_true",
+                    help="CPU: compile both forms one kernel at a time (seconds, registers, spills, same SASS)")
+    ap.add_argument("--only", default="", help="comma-separated matrix names of the set (default: all)")
     ap.add_argument("--out", type=Path, default=Path("template_revision_speed.json"))
     args = ap.parse_args()
+    if unknown := set(filter(None, args.only.split(","))) - {name for name, *_ in matrix_set(16)}:
+        ap.error(f"--only: no matrix {', '.join(sorted(unknown))} in the set")
     if args.rows < 16 or args.passes < 1:
         ap.error("--rows must be at least 16 and --passes at least 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = run(args)
+    out = compile_times(args) if args.compile_times else run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
     s = out["summary"]
+    if args.compile_times:
+        print(f"{s['points']} points: compile seconds before/now, geomean {s['geomean_before_over_now_seconds']}; "
+              f"the same SASS on {s['same_sass']}; {s['failures']} failed to compile")
+        return 1 if s["failures"] else 0
     print(f"before/now, geomean over {len(out['matrices'])} matrices: {s['geomean_before_over_now']}; "
           f"by template {s['by_template']}; {s['failures']} failures")
     return 1 if s["failures"] else 0
