@@ -13,8 +13,8 @@ streaming stores, so the L2 keeps ``x``.
   nine diagonals of four rows), whatever the offsets' alignment. ``val`` of diagonal ``d`` is read
   with 16-, 8- or 4-byte loads as ``d*m`` mod 4 allows (a test every thread takes the same way).
   Rows whose every window lies inside ``x`` take this path with no bounds tests; the few edge rows
-  take a guarded path. Wins on banded and stencil matrices, whose
-  off-by-one diagonals defeat the generic 16-byte path.
+  take a guarded path. Wins on banded and stencil matrices, whose off-by-one diagonals defeat the
+  generic 16-byte path.
 """
 
 from __future__ import annotations
