@@ -61,6 +61,10 @@
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
 # The teacher data's matrices are generated on the CPU while pre-training runs (OUT/matrices.log).
+# With two GPUs or more (CUDA_VISIBLE_DEVICES's, else every one nvidia-smi lists; GPUS=N says N), pre-training runs
+# on the first (OUT/pretrain.log) while the data, search, export and merge stages run on the others, which the
+# teacher's timings then have to themselves; SFT waits for the base model and uses every GPU again. On one H200 the
+# small preset's pre-training (212 s) and its teacher's stages (about 150-210 s) took turns.
 # Each stage writes OUT/stages/NAME.done when it ends; run the same command again after a crash or a
 # time limit and the finished stages are skipped (pre-training, the searches and SFT resume inside).
 # Pre-training runs for its minutes (the step cap is out of the way; the learning rate decays over them).
@@ -131,6 +135,15 @@ sft+=(--steps "$sft_steps")
 knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-1.0}" 1.0
 knob TEMPERATURES "${TEMPERATURES:-}" ""; knob HEADER_GRAMMAR "${HEADER_GRAMMAR:-0}" 0
 knob BASE_MODEL "${BASE_MODEL:-}" ""
+gpu_ids=()  # the GPUs this run may use: CUDA_VISIBLE_DEVICES's, else every one nvidia-smi lists (GPUS=N: 0..N-1)
+if [ -n "${GPUS:-}" ]; then
+  n=$(count GPUS "$GPUS" 0) || exit 2
+  if [ "$n" -gt 0 ]; then mapfile -t gpu_ids < <(seq 0 $((n - 1))); fi
+elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  IFS=, read -ra gpu_ids <<< "$CUDA_VISIBLE_DEVICES"
+else
+  mapfile -t gpu_ids < <(nvidia-smi --query-gpu=index --format=csv,noheader 2> /dev/null || true)
+fi
 case "${IMPROVE:-1}" in  # 0: no improve stage (the SFT model is the final policy)
   1) ;;
   0) knob IMPROVE 0 1; improve=() ;;
@@ -181,17 +194,33 @@ make_matrices() {
   fi
 }
 gen_pid=""  # the matrices are CPU work: generated while pre-training holds the GPU
+pretrain_pid=""  # with two GPUs or more: pre-training on the first while the teacher's stages use the others
+stop_background() {
+  local p
+  for p in $gen_pid $pretrain_pid; do pkill -P "$p" 2> /dev/null; kill "$p" 2> /dev/null; done
+  true
+}
+trap stop_background EXIT
 if [ "$data_matrices" = 1 ] || [ "$teacher_matrices" = 1 ]; then
   make_matrices > "$out/matrices.log" 2>&1 &
   gen_pid=$!
-  trap '[ -n "$gen_pid" ] && kill "$gen_pid" 2> /dev/null; true' EXIT
 fi
 model="$out/pretrain/model"
-if [ -n "${BASE_MODEL:-}" ]; then  # a base model made before (any local HF checkpoint): no pre-training here
-  model=$BASE_MODEL; echo "== pretrain: skipped, the base model is $model"
-else
+pretrain_stage() {
   stage pretrain sparserl pretrain --out "$out/pretrain" "${corpus[@]}" "${pretrain[@]}" "${device[@]}" \
     $(again "$out/pretrain/state.pt")
+}
+if [ -n "${BASE_MODEL:-}" ]; then  # a base model made before (any local HF checkpoint): no pre-training here
+  model=$BASE_MODEL; echo "== pretrain: skipped, the base model is $model"
+elif [ ${#gpu_ids[@]} -ge 2 ] && [ ! -e "$out/stages/pretrain.done" ]; then
+  teacher_gpus=$(IFS=,; echo "${gpu_ids[*]:1}")
+  echo "== pretrain: on GPU ${gpu_ids[0]} while the teacher's stages run on GPUs $teacher_gpus ($out/pretrain.log)"
+  (export CUDA_VISIBLE_DEVICES=${gpu_ids[0]}; pretrain_stage) > "$out/pretrain.log" 2>&1 &
+  pretrain_pid=$!
+  all_gpus=${CUDA_VISIBLE_DEVICES-unset}
+  export CUDA_VISIBLE_DEVICES=$teacher_gpus
+else
+  pretrain_stage
 fi
 if [ -n "$gen_pid" ]; then
   wait "$gen_pid" || { echo "error: generating the matrices failed: see $out/matrices.log" >&2; exit 1; }
@@ -241,6 +270,11 @@ merge() {  # the SFT set: the library teacher's train rows and the store's, vali
   echo "SFT rows: $(wc -l < "$out/data/train.jsonl") from the library, $(wc -l < "$out/teacher.jsonl") from the store"
 }
 stage merge merge
+if [ -n "$pretrain_pid" ]; then  # the teacher is ready: SFT needs the base model, and every GPU again
+  wait "$pretrain_pid" || { echo "error: pre-training failed: see $out/pretrain.log" >&2; exit 1; }
+  pretrain_pid=""; cat "$out/pretrain.log"
+  if [ "$all_gpus" = unset ]; then unset CUDA_VISIBLE_DEVICES; else export CUDA_VISIBLE_DEVICES=$all_gpus; fi
+fi
 stage sft sparserl sft --data "$out/sft-data" --model "$model" --out "$out/sft" "${sft[@]}" \
   --save-every 100 "${device[@]}" "${compile[@]}" "${gen[@]}" $(again "$out/sft/state.pt")
 if [ ${#improve[@]} -gt 0 ]; then  # the teacher knobs as measured; a kept round reaches 90% correct, or its start's share if lower

@@ -109,6 +109,24 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert settings["changed"] == changed + ["TEMPERATURE=0.5", "HEADER_GRAMMAR=1"]
 
 
+@pytest.mark.slow(seconds=100)
+@pytest.mark.skipif(find_nvcc() is None or shutil.which("bash") is None, reason="needs nvcc and bash")
+def test_with_two_gpus_the_teacher_is_made_while_pretraining_runs(tmp_path) -> None:
+    """GPUS=2 (two GPUs seen): pre-training runs in the background (on the first GPU) while the data,
+    search, export and merge stages run (on the other), and SFT starts from the model it made. Kills
+    the stages run one after another (pre-training would end first), and SFT started before the base
+    model is saved."""
+    out = tmp_path / "run"
+    done = run(out, "-", "smoke", env={"GPUS": "2"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "== pretrain: on GPU 0 while the teacher's stages run on GPUs 1" in done.stdout
+    stages = [line.split("\t")[0] for line in (out / "stages.tsv").read_text().splitlines()]
+    assert stages.index("merge") < stages.index("pretrain") < stages.index("sft"), stages
+    assert "pretrain" in (out / "pretrain.log").read_text()
+    assert json.loads((out / "sft" / "result.json").read_text())["steps"] == 2
+    assert (out / "pretrain" / "model").is_dir() and "== sft" in done.stdout
+
+
 def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     bad = run(tmp_path / "a", "-", "huge")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "\n" not in bad.stderr.strip()
@@ -128,7 +146,7 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     improve = run(tmp_path / "h", "-", "smoke", env={"IMPROVE": "no"})
     assert improve.returncode == 2 and improve.stderr.startswith("error: IMPROVE is 1")
     assert improve.stderr.count("\n") == 1 and not (tmp_path / "h" / "stages").exists()
-    for name, bad_count in (("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0"),
+    for name, bad_count in (("GPUS", "two"), ("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0"),
                             ("SAMPLES", "x"), ("GUIDED_MATRICES", "0")):
         counted = run(tmp_path / "g", "-", "smoke", env={name: bad_count})
         assert counted.returncode == 2 and counted.stderr.startswith(f"error: {name} is a whole number")
