@@ -164,6 +164,26 @@ def test_dia_window_spec_on_the_widest_card_compiles_without_spills() -> None:
         assert not (res.spill_store_bytes or res.stack_bytes) and res.registers < 128, (p, res)
 
 
+def test_csr_lanes_spec_compiles_for_rows_shorter_than_four() -> None:
+    """Rows of 1, 2 or 3 entries (a diagonal matrix, say) take the single-entry path; the 16-byte path
+    the compiler still sees must not declare arrays of size zero. Kills ``KC = (L / 4 + TPR - 1) / TPR``
+    unguarded (every seed a compile error there), and a card of empty rows passed to it."""
+    import dataclasses
+
+    t = get_template("spmv", "csr_lanes_spec")
+    texts = []
+    for L in (1, 2, 3, 5):
+        card = matrix_card(generate("random", 3001, seed=1, nnz_per_row=L))
+        assert card.row_len_min == card.row_len_max == L
+        points = [p for p in t.seeds(card) if t.check(p, card) is None]
+        assert points, L
+        texts += [split_completion(t.render(p, card), Op.SPMV)[1] for p in points]
+    failed = [r.log[-300:] for r in compile_many(texts, OPTIONS) if not r.ok]
+    assert not failed, failed[:1]
+    empty = dataclasses.replace(card, row_len_min=0, row_len_max=0, row_len_mean=0.0)
+    assert "empty" in t.check({"tpr": 4, "block": 256}, empty)
+
+
 def test_specialised_csr_adaptive_bakes_the_long_rows_it_knows() -> None:
     A = generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002)  # 12 rows of 2000
     card = matrix_card(A)

@@ -412,7 +412,7 @@ ${SIG}
         const int base = row * L;
         if constexpr (L % 4 == 0) {
             // L / 4 16-byte chunks per row; lane l takes chunks l, l + TPR, ...: all loads first.
-            constexpr int KC = (L / 4 + TPR - 1) / TPR;
+            constexpr int KC = L >= 4 ? (L / 4 + TPR - 1) / TPR : 1;  // L < 4 never comes here, but its arrays need a size
             int4 c[KC];
             float4 a[KC];
             #pragma unroll

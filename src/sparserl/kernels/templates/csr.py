@@ -184,6 +184,8 @@ def _lanes_spec_check(p: Params, card: MatrixCard | None, k: int | None) -> str 
     L = uniform_row_length(card)
     if L is None:
         return f"rows differ in length ({card.row_len_min} to {card.row_len_max}): nothing to specialise"
+    if L == 0:
+        return "every row is empty: nothing to specialise"
     per_lane = -(-L // 4 // p["tpr"]) if L % 4 == 0 else -(-L // p["tpr"])
     limit = MAX_LANE_LOADS if L % 4 == 0 else 2 * MAX_LANE_LOADS
     if per_lane > limit:
