@@ -106,6 +106,7 @@ def template_before(name: str, before: str) -> Template:
         path.write_text(source)
         spec = importlib.util.spec_from_file_location(f"before_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
         spec.loader.exec_module(module)
     for attr in dir(module):
         if attr.endswith("_templates") and callable(getattr(module, attr)):
