@@ -64,8 +64,9 @@ class Mat:
 
 
 MATRICES = {m.name: m for m in (
-    # small: 25k-130k nonzeros; odd sizes, cut edge blocks, a few long rows
+    # small: 12k-130k nonzeros; odd sizes, cut edge blocks, a few long rows
     Mat("random_s", SMALL, "random", 4001, {"nnz_per_row": 16}),
+    Mat("random3_s", SMALL, "random", 4001, {"nnz_per_row": 3}),  # rows shorter than one 16-byte load
     Mat("powerlaw_s", SMALL, "powerlaw", 6000),
     Mat("skewed_s", SMALL, "skewed", 6000, {"long_len": 2000, "long_fraction": 0.002}),
     Mat("banded_s", SMALL, "banded", 4003, {"bands": 9}),
@@ -95,7 +96,7 @@ TEMPLATE_MATRICES = {
     "csr_adaptive": ("powerlaw_s", "skewed_s", "skewed_m"),
     "csr_adaptive_spec": ("random_s", "powerlaw_s", "skewed_s", "skewed_m", "powerlaw_m"),
     "csr_lanes": ("random_s", "powerlaw_s", "random_m"),
-    "csr_lanes_spec": ("random_s", "block8_s", "random_m"),
+    "csr_lanes_spec": ("random_s", "random3_s", "block8_s", "random_m"),
     "csr_split_spec": ("powerlaw_s", "skewed_s", "powerlaw_m"),
     "dia_window": ("banded_s", "stencil2d_s", "stencil3d_m"),
     "dia_window_spec": ("banded_s", "stencil2d_s", "stencil3d_m"),
