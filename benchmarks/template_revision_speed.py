@@ -120,14 +120,18 @@ def _geomean(v: list[float]) -> float | None:
     return math.exp(sum(map(math.log, v)) / len(v)) if v else None
 
 
-def _cases(args: argparse.Namespace, befores: dict[str, Template]):
-    """(name, template name, matrix, the seed points both forms render, the two forms) of each matrix."""
+def _cases(args: argparse.Namespace):
+    """(name, template name, matrix, its card, the seed points both forms render, the two forms) of each
+    matrix of the set (or of --only)."""
     only = set(filter(None, args.only.split(",")))
+    befores: dict[str, Template] = {}  # each template's earlier module, loaded once
     for name, tname, build in matrix_set(args.rows):
         if only and name not in only:
             continue
         now = get_template(Op.SPMV, tname)
-        old = befores.setdefault(tname, template_before(tname, args.before))
+        if tname not in befores:
+            befores[tname] = template_before(tname, args.before)
+        old = befores[tname]
         A = build()
         card = matrix_card(A)
         points = [p for p in now.seeds(card) if now.check(p, card) is None]
@@ -138,7 +142,7 @@ def compile_times(args: argparse.Namespace) -> dict:
     """Each seed point of both forms compiled alone with NVRTC into an empty cache: seconds, registers,
     spills, and whether the two forms' SASS is the same."""
     options, rows, tool = CompileOptions(backend="nvrtc"), [], _cuobjdump()
-    for name, tname, A, card, points, forms in _cases(args, {}):
+    for name, tname, A, card, points, forms in _cases(args):
         for p in points:
             row = {"matrix": name, "template": tname, "point": str(p)}
             sass = {}
@@ -165,11 +169,11 @@ def compile_times(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    rows, befores = [], {}
+    rows = []
     with Evaluator(HarnessConfig(reward_regime="cold", memo=0)) as ev:
         if not ev.has_gpu:
             raise SystemExit("error: timing needs a GPU (on a CPU: --compile-times)")
-        for name, tname, A, card, points, forms in _cases(args, befores):
+        for name, tname, A, card, points, forms in _cases(args):
             old, now = forms["before"], forms["now"]
             m = int(A.shape[0])
             cands = [(str(p), form, t.render(p, card)) for p in points for form, t in (("before", old), ("now", now))]

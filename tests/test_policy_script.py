@@ -146,8 +146,8 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     improve = run(tmp_path / "h", "-", "smoke", env={"IMPROVE": "no"})
     assert improve.returncode == 2 and improve.stderr.startswith("error: IMPROVE is 1")
     assert improve.stderr.count("\n") == 1 and not (tmp_path / "h" / "stages").exists()
-    for name, bad_count in (("GPUS", "two"), ("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"), ("SFT_STEPS", "0"),
-                            ("SAMPLES", "x"), ("GUIDED_MATRICES", "0")):
+    for name, bad_count in (("GPUS", "two"), ("TEACHER_PER_FAMILY", "many"), ("TEACHER_PER_FAMILY", "-1"),
+                            ("SFT_STEPS", "0"), ("SAMPLES", "x"), ("GUIDED_MATRICES", "0")):
         counted = run(tmp_path / "g", "-", "smoke", env={name: bad_count})
         assert counted.returncode == 2 and counted.stderr.startswith(f"error: {name} is a whole number")
         assert counted.stderr.count("\n") == 1 and not (tmp_path / "g" / "stages").exists()
