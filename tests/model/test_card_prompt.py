@@ -178,3 +178,19 @@ def test_the_same_card_in_sft_rollout_generate_and_search(tmp_path: Path) -> Non
     pp.refine("FORMAT: CSR", EvalResult.failure("spmv", None, "m", ErrorKind.COMPILE, "x"), 1)
     assert f"Matrix card:\n{card}\n" in pol.calls[-1][0].prompt
     assert make_sample(A, RecordingPolicy(card=False).config, Op.SPMV).card is None
+
+
+def test_the_prompt_names_a_uniform_row_length_only_when_every_row_has_it() -> None:
+    """Kills a line written from the maximum alone (the empty-rows matrix, min 0 and max 16, would read as
+    uniform and invite ``csr_lanes_spec`` with ``L = 16``), and a line that never appears."""
+    rng = np.random.default_rng(0)
+    cols = np.concatenate([rng.choice(400, 7, replace=False) for _ in range(500)])
+    uniform = sp.csr_matrix((np.ones(500 * 7), cols, np.arange(0, 500 * 7 + 1, 7)), shape=(500, 400))
+    assert "every row has 7 entries" in prompt_card(uniform)
+    holes = uniform.tolil()
+    holes[3, :] = 0  # one empty row: min 0, max 7
+    assert "every row has" not in prompt_card(holes.tocsr())
+    longer = uniform.tolil()
+    longer[5, [c for c in range(400) if c not in set(cols[35:42])][:1]] = 1.0  # one row of 8
+    assert "every row has" not in prompt_card(longer.tocsr())
+    assert "every row has" not in prompt_card(generate("empty_rows", 20_000, seed=1))

@@ -153,12 +153,16 @@ class MatrixCard:
         rows). Offsets are exact, in runs (``-2..2``), when there are few. The longest rows (those over
         twice the mean length, or at least ``long_rows_min``; up to LONGEST_ROWS) are listed longest
         first, so ``rows of length >= L: n`` with ``n <= LONGEST_ROWS`` means the first ``n`` listed
-        are every such row. A pure function of the structure: no values."""
+        are every such row. A line ``every row has L entries`` appears exactly when all rows have one
+        length ``L > 0``: the one fact a uniform-length kernel (``csr_lanes_spec``) may assume, said
+        in words rather than left to a comparison of ``min`` and ``max``. A pure function of the structure: no values."""
         lines = [f"shape {self.rows} x {self.cols}, nnz {self.nnz}",
                  (f"row lengths: min {self.row_len_min}, mean {self.row_len_mean:.2f}, max {self.row_len_max}, "
                   f"empty rows {self.empty_rows}"),
                  "row-length bins lo-hi:rows: " + " ".join(
                      f"{b.lo}:{b.rows}" if b.lo == b.hi else f"{b.lo}-{b.hi}:{b.rows}" for b in self.bins)]
+        if self.row_len_min == self.row_len_max > 0:
+            lines.append(f"every row has {self.row_len_max} entries")
         top = self.prompt_longest_rows()
         if top:
             lines.append("longest rows row:length: " + " ".join(f"{r}:{n}" for r, n in top))
