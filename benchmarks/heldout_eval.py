@@ -6,7 +6,9 @@ the sets one after the other through the same :func:`sparserl.eval.compare.evalu
 opened policies and the same :class:`~sparserl.harness.evaluator.Evaluator`, and writes exactly what
 ``sparserl evaluate --out OUT/eval-SET`` writes, per set (eval.json, eval.md, completions.jsonl).
 
-The sets: ``test`` and ``val`` (those splits of ``--data``, an SFT data folder) and ``families`` (one
+The sets: ``test`` (the generated matrices of the test split of ``--data``, an SFT data folder), ``real``
+(its real matrices: a folder given to ``data build --real-dir DIR --real-split mixed``, such as the SuiteSparse
+one, whose train split the teacher saw), ``val`` (the validation split, all of it) and ``families`` (one
 generated matrix per family at ``--family-rows`` rows); ``--limit N`` keeps N matrices of a split,
 evenly spaced. Nothing is shared between the sets' figures: each set times its own baselines, and the
 harness's memo answers a completion only on the same matrix content.
@@ -37,7 +39,7 @@ from pathlib import Path
 
 log = logging.getLogger("heldout_eval")
 
-SETS = ("test", "families", "val")
+SETS = ("test", "families", "val", "real")
 NEAR_BEST = 0.01
 """Temperatures whose best of N is within this share of the highest are chosen among by correct share."""
 
@@ -48,7 +50,8 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
     from sparserl.eval.compare import EvalConfig
 
     where = (dict(matrices="families", family_rows=args.family_rows) if name == "families"
-             else dict(matrices=str(args.data), split=name, limit=args.limit))
+             else dict(matrices=str(args.data), split="test" if name == "real" else name, limit=args.limit,
+                       real_matrices=REAL_MATRICES[name]))
     return EvalConfig(**where, checkpoints=tuple(args.checkpoint), baselines=tuple(b for b in args.baselines.split(",") if b),
                       samples=args.samples, temperature=temperature, header_grammar=args.header_grammar,
                       max_new_tokens=args.max_new_tokens,
@@ -56,10 +59,13 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
                       seed=args.seed)
 
 
-RESUME_KEYS = ("matrices", "split", "family_rows", "limit", "checkpoints", "baselines", "op", "k", "samples",
+REAL_MATRICES = {"test": "none", "real": "only", "val": "all"}
+"""Which of a split's matrices each set takes (:attr:`EvalConfig.real_matrices`): ``test`` and ``real`` are
+disjoint, so each figure is of one kind of matrix."""
+RESUME_KEYS = ("matrices", "split", "real_matrices", "family_rows", "limit", "checkpoints", "baselines", "op", "k", "samples",
                "temperature", "header_grammar", "max_new_tokens", "seed")
 """What an evaluation written before must have been made with to be kept under ``--resume``."""
-ADDED_LATER = {"header_grammar": False}
+ADDED_LATER = {"header_grammar": False, "real_matrices": "all"}
 """Keys an eval.json written before they existed lacks, and what it was made with."""
 
 
@@ -105,7 +111,7 @@ def choose_temperature(by_t: dict[float, dict]) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path, help="run folder: each set is written to OUT/eval-SET")
-    ap.add_argument("--data", type=Path, help="SFT data folder whose test split is the 'test' set")
+    ap.add_argument("--data", type=Path, help="SFT data folder whose test split holds the 'test' and 'real' sets")
     ap.add_argument("--sets", default="test,families", help=f"comma-separated, in order, of {', '.join(SETS)}")
     ap.add_argument("--checkpoint", "-c", action="append", default=[], required=True,
                     help="NAME=PATH of a policy (repeatable)")
@@ -136,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not sets:
         print(f"error: --sets takes {', '.join(SETS)} (got {args.sets!r})", file=sys.stderr)
         return 2
-    if {"test", "val"} & set(sets) and args.data is None:
-        print("error: the 'test' and 'val' sets need --data (an SFT data folder with test.jsonl, val.jsonl)",
+    if {"test", "val", "real"} & set(sets) and args.data is None:
+        print("error: the 'test', 'real' and 'val' sets need --data (an SFT data folder with test.jsonl, val.jsonl)",
               file=sys.stderr)
         return 2
     try:

@@ -7,7 +7,8 @@ What the run measured, beside the bar each target sets:
   changed something of its preset (``settings.json``, written by the script: more teacher matrices, more SFT
   steps, more samples, a base model made before, ...) is not the preset's sitting, so its time is reported
   and judged against no aim;
-* per held-out set (``eval-test``, ``eval-families``): the checkpoint's correct share (at least 95%),
+* per held-out set (``eval-test``, ``eval-families``, and ``eval-real``, the SuiteSparse test split, when the
+  run was given ``SUITESPARSE``): the checkpoint's correct share (at least 95%),
   new bodies' correct share (at least 50%: a body the library does not have under any PARAMS), the
   best of N over the library oracle's geometric mean (at least 1.00 on the families at 1M rows, 0.98
   elsewhere), and the share of matrices where the best sample beats the oracle (at least 25%).

@@ -57,6 +57,11 @@
 # round was not kept on the small preset at 10k-1M rows, results of 2026-12-04). OUT/settings.json names what any
 # invocation changed of its preset; a run that changed something is not the preset's sitting, and
 # benchmarks/policy_targets.py says so.
+# SUITESPARSE=DIR adds a folder of real matrices (.mtx/.mtx.gz/.npz; the SuiteSparse ones) to the data set, split
+# like a family's (`data build --real-dir DIR --real-split mixed`: a quarter each to validation and test on the
+# small preset): the teacher searches its train split beside the generated one, and the held-out table gains the
+# set `real`, the test split's real matrices (OUT/eval-real), while `test` keeps the generated ones. The guided
+# search stays on generated test matrices (the packaged cost model was fitted on SuiteSparse measurements).
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -155,6 +160,13 @@ if [ "${MAX_TARGET_CHARS:-6300}" != none ]; then  # characters without comments;
   taught_data=(--max-target-chars "$limit"); taught_export=(--max-chars "$limit")
   if [ ${#improve[@]} -gt 0 ]; then improve+=(--max-target-chars "$limit"); fi
 fi
+real=()  # SUITESPARSE=DIR: real matrices split like a family's, and their held-out set
+if [ -n "${SUITESPARSE:-}" ]; then
+  if [ ! -d "$SUITESPARSE" ]; then
+    echo "error: SUITESPARSE is a folder of real matrices, .mtx/.mtx.gz/.npz (got '$SUITESPARSE')" >&2; exit 2
+  fi
+  real=(--real-dir "$SUITESPARSE" --real-split mixed); eval_sets+=(real); knob SUITESPARSE "$SUITESPARSE" ""
+fi
 corpus=(); [ "$pack" != "-" ] && corpus=(--corpus "$pack")
 if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then
   echo "error: no corpus pack at $pack (make one: sparserl corpus build, then sparserl corpus pack; or give -)" >&2
@@ -228,22 +240,23 @@ if [ -n "$gen_pid" ]; then
 fi
 stage data sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \
   "${data[@]}" --target near_fastest \
-  --targets-per-matrix 6 --seed 0 --force "${compile[@]}" "${taught_data[@]}"
-split_matrices() {  # split_matrices SPLIT [N]: the split's matrices in file order, or N of them evenly spaced
+  --targets-per-matrix 6 --seed 0 --force "${compile[@]}" "${taught_data[@]}" ${real[@]+"${real[@]}"}
+split_matrices() {  # split_matrices SPLIT [N [generated]]: the split's matrices in file order, or N of them evenly
+  # spaced; generated: none of the real ones (SUITESPARSE)
   "${PYTHON:-python}" -c "import json, sys
 seen = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    if r.get('matrix'):
+    if r.get('matrix') and not (sys.argv[3] == 'generated' and r.get('family') == 'real'):
         seen.setdefault(r['matrix'], None)
 names, n = list(seen), int(sys.argv[2])
 if 0 < n < len(names):
     names = [names[i * len(names) // n] for i in range(n)]
 if not names:
     sys.exit('error: no matrix in ' + sys.argv[1])
-print('\n'.join(names))" "$out/data/$1.jsonl" "${2:-0}"
+print('\n'.join(names))" "$out/data/$1.jsonl" "${2:-0}" "${3:-all}"
 }
-matrices_of() {  # matrices_of SPLIT [N] into the array files, or stop with the reason
+matrices_of() {  # matrices_of SPLIT [N [generated]] into the array files, or stop with the reason
   local listed
   listed=$(split_matrices "$@") || exit 1
   mapfile -t files <<< "$listed"
@@ -311,7 +324,7 @@ held_out() {  # every held-out set in one process: the policies opened once, one
 }
 stage evals held_out
 guided_search() {  # the model guiding the search, against the search without it, on held-out test matrices
-  matrices_of test "$guided_n"
+  matrices_of test "$guided_n" generated
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/guided_search.py" "${files[@]}" --model "$final" \
     "${guided[@]}" --temperature "$temperature" "${device[@]}" "${compile[@]}" "${gen[@]}" --out "$out/guided.json"
 }

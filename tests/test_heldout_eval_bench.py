@@ -20,6 +20,7 @@ spec.loader.exec_module(bench)
 @pytest.mark.parametrize("args, says", [
     (["--sets", "test,train", "-c", "a=x"], "--sets takes test, families, val"),
     (["--sets", "test", "-c", "a=x"], "need --data"),
+    (["--sets", "real", "-c", "a=x"], "need --data"),
     (["--sets", "families", "--temperature", "1.0,0", "-c", "a=x"], "--temperature takes positive numbers"),
     (["--sets", "families", "-c", "a=NOWHERE"], "no model at"),
 ])
@@ -63,6 +64,13 @@ def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys
     old = {k: v for k, v in asdict(cfgs["test"]).items() if k != "header_grammar"}
     (tmp_path / "eval-test" / "eval.json").write_text(json.dumps({"config": old}))
     assert bench.written_as(cfgs["test"]) and not bench.written_as(replace(cfgs["test"], header_grammar=True))
+    # written before the real matrices had a set of their own: the test split whole, real ones too, so not
+    # the generated-only test set of now; it is what the validation set still takes
+    old = {k: v for k, v in asdict(cfgs["test"]).items() if k != "real_matrices"}
+    (tmp_path / "eval-test" / "eval.json").write_text(json.dumps({"config": old}))
+    assert not bench.written_as(cfgs["test"]) and bench.written_as(replace(cfgs["test"], real_matrices="all"))
+    real = bench.set_config("real", args, tmp_path, 1.0, "eval-real")
+    assert (real.split, real.real_matrices, cfgs["test"].real_matrices) == ("test", "only", "none")
     (tmp_path / "eval-test" / "eval.json").write_text("{}")  # finished by something else: made again
     assert not bench.written_as(cfgs["test"])
 

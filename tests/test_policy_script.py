@@ -42,10 +42,16 @@ def names(path: Path) -> set[str]:
 
 @pytest.mark.skipif(find_nvcc() is None or shutil.which("bash") is None, reason="needs nvcc and bash")
 def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir) -> None:
-    out = tmp_path / "run"
+    from sparserl.matrices import generate, save_matrix
+
+    out, real = tmp_path / "run", tmp_path / "real"  # three real matrices: one each to train, val and test
+    real.mkdir()
+    for i, fam in enumerate(("banded", "powerlaw", "block")):
+        save_matrix(generate(fam, 400, seed=i), real / f"real{i}.mtx")
     first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
                                         "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3",
-                                        "SAMPLES": "2", "GUIDED_MATRICES": "2", "IMPROVE": "0"})
+                                        "SAMPLES": "2", "GUIDED_MATRICES": "2", "IMPROVE": "0",
+                                        "SUITESPARSE": str(real)})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
@@ -68,19 +74,28 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     further = {p.stem for p in (out / "teacher-matrices" / "matrices").glob("*.npz")}
     assert len(further) == 3 and not further & (test | names(out / "data" / "val.jsonl"))
     assert searched == train | further
+    # SUITESPARSE: the real matrices split like a family's; the teacher searched the train one, the held-out
+    # table has them as a set of their own, disjoint from the generated test set, and the guided search does not
+    # run on them
+    reals = {f"real{i}" for i in range(3)}
+    assert len(train & reals) == 1 and len(test & reals) == 1 and len(names(out / "data" / "val.jsonl") & reals) == 1
+    in_eval = {s: {m for m in json.loads((out / f"eval-{s}" / "eval.json").read_text())["per_matrix"]["base_sft"]}
+               for s in ("test", "real")}
+    assert in_eval["real"] == test & reals and in_eval["test"] == test - reals, in_eval
     assert json.loads((out / "sft" / "result.json").read_text())["steps"] == 3
     library_rows = (out / "data" / "train.jsonl").read_text().splitlines()
     assert (out / "sft-data" / "train.jsonl").read_text().splitlines()[:len(library_rows)] == library_rows
     assert "Evaluation" in (out / "eval-test" / "eval.md").read_text()
     guided = json.loads((out / "guided.json").read_text())  # the guided search ran on a held-out test matrix
-    assert guided["compile_only"] and {Path(r["path"]).stem for r in guided["rows"]} <= test
+    assert guided["compile_only"] and {Path(r["path"]).stem for r in guided["rows"]} <= test - reals
     assert set(guided["rows"][0]["arms"]) | set(guided["rows"][0]["errors"]) == {"search", "generate", "search+model"}
     assert len(guided["rows"]) == 2  # GUIDED_MATRICES, not the preset's 1
     targets = json.loads((out / "targets.json").read_text())  # the targets' table, read off the run
-    assert targets["preset"] == "smoke" and "test" in targets["sets"] and targets["stage_seconds"]["sft"] >= 0
+    assert targets["preset"] == "smoke" and {"test", "real"} <= set(targets["sets"])
+    assert targets["stage_seconds"]["sft"] >= 0
     changed = json.loads((out / "settings.json").read_text())["changed"]  # what the run changed of its preset
     assert changed == ["TEACHER_PER_FAMILY=1", "SFT_STEPS=3", "SAMPLES=2", "GUIDED_MATRICES=2",
-                       "TEMPERATURES=1.0,0.5", f"BASE_MODEL={tiny_model_dir}", "IMPROVE=0"]
+                       "TEMPERATURES=1.0,0.5", f"BASE_MODEL={tiny_model_dir}", "IMPROVE=0", f"SUITESPARSE={real}"]
     assert targets["changed"] == changed and targets["targets"][0]["met"] is None
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7, again.stdout[-2000:]
@@ -143,6 +158,9 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
         assert limit.returncode == 2 and limit.stderr.startswith("error: MAX_TARGET_CHARS is a whole number of at "
                                                                  "least 1, or none")
         assert limit.stderr.count("\n") == 1 and not (tmp_path / "e" / "stages").exists()
+    nowhere = run(tmp_path / "i", "-", "smoke", env={"SUITESPARSE": str(tmp_path / "no-such-folder")})
+    assert nowhere.returncode == 2 and nowhere.stderr.startswith("error: SUITESPARSE is a folder of real matrices")
+    assert nowhere.stderr.count("\n") == 1 and not (tmp_path / "i" / "stages").exists()
     improve = run(tmp_path / "h", "-", "smoke", env={"IMPROVE": "no"})
     assert improve.returncode == 2 and improve.stderr.startswith("error: IMPROVE is 1")
     assert improve.stderr.count("\n") == 1 and not (tmp_path / "h" / "stages").exists()

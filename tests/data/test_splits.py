@@ -29,3 +29,31 @@ def test_empty_split_warning_names_what_was_rounded_down(tmp_path: Path, caplog)
     with caplog.at_level(logging.WARNING, logger="sparserl.data.sft_build"):
         make_matrices(cfg)
     assert "(2 per generated family x 0.20)" in caplog.records[0].getMessage()
+
+
+def test_data_build_splits_real_matrices_as_asked_and_names_a_bad_folder(cli, tmp_path: Path, monkeypatch) -> None:
+    """``--real-split mixed`` reaches the config (the real matrices spread over train, val and test like a family's;
+    without it all go to test), and a missing folder or an unknown split is one line. Kills the option parsed and
+    dropped (every real matrix in test)."""
+    from tests.conftest import one_line_error
+
+    real = tmp_path / "real"
+    real.mkdir()
+    for i in range(4):
+        save_matrix(generate("banded", 200, seed=i), real / f"m{i}.mtx")
+    cfg = SFTDataConfig(out=str(tmp_path / "d"), matrices_per_family=0, real_dir=str(real), real_split="mixed",
+                        val_fraction=0.25, test_fraction=0.25)
+    assert sorted(e.split for e in make_matrices(cfg)) == ["test", "train", "train", "val"]
+    import sparserl.cli.data as command
+
+    made = []
+    monkeypatch.setattr(command, "make_matrices", lambda c: made.append(c) or make_matrices(c))
+    res = cli("data", "build", "--out", tmp_path / "o", "--per-family", "0", "--real-dir", real, "--real-split",
+              "mixed", "--val-fraction", "0.25", "--test-fraction", "0.25", "--matrices-only")
+    assert res.rc == 0, res.err
+    assert [c.real_split for c in made] == ["mixed"]
+    monkeypatch.undo()
+    one_line_error(cli("data", "build", "--out", tmp_path / "o", "--per-family", "0", "--real-dir", real,
+                       "--real-split", "half", "--matrices-only"), "--real-split is test or mixed")
+    one_line_error(cli("data", "build", "--out", tmp_path / "o", "--per-family", "0", "--real-dir",
+                       tmp_path / "none", "--matrices-only"), "not a folder")

@@ -152,7 +152,8 @@ def test_a_timed_page_says_where_its_seconds_went() -> None:
     assert "Seconds" not in markdown(result)
 
 
-@pytest.mark.parametrize("kw, needle", [({"split": "nope"}, "--split 'nope'"), ({"temperature": 0.0}, "temperature")])
+@pytest.mark.parametrize("kw, needle", [({"split": "nope"}, "--split 'nope'"), ({"temperature": 0.0}, "temperature"),
+                                        ({"real_matrices": "some"}, "real_matrices 'some'")])
 def test_bad_values_are_refused(kw: dict, needle: str) -> None:
     from sparserl.errors import SparseRLError
 
@@ -199,3 +200,25 @@ def test_rescore_counts_a_slow_sample_as_correct_at_its_measured_speed(tmp_path:
     rescore(tmp_path)
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved["per_matrix"]["sft"]["m0"]["sample_speedups"] == [0.25, 1.5]
+
+
+def test_a_splits_real_and_generated_matrices_are_taken_apart(tmp_path: Path) -> None:
+    """``real_matrices`` picks of a split the real matrices (family 'real'), the generated ones, or all: the
+    held-out table's SuiteSparse set and its generated test set are disjoint. Kills a filter that keeps every
+    matrix (the two sets would overlap) or one that reads the file name instead of the row's family."""
+    from sparserl.data.rows import SFTRow
+    from sparserl.errors import SparseRLError
+    from sparserl.eval.compare import matrix_files
+
+    def row(name: str, family: str) -> str:
+        return json.dumps(SFTRow(rows=[0], cols=[0], shape=(2, 2), code="FORMAT: CSR", matrix=str(tmp_path / name),
+                                 family=family, split="test").to_dict())
+
+    (tmp_path / "test.jsonl").write_text("\n".join([row("a_real.npz", "banded"), row("b.mtx", "real"),
+                                                     row("c.npz", "random"), row("b.mtx", "real")]) + "\n")
+    names = {how: [Path(f).name for f, _ in matrix_files(EvalConfig(matrices=str(tmp_path), real_matrices=how))]
+             for how in ("all", "only", "none")}
+    assert names == {"all": ["a_real.npz", "b.mtx", "c.npz"], "only": ["b.mtx"], "none": ["a_real.npz", "c.npz"]}
+    (tmp_path / "test.jsonl").write_text(row("c.npz", "random") + "\n")
+    with pytest.raises(SparseRLError, match="holds no real matrices .build the data with --real-dir"):
+        matrix_files(EvalConfig(matrices=str(tmp_path), real_matrices="only"))

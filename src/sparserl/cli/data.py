@@ -27,6 +27,9 @@ def data_build_cmd(
     max_rows: int = typer.Option(D.max_rows, help="most rows of a generated matrix"),
     real_dir: Path = typer.Option(None, help="folder of real matrices (.mtx/.mtx.gz/.npz), test split "
                                              "[default: none]"),
+    real_split: str = typer.Option(D.real_split, help="the real matrices' split: test (all of them) or mixed "
+                                                      "(split by --val-fraction and --test-fraction like a "
+                                                      "generated family's)"),
     ops: str = typer.Option(",".join(D.ops), help="spmv, spmm or spmv,spmm"),
     ks: str = typer.Option(None, help="SpMM column counts, comma-separated (with spmm in --ops only) "
                                       f"[default: {','.join(map(str, D.ks))}]"),
@@ -61,7 +64,7 @@ def data_build_cmd(
         check_output(out, "data", force)
         compile_only = fallback(compile_only)
     cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family, min_rows=min_rows,
-                        max_rows=max_rows, real_dir=str(real_dir) if real_dir else None, ops=op_list, ks=k_list,
+                        max_rows=max_rows, real_dir=str(real_dir) if real_dir else None, real_split=real_split, ops=op_list, ks=k_list,
                         target=target, targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
                         max_target_chars=max_target_chars,
                         near_fastest_ratio=near_fastest_ratio, val_fraction=val_fraction,

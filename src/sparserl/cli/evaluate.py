@@ -18,6 +18,8 @@ D = defaults(EvalConfig)
 def evaluate_cmd(
     matrices: str = typer.Option(D.matrices, help="data folder (uses --split), a folder of matrices, or 'families'"),
     split: str = typer.Option(D.split, help="split of a data folder: train, val or test"),
+    real_matrices: str = typer.Option(D.real_matrices, help="of a data folder's split: all its matrices, only "
+                                      "the real ones (data build --real-dir) or none of those"),
     checkpoint: list[str] = typer.Option([], "--checkpoint", "-c", help="NAME=PATH of a policy (repeatable) "
                                                                         "[default: none, baselines only]"),
     baselines: str = typer.Option(",".join(D.baselines), help="comma-separated: cusparse, oracle, selector"),
@@ -40,7 +42,7 @@ def evaluate_cmd(
 ) -> None:
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
     check_output(out, "evaluate", force)
-    cfg = EvalConfig(matrices=matrices, split=split, checkpoints=tuple(checkpoint), baselines=names(baselines), op=op,
+    cfg = EvalConfig(matrices=matrices, split=split, real_matrices=real_matrices, checkpoints=tuple(checkpoint), baselines=names(baselines), op=op,
                      k=k, samples=samples, temperature=temperature, header_grammar=header_grammar,
                      max_new_tokens=max_new_tokens, family_rows=family_rows, limit=limit, gen_batch=gen_batch, out=str(out),
                      plots=not no_plots)

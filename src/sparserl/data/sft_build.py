@@ -98,7 +98,9 @@ class SFTDataConfig:
                 and self.val_fraction + self.test_fraction < 1):
             raise SparseRLError("val_fraction + test_fraction must be below 1")
         if self.real_split not in ("test", "mixed"):
-            raise SparseRLError("real_split must be 'test' or 'mixed'")
+            raise SparseRLError(f"--real-split is test or mixed (got {self.real_split!r})")
+        if self.real_dir and not Path(self.real_dir).is_dir():
+            raise SparseRLError(f"--real-dir {self.real_dir}: not a folder (give a folder of .mtx/.mtx.gz/.npz files)")
         if self.variants_per_matrix is not None:
             require(self.variants_per_matrix >= 1, "--variants-per-matrix", ">= 1 (or left out for all)",
                     self.variants_per_matrix)

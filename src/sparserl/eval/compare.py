@@ -54,6 +54,7 @@ PAPER = {"source": "SparseRL, ICLR 2026 (the paper's reported figures)",
 FAST_PS = (1.0, 1.2, 1.5)
 BASELINES = ("cusparse", "oracle", "selector")
 SPLITS = ("train", "val", "test")
+REAL_MATRICES = ("all", "only", "none")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class EvalConfig:
     """An SFT data folder (uses ``split``), a folder of .mtx/.mtx.gz/.npz, or 'families' (one generated per family)."""
     split: str = "test"
     """Split of an SFT data folder: 'train', 'val' or 'test'."""
+    real_matrices: str = "all"
+    """Of a data folder's split, 'all' its matrices, 'only' the real ones (family 'real': a folder of real
+    matrices given to ``data build --real-dir``) or 'none' of those (the generated ones)."""
     family_rows: int = 200_000
     """Rows of each generated matrix when matrices='families'."""
     checkpoints: tuple[str, ...] = ()
@@ -106,6 +110,8 @@ class EvalConfig:
         require(self.family_rows >= 1, "--family-rows", ">= 1", self.family_rows)
         if self.split not in SPLITS:
             raise SparseRLError(f"--split {self.split!r}: a data folder's splits are {', '.join(SPLITS)}")
+        if self.real_matrices not in REAL_MATRICES:
+            raise SparseRLError(f"real_matrices {self.real_matrices!r}: one of {', '.join(REAL_MATRICES)}")
         require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
@@ -137,8 +143,12 @@ def _listed_files(cfg: EvalConfig) -> list[tuple[str, str]]:
     if (p / f"{cfg.split}.jsonl").exists():
         seen: dict[str, str] = {}
         for r in read_nonempty(p / f"{cfg.split}.jsonl"):
-            if r.matrix:
+            if r.matrix and {"all": True, "only": r.family == "real", "none": r.family != "real"}[cfg.real_matrices]:
                 seen.setdefault(r.matrix, r.family or "?")
+        if not seen and cfg.real_matrices != "all":
+            raise SparseRLError(f"{p}: the {cfg.split} split holds no "
+                                + ("real matrices (build the data with --real-dir)" if cfg.real_matrices == "only"
+                                   else "generated matrices (only real ones: ask for all or only those)"))
         return sorted(seen.items())
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.name.endswith((".mtx", ".mtx.gz", ".npz")))
