@@ -37,7 +37,7 @@ def run(out: Path, *args: str, env: dict | None = None) -> subprocess.CompletedP
 
 
 def names(path: Path) -> set[str]:
-    return {Path(json.loads(line)["matrix"]).stem for line in path.open() if json.loads(line).get("matrix")}
+    return {Path(json.loads(line)["matrix"]).name.split(".")[0] for line in path.open() if json.loads(line).get("matrix")}
 
 
 @pytest.mark.skipif(find_nvcc() is None or shutil.which("bash") is None, reason="needs nvcc and bash")
@@ -46,8 +46,8 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
 
     out, real = tmp_path / "run", tmp_path / "real"  # three real matrices: one each to train, val and test
     real.mkdir()
-    for i, fam in enumerate(("banded", "powerlaw", "block")):
-        save_matrix(generate(fam, 400, seed=i), real / f"real{i}.mtx")
+    for i, fam in enumerate(("banded", "powerlaw", "block")):  # gzipped, as the SuiteSparse folder holds them
+        save_matrix(generate(fam, 400, seed=i), real / f"real{i}.mtx.gz")
     first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
                                         "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3",
                                         "SAMPLES": "2", "GUIDED_MATRICES": "2", "IMPROVE": "0",
@@ -87,7 +87,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert (out / "sft-data" / "train.jsonl").read_text().splitlines()[:len(library_rows)] == library_rows
     assert "Evaluation" in (out / "eval-test" / "eval.md").read_text()
     guided = json.loads((out / "guided.json").read_text())  # the guided search ran on a held-out test matrix
-    assert guided["compile_only"] and {Path(r["path"]).stem for r in guided["rows"]} <= test - reals
+    assert guided["compile_only"] and {Path(r["path"]).name.split(".")[0] for r in guided["rows"]} <= test - reals
     assert set(guided["rows"][0]["arms"]) | set(guided["rows"][0]["errors"]) == {"search", "generate", "search+model"}
     assert len(guided["rows"]) == 2  # GUIDED_MATRICES, not the preset's 1
     targets = json.loads((out / "targets.json").read_text())  # the targets' table, read off the run
