@@ -11,15 +11,18 @@ with ``--suitesparse DIR``, real matrices, so such points are found before a sea
 Per card and template: the template's seed points and ``--random N`` points drawn from its space (seeded), those
 its checker accepts for the card. Texts are de-duplicated (a generic template renders one text for every card),
 and each distinct one is compiled once, ``--jobs`` at a time. The JSON holds every distinct kernel (where it was
-first met, its point, seconds, the most registers and spill or stack bytes of its kernels, or the compile error),
-a summary per template (kernels, median and largest seconds, spilling kernels, errors) and the slowest ones.
+first met, its point, seconds, the most registers, spill-store bytes and stack-frame bytes of its kernels, or the
+compile error), a summary per template (kernels, median and largest seconds, kernels that spill, errors, time-outs)
+and the slowest ones. A spill is counted from ptxas's spill stores alone: the stack frame holds the spilled values,
+and a local array with no spill, too.
 
     python benchmarks/compile_survey.py --out compile_survey.json                        # the families at 1M rows
     python benchmarks/compile_survey.py --suitesparse DIR --random 4 --out survey.json  # and real matrices
     python benchmarks/compile_survey.py --templates dia_window_spec,csr_split_spec --rows 200000
 
 A compile error here is a defect of the template (its checker let a point through that does not build); the
-run's exit status is 1 when there is one.
+run's exit status is 1 when there is one. A time-out (NVRTC past the harness's compile limit) is counted apart:
+the slowest build of all, not a wrong one; it also makes the exit status 1.
 """
 
 from __future__ import annotations
@@ -110,13 +113,15 @@ def compile_all(found: list[dict], jobs: int) -> None:
         k["ok"] = r.ok
         k["seconds"] = r.build_seconds or r.seconds
         k["registers"] = max((x.registers for x in r.resources), default=None)
-        k["spill_bytes"] = max((x.spill_store_bytes + x.stack_bytes for x in r.resources), default=None)
+        k["spill_bytes"] = max((x.spill_store_bytes for x in r.resources), default=None)  # stored; the frame holds them
+        k["stack_bytes"] = max((x.stack_bytes for x in r.resources), default=None)
+        k["error_kind"] = r.error_kind
         if not r.ok:
             k["error"] = next((line for line in r.log.splitlines() if "error" in line), r.log[:200] or r.error_kind)
 
 
 def summarize(found: list[dict], worst: int) -> dict:
-    """Per template: kernels, median and largest compile seconds, spilling kernels, errors; and the
+    """Per template: kernels, median and largest compile seconds, spilling kernels, errors, time-outs; and the
     ``worst`` slowest kernels overall (pure)."""
     by: dict[str, list[dict]] = {}
     for k in found:
@@ -125,28 +130,30 @@ def summarize(found: list[dict], worst: int) -> dict:
     for name, ks in sorted(by.items()):
         built = [k for k in ks if k["ok"]]
         secs = [k["seconds"] for k in built]
-        per[name] = {"kernels": len(ks), "errors": len(ks) - len(built),
+        per[name] = {"kernels": len(ks), "errors": sum(not k["ok"] and k.get("error_kind") != "timeout" for k in ks),
                      "median_s": statistics.median(secs) if secs else None, "max_s": max(secs, default=None),
                      "slow": sum(s > SLOW_S for s in secs),
+                     "timeouts": sum(k.get("error_kind") == "timeout" for k in ks),
                      "spilling": sum(bool(k["spill_bytes"]) for k in built),
                      "max_registers": max((k["registers"] or 0 for k in built), default=None)}
     slowest = sorted((k for k in found if k["ok"]), key=lambda k: -k["seconds"])[:worst]
-    return {"kernels": len(found), "errors": sum(not k["ok"] for k in found),
+    return {"kernels": len(found), "errors": sum(not k["ok"] and k.get("error_kind") != "timeout" for k in found),
+            "timeouts": sum(k.get("error_kind") == "timeout" for k in found),
             "slow": sum(k["ok"] and k["seconds"] > SLOW_S for k in found),
             "spilling": sum(k["ok"] and bool(k["spill_bytes"]) for k in found),
             "per_template": per,
-            "slowest": [{key: k[key] for key in ("template", "matrix", "point", "seconds", "registers", "spill_bytes")}
-                        for k in slowest]}
+            "slowest": [{key: k.get(key) for key in ("template", "matrix", "point", "seconds", "registers", "spill_bytes",
+                                                  "stack_bytes")} for k in slowest]}
 
 
 def table(summary: dict) -> str:
-    lines = ["| template | kernels | median s | max s | over 3 s | spilling | most registers | errors |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| template | kernels | median s | max s | over 3 s | spilling | most registers | errors | time-outs |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, s in summary["per_template"].items():
         med = "-" if s["median_s"] is None else f"{s['median_s']:.2f}"
         top = "-" if s["max_s"] is None else f"{s['max_s']:.2f}"
         lines.append(f"| {name} | {s['kernels']} | {med} | {top} | {s['slow']} | {s['spilling']} | "
-                     f"{s['max_registers']} | {s['errors']} |")
+                     f"{s['max_registers']} | {s['errors']} | {s['timeouts']} |")
     return "\n".join(lines)
 
 
@@ -183,16 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     print(table(summary))
     for k in summary["slowest"]:
         print(f"  {k['seconds']:6.2f} s  {k['template']:<22} {k['matrix']:<24} {k['point']}  "
-              f"{k['registers']} registers, {k['spill_bytes']} bytes spilled or stacked")
+              f"{k['registers']} registers, {k['spill_bytes']} bytes spilled, {k['stack_bytes']} of stack")
     for k in found:
         if not k["ok"]:
-            print(f"  compile error: {k['template']} {k['matrix']} {k['point']}: {k.get('error')}")
+            what = "compile time-out" if k.get("error_kind") == "timeout" else "compile error"
+            print(f"  {what}: {k['template']} {k['matrix']} {k['point']}: {k.get('error')}")
     result = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "seconds": time.perf_counter() - t0, "summary": summary, "kernels": found}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out} ({result['seconds']:.0f} s)")
-    return 1 if summary["errors"] else 0
+    return 1 if summary["errors"] or summary["timeouts"] else 0
 
 
 if __name__ == "__main__":
