@@ -61,7 +61,11 @@
 # like a family's (`data build --real-dir DIR --real-split mixed`: a quarter each to validation and test on the
 # small preset): the teacher searches its train split beside the generated one, and the held-out table gains the
 # set `real`, the test split's real matrices (OUT/eval-real), while `test` keeps the generated ones. The guided
-# search stays on generated test matrices (the packaged cost model was fitted on SuiteSparse measurements).
+# search stays on generated test matrices (the packaged cost model was fitted on SuiteSparse measurements; the
+# teacher's searches use it to order their candidates, so `real` is held out from the policy's training data, not
+# from every learned part: a real matrix's measurements reached the cost model). A run that gave SUITESPARSE
+# and one that did not need different OUT folders (the data set differs); fewer than four real matrices leave
+# the test split without one (a quarter, rounded down): both stop after the data stage with one line.
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -198,11 +202,11 @@ if [ "$extra" -gt 0 ] && [ ! -e "$out/stages/search.done" ]; then teacher_matric
 make_matrices() {
   if [ "$data_matrices" = 1 ]; then
     sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \
-      "${data[@]}" --seed 0 --matrices-only || return 1
+      "${data[@]}" --seed 0 --matrices-only ${real[@]+"${real[@]}"} || return 1
   fi
-  if [ "$teacher_matrices" = 1 ]; then
+  if [ "$teacher_matrices" = 1 ]; then  # none repeats a structure of the data set's (a held-out one included)
     sparserl data build --out "$teacher_dir" --families "$families" --per-family "$extra" "${sizes[@]}" --seed 1 \
-      --matrices-only || return 1
+      --matrices-only --distinct-from "$out/data" || return 1
   fi
 }
 gen_pid=""  # the matrices are CPU work: generated while pre-training holds the GPU
@@ -241,6 +245,17 @@ fi
 stage data sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \
   "${data[@]}" --target near_fastest \
   --targets-per-matrix 6 --seed 0 --force "${compile[@]}" "${taught_data[@]}" ${real[@]+"${real[@]}"}
+if [ -n "${SUITESPARSE:-}" ]; then  # the data set is the one made with these real matrices, with some held out
+  "${PYTHON:-python}" -c "import json, sys
+from pathlib import Path
+data, real = Path(sys.argv[1]), sys.argv[2]
+made = json.load(open(data / 'summary.json'))['config'].get('real_dir')
+if made is None or Path(made).resolve() != Path(real).resolve():
+    sys.exit(f'error: {data} was made with real matrices from {made}, not SUITESPARSE={real}: give a new OUT')
+if not any(json.loads(line).get('family') == 'real' for line in open(data / 'test.jsonl') if line.strip()):
+    sys.exit(f'error: no real matrix of SUITESPARSE={real} is in the test split of {data} (a quarter of them, '
+             'rounded down, with a correct kernel): give more matrices')" "$out/data" "$SUITESPARSE" || exit 2
+fi
 split_matrices() {  # split_matrices SPLIT [N [generated]]: the split's matrices in file order, or N of them evenly
   # spaced; generated: none of the real ones (SUITESPARSE)
   "${PYTHON:-python}" -c "import json, sys

@@ -8,7 +8,7 @@ test split (held-out matrices in the teacher), a merge that drops the library ro
 runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
 other options than the data stage's, a kept improve round left out of the evaluations or of the guided
 search, a teacher without the default length limit, a bad limit that goes on, the teacher's further
-matrices left unsearched or drawn from the held-out ones, SFT_STEPS, SAMPLES or GUIDED_MATRICES ignored, a
+matrices left unsearched or drawn from the held-out ones (by name or by structure), SFT_STEPS, SAMPLES or GUIDED_MATRICES ignored, a
 bad IMPROVE that goes on, a change of the preset (IMPROVE=0 too) left out of settings.json or one
 invocation's changes overwriting another's."""
 
@@ -74,6 +74,12 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     further = {p.stem for p in (out / "teacher-matrices" / "matrices").glob("*.npz")}
     assert len(further) == 3 and not further & (test | names(out / "data" / "val.jsonl"))
     assert searched == train | further
+    # and no two of them share a structure under other names (stencil2d ignores the seed and rounds to a square)
+    from sparserl.matrices import load_matrix
+    from sparserl.matrices.card import structure_fingerprint
+
+    made = [*(out / "data" / "matrices").glob("*.npz"), *(out / "teacher-matrices" / "matrices").glob("*.npz")]
+    assert len({structure_fingerprint(load_matrix(f)) for f in made}) == len(made) == 12
     # SUITESPARSE: the real matrices split like a family's; the teacher searched the train one, the held-out
     # table has them as a set of their own, disjoint from the generated test set, and the guided search does not
     # run on them

@@ -40,7 +40,7 @@ def test_data_build_splits_real_matrices_as_asked_and_names_a_bad_folder(cli, tm
     real = tmp_path / "real"
     real.mkdir()
     for i in range(4):
-        save_matrix(generate("banded", 200, seed=i), real / f"m{i}.mtx")
+        save_matrix(generate("banded", 200 + i, seed=i), real / f"m{i}.mtx")  # banded ignores the seed: sizes differ
     cfg = SFTDataConfig(out=str(tmp_path / "d"), matrices_per_family=0, real_dir=str(real), real_split="mixed",
                         val_fraction=0.25, test_fraction=0.25)
     assert sorted(e.split for e in make_matrices(cfg)) == ["test", "train", "train", "val"]
@@ -57,3 +57,39 @@ def test_data_build_splits_real_matrices_as_asked_and_names_a_bad_folder(cli, tm
                        "--real-split", "half", "--matrices-only"), "--real-split is test or mixed")
     one_line_error(cli("data", "build", "--out", tmp_path / "o", "--per-family", "0", "--real-dir",
                        tmp_path / "none", "--matrices-only"), "not a folder")
+
+
+def test_no_two_matrices_share_a_structure_within_or_across_builds(tmp_path: Path, caplog) -> None:
+    """stencil3d_7 ignores the seed and rounds its size to a cube: 1000-1400 rows give only two grids (10^3,
+    11^3). Two matrices are drawn distinct; a third cannot be and the build says so; a second build told
+    --distinct-from the first repeats neither; a real matrix stored twice (.mtx and .mtx.gz) comes in once.
+    Kills the check left out (a held-out matrix repeating a training one under another name, as the full
+    preset's test split once repeated a teacher matrix), or a repeat seen within a build only."""
+    import pytest
+
+    from sparserl.errors import SparseRLError
+    from sparserl.matrices import load_matrix
+    from sparserl.matrices.card import structure_fingerprint
+
+    def prints(entries) -> list[str]:
+        return [structure_fingerprint(load_matrix(e.path)) for e in entries]
+
+    cfg = dict(families=("stencil3d_7",), min_rows=1000, max_rows=1400, val_fraction=0.0, test_fraction=0.0)
+    two = make_matrices(SFTDataConfig(out=str(tmp_path / "a"), matrices_per_family=2, **cfg))
+    assert len(set(prints(two))) == 2
+    assert make_matrices(SFTDataConfig(out=str(tmp_path / "a"), matrices_per_family=2, **cfg)) == two  # again: the same
+    with pytest.raises(SparseRLError, match="repeat an earlier matrix's structure"):
+        make_matrices(SFTDataConfig(out=str(tmp_path / "b"), matrices_per_family=3, **cfg))
+    one = make_matrices(SFTDataConfig(out=str(tmp_path / "c"), matrices_per_family=1, seed=1, **cfg))
+    other = make_matrices(SFTDataConfig(out=str(tmp_path / "d"), matrices_per_family=1, seed=1,
+                                        distinct_from=(str(tmp_path / "c"),), **cfg))
+    assert prints(one) != prints(other)
+    real = tmp_path / "real"
+    real.mkdir()
+    A = load_matrix(two[0].path)
+    save_matrix(A, real / "x.mtx")
+    save_matrix(A, real / "x.mtx.gz")  # the same matrix twice
+    save_matrix(generate("banded", 300, seed=0), real / "y.mtx")
+    with caplog.at_level(logging.WARNING, logger="sparserl.data.sft_build"):
+        listed = make_matrices(SFTDataConfig(out=str(tmp_path / "e"), matrices_per_family=0, real_dir=str(real)))
+    assert [e.name for e in listed] == ["x", "y"] and "x.mtx.gz is left out" in caplog.text

@@ -53,6 +53,9 @@ def data_build_cmd(
     matrices_only: bool = typer.Option(False, "--matrices-only", help="only generate the matrices into "
                                        "OUT/matrices (CPU, no GPU needed) and stop: a later build with the same "
                                        "matrix options finds them there"),
+    distinct_from: list[Path] = typer.Option(None, "--distinct-from", help="a data folder (or folder of "
+                                             "matrices) whose structures no matrix here may repeat; repeatable "
+                                             "[default: none]"),
     seed: int = typer.Option(D.seed, help="random seed"),
 ) -> None:
     """Render library variants for each matrix, check them with the harness, write JSONL splits."""
@@ -68,7 +71,8 @@ def data_build_cmd(
                         target=target, targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
                         max_target_chars=max_target_chars,
                         near_fastest_ratio=near_fastest_ratio, val_fraction=val_fraction,
-                        test_fraction=test_fraction, compile_only=compile_only, seed=seed)
+                        test_fraction=test_fraction, compile_only=compile_only,
+                        distinct_from=tuple(map(str, distinct_from or ())), seed=seed)
     if matrices_only:
         entries = make_matrices(cfg)
         typer.echo(f"{sum(e.family != 'real' for e in entries)} generated matrices in {out / 'matrices'}")

@@ -34,6 +34,7 @@ from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate, load_matrix, save_matrix
+from sparserl.matrices.card import structure_fingerprint
 from sparserl.progress import progress
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,9 @@ class SFTDataConfig:
     """Sampled nonzeros stored in each row's rows/cols fields."""
     compile_only: bool = False
     """No GPU: 'correct' = compiled and accepted by the format (no times)."""
+    distinct_from: tuple[str, ...] = ()
+    """Data folders (or folders of matrices) whose structures no matrix here may repeat: the teacher's further
+    matrices are made distinct from the data set's, so none of them is a held-out matrix again."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -118,6 +122,66 @@ class SFTDataConfig:
         require(all(k >= 1 for k in self.ks), "--ks", "SpMM column counts >= 1", self.ks)
         require(self.coords >= 1, "coords", ">= 1", self.coords)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
+        for d in self.distinct_from:
+            if not Path(d).is_dir():
+                raise SparseRLError(f"--distinct-from {d}: not a folder (give a data folder or a folder of matrices)")
+
+
+MAX_REDRAWS = 32
+"""Further sizes drawn for a generated matrix whose structure an earlier one has (families that ignore the seed,
+such as diagonal, banded and the stencils, repeat a structure whenever two draws give the same grid) before
+the build stops."""
+MATRIX_SUFFIXES = (".mtx", ".mtx.gz", ".npz")
+
+
+class Fingerprints:
+    """Structure fingerprints (:func:`~sparserl.matrices.card.structure_fingerprint`) of matrix files, kept in
+    a folder's ``fingerprints.json`` so that a second build reads them instead of loading every matrix again.
+    A file is known by its resolved path and size."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / "fingerprints.json"
+        try:
+            self.known: dict[str, str] = json.loads(self.path.read_text()) if self.path.exists() else {}
+        except (OSError, ValueError):
+            self.known = {}  # unreadable: made again from the files
+        self.changed = False
+
+    @staticmethod
+    def key(path: Path) -> str:
+        return f"{path.resolve()}:{path.stat().st_size}"
+
+    def of(self, path: Path) -> str:
+        """The fingerprint of the matrix in ``path`` (loaded when it is not known yet)."""
+        key = self.key(path)
+        if key not in self.known:
+            self.record(path, structure_fingerprint(load_matrix(path)))
+        return self.known[key]
+
+    def record(self, path: Path, fingerprint: str) -> None:
+        """``fingerprint`` is the one of the matrix just written to ``path``."""
+        self.known[self.key(path)] = fingerprint
+        self.changed = True
+
+    def save(self) -> None:
+        if self.changed:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.known, indent=0))
+            tmp.replace(self.path)
+            self.changed = False
+
+
+def _taken(folders: tuple[str, ...]) -> set[str]:
+    """The structures of every matrix in ``folders`` (a data folder's ``matrices/``, or the folder itself)."""
+    taken: set[str] = set()
+    for d in map(Path, folders):
+        folder = d / "matrices" if (d / "matrices").is_dir() else d
+        prints = Fingerprints(folder)
+        for f in sorted(folder.iterdir()):
+            if f.name.endswith(MATRIX_SUFFIXES):
+                taken.add(prints.of(f))
+        prints.save()
+    return taken
 
 
 @dataclass(frozen=True)
@@ -138,29 +202,56 @@ def _splits(n: int, cfg: SFTDataConfig, rng: np.random.Generator) -> list[str]:
 
 
 def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
-    """Generate (or list) the matrices and assign each to a split, seeded."""
+    """Generate (or list) the matrices and assign each to a split, seeded. No two have one structure, and none
+    has the structure of a matrix in ``cfg.distinct_from``: a generated one that would is drawn again at
+    another size (the seeded draws are unchanged where nothing repeats), a real one is left out with a warning.
+    So no held-out matrix is a training matrix under another name."""
     out = Path(cfg.out) / "matrices"
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(cfg.seed)
+    prints = Fingerprints(out)
+    taken = _taken(cfg.distinct_from)
     entries = []
-    for fam in cfg.families or tuple(family_names()):
-        splits = _splits(cfg.matrices_per_family, cfg, rng)
-        for i in range(cfg.matrices_per_family):
-            rows = int(math.exp(rng.uniform(math.log(cfg.min_rows), math.log(cfg.max_rows))))
-            seed = int(rng.integers(1 << 30))
-            name = f"{fam}_{i:03d}_{rows}"
-            path = out / f"{name}.npz"
-            if not path.exists():
-                save_matrix(generate(fam, rows, seed=seed), path, compress=False)  # scratch: deflating was 3/4 of the time
-            entries.append(MatrixEntry(name, fam, str(path), splits[i]))
-    if cfg.real_dir:
-        files = sorted(p for p in Path(cfg.real_dir).iterdir()
-                       if p.name.endswith((".mtx", ".mtx.gz", ".npz")))
-        if not files:
-            raise SparseRLError(f"no .mtx/.mtx.gz/.npz files in {cfg.real_dir}")
-        splits = ["test"] * len(files) if cfg.real_split == "test" else _splits(len(files), cfg, rng)
-        for f, split in zip(files, splits):
-            entries.append(MatrixEntry(f.name.split(".")[0], "real", str(f), split))
+    try:
+        for fam in cfg.families or tuple(family_names()):
+            splits = _splits(cfg.matrices_per_family, cfg, rng)
+            for i in range(cfg.matrices_per_family):
+                for _ in range(MAX_REDRAWS + 1):
+                    rows = int(math.exp(rng.uniform(math.log(cfg.min_rows), math.log(cfg.max_rows))))
+                    seed = int(rng.integers(1 << 30))
+                    name = f"{fam}_{i:03d}_{rows}"
+                    path = out / f"{name}.npz"
+                    if path.exists():
+                        fp = prints.of(path)
+                    else:
+                        A = generate(fam, rows, seed=seed)
+                        fp = structure_fingerprint(A)
+                        if fp not in taken:
+                            save_matrix(A, path, compress=False)  # scratch: deflating was 3/4 of the time
+                            prints.record(path, fp)
+                    if fp not in taken:
+                        break
+                    log.info("%s repeats an earlier matrix's structure: another size is drawn", name)
+                else:
+                    raise SparseRLError(f"{fam}: {MAX_REDRAWS + 1} sizes drawn in [{cfg.min_rows}, {cfg.max_rows}] all "
+                                        "repeat an earlier matrix's structure (this family ignores the seed): widen "
+                                        "--min-rows/--max-rows or lower --per-family")
+                taken.add(fp)
+                entries.append(MatrixEntry(name, fam, str(path), splits[i]))
+        if cfg.real_dir:
+            files = sorted(p for p in Path(cfg.real_dir).iterdir() if p.name.endswith(MATRIX_SUFFIXES))
+            if not files:
+                raise SparseRLError(f"no .mtx/.mtx.gz/.npz files in {cfg.real_dir}")
+            splits = ["test"] * len(files) if cfg.real_split == "test" else _splits(len(files), cfg, rng)
+            for f, split in zip(files, splits):
+                fp = prints.of(f)
+                if fp in taken:
+                    log.warning("%s is left out: its structure is an earlier matrix's", f.name)
+                    continue
+                taken.add(fp)
+                entries.append(MatrixEntry(f.name.split(".")[0], "real", str(f), split))
+    finally:
+        prints.save()
     n_real = sum(e.family == "real" for e in entries)
     for split, frac in (("val", cfg.val_fraction), ("test", cfg.test_fraction)):
         if frac > 0 and not any(e.split == split for e in entries):
