@@ -70,7 +70,9 @@ def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys
     (tmp_path / "eval-test" / "eval.json").write_text(json.dumps({"config": old}))
     assert not bench.written_as(cfgs["test"]) and bench.written_as(replace(cfgs["test"], real_matrices="all"))
     real = bench.set_config("real", args, tmp_path, 1.0, "eval-real")
-    assert (real.split, real.real_matrices, cfgs["test"].real_matrices) == ("test", "only", "none")
+    val = bench.set_config("val", args, tmp_path, 1.0, "eval-val")  # the temperature's choice sees every kind
+    assert (real.split, real.real_matrices, cfgs["test"].real_matrices, val.real_matrices) == ("test", "only", "none",
+                                                                                               "all")
     (tmp_path / "eval-test" / "eval.json").write_text("{}")  # finished by something else: made again
     assert not bench.written_as(cfgs["test"])
 

@@ -178,3 +178,24 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     # none (no limit) is accepted: the run goes on to the next check, the pack's
     unlimited = run(tmp_path / "f", str(tmp_path / "no-pack"), "small", env={"MAX_TARGET_CHARS": "none"})
     assert unlimited.returncode == 2 and "corpus pack" in unlimited.stderr
+
+
+def test_suitesparse_stops_after_the_data_stage_on_another_data_set_or_no_real_test_matrix(tmp_path,
+                                                                                           tiny_model_dir) -> None:
+    """A rerun that adds SUITESPARSE to a data set made without it (or with another folder), or a data set
+    whose test split got no real matrix (too few given), stops with one line before SFT, not at the held-out
+    table. Kills the check left out (the run would train for minutes and then fail, or report an empty set)."""
+    real = tmp_path / "real"
+    real.mkdir()
+    out = tmp_path / "run"
+    (out / "stages").mkdir(parents=True)
+    (out / "stages" / "data.done").touch()
+    (out / "data").mkdir()
+    row = {"rows": [0], "cols": [0], "shape": [2, 2], "code": "FORMAT: CSR", "matrix": "m.npz", "family": "banded"}
+    (out / "data" / "test.jsonl").write_text(json.dumps(row) + "\n")
+    for made, says in ((None, "was made with real matrices from None"),
+                       (str(real), "no real matrix of SUITESPARSE")):
+        (out / "data" / "summary.json").write_text(json.dumps({"config": {"real_dir": made}}))
+        res = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "SUITESPARSE": str(real)})
+        assert res.returncode == 2 and says in res.stderr and res.stderr.strip().count("\n") == 0, res.stderr
+        assert not (out / "stages" / "search.done").exists()

@@ -222,3 +222,15 @@ def test_a_splits_real_and_generated_matrices_are_taken_apart(tmp_path: Path) ->
     (tmp_path / "test.jsonl").write_text(row("c.npz", "random") + "\n")
     with pytest.raises(SparseRLError, match="holds no real matrices .build the data with --real-dir"):
         matrix_files(EvalConfig(matrices=str(tmp_path), real_matrices="only"))
+    (tmp_path / "test.jsonl").write_text(row("b.mtx", "real") + "\n")
+    with pytest.raises(SparseRLError, match="holds no generated matrices"):
+        matrix_files(EvalConfig(matrices=str(tmp_path), real_matrices="none"))
+    # elsewhere there is nothing to pick among: refused, not ignored
+    with pytest.raises(SparseRLError, match="'families' are all generated"):
+        EvalConfig(matrices="families", real_matrices="only")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    save_matrix(generate("banded", 50, seed=0), folder / "a.mtx")
+    assert [f for _, f in matrix_files(EvalConfig(matrices=str(folder)))] == ["real"]
+    with pytest.raises(SparseRLError, match="a folder of matrices, all of them real"):
+        matrix_files(EvalConfig(matrices=str(folder), real_matrices="none"))

@@ -112,6 +112,8 @@ class EvalConfig:
             raise SparseRLError(f"--split {self.split!r}: a data folder's splits are {', '.join(SPLITS)}")
         if self.real_matrices not in REAL_MATRICES:
             raise SparseRLError(f"real_matrices {self.real_matrices!r}: one of {', '.join(REAL_MATRICES)}")
+        if self.matrices == "families" and self.real_matrices != "all":
+            raise SparseRLError("--real-matrices picks among a data folder's matrices; 'families' are all generated")
         require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
@@ -152,6 +154,9 @@ def _listed_files(cfg: EvalConfig) -> list[tuple[str, str]]:
         return sorted(seen.items())
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.name.endswith((".mtx", ".mtx.gz", ".npz")))
+        if files and cfg.real_matrices != "all":
+            raise SparseRLError(f"{p} is a folder of matrices, all of them real: --real-matrices picks among a "
+                                "data folder's (leave it at all)")
         if files:
             return [(str(f), "real") for f in files]
     raise SparseRLError(f"{cfg.matrices}: no matrices (give a data folder, a folder of matrices, or 'families')")
