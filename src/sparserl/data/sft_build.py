@@ -8,7 +8,9 @@ default, so SFT learns correctness and leaves speed to RL) or is the fastest
 format accepted the matrix, and no times are recorded.
 
 Splits are by matrix and seeded; real matrices (a SuiteSparse folder) go to the test split
-by default. Output folder: ``matrices/`` (one ``.npz`` per matrix), ``train.jsonl``,
+by default (``real_split="mixed"``: split like a family's). No two matrices share a structure, and none
+repeats one of ``distinct_from``'s folders (:func:`make_matrices`): a held-out matrix is never a training
+matrix under another name. Output folder: ``matrices/`` (one ``.npz`` per matrix), ``train.jsonl``,
 ``val.jsonl``, ``test.jsonl`` and ``summary.json``; each row a :class:`~sparserl.data.rows.SFTRow`
 (rows/cols: up to ``coords`` sampled nonzeros).
 """
