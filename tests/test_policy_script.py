@@ -80,6 +80,10 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
 
     made = [*(out / "data" / "matrices").glob("*.npz"), *(out / "teacher-matrices" / "matrices").glob("*.npz")]
     assert len({structure_fingerprint(load_matrix(f)) for f in made}) == len(made) == 12
+    # with real matrices held out, the teacher's searches order their candidates without the packaged cost model
+    # (fitted on SuiteSparse measurements, a real test matrix's among them)
+    reports = [json.loads(p.read_text()) for p in (out / "farm").glob("*/report.json")]
+    assert reports and all('"cost_model": "none"' in json.dumps(r) for r in reports)
     # SUITESPARSE: the real matrices split like a family's; the teacher searched the train one, the held-out
     # table has them as a set of their own, disjoint from the generated test set, and the guided search does not
     # run on them

@@ -29,6 +29,9 @@ def farm_cmd(
     compile_only: bool = typer.Option(False, "--compile-only", help="compile only, even with GPUs"),
     resume: bool = typer.Option(False, "--resume", help="continue the farm in --out (finished matrices skipped)"),
     seed: int = typer.Option(0, help="seed of the searches' random choices"),
+    cost_model: str = typer.Option("default", help="the order candidates are tried in: 'default' (your model from "
+                                   "'sparserl best cost-model' if you built one, else the packaged one), 'none' "
+                                   "(the selector's and templates' order) or a model file"),
 ) -> None:
     """Tune a collection of matrices: one budgeted search per matrix, across the GPUs of this host or a
     Ray cluster; every verified kernel goes to the best-known store; a summary table of each matrix's
@@ -39,7 +42,7 @@ def farm_cmd(
     if op == "spmv" and k is not None:
         raise SparseRLError("--k is the column count of X for --op spmm; leave it out for spmv")
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
-                        regime=regime, parallel=parallel, seed=seed)
+                        regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     cfg = FarmConfig(matrices=tuple(map(str, matrices)), out=str(out), op=op, k=k, search=scfg, store=store or None,
                      ray=ray or None, gpus=gpus, at_once=at_once, compile_only=compile_only, resume=resume)
     summary = run_farm(cfg)
