@@ -142,8 +142,8 @@ def summarize(found: list[dict], worst: int) -> dict:
             "slow": sum(k["ok"] and k["seconds"] > SLOW_S for k in found),
             "spilling": sum(k["ok"] and bool(k["spill_bytes"]) for k in found),
             "per_template": per,
-            "slowest": [{key: k.get(key) for key in ("template", "matrix", "point", "seconds", "registers", "spill_bytes",
-                                                  "stack_bytes")} for k in slowest]}
+            "slowest": [{key: k.get(key) for key in ("template", "matrix", "point", "seconds", "registers",
+                                                  "spill_bytes", "stack_bytes")} for k in slowest]}
 
 
 def table(summary: dict) -> str:

@@ -62,8 +62,8 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
 REAL_MATRICES = {"test": "none", "real": "only", "val": "all"}
 """Which of a split's matrices each set takes (:attr:`EvalConfig.real_matrices`): ``test`` and ``real`` are
 disjoint, so each figure is of one kind of matrix."""
-RESUME_KEYS = ("matrices", "split", "real_matrices", "family_rows", "limit", "checkpoints", "baselines", "op", "k", "samples",
-               "temperature", "header_grammar", "max_new_tokens", "seed")
+RESUME_KEYS = ("matrices", "split", "real_matrices", "family_rows", "limit", "checkpoints", "baselines", "op", "k",
+               "samples", "temperature", "header_grammar", "max_new_tokens", "seed")
 """What an evaluation written before must have been made with to be kept under ``--resume``."""
 ADDED_LATER = {"header_grammar": False, "real_matrices": "all"}
 """Keys an eval.json written before they existed lacks, and what it was made with."""

@@ -64,10 +64,10 @@
 # search stays on generated test matrices, and the teacher's searches order their candidates without the packaged
 # cost model (`farm --cost-model none`): that model was fitted on the SuiteSparse matrices' measurements, the
 # test split's too, so no learned part sees a real test matrix (the model moved SuiteSparse searches at budget 64
-# from 1.071 to 1.073 of the oracle, an earlier fit; results of 2026-12-02). An improve stage, when it runs, still searches with
-# it. A run that gave SUITESPARSE
-# and one that did not need different OUT folders (the data set differs); fewer than four real matrices leave
-# the test split without one (a quarter, rounded down): both stop after the data stage with one line.
+# from 1.071 to 1.073 of the oracle, an earlier fit; results of 2026-12-02). An improve stage, when it runs, still
+# searches with it. A run that gave SUITESPARSE and one that did not need different OUT folders (the data sets
+# differ), and too few real matrices leave the test split without one (its fraction, rounded down): both stop
+# after the data stage with one line.
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
 # 97% where the defaults (replay 1, 60 steps at 1e-4) fell to 75% (benchmarks/results/2026-12-04/improve-knobs).
 # The smoke preset has no improve stage: improve needs a GPU.
@@ -256,7 +256,7 @@ made = json.load(open(data / 'summary.json'))['config'].get('real_dir')
 if made is None or Path(made).resolve() != Path(real).resolve():
     sys.exit(f'error: {data} was made with real matrices from {made}, not SUITESPARSE={real}: give a new OUT')
 if not any(json.loads(line).get('family') == 'real' for line in open(data / 'test.jsonl') if line.strip()):
-    sys.exit(f'error: no real matrix of SUITESPARSE={real} is in the test split of {data} (a quarter of them, '
+    sys.exit(f'error: no real matrix of SUITESPARSE={real} is in the test split of {data} (its fraction of them, '
              'rounded down, with a correct kernel): give more matrices')" "$out/data" "$SUITESPARSE" || exit 2
 fi
 split_matrices() {  # split_matrices SPLIT [N [generated]]: the split's matrices in file order, or N of them evenly

@@ -8,8 +8,10 @@ test split (held-out matrices in the teacher), a merge that drops the library ro
 runs again after it finished, a preset error that goes on, matrices generated beside pre-training with
 other options than the data stage's, a kept improve round left out of the evaluations or of the guided
 search, a teacher without the default length limit, a bad limit that goes on, the teacher's further
-matrices left unsearched or drawn from the held-out ones (by name or by structure), SFT_STEPS, SAMPLES or GUIDED_MATRICES ignored, a
-bad IMPROVE that goes on, a change of the preset (IMPROVE=0 too) left out of settings.json or one
+matrices left unsearched or drawn from the held-out ones (by name or by structure), SFT_STEPS, SAMPLES or
+GUIDED_MATRICES ignored, a bad IMPROVE or SUITESPARSE that goes on, SUITESPARSE's real test matrices mixed into
+the generated test set or left out of the table, the guided search on a real matrix, the teacher searching with
+the cost model that saw them, a change of the preset (IMPROVE=0 too) left out of settings.json or one
 invocation's changes overwriting another's."""
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def run(out: Path, *args: str, env: dict | None = None) -> subprocess.CompletedP
 
 
 def names(path: Path) -> set[str]:
-    return {Path(json.loads(line)["matrix"]).name.split(".")[0] for line in path.open() if json.loads(line).get("matrix")}
+    rows = [json.loads(line) for line in path.open()]
+    return {Path(r["matrix"]).name.split(".")[0] for r in rows if r.get("matrix")}
 
 
 @pytest.mark.skipif(find_nvcc() is None or shutil.which("bash") is None, reason="needs nvcc and bash")

@@ -42,7 +42,8 @@ def evaluate_cmd(
 ) -> None:
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
     check_output(out, "evaluate", force)
-    cfg = EvalConfig(matrices=matrices, split=split, real_matrices=real_matrices, checkpoints=tuple(checkpoint), baselines=names(baselines), op=op,
+    cfg = EvalConfig(matrices=matrices, split=split, real_matrices=real_matrices, checkpoints=tuple(checkpoint),
+                     baselines=names(baselines), op=op,
                      k=k, samples=samples, temperature=temperature, header_grammar=header_grammar,
                      max_new_tokens=max_new_tokens, family_rows=family_rows, limit=limit, gen_batch=gen_batch, out=str(out),
                      plots=not no_plots)
