@@ -9,8 +9,9 @@ opened policies and the same :class:`~sparserl.harness.evaluator.Evaluator`, and
 The sets: ``test`` (the generated matrices of the test split of ``--data``, an SFT data folder), ``real``
 (its real matrices: a folder given to ``data build --real-dir DIR --real-split mixed``, such as the SuiteSparse
 one, whose train split the teacher saw), ``val`` (the validation split, all of it) and ``families`` (one
-generated matrix per family at ``--family-rows`` rows); ``--limit N`` keeps N matrices of a split,
-evenly spaced. Nothing is shared between the sets' figures: each set times its own baselines, and the
+generated matrix per family at ``--family-rows`` rows; with ``--distinct-from DIR`` it is refused when one of
+them has the structure of a training matrix in DIR: the data build keeps its own splits apart, the families set
+is made here); ``--limit N`` keeps N matrices of a split, evenly spaced. Nothing is shared between the sets' figures: each set times its own baselines, and the
 harness's memo answers a completion only on the same matrix content.
 
 **Choosing the sampling temperature.** With several ``--temperature`` values every set is evaluated at
@@ -49,8 +50,9 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
     eval.json; ``evaluate`` is handed them opened under the same names, and does not open them again."""
     from sparserl.eval.compare import EvalConfig
 
-    where = (dict(matrices="families", family_rows=args.family_rows) if name == "families"
-             else dict(matrices=str(args.data), split="test" if name == "real" else name, limit=args.limit,
+    trained = tuple(getattr(args, "distinct_from", None) or ())  # the families set is made here: checked against them
+    where = (dict(matrices="families", family_rows=args.family_rows, distinct_from=trained)
+             if name == "families" else dict(matrices=str(args.data), split="test" if name == "real" else name, limit=args.limit,
                        real_matrices=REAL_MATRICES[name]))
     return EvalConfig(**where, checkpoints=tuple(args.checkpoint), baselines=tuple(b for b in args.baselines.split(",") if b),
                       samples=args.samples, temperature=temperature, header_grammar=args.header_grammar,
@@ -128,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile-only", action="store_true", help="compile rates only (the default without a GPU)")
     ap.add_argument("--resume", action="store_true", help="skip a set whose eval.json is already written")
+    ap.add_argument("--distinct-from", action="append", default=[],
+                    help="a folder of the training matrices (a data folder, the teacher's matrices): the families "
+                         "set is refused if one of its matrices has one of their structures (repeatable)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 

@@ -336,9 +336,11 @@ case "${TEMPERATURES:-}" in
 esac
 held_out() {  # every held-out set in one process: the policies opened once, one harness (OUT/eval-SET each)
   local sets; sets=$(IFS=,; echo "${eval_sets[*]}")
+  local trained=(--distinct-from "$out/data")  # the families set shares no structure with a training matrix
+  if [ -d "$teacher_dir/matrices" ]; then trained+=(--distinct-from "$teacher_dir"); fi
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/heldout_eval.py" "$out" --data "$out/data" --sets "$sets" \
     --family-rows 1000000 --samples "$samples" "${policies[@]}" --baselines cusparse,oracle "${evalgen[@]}" \
-    --temperature "$temperature" "${compile[@]}" "${gen[@]}" --resume
+    --temperature "$temperature" "${compile[@]}" "${gen[@]}" "${trained[@]}" --resume
 }
 stage evals held_out
 guided_search() {  # the model guiding the search, against the search without it, on held-out test matrices

@@ -71,6 +71,10 @@ def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys
     assert not bench.written_as(cfgs["test"]) and bench.written_as(replace(cfgs["test"], real_matrices="all"))
     real = bench.set_config("real", args, tmp_path, 1.0, "eval-real")
     val = bench.set_config("val", args, tmp_path, 1.0, "eval-val")  # the temperature's choice sees every kind
+    # the training folders reach the families set, made here, and no split of the data folder (which holds them)
+    args.distinct_from = [str(tmp_path)]
+    assert bench.set_config("families", args, tmp_path, 1.0, "f").distinct_from == (str(tmp_path),)
+    assert bench.set_config("test", args, tmp_path, 1.0, "t").distinct_from == ()
     assert (real.split, real.real_matrices, cfgs["test"].real_matrices, val.real_matrices) == ("test", "only", "none",
                                                                                                "all")
     (tmp_path / "eval-test" / "eval.json").write_text("{}")  # finished by something else: made again

@@ -171,6 +171,8 @@ def test_evaluate_command_names_a_bad_or_missing_split(cli, tmp_path: Path) -> N
     one_line_error(cli("evaluate", "--matrices", data, "--split", "val", "--out", tmp_path / "e", "--compile-only"),
                    "without a 'val' split", "choose --split from train")
     one_line_error(cli("evaluate", "--k", "16", "--out", tmp_path / "e"), "leave --k out")
+    one_line_error(cli("evaluate", "--matrices", "families", "--distinct-from", tmp_path / "none", "--out",
+                       tmp_path / "e"), "--distinct-from", "not a folder")
 
 
 def test_rescore_refuses_a_summary_only_eval_json(tmp_path: Path) -> None:
@@ -234,3 +236,25 @@ def test_a_splits_real_and_generated_matrices_are_taken_apart(tmp_path: Path) ->
     assert [f for _, f in matrix_files(EvalConfig(matrices=str(folder)))] == ["real"]
     with pytest.raises(SparseRLError, match="a folder of matrices, all of them real"):
         matrix_files(EvalConfig(matrices=str(folder), real_matrices="none"))
+
+
+def test_a_set_that_repeats_a_training_structure_is_refused(tmp_path: Path) -> None:
+    """``distinct_from``: the families set, generated at evaluation time, is refused when one of its matrices has
+    the structure of a matrix in a training folder (under any name); an unrelated folder lets it through. Kills
+    the check left out, and one that compares names instead of structures."""
+    from sparserl.errors import SparseRLError
+    from sparserl.eval.compare import matrix_set
+
+    cfg = EvalConfig(matrices="families", family_rows=300)
+    made = matrix_set(cfg)
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    save_matrix(made[2][0].A, trained / "renamed_000_301.npz")  # the third family's matrix under another name
+    other = tmp_path / "other"
+    other.mkdir()
+    save_matrix(generate("powerlaw", 333, seed=5), other / "p.npz")
+    assert len(matrix_set(EvalConfig(matrices="families", family_rows=300, distinct_from=(str(other),)))) == len(made)
+    with pytest.raises(SparseRLError, match=f"{made[2][0].name} has the structure of renamed_000_301.npz"):
+        matrix_set(EvalConfig(matrices="families", family_rows=300, distinct_from=(str(other), str(trained))))
+    with pytest.raises(SparseRLError, match="--distinct-from .*: not a folder"):
+        EvalConfig(matrices="families", distinct_from=(str(tmp_path / "none"),))

@@ -39,6 +39,9 @@ def evaluate_cmd(
     compile_only: bool = typer.Option(False, "--compile-only", help="compile rates only; the default without a GPU"),
     no_plots: bool = typer.Option(False, "--no-plots", help="write no plots"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier evaluation in OUT"),
+    distinct_from: list[Path] = typer.Option(None, "--distinct-from", help="a folder of the policies' training "
+                                             "matrices (a data folder): refuse the set if one of its matrices has "
+                                             "one of their structures (repeatable) [default: none]"),
 ) -> None:
     """Evaluate checkpoints and baselines side by side: pass@k, fast_p, speedup, per family, plots."""
     check_output(out, "evaluate", force)
@@ -46,7 +49,7 @@ def evaluate_cmd(
                      baselines=names(baselines), op=op,
                      k=k, samples=samples, temperature=temperature, header_grammar=header_grammar,
                      max_new_tokens=max_new_tokens, family_rows=family_rows, limit=limit, gen_batch=gen_batch, out=str(out),
-                     plots=not no_plots)
+                     plots=not no_plots, distinct_from=tuple(map(str, distinct_from or ())))
     res = evaluate(dataclasses.replace(cfg, compile_only=fallback(compile_only)))
     typer.echo((out / "eval.md").read_text())
     typer.echo(f"wrote {out}/eval.json, eval.md" + (", plots" if res.get("plots") else ""))

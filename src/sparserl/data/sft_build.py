@@ -37,6 +37,7 @@ from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate, load_matrix, save_matrix
 from sparserl.matrices.card import structure_fingerprint
+from sparserl.matrices.fingerprints import MATRIX_SUFFIXES, Fingerprints, structures_in
 from sparserl.progress import progress
 
 log = logging.getLogger(__name__)
@@ -133,57 +134,6 @@ MAX_REDRAWS = 32
 """Further sizes drawn for a generated matrix whose structure an earlier one has (families that ignore the seed,
 such as diagonal, banded and the stencils, repeat a structure whenever two draws give the same grid) before
 the build stops."""
-MATRIX_SUFFIXES = (".mtx", ".mtx.gz", ".npz")
-
-
-class Fingerprints:
-    """Structure fingerprints (:func:`~sparserl.matrices.card.structure_fingerprint`) of matrix files, kept in
-    a folder's ``fingerprints.json`` so that a second build reads them instead of loading every matrix again.
-    A file is known by its resolved path and size."""
-
-    def __init__(self, folder: Path):
-        self.path = folder / "fingerprints.json"
-        try:
-            self.known: dict[str, str] = json.loads(self.path.read_text()) if self.path.exists() else {}
-        except (OSError, ValueError):
-            self.known = {}  # unreadable: made again from the files
-        self.changed = False
-
-    @staticmethod
-    def key(path: Path) -> str:
-        return f"{path.resolve()}:{path.stat().st_size}"
-
-    def of(self, path: Path) -> str:
-        """The fingerprint of the matrix in ``path`` (loaded when it is not known yet)."""
-        key = self.key(path)
-        if key not in self.known:
-            self.record(path, structure_fingerprint(load_matrix(path)))
-        return self.known[key]
-
-    def record(self, path: Path, fingerprint: str) -> None:
-        """``fingerprint`` is the one of the matrix just written to ``path``."""
-        self.known[self.key(path)] = fingerprint
-        self.changed = True
-
-    def save(self) -> None:
-        if self.changed:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.known, indent=0))
-            tmp.replace(self.path)
-            self.changed = False
-
-
-def _taken(folders: tuple[str, ...]) -> set[str]:
-    """The structures of every matrix in ``folders`` (a data folder's ``matrices/``, or the folder itself)."""
-    taken: set[str] = set()
-    for d in map(Path, folders):
-        folder = d / "matrices" if (d / "matrices").is_dir() else d
-        prints = Fingerprints(folder)
-        for f in sorted(folder.iterdir()):
-            if f.name.endswith(MATRIX_SUFFIXES):
-                taken.add(prints.of(f))
-        prints.save()
-    return taken
 
 
 @dataclass(frozen=True)
@@ -212,7 +162,7 @@ def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(cfg.seed)
     prints = Fingerprints(out)
-    taken = _taken(cfg.distinct_from)
+    taken = set(structures_in(cfg.distinct_from))
     entries = []
     try:
         for fam in cfg.families or tuple(family_names()):

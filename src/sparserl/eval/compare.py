@@ -38,6 +38,8 @@ from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate_many
+from sparserl.matrices.card import structure_fingerprint
+from sparserl.matrices.fingerprints import structures_in
 from sparserl.parallel import parallel_map
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
@@ -99,6 +101,9 @@ class EvalConfig:
     """Sampling seed."""
     limit: int = 0
     """At most this many of a listed set's matrices, evenly spaced in its order (0: all)."""
+    distinct_from: tuple[str, ...] = ()
+    """Folders of the matrices a policy was trained on (a data folder, the teacher's matrices): the set is
+    refused when one of its matrices has the structure of one of theirs (it would not be held out)."""
 
     def __post_init__(self) -> None:
         bad = set(self.baselines) - set(BASELINES)
@@ -119,6 +124,9 @@ class EvalConfig:
                 self.max_new_tokens)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
         require(self.limit >= 0, "--limit", ">= 0 (0: every matrix)", self.limit)
+        for d in self.distinct_from:
+            if not Path(d).is_dir():
+                raise SparseRLError(f"--distinct-from {d}: not a folder (give a data folder or a folder of matrices)")
 
 
 def evenly(items: list, n: int) -> list:
@@ -169,10 +177,18 @@ def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> l
     if cfg.matrices == "families":
         fams = family_names()
         made = generate_many(fams, cfg.family_rows, seed=cfg.seed + 7)
-        return [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f) for A, f in zip(made, fams)]
-    listed = files or matrix_files(cfg)
-    loaded = parallel_map(lambda mf: MatrixContext.load(mf[0], op, cfg.k), listed, name="load")
-    return [(ctx, fam) for ctx, (_, fam) in zip(loaded, listed)]
+        out = [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f) for A, f in zip(made, fams)]
+    else:
+        listed = files or matrix_files(cfg)
+        loaded = parallel_map(lambda mf: MatrixContext.load(mf[0], op, cfg.k), listed, name="load")
+        out = [(ctx, fam) for ctx, (_, fam) in zip(loaded, listed)]
+    if cfg.distinct_from:
+        trained = structures_in(cfg.distinct_from)
+        for ctx, _ in out:
+            if (same := trained.get(structure_fingerprint(ctx.A))) is not None:
+                raise SparseRLError(f"{ctx.name} has the structure of {same} in {', '.join(cfg.distinct_from)}: "
+                                    "it is not held out from them")
+    return out
 
 
 def _record(results, family: str) -> dict:
