@@ -64,8 +64,8 @@
 # search stays on generated test matrices, and the teacher's searches order their candidates without the packaged
 # cost model (`farm --cost-model none`): that model was fitted on the SuiteSparse matrices' measurements, the
 # test split's too, so no learned part sees a real test matrix (the model moved SuiteSparse searches at budget 64
-# from 1.071 to 1.073 of the oracle, an earlier fit; results of 2026-12-02). An improve stage, when it runs, still
-# searches with it. A run that gave SUITESPARSE and one that did not need different OUT folders (the data sets
+# from 1.071 to 1.073 of the oracle, an earlier fit; results of 2026-12-02), and neither do improve's searches.
+# A run that gave SUITESPARSE and one that did not need different OUT folders (the data sets
 # differ), and too few real matrices leave the test split without one (its fraction, rounded down): both stop
 # after the data stage with one line.
 # The improve settings (replay 3, 30 steps at 3e-5) are the ones that kept a round's correct share at
@@ -173,6 +173,7 @@ if [ -n "${SUITESPARSE:-}" ]; then
   fi
   real=(--real-dir "$SUITESPARSE" --real-split mixed); eval_sets+=(real); knob SUITESPARSE "$SUITESPARSE" ""
   search+=(--cost-model none)  # the packaged model saw every SuiteSparse matrix, test ones included
+  if [ ${#improve[@]} -gt 0 ]; then improve+=(--search-cost-model none); fi
 fi
 corpus=(); [ "$pack" != "-" ] && corpus=(--corpus "$pack")
 if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then

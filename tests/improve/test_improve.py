@@ -345,3 +345,27 @@ def test_held_out_compares_the_start_and_the_best_on_the_test_split_once(data_di
     res = improve(small(data_dir, tiny_model_dir, tmp_path / "b", rounds=0, test_samples=2),
                   fake_harness())
     assert res["test"] is None and not (tmp_path / "b" / "improve" / "test").exists()
+
+
+def test_the_rounds_searches_order_candidates_as_asked(data_dir: Path, tiny_model_dir: Path, tmp_path: Path,
+                                                       monkeypatch) -> None:
+    """``search_cost_model`` reaches every round's search (the policy script sets 'none' where the packaged
+    model saw held-out real matrices). Kills the setting parsed and dropped (the default model ordering them)."""
+    pytest.importorskip("torch")
+    from sparserl.improve import loop
+    from sparserl.improve.loop import improve
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def record(ctx, scfg, *args, **kw):
+        seen.append(scfg.cost_model)
+        raise Stop
+
+    monkeypatch.setattr(loop, "search_array", record)
+    validate = lambda policy, r: {"score": 1.0, "vs_oracle": 1.0, "geomean_speedup": 1.0, "correct_rate": 0.5}  # noqa: E731
+    with pytest.raises(Stop):
+        improve(small(data_dir, tiny_model_dir, tmp_path, search_cost_model="none"), fake_harness(), validate=validate)
+    assert seen == ["none"]

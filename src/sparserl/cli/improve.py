@@ -34,6 +34,9 @@ def improve_cmd(
                                                                 "many seconds"),
     policy_share: float = typer.Option(D.policy_share, help="share of each search's budget for the policy's "
                                                             "samples and refinements"),
+    search_cost_model: str = typer.Option(D.search_cost_model, help="the order each search tries candidates in: "
+                                          "'default' (your model, else the packaged one), 'none' (the selector's "
+                                          "and templates' order) or a model file"),
     temperature: float = typer.Option(D.temperature, help="the policy's sampling temperature (search and "
                                                           "validation)"),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
@@ -77,6 +80,7 @@ def improve_cmd(
     cfg = ImproveConfig(data=str(data), model=str(model), out=str(out), rounds=rounds,
                         store=str(store) if store else None, op=op, k=k, matrices_per_round=matrices_per_round,
                         search_budget=search_budget, search_seconds=search_seconds, policy_share=policy_share,
+                        search_cost_model=search_cost_model,
                         temperature=temperature, max_new_tokens=max_new_tokens, regime=regime, within=within,
                         per_matrix=per_matrix, max_target_chars=max_target_chars, replay=replay,
                         sft_steps=sft_steps, sft_batch_size=sft_batch_size,

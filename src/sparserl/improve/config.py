@@ -40,6 +40,9 @@ class ImproveConfig:
     """Stop submitting a matrix's candidates after this many seconds (None: no limit)."""
     policy_share: float = 0.5
     """Share of each search's budget that goes to the policy's proposals (samples, then refinements)."""
+    search_cost_model: str = "default"
+    """The order each search tries its candidates in (:attr:`~sparserl.search.loop.SearchConfig.cost_model`):
+    'default', 'none' or a model file ('none' where the packaged model saw held-out matrices)."""
     temperature: float = 1.0
     """Sampling temperature of the policy, in the search and in the validation."""
     max_new_tokens: int | None = None

@@ -334,7 +334,8 @@ class Improve:
         cfg = self.cfg
         check_fits(ctx.name, *ctx.shape, ctx.nnz, ctx.k)
         scfg = SearchConfig(budget=cfg.search_budget, seconds=cfg.search_seconds, regime=cfg.regime,
-                            policy_share=cfg.policy_share, seed=cfg.seed + 1000 * r + n_done)
+                            policy_share=cfg.policy_share, seed=cfg.seed + 1000 * r + n_done,
+                            cost_model=cfg.search_cost_model)
         job = SearchJob(matrix=ctx.path, op=cfg.op, k=ctx.k, search=scfg, model=str(model),
                         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
         log.info("round %d: searching %s (%d of %d), %d candidates", r, ctx.name, n_done + 1,
