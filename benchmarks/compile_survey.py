@@ -48,6 +48,7 @@ def cards(args: argparse.Namespace) -> list[tuple[str, object]]:
     """(name, card) of each matrix of the survey: the families at ``--rows`` and the real matrices of
     ``--suitesparse`` (``--limit`` of them, evenly spaced). The matrices themselves are not kept."""
     from sparserl.matrices import family_names, generate, load_matrix
+    from sparserl.matrices.io import MATRIX_SUFFIXES
     from sparserl.matrices.card import matrix_card
 
     out = []
@@ -55,7 +56,7 @@ def cards(args: argparse.Namespace) -> list[tuple[str, object]]:
     for fam in fams:
         out.append((f"{fam}_{args.rows}", matrix_card(generate(fam, args.rows, seed=1))))
     if args.suitesparse:
-        files = sorted(f for f in Path(args.suitesparse).iterdir() if f.name.endswith((".mtx", ".mtx.gz", ".npz")))
+        files = sorted(f for f in Path(args.suitesparse).iterdir() if f.name.endswith(MATRIX_SUFFIXES))
         if args.limit and args.limit < len(files):
             files = [files[i * len(files) // args.limit] for i in range(args.limit)]
         for f in files:

@@ -19,7 +19,7 @@ from rich.table import Table
 from sparserl.errors import MatrixError
 from sparserl.matrices.features import MatrixFeatures, compute_features
 from sparserl.matrices.generators import FAMILIES, HELD_OUT_FAMILIES, TARGET_FAMILIES, family_names, generate
-from sparserl.matrices.io import load_matrix, save_matrix
+from sparserl.matrices.io import MATRIX_SUFFIXES, load_matrix, save_matrix
 
 app = typer.Typer(
     help="Load, inspect and generate sparse matrices (.mtx, .mtx.gz, .npz).",
@@ -28,8 +28,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-_SUFFIXES = (".mtx", ".mtx.gz", ".npz")
 
 
 def _defaults_text(defaults: dict[str, Any]) -> str:
@@ -115,7 +113,7 @@ def gen(
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
 ) -> None:
     """Generate a seeded synthetic matrix of FAMILY and write it to --out."""
-    if not out.name.lower().endswith(_SUFFIXES):
+    if not out.name.lower().endswith(MATRIX_SUFFIXES):
         raise MatrixError(f"{out}: unknown matrix file extension; expected .mtx, .mtx.gz or .npz")
     if out.exists() and not force:
         raise MatrixError(f"{out} exists: pass --force to overwrite it, or give another --out")

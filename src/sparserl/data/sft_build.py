@@ -37,7 +37,8 @@ from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate, load_matrix, save_matrix
 from sparserl.matrices.card import structure_fingerprint
-from sparserl.matrices.fingerprints import MATRIX_SUFFIXES, Fingerprints, structures_in
+from sparserl.matrices.fingerprints import Fingerprints, structures_in
+from sparserl.matrices.io import MATRIX_SUFFIXES
 from sparserl.progress import progress
 
 log = logging.getLogger(__name__)

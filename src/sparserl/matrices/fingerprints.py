@@ -13,9 +13,7 @@ import json
 from pathlib import Path
 
 from sparserl.matrices.card import structure_fingerprint
-from sparserl.matrices.io import load_matrix
-
-MATRIX_SUFFIXES = (".mtx", ".mtx.gz", ".npz")
+from sparserl.matrices.io import MATRIX_SUFFIXES, load_matrix
 
 
 class Fingerprints:

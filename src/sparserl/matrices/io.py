@@ -46,7 +46,9 @@ MAX_INT32 = 2**31 - 1
 """Largest dimension and nonzero count of a canonical matrix (int32 indices and indptr)."""
 
 _F32_MAX = float(np.finfo(np.float32).max)
-_SUFFIXES = (".mtx.gz", ".mtx", ".npz")
+MATRIX_SUFFIXES = (".mtx.gz", ".mtx", ".npz")
+"""The matrix files the project reads and writes, the longer suffix first (:func:`_suffix` takes the first that
+ends a name)."""
 _GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 _CHUNK = 1 << 25  # bytes per step of the vectorised data-section checks (bounds temporaries)
 
@@ -200,7 +202,7 @@ def _check_values(A: sp.sparray | sp.spmatrix) -> None:
 
 def _suffix(path: Path) -> str | None:
     name = path.name.lower()
-    for s in _SUFFIXES:
+    for s in MATRIX_SUFFIXES:
         if name.endswith(s):
             return s
     return None
