@@ -4,6 +4,8 @@ rule, and the value given (``--batch-size must be >= 1, got -1``), raised as a o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sparserl.errors import SparseRLError
 
 
@@ -12,6 +14,14 @@ def require(ok: bool, flag: str, rule: str, value: object) -> None:
     ``--batch-size``) must be ``rule`` when ``ok`` is false."""
     if not ok:
         raise SparseRLError(f"{flag} must be {rule}, got {value!r}")
+
+
+def require_folders(flag: str, folders: tuple[str, ...], what: str) -> None:
+    """Raise a SparseRLError naming the first of ``folders`` (given with ``flag``) that is not a folder;
+    ``what`` says what it should be."""
+    for d in folders:
+        if not Path(d).is_dir():
+            raise SparseRLError(f"{flag} {d}: not a folder (give {what})")
 
 
 def check_op(op: str, k: int | None) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparserl.checks import require
+from sparserl.checks import require, require_folders
 from sparserl.data.rows import KernelTimes, RowWriter, SFTRow
 from sparserl.data.targets import taught_length
 from sparserl.errors import SparseRLError
@@ -107,8 +107,8 @@ class SFTDataConfig:
             raise SparseRLError("val_fraction + test_fraction must be below 1")
         if self.real_split not in ("test", "mixed"):
             raise SparseRLError(f"--real-split is test or mixed (got {self.real_split!r})")
-        if self.real_dir and not Path(self.real_dir).is_dir():
-            raise SparseRLError(f"--real-dir {self.real_dir}: not a folder (give a folder of .mtx/.mtx.gz/.npz files)")
+        if self.real_dir:
+            require_folders("--real-dir", (self.real_dir,), "a folder of .mtx/.mtx.gz/.npz files")
         if self.variants_per_matrix is not None:
             require(self.variants_per_matrix >= 1, "--variants-per-matrix", ">= 1 (or left out for all)",
                     self.variants_per_matrix)
@@ -126,9 +126,7 @@ class SFTDataConfig:
         require(all(k >= 1 for k in self.ks), "--ks", "SpMM column counts >= 1", self.ks)
         require(self.coords >= 1, "coords", ">= 1", self.coords)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
-        for d in self.distinct_from:
-            if not Path(d).is_dir():
-                raise SparseRLError(f"--distinct-from {d}: not a folder (give a data folder or a folder of matrices)")
+        require_folders("--distinct-from", self.distinct_from, "a data folder or a folder of matrices")
 
 
 MAX_REDRAWS = 32

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sparserl.checks import check_op, require
+from sparserl.checks import check_op, require, require_folders
 from sparserl.data.rows import read_nonempty
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
@@ -125,9 +125,7 @@ class EvalConfig:
                 self.max_new_tokens)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
         require(self.limit >= 0, "--limit", ">= 0 (0: every matrix)", self.limit)
-        for d in self.distinct_from:
-            if not Path(d).is_dir():
-                raise SparseRLError(f"--distinct-from {d}: not a folder (give a data folder or a folder of matrices)")
+        require_folders("--distinct-from", self.distinct_from, "a data folder or a folder of matrices")
 
 
 def evenly(items: list, n: int) -> list:
