@@ -11,8 +11,9 @@ The sets: ``test`` (the generated matrices of the test split of ``--data``, an S
 one, whose train split the teacher saw), ``val`` (the validation split, all of it) and ``families`` (one
 generated matrix per family at ``--family-rows`` rows; with ``--distinct-from DIR`` it is refused when one of
 them has the structure of a training matrix in DIR: the data build keeps its own splits apart, the families set
-is made here); ``--limit N`` keeps N matrices of a split, evenly spaced. Nothing is shared between the sets' figures: each set times its own baselines, and the
-harness's memo answers a completion only on the same matrix content.
+is made here); ``--limit N`` keeps N matrices of a split, evenly spaced. Nothing is shared between the sets'
+figures: each set times its own baselines, and the harness's memo answers a completion only on the same matrix
+content.
 
 **Choosing the sampling temperature.** With several ``--temperature`` values every set is evaluated at
 each (``OUT/eval-SET-tT``), and ``OUT/temperature.json`` records per set and temperature the last
@@ -50,10 +51,12 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
     eval.json; ``evaluate`` is handed them opened under the same names, and does not open them again."""
     from sparserl.eval.compare import EvalConfig
 
-    trained = tuple(getattr(args, "distinct_from", None) or ())  # the families set is made here: checked against them
-    where = (dict(matrices="families", family_rows=args.family_rows, distinct_from=trained)
-             if name == "families" else dict(matrices=str(args.data), split="test" if name == "real" else name, limit=args.limit,
-                       real_matrices=REAL_MATRICES[name]))
+    if name == "families":  # made here: checked against the training matrices' structures
+        where = dict(matrices="families", family_rows=args.family_rows,
+                     distinct_from=tuple(getattr(args, "distinct_from", None) or ()))
+    else:
+        where = dict(matrices=str(args.data), split="test" if name == "real" else name, limit=args.limit,
+                     real_matrices=REAL_MATRICES[name])
     return EvalConfig(**where, checkpoints=tuple(args.checkpoint), baselines=tuple(b for b in args.baselines.split(",") if b),
                       samples=args.samples, temperature=temperature, header_grammar=args.header_grammar,
                       max_new_tokens=args.max_new_tokens,
