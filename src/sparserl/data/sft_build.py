@@ -152,6 +152,31 @@ def _splits(n: int, cfg: SFTDataConfig, rng: np.random.Generator) -> list[str]:
     return [labels[i] for i in rng.permutation(n)]
 
 
+def _distinct_matrix(fam: str, i: int, cfg: SFTDataConfig, rng: np.random.Generator, out: Path,
+                     prints: Fingerprints, taken: set[str]) -> tuple[str, Path, str]:
+    """(name, file, fingerprint) of the ``i``-th matrix of ``fam``: a size and seed drawn, the matrix made (unless
+    its file is there), and drawn again while its structure is ``taken``."""
+    for _ in range(MAX_REDRAWS + 1):
+        rows = int(math.exp(rng.uniform(math.log(cfg.min_rows), math.log(cfg.max_rows))))
+        seed = int(rng.integers(1 << 30))
+        name = f"{fam}_{i:03d}_{rows}"
+        path = out / f"{name}.npz"
+        if path.exists():
+            fp = prints.of(path)
+        else:
+            A = generate(fam, rows, seed=seed)
+            fp = structure_fingerprint(A)
+            if fp not in taken:
+                save_matrix(A, path, compress=False)  # scratch: deflating was 3/4 of the time
+                prints.record(path, fp)
+        if fp not in taken:
+            return name, path, fp
+        log.info("%s repeats an earlier matrix's structure: another size is drawn", name)
+    raise SparseRLError(f"{fam}: {MAX_REDRAWS + 1} sizes drawn in [{cfg.min_rows}, {cfg.max_rows}] all repeat an "
+                        "earlier matrix's structure (this family ignores the seed): widen --min-rows/--max-rows or "
+                        "lower --per-family")
+
+
 def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
     """Generate (or list) the matrices and assign each to a split, seeded. No two have one structure, and none
     has the structure of a matrix in ``cfg.distinct_from``: a generated one that would is drawn again at
@@ -167,26 +192,7 @@ def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
         for fam in cfg.families or tuple(family_names()):
             splits = _splits(cfg.matrices_per_family, cfg, rng)
             for i in range(cfg.matrices_per_family):
-                for _ in range(MAX_REDRAWS + 1):
-                    rows = int(math.exp(rng.uniform(math.log(cfg.min_rows), math.log(cfg.max_rows))))
-                    seed = int(rng.integers(1 << 30))
-                    name = f"{fam}_{i:03d}_{rows}"
-                    path = out / f"{name}.npz"
-                    if path.exists():
-                        fp = prints.of(path)
-                    else:
-                        A = generate(fam, rows, seed=seed)
-                        fp = structure_fingerprint(A)
-                        if fp not in taken:
-                            save_matrix(A, path, compress=False)  # scratch: deflating was 3/4 of the time
-                            prints.record(path, fp)
-                    if fp not in taken:
-                        break
-                    log.info("%s repeats an earlier matrix's structure: another size is drawn", name)
-                else:
-                    raise SparseRLError(f"{fam}: {MAX_REDRAWS + 1} sizes drawn in [{cfg.min_rows}, {cfg.max_rows}] all "
-                                        "repeat an earlier matrix's structure (this family ignores the seed): widen "
-                                        "--min-rows/--max-rows or lower --per-family")
+                name, path, fp = _distinct_matrix(fam, i, cfg, rng, out, prints, taken)
                 taken.add(fp)
                 entries.append(MatrixEntry(name, fam, str(path), splits[i]))
         if cfg.real_dir:
