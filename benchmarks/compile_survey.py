@@ -47,9 +47,10 @@ SLOW_S = 3.0
 def cards(args: argparse.Namespace) -> list[tuple[str, object]]:
     """(name, card) of each matrix of the survey: the families at ``--rows`` and the real matrices of
     ``--suitesparse`` (``--limit`` of them, evenly spaced). The matrices themselves are not kept."""
+    from sparserl.eval.compare import evenly
     from sparserl.matrices import family_names, generate, load_matrix
-    from sparserl.matrices.io import MATRIX_SUFFIXES
     from sparserl.matrices.card import matrix_card
+    from sparserl.matrices.io import MATRIX_SUFFIXES
 
     out = []
     fams = [f for f in args.families.split(",") if f] or list(family_names())
@@ -57,9 +58,7 @@ def cards(args: argparse.Namespace) -> list[tuple[str, object]]:
         out.append((f"{fam}_{args.rows}", matrix_card(generate(fam, args.rows, seed=1))))
     if args.suitesparse:
         files = sorted(f for f in Path(args.suitesparse).iterdir() if f.name.endswith(MATRIX_SUFFIXES))
-        if args.limit and args.limit < len(files):
-            files = [files[i * len(files) // args.limit] for i in range(args.limit)]
-        for f in files:
+        for f in evenly(files, args.limit):
             out.append((f.name.split(".")[0], matrix_card(load_matrix(f))))
     return out
 

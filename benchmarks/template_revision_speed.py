@@ -34,7 +34,6 @@ import importlib.util
 import inspect
 import json
 import logging
-import math
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from params_equivalence import _cuobjdump, _sass  # noqa: E402
 
 from sparserl.harness.compile import CompileOptions, compile_many  # noqa: E402
 from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
+from sparserl.improve.table import geomean_of  # noqa: E402
 from sparserl.kernels.contract import Op, split_completion  # noqa: E402
 from sparserl.kernels.templates import Template, get_template  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402
@@ -116,10 +116,6 @@ def template_before(name: str, before: str) -> Template:
     raise SystemExit(f"error: no template {name} in {file_name} at {before}")
 
 
-def _geomean(v: list[float]) -> float | None:
-    return math.exp(sum(map(math.log, v)) / len(v)) if v else None
-
-
 def _cases(args: argparse.Namespace):
     """(name, template name, matrix, its card, the seed points both forms render, the two forms) of each
     matrix of the set (or of --only)."""
@@ -163,7 +159,7 @@ def compile_times(args: argparse.Namespace) -> dict:
             rows.append(row)
     ratios = [r["before_s"] / r["now_s"] for r in rows if r["before_ok"] and r["now_ok"]]
     summary = {"points": len(rows), "same_sass": sum(r["same_sass"] is True for r in rows),
-               "geomean_before_over_now_seconds": _geomean(ratios),
+               "geomean_before_over_now_seconds": geomean_of(ratios),
                "failures": sum(not (r["before_ok"] and r["now_ok"]) for r in rows)}
     return {"before": args.before, "rows": args.rows, "compile_times": rows, "summary": summary}
 
@@ -199,9 +195,9 @@ def run(args: argparse.Namespace) -> dict:
             rows.append(row)
         gpu = ev.pool.gpu
     ratios = [r["before_over_now"] for r in rows if r["before_over_now"]]
-    by_template = {t: _geomean([r["before_over_now"] for r in rows if r["template"] == t and r["before_over_now"]])
+    by_template = {t: geomean_of([r["before_over_now"] for r in rows if r["template"] == t and r["before_over_now"]])
                    for t in dict.fromkeys(r["template"] for r in rows)}
-    summary = {"geomean_before_over_now": _geomean(ratios), "by_template": by_template,
+    summary = {"geomean_before_over_now": geomean_of(ratios), "by_template": by_template,
                "min": min(ratios, default=None), "max": max(ratios, default=None),
                "failures": sum(len(r["failures"]) for r in rows)}
     return {"before": args.before, "rows": args.rows, "passes": args.passes, "gpu": gpu, "matrices": rows,
