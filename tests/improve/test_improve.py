@@ -365,7 +365,9 @@ def test_the_rounds_searches_order_candidates_as_asked(data_dir: Path, tiny_mode
         raise Stop
 
     monkeypatch.setattr(loop, "search_array", record)
-    validate = lambda policy, r: {"score": 1.0, "vs_oracle": 1.0, "geomean_speedup": 1.0, "correct_rate": 0.5}  # noqa: E731
+    def validate(policy, r):
+        return {"score": 1.0, "vs_oracle": 1.0, "geomean_speedup": 1.0, "correct_rate": 0.5}
+
     with pytest.raises(Stop):
         improve(small(data_dir, tiny_model_dir, tmp_path, search_cost_model="none"), fake_harness(), validate=validate)
     assert seen == ["none"]

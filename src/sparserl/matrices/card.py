@@ -155,7 +155,8 @@ class MatrixCard:
         first, so ``rows of length >= L: n`` with ``n <= LONGEST_ROWS`` means the first ``n`` listed
         are every such row. A line ``every row has L entries`` appears exactly when all rows have one
         length ``L > 0``: the one fact a uniform-length kernel (``csr_lanes_spec``) may assume, said
-        in words rather than left to a comparison of ``min`` and ``max``. A pure function of the structure: no values."""
+        in words rather than left to a comparison of ``min`` and ``max``. A pure function of the structure:
+        no values."""
         lines = [f"shape {self.rows} x {self.cols}, nnz {self.nnz}",
                  (f"row lengths: min {self.row_len_min}, mean {self.row_len_mean:.2f}, max {self.row_len_max}, "
                   f"empty rows {self.empty_rows}"),
