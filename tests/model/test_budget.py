@@ -82,3 +82,17 @@ def test_a_taught_completion_longer_than_the_library_sets_the_budget(tiny_tokeni
     assert longest_completion(tiny_tokenizer, ["a b", "a b c d e f", "a b"]) == (n, 0)
     assert longest_completion(tiny_tokenizer, ["a b", "a b c d e f", "a b"], limit=n - 1) == (short, 1)  # past the model
     assert longest_completion(tiny_tokenizer, []) == (0, 0)
+
+
+def test_a_policy_names_a_cut_once_not_at_every_batch(tiny_tokenizer, tiny_hf_config, caplog) -> None:
+    """A training loop asks for the same small budget at every step: the cut is named the first time only,
+    and again for another number. Kills a warning repeated per call, and one never given."""
+    from tests.rl.tiny import tiny_policy
+
+    policy = tiny_policy(tiny_tokenizer, tiny_hf_config)
+    with caplog.at_level(logging.WARNING, logger="sparserl.model.budget"):
+        for _ in range(3):
+            assert policy.completion_budget(7) == 7
+        assert caplog.text.count("max_new_tokens 7 cuts") == 1
+        assert policy.completion_budget(9) == 9
+    assert caplog.text.count("max_new_tokens 9 cuts") == 1

@@ -39,15 +39,16 @@ def library_token_lengths(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
 
 
 def completion_budget(tokenizer: PreTrainedTokenizerBase, requested: int | None,
-                      lengths: dict[str, int] | None = None, taught: int = 0) -> int:
+                      lengths: dict[str, int] | None = None, taught: int = 0, warn: bool = True) -> int:
     """The decoder's ``max_new_tokens`` for a stage that asked for ``requested`` (see the module
     docstring). ``lengths``: :func:`library_token_lengths` when already computed; ``taught``: the longest
-    completion the policy was fine-tuned on, in its tokens (0: none known)."""
+    completion the policy was fine-tuned on, in its tokens (0: none known); ``warn``: name what a smaller
+    budget cuts short (a caller that asks again with the same number says it once)."""
     lengths = lengths if lengths is not None else library_token_lengths(tokenizer)
     longest = max(max(lengths.values()), taught)
     if requested is None:
         return -(-(longest + 1 + MARGIN) // ROUND) * ROUND
-    if requested <= longest:
+    if requested <= longest and warn:
         cut = sorted((n, i) for i, n in lengths.items() if n >= requested)
         what = [f"{len(cut)} library kernel(s) (the longest, {cut[-1][1]}, is {cut[-1][0]} tokens)"] if cut else []
         what += [f"the longest kernel it was fine-tuned on ({taught} tokens)"] if taught >= requested else []

@@ -140,6 +140,7 @@ class Policy(torch.nn.Module):
         self.tokenizer = tokenizer
         self.base_path = base_path
         self._library_lengths: dict[str, int] | None = None  # library kernels in this tokenizer's tokens
+        self._budgets_named: set[tuple[int, int]] = set()  # (requested, taught) whose cut was named once
         self.taught_tokens = 0
         """The longest completion this policy was fine-tuned on, in its tokens (0: none known): the automatic
         completion budget lets a sample finish it (:mod:`sparserl.model.budget`); saved in policy.json."""
@@ -355,7 +356,10 @@ class Policy(torch.nn.Module):
 
         if self._library_lengths is None:
             self._library_lengths = library_token_lengths(self.tokenizer)
-        return completion_budget(self.tokenizer, requested, self._library_lengths, self.taught_tokens)
+        key = (requested or 0, self.taught_tokens)  # a cut is named once, not at every batch of a loop
+        warn = key not in self._budgets_named
+        self._budgets_named.add(key)
+        return completion_budget(self.tokenizer, requested, self._library_lengths, self.taught_tokens, warn=warn)
 
     # -- checkpoints -----------------------------------------------------------------------
 
