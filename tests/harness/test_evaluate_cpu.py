@@ -105,6 +105,12 @@ def test_memo_shares_the_first_result(tmp_path, mat) -> None:
         bad = ADVERSARIAL["noop"][0]
         e.evaluate(bad, m, "spmv")  # a third entry pushes the oldest (GOOD on m) out of a memo of 2
         assert e.evaluate(GOOD, m, "spmv") is not a and e.memo_hits == 1
+        # fresh: evaluated again, and not remembered (kills a fresh submission answered from the memo, and
+        # one that replaces the remembered result)
+        kept = e.evaluate(GOOD, m, "spmv")
+        again = e.submit(GOOD, m, "spmv", fresh=True).result()
+        assert again is not kept and e.memo_hits == 2
+        assert e.evaluate(GOOD, m, "spmv") is kept and e.memo_hits == 3
     with Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path), memo=0)) as e:
         m = e.register(generate("random", 500, seed=0, nnz_per_row=8), "random500")
         assert e.evaluate(GOOD, m, "spmv") is not e.evaluate(GOOD, m, "spmv") and e.memo_hits == 0

@@ -65,6 +65,7 @@ class FakeTimingDouble:
         self.time_of, self.delay, self.arch = time_of, delay, arch
         self.interrupt_after = interrupt_after
         self.submitted: list[str] = []
+        self.fresh: list[bool] = []  # each submission's ``fresh`` flag, in order
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=workers) if delay else None
 
@@ -81,11 +82,12 @@ class FakeTimingDouble:
             time.sleep(self.delay)
         return timed_result(getattr(op, "value", op), k, ref.name, self.time_of(text), arch=self.arch)
 
-    def submit(self, text: str, ref: MatrixRef, op, k=None) -> Future:
+    def submit(self, text: str, ref: MatrixRef, op, k=None, fresh: bool = False) -> Future:
         with self.lock:
             if self.interrupt_after is not None and len(self.submitted) >= self.interrupt_after:
                 raise KeyboardInterrupt
             self.submitted.append(text)
+            self.fresh.append(fresh)
         if self.pool is not None:
             return self.pool.submit(self._result, text, ref, op, k)
         f: Future = Future()

@@ -343,7 +343,7 @@ class Evaluator:
             return self._best.get((matrix.key, op.value, k if op is Op.SPMM else None))
 
     def submit(self, text: str, matrix: MatrixRef, op: Op | str = Op.SPMV, k: int | None = None,
-               best_us: float | None = None, contender: bool = False) -> Future:
+               best_us: float | None = None, contender: bool = False, fresh: bool = False) -> Future:
         """Evaluate asynchronously: compile on a CPU thread, then run on the next free GPU worker.
 
         ``best_us``: the best time known for a kernel on this matrix in the reward regime (the best
@@ -359,7 +359,8 @@ class Evaluator:
         A completion already submitted on the same (matrix, op, k) shares the first one's result;
         a remembered ``slow`` verdict only while it is still slow against the best known now; an
         ordinary submission never shares a contender job's result before it is known (a contender's
-        ``timeout`` is not remembered)."""
+        ``timeout`` is not remembered). ``fresh``: evaluated again whatever was submitted before, and
+        not remembered (a benchmark that times two picks again side by side)."""
         op = Op(op)
         if op is Op.SPMM and (k is None or k < 1):
             raise SparseRLError("SpMM needs k >= 1")
@@ -367,7 +368,7 @@ class Evaluator:
             k = None
         known = [t for t in (best_us, self.best_known(matrix, op, k)) if t is not None and t > 0]
         best = min(known) if known else None
-        if not self.config.memo:
+        if not self.config.memo or fresh:
             return self._submit(text, matrix, op, k, best, contender)
         key = self._memo_key(text, matrix, op, k)
         with self._memo_lock:
