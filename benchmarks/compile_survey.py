@@ -50,14 +50,14 @@ def cards(args: argparse.Namespace) -> list[tuple[str, object]]:
     from sparserl.eval.compare import evenly
     from sparserl.matrices import family_names, generate, load_matrix
     from sparserl.matrices.card import matrix_card
-    from sparserl.matrices.io import MATRIX_SUFFIXES
+    from sparserl.matrices.io import matrices_in
 
     out = []
     fams = [f for f in args.families.split(",") if f] or list(family_names())
     for fam in fams:
         out.append((f"{fam}_{args.rows}", matrix_card(generate(fam, args.rows, seed=1))))
     if args.suitesparse:
-        files = sorted(f for f in Path(args.suitesparse).iterdir() if f.name.endswith(MATRIX_SUFFIXES))
+        files = matrices_in(args.suitesparse)
         for f in evenly(files, args.limit):
             out.append((f.name.split(".")[0], matrix_card(load_matrix(f))))
     return out

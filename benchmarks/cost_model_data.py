@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sparserl.kernels.contract import Op  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402
 from sparserl.matrices.card import card_and_features  # noqa: E402
+from sparserl.matrices.io import matrices_in  # noqa: E402
 from sparserl.matrices.generators import (  # noqa: E402
     APPLICATION_FAMILIES,
     CLASSIC_FAMILIES,
@@ -211,7 +212,7 @@ def collect(args) -> int:
     op, ks = Op(args.op), k_list(args)
     plan = [(f"{fam}_{rows}", fam, rows) for rows in sorted(sizes) for fam in fams]
     if args.suitesparse is not None:  # real matrices instead, for scoring
-        files = sorted(p for p in args.suitesparse.iterdir() if p.name.endswith((".mtx", ".mtx.gz", ".npz")))
+        files = matrices_in(args.suitesparse)
         if not files:
             raise SystemExit(f"no .mtx/.mtx.gz/.npz files in {args.suitesparse}")
         plan, fams, sizes = [(f.name.split(".")[0], "suitesparse", f) for f in files], ["suitesparse"], []

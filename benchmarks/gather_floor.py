@@ -62,6 +62,7 @@ from sparserl.harness.timing import FlushBuffer, TimingConfig, measured_copy_ban
 from sparserl.improve.table import geomean_of
 from sparserl.kernels.contract import Op
 from sparserl.matrices import family_names, generate, load_matrix
+from sparserl.matrices.io import matrices_in
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from library_speed import LARGE  # noqa: E402
@@ -217,8 +218,7 @@ def main() -> int:
     if args.compare is not None and not args.compare.is_file():
         raise SystemExit(f"error: --compare {args.compare}: no such file")
     if args.suitesparse:
-        files = (sorted(p for p in args.suitesparse.iterdir() if p.name.endswith((".mtx", ".mtx.gz", ".npz")))
-                 if args.suitesparse.is_dir() else [])
+        files = matrices_in(args.suitesparse) if args.suitesparse.is_dir() else []
         if not files:
             raise SystemExit(f"error: no .mtx/.mtx.gz/.npz files in {args.suitesparse}")
         chosen = [(f.name.split(".")[0], f, 0, None) for f in files]

@@ -47,6 +47,7 @@ from sparserl.harness.speed import SpeedConfig
 from sparserl.kernels.contract import Op, split_completion
 from sparserl.kernels.library import get_variant, variants
 from sparserl.matrices import generate, load_matrix
+from sparserl.matrices.io import matrices_in
 
 log = logging.getLogger("harness_speed")
 
@@ -80,7 +81,7 @@ def matrices(args):
     for fam in fams:
         yield "families", f"{fam}_{args.rows}", lambda fam=fam: generate(fam, args.rows, seed=1)
     if args.suitesparse:
-        files = [p for p in Path(args.suitesparse).iterdir() if p.name.endswith((".mtx", ".mtx.gz", ".npz"))]
+        files = matrices_in(args.suitesparse)
         if not files:
             raise SystemExit(f"error: no .mtx/.mtx.gz/.npz files in {args.suitesparse}")
         limit = args.limit if args.limit is not None else (5 if args.quick else None)

@@ -471,3 +471,20 @@ def test_npz_with_indices_out_of_range_is_refused_on_loading(tmp_path: Path, fmt
     with pytest.raises(MatrixError) as info:
         load_matrix(path)
     assert_one_line_error(info.value, path.name, "not a valid sparse matrix", needle)
+
+
+def test_a_folders_matrix_files_are_those_load_matrix_reads(tmp_path: Path) -> None:
+    """Every file whose suffix load_matrix reads, in any case, sorted by name; nothing else and no folder.
+    Kills a listing that matches suffixes case-sensitively (load_matrix reads ``.MTX``), one that lists a
+    folder named like a matrix, and one that keeps the directory's own order."""
+    from sparserl.matrices.io import matrices_in
+
+    A = sp.csr_array(np.eye(3))
+    for name in ("b.mtx", "a.mtx.gz", "C.MTX", "d.npz"):
+        save_matrix(A, tmp_path / name.lower())
+        (tmp_path / name.lower()).rename(tmp_path / name)
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "e.mtx").mkdir()
+    got = matrices_in(tmp_path)
+    assert [f.name for f in got] == ["C.MTX", "a.mtx.gz", "b.mtx", "d.npz"]
+    assert all(load_matrix(f).shape == (3, 3) for f in got)

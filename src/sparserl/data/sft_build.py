@@ -38,7 +38,7 @@ from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate, load_matrix, save_matrix
 from sparserl.matrices.card import structure_fingerprint
 from sparserl.matrices.fingerprints import Fingerprints, structures_in
-from sparserl.matrices.io import MATRIX_SUFFIXES
+from sparserl.matrices.io import matrices_in
 from sparserl.progress import progress
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ def make_matrices(cfg: SFTDataConfig) -> list[MatrixEntry]:
                 taken.add(fp)
                 entries.append(MatrixEntry(name, fam, str(path), splits[i]))
         if cfg.real_dir:
-            files = sorted(p for p in Path(cfg.real_dir).iterdir() if p.name.endswith(MATRIX_SUFFIXES))
+            files = matrices_in(cfg.real_dir)
             if not files:
                 raise SparseRLError(f"no .mtx/.mtx.gz/.npz files in {cfg.real_dir}")
             splits = ["test"] * len(files) if cfg.real_split == "test" else _splits(len(files), cfg, rng)

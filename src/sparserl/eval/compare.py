@@ -40,7 +40,7 @@ from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate_many
 from sparserl.matrices.card import structure_fingerprint
 from sparserl.matrices.fingerprints import structures_in
-from sparserl.matrices.io import MATRIX_SUFFIXES
+from sparserl.matrices.io import matrices_in
 from sparserl.parallel import parallel_map
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
@@ -160,7 +160,7 @@ def _listed_files(cfg: EvalConfig) -> list[tuple[str, str]]:
                                    else "generated matrices (only real ones: ask for all or only those)"))
         return sorted(seen.items())
     if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.name.endswith(MATRIX_SUFFIXES))
+        files = matrices_in(p)
         if files and cfg.real_matrices != "all":
             raise SparseRLError(f"{p} is a folder of matrices, all of them real: --real-matrices picks among a "
                                 "data folder's (leave it at all)")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sparserl.errors import SparseRLError
-from sparserl.matrices.io import MATRIX_SUFFIXES
+from sparserl.matrices.io import matrices_in
 from sparserl.search.loop import SearchConfig
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def collect(paths: tuple[str, ...]) -> list[tuple[str, Path]]:
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(MATRIX_SUFFIXES))
+            found = matrices_in(p)
             if not found:
                 log.warning("%s holds no .mtx, .mtx.gz or .npz file", p)
             files += found

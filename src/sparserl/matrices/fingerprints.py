@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from sparserl.matrices.card import structure_fingerprint
-from sparserl.matrices.io import MATRIX_SUFFIXES, load_matrix
+from sparserl.matrices.io import load_matrix, matrices_in
 
 
 class Fingerprints:
@@ -64,8 +64,7 @@ def structures_in(folders) -> dict[str, str]:
     for d in folders:
         folder = matrices_folder(d)
         prints = Fingerprints(folder)
-        for f in sorted(folder.iterdir()):
-            if f.name.endswith(MATRIX_SUFFIXES):
-                found.setdefault(prints.of(f), f.name)
+        for f in matrices_in(folder):
+            found.setdefault(prints.of(f), f.name)
         prints.save()
     return found

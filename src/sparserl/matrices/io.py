@@ -208,6 +208,12 @@ def _suffix(path: Path) -> str | None:
     return None
 
 
+def matrices_in(folder: str | os.PathLike[str]) -> list[Path]:
+    """The matrix files (:data:`MATRIX_SUFFIXES`, in any case, as :func:`load_matrix` reads them) directly in
+    ``folder``, sorted by name; the caller says what an empty list means."""
+    return sorted(f for f in Path(folder).iterdir() if f.is_file() and _suffix(f) is not None)
+
+
 def load_matrix(path: str | os.PathLike[str]) -> sp.csr_array:
     """Read a ``.mtx``, ``.mtx.gz`` or ``.npz`` file into a canonical ``csr_array``.
 
