@@ -213,7 +213,7 @@ def normalise_ptx(ptx: str, kernels: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _cuobjdump() -> str | None:
+def cuobjdump_path() -> str | None:
     """cuobjdump from the PATH, else the copy Triton's NVIDIA backend ships."""
     if found := shutil.which("cuobjdump"):
         return found
@@ -225,9 +225,9 @@ def _cuobjdump() -> str | None:
     return str(tool) if tool.exists() else None
 
 
-def _sass(cubin: bytes, kernels: tuple[str, ...]) -> list[str] | None:
+def sass_of(cubin: bytes, kernels: tuple[str, ...]) -> list[str] | None:
     """The SASS of ``kernels`` (instruction addresses and encodings dropped), or None without cuobjdump."""
-    tool = _cuobjdump()
+    tool = cuobjdump_path()
     if tool is None or cubin is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -317,7 +317,7 @@ def compare_case(case: Case, old_text: str) -> dict:
     if old.ptx == new.ptx:
         return row | {"verdict": "same_ptx"}
     detail = _first_difference(old.ptx, new.ptx)
-    sa, sb = _sass(old.cubin, old_k), _sass(new.cubin, new_k)
+    sa, sb = sass_of(old.cubin, old_k), sass_of(new.cubin, new_k)
     if sa is not None and sa == sb:
         return row | {"verdict": "same_sass", "detail": detail}
     if sa is not None and sb is not None:

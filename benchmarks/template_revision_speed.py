@@ -45,7 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from params_equivalence import _cuobjdump, _sass  # noqa: E402
+from params_equivalence import cuobjdump_path, sass_of  # noqa: E402
 
 from sparserl.harness.compile import CompileOptions, compile_many  # noqa: E402
 from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
@@ -137,7 +137,7 @@ def _cases(args: argparse.Namespace):
 def compile_times(args: argparse.Namespace) -> dict:
     """Each seed point of both forms compiled alone with NVRTC into an empty cache: seconds, registers,
     spills, and whether the two forms' SASS is the same."""
-    options, rows, tool = CompileOptions(backend="nvrtc"), [], _cuobjdump()
+    options, rows, tool = CompileOptions(backend="nvrtc"), [], cuobjdump_path()
     for name, tname, A, card, points, forms in _cases(args):
         for p in points:
             row = {"matrix": name, "template": tname, "point": str(p)}
@@ -149,7 +149,7 @@ def compile_times(args: argparse.Namespace) -> dict:
                     r = compile_many([code], options, cache_dir=cache, jobs=1)[0]
                     row[f"{form}_s"] = time.perf_counter() - t0
                     res = r.resources_of("spmv_kernel") if r.ok else None
-                    sass[form] = _sass(Path(r.cubin_path).read_bytes(), ("spmv_kernel",)) if r.ok and tool else None
+                    sass[form] = sass_of(Path(r.cubin_path).read_bytes(), ("spmv_kernel",)) if r.ok and tool else None
                 row[f"{form}_ok"] = r.ok
                 row[f"{form}_registers"] = res.registers if res else None
                 row[f"{form}_spill_bytes"] = (res.spill_store_bytes + res.stack_bytes) if res else None

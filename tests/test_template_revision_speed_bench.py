@@ -57,7 +57,7 @@ or compares a form with itself, shows."""
     res = json.loads(out.read_text())
     assert {r["matrix"] for r in res["compile_times"]} == {"banded9", "block8_cut"}
     assert all(r["before_ok"] and r["now_ok"] and r["now_spill_bytes"] == 0 for r in res["compile_times"])
-    if bench._cuobjdump() is not None:
+    if bench.cuobjdump_path() is not None:
         assert all(r["same_sass"] is True for r in res["compile_times"])
         other = tmp_path / "other"  # val read through the read-only cache: other loads, other SASS
         other.mkdir()
