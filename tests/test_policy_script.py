@@ -187,6 +187,30 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     assert unlimited.returncode == 2 and "corpus pack" in unlimited.stderr
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_full_presets_own_settings_are_not_changes_and_a_missing_suitesparse_is(tmp_path) -> None:
+    """The full preset samples headers within the grammar and has the SuiteSparse set by its own definition:
+    a run as defined notes only what it lacks (no SUITESPARSE, said on a line too), and turning the grammar
+    off is a change. Every stage is marked done, so nothing runs (the run then stops at the missing stage
+    times; settings.json is written first). Kills the grammar's default left at 0 for full (noted as
+    unchanged, yet off), a missing SUITESPARSE that goes unnoted, and the small preset's defaults read
+    for full."""
+    out = tmp_path / "run"
+    (out / "stages").mkdir(parents=True)
+    for name in ("pretrain", "data", "search", "export", "merge", "sft", "improve", "evals", "guided"):
+        (out / "stages" / f"{name}.done").touch()
+    res = run(out, "-", "full")
+    assert "note: no SUITESPARSE: the held-out table has no real set" in res.stdout
+    assert json.loads((out / "settings.json").read_text()) == {"preset": "full", "changed": ["SUITESPARSE=none"]}
+    (out / "settings.json").unlink()
+    run(out, "-", "full", env={"HEADER_GRAMMAR": "0"})
+    assert json.loads((out / "settings.json").read_text())["changed"] == ["HEADER_GRAMMAR=0", "SUITESPARSE=none"]
+    (out / "settings.json").unlink()
+    res = run(out, "-", "small")  # the small preset: no grammar, no real set, nothing to note
+    assert "SUITESPARSE" not in res.stdout
+    assert json.loads((out / "settings.json").read_text()) == {"preset": "small", "changed": []}
+
+
 def test_suitesparse_stops_after_the_data_stage_on_another_data_set_or_no_real_test_matrix(tmp_path,
                                                                                            tiny_model_dir) -> None:
     """A rerun that adds SUITESPARSE to a data set made without it (or with another folder), or a data set
