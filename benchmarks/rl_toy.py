@@ -158,7 +158,8 @@ def main() -> int:
     ap.add_argument("--critic", action="store_true", help="PPO: a value head and GAE (default: leave-one-out, RLOO)")
     ap.add_argument("--pg-share", type=float, default=RLConfig.pg_token_share,
                     help="share of tokens (highest sampling entropy) that get the policy-gradient loss")
-    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--max-new-tokens", type=int, default=None,
+                    help="tokens a completion may take (default: the longest kernel's, its end token and 8 more)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sft-cache", type=Path, default=None,
                     help="file of the SFT policy's weights: loaded when it exists, else written after SFT "
@@ -171,6 +172,12 @@ def main() -> int:
         sys.exit(f"only {len(cut)} distinct kernels in the first {args.chars} characters; lower --kernels")
     kernels = [cut[i] for i in np.random.default_rng(args.seed).choice(len(cut), args.kernels, replace=False)]
     tok = train_tokenizer(kernels * 20, vocab_size=400)
+    longest = max(len(tok(k)["input_ids"]) for k in kernels)
+    if args.max_new_tokens is None:
+        args.max_new_tokens = longest + 1 + 8
+    elif args.max_new_tokens <= longest:  # a kernel that can never be finished is never intact: the table lies
+        sys.exit(f"error: --max-new-tokens {args.max_new_tokens} cannot finish a kernel of {longest} tokens "
+                 f"and its end token")
     shape = TinyModelConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                             num_key_value_heads=2, head_dim=32, max_position_embeddings=1024)
     hf = hf_config(len(tok), shape, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)

@@ -51,3 +51,15 @@ def test_defaults_keep_the_drift_bounded(tmp_path: Path) -> None:
     assert max(kl_new) < 0.5, kl_new
     assert max(r["kl_to_ref"] for r in runs["grpo"]) < 0.5
     assert any(r.get("update_minibatches", 2) < 2 for r in new), "the target-KL stop never fired"
+
+
+def test_a_budget_that_cannot_finish_a_kernel_is_refused(tmp_path: Path) -> None:
+    """A completion budget shorter than a kernel makes that kernel never intact, and every figure of the
+    run then measures the cut, not the algorithm: the toy refuses it before training, in one line (the
+    default is the longest kernel plus its end token and a margin). Kills the check left out."""
+    p = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rl_toy.py"), "--kernels", "2", "--chars", "100",
+                        "--max-new-tokens", "5", "--out", str(tmp_path / "o.json")], capture_output=True, text=True,
+                       timeout=300, env={"PYTHONPATH": f"{REPO / 'src'}:{REPO}", "PATH": "/usr/bin:/bin",
+                                         "PYTHONDONTWRITEBYTECODE": "1"})
+    assert p.returncode == 1 and p.stderr.strip().startswith("error: --max-new-tokens 5 cannot finish a kernel of")
+    assert p.stderr.strip().count("\n") == 0 and not (tmp_path / "o.json").exists()

@@ -119,8 +119,9 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path, monkeypatch) -> None:
     assert [normalised(t) in lib for t in ev.submitted[-6:]] == [True, False, False, True, True, False]
     assert row["retimed_us"] == {"oracle": [50.0] * 3, "search": [40.0] * 3}
     assert row["ratio_retimed"] == pytest.approx(1.25)
-    rows = [row | {"set": "families"}, dict(row, ratio=0.9, ratio_retimed=0.95, set="families", oracle_speedup=2.0,
-                                             search_speedup=1.8), dict(row, ratio=1.0, ratio_retimed=None, set="families")]
+    rows = [row | {"set": "families"},
+            dict(row, ratio=0.9, ratio_retimed=0.95, set="families", oracle_speedup=2.0, search_speedup=1.8),
+            dict(row, ratio=1.0, ratio_retimed=None, set="families")]
     s = search_bench.summarise(rows)["families"]
     assert s["search_wins"] == 1 and s["search_wins_by_2pct"] == 1
     assert s["geomean_search_over_oracle"] == pytest.approx((1.25 * 0.9) ** (1 / 3))
