@@ -13,6 +13,7 @@ from sparserl.harness.pool import PhaseLimits
 from sparserl.harness.result import ErrorKind, EvalResult, KernelTiming
 from sparserl.harness.speed import (
     SpeedConfig,
+    contender_limit,
     enough_runs,
     is_slow,
     look,
@@ -349,3 +350,131 @@ def test_predicted_overrun_boundaries() -> None:
     assert predicted_overrun(0.05, 1000, 2.0)
     assert not predicted_overrun(100.0, 8, None)  # scaling off: today's fixed limits, no prediction
     assert not predicted_overrun(100.0, 0, 2.0)  # nothing left to run
+
+
+# -- boundaries a mutation run of this module found untested (scripts/mutation.py --modules speed) -------------
+
+
+def test_median_ci_ranks_at_one_sample_at_an_exact_tail_and_at_another_confidence() -> None:
+    """One sample is its own interval (kills a refusal of n = 1, and a cap at (n - 1) // 2, rank 0); a
+    tail that equals a binomial CDF exactly keeps its rank (n = 5, confidence 0.625: the tail 0.1875 is
+    P(B <= 1), so rank 2 stays within it; kills ``>=`` for ``>``); the confidence reaches the ranks
+    through median_ci (kills median_ci calling the ranks at their default); no sample is one line."""
+    assert median_ci_ranks(1) == (1, 1) and median_ci([7.0]) == (7.0, 7.0, 7.0)
+    assert median_ci_ranks(5, 0.625) == (2, 4)
+    s = [float(v) for v in range(1, 12)]  # 11 samples: ranks (2, 10) at 95%, (3, 9) at 80%
+    assert median_ci(s) == (6.0, 2.0, 10.0) and median_ci(s, 0.8) == (6.0, 3.0, 9.0)
+    with pytest.raises(ValueError, match="^need at least one sample$"):
+        median_ci_ranks(0)
+
+
+def test_the_median_of_four_is_the_mean_of_the_middle_two() -> None:
+    """Kills a parity test other than n % 2 (four samples: n % 3 == 1 would take the third)."""
+    assert median_ci([4.0, 1.0, 3.0, 2.0])[0] == 2.5
+
+
+def test_enough_runs_at_its_boundaries() -> None:
+    """The interval may touch ±ci exactly (median 100, interval [75, 125] at ci 0.25: both bounds exact
+    in binary; kills ``<`` for ``<=`` and ``>`` for ``>=``); ci 0 never stops before the ceiling, even
+    on identical samples (kills ``ci < 0``); a zero median never stops (kills ``mid >= 0``); a median
+    under 1 us may (kills ``mid > 1``)."""
+    lo, hi = median_ci_ranks(20)
+    s = [75.0] * lo + [100.0] * (20 - 2 * lo) + [125.0] * lo
+    assert sorted(s)[lo - 1] == 75.0 and sorted(s)[hi - 1] == 125.0 and median_ci(s)[0] == 100.0
+    assert enough_runs(s, ci=0.25, floor=11, ceiling=41)
+    assert not enough_runs(s, ci=0.24, floor=11, ceiling=41)
+    assert not enough_runs([5.0] * 20, ci=0.0, floor=11, ceiling=41)
+    assert not enough_runs([0.0] * 20, ci=0.01, floor=11, ceiling=41)
+    assert enough_runs([0.5] * 20, ci=0.01, floor=11, ceiling=41)
+
+
+def test_slow_only_before_the_ceiling_and_the_early_look_at_one_run() -> None:
+    """A kernel whose early look is its last run is timed in full, never stopped as slow (kills ``<=``
+    for ``<`` in look); an early look after one run is a look point, after none is not (kills ``1 <``
+    and ``0 <=``)."""
+    kw = dict(early_runs=5, slow_above_us=100.0, ci=0.0, floor=11, ceiling=5)
+    assert look([500.0] * 5, [None] * 5, **kw) == ("enough", "")
+    assert look_points(1, True, 11, 0.0, 10, 41) == [1, 41]
+    assert look_points(0, True, 11, 0.0, 10, 41) == [41]
+
+
+def test_a_time_under_one_microsecond_counts_and_zero_does_not() -> None:
+    """The best known time, cuSPARSE's, in the slow threshold and the contender limit: 0.5 us is a time
+    (kills ``t > 1``), 0 is none (kills ``t >= 0``); a factor or contender scale of exactly 1 is on
+    (kills ``<= 1`` for ``<= 0``); cuSPARSE at 0.5 us scales the limit (its floor), at 0 it does not."""
+    assert slow_threshold_us(3.0, 0.5, 10.0) == 1.5
+    assert slow_threshold_us(3.0, 0.0, 10.0) == 30.0
+    assert slow_threshold_us(1.0, 2.0, None) == 2.0
+    cfg = SpeedConfig(early_stop=0.0, contender_scale=1.0)
+    assert contender_limit(0.5, 10.0, 1, cfg) == pytest.approx(0.5e-6)
+    assert contender_limit(0.0, 10.0, 1, cfg) == pytest.approx(10e-6)
+    base = SpeedConfig()
+    assert scaled_limit(0.5, 4, base) == base.limit_floor_s and scaled_limit(0.0, 4, base) is None
+    half = SpeedConfig(limit_scale=0.5)
+    assert scaled_limit(1e7, 1, half) == pytest.approx(5.0)  # one launch: 0.5 x 10 s, above the floor
+    assert scaled_limit(1e7, 0, half) == pytest.approx(5.0)  # no launch counted is one
+
+
+def test_the_flush_buffer_verdict_names_it() -> None:
+    """The message a user reads for a write into the L2 flush buffer."""
+    assert timed_verdict(None, [], False, False) == (
+        "incorrect", "the kernel wrote far outside its buffers (into the harness's L2 flush buffer)")
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"min_cold_trials": 2}, "min_cold_trials >= 3"), ({"batch": 0}, "batch >= 1"),
+    ({"early_stop_runs": 0}, "early_stop_runs >= 1"), ({"runs_ahead": 0}, "runs_ahead >= 1"),
+    ({"ci": 1.0}, "ci must lie in [0, 1)"), ({"early_stop": 1.0, "contender_scale": 0.0}, "as fast as the best known"),
+    ({"limit_floor_s": 0.0}, "limit_floor_s > 0"), ({"limit_floor_granted_s": 0.0}, "limit_floor_granted_s > 0"),
+    ({"limit_scale": -1.0}, "limit_scale >= 0"),
+    ({"batched": False, "ci": 0.01, "early_stop": 0.0, "contender_scale": 0.0}, "need the batched path"),
+    ({"batched": False, "ci": 0.0, "early_stop": 3.0, "contender_scale": 0.0}, "need the batched path"),
+    ({"contender_min_s": 0.0}, "contender_min_s must lie in"),
+])
+def test_speed_config_refuses_each_bad_setting_alone(kwargs: dict, says: str) -> None:
+    """Each bad setting on its own (every other one valid) is refused with a message that names it. Kills
+    a condition joined by ``and`` (refused only when two settings are bad together) and a bound moved by
+    one (see the next test)."""
+    with pytest.raises(SparseRLError) as exc:
+        SpeedConfig(**kwargs)
+    assert says in str(exc.value)
+
+
+def test_speed_config_accepts_each_setting_at_its_bound() -> None:
+    """Kills a bound moved past its edge: 3 cold trials, batch 1, 1 early-stop run, ci just under 1, an
+    early-stop factor of 1.5, the contender floor equal to the ordinary one."""
+    from sparserl.harness.speed import PREDICT_MIN_S
+
+    SpeedConfig(min_cold_trials=3, batch=1, early_stop_runs=1, runs_ahead=1, ci=0.99)
+    SpeedConfig(early_stop=1.5, contender_scale=0.0)
+    SpeedConfig(contender_min_s=PREDICT_MIN_S)
+
+
+def test_speed_config_messages_word_for_word() -> None:
+    """What a user reads for each refused setting (kills a message altered in case or text)."""
+    cases = [({"batch": 0}, "need min_cold_trials >= 3, batch >= 1, early_stop_runs >= 1 and runs_ahead >= 1"),
+             ({"early_stop": 1.0, "contender_scale": 0.0}, "early_stop must be 0 (off) or above 1, got 1.0: a factor "
+              "of 1 or less would stop kernels as fast as the best known"),
+             ({"limit_floor_s": 0.0}, "need limit_scale >= 0, limit_floor_s > 0 and limit_floor_granted_s > 0"),
+             ({"batched": False, "contender_scale": 0.0}, "adaptive timing (ci) and early stopping need the batched "
+              "path: set ci=0 and early_stop=0 with batched=False, or use SpeedConfig.classic()")]
+    for kwargs, message in cases:
+        with pytest.raises(SparseRLError) as exc:
+            SpeedConfig(**kwargs)
+        assert str(exc.value) == message
+
+
+def test_equal_limits_leave_the_ordinary_one_binding() -> None:
+    """Where the contender limit equals the ordinary one, the job is judged as an ordinary one: its first
+    launch predicts only from the ordinary floor (kills ``<=`` for ``<``, which would let the lower
+    contender floor judge it); a time-out under the contender limit says so, word for word."""
+    from sparserl.harness.speed import PREDICT_MIN_S, VerifyLimit
+    from sparserl.harness.verify import VerifyOutcome
+
+    lim = VerifyLimit(ordinary=lambda n: 1.0, contend=lambda n: 1.0, contender_min_s=0.01, contender_scale=100.0)
+    assert lim(8) == 1.0 and not lim.contender and lim.min_first_s == PREDICT_MIN_S
+    lim = VerifyLimit(ordinary=lambda n: 1.0, contend=lambda n: 0.5, contender_min_s=0.01, contender_scale=100.0)
+    assert lim(8) == 0.5 and lim.contender and lim.min_first_s == 0.01
+    out = lim.explain(VerifyOutcome(ErrorKind.TIMEOUT, "verification past 0.5 s", 0.0))
+    assert out.message == ("verification past 0.5 s: 100 x the best known time a launch, in a job that asks only "
+                           "whether the kernel could be the fastest (not a contender)")
