@@ -7,7 +7,7 @@ this checkout), adds a ``[tool.mutmut]`` table restricted to the module and its 
 ``mutmut run``, and collects every mutant's status and, for the survivors, the diff. Modules run
 one after another (the CPU may be shared). A summary table is printed and ``--out`` gets the JSON.
 
-    python scripts/mutation.py --out mutation.json                  # all five modules
+    python scripts/mutation.py --out mutation.json                  # every module below
     python scripts/mutation.py --modules rewards --out rewards.json  # one of them
 
 Needs the ``mutation`` extra (``pip install -e '.[mutation,dev,train]'``) and, for the rewards'
@@ -37,6 +37,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "rewards": ("src/sparserl/rewards.py", ["tests/test_rewards.py"]),
     "core": ("src/sparserl/rl/core.py", ["tests/rl/test_core.py", "tests/rl/test_core_edges.py",
                                          "tests/rl/test_advantage_signs.py"]),
+    "speed": ("src/sparserl/harness/speed.py", ["tests/harness/test_speed.py", "tests/harness/test_verify_host.py",
+                                                "tests/harness/test_batched_cpu.py"]),
+    "best_known": ("src/sparserl/rl/best_known.py", ["tests/rl/test_best_known.py"]),
+    "turns": ("src/sparserl/rl/turns.py", ["tests/rl/test_turns.py", "tests/rl/test_best_known.py"]),
     "metrics": ("src/sparserl/eval/metrics.py",
                 ["tests/eval/test_metrics.py", "tests/eval/test_compare.py::test_summarize",
                  "tests/eval/test_compare.py::test_a_matrix_without_a_correct_kernel_never_beats_one_with_a_slow_kernel",

@@ -166,3 +166,65 @@ def test_turns_count_an_entry_raised_twice_once(bk: BestKnown, tiny_tokenizer, t
     batch = collect_turns(policy, Reference(policy), None, ev, [item], 2, 8, 1.0, REL, seed=0, turns=2,
                           discount=0.5, best_known=bk)
     assert batch.timings["reward/new_best_known"] == 1.0
+    # each turn is scored against the bar before it: 20 us, then the first turn's 15 us (kills a turn that
+    # scores without the store, against cuSPARSE's 40 us)
+    t1, t2 = [math.log2(20 / 15), math.log2(20 / 30)], [math.log2(15 / 10), math.log2(15 / 30)]
+    assert batch.scores.tolist() == pytest.approx([t1[0] + 0.5 * t2[0], t1[1] + 0.5 * t2[1], *t2])
+
+
+def test_the_bar_is_read_and_written_under_the_whole_key(bk: BestKnown, caplog) -> None:
+    """SpMM at k = 32 keeps its own entry apart from k = 64 and from SpMV, a newer harness version starts
+    afresh, and a result without an architecture is filed and found under 'unknown' (kills a store query
+    or write that leaves out the op, k or the harness version, or spells 'unknown' another way); the new
+    best is logged with the store it went to."""
+    import logging
+
+    A = generate("banded", 3000, seed=0)
+    spmm32, spmm64, spmv = Item("a", A, Op.SPMM, 32), Item("a", A, Op.SPMM, 64), Item("a", A)
+    with caplog.at_level(logging.INFO, logger="sparserl.rl.best_known"):
+        score(bk, [spmm32], ["K32"], [timed(5.0)])
+    assert f"RL found 1 new best-known kernels (written to {bk.store.path})" in caplog.text
+    assert bk.bests([spmm32, spmm64, spmv], [timed(50.0)] * 3) == [5.0, None, None]
+    newer = EvalResult(**{**timed(50.0).__dict__, "harness_version": "newer"})
+    assert bk.bests([spmm32], [newer]) == [None]
+    no_arch = EvalResult(**{**timed(7.0).__dict__, "arch": None})
+    score(bk, [spmv], ["Kv"], [no_arch])
+    assert bk.bests([spmv], [EvalResult(**{**timed(9.0).__dict__, "arch": None})]) == [7.0]
+    assert bk.key(spmv, no_arch)[3] == "unknown" and bk.key(spmv, no_arch)[5] == str(no_arch.harness_version)
+    (row,) = bk.store.best(fingerprint=bk.card(spmv).fingerprint, op="spmv")
+    assert row.arch == "unknown"
+    assert bk.store.matrix(bk.card(spmv).fingerprint).coords is not None  # the matrix filed with its nonzeros
+
+
+def test_untimed_or_wrong_results_neither_read_nor_write_the_bar(bk: BestKnown) -> None:
+    """A correct result with no timing (compile-only, or a regime not timed) has no bar, even in a batch
+    beside a timed one of the same matrix (kills ``and`` for ``or`` in best_us, and a batch memo that
+    shares the timed result's answer with it); a wrong result that carries times is never written (kills
+    a time read from an unverified result); a tie with the best is no new best, and a first kernel exactly
+    as fast as cuSPARSE raises nothing."""
+    item = Item("banded", generate("banded", 3000, seed=0))
+    score(bk, [item], ["K20"], [timed(20.0)])
+    untimed = EvalResult(**{**timed(5.0).__dict__, "timings": {}})
+    assert bk.bests([item, item], [untimed, timed(30.0)]) == [None, 20.0]
+    assert bk.bests([item, item], [timed(30.0), untimed]) == [20.0, None]
+    wrong_timed = EvalResult(**{**timed(1.0).__dict__, "error_kind": ErrorKind.INCORRECT, "correct": False})
+    assert not wrong_timed.ok
+    assert bk.record([item], ["cheat"], [wrong_timed], [20.0]) == set()
+    tie = [timed(20.0)]
+    assert bk.record([item], ["K20-again"], tie, bk.bests([item], tie)) == set()
+    assert {r.time_us for r in bk.store.results()} == {20.0} and len(bk.store.results()) == 1
+    fresh = Item("fresh", generate("random", 2000, seed=5, nnz_per_row=6))
+    level = [timed(CUSPARSE_US)]
+    assert bk.record([fresh], ["level"], level, bk.bests([fresh], level)) == set()
+
+
+def test_one_run_per_matrix_and_it_is_finished_at_close(bk: BestKnown) -> None:
+    """Every new best of one matrix goes into one store run, closed as finished (kills a run started per
+    write, and a status other than 'finished')."""
+    item = Item("banded", generate("banded", 3000, seed=0))
+    score(bk, [item], ["K20"], [timed(20.0)])
+    score(bk, [item], ["K10"], [timed(10.0)])
+    assert bk.store.counts()["runs"] == 1
+    bk.close()
+    [(status, config)] = [(r["status"], r["config_json"]) for r in bk.store._rows("runs", "SELECT * FROM runs")]
+    assert status == "finished" and f'"rl": "{bk.run_id}"' in config

@@ -162,3 +162,78 @@ def test_collect_turns_leaves_a_lost_refinement_out_of_its_parents_score(setup) 
     # refinement return (2.0) in its place, not 0, so the two parents score alike
     assert batch.scores.tolist() == pytest.approx([1.0 + 0.5 * 2.0, 1.0 + 0.5 * 2.0, 2.0, 0.0])
     assert batch.valid_mask.tolist() == [True, True, True, False]
+
+
+def test_a_lost_refinement_takes_its_own_groups_valid_mean() -> None:
+    """Two groups of three, the first with two valid refinements, the second with one: each lost one
+    stands in with its own group's mean of the valid ones (kills a mean multiplied by the count, and a
+    count summed over every group or without its dimension); a group size of one is allowed, and a
+    group with nothing valid adds nothing."""
+    ones = torch.ones(6, dtype=torch.bool)
+    r1 = torch.tensor([1.0, 3.0, 100.0, 2.0, 50.0, 60.0])
+    valid1 = torch.tensor([True, True, False, True, False, False])
+    g = discounted_returns([torch.zeros(6), r1], 0.5, [ones, valid1], group_size=3)
+    assert g[1].tolist() == [1.0, 3.0, 2.0, 2.0, 2.0, 2.0]
+    assert g[0].tolist() == [0.5, 1.5, 1.0, 1.0, 1.0, 1.0]
+    g = discounted_returns([torch.zeros(2), torch.tensor([4.0, 9.0])], 0.5,
+                           [torch.ones(2, dtype=torch.bool), torch.tensor([True, False])], group_size=1)
+    assert g[1].tolist() == [4.0, 0.0] and g[0].tolist() == [2.0, 0.0]
+
+
+def test_concat_keeps_values_sample_logps_and_every_new_best(setup) -> None:
+    """Kills a merged batch that drops the value estimates, the sampler's log-probs or the set of raised
+    entries (an entry raised in either turn counts once)."""
+    from sparserl.rl.rollout import RolloutBatch
+
+    policy, item = setup
+    s = item.sample()
+
+    def b(T: int, v: float, bests: frozenset) -> RolloutBatch:
+        return RolloutBatch([s], ["t"], torch.ones(1, T, dtype=torch.long), torch.ones(1, T), torch.ones(1, T),
+                            torch.ones(1, T), torch.full((1, T), v), torch.ones(1), [timed(10.0)],
+                            {"reward/new_best_known": float(len(bests))}, sample_logp=torch.full((1, T), v),
+                            new_bests=bests)
+
+    m = concat_batches([b(2, 0.5, frozenset({"a"})), b(3, 0.25, frozenset({"a", "b"}))], pad_id=7)
+    assert m.values.tolist() == [[0.5, 0.5, 0.0], [0.25, 0.25, 0.25]]
+    assert m.sample_logp.tolist() == [[0.5, 0.5, 0.0], [0.25, 0.25, 0.25]]
+    assert m.new_bests == frozenset({"a", "b"}) and m.timings["reward/new_best_known"] == 2.0
+
+
+def test_collect_turns_passes_its_budget_and_reward_on_and_averages_over_the_valid(setup) -> None:
+    """Every turn samples within ``max_new_tokens`` (kills the budget dropped to the automatic one, which
+    lets the tiny random policy write hundreds of tokens) and is scored by the given reward config (a
+    clip of 1: log2(40/10) = 2 scores 1; kills the default config in its place); a turn whose one
+    completion is valid averages over that one (kills a floor of 2 on the count)."""
+    from sparserl.harness.result import ErrorKind as K
+
+    policy, item = setup
+    lost = EvalResult.failure("spmv", None, "m", K.INTERNAL, "worker died", compiled=True)
+    ev = ScriptedEvaluator([timed(10.0), lost, timed(10.0), timed(10.0)])
+    cfg = RewardConfig(name="clipped_log", r_eff=1.0, r_pen=0.5, clip=1.0)
+    batch = collect_turns(policy, Reference(policy), None, ev, [item], 2, 8, 1.0, cfg, seed=0, turns=2, discount=0.5)
+    assert batch.response.shape[1] <= 8
+    assert batch.timings["turns/reward_mean_1"] == pytest.approx(1.0)  # one valid completion, clipped to 1
+    assert batch.scores.tolist()[2:] == pytest.approx([1.0, 1.0])
+
+
+def test_the_next_prompt_names_the_task_of_its_own_matrix(setup) -> None:
+    """An SpMM item on a rectangular matrix: the refinement prompt's task line names SpMM at its k, the
+    matrix's rows and columns in that order and its nonzeros, written out here by hand (kills the op,
+    k or nonzeros dropped, and the rows read from the columns); the SpMM kernel is extracted as SpMM."""
+    from sparserl.rl.rollout import RolloutBatch
+
+    policy, _ = setup
+    A = generate("rectangular", 300, seed=0)
+    assert A.shape[0] != A.shape[1]
+    inp, card = matrix_entry(A, policy)
+    item = MatrixItem("r", A, "r", inp, Op.SPMM, 32, card)
+    s = item.sample()
+    spmm = KERNEL.replace("spmv_kernel", "spmm_kernel")
+    batch = RolloutBatch([s], ["chatter\n```cuda\n" + spmm + "```\n"], torch.zeros(1, 1, dtype=torch.long),
+                         torch.ones(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), None, torch.zeros(1), [timed(20.0)])
+    (nxt,) = refinement_samples([item], batch)
+    want = (f"SpMM Y = A X with k = 32 for the {A.shape[0]} x {A.shape[1]} sparse matrix above "
+            f"({A.nnz} nonzeros).")
+    assert nxt.prompt.startswith(want + "\n"), nxt.prompt[:200]
+    assert "Previous kernel:\n" + spmm.strip() in nxt.prompt and "chatter" not in nxt.prompt
