@@ -68,6 +68,7 @@ def test_the_next_prompt_shows_the_kernel_and_its_outcome(setup) -> None:
     nxt = refinement_samples([item, item], batch)
     assert nxt[0].matrix is s.matrix and nxt[0].card == s.card
     p0, p1 = nxt[0].prompt, nxt[1].prompt
+    assert p0.startswith(f"SpMV y = A x for the 200 x 200 sparse matrix above ({item.A.nnz} nonzeros).\n")
     assert "Previous kernel:\n" + KERNEL.strip() in p0 and "chatter" not in p0  # the extracted kernel
     assert "Measured: correct; 20.00 us against cuSPARSE's 40.00 us (2.00x)" in p0 and "faster correct kernel" in p0
     assert "Measured: incorrect: y[7] differs." in p1 and "Write a correct kernel:" in p1
