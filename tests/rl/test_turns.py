@@ -238,3 +238,10 @@ def test_the_next_prompt_names_the_task_of_its_own_matrix(setup) -> None:
             f"({A.nnz} nonzeros).")
     assert nxt.prompt.startswith(want + "\n"), nxt.prompt[:200]
     assert "Previous kernel:\n" + spmm.strip() in nxt.prompt and "chatter" not in nxt.prompt
+
+
+def test_valid_masks_without_a_group_size_are_one_line() -> None:
+    """The message a caller reads (kills it altered)."""
+    r = [torch.zeros(2), torch.zeros(2)]
+    with pytest.raises(ValueError, match=r"^discounted_returns with valid masks needs group_size >= 1$"):
+        discounted_returns(r, 0.5, [torch.ones(2, dtype=torch.bool)] * 2, group_size=0)
