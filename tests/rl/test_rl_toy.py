@@ -31,7 +31,7 @@ def toy(tmp_path: Path, name: str, *extra: str) -> dict:
 
 @pytest.mark.slow(seconds=50)
 def test_defaults_keep_the_drift_bounded(tmp_path: Path) -> None:
-    """The lr 5e-5 collapse's mechanism on the toy, at 10x the toy's lr (2e-3, pg_token_share 0.05):
+    """The lr 5e-5 collapse's mechanism on the toy, at 10x the toy's lr (2e-3, the default pg_token_share):
     with the old settings (no KL loss, the KL only in PPO's reward, a critic, no warm-up, no KL
     stop) the policy runs away from its reference, past 1 nat per token within 5 steps and growing;
     with the defaults (KL loss on every token, warm-up, target-KL stop, leave-one-out baseline) it

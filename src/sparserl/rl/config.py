@@ -73,13 +73,15 @@ class RLConfig:
     minibatch is not applied). None: always run every epoch."""
     grad_clip: float = 1.0
     """Norm clip of the policy's gradient (the critic has its own)."""
-    pg_token_share: float = 0.05
+    pg_token_share: float = 1.0
     """Share of each completion's response tokens that get the policy-gradient loss: those where the
     sampling policy's entropy was highest ("forking" tokens, Wang et al. 2025), chosen within each
-    sequence; 1.0 is the textbook loss on every token. The KL loss (``kl_loss_coef``) still covers
-    every token. On the H200 (2026-11-30, default tiny model, lr 2e-5, 16 steps) 0.05 kept held-out
-    correctness (93.8% -> 94.9% PPO, 99.4% GRPO) while an earlier all-token run lost a fifth of its
-    compiles to garbled code; not a controlled ablation (lambda differed)."""
+    sequence; 1.0 (the default) is the textbook loss on every token. The KL loss (``kl_loss_coef``)
+    covers every token either way. Chosen on the CPU toy (``benchmarks/rl_toy.py``, 3 seeds, PPO and
+    GRPO, lr 2e-4 and 1e-3; benchmarks/results/2026-12-04/pg-token-share): every token kept more
+    kernels intact than 0.05 in all 12 pairs (0.79-0.81 against 0.68-0.73 at lr 2e-4), and at 1e-3
+    0.05 collapsed in 3 of 6 runs, 1.0 in 1. The earlier default, 0.05, came from H200 runs of
+    2026-11-30 that were not a controlled comparison (lambda differed, before the KL loss)."""
     kl_loss_coef: float = 0.05
     """Weight of the KL to the reference as a loss on every response token (PPO and GRPO), summed over
     tokens and divided by a fixed count. Without it, with ``pg_token_share`` 0.05, 95% of the tokens

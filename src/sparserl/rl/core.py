@@ -189,10 +189,12 @@ def top_share_mask(scores: torch.Tensor, mask: torch.Tensor, share: float) -> to
     ``share >= 1`` returns ``mask``.
 
     "Forking" tokens (Wang et al. 2025, "Beyond the 80/20 rule"): RL that updates only the
-    highest-entropy tokens keeps the near-deterministic rest of a completion intact. In a kernel
-    these are the format, strategy and parameter choices; the code that follows a choice is
-    nearly determined by it. Chosen within each sequence, so that every completion gets its
-    share, not only the most uncertain ones of the batch."""
+    highest-entropy tokens is meant to keep the near-deterministic rest of a completion intact. In a
+    kernel these are the format, strategy and parameter choices. On the project's RL toy it did the
+    opposite (benchmarks/results/2026-12-04/pg-token-share): a garbled sample's wrong tokens are rarely
+    its highest-entropy ones, so a 5% share left them uncorrected, and every token (``share`` 1) is
+    the default. Chosen within each sequence, so that every completion gets its share, not only the
+    most uncertain ones of the batch."""
     if share >= 1.0:
         return mask.clone()
     if not 0.0 < share:
