@@ -79,9 +79,10 @@ class RLConfig:
     sequence; 1.0 (the default) is the textbook loss on every token. The KL loss (``kl_loss_coef``)
     covers every token either way. Chosen on the CPU toy (``benchmarks/rl_toy.py``, 3 seeds, PPO and
     GRPO, lr 2e-4 and 1e-3; benchmarks/results/2026-12-04/pg-token-share): every token kept more
-    kernels intact than 0.05 in 11 of 12 pairs, the twelfth both collapsed (0.79-0.81 against 0.68-0.73 at lr 2e-4), and at 1e-3
-    0.05 collapsed in 3 of 6 runs, 1.0 in 1. The earlier default, 0.05, came from H200 runs of
-    2026-11-30 that were not a controlled comparison (lambda differed, before the KL loss)."""
+    kernels intact than 0.05 in 11 of 12 pairs, both collapsed in the twelfth (0.79-0.81 against
+    0.68-0.73 at lr 2e-4), and at 1e-3 0.05 collapsed in 3 of 6 runs, 1.0 in 1. The earlier default,
+    0.05, came from H200 runs of 2026-11-30 that were not a controlled comparison (lambda differed,
+    before the KL loss)."""
     kl_loss_coef: float = 0.05
     """Weight of the KL to the reference as a loss on every response token (PPO and GRPO), summed over
     tokens and divided by a fixed count. Without it, with ``pg_token_share`` 0.05, 95% of the tokens
