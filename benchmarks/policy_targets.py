@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
+
+from sparserl.improve.table import geomean_of
 
 AIM_MINUTES = {"small": 15.0, "full": 40.0}
 """The GPU minutes each preset of the script aims at."""
@@ -56,10 +57,6 @@ IMPROVE_MIN_CORRECT = 0.90
 START, IMPROVED = "base_sft", "improved"
 """The script's names for the SFT model and the improved one (``-c NAME=PATH``)."""
 ORACLE = "library oracle"
-
-
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
@@ -90,7 +87,7 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
         "new_correct_share": new["correct"] / new["samples"] if new["samples"] else None,
         "new_failures": new.get("failures", {}),
         "new_messages": {kind: ms[0]["example"] for kind, ms in new.get("messages", {}).items() if ms},
-        "best_over_oracle": _geomean(ratios),
+        "best_over_oracle": geomean_of(ratios),
         "ahead_of_oracle_share": ahead / len(ours) if ours and oracle else None,
         "measured": not ev.get("compile_only") and oracle is not None,
         "temperature": ev.get("config", {}).get("temperature"),  # the sampling temperature of these samples

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import statistics
 import sys
 import tempfile
@@ -45,6 +44,7 @@ import time
 from pathlib import Path
 
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.improve.table import geomean_of
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.kernels.templates import templates
@@ -117,11 +117,6 @@ def load_by_matrix(path: Path) -> dict[str, str]:
     if missing := sorted({f for f in out.values() if not Path(f).is_file()}):
         raise SystemExit(f"error: --cost-model-by-matrix {path}: no model file at {', '.join(missing)}")
     return out
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
 def retime(ev, ref, op: Op, k: int | None, texts: dict[str, str], passes: int, regime: str
@@ -212,11 +207,11 @@ def summarise(rows: list[dict]) -> dict:
         again = [r for r in rs if r.get("ratio_retimed") is not None]  # rows of runs before --retime have none
         out[s] = {
             "matrices": len([r for r in rows if r["set"] == s]), "compared": len(rs),
-            "geomean_oracle_speedup": geomean([r["oracle_speedup"] for r in rs]),
-            "geomean_search_speedup": geomean([r["search_speedup"] for r in rs]),
-            "geomean_search_over_oracle": geomean([r["ratio"] for r in rs]),
+            "geomean_oracle_speedup": geomean_of([r["oracle_speedup"] for r in rs]),
+            "geomean_search_speedup": geomean_of([r["search_speedup"] for r in rs]),
+            "geomean_search_over_oracle": geomean_of([r["ratio"] for r in rs]),
             "search_wins": sum(r["ratio"] > 1.0 for r in rs), "search_wins_by_2pct": sum(r["ratio"] >= 1.02 for r in rs),
-            "retimed": len(again), "geomean_search_over_oracle_retimed": geomean([r["ratio_retimed"] for r in again]),
+            "retimed": len(again), "geomean_search_over_oracle_retimed": geomean_of([r["ratio_retimed"] for r in again]),
             "search_wins_retimed": sum(r["ratio_retimed"] > 1.0 for r in again),
             "search_wins_by_2pct_retimed": sum(r["ratio_retimed"] >= 1.02 for r in again),
             "max_search_wall_seconds": max((r["search_wall_seconds"] for r in rs), default=None),

@@ -43,18 +43,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from library_speed import LARGE, matrices, timing_floor_us  # noqa: E402
 
 from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
+from sparserl.improve.table import geomean_of  # noqa: E402
 from sparserl.kernels.contract import Op  # noqa: E402
 from sparserl.kernels.library import all_variants  # noqa: E402
 from sparserl.kernels.library.csr_irregular import variants as irregular_variants  # noqa: E402
@@ -200,10 +198,6 @@ def evaluate_matrix(ev: Evaluator, name: str, fam: str, A, regime: str, compile_
     return row
 
 
-def _geomean(v: list[float]) -> float | None:
-    return math.exp(float(np.mean(np.log(v)))) if v else None
-
-
 def _fmt(e: dict | None, width: int = 8) -> str:
     return f"{e['us']:>{width}.1f} {e['speedup']:>5.2f}x" if e else f"{'-':>{width}} {'-':>6}"
 
@@ -236,7 +230,7 @@ def report(rows: list[dict], regime: str, gpu: str) -> dict:
             continue
         s = {}
         for key in ("old_library", "library", "with_templates"):
-            s[key] = _geomean([r[regime][key]["speedup"] for r in rs if r[regime][key]])
+            s[key] = geomean_of([r[regime][key]["speedup"] for r in rs if r[regime][key]])
         summary[gname] = s | {"matrices": len(rs)}
         print(f"{gname}: geometric-mean speedup over cuSPARSE on {len(rs)} matrices: old library "
               f"{s['old_library'] or 0:.2f}x, library {s['library'] or 0:.2f}x, with templates {s['with_templates'] or 0:.2f}x")
@@ -267,8 +261,8 @@ def report(rows: list[dict], regime: str, gpu: str) -> dict:
                 if got.get(pid) and best:
                     over[pid].append(best["us"] / got[pid])
         for i, pid in enumerate(points):
-            print(f"  {i}: {pid}: oracle / point {_geomean(over[pid]) or 0:.3f} (geomean over {len(over[pid])})")
-        summary["points_over_oracle"] = {pid: {"geomean_oracle_over_point": _geomean(v), "matrices": len(v)}
+            print(f"  {i}: {pid}: oracle / point {geomean_of(over[pid]) or 0:.3f} (geomean over {len(over[pid])})")
+        summary["points_over_oracle"] = {pid: {"geomean_oracle_over_point": geomean_of(v), "matrices": len(v)}
                                          for pid, v in over.items()}
     return summary
 
