@@ -56,7 +56,11 @@
 # TEACHER_PER_FAMILY=N searches N further generated matrices per family (seed 1, the data's sizes; made on the
 # CPU while pre-training runs, OUT/teacher-matrices) in the search stage beside the train split, so the store
 # the teacher is exported from covers more sizes and structures than the data set (small 0, full 8): about
-# 1.4 s a matrix at 16 candidates on one H200. SFT_STEPS=N trains SFT for N steps (small 200, full 400): with
+# 1.4 s a matrix at 16 candidates on one H200. TEACHER_ROWS="MIN MAX" draws those matrices' rows in [MIN, MAX]
+# instead, and TEACHER_SIZES=stratified draws a family's i-th one in the i-th of N equal parts of the range on a
+# log scale (`data build --size-draw`; default random, each over the whole range): the full preset's first run
+# drew five of stencil3d_27's eight below 100k rows, where CSR is the fastest, and its policy wrote CSR for the
+# 1M-row stencils (results of 2026-12-05, policy-full-preset). SFT_STEPS=N trains SFT for N steps (small 200, full 400): with
 # more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
 # are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
@@ -153,6 +157,21 @@ sft+=(--steps "$sft_steps")
 knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-1.0}" 1.0
 knob TEMPERATURES "${TEMPERATURES:-}" ""; knob HEADER_GRAMMAR "${HEADER_GRAMMAR:-$grammar}" "$grammar"
 knob BASE_MODEL "${BASE_MODEL:-}" ""
+teacher_sizes=("${sizes[@]}")  # the teacher's further matrices: the data's sizes unless TEACHER_ROWS="MIN MAX"
+if [ -n "${TEACHER_ROWS:-}" ]; then
+  read -r t_min t_max t_more <<< "$TEACHER_ROWS"
+  if [ -z "${t_max:-}" ] || [ -n "${t_more:-}" ]; then
+    echo "error: TEACHER_ROWS is two whole numbers, the fewest and the most rows (got '$TEACHER_ROWS')" >&2; exit 2
+  fi
+  t_min=$(count "TEACHER_ROWS's fewest" "$t_min" 1) || exit 2
+  t_max=$(count "TEACHER_ROWS's most" "$t_max" "$t_min") || exit 2
+  teacher_sizes=(--min-rows "$t_min" --max-rows "$t_max"); knob TEACHER_ROWS "$t_min $t_max" ""
+fi
+teacher_draw=${TEACHER_SIZES:-random}
+case "$teacher_draw" in
+  random|stratified) knob TEACHER_SIZES "$teacher_draw" random ;;
+  *) echo "error: TEACHER_SIZES is random or stratified (got '$teacher_draw')" >&2; exit 2 ;;
+esac
 gpu_ids=()  # the GPUs this run may use: CUDA_VISIBLE_DEVICES's, else every one nvidia-smi lists (GPUS=N: 0..N-1)
 if [ -n "${GPUS:-}" ]; then
   n=$(count GPUS "$GPUS" 0) || exit 2
@@ -219,8 +238,8 @@ make_matrices() {
       "${data[@]}" --seed 0 --matrices-only ${real[@]+"${real[@]}"} || return 1
   fi
   if [ "$teacher_matrices" = 1 ]; then  # none repeats a structure of the data set's (a held-out one included)
-    sparserl data build --out "$teacher_dir" --families "$families" --per-family "$extra" "${sizes[@]}" --seed 1 \
-      --matrices-only --distinct-from "$out/data" || return 1
+    sparserl data build --out "$teacher_dir" --families "$families" --per-family "$extra" "${teacher_sizes[@]}" \
+      --size-draw "$teacher_draw" --seed 1 --matrices-only --distinct-from "$out/data" || return 1
   fi
 }
 gen_pid=""  # the matrices are CPU work: generated while pre-training holds the GPU

@@ -54,7 +54,8 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
                                         "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3",
                                         "SAMPLES": "2", "GUIDED_MATRICES": "2", "IMPROVE": "0",
-                                        "SUITESPARSE": str(real)})
+                                        "SUITESPARSE": str(real), "TEACHER_ROWS": "700 900",
+                                        "TEACHER_SIZES": "stratified"})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
@@ -76,6 +77,8 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     # other matrices than the held-out ones
     further = {p.stem for p in (out / "teacher-matrices" / "matrices").glob("*.npz")}
     assert len(further) == 3 and not further & (test | names(out / "data" / "val.jsonl"))
+    # drawn in TEACHER_ROWS's range (the data's is 300-600), as TEACHER_SIZES says
+    assert all(700 <= int(f.rsplit("_", 1)[1]) <= 900 for f in further), further
     assert searched == train | further
     # and no two of them share a structure under other names (stencil2d ignores the seed and rounds to a square)
     from sparserl.matrices import load_matrix
@@ -108,7 +111,8 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert targets["stage_seconds"]["sft"] >= 0
     changed = json.loads((out / "settings.json").read_text())["changed"]  # what the run changed of its preset
     assert changed == ["TEACHER_PER_FAMILY=1", "SFT_STEPS=3", "SAMPLES=2", "GUIDED_MATRICES=2",
-                       "TEMPERATURES=1.0,0.5", f"BASE_MODEL={tiny_model_dir}", "IMPROVE=0", f"SUITESPARSE={real}"]
+                       "TEMPERATURES=1.0,0.5", f"BASE_MODEL={tiny_model_dir}", "TEACHER_ROWS=700 900",
+                       "TEACHER_SIZES=stratified", "IMPROVE=0", f"SUITESPARSE={real}"]
     assert targets["changed"] == changed and targets["targets"][0]["met"] is None
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7, again.stdout[-2000:]
@@ -182,6 +186,13 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
         counted = run(tmp_path / "g", "-", "smoke", env={name: bad_count})
         assert counted.returncode == 2 and counted.stderr.startswith(f"error: {name} is a whole number")
         assert counted.stderr.count("\n") == 1 and not (tmp_path / "g" / "stages").exists()
+    for bad_rows in ("1000", "a b", "900 700", "1 2 3"):
+        rows = run(tmp_path / "j", "-", "smoke", env={"TEACHER_ROWS": bad_rows})
+        assert rows.returncode == 2 and rows.stderr.startswith("error: TEACHER_ROWS"), rows.stderr
+        assert rows.stderr.count("\n") == 1 and not (tmp_path / "j" / "stages").exists()
+    draw = run(tmp_path / "k", "-", "smoke", env={"TEACHER_SIZES": "even"})
+    assert draw.returncode == 2 and draw.stderr.startswith("error: TEACHER_SIZES is random or stratified")
+    assert draw.stderr.count("\n") == 1 and not (tmp_path / "k" / "stages").exists()
     # none (no limit) is accepted: the run goes on to the next check, the pack's
     unlimited = run(tmp_path / "f", str(tmp_path / "no-pack"), "small", env={"MAX_TARGET_CHARS": "none"})
     assert unlimited.returncode == 2 and "corpus pack" in unlimited.stderr

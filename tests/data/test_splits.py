@@ -93,3 +93,29 @@ def test_no_two_matrices_share_a_structure_within_or_across_builds(tmp_path: Pat
     with caplog.at_level(logging.WARNING, logger="sparserl.data.sft_build"):
         listed = make_matrices(SFTDataConfig(out=str(tmp_path / "e"), matrices_per_family=0, real_dir=str(real)))
     assert [e.name for e in listed] == ["x", "y"] and "x.mtx.gz is left out" in caplog.text
+
+
+def test_stratified_sizes_cover_the_range_and_random_ones_are_unchanged() -> None:
+    """Kills: 'stratified' drawing over the whole range (a family's sizes can then all be small), a bin
+    off by one, and 'random' consuming the generator differently (a seed's data set would change)."""
+    import math
+
+    import numpy as np
+    import pytest
+
+    from sparserl.data.sft_build import draw_rows
+    from sparserl.errors import SparseRLError
+
+    n = 8
+    strat = SFTDataConfig(min_rows=10_000, max_rows=2_000_000, matrices_per_family=n, size_draw="stratified")
+    edges = [math.exp(math.log(10_000) + (math.log(2_000_000) - math.log(10_000)) * j / n) for j in range(n + 1)]
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        rows = [draw_rows(i, strat, rng) for i in range(n)]
+        assert all(int(edges[i]) <= r <= edges[i + 1] for i, r in enumerate(rows)), (seed, rows)
+    rand = SFTDataConfig(min_rows=10_000, max_rows=2_000_000, matrices_per_family=n)
+    a, b = np.random.default_rng(3), np.random.default_rng(3)
+    assert [draw_rows(i, rand, a) for i in range(n)] == [
+        int(math.exp(b.uniform(math.log(10_000), math.log(2_000_000)))) for _ in range(n)]
+    with pytest.raises(SparseRLError, match="--size-draw"):
+        SFTDataConfig(size_draw="even")

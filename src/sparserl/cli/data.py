@@ -25,6 +25,9 @@ def data_build_cmd(
     per_family: int = typer.Option(D.matrices_per_family, help="generated matrices per family"),
     min_rows: int = typer.Option(D.min_rows, help="fewest rows of a generated matrix"),
     max_rows: int = typer.Option(D.max_rows, help="most rows of a generated matrix"),
+    size_draw: str = typer.Option(D.size_draw, help="random (each matrix's rows log-uniform over the range) or "
+                                                    "stratified (a family's i-th matrix in the i-th of --per-family "
+                                                    "equal parts of the range on a log scale)"),
     real_dir: Path = typer.Option(None, help="folder of real matrices (.mtx/.mtx.gz/.npz), test split "
                                              "[default: none]"),
     real_split: str = typer.Option(D.real_split, help="the real matrices' split: test (all of them) or mixed "
@@ -67,7 +70,7 @@ def data_build_cmd(
         check_output(out, "data", force)
         compile_only = fallback(compile_only)
     cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family, min_rows=min_rows,
-                        max_rows=max_rows, real_dir=str(real_dir) if real_dir else None, real_split=real_split,
+                        max_rows=max_rows, size_draw=size_draw, real_dir=str(real_dir) if real_dir else None, real_split=real_split,
                         ops=op_list, ks=k_list,
                         target=target, targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
                         max_target_chars=max_target_chars,

@@ -59,6 +59,11 @@ class SFTDataConfig:
     min_rows: int = 2_000
     max_rows: int = 200_000
     """Rows are drawn log-uniformly in [min_rows, max_rows]."""
+    size_draw: str = "random"
+    """'random': each matrix's rows drawn over the whole range; 'stratified': the range cut into
+    ``matrices_per_family`` equal parts on a log scale and the i-th matrix of a family drawn in the i-th, so
+    a family's sizes cover the range whatever the seed (eight random draws in [10k, 1M] left one family
+    with five matrices below 100k rows, where a 1M-row matrix's fastest format is not the fastest)."""
     real_dir: str | None = None
     """A folder of .mtx / .mtx.gz / .npz matrices added as well (test split by default)."""
     real_split: str = "test"
@@ -105,6 +110,8 @@ class SFTDataConfig:
         if not (0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1
                 and self.val_fraction + self.test_fraction < 1):
             raise SparseRLError("val_fraction + test_fraction must be below 1")
+        if self.size_draw not in SIZE_DRAWS:
+            raise SparseRLError(f"--size-draw is {' or '.join(SIZE_DRAWS)} (got {self.size_draw!r})")
         if self.real_split not in ("test", "mixed"):
             raise SparseRLError(f"--real-split is test or mixed (got {self.real_split!r})")
         if self.real_dir:
@@ -127,6 +134,19 @@ class SFTDataConfig:
         require(self.coords >= 1, "coords", ">= 1", self.coords)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
         require_folders("--distinct-from", self.distinct_from, "a data folder or a folder of matrices")
+
+
+SIZE_DRAWS = ("random", "stratified")
+
+
+def draw_rows(i: int, cfg: SFTDataConfig, rng: np.random.Generator) -> int:
+    """Rows of the ``i``-th generated matrix of a family (``cfg.size_draw``; one draw from ``rng`` either way,
+    so 'random' gives the sizes it always gave for a seed)."""
+    lo, hi = math.log(cfg.min_rows), math.log(cfg.max_rows)
+    if cfg.size_draw == "stratified":
+        n = max(cfg.matrices_per_family, 1)
+        lo, hi = lo + (hi - lo) * i / n, lo + (hi - lo) * (i + 1) / n
+    return int(math.exp(rng.uniform(lo, hi)))
 
 
 MAX_REDRAWS = 32
@@ -157,7 +177,7 @@ def _distinct_matrix(fam: str, i: int, cfg: SFTDataConfig, rng: np.random.Genera
     """(name, file, fingerprint) of the ``i``-th matrix of ``fam``: a size and seed drawn, the matrix made (unless
     its file is there), and drawn again while its structure is ``taken``."""
     for _ in range(MAX_REDRAWS + 1):
-        rows = int(math.exp(rng.uniform(math.log(cfg.min_rows), math.log(cfg.max_rows))))
+        rows = draw_rows(i, cfg, rng)
         seed = int(rng.integers(1 << 30))
         name = f"{fam}_{i:03d}_{rows}"
         path = out / f"{name}.npz"
