@@ -33,8 +33,8 @@
 #          (TEACHER_PER_FAMILY), SFT 400 steps, 16 samples (the targets are best of 16), held-out headers
 #          sampled within the contract's grammar (HEADER_GRAMMAR), the guided search on 4 test matrices,
 #          and the SuiteSparse split (SUITESPARSE=DIR; a full run without it is noted as changed, its
-#          table has no real set). The target is 40 minutes; estimated from the small preset's stages
-#          (13.9 minutes with 6 further matrices, 300 steps and 16 samples, improve left out) at about 23.
+#          table has no real set). The target is 40 minutes; it took 20.0 (1202 s of stages on one H200,
+#          results of 2026-12-05, policy-full-preset).
 #          Each setting is one a small run measured (results of 2026-12-04: policy-teacher-at-scale,
 #          policy-length-limit, header-grammar-cover); the earlier full preset (12 minutes of pre-training,
 #          10 matrices per family to 2M rows, 30 further ones, 800 steps, two improve rounds) never ran:
