@@ -41,6 +41,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                 "tests/harness/test_batched_cpu.py"]),
     "best_known": ("src/sparserl/rl/best_known.py", ["tests/rl/test_best_known.py"]),
     "turns": ("src/sparserl/rl/turns.py", ["tests/rl/test_turns.py", "tests/rl/test_best_known.py"]),
+    "buffers": ("src/sparserl/harness/buffers.py", ["tests/harness/test_verify_host.py"]),
+    "contract": ("src/sparserl/kernels/contract.py",
+                 ["tests/kernels/test_contract.py", "tests/harness/test_extract.py",
+                  "tests/harness/test_static_check.py"]),
     "metrics": ("src/sparserl/eval/metrics.py",
                 ["tests/eval/test_metrics.py", "tests/eval/test_compare.py::test_summarize",
                  "tests/eval/test_compare.py::test_a_matrix_without_a_correct_kernel_never_beats_one_with_a_slow_kernel",
@@ -49,11 +53,16 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 GPU_ONLY: dict[str, set[str]] = {
     # functions that run only with CuPy on a GPU (the GPU tests judge them); their mutants have no CPU test
     "reference": {"cuda_check_kernel"},
+    "buffers": {"_refresh_kernel"},
 }
 GPU_ONLY_LINES: dict[str, list[str]] = {
     # lines, in functions a CPU runs too, that only a GPU run reaches or reads (matched on the mutated line)
     "reference": [r'type\(a\)\.__module__\.startswith\("cupy"\)', r'return a\.get\(\) if hasattr\(a, "get"\)',
                   r"else cuda_check_kernel\("],
+    # the CUDA refresh's launch (grid, arguments, y's count) and the default to CuPy when no xp is given; the GPU
+    # test test_the_host_refresh_is_what_the_gpu_writes holds that launch to the host path bit for bit
+    "buffers": [r"grid = max\(1, min\(1024", r"_refresh_kernel\(\)\(\(grid,\)", r"ny = self\.ny if poison else 0",
+                r"cp = xp if xp is not None else cupy_module\(\)"],
 }
 STATUS = re.compile(r"^\s*(\S+): (\w[\w ]*)$")
 
@@ -66,7 +75,9 @@ def settings(work: Path, module: str, tests: list[str]) -> None:
              'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "--hypothesis-profile=mutation"]',
              # a fork server free of torch's threads forks the test processes (forked from a process that
              # had run torch, children hung and were counted as time-outs)
-             'process_isolation = "forkserver"']
+             'process_isolation = "forkserver"',
+             # tests that read the docs (the contract's generated page) run in mutmut's copy too
+             'also_copy = ["docs"]']
     (work / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text() + "\n".join(table) + "\n")
 
 
@@ -75,7 +86,7 @@ def prepare(work: Path, module: str, tests: list[str]) -> None:
     if work.exists():
         shutil.rmtree(work)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", "mutants")
-    for part in ("src", "tests"):
+    for part in ("src", "tests", "docs"):
         shutil.copytree(REPO / part, work / part, ignore=ignore)
     settings(work, module, tests)
 

@@ -313,6 +313,52 @@ def test_host_refresh_is_the_cuda_generator() -> None:
     assert got.tolist() == [splitmix_x(seed, 3, i) for i in range(500)]
     assert got.min() >= -1 and got.max() < 1 and np.all(got * 2 ** 23 == np.floor(got * 2 ** 23))
     assert not np.array_equal(got, host_refresh(seed, 4, 500))
+    assert got.dtype == np.float32  # what the kernel's x is, so loading it changes no value
+
+
+def test_the_host_refresh_fills_spmm_buffers_and_poisons_only_when_asked() -> None:
+    """SpMM's x is n x k: the host path writes the generator's n*k values in row-major order (as the CUDA
+    kernel writes the flat buffer) and poisons y; with ``poison=False`` (the kept repetition's x
+    regenerated) y keeps its output. Kills: the flat view of x lost (x reshaped other than -1), y
+    poisoned when not asked or not poisoned when asked."""
+    io = IOBuffers(M, N, k=3, xp=np)
+    seed = np.array([0x1234_5678], dtype=np.uint64)
+    io.refresh(seed, 2)
+    assert io.x.shape == (N, 3) and io.x.reshape(-1).tolist() == host_refresh(0x1234_5678, 2, N * 3).tolist()
+    assert np.isnan(io.y).all() and io.guard_problem() is None
+    io.y[...] = 7.0
+    io.refresh(seed, 5, poison=False)
+    assert (io.y == 7.0).all() and io.x.reshape(-1).tolist() == host_refresh(0x1234_5678, 5, N * 3).tolist()
+
+
+def test_checked_io_seed_and_what_a_check_leaves() -> None:
+    """The seed is one uint64 (the CUDA kernel reads it as ``const unsigned long long*``), a new one per
+    sample; a check leaves the last output in y (it regenerates the kept repetition's x without poisoning);
+    without a reference no repetition is kept, so marking every one copies nothing. Kills: the seed's dtype
+    or size changed, the check's regeneration poisoning y, a repetition kept for an unchecked baseline."""
+    A = matrix()
+    checked = CheckedIO(IOBuffers(M, N, xp=np), Fp64Reference(A))
+    assert checked.seed.dtype == np.uint64 and checked.seed.shape == (1,)
+    seeds = set()
+    for _ in range(4):
+        checked.new_seed()
+        seeds.add(int(checked.seed[0]))
+    assert len(seeds) == 4
+    checked.choose_snapshot(3)
+    for rep in range(3):
+        checked.prepare(rep)
+        HostKernel(A).run(checked.io.x, checked.io.y)
+        checked.mark(rep)
+    last = checked.io.y.copy()
+    assert checked.check("warm") is None and checked.checked == 2
+    assert np.array_equal(checked.io.y, last)
+    baseline = CheckedIO(IOBuffers(M, N, xp=np))
+    baseline.choose_snapshot(3)
+    assert baseline.snapshot_rep is None
+    for rep in range(3):
+        baseline.prepare(rep)
+        baseline.mark(rep)
+    assert baseline.check("warm") is None
 
 
 def test_buffers_start_poisoned_between_guards() -> None:
@@ -338,8 +384,8 @@ def timed_samples(checked: CheckedIO, kernel: HostKernel, regime: str, samples: 
     """Drive CheckedIO the way timing.time_run does on the GPU (prepare, run, mark per repetition;
     check after each sample), with the repetition kept aside set by the test (None: chosen at random)."""
     io = checked.io
-    if regime == "cold":
-        checked.snapshot_rep, reps = None, 1
+    if regime == "cold":  # as time_run's cold regime: no repetition chosen, CheckedIO's own start state
+        reps = 1
     else:
         checked.choose_snapshot(reps)
         if snapshot is not None:
