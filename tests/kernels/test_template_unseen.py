@@ -208,3 +208,65 @@ def test_free_text_is_judged_by_who_wrote_it(tmp_path: Path) -> None:
         rows, skipped = export_rows(st, ExportFilter(per_matrix=10, seen_only=True))
     assert sorted(r.times.kernel_us for r in rows) == [10.0, 11.0, 12.0]
     assert skipped["unseen_facts"] == 3 and skipped["unjudged"] == 3
+
+
+def test_a_specialised_point_not_valid_for_the_card_cannot_be_judged() -> None:
+    """csr_lanes_spec bakes one row length: on a card whose rows differ its facts mean nothing, and the filter
+    leaves it out rather than asking the template what it hides. Kills: the point's validity not checked (the
+    filter then passed it as seen)."""
+    card = matrix_card(_long_rows(3))
+    t = get_template("spmv", "csr_lanes_spec")
+    point = {q.name: q.values[0] for q in t.space}
+    why = unseen_facts(t.candidate(point).id, card)
+    assert why is not None and why.startswith("cannot be judged: not a valid point here (rows differ in length")
+
+
+def test_free_text_authorship_rules() -> None:
+    """:func:`free_text_unseen` from an authors table alone: a policy sample passes; a refinement passes when its
+    parent passes, through text parents and up to ``MAX_REFINEMENT_CHAIN`` refinements, with the card handed to
+    the parent's judgement; a kernel another author (a search mutation) derived from a vouched kernel does not
+    pass. Kills: ``and`` made ``or`` in the refinement rule, the chain's bound moved or its depth started
+    elsewhere, the card or the depth not passed down."""
+    from sparserl.search.export import MAX_REFINEMENT_CHAIN, free_text_unseen
+
+    card = matrix_card(_long_rows(3))
+    spec = get_template("spmv", "csr_adaptive_spec").candidate(ADAPTIVE).id
+    assert unseen_facts(spec, card) is None  # its table is on this card
+    authors = {"text/sample": [("policy-sample", None)],
+               "text/from-spec": [("policy-refine", spec)],
+               "text/from-text-from-spec": [("policy-refine", "text/from-spec")],
+               "text/mutated": [("mutation", VECTOR)]}
+    for cid in ("text/sample", "text/from-spec", "text/from-text-from-spec"):
+        assert free_text_unseen(cid, authors, card) is None, cid
+    assert free_text_unseen("text/from-spec", authors, None) is not None  # the spec point needs the card
+    assert free_text_unseen("text/from-text-from-spec", authors, None) is not None
+    assert free_text_unseen("text/mutated", authors, card).startswith("cannot be judged: free text not written")
+
+    def chain(n: int) -> dict:
+        """text/r0 refined from text/r1 ... text/r{n-1} refined from text/r{n}, a policy sample: n refinements."""
+        table = {f"text/r{i}": [("policy-refine", f"text/r{i + 1}")] for i in range(n)}
+        table[f"text/r{n}"] = [("policy-sample", None)]
+        return table
+
+    assert free_text_unseen("text/r0", chain(MAX_REFINEMENT_CHAIN), card) is None
+    assert free_text_unseen("text/r0", chain(MAX_REFINEMENT_CHAIN + 1), card) is not None
+
+
+def test_the_export_judges_free_text_with_its_matrix_card(tmp_path: Path) -> None:
+    """Through the store: a policy refinement of a specialised point whose facts this matrix's card shows is
+    exported. Kills: the export judging free text without the card (it then left out every refinement of a
+    specialised kernel)."""
+    from sparserl.search.space import text_id
+
+    card = matrix_card(_long_rows(3))
+    spec = get_template("spmv", "csr_adaptive_spec").candidate(ADAPTIVE).id
+    assert unseen_facts(spec, card) is None
+    text = "FORMAT: CSR\nLAUNCH: grid=1, block=128\n// refined\n"
+    with BestStore(tmp_path / "s.sqlite") as st:
+        st.add_matrix(card, "long_rows", coords=([0, 1], [0, 1]))
+        st.record(VerifiedKernel(fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", gpu="H200",
+                                 regime="cold", text=text, time_us=10.0, cusparse_us=100.0, speedup=10.0, roofline=0.4,
+                                 format="CSR", template=None, candidate_id=text_id(text), provenance="policy-refine",
+                                 parent_id=spec, model="m", run_id="r", harness_version=harness_version()))
+        rows, skipped = export_rows(st, ExportFilter(per_matrix=10, seen_only=True))
+    assert len(rows) == 1 and skipped["unseen_facts"] == 0
