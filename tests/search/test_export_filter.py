@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from sparserl.encoding import sample_nonzeros
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 from sparserl.search.export import ExportFilter, export_rows
 from sparserl.search.store import BestStore, VerifiedKernel, harness_version
+from tests.search.test_export_refinements import add_matrices
 
 TEXTS = {v.id: v.render() for v in variants("spmv", "CSR")[:4]}
 IDS = list(TEXTS)
@@ -35,14 +35,7 @@ def record(st: BestStore, card, cid: str, t: float, *, op: str = "spmv", arch: s
 @pytest.fixture
 def stores(tmp_path: Path):
     with BestStore(tmp_path / "s.db") as st:
-        cards = []
-        for i, fam in enumerate(("banded", "random")):
-            A = generate(fam, 500, seed=i)
-            card = matrix_card(A)
-            r, c = sample_nonzeros(A, 1024, 0)
-            st.add_matrix(card, fam, None, (r.tolist(), c.tolist()))
-            cards.append(card)
-        yield st, cards
+        yield st, add_matrices(st)
 
 
 def times(rows) -> list[float]:

@@ -35,19 +35,24 @@ def record(st: BestStore, card, cid: str, t: float, parent: str | None, provenan
                              roofline, "CSR", cid.split("/")[1], cid, provenance, parent, None, "r", harness_version()))
 
 
-@pytest.fixture
-def store(tmp_path: Path):
+def add_matrices(st: BestStore, families: tuple[str, ...] = ("banded", "random")) -> list:
+    """One 500-row matrix of each family in the store, with its sampled coordinates; their cards."""
     from sparserl.encoding import sample_nonzeros
 
+    cards = []
+    for i, fam in enumerate(families):
+        A = generate(fam, 500, seed=i)
+        card = matrix_card(A)
+        r, c = sample_nonzeros(A, 1024, 0)
+        st.add_matrix(card, fam, None, (r.tolist(), c.tolist()))
+        cards.append(card)
+    return cards
+
+
+@pytest.fixture
+def store(tmp_path: Path):
     with BestStore(tmp_path / "s.db") as st:
-        cards = []
-        for i, fam in enumerate(("banded", "random")):
-            A = generate(fam, 500, seed=i)
-            card = matrix_card(A)
-            r, c = sample_nonzeros(A, 1024, 0)
-            st.add_matrix(card, fam, None, (r.tolist(), c.tolist()))
-            cards.append(card)
-        a, b = cards
+        a, b = add_matrices(st)
         record(st, a, IDS[0], 10.0, None, "seed")
         record(st, a, IDS[0], 10.5, None, "seed")      # the parent again, slower: its fastest time counts
         record(st, a, IDS[1], 9.8, IDS[0], roofline=0.45)   # 10 / 9.8 = 1.0204: a refinement row
