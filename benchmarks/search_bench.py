@@ -189,7 +189,7 @@ def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
         "gpu": next((r.gpu for r in results if r.gpu), None), "arch": next((r.arch for r in results if r.arch), None),
     }
     row["ratio"] = (row["oracle_us"] / row["search_us"]) if row["oracle_us"] and row["search_us"] else None
-    row["ratio_retimed"], row["retimed_us"], row["retime_seconds"] = None, None, 0.0
+    row["ratio_retimed"], row["retimed_us"] = None, None
     t_retime = time.perf_counter()
     if row["ratio"] is not None and args.retime:
         picks = {"oracle": next(t for i, t, _ in texts if i == orc[0]), "search": b.proposal.text}

@@ -60,8 +60,8 @@
 # instead, and TEACHER_SIZES=stratified draws a family's i-th one in the i-th of N equal parts of the range on a
 # log scale (`data build --size-draw`; default random, each over the whole range): the full preset's first run
 # drew five of stencil3d_27's eight below 100k rows, where CSR is the fastest, and its policy wrote CSR for the
-# 1M-row stencils (results of 2026-12-05, policy-full-preset). SFT_STEPS=N trains SFT for N steps (small 200, full 400): with
-# more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
+# 1M-row stencils (results of 2026-12-05, policy-full-preset). SFT_STEPS=N trains SFT for N steps (small 200,
+# full 400): with more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
 # are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
 # round was not kept on the small preset at 10k-1M rows, results of 2026-12-04). OUT/settings.json names what any

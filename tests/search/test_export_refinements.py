@@ -35,12 +35,12 @@ def record(st: BestStore, card, cid: str, t: float, parent: str | None, provenan
                              roofline, "CSR", cid.split("/")[1], cid, provenance, parent, None, "r", harness_version()))
 
 
-def add_matrices(st: BestStore, families: tuple[str, ...] = ("banded", "random")) -> list:
-    """One 500-row matrix of each family in the store, with its sampled coordinates; their cards."""
+def add_matrices(st: BestStore) -> list:
+    """A 500-row banded and a 500-row random matrix in the store, with their sampled coordinates; their cards."""
     from sparserl.encoding import sample_nonzeros
 
     cards = []
-    for i, fam in enumerate(families):
+    for i, fam in enumerate(("banded", "random")):
         A = generate(fam, 500, seed=i)
         card = matrix_card(A)
         r, c = sample_nonzeros(A, 1024, 0)

@@ -63,7 +63,7 @@ class SFTDataConfig:
     """'random': each matrix's rows drawn over the whole range; 'stratified': the range cut into
     ``matrices_per_family`` equal parts on a log scale and the i-th matrix of a family drawn in the i-th, so
     a family's sizes cover the range whatever the seed (eight random draws in [10k, 1M] left one family
-    with five matrices below 100k rows, where a 1M-row matrix's fastest format is not the fastest)."""
+    with five matrices below 100k rows, where the fastest format is not the one its 1M-row matrices need)."""
     real_dir: str | None = None
     """A folder of .mtx / .mtx.gz / .npz matrices added as well (test split by default)."""
     real_split: str = "test"
