@@ -8,6 +8,10 @@ text, so a rule cannot be dodged with the preprocessor:
   is the token ``asm``); trigraphs, digraphs (``%:include`` is an include), universal character
   names and non-ASCII characters outside comments and literals are refused, since each lets one
   spelling stand for another;
+* comments and literals are found as the compiler's lexer finds them: identifiers and
+  preprocessing numbers are read whole, and an apostrophe is a digit separator only inside a
+  number and before a digit or a letter (``1'//'`` is the number 1 and a character literal, not a
+  separator and a comment that would hide the rest of the line);
 * directives are allow-listed: ``#include`` of an allowed header written literally, ``#define``
   and ``#undef``, the conditionals, ``#error``/``#warning``, and ``#pragma unroll``/``nounroll``.
   ``#line`` (it fakes file names in diagnostics), ``#include_next``, ``#embed``, line markers,
@@ -17,6 +21,8 @@ text, so a rule cannot be dodged with the preprocessor:
   be assembled from pieces. The expansion here (object- and function-like macros, rescanned,
   a macro never re-expanded inside itself) is then only needed to see the code's structure
   (``#define D __device__`` before a function, ``#define BEGIN {``);
+* macros may expand inside one another at most :data:`MAX_MACRO_DEPTH` levels deep and to at most
+  :data:`MAX_EXPANDED_TOKENS` tokens;
 * ``_Pragma``, ``__has_include`` and raw string literals are refused: each reaches files or
   directives through a string.
 
@@ -44,6 +50,9 @@ _FORBIDDEN_IDENTS = {
     "__TIMESTAMP__": "__TIMESTAMP__ is not allowed (a kernel must not depend on when it was built)",
 }
 MAX_EXPANDED_TOKENS = 200_000
+MAX_MACRO_DEPTH = 200
+"""How deep macros may expand inside one another (a chain ``#define A1 A0``, ``#define A2 A1`` ...,
+or calls nested in arguments); deeper is refused. The library nests at most a few levels."""
 
 
 class SourceError(ValueError):
@@ -82,7 +91,10 @@ _PUNCT2 = ("::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||
 _DIGRAPHS = ("<%", "%>", "%:", ":>")
 _ID_START = re.compile(r"[A-Za-z_]")
 _ID = re.compile(r"[A-Za-z_0-9]*")
-_NUMBER = re.compile(r"\.?[0-9](?:[eEpP][+-]|[A-Za-z0-9_.']|)*")
+_NUMBER = re.compile(r"\.?[0-9](?:[eEpP][+-]|'[A-Za-z0-9_]|[A-Za-z0-9_.])*")
+"""A preprocessing number (C++ [lex.ppnumber]): an apostrophe belongs to it only as a digit separator,
+followed by a digit or a letter (``1'000``); in ``1'//'`` the number is ``1`` and a character literal
+follows, as the compiler reads it."""
 
 
 def _string_end(line: str, i: int, quote: str) -> int:
@@ -157,7 +169,15 @@ def strip_comments(text: str) -> str:
                 raise SourceError("unterminated /* comment")
             out.append(" " + "\n" * text.count("\n", i, j))
             i = j + 2
-        elif c in "\"'" and not (c == "'" and i and text[i - 1].isdigit()):  # not a digit separator
+        elif _ID_START.match(c):  # a whole identifier: a digit in it starts no number
+            j = _ID.match(text, i + 1).end()
+            out.append(text[i:j])
+            i = j
+        elif c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
+            j = _NUMBER.match(text, i).end()  # a whole preprocessing number, its digit separators in it
+            out.append(text[i:j])
+            i = j
+        elif c in "\"'":
             line_end = text.find("\n", i)
             seg_end = n if line_end < 0 else line_end
             try:
@@ -244,7 +264,10 @@ def _args(tokens: list[Token], i: int) -> tuple[list[list[Token]], int] | None:
     return None
 
 
-def _expand(tokens: list[Token], macros: dict[str, _Macro], hidden: frozenset[str] = frozenset()) -> list[Token]:
+def _expand(tokens: list[Token], macros: dict[str, _Macro], hidden: frozenset[str] = frozenset(),
+            depth: int = 0) -> list[Token]:
+    if depth > MAX_MACRO_DEPTH:
+        raise SourceError(f"macros expand inside one another more than {MAX_MACRO_DEPTH} levels deep")
     out: list[Token] = []
     i = 0
     while i < len(tokens):
@@ -255,20 +278,20 @@ def _expand(tokens: list[Token], macros: dict[str, _Macro], hidden: frozenset[st
             i += 1
             continue
         if mac.params is None:
-            out += _expand(mac.body, macros, hidden | {t.text})
+            out += _expand(mac.body, macros, hidden | {t.text}, depth + 1)
             i += 1
         elif i + 1 < len(tokens) and tokens[i + 1].text == "(" and (call := _args(tokens, i + 1)) is not None:
             args, after = call
-            args = [_expand(a, macros, hidden) for a in args]
+            args = [_expand(a, macros, hidden, depth + 1) for a in args]
             names = mac.params + (["__VA_ARGS__"] if mac.variadic else [])
-            if mac.variadic and len(args) > len(mac.params):
+            if mac.variadic and len(args) >= len(mac.params):  # none for the dots: __VA_ARGS__ is empty
                 va: list[Token] = []
                 for k, a in enumerate(args[len(mac.params):]):
                     va += ([Token("punct", ",")] if k else []) + a
                 args = args[:len(mac.params)] + [va]
             bound = dict(zip(names, args))
             body = [tok for b in mac.body for tok in (bound.get(b.text, [b]) if b.kind == "ident" else [b])]
-            out += _expand(body, macros, hidden | {t.text})
+            out += _expand(body, macros, hidden | {t.text}, depth + 1)
             i = after
         else:
             out.append(t)

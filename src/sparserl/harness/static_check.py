@@ -26,6 +26,7 @@ the worker):
 
 Also checked here: every kernel a ``LAUNCH:`` line names is defined as an ``extern "C"
 __global__`` function whose parameter types match the contract.
+Namespaces and classes may nest at most :data:`MAX_SCOPE_DEPTH` levels deep (the walk recurses).
 
 What this does not protect against: wrong answers, out-of-bounds accesses, hangs and crashes
 (verification, the guards and the isolated worker pool handle those).
@@ -39,6 +40,8 @@ from sparserl.harness.source import SourceError, Token, preprocess
 from sparserl.kernels.contract import Header, Op, kernel_params
 
 MAX_CODE_CHARS = 48_000
+MAX_SCOPE_DEPTH = 100
+"""How deep namespaces and classes may nest inside one another; deeper is refused."""
 
 _BANNED_IDENTS: dict[str, str] = {}
 for _names, _msg in (
@@ -179,7 +182,9 @@ class _Scanner:
     def run(self) -> None:
         self._scope(0, len(self.toks), "ns", extern_c=False)
 
-    def _scope(self, i: int, end: int, kind: str, extern_c: bool) -> None:
+    def _scope(self, i: int, end: int, kind: str, extern_c: bool, depth: int = 0) -> None:
+        if depth > MAX_SCOPE_DEPTH:
+            raise _Refused(f"namespaces and classes nest more than {MAX_SCOPE_DEPTH} levels deep")
         decl: list[str] = []
         while i < end:
             t = self.toks[i]
@@ -189,10 +194,10 @@ class _Scanner:
                 if _depth0(decl, "(") >= 0 and decl.count("(") > decl.count(")"):
                     opened = "skip"  # a brace inside parentheses (default argument)
                 if opened == "ns":
-                    self._scope(i + 1, close, "ns", extern_c or decl[:2] == ["extern", '"C"'])
+                    self._scope(i + 1, close, "ns", extern_c or decl[:2] == ["extern", '"C"'], depth + 1)
                     decl = []
                 elif opened == "class":
-                    self._scope(i + 1, close, "class", False)
+                    self._scope(i + 1, close, "class", False, depth + 1)
                     decl.append("{}")
                 elif opened == "fn":
                     self._function(decl, kind, extern_c)

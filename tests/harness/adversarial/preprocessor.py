@@ -33,4 +33,20 @@ CASES: dict[str, tuple[str, str]] = {
     "line_directive_fakes_a_file": (with_prefix('#line 1 "cuda_fp16.h"'), "static_check"),
     "universal_character_name": (csr(f'\\u0061sm("trap;"); {HONEST}'), "static_check"),
     "raw_string": (csr(f'const char* s = R"(x)"; {HONEST}'), "static_check"),
+    # lexing as the compiler does: 1'//' is the number 1 and a character literal, so a reader that took the
+    # apostrophe for a digit separator saw a comment and missed the rest of the line (the compiled code's
+    # check still refused the printf; the _Pragma, a source-only rule, went through)
+    "digit_separator_hides_a_call": (csr(f'int h = F(1\'//\'); printf("%d", row); {HONEST}',
+                                         before="#define F(a) 0"), "static_check"),
+    "digit_separator_hides_a_pragma": (csr(f'int h = F(1\'//\'); _Pragma("GCC dependency \\"/etc/passwd\\"") '
+                                           f"{HONEST}", before="#define F(a) 0"), "static_check"),
+    "code_right_after_an_empty_comment": (csr(f'/**/printf("%d", row); {HONEST}'), "static_check"),
+    "include_after_leading_blanks": (with_prefix(' \t #include "/etc/passwd"'), "static_check"),
+    "digraph_include_after_leading_blanks": (with_prefix('  %:include "/etc/passwd"'), "static_check"),
+    "printf_after_the_null_directive": (csr(f'printf("%d", row); {HONEST}', before="#"), "static_check"),
+    # nesting deep enough to exhaust the checker's own recursion (it was an internal error, left out of
+    # every reward, instead of the candidate's refusal)
+    "macro_chain_deeper_than_the_checker": (csr(f"int deep = A1199; {HONEST}", before="#define A0 1\n" + "".join(
+        f"#define A{i} A{i - 1}\n" for i in range(1, 1200))), "static_check"),
+    "namespaces_deeper_than_the_checker": (csr(HONEST, before="namespace a { " * 1000 + "}" * 1000), "static_check"),
 }
