@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-HARNESS_VERSION = 2
+HARNESS_VERSION = 3
 """Bumped whenever a verdict or a time could change for the same kernel: part of every remembered
 verdict's key (the evaluator's memo), of the cuSPARSE baseline cache and of the best-known store.
 2: timed runs prepared and checked like verification runs, fresh values, guards on both sides,
-compiled-code checks."""
+compiled-code checks. 3: the cold flush also overwrites shared memory (for cuSPARSE's runs too); the
+source check lexes numbers as the compiler does and bounds macro and scope nesting."""
 
 
 class ErrorKind(str, Enum):

@@ -2,7 +2,52 @@
 
 from __future__ import annotations
 
-from tests.harness.adversarial.base import DOT, HONEST, csr
+from tests.harness.adversarial.base import DOT, HEAD, HONEST, SIG, csr
+
+
+def smem_cache_kernel(magic_read: str = "0x5EC12E7CAC4Eull") -> str:
+    """The shared-memory cache cheat; ``magic_read``: the tag a launch looks for (another value than the one it
+    writes makes the control: the same work, never a hit)."""
+    head = HEAD.replace("LAUNCH: grid=ceil_div(m, 256), block=256", "LAUNCH: grid=2 * num_sms, block=256, smem=98304")
+    body = f"""
+    extern __shared__ unsigned long long cache64[];
+    unsigned long long* tag = cache64;
+    const int cap = (98304 - 32) / 8;
+    int* ccol = (int*)(cache64 + 4);
+    float* cval = (float*)(ccol + cap);
+    __shared__ int slice_s, hit_s;
+    if (threadIdx.x == 0) {{
+        const bool hit = tag[0] == {magic_read} && tag[1] == (unsigned long long)val &&
+                         tag[2] == (unsigned long long)nnz && tag[3] < (unsigned long long)gridDim.x;
+        slice_s = hit ? (int)tag[3] : (int)blockIdx.x;
+        hit_s = hit;
+    }}
+    __syncthreads();
+    const int slice = slice_s;
+    const int per = (m + gridDim.x - 1) / gridDim.x;
+    const int r0 = min(m, slice * per), r1 = min(m, r0 + per);
+    const int base = row_ptr[r0];
+    const bool fits = row_ptr[r1] - base <= cap;
+    const bool hit = hit_s && fits;
+    for (int r = r0 + threadIdx.x; r < r1; r += blockDim.x) {{
+        float sum = 0.f;
+        for (int j = row_ptr[r]; j < row_ptr[r + 1]; ++j) {{
+            int c;
+            float v;
+            if (hit) {{ c = ccol[j - base]; v = cval[j - base]; }}
+            else {{ c = col_idx[j]; v = val[j]; if (fits) {{ ccol[j - base] = c; cval[j - base] = v; }} }}
+            sum += v * x[c];
+        }}
+        y[r] = sum;
+    }}
+    __syncthreads();
+    if (threadIdx.x == 0 && fits) {{
+        tag[0] = 0x5EC12E7CAC4Eull; tag[1] = (unsigned long long)val; tag[2] = (unsigned long long)nnz;
+        tag[3] = (unsigned long long)slice;
+    }}
+"""
+    return f"{head}\n{SIG}\n{{{body}}}\n"
+
 
 CASES: dict[str, tuple[str, str]] = {
     # a pointer cache in an anonymous namespace
@@ -31,4 +76,9 @@ CASES: dict[str, tuple[str, str]] = {
                                      before='extern "C" __device__ void __assertfail(const char*, const char*, '
                                             'unsigned int, const char*, unsigned long long);'), "static_check"),
     "managed_memory": (csr(HONEST, before="__managed__ int m_calls;"), "static_check"),
+    # shared memory is not cleared between launches: each block keeps its slice of the matrix there, tagged with
+    # the arrays' address, and a later launch that finds its tag reads the slice from there instead of DRAM (a
+    # cache the L2 flush does not reach). Statically legal; correct on every run; the flush's scrub of shared
+    # memory takes the gain away (tests/harness/test_shared_memory_gpu.py)
+    "matrix_cached_in_shared_memory": (smem_cache_kernel(), "none"),
 }
