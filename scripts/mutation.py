@@ -49,7 +49,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "export": ("src/sparserl/search/export.py",
                ["tests/search/test_export_trains.py", "tests/search/test_export_refinements.py",
                 "tests/search/test_export_length.py", "tests/search/test_export_filter.py",
+                "tests/search/test_export_edges.py",
                 "tests/kernels/test_template_unseen.py"]),
+    "source": ("src/sparserl/harness/source.py", ["tests/harness/test_source.py", "tests/harness/test_source_edges.py",
+                                                  "tests/harness/test_static_check.py"]),
+    "static_check": ("src/sparserl/harness/static_check.py",
+                     ["tests/harness/test_static_check.py", "tests/harness/test_source_edges.py",
+                      "tests/kernels/test_template_kernels.py::test_every_render_passes_the_static_check"]),
+    "ptx_check": ("src/sparserl/harness/ptx_check.py", ["tests/harness/test_ptx_check.py"]),
     "metrics": ("src/sparserl/eval/metrics.py",
                 ["tests/eval/test_metrics.py", "tests/eval/test_compare.py::test_summarize",
                  "tests/eval/test_compare.py::test_a_matrix_without_a_correct_kernel_never_beats_one_with_a_slow_kernel",
@@ -106,16 +113,29 @@ def mutmut(work: Path, *args: str, timeout: float = 7200) -> subprocess.Complete
                           text=True, timeout=timeout)
 
 
+RECHECK_MEMORY = 8 << 30
+"""Address space a rechecked mutant may take (bytes): a mutant that grows without bound (a macro
+expansion with its limit removed) fails there instead of taking the machine's memory."""
+
+
+def _memory_limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (RECHECK_MEMORY, RECHECK_MEMORY))
+
+
 def recheck(work: Path, mutant: str, tests: list[str], limit: float = 600) -> str:
     """A mutant mutmut timed out, run once more under plain pytest (stop at the first failure, a wall
-    limit of ``limit`` s): "killed after a time-out" when the tests fail or hang, else "survived".
+    limit of ``limit`` s, an address-space limit of ``RECHECK_MEMORY``): "killed after a time-out" when the
+    tests fail, hang or run out of memory, else "survived".
     mutmut's limits, derived from the clean run's time, misread a loaded CPU or a hypothesis search
     shrinking a failure as a hang."""
     env = dict(os.environ, MUTANT_UNDER_TEST=mutant, PYTHONPATH="src", PYTHONDONTWRITEBYTECODE="1")
     try:
         p = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                             "--hypothesis-profile=mutation", *tests],
-                           cwd=work / "mutants", env=env, capture_output=True, text=True, timeout=limit)
+                           cwd=work / "mutants", env=env, capture_output=True, text=True, timeout=limit,
+                           preexec_fn=_memory_limit)
     except subprocess.TimeoutExpired:
         return "killed after a time-out"
     return "survived" if p.returncode == 0 else "killed after a time-out"
@@ -128,7 +148,8 @@ def statuses_of(work: Path) -> dict[str, str]:
     return {m.group(1): m.group(2) for line in listing.stdout.splitlines() if (m := STATUS.match(line))}
 
 
-def run_module(name: str, work_root: Path, rerun: bool = False, children: int = 2) -> dict:
+def run_module(name: str, work_root: Path, rerun: bool = False, children: int = 2,
+               recheck_limit: float = 600) -> dict:
     """Mutate one module (``rerun``: keep the earlier run's mutants and results, take this checkout's
     tests, and test again only the mutants they did not kill)."""
     module, tests = MODULES[name]
@@ -149,7 +170,7 @@ def run_module(name: str, work_root: Path, rerun: bool = False, children: int = 
                          f"{run.stderr[-3000:]}")
     statuses = statuses_of(work)
     for m in sorted(x for x, st in statuses.items() if st == "timeout"):
-        statuses[m] = recheck(work, m, tests)
+        statuses[m] = recheck(work, m, tests, recheck_limit)
     counts = {"total": len(statuses)} | {k: sum(st == k for st in statuses.values())
                                          for k in ("killed", "survived", "timeout", "no tests", "suspicious")}
     counts["killed after a time-out"] = sum(st == "killed after a time-out" for st in statuses.values())
@@ -208,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                     "tests did not kill, with this checkout's tests (after adding tests; the module unchanged)")
     ap.add_argument("--max-children", type=int, default=2,
                     help="test processes at once (mutmut's default is every core; the CPU may be shared)")
+    ap.add_argument("--recheck-limit", type=float, default=600,
+                    help="seconds a timed-out mutant's second run may take before it counts as killed (default 600; "
+                    "a module whose tests take seconds can use far less: each hanging mutant costs this much)")
     args = ap.parse_args(argv)
     names = [m.strip() for m in args.modules.split(",") if m.strip()]
     unknown = sorted(set(names) - set(MODULES))
@@ -223,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in names:
             print(f"{name}: mutating {MODULES[name][0]} against {' '.join(MODULES[name][1])}", flush=True)
-            res = run_module(name, work_root, rerun=args.rerun, children=args.max_children)
+            res = run_module(name, work_root, rerun=args.rerun, children=args.max_children,
+                             recheck_limit=args.recheck_limit)
             report["modules"][name] = res
             c = res["counts"]
             print(f"{name}: {res['detected']} of {c['total']} killed ({res['score']:.1%}; {res['score_cpu']:.1%} of "
