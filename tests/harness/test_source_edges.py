@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparserl.harness.source import (ALLOWED_INCLUDES, MAX_MACRO_DEPTH, SourceError, preprocess, strip_comments,
-                                     tokenize_line)
+from sparserl.harness.source import (ALLOWED_INCLUDES, MAX_EXPANDED_TOKENS, MAX_MACRO_DEPTH, SourceError, preprocess,
+                                     strip_comments, tokenize_line)
 from sparserl.harness.static_check import MAX_SCOPE_DEPTH, static_check
 from sparserl.kernels.contract import Op, split_completion
 from tests.harness.adversarial.base import HONEST, csr
@@ -36,6 +36,8 @@ def test_comments_become_one_blank_and_keep_their_newlines() -> None:
     assert strip_comments("a /* x\ny */ b // c\nd") == "a  \n b  \nd"
     assert strip_comments("a // b") == "a  "  # a line comment that ends the text
     assert strip_comments("/**/x/* */y") == " x y"
+    assert strip_comments("a\n/* x\ny */ b\nc") == "a\n \n b\nc"  # only the comment's own newlines
+    assert strip_comments("a /* x */\nb") == "a  \nb"
     assert words("a/**/b /* one */ c /* two */ d") == ["a", "b", "c", "d"]
 
 
@@ -65,6 +67,9 @@ def test_an_apostrophe_in_a_directive_line_does_not_swallow_the_next_lines() -> 
     ("F(1'/*')", ["F", "(", "1", "'/*'", ")"]),
     ("F(x1'a')", ["F", "(", "x1", "'a'", ")"]),  # an identifier's digit starts no number
     ("float a = .5f + 1e+5 + 0x1p-3;", ["float", "a", "=", ".5f", "+", "1e+5", "+", "0x1p-3", ";"]),
+    ("float a = .5", ["float", "a", "=", ".5"]),  # a number that ends the text
+    ("int a; a.", ["int", "a", ";", "a", "."]),  # a dot that ends the text
+    ("int a = 1'000// it's a comment", ["int", "a", "=", "1'000"]),  # the separator is the number's, then a comment
 ])
 def test_numbers_and_digit_separators(code: str, expected: list[str]) -> None:
     assert words(code) == expected
@@ -117,6 +122,7 @@ def test_directives_after_leading_blanks_are_directives() -> None:
     ("#Define X", "#Define is not allowed"),
     ('# "x"', "# is not allowed"),
     ("#pragma once", "#pragma once is not allowed (only #pragma unroll [N] and #pragma nounroll)"),
+    ("#pragma", "#pragma  is not allowed (only #pragma unroll [N] and #pragma nounroll)"),
     ('# 3 "x.cu"', 'line markers (# N "file") are not allowed'),
     ("int \\u0061;", "a backslash outside a literal (universal character names) is not allowed"),
     ("/* never closed", "unterminated /* comment"),
@@ -151,6 +157,7 @@ def test_undef_forgets_a_macro_and_tolerates_what_was_never_defined() -> None:
     ("#define CALL(f, ...) f(__VA_ARGS__)\nint r = CALL(g);", "intr=g();"),
     ("#define f(x) f(x) + 1\nint a = f(2);", "inta=f(2)+1;"),
     ("#define h(x) x\n#define g h(g)\nint v = g;", "intv=g;"),  # g is not expanded again inside h's argument
+    ("#define F(a) a\nint F; int G = F;", "intF;intG=F;"),  # a function-like name without a call, past the start
 ])
 def test_macro_expansion(code: str, expected: str) -> None:
     assert "".join(words(code)) == expected
@@ -162,8 +169,23 @@ def test_macro_nesting_is_bounded_with_a_message() -> None:
 
     assert words(chain(MAX_MACRO_DEPTH)) == ["int", "v", "=", "1", ";"]
     refused(chain(MAX_MACRO_DEPTH + 2), f"macros expand inside one another more than {MAX_MACRO_DEPTH} levels deep")
-    nested = "#define F(a) a\nint v = " + "F(" * (MAX_MACRO_DEPTH + 1) + "1" + ")" * (MAX_MACRO_DEPTH + 1) + ";"
-    refused(nested, f"macros expand inside one another more than {MAX_MACRO_DEPTH} levels deep")
+    def nested(n: int) -> str:
+        return "#define F(a) a\nint v = " + "F(" * n + "1" + ")" * n + ";"
+
+    def calls(n: int) -> str:  # function-like macros, each calling the one before
+        return "#define F0(a) a\n" + "".join(f"#define F{i}(a) F{i - 1}(a)\n" for i in range(1, n)) + f"int v = F{n - 1}(1);"
+
+    assert words(nested(MAX_MACRO_DEPTH - 1)) == ["int", "v", "=", "1", ";"]
+    refused(nested(MAX_MACRO_DEPTH + 1), f"macros expand inside one another more than {MAX_MACRO_DEPTH} levels deep")
+    assert words(calls(MAX_MACRO_DEPTH)) == ["int", "v", "=", "1", ";"]
+    refused(calls(1100), f"macros expand inside one another more than {MAX_MACRO_DEPTH} levels deep")
+
+
+def test_the_expansion_s_size_limit_is_inclusive() -> None:
+    tens = "#define A x x x x x x x x x x\n" + "".join(
+        f"#define {b} {' '.join([a] * 10)}\n" for a, b in zip("ABCD", "BCDE"))  # E: 10^5 tokens
+    assert len(words(tens + "E E")) == MAX_EXPANDED_TOKENS  # exactly at the limit
+    refused(tens + "x E E", f"macro expansion produces more than {MAX_EXPANDED_TOKENS} tokens")
 
 
 def test_scope_nesting_is_bounded_with_a_message() -> None:
