@@ -224,10 +224,11 @@ class BaselineCache:
     regime, trials, the harness version and the timing path (``batched``, with ``ahead`` runs
     enqueued before each wait; a change in how runs are timed makes new entries)."""
 
-    def __init__(self, folder: Path, gpu: str, batched: bool = False, ahead: int = 1):
+    def __init__(self, folder: Path, gpu: str, batched: bool = False, ahead: int = 1, scrub_shared: bool = True):
         self.folder = Path(folder) / gpu.replace(" ", "_")
         self.batched = batched
         self.ahead = ahead
+        self.scrub_shared = scrub_shared
         self._memory: dict[tuple, dict] = {}
 
     def get(self, key: str, A: sp.csr_array, op: Op, k: int | None, config: TimingConfig,
@@ -239,7 +240,8 @@ class BaselineCache:
         if mkey in self._memory:
             return self._memory[mkey]
         path = self.folder / (f"{key}_{op.value}_{k}_{config.regime}_{config.trials}_h{HARNESS_VERSION}"
-                              f"{f'_batched_a{self.ahead}' if self.batched else ''}.json")
+                              f"{f'_batched_a{self.ahead}' if self.batched else ''}"
+                              f"{'' if self.scrub_shared else '_unscrubbed'}.json")
         try:
             res = json.loads(path.read_text())
         except (OSError, ValueError):

@@ -90,6 +90,10 @@ class HarnessConfig:
     host_num_sms: int = 132
     """The SM count LAUNCH expressions see when a completion is planned on the host (compile-only
     evaluation, no GPU to ask): an H200's."""
+    scrub_shared: bool = True
+    """Cold regime: after the L2 flush, overwrite every SM's shared memory, so that no timed run can
+    read what an earlier launch left there (:class:`~sparserl.harness.timing.FlushBuffer`); cuSPARSE's
+    runs alike. False only to measure what the scrub costs or prevents (``benchmarks/scrub_cost.py``)."""
     preconvert: bool = True
     """Batched path: convert a matrix's pattern into a completion's format in this process's compile
     threads, while the worker is busy with other candidates, and hand the worker the result
@@ -414,7 +418,8 @@ class Evaluator:
         is a content hash) and name, op, k, how kernels are verified and timed, the harness version."""
         c = self.config
         settings = (c.compile_only, c.regimes, c.reward_regime, c.cold_trials, c.warm_trials, c.warm_target_ms,
-                    c.warmup, c.max_smem_bytes, c.max_registers, c.verify, c.compile, c.host_num_sms, c.speed)
+                    c.warmup, c.max_smem_bytes, c.max_registers, c.verify, c.compile, c.host_num_sms, c.speed,
+                    c.scrub_shared)
         return (hashlib.sha256(text.encode()).hexdigest(), matrix.key, matrix.name, op.value, k, settings,
                 HARNESS_VERSION)
 

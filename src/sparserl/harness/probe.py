@@ -19,7 +19,7 @@ import numpy as np
 class GpuProbe:
     """One worker's GPU (device 0 of its ``CUDA_VISIBLE_DEVICES``)."""
 
-    def __init__(self, cache: Path):
+    def __init__(self, cache: Path, scrub_shared: bool = True):
         import cupy as cp
 
         from sparserl.harness.device import device_arch, num_sms
@@ -30,6 +30,7 @@ class GpuProbe:
         self.sms = num_sms()
         self.cache = Path(cache)
         self._flush = None
+        self.scrub_shared = scrub_shared
         self._bandwidth: float | None = None
 
     @property
@@ -38,7 +39,7 @@ class GpuProbe:
         from sparserl.harness.timing import FlushBuffer
 
         if self._flush is None:
-            self._flush = FlushBuffer()
+            self._flush = FlushBuffer(scrub_shared=self.scrub_shared)
         return self._flush
 
     def flush_intact(self) -> bool:

@@ -93,10 +93,10 @@ class Worker:
         self.speed = SpeedConfig(**settings.get("speed", asdict(SpeedConfig.classic())))
         self.cache = Path(settings["cache_dir"])
         self.channel = Channel(conn)
-        self.gpu = GpuProbe(self.cache)
+        self.gpu = GpuProbe(self.cache, scrub_shared=settings.get("scrub_shared", True))
         self.matrices = MatrixCache(batched=self.speed.batched, sms=self.gpu.sms)
         self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name, batched=self.speed.batched,
-                                       ahead=self.speed.runs_ahead)
+                                       ahead=self.speed.runs_ahead, scrub_shared=self.gpu.scrub_shared)
         if self.speed.batched:
             from sparserl.harness.gpucheck import compile_kernels
 

@@ -1,0 +1,129 @@
+"""What the cold flush's shared-memory scrub costs honest kernels, and what it takes from a kernel
+that keeps the matrix in shared memory between launches.
+
+Two evaluators run side by side in one process, one with ``HarnessConfig(scrub_shared=True)`` (the
+default) and one without; every kernel is evaluated by both in turn, ``--rounds`` times, on the same
+registered matrices (cold regime only). Reported per (matrix, kernel): the cold median with and
+without the scrub and their ratio (honest kernels: it should be 1 within the noise), cuSPARSE's
+likewise; and for ``matrix_cached_in_shared_memory`` (tests/harness/adversarial/state.py) its time
+over its control's (the same kernel looking for a tag it never writes) with and without the scrub:
+below 1 without it means shared memory survived between the timed runs and the cheat used it.
+
+    python benchmarks/scrub_cost.py --out results/scrub_cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+MATRICES = {  # name: (family, rows, generator options)
+    "random_20k": ("random", 20_000, {"nnz_per_row": 12}),
+    "random_500k_4": ("random", 500_000, {"nnz_per_row": 4}),
+    "banded_1m": ("banded", 1_000_000, {}),
+    "powerlaw_200k": ("powerlaw", 200_000, {}),
+}
+STRATEGIES = ("csr_scalar", "csr_vector", "csr_lanes", "coo_segmented", "ell_rows")
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Rows of {matrix, kernel, scrub_us: [...], plain_us: [...]} -> each row's medians and ratio, and
+    the geometric mean of the ratios over the honest kernels (cuSPARSE apart)."""
+    out = []
+    for r in rows:
+        if not (r["scrub_us"] and r["plain_us"]):
+            out.append({**r, "scrub_median_us": None, "plain_median_us": None, "ratio": None})
+            continue
+        s, p = sorted(r["scrub_us"]), sorted(r["plain_us"])
+        ms, mp = s[len(s) // 2], p[len(p) // 2]
+        out.append({**r, "scrub_median_us": ms, "plain_median_us": mp, "ratio": ms / mp if mp else None})
+    honest = [r["ratio"] for r in out if r["ratio"] and r["kernel"] != "cusparse" and not r.get("adversarial")]
+    base = [r["ratio"] for r in out if r["ratio"] and r["kernel"] == "cusparse"]
+    return {"rows": out, "honest_geomean": geomean(honest), "honest_range": [min(honest), max(honest)] if honest else None,
+            "cusparse_geomean": geomean(base)}
+
+
+def kernels() -> dict[str, str]:
+    """The first library variant of each strategy in ``STRATEGIES``, and the cheat with its control."""
+    sys.path.insert(0, str(REPO))
+    from sparserl.kernels.library import variants
+    from tests.harness.adversarial.state import smem_cache_kernel
+
+    out = {}
+    for v in variants("spmv"):
+        if v.strategy in STRATEGIES and v.strategy not in {k.split("/")[1] for k in out}:
+            out[v.id] = v.render()
+    out["cheat"] = smem_cache_kernel()
+    out["cheat_control"] = smem_cache_kernel("0x1ull")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="evaluations of each kernel by each evaluator")
+    ap.add_argument("--out", type=Path, default=Path("scrub_cost.json"))
+    args = ap.parse_args()
+
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.matrices import generate
+
+    texts = kernels()
+    evs = {flag: Evaluator(HarnessConfig(scrub_shared=flag, regimes=("cold",), memo=0)) for flag in (True, False)}
+    rows: dict[tuple[str, str], dict] = {}
+    try:
+        for mname, (family, n, opts) in MATRICES.items():
+            A = generate(family, n, seed=1, **opts)
+            refs = {flag: ev.register(A, mname) for flag, ev in evs.items()}
+            for rnd in range(args.rounds):
+                for kname, text in texts.items():
+                    for flag in ((True, False) if rnd % 2 == 0 else (False, True)):  # alternate who goes first
+                        res = evs[flag].evaluate(text, refs[flag], "spmv")
+                        if not res.ok or "cold" not in res.timings:
+                            print(f"{mname} {kname}: {res.error_kind.value} {res.message[:120]}", file=sys.stderr)
+                            continue
+                        r = rows.setdefault((mname, kname), {"matrix": mname, "kernel": kname, "scrub_us": [],
+                                                             "plain_us": [], "adversarial": kname.startswith("cheat")})
+                        r["scrub_us" if flag else "plain_us"].append(res.timings["cold"].median_us)
+                        if (base := res.baseline.get("cold")) is not None:  # measured once per evaluator, then cached
+                            b = rows.setdefault((mname, "cusparse"), {"matrix": mname, "kernel": "cusparse",
+                                                                      "scrub_us": [], "plain_us": []})
+                            b["scrub_us" if flag else "plain_us"][:] = [base.median_us]
+    finally:
+        for ev in evs.values():
+            ev.close()
+    summary = summarize(list(rows.values()))
+    cheat = {}
+    for mname in MATRICES:
+        c, k = rows.get((mname, "cheat")), rows.get((mname, "cheat_control"))
+        if c and k and c["scrub_us"] and k["scrub_us"] and c["plain_us"] and k["plain_us"]:
+            med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+            cheat[mname] = {"with_scrub": med(c["scrub_us"]) / med(k["scrub_us"]),
+                            "without_scrub": med(c["plain_us"]) / med(k["plain_us"])}
+    summary["cheat_over_control"] = cheat
+    print(f"{'matrix':16} {'kernel':40} {'scrub us':>9} {'plain us':>9} {'ratio':>7}")
+    for r in summary["rows"]:
+        if r["scrub_us"] and r["plain_us"]:
+            print(f"{r['matrix']:16} {r['kernel']:40} {r['scrub_median_us']:9.2f} {r['plain_median_us']:9.2f} "
+                  f"{r['ratio']:7.3f}")
+    print(f"honest kernels, scrub / plain: geomean {summary['honest_geomean']}, range {summary['honest_range']}; "
+          f"cuSPARSE {summary['cusparse_geomean']}")
+    for mname, c in cheat.items():
+        print(f"cheat / control on {mname}: {c['with_scrub']:.3f} with the scrub, {c['without_scrub']:.3f} without")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"command": "python benchmarks/scrub_cost.py " + " ".join(sys.argv[1:]),
+                                    **summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
