@@ -138,3 +138,40 @@ def test_atomics_are_read_from_the_compiled_code_not_the_text(tmp_path) -> None:
     real = GOOD.replace("y[row] = sum;", "y[row] = 0.f; atomicAdd(y + row, sum);")
     res = compile_source(split_completion(real, Op.SPMV)[1], CompileOptions(), tmp_path)
     assert res.ok and res.uses_atomics
+
+
+def test_an_address_rebuilt_under_branches_is_followed() -> None:
+    """No arithmetic joins the table's address and the pointer written through: each bit is copied under a
+    branch (forward, around the OR), or by a guarded instruction, or counted up in a loop whose exit compares
+    with the address. Kills control dependence left out (forward branches, backward ones, guards)."""
+    decl = ".global .align 4 .b8 box[16];"
+    head = ("\tmov.u64 \t%rd3, box;\n\tshr.u64 \t%rd4, %rd3, %r1;\n\tand.b64 \t%rd5, %rd4, 1;\n"
+            "\tsetp.eq.b64 \t%p1, %rd5, 1;\n")
+    forward = head + ("\t@!%p1 bra \t$L__BB0_3;\n\tshl.b64 \t%rd6, %rd7, %r1;\n\tor.b64 \t%rd8, %rd8, %rd6;\n"
+                      "$L__BB0_3:\n\tst.u32 \t[%rd8], %r2;")
+    guarded = head + "\t@%p1 or.b64 \t%rd8, %rd8, 1;\n\tst.u32 \t[%rd8], %r2;"
+    backward = ("\tmov.u64 \t%rd3, box;\n$L__BB0_1:\n\tadd.s64 \t%rd8, %rd8, 1;\n\tsetp.ne.s64 \t%p1, %rd8, %rd3;\n"
+                "\t@%p1 bra \t$L__BB0_1;\n\tst.u32 \t[%rd8], %r2;")
+    for body in (forward, guarded, backward):
+        assert "writes to module-scope data" in check_ptx(ptx(body, decl)).violation, body
+
+
+def test_a_store_under_a_branch_on_the_address_is_an_escape() -> None:
+    """A flag written to y when a bit of the address is set would let a later load rebuild it."""
+    decl = ".global .align 4 .b8 box[16];"
+    body = ("\tmov.u64 \t%rd3, box;\n\tand.b64 \t%rd5, %rd3, 64;\n\tsetp.ne.b64 \t%p1, %rd5, 0;\n"
+            "\t@%p1 bra \t$L__BB0_3;\n\tst.global.u32 \t[%rd2], %r2;\n$L__BB0_3:\n\tret;")
+    assert "under a branch on the address" in check_ptx(ptx(body, decl)).violation
+    guarded = "\tmov.u64 \t%rd3, box;\n\tsetp.ne.b64 \t%p1, %rd3, 0;\n\t@%p1 st.global.u32 \t[%rd2], %r2;"
+    assert "under a branch on the address" in check_ptx(ptx(guarded, decl)).violation
+
+
+def test_loops_over_a_table_by_index_pass() -> None:
+    """The honest shape (a DIA offsets table read in a counted loop, y written after it): the loop's predicate
+    comes from the index, not from the table's address, so nothing is ruled by the address."""
+    decl = ".const .align 4 .b8 offs[12] = {255, 255, 255, 255, 0, 0, 0, 0, 1, 0, 0, 0};"
+    body = ("\tmov.u32 \t%r3, 0;\n\tmov.u64 \t%rd3, offs;\n$L__BB0_1:\n\tmul.wide.u32 \t%rd4, %r3, 4;\n"
+            "\tadd.s64 \t%rd5, %rd3, %rd4;\n\tld.const.u32 \t%r4, [%rd5];\n\tadd.s32 \t%r5, %r5, %r4;\n"
+            "\tadd.s32 \t%r3, %r3, 1;\n\tsetp.lt.u32 \t%p1, %r3, 3;\n\t@%p1 bra \t$L__BB0_1;\n"
+            "\tst.global.u32 \t[%rd2], %r5;")
+    assert check_ptx(ptx(body, decl)).violation is None

@@ -13,9 +13,12 @@ It refuses:
   ``__assertfail`` ...) and any ``.extern`` data;
 * **state that survives a launch**: a write to module-scope data. Every ``.global`` and ``.const``
   symbol's address is followed through the registers it flows into (``mov``, ``cvta``, ``add``,
-  anything computed from it, across loops); a store, atomic, reduction, async copy, ``discard``
-  or tensor-map write whose address comes from one is refused, and so is letting such an address
-  escape (storing it to memory, passing it to a call), since the flow could then not be followed.
+  anything computed from it, across loops) and through control (what a branch on a predicate
+  computed from it skips or repeats, what an instruction guarded by one defines: an address
+  rebuilt bit by bit under branches is still followed); a store, atomic, reduction, async copy,
+  ``discard`` or tensor-map write whose address comes from one is refused, and so is letting such
+  an address escape (storing it to memory, passing it to a call, storing anything under such a
+  branch), since the flow could then not be followed.
   Reads are fine: initialised tables (``__constant__``, ``static const``) and the constants CUDA's
   own headers declare (libcu++'s ``numeric_limits`` ...) stay allowed. An initialiser that holds
   an address is refused (a pointer to a table could be loaded back and written through).
@@ -32,8 +35,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 1
-"""Bump when a rule changes: part of the compile cache's key, since each build caches its verdict."""
+RULES_VERSION = 2
+"""Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
+2: addresses followed through control (branches and guards on predicates computed from them)."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -91,17 +95,24 @@ def _data_symbols(lines: list[str]) -> tuple[dict[str, str], str | None]:
     return syms, problem
 
 
-def _statements(body: str) -> list[str]:
-    out = []
+def _instructions(body: str) -> list[tuple[list[str], str | None, str, list[str]]]:
+    """Each instruction of a function body as (the labels in front of it, its guard predicate or None,
+    opcode with modifiers, operands); directives (``.reg``, ``.pragma``) are left out, their labels kept
+    for the next instruction."""
+    out, labels = [], []
     for raw in body.split(";"):
         s = raw.strip("{} \t\n")
-        while True:  # drop labels ("$L__BB0_2:") and block braces in front of an instruction
-            m = re.match(r"^(?:[$\w]+:|[{}])\s*", s)
+        while True:  # labels ("$L__BB0_2:") and block braces in front of an instruction
+            m = re.match(r"^(?:([$\w]+):|[{}])\s*", s)
             if m is None:
                 break
+            if m.group(1):
+                labels.append(m.group(1))
             s = s[m.end():]
         if s and not s.startswith("."):
-            out.append(s)
+            guard = re.match(r"^@!?(%\w+)\s+", s)
+            out.append((labels, guard.group(1) if guard else None, *_split(s)))
+            labels = []
     return out
 
 
@@ -170,22 +181,40 @@ def _mentions(text: str, tainted: set[str], syms: dict[str, str]) -> str | None:
 
 
 def _state_writes(body: str, syms: dict[str, str]) -> str | None:
-    """A message if an address derived from module data is written through or escapes."""
-    stmts = [_split(s) for s in _statements(body)]
+    """A message if an address derived from module data is written through or escapes.
+
+    An address is followed through every register computed from it, and through control: whatever a
+    branch on a predicate computed from it decides (the instructions it skips or repeats, up to its
+    target) and whatever an instruction guarded by such a predicate defines counts as derived too, so
+    the address cannot be rebuilt bit by bit under branches (``if (a >> i & 1) b |= 1 << i``). A
+    store under such control is an escape (a flag in memory per bit would rebuild it)."""
+    ins = _instructions(body)
+    label_at = {lab: i for i, (labs, *_) in enumerate(ins) for lab in labs}
     tainted: set[str] = set()
+    ruled: set[int] = set()  # instructions that run or not by a tainted predicate
     changed = True
     while changed:  # to a fixpoint: loops carry addresses back to earlier instructions
         changed = False
-        for op, ops in stmts:
+        for i, (_, guard, op, ops) in enumerate(ins):
             base = op.split(".")[0]
-            if base in ("ld", "ldu", "atom", "call", "tex", "tld4", "suld", "ldmatrix") \
-                    or op.startswith(_NO_DEST_OPS) or not ops:
-                continue  # a load's result is data, not an address; no register result otherwise
+            ruled_here = i in ruled or (guard is not None and guard in tainted)
+            if base in ("bra", "brx") and ruled_here:
+                target = label_at.get(ops[0].strip()) if base == "bra" and ops else None
+                region = (range(len(ins)) if target is None else
+                          range(i + 1, target) if target > i else range(target, i))
+                if not set(region) <= ruled:
+                    ruled |= set(region)
+                    changed = True
+                continue
+            if op.startswith(_NO_DEST_OPS) or not ops:
+                continue
             dests = _REG.findall(ops[0])
-            if any(_mentions(o, tainted, syms) for o in ops[1:]) and not set(dests) <= tainted:
+            derived = ruled_here or (base not in ("ld", "ldu", "atom", "call", "tex", "tld4", "suld", "ldmatrix")
+                                     and any(_mentions(o, tainted, syms) for o in ops[1:]))
+            if derived and not set(dests) <= tainted:  # a load's result is data, unless control chose it
                 tainted |= set(dests)
                 changed = True
-    for op, ops in stmts:
+    for i, (_, guard, op, ops) in enumerate(ins):
         base = op.split(".")[0]
         addrs = [o for o in ops if o.startswith("[")]
         if base in _WRITE_OPS or op.startswith(_WRITE_OPS):
@@ -197,6 +226,9 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
                 if op.startswith("st.param"):
                     return "passes the address of module-scope data to a call (its writes could not be followed)"
                 return "stores the address of module-scope data to memory (its writes could not be followed)"
+            if i in ruled or (guard is not None and guard in tainted):
+                return ("stores to memory under a branch on the address of module-scope data (its writes could "
+                        "not be followed)")
     return None
 
 

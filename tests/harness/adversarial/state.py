@@ -76,6 +76,13 @@ CASES: dict[str, tuple[str, str]] = {
                                      before='extern "C" __device__ void __assertfail(const char*, const char*, '
                                             'unsigned int, const char*, unsigned long long);'), "static_check"),
     "managed_memory": (csr(HONEST, before="__managed__ int m_calls;"), "static_check"),
+    # a table's address rebuilt bit by bit under branches (no arithmetic joins the two), then a launch counter
+    # written through it: only control carries the address, so the compiled-code check follows control too
+    "address_rebuilt_under_branches": (csr("unsigned long long a = (unsigned long long)box, b = 0;\n#pragma unroll 1\n"
+                                           "for (int i = 0; i < 64; ++i) { if ((a >> i) & 1ull) { b |= 1ull << i; "
+                                           f"__syncwarp(); }} }} if (row == 0) ((unsigned int*)b)[0] += 1u; {HONEST}",
+                                           before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"),
+                                       "static_check"),
     # shared memory is not cleared between launches: each block keeps its slice of the matrix there, tagged with
     # the arrays' address, and a later launch that finds its tag reads the slice from there instead of DRAM (a
     # cache the L2 flush does not reach). Statically legal; correct on every run; the flush's scrub of shared
