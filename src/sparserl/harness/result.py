@@ -16,7 +16,8 @@ HARNESS_VERSION = 3
 verdict's key (the evaluator's memo), of the cuSPARSE baseline cache and of the best-known store.
 2: timed runs prepared and checked like verification runs, fresh values, guards on both sides,
 compiled-code checks. 3: the cold flush also overwrites shared memory (for cuSPARSE's runs too); the
-source check lexes numbers as the compiler does and bounds macro and scope nesting."""
+source check lexes numbers as the compiler does and bounds macro and scope nesting; the compiled-code
+check follows module addresses through control."""
 
 
 class ErrorKind(str, Enum):
