@@ -86,6 +86,8 @@ def _banned(tokens: list[Token]) -> str | None:
             return "device-side kernel launches (<<<) are not allowed"
         if t.kind != "ident":
             continue
+        if t.text == "delete" and i and tokens[i - 1].text == "=" and nxt == ";":
+            continue  # a deleted function (S(const S&) = delete;), not the operator
         if t.text in _BANNED_IDENTS:
             return _BANNED_IDENTS[t.text]
         if nxt == "(" and t.text in _BANNED_CALLS:
