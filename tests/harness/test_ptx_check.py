@@ -175,3 +175,58 @@ def test_loops_over_a_table_by_index_pass() -> None:
             "\tadd.s32 \t%r3, %r3, 1;\n\tsetp.lt.u32 \t%p1, %r3, 3;\n\t@%p1 bra \t$L__BB0_1;\n"
             "\tst.global.u32 \t[%rd2], %r5;")
     assert check_ptx(ptx(body, decl)).violation is None
+
+
+def test_every_refusal_s_message() -> None:
+    decl = ".global .align 8 .u64 slot;"
+    cases = [
+        ("\tst.global.u32 \t[slot], %r1;", "compiled code writes to module-scope data ('slot'): state would survive a launch"),
+        ("\tmov.u64 \t%rd3, slot;\n\tadd.s64 \t%rd4, %rd3, 4;\n\tst.u32 \t[%rd4], %r1;",
+         "compiled code writes to module-scope data ('module data'): state would survive a launch"),
+        ("\tmov.u64 \t%rd3, slot;\n\tst.global.u64 \t[%rd2], %rd3;",
+         "compiled code stores the address of module-scope data to memory (its writes could not be followed)"),
+        ("\tmov.u64 \t%rd3, slot;\n\tst.param.b64 \t[param0], %rd3;",
+         "compiled code passes the address of module-scope data to a call (its writes could not be followed)"),
+        ("\tmov.u64 \t%rd3, slot;\n\tsetp.ne.b64 \t%p1, %rd3, 0;\n\t@%p1 st.global.u32 \t[%rd2], %r2;",
+         "compiled code stores to memory under a branch on the address of module-scope data (its writes could not "
+         "be followed)"),
+    ]
+    for body, message in cases:
+        assert check_ptx(ptx(body, decl)).violation == message, body
+    assert check_ptx(ptx("\ttrap;")).violation == "compiled code contains traps (trap): not allowed"
+    assert check_ptx(ptx("", decls=".extern .global .align 4 .u32 ext;")).violation == \
+        "compiled code refers to data outside the module: not allowed"
+    assert check_ptx(ptx("", ".global .align 4 .u32 a;\n.global .align 8 .u64 p = generic(a);")).violation == \
+        "module data 'p' is initialised with an address: not allowed"
+
+
+def test_a_write_after_an_inner_block_is_still_seen() -> None:
+    """Call sequences put ``{ ... }`` blocks inside a function body: the body runs to its own closing brace."""
+    decl = ".global .align 4 .b8 box[16];"
+    body = "\t{\n\t.reg .b32 %inner;\n\tmov.u32 \t%inner, 1;\n\t}\n\tst.global.u32 \t[box], %r1;"
+    assert "writes to module-scope data ('box')" in check_ptx(ptx(body, decl)).violation
+
+
+def test_comments_in_ptx_are_not_code() -> None:
+    assert check_ptx(ptx("\t// %clock64 and trap in a line comment\n\t/* %globaltimer\n\t trap; */\n"
+                         "\tmov.u32 \t%r1, %tid.x;")).violation is None
+
+
+def test_control_that_the_address_does_not_rule_passes() -> None:
+    """What control following must not refuse: a guarded store whose predicate is the row's, a table read with
+    ld/ldu and its value stored, an honest store before a loop whose exit compares a pointer into the table
+    (a strength-reduced table loop), and two branches on the address each ruling only its own region."""
+    decl = ".const .align 4 .b8 offs[12] = {255, 255, 255, 255, 0, 0, 0, 0, 1, 0, 0, 0};"
+    guarded = ("\tmov.u64 \t%rd3, offs;\n\tld.const.u32 \t%r4, [%rd3+4];\n\tsetp.lt.s32 \t%p1, %r1, %r2;\n"
+               "\t@%p1 st.global.u32 \t[%rd2], %r4;")
+    loads = ("\tmov.u64 \t%rd3, offs;\n\tldu.global.u32 \t%r4, [%rd3+4];\n\tld.const.u32 \t%r5, [%rd3+8];\n"
+             "\tadd.s32 \t%r6, %r4, %r5;\n\tst.global.u32 \t[%rd2], %r6;")
+    store_then_loop = ("\tst.global.u32 \t[%rd2], %r1;\n\tmov.u64 \t%rd3, offs;\n\tadd.s64 \t%rd6, %rd3, 12;\n"
+                       "$L__BB0_1:\n\tld.const.u32 \t%r4, [%rd3];\n\tadd.s64 \t%rd3, %rd3, 4;\n"
+                       "\tsetp.ne.s64 \t%p1, %rd3, %rd6;\n\t@%p1 bra \t$L__BB0_1;")
+    for body in (guarded, loads, store_then_loop):
+        assert check_ptx(ptx(body, decl)).violation is None, body
+    two = ("\tmov.u64 \t%rd3, offs;\n\tsetp.ne.b64 \t%p1, %rd3, 0;\n\t@%p1 bra \t$L__BB0_2;\n"
+           "\tst.global.u32 \t[%rd2], %r1;\n$L__BB0_2:\n\t@%p1 bra \t$L__BB0_3;\n\tmov.u32 \t%r5, 1;\n"
+           "$L__BB0_3:\n\tmov.u32 \t%r6, 2;")
+    assert "under a branch on the address" in check_ptx(ptx(two, decl)).violation  # the first region's store
