@@ -126,7 +126,7 @@ def test_every_skip_is_counted_and_does_not_stop_the_matrix_s_other_children(sto
         put(st, a, text_id(text), t, parent=CSR[9], text=text)
     put(st, a, CSR[8], 6.0, parent=CSR[9])                           # the one kept
     put(st, a, CSR[9], 10.0, provenance="seed")                      # Q
-    put(st, a, CSR[9], 10.4, parent=CSR[9])                          # Q again, as its own child
+    put(st, a, CSR[10], 7.0, parent=CSR[10])                         # recorded only as its own child
     put(st, bare, CSR[0], 10.0, provenance="seed")
     put(st, bare, CSR[1], 5.0, parent=CSR[0])
     put(st, bare, CSR[2], 6.0, parent=CSR[0])
