@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
+
+from sparserl.eval.metrics import geomean
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,11 +30,6 @@ MATRICES = {  # name: (family, rows, generator options)
     "powerlaw_200k": ("powerlaw", 200_000, {}),
 }
 STRATEGIES = ("csr_scalar", "csr_vector", "csr_lanes", "coo_segmented", "ell_rows")
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -49,8 +45,9 @@ def summarize(rows: list[dict]) -> dict:
         out.append({**r, "scrub_median_us": ms, "plain_median_us": mp, "ratio": ms / mp if mp else None})
     honest = [r["ratio"] for r in out if r["ratio"] and r["kernel"] != "cusparse" and not r.get("adversarial")]
     base = [r["ratio"] for r in out if r["ratio"] and r["kernel"] == "cusparse"]
-    return {"rows": out, "honest_geomean": geomean(honest), "honest_range": [min(honest), max(honest)] if honest else None,
-            "cusparse_geomean": geomean(base)}
+    return {"rows": out, "honest_geomean": geomean(honest) if honest else None,
+            "honest_range": [min(honest), max(honest)] if honest else None,
+            "cusparse_geomean": geomean(base) if base else None}
 
 
 def kernels() -> dict[str, str]:
@@ -102,13 +99,13 @@ def main() -> int:
         for ev in evs.values():
             ev.close()
     summary = summarize(list(rows.values()))
+    medians = {(r["matrix"], r["kernel"]): r for r in summary["rows"] if r["ratio"] is not None}
     cheat = {}
     for mname in MATRICES:
-        c, k = rows.get((mname, "cheat")), rows.get((mname, "cheat_control"))
-        if c and k and c["scrub_us"] and k["scrub_us"] and c["plain_us"] and k["plain_us"]:
-            med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-            cheat[mname] = {"with_scrub": med(c["scrub_us"]) / med(k["scrub_us"]),
-                            "without_scrub": med(c["plain_us"]) / med(k["plain_us"])}
+        c, k = medians.get((mname, "cheat")), medians.get((mname, "cheat_control"))
+        if c and k:
+            cheat[mname] = {"with_scrub": c["scrub_median_us"] / k["scrub_median_us"],
+                            "without_scrub": c["plain_median_us"] / k["plain_median_us"]}
     summary["cheat_over_control"] = cheat
     print(f"{'matrix':16} {'kernel':40} {'scrub us':>9} {'plain us':>9} {'ratio':>7}")
     for r in summary["rows"]:

@@ -197,7 +197,7 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
         changed = False
         for i, (_, guard, op, ops) in enumerate(ins):
             base = op.split(".")[0]
-            ruled_here = i in ruled or (guard is not None and guard in tainted)
+            ruled_here = i in ruled or guard in tainted
             if base in ("bra", "brx") and ruled_here:
                 target = label_at.get(ops[0].strip()) if base == "bra" and ops else None
                 region = (range(len(ins)) if target is None else
@@ -226,7 +226,7 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
                 if op.startswith("st.param"):
                     return "passes the address of module-scope data to a call (its writes could not be followed)"
                 return "stores the address of module-scope data to memory (its writes could not be followed)"
-            if i in ruled or (guard is not None and guard in tainted):
+            if i in ruled or guard in tainted:
                 return ("stores to memory under a branch on the address of module-scope data (its writes could "
                         "not be followed)")
     return None
