@@ -6,6 +6,7 @@ baseline and of the scaling, across random batches (hypothesis)."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -27,7 +28,8 @@ def slow_loo(scores: list[float], valid: list[bool], group: int) -> list[float]:
     for i, s in enumerate(scores):
         g0 = i - i % group
         others = [scores[j] for j in range(g0, g0 + group) if j != i and valid[j]]
-        out.append(s - math.fsum(others) / len(others) if valid[i] and others else 0.0)
+        # exact arithmetic: the mean of equal scores is the score itself, so the verdict's sign is exact too
+        out.append(float(Fraction(s) - sum(map(Fraction, others)) / len(others)) if valid[i] and others else 0.0)
     return out
 
 
