@@ -5,7 +5,9 @@ Mutations killed: a banned call refused without its parenthesis or only with it,
 prefixes, ``std::thread``/``std::chrono``, the extern "C" requirement dropped, the length limit off by one,
 a source error's message lost, static locals judged by the wrong tokens, ``__constant__`` tables with one
 declarator uninitialised, host functions, prototypes and variables, extern variables, static data members,
-attributes and templates before a class or function, default arguments, unbalanced braces."""
+attributes and templates before a class or function, default arguments, unbalanced braces; brackets not counted
+as nesting (a writable array sized with a parenthesis passed as a prototype), the alignment attribute looked for
+after the parenthesis, parentheses not counted when cutting declarators."""
 
 from __future__ import annotations
 
@@ -108,6 +110,10 @@ def test_static_locals(local: str, ok: bool) -> None:
         refused(text, f"static local '{name}' would keep state between launches")
 
 
+_WRITABLE = ("module-scope variable '{}' is writable device state that would survive a launch: use __constant__ for "
+             "tables, registers or shared memory for the rest")
+
+
 @pytest.mark.parametrize("before, message", [
     ("float helper(float a) { return a; }",
      "host function 'helper' is not allowed (device code only): mark it __device__"),
@@ -126,6 +132,13 @@ def test_static_locals(local: str, ok: bool) -> None:
                                                    "shared memory for the rest"),
     ("namespace a { int hidden; }", "host variable 'hidden' is not allowed (device code only): use constexpr or "
                                     "__constant__"),
+    # a parenthesis inside the array's size or an alignment is not a parameter list: a writable array, not a prototype
+    ("__device__ float stash[sizeof(float) * (1024)];", _WRITABLE.format("stash")),
+    ("__device__ float stash[(((1024)))][(2)];", _WRITABLE.format("stash")),
+    ("__device__ __align__(16) float stash[1024];", _WRITABLE.format("stash")),
+    ("__device__ alignas(16) float stash[1024];", _WRITABLE.format("stash")),
+    ("static __device__ int calls;", _WRITABLE.format("calls")),
+    ("struct S { public: static int n; };", "static data member 'n' would keep state between launches"),
 ])
 def test_module_scope_refusals(before: str, message: str) -> None:
     refused(csr(HONEST, before=before), message)
@@ -143,6 +156,9 @@ def test_module_scope_refusals(before: str, message: str) -> None:
     "__constant__ float t[2] = {1.f, 2.f}, u[2] = {3.f, 4.f};",
     "__device__ const int A = 1, B[2] = {2, 3};",
     "struct Fwd;",
+    # a comma inside an initialiser's parentheses does not start a second, uninitialised declarator
+    "__constant__ int lim = (1, 2), w[(1, 2)] = {3, 4};",
+    "__device__ float f(float a, float b[(2)]);",
 ])
 def test_declarations_that_pass(before: str) -> None:
     assert verdict(csr(HONEST, before=before)) is None, before
