@@ -139,6 +139,7 @@ _WRITABLE = ("module-scope variable '{}' is writable device state that would sur
     ("__device__ alignas(16) float stash[1024];", _WRITABLE.format("stash")),
     ("static __device__ int calls;", _WRITABLE.format("calls")),
     ("struct S { public: static int n; };", "static data member 'n' would keep state between launches"),
+    ("__device__ const float* cursor;", _WRITABLE.format("cursor")),  # a pointer to const data is itself writable
 ])
 def test_module_scope_refusals(before: str, message: str) -> None:
     refused(csr(HONEST, before=before), message)
@@ -172,3 +173,15 @@ def test_delete_as_an_operator_is_refused_and_a_deleted_function_is_not() -> Non
 def test_unbalanced_braces() -> None:
     refused(csr(HONEST, before="}"), "unbalanced '}'")
     refused(GOOD.rstrip().rstrip("}"), "unbalanced '{'")
+
+
+@pytest.mark.parametrize("attribute", ["__launch_bounds__(256)", "__launch_bounds__(256, 2)", "__maxnreg__(32)"])
+def test_kernel_attributes_before_the_name(attribute: str) -> None:
+    """The attribute's parentheses are skipped to find the kernel's name and parameters: a mutant that stops
+    skipping one of them loses the kernel ("not defined as a __global__ function")."""
+    sig = SIG.replace("void spmv_kernel", f"void {attribute} spmv_kernel")
+    assert verdict(csr(HONEST, sig=sig)) is None
+    wrong = sig.replace("int m, int n", "int m, long n")
+    refused(csr(HONEST, sig=wrong), "kernel 'spmv_kernel' takes (int, long, int, int*, int*, float*, float*, float*) but "
+                                    "the contract for spmv CSR is (int, int, int, int*, int*, float*, float*, float*)",
+            kind="contract_error")

@@ -60,6 +60,10 @@ CASES: dict[str, tuple[str, str]] = {
                                  before="#define DEV __device__\nDEV int counter;"), "static_check"),
     "state_in_a_struct_instance": (csr(f"{HONEST} if (row == 0) g.last = y;",
                                        before="struct Memo { float* last; };\n__device__ Memo g;"), "static_check"),
+    # a mutable member of a const instance: the declaration reads as const data; only the compiled code shows the write
+    "mutable_member_of_a_const_instance": (csr(f"{HONEST} if (row == 0) g.hits++;",
+                                               before="struct Memo { mutable int hits; };\n__device__ const Memo g = {0};"),
+                                           "static_check"),
     "static_data_member": (csr(f"{HONEST} if (row == 0) Memo::hits++;",
                                before="struct Memo { static __device__ int hits; };"), "static_check"),
     "static_local_counter": (csr(f"static int calls; {HONEST} if (row == 0) calls++;"), "static_check"),
