@@ -230,3 +230,46 @@ def test_control_that_the_address_does_not_rule_passes() -> None:
            "\tst.global.u32 \t[%rd2], %r1;\n$L__BB0_2:\n\t@%p1 bra \t$L__BB0_3;\n\tmov.u32 \t%r5, 1;\n"
            "$L__BB0_3:\n\tmov.u32 \t%r6, 2;")
     assert "under a branch on the address" in check_ptx(ptx(two, decl)).violation  # the first region's store
+
+
+_L2_MESSAGE = ("compiled code sets an L2 eviction policy ({}): not allowed (lines kept in L2 would outlive the launch "
+               "and the cold timing's flush)")
+
+
+@pytest.mark.parametrize("instruction, shown", [
+    ("createpolicy.fractional.L2::evict_last.b64 \t%rd3, 0f3F800000;", "createpolicy"),
+    ("ld.global.nc.L2::cache_hint.f32 \t%f1, [%rd2], %rd3;", "ld.global.nc.L2::cache_hint"),
+    ("@%p1 st.global.L2::cache_hint.f32 \t[%rd2], %f1, %rd3;", "st.global.L2::cache_hint"),
+    ("prefetch.global.L2::evict_last \t[%rd2];", "prefetch.global.L2::evict_last"),
+    ("ld.global.L1::evict_last.f32 \t%f1, [%rd2];", "ld.global.L1::evict_last"),
+    ("cp.async.bulk.prefetch.L2.global.L2::cache_hint \t[%rd2], 128, %rd3;",
+     "cp.async.bulk.prefetch.L2.global.L2::cache_hint"),
+])
+def test_l2_eviction_policies_are_refused(instruction: str, shown: str) -> None:
+    """Mutations killed: the rule dropped, createpolicy or cache_hint or evict_last left out of it, a guarded
+    instruction not seen."""
+    assert check_ptx(ptx(f"\t{instruction}")).violation == _L2_MESSAGE.format(shown)
+
+
+@pytest.mark.parametrize("instruction", [
+    "ld.global.cs.f32 \t%f1, [%rd2];",  # streaming (evict first): what __ldcs compiles to, used by the library
+    "ld.global.lu.f32 \t%f1, [%rd2];",
+    "ld.global.nc.L1::no_allocate.f32 \t%f1, [%rd2];",
+    "ld.global.nc.L2::128B.f32 \t%f1, [%rd2];",  # a prefetch size, not a policy
+    "prefetch.global.L2 \t[%rd2];",
+    "st.global.cs.f32 \t[%rd2], %f1;",
+])
+def test_cache_operators_that_keep_nothing_pass(instruction: str) -> None:
+    assert check_ptx(ptx(f"\t{instruction}")).violation is None
+
+
+@pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
+def test_a_kernel_that_pins_the_matrix_in_l2_is_refused_from_its_compiled_code(tmp_path, backend: str) -> None:
+    """The source check refuses ``__nv_associate_access_property`` by name; compiled without that check, the
+    evict-last loads are still refused from the PTX, whichever compiler built it."""
+    if (backend == "nvrtc" and load_nvrtc() is None) or (backend == "nvcc" and find_nvcc() is None):
+        pytest.skip(f"no {backend}")
+    _, code = split_completion(ADVERSARIAL["matrix_pinned_in_l2"][0], Op.SPMV)
+    res = compile_source(code, CompileOptions(backend=backend), tmp_path)
+    assert res.ok, res.log[-300:]
+    assert res.ptx_violation is not None and "L2 eviction policy" in res.ptx_violation, res.ptx_violation

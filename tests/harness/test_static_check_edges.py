@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparserl.harness.static_check import MAX_CODE_CHARS, static_check
+from sparserl.harness.static_check import L2_POLICY_MESSAGE, MAX_CODE_CHARS, static_check
 from sparserl.kernels.contract import Op, split_completion
 from tests.harness.adversarial.base import GOOD, HEAD, HONEST, SIG, csr
 
@@ -39,6 +39,7 @@ def refused(text: str, message: str, kind: str = "static_check") -> None:
     ("__builtin_malloc", "heap allocation is not allowed"),
     ("__managed__", "managed (__managed__) variables are not allowed"),
     ("system", "host facilities are not allowed"), ("getenv", "host facilities are not allowed"),
+    ("__nv_associate_access_property", L2_POLICY_MESSAGE), ("__nv_associate_access_property_impl", L2_POLICY_MESSAGE),
 ])
 def test_banned_names_anywhere(name: str, message: str) -> None:
     refused(csr(f"{HONEST} if (sum != sum) {{ (void)sizeof({name}); }}"), message)

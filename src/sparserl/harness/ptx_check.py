@@ -9,6 +9,11 @@ It refuses:
   ``%nwarpid``, ``%gridid``, ``%pm*``, ``%envreg*`` and ``%current_graph_exec`` (which tells a
   kernel that it runs inside a CUDA graph, that is, that it is being timed);
 * **traps and breakpoints**: ``trap``, ``brkpt``, ``pmevent``;
+* **L2 eviction policies**: ``createpolicy``, any access with ``.L2::cache_hint`` and any
+  ``evict_last`` qualifier. A line loaded with the evict-last priority stays in L2 while lines of
+  normal priority are evicted around it, so the matrix would survive the cold timing's flush (which
+  reads a clean buffer at normal priority) and the next launch, this kernel's or another's, would
+  time warm;
 * **calls that leave the module**: any ``.extern .func`` (``vprintf``, ``malloc``, ``free``,
   ``__assertfail`` ...) and any ``.extern`` data;
 * **state that survives a launch**: a write to module-scope data. Every ``.global`` and ``.const``
@@ -35,9 +40,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 2
+RULES_VERSION = 3
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
-2: addresses followed through control (branches and guards on predicates computed from them)."""
+2: addresses followed through control (branches and guards on predicates computed from them).
+3: L2 eviction policies refused."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -50,6 +56,8 @@ _BANNED_SREGS = [
     (r"%current_graph_exec\b", "reads whether it runs inside a CUDA graph (%current_graph_exec)"),
 ]
 _BANNED_OPS = {"trap": "traps (trap)", "brkpt": "a breakpoint (brkpt)", "pmevent": "a performance event (pmevent)"}
+_L2_POLICY = re.compile(r"^\s*(?:@!?%\w+\s+)?(createpolicy|[\w.:]*?(?:L2::cache_hint|evict_last)\b)", re.MULTILINE)
+"""An instruction that creates or applies an L2 eviction policy (its opcode and modifiers, group 1)."""
 _WRITE_OPS = ("st", "stmatrix", "red", "atom", "cp", "discard", "tensormap", "multimem", "prefetch.tensormap")
 _NO_DEST_OPS = ("st", "red", "bar", "barrier", "bra", "ret", "exit", "call", "membar", "fence", "prefetch",
                 "prefetchu", "discard", "cp", "mbarrier.init", "setmaxnreg", "griddepcontrol", "trap", "brkpt")
@@ -241,6 +249,9 @@ def check_ptx(ptx: str) -> PtxReport:
             return PtxReport(f"compiled code {what}: not allowed", atomics)
     for m in re.finditer(r"^\s*(?:@!?%\w+\s+)?(trap|brkpt|pmevent)\b", text, re.MULTILINE):
         return PtxReport(f"compiled code contains {_BANNED_OPS[m.group(1)]}: not allowed", atomics)
+    if m := _L2_POLICY.search(text):
+        return PtxReport(f"compiled code sets an L2 eviction policy ({m.group(1)}): not allowed (lines kept in L2 "
+                         "would outlive the launch and the cold timing's flush)", atomics)
     if m := _EXTERN_FUNC.search(text):
         return PtxReport(f"compiled code calls '{m.group(1)}' outside the module (printf, malloc, assert ...): "
                          "not allowed", atomics)

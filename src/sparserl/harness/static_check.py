@@ -63,6 +63,8 @@ _BANNED_CALLS = {
     "malloc": "heap allocation is not allowed", "free": "heap allocation is not allowed",
     "realloc": "heap allocation is not allowed", "calloc": "heap allocation is not allowed",
 }
+L2_POLICY_MESSAGE = ("L2 residency hints (__nv_associate_access_property) are not allowed: lines kept in L2 would "
+                     "outlive the launch and the cold timing's flush")
 _VENDOR = ("cusparse", "cublas", "cusolver", "cufft", "curand")
 _EXEC_SPACES = {"__global__", "__device__"}
 _CONST_DATA = {"__constant__", "__shared__", "constexpr"}
@@ -98,6 +100,8 @@ def _banned(tokens: list[Token]) -> str | None:
             return "CUDA runtime API calls are not allowed in device code"
         if t.text == "std" and nxt == "::" and i + 2 < len(tokens) and tokens[i + 2].text in ("thread", "chrono"):
             return "host facilities are not allowed"
+        if t.text.startswith("__nv_associate_access_property"):
+            return L2_POLICY_MESSAGE
     return None
 
 
