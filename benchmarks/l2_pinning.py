@@ -56,7 +56,7 @@ extern "C" __global__ void pinned(int m, const int* row_ptr, const int* col_idx,
 { spmv<true>(m, row_ptr, col_idx, val, x, y, prop); }
 """
 
-MATRICES = {  # name: (rows, nonzeros a row): val + col_idx of 16, 24 and 64 MB against H200's 60 MB L2
+MATRICES = {  # name: (rows, nonzeros a row): val + col_idx of 16, 24 and 64 MB, against an L2 of about 50 MB
     "random_500k_4": (500_000, 4),
     "random_750k_4": (750_000, 4),
     "random_1m_8": (1_000_000, 8),
