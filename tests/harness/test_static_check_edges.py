@@ -186,3 +186,29 @@ def test_kernel_attributes_before_the_name(attribute: str) -> None:
     refused(csr(HONEST, sig=wrong), "kernel 'spmv_kernel' takes (int, long, int, int*, int*, float*, float*, float*) but "
                                     "the contract for spmv CSR is (int, int, int, int*, int*, float*, float*, float*)",
             kind="contract_error")
+
+
+@pytest.mark.parametrize("before, message", [
+    ('extern "C++" { __device__ int counter; }', _WRITABLE.format("counter")),
+    ("inline namespace v1 { __device__ int counter; }", _WRITABLE.format("counter")),
+    ("union U { static int n; float f; };", "static data member 'n' would keep state between launches"),
+    ("class C { public: static int n; };", "static data member 'n' would keep state between launches"),
+    ("struct S { S(const S&) = delete; };\n__device__ void f() { printf(\"x\"); }", "printf is not allowed"),
+])
+def test_scopes_that_are_still_read(before: str, message: str) -> None:
+    """A linkage block, an inline namespace, a union and a class are scopes whose contents are checked; a
+    deleted function does not end the search for banned names. Mutations killed: "C++" or inline or union
+    or class not recognised (their bodies skipped as initialisers), the banned-name scan stopped at `= delete`."""
+    refused(csr(HONEST, before=before), message)
+
+
+def test_a_static_local_as_a_body_s_first_statement() -> None:
+    """Mutation killed: the body's scan starting one token late."""
+    text = f"{HEAD}\n{SIG}\n{{\n    static int calls; const int row = blockIdx.x * blockDim.x + threadIdx.x; {HONEST}\n}}\n"
+    refused(text, "static local 'calls' would keep state between launches")
+
+
+def test_classes_nest_to_the_limit() -> None:
+    """Mutation killed: a class counted as two levels."""
+    from sparserl.harness.static_check import MAX_SCOPE_DEPTH
+    assert verdict(csr(HONEST, before="struct S { " * MAX_SCOPE_DEPTH + "}" * MAX_SCOPE_DEPTH + ";")) is None
