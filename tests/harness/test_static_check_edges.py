@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparserl.harness.static_check import L2_POLICY_MESSAGE, MAX_CODE_CHARS, static_check
+from sparserl.harness.static_check import L2_POLICY_MESSAGE, MAX_CODE_CHARS, MAX_SCOPE_DEPTH, static_check
 from sparserl.kernels.contract import Op, split_completion
 from tests.harness.adversarial.base import GOOD, HEAD, HONEST, SIG, csr
 
@@ -122,15 +122,12 @@ _WRITABLE = ("module-scope variable '{}' is writable device state that would sur
     ("float helper(float);", "host function or variable 'helper' is not allowed (device code only): mark it __device__"),
     ("int counter;", "host variable 'counter' is not allowed (device code only): use constexpr or __constant__"),
     ("int* table = 0;", "host variable 'table' is not allowed (device code only): use constexpr or __constant__"),
-    ("__device__ int a = 1, b;", "module-scope variable 'a' is writable device state that would survive a launch: "
-                                 "use __constant__ for tables, registers or shared memory for the rest"),
+    ("__device__ int a = 1, b;", _WRITABLE.format("a")),
     ("extern __device__ int e;", "extern variable 'e' is not allowed (device code only)"),
     ("__constant__ float t[2] = {1.f, 2.f}, u[2];", "__constant__ table 't' has no initialiser: constant tables are "
                                                     "filled in the source (nothing else writes them)"),
     ("struct S { static int n; };", "static data member 'n' would keep state between launches"),
-    ("struct S { float a; }; __device__ S state;", "module-scope variable 'state' is writable device state that "
-                                                   "would survive a launch: use __constant__ for tables, registers or "
-                                                   "shared memory for the rest"),
+    ("struct S { float a; }; __device__ S state;", _WRITABLE.format("state")),
     ("namespace a { int hidden; }", "host variable 'hidden' is not allowed (device code only): use constexpr or "
                                     "__constant__"),
     # a parenthesis inside the array's size or an alignment is not a parameter list: a writable array, not a prototype
@@ -210,5 +207,4 @@ def test_a_static_local_as_a_body_s_first_statement() -> None:
 
 def test_classes_nest_to_the_limit() -> None:
     """Mutation killed: a class counted as two levels."""
-    from sparserl.harness.static_check import MAX_SCOPE_DEPTH
     assert verdict(csr(HONEST, before="struct S { " * MAX_SCOPE_DEPTH + "}" * MAX_SCOPE_DEPTH + ";")) is None
