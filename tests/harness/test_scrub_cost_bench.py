@@ -35,3 +35,18 @@ def test_kernels_are_one_per_strategy_and_legal() -> None:
     for name, text in texts.items():
         header, code = split_completion(text, Op.SPMV)
         assert static_check(code, header, Op.SPMV) is None, name
+
+
+def test_cheat_over_control_pairs_each_matrix_cheat_with_its_own_control() -> None:
+    """The cheat's median over its control's on the same matrix, each side with and without the scrub. Kills the
+    ratio the wrong way up, a control taken from another matrix, the two sides swapped."""
+    mod = load_benchmark("scrub_cost")
+    s = mod.summarize([
+        {"matrix": "a", "kernel": "cheat", "adversarial": True, "scrub_us": [10.0], "plain_us": [4.0]},
+        {"matrix": "a", "kernel": "cheat_control", "adversarial": True, "scrub_us": [10.0], "plain_us": [8.0]},
+        {"matrix": "b", "kernel": "cheat", "adversarial": True, "scrub_us": [3.0], "plain_us": [3.0]},
+        {"matrix": "b", "kernel": "cheat_control", "adversarial": True, "scrub_us": [2.0], "plain_us": [6.0]},
+        {"matrix": "c", "kernel": "cheat", "adversarial": True, "scrub_us": [1.0], "plain_us": [1.0]},
+    ])
+    assert mod.cheat_over_control(s) == {"a": {"with_scrub": 1.0, "without_scrub": 0.5},
+                                         "b": {"with_scrub": 1.5, "without_scrub": 0.5}}

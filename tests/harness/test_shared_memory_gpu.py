@@ -1,12 +1,13 @@
-"""GPU: shared memory that one launch leaves and the next reads, and the cold flush's scrub of it.
+"""GPU: shared memory that one launch leaves and the next reads, and the scrub of it.
 
 Shared memory is not cleared between launches. A kernel could keep its slice of the matrix there,
-tagged with the arrays' address, and read it back on the next timed run instead of from DRAM: a
-cache that the L2 flush does not reach (``matrix_cached_in_shared_memory`` in
-``tests/harness/adversarial/state.py``). The flush therefore also overwrites every SM's shared
-memory (``FlushBuffer(scrub_shared=True)``, the default). Mutations killed: the scrub left out of
-the flush, run on too few blocks to reach every SM, or with less shared memory than a block may
-take."""
+tagged with the arrays' address, and read it back on the next timed run instead of from DRAM (cold)
+or L2 (warm): a cache that the L2 flush does not reach (``matrix_cached_in_shared_memory`` in
+``tests/harness/adversarial/state.py``). The cold flush therefore also overwrites every SM's shared
+memory (``FlushBuffer(scrub_shared=True)``, the default), and in the warm regime the same scrub ends
+each repetition's preparation. Mutations killed: the scrub left out of the flush or of the warm
+repetitions (or out of only the runs' graph, so that the subtraction takes it from the kernel's time),
+run on too few blocks to reach every SM, or with less shared memory than a block may take."""
 
 from __future__ import annotations
 
@@ -55,6 +56,46 @@ def test_the_scrub_kernel_keeps_its_stores(tmp_path: Path) -> None:
     assert re.search(r"^\s*st\.shared\.", ptx, re.MULTILINE) and ".extern .shared" in ptx
 
 
+class _Recorder:
+    """Stands for the warm regime's io and scrub: records what the captured body enqueues, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def prepare(self, rep: int) -> None:
+        self.events.append(f"prepare {rep}")
+
+    def mark(self, rep: int) -> None:
+        self.events.append(f"mark {rep}")
+
+    def enqueue(self) -> None:
+        self.events.append("scrub")
+
+
+@pytest.mark.parametrize("with_io", [True, False])
+def test_every_warm_repetition_is_scrubbed_in_both_graphs(with_io: bool) -> None:
+    """CPU: the body the warm regime captures (``timing._reps``, on both evaluation paths): before every run
+    a scrub with no run between them, each repetition's preparation first; and the body of the preparations
+    alone, timed and subtracted, holds as many scrubs (the scrub's own time is not charged to the kernel).
+    Kills: the scrub left out of either body, or run only once per graph."""
+    from sparserl.harness.timing import _reps
+
+    rec = _Recorder()
+    io = rec if with_io else None
+    _reps(lambda: rec.events.append("run"), io, 3, True, rec)()
+    runs = [i for i, e in enumerate(rec.events) if e == "run"]
+    assert len(runs) == 3
+    for i, r in enumerate(runs):
+        since = rec.events[(runs[i - 1] + 1 if i else 0):r]
+        assert "scrub" in since, rec.events
+        if with_io:
+            assert since.index(f"prepare {i}") < since.index("scrub"), rec.events
+    with_run = rec.events.count("scrub")
+    rec.events.clear()
+    _reps(lambda: rec.events.append("run"), io, 3, False, rec)()
+    assert "run" not in rec.events and rec.events.count("scrub") == with_run
+
+
 @pytest.mark.gpu
 def test_no_block_finds_what_a_launch_before_the_flush_left() -> None:
     """A launch leaves a tag in each block's shared memory (96 KiB a block, two blocks an SM); a later launch
@@ -85,19 +126,24 @@ def test_no_block_finds_what_a_launch_before_the_flush_left() -> None:
         stream.synchronize()
         return int(seen.get()[0])
 
+    def scrub_alone() -> None:
+        with stream:
+            scrubbing.scrub.enqueue()
+
     nothing = found_after(lambda: None)
     flushed = found_after(lambda: bare.flush(stream))
     scrubbed = found_after(lambda: scrubbing.flush(stream))
-    log.warning("blocks of %d that found the tag: nothing between %d, the L2 flush %d, the flush and its scrub %d",
-                grid, nothing, flushed, scrubbed)
+    warm = found_after(scrub_alone)  # what the warm regime puts between two repetitions
+    log.warning("blocks of %d that found the tag: nothing between %d, the L2 flush %d, the flush and its scrub %d, "
+                "the scrub alone %d", grid, nothing, flushed, scrubbed, warm)
     print(f"shared memory kept between launches: {nothing}/{grid} with nothing between, {flushed}/{grid} after the "
-          f"L2 flush, {scrubbed}/{grid} after the flush and its scrub")
-    assert scrubbed == 0
+          f"L2 flush, {scrubbed}/{grid} after the flush and its scrub, {warm}/{grid} after the scrub alone")
+    assert scrubbed == 0 and warm == 0
 
 
 @pytest.fixture(scope="module")
 def ev(tmp_path_factory):
-    e = Evaluator(HarnessConfig(cold_trials=15, regimes=("cold",), memo=0,
+    e = Evaluator(HarnessConfig(cold_trials=15, regimes=("cold", "warm"), memo=0,
                                 cache_dir=str(tmp_path_factory.mktemp("harness"))))
     yield e
     e.close()
@@ -106,15 +152,16 @@ def ev(tmp_path_factory):
 @pytest.mark.gpu
 def test_the_shared_memory_cache_gains_nothing(ev) -> None:
     """The cheat against its control (the same kernel looking for a tag it never writes: the same work, never a
-    hit) on a matrix whose values and columns fit in the cheat's shared memory (500k rows, 2M nonzeros, 16 MB):
-    both correct, and the cheat's cold time within 15% of the control's (a hit on every run would skip the 16 MB,
-    most of what the kernel reads)."""
+    hit) on a matrix whose values and columns fit in the cheat's shared memory (500k rows, 2M nonzeros, 16 MB),
+    in both regimes: both correct, and the cheat's time within 15% of the control's (a hit on every run would
+    skip the 16 MB, most of what the kernel reads: from DRAM cold, from L2 warm)."""
     mat = ev.register(generate("random", 500_000, seed=5, nnz_per_row=4), "random500k_4")
     cheat = ev.evaluate(smem_cache_kernel(), mat, "spmv")
     control = ev.evaluate(smem_cache_kernel("0x1ull"), mat, "spmv")
     for res in (cheat, control):
         assert res.error_kind is ErrorKind.NONE and res.correct, res.message
-    ratio = cheat.timings["cold"].median_us / control.timings["cold"].median_us
-    print(f"cold: cheat {cheat.timings['cold'].median_us:.2f} us, control {control.timings['cold'].median_us:.2f} us, "
-          f"ratio {ratio:.3f}")
-    assert ratio > 0.85, (cheat.timings["cold"], control.timings["cold"])
+    for regime in ("cold", "warm"):
+        ratio = cheat.timings[regime].median_us / control.timings[regime].median_us
+        print(f"{regime}: cheat {cheat.timings[regime].median_us:.2f} us, control "
+              f"{control.timings[regime].median_us:.2f} us, ratio {ratio:.3f}")
+        assert ratio > 0.85, (regime, cheat.timings[regime], control.timings[regime])

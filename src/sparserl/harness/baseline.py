@@ -173,7 +173,7 @@ def _time_batched(run, io: IOBuffers, config: TimingConfig, flush: FlushBuffer |
         r = time_cold(run, config, flush or FlushBuffer(), bio, floor=config.trials, ci=0.0, batch=config.trials,
                       ahead=ahead)
     else:
-        r = time_warm(run, config, bio, ahead=ahead)
+        r = time_warm(run, config, bio, ahead=ahead, scrub=flush.scrub if flush is not None else None)
     return r.timing
 
 

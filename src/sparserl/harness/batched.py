@@ -40,7 +40,7 @@ from sparserl.harness import gpucheck, profile
 from sparserl.harness.buffers import IOBuffers
 from sparserl.harness.result import ErrorKind
 from sparserl.harness.speed import VerifyLimit, look, look_points, predicted_overrun
-from sparserl.harness.timing import FlushBuffer, Timing, TimingConfig, _summary, capture
+from sparserl.harness.timing import FlushBuffer, SharedMemoryScrub, Timing, TimingConfig, _reps, _summary, capture
 from sparserl.harness.verify import VerifyOutcome
 
 
@@ -322,26 +322,18 @@ def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer,
 
 
 def time_warm(run: Callable[[], None], config: TimingConfig, io: BoardIO, ahead: int = 1,
-              stream=None) -> TimedResult:
+              stream=None, scrub: SharedMemoryScrub | None = None) -> TimedResult:
     """Warm timing as :func:`sparserl.harness.timing.time_run` does it, each sample's checks on the GPU
-    behind it; the host waits after every ``ahead`` samples (as :func:`time_cold` does)."""
+    behind it; the host waits after every ``ahead`` samples (as :func:`time_cold` does). ``scrub`` (the
+    flush's) ends each repetition's preparation, in both graphs."""
     import cupy as cp
 
     stream = stream or cp.cuda.Stream(non_blocking=True)
     start, stop = cp.cuda.Event(), cp.cuda.Event()
 
-    def reps_of(n: int, with_run: bool):
-        def body() -> None:
-            for rep in range(n):
-                io.prepare(rep)
-                if with_run:
-                    run()
-                io.mark(rep)
-        return body
-
     with profile.step("time_prepare"):
         cp.cuda.runtime.deviceSynchronize()  # buffers made on the default stream are ready for this one
-        one = capture(reps_of(1, True), stream)
+        one = capture(_reps(run, io, 1, True, scrub), stream)
         for _ in range(config.warmup):
             one.launch(stream)
         estimate = []
@@ -356,7 +348,7 @@ def time_warm(run: Callable[[], None], config: TimingConfig, io: BoardIO, ahead:
         per_run_ms = max(sum(estimate) / 5, 1e-4)
         reps = int(min(config.max_reps, max(1, round(config.warm_target_ms / per_run_ms))))
         io.snapshot_rep = secrets.randbelow(reps) if io.snapshot is not None else None
-        many = capture(reps_of(reps, True), stream)
+        many = capture(_reps(run, io, reps, True, scrub), stream)
         many.launch(stream)
         with stream:
             board = gpucheck.Board(2 * config.trials)
@@ -392,7 +384,7 @@ def time_warm(run: Callable[[], None], config: TimingConfig, io: BoardIO, ahead:
                         return TimedResult(None, f"timed run ({what}, repetition {io.snapshot_rep + 1}): output "
                                                  f"differs from the reference: {res.describe()}")
     with profile.step("time_runs"):  # the preparations alone, subtracted (cuSPARSE's too, as before)
-        prep = capture(reps_of(reps, False), stream)
+        prep = capture(_reps(run, io, reps, False, scrub), stream)
         prep.launch(stream)
         prep_us = float(np.median(timed(prep, False)))
     per_run = (np.asarray(totals) - prep_us) / reps

@@ -15,7 +15,8 @@ HARNESS_VERSION = 3
 """Bumped whenever a verdict or a time could change for the same kernel: part of every remembered
 verdict's key (the evaluator's memo), of the cuSPARSE baseline cache and of the best-known store.
 2: timed runs prepared and checked like verification runs, fresh values, guards on both sides,
-compiled-code checks. 3: the cold flush also overwrites shared memory (for cuSPARSE's runs too); the
+compiled-code checks. 3: the cold flush also overwrites shared memory, and so does each warm
+repetition's preparation (for cuSPARSE's runs too); the
 source check lexes numbers as the compiler does and bounds macro and scope nesting; the compiled-code
 check follows module addresses through control and refuses L2 eviction policies (evict-last loads
 would keep the matrix in L2 through the flush)."""

@@ -4,8 +4,9 @@ Whatever is timed (a completion's launch sequence, or cuSPARSE's SpMV) is first
 captured into a CUDA graph, so Python's launch cost never lands inside the timed
 region, and both sides are timed by the same function on the same stream:
 
-* ``cold`` (default): before every timed run the stream writes a buffer of twice the
-  GPU's L2 size (evicting the matrix, x and y), then records the start event,
+* ``cold`` (default): before every timed run the stream reads a buffer of twice the
+  GPU's L2 size (evicting the matrix, x and y) and overwrites every SM's shared memory
+  (:class:`SharedMemoryScrub`), then records the start event,
   replays the graph once and records the stop event. The flush keeps the GPU busy
   while the host enqueues the events, so the start event fires right before the
   kernels. This is the regime of a kernel that streams a large matrix from DRAM.
@@ -25,6 +26,9 @@ compared with the fp64 reference.
   timed the same way and subtracted: time per run = (t(prepare + run) - t(prepare)) / reps. After
   every sample the last repetition's output is checked, and so is the output of one repetition
   chosen at random per evaluation (copied aside inside the graph; the copy is in both graphs).
+  Given a scrub (:class:`SharedMemoryScrub`, the flush's), each preparation ends by overwriting
+  every SM's shared memory, so no repetition finds what the one before left there; being part of
+  the preparation, it is subtracted too.
 
 A wrong timed output raises :class:`TimedRunRejected`. Each regime reports the median over
 ``trials`` and the spread (p10 to p90, relative to the median). A graph replay waits for all its
@@ -121,19 +125,39 @@ SCRUB_BLOCKS_PER_SM = 2
 one fits on an SM at a time and the first wave alone covers every SM."""
 
 
+class SharedMemoryScrub:
+    """Overwrites every SM's shared memory: a kernel with the most shared memory a block may have, on
+    twice as many blocks as SMs (one block an SM at a time). It touches no global memory.
+
+    Shared memory is not cleared between launches, so a kernel could read back what its previous
+    launch left there (part of the matrix, say, tagged with the arrays' addresses) and skip reading
+    it from DRAM or L2. The cold flush runs it after evicting L2; the warm regime runs it in each
+    repetition's preparation."""
+
+    def __init__(self) -> None:
+        cp = cupy_module()
+        dev = cp.cuda.Device()
+        self.nbytes = int(cp.cuda.runtime.getDeviceProperties(dev.id)["sharedMemPerBlockOptin"]) // 4 * 4
+        self.kernel = cp.RawKernel(_SCRUB_KERNEL, "smem_scrub")
+        self.kernel.max_dynamic_shared_size_bytes = self.nbytes
+        self.grid = int(dev.attributes["MultiProcessorCount"]) * SCRUB_BLOCKS_PER_SM
+        self.sink = cp.zeros(1, dtype=cp.uint32)
+
+    def enqueue(self) -> None:
+        """Launch the scrub on the current stream (inside a capture too)."""
+        self.kernel((self.grid,), (1024,), (np.int32(self.nbytes // 4), np.uint32(0x5C0B), self.sink),
+                    shared_mem=self.nbytes)
+
+
 class FlushBuffer:
     """Twice the L2 size of clean data; reading it evicts everything else from L2. Then, with
-    ``scrub_shared`` (the default), every SM's shared memory is overwritten.
+    ``scrub_shared`` (the default), every SM's shared memory is overwritten (``scrub``, a
+    :class:`SharedMemoryScrub`, which the warm regime uses too).
 
     The flush *reads* (a kernel over a zeroed buffer) rather than writes: a memset
     would leave L2 full of dirty lines whose write-back then lands inside the next
     timed kernel, charging every kernel (and cuSPARSE) for traffic that is not its own.
-
-    The scrub: shared memory is not cleared between launches, so a kernel could read back what
-    its previous launch left there (part of the matrix, say, tagged with the arrays' addresses)
-    and skip reading it from DRAM, a cache the L2 flush does not reach. A kernel with the most
-    shared memory a block may have (every SM, one block at a time) writes all of it before each
-    cold run; it touches no global memory, so L2 stays as the flush left it.
+    The scrub runs after the read: it touches no global memory, so L2 stays as the flush left it.
     """
 
     def __init__(self, scrub_shared: bool = True) -> None:
@@ -144,23 +168,15 @@ class FlushBuffer:
         self.buf = cp.zeros(self.nbytes // 4, dtype=cp.float32)
         self.sink = cp.zeros(1, dtype=cp.float32)
         self.kernel = cp.RawKernel(_FLUSH_KERNEL, "l2_flush_read")
-        sms = int(dev.attributes["MultiProcessorCount"])
-        self.grid = sms * 8
-        self.scrub = None
-        if scrub_shared:
-            self.scrub_bytes = int(cp.cuda.runtime.getDeviceProperties(dev.id)["sharedMemPerBlockOptin"]) // 4 * 4
-            self.scrub = cp.RawKernel(_SCRUB_KERNEL, "smem_scrub")
-            self.scrub.max_dynamic_shared_size_bytes = self.scrub_bytes
-            self.scrub_grid = sms * SCRUB_BLOCKS_PER_SM
-            self.scrub_sink = cp.zeros(1, dtype=cp.uint32)
+        self.grid = int(dev.attributes["MultiProcessorCount"]) * 8
+        self.scrub = SharedMemoryScrub() if scrub_shared else None
         cp.cuda.runtime.deviceSynchronize()
 
     def flush(self, stream) -> None:
         with stream:
             self.kernel((self.grid,), (256,), (self.buf, np.int64(self.nbytes // 16), self.sink))
             if self.scrub is not None:
-                self.scrub((self.scrub_grid,), (1024,), (np.int32(self.scrub_bytes // 4), np.uint32(0x5C0B),
-                                                         self.scrub_sink), shared_mem=self.scrub_bytes)
+                self.scrub.enqueue()
 
 
 def capture(run: Callable[[], None], stream, reps: int = 1):
@@ -192,13 +208,15 @@ def time_run(run: Callable[[], None], config: TimingConfig, stream=None, flush: 
 
     ``io`` (a :class:`~sparserl.harness.buffers.CheckedIO`) prepares every run like a verification
     launch and checks its output (module docstring); without it the runs are timed as they are.
+    ``flush``: the cold regime's (made here when not given); in the warm regime its scrub, if it
+    has one, ends each repetition's preparation.
     """
     cp = cupy_module()
     stream = stream or cp.cuda.Stream(non_blocking=True)
     clock = _Clock(cp, stream, io)
     if config.regime == "cold":
         return _time_cold(run, config, clock, flush)
-    return _time_warm(run, config, clock)
+    return _time_warm(run, config, clock, flush.scrub if flush is not None else None)
 
 
 class _Clock:
@@ -254,39 +272,43 @@ def _time_cold(run: Callable[[], None], config: TimingConfig, clock: _Clock, flu
     return _summary("cold", np.asarray(samples), 1)
 
 
-def _time_warm(run: Callable[[], None], config: TimingConfig, clock: _Clock) -> Timing:
+def _time_warm(run: Callable[[], None], config: TimingConfig, clock: _Clock,
+               scrub: SharedMemoryScrub | None = None) -> Timing:
     """The warm regime (module docstring): one run estimated, then a graph of enough runs to drown the
-    launch gap; with checks, the preparations alone are timed the same way and subtracted."""
+    launch gap; with checks or a scrub, the preparations alone are timed the same way and subtracted."""
     io, stream = clock.io, clock.stream
-    one = capture(_reps(run, io, 1, True), stream)
+    one = capture(_reps(run, io, 1, True, scrub), stream)
     for _ in range(config.warmup):
         one.launch(stream)
     per_run_ms = max(sum(clock.sample(one) for _ in range(5)) / 5e3, 1e-4)
     reps = int(min(config.max_reps, max(1, round(config.warm_target_ms / per_run_ms))))
     if io is not None:
         io.choose_snapshot(reps)
-    many = capture(_reps(run, io, reps, True), stream)
+    many = capture(_reps(run, io, reps, True, scrub), stream)
     many.launch(stream)
     totals = []
     for trial in range(config.trials):
         totals.append(clock.sample(many))
         clock.reject_wrong(f"warm, sample {trial + 1} of {config.trials}, {reps} runs each")
     prep_us = 0.0
-    if io is not None:
-        prep = capture(_reps(run, io, reps, False), stream)
+    if io is not None or scrub is not None:
+        prep = capture(_reps(run, io, reps, False, scrub), stream)
         prep.launch(stream)
         prep_us = float(np.median([clock.sample(prep) for _ in range(config.trials)]))
     per_run = (np.asarray(totals) - prep_us) / reps
     return _summary("warm", np.maximum(per_run, 1e-3), reps)
 
 
-def _reps(run: Callable[[], None], io, n: int, with_run: bool) -> Callable[[], None]:
-    """A body of ``n`` runs to capture, each prepared and marked by ``io`` when given (``with_run``
-    False: the preparations alone)."""
+def _reps(run: Callable[[], None], io, n: int, with_run: bool,
+          scrub: SharedMemoryScrub | None = None) -> Callable[[], None]:
+    """A body of ``n`` runs to capture, each prepared and marked by ``io`` when given, its preparation
+    ended by ``scrub`` when given (``with_run`` False: the preparations alone)."""
     def body() -> None:
         for rep in range(n):
             if io is not None:
                 io.prepare(rep)
+            if scrub is not None:
+                scrub.enqueue()
             if with_run:
                 run()
             if io is not None:

@@ -340,7 +340,7 @@ class Worker:
                                   ahead=sp.runs_ahead)
                 else:
                     with profile.step("time_warm"):
-                        r = time_warm(runner, cfg, io, ahead=self.speed.runs_ahead)
+                        r = time_warm(runner, cfg, io, ahead=self.speed.runs_ahead, scrub=self.gpu.flush.scrub)
                 if r.failure is not None:
                     wrong = r.failure
                     break
