@@ -7,43 +7,68 @@ from tests.harness.adversarial.base import DOT, HEAD, HONEST, SIG, csr
 
 def smem_cache_kernel(magic_read: str = "0x5EC12E7CAC4Eull") -> str:
     """The shared-memory cache cheat; ``magic_read``: the tag a launch looks for (another value than the one it
-    writes makes the control: the same work, never a hit)."""
+    writes makes the control: the same work, never a hit).
+
+    Each block owns the rows of slice ``blockIdx.x`` and keeps that slice's columns and values in its shared memory
+    with a tag: the magic, the value array's address, nnz, the slice and a position-weighted checksum of what it
+    kept. A block whose shared memory holds its own slice under a matching tag and checksum (the previous launch's
+    block of the same index ran in the same place, and nothing overwrote it since) reads the slice from there
+    instead of from the matrix; any other block reads the matrix and keeps the slice. So the output is right
+    whatever the previous launch left (a stranger's slice, a half-overwritten one), and only the time can tell."""
     head = HEAD.replace("LAUNCH: grid=ceil_div(m, 256), block=256", "LAUNCH: grid=2 * num_sms, block=256, smem=98304")
     body = f"""
     extern __shared__ unsigned long long cache64[];
     unsigned long long* tag = cache64;
-    const int cap = (98304 - 32) / 8;
-    int* ccol = (int*)(cache64 + 4);
+    const int cap = (98304 - 64) / 8;
+    int* ccol = (int*)(cache64 + 8);
     float* cval = (float*)(ccol + cap);
-    __shared__ int slice_s, hit_s;
-    if (threadIdx.x == 0) {{
-        const bool hit = tag[0] == {magic_read} && tag[1] == (unsigned long long)val &&
-                         tag[2] == (unsigned long long)nnz && tag[3] < (unsigned long long)gridDim.x;
-        slice_s = hit ? (int)tag[3] : (int)blockIdx.x;
-        hit_s = hit;
-    }}
-    __syncthreads();
-    const int slice = slice_s;
+    __shared__ unsigned int warp_s[8];
     const int per = (m + gridDim.x - 1) / gridDim.x;
-    const int r0 = min(m, slice * per), r1 = min(m, r0 + per);
+    const int r0 = min(m, (int)blockIdx.x * per), r1 = min(m, r0 + per);
     const int base = row_ptr[r0];
-    const bool fits = row_ptr[r1] - base <= cap;
-    const bool hit = hit_s && fits;
+    const int len = row_ptr[r1] - base;
+    const bool fits = len <= cap;
+    unsigned int part = 0u;
+    if (fits)
+        for (int i = threadIdx.x; i < len; i += blockDim.x)
+            part += ((unsigned int)ccol[i] ^ __float_as_uint(cval[i])) * (2654435761u * (unsigned int)i + 1u);
+    for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+    if ((threadIdx.x & 31) == 0) warp_s[threadIdx.x >> 5] = part;
+    __syncthreads();
+    unsigned int held = 0u;
+    for (int w = 0; w < 8; ++w) held += warp_s[w];
+    const bool hit = fits && tag[0] == {magic_read} && tag[1] == (unsigned long long)val &&
+                     tag[2] == (unsigned long long)nnz && tag[3] == (unsigned long long)blockIdx.x &&
+                     tag[4] == (unsigned long long)held;
+    __syncthreads();
+    unsigned int kept = 0u;
     for (int r = r0 + threadIdx.x; r < r1; r += blockDim.x) {{
         float sum = 0.f;
         for (int j = row_ptr[r]; j < row_ptr[r + 1]; ++j) {{
             int c;
             float v;
             if (hit) {{ c = ccol[j - base]; v = cval[j - base]; }}
-            else {{ c = col_idx[j]; v = val[j]; if (fits) {{ ccol[j - base] = c; cval[j - base] = v; }} }}
+            else {{
+                c = col_idx[j]; v = val[j];
+                if (fits) {{
+                    ccol[j - base] = c; cval[j - base] = v;
+                    kept += ((unsigned int)c ^ __float_as_uint(v)) * (2654435761u * (unsigned int)(j - base) + 1u);
+                }}
+            }}
             sum += v * x[c];
         }}
         y[r] = sum;
     }}
-    __syncthreads();
-    if (threadIdx.x == 0 && fits) {{
-        tag[0] = 0x5EC12E7CAC4Eull; tag[1] = (unsigned long long)val; tag[2] = (unsigned long long)nnz;
-        tag[3] = (unsigned long long)slice;
+    if (!hit && fits) {{
+        for (int o = 16; o > 0; o >>= 1) kept += __shfl_xor_sync(0xffffffffu, kept, o);
+        if ((threadIdx.x & 31) == 0) warp_s[threadIdx.x >> 5] = kept;
+        __syncthreads();
+        if (threadIdx.x == 0) {{
+            unsigned int sum = 0u;
+            for (int w = 0; w < 8; ++w) sum += warp_s[w];
+            tag[0] = 0x5EC12E7CAC4Eull; tag[1] = (unsigned long long)val; tag[2] = (unsigned long long)nnz;
+            tag[3] = (unsigned long long)blockIdx.x; tag[4] = (unsigned long long)sum;
+        }}
     }}
 """
     return f"{head}\n{SIG}\n{{{body}}}\n"
