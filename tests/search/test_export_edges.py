@@ -8,7 +8,8 @@ refinement rows; a skipped child that stops the matrix's other children (``conti
 ``break``); a skip counter set instead of counted; the refinement gain's edge made exclusive; a
 kernel that is its own parent counted; export_sft teaching refinements by default, dropping the
 filter for them, or losing the kernels' skip counts; the too-long and duplicate counts of
-export_rows; the best known shared between matrices."""
+export_rows; the best known shared between matrices; a full matrix or a duplicate that stops the rest
+(``continue`` made ``break`` in export_rows)."""
 
 from __future__ import annotations
 
@@ -137,6 +138,23 @@ def test_every_skip_is_counted_and_does_not_stop_the_matrix_s_other_children(sto
     assert skipped == {"not_faster": 2, "slow": 2, "too_long": 2, "unseen_facts": 2, "no_coordinates": 2}
 
 
+def test_a_parent_child_pair_is_taught_once_per_matrix(store) -> None:
+    """Two searches reached the same child kernel from the same parent kernel under other candidate ids (a
+    re-run, a mutation that landed on the same text): one row, the faster child's; another child of that parent
+    is still a row. The store keeps one candidate id per kernel text (the first), so the export's own memory of
+    taught pairs is a second guard that this does not reach (its mutant survives); this holds the property
+    whichever of the two keeps it."""
+    st, (a, _) = store
+    put(st, a, CSR[0], 10.0, provenance="seed")
+    put(st, a, "spmv/csr_copy/-/p", 10.5, provenance="seed", text=TEXT[CSR[0]])   # the parent's kernel again
+    put(st, a, CSR[1], 5.0, parent=CSR[0])
+    put(st, a, "spmv/csr_copy/-/c", 5.5, parent="spmv/csr_copy/-/p", text=TEXT[CSR[1]])
+    put(st, a, "spmv/csr_copy/-/d", 5.6, parent=CSR[0], text=TEXT[CSR[1]])
+    put(st, a, CSR[2], 6.0, parent=CSR[0])
+    rows, _ = refinement_rows(st)
+    assert sorted((r.times.kernel_us, r.refinement.parent) for r in rows) == [(5.0, CSR[0]), (6.0, CSR[0])]
+
+
 def test_the_gain_s_edge_is_kept(store) -> None:
     """A child exactly ``min_gain`` faster than its parent (2.0 us against 3.0 with a gain of 0.5) is a row."""
     st, (a, _) = store
@@ -167,6 +185,25 @@ def test_export_rows_counts_each_long_kernel_and_duplicate_and_keeps_each_matrix
     put(st, a, CSR[7], 2.02, cusparse_us=1.0)  # under min_speedup, read before CSR[3]
     rows, _ = export_rows(st, ExportFilter(per_matrix=5, within=0.05, max_chars=longest, min_speedup=1.5))
     assert sorted(r.times.kernel_us for r in rows) == [2.0, 2.05, 6.0, 6.2]
+
+
+def test_a_full_matrix_or_a_duplicate_skips_only_that_kernel(store) -> None:
+    """Results are read fastest first over every matrix: matrix a's second kernel (``per_matrix`` 1 reached) is
+    skipped and b's slower one, read after it, is still taken; in one group a kernel already taught from another
+    regime is skipped as a duplicate and the group's next kernel is still taken. Kills ``continue`` made
+    ``break`` at the ``per_matrix`` test and at the duplicate test."""
+    st, (a, b) = store
+    put(st, a, CSR[0], 1.0)
+    put(st, a, CSR[1], 1.5)                     # a is full: skipped
+    put(st, b, CSR[2], 3.0)                     # read after it: taken
+    rows, skipped = export_rows(st, ExportFilter(per_matrix=1))
+    assert sorted((r.name, r.variant) for r in rows) == [("banded", CSR[0]), ("random", CSR[2])]
+    put(st, a, CSR[0], 1.1, regime="warm")      # taught from the cold group: a duplicate
+    put(st, a, CSR[3], 1.2, regime="warm")      # the warm group's next kernel: taken
+    rows, skipped = export_rows(st, ExportFilter(per_matrix=2))
+    assert skipped["duplicate"] == 1
+    assert sorted((r.name, r.variant, r.times.kernel_us) for r in rows) == [
+        ("banded", CSR[0], 1.0), ("banded", CSR[1], 1.5), ("banded", CSR[3], 1.2), ("random", CSR[2], 3.0)]
 
 
 def test_export_sft_summary_and_its_refinements(store, tmp_path: Path) -> None:
