@@ -86,7 +86,8 @@ def measure(regimes: tuple[str, ...], rounds: int) -> dict[str, list[dict]]:
     from sparserl.matrices import generate
 
     texts = kernels()
-    evs = {flag: Evaluator(HarnessConfig(scrub_shared=flag, regimes=regimes, memo=0)) for flag in (True, False)}
+    evs = {flag: Evaluator(HarnessConfig(scrub_shared=flag, regimes=regimes, reward_regime=regimes[0], memo=0))
+           for flag in (True, False)}
     rows: dict[tuple[str, str, str], dict] = {}
     try:
         for mname, (family, n, opts) in MATRICES.items():
