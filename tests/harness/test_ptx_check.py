@@ -322,3 +322,40 @@ def test_each_function_is_judged_on_its_own_registers() -> None:
     assert honest.violation is None, honest.violation
     bad = check_ptx(TWO_FUNCTIONS.format(second="\tst.global.u32 \t[box+4], %r1;"))
     assert bad.violation is not None and "writes to module-scope data ('box')" in bad.violation
+
+
+def test_a_jump_table_or_call_chosen_by_the_address_rules_the_function() -> None:
+    """A ``brx.idx`` (a switch's jump table) whose index comes from a table's address, or an indirect call through
+    a pointer derived from it, picks code by the address's bits as a branch on a predicate does: a store anywhere
+    in the function is then refused. Under a guard on the address, a ``brx`` rules the function too. The same jump
+    table on the thread's index passes. Kills ``brx`` not read as a branch and a region with no target (the index
+    and the call's target were not followed before: no compiler of ours emits either today)."""
+    decl = ".const .align 4 .b8 offs[12] = {255, 255, 255, 255, 0, 0, 0, 0, 1, 0, 0, 0};"
+    table = "$L_tab: .branchtargets $L__BB0_1, $L__BB0_2;\n"
+    after = "$L__BB0_1:\n\tst.global.u32 \t[%rd2], %r1;\n$L__BB0_2:\n\tmov.u32 \t%r5, 1;"
+    by_index = ("\tmov.u64 \t%rd3, offs;\n\tcvt.u32.u64 \t%r2, %rd3;\n\tand.b32 \t%r3, %r2, 1;\n" + table +
+                "\tbrx.idx \t%r3, $L_tab;\n" + after)
+    guarded = ("\tmov.u64 \t%rd3, offs;\n\tsetp.ne.b64 \t%p1, %rd3, 0;\n" + table + "\t@%p1 brx.idx \t%r4, $L_tab;\n"
+               + after)
+    called = ("\tmov.u64 \t%rd3, offs;\n\tadd.s64 \t%rd4, %rd3, 4;\n\tcall (retval0), %rd4, (param0), proto;\n"
+              "\tst.global.u32 \t[%rd2], %r1;")
+    for body in (by_index, guarded, called):
+        r = check_ptx(ptx(body, decl))
+        # the whole function is ruled, the output pointer's definition too: either refusal names module data
+        assert r.violation is not None and "module-scope data" in r.violation, (body, r.violation)
+    honest = ("\tmov.u32 \t%r3, %tid.x;\n\tand.b32 \t%r3, %r3, 1;\n" + table + "\tbrx.idx \t%r3, $L_tab;\n" + after)
+    assert check_ptx(ptx(honest, decl)).violation is None
+
+
+def test_a_store_of_a_symbol_s_address_and_a_bare_address_initialiser_are_refused() -> None:
+    """``st.global.u64 [%rd2], slot+8`` (ptxas takes an address expression as the value) stores the address without
+    a register between; ``.u64 p = a`` initialises module data with an address without ``generic()`` (ptxas takes
+    both). Kills the value's symbols not looked up, and an initialiser refused only when both ``generic(`` and an
+    identifier appear."""
+    decl = ".global .align 8 .u64 slot;"
+    assert "stores the address" in check_ptx(ptx("\tst.global.u64 \t[%rd2], slot+8;", decl)).violation
+    assert "initialised with an address" in check_ptx(
+        ptx("", ".global .align 4 .u32 a;\n.global .align 8 .u64 p = a;")).violation
+    assert "initialised with an address" in check_ptx(
+        ptx("", ".global .align 4 .u32 a;\n.global .align 8 .u64 q[2] = {a, 0};")).violation
+    assert check_ptx(ptx("", ".global .align 4 .u32 n[2] = {0x10, 0f3F800000};")).violation is None

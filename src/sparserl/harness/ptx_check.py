@@ -40,10 +40,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 3
+RULES_VERSION = 4
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
-3: L2 eviction policies refused."""
+3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -194,8 +194,10 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
     An address is followed through every register computed from it, and through control: whatever a
     branch on a predicate computed from it decides (the instructions it skips or repeats, up to its
     target) and whatever an instruction guarded by such a predicate defines counts as derived too, so
-    the address cannot be rebuilt bit by bit under branches (``if (a >> i & 1) b |= 1 << i``). A
-    store under such control is an escape (a flag in memory per bit would rebuild it)."""
+    the address cannot be rebuilt bit by bit under branches (``if (a >> i & 1) b |= 1 << i``). An
+    indirect branch (``brx.idx``, a jump table) or call whose index or target is derived from it rules
+    the whole function. A store under such control is an escape (a flag in memory per bit would
+    rebuild it)."""
     ins = _instructions(body)
     label_at = {lab: i for i, (labs, *_) in enumerate(ins) for lab in labs}
     tainted: set[str] = set()
@@ -206,7 +208,10 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
         for i, (_, guard, op, ops) in enumerate(ins):
             base = op.split(".")[0]
             ruled_here = i in ruled or guard in tainted
-            if base in ("bra", "brx") and ruled_here:
+            # an indirect branch or call whose index or target comes from the address: where it goes is not
+            # followed, so the whole function counts as chosen by the address
+            chosen = base in ("brx", "call") and any(r in tainted for o in ops for r in _REG.findall(o))
+            if (base in ("bra", "brx") and ruled_here) or chosen:
                 target = label_at.get(ops[0].strip()) if base == "bra" and ops else None
                 region = (range(len(ins)) if target is None else
                           range(i + 1, target) if target > i else range(target, i))

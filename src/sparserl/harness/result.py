@@ -18,8 +18,8 @@ verdict's key (the evaluator's memo), of the cuSPARSE baseline cache and of the 
 compiled-code checks. 3: the cold flush also overwrites shared memory, and so does each warm
 repetition's preparation (for cuSPARSE's runs too); the
 source check lexes numbers as the compiler does and bounds macro and scope nesting; the compiled-code
-check follows module addresses through control and refuses L2 eviction policies (evict-last loads
-would keep the matrix in L2 through the flush)."""
+check follows module addresses through control (jump tables and indirect calls included) and refuses L2
+eviction policies (evict-last loads would keep the matrix in L2 through the flush)."""
 
 
 class ErrorKind(str, Enum):
