@@ -275,52 +275,37 @@ def test_a_kernel_that_pins_the_matrix_in_l2_is_refused_from_its_compiled_code(t
     assert res.ptx_violation is not None and "L2 eviction policy" in res.ptx_violation, res.ptx_violation
 
 
-TWO_FUNCTIONS = """.version 9.0
-.target sm_90
-.address_size 64
-
-.const .align 4 .b8 offs[12] = {{255, 255, 255, 255, 0, 0, 0, 0, 1, 0, 0, 0}};
+FIRST_FUNCTION = """.const .align 4 .b8 offs[12] = {255, 255, 255, 255, 0, 0, 0, 0, 1, 0, 0, 0};
 .global .align 4 .b8 box[16];
 
 .func (.param .b32 r) first(
 \t.param .b64 first_param_0
 )
-{{
+{
 \t.reg .b32 \t%r<9>;
 \t.reg .b64 \t%rd<9>;
-\tmov.u64 \t%rd3, offs;
-\t{{
+\tmov.u64 \t%rd2, offs;
+\t{
 \t.reg .b32 %inner;
 \tmov.u32 \t%inner, 1;
-\t}}
-\tld.const.u32 \t%r1, [%rd3+4];
+\t}
+\tld.const.u32 \t%r1, [%rd2+4];
 \tst.param.b32 \t[r], %r1;
 \tret;
-}}
-
-.visible .entry k(
-\t.param .u64 k_param_0
-)
-{{
-\t.reg .b32 \t%r<9>;
-\t.reg .b64 \t%rd<9>;
-\tld.param.u64 \t%rd3, [k_param_0];
-\tcvta.to.global.u64 \t%rd3, %rd3;
-{second}
-\tret;
-}}
+}
 """
+"""A function before the kernel that holds a table's address in ``%rd2``, the kernel's output pointer."""
 
 
 def test_each_function_is_judged_on_its_own_registers() -> None:
-    """Register names repeat across functions: ``%rd3`` holds a table's address in the first function (an inner
-    ``{ }`` block in it) and the output pointer in the kernel. The kernel's store through its own ``%rd3`` passes;
+    """Register names repeat across functions: ``%rd2`` holds a table's address in the first function (an inner
+    ``{ }`` block in it) and the output pointer in the kernel. The kernel's store through its own ``%rd2`` passes;
     a store to module data in the kernel is still refused. Kills a body that runs past its function's closing
     brace (the brace count started wrong, changed by the wrong amount, or not counting inner blocks), which
     carries the first function's taint into the next one and refuses honest code."""
-    honest = check_ptx(TWO_FUNCTIONS.format(second="\tst.global.u32 \t[%rd3], %r1;"))
+    honest = check_ptx(ptx("\tst.global.u32 \t[%rd2], %r1;", FIRST_FUNCTION))
     assert honest.violation is None, honest.violation
-    bad = check_ptx(TWO_FUNCTIONS.format(second="\tst.global.u32 \t[box+4], %r1;"))
+    bad = check_ptx(ptx("\tst.global.u32 \t[box+4], %r1;", FIRST_FUNCTION))
     assert bad.violation is not None and "writes to module-scope data ('box')" in bad.violation
 
 
