@@ -208,3 +208,13 @@ def test_a_static_local_as_a_body_s_first_statement() -> None:
 def test_classes_nest_to_the_limit() -> None:
     """Mutation killed: a class counted as two levels."""
     assert verdict(csr(HONEST, before="struct S { " * MAX_SCOPE_DEPTH + "}" * MAX_SCOPE_DEPTH + ";")) is None
+
+
+@pytest.mark.parametrize("before", ["", ";", "; ;", "; ; ;"])
+@pytest.mark.parametrize("local", ["static int calls = (const int)0;", "static int calls{(const int)0};",
+                                   "static int calls;"])
+def test_a_static_local_anywhere_in_the_body_and_a_const_only_in_its_initialiser(before: str, local: str) -> None:
+    """A writable static local after zero to three empty statements (every offset from the body's start, odd and
+    even) is refused, and so is one whose initialiser, not its type, says ``const``. Kills the body's scan
+    stepping two tokens at a time, and the declaration's type read past its ``=`` or ``{``."""
+    refused(csr(f"{before} {local} {HONEST}"), "static local 'calls' would keep state between launches")
