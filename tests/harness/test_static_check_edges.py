@@ -163,6 +163,33 @@ def test_declarations_that_pass(before: str) -> None:
     assert verdict(csr(HONEST, before=before)) is None, before
 
 
+_STATIC_LOCAL = "__device__ float acc_next() { static float acc = 0.f; acc += 1.f; return acc; }"
+
+
+@pytest.mark.parametrize("params", [
+    "int N = 1", "typename T = Box<Box<int>>", "typename T = Box<Box<int> >", "typename T = Box<Box<Box<int>>>",
+    "bool B = (3 > 2)", "int N = sizeof(int[2 > 1 ? 1 : 2])",
+])
+def test_a_template_default_argument_is_not_an_initialiser(params: str) -> None:
+    """A default argument's '=' (and the angle brackets and parentheses around it) must not turn a template
+    function or class into an initialised variable, whose body the scan skips: a writable static local, a static
+    data member or a host function would pass unseen. After the kernel, nothing else gives it away.
+    Kills: the '=' looked for before the template lists are stripped; '>>' or '>>>' closing too few lists;
+    a '>' inside parentheses closing the list."""
+    box = "template <typename T> struct Box { T v; };\n"
+    for tail, message in (
+            (_STATIC_LOCAL, "static local 'acc' would keep state between launches"),
+            ("struct S { static int hits; };", "static data member 'hits' would keep state between launches"),
+            ("float h() { return 1.f; }", "host function 'h' is not allowed (device code only): mark it __device__"),
+            ("__device__ float g(float a) { return a; }", None)):
+        code = f"template <{params}> {tail}"
+        for text in (csr(HONEST, before=box + code), csr(HONEST, before=box) + code + "\n"):
+            if message is None:
+                assert verdict(text) is None, text
+            else:
+                refused(text, message)
+
+
 def test_delete_as_an_operator_is_refused_and_a_deleted_function_is_not() -> None:
     refused(csr(f"{HONEST} float* p = nullptr; delete p;"), "heap allocation is not allowed")
     refused(csr(f"{HONEST} float* p = nullptr; delete[] p;"), "heap allocation is not allowed")

@@ -118,16 +118,31 @@ def _match(words: list[str], i: int, open_: str = "(", close: str = ")") -> int:
     raise _Refused(f"unbalanced '{open_}'")
 
 
-def _strip_template(decl: list[str]) -> list[str]:
-    while decl and decl[0] == "template" and len(decl) > 1 and decl[1] == "<":
-        depth = 0
-        for j in range(1, len(decl)):
-            depth += {"<": 1, ">": -1, ">>": -2}.get(decl[j], 0)
-            if depth <= 0:
-                decl = decl[j + 1:]
+def _after_templates(decl: list[str]) -> int:
+    """Index of the first token after ``decl``'s leading template parameter lists (``len(decl)`` when
+    one is not closed). Angle brackets inside parentheses are comparisons (``template <bool B = (3 > 2)>``),
+    and ``>>``/``>>>`` close two or three lists at once (``template <class T = A<B<int>>>``)."""
+    i = 0
+    while i + 1 < len(decl) and decl[i] == "template" and decl[i + 1] == "<":
+        depth = parens = 0
+        for j in range(i + 1, len(decl)):
+            if decl[j] in ("(", "["):
+                parens += 1
+            elif decl[j] in (")", "]"):
+                parens -= 1
+            elif parens == 0:
+                depth += {"<": 1, ">": -1, ">>": -2, ">>>": -3}.get(decl[j], 0)
+            if depth <= 0 and parens == 0:
+                i = j + 1
                 break
         else:
-            return []
+            return len(decl)
+    return i
+
+
+def _strip_template(decl: list[str]) -> list[str]:
+    """``decl`` without its template parameter lists and leading storage words."""
+    decl = decl[_after_templates(decl):]
     while decl and decl[0] in ("typedef", "inline", "static", "extern", "public", "private", "protected", ":"):
         decl = decl[1:]
     return decl
@@ -229,9 +244,9 @@ class _Scanner:
             return "ns"
         if words in (["extern", '"C"'], ["extern", '"C++"']):
             return "ns"
-        if _depth0(words, "=") >= 0:
+        core = _strip_template(words)  # a template's default argument is not an initialiser
+        if _depth0(core, "=") >= 0:
             return "init"
-        core = _strip_template(words)
         if core and core[0] == "enum":
             return "enum"
         paren = _depth0(core, "(")
@@ -242,6 +257,7 @@ class _Scanner:
         return "fn" if paren >= 0 else "init"
 
     def _function(self, words: list[str], kind: str, extern_c: bool) -> None:
+        words = words[_after_templates(words):]  # a template's default argument may hold parentheses
         paren = _depth0(words, "(")
         while paren >= 0 and words[paren - 1] in ("__launch_bounds__", "__align__", "alignas", "__maxnreg__"):
             close = _match(words, paren)  # skip the attribute's argument list
