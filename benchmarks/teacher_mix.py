@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from sparserl.matrices.generators import family_of_generated
+
 BINS = ((0, 100_000, "<100k"), (100_000, 500_000, "100k-500k"), (500_000, 1_000_000, "500k-1M"),
         (1_000_000, float("inf"), ">=1M"))
-_GENERATED = re.compile(r"^(?P<family>.+)_\d{3}_\d+$")
 
 
 def size_bin(rows: int) -> str:
@@ -33,9 +33,7 @@ def size_bin(rows: int) -> str:
 def row_family(row: dict) -> str:
     if row.get("family") != "best_known":
         return str(row.get("family"))
-    stem = Path(str(row.get("matrix") or row.get("name") or "")).stem
-    m = _GENERATED.match(stem)
-    return m.group("family") if m else "real"
+    return family_of_generated(Path(str(row.get("matrix") or row.get("name") or "")).stem) or "real"
 
 
 def teacher_mix(rows: list[dict], families: set[str] | None = None) -> dict:

@@ -36,6 +36,7 @@ from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate, load_matrix, save_matrix
+from sparserl.matrices.generators import generated_name
 from sparserl.matrices.card import structure_fingerprint
 from sparserl.matrices.fingerprints import Fingerprints, structures_in
 from sparserl.matrices.io import matrices_in
@@ -179,7 +180,7 @@ def _distinct_matrix(fam: str, i: int, cfg: SFTDataConfig, rng: np.random.Genera
     for _ in range(MAX_REDRAWS + 1):
         rows = draw_rows(i, cfg, rng)
         seed = int(rng.integers(1 << 30))
-        name = f"{fam}_{i:03d}_{rows}"
+        name = generated_name(fam, i, rows)
         path = out / f"{name}.npz"
         if path.exists():
             fp = prints.of(path)

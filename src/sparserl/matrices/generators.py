@@ -1095,6 +1095,21 @@ def is_held_out(name: str) -> bool:
     return any(name == f or name.startswith(f + "_") for f in HELD_OUT_FAMILIES)
 
 
+def generated_name(family: str, index: int, rows: int) -> str:
+    """The name data build gives the ``index``-th matrix it generates of ``family`` (``stencil3d_7_003_366971``)."""
+    return f"{family}_{index:03d}_{rows}"
+
+
+def family_of_generated(name: str) -> str | None:
+    """The family of a name made by :func:`generated_name`, or None for any other name (a real matrix's, such
+    as SuiteSparse's ``lp_ship04l``, even where it starts with a family's name)."""
+    family, sep, rest = name.rpartition("_")
+    family, sep2, index = family.rpartition("_")
+    if sep and sep2 and family in FAMILIES and len(index) == 3 and index.isdigit() and rest.isdigit():
+        return family
+    return None
+
+
 def family_names(include_application: bool = False) -> list[str]:
     """Names of the classic generator families (:data:`CLASSIC_FAMILIES`), in registry order;
     with ``include_application`` every family, the application ones after them."""
