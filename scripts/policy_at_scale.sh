@@ -89,6 +89,10 @@
 # Each stage writes OUT/stages/NAME.done when it ends; run the same command again after a crash or a
 # time limit and the finished stages are skipped (pre-training, the searches and SFT resume inside).
 # Pre-training runs for its minutes (the step cap is out of the way; the learning rate decays over them).
+# PRETRAIN_STEPS=N trains N steps instead, whatever they take: the same base model on a slower card (the full
+# preset's 4 minutes were 887 steps on an H200 and 758 on an H100).
+# A run carried to another machine without its matrices (they are large; the stages' files are not) makes them
+# again, the same, while pre-training runs or before the next stage: the finished stages are kept.
 # The teacher never sees a held-out matrix: searches run on the train split only, and the families
 # held out from every learned component (circuit, kkt, fem_mixed, road) are not generated.
 set -euo pipefail
@@ -157,6 +161,17 @@ sft+=(--steps "$sft_steps")
 knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-1.0}" 1.0
 knob TEMPERATURES "${TEMPERATURES:-}" ""; knob HEADER_GRAMMAR "${HEADER_GRAMMAR:-$grammar}" "$grammar"
 knob BASE_MODEL "${BASE_MODEL:-}" ""
+if [ -n "${PRETRAIN_STEPS:-}" ]; then  # N steps (the learning rate decaying over them) instead of the preset's minutes
+  n=$(count PRETRAIN_STEPS "$PRETRAIN_STEPS" 1) || exit 2
+  kept=(); i=0
+  while [ $i -lt ${#pretrain[@]} ]; do
+    case "${pretrain[$i]}" in
+      --minutes|--steps) i=$((i + 2)) ;;
+      *) kept+=("${pretrain[$i]}"); i=$((i + 1)) ;;
+    esac
+  done
+  pretrain=("${kept[@]}" --steps "$n"); knob PRETRAIN_STEPS "$n" ""
+fi
 teacher_sizes=("${sizes[@]}")  # the teacher's further matrices: the data's sizes unless TEACHER_ROWS="MIN MAX"
 if [ -n "${TEACHER_ROWS:-}" ]; then
   read -r t_min t_max t_more <<< "$TEACHER_ROWS"
@@ -229,9 +244,32 @@ stage() {  # stage NAME COMMAND...: run it unless it finished before; record its
 again() { [ -e "$1" ] && echo --resume || true; }  # --resume when a run left its state behind
 
 teacher_dir="$out/teacher-matrices"  # the matrices searched for the teacher beyond the data's train split
-data_matrices=0; [ -e "$out/stages/data.done" ] || data_matrices=1  # still needed: the data set's (seed 0),
-teacher_matrices=0  # and the teacher's further ones (seed 1)
-if [ "$extra" -gt 0 ] && [ ! -e "$out/stages/search.done" ]; then teacher_matrices=1; fi
+lacks_matrices() {  # lacks_matrices DATA: a generated matrix DATA's splits name (by its file) is not there
+  "${PYTHON:-python}" -c "import json, sys
+from pathlib import Path
+data = Path(sys.argv[1])
+files = {json.loads(line)['matrix'] for s in ('train', 'val', 'test') if (data / f'{s}.jsonl').exists()
+         for line in open(data / f'{s}.jsonl') if line.strip() and json.loads(line).get('family') != 'real'}
+sys.exit(0 if any(not Path(f).exists() for f in files) else 1)" "$1"
+}
+pending() {  # pending STAGE...: one of them has not finished
+  local name
+  for name in "$@"; do [ -e "$out/stages/$name.done" ] || return 0; done
+  return 1
+}
+# The matrices still needed: the data set's (seed 0) and the teacher's further ones (seed 1). Made again, the
+# same, when their stage finished but they are not here and a stage still reads them (a run carried to
+# another machine without them: the searches, improve, the held-out sets and the guided search read the data
+# set's; the search and the held-out sets' check that no held-out matrix was taught read the teacher's).
+data_matrices=0
+readers=(search evals guided); if [ ${#improve[@]} -gt 0 ]; then readers+=(improve); fi
+if [ ! -e "$out/stages/data.done" ] || { pending "${readers[@]}" && lacks_matrices "$out/data"; }; then
+  data_matrices=1
+fi
+teacher_matrices=0
+if [ "$extra" -gt 0 ] && { pending search || { pending evals && [ ! -d "$teacher_dir/matrices" ]; }; }; then
+  teacher_matrices=1
+fi
 make_matrices() {
   if [ "$data_matrices" = 1 ]; then
     sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \

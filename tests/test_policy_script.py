@@ -12,7 +12,8 @@ matrices left unsearched or drawn from the held-out ones (by name or by structur
 GUIDED_MATRICES ignored, a bad IMPROVE or SUITESPARSE that goes on, SUITESPARSE's real test matrices mixed into
 the generated test set or left out of the table, the guided search on a real matrix, the teacher searching with
 the cost model that saw them, a change of the preset (IMPROVE=0 too) left out of settings.json or one
-invocation's changes overwriting another's."""
+invocation's changes overwriting another's, a run carried without its matrices that does not make them again
+(or makes other ones, or makes them again when they are there), PRETRAIN_STEPS ignored."""
 
 from __future__ import annotations
 
@@ -114,20 +115,31 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
                        "TEMPERATURES=1.0,0.5", f"BASE_MODEL={tiny_model_dir}", "TEACHER_ROWS=700 900",
                        "TEACHER_SIZES=stratified", "IMPROVE=0", f"SUITESPARSE={real}"]
     assert targets["changed"] == changed and targets["targets"][0]["met"] is None
+    log_made = (out / "matrices.log").stat().st_mtime_ns
     again = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir)})
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7, again.stdout[-2000:]
     assert len((out / "stages.tsv").read_text().splitlines()) == 8
+    assert (out / "matrices.log").stat().st_mtime_ns == log_made  # the matrices are there: none made again
     # a kept improve round (its best/ folder): evaluated beside its SFT start, and it guides the search
     shutil.copytree(tiny_model_dir, out / "improve" / "best")
     for name in ("evals", "guided"):
         (out / "stages" / f"{name}.done").unlink()
+    # and the run carried to another machine without its matrices (the stages' files only): the ones the
+    # held-out sets read are made again, the same, before they run
+    prints = {f.name: structure_fingerprint(load_matrix(f)) for f in made}
+    for f in made:
+        f.unlink()
+    shutil.rmtree(out / "teacher-matrices")
     # the evaluation written before lacks the improved policy and was sampled at 1.0: --resume makes it again
     # (and with HEADER_GRAMMAR=1 its headers are sampled within the contract's grammar)
-    third = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURE": "0.5", "HEADER_GRAMMAR": "1"})
+    third = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURE": "0.5", "HEADER_GRAMMAR": "1",
+                                        "TEACHER_PER_FAMILY": "1", "TEACHER_ROWS": "700 900",
+                                        "TEACHER_SIZES": "stratified"})  # the teacher's as the first run had them
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     test_eval = json.loads((out / "eval-test" / "eval.json").read_text())
     assert {"base_sft", "improved"} <= set(test_eval["summary"]) and test_eval["config"]["temperature"] == 0.5
     assert test_eval["config"]["header_grammar"] is True
+    assert {f.name: structure_fingerprint(load_matrix(f)) for f in made} == prints
     from sparserl.model.header_grammar import START, run as grammar_run
 
     sampled = [json.loads(line) for line in (out / "eval-test" / "completions.jsonl").read_text().splitlines()]
@@ -222,6 +234,61 @@ def test_the_full_presets_own_settings_are_not_changes_and_a_missing_suitesparse
     assert json.loads((out / "settings.json").read_text()) == {"preset": "small", "changed": []}
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_pretrain_steps_replace_the_presets_minutes(tmp_path) -> None:
+    """PRETRAIN_STEPS=N: pre-training runs N steps (the learning rate decaying over them) in place of the
+    preset's minutes and its out-of-the-way step cap, noted as a change; a bad count is one line. A stand-in
+    ``sparserl`` on the PATH fails at once, so only the stage's command line is read. Kills the knob ignored,
+    the minutes left in (they would stop a slower card early), and a bad count that goes on."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sparserl").write_text("#!/bin/sh\nexit 3\n")
+    (fake / "sparserl").chmod(0o755)
+    path = f"{fake}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    lines = {}
+    for steps in (None, "887"):
+        out = tmp_path / f"run{steps}"
+        res = run(out, "-", "full", env={"PATH": path, "GPUS": "1"} | ({"PRETRAIN_STEPS": steps} if steps else {}))
+        assert res.returncode != 0, res.stdout[-2000:] + res.stderr[-2000:]  # the stand-in failed
+        lines[steps] = next(line for line in res.stdout.splitlines() if line.startswith("== pretrain: "))
+        changed = json.loads((out / "settings.json").read_text())["changed"]
+        assert ("PRETRAIN_STEPS=887" in changed) == (steps is not None)
+    assert "--minutes 4 --steps 1000000" in lines[None]
+    assert lines["887"].endswith("--steps 887") and "--minutes" not in lines["887"] and lines["887"].count("--steps") == 1
+    for bad in ("0", "many"):
+        res = run(tmp_path / "bad", "-", "full", env={"PATH": path, "PRETRAIN_STEPS": bad})
+        assert res.returncode == 2 and res.stderr.startswith("error: PRETRAIN_STEPS is a whole number of at least 1")
+        assert res.stderr.count("\n") == 1 and not (tmp_path / "bad" / "stages").exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_resumed_run_makes_the_data_sets_matrices_again_only_when_they_are_not_there(tmp_path) -> None:
+    """The data stage finished and a later stage still reads its matrices: they are made again (beside
+    pre-training, OUT/matrices.log) only when a file its splits name is missing. A stand-in ``sparserl``
+    fails at once: the making fails (one line), or, with the matrices there, SFT does. Kills the files looked
+    for under another name (every resumed run would make them again) and a missing one not noticed."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sparserl").write_text("#!/bin/sh\nexit 3\n")
+    (fake / "sparserl").chmod(0o755)
+    path = f"{fake}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    out = tmp_path / "run"
+    (out / "stages").mkdir(parents=True)
+    for name in ("pretrain", "data", "search", "export", "merge"):
+        (out / "stages" / f"{name}.done").touch()
+    (out / "data" / "matrices").mkdir(parents=True)
+    there = out / "data" / "matrices" / "banded_000_400.npz"
+    there.touch()
+    row = {"matrix": str(there), "family": "banded"}
+    (out / "data" / "test.jsonl").write_text(json.dumps(row) + "\n" + json.dumps({"matrix": "real0", "family": "real"}))
+    kept = run(out, "-", "smoke", env={"PATH": path})
+    assert kept.returncode != 0 and "== sft: " in kept.stdout and not (out / "matrices.log").exists(), kept.stderr
+    there.unlink()
+    remade = run(out, "-", "smoke", env={"PATH": path})
+    assert remade.returncode == 1 and remade.stderr.startswith("error: generating the matrices failed")
+    assert (out / "matrices.log").exists() and "== sft: " not in remade.stdout
+
+
 def test_suitesparse_stops_after_the_data_stage_on_another_data_set_or_no_real_test_matrix(tmp_path,
                                                                                            tiny_model_dir) -> None:
     """A rerun that adds SUITESPARSE to a data set made without it (or with another folder), or a data set
@@ -233,7 +300,9 @@ def test_suitesparse_stops_after_the_data_stage_on_another_data_set_or_no_real_t
     (out / "stages").mkdir(parents=True)
     (out / "stages" / "data.done").touch()
     (out / "data").mkdir()
-    row = {"rows": [0], "cols": [0], "shape": [2, 2], "code": "FORMAT: CSR", "matrix": "m.npz", "family": "banded"}
+    (out / "data" / "m.npz").touch()  # there: a matrix lacking would be made again first
+    row = {"rows": [0], "cols": [0], "shape": [2, 2], "code": "FORMAT: CSR", "matrix": str(out / "data" / "m.npz"),
+           "family": "banded"}
     (out / "data" / "test.jsonl").write_text(json.dumps(row) + "\n")
     for made, says in ((None, "was made with real matrices from None"),
                        (str(real), "no real matrix of SUITESPARSE")):
