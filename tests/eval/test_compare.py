@@ -258,3 +258,30 @@ def test_a_set_that_repeats_a_training_structure_is_refused(tmp_path: Path) -> N
         matrix_set(EvalConfig(matrices="families", family_rows=300, distinct_from=(str(other), str(trained))))
     with pytest.raises(SparseRLError, match="--distinct-from .*: not a folder"):
         EvalConfig(matrices="families", distinct_from=(str(tmp_path / "none"),))
+
+
+def test_a_failed_cusparse_baseline_is_run_once_more_then_named() -> None:
+    """The harness answers a failed job with an error payload (a worker killed at its time limit, an exception
+    in it). One failure is run again (the held-out families set ended on a ``KeyError`` after 20 minutes of a
+    run otherwise); two stop with the matrix and the harness's message. Kills the retry left out, a failure
+    indexed as if it were times, and an error that does not name the matrix."""
+    from sparserl.errors import SparseRLError
+    from sparserl.eval.compare import cusparse_times
+
+    times = {"baselines": {"cold": {"median_us": 5.0, "roofline": 0.4}}}
+    failed = {"error_kind": "timeout", "message": "did not finish the prepare phase within 60 s"}
+
+    class Harness:
+        def __init__(self, answers):
+            self.answers, self.calls = list(answers), 0
+
+        def baseline(self, ref, op, k):
+            self.calls += 1
+            return self.answers.pop(0)
+
+    once = Harness([failed, times])
+    assert cusparse_times(once, "ref", "spmv", None, "random_1000000") is times and once.calls == 2
+    first = Harness([times])
+    assert cusparse_times(first, "ref", "spmv", None, "m") is times and first.calls == 1
+    with pytest.raises(SparseRLError, match=r"random_1000000 failed twice \(timeout: did not finish the prepare"):
+        cusparse_times(Harness([failed, failed]), "ref", "spmv", None, "random_1000000")
