@@ -75,6 +75,26 @@ def test_writes_to_module_data_are_followed_through_registers() -> None:
     assert "module-scope data" in r.violation and r.uses_atomics
 
 
+@pytest.mark.parametrize("instruction", [
+    "st.global.u32 \t[tbl+4], %r1;",
+    "red.global.add.u32 \t[tbl], %r1;",
+    "cp.async.bulk.global.shared::cta.bulk_group \t[tbl], [%rd5], 16;",
+    "discard.global.L2 \t[tbl], 128;",
+    "stmatrix.sync.aligned.m8n8.x1.shared.b16 \t[tbl], {%r1};",
+    "prefetch.tensormap \t[tbl];",
+])
+def test_every_kind_of_write_to_module_data_is_refused(instruction: str) -> None:
+    """Each opcode family the check counts as a write, with module data as its destination; the last one's
+    first part (``prefetch``) is not a write on its own, so only its full opcode names it. Kills the
+    opcode matched by its first part *and* its prefix (``prefetch.tensormap`` would pass), and any family
+    left out of the list."""
+    decl = ".global .align 64 .b8 tbl[128];"
+    r = check_ptx(ptx("\t" + instruction, decl))
+    assert r.violation is not None and "'tbl'" in r.violation, (instruction, r.violation)
+    # the same instruction on y's memory (a parameter's address) passes: it is the destination that counts
+    assert check_ptx(ptx("\t" + instruction.replace("[tbl+4]", "[%rd2]").replace("[tbl]", "[%rd2]"), decl)).violation is None
+
+
 def test_taint_crosses_loops_and_shuffles() -> None:
     decl = ".global .align 8 .u64 slot;"
     body = ("$L__BB0_1:\n\tadd.s64 \t%rd6, %rd5, 8;\n\tshfl.sync.idx.b32 \t%r2, %r1, 0, 31, -1;\n"
