@@ -28,7 +28,8 @@ held-out sets at the chosen temperature.
 
 ``--resume`` keeps a set whose ``eval.json`` is already there, written with the same settings
 (:data:`RESUME_KEYS`: the same policies, temperature, samples, matrices...); a set's eval.json is
-written at its end.
+written at its end. A set that fails (a harness error, a bug) is named on stderr and the next set runs: the exit
+status is then 1, and ``--resume`` makes only the failed sets again.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {folder(s, t)}: written before with the same settings, kept (--resume)", flush=True)
     if not todo:
         return choice(args, sets, temperatures, folder, specs[-1][0])
+    failed: list[str] = []  # sets whose evaluation failed (the others are written)
     try:
         cfgs = {run: wanted[run] for run in todo}
         for cfg in cfgs.values():
@@ -198,7 +200,14 @@ def main(argv: list[str] | None = None) -> int:
                     from dataclasses import replace
 
                     cfg = replace(cfg, compile_only=True)
-                res = evaluate(cfg, evaluator=ev, policies=policies)
+                try:
+                    res = evaluate(cfg, evaluator=ev, policies=policies)
+                except Exception as exc:  # the other sets still run: one failure does not lose their GPU time
+                    if not isinstance(exc, SparseRLError):
+                        log.exception("%s failed", folder(s, temp))
+                    print(f"error: {folder(s, temp)}: {exc}", file=sys.stderr, flush=True)
+                    failed.append(folder(s, temp))
+                    continue
                 print(f"== {folder(s, temp)}: {res['seconds']:.0f} s (the policies were opened once, in {opened:.1f} s); "
                       f"wrote {cfg.out}/eval.json, eval.md", flush=True)
                 print(Path(cfg.out, "eval.md").read_text(), flush=True)
@@ -208,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     except SparseRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if failed:
+        print(f"error: {len(failed)} of {len(todo)} sets failed ({', '.join(failed)}); the others are written: run "
+              "again with --resume to make only these", file=sys.stderr)
+        return 1
     return choice(args, sets, temperatures, folder, specs[-1][0])
 
 

@@ -129,3 +129,34 @@ def test_several_temperatures_write_a_set_each_and_the_choice(tmp_path, tiny_mod
     chosen = json.loads((out / "temperature.json").read_text())
     assert chosen["chosen"] is None and set(chosen["figures"]["val"]) == {"1", "0.5"}
     assert "temperature chosen on val: none" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
+def test_a_failed_set_does_not_stop_the_others_and_resume_makes_only_it(tmp_path, capsys, monkeypatch,
+                                                                        tiny_model_dir) -> None:
+    """Two runs of the families set (two temperatures), the first failing inside evaluate: the second is still
+    written, the exit status is 1 and stderr names the failed one; --resume then makes only that one. Kills a
+    failure that ends the process (the second set's GPU time lost: on an H100 the families set ended a run this
+    way before the real set ran) and a failure that exits 0 (the stage would be marked done without it)."""
+    import sparserl.eval.compare as compare
+
+    real_evaluate, calls = compare.evaluate, []
+
+    def failing_first(cfg, **kw):
+        calls.append(cfg.out)
+        if len(calls) == 1:
+            raise KeyError("baselines")
+        return real_evaluate(cfg, **kw)
+
+    monkeypatch.setattr(compare, "evaluate", failing_first)
+    argv = [str(tmp_path), "--sets", "families", "--family-rows", "300", "--samples", "1", "--max-new-tokens", "8",
+            "--temperature", "1.0,0.5", "--compile-only", "-c", f"a={tiny_model_dir}", "--resume"]
+    assert bench.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "error: eval-families-t1: 'baselines'" in err and "1 of 2 sets failed (eval-families-t1)" in err
+    assert (tmp_path / "eval-families-t0.5" / "eval.json").exists()
+    assert not (tmp_path / "eval-families-t1" / "eval.json").exists()
+    monkeypatch.setattr(compare, "evaluate", real_evaluate)
+    assert bench.main(argv) == 0
+    assert (tmp_path / "eval-families-t1" / "eval.json").exists()
+    assert "eval-families-t0.5: written before with the same settings, kept" in capsys.readouterr().out
