@@ -312,6 +312,11 @@ fi
 if [ -n "$gen_pid" ]; then
   wait "$gen_pid" || { echo "error: generating the matrices failed: see $out/matrices.log" >&2; exit 1; }
   gen_pid=""; cat "$out/matrices.log"
+  if [ -e "$out/stages/data.done" ] && lacks_matrices "$out/data"; then  # made again, but not the ones named
+    echo "error: the matrices made again are not the ones $out/data's splits name: run with the settings the" \
+      "run was made with ($out/settings.json lists its changes of the preset)" >&2
+    exit 2
+  fi
 fi
 stage data sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \
   "${data[@]}" --target near_fastest \

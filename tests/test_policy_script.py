@@ -287,6 +287,12 @@ def test_a_resumed_run_makes_the_data_sets_matrices_again_only_when_they_are_not
     remade = run(out, "-", "smoke", env={"PATH": path})
     assert remade.returncode == 1 and remade.stderr.startswith("error: generating the matrices failed")
     assert (out / "matrices.log").exists() and "== sft: " not in remade.stdout
+    # made again without error, but not the matrix the splits name (other settings than the run's): one line,
+    # before any stage runs on them
+    (fake / "sparserl").write_text('#!/bin/sh\n[ "$1" = data ] && exit 0\nexit 3\n')
+    other = run(out, "-", "smoke", env={"PATH": path})
+    assert other.returncode == 2 and other.stderr.startswith("error: the matrices made again are not the ones")
+    assert other.stderr.count("\n") == 1 and "== sft: " not in other.stdout
 
 
 def test_suitesparse_stops_after_the_data_stage_on_another_data_set_or_no_real_test_matrix(tmp_path,
