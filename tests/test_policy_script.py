@@ -39,6 +39,15 @@ def run(out: Path, *args: str, env: dict | None = None) -> subprocess.CompletedP
                           env=base | (env or {}), timeout=900)
 
 
+def stand_in_sparserl(tmp_path: Path, body: str) -> str:
+    """A ``sparserl`` on the PATH that runs ``body`` (shell) instead of the CLI: the PATH that finds it first."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "sparserl").write_text(f"#!/bin/sh\n{body}\n")
+    (fake / "sparserl").chmod(0o755)
+    return f"{fake}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def names(path: Path) -> set[str]:
     rows = [json.loads(line) for line in path.open()]
     return {Path(r["matrix"]).name.split(".")[0] for r in rows if r.get("matrix")}
@@ -240,11 +249,7 @@ def test_pretrain_steps_replace_the_presets_minutes(tmp_path) -> None:
     preset's minutes and its out-of-the-way step cap, noted as a change; a bad count is one line. A stand-in
     ``sparserl`` on the PATH fails at once, so only the stage's command line is read. Kills the knob ignored,
     the minutes left in (they would stop a slower card early), and a bad count that goes on."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "sparserl").write_text("#!/bin/sh\nexit 3\n")
-    (fake / "sparserl").chmod(0o755)
-    path = f"{fake}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    path = stand_in_sparserl(tmp_path, "exit 3")
     lines = {}
     for steps in (None, "887"):
         out = tmp_path / f"run{steps}"
@@ -267,11 +272,7 @@ def test_a_resumed_run_makes_the_data_sets_matrices_again_only_when_they_are_not
     pre-training, OUT/matrices.log) only when a file its splits name is missing. A stand-in ``sparserl``
     fails at once: the making fails (one line), or, with the matrices there, SFT does. Kills the files looked
     for under another name (every resumed run would make them again) and a missing one not noticed."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "sparserl").write_text("#!/bin/sh\nexit 3\n")
-    (fake / "sparserl").chmod(0o755)
-    path = f"{fake}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    path = stand_in_sparserl(tmp_path, "exit 3")
     out = tmp_path / "run"
     (out / "stages").mkdir(parents=True)
     for name in ("pretrain", "data", "search", "export", "merge"):
@@ -289,7 +290,7 @@ def test_a_resumed_run_makes_the_data_sets_matrices_again_only_when_they_are_not
     assert (out / "matrices.log").exists() and "== sft: " not in remade.stdout
     # made again without error, but not the matrix the splits name (other settings than the run's): one line,
     # before any stage runs on them
-    (fake / "sparserl").write_text('#!/bin/sh\n[ "$1" = data ] && exit 0\nexit 3\n')
+    stand_in_sparserl(tmp_path, '[ "$1" = data ] && exit 0\nexit 3')
     other = run(out, "-", "smoke", env={"PATH": path})
     assert other.returncode == 2 and other.stderr.startswith("error: the matrices made again are not the ones")
     assert other.stderr.count("\n") == 1 and "== sft: " not in other.stdout
