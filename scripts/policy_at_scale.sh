@@ -67,6 +67,8 @@
 # round was not kept on the small preset at 10k-1M rows, results of 2026-12-04). OUT/settings.json names what any
 # invocation changed of its preset; a run that changed something is not the preset's sitting, and
 # benchmarks/policy_targets.py says so.
+# EVAL_SETS=S1,S2 evaluates only those of the preset's held-out sets (test, families, and real with SUITESPARSE),
+# in that order: a sitting short of device time measures the set it is after first (noted as a change).
 # SUITESPARSE=DIR adds a folder of real matrices (.mtx/.mtx.gz/.npz; the SuiteSparse ones) to the data set, split
 # like a family's (`data build --real-dir DIR --real-split mixed`: a quarter each to validation and test): the
 # teacher searches its train split beside the generated one, and the held-out table gains the
@@ -218,6 +220,17 @@ if [ -n "${SUITESPARSE:-}" ]; then
   if [ ${#improve[@]} -gt 0 ]; then improve+=(--search-cost-model none); fi
 elif [ "$real_wanted" = 1 ]; then
   knob SUITESPARSE none ""; echo "note: no SUITESPARSE: the held-out table has no real set (the $preset preset's has)"
+fi
+if [ -n "${EVAL_SETS:-}" ]; then  # only these held-out sets, in this order (of the preset's)
+  IFS=, read -ra wanted <<< "$EVAL_SETS"; seen=" "
+  for s in "${wanted[@]}"; do
+    case " ${eval_sets[*]} " in
+      *" $s "*) case "$seen" in *" $s "*) ;; *) seen+="$s "; continue ;; esac ;;
+    esac
+    echo "error: EVAL_SETS is a comma-separated list of $(IFS=,; echo "${eval_sets[*]}"), each once (got '$EVAL_SETS')" >&2
+    exit 2
+  done
+  knob EVAL_SETS "$EVAL_SETS" "$(IFS=,; echo "${eval_sets[*]}")"; eval_sets=("${wanted[@]}")
 fi
 corpus=(); [ "$pack" != "-" ] && corpus=(--corpus "$pack")
 if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then

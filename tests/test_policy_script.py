@@ -267,6 +267,39 @@ def test_pretrain_steps_replace_the_presets_minutes(tmp_path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_eval_sets_choose_the_held_out_sets_and_their_order(tmp_path) -> None:
+    """EVAL_SETS=S1,S2: the held-out stage evaluates those sets of the preset's, in that order, noted as a
+    change unless it is the preset's list; a set the preset lacks, one named twice or an empty name is one
+    line. Every stage before the held-out sets is marked done and a stand-in Python reads the evaluation's
+    command line. Kills the knob ignored, the order lost, and a set the run cannot make (real without
+    SUITESPARSE) let through to fail after the GPU time is spent."""
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\ncase "$1" in *heldout_eval.py) echo "$@" > "{tmp_path}/args"; exit 3 ;; esac\n'
+                    f'exec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    for wanted, sets, noted in ((None, "test,families", False), ("families,test", "families,test", True),
+                                ("test,families", "test,families", False), ("families", "families", True)):
+        out = tmp_path / f"run-{wanted}"
+        (out / "stages").mkdir(parents=True)
+        (out / "teacher-matrices" / "matrices").mkdir(parents=True)
+        for name in ("pretrain", "data", "search", "export", "merge", "sft"):
+            (out / "stages" / f"{name}.done").touch()
+        (tmp_path / "args").unlink(missing_ok=True)
+        res = run(out, "-", "full", env={"PYTHON": str(fake), "GPUS": "1", "IMPROVE": "0"}
+                  | ({"EVAL_SETS": wanted} if wanted else {}))
+        assert res.returncode != 0 and "== evals: held_out" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+        args = (tmp_path / "args").read_text().split()
+        assert args[args.index("--sets") + 1] == sets
+        changed = json.loads((out / "settings.json").read_text())["changed"]
+        assert (f"EVAL_SETS={wanted}" in changed) == noted, changed
+    for bad in ("real", "families,families", "families,,test", "nope"):
+        res = run(tmp_path / "bad", "-", "full", env={"EVAL_SETS": bad})
+        assert res.returncode == 2 and res.stderr.startswith("error: EVAL_SETS is a comma-separated list of "
+                                                             "test,families, each once"), res.stderr
+        assert res.stderr.count("\n") == 1 and not (tmp_path / "bad" / "stages").exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_a_resumed_run_makes_the_data_sets_matrices_again_only_when_they_are_not_there(tmp_path) -> None:
     """The data stage finished and a later stage still reads its matrices: they are made again (beside
     pre-training, OUT/matrices.log) only when a file its splits name is missing. A stand-in ``sparserl``
