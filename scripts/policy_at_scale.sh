@@ -30,11 +30,13 @@
 #          With 4 minutes of pre-training the held-out perplexity was 5.82 instead of 8.59;
 #   full   the whole table of the targets in what one H200 sitting holds: the small preset's data and
 #          searches, with pre-training 4 min, 8 further matrices per family searched for the teacher
-#          (TEACHER_PER_FAMILY), SFT 400 steps, 16 samples (the targets are best of 16), held-out headers
-#          sampled within the contract's grammar (HEADER_GRAMMAR), the guided search on 4 test matrices,
-#          and the SuiteSparse split (SUITESPARSE=DIR; a full run without it is noted as changed, its
-#          table has no real set). The target is 40 minutes; it took 20.0 (1202 s of stages on one H200,
-#          results of 2026-12-05, policy-full-preset).
+#          (TEACHER_PER_FAMILY) drawn stratified over 100k-2M rows (TEACHER_ROWS, TEACHER_SIZES), SFT 400
+#          steps, 16 samples (the targets are best of 16), held-out headers sampled within the contract's
+#          grammar (HEADER_GRAMMAR), the guided search on 4 test matrices, and the SuiteSparse split
+#          (SUITESPARSE=DIR; a full run without it is noted as changed, its table has no real set). The
+#          target is 40 minutes; with the teacher then drawn over 10k-1M rows it took 20.0 (1202 s of stages
+#          on one H200, results of 2026-12-05, policy-full-preset); the larger teacher's search took 290 s
+#          on an H100 against 134 on that H200 (teacher-sizes-stratified: 1093 s to the end of SFT).
 #          Each setting is one a small run measured (results of 2026-12-04: policy-teacher-at-scale,
 #          policy-length-limit, header-grammar-cover); the earlier full preset (12 minutes of pre-training,
 #          10 matrices per family to 2M rows, 30 further ones, 800 steps, two improve rounds) never ran:
@@ -53,14 +55,17 @@
 # samples of them were correct once in 32, and from one pre-trained base the small preset with the limit
 # reached 92.6% correct on the test split against 76.5% without it (results of 2026-12-04,
 # policy-length-limit). MAX_TARGET_CHARS=none teaches every kernel; improve's teacher gets the same limit.
-# TEACHER_PER_FAMILY=N searches N further generated matrices per family (seed 1, the data's sizes; made on the
-# CPU while pre-training runs, OUT/teacher-matrices) in the search stage beside the train split, so the store
-# the teacher is exported from covers more sizes and structures than the data set (small 0, full 8): about
-# 1.4 s a matrix at 16 candidates on one H200. TEACHER_ROWS="MIN MAX" draws those matrices' rows in [MIN, MAX]
-# instead, and TEACHER_SIZES=stratified draws a family's i-th one in the i-th of N equal parts of the range on a
-# log scale (`data build --size-draw`; default random, each over the whole range): the full preset's first run
-# drew five of stencil3d_27's eight below 100k rows, where CSR is the fastest, and its policy wrote CSR for the
-# 1M-row stencils (results of 2026-12-05, policy-full-preset). SFT_STEPS=N trains SFT for N steps (small 200,
+# TEACHER_PER_FAMILY=N searches N further generated matrices per family (seed 1; made on the CPU while
+# pre-training runs, OUT/teacher-matrices) in the search stage beside the train split, so the store the teacher
+# is exported from covers more sizes and structures than the data set (small 0, full 8): about 1.4 s a matrix at
+# 16 candidates on one H200. TEACHER_ROWS="MIN MAX" draws those matrices' rows in [MIN, MAX] (small: the data's
+# 10k-1M; full 100k-2M), and TEACHER_SIZES=stratified draws a family's i-th one in the i-th of N equal parts of
+# the range on a log scale (`data build --size-draw`; random draws each over the whole range; small random, full
+# stratified). The full preset's first run drew its teacher at random over 10k-1M: five of stencil3d_27's eight
+# fell below 100k rows, where CSR is the fastest, and its policy wrote CSR for the 1M-row 3D stencils (0.43 and
+# 0.53 of the oracle; the families' best of 16 0.886). Drawn stratified over 100k-2M, the policy wrote DIA there
+# (0.96 and 1.01) and the families reached 1.002, with the correct share at 0.856 against 0.933 (results of
+# 2026-12-05, policy-full-preset and teacher-sizes-stratified). SFT_STEPS=N trains SFT for N steps (small 200,
 # full 400): with more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
 # are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
@@ -104,6 +109,7 @@ pack=${2:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]  (PACK: 
 preset=${3:-full}
 families=diagonal,banded,stencil2d,stencil3d_7,stencil3d_27,block,random,powerlaw,skewed,empty_rows,rectangular,dense_lines,rmat,lp,kronecker,cartesian,arrow
 device=(); compile=(); gen=(); eval_sets=(test families); improve=(); evalgen=()
+teacher_rows=""; teacher_draw_default=random  # the teacher's further matrices: the data's sizes, drawn at random
 grammar=0; real_wanted=0  # the preset's HEADER_GRAMMAR, and whether its table has the SuiteSparse set
 case $preset in
   small) pretrain=(--preset base --minutes 3 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
@@ -118,6 +124,7 @@ case $preset in
          data=(--variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
          search=(--budget 16 --seconds 10); sft_steps=400; sft=(--batch-size 16 --eval-samples 0); samples=16
          evalgen=(--gen-batch 128); grammar=1; real_wanted=1
+         teacher_rows="100000 2000000"; teacher_draw_default=stratified
          improve=(--rounds 1 --matrices-per-round 4 --search-budget 16 --search-seconds 20 --val-matrices 4)
          guided_n=4; guided=(--budget 64 --samples 16 --search 16) ;;
   smoke) families=stencil2d,powerlaw,lp
@@ -174,19 +181,20 @@ if [ -n "${PRETRAIN_STEPS:-}" ]; then  # N steps (the learning rate decaying ove
   done
   pretrain=("${kept[@]}" --steps "$n"); knob PRETRAIN_STEPS "$n" ""
 fi
-teacher_sizes=("${sizes[@]}")  # the teacher's further matrices: the data's sizes unless TEACHER_ROWS="MIN MAX"
-if [ -n "${TEACHER_ROWS:-}" ]; then
-  read -r t_min t_max t_more <<< "$TEACHER_ROWS"
+teacher_sizes=("${sizes[@]}")  # the teacher's further matrices: the preset's range, or TEACHER_ROWS="MIN MAX"
+rows_wanted=${TEACHER_ROWS:-$teacher_rows}
+if [ -n "$rows_wanted" ]; then
+  read -r t_min t_max t_more <<< "$rows_wanted"
   if [ -z "${t_max:-}" ] || [ -n "${t_more:-}" ]; then
-    echo "error: TEACHER_ROWS is two whole numbers, the fewest and the most rows (got '$TEACHER_ROWS')" >&2; exit 2
+    echo "error: TEACHER_ROWS is two whole numbers, the fewest and the most rows (got '$rows_wanted')" >&2; exit 2
   fi
   t_min=$(count "TEACHER_ROWS's fewest" "$t_min" 1) || exit 2
   t_max=$(count "TEACHER_ROWS's most" "$t_max" "$t_min") || exit 2
-  teacher_sizes=(--min-rows "$t_min" --max-rows "$t_max"); knob TEACHER_ROWS "$t_min $t_max" ""
+  teacher_sizes=(--min-rows "$t_min" --max-rows "$t_max"); knob TEACHER_ROWS "$t_min $t_max" "$teacher_rows"
 fi
-teacher_draw=${TEACHER_SIZES:-random}
+teacher_draw=${TEACHER_SIZES:-$teacher_draw_default}
 case "$teacher_draw" in
-  random|stratified) knob TEACHER_SIZES "$teacher_draw" random ;;
+  random|stratified) knob TEACHER_SIZES "$teacher_draw" "$teacher_draw_default" ;;
   *) echo "error: TEACHER_SIZES is random or stratified (got '$teacher_draw')" >&2; exit 2 ;;
 esac
 gpu_ids=()  # the GPUs this run may use: CUDA_VISIBLE_DEVICES's, else every one nvidia-smi lists (GPUS=N: 0..N-1)

@@ -267,6 +267,36 @@ def test_pretrain_steps_replace_the_presets_minutes(tmp_path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_full_presets_teacher_is_drawn_stratified_over_100k_to_2m_rows(tmp_path) -> None:
+    """The teacher's further matrices: the full preset draws them stratified over 100k-2M rows (its policy
+    wrote DIA on the 1M-row 3D stencils only so), the small preset at random over the data's sizes; either
+    given explicitly as the preset has it is no change, anything else is. A stand-in ``sparserl`` records
+    each command and makes nothing (the data stage then fails). Kills the full preset left on the data's
+    sizes or on the random draw, and the preset's own values noted as changes."""
+    calls = tmp_path / "calls"
+    path = stand_in_sparserl(tmp_path, f'echo "$@" >> "{calls}"\ncase "$*" in *--matrices-only*) exit 0 ;; esac\nexit 3')
+    cases = (("full", {}, "--min-rows 100000 --max-rows 2000000 --size-draw stratified", []),
+             ("full", {"TEACHER_ROWS": "100000 2000000", "TEACHER_SIZES": "stratified"},
+              "--min-rows 100000 --max-rows 2000000 --size-draw stratified", []),
+             ("full", {"TEACHER_ROWS": "10000 1000000", "TEACHER_SIZES": "random"},
+              "--min-rows 10000 --max-rows 1000000 --size-draw random",
+              ["TEACHER_ROWS=10000 1000000", "TEACHER_SIZES=random"]),
+             ("small", {"TEACHER_PER_FAMILY": "1"}, "--min-rows 10000 --max-rows 1000000 --size-draw random",
+              ["TEACHER_PER_FAMILY=1"]))
+    for i, (preset, env, drawn, noted) in enumerate(cases):
+        out = tmp_path / f"run{i}"
+        (out / "stages").mkdir(parents=True)
+        (out / "stages" / "pretrain.done").touch()
+        calls.unlink(missing_ok=True)
+        res = run(out, "-", preset, env={"PATH": path, "GPUS": "1", "IMPROVE": "0"} | env)
+        assert res.returncode != 0 and "== data: " in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+        teacher = [c for c in calls.read_text().splitlines() if "--seed 1 --matrices-only" in c]
+        assert len(teacher) == 1 and drawn in teacher[0], teacher
+        changed = json.loads((out / "settings.json").read_text())["changed"]
+        assert [c for c in changed if c.startswith("TEACHER")] == noted, changed
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_eval_sets_choose_the_held_out_sets_and_their_order(tmp_path) -> None:
     """EVAL_SETS=S1,S2: the held-out stage evaluates those sets of the preset's, in that order, noted as a
     change unless it is the preset's list; a set the preset lacks, one named twice or an empty name is one
