@@ -147,6 +147,56 @@ def test_specialised_dia_and_bsr_bake_their_facts_and_not_the_shape() -> None:
     assert bsr.render(q, four) != bsr.render(q, even)
 
 
+def test_dia_window_spec_facts_are_the_cards_offsets_as_listed() -> None:
+    """The one fact block of dia_window_spec is the offsets item by item as the prompt's card lists them
+    (a run ``a..b`` as ``a, b``, a single offset twice): nothing counted or grouped by whoever writes it.
+    Kills a facts block that names the diagonals' count or clusters again, or expands the runs."""
+    import re
+
+    from sparserl.eval.library_match import template_body
+
+    dia = get_template("spmv", "dia_window_spec")
+    for family in ("stencil2d", "stencil3d_27", "banded"):
+        card = matrix_card(generate(family, 30_001, seed=1))
+        listed = card.prompt().split("diagonal offsets: ")[1].split("\n")[0].split()
+        pairs = [item.split("..") if ".." in item else [item, item] for item in listed]
+        text = dia.render({"block": 256, "v": 2}, card)
+        facts = [line for line in text.splitlines() if re.match(r"(__device__ )?constexpr|__constant__", line)]
+        assert facts[0] == "__device__ constexpr int RUNS[] = {" + ", ".join(a for p in pairs for a in p) + "};"
+        assert not any(word in text.split("#define")[0] for word in ("DIAGS =", "CLUSTERS =", "CLUSTER_END ="))
+        assert template_body(text, Op.SPMV) == "dia_window_spec"  # still known as the template's body, facts aside
+
+
+def test_dia_window_spec_compiler_lays_out_the_offsets_and_clusters_as_the_python_rule() -> None:
+    """What the compiler works out from the facts (the offsets one by one, their count, the clusters that
+    share a window of x) equals :func:`sparserl.kernels.templates.dia.clusters`, the rule the template
+    was measured with: static_asserts appended to the rendered kernel, compiled. Offsets with runs,
+    gaps of exactly CLUSTER_GAP and one more, and windows at the MAX_WINDOW limit. Kills the gap test
+    off by one, the window limit off by one, and a run expanded without its last offset."""
+    import scipy.sparse as sp
+
+    from sparserl.kernels.templates.dia import CLUSTER_GAP, clusters
+
+    m = 4001
+    cases = [(-9, -8, -3, 0, 1, 7, 8, 40), (-1, 0, 1), (0,), (-2000, -1, 0, 1, 2, 3000),
+             tuple(range(-16, 17)), (0, CLUSTER_GAP, 2 * CLUSTER_GAP + 1, 2 * CLUSTER_GAP + 2),
+             (-101, -100, -99, -1, 0, 1, 99, 100, 101), (-30, -28, -21, -13, -6, 0, 3, 11, 17, 26, 28, 31)]
+    dia = get_template("spmv", "dia_window_spec")
+    sources = []
+    for offsets in cases:
+        card = matrix_card(sp.diags([np.ones(m - abs(o)) for o in offsets], offsets, shape=(m, m), format="csr"))
+        assert card.dia_offsets == offsets
+        groups = clusters(offsets)
+        ends = np.cumsum([len(g) for g in groups]).tolist()
+        checks = [f"DIAGS == {len(offsets)}", f"CLUSTERS == {len(groups)}"]
+        checks += [f"OFFSETS.v[{d}] == {o}" for d, o in enumerate(offsets)]
+        checks += [f"CLUSTER_END.v[{c}] == {e}" for c, e in enumerate(ends)]
+        code = split_completion(dia.render({"block": 256, "v": 1}, card), Op.SPMV)[1]
+        sources.append(code + "\n" + "".join(f'static_assert({c}, "{c}");\n' for c in checks))
+    for offsets, r in zip(cases, compile_many(sources, OPTIONS)):
+        assert r.ok, (offsets, r.log[-800:])
+
+
 @pytest.mark.slow(seconds=8)
 def test_dia_window_spec_on_the_widest_card_compiles_without_spills() -> None:
     """64 diagonals 37 apart (the most a card lists; each its own cluster of x): the seeds compile

@@ -179,20 +179,26 @@ class MatrixCard:
         return "\n".join(lines)
 
 
-def _offset_runs(offsets: tuple[int, ...]) -> list[str]:
-    """Ascending offsets as items: a run of three or more consecutive ones is ``a..b``."""
-    items: list[str] = []
+def offset_runs(offsets: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Ascending offsets as the prompt lists them, each item ``(first, last)``: three or more
+    consecutive offsets are one run, any other offset an item of its own (``first == last``)."""
+    items: list[tuple[int, int]] = []
     i = 0
     while i < len(offsets):
         j = i
         while j + 1 < len(offsets) and offsets[j + 1] == offsets[j] + 1:
             j += 1
         if j - i >= 2:
-            items.append(f"{offsets[i]}..{offsets[j]}")
+            items.append((offsets[i], offsets[j]))
         else:
-            items += [str(o) for o in offsets[i:j + 1]]
+            items += [(o, o) for o in offsets[i:j + 1]]
         i = j + 1
     return items
+
+
+def _offset_runs(offsets: tuple[int, ...]) -> list[str]:
+    """Ascending offsets as the prompt's items: a run of three or more consecutive ones is ``a..b``."""
+    return [f"{a}..{b}" if b > a else str(a) for a, b in offset_runs(offsets)]
 
 
 def prompt_card(A: Any) -> str:

@@ -6,9 +6,11 @@ streaming stores, so the L2 keeps ``x``.
 
 * ``dia_window``: offsets read from ``offsets`` at run time, one diagonal at a time; ``x`` read
   with a 16-byte load when the diagonal's offset is a multiple of 4, else four single loads.
-* ``dia_window_spec``: the diagonal offsets and their count are compile-time constants and the
-  loop over diagonals is unrolled; the shape is read at run time, so one body serves every size
-  with the same offsets. Nearby offsets are grouped into clusters; each cluster loads the aligned
+* ``dia_window_spec``: the diagonal offsets are compile-time constants and the loop over diagonals
+  is unrolled; the shape is read at run time, so one body serves every size with the same offsets.
+  Its one fact is the offsets as the card lists them (``RUNS``: first and last of each run); the
+  compiler expands them and works out their count and clusters, so a policy writing the kernel
+  copies numbers and computes none. Nearby offsets are grouped into clusters; each cluster loads the aligned
   window of ``x`` that all its diagonals need (for a 9-band matrix, three 16-byte loads serve all
   nine diagonals of four rows), whatever the offsets' alignment. ``val`` of diagonal ``d`` is read
   with 16-, 8- or 4-byte loads as ``d*m`` mod 4 allows (a test every thread takes the same way).
@@ -22,7 +24,7 @@ from __future__ import annotations
 from sparserl.kernels.contract import Op, render_params_line, signature
 from sparserl.kernels.library.common import completion, fill
 from sparserl.kernels.templates.base import Param, Params, Template
-from sparserl.matrices.card import MatrixCard
+from sparserl.matrices.card import MatrixCard, offset_runs
 
 CLUSTER_GAP = 8
 """Offsets at most this far apart share a window of x (when the window stays small)."""
@@ -117,12 +119,58 @@ def _render_generic(p: Params, card: MatrixCard | None) -> str:
 _SPEC = fill(
     """
 #define FLOOR4(v) (((v) >= 0 ? (v) / 4 : -((3 - (v)) / 4)) * 4)  // the multiple of 4 at or below v
-constexpr int FIRST_ROW = OFFSETS[0] < 0 ? -FLOOR4(OFFSETS[0]) : 0;
+// Worked out by the compiler from RUNS: the offsets one by one (OFFSETS.v), and the clusters of diagonals
+// that share a window of x: runs at most ${GAP} apart whose aligned window takes at most ${MAX_WINDOW} 16-byte loads
+// (cluster c: diagonals CLUSTER_END.v[c - 1] .. CLUSTER_END.v[c] - 1).
+__device__ constexpr int count_diagonals()
+{
+    int n = 0;
+    for (int i = 0; i + 1 < int(sizeof(RUNS) / sizeof(RUNS[0])); i += 2) n += RUNS[i + 1] - RUNS[i] + 1;
+    return n;
+}
+constexpr int DIAGS = count_diagonals();
+struct Offsets { int v[DIAGS]; };
+__device__ constexpr Offsets offsets_of()
+{
+    Offsets o{};
+    int d = 0;
+    for (int i = 0; i + 1 < int(sizeof(RUNS) / sizeof(RUNS[0])); i += 2)
+        for (int off = RUNS[i]; off <= RUNS[i + 1]; ++off) o.v[d++] = off;
+    return o;
+}
+__device__ constexpr Offsets OFFSETS = offsets_of();
+__device__ constexpr int clusters_into(int* end)  // the clusters' ends into end[]; returns their number
+{
+    int count = 0, first = 0;
+    for (int d = 0; d < DIAGS; ++d) {
+        const int o = OFFSETS.v[d];
+        if (d > 0 && o - OFFSETS.v[d - 1] <= ${GAP} && (FLOOR4(o + 3) - FLOOR4(OFFSETS.v[first])) / 4 + 1 <= ${MAX_WINDOW}) {
+            end[count - 1] = d + 1;
+        } else {
+            first = d;
+            end[count++] = d + 1;
+        }
+    }
+    return count;
+}
+__device__ constexpr int count_clusters() { int end[DIAGS] = {}; return clusters_into(end); }
+constexpr int CLUSTERS = count_clusters();
+struct Ends { int v[CLUSTERS]; };
+__device__ constexpr Ends cluster_ends()
+{
+    int end[DIAGS] = {};
+    clusters_into(end);
+    Ends e{};
+    for (int c = 0; c < CLUSTERS; ++c) e.v[c] = end[c];
+    return e;
+}
+__device__ constexpr Ends CLUSTER_END = cluster_ends();
+constexpr int FIRST_ROW = OFFSETS.v[0] < 0 ? -FLOOR4(OFFSETS.v[0]) : 0;
 
 ${SIG}
 {
     // Rows r0 .. r0+3 with FIRST_ROW <= r0 <= last_row have every window of x inside x and lie inside y.
-    const int last_row = min(n - FLOOR4(OFFSETS[DIAGS - 1] + 3) - 4, m - 4);
+    const int last_row = min(n - FLOOR4(OFFSETS.v[DIAGS - 1] + 3) - 4, m - 4);
     // V groups of four consecutive rows per thread, strided by the block; diagonals unrolled.
     #pragma unroll
     for (int g = 0; g < V; ++g) {
@@ -133,9 +181,9 @@ ${SIG}
             #pragma unroll
             for (int c = 0; c < CLUSTERS; ++c) {
                 // The diagonals of cluster c share one aligned window of x: x[r0 + start .. r0 + start + 4 * loads).
-                const int d0 = c == 0 ? 0 : CLUSTER_END[c - 1];
-                const int start = FLOOR4(OFFSETS[d0]);
-                const int loads = (FLOOR4(OFFSETS[CLUSTER_END[c] - 1] + 3) - start) / 4 + 1;
+                const int d0 = c == 0 ? 0 : CLUSTER_END.v[c - 1];
+                const int start = FLOOR4(OFFSETS.v[d0]);
+                const int loads = (FLOOR4(OFFSETS.v[CLUSTER_END.v[c] - 1] + 3) - start) / 4 + 1;
                 float w[4 * ${MAX_WINDOW}];
                 #pragma unroll
                 for (int i = 0; i < ${MAX_WINDOW}; ++i) {
@@ -145,8 +193,8 @@ ${SIG}
                     }
                 }
                 #pragma unroll
-                for (int d = d0; d < CLUSTER_END[c]; ++d) {
-                    const int e = OFFSETS[d] - start;  // x[r0 + OFFSETS[d] + t] is w[e + t]
+                for (int d = d0; d < CLUSTER_END.v[c]; ++d) {
+                    const int e = OFFSETS.v[d] - start;  // x[r0 + OFFSETS.v[d] + t] is w[e + t]
                     const float* vd = val + (size_t)d * m + r0;  // 16-, 8- or 4-byte loads as d * m allows
                     const int align = (d * (m & 3)) & 3;  // (d * m) mod 4, the same for every thread
                     float a[4];
@@ -167,7 +215,7 @@ ${SIG}
             #pragma unroll
             for (int d = 0; d < DIAGS; ++d) {
                 const float* vd = val + (size_t)d * m;
-                const int c = r0 + OFFSETS[d];
+                const int c = r0 + OFFSETS.v[d];
                 #pragma unroll
                 for (int t = 0; t < 4; ++t)
                     if (r0 + t < m && c + t >= 0 && c + t < n) s[t] = fmaf(__ldcs(vd + r0 + t), __ldg(x + c + t), s[t]);
@@ -180,26 +228,21 @@ ${SIG}
         }
     }
 }
-""", SIG=_SIG, MAX_WINDOW=MAX_WINDOW)
-"""The one body of dia_window_spec: the facts block above it names the offsets and the clusters
-(the shape is read at run time); the compiler unrolls the diagonals and folds every offset into the
-loads' addresses."""
+""", SIG=_SIG, MAX_WINDOW=MAX_WINDOW, GAP=CLUSTER_GAP)
+"""The one body of dia_window_spec: the facts block above it names the offsets, as the card lists them
+(the shape is read at run time); the compiler counts the diagonals, groups them into clusters (the rule
+of :func:`clusters`), unrolls them and folds every offset into the loads' addresses."""
 
 
 def _spec_facts(card: MatrixCard) -> str:
-    offs = card.dia_offsets
-    ends, d = [], 0
-    for cl in clusters(offs):
-        d += len(cl)
-        ends.append(d)
-    table = ", ".join(str(o) for o in offs)
+    """The one fact the body needs: the diagonal offsets, item by item as the card's prompt lists them
+    (a run ``a..b`` as ``a, b``, a single offset ``o`` as ``o, o``), so a policy copies them rather than
+    counting or grouping; everything derived from them is the compiler's work."""
+    runs = ", ".join(f"{a}, {b}" for a, b in offset_runs(card.dia_offsets))
     return "\n".join([
-        f"// Specialised to this matrix: {len(offs)} diagonals at offsets {table}.",
-        f"constexpr int DIAGS = {len(offs)};",
-        f"constexpr int CLUSTERS = {len(ends)};  // runs of nearby diagonals that share a window of x",
-        f"__device__ constexpr int OFFSETS[DIAGS] = {{{table}}};  // column - row, ascending",
-        f"__device__ constexpr int CLUSTER_END[CLUSTERS] = {{{', '.join(map(str, ends))}}};"
-        "  // cluster c: diagonals CLUSTER_END[c - 1] .. CLUSTER_END[c] - 1",
+        "// Specialised to this matrix: its diagonal offsets (column - row) as the card lists them, ascending:",
+        "// first, last of each run (a single offset twice).",
+        f"__device__ constexpr int RUNS[] = {{{runs}}};",
     ])
 
 
