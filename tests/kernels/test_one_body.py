@@ -68,7 +68,7 @@ def test_every_template_is_one_body_over_its_points_and_matrices(cards) -> None:
 
 def test_facts_blocks_hold_only_constants_and_initialised_constant_tables(cards) -> None:
     decl = re.compile(r"^(// .*|constexpr (int|bool) \w+( = [^;]+)?(, \w+ = [^;]+)*;.*"
-                      r"|(__constant__|__device__ constexpr) int \w+\[\w+\] = \{[-0-9, ]*(\};.*)?|[-0-9, ]+,?|\};.*)$")
+                      r"|(__constant__|__device__ constexpr) int \w+\[\w*\] = \{[-0-9, ]*(\};.*)?|[-0-9, ]+,?|\};.*)$")
     seen = 0
     for t in templates():
         if not t.specialised:
