@@ -296,9 +296,11 @@ make_matrices() {
     sparserl data build --out "$out/data" --families "$families" --per-family "$per_family" "${sizes[@]}" \
       "${data[@]}" --seed 0 --matrices-only ${real[@]+"${real[@]}"} || return 1
   fi
-  if [ "$teacher_matrices" = 1 ]; then  # none repeats a structure of the data set's (a held-out one included)
+  if [ "$teacher_matrices" = 1 ]; then  # none repeats a structure of the data set's (a held-out one included);
+    # all of them are searched, so no split (the same matrices as with the default fractions, without their warnings)
     sparserl data build --out "$teacher_dir" --families "$families" --per-family "$extra" "${teacher_sizes[@]}" \
-      --size-draw "$teacher_draw" --seed 1 --matrices-only --distinct-from "$out/data" || return 1
+      --size-draw "$teacher_draw" --seed 1 --matrices-only --distinct-from "$out/data" \
+      --val-fraction 0 --test-fraction 0 || return 1
   fi
 }
 gen_pid=""  # the matrices are CPU work: generated while pre-training holds the GPU

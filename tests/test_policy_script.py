@@ -78,6 +78,8 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     # the matrices made on the CPU beside pre-training are the ones the data stage used (options in step:
     # different ones would leave a second set of files beside the first)
     assert "9 generated matrices" in (out / "matrices.log").read_text()
+    # the teacher's matrices are all searched: no split, so no warning that one went without a matrix
+    assert "no matrix went to the" not in (out / "matrices.log").read_text()
     assert len(list((out / "data" / "matrices").glob("*.npz"))) == 9
     stages = [line.split("\t")[0] for line in (out / "stages.tsv").read_text().splitlines()]
     assert stages == ["data", "search", "export", "merge", "sft", "temperature", "evals", "guided"]
