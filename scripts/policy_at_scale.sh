@@ -73,7 +73,9 @@
 # invocation changed of its preset; a run that changed something is not the preset's sitting, and
 # benchmarks/policy_targets.py says so.
 # EVAL_SETS=S1,S2 evaluates only those of the preset's held-out sets (test, families, and real with SUITESPARSE),
-# in that order: a sitting short of device time measures the set it is after first (noted as a change).
+# in that order: a sitting short of device time measures the set it is after first (noted as a change). Another
+# list than the preset's is a stage of its own (evals-S1-S2): run again without it, the preset's evals stage
+# evaluates the rest, the finished sets kept (heldout_eval.py --resume).
 # SUITESPARSE=DIR adds a folder of real matrices (.mtx/.mtx.gz/.npz; the SuiteSparse ones) to the data set, split
 # like a family's (`data build --real-dir DIR --real-split mixed`: a quarter each to validation and test): the
 # teacher searches its train split beside the generated one, and the held-out table gains the
@@ -190,7 +192,8 @@ if [ -n "$rows_wanted" ]; then
   fi
   t_min=$(count "TEACHER_ROWS's fewest" "$t_min" 1) || exit 2
   t_max=$(count "TEACHER_ROWS's most" "$t_max" "$t_min") || exit 2
-  teacher_sizes=(--min-rows "$t_min" --max-rows "$t_max"); knob TEACHER_ROWS "$t_min $t_max" "$teacher_rows"
+  teacher_sizes=(--min-rows "$t_min" --max-rows "$t_max")
+  knob TEACHER_ROWS "$t_min $t_max" "${teacher_rows:-${sizes[1]} ${sizes[3]}}"  # the preset's: its own, or the data's
 fi
 teacher_draw=${TEACHER_SIZES:-$teacher_draw_default}
 case "$teacher_draw" in
@@ -229,16 +232,21 @@ if [ -n "${SUITESPARSE:-}" ]; then
 elif [ "$real_wanted" = 1 ]; then
   knob SUITESPARSE none ""; echo "note: no SUITESPARSE: the held-out table has no real set (the $preset preset's has)"
 fi
+evals_stage=evals  # the held-out stage's name: the preset's sets, or evals-S1-S2 for EVAL_SETS's
 if [ -n "${EVAL_SETS:-}" ]; then  # only these held-out sets, in this order (of the preset's)
-  IFS=, read -ra wanted <<< "$EVAL_SETS"; seen=" "
-  for s in "${wanted[@]}"; do
-    case " ${eval_sets[*]} " in
-      *" $s "*) case "$seen" in *" $s "*) ;; *) seen+="$s "; continue ;; esac ;;
-    esac
-    echo "error: EVAL_SETS is a comma-separated list of $(IFS=,; echo "${eval_sets[*]}"), each once (got '$EVAL_SETS')" >&2
-    exit 2
+  why="error: EVAL_SETS is a comma-separated list of $(IFS=,; echo "${eval_sets[*]}"), each once (got '$EVAL_SETS')"
+  case ",$EVAL_SETS," in *,,*|*[[:space:]]*) echo "$why" >&2; exit 2 ;; esac
+  IFS=, read -ra wanted <<< "$EVAL_SETS"
+  for i in "${!wanted[@]}"; do
+    known=0
+    for s in "${eval_sets[@]}"; do [ "$s" = "${wanted[$i]}" ] && known=1; done
+    for s in "${wanted[@]:0:$i}"; do [ "$s" = "${wanted[$i]}" ] && known=0; done  # named twice
+    if [ "$known" = 0 ]; then echo "$why" >&2; exit 2; fi
   done
-  knob EVAL_SETS "$EVAL_SETS" "$(IFS=,; echo "${eval_sets[*]}")"; eval_sets=("${wanted[@]}")
+  preset_sets=$(IFS=,; echo "${eval_sets[*]}")
+  knob EVAL_SETS "$EVAL_SETS" "$preset_sets"
+  if [ "$EVAL_SETS" != "$preset_sets" ]; then evals_stage="evals-$(IFS=-; echo "${wanted[*]}")"; fi
+  eval_sets=("${wanted[@]}")
 fi
 corpus=(); [ "$pack" != "-" ] && corpus=(--corpus "$pack")
 if [ "$pack" != "-" ] && [ ! -e "$pack" ]; then
@@ -283,12 +291,12 @@ pending() {  # pending STAGE...: one of them has not finished
 # another machine without them: the searches, improve, the held-out sets and the guided search read the data
 # set's; the search and the held-out sets' check that no held-out matrix was taught read the teacher's).
 data_matrices=0
-readers=(search evals guided); if [ ${#improve[@]} -gt 0 ]; then readers+=(improve); fi
+readers=(search "$evals_stage" guided); if [ ${#improve[@]} -gt 0 ]; then readers+=(improve); fi
 if [ ! -e "$out/stages/data.done" ] || { pending "${readers[@]}" && lacks_matrices "$out/data"; }; then
   data_matrices=1
 fi
 teacher_matrices=0
-if [ "$extra" -gt 0 ] && { pending search || { pending evals && [ ! -d "$teacher_dir/matrices" ]; }; }; then
+if [ "$extra" -gt 0 ] && { pending search || { pending "$evals_stage" && [ ! -d "$teacher_dir/matrices" ]; }; }; then
   teacher_matrices=1
 fi
 make_matrices() {
@@ -438,7 +446,7 @@ held_out() {  # every held-out set in one process: the policies opened once, one
     --family-rows 1000000 --samples "$samples" "${policies[@]}" --baselines cusparse,oracle "${evalgen[@]}" \
     --temperature "$temperature" "${compile[@]}" "${gen[@]}" "${trained[@]}" --resume
 }
-stage evals held_out
+stage "$evals_stage" held_out  # another list of sets is a stage of its own (finished sets are kept)
 guided_search() {  # the model guiding the search, against the search without it, on held-out test matrices
   matrices_of test "$guided_n" generated
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/guided_search.py" "${files[@]}" --model "$final" \

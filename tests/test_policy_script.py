@@ -284,7 +284,9 @@ def test_the_full_presets_teacher_is_drawn_stratified_over_100k_to_2m_rows(tmp_p
               "--min-rows 10000 --max-rows 1000000 --size-draw random",
               ["TEACHER_ROWS=10000 1000000", "TEACHER_SIZES=random"]),
              ("small", {"TEACHER_PER_FAMILY": "1"}, "--min-rows 10000 --max-rows 1000000 --size-draw random",
-              ["TEACHER_PER_FAMILY=1"]))
+              ["TEACHER_PER_FAMILY=1"]),
+             ("small", {"TEACHER_PER_FAMILY": "1", "TEACHER_ROWS": "10000 1000000", "TEACHER_SIZES": "random"},
+              "--min-rows 10000 --max-rows 1000000 --size-draw random", ["TEACHER_PER_FAMILY=1"]))
     for i, (preset, env, drawn, noted) in enumerate(cases):
         out = tmp_path / f"run{i}"
         (out / "stages").mkdir(parents=True)
@@ -301,33 +303,39 @@ def test_the_full_presets_teacher_is_drawn_stratified_over_100k_to_2m_rows(tmp_p
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_eval_sets_choose_the_held_out_sets_and_their_order(tmp_path) -> None:
     """EVAL_SETS=S1,S2: the held-out stage evaluates those sets of the preset's, in that order, noted as a
-    change unless it is the preset's list; a set the preset lacks, one named twice or an empty name is one
-    line. Every stage before the held-out sets is marked done and a stand-in Python reads the evaluation's
-    command line. Kills the knob ignored, the order lost, and a set the run cannot make (real without
-    SUITESPARSE) let through to fail after the GPU time is spent."""
+    change unless it is the preset's list, and as a stage of its own (evals-S1-S2), so that the same run
+    resumed without it still evaluates the preset's sets; a set the preset lacks, one named twice, an empty
+    name or a space is one line. Every stage before the held-out sets is marked done and a stand-in Python
+    reads the evaluation's command line. Kills the knob ignored, the order lost, a set the run cannot make
+    (real without SUITESPARSE) or a malformed list let through to fail after the GPU time is spent, and a
+    resumed run that skips the preset's sets because a subset's stage finished."""
     fake = tmp_path / "python"
     fake.write_text(f'#!/bin/sh\ncase "$1" in *heldout_eval.py) echo "$@" > "{tmp_path}/args"; exit 3 ;; esac\n'
                     f'exec {sys.executable} "$@"\n')
     fake.chmod(0o755)
-    for wanted, sets, noted in ((None, "test,families", False), ("families,test", "families,test", True),
-                                ("test,families", "test,families", False), ("families", "families", True)):
+    for wanted, sets, stage in ((None, "test,families", "evals"), ("families,test", "families,test", "evals-families-test"),
+                                ("test,families", "test,families", "evals"), ("families", "families", "evals-families")):
         out = tmp_path / f"run-{wanted}"
         (out / "stages").mkdir(parents=True)
         (out / "teacher-matrices" / "matrices").mkdir(parents=True)
-        for name in ("pretrain", "data", "search", "export", "merge", "sft"):
-            (out / "stages" / f"{name}.done").touch()
+        for name in ("pretrain", "data", "search", "export", "merge", "sft", "evals-families"):
+            (out / "stages" / f"{name}.done").touch()  # a subset's stage finished before: not the preset's
         (tmp_path / "args").unlink(missing_ok=True)
         res = run(out, "-", "full", env={"PYTHON": str(fake), "GPUS": "1", "IMPROVE": "0"}
                   | ({"EVAL_SETS": wanted} if wanted else {}))
-        assert res.returncode != 0 and "== evals: held_out" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
-        args = (tmp_path / "args").read_text().split()
-        assert args[args.index("--sets") + 1] == sets
-        changed = json.loads((out / "settings.json").read_text())["changed"]
-        assert (f"EVAL_SETS={wanted}" in changed) == noted, changed
-    for bad in ("real", "families,families", "families,,test", "nope"):
+        if stage == "evals-families":  # that list's stage is done: skipped, and the guided search runs next
+            assert f"== {stage}: done before, skipped" in res.stdout and not (tmp_path / "args").exists()
+        else:
+            assert res.returncode != 0 and f"== {stage}: held_out" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+            args = (tmp_path / "args").read_text().split()
+            assert args[args.index("--sets") + 1] == sets
+        changed = [c for c in json.loads((out / "settings.json").read_text())["changed"] if c.startswith("EVAL_SETS")]
+        assert changed == ([] if stage == "evals" else [f"EVAL_SETS={wanted}"]), changed
+    for bad in ("real", "families,families", "families,,test", "nope", "families,", ",families", "test families",
+                "test, families"):
         res = run(tmp_path / "bad", "-", "full", env={"EVAL_SETS": bad})
         assert res.returncode == 2 and res.stderr.startswith("error: EVAL_SETS is a comma-separated list of "
-                                                             "test,families, each once"), res.stderr
+                                                             "test,families, each once"), (bad, res.stderr)
         assert res.stderr.count("\n") == 1 and not (tmp_path / "bad" / "stages").exists()
 
 
