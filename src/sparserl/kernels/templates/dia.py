@@ -48,7 +48,10 @@ def _window(lo: int, hi: int) -> tuple[int, int]:
 
 
 def clusters(offsets: tuple[int, ...]) -> list[list[int]]:
-    """Ascending offsets grouped so that each group's x window is at most MAX_WINDOW loads."""
+    """Ascending offsets grouped so that each group's x window is at most MAX_WINDOW loads.
+
+    The reference rule: ``dia_window_spec``'s body applies it at compile time from its facts (``clusters_into``);
+    the tests hold the compiled layout equal to this function's, and check its windows here."""
     out: list[list[int]] = []
     for o in offsets:
         if out and o - out[-1][-1] <= CLUSTER_GAP and _window(out[-1][0], o)[1] <= MAX_WINDOW:
