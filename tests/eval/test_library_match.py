@@ -122,9 +122,41 @@ def test_a_template_body_is_told_apart_whatever_its_facts_say() -> None:
     t = library_match_table([("a", text, False, "incorrect"), ("a", other_facts, True, "none"),
                              ("a", altered, False, "incorrect")], "spmv")
     assert t["a"]["new"]["samples"] == 3
-    assert t["a"]["new"]["template_bodies"] == {"csr_split_spec": {"samples": 2, "correct": 1}}
+    assert t["a"]["new"]["template_bodies"] == {"csr_split_spec": {"samples": 2, "correct": 1, "facts_compared": 0,
+                                                                   "facts_as_card": 0, "facts_as_card_correct": 0}}
     assert ("New bodies that are a search template's body, its facts aside (a): csr_split_spec 2 (1 correct); "
             "the other 1 are no template's body exactly (code of the policy's own, or a body altered).") in markdown(t)
+
+
+def test_a_specialised_samples_facts_are_compared_with_its_own_card() -> None:
+    """A ``dia_window_spec`` kernel rendered for one 2-D stencil has that card's facts, not another grid's (the
+    samples of a policy that writes a training matrix's offsets); numbers the template has no point for, a generic
+    template's body and no card compare nothing; the table counts the comparisons per template and the markdown
+    says how many facts were the card's. Kills a comparison that always says yes (the other grid), the sample's
+    numbers ignored (rendered at a seed point instead: BLOCK=100 would compare), and the comparisons left out of
+    the table."""
+    from sparserl.eval.library_match import facts_as_card, specialised_facts
+    from sparserl.kernels.templates import get_template
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+
+    here, there = (matrix_card(generate("stencil2d", rows, seed=1)) for rows in (4900, 6400))
+    spec = get_template("spmv", "dia_window_spec")
+    text = spec.render({"block": 128, "v": 2}, here)
+    assert facts_as_card(text, "spmv", here) is True
+    assert facts_as_card(text, "spmv", there) is False  # the offsets of a 70-wide grid on an 80-wide one
+    assert facts_as_card(spec.render({"block": 256, "v": 1}, there), "spmv", there) is True
+    assert facts_as_card(text.replace("BLOCK=128", "BLOCK=100"), "spmv", here) is None  # no point of the template
+    assert facts_as_card(text, "spmv", None) is None
+    generic = get_template("spmv", "dia_window").render({"block": 128, "v": 2}, here)
+    assert facts_as_card(generic, "spmv", here) is None and specialised_facts(generic, "spmv") is None
+    name, facts = specialised_facts(text, "spmv")
+    assert name == "dia_window_spec" and "-70, -70, -1, 1, 70, 70" in facts and "FLOOR4" not in facts
+    t = library_match_table([("a", text, True, "none", "", here), ("a", text, False, "incorrect", "", there),
+                             ("a", text, True, "none", "", None)], "spmv")
+    assert t["a"]["new"]["template_bodies"] == {"dia_window_spec": {"samples": 3, "correct": 2, "facts_compared": 2,
+                                                                    "facts_as_card": 1, "facts_as_card_correct": 1}}
+    assert ("dia_window_spec 3 (2 correct; facts as the card's in 1 of 2, 1 of them correct)") in "\n".join(markdown(t))
 
 
 def test_failures_are_counted_by_verdict_per_class() -> None:

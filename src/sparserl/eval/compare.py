@@ -38,7 +38,7 @@ from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate_many
-from sparserl.matrices.card import structure_fingerprint
+from sparserl.matrices.card import MatrixCard, structure_fingerprint
 from sparserl.matrices.fingerprints import structures_in
 from sparserl.matrices.io import matrices_in
 from sparserl.parallel import parallel_map
@@ -303,11 +303,11 @@ def _open_policies(cfg: EvalConfig, given: dict | None) -> dict[str, Policy]:
 
 def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple[MatrixContext, str]],
                 completions: Path, phases: dict[str, float]
-                ) -> tuple[dict[str, dict], list[tuple[str, str, bool, str, str]]]:
+                ) -> tuple[dict[str, dict], list[tuple[str, str, bool, str, str, MatrixCard]]]:
     """One policy's samples on every matrix (generated in full batches across matrices, then judged
-    by the harness): its per-matrix records and (system, completion, correct, verdict, message) of every
-    sample; each sample is appended to ``completions``, and the seconds of generating and judging are
-    added to ``phases``."""
+    by the harness): its per-matrix records and (system, completion, correct, verdict, message, the
+    matrix's card) of every sample; each sample is appended to ``completions``, and the seconds of
+    generating and judging are added to ``phases``."""
     jobs = [ctx for ctx, _ in todo for _ in range(cfg.samples)]
     texts: list[str] = []
     t0 = time.perf_counter()
@@ -326,7 +326,8 @@ def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple
                                 "message": (r.message or "")[:500], "format": r.format,
                                 "speedup": r.speedup, "completion": t}) + "\n")
     log.info("evaluated %s on %d matrices", name, len(todo))
-    return records, [(name, t, r.correct, r.error_kind.value, r.message or "") for t, r in zip(texts, rs)]
+    return records, [(name, t, r.correct, r.error_kind.value, r.message or "", ctx.card)
+                     for t, ctx, r in zip(texts, jobs, rs)]
 
 
 def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> dict:
@@ -345,7 +346,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     out = Path(cfg.out)
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
-    drawn: list[tuple[str, str, bool, str, str]] = []  # (policy, completion, correct, verdict, message) of every sample
+    drawn: list[tuple] = []  # (policy, completion, correct, verdict, message, card) of every sample
     try:
         if not cfg.compile_only and not ev.has_gpu:
             raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")

@@ -25,7 +25,10 @@ A ``new`` body may still be a search template's body (:func:`template_body`): th
 of that template shares, after the block of facts a specialised template bakes in at the top
 (``constexpr`` values and initialised tables: diagonal offsets, long-row lists), whatever those
 facts say. The table counts these per template, so a policy's specialised kernels, copied with
-wrong facts or not, are told apart from code of its own.
+wrong facts or not, are told apart from code of its own. Given the sample's matrix card, it also
+counts those whose facts are the card's (:func:`facts_as_card`): the block the template bakes in
+for that card at the sample's own numbers, so a failure of copying the card is told apart from a
+failure of the body.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from sparserl.harness.extract import Extracted, extract
 from sparserl.kernels.contract import Header, Op
 from sparserl.kernels.library import variants
 from sparserl.kernels.templates import templates
+from sparserl.matrices.card import MatrixCard
 
 
 class LibraryMatch(str, Enum):
@@ -150,6 +154,57 @@ def _template_bodies(op: Op) -> dict[str, str]:
     return out
 
 
+def _facts(body: str) -> str:
+    """The block of facts at the top of a collapsed body (what :func:`_without_facts` takes away)."""
+    return body[:len(body) - len(_without_facts(body))].strip()
+
+
+def _point(template, header: Header) -> dict[str, int] | None:
+    """The template's parameters as a header names them (PARAMS and FORMAT numbers, matched by name
+    whatever the case), or None when the header does not name a point of the template's space."""
+    numbers = {k.lower(): v for k, v in {**header.params, **header.constants}.items()}
+    point = {p.name: numbers.get(p.name.lower()) for p in template.space}
+    if None in point.values() or template.point_error(point) is not None:
+        return None
+    return point
+
+
+def _facts_as_card(parts: tuple[Header, str] | None, op: Op, card: MatrixCard | None) -> bool | None:
+    """:func:`facts_as_card` of a completion already read (:func:`_parts`)."""
+    name = _template_of(parts, op)
+    t = next((t for t in templates(op) if t.name == name), None)
+    if card is None or t is None or not t.specialised:
+        return None
+    point = _point(t, parts[0])
+    if point is None or t.check(point, card, 32 if op is Op.SPMM else None) is not None:  # SpMM: a k every vec divides
+        return None
+    rendered = _parts(t.render(point, card), op)
+    return rendered is not None and _facts(parts[1]) == _facts(rendered[1])
+
+
+def facts_as_card(text: str, op: Op | str, card: MatrixCard | None) -> bool | None:
+    """For a completion whose body (facts aside) is a specialised template's: True when its block of
+    facts is the one that template bakes in for ``card`` at the completion's own numbers (its PARAMS and
+    FORMAT line read as the template's parameters), False when it is another (copied from elsewhere,
+    miscounted, garbled). None when there is no card, the body is no specialised template's, or its
+    numbers are not a valid point of the template for this card. Compared as :func:`_parts` reads code
+    (comments dropped, whitespace collapsed); nothing is compiled or run."""
+    op = Op(op)
+    return _facts_as_card(_parts(text, op), op, card)
+
+
+def specialised_facts(text: str, op: Op | str) -> tuple[str, str] | None:
+    """(template name, its block of facts as written, collapsed) when ``text``'s body, facts aside, is a
+    specialised template's body; else None. Two samples or teacher rows with the same block taught or
+    wrote the same facts."""
+    op = Op(op)
+    parts = _parts(text, op)
+    name = _template_of(parts, op)
+    if name is None or not next(t for t in templates(op) if t.name == name).specialised:
+        return None
+    return name, _facts(parts[1])
+
+
 def template_body(text: str, op: Op | str) -> str | None:
     """The template whose body (facts aside) ``text``'s is, or None (see the module docstring)."""
     op = Op(op)
@@ -185,15 +240,21 @@ class _Tally:
     examples: dict[tuple[str, str], str] = field(default_factory=dict)
     """(kind, shape) -> the first message of that shape, its first line."""
     template_bodies: dict[str, list[int]] = field(default_factory=dict)
-    """Template name -> [samples, correct] of the samples whose body is that template's (``new`` only)."""
+    """Template name -> [samples, correct, facts compared with the card's, facts as the card's, correct
+    among those] of the samples whose body is that template's (``new`` only; facts are compared for a
+    specialised template's samples given their card, :func:`facts_as_card`)."""
 
-    def add(self, correct: bool, verdict: str | None, message: str | None, template: str | None = None) -> None:
+    def add(self, correct: bool, verdict: str | None, message: str | None, template: str | None = None,
+            facts_right: bool | None = None) -> None:
         self.samples += 1
         self.correct += bool(correct)
         if template is not None:
-            got = self.template_bodies.setdefault(template, [0, 0])
+            got = self.template_bodies.setdefault(template, [0, 0, 0, 0, 0])
             got[0] += 1
             got[1] += bool(correct)
+            got[2] += facts_right is not None
+            got[3] += facts_right is True
+            got[4] += facts_right is True and bool(correct)
         if correct or not verdict:
             return
         self.failures[verdict] += 1
@@ -204,7 +265,9 @@ class _Tally:
 
     def as_dict(self, top: int) -> dict:
         return {"samples": self.samples, "correct": self.correct, "failures": dict(self.failures.most_common()),
-                "template_bodies": {t: {"samples": n, "correct": k} for t, (n, k) in sorted(self.template_bodies.items())},
+                "template_bodies": {t: {"samples": n, "correct": k, "facts_compared": fc, "facts_as_card": f,
+                                        "facts_as_card_correct": fk}
+                                    for t, (n, k, fc, f, fk) in sorted(self.template_bodies.items())},
                 "messages": {kind: [{"shape": shape, "count": n, "example": self.examples[kind, shape]}
                                     for shape, n in shapes.most_common(top)] for kind, shapes in self.shapes.items()}}
 
@@ -215,16 +278,21 @@ def library_match_table(samples: Iterable[tuple], op: Op | str, top_messages: in
     kind -> its ``top_messages`` most common :func:`message_shape` s with a count and one example).
 
     ``samples`` are (system, completion, correct) triples, (system, completion, correct, verdict)
-    with the harness's verdict (an ``ErrorKind`` value), or (..., verdict, message) with its message;
-    every class appears for every system (zeros included), so tables of different runs line up."""
+    with the harness's verdict (an ``ErrorKind`` value), (..., verdict, message) with its message, or
+    (..., message, card) with the sample's matrix card, which counts the specialised templates' bodies
+    whose facts are the card's (:func:`facts_as_card`); every class appears for every system (zeros
+    included), so tables of different runs line up."""
     tallies: dict[str, dict[LibraryMatch, _Tally]] = defaultdict(lambda: {c: _Tally() for c in LibraryMatch})
     op = Op(op)
     for system, text, correct, *rest in samples:
         verdict = rest[0] if rest else None
         message = rest[1] if len(rest) > 1 else None
-        parts = _parts(text, op)  # read once: the class, and the template of a new body
+        card = rest[2] if len(rest) > 2 else None
+        parts = _parts(text, op)  # read once: the class, the template of a new body, its facts
         kind = _match(parts, op)
-        tallies[system][kind].add(correct, verdict, message, _template_of(parts, op) if kind is LibraryMatch.NEW else None)
+        template = _template_of(parts, op) if kind is LibraryMatch.NEW else None
+        facts = _facts_as_card(parts, op, card) if template is not None else None
+        tallies[system][kind].add(correct, verdict, message, template, facts)
     return {s: {c.value: t.as_dict(top_messages) for c, t in by.items()} for s, by in tallies.items()}
 
 
@@ -248,7 +316,7 @@ def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
         bodies = by.get(LibraryMatch.NEW.value, {}).get("template_bodies") or {}
         if bodies:
             n_new = by[LibraryMatch.NEW.value]["samples"]
-            told = ", ".join(f"{t} {v['samples']} ({v['correct']} correct)" for t, v in bodies.items())
+            told = ", ".join(f"{t} {v['samples']} ({v['correct']} correct" + _facts_told(v) + ")" for t, v in bodies.items())
             rest = n_new - sum(v["samples"] for v in bodies.values())
             lines += ["", f"New bodies that are a search template's body, its facts aside ({system}): {told}; "
                       f"the other {rest} are no template's body exactly (code of the policy's own, or a body altered)."]
@@ -263,6 +331,14 @@ def markdown(table: dict[str, dict[str, dict]]) -> list[str]:
             lines += ["", f"The most common messages ({system}; each counts the messages of its shape, numbers and "
                       "quoted names aside):", ""] + said
     return lines
+
+
+def _facts_told(v: dict) -> str:
+    """'; facts as the card's in F of N, C of them correct' for a template whose samples' facts were
+    compared with their cards ('' when none was)."""
+    n = v.get("facts_compared")
+    return (f"; facts as the card's in {v['facts_as_card']} of {n}, {v['facts_as_card_correct']} of them correct"
+            if n else "")
 
 
 def shares(by_class: dict[str, dict] | None) -> dict[str, float]:
