@@ -1,0 +1,72 @@
+"""benchmarks/facts_copy.py: a policy's specialised samples, their facts against the card, and the teacher's distinct
+facts (CPU). Mutations killed: every sample taken to have the card's facts (the other grid's offsets), a wrong block
+not looked up among the teacher's, a right one not told apart as taught, a teacher row's facts counted under the
+wrong family or not at all (distinct facts per template), another system's samples let through ``--system``, and a
+missing file or an empty selection passing silently."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from sparserl.eval.compare import EvalConfig
+from sparserl.kernels.templates import get_template
+from sparserl.matrices import generate
+from sparserl.matrices.card import matrix_card
+from tests.conftest import load_benchmark
+
+bench = load_benchmark("facts_copy")
+ROWS = 4900  # the set's stencil2d is 70 x 70
+
+
+def _run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "eval-families").mkdir(parents=True)
+    (run / "sft-data").mkdir()
+    cfg = asdict(EvalConfig(matrices="families", family_rows=ROWS, out=str(run / "eval-families")))
+    cfg["distinct_from"] = ["/elsewhere/data"]  # the device's paths: not read again
+    (run / "eval-families" / "eval.json").write_text(json.dumps({"config": cfg, "op": "spmv"}))
+    spec = get_template("spmv", "dia_window_spec")
+    here = matrix_card(generate("stencil2d", ROWS, seed=7))
+    taught = matrix_card(generate("stencil2d", 6400, seed=1))  # an 80 x 80 grid the teacher searched
+    diagonal = matrix_card(generate("diagonal", 5000, seed=1))
+    samples = [("base", spec.render({"block": 128, "v": 1}, here), "none"),        # copied from the card
+               ("base", spec.render({"block": 256, "v": 1}, taught), "incorrect"),  # a training grid's offsets
+               ("base", spec.render({"block": 256, "v": 2}, diagonal), "incorrect"),
+               ("other", spec.render({"block": 128, "v": 1}, taught), "incorrect")]
+    (run / "eval-families" / "completions.jsonl").write_text("".join(
+        json.dumps({"system": s, "matrix": f"stencil2d_{ROWS}", "verdict": v, "completion": c}) + "\n"
+        for s, c, v in samples))
+    rows = [{"family": "best_known", "matrix": "teacher/stencil2d_000_6400.npz", "shape": [6400, 6400],
+             "code": spec.render({"block": 256, "v": 1}, taught)},
+            {"family": "best_known", "matrix": "teacher/diagonal_001_9000.npz", "shape": [9000, 9000],
+             "code": spec.render({"block": 64, "v": 1}, matrix_card(generate("diagonal", 9000, seed=1)))},
+            {"family": "stencil2d", "matrix": "data/stencil2d_000_4900.npz", "shape": [ROWS, ROWS],
+             "code": spec.render({"block": 64, "v": 1}, here)},
+            {"family": "stencil2d", "matrix": "data/x.npz", "shape": [ROWS, ROWS],
+             "code": get_template("spmv", "dia_window").render({"block": 64, "v": 1}, here)}]
+    (run / "sft-data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_samples_facts_against_the_card_and_the_teacher(tmp_path: Path, capsys) -> None:
+    run = _run(tmp_path)
+    assert bench.main([str(run), "--system", "base", "--out", str(tmp_path / "f.json")]) == 0
+    got = json.loads((tmp_path / "f.json").read_text())
+    assert got["samples"] == {"dia_window_spec": {f"stencil2d_{ROWS}": {
+        "samples": 3, "correct": 1, "facts_as_card": 1, "facts_as_card_correct": 1, "facts_as_card_taught": 1,
+        "other_facts": 2, "other_facts_correct": 0, "other_facts_from_teacher": 2}}}
+    assert got["teacher"] == {"dia_window_spec": {"rows": 3, "distinct_facts": 3, "families": {
+        "stencil2d": {"rows": 2, "distinct_facts": 2}, "diagonal": {"rows": 1, "distinct_facts": 1}}}}
+    assert "dia_window_spec: 3 samples, 1 correct" in capsys.readouterr().out
+
+
+def test_every_system_by_default_and_bad_input(tmp_path: Path, capsys) -> None:
+    run = _run(tmp_path)
+    assert bench.main([str(run), "--out", str(tmp_path / "f.json")]) == 0
+    assert json.loads((tmp_path / "f.json").read_text())["samples"]["dia_window_spec"][f"stencil2d_{ROWS}"]["samples"] == 4
+    assert bench.main([str(run), "--system", "nobody"]) == 2
+    assert "no samples of nobody" in capsys.readouterr().err
+    assert bench.main([str(run), "--set", "test"]) == 2
+    assert "eval-test/eval.json does not exist" in capsys.readouterr().err
