@@ -65,7 +65,11 @@
 # fell below 100k rows, where CSR is the fastest, and its policy wrote CSR for the 1M-row 3D stencils (0.43 and
 # 0.53 of the oracle; the families' best of 16 0.886). Drawn stratified over 100k-2M, the policy wrote DIA there
 # (0.96 and 1.01) and the families reached 1.002, with the correct share at 0.856 against 0.933 (results of
-# 2026-12-05, policy-full-preset and teacher-sizes-stratified). SFT_STEPS=N trains SFT for N steps (small 200,
+# 2026-12-05, policy-full-preset and teacher-sizes-stratified). TEACHER_PARAMS=drawn draws each of those matrices'
+# structural parameters (bands, row lengths, blocks per block row: `data build --vary-params`) instead of the
+# families' defaults (default: default), so that the specialised kernels' facts in the teacher differ from matrix
+# to matrix: with the defaults 105 specialised SFT rows held 7 distinct facts blocks, and the policy wrote facts
+# from memory, never from the card (results of 2026-12-05, spec-facts-copy; drawn is not measured yet). SFT_STEPS=N trains SFT for N steps (small 200,
 # full 400): with more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
 # are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
@@ -200,6 +204,12 @@ case "$teacher_draw" in
   random|stratified) knob TEACHER_SIZES "$teacher_draw" "$teacher_draw_default" ;;
   *) echo "error: TEACHER_SIZES is random or stratified (got '$teacher_draw')" >&2; exit 2 ;;
 esac
+teacher_params=()  # the teacher's further matrices: their families' default parameters, or TEACHER_PARAMS=drawn
+case "${TEACHER_PARAMS:-default}" in
+  default) knob TEACHER_PARAMS default default ;;
+  drawn) teacher_params=(--vary-params); knob TEACHER_PARAMS drawn default ;;
+  *) echo "error: TEACHER_PARAMS is default or drawn (got '$TEACHER_PARAMS')" >&2; exit 2 ;;
+esac
 gpu_ids=()  # the GPUs this run may use: CUDA_VISIBLE_DEVICES's, else every one nvidia-smi lists (GPUS=N: 0..N-1)
 if [ -n "${GPUS:-}" ]; then
   n=$(count GPUS "$GPUS" 0) || exit 2
@@ -307,7 +317,8 @@ make_matrices() {
   if [ "$teacher_matrices" = 1 ]; then  # none repeats a structure of the data set's (a held-out one included);
     # all of them are searched, so no split (the same matrices as with the default fractions, without their warnings)
     sparserl data build --out "$teacher_dir" --families "$families" --per-family "$extra" "${teacher_sizes[@]}" \
-      --size-draw "$teacher_draw" --seed 1 --matrices-only --distinct-from "$out/data" \
+      --size-draw "$teacher_draw" ${teacher_params[@]+"${teacher_params[@]}"} --seed 1 --matrices-only \
+      --distinct-from "$out/data" \
       --val-fraction 0 --test-fraction 0 || return 1
   fi
 }

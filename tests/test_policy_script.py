@@ -274,7 +274,9 @@ def test_the_full_presets_teacher_is_drawn_stratified_over_100k_to_2m_rows(tmp_p
     wrote DIA on the 1M-row 3D stencils only so), the small preset at random over the data's sizes; either
     given explicitly as the preset has it is no change, anything else is. A stand-in ``sparserl`` records
     each command and makes nothing (the data stage then fails). Kills the full preset left on the data's
-    sizes or on the random draw, and the preset's own values noted as changes."""
+    sizes or on the random draw, and the preset's own values noted as changes; TEACHER_PARAMS=drawn draws the
+    teacher's structural parameters (``--vary-params``, noted), default leaves them (kills the knob ignored or
+    passed to the data set's own build instead), and another value is one line before any stage."""
     calls = tmp_path / "calls"
     path = stand_in_sparserl(tmp_path, f'echo "$@" >> "{calls}"\ncase "$*" in *--matrices-only*) exit 0 ;; esac\nexit 3')
     cases = (("full", {}, "--min-rows 100000 --max-rows 2000000 --size-draw stratified", []),
@@ -286,7 +288,10 @@ def test_the_full_presets_teacher_is_drawn_stratified_over_100k_to_2m_rows(tmp_p
              ("small", {"TEACHER_PER_FAMILY": "1"}, "--min-rows 10000 --max-rows 1000000 --size-draw random",
               ["TEACHER_PER_FAMILY=1"]),
              ("small", {"TEACHER_PER_FAMILY": "1", "TEACHER_ROWS": "10000 1000000", "TEACHER_SIZES": "random"},
-              "--min-rows 10000 --max-rows 1000000 --size-draw random", ["TEACHER_PER_FAMILY=1"]))
+              "--min-rows 10000 --max-rows 1000000 --size-draw random", ["TEACHER_PER_FAMILY=1"]),
+             ("full", {"TEACHER_PARAMS": "default"}, "--size-draw stratified --seed 1", []),
+             ("full", {"TEACHER_PARAMS": "drawn"}, "--size-draw stratified --vary-params --seed 1",
+              ["TEACHER_PARAMS=drawn"]))
     for i, (preset, env, drawn, noted) in enumerate(cases):
         out = tmp_path / f"run{i}"
         (out / "stages").mkdir(parents=True)
@@ -298,6 +303,9 @@ def test_the_full_presets_teacher_is_drawn_stratified_over_100k_to_2m_rows(tmp_p
         assert len(teacher) == 1 and drawn in teacher[0], teacher
         changed = json.loads((out / "settings.json").read_text())["changed"]
         assert [c for c in changed if c.startswith("TEACHER")] == noted, changed
+        assert not any("--vary-params" in c for c in calls.read_text().splitlines() if "--seed 0" in c)
+    bad = run(tmp_path / "bad", "-", "full", env={"PATH": path, "GPUS": "1", "TEACHER_PARAMS": "some"})
+    assert bad.returncode == 2 and "error: TEACHER_PARAMS is default or drawn (got 'some')" in bad.stderr, bad.stderr
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

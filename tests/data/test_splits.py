@@ -51,7 +51,10 @@ def test_data_build_splits_real_matrices_as_asked_and_names_a_bad_folder(cli, tm
     res = cli("data", "build", "--out", tmp_path / "o", "--per-family", "0", "--real-dir", real, "--real-split",
               "mixed", "--val-fraction", "0.25", "--test-fraction", "0.25", "--matrices-only")
     assert res.rc == 0, res.err
-    assert [c.real_split for c in made] == ["mixed"]
+    assert [c.real_split for c in made] == ["mixed"] and not made[0].vary_params
+    res = cli("data", "build", "--out", tmp_path / "p", "--per-family", "0", "--real-dir", real, "--vary-params",
+              "--matrices-only")
+    assert res.rc == 0 and made[-1].vary_params, res.err  # the option reaches the build
     monkeypatch.undo()
     one_line_error(cli("data", "build", "--out", tmp_path / "o", "--per-family", "0", "--real-dir", real,
                        "--real-split", "half", "--matrices-only"), "--real-split is test or mixed")
@@ -119,3 +122,46 @@ def test_stratified_sizes_cover_the_range_and_random_ones_are_unchanged() -> Non
         int(math.exp(b.uniform(math.log(10_000), math.log(2_000_000)))) for _ in range(n)]
     with pytest.raises(SparseRLError, match="--size-draw"):
         SFTDataConfig(size_draw="even")
+
+
+def test_drawn_parameters_vary_the_facts_and_are_kept_beside_each_matrix(tmp_path: Path) -> None:
+    """``vary_params``: a family's structural parameters drawn per matrix (within its ranges), so the cards'
+    facts differ; without it every matrix has the defaults and the seed's data set is unchanged; a folder made
+    one way and built again the other way makes its matrices again rather than reuse them. Kills: the draw
+    ignored (every banded matrix 9 bands), a draw outside the family's range, the defaults' data set changed by
+    the option's code (another draw taken from the seed's generator), and a matrix file reused although it was
+    made with other parameters (the default build after a drawn one would keep the drawn bands)."""
+    import json
+
+    import numpy as np
+
+    from sparserl.matrices import load_matrix
+    from sparserl.matrices.card import matrix_card
+    from sparserl.matrices.generators import FAMILIES, draw_params
+
+    rng = np.random.default_rng(0)
+    draws = [draw_params("banded", rng) for _ in range(200)]
+    assert {d["bands"] for d in draws} == set(range(3, 26))  # every value of the inclusive range, none outside
+    assert draw_params("stencil2d", rng) == {} and draw_params("block", rng).keys() == {"blocks_per_row"}
+    assert all(lo <= FAMILIES[f].defaults[k] <= hi for f, spec in FAMILIES.items() for k, (lo, hi) in spec.ranges.items())
+
+    def diagonals(entries) -> list[int]:
+        return [matrix_card(load_matrix(e.path)).num_diagonals for e in entries if e.family == "banded"]
+
+    cfg = dict(families=("banded", "random"), matrices_per_family=6, min_rows=2_000, max_rows=4_000,
+               val_fraction=0.0, test_fraction=0.0)
+    default = make_matrices(SFTDataConfig(out=str(tmp_path / "a"), **cfg))
+    assert diagonals(default) == [9] * 6
+    drawn = make_matrices(SFTDataConfig(out=str(tmp_path / "b"), vary_params=True, **cfg))
+    bands = diagonals(drawn)
+    assert len(set(bands)) >= 3 and all(3 <= b <= 25 for b in bands), bands
+    kept = [json.loads(Path(e.path.replace(".npz", ".params.json")).read_text()) for e in drawn if e.family == "banded"]
+    assert [k["bands"] for k in kept] == bands
+    lengths = {matrix_card(load_matrix(e.path)).row_len_max for e in drawn if e.family == "random"}
+    assert len(lengths) >= 3  # random's row length drawn too
+    same_rows = make_matrices(SFTDataConfig(out=str(tmp_path / "c"), **cfg))
+    assert [e.name for e in same_rows] == [e.name for e in default]  # the option's code leaves the default draws be
+    again = make_matrices(SFTDataConfig(out=str(tmp_path / "b"), **cfg))  # the drawn folder, built with defaults
+    assert {e.name for e in again} & {e.name for e in drawn}  # a file of the drawn build is there under its name
+    assert diagonals(again) == [9] * 6
+    assert not any(Path(e.path.replace(".npz", ".params.json")).exists() for e in again)

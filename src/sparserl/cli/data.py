@@ -28,6 +28,10 @@ def data_build_cmd(
     size_draw: str = typer.Option(D.size_draw, help="random (each matrix's rows log-uniform over the range) or "
                                                     "stratified (a family's i-th matrix in the i-th of --per-family "
                                                     "equal parts of the range on a log scale)"),
+    vary_params: bool = typer.Option(D.vary_params, "--vary-params/--default-params",
+                                     help="draw each generated matrix's structural parameters (bands, row lengths, "
+                                          "blocks per block row) instead of its family's defaults, so that "
+                                          "specialised kernels' facts differ from matrix to matrix"),
     real_dir: Path = typer.Option(None, help="folder of real matrices (.mtx/.mtx.gz/.npz), test split "
                                              "[default: none]"),
     real_split: str = typer.Option(D.real_split, help="the real matrices' split: test (all of them) or mixed "
@@ -70,7 +74,7 @@ def data_build_cmd(
         check_output(out, "data", force)
         compile_only = fallback(compile_only)
     cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family, min_rows=min_rows,
-                        max_rows=max_rows, size_draw=size_draw, real_dir=str(real_dir) if real_dir else None,
+                        max_rows=max_rows, size_draw=size_draw, vary_params=vary_params, real_dir=str(real_dir) if real_dir else None,
                         real_split=real_split,
                         ops=op_list, ks=k_list,
                         target=target, targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,

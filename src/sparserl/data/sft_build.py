@@ -36,7 +36,7 @@ from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
 from sparserl.matrices import family_names, generate, load_matrix, save_matrix
-from sparserl.matrices.generators import generated_name
+from sparserl.matrices.generators import draw_params, generated_name
 from sparserl.matrices.card import structure_fingerprint
 from sparserl.matrices.fingerprints import Fingerprints, structures_in
 from sparserl.matrices.io import matrices_in
@@ -65,6 +65,12 @@ class SFTDataConfig:
     ``matrices_per_family`` equal parts on a log scale and the i-th matrix of a family drawn in the i-th, so
     a family's sizes cover the range whatever the seed (eight random draws in [10k, 1M] left one family
     with five matrices below 100k rows, where the fastest format is not the one its 1M-row matrices need)."""
+    vary_params: bool = False
+    """Draw each generated matrix's structural parameters (:func:`~sparserl.matrices.generators.draw_params`:
+    bands, row lengths, blocks per block row) instead of the family's defaults, so that the facts a specialised
+    kernel bakes in differ from matrix to matrix: with the defaults a teacher's 105 specialised rows held 7
+    distinct facts blocks, and its policy wrote facts from memory, never from the card (results of 2026-12-05,
+    spec-facts-copy). Each matrix's draw is kept beside it (``NAME.params.json``)."""
     real_dir: str | None = None
     """A folder of .mtx / .mtx.gz / .npz matrices added as well (test split by default)."""
     real_split: str = "test"
@@ -173,23 +179,42 @@ def _splits(n: int, cfg: SFTDataConfig, rng: np.random.Generator) -> list[str]:
     return [labels[i] for i in rng.permutation(n)]
 
 
+def _params_path(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(".npz") + ".params.json")
+
+
+def _made_with(path: Path) -> dict[str, int] | None:
+    """The parameters drawn for the matrix in ``path`` ({} for the family's defaults), or None when there is
+    no such file."""
+    if not path.exists():
+        return None
+    side = _params_path(path)
+    return json.loads(side.read_text()) if side.exists() else {}
+
+
 def _distinct_matrix(fam: str, i: int, cfg: SFTDataConfig, rng: np.random.Generator, out: Path,
                      prints: Fingerprints, taken: set[str]) -> tuple[str, Path, str]:
-    """(name, file, fingerprint) of the ``i``-th matrix of ``fam``: a size and seed drawn, the matrix made (unless
-    its file is there), and drawn again while its structure is ``taken``."""
+    """(name, file, fingerprint) of the ``i``-th matrix of ``fam``: a size and seed drawn (and its parameters,
+    with ``cfg.vary_params``), the matrix made (unless its file is there, made with the same parameters), and
+    drawn again while its structure is ``taken``."""
     for _ in range(MAX_REDRAWS + 1):
         rows = draw_rows(i, cfg, rng)
         seed = int(rng.integers(1 << 30))
+        params = draw_params(fam, rng) if cfg.vary_params else {}
         name = generated_name(fam, i, rows)
         path = out / f"{name}.npz"
-        if path.exists():
+        if _made_with(path) == params:
             fp = prints.of(path)
         else:
-            A = generate(fam, rows, seed=seed)
+            A = generate(fam, rows, seed=seed, **params)
             fp = structure_fingerprint(A)
             if fp not in taken:
                 save_matrix(A, path, compress=False)  # scratch: deflating was 3/4 of the time
                 prints.record(path, fp)
+                if params:
+                    _params_path(path).write_text(json.dumps(params) + "\n")
+                else:
+                    _params_path(path).unlink(missing_ok=True)
         if fp not in taken:
             return name, path, fp
         log.info("%s repeats an earlier matrix's structure: another size is drawn", name)

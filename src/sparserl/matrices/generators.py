@@ -913,6 +913,10 @@ class FamilySpec:
     """Peak memory per (expected) nonzero while generating (see :func:`memory_estimate`)."""
     fixed_bytes: int = 0
     """Peak memory besides that: temporaries of one chunk of rows, whatever the size."""
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Integer parameters a data set may draw matrix by matrix (inclusive ranges; :func:`draw_params`): those
+    that change the facts a specialised kernel bakes in (bands, row lengths, blocks per block row). A teacher
+    whose matrices all have the defaults shows one set of facts, which a policy then writes from memory."""
 
 
 _APPLICATION_CHUNK_BYTES = 192 << 20
@@ -921,7 +925,8 @@ _APPLICATION_CHUNK_BYTES = 192 << 20
 FAMILIES: dict[str, FamilySpec] = {
     "diagonal": FamilySpec(_diagonal, "main diagonal only (min(rows, cols) nonzeros)"),
     "banded": FamilySpec(
-        _banded, "`bands` adjacent diagonals, offsets -bands//2 .. , clipped at the edges", {"bands": 9}
+        _banded, "`bands` adjacent diagonals, offsets -bands//2 .. , clipped at the edges", {"bands": 9},
+        ranges={"bands": (3, 25)},
     ),
     "stencil2d": FamilySpec(
         _stencil2d,
@@ -943,9 +948,11 @@ FAMILIES: dict[str, FamilySpec] = {
         "dense `block` x `block` blocks at `blocks_per_row` distinct random block columns per block row "
         "(edge blocks cut)",
         {"block": 8, "blocks_per_row": 4},
+        ranges={"blocks_per_row": (2, 8)},
     ),
     "random": FamilySpec(
-        _random, "`nnz_per_row` distinct uniform random columns per row", {"nnz_per_row": 16}
+        _random, "`nnz_per_row` distinct uniform random columns per row", {"nnz_per_row": 16},
+        ranges={"nnz_per_row": (4, 32)},
     ),
     "powerlaw": FamilySpec(
         _powerlaw,
@@ -966,6 +973,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _rectangular,
         "random rows of `nnz_per_row` columns; cols defaults to 2 * rows (cols < rows allowed)",
         {"nnz_per_row": 8},
+        ranges={"nnz_per_row": (4, 16)},
     ),
     "dense_lines": FamilySpec(
         _dense_lines,
@@ -1093,6 +1101,14 @@ def is_held_out(name: str) -> bool:
     and the best-known store name them) is of a held-out family: what a learned component's
     training data leaves out."""
     return any(name == f or name.startswith(f + "_") for f in HELD_OUT_FAMILIES)
+
+
+def draw_params(family: str, rng: np.random.Generator) -> dict[str, int]:
+    """One draw of ``family``'s :attr:`FamilySpec.ranges` parameters from ``rng`` (uniform integers in each
+    inclusive range, in the order listed; {} for a family without ranges: no draw is taken from ``rng``)."""
+    if family not in FAMILIES:
+        raise MatrixError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
+    return {k: int(rng.integers(lo, hi + 1)) for k, (lo, hi) in FAMILIES[family].ranges.items()}
 
 
 def generated_name(family: str, index: int, rows: int) -> str:
