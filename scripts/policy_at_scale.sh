@@ -69,9 +69,9 @@
 # structural parameters (bands, row lengths, blocks per block row: `data build --vary-params`) instead of the
 # families' defaults (default: default), so that the specialised kernels' facts in the teacher differ from matrix
 # to matrix: with the defaults 105 specialised SFT rows held 7 distinct facts blocks, and the policy wrote facts
-# from memory, never from the card (results of 2026-12-05, spec-facts-copy; drawn is not measured yet). SFT_STEPS=N trains SFT for N steps (small 200,
-# full 400): with more teacher rows, more steps. SAMPLES=N samples N kernels per held-out matrix (small 8, full 16: the targets
-# are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
+# from memory, never from the card (results of 2026-12-05, spec-facts-copy; drawn is not measured yet).
+# SFT_STEPS=N trains SFT for N steps (small 200, full 400): with more teacher rows, more steps. SAMPLES=N
+# samples N kernels per held-out matrix (small 8, full 16: the targets are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
 # round was not kept on the small preset at 10k-1M rows, results of 2026-12-04). OUT/settings.json names what any
 # invocation changed of its preset; a run that changed something is not the preset's sitting, and
@@ -318,8 +318,7 @@ make_matrices() {
     # all of them are searched, so no split (the same matrices as with the default fractions, without their warnings)
     sparserl data build --out "$teacher_dir" --families "$families" --per-family "$extra" "${teacher_sizes[@]}" \
       --size-draw "$teacher_draw" ${teacher_params[@]+"${teacher_params[@]}"} --seed 1 --matrices-only \
-      --distinct-from "$out/data" \
-      --val-fraction 0 --test-fraction 0 || return 1
+      --distinct-from "$out/data" --val-fraction 0 --test-fraction 0 || return 1
   fi
 }
 gen_pid=""  # the matrices are CPU work: generated while pre-training holds the GPU

@@ -74,8 +74,8 @@ def data_build_cmd(
         check_output(out, "data", force)
         compile_only = fallback(compile_only)
     cfg = SFTDataConfig(out=str(out), families=names(families), matrices_per_family=per_family, min_rows=min_rows,
-                        max_rows=max_rows, size_draw=size_draw, vary_params=vary_params, real_dir=str(real_dir) if real_dir else None,
-                        real_split=real_split,
+                        max_rows=max_rows, size_draw=size_draw, vary_params=vary_params,
+                        real_dir=str(real_dir) if real_dir else None, real_split=real_split,
                         ops=op_list, ks=k_list,
                         target=target, targets_per_matrix=targets_per_matrix, variants_per_matrix=variants_per_matrix,
                         max_target_chars=max_target_chars,

@@ -44,7 +44,7 @@ from sparserl.data.targets import without_comments
 from sparserl.harness.extract import Extracted, extract
 from sparserl.kernels.contract import Header, Op
 from sparserl.kernels.library import variants
-from sparserl.kernels.templates import templates
+from sparserl.kernels.templates import Template, get_template, templates
 from sparserl.matrices.card import MatrixCard
 
 
@@ -159,7 +159,7 @@ def _facts(body: str) -> str:
     return body[:len(body) - len(_without_facts(body))].strip()
 
 
-def _point(template, header: Header) -> dict[str, int] | None:
+def _point(template: Template, header: Header) -> dict[str, int] | None:
     """The template's parameters as a header names them (PARAMS and FORMAT numbers, matched by name
     whatever the case), or None when the header does not name a point of the template's space."""
     numbers = {k.lower(): v for k, v in {**header.params, **header.constants}.items()}
@@ -169,11 +169,18 @@ def _point(template, header: Header) -> dict[str, int] | None:
     return point
 
 
-def _facts_as_card(parts: tuple[Header, str] | None, op: Op, card: MatrixCard | None) -> bool | None:
-    """:func:`facts_as_card` of a completion already read (:func:`_parts`)."""
-    name = _template_of(parts, op)
-    t = next((t for t in templates(op) if t.name == name), None)
-    if card is None or t is None or not t.specialised:
+def _specialised(name: str | None, op: Op) -> Template | None:
+    """The template ``name`` (a :func:`_template_of` answer) when it is a specialised one, else None."""
+    t = get_template(op, name) if name is not None else None
+    return t if t is not None and t.specialised else None
+
+
+def _facts_as_card(parts: tuple[Header, str] | None, op: Op, card: MatrixCard | None,
+                   template: str | None) -> bool | None:
+    """:func:`facts_as_card` of a completion already read (:func:`_parts`) whose body is ``template``'s
+    (:func:`_template_of`)."""
+    t = _specialised(template, op)
+    if card is None or t is None:
         return None
     point = _point(t, parts[0])
     if point is None or t.check(point, card, 32 if op is Op.SPMM else None) is not None:  # SpMM: a k every vec divides
@@ -190,7 +197,8 @@ def facts_as_card(text: str, op: Op | str, card: MatrixCard | None) -> bool | No
     numbers are not a valid point of the template for this card. Compared as :func:`_parts` reads code
     (comments dropped, whitespace collapsed); nothing is compiled or run."""
     op = Op(op)
-    return _facts_as_card(_parts(text, op), op, card)
+    parts = _parts(text, op)
+    return _facts_as_card(parts, op, card, _template_of(parts, op))
 
 
 def specialised_facts(text: str, op: Op | str) -> tuple[str, str] | None:
@@ -199,10 +207,8 @@ def specialised_facts(text: str, op: Op | str) -> tuple[str, str] | None:
     wrote the same facts."""
     op = Op(op)
     parts = _parts(text, op)
-    name = _template_of(parts, op)
-    if name is None or not next(t for t in templates(op) if t.name == name).specialised:
-        return None
-    return name, _facts(parts[1])
+    t = _specialised(_template_of(parts, op), op)
+    return None if t is None else (t.name, _facts(parts[1]))
 
 
 def template_body(text: str, op: Op | str) -> str | None:
@@ -291,7 +297,7 @@ def library_match_table(samples: Iterable[tuple], op: Op | str, top_messages: in
         parts = _parts(text, op)  # read once: the class, the template of a new body, its facts
         kind = _match(parts, op)
         template = _template_of(parts, op) if kind is LibraryMatch.NEW else None
-        facts = _facts_as_card(parts, op, card) if template is not None else None
+        facts = _facts_as_card(parts, op, card, template)
         tallies[system][kind].add(correct, verdict, message, template, facts)
     return {s: {c.value: t.as_dict(top_messages) for c, t in by.items()} for s, by in tallies.items()}
 
