@@ -1,0 +1,98 @@
+"""How many distinct facts blocks can a teacher built on these matrices show its policy?
+
+A specialised template bakes facts read off the matrix card into one block at its top (diagonal offsets, row
+lengths, blocks per block row). A policy learns to copy them from the card only if its teacher's rows show
+different blocks for different cards; where every matrix of a family has the same block, writing it from memory
+is as good as reading it. This reads folders of generated matrices (``sparserl data build --matrices-only``) and,
+per folder, family and specialised template, renders the template at its first seed point for each matrix's card
+(as the search's first candidate of that template) and counts the distinct blocks: an upper bound on what a
+teacher from those matrices can show, since it teaches a template only where the search found it fastest.
+
+    sparserl data build --out DEFAULT --families banded,random --per-family 8 --min-rows 100000 \\
+        --max-rows 2000000 --size-draw stratified --seed 1 --matrices-only --val-fraction 0 --test-fraction 0
+    sparserl data build --out DRAWN ...the same... --vary-params
+    python benchmarks/facts_range.py DEFAULT DRAWN --out range.json
+
+CPU only: nothing is compiled or run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from sparserl.errors import SparseRLError
+from sparserl.eval.library_match import specialised_facts
+from sparserl.kernels.contract import Op
+from sparserl.kernels.templates import templates
+from sparserl.matrices.card import matrix_card
+from sparserl.matrices.generators import family_of_generated
+from sparserl.matrices.io import load_matrix, matrices_in
+from sparserl.progress import progress
+
+
+def facts_blocks(card, op: Op) -> dict[str, str]:
+    """Each specialised template's block of facts for ``card`` at its first seed point (templates without a valid
+    seed point for the card are left out)."""
+    out = {}
+    for t in templates(op):
+        if not t.specialised or t.seed_points is None:
+            continue
+        for point in t.seed_points(card, None)[:1]:
+            if t.check(point, card, None) is None:
+                found = specialised_facts(t.render(point, card), op)
+                if found is not None:
+                    out[found[0]] = found[1]
+    return out
+
+
+def facts_range(folder: Path, op: Op) -> dict[str, dict[str, dict[str, int]]]:
+    """{family: {template: {"matrices": n, "distinct_facts": d}}} over the generated matrices in ``folder`` (or in
+    its ``matrices`` folder: a data folder)."""
+    blocks: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    if (folder / "matrices").is_dir():  # a data folder: its matrices
+        folder = folder / "matrices"
+    if not folder.is_dir():
+        raise SparseRLError(f"{folder} is not a folder")
+    files = [p for p in matrices_in(folder) if family_of_generated(p.name.split(".")[0])]
+    if not files:
+        raise SparseRLError(f"{folder} holds no generated matrices (make them with sparserl data build --matrices-only)")
+    with progress() as bar:
+        task = bar.add_task(f"cards of {folder}", total=len(files))
+        for path in files:
+            family = family_of_generated(path.name.split(".")[0])
+            for template, block in facts_blocks(matrix_card(load_matrix(path)), op).items():
+                blocks[family][template].append(block)
+            bar.advance(task)
+    return {f: {t: {"matrices": len(b), "distinct_facts": len(set(b))} for t, b in sorted(by.items())}
+            for f, by in sorted(blocks.items())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folders", type=Path, nargs="+", help="folders of generated matrices (data build --matrices-only)")
+    ap.add_argument("--op", default="spmv", choices=[o.value for o in Op])
+    ap.add_argument("--out", type=Path, help="write the table as JSON here")
+    args = ap.parse_args(argv)
+    table = {}
+    try:
+        for folder in args.folders:
+            table[str(folder)] = facts_range(folder, Op(args.op))
+    except (SparseRLError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for folder, by_family in table.items():
+        for family, by in by_family.items():
+            cells = ", ".join(f"{t} {v['distinct_facts']} of {v['matrices']}" for t, v in by.items())
+            print(f"{folder}  {family}: {cells}")
+    if args.out:
+        args.out.write_text(json.dumps({"op": args.op, "folders": {Path(f).name: v for f, v in table.items()}},
+                                       indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

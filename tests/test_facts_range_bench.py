@@ -1,0 +1,44 @@
+"""benchmarks/facts_range.py: the distinct facts blocks a teacher from these matrices could show (CPU). Mutations
+killed: matrices counted instead of distinct blocks, the block rendered for another card than the matrix's (the
+same for every matrix), a file that is no generated matrix counted under a family, a data folder not read through
+its ``matrices`` folder, and an empty folder or a missing one passing silently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sparserl.matrices import generate
+from sparserl.matrices.io import save_matrix
+from tests.conftest import load_benchmark
+
+bench = load_benchmark("facts_range")
+
+
+def _folder(root: Path, bands: list[int]) -> Path:
+    root.mkdir(parents=True)
+    for i, b in enumerate(bands):
+        save_matrix(generate("banded", 3000 + i, seed=i, bands=b), root / f"banded_{i:03d}_{3000 + i}.npz")
+    return root
+
+
+def test_distinct_blocks_follow_the_cards(tmp_path: Path, capsys) -> None:
+    same = _folder(tmp_path / "same", [5, 5, 5])
+    drawn = _folder(tmp_path / "drawn" / "matrices", [3, 7, 7])  # a data folder: read through its matrices
+    save_matrix(generate("banded", 3000, bands=9), tmp_path / "same" / "my_matrix.npz")  # no generated name
+    out = tmp_path / "range.json"
+    assert bench.main([str(same), str(same.parent / "drawn"), "--out", str(out)]) == 0
+    table = json.loads(out.read_text())["folders"]
+    assert table["same"]["banded"]["dia_window_spec"] == {"matrices": 3, "distinct_facts": 1}
+    assert table["drawn"]["banded"]["dia_window_spec"] == {"matrices": 3, "distinct_facts": 2}
+    assert set(table["same"]) == {"banded"}
+    assert "banded: " in capsys.readouterr().out
+    assert drawn.is_dir()
+
+
+def test_a_folder_without_generated_matrices_is_an_error(tmp_path: Path, capsys) -> None:
+    (tmp_path / "empty").mkdir()
+    assert bench.main([str(tmp_path / "empty")]) == 2
+    assert "holds no generated matrices" in capsys.readouterr().err
+    assert bench.main([str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
