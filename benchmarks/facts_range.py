@@ -13,7 +13,7 @@ teacher from those matrices can show, since it teaches a template only where the
     sparserl data build --out DRAWN ...the same... --vary-params
     python benchmarks/facts_range.py DEFAULT DRAWN --out range.json
 
-CPU only: nothing is compiled or run.
+SpMV only: the specialised templates are SpMV's. CPU only: nothing is compiled or run.
 """
 
 from __future__ import annotations
@@ -74,13 +74,12 @@ def facts_range(folder: Path, op: Op) -> dict[str, dict[str, dict[str, int]]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", type=Path, nargs="+", help="folders of generated matrices (data build --matrices-only)")
-    ap.add_argument("--op", default="spmv", choices=[o.value for o in Op])
     ap.add_argument("--out", type=Path, help="write the table as JSON here")
     args = ap.parse_args(argv)
     table = {}
     try:
         for folder in args.folders:
-            table[str(folder)] = facts_range(folder, Op(args.op))
+            table[str(folder)] = facts_range(folder, Op.SPMV)
     except (SparseRLError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             cells = ", ".join(f"{t} {v['distinct_facts']} of {v['matrices']}" for t, v in by.items())
             print(f"{folder}  {family}: {cells}")
     if args.out:
-        args.out.write_text(json.dumps({"op": args.op, "folders": {Path(f).name: v for f, v in table.items()}},
+        args.out.write_text(json.dumps({"op": "spmv", "folders": {Path(f).name: v for f, v in table.items()}},
                                        indent=1) + "\n")
     return 0
 
