@@ -5,7 +5,8 @@ lengths, blocks per block row). A policy learns to copy them from the card only 
 different blocks for different cards; where every matrix of a family has the same block, writing it from memory
 is as good as reading it. This reads folders of generated matrices (``sparserl data build --matrices-only``) and,
 per folder, family and specialised template, renders the template at its first seed point for each matrix's card
-(as the search's first candidate of that template) and counts the distinct blocks: an upper bound on what a
+(as the search's first candidate of that template; the block read as ``evaluate`` reads a sample's,
+:func:`sparserl.eval.library_match.baked_facts`) and counts the distinct blocks: an upper bound on what a
 teacher from those matrices can show, since it teaches a template only where the search found it fastest.
 
     sparserl data build --out DEFAULT --families banded,random --per-family 8 --min-rows 100000 \\
@@ -25,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
-from sparserl.eval.library_match import specialised_facts
+from sparserl.eval.library_match import baked_facts
 from sparserl.kernels.contract import Op
 from sparserl.kernels.templates import templates
 from sparserl.matrices.card import matrix_card
@@ -39,13 +40,11 @@ def facts_blocks(card, op: Op) -> dict[str, str]:
     seed point for the card are left out)."""
     out = {}
     for t in templates(op):
-        if not t.specialised or t.seed_points is None:
-            continue
-        for point in t.seed_points(card, None)[:1]:
-            if t.check(point, card, None) is None:
-                found = specialised_facts(t.render(point, card), op)
-                if found is not None:
-                    out[found[0]] = found[1]
+        points = t.seed_points(card, None) if t.specialised and t.seed_points is not None else []
+        if points and t.check(points[0], card, None) is None:
+            block = baked_facts(t, points[0], card)
+            if block is not None:
+                out[t.name] = block
     return out
 
 
@@ -57,13 +56,13 @@ def facts_range(folder: Path, op: Op) -> dict[str, dict[str, dict[str, int]]]:
         folder = folder / "matrices"
     if not folder.is_dir():
         raise SparseRLError(f"{folder} is not a folder")
-    files = [p for p in matrices_in(folder) if family_of_generated(p.name.split(".")[0])]
+    files = [(family_of_generated(p.name.split(".")[0]), p) for p in matrices_in(folder)]
+    files = [(family, p) for family, p in files if family]
     if not files:
         raise SparseRLError(f"{folder} holds no generated matrices (make them with sparserl data build --matrices-only)")
     with progress() as bar:
         task = bar.add_task(f"cards of {folder}", total=len(files))
-        for path in files:
-            family = family_of_generated(path.name.split(".")[0])
+        for family, path in files:
             for template, block in facts_blocks(matrix_card(load_matrix(path)), op).items():
                 blocks[family][template].append(block)
             bar.advance(task)

@@ -175,6 +175,14 @@ def _specialised(name: str | None, op: Op) -> Template | None:
     return t if t is not None and t.specialised else None
 
 
+def baked_facts(template: Template, point: dict[str, int], card: MatrixCard) -> str | None:
+    """The block of facts a specialised ``template`` bakes in for ``card`` at ``point`` (a point the
+    template's check accepts for the card), collapsed as :func:`specialised_facts` gives a sample's;
+    None when the rendered kernel cannot be read."""
+    rendered = _parts(template.render(point, card), template.op)
+    return None if rendered is None else _facts(rendered[1])
+
+
 def _facts_as_card(parts: tuple[Header, str] | None, op: Op, card: MatrixCard | None,
                    template: str | None) -> bool | None:
     """:func:`facts_as_card` of a completion already read (:func:`_parts`) whose body is ``template``'s
@@ -185,8 +193,8 @@ def _facts_as_card(parts: tuple[Header, str] | None, op: Op, card: MatrixCard | 
     point = _point(t, parts[0])
     if point is None or t.check(point, card, 32 if op is Op.SPMM else None) is not None:  # SpMM: a k every vec divides
         return None
-    rendered = _parts(t.render(point, card), op)
-    return rendered is not None and _facts(parts[1]) == _facts(rendered[1])
+    baked = baked_facts(t, point, card)
+    return baked is not None and _facts(parts[1]) == baked
 
 
 def facts_as_card(text: str, op: Op | str, card: MatrixCard | None) -> bool | None:
