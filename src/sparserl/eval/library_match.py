@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from functools import lru_cache
 
@@ -242,6 +242,26 @@ def message_shape(message: str) -> str:
 
 
 @dataclass
+class _TemplateTally:
+    """The samples of one system and class whose body is one template's: how many, how many correct, and, for a
+    specialised template's samples given their card (:func:`facts_as_card`), how many had their facts compared,
+    how many had the card's, and how many of those were correct."""
+
+    samples: int = 0
+    correct: int = 0
+    facts_compared: int = 0
+    facts_as_card: int = 0
+    facts_as_card_correct: int = 0
+
+    def add(self, correct: bool, facts_right: bool | None) -> None:
+        self.samples += 1
+        self.correct += bool(correct)
+        self.facts_compared += facts_right is not None
+        self.facts_as_card += facts_right is True
+        self.facts_as_card_correct += facts_right is True and bool(correct)
+
+
+@dataclass
 class _Tally:
     """One system's samples of one class."""
 
@@ -253,22 +273,15 @@ class _Tally:
     """Verdict kind -> :func:`message_shape` -> samples."""
     examples: dict[tuple[str, str], str] = field(default_factory=dict)
     """(kind, shape) -> the first message of that shape, its first line."""
-    template_bodies: dict[str, list[int]] = field(default_factory=dict)
-    """Template name -> [samples, correct, facts compared with the card's, facts as the card's, correct
-    among those] of the samples whose body is that template's (``new`` only; facts are compared for a
-    specialised template's samples given their card, :func:`facts_as_card`)."""
+    template_bodies: dict[str, _TemplateTally] = field(default_factory=dict)
+    """Template name -> the counts of the samples whose body is that template's (``new`` only)."""
 
     def add(self, correct: bool, verdict: str | None, message: str | None, template: str | None = None,
             facts_right: bool | None = None) -> None:
         self.samples += 1
         self.correct += bool(correct)
         if template is not None:
-            got = self.template_bodies.setdefault(template, [0, 0, 0, 0, 0])
-            got[0] += 1
-            got[1] += bool(correct)
-            got[2] += facts_right is not None
-            got[3] += facts_right is True
-            got[4] += facts_right is True and bool(correct)
+            self.template_bodies.setdefault(template, _TemplateTally()).add(correct, facts_right)
         if correct or not verdict:
             return
         self.failures[verdict] += 1
@@ -279,9 +292,7 @@ class _Tally:
 
     def as_dict(self, top: int) -> dict:
         return {"samples": self.samples, "correct": self.correct, "failures": dict(self.failures.most_common()),
-                "template_bodies": {t: {"samples": n, "correct": k, "facts_compared": fc, "facts_as_card": f,
-                                        "facts_as_card_correct": fk}
-                                    for t, (n, k, fc, f, fk) in sorted(self.template_bodies.items())},
+                "template_bodies": {t: asdict(got) for t, got in sorted(self.template_bodies.items())},
                 "messages": {kind: [{"shape": shape, "count": n, "example": self.examples[kind, shape]}
                                     for shape, n in shapes.most_common(top)] for kind, shapes in self.shapes.items()}}
 
