@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folders", type=Path, nargs="+", help="folders of generated matrices (data build --matrices-only)")
     ap.add_argument("--out", type=Path, help="write the table as JSON here")
     args = ap.parse_args(argv)
+    names = [f.name for f in args.folders]  # the JSON keys each folder by its last name, which keeps paths out
+    if len(set(names)) < len(names):
+        print(f"error: two folders have the same last name ({', '.join(sorted({n for n in names if names.count(n) > 1}))}); "
+              "the JSON keys each by it: give them distinct names", file=sys.stderr)
+        return 2
     table = {}
     try:
         for folder in args.folders:

@@ -1,7 +1,8 @@
 """benchmarks/facts_range.py: the distinct facts blocks a teacher from these matrices could show (CPU). Mutations
 killed: matrices counted instead of distinct blocks, the block rendered for another card than the matrix's (the
 same for every matrix), a file that is no generated matrix counted under a family, a data folder not read through
-its ``matrices`` folder, and an empty folder or a missing one passing silently."""
+its ``matrices`` folder, an empty folder or a missing one passing silently, and two folders of one name
+keyed alike in the JSON (one overwritten)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,12 @@ def test_a_folder_without_generated_matrices_is_an_error(tmp_path: Path, capsys)
     assert "holds no generated matrices" in capsys.readouterr().err
     assert bench.main([str(tmp_path / "nowhere")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_two_folders_of_one_name_are_an_error_not_one_overwritten(tmp_path: Path, capsys) -> None:
+    """The JSON keys each folder by its last name: two of the same name would leave one of them out of it."""
+    a, b = _folder(tmp_path / "a" / "default", [5]), _folder(tmp_path / "b" / "default", [7])
+    out = tmp_path / "range.json"
+    assert bench.main([str(a), str(b), "--out", str(out)]) == 2
+    assert "same last name (default)" in capsys.readouterr().err
+    assert not out.exists()
