@@ -225,3 +225,33 @@ def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
     md = (tmp_path / "eval.md").read_text()
     assert "## Samples against the library" in md and "| sft | 1 (50%), 100% correct | 0 | 0 | 1 (50%), 0% correct |" in md
     assert "Not correct, by the harness's verdict (sft): new: incorrect 1." in md
+
+
+def test_fill_facts_writes_the_cards_facts_into_a_specialised_kernel_and_nothing_else() -> None:
+    """A ``dia_window_spec`` kernel written with a 70-wide grid's offsets, judged on an 80-wide grid, gets the
+    80-wide grid's facts: exactly the template at the sample's own numbers for that card. Nothing is filled where
+    the facts are the card's already, where there is no card, where the body is a generic template's, where the
+    numbers are no point of the template, or where the header differs from the template's at that point (a LAUNCH
+    line of the policy's own would be changed too). Kills: the header left unchecked (the LAUNCH sample filled),
+    the sample's numbers ignored (a seed point's kernel returned: block 256 for a block-128 sample), a fill that
+    returns the facts unchanged, and a sample filled although its facts were the card's."""
+    from sparserl.eval.library_match import facts_as_card, fill_facts
+    from sparserl.kernels.templates import get_template
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+
+    here, there = (matrix_card(generate("stencil2d", rows, seed=1)) for rows in (4900, 6400))
+    spec = get_template("spmv", "dia_window_spec")
+    text = spec.render({"block": 128, "v": 2}, here)
+    filled = fill_facts(text, "spmv", there)
+    assert filled == spec.render({"block": 128, "v": 2}, there)
+    assert facts_as_card(filled, "spmv", there) is True and facts_as_card(text, "spmv", there) is False
+    assert "-80, -80, -1, 1, 80, 80" in filled and "-70" not in filled
+    assert fill_facts(text, "spmv", here) is None  # the card's facts already
+    assert fill_facts(text, "spmv", None) is None
+    assert fill_facts(text.replace("BLOCK=128", "BLOCK=100"), "spmv", there) is None  # no point of the template
+    launch = next(line for line in text.splitlines() if line.startswith("LAUNCH:"))
+    own = text.replace(launch, launch.replace("block=BLOCK", "block=128"))
+    assert own != text and fill_facts(own, "spmv", there) is None  # a header the template does not write
+    generic = get_template("spmv", "dia_window").render({"block": 128, "v": 2}, here)
+    assert fill_facts(generic, "spmv", there) is None

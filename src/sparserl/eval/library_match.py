@@ -209,6 +209,31 @@ def facts_as_card(text: str, op: Op | str, card: MatrixCard | None) -> bool | No
     return _facts_as_card(parts, op, card, _template_of(parts, op))
 
 
+def fill_facts(text: str, op: Op | str, card: MatrixCard | None) -> str | None:
+    """A completion that is a specialised template's kernel at its own numbers but for its block of facts,
+    with the card's facts instead: the template rendered at the completion's numbers (its PARAMS and FORMAT
+    line) for ``card``. None when there is nothing to fill: no card, the body is no specialised template's,
+    its numbers are not a point the template's check accepts for the card, its header (LAUNCH lines
+    included) is not the one the template writes at that point, or its facts are the card's already.
+    Comments and spacing are the template's, which the harness does not read; nothing else differs
+    (compared as :func:`_parts` reads code). The filled kernel is judged like any other: this chooses
+    no numbers and skips no check, it only writes what the card already says."""
+    op = Op(op)
+    parts = _parts(text, op)
+    t = _specialised(_template_of(parts, op), op)
+    if card is None or t is None:
+        return None
+    point = _point(t, parts[0])
+    if point is None or t.check(point, card, 32 if op is Op.SPMM else None) is not None:
+        return None
+    filled = t.render(point, card)
+    got = _parts(filled, op)
+    if (got is None or got[0].render() != parts[0].render() or _without_facts(got[1]) != _without_facts(parts[1])
+            or _facts(got[1]) == _facts(parts[1])):
+        return None
+    return filled
+
+
 def specialised_facts(text: str, op: Op | str) -> tuple[str, str] | None:
     """(template name, its block of facts as written, collapsed) when ``text``'s body, facts aside, is a
     specialised template's body; else None. Two samples or teacher rows with the same block taught or
