@@ -1,0 +1,73 @@
+"""benchmarks/fill_facts.py: which of a held-out set's samples the card's facts would change, and the correct share
+before and after with the filled kernels' verdicts (CPU; the harness's judging itself runs on a GPU). Mutations
+killed: a sample with the card's facts counted as filled, a correct sample's verdict dropped from the share after
+the fill, a filled kernel's new verdict not counted, another system's samples let through ``--system``, and
+``--judge`` without a GPU or a missing file passing silently."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from sparserl.eval.compare import EvalConfig
+from sparserl.kernels.templates import get_template
+from sparserl.matrices import generate
+from sparserl.matrices.card import matrix_card
+from tests.conftest import load_benchmark
+
+bench = load_benchmark("fill_facts")
+ROWS = 4900  # the set's stencil2d is 70 x 70
+
+
+def _run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "eval-families").mkdir(parents=True)
+    cfg = asdict(EvalConfig(matrices="families", family_rows=ROWS, out=str(run / "eval-families")))
+    (run / "eval-families" / "eval.json").write_text(json.dumps({"config": cfg, "op": "spmv"}))
+    spec = get_template("spmv", "dia_window_spec")
+    here = matrix_card(generate("stencil2d", ROWS, seed=7))
+    other = matrix_card(generate("stencil2d", 6400, seed=1))  # an 80 x 80 grid's offsets
+    samples = [("base", spec.render({"block": 128, "v": 1}, here), "none"),         # the card's facts: kept
+               ("base", spec.render({"block": 256, "v": 1}, other), "incorrect"),   # filled
+               ("base", spec.render({"block": 256, "v": 2}, other), "compile_error"),  # filled
+               ("base", "FORMAT: CSR\nnot a kernel", "contract_error"),             # nothing to fill
+               ("other", spec.render({"block": 128, "v": 1}, other), "incorrect")]
+    (run / "eval-families" / "completions.jsonl").write_text("".join(
+        json.dumps({"system": s, "matrix": f"stencil2d_{ROWS}", "verdict": v, "completion": c}) + "\n"
+        for s, c, v in samples))
+    return run
+
+
+def test_the_samples_the_fill_changes_are_counted_with_their_verdicts(tmp_path: Path, capsys) -> None:
+    run = _run(tmp_path)
+    assert bench.main([str(run), "--system", "base", "--out", str(tmp_path / "f.json")]) == 0
+    got = json.loads((tmp_path / "f.json").read_text())
+    assert (got["samples"], got["correct_before"], got["filled"]) == (4, 1, 2)
+    assert got["filled_by_template"] == {"dia_window_spec": 2}
+    assert got["filled_verdicts_before"] == {"incorrect": 1, "compile_error": 1}
+    assert "correct_after" not in got  # nothing judged: no figure after the fill
+    assert "the fill changes 2 (dia_window_spec 2)" in capsys.readouterr().out
+
+
+def test_the_share_after_counts_the_filled_kernels_new_verdicts() -> None:
+    """``tally`` with judged verdicts: a filled sample that passes adds one, one that still fails adds none, and
+    the samples not filled keep theirs."""
+    samples = [{"verdict": "none"}, {"verdict": "incorrect"}, {"verdict": "compile_error"}, {"verdict": "slow"}]
+    filled = [(1, "dia_window_spec", "a"), (2, "dia_window_spec", "b")]
+    got = bench.tally(samples, filled, {1: "none", 2: "incorrect"})
+    assert (got["correct_before"], got["correct_after"]) == (2, 3)
+    assert got["correct_share_after"] == 0.75
+    assert got["filled_verdicts_after"] == {"none": 1, "incorrect": 1}
+
+
+def test_judge_without_a_gpu_and_a_missing_set_are_errors(tmp_path: Path, capsys) -> None:
+    run = _run(tmp_path)
+    if importlib.util.find_spec("cupy") is None:  # with CuPy (a GPU machine) the judging would run
+        assert bench.main([str(run), "--system", "base", "--judge"]) == 2
+        assert "no GPU visible" in capsys.readouterr().err
+    assert bench.main([str(run), "--set", "test"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert bench.main([str(run), "--system", "nobody"]) == 2
+    assert "no samples of nobody" in capsys.readouterr().err
