@@ -26,14 +26,13 @@ import argparse
 import json
 import sys
 from collections import Counter, defaultdict
-from dataclasses import fields
 from pathlib import Path
 
-from sparserl.eval.compare import EvalConfig, matrix_set
 from sparserl.errors import SparseRLError
 from sparserl.eval.library_match import facts_as_card, specialised_facts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from saved_set import read_saved_set  # noqa: E402  (the set as the run evaluated it)
 from teacher_mix import row_family  # noqa: E402  (the family of a teacher row, as that benchmark counts it)
 
 
@@ -87,32 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--matrices", help="where the set's matrices are now, for a set of files (a data folder)")
     ap.add_argument("--out", type=Path, help="write the tables as JSON here")
     args = ap.parse_args(argv)
-    folder = args.run / f"eval-{args.set}"
     sft = args.sft or args.run / "sft-data" / "train.jsonl"
-    for need in (folder / "eval.json", folder / "completions.jsonl", sft):
-        if not need.is_file():
-            print(f"error: {need} does not exist (give a policy run folder whose set '{args.set}' was evaluated)",
-                  file=sys.stderr)
-            return 2
-    result = json.loads((folder / "eval.json").read_text())
-    known = {f.name for f in fields(EvalConfig)}
-    given = {k: v for k, v in result["config"].items() if k in known}
-    given.update(distinct_from=(), checkpoints=(), **({"matrices": args.matrices} if args.matrices else {}))
-    try:  # the set as the evaluation made it (seeds, rows), read where it is now
-        cfg = EvalConfig(**given)
-        contexts = matrix_set(cfg)
+    try:
+        if not sft.is_file():
+            raise SparseRLError(f"{sft} does not exist (give a policy run folder, or --sft)")
+        result, samples, contexts = read_saved_set(args.run, args.set, args.system, args.matrices)
     except SparseRLError as e:
-        print(f"error: {e} (the set's matrices: give --matrices DIR where they are now)", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     op = result["op"]
-    samples = [json.loads(line) for line in (folder / "completions.jsonl").read_text().splitlines() if line.strip()]
-    samples = [s for s in samples if not args.system or s["system"] == args.system]
-    if not samples:
-        print(f"error: no samples{' of ' + args.system if args.system else ''} in {folder / 'completions.jsonl'}",
-              file=sys.stderr)
-        return 2
     wanted = {s["matrix"] for s in samples}
-    cards = {ctx.name: ctx.card for ctx, _ in contexts if ctx.name in wanted}
+    cards = {name: ctx.card for name, ctx in contexts.items() if name in wanted}
     taught = teacher_facts([json.loads(line) for line in sft.read_text().splitlines() if line.strip()], op)
     by_template = sample_facts(samples, cards, op, taught)
     teacher = {t: {"rows": v["rows"], "distinct_facts": len(v["facts"]),

@@ -21,12 +21,13 @@ import argparse
 import json
 import sys
 from collections import Counter
-from dataclasses import fields
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
-from sparserl.eval.compare import EvalConfig, matrix_set
 from sparserl.eval.library_match import fill_facts, specialised_facts
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from saved_set import read_saved_set  # noqa: E402  (the set as the run evaluated it)
 
 VERIFIED = ("none", "slow")
 """Verdicts of a verified sample (slow: stopped early, its time measured)."""
@@ -82,26 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--judge", action="store_true", help="judge the filled kernels on a GPU (else: count them)")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = ap.parse_args(argv)
-    folder = args.run / f"eval-{args.set}"
-    for need in (folder / "eval.json", folder / "completions.jsonl"):
-        if not need.is_file():
-            print(f"error: {need} does not exist (give a policy run folder whose set '{args.set}' was evaluated)",
-                  file=sys.stderr)
-            return 2
-    result = json.loads((folder / "eval.json").read_text())
-    known = {f.name for f in fields(EvalConfig)}
-    given = {k: v for k, v in result["config"].items() if k in known}
-    given.update(distinct_from=(), checkpoints=(), **({"matrices": args.matrices} if args.matrices else {}))
-    samples = [json.loads(line) for line in (folder / "completions.jsonl").read_text().splitlines() if line.strip()]
-    samples = [s for s in samples if not args.system or s["system"] == args.system]
-    if not samples:
-        print(f"error: no samples{' of ' + args.system if args.system else ''} in {folder / 'completions.jsonl'}",
-              file=sys.stderr)
-        return 2
-    try:  # the set as the evaluation made it (seeds, rows), read where it is now
-        contexts = {ctx.name: ctx for ctx, _ in matrix_set(EvalConfig(**given))}
+    try:
+        result, samples, contexts = read_saved_set(args.run, args.set, args.system, args.matrices)
     except SparseRLError as e:
-        print(f"error: {e} (the set's matrices: give --matrices DIR where they are now)", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     op = result["op"]
     filled = filled_samples(samples, {name: ctx.card for name, ctx in contexts.items()}, op)
