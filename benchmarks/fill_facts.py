@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         figures["judged"] = [{"matrix": samples[i]["matrix"], "template": t, "verdict_before": samples[i]["verdict"],
                               **(judged[i] if judged is not None else {})} for i, t, _ in filled]
-        args.out.write_text(json.dumps({"run": args.run.name or args.run.resolve().name, "set": args.set, "system": args.system or None,
-                                        **figures}, indent=1) + "\n")
+        run = args.run.name or args.run.resolve().name  # the name given (a link keeps its own)
+        args.out.write_text(json.dumps({"run": run, "set": args.set, "system": args.system or None, **figures},
+                                       indent=1) + "\n")
     return 0
 
 
