@@ -6,11 +6,12 @@ block of facts read off the matrix card. A policy that writes the body at a vali
 (a training matrix's offsets, a garbled number) writes a wrong kernel, although everything it chose is right.
 :func:`sparserl.eval.library_match.fill_facts` writes the card's facts into such a sample and changes nothing
 else. This reads one held-out set of a policy run (``OUT/eval-SET``: ``eval.json``, ``completions.jsonl``),
-makes its matrices again to read their cards, and reports which samples the fill changes and their verdicts;
-with ``--judge`` (a GPU) it judges the filled kernels on their matrices with the harness and reports the set's
-correct share before and after (the other samples keep their verdicts).
+makes its matrices again to read their cards, and reports which samples the fill changes and their verdicts
+(with ``--compile``, whether the filled kernels compile: nvcc, no GPU needed); with ``--judge`` (a GPU) it judges
+the filled kernels on their matrices with the harness and reports the set's correct share before and after (the
+other samples keep their verdicts).
 
-    python benchmarks/fill_facts.py OUT --set families --system base_sft [--judge] --out fill.json
+    python benchmarks/fill_facts.py OUT --set families --system base_sft [--compile] [--judge] --out fill.json
 
 The figures after the fill are the policy with the fill, not the policy: both are reported.
 """
@@ -74,12 +75,25 @@ def judge(filled: list[tuple[int, str, str]], samples: list[dict], contexts: dic
             for (i, _, _), r in zip(filled, rs)}
 
 
+def compiled(filled: list[tuple[int, str, str]], samples: list[dict], contexts: dict, op: str, k) -> dict[int, bool]:
+    """Whether each filled kernel compiles (nvcc, the harness's compile-only mode: no GPU needed)."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+
+    ev = Evaluator(HarnessConfig(compile_only=True))
+    try:
+        rs = ev.evaluate_many([(text, contexts[samples[i]["matrix"]].ref(ev), op, k) for i, _, text in filled])
+    finally:
+        ev.close()
+    return {i: r.compiled for (i, _, _), r in zip(filled, rs)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="a policy run folder (scripts/policy_at_scale.sh's OUT)")
     ap.add_argument("--set", default="families", help="the held-out set: OUT/eval-SET (default families)")
     ap.add_argument("--system", default="", help="the policy's name in the set (default: every policy's samples)")
     ap.add_argument("--matrices", help="where the set's matrices are now, for a set of files (a data folder)")
+    ap.add_argument("--compile", action="store_true", help="compile the filled kernels (nvcc; no GPU needed)")
     ap.add_argument("--judge", action="store_true", help="judge the filled kernels on a GPU (else: count them)")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = ap.parse_args(argv)
@@ -98,15 +112,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     figures = tally(samples, filled, {i: j["verdict"] for i, j in judged.items()} if judged is not None else None)
+    built = compiled(filled, samples, contexts, op, result.get("k")) if args.compile and filled else None
+    if built is not None:
+        figures["filled_compiled"] = sum(built.values())
     print(f"{figures['samples']} samples, {figures['correct_before']} correct "
           f"({100 * figures['correct_share_before']:.1f}%); the fill changes {figures['filled']} "
           f"({', '.join(f'{t} {n}' for t, n in figures['filled_by_template'].items()) or 'none'}), verdicts before: "
           f"{figures['filled_verdicts_before']}")
+    if built is not None:
+        print(f"{figures['filled_compiled']} of the {figures['filled']} filled kernels compile")
     if judged is not None:
         print(f"after the fill: {figures['correct_after']} correct ({100 * figures['correct_share_after']:.1f}%); "
               f"the filled kernels' verdicts: {figures['filled_verdicts_after']}")
     if args.out:
         figures["judged"] = [{"matrix": samples[i]["matrix"], "template": t, "verdict_before": samples[i]["verdict"],
+                              **({"compiled": built[i]} if built is not None else {}),
                               **(judged[i] if judged is not None else {})} for i, t, _ in filled]
         run = args.run.name or args.run.resolve().name  # the name given (a link keeps its own)
         args.out.write_text(json.dumps({"run": run, "set": args.set, "system": args.system or None, **figures},

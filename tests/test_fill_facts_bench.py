@@ -31,7 +31,8 @@ def _run(tmp_path: Path) -> Path:
     other = matrix_card(generate("stencil2d", 6400, seed=1))  # an 80 x 80 grid's offsets
     samples = [("base", spec.render({"block": 128, "v": 1}, here), "none"),         # the card's facts: kept
                ("base", spec.render({"block": 256, "v": 1}, other), "incorrect"),   # filled
-               ("base", spec.render({"block": 256, "v": 2}, other), "compile_error"),  # filled
+               ("base", spec.render({"block": 256, "v": 2}, other).replace(  # garbled as a policy garbles them
+                   "RUNS[] = {-80, -80, -1, 1, 80, 80};", "RUNS[] = {- c, 0};"), "compile_error"),  # filled
                ("base", "FORMAT: CSR\nnot a kernel", "contract_error"),             # nothing to fill
                ("other", spec.render({"block": 128, "v": 1}, other), "incorrect")]
     (run / "eval-families" / "completions.jsonl").write_text("".join(
@@ -71,3 +72,13 @@ def test_judge_without_a_gpu_and_a_missing_set_are_errors(tmp_path: Path, capsys
     assert "does not exist" in capsys.readouterr().err
     assert bench.main([str(run), "--system", "nobody"]) == 2
     assert "no samples of nobody" in capsys.readouterr().err
+
+
+def test_compile_says_whether_each_filled_kernel_compiles(tmp_path: Path, capsys) -> None:
+    """``--compile`` compiles the filled kernels with nvcc (no GPU): the two filled ones do. Kills the count taken
+    from the samples as written (one of them garbled, which nvcc refuses) instead of the filled kernels."""
+    run = _run(tmp_path)
+    assert bench.main([str(run), "--system", "base", "--compile", "--out", str(tmp_path / "f.json")]) == 0
+    got = json.loads((tmp_path / "f.json").read_text())
+    assert got["filled_compiled"] == 2 and [j["compiled"] for j in got["judged"]] == [True, True]
+    assert "2 of the 2 filled kernels compile" in capsys.readouterr().out
