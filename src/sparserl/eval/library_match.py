@@ -183,17 +183,28 @@ def baked_facts(template: Template, point: dict[str, int], card: MatrixCard) -> 
     return None if rendered is None else _facts(rendered[1])
 
 
-def _facts_as_card(parts: tuple[Header, str] | None, op: Op, card: MatrixCard | None,
-                   template: str | None) -> bool | None:
-    """:func:`facts_as_card` of a completion already read (:func:`_parts`) whose body is ``template``'s
-    (:func:`_template_of`)."""
+def _card_point(parts: tuple[Header, str] | None, op: Op, card: MatrixCard | None,
+                template: str | None) -> tuple[Template, dict[str, int]] | None:
+    """(the specialised template, the point its header names) of a completion already read (:func:`_parts`)
+    whose body is ``template``'s (:func:`_template_of`), when that point is one the template's check accepts
+    for ``card``; None otherwise (no card, no specialised template, no such point)."""
     t = _specialised(template, op)
     if card is None or t is None:
         return None
     point = _point(t, parts[0])
     if point is None or t.check(point, card, 32 if op is Op.SPMM else None) is not None:  # SpMM: a k every vec divides
         return None
-    baked = baked_facts(t, point, card)
+    return t, point
+
+
+def _facts_as_card(parts: tuple[Header, str] | None, op: Op, card: MatrixCard | None,
+                   template: str | None) -> bool | None:
+    """:func:`facts_as_card` of a completion already read (:func:`_parts`) whose body is ``template``'s
+    (:func:`_template_of`)."""
+    found = _card_point(parts, op, card, template)
+    if found is None:
+        return None
+    baked = baked_facts(*found, card)
     return baked is not None and _facts(parts[1]) == baked
 
 
@@ -220,12 +231,10 @@ def fill_facts(text: str, op: Op | str, card: MatrixCard | None) -> str | None:
     no numbers and skips no check, it only writes what the card already says."""
     op = Op(op)
     parts = _parts(text, op)
-    t = _specialised(_template_of(parts, op), op)
-    if card is None or t is None:
+    found = _card_point(parts, op, card, _template_of(parts, op))
+    if found is None:
         return None
-    point = _point(t, parts[0])
-    if point is None or t.check(point, card, 32 if op is Op.SPMM else None) is not None:
-        return None
+    t, point = found
     filled = t.render(point, card)
     got = _parts(filled, op)
     if (got is None or got[0].render() != parts[0].render() or _without_facts(got[1]) != _without_facts(parts[1])
