@@ -59,31 +59,31 @@ def tally(samples: list[dict], filled: list[tuple[int, str, str]], verdicts: dic
     return out
 
 
-def judge(filled: list[tuple[int, str, str]], samples: list[dict], contexts: dict, op: str, k) -> dict[int, dict]:
-    """Each filled kernel judged by the harness on its matrix (cold regime, every check): index -> verdict,
-    message, speedup against cuSPARSE."""
+def _harness(filled: list[tuple[int, str, str]], samples: list[dict], contexts: dict, op: str, k,
+             compile_only: bool) -> list:
+    """The harness's results of the filled kernels on their matrices: compiled only, or judged (cold regime,
+    every check; a GPU needed)."""
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
 
-    ev = Evaluator(HarnessConfig(regimes=("cold",)))
+    ev = Evaluator(HarnessConfig(compile_only=True) if compile_only else HarnessConfig(regimes=("cold",)))
     try:
-        if not ev.has_gpu:
+        if not compile_only and not ev.has_gpu:
             raise SparseRLError("no GPU visible: --judge runs the filled kernels with the harness")
-        rs = ev.evaluate_many([(text, contexts[samples[i]["matrix"]].ref(ev), op, k) for i, _, text in filled])
+        return ev.evaluate_many([(text, contexts[samples[i]["matrix"]].ref(ev), op, k) for i, _, text in filled])
     finally:
         ev.close()
+
+
+def judge(filled: list[tuple[int, str, str]], samples: list[dict], contexts: dict, op: str, k) -> dict[int, dict]:
+    """Each filled kernel judged by the harness on its matrix: index -> verdict, message, speedup against cuSPARSE."""
+    rs = _harness(filled, samples, contexts, op, k, compile_only=False)
     return {i: {"verdict": r.error_kind.value, "message": (r.message or "")[:200], "speedup": r.speedup}
             for (i, _, _), r in zip(filled, rs)}
 
 
 def compiled(filled: list[tuple[int, str, str]], samples: list[dict], contexts: dict, op: str, k) -> dict[int, bool]:
     """Whether each filled kernel compiles (nvcc, the harness's compile-only mode: no GPU needed)."""
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
-
-    ev = Evaluator(HarnessConfig(compile_only=True))
-    try:
-        rs = ev.evaluate_many([(text, contexts[samples[i]["matrix"]].ref(ev), op, k) for i, _, text in filled])
-    finally:
-        ev.close()
+    rs = _harness(filled, samples, contexts, op, k, compile_only=True)
     return {i: r.compiled for (i, _, _), r in zip(filled, rs)}
 
 
