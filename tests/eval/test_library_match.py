@@ -231,10 +231,11 @@ def test_fill_facts_writes_the_cards_facts_into_a_specialised_kernel_and_nothing
     """A ``dia_window_spec`` kernel written with a 70-wide grid's offsets, judged on an 80-wide grid, gets the
     80-wide grid's facts: exactly the template at the sample's own numbers for that card. Nothing is filled where
     the facts are the card's already, where there is no card, where the body is a generic template's, where the
-    numbers are no point of the template, or where the header differs from the template's at that point (a LAUNCH
-    line of the policy's own would be changed too). Kills: the header left unchecked (the LAUNCH sample filled),
-    the sample's numbers ignored (a seed point's kernel returned: block 256 for a block-128 sample), a fill that
-    returns the facts unchanged, and a sample filled although its facts were the card's."""
+    numbers are no point of the template, where the template's check refuses the card, or where the header differs
+    from the template's at that point (a LAUNCH line of the policy's own would be changed too). Kills: the
+    template's check skipped (a random matrix's card filled into a DIA kernel), the header left unchecked (the
+    LAUNCH sample filled), the sample's numbers ignored (a seed point's kernel returned: block 256 for a block-128
+    sample), a fill that returns the facts unchanged, and a sample filled although its facts were the card's."""
     from sparserl.eval.library_match import facts_as_card, fill_facts
     from sparserl.kernels.templates import get_template
     from sparserl.matrices import generate
@@ -250,6 +251,8 @@ def test_fill_facts_writes_the_cards_facts_into_a_specialised_kernel_and_nothing
     assert fill_facts(text, "spmv", here) is None  # the card's facts already
     assert fill_facts(text, "spmv", None) is None
     assert fill_facts(text.replace("BLOCK=128", "BLOCK=100"), "spmv", there) is None  # no point of the template
+    scattered = matrix_card(generate("random", 3001, seed=1, nnz_per_row=16))  # its diagonals are not listed
+    assert fill_facts(text, "spmv", scattered) is None  # the template's check refuses this card
     launch = next(line for line in text.splitlines() if line.startswith("LAUNCH:"))
     own = text.replace(launch, launch.replace("block=BLOCK", "block=128"))
     assert own != text and fill_facts(own, "spmv", there) is None  # a header the template does not write
