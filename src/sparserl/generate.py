@@ -71,6 +71,10 @@ class GenerateConfig:
     """Sampling temperature (> 0)."""
     header_grammar: bool = False
     """Sample each kernel's header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
+    fill_facts: bool = False
+    """Write the matrix card's facts into a sample that is a specialised template's kernel wrong only in its
+    block of facts (:func:`sparserl.eval.library_match.fill_facts`); such a kernel is judged like any other
+    and reported as the model's with the card's facts."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""
@@ -107,6 +111,7 @@ class GenerateConfig:
         return SearchJob(matrix=self.matrix, op=self.op, k=self.k,
                          search=SearchConfig(budget=max(self.search, 1), regime=self.regime, seed=self.seed),
                          model=model, temperature=self.temperature, header_grammar=self.header_grammar,
+                         fill_facts=self.fill_facts,
                          max_new_tokens=self.max_new_tokens,
                          device=self.device, store=self.store, compile_only=self.compile_only)
 
@@ -186,7 +191,11 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
         log.info("no model at %s: %s", model, "the search proposes without one" if cfg.search
                  else "the library's kernel is returned")
     texts = proposer.sample(cfg.samples, show=True) if proposer is not None else []
-    samples = pool.evaluate(ev, [(t, Origin.MODEL) for t in texts])
+    filled = proposer.last_filled if proposer is not None else ()
+    samples = pool.evaluate(ev, [(t, Origin.MODEL_FILLED if f else Origin.MODEL) for t, f in zip(texts, filled, strict=True)])
+    if any(filled):
+        notes.append(f"{sum(filled)} of {len(texts)} samples had their block of specialised facts written from "
+                     f"the matrix card (--fill-facts)")
     searched = None
     if cfg.search:  # more candidates from a search (the samples enter it as evaluated)
         searched = search_after_sampling(ctx, job, ev, proposer, samples, out, asdict(cfg))

@@ -149,3 +149,44 @@ def test_the_header_grammar_reaches_the_policy_from_generate_and_search() -> Non
         open_proposer(job, ctx, Ev(), pol).sample(2)
         kw = pol.calls[-1][1]
         assert kw.get("header_grammar", False) is flag and ("header_grammar" in kw) is flag
+
+
+def test_fill_facts_writes_the_cards_facts_into_proposals_and_says_which() -> None:
+    """With ``fill_facts``, a proposal that is ``dia_window_spec`` for another grid's offsets comes back with this
+    matrix's (the template at the proposal's own numbers for this card), and ``last_filled`` marks it; a proposal
+    with this card's facts already and one that is no template's are returned as written, and so is everything
+    without ``fill_facts``. Refinements are filled too. Mutations killed: the flag ignored (always or never
+    filling), ``last_filled`` marking every text or the wrong one, the flag dropped between the job and the
+    proposer, the fill counted on the unfilled texts."""
+    pytest.importorskip("torch")
+    from sparserl.kernels.templates import get_template
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.loop import FILLED_NOTE, _fill_notes
+    from sparserl.search.run import SearchJob, open_proposer
+
+    spec = get_template("spmv", "dia_window_spec")
+    ctx = MatrixContext(generate("stencil2d", 6400, seed=1), "m", Op.SPMV)
+    other = matrix_card(generate("stencil2d", 4900, seed=1))
+    wrong, right = (spec.render({"block": 128, "v": 2}, c) for c in (other, ctx.card))
+    assert wrong != right
+
+    class Ev:
+        gpu_lease = None
+
+    class FixedPolicy:
+        config = _recording_policy().config
+        device = "cpu"
+
+        def generate(self, samples, **kw):
+            return [(wrong, right, "text")[i % 3] for i in range(len(samples))]
+
+    for flag in (True, False):
+        pp = open_proposer(SearchJob(matrix="m.mtx", fill_facts=flag), ctx, Ev(), FixedPolicy())
+        got = pp.sample(3)
+        if flag:
+            assert got == [right, right, "text"] and pp.last_filled == (True, False, False) and pp.filled == 1
+            assert _fill_notes(pp, 3) == [FILLED_NOTE, "", ""], "the search's trace says which were filled"
+            assert pp.refine(KERNEL, timed_result("spmv", None, "m", 25.0), 1) == [right]
+            assert pp.last_filled == (True,) and pp.filled == 2
+        else:
+            assert got == [wrong, right, "text"] and pp.last_filled == (False, False, False) and pp.filled == 0

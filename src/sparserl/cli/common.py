@@ -25,6 +25,10 @@ from sparserl.errors import SparseRLError
 HEADER_GRAMMAR_HELP = ("sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the contract's grammar; "
                        "the code is sampled as before")
 """``--header-grammar``'s help, in every command that samples a policy."""
+FILL_FACTS_HELP = ("write the matrix card's facts (DIA offsets, long rows, ...) into a sample that is a specialised "
+                   "template's kernel wrong only in that block; the harness judges it like any other, and the "
+                   "report marks it")
+"""``--fill-facts``'s help, in ``generate`` and ``search``."""
 
 
 def defaults(config: type) -> SimpleNamespace:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from sparserl.cli.common import HEADER_GRAMMAR_HELP, defaults, fallback
+from sparserl.cli.common import FILL_FACTS_HELP, HEADER_GRAMMAR_HELP, defaults, fallback
 from sparserl.generate import GenerateConfig, generate_kernel
 
 D = defaults(GenerateConfig)
@@ -24,6 +24,7 @@ def generate_cmd(
     samples: int = typer.Option(D.samples, help="completions to sample and evaluate"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
     header_grammar: bool = typer.Option(D.header_grammar, "--header-grammar", help=HEADER_GRAMMAR_HELP),
+    fill_facts: bool = typer.Option(D.fill_facts, "--fill-facts", help=FILL_FACTS_HELP),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     out: Path = typer.Option(None, help="output folder [default: runs/generate/<matrix name>]"),
@@ -41,7 +42,8 @@ def generate_cmd(
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model) if model else None, samples=samples,
-                         temperature=temperature, header_grammar=header_grammar, max_new_tokens=max_new_tokens,
+                         temperature=temperature, header_grammar=header_grammar, fill_facts=fill_facts,
+                         max_new_tokens=max_new_tokens,
                          out=str(out) if out else None,
                          library_fallback=not no_library_fallback, device=device, seed=seed,
                          compile_only=compile_only, search=search, store=store or None)

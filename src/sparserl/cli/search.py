@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from sparserl.cli.common import HEADER_GRAMMAR_HELP, defaults, names
+from sparserl.cli.common import FILL_FACTS_HELP, HEADER_GRAMMAR_HELP, defaults, names
 from sparserl.search.loop import SearchConfig
 from sparserl.search.run import SearchJob, search_matrix, store_line
 
@@ -34,6 +34,7 @@ def search_cmd(
     parallel: int = typer.Option(D.parallel, help="candidates in flight (0: four per GPU)"),
     temperature: float = typer.Option(J.temperature, help="the policy's sampling temperature"),
     header_grammar: bool = typer.Option(J.header_grammar, "--header-grammar", help=HEADER_GRAMMAR_HELP),
+    fill_facts: bool = typer.Option(J.fill_facts, "--fill-facts", help=FILL_FACTS_HELP),
     max_new_tokens: int = typer.Option(J.max_new_tokens, help="the policy's longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     device: str = typer.Option(J.device, help="the model's device: auto, cpu or cuda[:N]"),
@@ -50,7 +51,8 @@ def search_cmd(
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=names(templates),
                         regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,
-                    temperature=temperature, header_grammar=header_grammar, max_new_tokens=max_new_tokens,
+                    temperature=temperature, header_grammar=header_grammar, fill_facts=fill_facts,
+                    max_new_tokens=max_new_tokens,
                     device=device, store=store or None,
                     out=str(out) if out else None, compile_only=compile_only)
     rep, res = search_matrix(job)

@@ -30,6 +30,10 @@ class Origin(str, Enum):
 
     MODEL = "model"
     """A sample of the policy."""
+    MODEL_FILLED = "model, facts from the card"
+    """A sample of the policy whose block of specialised facts was written from the matrix card
+    (:func:`sparserl.eval.library_match.fill_facts`; ``--fill-facts``): the model chose the template and
+    its numbers, the card its facts."""
     SEARCH = "search"
     """A candidate of a search (its provenance and id in :attr:`Candidate.detail`)."""
     SELECTOR = "selector"

@@ -39,6 +39,8 @@ def source_label(best: Candidate, used_model: bool, verified: bool) -> str:
     """Where the kernel handed back came from, in words (and, for a library kernel, why)."""
     if best.origin is Origin.MODEL:
         return "written by the model"
+    if best.origin is Origin.MODEL_FILLED:
+        return "written by the model, its block of facts from the matrix card (--fill-facts)"
     if best.origin is Origin.SEARCH:
         return best.source
     why = "no model was used" if not used_model else (

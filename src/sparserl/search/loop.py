@@ -288,6 +288,17 @@ class _Progress:
             log.info("search %s: %d/%d candidates, %s", self.name, done, self.budget, best)
 
 
+FILLED_NOTE = "facts from the card"
+"""The note of a policy proposal whose block of facts the proposer wrote from the card (``fill_facts``)."""
+
+
+def _fill_notes(proposer, n: int) -> list[str]:
+    """The notes of the proposer's last ``n`` texts: :data:`FILLED_NOTE` where it wrote the card's facts in
+    (a proposer that never fills, such as a test's, has no ``last_filled``)."""
+    flags = getattr(proposer, "last_filled", None) or (False,) * n
+    return [FILLED_NOTE if f else "" for f in flags]
+
+
 def _best_text(best: TraceEntry | None, regime: str, timed: bool) -> str:
     if not timed:
         return "nothing timed (no GPU)"
@@ -719,13 +730,15 @@ class _Search:
             n = min(n, samples - self.policy_samples_done)
             texts = self.proposer.sample(n)
             self.policy_samples_done += n
-            props = [text_proposal(t, op, Provenance.POLICY_SAMPLE) for t in texts]
+            props = [text_proposal(t, op, Provenance.POLICY_SAMPLE, note=note)
+                     for t, note in zip(texts, _fill_notes(self.proposer, len(texts)), strict=True)]
         else:
             target = self.ranked[0][1] if self.ranked else self.policy_last
             if target is None:
                 return None  # nothing measured yet to refine: later
             texts = self.proposer.refine(target.proposal.text, target.result, n)
-            props = [text_proposal(t, op, Provenance.POLICY_REFINE, parent=target.proposal.id) for t in texts]
+            props = [text_proposal(t, op, Provenance.POLICY_REFINE, parent=target.proposal.id, note=note)
+                     for t, note in zip(texts, _fill_notes(self.proposer, len(texts)), strict=True)]
         self.policy_queue.extend(props)
         while self.policy_queue:
             p = self.policy_queue.popleft()

@@ -11,6 +11,11 @@ that prompt and is a pure function of its inputs; :class:`PolicyProposer` runs t
 A policy trained only on the data build's pairs has never seen a refinement prompt: its
 refinements are samples conditioned on a longer prompt until ``sparserl improve`` teaches it from
 the kernels its refinements found.
+
+With ``fill_facts``, a proposal that is a specialised template's kernel right in all but its block of
+facts (DIA offsets, long rows, ...) gets the matrix card's facts in that block
+(:func:`sparserl.eval.library_match.fill_facts`); the harness judges it like any other. It is for
+``generate`` and the search's proposals, never for what a policy is scored or trained on as its own.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import dataclasses
 import logging
 from typing import Protocol
 
+from sparserl.eval.library_match import fill_facts
 from sparserl.harness.result import ErrorKind, EvalResult
 from sparserl.kernels.contract import Op
 from sparserl.progress import progress
@@ -104,19 +110,36 @@ class PolicyProposer:
     """Completions generated together."""
 
     def __init__(self, policy, ctx: MatrixContext, name: str, temperature: float = 1.0, max_new_tokens: int | None = None,
-                 seed: int = 0, lease=None, header_grammar: bool = False):
+                 seed: int = 0, lease=None, header_grammar: bool = False, fill_facts: bool = False):
         """``ctx``: the request's matrix; its card (:attr:`MatrixContext.prompt_card`) is shown in
         samples and refinements when the policy's prompt has a card.
         ``header_grammar``: sample each header within the contract's grammar (the policy's
         ``generate`` is then asked for it by name).
         ``lease``: a context manager factory taking the model's device (``Evaluator.gpu_lease``),
-        held while the model generates so the harness does not time kernels meanwhile."""
+        held while the model generates so the harness does not time kernels meanwhile.
+        ``fill_facts``: write the card's facts into proposals that need only that (see the module);
+        :attr:`last_filled` says which of the last call's were so written, :attr:`filled` counts them all."""
         self.policy, self.ctx, self.name = policy, ctx, name
         self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
         self.lease = lease
         self.grammar = {"header_grammar": True} if header_grammar else {}
         self.base = ctx.sample(policy.config)
         self.calls = 0
+        self.fill = fill_facts
+        self.filled = 0
+        """Proposals whose block of facts was written from the card (``fill_facts``), over every call."""
+        self.last_filled: tuple[bool, ...] = ()
+        """For each text the last call returned, whether its block of facts was written from the card."""
+
+    def _filled(self, texts: list[str]) -> list[str]:
+        """``texts`` with the card's facts written in where that is all a text needs (``fill_facts``)."""
+        got = [fill_facts(t, self.ctx.op, self.ctx.card) if self.fill else None for t in texts]
+        self.last_filled = tuple(f is not None for f in got)
+        n = sum(self.last_filled)
+        self.filled += n
+        if n:
+            log.info("%d of %d proposals had their block of facts written from the card", n, len(texts))
+        return [t if f is None else f for t, f in zip(texts, got)]
 
     def _generate(self, samples: list, show: bool = False) -> list[str]:
         device = getattr(self.policy, "device", "cpu")
@@ -130,7 +153,7 @@ class PolicyProposer:
                                             **self.grammar)
                 bar.update(task, advance=len(samples[i:i + self.BATCH]))
         self.calls += 1
-        return out
+        return self._filled(out)
 
     def sample(self, n: int, show: bool = False) -> list[str]:
         """``n`` completions from the ordinary prompt; ``show``: with a progress display (not inside

@@ -66,6 +66,9 @@ class SearchJob:
     """Sampling temperature of the policy's proposals."""
     header_grammar: bool = False
     """Sample each proposal's header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
+    fill_facts: bool = False
+    """Write the matrix card's facts into a proposal that is a specialised template's kernel wrong only in
+    its block of facts (:func:`sparserl.eval.library_match.fill_facts`); judged like any other."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""
@@ -95,7 +98,7 @@ def open_proposer(job: SearchJob, ctx: MatrixContext, evaluator, policy: Policy 
         policy = Policy.open(job.model, device=str(pick_device(job.device)))
     return PolicyProposer(policy, ctx, name=str(job.model), temperature=job.temperature,
                           max_new_tokens=job.max_new_tokens, seed=job.search.seed, lease=evaluator.gpu_lease,
-                          header_grammar=job.header_grammar)
+                          header_grammar=job.header_grammar, fill_facts=job.fill_facts)
 
 
 def search_candidates(res: SearchResult) -> list[Candidate]:
