@@ -69,7 +69,9 @@
 # structural parameters (bands, row lengths, blocks per block row: `data build --vary-params`) instead of the
 # families' defaults (default: default), so that the specialised kernels' facts in the teacher differ from matrix
 # to matrix: with the defaults 105 specialised SFT rows held 7 distinct facts blocks, and the policy wrote facts
-# from memory, never from the card (results of 2026-12-05, spec-facts-copy; drawn is not measured yet).
+# from memory, never from the card (results of 2026-12-05, spec-facts-copy). Drawn, the small preset's teacher held
+# 15 distinct blocks in 83 rows and the policy still wrote only blocks it was taught, 0.817 correct against 0.832
+# (results of 2026-12-06, teacher-params-drawn), so the default stays.
 # SFT_STEPS=N trains SFT for N steps (small 200, full 400): with more teacher rows, more steps. SAMPLES=N
 # samples N kernels per held-out matrix (small 8, full 16: the targets are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
