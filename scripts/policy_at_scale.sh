@@ -72,6 +72,11 @@
 # from memory, never from the card (results of 2026-12-05, spec-facts-copy). Drawn, the small preset's teacher held
 # 15 distinct blocks in 83 rows and the policy still wrote only blocks it was taught, 0.817 correct against 0.832
 # (results of 2026-12-06, teacher-params-drawn), so the default stays.
+# SIBLINGS=N teaches each specialised teacher row again on up to N new matrices of its family, within 15% of its
+# size, parameters drawn (`sparserl data siblings`, CPU, OUT/siblings; default 0, none): the same template at the
+# row's numbers for each new card, kept where the facts block is new, never a held-out structure (the data set's,
+# the families set's at 1M rows), not timed. On that run's teacher, N=4 took the distinct blocks from 15 to 54
+# (dia_window_spec 3 -> 19) in 39 rows, 4 minutes on 2 cores; what the policy learns from it is to be measured.
 # SFT_STEPS=N trains SFT for N steps (small 200, full 400): with more teacher rows, more steps. SAMPLES=N
 # samples N kernels per held-out matrix (small 8, full 16: the targets are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
@@ -212,6 +217,7 @@ case "${TEACHER_PARAMS:-default}" in
   drawn) teacher_params=(--vary-params); knob TEACHER_PARAMS drawn default ;;
   *) echo "error: TEACHER_PARAMS is default or drawn (got '$TEACHER_PARAMS')" >&2; exit 2 ;;
 esac
+siblings=$(count SIBLINGS "${SIBLINGS:-0}" 0) || exit 2; knob SIBLINGS "$siblings" 0
 gpu_ids=()  # the GPUs this run may use: CUDA_VISIBLE_DEVICES's, else every one nvidia-smi lists (GPUS=N: 0..N-1)
 if [ -n "${GPUS:-}" ]; then
   n=$(count GPUS "$GPUS" 0) || exit 2
@@ -410,11 +416,18 @@ export_teacher() {
     "${taught_export[@]}"
 }
 stage export export_teacher
-merge() {  # the SFT set: the library teacher's train rows and the store's, validation and test as built
+teach_siblings() {  # the teacher's specialised kernels on new matrices of their families, none held out
+  sparserl data siblings "$out/teacher.jsonl" --out "$out/siblings" --per-row "$siblings" --distinct-from "$out/data" \
+    --family-rows 1000000 --force
+}
+sibling_rows=()
+if [ "$siblings" -gt 0 ]; then stage siblings teach_siblings; sibling_rows=("$out/siblings/siblings.jsonl"); fi
+merge() {  # the SFT set: the library teacher's train rows, the store's and their siblings; validation and test as built
   mkdir -p "$out/sft-data"
-  cat "$out/data/train.jsonl" "$out/teacher.jsonl" > "$out/sft-data/train.jsonl"
+  cat "$out/data/train.jsonl" "$out/teacher.jsonl" ${sibling_rows[@]+"${sibling_rows[@]}"} > "$out/sft-data/train.jsonl"
   cp "$out/data/val.jsonl" "$out/data/test.jsonl" "$out/sft-data/"
-  echo "SFT rows: $(wc -l < "$out/data/train.jsonl") from the library, $(wc -l < "$out/teacher.jsonl") from the store"
+  echo "SFT rows: $(wc -l < "$out/data/train.jsonl") from the library, $(wc -l < "$out/teacher.jsonl") from the store" \
+    "${sibling_rows[@]+, $(cat "${sibling_rows[@]}" | wc -l) siblings}"
 }
 stage merge merge
 if [ -n "$pretrain_pid" ]; then  # the teacher is ready: SFT needs the base model, and every GPU again
@@ -454,6 +467,7 @@ held_out() {  # every held-out set in one process: the policies opened once, one
   local sets; sets=$(IFS=,; echo "${eval_sets[*]}")
   local trained=(--distinct-from "$out/data")  # the families set shares no structure with a training matrix
   if [ -d "$teacher_dir/matrices" ]; then trained+=(--distinct-from "$teacher_dir"); fi
+  if [ -d "$out/siblings/matrices" ]; then trained+=(--distinct-from "$out/siblings"); fi
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/heldout_eval.py" "$out" --data "$out/data" --sets "$sets" \
     --family-rows 1000000 --samples "$samples" "${policies[@]}" --baselines cusparse,oracle "${evalgen[@]}" \
     --temperature "$temperature" "${compile[@]}" "${gen[@]}" "${trained[@]}" --resume

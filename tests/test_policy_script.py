@@ -13,7 +13,8 @@ GUIDED_MATRICES ignored, a bad IMPROVE or SUITESPARSE that goes on, SUITESPARSE'
 the generated test set or left out of the table, the guided search on a real matrix, the teacher searching with
 the cost model that saw them, a change of the preset (IMPROVE=0 too) left out of settings.json or one
 invocation's changes overwriting another's, a run carried without its matrices that does not make them again
-(or makes other ones, or makes them again when they are there), PRETRAIN_STEPS ignored."""
+(or makes other ones, or makes them again when they are there), PRETRAIN_STEPS ignored, SIBLINGS ignored or its
+rows left out of the SFT set."""
 
 from __future__ import annotations
 
@@ -398,3 +399,43 @@ def test_suitesparse_stops_after_the_data_stage_on_another_data_set_or_no_real_t
         res = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "SUITESPARSE": str(real)})
         assert res.returncode == 2 and says in res.stderr and res.stderr.strip().count("\n") == 0, res.stderr
         assert not (out / "stages" / "search.done").exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_siblings_are_made_from_the_teacher_avoiding_held_out_structures_and_merged(tmp_path) -> None:
+    """SIBLINGS=N runs ``data siblings`` on the exported teacher with N per row, refusing the data set's structures
+    and the families set's at 1M rows, and the merge puts its rows into the SFT set after the library's and the
+    store's (noted as a change); without it no siblings are made or merged, and a bad value is one line before any
+    stage. A stand-in ``sparserl`` records each command, writes one sibling row, and stops at SFT. Kills: the knob
+    ignored, the per-row count or a held-out guard dropped from the command, the siblings left out of the merge or
+    merged without being asked for."""
+    calls = tmp_path / "calls"
+    body = (f'echo "$@" >> "{calls}"\n'
+            'if [ "$1 $2" = "data siblings" ]; then mkdir -p "$5"; echo \'{"sib": 1}\' > "$5/siblings.jsonl"; exit 0; fi\n'
+            'exit 3')
+    path = stand_in_sparserl(tmp_path, body)
+    for env, merged in (({"SIBLINGS": "2"}, 3), ({}, 2)):
+        out = tmp_path / f"run{len(env)}"
+        (out / "stages").mkdir(parents=True)
+        for name in ("pretrain", "data", "search", "export"):
+            (out / "stages" / f"{name}.done").touch()
+        (out / "data").mkdir()
+        for split in ("train", "val", "test"):
+            (out / "data" / f"{split}.jsonl").write_text('{"library": 1}\n' if split == "train" else "")
+        (out / "teacher.jsonl").write_text('{"store": 1}\n')
+        calls.unlink(missing_ok=True)
+        res = run(out, "-", "small", env={"PATH": path, "GPUS": "1"} | env)
+        assert res.returncode != 0 and "== sft: " in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+        made = [c for c in calls.read_text().splitlines() if c.startswith("data siblings")]
+        rows = (out / "sft-data" / "train.jsonl").read_text().splitlines()
+        assert len(rows) == merged and rows[:2] == ['{"library": 1}', '{"store": 1}'], rows
+        changed = json.loads((out / "settings.json").read_text())["changed"]
+        if env:
+            assert made == [f"data siblings {out}/teacher.jsonl --out {out}/siblings --per-row 2 --distinct-from "
+                            f"{out}/data --family-rows 1000000 --force"], made
+            assert rows[2] == '{"sib": 1}' and "SIBLINGS=2" in changed and "1 siblings" in res.stdout
+        else:
+            assert made == [] and not any(c.startswith("SIBLINGS") for c in changed)
+    bad = run(tmp_path / "bad", "-", "small", env={"PATH": path, "GPUS": "1", "SIBLINGS": "x"})
+    assert bad.returncode == 2 and "error: SIBLINGS is a whole number of at least 0 (got 'x')" in bad.stderr
+    assert "== " not in bad.stdout

@@ -15,6 +15,7 @@ from sparserl.errors import SparseRLError
 MARKERS = {
     "pretrain": ("state.pt", "model", "metrics.jsonl"),
     "data": ("summary.json", "train.jsonl"),
+    "siblings": ("siblings.jsonl", "summary.json"),
     "sft": ("state.pt", "checkpoint", "metrics.jsonl"),
     "ppo": ("state.pt", "checkpoint", "metrics.jsonl"),
     "grpo": ("state.pt", "checkpoint", "metrics.jsonl"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,10 +10,12 @@ import typer
 
 from sparserl.cli.common import defaults, fallback, integers, names
 from sparserl.data.sft_build import SFTDataConfig, build_sft_data, make_matrices
+from sparserl.data.siblings import SiblingConfig
 from sparserl.errors import SparseRLError
 from sparserl.runs import check_output
 
 D = defaults(SFTDataConfig)
+SD = defaults(SiblingConfig)
 
 app = typer.Typer(help="SFT data: (matrix, correct kernel) pairs from the reference library.",
                   no_args_is_help=True, rich_markup_mode="rich")
@@ -89,3 +92,50 @@ def data_build_cmd(
     summary = build_sft_data(cfg)
     usable = "compiled" if compile_only else "correct"  # compile-only: nothing was verified
     typer.echo(json.dumps({k: summary[k] for k in ("matrices", "rows", "evaluations", usable, "seconds")}, indent=1))
+
+
+@app.command("siblings")
+def data_siblings_cmd(
+    teacher: Path = typer.Argument(..., help="a teacher's rows (JSONL, e.g. `sparserl best export`'s)"),
+    out: Path = typer.Option(..., help="output folder: siblings.jsonl, summary.json, matrices/"),
+    per_row: int = typer.Option(SD.per_row, help="siblings wanted per specialised teacher row"),
+    spread: float = typer.Option(SD.spread, help="a sibling's rows within this fraction of its teacher row's"),
+    vary_params: bool = typer.Option(SD.vary_params, "--vary-params/--default-params",
+                                     help="draw each sibling's structural parameters, not its family's defaults"),
+    distinct_from: list[Path] = typer.Option(None, "--distinct-from", help="a data folder (or folder of matrices) "
+                                             "whose structures no sibling may repeat, such as the held-out "
+                                             "splits'; repeatable [default: none]"),
+    family_rows: list[int] = typer.Option(None, "--family-rows", help="no sibling repeats the families set "
+                                          "`evaluate --matrices families --family-rows N` makes; repeatable "
+                                          "[default: none]"),
+    seed: int = typer.Option(SD.seed, help="random seed"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier siblings set in OUT"),
+) -> None:
+    """A teacher's specialised kernels taught again on new matrices of their families (CPU).
+
+    For each teacher row whose kernel is a specialised template's (its facts baked in: DIA offsets, a row length,
+    block columns), up to --per-row new matrices of the same family and nearly the same size, each with the same
+    template at the row's numbers rendered for its card; kept only where the facts block is one no row taught yet.
+    The rows carry no times: they were not measured. Merge them into the SFT set so that the policy sees many facts
+    blocks per template and must read them from the card (see src/sparserl/data/siblings.py)."""
+    from sparserl.data.rows import read_rows, write_rows
+    from sparserl.data.siblings import SiblingConfig, sibling_rows
+    from sparserl.eval.compare import family_set
+    from sparserl.matrices.card import structure_fingerprint
+    from sparserl.matrices.fingerprints import structures_in
+
+    cfg = SiblingConfig(per_row=per_row, spread=spread, vary_params=vary_params, seed=seed)
+    check_output(out, "siblings", force)
+    rows = read_rows(teacher)
+    avoid = set(structures_in(list(map(str, distinct_from or ()))))
+    for n in family_rows or ():
+        if n < 1:
+            raise SparseRLError(f"--family-rows must be at least 1, got {n}")
+        avoid |= {structure_fingerprint(A) for _, A in family_set(n)}
+    made, counts = sibling_rows(rows, cfg, out, avoid)
+    write_rows(out / "siblings.jsonl", made)
+    summary = counts.to_dict() | {"config": dataclasses.asdict(cfg), "teacher": str(teacher)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    typer.echo(f"{len(made)} sibling rows from {counts.specialised_rows} specialised teacher rows "
+               f"({', '.join(f'{t} {n}' for t, n in sorted(counts.made.items())) or 'none'}) in {out / 'siblings.jsonl'}; "
+               f"distinct facts blocks per template now {counts.distinct_facts}")

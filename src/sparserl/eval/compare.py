@@ -169,14 +169,23 @@ def _listed_files(cfg: EvalConfig) -> list[tuple[str, str]]:
     raise SparseRLError(f"{cfg.matrices}: no matrices (give a data folder, a folder of matrices, or 'families')")
 
 
+FAMILY_SET_SEED = 7
+"""Added to :attr:`EvalConfig.seed` for the families set's matrices (``--matrices families``)."""
+
+
+def family_set(family_rows: int, seed: int = 0) -> list[tuple[str, object]]:
+    """(family, matrix) of the families set at ``family_rows`` rows, as ``evaluate --matrices families`` (and the
+    policy script's held-out families set) makes it with seed ``seed``: one matrix per classic family."""
+    fams = family_names()
+    return list(zip(fams, generate_many(fams, family_rows, seed=seed + FAMILY_SET_SEED)))
+
+
 def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> list[tuple[MatrixContext, str]]:
     """(matrix, family) pairs of the evaluation set (``files``: :func:`matrix_files`'s, when listed
     already), each matrix asked for ``cfg``'s op."""
     op = Op(cfg.op)
     if cfg.matrices == "families":
-        fams = family_names()
-        made = generate_many(fams, cfg.family_rows, seed=cfg.seed + 7)
-        out = [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f) for A, f in zip(made, fams)]
+        out = [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f) for f, A in family_set(cfg.family_rows, cfg.seed)]
     else:
         listed = files or matrix_files(cfg)
         loaded = parallel_map(lambda mf: MatrixContext.load(mf[0], op, cfg.k), listed, name="load")
