@@ -106,3 +106,21 @@ def test_no_sibling_repeats_a_block_another_row_taught(tmp_path: Path) -> None:
     row = _row("stencil2d", 4900, _spec("stencil2d", 4900))
     made, counts = sibling_rows([row] + taught, SiblingConfig(per_row=2, seed=1, vary_params=False), tmp_path)
     assert made == [] and counts.facts_taught["dia_window_spec"] >= 2 and counts.not_generated == 21
+
+
+def test_a_sibling_row_is_trained_with_its_own_card(tmp_path: Path) -> None:
+    """SFT's input for a sibling row shows the sibling's card, whose offsets its kernel bakes in: the pairing the
+    rows exist to teach. Mutations killed: the sibling's matrix not saved where its row says, another matrix saved
+    under its name (the teacher row's: the card would show 70)."""
+    from sparserl.data.siblings import SiblingConfig, sibling_rows
+    from sparserl.encoding import EncodingConfig
+    from sparserl.matrices.card import offset_runs
+    from sparserl.model.policy import PolicyConfig
+    from sparserl.train.dataset import SFTDataset
+
+    row = _row("stencil2d", 4900, _spec("stencil2d", 4900))
+    (s,), _ = sibling_rows([row], SiblingConfig(per_row=1, seed=1), tmp_path)
+    card = SFTDataset([s], PolicyConfig(encoding=EncodingConfig(max_nnz=8))).sample(s).card
+    width = max(abs(a) for a, _ in offset_runs(matrix_card(load_matrix(s.matrix)).dia_offsets))
+    assert width != 70 and f"diagonal offsets: -{width} -1..1 {width}" in card
+    assert f"{{-{width}, -{width}, -1, 1, {width}, {width}}}" in s.code
