@@ -192,7 +192,8 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
                  else "the library's kernel is returned")
     texts = proposer.sample(cfg.samples, show=True) if proposer is not None else []
     filled = proposer.last_filled if proposer is not None else ()
-    samples = pool.evaluate(ev, [(t, Origin.MODEL_FILLED if f else Origin.MODEL) for t, f in zip(texts, filled, strict=True)])
+    samples = pool.evaluate(ev, [(t, Origin.MODEL_FILLED if f else Origin.MODEL)
+                                 for t, f in zip(texts, filled, strict=True)])
     if any(filled):
         notes.append(f"{sum(filled)} of {len(texts)} samples had their block of specialised facts written from "
                      f"the matrix card (--fill-facts)")

@@ -136,6 +136,6 @@ def data_siblings_cmd(
     write_rows(out / "siblings.jsonl", made)
     summary = counts.to_dict() | {"config": dataclasses.asdict(cfg), "teacher": str(teacher)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    typer.echo(f"{len(made)} sibling rows from {counts.specialised_rows} specialised teacher rows "
-               f"({', '.join(f'{t} {n}' for t, n in sorted(counts.made.items())) or 'none'}) in {out / 'siblings.jsonl'}; "
-               f"distinct facts blocks per template now {counts.distinct_facts}")
+    by_template = ", ".join(f"{t} {n}" for t, n in sorted(counts.made.items())) or "none"
+    typer.echo(f"{len(made)} sibling rows from {counts.specialised_rows} specialised teacher rows ({by_template}) "
+               f"in {out / 'siblings.jsonl'}; distinct facts blocks per template now {counts.distinct_facts}")

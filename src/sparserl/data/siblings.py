@@ -7,8 +7,8 @@ The teacher keeps such a kernel only where a search found it fastest, so its row
 them by heart: at 1M rows it wrote only blocks it had been taught, never the card's where the card's were new
 (results of 2026-12-05 and 2026-12-06, spec-facts-copy and teacher-params-drawn).
 
-What: for each teacher row whose kernel is a specialised template's (:func:`~sparserl.eval.library_match.specialised_facts`),
-up to ``per_row`` new matrices of the row's family (its generator, a size within ``spread`` of the row's, a seed
+What: for each teacher row whose kernel is a specialised template's
+(:func:`~sparserl.eval.library_match.specialised_facts`), up to ``per_row`` new matrices of the row's family (its generator, a size within ``spread`` of the row's, a seed
 and, with ``vary_params``, parameters drawn), each taught the same template at the row's own numbers rendered for
 the new matrix's card (:func:`~sparserl.eval.library_match.fill_facts`: the kernel the template writes there,
 nothing else changed). A sibling is kept only when the template's check accepts its card, its facts block is one
@@ -119,7 +119,7 @@ def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path,
                  avoid: Iterable[str] = ()) -> tuple[list[SFTRow], SiblingCounts]:
     """The sibling rows of ``rows`` (a teacher's, in order) and what was made; each sibling's matrix is saved under
     ``out`` (``out/matrices``), so a held-out set can be checked against it. ``avoid``: structure fingerprints no
-    sibling may have (the held-out matrices', the teacher's own)."""
+    sibling may have (the held-out matrices')."""
     from sparserl.encoding import sample_nonzeros  # torch
 
     rows = list(rows)

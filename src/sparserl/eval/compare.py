@@ -185,7 +185,8 @@ def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> l
     already), each matrix asked for ``cfg``'s op."""
     op = Op(cfg.op)
     if cfg.matrices == "families":
-        out = [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f) for f, A in family_set(cfg.family_rows, cfg.seed)]
+        out = [(MatrixContext(A, f"{f}_{cfg.family_rows}", op, cfg.k), f)
+               for f, A in family_set(cfg.family_rows, cfg.seed)]
     else:
         listed = files or matrix_files(cfg)
         loaded = parallel_map(lambda mf: MatrixContext.load(mf[0], op, cfg.k), listed, name="load")
