@@ -355,3 +355,41 @@ def test_a_stored_kernel_the_template_no_longer_renders_is_free_text(block) -> N
                       known=[(point.id, current)], progress=False)
     k2 = min(res2.entries, key=lambda e: e.order).proposal
     assert k2.id == point.id and k2.template == "csr_vector" and k2.provenance is Provenance.KNOWN
+
+
+def test_filled_proposals_are_noted_in_the_trace_and_the_candidates_source(block) -> None:
+    """A proposal the proposer wrote the card's facts into (its ``last_filled``), and a sample drawn before the
+    search with its filled flag, carry ``FILLED_NOTE`` in the trace, and the request's candidate of a filled
+    proposal says so in its source; an unfilled one does not. Mutations killed: the proposer's flags not read, the
+    prior's flag dropped, the note left out of ``search_candidates``."""
+    from sparserl.search.loop import FILLED_NOTE
+    from sparserl.search.run import search_candidates
+    from tests.search.doubles import timed_result
+
+    A, card = block
+    csr = variants("spmv", "CSR")
+    filled, plain = csr[0].render() + "// filled\n", csr[1].render() + "// plain\n"
+
+    class FillingProposer(FakeProposer):
+        def sample(self, n: int) -> list[str]:
+            out = [(filled, plain)[i % 2] for i in range(n)]
+            self.last_filled = tuple(t is filled for t in out)
+            return out
+
+        def refine(self, previous, result, n):
+            self.last_filled = ()
+            return []
+
+    ev = FakeTimingDouble(lambda text: 20.0)
+    prior = [(csr[2].render() + "// before\n", timed_result("spmv", None, "block", 12.0), True),
+             (csr[3].render() + "// before, as written\n", timed_result("spmv", None, "block", 13.0))]
+    cfg = SearchConfig(budget=16, policy_share=0.5, policy_batch=2, parallel=1)  # the prior count in the quota
+    res = run_search(A, "block", "spmv", None, cfg, ev, card=card, proposer=FillingProposer([], []), prior=prior,
+                     progress=False)
+    notes = {normalised(e.proposal.text).split("// ")[-1]: e.proposal.note for e in res.entries
+             if e.proposal.provenance is Provenance.POLICY_SAMPLE}
+    assert notes["filled"] == FILLED_NOTE and notes["plain"] == "", notes
+    assert notes["before"] == f"drawn before the search, {FILLED_NOTE}"
+    assert notes["before, as written"] == "drawn before the search"
+    sources = {normalised(c.text).split("// ")[-1]: c.detail for c in search_candidates(res)}
+    assert sources["filled"].endswith(f"({FILLED_NOTE})") and FILLED_NOTE not in sources["plain"]

@@ -293,9 +293,12 @@ FILLED_NOTE = "facts from the card"
 
 
 def _fill_notes(proposer, n: int) -> list[str]:
-    """The notes of the proposer's last ``n`` texts: :data:`FILLED_NOTE` where it wrote the card's facts in
-    (a proposer that never fills, such as a test's, has no ``last_filled``)."""
-    flags = getattr(proposer, "last_filled", None) or (False,) * n
+    """The notes of the ``n`` texts the proposer's last call returned: :data:`FILLED_NOTE` where it wrote the
+    card's facts in (its ``last_filled``, set by every call of :class:`~sparserl.search.policy.PolicyProposer`).
+    A proposer without it, or whose flags are not for ``n`` texts, filled nothing."""
+    flags = getattr(proposer, "last_filled", None)
+    if flags is None or len(flags) != n:
+        flags = (False,) * n
     return [FILLED_NOTE if f else "" for f in flags]
 
 
@@ -312,7 +315,7 @@ def _best_text(best: TraceEntry | None, regime: str, timed: bool) -> str:
 def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, evaluator, *,
                card: MatrixCard | None = None, selector_point: tuple[str, dict, str] | None = None,
                known: list[tuple[str, str]] = (), proposer: Proposer | None = None,
-               prior: list[tuple[str, EvalResult]] = (), sink: StoreSink | None = None,
+               prior: list[tuple] = (), sink: StoreSink | None = None,
                accepts=None, trace: str | Path | IO[str] | None = None, progress: bool = True,
                run_id: str | None = None, stop=None, ranker: Ranker | None = None) -> SearchResult:
     """Search the kernel space for matrix ``A`` (see the module docstring).
@@ -321,7 +324,7 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
     ``register``, ``submit`` and ``has_gpu``). ``selector_point``: (template, params, note) tried
     first among the seeds. ``known``: (candidate id, text) of kernels known to be good for this
     matrix (the store's best), evaluated first. ``prior``: policy samples already evaluated
-    (text, result), entered in the trace without spending budget. ``sink``: where verified
+    (text, result[, filled]), entered in the trace without spending budget. ``sink``: where verified
     results go (the best-known store). ``accepts(format, params)``: whether the matrix converts
     to a format, asked before proposing a point (None: yes, until the harness refuses the format;
     points in a format the harness refused are never proposed again either). ``trace``: a path or an open file for
@@ -423,10 +426,12 @@ class _SearchRun:
                 return exc
         return None
 
-    def enter_prior(self, prior: list[tuple[str, EvalResult]]) -> None:
-        """The policy samples evaluated before the search, entered without spending budget."""
-        for text, res in prior:
-            prop = text_proposal(text, self.op, Provenance.POLICY_SAMPLE, note="drawn before the search")
+    def enter_prior(self, prior: list[tuple]) -> None:
+        """The policy samples evaluated before the search, entered without spending budget: (text, result), or
+        (text, result, filled) where ``filled`` says the card's facts were written into it (``--fill-facts``)."""
+        for text, res, *filled in prior:
+            note = "drawn before the search" + (f", {FILLED_NOTE}" if filled and filled[0] else "")
+            prop = text_proposal(text, self.op, Provenance.POLICY_SAMPLE, note=note)
             if self.state.claim(prop):
                 self.record(prop, len(self.entries), res, counted=False)
                 self.state.prior_samples += 1

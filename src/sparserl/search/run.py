@@ -33,6 +33,7 @@ from sparserl.request.library import select_variant
 from sparserl.request.report import KernelReport
 from sparserl.search.footprint import check_fits
 from sparserl.search.loop import (
+    FILLED_NOTE,
     SearchConfig,
     SearchResult,
     StoreSink,
@@ -104,7 +105,8 @@ def open_proposer(job: SearchJob, ctx: MatrixContext, evaluator, policy: Policy 
 def search_candidates(res: SearchResult) -> list[Candidate]:
     """A search's own candidates (not the samples it was given) as a request's, in the order they
     were proposed."""
-    return [Candidate(e.proposal.text, Origin.SEARCH, e.result, f"{e.proposal.provenance.value} {e.proposal.id}")
+    return [Candidate(e.proposal.text, Origin.SEARCH, e.result, f"{e.proposal.provenance.value} {e.proposal.id}"
+                      + (f" ({FILLED_NOTE})" if e.proposal.note == FILLED_NOTE else ""))
             for e in sorted(res.entries, key=lambda e: e.order) if e.counted]
 
 
@@ -178,7 +180,8 @@ def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | N
     if accepts is None and not ev.has_gpu:  # nothing converts the matrix without a GPU: the host checks
         accepts = ctx.accepts
     res = run_search(ctx.A, ctx.name, ctx.op, ctx.k, cfg, ev, card=card, selector_point=_selector_point(ctx),
-                     known=known, proposer=proposer, prior=[(c.text, c.result) for c in prior], sink=sink,
+                     known=known, proposer=proposer, sink=sink,
+                     prior=[(c.text, c.result, c.origin is Origin.MODEL_FILLED) for c in prior],
                      accepts=accepts, trace=trace, progress=progress, stop=stop, ranker=ranker)
     res.known_best = known_row
     return res
