@@ -75,8 +75,9 @@
 # SIBLINGS=N teaches each specialised teacher row again on up to N new matrices of its family, within 15% of its
 # size, parameters drawn (`sparserl data siblings`, CPU, OUT/siblings; default 0, none): the same template at the
 # row's numbers for each new card, kept where the facts block is new, never a held-out structure (the data set's,
-# the families set's at 1M rows), not timed. On that run's teacher, N=4 took the distinct blocks from 15 to 54
-# (dia_window_spec 3 -> 19) in 39 rows, 4 minutes on 2 cores; what the policy learns from it is to be measured.
+# the families set's at 1M rows, nor their facts blocks), not timed. On that run's teacher, N=4 took the distinct
+# blocks from 15 to 53 (dia_window_spec 3 -> 19) in 38 rows, 5 minutes on 2 cores (teacher-params-drawn,
+# siblings-summary.json); what the policy learns from it is to be measured.
 # SFT_STEPS=N trains SFT for N steps (small 200, full 400): with more teacher rows, more steps. SAMPLES=N
 # samples N kernels per held-out matrix (small 8, full 16: the targets are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
@@ -421,13 +422,18 @@ teach_siblings() {  # the teacher's specialised kernels on new matrices of their
     --family-rows 1000000 --force
 }
 sibling_rows=()
-if [ "$siblings" -gt 0 ]; then stage siblings teach_siblings; sibling_rows=("$out/siblings/siblings.jsonl"); fi
+if [ "$siblings" -gt 0 ]; then
+  if [ -e "$out/stages/merge.done" ] && [ ! -e "$out/stages/siblings.done" ]; then  # its SFT set has none
+    echo "error: SIBLINGS=$siblings for a run whose SFT set was merged without siblings: give another OUT" >&2; exit 2
+  fi
+  stage siblings teach_siblings; sibling_rows=("$out/siblings/siblings.jsonl")
+fi
 merge() {  # the SFT set: the library teacher's train rows, the store's and their siblings; validation and test as built
   mkdir -p "$out/sft-data"
   cat "$out/data/train.jsonl" "$out/teacher.jsonl" ${sibling_rows[@]+"${sibling_rows[@]}"} > "$out/sft-data/train.jsonl"
   cp "$out/data/val.jsonl" "$out/data/test.jsonl" "$out/sft-data/"
-  echo "SFT rows: $(wc -l < "$out/data/train.jsonl") from the library, $(wc -l < "$out/teacher.jsonl") from the store" \
-    "${sibling_rows[@]+, $(cat "${sibling_rows[@]}" | wc -l) siblings}"
+  local more=""; if [ ${#sibling_rows[@]} -gt 0 ]; then more=", $(cat "${sibling_rows[@]}" | wc -l) siblings"; fi
+  echo "SFT rows: $(wc -l < "$out/data/train.jsonl") from the library, $(wc -l < "$out/teacher.jsonl") from the store$more"
 }
 stage merge merge
 if [ -n "$pretrain_pid" ]; then  # the teacher is ready: SFT needs the base model, and every GPU again

@@ -408,7 +408,8 @@ def test_siblings_are_made_from_the_teacher_avoiding_held_out_structures_and_mer
     store's (noted as a change); without it no siblings are made or merged, and a bad value is one line before any
     stage. A stand-in ``sparserl`` records each command, writes one sibling row, and stops at SFT. Kills: the knob
     ignored, the per-row count or a held-out guard dropped from the command, the siblings left out of the merge or
-    merged without being asked for."""
+    merged without being asked for, SIBLINGS given to a run whose SFT set was merged without them (siblings made
+    and never merged) going on."""
     calls = tmp_path / "calls"
     body = (f'echo "$@" >> "{calls}"\n'
             'if [ "$1 $2" = "data siblings" ]; then mkdir -p "$5"; echo \'{"sib": 1}\' > "$5/siblings.jsonl"; exit 0; fi\n'
@@ -433,9 +434,11 @@ def test_siblings_are_made_from_the_teacher_avoiding_held_out_structures_and_mer
         if env:
             assert made == [f"data siblings {out}/teacher.jsonl --out {out}/siblings --per-row 2 --distinct-from "
                             f"{out}/data --family-rows 1000000 --force"], made
-            assert rows[2] == '{"sib": 1}' and "SIBLINGS=2" in changed and "1 siblings" in res.stdout
+            assert rows[2] == '{"sib": 1}' and "SIBLINGS=2" in changed and "from the store, 1 siblings" in res.stdout
         else:
             assert made == [] and not any(c.startswith("SIBLINGS") for c in changed)
     bad = run(tmp_path / "bad", "-", "small", env={"PATH": path, "GPUS": "1", "SIBLINGS": "x"})
     assert bad.returncode == 2 and "error: SIBLINGS is a whole number of at least 0 (got 'x')" in bad.stderr
     assert "== " not in bad.stdout
+    late = run(tmp_path / "run0", "-", "small", env={"PATH": path, "GPUS": "1", "SIBLINGS": "2"})  # merged without
+    assert late.returncode == 2 and "merged without siblings" in late.stderr and "== siblings" not in late.stdout

@@ -79,8 +79,9 @@ def test_siblings_never_repeat_a_held_out_structure(tmp_path: Path) -> None:
 
 
 def test_the_siblings_command_writes_rows_a_summary_and_refuses_bad_input(cli, tmp_path: Path) -> None:
-    """``sparserl data siblings`` writes siblings.jsonl and summary.json, refuses an earlier set without --force and a
-    spread outside [0, 1), each in one line."""
+    """``sparserl data siblings`` writes siblings.jsonl and summary.json; with --force over an earlier set it keeps only
+    its own matrices (an earlier set's files would be read as held out from it); an earlier set without --force, a
+    spread outside [0, 1) and a --distinct-from folder that is missing or holds no matrix are one line each."""
     from sparserl.data.rows import read_rows, write_rows
 
     teacher = tmp_path / "teacher.jsonl"
@@ -92,7 +93,16 @@ def test_the_siblings_command_writes_rows_a_summary_and_refuses_bad_input(cli, t
     summary = json.loads((out / "summary.json").read_text())
     assert summary["made"] == {"dia_window_spec": 2} and summary["config"]["per_row"] == 2
     one_line_error(cli("data", "siblings", teacher, "--out", out), "--force")
+    again = cli("data", "siblings", teacher, "--out", out, "--per-row", 1, "--seed", 2, "--force")
+    assert again.rc == 0, again.err
+    kept = sorted(p.name for p in (out / "matrices").glob("*.npz"))
+    assert kept == sorted(Path(r.matrix).name for r in read_rows(out / "siblings.jsonl")) and len(kept) == 1, kept
     one_line_error(cli("data", "siblings", teacher, "--out", tmp_path / "x", "--spread", 1.5), "--spread")
+    one_line_error(cli("data", "siblings", teacher, "--out", tmp_path / "y", "--distinct-from", tmp_path / "none"),
+                   "--distinct-from", "not a folder")
+    (tmp_path / "empty").mkdir()
+    one_line_error(cli("data", "siblings", teacher, "--out", tmp_path / "z", "--distinct-from", tmp_path / "empty"),
+                   "no matrices")
 
 
 def test_no_sibling_repeats_a_block_another_row_taught(tmp_path: Path) -> None:
@@ -124,3 +134,16 @@ def test_a_sibling_row_is_trained_with_its_own_card(tmp_path: Path) -> None:
     width = max(abs(a) for a, _ in offset_runs(matrix_card(load_matrix(s.matrix)).dia_offsets))
     assert width != 70 and f"diagonal offsets: -{width} -1..1 {width}" in card
     assert f"{{-{width}, -{width}, -1, 1, {width}, {width}}}" in s.code
+
+
+def test_no_sibling_teaches_a_held_out_matrixs_facts(tmp_path: Path) -> None:
+    """With the cards of every stencil2d grid 60-80 wide held out, a sibling of the 70-wide row (65-75 wide) could
+    only teach a held-out matrix's facts block under another structure: none is made, and the draws are counted.
+    Mutation killed: the held-out blocks not checked (a sibling of a new structure teaching a held-out block)."""
+    from sparserl.data.siblings import SiblingConfig, sibling_rows
+
+    row = _row("stencil2d", 4900, _spec("stencil2d", 4900))
+    held = [matrix_card(generate("stencil2d", w * w, seed=3)) for w in range(60, 81) if w != 70]
+    made, counts = sibling_rows([row], SiblingConfig(per_row=2, seed=1, vary_params=False), tmp_path,
+                                held_out_cards=held)
+    assert made == [] and counts.held_out_facts["dia_window_spec"] >= 2

@@ -118,21 +118,40 @@ def data_siblings_cmd(
     template at the row's numbers rendered for its card; kept only where the facts block is one no row taught yet.
     The rows carry no times: they were not measured. Merge them into the SFT set so that the policy sees many facts
     blocks per template and must read them from the card (see src/sparserl/data/siblings.py)."""
+    import shutil
+
+    from sparserl.checks import require_folders
     from sparserl.data.rows import read_rows, write_rows
     from sparserl.data.siblings import SiblingConfig, sibling_rows
     from sparserl.eval.compare import family_set
-    from sparserl.matrices.card import structure_fingerprint
-    from sparserl.matrices.fingerprints import structures_in
+    from sparserl.matrices import load_matrix
+    from sparserl.matrices.card import matrix_card, structure_fingerprint
+    from sparserl.matrices.fingerprints import matrices_folder
+    from sparserl.matrices.io import matrices_in
+    from sparserl.parallel import parallel_map
 
     cfg = SiblingConfig(per_row=per_row, spread=spread, vary_params=vary_params, seed=seed)
     check_output(out, "siblings", force)
+    folders = tuple(map(str, distinct_from or ()))
+    require_folders("--distinct-from", folders, "a data folder or a folder of matrices")
+    files = []
+    for d in folders:
+        found = matrices_in(matrices_folder(d))
+        if not found:
+            raise SparseRLError(f"--distinct-from {d}: no matrices in it (nothing would be held out from it)")
+        files += found
+    if any(n < 1 for n in family_rows or ()):
+        raise SparseRLError(f"--family-rows must be at least 1, got {min(family_rows)}")
     rows = read_rows(teacher)
-    avoid = set(structures_in(list(map(str, distinct_from or ()))))
+    def described(A) -> tuple[str, object]:
+        return structure_fingerprint(A), matrix_card(A)
+
+    held_out = parallel_map(lambda f: described(load_matrix(f)), files, name="held-out")
     for n in family_rows or ():
-        if n < 1:
-            raise SparseRLError(f"--family-rows must be at least 1, got {n}")
-        avoid |= {structure_fingerprint(A) for _, A in family_set(n)}
-    made, counts = sibling_rows(rows, cfg, out, avoid)
+        held_out += [described(A) for _, A in family_set(n)]
+    avoid, cards = {fp for fp, _ in held_out}, [card for _, card in held_out]
+    shutil.rmtree(out / "matrices", ignore_errors=True)  # an earlier set's (--force): its files would be read as ours
+    made, counts = sibling_rows(rows, cfg, out, avoid, held_out_cards=cards)
     write_rows(out / "siblings.jsonl", made)
     summary = counts.to_dict() | {"config": dataclasses.asdict(cfg), "teacher": str(teacher)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

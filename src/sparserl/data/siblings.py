@@ -12,8 +12,9 @@ What: for each teacher row whose kernel is a specialised template's
 and, with ``vary_params``, parameters drawn), each taught the same template at the row's own numbers rendered for
 the new matrix's card (:func:`~sparserl.eval.library_match.fill_facts`: the kernel the template writes there,
 nothing else changed). A sibling is kept only when the template's check accepts its card, its facts block is one
-no row taught yet, and its structure is none of ``avoid`` (held-out matrices: no held-out matrix is ever a
-training one) nor an earlier sibling's.
+no row taught yet nor one the template writes for a held-out matrix (``held_out_cards``: a sibling never teaches a
+held-out matrix's facts, which would spoil the question the siblings are for), and its structure is none of
+``avoid`` (held-out matrices: no held-out matrix is ever a training one) nor an earlier sibling's.
 
 What it is not: a measurement. A sibling's kernel is the teacher's choice carried to a matrix of the same family
 and nearly the same size, correct by the template's construction (and judged by the harness wherever the policy
@@ -36,7 +37,7 @@ from sparserl.data.rows import SFTRow
 from sparserl.errors import SparseRLError
 from sparserl.eval.library_match import facts_as_card, fill_facts, specialised_facts
 from sparserl.matrices import generate, save_matrix
-from sparserl.matrices.card import matrix_card, structure_fingerprint
+from sparserl.matrices.card import MatrixCard, matrix_card, structure_fingerprint
 from sparserl.matrices.generators import draw_params, family_of_generated, generated_name
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ class SiblingCounts:
     """Draws left out because the template's check refused their card, by template."""
     held_out: int = 0
     """Draws left out because their structure is held out (or an earlier sibling's)."""
+    held_out_facts: Counter = field(default_factory=Counter)
+    """Draws left out because their facts block is one the template writes for a held-out matrix, by template."""
     gave_up: Counter = field(default_factory=Counter)
     """Specialised rows left without draws because their family's last :data:`FRUITLESS` draws made nothing, by
     template."""
@@ -105,7 +108,8 @@ class SiblingCounts:
     def to_dict(self) -> dict:
         return {"teacher_rows": self.teacher_rows, "specialised_rows": self.specialised_rows,
                 "not_generated": self.not_generated, "made": dict(self.made), "facts_taught": dict(self.facts_taught),
-                "refused": dict(self.refused), "held_out": self.held_out, "gave_up": dict(self.gave_up),
+                "refused": dict(self.refused), "held_out": self.held_out,
+                "held_out_facts": dict(self.held_out_facts), "gave_up": dict(self.gave_up),
                 "distinct_facts": self.distinct_facts}
 
 
@@ -115,14 +119,38 @@ def _draw_rows(rows: int, spread: float, rng: np.random.Generator) -> int:
     return max(2, int(round(math.exp(rng.uniform(lo, hi)))))
 
 
-def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path,
-                 avoid: Iterable[str] = ()) -> tuple[list[SFTRow], SiblingCounts]:
+class _HeldOutBlocks:
+    """The facts blocks a specialised kernel's template writes, at the kernel's own numbers, for the held-out
+    matrices' cards: computed once per (template, header)."""
+
+    def __init__(self, cards: Iterable[MatrixCard]):
+        self.cards, self.blocks = list(cards), {}
+
+    def of(self, r: SFTRow, template: str) -> set[str]:
+        header = tuple(line for line in r.code.splitlines() if line.startswith(("FORMAT:", "PARAMS:", "LAUNCH:")))
+        key = (template, r.op, r.k, header)  # the template's point is read from the header
+        if key not in self.blocks:
+            found = set()
+            for card in self.cards:
+                code = fill_facts(r.code, r.op, card)
+                if code is not None:
+                    found.add(specialised_facts(code, r.op)[1])
+                elif facts_as_card(r.code, r.op, card):
+                    found.add(specialised_facts(r.code, r.op)[1])
+            self.blocks[key] = found
+        return self.blocks[key]
+
+
+def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path, avoid: Iterable[str] = (),
+                 held_out_cards: Iterable[MatrixCard] = ()) -> tuple[list[SFTRow], SiblingCounts]:
     """The sibling rows of ``rows`` (a teacher's, in order) and what was made; each sibling's matrix is saved under
     ``out`` (``out/matrices``), so a held-out set can be checked against it. ``avoid``: structure fingerprints no
-    sibling may have (the held-out matrices')."""
+    sibling may have (the held-out matrices'); ``held_out_cards``: the held-out matrices' cards, whose facts blocks no
+    sibling may teach."""
     from sparserl.encoding import sample_nonzeros  # torch
 
     rows = list(rows)
+    held_out_blocks = _HeldOutBlocks(held_out_cards)
     folder = Path(out) / "matrices"
     folder.mkdir(parents=True, exist_ok=True)
     taken = set(avoid)
@@ -138,9 +166,10 @@ def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path,
     fruitless: Counter = Counter()  # (family, template) -> draws in a row that made nothing
     for r in rows:
         sf = specialised_facts(r.code, r.op)
-        if sf is None or (r.name, r.op, r.k, r.code) in seen:
+        source = (r.name, r.matrix, r.origin.fingerprint if r.origin else None, r.op, r.k, r.code)
+        if sf is None or source in seen:
             continue
-        seen.add((r.name, r.op, r.k, r.code))
+        seen.add(source)
         counts.specialised_rows += 1
         template = sf[0]
         fam = family_of_generated(r.name or r.matrix_name)
@@ -174,6 +203,9 @@ def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path,
             facts = specialised_facts(code, r.op)[1]
             if facts in taught[template]:
                 counts.facts_taught[template] += 1
+                continue
+            if facts in held_out_blocks.of(r, template):
+                counts.held_out_facts[template] += 1
                 continue
             if index[fam] >= MAX_PER_FAMILY:
                 break
