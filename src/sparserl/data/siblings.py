@@ -8,10 +8,10 @@ them by heart: at 1M rows it wrote only blocks it had been taught, never the car
 (results of 2026-12-05 and 2026-12-06, spec-facts-copy and teacher-params-drawn).
 
 What: for each teacher row whose kernel is a specialised template's
-(:func:`~sparserl.eval.library_match.specialised_facts`), up to ``per_row`` new matrices of the row's family (its
-generator, a size within ``spread`` of the row's, a seed and, with ``vary_params``, parameters drawn; made a batch at
-a time in threads), each taught the same template at the row's own numbers rendered for the new matrix's card
-(:func:`~sparserl.eval.library_match.fill_facts`: the kernel the template writes there, nothing else changed). A sibling is kept only when the template's check accepts its card, its facts block is one
+(:func:`~sparserl.eval.library_match.specialised_facts`), up to ``per_row`` new matrices of the row's family (its generator, a size within ``spread`` of the row's, a seed
+and, with ``vary_params``, parameters drawn), each taught the same template at the row's own numbers rendered for
+the new matrix's card (:func:`~sparserl.eval.library_match.fill_facts`: the kernel the template writes there,
+nothing else changed). A sibling is kept only when the template's check accepts its card, its facts block is one
 no row taught yet nor one the template writes for a held-out matrix (``held_out_cards``: a sibling never teaches a
 held-out matrix's facts, which would spoil the question the siblings are for), and its structure is none of
 ``avoid`` (held-out matrices: no held-out matrix is ever a training one) nor an earlier sibling's.
@@ -39,7 +39,6 @@ from sparserl.eval.library_match import facts_as_card, fill_facts, specialised_f
 from sparserl.matrices import generate, save_matrix
 from sparserl.matrices.card import MatrixCard, matrix_card, structure_fingerprint
 from sparserl.matrices.generators import draw_params, family_of_generated, generated_name
-from sparserl.parallel import parallel_map
 
 log = logging.getLogger(__name__)
 
@@ -120,49 +119,6 @@ def _draw_rows(rows: int, spread: float, rng: np.random.Generator) -> int:
     return max(2, int(round(math.exp(rng.uniform(lo, hi)))))
 
 
-@dataclass(eq=False)  # compared by identity: its matrix has no equality
-class _Draw:
-    """One candidate sibling: what was drawn (size, seed, parameters), then, once made, its matrix, structure,
-    card and the row's kernel rendered for that card (None: the template's check refuses it, or its facts are the
-    row's)."""
-
-    family: str
-    rows: int
-    seed: int
-    params: dict[str, int]
-    A: object = None
-    fp: str | None = None
-    card: MatrixCard | None = None
-    code: str | None = None
-    name: str = ""
-
-    @classmethod
-    def drawn(cls, family: str, rows: int, cfg: SiblingConfig, rng: np.random.Generator) -> _Draw:
-        n = _draw_rows(rows, cfg.spread, rng)
-        seed = int(rng.integers(1 << 30))
-        return cls(family, n, seed, draw_params(family, rng) if cfg.vary_params else {})
-
-    def make(self, r: SFTRow, taken: set[str]) -> None:
-        """Generate the matrix; its card and kernel only when its structure is not taken already."""
-        self.A = generate(self.family, self.rows, seed=self.seed, **self.params)
-        self.fp = structure_fingerprint(self.A)
-        if self.fp not in taken:
-            self.card = matrix_card(self.A)
-            self.code = fill_facts(r.code, r.op, self.card)
-
-    def row(self, r: SFTRow, family: str, folder: Path, cfg: SiblingConfig) -> SFTRow:
-        """The sibling's SFT row, its matrix saved under ``folder``."""
-        from sparserl.encoding import sample_nonzeros  # torch
-
-        A, path = self.A, folder / f"{self.name}.npz"
-        save_matrix(A, path, compress=False)
-        ri, ci = sample_nonzeros(A, cfg.coords, cfg.seed)
-        return SFTRow(rows=ri.tolist(), cols=ci.tolist(), shape=tuple(A.shape), code=self.code, format=r.format,
-                      op=r.op, k=r.k, nnz=int(A.nnz), matrix=str(path), family=family, split="train",
-                      variant=r.variant, name=self.name, card=self.card.to_dict(),
-                      extra={"sibling_of": r.name, "params": self.params})
-
-
 class _HeldOutBlocks:
     """The facts blocks a specialised kernel's template writes, at the kernel's own numbers, for the held-out
     matrices' cards: computed once per (template, header)."""
@@ -191,6 +147,8 @@ def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path, av
     ``out`` (``out/matrices``), so a held-out set can be checked against it. ``avoid``: structure fingerprints no
     sibling may have (the held-out matrices'); ``held_out_cards``: the held-out matrices' cards, whose facts blocks no
     sibling may teach."""
+    from sparserl.encoding import sample_nonzeros  # torch
+
     rows = list(rows)
     held_out_blocks = _HeldOutBlocks(held_out_cards)
     folder = Path(out) / "matrices"
@@ -218,48 +176,53 @@ def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path, av
         if fam is None:
             counts.not_generated += 1
             continue
-        draws = [_Draw.drawn(fam, r.shape[0], cfg, rng) for _ in range(cfg.per_row * MAX_DRAWS)]
-        wanted, accepted, i = cfg.per_row, [], 0
-        while wanted > 0 and i < len(draws) and fruitless[fam, template] < FRUITLESS:
-            batch = draws[i:i + wanted]  # as many as are still wanted, made at once (threads)
-            i += len(batch)
-            parallel_map(lambda d: d.make(r, taken), batch, name="siblings")
-            for d in batch:
-                if wanted == 0 or fruitless[fam, template] >= FRUITLESS:
-                    break
-                fruitless[fam, template] += 1
-                if d.fp in taken:  # held out, or an earlier sibling's (of this batch too)
-                    counts.held_out += 1
-                    continue
-                if d.code is None:  # the check refuses this card, or the facts are the row's
-                    if facts_as_card(r.code, r.op, d.card):
-                        counts.facts_taught[template] += 1
-                    else:
-                        counts.refused[template] += 1
-                    continue
-                facts = specialised_facts(d.code, r.op)[1]
-                if facts in taught[template]:
+        wanted = cfg.per_row
+        for _ in range(cfg.per_row * MAX_DRAWS):
+            if wanted == 0:
+                break
+            if fruitless[fam, template] >= FRUITLESS:
+                counts.gave_up[template] += 1
+                break
+            fruitless[fam, template] += 1
+            n = _draw_rows(r.shape[0], cfg.spread, rng)
+            seed = int(rng.integers(1 << 30))
+            params = draw_params(fam, rng) if cfg.vary_params else {}
+            A = generate(fam, n, seed=seed, **params)
+            fp = structure_fingerprint(A)
+            if fp in taken:
+                counts.held_out += 1
+                continue
+            card = matrix_card(A)
+            code = fill_facts(r.code, r.op, card)  # None: the check refuses this card, or the facts are the row's
+            if code is None:
+                if facts_as_card(r.code, r.op, card):
                     counts.facts_taught[template] += 1
-                    continue
-                if facts in held_out_blocks.of(r, template):
-                    counts.held_out_facts[template] += 1
-                    continue
-                if index[fam] >= MAX_PER_FAMILY:
-                    break
-                taught[template].add(facts)
-                taken.add(d.fp)
-                d.name = generated_name(fam, index[fam], d.A.shape[0])
-                index[fam] += 1
-                accepted.append(d)
-                counts.made[template] += 1
-                fruitless[fam, template] = 0
-                wanted -= 1
-            for d in batch:
-                if all(d is not a for a in accepted):
-                    d.A = None  # the matrix is not kept: only the accepted ones are saved
-        if fruitless[fam, template] >= FRUITLESS and wanted > 0:
-            counts.gave_up[template] += 1
-        made += parallel_map(lambda d: d.row(r, fam, folder, cfg), accepted, name="siblings")
+                else:
+                    counts.refused[template] += 1
+                continue
+            facts = specialised_facts(code, r.op)[1]
+            if facts in taught[template]:
+                counts.facts_taught[template] += 1
+                continue
+            if facts in held_out_blocks.of(r, template):
+                counts.held_out_facts[template] += 1
+                continue
+            if index[fam] >= MAX_PER_FAMILY:
+                break
+            taught[template].add(facts)
+            taken.add(fp)
+            name = generated_name(fam, index[fam], A.shape[0])
+            index[fam] += 1
+            path = folder / f"{name}.npz"
+            save_matrix(A, path, compress=False)
+            ri, ci = sample_nonzeros(A, cfg.coords, cfg.seed)
+            made.append(SFTRow(rows=ri.tolist(), cols=ci.tolist(), shape=tuple(A.shape), code=code, format=r.format,
+                               op=r.op, k=r.k, nnz=int(A.nnz), matrix=str(path), family=fam, split="train",
+                               variant=r.variant, name=name, card=card.to_dict(),
+                               extra={"sibling_of": r.name, "params": params}))
+            counts.made[template] += 1
+            fruitless[fam, template] = 0
+            wanted -= 1
     counts.distinct_facts = {t: len(f) for t, f in sorted(taught.items())}
     log.info("siblings: %d rows from %d specialised teacher rows (%s); distinct facts blocks now %s",
              len(made), counts.specialised_rows, dict(counts.made) or "none", counts.distinct_facts)
