@@ -33,14 +33,20 @@ def _spec(family: str, rows: int) -> str:
     return get_template("spmv", "dia_window_spec").render(POINT, matrix_card(generate(family, rows, seed=3)))
 
 
-def test_siblings_are_the_rows_template_at_its_numbers_for_new_matrices_with_new_facts(tmp_path: Path) -> None:
+def test_siblings_are_the_rows_template_at_its_numbers_for_new_matrices_with_new_facts(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
     """A stencil2d row's ``dia_window_spec`` gets 3 siblings: each is the template at the row's own point rendered
     for the sibling's card (read back from the saved matrix), of a size within the spread, with a facts block no row
     taught; the diagonal family's row gets none (every diagonal matrix has the same offsets), nor does a library
     kernel's row or a real matrix's. Mutations killed: the sibling's own card not used (the row's kernel copied),
-    the spread not applied (sizes from half to twice the row's), fruitless families drawn on (no ``gave_up``)."""
-    from sparserl.data.siblings import SiblingConfig, sibling_rows
+    the spread not applied (sizes from half to twice the row's), fruitless families drawn on (no ``gave_up``, or
+    their matrices still made)."""
+    import sparserl.data.siblings as siblings
+    from sparserl.data.siblings import FRUITLESS, SiblingConfig, sibling_rows
 
+    made_of: list[str] = []
+    real_generate = siblings.generate
+    monkeypatch.setattr(siblings, "generate", lambda fam, *a, **kw: made_of.append(fam) or real_generate(fam, *a, **kw))
     stencil = _row("stencil2d", 4900, _spec("stencil2d", 4900))
     diagonal = _row("diagonal", 5000, _spec("diagonal", 5000))
     library = _row("stencil2d", 6400, variants("spmv", "DIA")[0].render())
@@ -50,6 +56,7 @@ def test_siblings_are_the_rows_template_at_its_numbers_for_new_matrices_with_new
     assert len(made) == 3 and counts.made == {"dia_window_spec": 3}
     assert counts.specialised_rows == 3 and counts.not_generated == 1 and counts.facts_taught["dia_window_spec"] > 0
     assert counts.gave_up == {"dia_window_spec": 1}, "the diagonal row stops after FRUITLESS draws that made nothing"
+    assert made_of.count("diagonal") == FRUITLESS, "no more of its matrices made after that"
     spec = get_template("spmv", "dia_window_spec")
     facts = {specialised_facts(r.code, "spmv")[1] for r in (stencil, diagonal, real)}
     for s in made:

@@ -8,13 +8,14 @@ them by heart: at 1M rows it wrote only blocks it had been taught, never the car
 (results of 2026-12-05 and 2026-12-06, spec-facts-copy and teacher-params-drawn).
 
 What: for each teacher row whose kernel is a specialised template's
-(:func:`~sparserl.eval.library_match.specialised_facts`), up to ``per_row`` new matrices of the row's family (its generator, a size within ``spread`` of the row's, a seed
-and, with ``vary_params``, parameters drawn), each taught the same template at the row's own numbers rendered for
-the new matrix's card (:func:`~sparserl.eval.library_match.fill_facts`: the kernel the template writes there,
-nothing else changed). A sibling is kept only when the template's check accepts its card, its facts block is one
-no row taught yet nor one the template writes for a held-out matrix (``held_out_cards``: a sibling never teaches a
-held-out matrix's facts, which would spoil the question the siblings are for), and its structure is none of
-``avoid`` (held-out matrices: no held-out matrix is ever a training one) nor an earlier sibling's.
+(:func:`~sparserl.eval.library_match.specialised_facts`), up to ``per_row`` new matrices of the row's family (its
+generator, a size within ``spread`` of the row's, a seed and, with ``vary_params``, parameters drawn), each taught the
+same template at the row's own numbers rendered for the new matrix's card
+(:func:`~sparserl.eval.library_match.fill_facts`: the kernel the template writes there, nothing else changed). A
+sibling is kept only when the template's check accepts its card, its facts block is one no row taught yet nor one
+the template writes for a held-out matrix (``held_out_cards``: a sibling never teaches a held-out matrix's facts,
+which would spoil the question the siblings are for), and its structure is none of ``avoid`` (held-out matrices: no
+held-out matrix is ever a training one) nor an earlier sibling's.
 
 What it is not: a measurement. A sibling's kernel is the teacher's choice carried to a matrix of the same family
 and nearly the same size, correct by the template's construction (and judged by the harness wherever the policy
