@@ -442,3 +442,30 @@ def test_siblings_are_made_from_the_teacher_avoiding_held_out_structures_and_mer
     assert "== " not in bad.stdout
     late = run(tmp_path / "run0", "-", "small", env={"PATH": path, "GPUS": "1", "SIBLINGS": "2"})  # merged without
     assert late.returncode == 2 and "merged without siblings" in late.stderr and "== siblings" not in late.stdout
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_held_out_sets_are_checked_against_the_siblings(tmp_path) -> None:
+    """With siblings made, the held-out sets' evaluation is given their folder as ``--distinct-from`` (beside the
+    data's), so a held-out matrix that repeated a sibling's structure would be refused. A stand-in ``sparserl`` makes
+    nothing and a stand-in python records the held-out evaluation's arguments and stops there. Kills the siblings'
+    folder left out of the held-out sets' check."""
+    calls = tmp_path / "calls"
+    path = stand_in_sparserl(tmp_path, "exit 0")
+    python = tmp_path / "bin" / "python-stand-in"
+    python.write_text(f'#!/bin/sh\ncase "$1" in *heldout_eval.py) echo "$@" >> "{calls}"; exit 3 ;; esac\n'
+                      f'exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    out = tmp_path / "run"
+    (out / "stages").mkdir(parents=True)
+    for name in ("pretrain", "data", "search", "export", "siblings", "merge", "sft"):
+        (out / "stages" / f"{name}.done").touch()
+    (out / "siblings" / "matrices").mkdir(parents=True)
+    (out / "data").mkdir()
+    for split in ("train", "val", "test"):
+        (out / "data" / f"{split}.jsonl").write_text("")
+    env = {"PATH": path, "GPUS": "1", "SIBLINGS": "2", "IMPROVE": "0", "PYTHON": str(python)}
+    res = run(out, "-", "small", env=env)
+    assert res.returncode != 0 and calls.exists(), res.stdout[-2000:] + res.stderr[-2000:]
+    args = calls.read_text()
+    assert f"--distinct-from {out}/data" in args and f"--distinct-from {out}/siblings" in args, args
