@@ -127,7 +127,8 @@ class _HeldOutBlocks:
     def __init__(self, cards: Iterable[MatrixCard]):
         self.cards, self.blocks = list(cards), {}
 
-    def of(self, r: SFTRow, template: str) -> set[str]:
+    def of(self, r: SFTRow, template: str, own: str) -> set[str]:
+        """The blocks for the held-out cards of ``r``'s kernel (``own``: its own block, already read)."""
         header = tuple(line for line in r.code.splitlines() if line.startswith(("FORMAT:", "PARAMS:", "LAUNCH:")))
         key = (template, r.op, r.k, header)  # the template's point is read from the header
         if key not in self.blocks:
@@ -137,7 +138,7 @@ class _HeldOutBlocks:
                 if code is not None:
                     found.add(specialised_facts(code, r.op)[1])
                 elif facts_as_card(r.code, r.op, card):
-                    found.add(specialised_facts(r.code, r.op)[1])
+                    found.add(own)
             self.blocks[key] = found
         return self.blocks[key]
 
@@ -156,17 +157,17 @@ def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path, av
     folder.mkdir(parents=True, exist_ok=True)
     taken = set(avoid)
     counts = SiblingCounts(teacher_rows=len(rows))
+    read = [specialised_facts(r.code, r.op) for r in rows]  # (template, facts block) of each row, read once
     taught: dict[str, set[str]] = {}
-    for r in rows:
-        if (sf := specialised_facts(r.code, r.op)) is not None:
+    for sf in read:
+        if sf is not None:
             taught.setdefault(sf[0], set()).add(sf[1])
     rng = np.random.default_rng(cfg.seed)
     index: Counter = Counter()  # siblings made per family, for their names
     made: list[SFTRow] = []
     seen: set[tuple] = set()  # a kernel taught twice on one matrix (an ordinary row and a refinement row) is one
     fruitless: Counter = Counter()  # (family, template) -> draws in a row that made nothing
-    for r in rows:
-        sf = specialised_facts(r.code, r.op)
+    for r, sf in zip(rows, read):
         source = (r.name, r.matrix, r.origin.fingerprint if r.origin else None, r.op, r.k, r.code)
         if sf is None or source in seen:
             continue
@@ -205,7 +206,7 @@ def sibling_rows(rows: Iterable[SFTRow], cfg: SiblingConfig, out: str | Path, av
             if facts in taught[template]:
                 counts.facts_taught[template] += 1
                 continue
-            if facts in held_out_blocks.of(r, template):
+            if facts in held_out_blocks.of(r, template, sf[1]):
                 counts.held_out_facts[template] += 1
                 continue
             if index[fam] >= MAX_PER_FAMILY:
