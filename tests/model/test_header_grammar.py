@@ -36,6 +36,15 @@ MALFORMED = [
     "FORMAT: CSR\nPARAMS: A=007\nLAUNCH: grid=m, block=A\n\n",
     "FORMAT: CSR\nPARAMS: A=--1\nLAUNCH: grid=m, block=A\n\n",
     "FORMAT: CSR\nPARAMS: _A=1\nLAUNCH: grid=m, block=_A\n\n",  # reserved in C++
+    # FORMAT values the contract refused: SELL's sigma neither 1 nor a multiple of C, a BSR block side of 4 digits
+    "FORMAT: SELL C=128 sigma=1028\nLAUNCH: grid=ceil_div(num_slices * C, BLOCK), block=BLOCK\n\n",
+    "FORMAT: SELL C=8 sigma=2\nLAUNCH: grid=1, block=1\n\n",
+    "FORMAT: SELL C=32 sigma=1094\nLAUNCH: grid=1, block=1\n\n",
+    "FORMAT: SELL C=32 sigma=710\nLAUNCH: grid=1, block=1\n\n",
+    "FORMAT: SELL C=128 sigma=10201\nLAUNCH: grid=1, block=1\n\n",
+    "FORMAT: SELL sigma=48\nLAUNCH: grid=1, block=1\n\n",  # C left out: 32, and 48 is not a multiple
+    "FORMAT: BSR R=8 C=1024\nLAUNCH: grid=1, block=1\n\n",
+    "FORMAT: HYB width=-1\nLAUNCH: grid=1, block=1\n\n",
 ]
 
 # Headers the contract's parser accepts, beyond the library's own spelling
@@ -45,6 +54,10 @@ ACCEPTED = [
     "FORMAT: CSR\nLAUNCH: grid=min(max(nnz / 1024, 1), 4 * num_sms), block=-(-256), smem=0\n\n",
     "FORMAT: CSR\nLAUNCH: grid=(ceil_div(m, 4), 1), block=(32, 4), kernel=spmv_kernel\n\n",
     "FORMAT: CSR\nLAUNCH: grid=m // 2 + m % 3, block=256\nLAUNCH: grid=1, block=32, kernel=k2\n\n",
+    "FORMAT: SELL sigma=64\nLAUNCH: grid=1, block=1\n\n",  # C left out: 32
+    "FORMAT: SELL C=4\nLAUNCH: grid=1, block=1\n\n",  # sigma left out: 1
+    "FORMAT: BSR R=3 C=5\nLAUNCH: grid=1, block=1\n\n",
+    "FORMAT: HYB width=65536\nLAUNCH: grid=1, block=1\n\n",
 ]
 
 
@@ -92,6 +105,26 @@ def test_headers_the_parser_accepts_are_in_the_grammar(text: str) -> None:
 
     split_completion(text + "extern \"C\" __global__ void spmv_kernel() {}\n", Op.SPMV)
     assert run(START, text) == DONE, text
+
+
+def test_every_sell_pair_of_the_grammar_is_one_the_contract_accepts() -> None:
+    """The grammar's SELL table lies inside the contract (each pair resolves), keeps sigma=1 for every C, and
+    refuses every other pair of its C values and sigmas up to its bound that the contract refuses. Kills a table
+    that lets an invalid sigma through (a rule of "any digits", or sigma a power of two whatever C)."""
+    from sparserl.kernels.contract import FORMATS
+    from sparserl.model.header_grammar import SELL_C, SELL_SIGMA_MAX, _sell_table
+
+    table = {(dict(a)["C"], dict(a)["sigma"]) for a in _sell_table()}
+    spec = FORMATS["SELL"]
+    for c, sigma in table:
+        spec.resolve_params({"C": c, "sigma": sigma})
+        assert run(START, f"FORMAT: SELL C={c} sigma={sigma}\nLAUNCH: grid=1, block=1\n\n") == DONE
+    assert {(c, 1) for c in SELL_C} <= table
+    for c in SELL_C:
+        for sigma in range(2, SELL_SIGMA_MAX + 1):
+            if sigma % c:
+                assert (c, sigma) not in table
+                assert run(START, f"FORMAT: SELL C={c} sigma={sigma}\n") is None, (c, sigma)
 
 
 def test_a_header_prefix_is_in_the_grammar_until_its_end() -> None:

@@ -20,14 +20,22 @@ holds one state per row; :func:`sparserl.model.sampling.sample_with_logp` masks 
 row's allowed tokens before drawing and moves the state by the drawn token: two gathers, no host
 synchronisation, so the decode step stays capturable in a CUDA graph.
 
+FORMAT values: SELL's ``C`` and ``sigma`` are held to the contract's rule (sigma 1 or a multiple of C), within
+a table of the values the library and the search use (:func:`_sell_table`): policies wrote ``C=128 sigma=1028``
+and ``C=8 sigma=2``, each a sample lost before the GPU. Every other FORMAT value is held to its range's count of
+digits (``BSR ... C=1024`` is refused, ``C=99`` left to the parser), and no FORMAT value is negative.
+
 What it does not do: names (a LAUNCH expression's names, a kernel name that the code must define) are checked
-by the contract's parser after sampling, as before; the grammar is the header's shape only, and a little
-looser than the parser (which still judges every sample): it does not count LAUNCH lines (at most four), a
-tuple's dimensions (at most three, for grid and block only), or check PARAMS names against C++ keywords and
-values against a C int. It is also a little stricter in spelling: the fields of a LAUNCH line in the library's
+by the contract's parser after sampling, as before; the grammar is the header's shape and SELL's values, and a
+little looser than the parser (which still judges every sample): it does not count LAUNCH lines (at most four),
+a tuple's dimensions (at most three, for grid and block only), a call's arguments, or check PARAMS names
+against C++ keywords and values against a C int, nor FORMAT values other than SELL's beyond their digits (BSR's
+R*C at most 1024). It is also a little stricter in spelling: the fields of a LAUNCH line in the library's
 order (grid, block, smem, kernel), one space after each ``FORMAT:``, ``PARAMS:`` and ``LAUNCH:`` and none
-around ``=``, upper-case format names, and code after the header never starting with ``L`` on the line right
-after a LAUNCH line (it would be read as another LAUNCH line). The log-probabilities the sampler returns are
+around ``=``, upper-case format names, SELL's keys in the order C, sigma and nothing after sigma's value but the
+line's end, SELL's C one of :data:`SELL_C` and sigma at most :data:`SELL_SIGMA_MAX` and C times a power of two,
+and code after the header never starting with ``L`` on the line right after a LAUNCH line (it would be read as
+another LAUNCH line). The log-probabilities the sampler returns are
 those of the masked distribution. RL's learner computes unmasked ones, so RL rollouts never use a grammar (the
 policy-gradient ratio would be off on header tokens); it is for evaluation, generation and the search's
 proposals.
@@ -39,6 +47,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -99,33 +108,42 @@ def step(state: State, ch: str) -> State | None:
             return ("fname", name)
         if state[1] in FORMATS:
             if ch == " ":
-                return ("fkey", state[1], "")
+                return ("fkey", state[1], "", ())
             if ch == "\n":
-                return _line_start(True, False)
+                return _format_end(state[1], ())
         return None
     if kind == "fkey":  # a FORMAT parameter's key, then '='
-        _, fmt, key = state
+        _, fmt, key, seen = state
         if ch == " " and key == "":
             return state
-        if ch == "=" and key in _FORMAT_KEYS[fmt]:
-            return ("fval", fmt, "start")
+        if ch == "=" and key in _FORMAT_KEYS[fmt] and _may_follow(fmt, key, seen):
+            return ("fval", fmt, key, "", seen)
         if any(k.startswith(key + ch) for k in _FORMAT_KEYS[fmt]):
-            return ("fkey", fmt, key + ch)
+            return ("fkey", fmt, key + ch, seen)
         return None
-    if kind == "fval":  # its integer value, then spaces or a comma before the next key, or the line's end
-        _, fmt, val = state
-        nxt = _integer(val, ch)
-        if nxt is not None:
-            return ("fval", fmt, nxt)
-        if val in ("zero", "digits", "space"):
-            if ch == " ":
-                return ("fval", fmt, "space")
-            if ch == ",":
-                return ("fkey", fmt, "")
-            if ch == "\n":
-                return _line_start(True, False)
-            if val == "space" and ch in _IDENT0:
-                return step(("fkey", fmt, ""), ch)
+    if kind == "fval":  # its integer value (see _format_value), then spaces or a comma before the next key, or the end
+        _, fmt, key, digits, seen = state
+        if ch in _DIGITS:
+            nxt = _format_digits(fmt, key, digits, ch, seen)
+            return None if nxt is None else ("fval", fmt, key, nxt, seen)
+        if not digits or not _format_value(fmt, key, digits, seen):
+            return None
+        seen = _seen(fmt, seen, key, digits)
+        if ch in " ," and not (fmt in _TABLES and key == _FORMAT_KEYS[fmt][-1]):  # a table format's last key ends it
+            return ("fsep", fmt, ch == ",", seen)
+        if ch == "\n":
+            return _format_end(fmt, seen)
+        return None
+    if kind == "fsep":  # after a value: spaces, or one comma, then the next key; or the line's end
+        _, fmt, comma, seen = state
+        if ch == " ":
+            return state
+        if ch == "," and not comma:
+            return ("fsep", fmt, True, seen)
+        if ch == "\n" and not comma:
+            return _format_end(fmt, seen)
+        if ch in _IDENT0:
+            return step(("fkey", fmt, "", seen), ch)
         return None
     if kind == "line":
         _, after_format, has_launch = state
@@ -188,6 +206,95 @@ def _integer(val: str, ch: str) -> str | None:
     if val == "digits" and ch in _DIGITS:
         return "digits"
     return None
+
+
+SELL_C = (4, 8, 16, 32, 64, 128, 256)
+SELL_SIGMA_MAX = 8192
+
+
+def _sell_table() -> frozenset[tuple[tuple[str, int], ...]]:
+    """SELL's (C, sigma) in the grammar: C one of :data:`SELL_C`, sigma 1 or C times a power of two up to
+    :data:`SELL_SIGMA_MAX` (the contract allows C up to 1024 and sigma 1 or any multiple of C up to 2^20; the
+    library and the search use these). A finite table, so that sigma's rule can be held in the state, and a
+    small one, so that the automaton stays small."""
+    return frozenset((("C", c), ("sigma", s)) for c in SELL_C
+                     for s in (1,) + tuple(c << j for j in range(14) if c << j <= SELL_SIGMA_MAX))
+
+
+_TABLES: dict[str, frozenset[tuple[tuple[str, int], ...]]] = {"SELL": _sell_table()}
+"""Formats whose parameters are held jointly: every allowed assignment, all keys given. The state carries the
+values written so far (``seen``); the other formats' values are held only to their count of digits."""
+
+assert all(p.lo >= 0 for spec in FORMATS.values() for p in spec.params), "a FORMAT value may be negative"
+
+
+def _may_follow(fmt: str, key: str, seen: tuple) -> bool:
+    """Whether ``key`` may be written after ``seen``: a table format's keys in the contract's order (SELL: C,
+    then sigma), each at most once; the others' in any order (a key twice is the parser's to refuse)."""
+    if fmt not in _TABLES:
+        return True
+    keys = _FORMAT_KEYS[fmt]
+    return all(keys.index(k) < keys.index(key) for k, _ in seen)
+
+
+@lru_cache(maxsize=None)
+def _candidates(fmt: str, key: str, seen: tuple) -> frozenset[int] | None:
+    """The values ``key`` may take after ``seen`` (a table format), or None (not a table format)."""
+    table = _TABLES.get(fmt)
+    if table is None:
+        return None
+    given = dict(seen)
+    return frozenset(dict(a)[key] for a in table if all(dict(a)[k] == v for k, v in given.items()))
+
+
+def _format_digits(fmt: str, key: str, digits: str, ch: str, seen: tuple) -> str | None:
+    """The value's digits after ``ch``, or None where no allowed value starts so: no leading zeros, and some
+    candidate of a table format's key begins with them. Any other format's value is held only to the count of
+    digits of its range's bound (BSR's R and C to two, HYB's width to five): the state keeps the smallest
+    number of that many digits, not the digits, so that the automaton stays small (held value by value, BSR
+    alone would add 130 states, each of which the lift walks every token from); the parser checks the range."""
+    if digits == "0":
+        return None
+    d = digits + ch
+    spec = FORMATS[fmt].param(key)
+    cands = _candidates(fmt, key, seen)
+    if cands is not None:
+        return d if any(str(v).startswith(d) for v in cands) else None
+    d = "0" if d == "0" else "1" + "0" * (len(d) - 1)  # only the count of digits is kept: the smallest number that long
+    v, scale = int(d), 1
+    while v * scale <= spec.hi:  # some number of len(d) + j digits starting with d lies in [lo, hi]
+        if v * scale + scale - 1 >= spec.lo:
+            return d
+        if v == 0:
+            return None
+        scale *= 10
+    return None
+
+
+def _format_value(fmt: str, key: str, digits: str, seen: tuple) -> bool:
+    """Whether the value written (``digits``, as :func:`_format_digits` keeps them) is allowed."""
+    spec = FORMATS[fmt].param(key)
+    cands = _candidates(fmt, key, seen)
+    return int(digits) in cands if cands is not None else spec.lo <= int(digits) <= spec.hi
+
+
+def _seen(fmt: str, seen: tuple, key: str, digits: str) -> tuple:
+    """``seen`` with ``key`` given (kept only for a table format)."""
+    return tuple(sorted(seen + ((key, int(digits)),))) if fmt in _TABLES else ()
+
+
+def _format_end(fmt: str, seen: tuple) -> State | None:
+    """The FORMAT line's end: for a table format, the values given and the defaults of those left out must
+    be an allowed assignment."""
+    table = _TABLES.get(fmt)
+    if table is not None:
+        full = dict(seen)
+        for p in FORMATS[fmt].params:
+            if p.name not in full and p.default is not None:
+                full[p.name] = p.default
+        if not any(dict(a) == full for a in table):
+            return None
+    return _line_start(True, False)
 
 
 def _expr_step(state: State, ch: str) -> State | None:
