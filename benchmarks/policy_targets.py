@@ -137,7 +137,8 @@ def read_run(out: Path, preset: str) -> dict:
             continue
         name = folder.name.removeprefix("eval-")
         ev = json.loads(path.read_text())
-        fig = eval_figures(ev, IMPROVED if IMPROVED in ev["summary"] else None)  # the final policy
+        final = next((n for n in (IMPROVED, START) if n in ev["summary"]), None)  # snapshots (sft_stepN) beside it
+        fig = eval_figures(ev, final)  # the final policy
         if name == "families":
             families = ev
         result.setdefault("sets", {})[name] = fig

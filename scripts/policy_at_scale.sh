@@ -80,6 +80,10 @@
 # siblings-summary.json). Trained on (SIBLINGS=4, 63 rows, 402 s on the GPU host), the policy still wrote only
 # blocks the teacher's own rows had, 0.774 correct against 0.832 (results of 2026-12-06, siblings): the default
 # stays 0.
+# SFT_SNAPSHOTS="N ..." keeps the policy after N of the SFT's steps too (sft --snapshot) and evaluates it beside
+# the final one as sft_stepN, on the same held-out matrices in the same run: does a shorter SFT (its loss reached
+# 0.005 by step 200 on the small preset: the teacher's rows learnt by heart) generalise better? The learning rate
+# still decays over SFT_STEPS, so a snapshot is not a run of N steps.
 # SFT_STEPS=N trains SFT for N steps (small 200, full 400): with more teacher rows, more steps. SAMPLES=N
 # samples N kernels per held-out matrix (small 8, full 16: the targets are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
@@ -183,6 +187,13 @@ override() {  # override VAR NAME MIN: VAR (the preset's count) from the environ
 override extra TEACHER_PER_FAMILY 0; override sft_steps SFT_STEPS 1; override samples SAMPLES 1
 override guided_n GUIDED_MATRICES 1
 sft+=(--steps "$sft_steps")
+snapshots=(); snapshot_args=()  # SFT_SNAPSHOTS="N ...": the policy after N steps too, evaluated as sft_stepN
+for n in ${SFT_SNAPSHOTS:-}; do
+  n=$(count SFT_SNAPSHOTS "$n" 1) || exit 2
+  if [ "$n" -ge "$sft_steps" ]; then echo "error: SFT_SNAPSHOTS has $n, not below the SFT's $sft_steps steps" >&2; exit 2; fi
+  snapshots+=("$n"); snapshot_args+=(--snapshot "$n")
+done
+knob SFT_SNAPSHOTS "${snapshots[*]}" ""
 knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-1.0}" 1.0
 knob TEMPERATURES "${TEMPERATURES:-}" ""; knob HEADER_GRAMMAR "${HEADER_GRAMMAR:-$grammar}" "$grammar"
 knob BASE_MODEL "${BASE_MODEL:-}" ""
@@ -444,13 +455,21 @@ if [ -n "$pretrain_pid" ]; then  # the teacher is ready: SFT needs the base mode
   if [ "$all_gpus" = unset ]; then unset CUDA_VISIBLE_DEVICES; else export CUDA_VISIBLE_DEVICES=$all_gpus; fi
 fi
 stage sft sparserl sft --data "$out/sft-data" --model "$model" --out "$out/sft" "${sft[@]}" \
-  --save-every 100 "${device[@]}" "${compile[@]}" "${gen[@]}" $(again "$out/sft/state.pt")
+  --save-every 100 ${snapshot_args[@]+"${snapshot_args[@]}"} "${device[@]}" "${compile[@]}" "${gen[@]}" \
+  $(again "$out/sft/state.pt")
+for n in ${snapshots[@]+"${snapshots[@]}"}; do  # a run whose SFT ended before SFT_SNAPSHOTS was given has none
+  if [ ! -e "$out/sft/checkpoint-step$n/policy.json" ]; then
+    echo "error: SFT_SNAPSHOTS=$n but $out/sft has no checkpoint-step$n (its SFT ran without it): give another OUT" >&2
+    exit 2
+  fi
+done
 if [ ${#improve[@]} -gt 0 ]; then  # the teacher knobs as measured; a kept round reaches 90% correct, or its start's share if lower
   stage improve sparserl improve --data "$out/data" --model "$out/sft/checkpoint" --out "$out/improve" \
     --store "$out/teacher.sqlite" "${improve[@]}" --sft-steps 30 --sft-lr 3e-5 --replay 3 --sft-batch-size 16 \
     --min-correct 0.9 --test-samples 0 --temperature "${TEMPERATURE:-1.0}" "${gen[@]}" $(again "$out/improve/state.json")
 fi
 policies=(-c base_sft="$out/sft/checkpoint"); final="$out/sft/checkpoint"
+for n in ${snapshots[@]+"${snapshots[@]}"}; do policies+=(-c "sft_step$n=$out/sft/checkpoint-step$n"); done
 if [ -d "$out/improve/best" ]; then  # a kept round: evaluated beside its SFT start, and it guides the search
   policies+=(-c improved="$out/improve/best"); final="$out/improve/best"
 fi

@@ -14,7 +14,7 @@ the generated test set or left out of the table, the guided search on a real mat
 the cost model that saw them, a change of the preset (IMPROVE=0 too) left out of settings.json or one
 invocation's changes overwriting another's, a run carried without its matrices that does not make them again
 (or makes other ones, or makes them again when they are there), PRETRAIN_STEPS ignored, SIBLINGS ignored or its
-rows left out of the SFT set."""
+rows left out of the SFT set, SFT_SNAPSHOTS ignored or a snapshot left out of the held-out evaluation."""
 
 from __future__ import annotations
 
@@ -469,3 +469,54 @@ def test_the_held_out_sets_are_checked_against_the_siblings(tmp_path) -> None:
     assert res.returncode != 0 and calls.exists(), res.stdout[-2000:] + res.stderr[-2000:]
     args = calls.read_text()
     assert f"--distinct-from {out}/data" in args and f"--distinct-from {out}/siblings" in args, args
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) -> None:
+    """SFT_SNAPSHOTS="N ..." asks SFT for ``--snapshot N`` each and gives the held-out evaluation each snapshot as
+    ``sft_stepN`` beside ``base_sft``; a snapshot at or past the SFT's steps, or not a number, is one line before
+    any stage; a run whose SFT ended without the snapshot stops with one line. A stand-in ``sparserl`` records the
+    SFT command and makes the snapshots' folders; a stand-in python records the held-out evaluation's arguments.
+    Kills: the knob ignored, a snapshot left out of the SFT command or of the evaluation, a bad value going on, an
+    evaluation sent to a snapshot that was never made."""
+    calls = tmp_path / "calls"
+    body = (f'echo "$@" >> "{calls}"\n'
+            'if [ "$1" = sft ]; then out=""; prev=""; for a in "$@"; do\n'
+            '  if [ "$prev" = --out ]; then out=$a; fi\n'
+            '  if [ "$prev" = --snapshot ]; then mkdir -p "$out/checkpoint-step$a"; touch "$out/checkpoint-step$a/policy.json"; fi\n'
+            '  prev=$a; done; exit 0; fi\nexit 0')
+    path = stand_in_sparserl(tmp_path, body)
+    python = tmp_path / "bin" / "python-stand-in"
+    python.write_text(f'#!/bin/sh\ncase "$1" in *heldout_eval.py) echo "$@" >> "{calls}"; exit 3 ;; esac\n'
+                      f'exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+
+    def ready(out: Path, sft_done: bool) -> Path:
+        (out / "stages").mkdir(parents=True)
+        for name in ("pretrain", "data", "search", "export", "merge") + (("sft",) if sft_done else ()):
+            (out / "stages" / f"{name}.done").touch()
+        (out / "data").mkdir()
+        for split in ("train", "val", "test"):
+            (out / "data" / f"{split}.jsonl").write_text("")
+        return out
+
+    env = {"PATH": path, "GPUS": "1", "IMPROVE": "0", "PYTHON": str(python), "SFT_SNAPSHOTS": "50 100"}
+    out = ready(tmp_path / "run", sft_done=False)
+    res = run(out, "-", "small", env=env)
+    assert res.returncode != 0 and calls.exists(), res.stdout[-2000:] + res.stderr[-2000:]
+    lines = calls.read_text().splitlines()
+    sft = next(c for c in lines if c.startswith("sft "))
+    assert "--snapshot 50 --snapshot 100" in sft and "--steps 200" in sft, sft
+    held = next(c for c in lines if "heldout_eval.py" in c)
+    assert (f"-c base_sft={out}/sft/checkpoint -c sft_step50={out}/sft/checkpoint-step50 "
+            f"-c sft_step100={out}/sft/checkpoint-step100") in held, held
+    assert "SFT_SNAPSHOTS=50 100" in json.loads((out / "settings.json").read_text())["changed"]
+    for bad, says in (("200", "SFT_SNAPSHOTS has 200, not below the SFT's 200 steps"),
+                      ("x", "error: SFT_SNAPSHOTS is a whole number of at least 1 (got 'x')")):
+        res = run(tmp_path / f"bad{bad}", "-", "small", env=env | {"SFT_SNAPSHOTS": bad})
+        assert res.returncode == 2 and says in res.stderr and "== " not in res.stdout, res.stderr
+    old = ready(tmp_path / "old", sft_done=True)  # its SFT ran without the snapshot
+    calls.unlink()
+    res = run(old, "-", "small", env=env)
+    assert res.returncode == 2 and "has no checkpoint-step50" in res.stderr, res.stderr
+    assert not calls.exists() or "heldout_eval.py" not in calls.read_text()

@@ -5,7 +5,7 @@ cuSPARSE's speed, the best over the oracle taken from means instead of per matri
 reported met when it was not measured, a folder that is not a run accepted; for improve: the SFT model's
 figures taken for the final policy's, a kept round under 90% correct let through, a run that kept no round
 reported as not measured or met, the gain taken from another set than the families at 1M rows; a run that changed its
-preset judged against the preset's minutes."""
+preset judged against the preset's minutes; an SFT snapshot evaluated beside the final policy taken for it."""
 
 from __future__ import annotations
 
@@ -191,3 +191,19 @@ def test_the_improve_target_compares_the_final_policy_with_its_sft_start_at_1m_r
     big = _two({"a": 2.0, "b": 2.0}, {"a": 3.0, "b": 3.0}, {"a": 3.0, "b": 3.0})
     got, _ = _run_with_improve(tmp_path, small, [0.95], test=big)
     assert got[name]["value"] == pytest.approx(1.05) and got[name]["met"] is False
+
+
+def test_a_snapshot_evaluated_beside_the_final_policy_is_not_taken_for_it(tmp_path) -> None:
+    """With SFT_SNAPSHOTS the evaluation holds ``sft_stepN`` beside ``base_sft``: the targets are base_sft's.
+    Kills: the snapshot's figures taken (it comes first here, and is worse), or the run refused as ambiguous."""
+    ev = json.loads(MINI.read_text())
+    worse = {m: {**row, "best_speedup": 1.0, "correct": 0} for m, row in ev["per_matrix"]["base_sft"].items()}
+    ev["summary"] = {"sft_step100": dict(ev["summary"]["base_sft"], correct_rate=0.1), **ev["summary"]}
+    ev["per_matrix"]["sft_step100"] = worse
+    out = tmp_path / "run"
+    (out / "eval-test").mkdir(parents=True)
+    (out / "eval-test/eval.json").write_text(json.dumps(ev))
+    (out / "stages.tsv").write_text("pretrain\t140\ndata\t28\nsft\t73\neval-test\t29\n")
+    assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
+    got = json.loads((tmp_path / "t.json").read_text())["sets"]["test"]
+    assert got == bench.eval_figures(json.loads(MINI.read_text()), "base_sft")

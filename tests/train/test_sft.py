@@ -95,9 +95,11 @@ def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model
 
     cfg = SFTConfig(data=str(data_dir), model=str(tiny_model_dir), out=str(tmp_path / "sft"), steps=30, batch_size=4,
                     lr=3e-3, warmup_steps=3, max_nnz=16, eval_every=30, eval_samples=3, max_new_tokens=24,
-                    save_every=15, compile_only=True, device="cpu")
+                    save_every=15, snapshots=(10,), compile_only=True, device="cpu")
     r = sft(cfg)
     assert r["steps"] == 30 and (tmp_path / "sft" / "checkpoint" / "policy.json").exists()
+    snap = tmp_path / "sft" / "checkpoint-step10"
+    assert (snap / "policy.json").exists() and not (tmp_path / "sft" / "checkpoint-step15").exists()
     metrics = [json.loads(l) for l in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     losses = [m["losses/sft"] for m in metrics if "losses/sft" in m]
     assert losses[-1] < losses[0]
@@ -113,6 +115,9 @@ def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model
     from sparserl.model.policy import Policy
 
     policy = Policy.load(tmp_path / "sft" / "checkpoint")
+    # the snapshot is the policy after step 10, not the final one (kills: saved at the end, or overwritten later)
+    early = dict(Policy.load(snap).lm.named_parameters())
+    assert any(not torch.equal(early[n], p) for n, p in policy.lm.named_parameters())
     codes = [json.loads(line)["code"] for line in (data_dir / "train.jsonl").read_text().splitlines()]
     positions = policy.lm.config.max_position_embeddings  # what no sampling budget goes past
     taught = [without_comments(c) for c in codes]  # what the policy is taught to write
@@ -120,6 +125,16 @@ def test_sft_trains_evaluates_checkpoints_and_resumes(data_dir: Path, tiny_model
     assert json.loads((tmp_path / "sft" / "checkpoint" / "policy.json").read_text())["taught_tokens"] == policy.taught_tokens
     policy.taught_tokens += 5000  # as if it had learnt a kernel far past the library's longest
     assert policy.completion_budget(None) > policy.taught_tokens
+
+
+def test_a_snapshot_must_fall_inside_the_run() -> None:
+    """A snapshot at or past the last step (the final checkpoint already) or before the first is refused."""
+    from sparserl.train.config import SFTConfig
+
+    for bad in ((30,), (0,), (10, 31)):
+        with pytest.raises(SparseRLError, match="--snapshot"):
+            SFTConfig(steps=30, snapshots=bad)
+    assert SFTConfig(steps=30, snapshots=(1, 29)).snapshots == (1, 29)
 
 
 def test_paper_compatible_entry_points(tmp_path: Path, tiny_model_dir: Path, data_dir: Path) -> None:

@@ -39,6 +39,9 @@ def sft_cmd(
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest validation completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     save_every: int = typer.Option(D.save_every, help="steps between checkpoints"),
+    snapshot: list[int] = typer.Option([], "--snapshot", help="also keep the policy after step N as "
+                                       "OUT/checkpoint-stepN, to evaluate a shorter SFT beside the full one "
+                                       "(repeatable; the learning rate still decays over --steps)"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/state.pt"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier run in OUT"),
     device: str = typer.Option(D.device, help="auto, cpu or cuda[:N]"),
@@ -55,5 +58,5 @@ def sft_cmd(
                     gradient_checkpointing=gradient_checkpointing, max_batch_tokens=max_batch_tokens,
                     eval_every=eval_every, eval_samples=eval_samples,
                     eval_temperature=eval_temperature, max_new_tokens=max_new_tokens, save_every=save_every,
-                    resume=resume, device=device, compile_only=fallback(compile_only), seed=seed)
+                    snapshots=tuple(snapshot), resume=resume, device=device, compile_only=fallback(compile_only), seed=seed)
     typer.echo(json.dumps(sft(cfg), indent=1, default=str))

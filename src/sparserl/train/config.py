@@ -138,6 +138,11 @@ class SFTConfig:
     :mod:`sparserl.model.budget`)."""
     save_every: int = 250
     """Steps between checkpoints (and one at the end)."""
+    snapshots: tuple[int, ...] = ()
+    """Steps after which the policy is also kept as ``out/checkpoint-stepN`` (the policy only, never
+    overwritten), so that a shorter SFT can be evaluated beside the full one from the same run: the same base,
+    batches and learning-rate schedule up to that step (the schedule decays over ``steps``, so a snapshot is
+    not a run of N steps, whose rate would have decayed by then)."""
     resume: bool = False
     """Continue from ``out/state.pt`` when it is there."""
     device: str = "auto"
@@ -160,6 +165,8 @@ class SFTConfig:
         require(self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every)
         require(self.eval_samples >= 0, "--eval-samples", ">= 0", self.eval_samples)
         require(self.save_every >= 1, "--save-every", ">= 1", self.save_every)
+        for n in self.snapshots:
+            require(1 <= n < self.steps, "--snapshot", f"between 1 and --steps - 1 ({self.steps - 1})", n)
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
         require(self.eval_temperature > 0, "--eval-temperature", "> 0 (1.0 samples the policy as it is)",

@@ -147,6 +147,10 @@ class _Run:
     def checkpoint(self) -> Path:
         return Path(self.cfg.out) / "checkpoint"
 
+    def snapshot(self, step: int) -> Path:
+        """Where the policy after ``step`` is kept (:attr:`SFTConfig.snapshots`)."""
+        return Path(self.cfg.out) / f"checkpoint-step{step}"
+
     def save(self) -> None:
         """Checkpoint the policy and the training state (rank 0; every rank checks the replicas agree)."""
         dist.check_in_sync(self.params, self.info)
@@ -229,6 +233,9 @@ def _loop(run: _Run) -> dict:
                 last.update(_validate(run))
             if run.step % cfg.save_every == 0 or run.step == cfg.steps:
                 run.save()
+            if run.step in cfg.snapshots and info.is_main:
+                run.policy.save(run.snapshot(run.step))
+                log.info("step %d: the policy kept as %s", run.step, run.snapshot(run.step))
     return last
 
 
