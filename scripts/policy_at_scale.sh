@@ -82,7 +82,7 @@
 # stays 0.
 # SFT_SNAPSHOTS="N ..." keeps the policy after N of the SFT's steps too (sft --snapshot) and evaluates it beside
 # the final one as sft_stepN, on the same held-out matrices in the same run: does a shorter SFT (its loss reached
-# 0.005 by step 200 on the small preset: the teacher's rows learnt by heart) generalise better? The learning rate
+# 0.002-0.005 by step 200 on the small preset: the teacher's rows learnt by heart) generalise better? The learning rate
 # still decays over SFT_STEPS, so a snapshot is not a run of N steps.
 # SFT_STEPS=N trains SFT for N steps (small 200, full 400): with more teacher rows, more steps. SAMPLES=N
 # samples N kernels per held-out matrix (small 8, full 16: the targets are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
@@ -189,7 +189,7 @@ override guided_n GUIDED_MATRICES 1
 sft+=(--steps "$sft_steps")
 snapshots=(); snapshot_args=()  # SFT_SNAPSHOTS="N ...": the policy after N steps too, evaluated as sft_stepN
 for n in ${SFT_SNAPSHOTS:-}; do
-  n=$(count SFT_SNAPSHOTS "$n" 1) || exit 2
+  n=$(count SFT_SNAPSHOTS "$n" 1) || exit 2; n=$((10#$n))  # 050 is step 50, as sft reads it
   if [ "$n" -ge "$sft_steps" ]; then echo "error: SFT_SNAPSHOTS has $n, not below the SFT's $sft_steps steps" >&2; exit 2; fi
   snapshots+=("$n"); snapshot_args+=(--snapshot "$n")
 done

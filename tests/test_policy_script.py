@@ -478,7 +478,8 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
     any stage; a run whose SFT ended without the snapshot stops with one line. A stand-in ``sparserl`` records the
     SFT command and makes the snapshots' folders; a stand-in python records the held-out evaluation's arguments.
     Kills: the knob ignored, a snapshot left out of the SFT command or of the evaluation, a bad value going on, an
-    evaluation sent to a snapshot that was never made."""
+    evaluation sent to a snapshot that was never made, a step written with a leading zero looked for as
+    ``checkpoint-step050`` where SFT writes ``checkpoint-step50``."""
     calls = tmp_path / "calls"
     body = (f'echo "$@" >> "{calls}"\n'
             'if [ "$1" = sft ]; then out=""; prev=""; for a in "$@"; do\n'
@@ -500,7 +501,7 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
             (out / "data" / f"{split}.jsonl").write_text("")
         return out
 
-    env = {"PATH": path, "GPUS": "1", "IMPROVE": "0", "PYTHON": str(python), "SFT_SNAPSHOTS": "50 100"}
+    env = {"PATH": path, "GPUS": "1", "IMPROVE": "0", "PYTHON": str(python), "SFT_SNAPSHOTS": "050 100"}
     out = ready(tmp_path / "run", sft_done=False)
     res = run(out, "-", "small", env=env)
     assert res.returncode != 0 and calls.exists(), res.stdout[-2000:] + res.stderr[-2000:]

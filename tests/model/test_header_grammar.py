@@ -43,6 +43,8 @@ MALFORMED = [
     "FORMAT: SELL C=32 sigma=710\nLAUNCH: grid=1, block=1\n\n",
     "FORMAT: SELL C=128 sigma=10201\nLAUNCH: grid=1, block=1\n\n",
     "FORMAT: SELL sigma=48\nLAUNCH: grid=1, block=1\n\n",  # C left out: 32, and 48 is not a multiple
+    "FORMAT: SELL sigma=8\nLAUNCH: grid=1, block=1\n\n",  # a multiple of other C values, not of the default 32
+    "FORMAT: SELL C=32 C=32\nLAUNCH: grid=1, block=1\n\n",  # a key twice
     "FORMAT: BSR R=8 C=1024\nLAUNCH: grid=1, block=1\n\n",
     "FORMAT: HYB width=-1\nLAUNCH: grid=1, block=1\n\n",
 ]
@@ -125,6 +127,31 @@ def test_every_sell_pair_of_the_grammar_is_one_the_contract_accepts() -> None:
             if sigma % c:
                 assert (c, sigma) not in table
                 assert run(START, f"FORMAT: SELL C={c} sigma={sigma}\n") is None, (c, sigma)
+
+
+def test_no_state_of_the_automaton_is_a_dead_end() -> None:
+    """Every state reachable from the start, character by character, can go on with some character: the sampler
+    is never led into a prefix that no header completes (the lift prunes such states, but then a value it drew
+    forces the rest, as ``sigma=8`` would force 8192). Kills candidates that ignore a key's default (sigma
+    written alone, C taken as any of the table's) and a repeated key refused only at its '='."""
+    from sparserl.model.header_grammar import MAX_STATES, step
+
+    chars = [chr(c) for c in range(32, 127)] + ["\n"]
+    seen, todo, dead = {START}, [START], []
+    while todo:
+        state = todo.pop()
+        if state == DONE:
+            continue
+        nxt = [n for n in (step(state, ch) for ch in chars) if n is not None]
+        if not nxt:
+            dead.append(state)
+        for n in nxt:
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+        assert len(seen) < MAX_STATES, "the automaton is unbounded (a key repeated without end?)"
+    assert not dead, dead[:5]
+    assert len(seen) > 400  # the walk reached the LAUNCH expressions and the SELL table
 
 
 def test_a_header_prefix_is_in_the_grammar_until_its_end() -> None:

@@ -110,7 +110,7 @@ def step(state: State, ch: str) -> State | None:
             if ch == " ":
                 return ("fkey", state[1], "", ())
             if ch == "\n":
-                return _format_end(state[1], ())
+                return _line_start(True, False)
         return None
     if kind == "fkey":  # a FORMAT parameter's key, then '='
         _, fmt, key, seen = state
@@ -118,7 +118,7 @@ def step(state: State, ch: str) -> State | None:
             return state
         if ch == "=" and key in _FORMAT_KEYS[fmt] and _may_follow(fmt, key, seen):
             return ("fval", fmt, key, "", seen)
-        if any(k.startswith(key + ch) for k in _FORMAT_KEYS[fmt]):
+        if any(k.startswith(key + ch) and _may_follow(fmt, k, seen) for k in _FORMAT_KEYS[fmt]):
             return ("fkey", fmt, key + ch, seen)
         return None
     if kind == "fval":  # its integer value (see _format_value), then spaces or a comma before the next key, or the end
@@ -132,7 +132,7 @@ def step(state: State, ch: str) -> State | None:
         if ch in " ," and not (fmt in _TABLES and key == _FORMAT_KEYS[fmt][-1]):  # a table format's last key ends it
             return ("fsep", fmt, ch == ",", seen)
         if ch == "\n":
-            return _format_end(fmt, seen)
+            return _line_start(True, False)  # keys left out keep their defaults: in the table
         return None
     if kind == "fsep":  # after a value: spaces, or one comma, then the next key; or the line's end
         _, fmt, comma, seen = state
@@ -141,7 +141,7 @@ def step(state: State, ch: str) -> State | None:
         if ch == "," and not comma:
             return ("fsep", fmt, True, seen)
         if ch == "\n" and not comma:
-            return _format_end(fmt, seen)
+            return _line_start(True, False)  # keys left out keep their defaults: in the table
         if ch in _IDENT0:
             return step(("fkey", fmt, "", seen), ch)
         return None
@@ -226,6 +226,9 @@ _TABLES: dict[str, frozenset[tuple[tuple[str, int], ...]]] = {"SELL": _sell_tabl
 values written so far (``seen``); the other formats' values are held only to their count of digits."""
 
 assert all(p.lo >= 0 for spec in FORMATS.values() for p in spec.params), "a FORMAT value may be negative"
+assert all(any(dict(b) == {p.name: dict(a)[p.name] if j < i else p.default for j, p in enumerate(FORMATS[f].params)}
+               for b in t) for f, t in _TABLES.items() for a in t for i in range(len(FORMATS[f].params) + 1)), \
+    "a table format's line may end after any key (the rest keep their defaults): each such assignment is in its table"
 
 
 def _may_follow(fmt: str, key: str, seen: tuple) -> bool:
@@ -239,11 +242,16 @@ def _may_follow(fmt: str, key: str, seen: tuple) -> bool:
 
 @lru_cache(maxsize=None)
 def _candidates(fmt: str, key: str, seen: tuple) -> frozenset[int] | None:
-    """The values ``key`` may take after ``seen`` (a table format), or None (not a table format)."""
+    """The values ``key`` may take after ``seen`` (a table format; a key before it that was left out has its
+    default), or None (not a table format)."""
     table = _TABLES.get(fmt)
     if table is None:
         return None
     given = dict(seen)
+    keys = _FORMAT_KEYS[fmt]
+    for p in FORMATS[fmt].params[:keys.index(key)]:  # a key left out before this one keeps its default
+        if p.name not in given and p.default is not None:
+            given[p.name] = p.default
     return frozenset(dict(a)[key] for a in table if all(dict(a)[k] == v for k, v in given.items()))
 
 
@@ -281,20 +289,6 @@ def _format_value(fmt: str, key: str, digits: str, seen: tuple) -> bool:
 def _seen(fmt: str, seen: tuple, key: str, digits: str) -> tuple:
     """``seen`` with ``key`` given (kept only for a table format)."""
     return tuple(sorted(seen + ((key, int(digits)),))) if fmt in _TABLES else ()
-
-
-def _format_end(fmt: str, seen: tuple) -> State | None:
-    """The FORMAT line's end: for a table format, the values given and the defaults of those left out must
-    be an allowed assignment."""
-    table = _TABLES.get(fmt)
-    if table is not None:
-        full = dict(seen)
-        for p in FORMATS[fmt].params:
-            if p.name not in full and p.default is not None:
-                full[p.name] = p.default
-        if not any(dict(a) == full for a in table):
-            return None
-    return _line_start(True, False)
 
 
 def _expr_step(state: State, ch: str) -> State | None:
@@ -365,13 +359,14 @@ def run(state: State | None, text: str) -> State | None:
 
 
 MAX_STATES = 20_000
-"""A bound on the lifted automaton (the contract's header needs about 500): a grammar that grows past it is a bug."""
+"""A bound on the lifted automaton (the contract's header needs about 760): a grammar that grows past it is a bug.
+Below 2^15, so that ``trans`` holds states as int16 (a 151k vocabulary: 2 bytes x S x V, 230 MB at 760 states)."""
 
 
 @dataclass
 class HeaderGrammar:
     """The header automaton lifted to a tokenizer's tokens: ``allowed`` (S, V) bool and ``trans``
-    (S, V) int32, state 0 the start and state ``done`` the end of the header (every token allowed).
+    (S, V) int16, state 0 the start and state ``done`` the end of the header (every token allowed).
     V may exceed the tokenizer's size (a model's padded vocabulary): the extra ids have no text, so
     they are never drawn inside a header and are free after it, as without the grammar."""
 
@@ -450,11 +445,11 @@ class HeaderGrammar:
                 if alive[index[s]]:
                     rows.append(k), cols.append(tid), dest.append(index[s])
         allowed = torch.zeros(S, V, dtype=torch.bool)
-        trans = torch.zeros(S, V, dtype=torch.int32)  # half the memory of long (a 151k vocabulary: 4 bytes x S x V)
+        trans = torch.zeros(S, V, dtype=torch.int16)  # a quarter of long's memory (S < 2^15: MAX_STATES)
         if rows:
             r, c = torch.tensor(rows), torch.tensor(cols)
             allowed[r, c] = True
-            trans[r, c] = torch.tensor(dest, dtype=torch.int32)
+            trans[r, c] = torch.tensor(dest, dtype=torch.int16)
         d = index[DONE]
         allowed[d] = True
         trans[d] = d

@@ -139,8 +139,8 @@ class SFTConfig:
     save_every: int = 250
     """Steps between checkpoints (and one at the end)."""
     snapshots: tuple[int, ...] = ()
-    """Steps after which the policy is also kept as ``out/checkpoint-stepN`` (the policy only, never
-    overwritten), so that a shorter SFT can be evaluated beside the full one from the same run: the same base,
+    """Steps after which the policy is also kept as ``out/checkpoint-stepN`` (the policy only; written when
+    the step is reached, and again, the same, if a resume replays it), so that a shorter SFT can be evaluated beside the full one from the same run: the same base,
     batches and learning-rate schedule up to that step (the schedule decays over ``steps``, so a snapshot is
     not a run of N steps, whose rate would have decayed by then)."""
     resume: bool = False

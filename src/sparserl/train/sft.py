@@ -231,11 +231,11 @@ def _loop(run: _Run) -> dict:
             bar.update(task, advance=1, description=f"sft loss {loss_v:.3f}")
             if (run.step % cfg.eval_every == 0 or run.step == cfg.steps) and len(run.val) and info.is_main:
                 last.update(_validate(run))
-            if run.step % cfg.save_every == 0 or run.step == cfg.steps:
-                run.save()
-            if run.step in cfg.snapshots and info.is_main:
+            if run.step in cfg.snapshots and info.is_main:  # before the checkpoint: a resume never skips it
                 run.policy.save(run.snapshot(run.step))
                 log.info("step %d: the policy kept as %s", run.step, run.snapshot(run.step))
+            if run.step % cfg.save_every == 0 or run.step == cfg.steps:
+                run.save()
     return last
 
 
