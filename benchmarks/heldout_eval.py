@@ -59,7 +59,9 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
         where = dict(matrices=str(args.data), split="test" if name == "real" else name, limit=args.limit,
                      real_matrices=REAL_MATRICES[name])
     return EvalConfig(**where, checkpoints=tuple(args.checkpoint), baselines=tuple(b for b in args.baselines.split(",") if b),
-                      samples=args.samples, temperature=temperature, header_grammar=args.header_grammar,
+                      samples=args.samples, temperature=temperature,
+                      system_temperatures=tuple(getattr(args, "system_temperature", None) or ()),
+                      header_grammar=args.header_grammar,
                       max_new_tokens=args.max_new_tokens,
                       gen_batch=args.gen_batch, out=str(out / folder), compile_only=args.compile_only, plots=False,
                       seed=args.seed)
@@ -69,9 +71,9 @@ REAL_MATRICES = {"test": "none", "real": "only", "val": "all"}
 """Which of a split's matrices each set takes (:attr:`EvalConfig.real_matrices`): ``test`` and ``real`` are
 disjoint, so each figure is of one kind of matrix."""
 RESUME_KEYS = ("matrices", "split", "real_matrices", "family_rows", "limit", "checkpoints", "baselines", "op", "k",
-               "samples", "temperature", "header_grammar", "max_new_tokens", "seed")
+               "samples", "temperature", "system_temperatures", "header_grammar", "max_new_tokens", "seed")
 """What an evaluation written before must have been made with to be kept under ``--resume``."""
-ADDED_LATER = {"header_grammar": False, "real_matrices": "all"}
+ADDED_LATER = {"header_grammar": False, "real_matrices": "all", "system_temperatures": []}
 """Keys an eval.json written before they existed lacks, and what it was made with."""
 
 
@@ -127,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-batch", type=int, default=32, help="completions generated together")
     ap.add_argument("--temperature", default="1.0",
                     help="sampling temperature, or several (comma-separated): each set at each, and the choice")
+    ap.add_argument("--system-temperature", action="append", default=[],
+                    help="NAME=T: the checkpoint named NAME sampled at T in every set (repeatable; one checkpoint "
+                         "given twice under two names is sampled at two temperatures side by side)")
     ap.add_argument("--header-grammar", action="store_true",
                     help="sample each header within the contract's grammar (the code as before)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many matrices of a split, evenly spaced (0: all)")
@@ -192,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
 
             t0 = time.perf_counter()
             device = str(pick_device("auto"))
-            policies = {name: Policy.open(path, device=device) for name, path in specs}
+            by_path: dict[str, Policy] = {}  # one checkpoint under two names (two temperatures): opened once
+            for _, path in specs:
+                if path not in by_path:
+                    by_path[path] = Policy.open(path, device=device)
+            policies = {name: by_path[path] for name, path in specs}
             opened = time.perf_counter() - t0
             for (s, temp), cfg in cfgs.items():
                 t = time.perf_counter()

@@ -58,8 +58,12 @@ def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys
     from dataclasses import replace
 
     for changed in (dict(temperature=0.7), dict(samples=16), dict(checkpoints=(f"a={model}", f"b={model}")),
-                    dict(header_grammar=True)):
+                    dict(header_grammar=True), dict(system_temperatures=("a=0.7",))):
         assert not bench.written_as(replace(cfgs["test"], **changed)), changed
+    # written before systems had their own temperatures (no such key): every one at the set's, kept as such
+    old = {k: v for k, v in asdict(cfgs["test"]).items() if k != "system_temperatures"}
+    (tmp_path / "eval-test" / "eval.json").write_text(json.dumps({"config": old}))
+    assert bench.written_as(cfgs["test"])
     # written before the grammar existed (no such key): sampled without it, so kept for a run without it
     old = {k: v for k, v in asdict(cfgs["test"]).items() if k != "header_grammar"}
     (tmp_path / "eval-test" / "eval.json").write_text(json.dumps({"config": old}))
@@ -129,6 +133,29 @@ def test_several_temperatures_write_a_set_each_and_the_choice(tmp_path, tiny_mod
     chosen = json.loads((out / "temperature.json").read_text())
     assert chosen["chosen"] is None and set(chosen["figures"]["val"]) == {"1", "0.5"}
     assert "temperature chosen on val: none" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)
+def test_one_checkpoint_at_two_temperatures_is_opened_once_and_recorded(tmp_path, tiny_model_dir, capsys,
+                                                                         monkeypatch) -> None:
+    """``-c tiny=M -c tiny_t0.5=M --system-temperature tiny_t0.5=0.5``: both systems in one set's table, the
+    exception recorded in its eval.json, the checkpoint opened once. Kills the option not reaching the set, and
+    each name opening the model again (two copies of an 8B model on one GPU)."""
+    import json
+
+    from sparserl.model.policy import Policy
+
+    opened = []
+    real_open = Policy.open
+    monkeypatch.setattr(Policy, "open", classmethod(lambda cls, path, **kw: opened.append(path) or real_open(path, **kw)))
+    code = bench.main([str(tmp_path / "run"), "--sets", "families", "--family-rows", "300", "--samples", "1",
+                       "-c", f"tiny={tiny_model_dir}", "-c", f"tiny_t0.5={tiny_model_dir}",
+                       "--system-temperature", "tiny_t0.5=0.5", "--baselines", "", "--compile-only",
+                       "--max-new-tokens", "8"])
+    assert code == 0, capsys.readouterr().err
+    ev = json.loads((tmp_path / "run" / "eval-families" / "eval.json").read_text())
+    assert ev["config"]["system_temperatures"] == ["tiny_t0.5=0.5"] and {"tiny", "tiny_t0.5"} <= set(ev["summary"])
+    assert opened == [str(tiny_model_dir)]
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason=NEEDS_NVCC)

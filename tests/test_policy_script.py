@@ -14,7 +14,8 @@ the generated test set or left out of the table, the guided search on a real mat
 the cost model that saw them, a change of the preset (IMPROVE=0 too) left out of settings.json or one
 invocation's changes overwriting another's, a run carried without its matrices that does not make them again
 (or makes other ones, or makes them again when they are there), PRETRAIN_STEPS ignored, SIBLINGS ignored or its
-rows left out of the SFT set, SFT_SNAPSHOTS ignored or a snapshot left out of the held-out evaluation."""
+rows left out of the SFT set, SFT_SNAPSHOTS ignored or a snapshot left out of the held-out evaluation,
+SECOND_TEMPERATURE ignored or its temperature not handed to the evaluation."""
 
 from __future__ import annotations
 
@@ -474,7 +475,8 @@ def test_the_held_out_sets_are_checked_against_the_siblings(tmp_path) -> None:
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) -> None:
     """SFT_SNAPSHOTS="N ..." asks SFT for ``--snapshot N`` each and gives the held-out evaluation each snapshot as
-    ``sft_stepN`` beside ``base_sft``; a snapshot at or past the SFT's steps, or not a number, is one line before
+    ``sft_stepN`` beside ``base_sft``, and SECOND_TEMPERATURE=T the final policy again as ``base_sft_tT`` sampled
+    at T (a bad T is one line too); a snapshot at or past the SFT's steps, or not a number, is one line before
     any stage; a run whose SFT ended without the snapshot stops with one line. A stand-in ``sparserl`` records the
     SFT command and makes the snapshots' folders; a stand-in python records the held-out evaluation's arguments.
     Kills: the knob ignored, a snapshot left out of the SFT command or of the evaluation, a bad value going on, an
@@ -501,7 +503,8 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
             (out / "data" / f"{split}.jsonl").write_text("")
         return out
 
-    env = {"PATH": path, "GPUS": "1", "IMPROVE": "0", "PYTHON": str(python), "SFT_SNAPSHOTS": "050 100"}
+    env = {"PATH": path, "GPUS": "1", "IMPROVE": "0", "PYTHON": str(python), "SFT_SNAPSHOTS": "050 100",
+           "SECOND_TEMPERATURE": "0.7"}
     out = ready(tmp_path / "run", sft_done=False)
     res = run(out, "-", "small", env=env)
     assert res.returncode != 0 and calls.exists(), res.stdout[-2000:] + res.stderr[-2000:]
@@ -510,11 +513,15 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
     assert "--snapshot 50 --snapshot 100" in sft and "--steps 200" in sft, sft
     held = next(c for c in lines if "heldout_eval.py" in c)
     assert (f"-c base_sft={out}/sft/checkpoint -c sft_step50={out}/sft/checkpoint-step50 "
-            f"-c sft_step100={out}/sft/checkpoint-step100") in held, held
-    assert "SFT_SNAPSHOTS=50 100" in json.loads((out / "settings.json").read_text())["changed"]
-    for bad, says in (("200", "SFT_SNAPSHOTS has 200, not below the SFT's 200 steps"),
-                      ("x", "error: SFT_SNAPSHOTS is a whole number of at least 1 (got 'x')")):
-        res = run(tmp_path / f"bad{bad}", "-", "small", env=env | {"SFT_SNAPSHOTS": bad})
+            f"-c sft_step100={out}/sft/checkpoint-step100 -c base_sft_t0.7={out}/sft/checkpoint") in held, held
+    assert "--temperature 1.0 --system-temperature base_sft_t0.7=0.7" in held, held
+    changed = json.loads((out / "settings.json").read_text())["changed"]
+    assert "SFT_SNAPSHOTS=50 100" in changed and "SECOND_TEMPERATURE=0.7" in changed
+    for knob, bad, says in (("SFT_SNAPSHOTS", "200", "SFT_SNAPSHOTS has 200, not below the SFT's 200 steps"),
+                            ("SFT_SNAPSHOTS", "x", "error: SFT_SNAPSHOTS is a whole number of at least 1 (got 'x')"),
+                            ("SECOND_TEMPERATURE", "0", "error: SECOND_TEMPERATURE is a positive number (got '0')"),
+                            ("SECOND_TEMPERATURE", "warm", "SECOND_TEMPERATURE is a positive number (got 'warm')")):
+        res = run(tmp_path / f"bad{bad}", "-", "small", env=env | {knob: bad})
         assert res.returncode == 2 and says in res.stderr and "== " not in res.stdout, res.stderr
     old = ready(tmp_path / "old", sft_done=True)  # its SFT ran without the snapshot
     calls.unlink()

@@ -130,6 +130,44 @@ def test_compile_only_evaluation_writes_reports(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "e4" / "eval.json").read_text())["config"]["checkpoints"][0].endswith("no-model")
 
 
+def test_one_checkpoint_under_two_names_is_sampled_at_two_temperatures(tmp_path: Path) -> None:
+    """``system_temperatures`` samples the system it names at its own temperature and the others at the set's;
+    eval.json records it and eval.md says it; a name no checkpoint has, or a temperature that is not positive,
+    is refused. Kills: every system sampled at the set's temperature, the page silent about the exception."""
+    from sparserl.errors import SparseRLError
+
+    class Recording(FixedSampler):
+        def generate(self, samples, **kw):
+            self.seen.append(kw["temperature"])
+            return super().generate(samples, **kw)
+
+    d = tmp_path / "m"
+    d.mkdir()
+    save_matrix(generate("banded", 400, seed=0), d / "banded.mtx")
+    hot, cool = Recording([BROKEN]), Recording([BROKEN])
+    hot.seen, cool.seen = [], []
+    cfg = EvalConfig(matrices=str(d), samples=2, checkpoints=("a=CKPT", "a_t0.7=CKPT"), temperature=1.0,
+                     system_temperatures=("a_t0.7=0.7",), out=str(tmp_path / "e"), compile_only=True)
+    evaluate(cfg, policies={"a": hot, "a_t0.7": cool})
+    assert set(hot.seen) == {1.0} and set(cool.seen) == {0.7}
+    assert json.loads((tmp_path / "e" / "eval.json").read_text())["config"]["system_temperatures"] == ["a_t0.7=0.7"]
+    for bad, says in ((("b=0.7",), "no checkpoint is named 'b'"), (("a=0",), "T > 0"), (("a",), "NAME=T")):
+        with pytest.raises(SparseRLError, match=says):
+            EvalConfig(checkpoints=("a=CKPT",), system_temperatures=bad)
+
+
+def test_a_page_names_the_systems_sampled_at_their_own_temperature() -> None:
+    rec = {"family": "banded", "n": 1, "compiled": 1, "correct": 1, "best_speedup": 2.0, "best_format": "DIA",
+           "roofline": 0.5, "kinds": {}, "sample_speedups": [2.0]}
+    result = {"config": {"samples": 1, "temperature": 1.0, "system_temperatures": ["m_t0.7=0.7"]}, "op": "spmv",
+              "k": None, "summary": {"m": summarize({"a": rec}, 1), "m_t0.7": summarize({"a": rec}, 1)},
+              "paper": {"source": "x", "gpu": "V100", "compile_rate": 0.5, "pass_at_1": 0.1, "geomean_speedup": 1.4},
+              "compile_only": False}
+    assert "Sampled at temperature 1, but m_t0.7 at 0.7." in markdown(result)
+    result["config"]["system_temperatures"] = []
+    assert "Sampled at temperature" not in markdown(result)
+
+
 def test_one_sample_has_one_pass_at_1_column() -> None:
     rec = {"family": "banded", "n": 1, "compiled": 1, "correct": 1, "best_speedup": 2.0, "best_format": "DIA",
            "roofline": 0.5, "kinds": {}, "sample_speedups": [2.0]}

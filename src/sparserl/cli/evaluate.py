@@ -28,6 +28,9 @@ def evaluate_cmd(
                                      "[default: none]"),
     samples: int = typer.Option(D.samples, help="completions per matrix per checkpoint (pass@k uses them)"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
+    system_temperature: list[str] = typer.Option([], "--system-temperature", help="NAME=T: sample the checkpoint "
+                                                 "named NAME at T instead (repeatable; give one checkpoint twice "
+                                                 "under two names to compare temperatures side by side)"),
     header_grammar: bool = typer.Option(D.header_grammar, "--header-grammar", help=HEADER_GRAMMAR_HELP),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
@@ -47,7 +50,8 @@ def evaluate_cmd(
     check_output(out, "evaluate", force)
     cfg = EvalConfig(matrices=matrices, split=split, real_matrices=real_matrices, checkpoints=tuple(checkpoint),
                      baselines=names(baselines), op=op,
-                     k=k, samples=samples, temperature=temperature, header_grammar=header_grammar,
+                     k=k, samples=samples, temperature=temperature, system_temperatures=tuple(system_temperature),
+                     header_grammar=header_grammar,
                      max_new_tokens=max_new_tokens, family_rows=family_rows, limit=limit, gen_batch=gen_batch, out=str(out),
                      plots=not no_plots, distinct_from=tuple(map(str, distinct_from or ())))
     res = evaluate(dataclasses.replace(cfg, compile_only=fallback(compile_only)))

@@ -85,6 +85,10 @@ class EvalConfig:
     """Completions per matrix per checkpoint (pass@k uses them)."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
+    system_temperatures: tuple[str, ...] = ()
+    """NAME=T: the checkpoint named NAME sampled at T instead of ``temperature``. One checkpoint given twice under
+    two names (``-c a=CKPT -c a_t0.7=CKPT``) is then sampled at two temperatures on the same matrices, beside the
+    same baselines' timings (and opened once)."""
     header_grammar: bool = False
     """Sample each header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
     max_new_tokens: int | None = None
@@ -121,6 +125,18 @@ class EvalConfig:
         if self.matrices == "families" and self.real_matrices != "all":
             raise SparseRLError("--real-matrices picks among a data folder's matrices; 'families' are all generated")
         require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
+        named = {name for name, _ in checkpoint_specs(self.checkpoints)}
+        for spec in self.system_temperatures:
+            name, eq, value = spec.rpartition("=")
+            try:
+                t = float(value) if eq else 0.0
+            except ValueError:
+                t = 0.0
+            if not name or not t > 0:
+                raise SparseRLError(f"--system-temperature {spec!r}: give NAME=T with T > 0")
+            if name not in named:
+                raise SparseRLError(f"--system-temperature {spec!r}: no checkpoint is named {name!r} "
+                                    f"(named: {', '.join(sorted(named)) or 'none'})")
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
@@ -288,6 +304,13 @@ def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, d
     return out
 
 
+def temperature_of(cfg: EvalConfig, name: str) -> float:
+    """The temperature the system ``name`` is sampled at (:attr:`EvalConfig.system_temperatures`, else the
+    set's)."""
+    own = {spec.rpartition("=")[0]: float(spec.rpartition("=")[2]) for spec in cfg.system_temperatures}
+    return own.get(name, cfg.temperature)
+
+
 def checkpoint_specs(specs) -> list[tuple[str, str]]:
     """(name, path) of each checkpoint given as NAME=PATH, or PATH (named by its folder)."""
     out = []
@@ -306,8 +329,11 @@ def _open_policies(cfg: EvalConfig, given: dict | None) -> dict[str, Policy]:
         from sparserl.model.policy import Policy  # torch
 
         device = str(pick_device("auto"))
+        opened: dict[str, Policy] = {}  # one checkpoint under two names (two temperatures) is opened once
         for name, path in specs:
-            policies[name] = Policy.open(path, device=device)
+            if path not in opened:
+                opened[path] = Policy.open(path, device=device)
+            policies[name] = opened[path]
     return policies
 
 
@@ -323,7 +349,8 @@ def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple
     t0 = time.perf_counter()
     for i in range(0, len(jobs), cfg.gen_batch):
         texts += policy.generate([ctx.sample(policy.config) for ctx in jobs[i:i + cfg.gen_batch]],
-                                 max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + i,
+                                 max_new_tokens=cfg.max_new_tokens, temperature=temperature_of(cfg, name),
+                                 seed=cfg.seed + i,
                                  header_grammar=cfg.header_grammar)
         log.info("%s: generated %d of %d completions", name, len(texts), len(jobs))
     t1 = time.perf_counter()
