@@ -194,12 +194,15 @@ sft+=(--steps "$sft_steps")
 snapshots=(); snapshot_args=()  # SFT_SNAPSHOTS="N ...": the policy after N steps too, evaluated as sft_stepN
 for n in ${SFT_SNAPSHOTS:-}; do
   n=$(count SFT_SNAPSHOTS "$n" 1) || exit 2; n=$((10#$n))  # 050 is step 50, as sft reads it
-  if [ "$n" -ge "$sft_steps" ]; then echo "error: SFT_SNAPSHOTS has $n, not below the SFT's $sft_steps steps" >&2; exit 2; fi
+  if [ "$n" -ge "$sft_steps" ]; then
+    echo "error: SFT_SNAPSHOTS has $n, not below the SFT's $sft_steps steps" >&2; exit 2
+  fi
   snapshots+=("$n"); snapshot_args+=(--snapshot "$n")
 done
 knob SFT_SNAPSHOTS "${snapshots[*]}" ""
-second_t=${SECOND_TEMPERATURE:-}  # the final policy sampled at this temperature too, beside itself, in the held-out sets
-if [ -n "$second_t" ] && ! "${PYTHON:-python}" -c "import sys; assert 0 < float(sys.argv[1]) < 100" "$second_t" 2> /dev/null; then
+second_t=${SECOND_TEMPERATURE:-}  # the final policy sampled at this temperature too, beside itself, held out
+positive='import sys; assert 0 < float(sys.argv[1]) < 100'
+if [ -n "$second_t" ] && ! "${PYTHON:-python}" -c "$positive" "$second_t" 2> /dev/null; then
   echo "error: SECOND_TEMPERATURE is a positive number (got '$second_t')" >&2; exit 2
 fi
 knob SECOND_TEMPERATURE "$second_t" ""

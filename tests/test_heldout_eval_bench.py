@@ -147,7 +147,8 @@ def test_one_checkpoint_at_two_temperatures_is_opened_once_and_recorded(tmp_path
 
     opened = []
     real_open = Policy.open
-    monkeypatch.setattr(Policy, "open", classmethod(lambda cls, path, **kw: opened.append(path) or real_open(path, **kw)))
+    monkeypatch.setattr(Policy, "open",
+                        classmethod(lambda cls, path, **kw: opened.append(path) or real_open(path, **kw)))
     code = bench.main([str(tmp_path / "run"), "--sets", "families", "--family-rows", "300", "--samples", "1",
                        "-c", f"tiny={tiny_model_dir}", "-c", f"tiny_t0.5={tiny_model_dir}",
                        "--system-temperature", "tiny_t0.5=0.5", "--baselines", "", "--compile-only",

@@ -58,5 +58,6 @@ def sft_cmd(
                     gradient_checkpointing=gradient_checkpointing, max_batch_tokens=max_batch_tokens,
                     eval_every=eval_every, eval_samples=eval_samples,
                     eval_temperature=eval_temperature, max_new_tokens=max_new_tokens, save_every=save_every,
-                    snapshots=tuple(snapshot), resume=resume, device=device, compile_only=fallback(compile_only), seed=seed)
+                    snapshots=tuple(snapshot), resume=resume, device=device, compile_only=fallback(compile_only),
+                    seed=seed)
     typer.echo(json.dumps(sft(cfg), indent=1, default=str))

@@ -140,9 +140,10 @@ class SFTConfig:
     """Steps between checkpoints (and one at the end)."""
     snapshots: tuple[int, ...] = ()
     """Steps after which the policy is also kept as ``out/checkpoint-stepN`` (the policy only; written when
-    the step is reached, and again, the same, if a resume replays it), so that a shorter SFT can be evaluated beside the full one from the same run: the same base,
-    batches and learning-rate schedule up to that step (the schedule decays over ``steps``, so a snapshot is
-    not a run of N steps, whose rate would have decayed by then)."""
+    the step is reached, and again, the same, if a resume replays it), so that a shorter SFT can be evaluated
+    beside the full one from the same run: the same base, batches and learning-rate schedule up to that step
+    (the schedule decays over ``steps``, so a snapshot is not a run of N steps, whose rate would have decayed
+    by then)."""
     resume: bool = False
     """Continue from ``out/state.pt`` when it is there."""
     device: str = "auto"
