@@ -58,6 +58,8 @@ ACCEPTED = [
     "FORMAT: CSR\nLAUNCH: grid=m // 2 + m % 3, block=256\nLAUNCH: grid=1, block=32, kernel=k2\n\n",
     "FORMAT: SELL sigma=64\nLAUNCH: grid=1, block=1\n\n",  # C left out: 32
     "FORMAT: SELL C=4\nLAUNCH: grid=1, block=1\n\n",  # sigma left out: 1
+    "FORMAT: SELL C=2 sigma=1\nPARAMS: BLOCK=256\nLAUNCH: grid=ceil_div(num_slices * C, BLOCK), block=BLOCK\n\n",
+    # (a policy's correct kernel on a 1M-row matrix: a C the library never uses)
     "FORMAT: BSR R=3 C=5\nLAUNCH: grid=1, block=1\n\n",
     "FORMAT: HYB width=65536\nLAUNCH: grid=1, block=1\n\n",
 ]

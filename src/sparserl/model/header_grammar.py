@@ -21,7 +21,7 @@ row's allowed tokens before drawing and moves the state by the drawn token: two 
 synchronisation, so the decode step stays capturable in a CUDA graph.
 
 FORMAT values: SELL's ``C`` and ``sigma`` are held to the contract's rule (sigma 1 or a multiple of C), within
-a table of the values the library and the search use (:func:`_sell_table`): policies wrote ``C=128 sigma=1028``
+a table of powers of two (:func:`_sell_table`): policies wrote ``C=128 sigma=1028``
 and ``C=8 sigma=2``, each a sample lost before the GPU. Every other FORMAT value is held to its range's count of
 digits (``BSR ... C=1024`` is refused, ``C=99`` left to the parser), and no FORMAT value is negative.
 
@@ -33,10 +33,10 @@ against C++ keywords and values against a C int, nor FORMAT values other than SE
 R*C at most 1024). It is also a little stricter in spelling: the fields of a LAUNCH line in the library's
 order (grid, block, smem, kernel), one space after each ``FORMAT:``, ``PARAMS:`` and ``LAUNCH:`` and none
 around ``=``, upper-case format names, SELL's keys in the order C, sigma and nothing after sigma's value but the
-line's end, SELL's C one of :data:`SELL_C` and sigma at most :data:`SELL_SIGMA_MAX` and C times a power of two,
-and code after the header never starting with ``L`` on the line right after a LAUNCH line (it would be read as
-another LAUNCH line). The log-probabilities the sampler returns are
-those of the masked distribution. RL's learner computes unmasked ones, so RL rollouts never use a grammar (the
+line's end, SELL's C a power of two (:data:`SELL_C`) and sigma at most :data:`SELL_SIGMA_MAX` and C times a
+power of two, and code after the header never starting with ``L`` on the line right after a LAUNCH line (it
+would be read as another LAUNCH line). The log-probabilities the sampler returns are those of the masked
+distribution. RL's learner computes unmasked ones, so RL rollouts never use a grammar (the
 policy-gradient ratio would be off on header tokens); it is for evaluation, generation and the search's
 proposals.
 """
@@ -208,15 +208,16 @@ def _integer(val: str, ch: str) -> str | None:
     return None
 
 
-SELL_C = (4, 8, 16, 32, 64, 128, 256)
+SELL_C = tuple(1 << i for i in range(11))  # 1, 2, 4, ..., 1024: every power of two of the contract's range
 SELL_SIGMA_MAX = 8192
 
 
 def _sell_table() -> frozenset[tuple[tuple[str, int], ...]]:
     """SELL's (C, sigma) in the grammar: C one of :data:`SELL_C`, sigma 1 or C times a power of two up to
-    :data:`SELL_SIGMA_MAX` (the contract allows C up to 1024 and sigma 1 or any multiple of C up to 2^20; the
-    library and the search use these). A finite table, so that sigma's rule can be held in the state, and a
-    small one, so that the automaton stays small."""
+    :data:`SELL_SIGMA_MAX` (the contract allows any C up to 1024 and sigma 1 or any multiple of C up to 2^20; the
+    library and the search use powers of two, sigma at most 4096, and a policy's correct ``C=2`` is in). A
+    finite table, so that sigma's rule can be held in the state, and a small one, so that the automaton stays
+    small (sigma up to 2^20 would take it from about 880 states to about 1260)."""
     return frozenset((("C", c), ("sigma", s)) for c in SELL_C
                      for s in (1,) + tuple(c << j for j in range(14) if c << j <= SELL_SIGMA_MAX))
 
@@ -359,8 +360,8 @@ def run(state: State | None, text: str) -> State | None:
 
 
 MAX_STATES = 20_000
-"""A bound on the lifted automaton (the contract's header needs about 750): a grammar that grows past it is a bug.
-Below 2^15, so that ``trans`` holds states as int16 (a 151k vocabulary: 2 bytes x S x V, 227 MB at 747 states)."""
+"""A bound on the lifted automaton (the contract's header needs about 880): a grammar that grows past it is a bug.
+Below 2^15, so that ``trans`` holds states as int16 (a 151k vocabulary: 2 bytes x S x V, 266 MB at 876 states)."""
 
 
 @dataclass
