@@ -486,7 +486,7 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
     body = (f'echo "$@" >> "{calls}"\n'
             'if [ "$1" = sft ]; then out=""; prev=""; for a in "$@"; do\n'
             '  if [ "$prev" = --out ]; then out=$a; fi\n'
-            '  if [ "$prev" = --snapshot ]; then d="$out/checkpoint-step$a"; mkdir -p "$d"; touch "$d/policy.json"; fi\n'
+            '  if [ "$prev" = --snapshot ]; then d="$out/checkpoint-step$a"; mkdir -p "$d"; : > "$d/policy.json"; fi\n'
             '  prev=$a; done; exit 0; fi\nexit 0')
     path = stand_in_sparserl(tmp_path, body)
     python = tmp_path / "bin" / "python-stand-in"
