@@ -140,3 +140,38 @@ def test_random_expressions_match_reference(pair: tuple[str, int]) -> None:
         return
     if abs(value) < 2**63:
         assert e.evaluate(ENV) == value
+
+
+def test_threads_parse_one_at_a_time(monkeypatch) -> None:
+    """LAUNCH lines are parsed from several threads (the farm, the search); CPython 3.11's ``ast.parse`` is not safe
+    to run twice at once (a spurious SystemError: AST constructor recursion depth mismatch), so parse_expr holds a
+    lock around it. A stand-in parse that dwells inside counts how many run at once. Kills the lock removed."""
+    import ast
+    import threading
+    import time
+
+    from sparserl.kernels import launch
+
+    inside, most, guard = 0, 0, threading.Lock()
+    real = ast.parse
+
+    def dwelling(*args, **kw):
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.002)
+        try:
+            return real(*args, **kw)
+        finally:
+            with guard:
+                inside -= 1
+
+    monkeypatch.setattr(launch.ast, "parse", dwelling)
+    threads = [threading.Thread(target=lambda: [launch.parse_expr("ceil_div(m, 4 * 32)") for _ in range(20)])
+               for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1

@@ -23,6 +23,7 @@ are :class:`ContractError` too.
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -77,6 +78,12 @@ class Expr:
         return self.text
 
 
+_PARSE_LOCK = threading.Lock()
+"""One ``ast.parse`` at a time: CPython 3.11 keeps the AST constructor's recursion depth in state shared by
+threads, and two parses at once (the farm's and the search's threads read LAUNCH lines) can fail with a spurious
+``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905)."""
+
+
 def _is_func_name(node: ast.Name, tree: ast.expr) -> bool:
     return any(isinstance(c, ast.Call) and c.func is node for c in ast.walk(tree))
 
@@ -89,7 +96,8 @@ def parse_expr(text: str) -> Expr:
     if len(text) > MAX_EXPR_CHARS:
         raise ContractError(f"LAUNCH expression longer than {MAX_EXPR_CHARS} characters")
     try:
-        tree = ast.parse(text, mode="eval").body
+        with _PARSE_LOCK:
+            tree = ast.parse(text, mode="eval").body
     except SyntaxError as exc:
         raise ContractError(f"cannot parse LAUNCH expression {text!r}: {exc.msg}") from None
     nodes = list(ast.walk(tree))
