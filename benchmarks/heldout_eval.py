@@ -145,9 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    from sparserl.devices import pick_device
     from sparserl.errors import SparseRLError
-    from sparserl.eval.compare import checkpoint_specs, evaluate, matrix_files
+    from sparserl.eval.compare import checkpoint_specs, evaluate, matrix_files, open_policies
     from sparserl.generate import has_model
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
 
@@ -193,15 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         ev = Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=("cold",)))
         compile_only = args.compile_only or not ev.has_gpu
         try:
-            from sparserl.model.policy import Policy  # torch
-
             t0 = time.perf_counter()
-            device = str(pick_device("auto"))
-            by_path: dict[str, Policy] = {}  # one checkpoint under two names (two temperatures): opened once
-            for _, path in specs:
-                if path not in by_path:
-                    by_path[path] = Policy.open(path, device=device)
-            policies = {name: by_path[path] for name, path in specs}
+            policies = open_policies(args.checkpoint)  # one checkpoint under two names: opened once
             opened = time.perf_counter() - t0
             for (s, temp), cfg in cfgs.items():
                 t = time.perf_counter()

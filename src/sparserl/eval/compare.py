@@ -127,13 +127,7 @@ class EvalConfig:
         require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
         named = {name for name, _ in checkpoint_specs(self.checkpoints)}
         for spec in self.system_temperatures:
-            name, eq, value = spec.rpartition("=")
-            try:
-                t = float(value) if eq else 0.0
-            except ValueError:
-                t = 0.0
-            if not name or not t > 0:
-                raise SparseRLError(f"--system-temperature {spec!r}: give NAME=T with T > 0")
+            (name,) = system_temperatures((spec,))  # raises on a malformed spec, naming it
             if name not in named:
                 raise SparseRLError(f"--system-temperature {spec!r}: no checkpoint is named {name!r} "
                                     f"(named: {', '.join(sorted(named)) or 'none'})")
@@ -304,11 +298,26 @@ def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, d
     return out
 
 
+def system_temperatures(specs) -> dict[str, float]:
+    """NAME -> T of each ``NAME=T`` (:attr:`EvalConfig.system_temperatures`); a spec without a name or with a T
+    that is not a positive number is an error that names it."""
+    out = {}
+    for spec in specs:
+        name, eq, value = spec.rpartition("=")
+        try:
+            t = float(value) if eq else 0.0
+        except ValueError:
+            t = 0.0
+        if not name or not t > 0:
+            raise SparseRLError(f"--system-temperature {spec!r}: give NAME=T with T > 0")
+        out[name] = t
+    return out
+
+
 def temperature_of(cfg: EvalConfig, name: str) -> float:
     """The temperature the system ``name`` is sampled at (:attr:`EvalConfig.system_temperatures`, else the
     set's)."""
-    own = {spec.rpartition("=")[0]: float(spec.rpartition("=")[2]) for spec in cfg.system_temperatures}
-    return own.get(name, cfg.temperature)
+    return system_temperatures(cfg.system_temperatures).get(name, cfg.temperature)
 
 
 def checkpoint_specs(specs) -> list[tuple[str, str]]:
@@ -320,11 +329,11 @@ def checkpoint_specs(specs) -> list[tuple[str, str]]:
     return out
 
 
-def _open_policies(cfg: EvalConfig, given: dict | None) -> dict[str, Policy]:
-    """The policies to evaluate: those given, and ``cfg.checkpoints`` (NAME=PATH or PATH) opened
-    unless one of that name was given opened (a caller evaluating several sets opens each once)."""
+def open_policies(checkpoints, given: dict | None = None) -> dict[str, Policy]:
+    """The policies to evaluate: those given, and ``checkpoints`` (NAME=PATH or PATH) opened unless one of
+    that name was given opened (a caller evaluating several sets opens each once, then hands them over)."""
     policies = dict(given or {})
-    specs = [(name, path) for name, path in checkpoint_specs(cfg.checkpoints) if name not in policies]
+    specs = [(name, path) for name, path in checkpoint_specs(checkpoints) if name not in policies]
     if specs:
         from sparserl.model.policy import Policy  # torch
 
@@ -371,7 +380,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     """Run the evaluation; writes eval.json, eval.md and plots to ``cfg.out``; returns the summary."""
     t0 = time.perf_counter()
     files = matrix_files(cfg)  # a set that has no matrices fails before anything is loaded or written
-    policies = _open_policies(cfg, policies)
+    policies = open_policies(cfg.checkpoints, policies)
     if not policies and (cfg.compile_only or not cfg.baselines):
         raise SparseRLError("nothing to evaluate: no policy was given (-c NAME=PATH)"
                             + (", and the baselines are timings, which need a GPU" if cfg.compile_only

@@ -269,15 +269,9 @@ def _format_digits(fmt: str, key: str, digits: str, ch: str, seen: tuple) -> str
     cands = _candidates(fmt, key, seen)
     if cands is not None:
         return d if any(str(v).startswith(d) for v in cands) else None
-    d = "0" if d == "0" else "1" + "0" * (len(d) - 1)  # only the count of digits is kept: the smallest number that long
-    v, scale = int(d), 1
-    while v * scale <= spec.hi:  # some number of len(d) + j digits starting with d lies in [lo, hi]
-        if v * scale + scale - 1 >= spec.lo:
-            return d
-        if v == 0:
-            return None
-        scale *= 10
-    return None
+    if d == "0":
+        return d if spec.lo <= 0 else None
+    return "1" + "0" * (len(d) - 1) if len(d) <= len(str(spec.hi)) else None  # the smallest number that long
 
 
 def _format_value(fmt: str, key: str, digits: str, seen: tuple) -> bool:
