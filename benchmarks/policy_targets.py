@@ -23,9 +23,11 @@ What the run measured, beside the bar each target sets:
   When no round was kept, the final policy is the SFT start: 1.00, not met. Not measured when improve did not run.
 
 With a kept round the evaluations hold two policies, ``base_sft`` and ``improved``; the per-set targets are
-the final policy's (``improved``).
+the final policy's (``improved``). ``--system NAME`` judges another policy of the tables instead (a snapshot
+``sft_stepN``, or the final policy at a second temperature, ``base_sft_t0.7``).
 
     python benchmarks/policy_targets.py OUT --preset small --out targets.json
+    python benchmarks/policy_targets.py OUT --preset small --system base_sft_t0.7 --out targets-t0.7.json
 """
 
 from __future__ import annotations
@@ -94,9 +96,10 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
     }
 
 
-def read_run(out: Path, preset: str) -> dict:
-    """Every figure the folder holds, and each target's verdict (True, False, or None: not measured)."""
-    result: dict = {"run": str(out.name), "preset": preset, "targets": []}
+def read_run(out: Path, preset: str, system: str | None = None) -> dict:
+    """Every figure the folder holds, and each target's verdict (True, False, or None: not measured). The per-set
+    targets are ``system``'s (a :class:`ValueError` when a set's tables lack it), else the final policy's."""
+    result: dict = {"run": str(out.name), "preset": preset, "targets": []} | ({"system": system} if system else {})
     stages = out / "stages.tsv"
     seconds = {}
     if stages.exists():
@@ -138,6 +141,11 @@ def read_run(out: Path, preset: str) -> dict:
         name = folder.name.removeprefix("eval-")
         ev = json.loads(path.read_text())
         final = next((n for n in (IMPROVED, START) if n in ev["summary"]), None)  # snapshots (sft_stepN) beside it
+        if system:
+            if system not in ev["summary"]:
+                named = ", ".join(n for n in ev["summary"] if n not in ("cuSPARSE", ORACLE)) or "none"
+                raise ValueError(f"eval-{name} has no policy named '{system}' (it has: {named})")
+            final = system
         fig = eval_figures(ev, final)  # the final policy
         if name == "families":
             families = ev
@@ -212,13 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="the OUT folder of scripts/policy_at_scale.sh")
     ap.add_argument("--preset", default="full", choices=[*sorted(AIM_MINUTES), "smoke"], help="the preset the run used (smoke: no time aim)")
+    ap.add_argument("--system", help="judge this policy of the tables (default: improved, else base_sft)")
     ap.add_argument("--out", type=Path, help="JSON file to write")
     args = ap.parse_args(argv)
     if not args.run.is_dir():
         print(f"error: {args.run} is not a folder (give the OUT folder of scripts/policy_at_scale.sh)", file=sys.stderr)
         return 2
     try:
-        result = read_run(args.run, args.preset)
+        result = read_run(args.run, args.preset, args.system)
     except (ValueError, KeyError, json.JSONDecodeError) as exc:
         print(f"error: {args.run}: {exc}", file=sys.stderr)
         return 2

@@ -31,7 +31,7 @@ def read_saved_set(run: Path, name: str, system: str = "", matrices: str | None 
         raise SparseRLError(f"no samples{' of ' + system if system else ''} in {folder / 'completions.jsonl'}")
     known = {f.name for f in fields(EvalConfig)}
     given = {k: v for k, v in result["config"].items() if k in known}
-    given.update(distinct_from=(), checkpoints=(), **({"matrices": matrices} if matrices else {}))
+    given.update(distinct_from=(), checkpoints=(), system_temperatures=(), **({"matrices": matrices} if matrices else {}))
     try:  # the set as the evaluation made it (seeds, rows), read where it is now
         contexts = {ctx.name: ctx for ctx, _ in matrix_set(EvalConfig(**given))}
     except SparseRLError as e:

@@ -2,7 +2,8 @@
 before and after with the filled kernels' verdicts (CPU; the harness's judging itself runs on a GPU). Mutations
 killed: a sample with the card's facts counted as filled, a correct sample's verdict dropped from the share after
 the fill, a filled kernel's new verdict not counted, another system's samples let through ``--system``, and
-``--judge`` without a GPU or a missing file passing silently."""
+``--judge`` without a GPU or a missing file passing silently, and a set evaluated with a second temperature
+(``--system-temperature``) refused for want of its checkpoints."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ bench = load_benchmark("fill_facts")
 ROWS = 4900  # the set's stencil2d is 70 x 70
 
 
-def _run(tmp_path: Path) -> Path:
+def _run(tmp_path: Path, **config) -> Path:
     run = tmp_path / "run"
     (run / "eval-families").mkdir(parents=True)
-    cfg = asdict(EvalConfig(matrices="families", family_rows=ROWS, out=str(run / "eval-families")))
+    cfg = asdict(EvalConfig(matrices="families", family_rows=ROWS, out=str(run / "eval-families"), **config))
     (run / "eval-families" / "eval.json").write_text(json.dumps({"config": cfg, "op": "spmv"}))
     spec = get_template("spmv", "dia_window_spec")
     here = matrix_card(generate("stencil2d", ROWS, seed=7))
@@ -82,3 +83,12 @@ def test_compile_says_whether_each_filled_kernel_compiles(tmp_path: Path, capsys
     got = json.loads((tmp_path / "f.json").read_text())
     assert got["filled_compiled"] == 2 and [j["compiled"] for j in got["judged"]] == [True, True]
     assert "2 of the 2 filled kernels compile" in capsys.readouterr().out
+
+
+def test_a_set_sampled_at_a_second_temperature_reads_without_its_checkpoints(tmp_path: Path) -> None:
+    """A run with ``SECOND_TEMPERATURE`` evaluated ``base_t0.7`` from a checkpoint the folder does not hold: the set
+    is re-made from its seeds and rows alone. Kills the saved config validated with its checkpoints gone (the fill
+    refused, ``no checkpoint is named 'base_t0.7'``)."""
+    run = _run(tmp_path, checkpoints=("base=/gone", "base_t0.7=/gone"), system_temperatures=("base_t0.7=0.7",))
+    assert bench.main([str(run), "--system", "base", "--out", str(tmp_path / "f.json")]) == 0
+    assert json.loads((tmp_path / "f.json").read_text())["filled"] == 2

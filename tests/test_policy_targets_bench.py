@@ -5,7 +5,8 @@ cuSPARSE's speed, the best over the oracle taken from means instead of per matri
 reported met when it was not measured, a folder that is not a run accepted; for improve: the SFT model's
 figures taken for the final policy's, a kept round under 90% correct let through, a run that kept no round
 reported as not measured or met, the gain taken from another set than the families at 1M rows; a run that changed its
-preset judged against the preset's minutes; an SFT snapshot evaluated beside the final policy taken for it."""
+preset judged against the preset's minutes; an SFT snapshot evaluated beside the final policy taken for it;
+``--system`` ignored or a name the tables lack let through."""
 
 from __future__ import annotations
 
@@ -207,3 +208,25 @@ def test_a_snapshot_evaluated_beside_the_final_policy_is_not_taken_for_it(tmp_pa
     assert bench.main([str(out), "--preset", "small", "--out", str(tmp_path / "t.json")]) == 0
     got = json.loads((tmp_path / "t.json").read_text())["sets"]["test"]
     assert got == bench.eval_figures(json.loads(MINI.read_text()), "base_sft")
+
+
+def test_system_judges_the_named_policy_and_a_name_the_tables_lack_is_one_line(tmp_path, capsys) -> None:
+    """``--system base_sft_t0.7`` judges that policy's samples (here all wrong: its correct share reads 0), not the
+    final policy's; a name no table has is an error naming those it has. Kills ``--system`` ignored."""
+    ev = json.loads(MINI.read_text())
+    worse = {m: {**row, "best_speedup": None, "correct": 0} for m, row in ev["per_matrix"]["base_sft"].items()}
+    ev["summary"]["base_sft_t0.7"] = dict(ev["summary"]["base_sft"], correct_rate=0.0)
+    ev["per_matrix"]["base_sft_t0.7"] = worse
+    out = tmp_path / "run"
+    (out / "eval-test").mkdir(parents=True)
+    (out / "eval-test/eval.json").write_text(json.dumps(ev))
+    (out / "stages.tsv").write_text("pretrain\t140\ndata\t28\nsft\t73\neval-test\t29\n")
+    assert bench.main([str(out), "--preset", "small", "--system", "base_sft_t0.7", "--out", str(tmp_path / "t.json")]) == 0
+    got = json.loads((tmp_path / "t.json").read_text())
+    assert got["system"] == "base_sft_t0.7" and got["sets"]["test"]["checkpoint"] == "base_sft_t0.7"
+    assert got["sets"]["test"]["correct_share"] == 0.0
+    assert got["sets"]["test"]["best_over_oracle"] != bench.eval_figures(json.loads(MINI.read_text()), "base_sft")[
+        "best_over_oracle"]
+    capsys.readouterr()
+    assert bench.main([str(out), "--preset", "small", "--system", "nobody"]) == 2
+    assert "has no policy named 'nobody' (it has: base_sft, base_sft_t0.7)" in capsys.readouterr().err
