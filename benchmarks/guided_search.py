@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sparserl.model.config import POLICY_TEMPERATURE  # light: no torch
+
 log = logging.getLogger("guided_search")
 
 TARGET_GENERATE = 1.00
@@ -159,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=None, help="SpMM: columns of X")
     ap.add_argument("--regime", default="cold", help="cold or warm: the time compared")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="the policy's longest completion")
-    ap.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature (both model arms)")
+    ap.add_argument("--temperature", type=float, default=POLICY_TEMPERATURE,
+                    help="the policy's sampling temperature (both model arms; default POLICY_TEMPERATURE)")
     ap.add_argument("--device", default="auto", help="the model's device: auto, cpu or cuda[:N]")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile-only", action="store_true", help="compile only (the default without a GPU)")

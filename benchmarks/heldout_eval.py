@@ -40,6 +40,8 @@ import sys
 import time
 from pathlib import Path
 
+from sparserl.model.config import POLICY_TEMPERATURE  # light: no torch
+
 log = logging.getLogger("heldout_eval")
 
 SETS = ("test", "families", "val", "real")
@@ -127,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baselines", default="cusparse,oracle", help="comma-separated: cusparse, oracle, selector")
     ap.add_argument("--family-rows", type=int, default=1_000_000, help="rows of each generated matrix ('families')")
     ap.add_argument("--gen-batch", type=int, default=32, help="completions generated together")
-    ap.add_argument("--temperature", default="1.0",
-                    help="sampling temperature, or several (comma-separated): each set at each, and the choice")
+    ap.add_argument("--temperature", default=str(POLICY_TEMPERATURE),
+                    help="sampling temperature, or several (comma-separated): each set at each, and the choice "
+                         "(default: the policy's, POLICY_TEMPERATURE)")
     ap.add_argument("--system-temperature", action="append", default=[],
                     help="NAME=T: the checkpoint named NAME sampled at T in every set (repeatable; one checkpoint "
                          "given twice under two names is sampled at two temperatures side by side)")

@@ -48,7 +48,8 @@ def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys
     args = argparse.Namespace(data=tmp_path, family_rows=1_000_000, limit=0, checkpoint=[f"a={model}"],
                               baselines="cusparse,oracle", samples=8, max_new_tokens=None, gen_batch=32,
                               compile_only=False, seed=0, header_grammar=False)
-    cfgs = {s: bench.set_config(s, args, tmp_path, 1.0, f"eval-{s}") for s in ("test", "families")}
+    cfgs = {s: bench.set_config(s, args, tmp_path, bench.POLICY_TEMPERATURE, f"eval-{s}")  # main's default
+            for s in ("test", "families")}
     for s, cfg in cfgs.items():
         (tmp_path / f"eval-{s}").mkdir()
         (tmp_path / f"eval-{s}" / "eval.json").write_text(json.dumps({"config": asdict(cfg)}))
@@ -57,7 +58,7 @@ def test_resume_keeps_only_a_set_written_with_the_same_settings(tmp_path, capsys
     assert bench.written_as(cfgs["test"])
     from dataclasses import replace
 
-    for changed in (dict(temperature=0.7), dict(samples=16), dict(checkpoints=(f"a={model}", f"b={model}")),
+    for changed in (dict(temperature=1.0), dict(samples=16), dict(checkpoints=(f"a={model}", f"b={model}")),
                     dict(header_grammar=True), dict(system_temperatures=("a=0.7",))):
         assert not bench.written_as(replace(cfgs["test"], **changed)), changed
     # written before systems had their own temperatures (no such key): every one at the set's, kept as such

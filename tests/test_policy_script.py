@@ -71,11 +71,11 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
     assert json.loads((out / "data" / "summary.json").read_text())["config"]["max_target_chars"] == 6300
-    # the temperature chosen on the validation split first: nothing is timed here, so none, and 1.0 is kept
+    # the temperature chosen on the validation split first: nothing is timed here, so none, and the default is kept
     chosen = json.loads((out / "temperature" / "temperature.json").read_text())
     assert chosen["chosen_on"] == "val" and set(chosen["figures"]["val"]) == {"1", "0.5"} and chosen["chosen"] is None
-    assert "sampling temperature: 1.0" in first.stdout
-    assert json.loads((out / "eval-test" / "eval.json").read_text())["config"]["temperature"] == 1.0
+    assert "sampling temperature: 0.7" in first.stdout
+    assert json.loads((out / "eval-test" / "eval.json").read_text())["config"]["temperature"] == 0.7
     assert json.loads((out / "eval-test" / "eval.json").read_text())["config"]["samples"] == 2  # SAMPLES, not 1
     # the matrices made on the CPU beside pre-training are the ones the data stage used (options in step:
     # different ones would leave a second set of files beside the first)
@@ -187,9 +187,10 @@ def test_with_two_gpus_the_teacher_is_made_while_pretraining_runs(tmp_path) -> N
 def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     bad = run(tmp_path / "a", "-", "huge")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "\n" not in bad.stderr.strip()
-    several = run(tmp_path / "c", "-", "smoke", env={"TEMPERATURE": "1.0,0.5"})
-    assert several.returncode == 2 and several.stderr.startswith("error: TEMPERATURE is one number")
-    assert several.stderr.count("\n") == 1 and not (tmp_path / "c" / "stages").exists()
+    for knob in ("TEMPERATURE", "IMPROVE_TEMPERATURE"):
+        several = run(tmp_path / knob, "-", "smoke", env={knob: "1.0,0.5"})
+        assert several.returncode == 2 and several.stderr.startswith(f"error: {knob} is one number")
+        assert several.stderr.count("\n") == 1 and not (tmp_path / knob / "stages").exists()
     grammar = run(tmp_path / "d", "-", "smoke", env={"HEADER_GRAMMAR": "yes"})
     assert grammar.returncode == 2 and grammar.stderr.startswith("error: HEADER_GRAMMAR is 1")
     assert grammar.stderr.count("\n") == 1 and not (tmp_path / "d" / "stages").exists()
@@ -504,7 +505,7 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
         return out
 
     env = {"PATH": path, "GPUS": "1", "IMPROVE": "0", "PYTHON": str(python), "SFT_SNAPSHOTS": "050 100",
-           "SECOND_TEMPERATURE": "0.7"}
+           "SECOND_TEMPERATURE": "1.0"}
     out = ready(tmp_path / "run", sft_done=False)
     res = run(out, "-", "small", env=env)
     assert res.returncode != 0 and calls.exists(), res.stdout[-2000:] + res.stderr[-2000:]
@@ -513,10 +514,10 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
     assert "--snapshot 50 --snapshot 100" in sft and "--steps 200" in sft, sft
     held = next(c for c in lines if "heldout_eval.py" in c)
     assert (f"-c base_sft={out}/sft/checkpoint -c sft_step50={out}/sft/checkpoint-step50 "
-            f"-c sft_step100={out}/sft/checkpoint-step100 -c base_sft_t0.7={out}/sft/checkpoint") in held, held
-    assert "--temperature 1.0 --system-temperature base_sft_t0.7=0.7" in held, held
+            f"-c sft_step100={out}/sft/checkpoint-step100 -c base_sft_t1.0={out}/sft/checkpoint") in held, held
+    assert "--temperature 0.7 --system-temperature base_sft_t1.0=1.0" in held, held  # the default beside 1.0
     changed = json.loads((out / "settings.json").read_text())["changed"]
-    assert "SFT_SNAPSHOTS=50 100" in changed and "SECOND_TEMPERATURE=0.7" in changed
+    assert "SFT_SNAPSHOTS=50 100" in changed and "SECOND_TEMPERATURE=1.0" in changed
     for knob, bad, says in (("SFT_SNAPSHOTS", "200", "SFT_SNAPSHOTS has 200, not below the SFT's 200 steps"),
                             ("SFT_SNAPSHOTS", "x", "error: SFT_SNAPSHOTS is a whole number of at least 1 (got 'x')"),
                             ("SECOND_TEMPERATURE", "0", "error: SECOND_TEMPERATURE is a positive number (got '0')"),
@@ -528,3 +529,39 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
     res = run(old, "-", "small", env=env)
     assert res.returncode == 2 and "has no checkpoint-step50" in res.stderr, res.stderr
     assert not calls.exists() or "heldout_eval.py" not in calls.read_text()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_improve_explores_at_its_temperature_and_the_held_out_sets_sample_at_the_policys(tmp_path) -> None:
+    """improve samples at IMPROVE_TEMPERATURE (default 1.0: learning explores), the held-out sets at TEMPERATURE
+    (default the policy's, POLICY_TEMPERATURE), each knob reaching its own stage only. A stand-in ``sparserl`` records
+    improve's command, a stand-in python the held-out evaluation's. Kills: one temperature handed to both, the
+    policy's default not reaching the held-out sets, IMPROVE_TEMPERATURE ignored."""
+    from sparserl.model.config import POLICY_TEMPERATURE
+
+    calls = tmp_path / "calls"
+    path = stand_in_sparserl(tmp_path, f'echo "$@" >> "{calls}"\nexit 0')
+    python = tmp_path / "bin" / "python-stand-in"
+    python.write_text(f'#!/bin/sh\ncase "$1" in *heldout_eval.py) echo "$@" >> "{calls}"; exit 3 ;; esac\n'
+                      f'exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    for name, env, improve_t, held_t in (("default", {}, "1.0", str(POLICY_TEMPERATURE)),
+                                         ("set", {"IMPROVE_TEMPERATURE": "0.9", "TEMPERATURE": "0.5"}, "0.9", "0.5")):
+        out = tmp_path / name
+        (out / "stages").mkdir(parents=True)
+        for stage in ("pretrain", "data", "search", "export", "merge", "sft"):
+            (out / "stages" / f"{stage}.done").touch()
+        (out / "data").mkdir()
+        for split in ("train", "val", "test"):
+            (out / "data" / f"{split}.jsonl").write_text("")
+        if calls.exists():
+            calls.unlink()
+        res = run(out, "-", "small", env={"PATH": path, "GPUS": "1", "PYTHON": str(python)} | env)
+        assert res.returncode != 0 and calls.exists(), res.stdout[-2000:] + res.stderr[-2000:]
+        lines = calls.read_text().splitlines()
+        improve = next(c for c in lines if c.startswith("improve "))
+        held = next(c for c in lines if "heldout_eval.py" in c)
+        def temperature(line: str) -> str:
+            words = line.split()
+            return words[words.index("--temperature") + 1]
+        assert (temperature(improve), temperature(held)) == (improve_t, held_t), (improve, held)

@@ -36,6 +36,7 @@ from sparserl.checks import check_op, require
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
+from sparserl.model.config import POLICY_TEMPERATURE
 from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import library_texts
@@ -67,8 +68,8 @@ class GenerateConfig:
     under runs/ (:func:`find_model`); when there is none, the library's kernel is returned."""
     samples: int = 16
     """Completions sampled from the policy."""
-    temperature: float = 1.0
-    """Sampling temperature (> 0)."""
+    temperature: float = POLICY_TEMPERATURE
+    """Sampling temperature (> 0; :data:`sparserl.model.config.POLICY_TEMPERATURE` by default)."""
     header_grammar: bool = False
     """Sample each kernel's header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
     fill_facts: bool = False
@@ -99,7 +100,7 @@ class GenerateConfig:
     def __post_init__(self) -> None:
         check_op(self.op, self.k)
         require(self.samples >= 1, "--samples", ">= 1", self.samples)
-        require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
+        require(self.temperature > 0, "--temperature", "> 0 (1.0: the policy as trained)", self.temperature)
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
         require(self.regime in ("cold", "warm"), "--regime", "cold or warm", self.regime)

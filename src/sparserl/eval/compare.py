@@ -41,6 +41,7 @@ from sparserl.matrices import family_names, generate_many
 from sparserl.matrices.card import MatrixCard, structure_fingerprint
 from sparserl.matrices.fingerprints import structures_in
 from sparserl.matrices.io import matrices_in
+from sparserl.model.config import POLICY_TEMPERATURE
 from sparserl.parallel import parallel_map
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
@@ -83,8 +84,8 @@ class EvalConfig:
     """SpMM columns (required for spmm, refused for spmv)."""
     samples: int = 8
     """Completions per matrix per checkpoint (pass@k uses them)."""
-    temperature: float = 1.0
-    """Sampling temperature (> 0)."""
+    temperature: float = POLICY_TEMPERATURE
+    """Sampling temperature (> 0; :data:`sparserl.model.config.POLICY_TEMPERATURE` by default)."""
     system_temperatures: tuple[str, ...] = ()
     """NAME=T: the checkpoint named NAME sampled at T instead of ``temperature``. One checkpoint given twice under
     two names (``-c a=CKPT -c a_t0.7=CKPT``) is then sampled at two temperatures on the same matrices, beside the
@@ -124,7 +125,7 @@ class EvalConfig:
             raise SparseRLError(f"real_matrices {self.real_matrices!r}: one of {', '.join(REAL_MATRICES)}")
         if self.matrices == "families" and self.real_matrices != "all":
             raise SparseRLError("--real-matrices picks among a data folder's matrices; 'families' are all generated")
-        require(self.temperature > 0, "--temperature", "> 0 (1.0 samples the policy as it is)", self.temperature)
+        require(self.temperature > 0, "--temperature", "> 0 (1.0: the policy as trained)", self.temperature)
         named = {name for name, _ in checkpoint_specs(self.checkpoints)}
         for spec in self.system_temperatures:
             (name,) = system_temperatures((spec,))  # raises on a malformed spec, naming it

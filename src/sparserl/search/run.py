@@ -27,6 +27,7 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.templates.library import variant_point
+from sparserl.model.config import POLICY_TEMPERATURE
 from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
@@ -63,8 +64,8 @@ class SearchJob:
     search: SearchConfig = field(default_factory=SearchConfig)
     model: str | None = None
     """Policy checkpoint or HF model folder that proposes too (None: templates only)."""
-    temperature: float = 1.0
-    """Sampling temperature of the policy's proposals."""
+    temperature: float = POLICY_TEMPERATURE
+    """Sampling temperature of the policy's proposals (:data:`sparserl.model.config.POLICY_TEMPERATURE`)."""
     header_grammar: bool = False
     """Sample each proposal's header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
     fill_facts: bool = False
