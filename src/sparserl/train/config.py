@@ -11,7 +11,7 @@ from pathlib import Path
 from sparserl.checks import require
 from sparserl.data.corpus import CorpusConfig
 from sparserl.errors import SparseRLError
-from sparserl.model.config import TinyModelConfig, preset_shape
+from sparserl.model.config import POLICY_TEMPERATURE, TinyModelConfig, preset_shape
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,9 @@ class SFTConfig:
     """Steps between validations (and one at the end)."""
     eval_samples: int = 32
     """Validation rows sampled and checked by the harness at each evaluation."""
-    eval_temperature: float = 1.0
-    """Sampling temperature of the validation (> 0)."""
+    eval_temperature: float = POLICY_TEMPERATURE
+    """Sampling temperature of the validation (> 0; by default the one the policy is served at,
+    :data:`sparserl.model.config.POLICY_TEMPERATURE`)."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""
@@ -170,6 +171,6 @@ class SFTConfig:
             require(1 <= n < self.steps, "--snapshot", f"between 1 and --steps - 1 ({self.steps - 1})", n)
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
-        require(self.eval_temperature > 0, "--eval-temperature", "> 0 (1.0 samples the policy as it is)",
+        require(self.eval_temperature > 0, "--eval-temperature", "> 0 (1.0: the policy as trained)",
                 self.eval_temperature)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)

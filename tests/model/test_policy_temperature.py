@@ -1,0 +1,30 @@
+"""One temperature for serving the policy, another for learning: every path that asks a trained policy for kernels
+(``generate``, ``evaluate``, the model-guided search, SFT's validation) samples at
+:data:`sparserl.model.config.POLICY_TEMPERATURE` by default, and every path that learns from its samples (``improve``,
+the RL rollouts) at 1.0. Kills: a serving path left at its own number when the constant moves, and a learning path
+that takes the serving temperature (its exploration narrowed)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from sparserl.eval.compare import EvalConfig
+from sparserl.generate import GenerateConfig
+from sparserl.improve.config import ImproveConfig
+from sparserl.model.config import POLICY_TEMPERATURE
+from sparserl.rl.config import RLConfig
+from sparserl.search.run import SearchJob
+from sparserl.train.config import SFTConfig
+
+
+def _default(cls, name: str) -> float:
+    return next(f.default for f in fields(cls) if f.name == name)
+
+
+def test_serving_paths_sample_at_the_policys_temperature_and_learning_at_one() -> None:
+    assert POLICY_TEMPERATURE < 1.0  # below the trained distribution's: fewer corrupted long completions
+    serving = {c.__name__: _default(c, "temperature") for c in (GenerateConfig, EvalConfig, SearchJob)}
+    serving["SFTConfig.eval_temperature"] = _default(SFTConfig, "eval_temperature")
+    assert serving == dict.fromkeys(serving, POLICY_TEMPERATURE)
+    assert {c.__name__: _default(c, "temperature") for c in (ImproveConfig, RLConfig)} == {
+        "ImproveConfig": 1.0, "RLConfig": 1.0}
