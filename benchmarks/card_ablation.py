@@ -34,6 +34,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from sparserl.model.config import POLICY_TEMPERATURE  # light: no torch
+
 log = logging.getLogger("card_ablation")
 
 ARMS = {"card": True, "no card": False}
@@ -84,7 +86,8 @@ def train_arm(args, data: Path, model: Path, arm: str) -> dict:
         return json.loads(done.read_text())
     cfg = SFTConfig(data=str(data), model=str(model), out=str(out), steps=args.steps, batch_size=args.batch_size,
                     lr=args.lr, max_nnz=args.max_nnz, card=ARMS[arm], eval_every=args.steps,
-                    eval_samples=args.sft_eval_samples, max_new_tokens=args.max_new_tokens,
+                    eval_samples=args.sft_eval_samples, eval_temperature=args.temperature,
+                    max_new_tokens=args.max_new_tokens,
                     save_every=args.save_every, resume=True, device=args.device, compile_only=args.compile_only,
                     seed=args.seed)
     log.info("%s: SFT for %d steps", arm, args.steps)
@@ -134,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sft-eval-samples", type=int, default=32, help="validation rows checked at the end of each SFT")
     ap.add_argument("--split", default="test", help="held-out split both arms are evaluated on")
     ap.add_argument("--samples", type=int, default=8, help="completions per matrix per arm")
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--temperature", type=float, default=POLICY_TEMPERATURE,
+                    help="sampling temperature of the held-out evaluation (SFT's validation samples at the same)")
     ap.add_argument("--max-new-tokens", type=int, default=1536)
     ap.add_argument("--gen-batch", type=int, default=64)
     ap.add_argument("--baselines", default="cusparse,oracle",

@@ -92,8 +92,15 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
         "best_over_oracle": geomean_of(ratios),
         "ahead_of_oracle_share": ahead / len(ours) if ours and oracle else None,
         "measured": not ev.get("compile_only") and oracle is not None,
-        "temperature": ev.get("config", {}).get("temperature"),  # the sampling temperature of these samples
+        "temperature": sampled_at(ev.get("config", {}), name),
     }
+
+
+def sampled_at(config: dict, name: str) -> float | None:
+    """The temperature ``name``'s samples were drawn at: its own (``system_temperatures``' ``NAME=T``), else the
+    set's (``eval/compare.temperature_of`` on a saved config; not imported, to keep this tool light)."""
+    own = {spec.rpartition("=")[0]: float(spec.rpartition("=")[2]) for spec in config.get("system_temperatures") or ()}
+    return own.get(name, config.get("temperature"))
 
 
 def read_run(out: Path, preset: str, system: str | None = None) -> dict:

@@ -164,11 +164,15 @@ case $preset in
          device=(--device cpu); compile=(--compile-only); gen=(--max-new-tokens 48); eval_sets=(test) ;;
   *) echo "error: the preset is small, full or smoke (got '$preset')" >&2; exit 2 ;;
 esac
+positive='import sys; assert 0 < float(sys.argv[1]) < 100'
 for t in TEMPERATURE IMPROVE_TEMPERATURE; do
   case "${!t:-}" in
     *,*) echo "error: $t is one number (to choose among several on the validation split: TEMPERATURES)" >&2
          exit 2 ;;
   esac
+  if [ -n "${!t:-}" ] && ! "${PYTHON:-python}" -c "$positive" "${!t}" 2> /dev/null; then
+    echo "error: $t is a positive number (got '${!t}')" >&2; exit 2
+  fi
 done
 case "${HEADER_GRAMMAR:-$grammar}" in
   1) evalgen+=(--header-grammar) ;;
@@ -207,9 +211,14 @@ for n in ${SFT_SNAPSHOTS:-}; do
 done
 knob SFT_SNAPSHOTS "${snapshots[*]}" ""
 second_t=${SECOND_TEMPERATURE:-}  # the final policy sampled at this temperature too, beside itself, held out
-positive='import sys; assert 0 < float(sys.argv[1]) < 100'
 if [ -n "$second_t" ] && ! "${PYTHON:-python}" -c "$positive" "$second_t" 2> /dev/null; then
   echo "error: SECOND_TEMPERATURE is a positive number (got '$second_t')" >&2; exit 2
+fi
+same='import sys; assert float(sys.argv[1]) != float(sys.argv[2])'
+if [ -n "$second_t" ] && [ -z "${TEMPERATURES:-}" ] \
+   && ! "${PYTHON:-python}" -c "$same" "$second_t" "${TEMPERATURE:-0.7}" 2> /dev/null; then
+  echo "error: SECOND_TEMPERATURE=$second_t is the held-out sets' temperature already (TEMPERATURE, default 0.7):" \
+    "give another (1.0: the policy as trained)" >&2; exit 2
 fi
 knob SECOND_TEMPERATURE "$second_t" ""
 knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-0.7}" 0.7

@@ -188,9 +188,10 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     bad = run(tmp_path / "a", "-", "huge")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "\n" not in bad.stderr.strip()
     for knob in ("TEMPERATURE", "IMPROVE_TEMPERATURE"):
-        several = run(tmp_path / knob, "-", "smoke", env={knob: "1.0,0.5"})
-        assert several.returncode == 2 and several.stderr.startswith(f"error: {knob} is one number")
-        assert several.stderr.count("\n") == 1 and not (tmp_path / knob / "stages").exists()
+        for bad, says in (("1.0,0.5", f"error: {knob} is one number"), ("0", f"error: {knob} is a positive number")):
+            several = run(tmp_path / knob, "-", "smoke", env={knob: bad})
+            assert several.returncode == 2 and several.stderr.startswith(says), several.stderr
+            assert several.stderr.count("\n") == 1 and not (tmp_path / knob / "stages").exists()
     grammar = run(tmp_path / "d", "-", "smoke", env={"HEADER_GRAMMAR": "yes"})
     assert grammar.returncode == 2 and grammar.stderr.startswith("error: HEADER_GRAMMAR is 1")
     assert grammar.stderr.count("\n") == 1 and not (tmp_path / "d" / "stages").exists()
@@ -521,7 +522,8 @@ def test_sft_snapshots_are_kept_and_evaluated_beside_the_final_policy(tmp_path) 
     for knob, bad, says in (("SFT_SNAPSHOTS", "200", "SFT_SNAPSHOTS has 200, not below the SFT's 200 steps"),
                             ("SFT_SNAPSHOTS", "x", "error: SFT_SNAPSHOTS is a whole number of at least 1 (got 'x')"),
                             ("SECOND_TEMPERATURE", "0", "error: SECOND_TEMPERATURE is a positive number (got '0')"),
-                            ("SECOND_TEMPERATURE", "warm", "SECOND_TEMPERATURE is a positive number (got 'warm')")):
+                            ("SECOND_TEMPERATURE", "warm", "SECOND_TEMPERATURE is a positive number (got 'warm')"),
+                            ("SECOND_TEMPERATURE", "0.70", "SECOND_TEMPERATURE=0.70 is the held-out sets' temp")):
         res = run(tmp_path / f"bad{bad}", "-", "small", env=env | {knob: bad})
         assert res.returncode == 2 and says in res.stderr and "== " not in res.stdout, res.stderr
     old = ready(tmp_path / "old", sft_done=True)  # its SFT ran without the snapshot
@@ -536,7 +538,7 @@ def test_improve_explores_at_its_temperature_and_the_held_out_sets_sample_at_the
     """improve samples at IMPROVE_TEMPERATURE (default 1.0: learning explores), the held-out sets at TEMPERATURE
     (default the policy's, POLICY_TEMPERATURE), each knob reaching its own stage only. A stand-in ``sparserl`` records
     improve's command, a stand-in python the held-out evaluation's. Kills: one temperature handed to both, the
-    policy's default not reaching the held-out sets, IMPROVE_TEMPERATURE ignored."""
+    policy's default not reaching the held-out sets, IMPROVE_TEMPERATURE ignored or not noted in settings.json."""
     from sparserl.model.config import POLICY_TEMPERATURE
 
     calls = tmp_path / "calls"
@@ -565,3 +567,5 @@ def test_improve_explores_at_its_temperature_and_the_held_out_sets_sample_at_the
             words = line.split()
             return words[words.index("--temperature") + 1]
         assert (temperature(improve), temperature(held)) == (improve_t, held_t), (improve, held)
+        changed = json.loads((out / "settings.json").read_text())["changed"]  # a knob set is noted, a default not
+        assert sorted(c for c in changed if "TEMPERATURE" in c) == sorted(f"{k}={v}" for k, v in env.items()), changed

@@ -217,6 +217,7 @@ def test_system_judges_the_named_policy_and_a_name_the_tables_lack_is_one_line(t
     worse = {m: {**row, "best_speedup": None, "correct": 0} for m, row in ev["per_matrix"]["base_sft"].items()}
     ev["summary"]["base_sft_t0.7"] = dict(ev["summary"]["base_sft"], correct_rate=0.0)
     ev["per_matrix"]["base_sft_t0.7"] = worse
+    ev["config"]["system_temperatures"] = ["base_sft_t0.7=0.7"]
     out = tmp_path / "run"
     (out / "eval-test").mkdir(parents=True)
     (out / "eval-test/eval.json").write_text(json.dumps(ev))
@@ -225,6 +226,7 @@ def test_system_judges_the_named_policy_and_a_name_the_tables_lack_is_one_line(t
     got = json.loads((tmp_path / "t.json").read_text())
     assert got["system"] == "base_sft_t0.7" and got["sets"]["test"]["checkpoint"] == "base_sft_t0.7"
     assert got["sets"]["test"]["correct_share"] == 0.0
+    assert got["sets"]["test"]["temperature"] == 0.7 != ev["config"]["temperature"]  # its own, not the set's
     assert got["sets"]["test"]["best_over_oracle"] != bench.eval_figures(json.loads(MINI.read_text()), "base_sft")[
         "best_over_oracle"]
     capsys.readouterr()

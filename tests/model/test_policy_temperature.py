@@ -1,8 +1,8 @@
 """One temperature for serving the policy, another for learning: every path that asks a trained policy for kernels
 (``generate``, ``evaluate``, the model-guided search, SFT's validation) samples at
 :data:`sparserl.model.config.POLICY_TEMPERATURE` by default, and every path that learns from its samples (``improve``,
-the RL rollouts) at 1.0. Kills: a serving path left at its own number when the constant moves, and a learning path
-that takes the serving temperature (its exploration narrowed)."""
+the RL rollouts) at 1.0. Kills: a serving path given its own number (a literal, even one equal to the constant
+today), and a learning path that takes the serving temperature (its exploration narrowed)."""
 
 from __future__ import annotations
 
@@ -26,5 +26,7 @@ def test_serving_paths_sample_at_the_policys_temperature_and_learning_at_one() -
     serving = {c.__name__: _default(c, "temperature") for c in (GenerateConfig, EvalConfig, SearchJob)}
     serving["SFTConfig.eval_temperature"] = _default(SFTConfig, "eval_temperature")
     assert serving == dict.fromkeys(serving, POLICY_TEMPERATURE)
+    # the constant itself, not a number equal to it today: a literal 0.7 written in a config is another object
+    assert all(t is POLICY_TEMPERATURE for t in serving.values()), serving
     assert {c.__name__: _default(c, "temperature") for c in (ImproveConfig, RLConfig)} == {
         "ImproveConfig": 1.0, "RLConfig": 1.0}

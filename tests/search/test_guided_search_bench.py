@@ -75,3 +75,6 @@ def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir, monkeypatch) -> N
     assert row["arms"]["search"]["searched"] >= 1 and row["arms"]["generate"]["searched"] >= 1
     assert row["generate_over_search"] is None and d["summary"]["compared_generate"] == 0
     assert loads == [str(m)] and row["prepare_seconds"] >= 0
+    from sparserl.model.config import POLICY_TEMPERATURE
+
+    assert d["config"]["temperature"] == POLICY_TEMPERATURE  # the model arms sample at the policy's temperature

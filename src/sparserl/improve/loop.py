@@ -413,6 +413,7 @@ class Improve:
         scfg = SFTConfig(data=str(self.round_dir(r) / "teacher"), model=str(self.state["best_model"]),
                          out=str(self.round_dir(r) / "sft"), steps=steps, batch_size=cfg.sft_batch_size, lr=cfg.sft_lr,
                          warmup_steps=min(cfg.sft_warmup, steps - 1), eval_every=steps, eval_samples=1,
+                         eval_temperature=cfg.temperature,
                          max_new_tokens=cfg.max_new_tokens, save_every=max(1, steps // 4), resume=True,
                          device=cfg.device, bf16=cfg.bf16, seed=cfg.seed + r)
         res = sft(scfg, evaluator=self.ev)  # resume=True: a killed fine-tune of this round continues
