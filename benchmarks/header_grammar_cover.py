@@ -25,8 +25,9 @@ BASELINES = ("cuSPARSE", "library oracle", "selector")
 
 
 def cover(paths: list[Path]) -> dict:
-    """Per verdict: samples, and how many of them have a header outside the grammar; the outside
-    ones' messages (most common first)."""
+    """Per verdict: samples, how many of them have a header outside the grammar (``outside``), and how many
+    more break the code's rules after a header inside it (``code_refused``: a character that is not ASCII, a
+    run of more than ``MAX_DIGIT_RUN`` digits); the refused ones' messages (most common first)."""
     from sparserl.model.header_grammar import START, run
 
     by: dict[str, Counter] = {}
@@ -36,11 +37,13 @@ def cover(paths: list[Path]) -> dict:
             r = json.loads(line)
             if r.get("system") in BASELINES:
                 continue
-            inside = run(START, r["completion"]) is not None
-            by.setdefault(r["verdict"], Counter())["inside" if inside else "outside"] += 1
-            if not inside:
+            text = r["completion"]
+            where = ("outside" if run(START, text) is None else
+                     "code_refused" if run(START, text, code=True) is None else "inside")
+            by.setdefault(r["verdict"], Counter())[where] += 1
+            if where != "inside":
                 messages[f"{r['verdict']}: {r.get('message', '')[:100]}"] += 1
-    return {"by_verdict": {v: {"samples": c["inside"] + c["outside"], "outside": c["outside"]}
+    return {"by_verdict": {v: {"samples": sum(c.values()), "outside": c["outside"], "code_refused": c["code_refused"]}
                            for v, c in sorted(by.items())},
             "outside_messages": messages.most_common(20)}
 
@@ -66,7 +69,7 @@ def lift(tokenizer_dir: Path) -> dict:
                     break
                 s = int(g.trans[s, tid])
             else:
-                if s != g.done:
+                if s not in g.code_rows:  # its header ended, and its code kept the code's rules
                     refused.append(v.id)
     return {"vocabulary": len(tok), "states": g.states, "build_seconds": round(g.build_seconds, 2),
             "library_variants": n, "library_variants_refused": refused}
@@ -94,10 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.tokenizer is not None:
         result["tokenizer"] = lift(args.tokenizer)
-    print("| verdict | samples | header outside the grammar |")
-    print("| --- | ---: | ---: |")
+    print("| verdict | samples | header outside the grammar | code outside its rules |")
+    print("| --- | ---: | ---: | ---: |")
     for verdict, row in result["by_verdict"].items():
-        print(f"| {verdict} | {row['samples']} | {row['outside']} |")
+        print(f"| {verdict} | {row['samples']} | {row['outside']} | {row['code_refused']} |")
     for message, n in result["outside_messages"]:
         print(f"- {n} x {message}")
     if "tokenizer" in result:

@@ -28,21 +28,27 @@ def _rows():
         {"system": "sft", "verdict": "compile_error", "message": "cut at the token budget",
          "completion": "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, "},  # a header prefix: could have been drawn
         {"system": "library oracle", "verdict": "none", "message": "", "completion": "FORMAT: EC"},  # a baseline
+        {"system": "sft", "verdict": "static_check", "message": "unbalanced '{'",  # a runaway number
+         "completion": "FORMAT: DIA\nLAUNCH: grid=1, block=1\n\nconstexpr int RUNS[] = {-1204, " + "1" * 40},
+        {"system": "sft", "verdict": "static_check", "message": "non-ASCII", "completion": good[:-30] + "\ufffd C;"},
     ]
 
 
 def test_counts_headers_outside_the_grammar_by_verdict(tmp_path, capsys) -> None:
     """One malformed header of two contract errors is outside; the accepted sample and a sample cut
-    inside its header are inside; baselines are not counted. Mutations killed: every contract error
-    counted as outside, a cut header counted as outside, baselines counted."""
+    inside its header are inside; baselines are not counted; a runaway number and a non-ASCII character
+    after a header inside the grammar are counted apart, as the code's. Mutations killed: every contract error
+    counted as outside, a cut header counted as outside, baselines counted, the code's rules unchecked."""
     f = tmp_path / "completions.jsonl"
     f.write_text("\n".join(json.dumps(r) for r in _rows()) + "\n")
     out = tmp_path / "cover.json"
     assert bench.main([str(f), "--out", str(out)]) == 0
     got = json.loads(out.read_text())["by_verdict"]
-    assert got == {"compile_error": {"samples": 1, "outside": 0}, "contract_error": {"samples": 2, "outside": 1},
-                   "none": {"samples": 1, "outside": 0}}
-    assert "| contract_error | 2 | 1 |" in capsys.readouterr().out
+    assert got == {"compile_error": {"samples": 1, "outside": 0, "code_refused": 0},
+                   "contract_error": {"samples": 2, "outside": 1, "code_refused": 0},
+                   "none": {"samples": 1, "outside": 0, "code_refused": 0},
+                   "static_check": {"samples": 2, "outside": 0, "code_refused": 2}}
+    assert "| contract_error | 2 | 1 | 0 |" in capsys.readouterr().out
 
 
 def test_the_lift_follows_every_library_variant(tmp_path, tiny_tokenizer) -> None:

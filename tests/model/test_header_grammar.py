@@ -1,5 +1,6 @@
 """The header grammar: the automaton against every header the project writes and the malformed ones
-policies wrote, its lift to tokens, and sampling under it in every CPU engine."""
+policies wrote, the code's two rules after it (ASCII, digit runs), its lift to tokens, and sampling under it in
+every CPU engine."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from sparserl.kernels.contract import Op  # noqa: E402
 from sparserl.kernels.library import variants  # noqa: E402
-from sparserl.model.header_grammar import DONE, START, HeaderGrammar, run  # noqa: E402
+from sparserl.model.header_grammar import DONE, MAX_DIGIT_RUN, START, HeaderGrammar, in_code, run  # noqa: E402
 from sparserl.model.sampling import sample_with_logp  # noqa: E402
 
 from tests.model.test_policy import ENC, samples  # noqa: E402
@@ -65,13 +66,19 @@ ACCEPTED = [
 ]
 
 
+def _whole(text: str) -> bool:
+    """The header reaches its end and the code keeps the code's rules to the text's end."""
+    return run(START, text) == DONE and in_code(run(START, text, code=True))
+
+
 def test_every_header_the_project_writes_is_in_the_grammar() -> None:
     """Every library variant (both ops) and every template point the search would render, on three
-    structures, reaches the end of its header. Kills a grammar stricter than the contract's writers
-    (a format parameter, a PARAMS list, a second LAUNCH line or an expression it refuses)."""
+    structures, reaches the end of its header, and its code keeps the code's rules. Kills a grammar stricter
+    than the contract's writers (a format parameter, a PARAMS list, a second LAUNCH line or an expression it
+    refuses; a digit run or a character the project's own kernels write)."""
     for op, k in ((Op.SPMV, None), (Op.SPMM, 32)):
         for v in variants(op, None, k):
-            assert run(START, v.render()) == DONE, v.id
+            assert _whole(v.render()), v.id
     from sparserl.kernels.templates import templates
     from sparserl.matrices import generate
     from sparserl.matrices.card import matrix_card
@@ -87,7 +94,7 @@ def test_every_header_the_project_writes_is_in_the_grammar() -> None:
                 for p in points:
                     if p is None or t.check(p, card, k):
                         continue
-                    assert run(START, t.render(p, card)) == DONE, (t.name, p)
+                    assert _whole(t.render(p, card)), (t.name, p)
                     seen += 1
     assert seen > 200
 
@@ -246,7 +253,7 @@ def test_a_random_model_writes_only_grammatical_headers_under_it(engine, tiny_to
     assert sum(run(START, t) is None for t in free) >= len(free) - 1
     bound = p.generate(batch, max_new_tokens=120, temperature=1.0, seed=3, engine=engine, header_grammar=True)
     for text in bound:
-        assert text.startswith("FORMAT: ") and run(START, text) is not None, text[:200]
+        assert text.startswith("FORMAT: ") and run(START, text, code=True) is not None, text[:200]
 
 
 def test_the_constraint_follows_rows_through_the_bucketed_compaction(tiny_tokenizer, tiny_hf_config,
@@ -347,3 +354,47 @@ def test_an_engine_that_fails_after_drawing_leaves_the_next_one_a_fresh_start(ti
                      temperature=1.0, engine="bucketed", constraint=c)
     for text in tiny_tokenizer.batch_decode(ids, skip_special_tokens=True):
         assert text.startswith("FORMAT: ") and run(START, text) is not None, text[:80]
+
+
+def test_the_code_after_the_header_is_ascii_with_bounded_digit_runs() -> None:
+    """After the header: a run of :data:`MAX_DIGIT_RUN` digits is allowed and one more is not (a DIA offsets block
+    a policy wrote ran to hundreds of digits), anywhere in the code, the first character included; a character
+    that is not ASCII (U+FFFD, a byte fragment's decoding, as policies wrote one) ends the completion; the
+    header-only walk is unchanged. Kills the rules unapplied, a run counted across a non-digit, and the first
+    character of the code left unchecked."""
+    header = "FORMAT: CSR\nLAUNCH: grid=1, block=1\n"
+    ok = "9" * MAX_DIGIT_RUN
+    assert run(START, header + f"int a = {ok};", code=True) == DONE
+    assert run(START, header + f"int a = {ok}", code=True) == ("code", MAX_DIGIT_RUN)
+    assert run(START, header + f"int a = {ok}9;", code=True) is None
+    assert run(START, header + f"int a[] = {{{ok}, {ok}}};", code=True) == DONE  # two runs, not one of 40
+    assert run(START, header + ok + "9", code=True) is None  # the code's first character is counted
+    assert run(START, header + "const bool aligned = (m >= m)\ufffd C;", code=True) is None
+    assert run(START, header + "// a comment \u2014 not ASCII", code=True) is None
+    assert run(START, header + f"int a = {ok}9;") == DONE  # the header's own walk stops at its end
+
+
+def test_the_lift_of_the_code_agrees_with_the_automaton(tiny_tokenizer) -> None:
+    """In every code state, each token's allowed bit and next state are those of the character automaton walked
+    over its text (the lift computes them from each token's digit runs instead of walking it). Kills a run that
+    does not carry across tokens, a token's inner run ignored, and a non-ASCII token allowed."""
+    from sparserl.model.header_grammar import step
+
+    texts = [tiny_tokenizer.decode([t]) for t in range(len(tiny_tokenizer))]
+    texts += ["9" * 12, "1a" + "2" * 21 + "b", "x\ufffd", "12", "\u00e9"]  # runs, a fragment, a non-ASCII letter
+    g = HeaderGrammar.build(texts)
+    assert len(g.code_rows) == MAX_DIGIT_RUN + 1 and g.code_rows[0] == g.done
+    refused = 0
+    for run_, row in enumerate(g.code_rows):
+        state = DONE if run_ == 0 else ("code", run_)
+        for tid, text in enumerate(texts):
+            want: object = state
+            for ch in text:
+                want = step(want, ch)
+                if want is None:
+                    break
+            assert bool(g.allowed[row, tid]) == (want is not None), (state, text)
+            if want is not None:
+                assert int(g.trans[row, tid]) == g.code_rows[0 if want == DONE else want[1]], (state, text)
+            refused += want is None
+    assert refused > 3 * (MAX_DIGIT_RUN + 1)  # the fragment, the letter and the 21-digit run, in every state

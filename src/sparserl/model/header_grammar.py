@@ -10,8 +10,11 @@ A completion begins with its header (docs/contract.md)::
 then the code. A small model writes malformed headers (an unknown format name, a LAUNCH line that swallows
 the kernel's signature), and each such sample is lost before the GPU. With a grammar, the sampler draws
 every header token only among the tokens that keep the header a prefix of this grammar; from the first
-character after the header (a line that does not start a LAUNCH line) every token is allowed, so the code
-is sampled as before.
+character after the header (a line that does not start a LAUNCH line) the code is sampled as before but for
+two rules that no kernel the contract accepts breaks: ASCII only (the static check refuses other characters
+outside comments; a byte-level tokenizer's fragments of one decode to U+FFFD, which policies wrote), and no
+run of more than :data:`MAX_DIGIT_RUN` digits (a policy wrote a DIA offsets block whose numbers ran to
+hundreds of digits until its token budget ran out; a C integer has at most 19).
 
 How: :class:`HeaderGrammar` runs a character-level automaton (:func:`step`) over each token's text from
 each reachable state, once per tokenizer, and keeps two tables on the device: which tokens each state
@@ -59,7 +62,9 @@ MAX_DEPTH = 4
 """Deepest parentheses in a LAUNCH expression (the library's deepest is 2)."""
 
 DONE = ("done",)
-"""The header has ended: every token is allowed from here on."""
+"""The header has ended: the code's state with no digit just written (``("code", d)``: d digits in a row)."""
+MAX_DIGIT_RUN = 20
+"""The most digits in a row the code may have (a 64-bit integer's 19, and one to spare)."""
 START = ("lit", "FORMAT: ", 0, ("fname", ""))
 
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -92,11 +97,27 @@ def _expr(field: str, mode: str | tuple = "operand", depth: int = 0) -> State:
     return ("expr", field, mode, depth)
 
 
+def in_code(state: State | None) -> bool:
+    """Whether ``state`` is past the header (``DONE`` or a run of digits in the code)."""
+    return state is not None and state[0] in ("done", "code")
+
+
+def _code_step(state: State, ch: str) -> State | None:
+    """The code after the header: ASCII only, and no more than :data:`MAX_DIGIT_RUN` digits in a row."""
+    if ord(ch) > 127:
+        return None
+    if ch in _DIGITS:
+        run_ = (state[1] if state[0] == "code" else 0) + 1
+        return ("code", run_) if run_ <= MAX_DIGIT_RUN else None
+    return DONE
+
+
 def step(state: State, ch: str) -> State | None:
-    """The state after ``ch``, or None where the header cannot continue with it. ``DONE`` stays ``DONE``."""
+    """The state after ``ch``, or None where the completion cannot continue with it (the header's grammar, then
+    the code's two rules: :func:`_code_step`)."""
     kind = state[0]
-    if kind == "done":
-        return state
+    if kind in ("done", "code"):
+        return _code_step(state, ch)
     if kind == "lit":
         _, text, i, then = state
         if ch != text[i]:
@@ -153,7 +174,7 @@ def step(state: State, ch: str) -> State | None:
             return ("lit", "LAUNCH: ", 1, _lit("grid=", _expr("grid")))
         if not has_launch:
             return None  # a header needs a LAUNCH line
-        return DONE  # the first character after the header (this character is the code's)
+        return _code_step(DONE, ch)  # the first character after the header (this character is the code's)
     if kind == "pname":  # PARAMS: NAME=INT, ... (count: names so far; a name never starts with '_')
         _, count, started = state
         if ch in (_IDENT if started else _LETTERS):
@@ -344,26 +365,43 @@ def _expr_step(state: State, ch: str) -> State | None:
     return None
 
 
-def run(state: State | None, text: str) -> State | None:
-    """``step`` over every character of ``text`` (None once it cannot continue)."""
+def run(state: State | None, text: str, code: bool = False) -> State | None:
+    """``step`` over every character of ``text`` (None once it cannot continue). By default the header only:
+    ``DONE`` as soon as it ends; with ``code`` the code's rules too, to the text's end (its state in the code)."""
     for ch in text:
-        if state is None or state == DONE:
-            return state
+        if state is None or (in_code(state) and not code):
+            return DONE if in_code(state) else state
         state = step(state, ch)
-    return state
+    return DONE if in_code(state) and not code else state
+
+
+def _code_shapes(token_texts: Sequence[str | None]) -> tuple[torch.Tensor, ...]:
+    """Per token id, what the code's rules need of its text: (ascii, all digits, leading digits, longest digit run,
+    trailing digits, length). A token without text (special, or past the tokenizer) is ASCII with no digit."""
+    rows = []
+    for text in token_texts:
+        if not text:
+            rows.append((1, 0, 0, 0, 0, 0))
+            continue
+        runs = [len(r) for r in "".join(c if c in _DIGITS else " " for c in text).split(" ")]
+        rows.append((int(text.isascii()), int(len(runs) == 1 and runs[0] > 0), runs[0], max(runs), runs[-1], len(text)))
+    return torch.tensor(rows, dtype=torch.long).unbind(1) if rows else (torch.zeros(0, dtype=torch.long),) * 6
 
 
 MAX_STATES = 20_000
-"""A bound on the lifted automaton (the contract's header needs about 880): a grammar that grows past it is a bug.
-Below 2^15, so that ``trans`` holds states as int16 (a 151k vocabulary: 2 bytes x S x V, 266 MB at 876 states)."""
+"""A bound on the lifted automaton (the contract's header and the code's digit runs need about 900): a grammar that
+grows past it is a bug. Below 2^15, so that ``trans`` holds states as int16 (a 151k vocabulary: 2 bytes x S x V,
+272 MB at 896 states)."""
 
 
 @dataclass
 class HeaderGrammar:
     """The header automaton lifted to a tokenizer's tokens: ``allowed`` (S, V) bool and ``trans``
-    (S, V) int16, state 0 the start and state ``done`` the end of the header (every token allowed).
-    V may exceed the tokenizer's size (a model's padded vocabulary): the extra ids have no text, so
-    they are never drawn inside a header and are free after it, as without the grammar."""
+    (S, V) int16, state 0 the start and state ``done`` the end of the header, followed by the code's states
+    (``("code", d)``, d digits in a row): there every token is allowed but one that is not ASCII or would make a
+    run of more than :data:`MAX_DIGIT_RUN` digits. V may exceed the tokenizer's size (a model's padded
+    vocabulary): the extra ids have no text, so they are never drawn inside a header and are free after it,
+    as without the grammar."""
 
     allowed: torch.Tensor
     trans: torch.Tensor
@@ -371,6 +409,8 @@ class HeaderGrammar:
     done: int
     states: int
     build_seconds: float
+    code_rows: tuple[int, ...] = ()
+    """The code's states' rows by the digits just written in a row (0: ``done``, to :data:`MAX_DIGIT_RUN`)."""
 
     def __post_init__(self) -> None:
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {self.allowed.device: (self.allowed, self.trans)}
@@ -398,15 +438,15 @@ class HeaderGrammar:
         i = 0
         while i < len(order):
             state, out = order[i], {}
-            if state != DONE:
+            if not in_code(state):  # the code's states: from the tokens' shapes, below
                 for first, tokens in by_first.items():
                     if advance(state, first) is None:
                         continue
                     for tid, text in tokens:
                         s: State | None = state
-                        for ch in text:
+                        for ch in text:  # a token that ends the header goes on under the code's rules
                             s = advance(s, ch)
-                            if s is None or s == DONE:
+                            if s is None:
                                 break
                         if s is not None:
                             out[tid] = s
@@ -417,17 +457,19 @@ class HeaderGrammar:
                     raise ValueError(f"the header grammar grew past {MAX_STATES} states: an unbounded state")
             edges.append(out)
             i += 1
-        if DONE not in index:
-            index[DONE] = len(order)
-            order.append(DONE)
-            edges.append({})
+        code = [DONE] + [("code", d) for d in range(1, MAX_DIGIT_RUN + 1)]  # by the digits in a row
+        for state in code:
+            if state not in index:
+                index[state] = len(order)
+                order.append(state)
+                edges.append({})
         # states from which no token leads on (a dead end at a token boundary) are pruned, repeatedly
-        alive = [bool(e) or s == DONE for s, e in zip(order, edges)]
+        alive = [bool(e) or in_code(s) for s, e in zip(order, edges)]
         changed = True
         while changed:
             changed = False
             for k, e in enumerate(edges):
-                if order[k] == DONE or not alive[k]:
+                if in_code(order[k]) or not alive[k]:
                     continue
                 if not any(alive[index[s]] for s in e.values()):
                     alive[k], changed = False, True
@@ -445,13 +487,18 @@ class HeaderGrammar:
             r, c = torch.tensor(rows), torch.tensor(cols)
             allowed[r, c] = True
             trans[r, c] = torch.tensor(dest, dtype=torch.int16)
+        ascii_, digits, lead, longest, trail, length = _code_shapes(token_texts)
+        to_code = torch.tensor([index[c] for c in code], dtype=torch.int16)  # digits in a row -> its state
+        for run_, state in enumerate(code):  # a token after `run_` digits: the run it ends with, if every run fits
+            grown = torch.where(digits.bool(), run_ + length, trail)
+            ok = ascii_.bool() & (run_ + lead <= MAX_DIGIT_RUN) & (longest <= MAX_DIGIT_RUN) & (grown <= MAX_DIGIT_RUN)
+            allowed[index[state]] = ok
+            trans[index[state]] = torch.where(ok, to_code[grown.clamp(max=MAX_DIGIT_RUN)], 0)
         d = index[DONE]
-        allowed[d] = True
-        trans[d] = d
         if eos_id is not None and eos_id < V:  # a completion ends after its header, never inside it
             allowed[:, eos_id] = False
-            allowed[d, eos_id] = True
-        return cls(allowed, trans, 0, d, S, time.perf_counter() - t0)
+            allowed[[index[c] for c in code], eos_id] = True
+        return cls(allowed, trans, 0, d, S, time.perf_counter() - t0, tuple(index[c] for c in code))
 
     @classmethod
     def for_tokenizer(cls, tokenizer, width: int | None = None) -> "HeaderGrammar":
