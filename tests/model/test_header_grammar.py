@@ -183,7 +183,8 @@ def _toy():
 
 def test_tokens_are_allowed_only_where_the_header_continues() -> None:
     """The lift: at the start only tokens that begin a header (and never the end token) are allowed;
-    following allowed tokens spells a header and reaches the end state, where every token is allowed.
+    following allowed tokens spells a header and reaches the end state, where every token of this ASCII
+    vocabulary is allowed.
     Kills an allowed table that ignores the automaton, an end token allowed inside the header, and
     transitions that do not follow the drawn token."""
     pieces, eos = _toy()
@@ -330,7 +331,9 @@ def test_a_padded_vocabulary_is_covered(tiny_tokenizer, tiny_hf_config) -> None:
         texts = p.generate(samples(), max_new_tokens=40, temperature=1.0, seed=4, engine=engine, header_grammar=True)
         assert all(t.startswith("FORMAT: ") and run(START, t) is not None for t in texts), (engine, texts)
     g = HeaderGrammar.for_tokenizer(tiny_tokenizer, cfg.vocab_size)
-    assert g.allowed.shape[1] == cfg.vocab_size and not g.allowed[:g.done, len(tiny_tokenizer):].any()
+    header_rows = [k for k in range(g.states) if k not in g.code_rows]
+    assert g.allowed.shape[1] == cfg.vocab_size and not g.allowed[header_rows, len(tiny_tokenizer):].any()
+    assert g.allowed[list(g.code_rows), len(tiny_tokenizer):].all()  # free in the code, as before its rules
 
 
 def test_an_engine_that_fails_after_drawing_leaves_the_next_one_a_fresh_start(tiny_tokenizer, tiny_hf_config,
@@ -371,7 +374,8 @@ def test_the_code_after_the_header_is_ascii_with_bounded_digit_runs() -> None:
     assert run(START, header + ok + "9", code=True) is None  # the code's first character is counted
     assert run(START, header + "const bool aligned = (m >= m)\ufffd C;", code=True) is None
     assert run(START, header + "// a comment \u2014 not ASCII", code=True) is None
-    assert run(START, header + f"int a = {ok}9;") == DONE  # the header's own walk stops at its end
+    assert run(START, header + f"int a = {ok}9;") == DONE  # the header's own walk stops at its end,
+    assert run(START, header + "\u00e9") == DONE  # whatever the code's first character
 
 
 def test_the_lift_of_the_code_agrees_with_the_automaton(tiny_tokenizer) -> None:
@@ -381,13 +385,17 @@ def test_the_lift_of_the_code_agrees_with_the_automaton(tiny_tokenizer) -> None:
     from sparserl.model.header_grammar import step
 
     texts = [tiny_tokenizer.decode([t]) for t in range(len(tiny_tokenizer))]
-    texts += ["9" * 12, "1a" + "2" * 21 + "b", "x\ufffd", "12", "\u00e9"]  # runs, a fragment, a non-ASCII letter
-    g = HeaderGrammar.build(texts)
+    texts += ["9" * 12, "1a" + "2" * 21 + "b", "x\ufffd", "12", "\u00e9", "7;", ""]  # runs, a fragment, a letter
+    texts += [None]  # a special token (no text): free in the code, as before the rules; here the end token
+    eos = len(texts) - 1
+    g = HeaderGrammar.build(texts, eos_id=eos)
     assert len(g.code_rows) == MAX_DIGIT_RUN + 1 and g.code_rows[0] == g.done
+    header_rows = [k for k in range(g.states) if k not in g.code_rows]
+    assert g.allowed[list(g.code_rows), eos].all() and not g.allowed[header_rows, eos].any()
     refused = 0
     for run_, row in enumerate(g.code_rows):
         state = DONE if run_ == 0 else ("code", run_)
-        for tid, text in enumerate(texts):
+        for tid, text in enumerate(texts[:eos]):
             want: object = state
             for ch in text:
                 want = step(want, ch)
@@ -398,3 +406,15 @@ def test_the_lift_of_the_code_agrees_with_the_automaton(tiny_tokenizer) -> None:
                 assert int(g.trans[row, tid]) == g.code_rows[0 if want == DONE else want[1]], (state, text)
             refused += want is None
     assert refused > 3 * (MAX_DIGIT_RUN + 1)  # the fragment, the letter and the 21-digit run, in every state
+
+
+def test_a_token_that_ends_the_header_is_held_to_the_codes_rules() -> None:
+    """A token that closes the header and begins the code (``"\\n\\n1"``) leads to the code's state after its
+    digit, and one whose code part is not ASCII is refused. Kills the lift's walk stopping at the header's end
+    (the rest of such a token unchecked)."""
+    pieces = ["FORMAT: CSR\nLAUNCH: grid=1, block=1\n", "\n1", "\n\u00e9", "9" * MAX_DIGIT_RUN, "\n", "x"]
+    g = HeaderGrammar.build(pieces)
+    s = int(g.trans[g.start, 0])
+    assert g.allowed[g.start, 0] and g.allowed[s, 1] and not g.allowed[s, 2]
+    assert int(g.trans[s, 1]) == g.code_rows[1]
+    assert not g.allowed[g.code_rows[1], 3] and g.allowed[g.code_rows[0], 3]  # 1 + 20 digits, then 20 alone

@@ -11,10 +11,11 @@ then the code. A small model writes malformed headers (an unknown format name, a
 the kernel's signature), and each such sample is lost before the GPU. With a grammar, the sampler draws
 every header token only among the tokens that keep the header a prefix of this grammar; from the first
 character after the header (a line that does not start a LAUNCH line) the code is sampled as before but for
-two rules that no kernel the contract accepts breaks: ASCII only (the static check refuses other characters
-outside comments; a byte-level tokenizer's fragments of one decode to U+FFFD, which policies wrote), and no
-run of more than :data:`MAX_DIGIT_RUN` digits (a policy wrote a DIA offsets block whose numbers ran to
-hundreds of digits until its token budget ran out; a C integer has at most 19).
+two rules that no kernel the project writes breaks, nor any correct sample seen (1002 of them): ASCII only (the
+static check refuses other characters outside comments, and accepts them in comments, which the project's
+kernels never need; a byte-level tokenizer's fragments of one decode to U+FFFD, which policies wrote), and no
+run of more than :data:`MAX_DIGIT_RUN` digits (a policy wrote a DIA offsets block with a number of 180 digits,
+and on until its token budget ran out; a 64-bit integer has at most 19 digits, a float literal may have more).
 
 How: :class:`HeaderGrammar` runs a character-level automaton (:func:`step`) over each token's text from
 each reachable state, once per tokenizer, and keeps two tables on the device: which tokens each state
@@ -102,6 +103,13 @@ def in_code(state: State | None) -> bool:
     return state is not None and state[0] in ("done", "code")
 
 
+def _ends_header(state: State, ch: str) -> bool:
+    """Whether ``ch`` at the start of a line (a ``line`` state) is the code's first character: after a LAUNCH
+    line, anything but another LAUNCH line (or PARAMS, right after FORMAT)."""
+    _, after_format, has_launch = state
+    return has_launch and ch != "L" and not (ch == "P" and after_format)
+
+
 def _code_step(state: State, ch: str) -> State | None:
     """The code after the header: ASCII only, and no more than :data:`MAX_DIGIT_RUN` digits in a row."""
     if ord(ch) > 127:
@@ -167,14 +175,13 @@ def step(state: State, ch: str) -> State | None:
             return step(("fkey", fmt, "", seen), ch)
         return None
     if kind == "line":
-        _, after_format, has_launch = state
-        if ch == "P" and after_format:
+        if _ends_header(state, ch):
+            return _code_step(DONE, ch)  # the first character after the header (this character is the code's)
+        if ch == "P" and state[1]:
             return ("lit", "PARAMS: ", 1, ("pname", 0, False))
         if ch == "L":
             return ("lit", "LAUNCH: ", 1, _lit("grid=", _expr("grid")))
-        if not has_launch:
-            return None  # a header needs a LAUNCH line
-        return _code_step(DONE, ch)  # the first character after the header (this character is the code's)
+        return None  # a header needs a LAUNCH line
     if kind == "pname":  # PARAMS: NAME=INT, ... (count: names so far; a name never starts with '_')
         _, count, started = state
         if ch in (_IDENT if started else _LETTERS):
@@ -371,6 +378,8 @@ def run(state: State | None, text: str, code: bool = False) -> State | None:
     for ch in text:
         if state is None or (in_code(state) and not code):
             return DONE if in_code(state) else state
+        if not code and state[0] == "line" and _ends_header(state, ch):
+            return DONE  # the header ends at this character, whatever the code's rules say of it
         state = step(state, ch)
     return DONE if in_code(state) and not code else state
 
@@ -380,11 +389,12 @@ def _code_shapes(token_texts: Sequence[str | None]) -> tuple[torch.Tensor, ...]:
     trailing digits, length). A token without text (special, or past the tokenizer) is ASCII with no digit."""
     rows = []
     for text in token_texts:
-        if not text:
+        if text is None:
             rows.append((1, 0, 0, 0, 0, 0))
             continue
         runs = [len(r) for r in "".join(c if c in _DIGITS else " " for c in text).split(" ")]
-        rows.append((int(text.isascii()), int(len(runs) == 1 and runs[0] > 0), runs[0], max(runs), runs[-1], len(text)))
+        rows.append((int(text.isascii()), int(all(c in _DIGITS for c in text)), runs[0], max(runs), runs[-1],
+                     len(text)))  # an empty text is all digits, none of them: the run goes on unchanged
     return torch.tensor(rows, dtype=torch.long).unbind(1) if rows else (torch.zeros(0, dtype=torch.long),) * 6
 
 
