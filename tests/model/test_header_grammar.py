@@ -361,9 +361,9 @@ def test_an_engine_that_fails_after_drawing_leaves_the_next_one_a_fresh_start(ti
 
 def test_the_code_after_the_header_is_ascii_with_bounded_digit_runs() -> None:
     """After the header: a run of :data:`MAX_DIGIT_RUN` digits is allowed and one more is not (a DIA offsets block
-    a policy wrote ran to hundreds of digits), anywhere in the code, the first character included; a character
-    that is not ASCII (U+FFFD, a byte fragment's decoding, as policies wrote one) ends the completion; the
-    header-only walk is unchanged. Kills the rules unapplied, a run counted across a non-digit, and the first
+    a policy wrote held a number of 180 digits), anywhere in the code, the first character included; a character
+    that is not ASCII (U+FFFD, a byte fragment's decoding, as policies wrote one) or a control character other than
+    whitespace ends the completion; the header-only walk is unchanged. Kills the rules unapplied, a run counted across a non-digit, and the first
     character of the code left unchecked."""
     header = "FORMAT: CSR\nLAUNCH: grid=1, block=1\n"
     ok = "9" * MAX_DIGIT_RUN
@@ -374,6 +374,8 @@ def test_the_code_after_the_header_is_ascii_with_bounded_digit_runs() -> None:
     assert run(START, header + ok + "9", code=True) is None  # the code's first character is counted
     assert run(START, header + "const bool aligned = (m >= m)\ufffd C;", code=True) is None
     assert run(START, header + "// a comment \u2014 not ASCII", code=True) is None
+    assert run(START, header + "int a;\x7f", code=True) is None and run(START, header + "\x01", code=True) is None
+    assert run(START, header + "int a;\t\f\v\r\n", code=True) == DONE  # whitespace, as the static check allows
     assert run(START, header + f"int a = {ok}9;") == DONE  # the header's own walk stops at its end,
     assert run(START, header + "\u00e9") == DONE  # whatever the code's first character
 
@@ -385,7 +387,7 @@ def test_the_lift_of_the_code_agrees_with_the_automaton(tiny_tokenizer) -> None:
     from sparserl.model.header_grammar import step
 
     texts = [tiny_tokenizer.decode([t]) for t in range(len(tiny_tokenizer))]
-    texts += ["9" * 12, "1a" + "2" * 21 + "b", "x\ufffd", "12", "\u00e9", "7;", ""]  # runs, a fragment, a letter
+    texts += ["9" * 12, "1a" + "2" * 21 + "b", "x\ufffd", "12", "\u00e9", "7;", "", "\x7f", "a\t"]  # runs, others
     texts += [None]  # a special token (no text): free in the code, as before the rules; here the end token
     eos = len(texts) - 1
     g = HeaderGrammar.build(texts, eos_id=eos)

@@ -11,9 +11,10 @@ then the code. A small model writes malformed headers (an unknown format name, a
 the kernel's signature), and each such sample is lost before the GPU. With a grammar, the sampler draws
 every header token only among the tokens that keep the header a prefix of this grammar; from the first
 character after the header (a line that does not start a LAUNCH line) the code is sampled as before but for
-two rules that no kernel the project writes breaks, nor any correct sample seen (1002 of them): ASCII only (the
-static check refuses other characters outside comments, and accepts them in comments, which the project's
-kernels never need; a byte-level tokenizer's fragments of one decode to U+FFFD, which policies wrote), and no
+two rules that no kernel the project writes breaks, nor any correct sample seen (1002 of them): printable ASCII
+and whitespace only, the static check's rule (it refuses other characters outside comments, and accepts them in
+comments, which the project's kernels never need; a byte-level tokenizer's fragments of a character that is not
+ASCII decode to U+FFFD, which policies wrote), and no
 run of more than :data:`MAX_DIGIT_RUN` digits (a policy wrote a DIA offsets block with a number of 180 digits,
 and on until its token budget ran out; a 64-bit integer has at most 19 digits, a float literal may have more).
 
@@ -110,9 +111,15 @@ def _ends_header(state: State, ch: str) -> bool:
     return has_launch and ch != "L" and not (ch == "P" and after_format)
 
 
+def _code_char(ch: str) -> bool:
+    """A character the code may hold: printable ASCII or whitespace (``harness.source``'s rule outside comments)."""
+    return 32 <= ord(ch) <= 126 or ch in "\n\t\f\v\r"
+
+
 def _code_step(state: State, ch: str) -> State | None:
-    """The code after the header: ASCII only, and no more than :data:`MAX_DIGIT_RUN` digits in a row."""
-    if ord(ch) > 127:
+    """The code after the header: :func:`_code_char` only, and no more than :data:`MAX_DIGIT_RUN` digits in a
+    row."""
+    if not _code_char(ch):
         return None
     if ch in _DIGITS:
         run_ = (state[1] if state[0] == "code" else 0) + 1
@@ -385,16 +392,17 @@ def run(state: State | None, text: str, code: bool = False) -> State | None:
 
 
 def _code_shapes(token_texts: Sequence[str | None]) -> tuple[torch.Tensor, ...]:
-    """Per token id, what the code's rules need of its text: (ascii, all digits, leading digits, longest digit run,
-    trailing digits, length). A token without text (special, or past the tokenizer) is ASCII with no digit."""
+    """Per token id, what the code's rules need of its text: (every character allowed (:func:`_code_char`), all
+    digits, leading digits, longest digit run, trailing digits, length). A token without text (special, or past
+    the tokenizer) is allowed, with no digit."""
     rows = []
     for text in token_texts:
         if text is None:
             rows.append((1, 0, 0, 0, 0, 0))
             continue
         runs = [len(r) for r in "".join(c if c in _DIGITS else " " for c in text).split(" ")]
-        rows.append((int(text.isascii()), int(all(c in _DIGITS for c in text)), runs[0], max(runs), runs[-1],
-                     len(text)))  # an empty text is all digits, none of them: the run goes on unchanged
+        rows.append((int(all(map(_code_char, text))), int(all(c in _DIGITS for c in text)), runs[0], max(runs),
+                     runs[-1], len(text)))  # an empty text is all digits, none of them: the run goes on unchanged
     return torch.tensor(rows, dtype=torch.long).unbind(1) if rows else (torch.zeros(0, dtype=torch.long),) * 6
 
 
@@ -408,10 +416,10 @@ grows past it is a bug. Below 2^15, so that ``trans`` holds states as int16 (a 1
 class HeaderGrammar:
     """The header automaton lifted to a tokenizer's tokens: ``allowed`` (S, V) bool and ``trans``
     (S, V) int16, state 0 the start and state ``done`` the end of the header, followed by the code's states
-    (``("code", d)``, d digits in a row): there every token is allowed but one that is not ASCII or would make a
-    run of more than :data:`MAX_DIGIT_RUN` digits. V may exceed the tokenizer's size (a model's padded
-    vocabulary): the extra ids have no text, so they are never drawn inside a header and are free after it,
-    as without the grammar."""
+    (``("code", d)``, d digits in a row): there every token is allowed but one with a character the code may not
+    hold (:func:`_code_char`) or that would make a run of more than :data:`MAX_DIGIT_RUN` digits. V may exceed
+    the tokenizer's size (a model's padded vocabulary): the extra ids have no text, so they are never drawn inside
+    a header and are free after it, as without the grammar."""
 
     allowed: torch.Tensor
     trans: torch.Tensor
@@ -497,11 +505,11 @@ class HeaderGrammar:
             r, c = torch.tensor(rows), torch.tensor(cols)
             allowed[r, c] = True
             trans[r, c] = torch.tensor(dest, dtype=torch.int16)
-        ascii_, digits, lead, longest, trail, length = _code_shapes(token_texts)
+        fit, digits, lead, longest, trail, length = _code_shapes(token_texts)
         to_code = torch.tensor([index[c] for c in code], dtype=torch.int16)  # digits in a row -> its state
         for run_, state in enumerate(code):  # a token after `run_` digits: the run it ends with, if every run fits
             grown = torch.where(digits.bool(), run_ + length, trail)
-            ok = ascii_.bool() & (run_ + lead <= MAX_DIGIT_RUN) & (longest <= MAX_DIGIT_RUN) & (grown <= MAX_DIGIT_RUN)
+            ok = fit.bool() & (run_ + lead <= MAX_DIGIT_RUN) & (longest <= MAX_DIGIT_RUN) & (grown <= MAX_DIGIT_RUN)
             allowed[index[state]] = ok
             trans[index[state]] = torch.where(ok, to_code[grown.clamp(max=MAX_DIGIT_RUN)], 0)
         d = index[DONE]
