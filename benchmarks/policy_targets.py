@@ -37,6 +37,7 @@ import json
 import sys
 from pathlib import Path
 
+from sparserl.eval.specs import system_temperatures
 from sparserl.improve.table import geomean_of
 
 AIM_MINUTES = {"small": 15.0, "full": 40.0}
@@ -61,10 +62,15 @@ START, IMPROVED = "base_sft", "improved"
 ORACLE = "library oracle"
 
 
+def policies_of(ev: dict) -> list[str]:
+    """The systems of one ``eval.json`` that are neither cuSPARSE nor the library oracle."""
+    return [s for s in ev["summary"] if s not in ("cuSPARSE", ORACLE)]
+
+
 def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
     """The targets' figures for one ``eval.json``: of ``checkpoint`` (default: the one system that is
     neither a baseline nor the paper's) against the library oracle, matrix by matrix."""
-    systems = [s for s in ev["summary"] if s not in ("cuSPARSE", ORACLE)]
+    systems = policies_of(ev)
     name = checkpoint or (systems[0] if len(systems) == 1 else None)
     if name is None or name not in ev["summary"]:
         raise ValueError(f"name the checkpoint: this evaluation holds {systems}")
@@ -98,9 +104,8 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
 
 def sampled_at(config: dict, name: str) -> float | None:
     """The temperature ``name``'s samples were drawn at: its own (``system_temperatures``' ``NAME=T``), else the
-    set's (``eval/compare.temperature_of`` on a saved config; not imported, to keep this tool light)."""
-    own = {spec.rpartition("=")[0]: float(spec.rpartition("=")[2]) for spec in config.get("system_temperatures") or ()}
-    return own.get(name, config.get("temperature"))
+    set's (``eval/compare.temperature_of`` on a saved config)."""
+    return system_temperatures(config.get("system_temperatures") or ()).get(name, config.get("temperature"))
 
 
 def read_run(out: Path, preset: str, system: str | None = None) -> dict:
@@ -150,7 +155,7 @@ def read_run(out: Path, preset: str, system: str | None = None) -> dict:
         final = next((n for n in (IMPROVED, START) if n in ev["summary"]), None)  # snapshots (sft_stepN) beside it
         if system:
             if system not in ev["summary"]:
-                named = ", ".join(n for n in ev["summary"] if n not in ("cuSPARSE", ORACLE)) or "none"
+                named = ", ".join(policies_of(ev)) or "none"
                 raise ValueError(f"eval-{name} has no policy named '{system}' (it has: {named})")
             final = system
         fig = eval_figures(ev, final)  # the final policy

@@ -34,6 +34,7 @@ from sparserl.errors import SparseRLError
 from sparserl.eval.library_match import library_match_table
 from sparserl.eval.metrics import fast_p, geomean, kept_speedup, mean_pass_at_k, speedup_at_1
 from sparserl.eval.report import markdown, plots
+from sparserl.eval.specs import checkpoint_specs, system_temperatures
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import variants
@@ -299,35 +300,10 @@ def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, d
     return out
 
 
-def system_temperatures(specs) -> dict[str, float]:
-    """NAME -> T of each ``NAME=T`` (:attr:`EvalConfig.system_temperatures`); a spec without a name or with a T
-    that is not a positive number is an error that names it."""
-    out = {}
-    for spec in specs:
-        name, eq, value = spec.rpartition("=")
-        try:
-            t = float(value) if eq else 0.0
-        except ValueError:
-            t = 0.0
-        if not name or not t > 0:
-            raise SparseRLError(f"--system-temperature {spec!r}: give NAME=T with T > 0")
-        out[name] = t
-    return out
-
-
 def temperature_of(cfg: EvalConfig, name: str) -> float:
     """The temperature the system ``name`` is sampled at (:attr:`EvalConfig.system_temperatures`, else the
     set's)."""
     return system_temperatures(cfg.system_temperatures).get(name, cfg.temperature)
-
-
-def checkpoint_specs(specs) -> list[tuple[str, str]]:
-    """(name, path) of each checkpoint given as NAME=PATH, or PATH (named by its folder)."""
-    out = []
-    for spec in specs:
-        name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
-        out.append((name, path))
-    return out
 
 
 def open_policies(checkpoints, given: dict | None = None) -> dict[str, Policy]:

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from sparserl.eval import library_match
+from sparserl.eval.specs import system_temperatures
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,10 @@ def markdown(result: dict) -> str:
               "speedup@1 is what one sampled kernel gives (geomean over each matrix's samples, a sample that is "
               "not correct or slower than cuSPARSE counting as 1.0, so a wrong sample never ranks above a correct "
               "one).", ""]
-    own = result["config"].get("system_temperatures") or ()
+    own = system_temperatures(result["config"].get("system_temperatures") or ())
     if own:
         lines += [f"Sampled at temperature {result['config']['temperature']:g}, but " + ", ".join(
-            f"{spec.rpartition('=')[0]} at {float(spec.rpartition('=')[2]):g}" for spec in own) + ".", ""]
+            f"{name} at {t:g}" for name, t in own.items()) + ".", ""]
     fams = sorted({f for m in s.values() for f in m["per_family_geomean"]})
     if fams:
         lines += ["## Geometric-mean speedup per family", "", "| system | " + " | ".join(fams) + " |",

@@ -383,10 +383,10 @@ def run(state: State | None, text: str, code: bool = False) -> State | None:
     """``step`` over every character of ``text`` (None once it cannot continue). By default the header only:
     ``DONE`` as soon as it ends; with ``code`` the code's rules too, to the text's end (its state in the code)."""
     for ch in text:
-        if state is None or (in_code(state) and not code):
-            return DONE if in_code(state) else state
-        if not code and state[0] == "line" and _ends_header(state, ch):
-            return DONE  # the header ends at this character, whatever the code's rules say of it
+        if state is None:
+            return None
+        if not code and (in_code(state) or (state[0] == "line" and _ends_header(state, ch))):
+            return DONE  # the header has ended (at this character, whatever the code's rules say of it)
         state = step(state, ch)
     return DONE if in_code(state) and not code else state
 
