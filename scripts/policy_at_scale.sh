@@ -170,6 +170,8 @@ for t in TEMPERATURE IMPROVE_TEMPERATURE; do
     *,*) echo "error: $t is one number (to choose among several on the validation split: TEMPERATURES)" >&2
          exit 2 ;;
   esac
+done
+for t in TEMPERATURE IMPROVE_TEMPERATURE SECOND_TEMPERATURE; do
   if [ -n "${!t:-}" ] && ! "${PYTHON:-python}" -c "$positive" "${!t}" 2> /dev/null; then
     echo "error: $t is a positive number (got '${!t}')" >&2; exit 2
   fi
@@ -211,9 +213,6 @@ for n in ${SFT_SNAPSHOTS:-}; do
 done
 knob SFT_SNAPSHOTS "${snapshots[*]}" ""
 second_t=${SECOND_TEMPERATURE:-}  # the final policy sampled at this temperature too, beside itself, held out
-if [ -n "$second_t" ] && ! "${PYTHON:-python}" -c "$positive" "$second_t" 2> /dev/null; then
-  echo "error: SECOND_TEMPERATURE is a positive number (got '$second_t')" >&2; exit 2
-fi
 same='import sys; assert float(sys.argv[1]) != float(sys.argv[2])'
 if [ -n "$second_t" ] && [ -z "${TEMPERATURES:-}" ] \
    && ! "${PYTHON:-python}" -c "$same" "$second_t" "${TEMPERATURE:-0.7}" 2> /dev/null; then
