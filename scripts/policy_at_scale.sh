@@ -36,7 +36,8 @@
 #          (SUITESPARSE=DIR; a full run without it is noted as changed, its table has no real set). The
 #          target is 40 minutes; with the teacher then drawn over 10k-1M rows it took 20.0 (1202 s of stages
 #          on one H200, results of 2026-12-05, policy-full-preset); the larger teacher's search took 290 s
-#          on an H100 against 134 on that H200 (teacher-sizes-stratified: 1093 s to the end of SFT).
+#          on an H100 against 134 on that H200 (teacher-sizes-stratified: 1093 s to the end of SFT). With it, on
+#          an H100 and without improve: 1338 s, 22.3 minutes (results of 2026-12-06, policy-full-preset-t0.7).
 #          Each setting is one a small run measured (results of 2026-12-04: policy-teacher-at-scale,
 #          policy-length-limit, header-grammar-cover); the earlier full preset (12 minutes of pre-training,
 #          10 matrices per family to 2M rows, 30 further ones, 800 steps, two improve rounds) never ran:
