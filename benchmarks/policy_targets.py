@@ -11,7 +11,9 @@ What the run measured, beside the bar each target sets:
   run was given ``SUITESPARSE``): the checkpoint's correct share (at least 95%),
   new bodies' correct share (at least 50%: a body the library does not have under any PARAMS), the
   best of N over the library oracle's geometric mean (at least 1.00 on the families at 1M rows, 0.98
-  elsewhere), and the share of matrices where the best sample beats the oracle (at least 25%).
+  elsewhere), and the share of matrices where the best sample beats the oracle (at least 25%). Beside that
+  share, not a target: the share ahead by more than :data:`CLEAR_MARGIN` (a best of N timed 16 times can lead the
+  oracle's one timing of the same variant by a little: 2.86x against 2.81x on a 5.6 us kernel).
 
 * the model guiding the search (``guided.json``, from ``benchmarks/guided_search.py``): generate with the
   model and a search of 16 after its samples against a search of 64 without it (at least 1.00), and a search
@@ -56,6 +58,8 @@ GUIDED_MODEL = 1.03
 IMPROVE_GAIN = 1.10
 """The improved policy's best of N at 1M rows over its SFT start's."""
 IMPROVE_MIN_CORRECT = 0.90
+CLEAR_MARGIN = 0.02
+"""The lead over the oracle that the table's second ahead share asks for (reported, judged against nothing)."""
 """Every kept round's validation correct share."""
 START, IMPROVED = "base_sft", "improved"
 """The script's names for the SFT model and the improved one (``-c NAME=PATH``)."""
@@ -75,13 +79,14 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
     if name is None or name not in ev["summary"]:
         raise ValueError(f"name the checkpoint: this evaluation holds {systems}")
     ours, oracle = ev["per_matrix"][name], ev["per_matrix"].get(ORACLE)
-    ratios, ahead = [], 0
+    ratios, ahead, clear = [], 0, 0
     for matrix, row in ours.items() if oracle else ():  # no oracle (compile-only, or not asked): no ratio
         ref = oracle[matrix]["best_speedup"]
         best = row["best_speedup"] if row.get("correct") else None
         mine = max(best or 0.0, 1.0)  # no correct sample, or none faster than cuSPARSE: the user keeps cuSPARSE
         ratios.append(mine / max(ref, 1.0))
         ahead += mine > max(ref, 1.0)  # strictly ahead: a tie with the oracle is not ahead
+        clear += mine > max(ref, 1.0) * (1 + CLEAR_MARGIN)
     match = ev.get("library_match", {}).get(name, {})
     new = match.get("new", {"samples": 0, "correct": 0})
     summary = ev["summary"][name]
@@ -97,6 +102,7 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
         "new_messages": {kind: ms[0]["example"] for kind, ms in new.get("messages", {}).items() if ms},
         "best_over_oracle": geomean_of(ratios),
         "ahead_of_oracle_share": ahead / len(ours) if ours and oracle else None,
+        "ahead_clearly_share": clear / len(ours) if ours and oracle else None,
         "measured": not ev.get("compile_only") and oracle is not None,
         "temperature": sampled_at(ev.get("config", {}), name),
     }
@@ -221,6 +227,9 @@ def table(result: dict) -> str:
         lines.append("")
         lines.append(f"{name}: {fig['matrices']} matrices, {fig['samples']} samples of {fig['checkpoint']}; new bodies "
                      f"{fig['new_bodies_correct']} correct of {fig['new_bodies']}")
+        if fig.get("ahead_clearly_share") is not None:
+            lines.append(f"{name}: ahead of the oracle by more than {CLEAR_MARGIN:.0%} on "
+                         f"{fig['ahead_clearly_share']:.3f} of matrices (strictly ahead: {fig['ahead_of_oracle_share']:.3f})")
         failed = [f"{kind} {n}" + (f" (`{fig['new_messages'][kind][:100]}`)" if kind in fig.get("new_messages", {}) else "")
                   for kind, n in fig.get("new_failures", {}).items()]
         if failed:

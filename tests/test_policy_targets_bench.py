@@ -1,6 +1,6 @@
 """benchmarks/policy_targets.py: the policy's targets read off a run folder (CPU). Checked on a hand-made
 evaluation and on a real one (the reduced GPU run's eval.json in benchmarks/results). Mutations killed:
-a tie with the oracle counted as ahead, a matrix with no correct sample left out instead of counted at
+a tie with the oracle counted as ahead, a lead within the 2% margin counted as a clear one, a matrix with no correct sample left out instead of counted at
 cuSPARSE's speed, the best over the oracle taken from means instead of per matrix, a target that is
 reported met when it was not measured, a folder that is not a run accepted; for improve: the SFT model's
 figures taken for the final policy's, a kept round under 90% correct let through, a run that kept no round
@@ -34,9 +34,18 @@ def test_ties_are_not_ahead_and_a_matrix_without_a_correct_kernel_counts_at_cusp
     ev = _eval({"tie": 2.0, "ahead": 3.0, "behind": 1.5, "none": None}, {"tie": 2.0, "ahead": 2.0, "behind": 3.0,
                                                                             "none": 4.0})
     fig = bench.eval_figures(ev)
-    assert fig["ahead_of_oracle_share"] == 0.25
+    assert fig["ahead_of_oracle_share"] == 0.25 and fig["ahead_clearly_share"] == 0.25
     assert fig["best_over_oracle"] == pytest.approx((1.0 * 1.5 * 0.5 * 0.25) ** 0.25)
     assert fig["new_correct_share"] == 0.25 and fig["correct_share"] == 0.75
+
+
+def test_a_lead_within_the_margin_is_ahead_but_not_clearly() -> None:
+    ev = _eval({"noise": 2.03, "clear": 2.1, "both_slow": 0.9}, {"noise": 2.0, "clear": 2.0, "both_slow": 0.8})
+    fig = bench.eval_figures(ev)
+    assert fig["ahead_of_oracle_share"] == pytest.approx(2 / 3)
+    assert fig["ahead_clearly_share"] == pytest.approx(1 / 3)  # 2.03 is within 2% of 2.0; below cuSPARSE ties at 1.0
+    assert "by more than 2% on 0.333 of matrices (strictly ahead: 0.667)" in bench.table(
+        {"targets": [], "sets": {"s": fig | {"matrices": 3}}})
 
 
 def test_a_real_evaluation_agrees_with_its_own_summary(tmp_path) -> None:
