@@ -72,10 +72,12 @@ class GenerateConfig:
     """Sampling temperature (> 0; :data:`sparserl.model.config.POLICY_TEMPERATURE` by default)."""
     header_grammar: bool = False
     """Sample each kernel's header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
-    fill_facts: bool = False
+    fill_facts: bool = True
     """Write the matrix card's facts into a sample that is a specialised template's kernel wrong only in its
     block of facts (:func:`sparserl.eval.library_match.fill_facts`); such a kernel is judged like any other
-    and reported as the model's with the card's facts."""
+    and reported as the model's with the card's facts. On by default: the policy writes a specialised body
+    right and its facts from memory (the results of 2026-12-06, policy-full-preset-t0.7: 28 of the families'
+    36 failures); measurements of the policy as itself turn it off."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""

@@ -213,3 +213,23 @@ def test_fill_facts_hands_back_the_sample_with_the_cards_facts_and_says_so(mtx: 
         assert rep.source == ("written by the model, its block of facts from the matrix card (--fill-facts)"
                               if flag else "written by the model")
         assert any("1 of 2 samples had their block of specialised facts" in n for n in rep.notes) is flag
+
+
+def test_the_commands_fill_facts_unless_told_not_to(cli, mtx: Path, monkeypatch) -> None:
+    """``generate`` and ``search`` write the card's facts by default and not with ``--no-fill-facts``. Kills the
+    default left off in either command, and the negative flag dropped."""
+    from sparserl.cli import generate as gen_cli
+    from sparserl.cli import search as search_cli
+    from sparserl.errors import SparseRLError
+
+    seen = []
+
+    def record(cfg, *args, **kw):
+        seen.append(cfg.fill_facts)
+        raise SparseRLError("recorded")
+
+    monkeypatch.setattr(gen_cli, "generate_kernel", record)
+    monkeypatch.setattr(search_cli, "search_matrix", record)
+    for command in ("generate", "search"):
+        assert cli(command, mtx).rc != 0 and cli(command, mtx, "--no-fill-facts").rc != 0
+    assert seen == [True, False, True, False]

@@ -350,7 +350,9 @@ def test_held_out_compares_the_start_and_the_best_on_the_test_split_once(data_di
 def test_the_rounds_searches_order_candidates_as_asked(data_dir: Path, tiny_model_dir: Path, tmp_path: Path,
                                                        monkeypatch) -> None:
     """``search_cost_model`` reaches every round's search (the policy script sets 'none' where the packaged
-    model saw held-out real matrices). Kills the setting parsed and dropped (the default model ordering them)."""
+    model saw held-out real matrices), and the round's proposals keep the facts the policy wrote (the searches
+    teach it: no ``fill_facts``, which ``search`` has on by default). Kills the setting parsed and dropped (the
+    default model ordering them), and improve's searches taking the search's default fill."""
     pytest.importorskip("torch")
     from sparserl.improve import loop
     from sparserl.improve.loop import improve
@@ -361,7 +363,7 @@ def test_the_rounds_searches_order_candidates_as_asked(data_dir: Path, tiny_mode
         pass
 
     def record(ctx, scfg, *args, **kw):
-        seen.append(scfg.cost_model)
+        seen.append((scfg.cost_model, kw["run_config"]["job"]["fill_facts"], kw["proposer"].fill))
         raise Stop
 
     monkeypatch.setattr(loop, "search_array", record)
@@ -370,4 +372,4 @@ def test_the_rounds_searches_order_candidates_as_asked(data_dir: Path, tiny_mode
 
     with pytest.raises(Stop):
         improve(small(data_dir, tiny_model_dir, tmp_path, search_cost_model="none"), fake_harness(), validate=validate)
-    assert seen == ["none"]
+    assert seen == [("none", False, False)]

@@ -4,7 +4,7 @@ without a model, generate with the model and a search after its samples, the sea
 on the tests' tiny model and writes its JSON. Mutations killed: a ratio inverted (a slower guided arm
 reported as faster), an untimed arm counted in a geometric mean, an arm left out of the run, a search
 cut by its time cap shown as if it had run its budget, a missing model or matrix that is not a one-line
-error."""
+error, an arm that takes the commands' default of writing the card's facts into the policy's samples."""
 
 from __future__ import annotations
 
@@ -64,6 +64,13 @@ def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir, monkeypatch) -> N
     loads: list[str] = []  # the three arms share one loaded matrix (and its card): loaded once
     real = context.load_matrix
     monkeypatch.setattr(context, "load_matrix", lambda p: loads.append(str(p)) or real(p))
+    fills = []  # every arm measures the policy as itself: no card's facts written in (the commands' default)
+    import sparserl.generate as gen
+    import sparserl.search.run as search_run
+
+    for module, name in ((gen, "generate_kernel"), (search_run, "search_matrix")):
+        monkeypatch.setattr(module, name, lambda cfg, *a, _f=getattr(module, name), **kw: fills.append(cfg.fill_facts)
+                            or _f(cfg, *a, **kw))
     rc = bench.main([str(m), "--model", str(tiny_model_dir), "--budget", "2", "--samples", "1", "--search", "1",
                      "--max-new-tokens", "32", "--device", "cpu", "--compile-only", "--out", str(out)])
     assert rc == 0
@@ -74,7 +81,7 @@ def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir, monkeypatch) -> N
     assert all(a["us"] is None for a in row["arms"].values())  # compile-only: nothing timed, no ratio made
     assert row["arms"]["search"]["searched"] >= 1 and row["arms"]["generate"]["searched"] >= 1
     assert row["generate_over_search"] is None and d["summary"]["compared_generate"] == 0
-    assert loads == [str(m)] and row["prepare_seconds"] >= 0
+    assert loads == [str(m)] and row["prepare_seconds"] >= 0 and fills == [False, False, False]
     from sparserl.model.config import POLICY_TEMPERATURE
 
     assert d["config"]["temperature"] == POLICY_TEMPERATURE  # the model arms sample at the policy's temperature

@@ -27,7 +27,7 @@ HEADER_GRAMMAR_HELP = ("sample each kernel's header (FORMAT, PARAMS, LAUNCH line
 """``--header-grammar``'s help, in every command that samples a policy."""
 FILL_FACTS_HELP = ("write the matrix card's facts (DIA offsets, long rows, ...) into a sample that is a specialised "
                    "template's kernel wrong only in that block; the harness judges it like any other, and the "
-                   "report marks it")
+                   "report marks it (--no-fill-facts: the samples as the policy wrote them)")
 """``--fill-facts``'s help, in ``generate`` and ``search``."""
 
 

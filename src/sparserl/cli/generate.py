@@ -24,7 +24,7 @@ def generate_cmd(
     samples: int = typer.Option(D.samples, help="completions to sample and evaluate"),
     temperature: float = typer.Option(D.temperature, help="sampling temperature (> 0)"),
     header_grammar: bool = typer.Option(D.header_grammar, "--header-grammar", help=HEADER_GRAMMAR_HELP),
-    fill_facts: bool = typer.Option(D.fill_facts, "--fill-facts", help=FILL_FACTS_HELP),
+    fill_facts: bool = typer.Option(D.fill_facts, "--fill-facts/--no-fill-facts", help=FILL_FACTS_HELP),
     max_new_tokens: int = typer.Option(D.max_new_tokens, help="longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     out: Path = typer.Option(None, help="output folder [default: runs/generate/<matrix name>]"),

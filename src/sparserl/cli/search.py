@@ -34,7 +34,7 @@ def search_cmd(
     parallel: int = typer.Option(D.parallel, help="candidates in flight (0: four per GPU)"),
     temperature: float = typer.Option(J.temperature, help="the policy's sampling temperature"),
     header_grammar: bool = typer.Option(J.header_grammar, "--header-grammar", help=HEADER_GRAMMAR_HELP),
-    fill_facts: bool = typer.Option(J.fill_facts, "--fill-facts", help=FILL_FACTS_HELP),
+    fill_facts: bool = typer.Option(J.fill_facts, "--fill-facts/--no-fill-facts", help=FILL_FACTS_HELP),
     max_new_tokens: int = typer.Option(J.max_new_tokens, help="the policy's longest completion, in tokens [default: the longest library "
                                                        "kernel in the policy's tokens, plus a margin]"),
     device: str = typer.Option(J.device, help="the model's device: auto, cpu or cuda[:N]"),

@@ -336,7 +336,7 @@ class Improve:
         scfg = SearchConfig(budget=cfg.search_budget, seconds=cfg.search_seconds, regime=cfg.regime,
                             policy_share=cfg.policy_share, seed=cfg.seed + 1000 * r + n_done,
                             cost_model=cfg.search_cost_model)
-        job = SearchJob(matrix=ctx.path, op=cfg.op, k=ctx.k, search=scfg, model=str(model),
+        job = SearchJob(matrix=ctx.path, op=cfg.op, k=ctx.k, search=scfg, model=str(model), fill_facts=False,
                         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, device=cfg.device)
         log.info("round %d: searching %s (%d of %d), %d candidates", r, ctx.name, n_done + 1,
                  min(cfg.matrices_per_round, len(self.train)), cfg.search_budget)

@@ -68,9 +68,10 @@ class SearchJob:
     """Sampling temperature of the policy's proposals (:data:`sparserl.model.config.POLICY_TEMPERATURE`)."""
     header_grammar: bool = False
     """Sample each proposal's header within the contract's grammar (:mod:`sparserl.model.header_grammar`)."""
-    fill_facts: bool = False
+    fill_facts: bool = True
     """Write the matrix card's facts into a proposal that is a specialised template's kernel wrong only in
-    its block of facts (:func:`sparserl.eval.library_match.fill_facts`); judged like any other."""
+    its block of facts (:func:`sparserl.eval.library_match.fill_facts`); judged like any other. On by default
+    (as in :class:`~sparserl.generate.GenerateConfig`); ``improve`` turns it off (its searches teach the policy)."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""
