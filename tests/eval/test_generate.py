@@ -233,3 +233,18 @@ def test_the_commands_fill_facts_unless_told_not_to(cli, mtx: Path, monkeypatch)
     for command in ("generate", "search"):
         assert cli(command, mtx).rc != 0 and cli(command, mtx, "--no-fill-facts").rc != 0
     assert seen == [True, False, True, False]
+
+
+def test_a_kernel_naming_its_matrixs_facts_is_saved_with_their_definitions(mtx: Path, tmp_path: Path) -> None:
+    """A sample that names ``MATRIX_DIA_RUNS`` is judged with the definition the harness writes, and the kernel.cu
+    handed back holds it (a saved kernel stands alone). Kills the saved text left without the definition."""
+    from sparserl.matrices.card import matrix_card
+    from sparserl.matrices.io import load_matrix
+    from tests.harness.test_matrix_facts import named_dia
+
+    card = matrix_card(load_matrix(mtx))
+    rep = generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(tmp_path / "g"), compile_only=True),
+                          policy=FixedSampler([named_dia(card)]))
+    saved = (tmp_path / "g" / "kernel.cu").read_text()
+    assert rep.source == "written by the model" and rep.best.compiled
+    assert "__device__ constexpr int MATRIX_DIA_RUNS[] = {-2, 2};" in saved, saved[:400]

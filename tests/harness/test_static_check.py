@@ -8,7 +8,8 @@ import pytest
 from sparserl.harness.static_check import static_check
 from sparserl.kernels.contract import Op, split_completion
 from sparserl.kernels.library import all_variants
-from tests.harness.adversarial import ADVERSARIAL, COMPILED_CODE_CASES, GOOD, HEADER_CASES, HONEST, RUNTIME_KINDS, csr
+from tests.harness.adversarial import (ADVERSARIAL, COMPILED_CODE_CASES, GOOD, HEADER_CASES, HONEST, MATRIX_FACT_CASES,
+                                       RUNTIME_KINDS, csr)
 
 
 def check(text: str, op: Op = Op.SPMV):
@@ -28,7 +29,7 @@ def test_good_kernel_passes_and_comments_do_not_count() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, kind) in ADVERSARIAL.items() if kind in ("static_check", "contract_error")
-                                        and n not in HEADER_CASES | COMPILED_CODE_CASES))
+                                        and n not in HEADER_CASES | COMPILED_CODE_CASES | MATRIX_FACT_CASES))
 def test_adversarial_static_cases_are_refused(name: str) -> None:
     text, kind = ADVERSARIAL[name]
     v = check(text)

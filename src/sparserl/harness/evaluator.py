@@ -29,9 +29,10 @@ from pathlib import Path
 import scipy.sparse as sp
 
 from sparserl.devices import visible_gpus
-from sparserl.errors import SparseRLError
+from sparserl.errors import ContractError, SparseRLError
 from sparserl.harness.compile import CompileOptions, compile_source, default_cache_dir
 from sparserl.harness.extract import ExtractError, extract
+from sparserl.harness.matrix_facts import materialise, named_facts
 from sparserl.harness.pool import PhaseLimits, WorkerPool
 from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalProfile, EvalResult, KernelTiming
 from sparserl.harness.speed import SpeedConfig, slow_threshold_us
@@ -40,6 +41,7 @@ from sparserl.harness.verify import VerifyConfig
 from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.harness.worker import settings_dict
 from sparserl.kernels.contract import Op
+from sparserl.matrices.card import MatrixCard
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +171,8 @@ class Evaluator:
         self._best_lock = threading.Lock()
         self._preconverter = None
         self._preconverter_lock = threading.Lock()
+        self._cards: OrderedDict[str, MatrixCard] = OrderedDict()
+        self._cards_lock = threading.Lock()
         self.memo_hits = 0
         """Submissions answered from the memo (see ``HarnessConfig.memo``)."""
 
@@ -233,6 +237,11 @@ class Evaluator:
         ex = timed("extract", extract, text, op)
         if isinstance(ex, ExtractError):
             return None, fail(ErrorKind(ex.kind), ex.message)
+        if named_facts(ex.body):  # the matrix's facts by name: their definitions written from its card
+            try:
+                ex = extract(materialise(text, op, timed("card", self._card, matrix)), op)
+            except ContractError as exc:
+                return None, fail(ErrorKind.CONTRACT, str(exc), format=ex.header.format)
         viol = timed("static_check", static_check, ex.code, ex.header, op)
         if viol is not None:
             return None, fail(ErrorKind(viol.kind), viol.message, format=ex.header.format)
@@ -264,6 +273,22 @@ class Evaluator:
         extra = {"format": ex.header.format, "registers": regs, "spill_bytes": spills,
                  "over_resource_limit": bool(regs and regs > self.config.max_registers), "front": front}
         return (job, extra), None
+
+    def _card(self, matrix: MatrixRef) -> MatrixCard:
+        """The card of a registered matrix, for the facts a kernel names (:mod:`sparserl.harness.matrix_facts`);
+        the last few kept."""
+        from sparserl.harness.matrix_files import load_matrix_file
+        from sparserl.matrices.card import matrix_card
+
+        with self._cards_lock:
+            card = self._cards.get(matrix.key)
+        if card is None:
+            card = matrix_card(load_matrix_file(matrix.path))
+            with self._cards_lock:
+                self._cards[matrix.key] = card
+                while len(self._cards) > 16:
+                    self._cards.popitem(last=False)
+        return card
 
     def _preconvert(self, header, matrix: MatrixRef) -> str:
         """The folder of the pattern's conversion into the header's format, made now if not yet

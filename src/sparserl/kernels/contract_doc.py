@@ -53,7 +53,14 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
   of the code (source and compiled) see the code with the `constexpr` lines in front.
 * Facts a kernel bakes in about its matrix (diagonal offsets, row bins, long-row lists) go in one
   block at the top of the code: `constexpr` values, and `__constant__` tables initialised there
-  (a `__constant__` without an initialiser is refused: nothing else fills it).
+  (a `__constant__` without an initialiser is refused: nothing else fills it). Three facts may be
+  named instead of spelt: where the code uses `MATRIX_DIA_RUNS` (`__device__ constexpr int[]`: the
+  diagonal offsets, column - row, ascending, first and last of each run of consecutive ones, a single
+  offset twice), `MATRIX_ROW_LEN` (`constexpr int`: the length of every row, when all rows have one)
+  or `MATRIX_BLOCK_ROW_LEN` (`constexpr int`: the blocks in every block row, under `FORMAT: BSR` at
+  the matrix's block shape), the harness writes its definition before the code from the matrix it
+  verifies on, so one text serves every matrix; a name the matrix has no value for is a
+  `contract_error`. A name the code declares itself is left to it.
 * `LAUNCH:` gives the grid and block (one expression, or `(x, y)` / `(x, y, z)`), optional dynamic
   shared memory in bytes and the kernel's name (default `spmv_kernel` / `spmm_kernel`). A launch
   whose grid has a 0 dimension is skipped (e.g. an empty COO part of HYB). Blocks have at most 1024

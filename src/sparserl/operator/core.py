@@ -385,7 +385,7 @@ def from_kernel(A, text: str, op: str = "spmv", k: int | None = None) -> SparseO
     opv, k = check_request(op, k)
     cupy_module()
     A = canonicalize(A)
-    built = build_kernel(text, opv, CompileOptions(arch=device_arch()))
+    built = build_kernel(text, opv, CompileOptions(arch=device_arch()), A=A)
     if isinstance(built, str):
         raise SparseRLError(f"this kernel cannot be used: {built}")
     choice = KernelChoice(GIVEN, structure_fingerprint(A), text=text, header=built[0], cubin_path=built[1],

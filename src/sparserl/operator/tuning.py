@@ -24,7 +24,7 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from sparserl.errors import SparseRLError
+from sparserl.errors import ContractError, SparseRLError
 from sparserl.kernels.contract import Header, Op
 
 log = logging.getLogger(__name__)
@@ -186,12 +186,19 @@ def best_known(store, fingerprint: str, op: Op, k: int | None, arch: str, regime
     return min(rows, key=lambda r: (r.harness_version != hv, r.regime != regime, r.time_us))
 
 
-def build_kernel(text: str, op: Op, options, cache_dir=None) -> tuple[Header, str] | str:
-    """Extract, check and compile a kernel text: (header, cubin path), or why it cannot be used."""
+def build_kernel(text: str, op: Op, options, cache_dir=None, A=None) -> tuple[Header, str] | str:
+    """Extract, check and compile a kernel text for matrix ``A`` (the facts of it the text names written in:
+    :mod:`sparserl.harness.matrix_facts`): (header, cubin path), or why it cannot be used."""
     from sparserl.harness.compile import compile_source
     from sparserl.harness.extract import Extracted, extract
+    from sparserl.harness.matrix_facts import materialise
     from sparserl.harness.static_check import static_check
+    from sparserl.matrices.card import matrix_card
 
+    try:
+        text = materialise(text, op, (lambda: matrix_card(A)) if A is not None else None)
+    except ContractError as exc:
+        return str(exc)
     ex = extract(text, op)
     if not isinstance(ex, Extracted):
         return ex.message
@@ -246,7 +253,7 @@ def choose_kernel(A: sp.csr_array, op: Op, k: int | None, cfg: TuneConfig, arch:
             if not row.speedup > cfg.min_speedup:
                 return KernelChoice(LIBRARY, why=f"its best kernel is {speed}, so the library (cuSPARSE) runs it",
                                     **common)
-            built = build_kernel(row.text, op, options, cache_dir)
+            built = build_kernel(row.text, op, options, cache_dir, A)
             if not isinstance(built, str):
                 return KernelChoice(STORE, text=row.text, header=built[0], cubin_path=built[1],
                                     why=f"{common['kernel']}: {speed}", **common)
@@ -262,7 +269,7 @@ def choose_kernel(A: sp.csr_array, op: Op, k: int | None, cfg: TuneConfig, arch:
     if not (out.speedup or 0.0) > cfg.min_speedup:
         return KernelChoice(LIBRARY, why=f"the best, {out.kernel}, is {speed}, so the library (cuSPARSE) runs it",
                             **common)
-    built = build_kernel(out.text, op, options, cache_dir)
+    built = build_kernel(out.text, op, options, cache_dir, A)
     if isinstance(built, str):  # the harness compiled it a moment ago: a broken cache or toolchain
         raise SparseRLError(f"the search's winner {out.kernel} cannot be built in this process: {built}")
     return KernelChoice(SEARCH, text=out.text, header=built[0], cubin_path=built[1],

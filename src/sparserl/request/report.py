@@ -16,6 +16,7 @@ from typing import Any
 
 from sparserl.formats import convert
 from sparserl.harness.extract import Extracted, extract
+from sparserl.harness.matrix_facts import materialise
 from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import evaluate_launches, kernel_params
 from sparserl.request.candidates import Candidate, CandidatePool, Origin, RunnerUp
@@ -157,6 +158,7 @@ class KernelReport:
         """kernel.cu, launch.json, report.json and report.md (``extra_md`` appended) in ``out``."""
         out.mkdir(parents=True, exist_ok=True)
         self.out = str(out)
+        self.kernel = materialise(self.kernel, ctx.op, lambda: ctx.card)  # the matrix's facts it names, written in
         (out / "kernel.cu").write_text(self.kernel)
         (out / "launch.json").write_text(json.dumps(launch_info(self.kernel, ctx), indent=1))
         (out / "report.json").write_text(json.dumps(self.to_dict(), indent=1, default=str))

@@ -33,6 +33,8 @@ for _cases in CLASSES.values():
 VALUE_CASES = set(values.CASES)
 """Cases that must run on a unit-valued matrix to show their cheat."""
 FAR_WRITE = classic.FAR_WRITE
+MATRIX_FACT_CASES = params.MATRIX_FACT_CASES
+"""Cases refused for the matrix they are judged on (a fact of it the code names, without a value)."""
 HEADER_CASES = {"no_header", "bad_launch_expression", "zero_y_on_csr", "zero_y_out_of_range"} | params.HEADER_CASES
 """Cases refused at the header: extraction or the contract, before any code is looked at."""
 COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_memory",
@@ -48,4 +50,4 @@ SEQUENTIAL_VERDICTS = early.SEQUENTIAL
 """Cases whose verdict differs on the sequential path (``SpeedConfig.classic()``), which never stops early."""
 
 __all__ = ["ADVERSARIAL", "CLASSES", "COMPILED_CODE_CASES", "DOT", "FAR_WRITE", "GOOD", "HEAD", "HEADER_CASES",
-           "HONEST", "OWN_SPEED", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG", "VALUE_CASES", "csr"]
+           "HONEST", "MATRIX_FACT_CASES", "OWN_SPEED", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG", "VALUE_CASES", "csr"]

@@ -1,5 +1,7 @@
-"""The PARAMS line and the facts block: bad PARAMS lines, and writable state smuggled in beside the
-read-only ``__constant__`` tables a specialised kernel may declare (sized by a PARAMS name)."""
+"""The PARAMS line and the facts block: bad PARAMS lines, writable state smuggled in beside the
+read-only ``__constant__`` tables a specialised kernel may declare (sized by a PARAMS name), and a matrix's
+fact named where the matrix has no value for it (the suites' random matrices have neither a listed set of
+diagonals nor, for BSR, this block shape: ``sparserl.harness.matrix_facts``)."""
 
 from __future__ import annotations
 
@@ -57,7 +59,14 @@ CASES: dict[str, tuple[str, str]] = {
     "params_second_line": (params(HONEST).replace("LAUNCH:", "PARAMS: OTHER=1\nLAUNCH:"), "contract_error"),
     "params_launch_uses_an_unnamed_name": (params(HONEST).replace("ceil_div(m, BLOCK)", "ceil_div(m, BLOK)"),
                                            "contract_error"),
+    # a matrix's fact the matrix has no value for: the harness would have to invent it
+    "facts_diagonals_of_a_scattered_matrix": (params(f"{HONEST} if (row == 0) y[0] += MATRIX_DIA_RUNS[0] * 0.f;"),
+                                              "contract_error"),
+    "facts_block_count_under_csr": (params(f"{HONEST} if (row == 0) y[0] += MATRIX_BLOCK_ROW_LEN * 0.f;"),
+                                    "contract_error"),
 }
+MATRIX_FACT_CASES = {"facts_diagonals_of_a_scattered_matrix", "facts_block_count_under_csr"}
+"""Refused for the matrix they are judged on: the source alone (the static check) cannot tell."""
 HEADER_CASES = {name for name, (_, kind) in CASES.items() if kind == "contract_error"}
 """Cases whose header the contract refuses (there is no code to check)."""
 COMPILED_CODE_CASES = {"params_constant_table_written", "params_constant_table_const_cast",

@@ -1,0 +1,115 @@
+"""Facts of the matrix a kernel may name instead of spelling: the harness writes their definitions.
+
+A specialised kernel bakes a few structural facts of its matrix into its code (the diagonal offsets, the one
+row length, the blocks per block row) so that the compiler unrolls and folds them. Spelled out, they are numbers
+a policy must copy from the matrix card, and a policy that copies from memory writes another matrix's (the
+results of 2026-12-06, policy-full-preset-t0.7: 28 of the families' 36 failures). Named, the code is one text for
+every matrix. The names (:data:`FACTS`):
+
+* ``MATRIX_DIA_RUNS``: ``__device__ constexpr int MATRIX_DIA_RUNS[]``, the diagonal offsets (column - row) as
+  the card lists them, ascending, first and last of each run (a single offset twice); the matrix's card must
+  list its offsets (at most ``MAX_CARD_DIAGONALS`` diagonals);
+* ``MATRIX_ROW_LEN``: ``constexpr int``, the length of every row, when all rows have one length;
+* ``MATRIX_BLOCK_ROW_LEN``: ``constexpr int``, the blocks in every block row, when every block row of the card's
+  block shape holds the same number; only under ``FORMAT: BSR`` with that shape (another shape's blocks are
+  counted differently).
+
+Where a completion's code names one (an identifier outside comments), :func:`materialise` puts its definition
+between the header and the code, from the matrix the harness is about to verify on, and the completion is then
+judged as if written so; a name the matrix has no value for is a contract error, one line. A completion that
+names none is unchanged (compiled as written, its compile cache shared across matrices). A kernel saved for a
+user is the materialised text, so it stands alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from sparserl.errors import ContractError
+from sparserl.harness.source import SourceError, splice, strip_comments
+from sparserl.kernels.contract import Header
+from sparserl.matrices.card import MatrixCard, offset_runs
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One name: its C declaration for a card, or why the card gives it no value (a :class:`ContractError`)."""
+
+    name: str
+    doc: str
+    define: Callable[[MatrixCard, Header], str]
+
+
+def _runs(card: MatrixCard, header: Header) -> str:
+    if card.dia_offsets is None:
+        raise ContractError(f"MATRIX_DIA_RUNS: this matrix's card lists no diagonal offsets "
+                            f"({card.num_diagonals} diagonals)")
+    runs = ", ".join(f"{a}, {b}" for a, b in offset_runs(card.dia_offsets))
+    return f"__device__ constexpr int MATRIX_DIA_RUNS[] = {{{runs}}};"
+
+
+def _row_len(card: MatrixCard, header: Header) -> str:
+    if card.row_len_min != card.row_len_max:
+        raise ContractError(f"MATRIX_ROW_LEN: this matrix's rows differ in length "
+                            f"({card.row_len_min} to {card.row_len_max})")
+    return f"constexpr int MATRIX_ROW_LEN = {card.row_len_max};"
+
+
+def _block_row_len(card: MatrixCard, header: Header) -> str:
+    if card.block_shape is None or card.block_row_len is None:
+        raise ContractError("MATRIX_BLOCK_ROW_LEN: this matrix's block rows do not all hold the same number of "
+                            f"blocks (block shape {card.block_shape})")
+    shape = (header.params.get("R"), header.params.get("C"))
+    if header.format != "BSR" or shape != card.block_shape:
+        r, c = card.block_shape
+        raise ContractError(f"MATRIX_BLOCK_ROW_LEN counts blocks of {r}x{c}: write it under FORMAT: BSR R={r} C={c}")
+    return f"constexpr int MATRIX_BLOCK_ROW_LEN = {card.block_row_len};"
+
+
+FACTS: dict[str, Fact] = {f.name: f for f in (
+    Fact("MATRIX_DIA_RUNS", "the diagonal offsets as runs: first, last of each (a single offset twice)", _runs),
+    Fact("MATRIX_ROW_LEN", "the length of every row (all rows of one length)", _row_len),
+    Fact("MATRIX_BLOCK_ROW_LEN", "blocks per block row (FORMAT: BSR at the card's block shape)", _block_row_len),
+)}
+"""The names a kernel may use for its matrix's facts, in the order their definitions are written."""
+
+_NAME = re.compile(r"\b(" + "|".join(FACTS) + r")\b")
+_DECLARED = re.compile(r"\bconstexpr\s+int\s+(" + "|".join(FACTS) + r")\b")
+
+
+def named_facts(code: str) -> list[str]:
+    """The facts ``code`` names (as identifiers outside comments) and does not declare itself (a materialised
+    text, or a kernel that spells a fact its own way), in :data:`FACTS`' order; [] when none (or when the code
+    cannot be read, which the static check then reports)."""
+    try:
+        code = strip_comments(splice(code))
+    except SourceError:
+        return []
+    seen = set(_NAME.findall(code)) - set(_DECLARED.findall(code))  # a name the code declares is its own
+    return [name for name in FACTS if name in seen]
+
+
+def definitions(names: list[str], card: MatrixCard, header: Header) -> str:
+    """The definition lines of ``names`` for ``card`` (raises :class:`ContractError` for a name without a value)."""
+    return "".join(FACTS[n].define(card, header) + "\n" for n in names)
+
+
+def materialise(text: str, op, card: MatrixCard | Callable[[], MatrixCard] | None) -> str:
+    """``text`` with the definitions of the facts its code names written between its header and its code
+    (the text itself when it names none, or cannot be read: the harness then says why). ``card``: the matrix's,
+    or a function that makes it (called only when a fact is named). Raises :class:`ContractError` when a named
+    fact has no value for the card (or there is no card)."""
+    from sparserl.harness.extract import Extracted, extract
+
+    ex = extract(text, op)
+    if not isinstance(ex, Extracted):
+        return text
+    names = named_facts(ex.body)
+    if not names:
+        return text
+    if card is None:
+        raise ContractError(f"{', '.join(names)}: a matrix's facts need the matrix (none given)")
+    head = ex.text[:len(ex.text) - len(ex.body)]
+    return head + definitions(names, card() if callable(card) else card, ex.header) + ex.body
