@@ -229,7 +229,8 @@ def table(result: dict) -> str:
                      f"{fig['new_bodies_correct']} correct of {fig['new_bodies']}")
         if fig.get("ahead_clearly_share") is not None:
             lines.append(f"{name}: ahead of the oracle by more than {CLEAR_MARGIN:.0%} on "
-                         f"{fig['ahead_clearly_share']:.3f} of matrices (strictly ahead: {fig['ahead_of_oracle_share']:.3f})")
+                         f"{fig['ahead_clearly_share']:.3f} of matrices "
+                         f"(strictly ahead: {fig['ahead_of_oracle_share']:.3f})")
         failed = [f"{kind} {n}" + (f" (`{fig['new_messages'][kind][:100]}`)" if kind in fig.get("new_messages", {}) else "")
                   for kind, n in fig.get("new_failures", {}).items()]
         if failed:

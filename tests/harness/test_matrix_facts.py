@@ -65,8 +65,8 @@ def test_a_fact_the_matrix_lacks_is_one_contract_line() -> None:
         materialise(dia, Op.SPMV, matrix_card(generate("random", 3000, seed=1, nnz_per_row=16)))
     assert "\n" not in str(exc.value)
     with pytest.raises(ContractError, match="rows differ in length"):
-        materialise("FORMAT: CSR\nLAUNCH: grid=1, block=32\n__global__ void spmv_kernel() { int k = MATRIX_ROW_LEN; }\n",
-                    Op.SPMV, uneven)
+        materialise("FORMAT: CSR\nLAUNCH: grid=1, block=32\n"
+                    "__global__ void spmv_kernel() { int k = MATRIX_ROW_LEN; }\n", Op.SPMV, uneven)
     with pytest.raises(ContractError, match="need the matrix"):
         materialise(dia, Op.SPMV, None)
 

@@ -50,4 +50,5 @@ SEQUENTIAL_VERDICTS = early.SEQUENTIAL
 """Cases whose verdict differs on the sequential path (``SpeedConfig.classic()``), which never stops early."""
 
 __all__ = ["ADVERSARIAL", "CLASSES", "COMPILED_CODE_CASES", "DOT", "FAR_WRITE", "GOOD", "HEAD", "HEADER_CASES",
-           "HONEST", "MATRIX_FACT_CASES", "OWN_SPEED", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG", "VALUE_CASES", "csr"]
+           "HONEST", "MATRIX_FACT_CASES", "OWN_SPEED", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG",
+           "VALUE_CASES", "csr"]
