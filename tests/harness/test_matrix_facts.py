@@ -1,7 +1,8 @@
 """A matrix's facts named in a kernel (``MATRIX_DIA_RUNS``, ``MATRIX_ROW_LEN``, ``MATRIX_BLOCK_ROW_LEN``): the
 harness writes their definitions from the card of the matrix it verifies on (CPU: text and nvcc). Mutations
 killed: a definition written from another card (or not at all), a name in a comment taken for a use, a name the
-code declares itself defined again (a materialised text materialised twice), a name without a value for this
+code declares itself (``constexpr int`` or ``#define``) defined again (a materialised text materialised twice), a
+text the definitions take over the length limit failing inside the harness, a name without a value for this
 matrix let through (or refused with more than one line), a block count for another block shape, a text that names
 nothing changed, and the evaluator judging the text as written instead of the materialised one."""
 
@@ -58,6 +59,12 @@ def test_names_in_comments_count_for_nothing_and_a_text_without_names_is_unchang
     assert materialise(commented, Op.SPMV, card) == commented
 
 
+def test_a_name_the_code_defines_as_a_macro_is_its_own() -> None:
+    card = matrix_card(generate("random", 3000, seed=1, nnz_per_row=16))
+    own = "FORMAT: CSR\nLAUNCH: grid=1, block=32\n#define MATRIX_ROW_LEN 3\n__global__ void spmv_kernel() {}\n"
+    assert named_facts(extract(own, Op.SPMV).body) == [] and materialise(own, Op.SPMV, card) == own
+
+
 def test_a_fact_the_matrix_lacks_is_one_contract_line() -> None:
     dia = named_dia(matrix_card(generate("banded", 4003, seed=1, bands=9)))
     uneven = matrix_card(generate("powerlaw", 3000, seed=1))
@@ -93,6 +100,12 @@ def test_the_evaluator_compiles_the_materialised_kernel_and_refuses_a_missing_fa
         assert res.error_kind is ErrorKind.NO_GPU and res.compiled, res.message  # compiled: only the run is left
         res = ev.evaluate(text, ev.register(generate("random", 3000, seed=1, nnz_per_row=16), "random"), "spmv")
         assert res.error_kind is ErrorKind.CONTRACT and "MATRIX_DIA_RUNS" in res.message and not res.compiled
+        from sparserl.harness.extract import MAX_COMPLETION_CHARS
+
+        padded = text + "//" + "x" * (MAX_COMPLETION_CHARS - len(text) - 4) + "\n"  # the definitions take it over
+        assert len(padded) < MAX_COMPLETION_CHARS
+        res = ev.evaluate(padded, ev.register(A, "stencil"), "spmv")
+        assert res.error_kind is ErrorKind.EXTRACT, res.message  # the length limit, not an internal error
     finally:
         ev.close()
 

@@ -242,6 +242,8 @@ class Evaluator:
                 ex = extract(materialise(text, op, timed("card", self._card, matrix)), op)
             except ContractError as exc:
                 return None, fail(ErrorKind.CONTRACT, str(exc), format=ex.header.format)
+            if isinstance(ex, ExtractError):  # the definitions took the text over the length limit
+                return None, fail(ErrorKind(ex.kind), ex.message)
         viol = timed("static_check", static_check, ex.code, ex.header, op)
         if viol is not None:
             return None, fail(ErrorKind(viol.kind), viol.message, format=ex.header.format)
@@ -282,6 +284,8 @@ class Evaluator:
 
         with self._cards_lock:
             card = self._cards.get(matrix.key)
+            if card is not None:
+                self._cards.move_to_end(matrix.key)
         if card is None:
             card = matrix_card(load_matrix_file(matrix.path))
             with self._cards_lock:

@@ -29,7 +29,7 @@ from typing import Callable
 
 from sparserl.errors import ContractError
 from sparserl.harness.source import SourceError, splice, strip_comments
-from sparserl.kernels.contract import Header
+from sparserl.kernels.contract import MATRIX_FACT_NAMES, Header
 from sparserl.matrices.card import MatrixCard, offset_runs
 
 
@@ -73,16 +73,19 @@ FACTS: dict[str, Fact] = {f.name: f for f in (
     Fact("MATRIX_ROW_LEN", "the length of every row (all rows of one length)", _row_len),
     Fact("MATRIX_BLOCK_ROW_LEN", "blocks per block row (FORMAT: BSR at the card's block shape)", _block_row_len),
 )}
-"""The names a kernel may use for its matrix's facts, in the order their definitions are written."""
+"""The names a kernel may use for its matrix's facts, in the order their definitions are written (the contract's
+:data:`~sparserl.kernels.contract.MATRIX_FACT_NAMES`, which no PARAMS name may take)."""
+assert tuple(FACTS) == MATRIX_FACT_NAMES
 
 _NAME = re.compile(r"\b(" + "|".join(FACTS) + r")\b")
-_DECLARED = re.compile(r"\bconstexpr\s+int\s+(" + "|".join(FACTS) + r")\b")
+_DECLARED = re.compile(r"(?:\bconstexpr\s+int\s+|#\s*define\s+)(" + "|".join(FACTS) + r")\b")
 
 
 def named_facts(code: str) -> list[str]:
-    """The facts ``code`` names (as identifiers outside comments) and does not declare itself (a materialised
-    text, or a kernel that spells a fact its own way), in :data:`FACTS`' order; [] when none (or when the code
-    cannot be read, which the static check then reports)."""
+    """The facts ``code`` names (as identifiers outside comments) and does not declare itself (``constexpr int
+    NAME`` or ``#define NAME``: a materialised text, or a kernel that spells a fact its own way), in :data:`FACTS`'
+    order; [] when none (or when the code cannot be read, which the static check then reports). A name inside a
+    string literal counts as named (a definition the kernel does not use, or a contract error: never a pass)."""
     try:
         code = strip_comments(splice(code))
     except SourceError:

@@ -411,12 +411,16 @@ RESERVED_NAMES: frozenset[str] = frozenset(_CPP_KEYWORDS + _VECTOR_TYPES + _CUDA
 a few library names kernels call (names starting with an underscore are reserved in C++ too)."""
 
 
+MATRIX_FACT_NAMES = ("MATRIX_DIA_RUNS", "MATRIX_ROW_LEN", "MATRIX_BLOCK_ROW_LEN")
+"""The facts of its matrix a kernel may name and the harness defines (:mod:`sparserl.harness.matrix_facts`)."""
+
+
 @lru_cache(maxsize=1)
 def contract_names() -> frozenset[str]:
     """Every name the contract gives a meaning: each format's kernel arguments and LAUNCH variables,
-    for both ops, the default kernel names and the LAUNCH functions. A PARAMS name may be none of
-    them (a constexpr ``m`` would hide the kernel's argument)."""
-    names = {"ceil_div", "min", "max"}
+    for both ops, the default kernel names, the LAUNCH functions and the matrix's facts. A PARAMS name
+    may be none of them (a constexpr ``m`` would hide the kernel's argument)."""
+    names = {"ceil_div", "min", "max", *MATRIX_FACT_NAMES}
     for fmt in FORMATS:
         for op in Op:
             names |= {p.name for p in kernel_params(fmt, op)} | set(launch_variables(fmt, op)) | {op.kernel_name}
@@ -454,7 +458,7 @@ def parse_params_line(text: str) -> dict[str, int]:
         if name in RESERVED_NAMES:
             raise ContractError(f"PARAMS name {name} is a C++/CUDA keyword or built-in")
         if name in reserved:
-            raise ContractError(f"PARAMS name {name} is a contract variable (kernel argument or LAUNCH name)")
+            raise ContractError(f"PARAMS name {name} is a contract variable (kernel argument, LAUNCH name or matrix fact)")
         out[name] = int(value)
     if len(out) > MAX_PARAMS:
         raise ContractError(f"PARAMS gives {len(out)} names; at most {MAX_PARAMS} are allowed")

@@ -49,7 +49,7 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
   (`int`, `if`, `threadIdx`, `blockDim`, `warpSize`, `float4`, `printf` ...), nor be a name the
   contract already uses: any format's kernel arguments and LAUNCH names (`m`, `n`, `nnz`, `k`, `x`,
   `y`, `X`, `Y`, `val`, `row_ptr`, `width`, `C`, `R`, `num_sms` ...), `spmv_kernel`, `spmm_kernel`,
-  `ceil_div`, `min`, `max`. Any of these is a `contract_error` with a one-line message. The checks
+  `ceil_div`, `min`, `max` and the matrix's facts below (`MATRIX_ROW_LEN` ...). Any of these is a `contract_error` with a one-line message. The checks
   of the code (source and compiled) see the code with the `constexpr` lines in front.
 * Facts a kernel bakes in about its matrix (diagonal offsets, row bins, long-row lists) go in one
   block at the top of the code: `constexpr` values, and `__constant__` tables initialised there
@@ -60,7 +60,7 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
   or `MATRIX_BLOCK_ROW_LEN` (`constexpr int`: the blocks in every block row, under `FORMAT: BSR` at
   the matrix's block shape), the harness writes its definition before the code from the matrix it
   verifies on, so one text serves every matrix; a name the matrix has no value for is a
-  `contract_error`. A name the code declares itself is left to it.
+  `contract_error`. A name the code declares itself (`constexpr int NAME`, `#define NAME`) is left to it.
 * `LAUNCH:` gives the grid and block (one expression, or `(x, y)` / `(x, y, z)`), optional dynamic
   shared memory in bytes and the kernel's name (default `spmv_kernel` / `spmm_kernel`). A launch
   whose grid has a 0 dimension is skipped (e.g. an empty COO part of HYB). Blocks have at most 1024
