@@ -458,7 +458,8 @@ def parse_params_line(text: str) -> dict[str, int]:
         if name in RESERVED_NAMES:
             raise ContractError(f"PARAMS name {name} is a C++/CUDA keyword or built-in")
         if name in reserved:
-            raise ContractError(f"PARAMS name {name} is a contract variable (kernel argument, LAUNCH name or matrix fact)")
+            raise ContractError(f"PARAMS name {name} is a contract variable "
+                                "(kernel argument, LAUNCH name or matrix fact)")
         out[name] = int(value)
     if len(out) > MAX_PARAMS:
         raise ContractError(f"PARAMS gives {len(out)} names; at most {MAX_PARAMS} are allowed")

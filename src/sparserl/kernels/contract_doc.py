@@ -49,8 +49,9 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
   (`int`, `if`, `threadIdx`, `blockDim`, `warpSize`, `float4`, `printf` ...), nor be a name the
   contract already uses: any format's kernel arguments and LAUNCH names (`m`, `n`, `nnz`, `k`, `x`,
   `y`, `X`, `Y`, `val`, `row_ptr`, `width`, `C`, `R`, `num_sms` ...), `spmv_kernel`, `spmm_kernel`,
-  `ceil_div`, `min`, `max` and the matrix's facts below (`MATRIX_ROW_LEN` ...). Any of these is a `contract_error` with a one-line message. The checks
-  of the code (source and compiled) see the code with the `constexpr` lines in front.
+  `ceil_div`, `min`, `max` and the matrix's facts below (`MATRIX_ROW_LEN` ...). Any of these is a
+  `contract_error` with a one-line message. The checks of the code (source and compiled) see the
+  code with the `constexpr` lines in front.
 * Facts a kernel bakes in about its matrix (diagonal offsets, row bins, long-row lists) go in one
   block at the top of the code: `constexpr` values, and `__constant__` tables initialised there
   (a `__constant__` without an initialiser is refused: nothing else fills it). Three facts may be
