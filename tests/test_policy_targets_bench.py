@@ -1,12 +1,12 @@
-"""benchmarks/policy_targets.py: the policy's targets read off a run folder (CPU). Checked on a hand-made
-evaluation and on a real one (the reduced GPU run's eval.json in benchmarks/results). Mutations killed:
-a tie with the oracle counted as ahead, a lead within the 2% margin counted as a clear one, a matrix with no
-correct sample left out instead of counted at cuSPARSE's speed, the best over the oracle taken from means
-instead of per matrix, a target that is reported met when it was not measured, a folder that is not a run accepted; for improve: the SFT model's
-figures taken for the final policy's, a kept round under 90% correct let through, a run that kept no round
-reported as not measured or met, the gain taken from another set than the families at 1M rows; a run that changed its
-preset judged against the preset's minutes; an SFT snapshot evaluated beside the final policy taken for it;
-``--system`` ignored or a name the tables lack let through."""
+"""benchmarks/policy_targets.py: the policy's targets read off a run folder (CPU). Checked on a hand-made evaluation
+and on a real one (the reduced GPU run's eval.json in benchmarks/results). Mutations killed: a tie with the oracle
+counted as ahead, a lead within the 2% margin counted as a clear one, a matrix with no correct sample left out
+instead of counted at cuSPARSE's speed, the best over the oracle taken from means instead of per matrix, a target
+that is reported met when it was not measured, a folder that is not a run accepted; for improve: the SFT model's
+figures taken for the final policy's, a kept round under 90% correct let through, a run that kept no round reported
+as not measured or met, the gain taken from another set than the families at 1M rows; a run that changed its preset
+judged against the preset's minutes; an SFT snapshot evaluated beside the final policy taken for it; ``--system``
+ignored or a name the tables lack let through."""
 
 from __future__ import annotations
 
