@@ -165,6 +165,7 @@ case $preset in
          device=(--device cpu); compile=(--compile-only); gen=(--max-new-tokens 48); eval_sets=(test) ;;
   *) echo "error: the preset is small, full or smoke (got '$preset')" >&2; exit 2 ;;
 esac
+policy_t=0.7  # TEMPERATURE's default: the policy's temperature (sparserl.model.config.POLICY_TEMPERATURE)
 positive='import sys; assert 0 < float(sys.argv[1]) < 100'
 for t in TEMPERATURE IMPROVE_TEMPERATURE; do
   case "${!t:-}" in
@@ -216,12 +217,12 @@ knob SFT_SNAPSHOTS "${snapshots[*]}" ""
 second_t=${SECOND_TEMPERATURE:-}  # the final policy sampled at this temperature too, beside itself, held out
 same='import sys; assert float(sys.argv[1]) != float(sys.argv[2])'
 if [ -n "$second_t" ] && [ -z "${TEMPERATURES:-}" ] \
-   && ! "${PYTHON:-python}" -c "$same" "$second_t" "${TEMPERATURE:-0.7}" 2> /dev/null; then
-  echo "error: SECOND_TEMPERATURE=$second_t is the held-out sets' temperature already (TEMPERATURE, default 0.7):" \
-    "give another (1.0: the policy as trained)" >&2; exit 2
+   && ! "${PYTHON:-python}" -c "$same" "$second_t" "${TEMPERATURE:-$policy_t}" 2> /dev/null; then
+  echo "error: SECOND_TEMPERATURE=$second_t is the held-out sets' temperature already" \
+    "(TEMPERATURE, default $policy_t): give another (1.0: the policy as trained)" >&2; exit 2
 fi
 knob SECOND_TEMPERATURE "$second_t" ""
-knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-0.7}" 0.7
+knob MAX_TARGET_CHARS "${MAX_TARGET_CHARS:-6300}" 6300; knob TEMPERATURE "${TEMPERATURE:-$policy_t}" "$policy_t"
 knob TEMPERATURES "${TEMPERATURES:-}" ""; knob IMPROVE_TEMPERATURE "${IMPROVE_TEMPERATURE:-1.0}" 1.0
 knob HEADER_GRAMMAR "${HEADER_GRAMMAR:-$grammar}" "$grammar"
 knob BASE_MODEL "${BASE_MODEL:-}" ""
@@ -502,7 +503,7 @@ for n in ${snapshots[@]+"${snapshots[@]}"}; do policies+=(-c "sft_step$n=$out/sf
 if [ -d "$out/improve/best" ]; then  # a kept round: evaluated beside its SFT start, and it guides the search
   policies+=(-c improved="$out/improve/best"); final="$out/improve/best"
 fi
-temperature=${TEMPERATURE:-0.7}  # the policy's sampling temperature in the held-out sets and the guided search
+temperature=${TEMPERATURE:-$policy_t}  # the policy's sampling temperature in the held-out sets and the guided search
 case "${TEMPERATURES:-}" in
   "") ;;
   *,*)  # several: one is chosen for the final policy on 8 matrices of the validation split first

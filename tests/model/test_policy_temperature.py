@@ -30,3 +30,15 @@ def test_serving_paths_sample_at_the_policys_temperature_and_learning_at_one() -
     assert all(t is POLICY_TEMPERATURE for t in serving.values()), serving
     assert {c.__name__: _default(c, "temperature") for c in (ImproveConfig, RLConfig)} == {
         "ImproveConfig": 1.0, "RLConfig": 1.0}
+
+
+def test_the_policy_script_defaults_to_the_same_temperature() -> None:
+    """scripts/policy_at_scale.sh names the constant's value once (``policy_t``, TEMPERATURE's default). Kills the
+    script's default left behind when the constant moves."""
+    import re
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "policy_at_scale.sh").read_text()
+    (value,) = re.findall(r"^policy_t=([0-9.]+)", script, flags=re.M)
+    assert float(value) == POLICY_TEMPERATURE
+    assert "${TEMPERATURE:-$policy_t}" in script and "${TEMPERATURE:-0" not in script
