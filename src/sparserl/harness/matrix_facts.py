@@ -24,22 +24,13 @@ user is the materialised text, so it stands alone.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Callable
 
 from sparserl.errors import ContractError
+from sparserl.harness.extract import Extracted, extract
 from sparserl.harness.source import SourceError, splice, strip_comments
 from sparserl.kernels.contract import MATRIX_FACT_NAMES, Header
 from sparserl.matrices.card import MatrixCard, offset_runs
-
-
-@dataclass(frozen=True)
-class Fact:
-    """One name: its C declaration for a card, or why the card gives it no value (a :class:`ContractError`)."""
-
-    name: str
-    doc: str
-    define: Callable[[MatrixCard, Header], str]
 
 
 def _runs(card: MatrixCard, header: Header) -> str:
@@ -68,12 +59,10 @@ def _block_row_len(card: MatrixCard, header: Header) -> str:
     return f"constexpr int MATRIX_BLOCK_ROW_LEN = {card.block_row_len};"
 
 
-FACTS: dict[str, Fact] = {f.name: f for f in (
-    Fact("MATRIX_DIA_RUNS", "the diagonal offsets as runs: first, last of each (a single offset twice)", _runs),
-    Fact("MATRIX_ROW_LEN", "the length of every row (all rows of one length)", _row_len),
-    Fact("MATRIX_BLOCK_ROW_LEN", "blocks per block row (FORMAT: BSR at the card's block shape)", _block_row_len),
-)}
-"""The names a kernel may use for its matrix's facts, in the order their definitions are written (the contract's
+FACTS: dict[str, Callable[[MatrixCard, Header], str]] = {
+    "MATRIX_DIA_RUNS": _runs, "MATRIX_ROW_LEN": _row_len, "MATRIX_BLOCK_ROW_LEN": _block_row_len}
+"""Each name a kernel may use for its matrix's facts -> its C declaration for a card (or a :class:`ContractError`
+saying why the card gives it no value), in the order their definitions are written (the contract's
 :data:`~sparserl.kernels.contract.MATRIX_FACT_NAMES`, which no PARAMS name may take)."""
 assert tuple(FACTS) == MATRIX_FACT_NAMES
 
@@ -96,23 +85,30 @@ def named_facts(code: str) -> list[str]:
 
 def definitions(names: list[str], card: MatrixCard, header: Header) -> str:
     """The definition lines of ``names`` for ``card`` (raises :class:`ContractError` for a name without a value)."""
-    return "".join(FACTS[n].define(card, header) + "\n" for n in names)
+    return "".join(FACTS[n](card, header) + "\n" for n in names)
 
 
-def materialise(text: str, op, card: MatrixCard | Callable[[], MatrixCard] | None) -> str:
-    """``text`` with the definitions of the facts its code names written between its header and its code
-    (the text itself when it names none, or cannot be read: the harness then says why). ``card``: the matrix's,
-    or a function that makes it (called only when a fact is named). Raises :class:`ContractError` when a named
-    fact has no value for the card (or there is no card)."""
-    from sparserl.harness.extract import Extracted, extract
+Card = MatrixCard | Callable[[], MatrixCard | None] | None
+"""The matrix's card, or a function that makes it (called only when a fact is named)."""
 
-    ex = extract(text, op)
-    if not isinstance(ex, Extracted):
-        return text
+
+def with_facts(ex: Extracted, card: Card) -> str | None:
+    """The completion ``ex`` (extracted) with the definitions of the facts its code names written between its
+    header and its code; None when it names none. Raises :class:`ContractError` when a named fact has no value
+    for the card (or there is no card)."""
     names = named_facts(ex.body)
     if not names:
-        return text
+        return None
+    card = card() if callable(card) else card
     if card is None:
         raise ContractError(f"{', '.join(names)}: a matrix's facts need the matrix (none given)")
     head = ex.text[:len(ex.text) - len(ex.body)]
-    return head + definitions(names, card() if callable(card) else card, ex.header) + ex.body
+    return head + definitions(names, card, ex.header) + ex.body
+
+
+def materialise(text: str, op, card: Card) -> str:
+    """:func:`with_facts` of a completion's text: the text itself when it names no fact, or cannot be read
+    (the harness then says why)."""
+    ex = extract(text, op)
+    got = with_facts(ex, card) if isinstance(ex, Extracted) else None
+    return text if got is None else got
