@@ -75,6 +75,7 @@ def survey_points(template, card, rng: np.random.Generator, n_random: int) -> li
 
 def kernels(args: argparse.Namespace) -> list[dict]:
     """Every distinct kernel text of the survey, with where it was first met and how often it was met."""
+    from sparserl.harness.matrix_facts import materialise
     from sparserl.kernels.contract import Op, split_completion
     from sparserl.kernels.templates import templates
 
@@ -89,7 +90,7 @@ def kernels(args: argparse.Namespace) -> list[dict]:
     for name, card in cards(args):
         for t in chosen:
             for p in survey_points(t, card, rng, args.random):
-                code = split_completion(t.render(p, card), Op.SPMV)[1]
+                code = split_completion(materialise(t.render(p, card), Op.SPMV, card), Op.SPMV)[1]  # facts it names
                 key = hashlib.sha256(code.encode()).hexdigest()
                 if key in seen:
                     seen[key]["met"] += 1

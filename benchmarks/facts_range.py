@@ -1,7 +1,8 @@
 """How many distinct facts blocks can a teacher built on these matrices show its policy?
 
-A specialised template bakes facts read off the matrix card into one block at its top (diagonal offsets, row
-lengths, blocks per block row). A policy learns to copy them from the card only if its teacher's rows show
+A specialised template that spells its facts (``csr_split_spec``, ``csr_adaptive_spec``: the long rows) bakes them,
+read off the matrix card, into one block at its top; those that name them (``MATRIX_DIA_RUNS`` and the like) have
+none, one text for every matrix. A policy learns to copy them from the card only if its teacher's rows show
 different blocks for different cards; where every matrix of a family has the same block, writing it from memory
 is as good as reading it. This reads folders of generated matrices (``sparserl data build --matrices-only``) and,
 per folder, family and specialised template, renders the template at its first seed point for each matrix's card

@@ -88,8 +88,11 @@ class Case:
 
         if self.variant is not None:
             return get_variant(self.variant).render()
+        from sparserl.harness.matrix_facts import materialise
+
         card = MatrixCard.from_dict(self.card) if self.card is not None else None
-        return get_template(self.op, self.template).render(dict(self.params), card)
+        text = get_template(self.op, self.template).render(dict(self.params), card)
+        return materialise(text, self.op, card)  # the facts the code names, defined as the harness defines them
 
 
 def cases() -> list[Case]:

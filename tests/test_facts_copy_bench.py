@@ -1,5 +1,5 @@
 """benchmarks/facts_copy.py: a policy's specialised samples, their facts against the card, and the teacher's distinct
-facts (CPU). Mutations killed: every sample taken to have the card's facts (the other grid's offsets), a wrong block
+facts (CPU). Mutations killed: every sample taken to have the card's facts (another draw's long rows), a wrong block
 not looked up among the teacher's, a right one not told apart as taught, a teacher row's facts counted under the
 wrong family or not at all (distinct facts per template), another system's samples let through ``--system``, and a
 missing file or an empty selection passing silently."""
@@ -10,14 +10,14 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from sparserl.eval.compare import EvalConfig
+from sparserl.eval.compare import EvalConfig, family_set
 from sparserl.kernels.templates import get_template
 from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 from tests.conftest import load_benchmark
 
 bench = load_benchmark("facts_copy")
-ROWS = 4900  # the set's stencil2d is 70 x 70
+ROWS = 6000  # the set's skewed matrix has 6 long rows
 
 
 def _run(tmp_path: Path) -> Path:
@@ -27,25 +27,27 @@ def _run(tmp_path: Path) -> Path:
     cfg = asdict(EvalConfig(matrices="families", family_rows=ROWS, out=str(run / "eval-families")))
     cfg["distinct_from"] = ["/elsewhere/data"]  # the device's paths: not read again
     (run / "eval-families" / "eval.json").write_text(json.dumps({"config": cfg, "op": "spmv"}))
-    spec = get_template("spmv", "dia_window_spec")
-    here = matrix_card(generate("stencil2d", ROWS, seed=7))
-    taught = matrix_card(generate("stencil2d", 6400, seed=1))  # an 80 x 80 grid the teacher searched
-    diagonal = matrix_card(generate("diagonal", 5000, seed=1))
-    samples = [("base", spec.render({"block": 128, "v": 1}, here), "none"),        # copied from the card
-               ("base", spec.render({"block": 256, "v": 1}, taught), "incorrect"),  # a training grid's offsets
-               ("base", spec.render({"block": 256, "v": 2}, diagonal), "incorrect"),
-               ("other", spec.render({"block": 128, "v": 1}, taught), "incorrect")]
+    spec = get_template("spmv", "csr_split_spec")
+    point = {"tpr": 1, "unroll": 4, "long_len": 256, "block": 128}
+    here = matrix_card(dict(family_set(ROWS))["skewed"])
+    taught = matrix_card(generate("skewed", ROWS, seed=1))  # another draw the teacher searched
+    powerlaw = matrix_card(generate("powerlaw", ROWS, seed=1))
+    samples = [("base", spec.render(point, here), "none"),                   # copied from the card
+               ("base", spec.render({**point, "block": 256}, taught), "incorrect"),  # a training matrix's rows
+               ("base", spec.render({**point, "tpr": 2}, powerlaw), "incorrect"),
+               ("other", spec.render(point, taught), "incorrect")]
     (run / "eval-families" / "completions.jsonl").write_text("".join(
-        json.dumps({"system": s, "matrix": f"stencil2d_{ROWS}", "verdict": v, "completion": c}) + "\n"
+        json.dumps({"system": s, "matrix": f"skewed_{ROWS}", "verdict": v, "completion": c}) + "\n"
         for s, c, v in samples))
-    rows = [{"family": "best_known", "matrix": "teacher/stencil2d_000_6400.npz", "shape": [6400, 6400],
-             "code": spec.render({"block": 256, "v": 1}, taught)},
-            {"family": "best_known", "matrix": "teacher/diagonal_001_9000.npz", "shape": [9000, 9000],
-             "code": spec.render({"block": 64, "v": 1}, matrix_card(generate("diagonal", 9000, seed=1)))},
-            {"family": "stencil2d", "matrix": "data/stencil2d_000_4900.npz", "shape": [ROWS, ROWS],
-             "code": spec.render({"block": 64, "v": 1}, here)},
-            {"family": "stencil2d", "matrix": "data/x.npz", "shape": [ROWS, ROWS],
-             "code": get_template("spmv", "dia_window").render({"block": 64, "v": 1}, here)}]
+    rows = [{"family": "best_known", "matrix": f"teacher/skewed_000_{ROWS}.npz", "shape": [ROWS, ROWS],
+             "code": spec.render({**point, "block": 256}, taught)},
+            {"family": "best_known", "matrix": "teacher/powerlaw_001_9000.npz", "shape": [9000, 9000],
+             "code": spec.render({**point, "tpr": 2}, powerlaw)},
+            {"family": "skewed", "matrix": f"data/skewed_000_{ROWS}.npz", "shape": [ROWS, ROWS],
+             "code": spec.render(point, here)},
+            {"family": "skewed", "matrix": "data/x.npz", "shape": [ROWS, ROWS],
+             "code": get_template("spmv", "csr_adaptive").render(
+                 next(iter(get_template("spmv", "csr_adaptive").seeds(here, None))), here)}]
     (run / "sft-data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run
 
@@ -54,18 +56,18 @@ def test_samples_facts_against_the_card_and_the_teacher(tmp_path: Path, capsys) 
     run = _run(tmp_path)
     assert bench.main([str(run), "--system", "base", "--out", str(tmp_path / "f.json")]) == 0
     got = json.loads((tmp_path / "f.json").read_text())
-    assert got["samples"] == {"dia_window_spec": {f"stencil2d_{ROWS}": {
+    assert got["samples"] == {"csr_split_spec": {f"skewed_{ROWS}": {
         "samples": 3, "correct": 1, "facts_as_card": 1, "facts_as_card_correct": 1, "facts_as_card_taught": 1,
         "other_facts": 2, "other_facts_correct": 0, "other_facts_from_teacher": 2}}}
-    assert got["teacher"] == {"dia_window_spec": {"rows": 3, "distinct_facts": 3, "families": {
-        "stencil2d": {"rows": 2, "distinct_facts": 2}, "diagonal": {"rows": 1, "distinct_facts": 1}}}}
-    assert "dia_window_spec: 3 samples, 1 correct" in capsys.readouterr().out
+    assert got["teacher"] == {"csr_split_spec": {"rows": 3, "distinct_facts": 3, "families": {
+        "skewed": {"rows": 2, "distinct_facts": 2}, "powerlaw": {"rows": 1, "distinct_facts": 1}}}}
+    assert "csr_split_spec: 3 samples, 1 correct" in capsys.readouterr().out
 
 
 def test_every_system_by_default_and_bad_input(tmp_path: Path, capsys) -> None:
     run = _run(tmp_path)
     assert bench.main([str(run), "--out", str(tmp_path / "f.json")]) == 0
-    assert json.loads((tmp_path / "f.json").read_text())["samples"]["dia_window_spec"][f"stencil2d_{ROWS}"]["samples"] == 4
+    assert json.loads((tmp_path / "f.json").read_text())["samples"]["csr_split_spec"][f"skewed_{ROWS}"]["samples"] == 4
     assert bench.main([str(run), "--system", "nobody"]) == 2
     assert "no samples of nobody" in capsys.readouterr().err
     assert bench.main([str(run), "--set", "test"]) == 2

@@ -16,24 +16,25 @@ from tests.conftest import load_benchmark
 bench = load_benchmark("facts_range")
 
 
-def _folder(root: Path, bands: list[int]) -> Path:
+def _folder(root: Path, seeds: list[int]) -> Path:
+    """Skewed matrices of 3000 rows (3 long rows each), drawn with these seeds: one seed, one block of long rows."""
     root.mkdir(parents=True)
-    for i, b in enumerate(bands):
-        save_matrix(generate("banded", 3000 + i, seed=i, bands=b), root / f"banded_{i:03d}_{3000 + i}.npz")
+    for i, seed in enumerate(seeds):
+        save_matrix(generate("skewed", 3000, seed=seed), root / f"skewed_{i:03d}_3000.npz")
     return root
 
 
 def test_distinct_blocks_follow_the_cards(tmp_path: Path, capsys) -> None:
     same = _folder(tmp_path / "same", [5, 5, 5])
     _folder(tmp_path / "drawn" / "matrices", [3, 7, 7])  # a data folder: read through its matrices
-    save_matrix(generate("banded", 3000, bands=9), tmp_path / "same" / "my_matrix.npz")  # no generated name
+    save_matrix(generate("skewed", 3000, seed=9), tmp_path / "same" / "my_matrix.npz")  # no generated name
     out = tmp_path / "range.json"
     assert bench.main([str(same), str(same.parent / "drawn"), "--out", str(out)]) == 0
     table = json.loads(out.read_text())["folders"]
-    assert table["same"]["banded"]["dia_window_spec"] == {"matrices": 3, "distinct_facts": 1}
-    assert table["drawn"]["banded"]["dia_window_spec"] == {"matrices": 3, "distinct_facts": 2}
-    assert set(table["same"]) == {"banded"}
-    assert "banded: " in capsys.readouterr().out
+    assert table["same"]["skewed"]["csr_split_spec"] == {"matrices": 3, "distinct_facts": 1}
+    assert table["drawn"]["skewed"]["csr_split_spec"] == {"matrices": 3, "distinct_facts": 2}
+    assert set(table["same"]) == {"skewed"}
+    assert "skewed: " in capsys.readouterr().out
 
 
 def test_a_folder_without_generated_matrices_is_an_error(tmp_path: Path, capsys) -> None:

@@ -22,7 +22,7 @@ from tests.conftest import load_benchmark
 def _altered_folder(tmp: Path) -> Path:
     for name in ("dia_window_spec", "bsr_stream_spec"):
         path = Path(inspect.getsourcefile(get_template(Op.SPMV, name).renderer))
-        (tmp / path.name).write_text(path.read_text().replace("// Specialised to this matrix:", "// Before: for"))
+        (tmp / path.name).write_text(path.read_text().replace("// Specialised to the matrix:", "// Before: for"))
     return tmp
 
 

@@ -19,65 +19,73 @@ from tests.conftest import one_line_error
 
 pytest.importorskip("torch")  # the rows' sampled coordinates
 
-POINT = {"block": 128, "v": 2}
+POINT = {"tpr": 1, "unroll": 4, "long_len": 256, "block": 256}
+"""A point of ``csr_split_spec`` (a template that spells its matrix's long rows) for the skewed rows below."""
+ROWS = 6000  # a skewed matrix of 6000 rows has 6 long rows (its default long_fraction 0.001)
+SPREAD = 0.07  # sizes within 7% keep those 6: the template's LAUNCH line (6 + ...) stays its row's
 
 
 def _row(family: str, rows: int, code: str, name: str | None = None) -> SFTRow:
     A = generate(family, rows, seed=3)
-    return SFTRow(rows=[0], cols=[0], shape=tuple(A.shape), code=code, format="DIA", nnz=int(A.nnz),
+    return SFTRow(rows=[0], cols=[0], shape=tuple(A.shape), code=code, format="CSR", nnz=int(A.nnz),
                   family="best_known", split="train", name=name or generated_name(family, 0, A.shape[0]),
                   card=matrix_card(A).to_dict())
 
 
-def _spec(family: str, rows: int) -> str:
-    return get_template("spmv", "dia_window_spec").render(POINT, matrix_card(generate(family, rows, seed=3)))
+def _spec(rows: int = ROWS, seed: int = 3) -> str:
+    return get_template("spmv", "csr_split_spec").render(POINT, matrix_card(generate("skewed", rows, seed=seed)))
+
+
+def _cfg(**kw):
+    from sparserl.data.siblings import SiblingConfig
+
+    return SiblingConfig(spread=SPREAD, vary_params=False, **kw)
 
 
 def test_siblings_are_the_rows_template_at_its_numbers_for_new_matrices_with_new_facts(tmp_path: Path,
                                                                                         monkeypatch) -> None:
-    """A stencil2d row's ``dia_window_spec`` gets 3 siblings: each is the template at the row's own point rendered
+    """A skewed row's ``csr_split_spec`` gets 3 siblings: each is the template at the row's own point rendered
     for the sibling's card (read back from the saved matrix), of a size within the spread, with a facts block no row
-    taught; the diagonal family's row gets none (every diagonal matrix has the same offsets), nor does a library
-    kernel's row or a real matrix's. Mutations killed: the sibling's own card not used (the row's kernel copied),
-    the spread not applied (sizes from half to twice the row's), fruitless families drawn on (no ``gave_up``, or
-    their matrices still made)."""
+    taught; a random matrix's row with that kernel gets none (no random matrix has a row longer than 256: the check
+    refuses every draw), nor does a library kernel's row or a real matrix's. Mutations killed: the sibling's own
+    card not used (the row's kernel copied), the spread not applied (sizes from half to twice the row's), fruitless
+    families drawn on (no ``gave_up``, or their matrices still made)."""
     import sparserl.data.siblings as siblings
-    from sparserl.data.siblings import FRUITLESS, SiblingConfig, sibling_rows
+    from sparserl.data.siblings import FRUITLESS, sibling_rows
 
     made_of: list[str] = []
     real_generate = siblings.generate
     monkeypatch.setattr(siblings, "generate", lambda fam, *a, **kw: made_of.append(fam) or real_generate(fam, *a, **kw))
-    stencil = _row("stencil2d", 4900, _spec("stencil2d", 4900))
-    diagonal = _row("diagonal", 5000, _spec("diagonal", 5000))
-    library = _row("stencil2d", 6400, variants("spmv", "DIA")[0].render())
-    real = _row("stencil2d", 3600, _spec("stencil2d", 3600), name="lp_ship04l")
-    made, counts = sibling_rows([stencil, diagonal, library, real], SiblingConfig(per_row=3, spread=0.15, seed=1),
-                                tmp_path)
-    assert len(made) == 3 and counts.made == {"dia_window_spec": 3}
-    assert counts.specialised_rows == 3 and counts.not_generated == 1 and counts.facts_taught["dia_window_spec"] > 0
-    assert counts.gave_up == {"dia_window_spec": 1}, "the diagonal row stops after FRUITLESS draws that made nothing"
-    assert made_of.count("diagonal") == FRUITLESS, "no more of its matrices made after that"
-    spec = get_template("spmv", "dia_window_spec")
-    facts = {specialised_facts(r.code, "spmv")[1] for r in (stencil, diagonal, real)}
+    skewed = _row("skewed", ROWS, _spec())
+    scattered = _row("random", 5000, _spec(seed=4))
+    library = _row("skewed", 8000, variants("spmv", "CSR")[0].render())
+    real = _row("skewed", ROWS, _spec(seed=5), name="lp_ship04l")
+    made, counts = sibling_rows([skewed, scattered, library, real], _cfg(per_row=3, seed=1), tmp_path)
+    assert len(made) == 3 and counts.made == {"csr_split_spec": 3}
+    assert counts.specialised_rows == 3 and counts.not_generated == 1 and counts.refused["csr_split_spec"] > 0
+    assert counts.gave_up == {"csr_split_spec": 1}, "the random row stops after FRUITLESS draws that made nothing"
+    assert made_of.count("random") == FRUITLESS, "no more of its matrices made after that"
+    spec = get_template("spmv", "csr_split_spec")
+    facts = {specialised_facts(r.code, "spmv")[1] for r in (skewed, scattered, real)}
     for s in made:
         A = load_matrix(s.matrix)
         assert s.code == spec.render(POINT, matrix_card(A)), "the row's template at its numbers, for this matrix"
         assert s.card == matrix_card(A).to_dict() and s.shape == tuple(A.shape) and s.times is None
-        assert 0.85 * 4900 <= A.shape[0] <= 1.15 * 4900 + 200  # a grid's side is rounded: a few rows more
-        assert s.family == "stencil2d" and s.split == "train" and s.extra["sibling_of"] == stencil.name
+        assert (1 - SPREAD) * ROWS <= A.shape[0] <= (1 + SPREAD) * ROWS
+        assert s.family == "skewed" and s.split == "train" and s.extra["sibling_of"] == skewed.name
         f = specialised_facts(s.code, "spmv")[1]
         assert f not in facts, "a facts block no row taught"
         facts.add(f)
-    assert counts.distinct_facts == {"dia_window_spec": 6}  # the three rows' blocks and three new ones
+    assert counts.distinct_facts == {"csr_split_spec": 6}  # the three rows' blocks and three new ones
 
 
 def test_siblings_never_repeat_a_held_out_structure(tmp_path: Path) -> None:
     """The first run's first sibling, given as held out, is drawn again: no sibling has its structure, and the
     draw is counted. Mutation killed: ``avoid`` ignored."""
-    from sparserl.data.siblings import SiblingConfig, sibling_rows
+    from sparserl.data.siblings import sibling_rows
 
-    row = _row("stencil2d", 4900, _spec("stencil2d", 4900))
-    cfg = SiblingConfig(per_row=2, seed=1)
+    row = _row("skewed", ROWS, _spec())
+    cfg = _cfg(per_row=2, seed=1)
     first, _ = sibling_rows([row], cfg, tmp_path / "a")
     held = structure_fingerprint(load_matrix(first[0].matrix))
     again, counts = sibling_rows([row], cfg, tmp_path / "b", avoid={held})
@@ -92,15 +100,16 @@ def test_the_siblings_command_writes_rows_a_summary_and_refuses_bad_input(cli, t
     from sparserl.data.rows import read_rows, write_rows
 
     teacher = tmp_path / "teacher.jsonl"
-    write_rows(teacher, [_row("stencil2d", 4900, _spec("stencil2d", 4900))])
+    write_rows(teacher, [_row("skewed", ROWS, _spec())])
     out = tmp_path / "sib"
-    r = cli("data", "siblings", teacher, "--out", out, "--per-row", 2, "--seed", 1)
+    r = cli("data", "siblings", teacher, "--out", out, "--per-row", 2, "--seed", 1, "--spread", SPREAD, "--default-params")
     assert r.rc == 0, r.err
     assert len(read_rows(out / "siblings.jsonl")) == 2 and "2 sibling rows" in r.out
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["made"] == {"dia_window_spec": 2} and summary["config"]["per_row"] == 2
+    assert summary["made"] == {"csr_split_spec": 2} and summary["config"]["per_row"] == 2
     one_line_error(cli("data", "siblings", teacher, "--out", out), "--force")
-    again = cli("data", "siblings", teacher, "--out", out, "--per-row", 1, "--seed", 2, "--force")
+    again = cli("data", "siblings", teacher, "--out", out, "--per-row", 1, "--seed", 2, "--force", "--spread", SPREAD,
+                "--default-params")
     assert again.rc == 0, again.err
     kept = sorted(p.name for p in (out / "matrices").glob("*.npz"))
     assert kept == sorted(Path(r.matrix).name for r in read_rows(out / "siblings.jsonl")) and len(kept) == 1, kept
@@ -113,44 +122,47 @@ def test_the_siblings_command_writes_rows_a_summary_and_refuses_bad_input(cli, t
 
 
 def test_no_sibling_repeats_a_block_another_row_taught(tmp_path: Path) -> None:
-    """Rows for every stencil2d grid 60-80 wide, named as real matrices (so they get no siblings of their own, yet
-    teach their blocks): a sibling of a generated 70-wide one (within 15%: 65-75 wide) can only draw a block some
-    row taught, so none is made and each draw is counted as taught. Mutation killed: siblings compared with their
-    own row's facts only."""
-    from sparserl.data.siblings import SiblingConfig, sibling_rows
+    """The siblings a first run draws, given back as rows of real matrices (so they get no siblings of their own,
+    yet teach their blocks): a second run with the same seed draws the same matrices first, counts each as taught
+    and makes others. Mutation killed: siblings compared with their own row's facts only (the first run's made
+    again)."""
+    from sparserl.data.siblings import sibling_rows
 
-    taught = [_row("stencil2d", w * w, _spec("stencil2d", w * w), name=f"grid{w}") for w in range(60, 81)]
-    row = _row("stencil2d", 4900, _spec("stencil2d", 4900))
-    made, counts = sibling_rows([row] + taught, SiblingConfig(per_row=2, seed=1, vary_params=False), tmp_path)
-    assert made == [] and counts.facts_taught["dia_window_spec"] >= 2 and counts.not_generated == 21
+    row = _row("skewed", ROWS, _spec())
+    first, _ = sibling_rows([row], _cfg(per_row=2, seed=1), tmp_path / "a")
+    taught = [SFTRow(**{**r.__dict__, "name": f"real{i}", "family": "best_known"}) for i, r in enumerate(first)]
+    made, counts = sibling_rows([row] + taught, _cfg(per_row=2, seed=1), tmp_path / "b")
+    assert counts.facts_taught["csr_split_spec"] == 2 and counts.not_generated == 2 and len(made) == 2
+    assert not {s.code for s in made} & {s.code for s in first}
 
 
 def test_a_sibling_row_is_trained_with_its_own_card(tmp_path: Path) -> None:
-    """SFT's input for a sibling row shows the sibling's card, whose offsets its kernel bakes in: the pairing the
+    """SFT's input for a sibling row shows the sibling's card, whose long rows its kernel bakes in: the pairing the
     rows exist to teach. Mutations killed: the sibling's matrix not saved where its row says, another matrix saved
-    under its name (the teacher row's: the card would show 70)."""
-    from sparserl.data.siblings import SiblingConfig, sibling_rows
+    under its name (the teacher row's: the card would list its long rows)."""
+    from sparserl.data.siblings import sibling_rows
     from sparserl.encoding import EncodingConfig
-    from sparserl.matrices.card import offset_runs
     from sparserl.model.policy import PolicyConfig
     from sparserl.train.dataset import SFTDataset
 
-    row = _row("stencil2d", 4900, _spec("stencil2d", 4900))
-    (s,), _ = sibling_rows([row], SiblingConfig(per_row=1, seed=1), tmp_path)
+    row = _row("skewed", ROWS, _spec())
+    (s,), _ = sibling_rows([row], _cfg(per_row=1, seed=1), tmp_path)
     card = SFTDataset([s], PolicyConfig(encoding=EncodingConfig(max_nnz=8))).sample(s).card
-    width = max(abs(a) for a, _ in offset_runs(matrix_card(load_matrix(s.matrix)).dia_offsets))
-    assert width != 70 and f"diagonal offsets: -{width} -1..1 {width}" in card
-    assert f"{{-{width}, -{width}, -1, 1, {width}, {width}}}" in s.code
+    own, theirs = (sorted(r for r, _ in matrix_card(A).long_rows)
+                   for A in (load_matrix(s.matrix), generate("skewed", ROWS, seed=3)))
+    assert own != theirs and ", ".join(map(str, own)) in s.code
+    assert all(f" {r}:4096" in card for r in own) and not any(f" {r}:4096" in card for r in theirs)
 
 
 def test_no_sibling_teaches_a_held_out_matrixs_facts(tmp_path: Path) -> None:
-    """With the cards of every stencil2d grid 60-80 wide held out, a sibling of the 70-wide row (65-75 wide) could
-    only teach a held-out matrix's facts block under another structure: none is made, and the draws are counted.
-    Mutation killed: the held-out blocks not checked (a sibling of a new structure teaching a held-out block)."""
-    from sparserl.data.siblings import SiblingConfig, sibling_rows
+    """With the cards of a first run's siblings held out (their structures not: the check is on the facts block),
+    a second run with the same seed draws those matrices first and makes none of them: each draw is counted, and
+    the siblings made are others. Mutation killed: the held-out blocks not checked (a held-out block taught)."""
+    from sparserl.data.siblings import sibling_rows
 
-    row = _row("stencil2d", 4900, _spec("stencil2d", 4900))
-    held = [matrix_card(generate("stencil2d", w * w, seed=3)) for w in range(60, 81) if w != 70]
-    made, counts = sibling_rows([row], SiblingConfig(per_row=2, seed=1, vary_params=False), tmp_path,
-                                held_out_cards=held)
-    assert made == [] and counts.held_out_facts["dia_window_spec"] >= 2
+    row = _row("skewed", ROWS, _spec())
+    first, _ = sibling_rows([row], _cfg(per_row=2, seed=1), tmp_path / "a")
+    held = [matrix_card(load_matrix(s.matrix)) for s in first]
+    made, counts = sibling_rows([row], _cfg(per_row=2, seed=1), tmp_path / "b", held_out_cards=held)
+    assert counts.held_out_facts["csr_split_spec"] == 2 and len(made) == 2
+    assert not {s.code for s in made} & {s.code for s in first}

@@ -190,26 +190,28 @@ def test_no_trained_model_on_a_gpu_returns_the_best_verified_library_kernel(mtx:
     assert all(r.speedup is None or r.speedup <= rep.best.speedup for r in rep.runners_up)
 
 
-def test_fill_facts_hands_back_the_sample_with_the_cards_facts_and_says_so(mtx: Path, tmp_path: Path) -> None:
-    """A sample that is ``dia_window_spec`` for a 3-band matrix, asked for this 5-band one: with ``--fill-facts``
-    the kernel handed back is the template at the sample's numbers for this card, labelled as the model's with
-    the card's facts, and a note counts the samples so written; without it, the sample as written. Mutations
-    killed: the flag not reaching the proposer, every sample labelled filled (the broken one is not), the
-    label or the note left out."""
+def test_fill_facts_hands_back_the_sample_with_the_cards_facts_and_says_so(tmp_path: Path) -> None:
+    """A sample that is ``csr_split_spec`` for another skewed draw's long rows, asked for this one (as many long
+    rows, other ones): with ``--fill-facts`` the kernel handed back is the template at the sample's numbers for this
+    card, labelled as the model's with the card's facts, and a note counts the samples so written; without it, the
+    sample as written. Mutations killed: the flag not reaching the proposer, every sample labelled filled (the
+    broken one is not), the label or the note left out."""
     from sparserl.harness.extract import extract
     from sparserl.kernels.contract import Op
     from sparserl.kernels.templates import get_template
     from sparserl.matrices.card import matrix_card
 
-    spec = get_template("spmv", "dia_window_spec")
-    here = matrix_card(generate("banded", 5000, seed=0, bands=5))
-    sample = spec.render({"block": 128, "v": 2}, matrix_card(generate("banded", 5000, seed=0, bands=3)))
+    skewed = [generate("skewed", 6000, seed=s, long_len=2000, long_fraction=0.002) for s in (1, 2)]
+    mtx = tmp_path / "skewed.mtx"
+    save_matrix(skewed[0], mtx)
+    spec, point = get_template("spmv", "csr_split_spec"), {"tpr": 1, "unroll": 4, "long_len": 256, "block": 128}
+    sample = spec.render(point, matrix_card(skewed[1]))
     for flag in (True, False):
         out = tmp_path / str(flag)
         rep = generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(out), compile_only=True,
                                              fill_facts=flag), policy=FixedSampler([BROKEN, sample]))
-        want = spec.render({"block": 128, "v": 2}, here) if flag else sample
-        assert (out / "kernel.cu").read_text() == extract(want, Op.SPMV).text
+        want = spec.render(point, matrix_card(skewed[0])) if flag else sample
+        assert (out / "kernel.cu").read_text() == extract(want, Op.SPMV).text and (want != sample) is flag
         assert rep.source == ("written by the model, its block of facts from the matrix card (--fill-facts)"
                               if flag else "written by the model")
         assert any("1 of 2 samples had their block of specialised facts" in n for n in rep.notes) is flag

@@ -128,35 +128,47 @@ def test_a_template_body_is_told_apart_whatever_its_facts_say() -> None:
             "the other 1 are no template's body exactly (code of the policy's own, or a body altered).") in markdown(t)
 
 
+SPLIT = {"tpr": 1, "unroll": 4, "long_len": 256, "block": 256}
+"""A point of ``csr_split_spec`` its check accepts for the skewed cards of these tests."""
+
+
+def _generic(card):
+    """``csr_adaptive`` (a generic template: no facts of its matrix) at its first seed point for ``card``."""
+    from sparserl.kernels.templates import get_template
+
+    t = get_template("spmv", "csr_adaptive")
+    return t.render(next(iter(t.seeds(card, None))), card)
+
+
 def test_a_specialised_samples_facts_are_compared_with_its_own_card() -> None:
-    """A ``dia_window_spec`` kernel rendered for one 2-D stencil has that card's facts, not another grid's (the
-    samples of a policy that writes a training matrix's offsets); numbers the template has no point for, a generic
-    template's body and no card compare nothing; the table counts the comparisons per template and the markdown
-    says how many facts were the card's. Kills a comparison that always says yes (the other grid), the sample's
-    numbers ignored (rendered at a seed point instead: BLOCK=100 would compare), and the comparisons left out of
-    the table."""
+    """A ``csr_split_spec`` kernel rendered for one skewed matrix has that card's long rows, not another draw's
+    (the samples of a policy that writes a training matrix's rows); numbers the template has no point for, a
+    generic template's body and no card compare nothing; the table counts the comparisons per template and the
+    markdown says how many facts were the card's. Kills a comparison that always says yes (the other draw), the
+    sample's numbers ignored (rendered at a seed point instead: BLOCK=100 would compare), and the comparisons left
+    out of the table."""
     from sparserl.eval.library_match import facts_as_card, specialised_facts
     from sparserl.kernels.templates import get_template
     from sparserl.matrices import generate
     from sparserl.matrices.card import matrix_card
 
-    here, there = (matrix_card(generate("stencil2d", rows, seed=1)) for rows in (4900, 6400))
-    spec = get_template("spmv", "dia_window_spec")
-    text = spec.render({"block": 128, "v": 2}, here)
+    here, there = (matrix_card(generate("skewed", 6000, seed=s, long_len=2000, long_fraction=0.002)) for s in (1, 2))
+    spec = get_template("spmv", "csr_split_spec")
+    text = spec.render(SPLIT, here)
     assert facts_as_card(text, "spmv", here) is True
-    assert facts_as_card(text, "spmv", there) is False  # the offsets of a 70-wide grid on an 80-wide one
-    assert facts_as_card(spec.render({"block": 256, "v": 1}, there), "spmv", there) is True
-    assert facts_as_card(text.replace("BLOCK=128", "BLOCK=100"), "spmv", here) is None  # no point of the template
+    assert facts_as_card(text, "spmv", there) is False  # the long rows of one draw on another
+    assert facts_as_card(spec.render({**SPLIT, "block": 128}, there), "spmv", there) is True
+    assert facts_as_card(text.replace("BLOCK=256", "BLOCK=100"), "spmv", here) is None  # no point of the template
     assert facts_as_card(text, "spmv", None) is None
-    generic = get_template("spmv", "dia_window").render({"block": 128, "v": 2}, here)
+    generic = _generic(here)
     assert facts_as_card(generic, "spmv", here) is None and specialised_facts(generic, "spmv") is None
     name, facts = specialised_facts(text, "spmv")
-    assert name == "dia_window_spec" and "-70, -70, -1, 1, 70, 70" in facts and "FLOOR4" not in facts
+    assert name == "csr_split_spec" and "208, 864, 1494" in facts and "ceil_div" not in facts
     t = library_match_table([("a", text, True, "none", "", here), ("a", text, False, "incorrect", "", there),
                              ("a", text, True, "none", "", None)], "spmv")
-    assert t["a"]["new"]["template_bodies"] == {"dia_window_spec": {"samples": 3, "correct": 2, "facts_compared": 2,
-                                                                    "facts_as_card": 1, "facts_as_card_correct": 1}}
-    assert ("dia_window_spec 3 (2 correct; facts as the card's in 1 of 2, 1 of them correct)") in "\n".join(markdown(t))
+    assert t["a"]["new"]["template_bodies"] == {"csr_split_spec": {"samples": 3, "correct": 2, "facts_compared": 2,
+                                                                   "facts_as_card": 1, "facts_as_card_correct": 1}}
+    assert ("csr_split_spec 3 (2 correct; facts as the card's in 1 of 2, 1 of them correct)") in "\n".join(markdown(t))
 
 
 def test_failures_are_counted_by_verdict_per_class() -> None:
@@ -228,33 +240,36 @@ def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
 
 
 def test_fill_facts_writes_the_cards_facts_into_a_specialised_kernel_and_nothing_else() -> None:
-    """A ``dia_window_spec`` kernel written with a 70-wide grid's offsets, judged on an 80-wide grid, gets the
-    80-wide grid's facts: exactly the template at the sample's own numbers for that card. Nothing is filled where
-    the facts are the card's already, where there is no card, where the body is a generic template's, where the
-    numbers are no point of the template, where the template's check refuses the card, or where the header differs
-    from the template's at that point (a LAUNCH line of the policy's own would be changed too). Kills: the
-    template's check skipped (a random matrix's card filled into a DIA kernel), the header left unchecked (the
-    LAUNCH sample filled), the sample's numbers ignored (a seed point's kernel returned: block 256 for a block-128
-    sample), a fill that returns the facts unchanged, and a sample filled although its facts were the card's."""
+    """A ``csr_split_spec`` kernel written with one skewed draw's long rows, judged on another draw with as many,
+    gets the other draw's rows: exactly the template at the sample's own numbers for that card. Nothing is filled
+    where the facts are the card's already, where there is no card, where the body is a generic template's, where
+    the numbers are no point of the template, where the template's check refuses the card, or where the header
+    differs from the template's at that point (a LAUNCH line of the policy's own, or a card with another count of
+    long rows: its grid is another). Kills: the template's check skipped (a random matrix's card filled in), the
+    header left unchecked (the LAUNCH sample filled), the sample's numbers ignored (a seed point's kernel returned:
+    block 256 for a block-128 sample), a fill that returns the facts unchanged, and a sample filled although its
+    facts were the card's."""
     from sparserl.eval.library_match import facts_as_card, fill_facts
     from sparserl.kernels.templates import get_template
     from sparserl.matrices import generate
     from sparserl.matrices.card import matrix_card
 
-    here, there = (matrix_card(generate("stencil2d", rows, seed=1)) for rows in (4900, 6400))
-    spec = get_template("spmv", "dia_window_spec")
-    text = spec.render({"block": 128, "v": 2}, here)
+    here, there = (matrix_card(generate("skewed", 6000, seed=s, long_len=2000, long_fraction=0.002)) for s in (1, 2))
+    spec = get_template("spmv", "csr_split_spec")
+    point = {**SPLIT, "block": 128}
+    text = spec.render(point, here)
     filled = fill_facts(text, "spmv", there)
-    assert filled == spec.render({"block": 128, "v": 2}, there)
+    assert filled == spec.render(point, there)
     assert facts_as_card(filled, "spmv", there) is True and facts_as_card(text, "spmv", there) is False
-    assert "-80, -80, -1, 1, 80, 80" in filled and "-70" not in filled
+    assert "208, 864" in text and "208, 864" not in filled
     assert fill_facts(text, "spmv", here) is None  # the card's facts already
     assert fill_facts(text, "spmv", None) is None
     assert fill_facts(text.replace("BLOCK=128", "BLOCK=100"), "spmv", there) is None  # no point of the template
-    scattered = matrix_card(generate("random", 3001, seed=1, nnz_per_row=16))  # its diagonals are not listed
+    scattered = matrix_card(generate("random", 3001, seed=1, nnz_per_row=16))  # no row longer than 256
     assert fill_facts(text, "spmv", scattered) is None  # the template's check refuses this card
+    more = matrix_card(generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.004))
+    assert spec.check(point, more, None) is None and fill_facts(text, "spmv", more) is None  # another grid line
     launch = next(line for line in text.splitlines() if line.startswith("LAUNCH:"))
     own = text.replace(launch, launch.replace("block=BLOCK", "block=128"))
     assert own != text and fill_facts(own, "spmv", there) is None  # a header the template does not write
-    generic = get_template("spmv", "dia_window").render({"block": 128, "v": 2}, here)
-    assert fill_facts(generic, "spmv", there) is None
+    assert fill_facts(_generic(here), "spmv", there) is None

@@ -8,8 +8,6 @@ nothing changed, and the evaluator judging the text as written instead of the ma
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from sparserl.errors import ContractError
@@ -27,35 +25,30 @@ POINT = {"block": 128, "v": 2}
 
 
 def named_dia(card) -> str:
-    """dia_window_spec as rendered for ``card``, its facts block left out and its ``RUNS`` named
-    ``MATRIX_DIA_RUNS``: one text for every matrix."""
-    text = get_template("spmv", "dia_window_spec").render(POINT, card)
-    lines = [line for line in text.splitlines()
-             if not line.startswith("// Specialised") and not line.startswith("// first, last")
-             and "constexpr int RUNS[]" not in line]
-    return re.sub(r"\bRUNS\b", "MATRIX_DIA_RUNS", "\n".join(lines) + "\n")
+    """dia_window_spec as rendered for ``card``: its offsets named ``MATRIX_DIA_RUNS``, one text for every matrix."""
+    return get_template("spmv", "dia_window_spec").render(POINT, card)
 
 
-def test_the_named_kernel_materialised_is_the_template_for_each_card() -> None:
-    for family, rows, params in (("stencil2d", 4900, {}), ("banded", 4003, {"bands": 9})):
-        card = matrix_card(generate(family, rows, seed=1, **params))
-        rendered = get_template("spmv", "dia_window_spec").render(POINT, card)
+def test_the_template_is_one_text_and_the_definition_is_each_cards_runs() -> None:
+    from sparserl.matrices.card import offset_runs
+
+    cards = [matrix_card(generate(family, rows, seed=1, **params))
+             for family, rows, params in (("stencil2d", 4900, {}), ("banded", 4003, {"bands": 9}))]
+    assert named_dia(cards[0]) == named_dia(cards[1])
+    for card in cards:
         got = materialise(named_dia(card), Op.SPMV, card)
-        want = re.sub(r"\bRUNS\b", "MATRIX_DIA_RUNS", rendered)
-        runs = re.search(r"\{[-0-9, ]+\}", want.split("MATRIX_DIA_RUNS[] = ")[1]).group(0)
-        assert f"__device__ constexpr int MATRIX_DIA_RUNS[] = {runs};" in got
-        code = lambda t: re.sub(r"//[^\n]*", "", extract(t, Op.SPMV).code).split()  # noqa: E731
-        assert code(got) == code(want)  # the same code, comments and spacing aside
+        runs = ", ".join(f"{a}, {b}" for a, b in offset_runs(card.dia_offsets))
+        assert f"__device__ constexpr int MATRIX_DIA_RUNS[] = {{{runs}}};" in got
+        assert got.count("MATRIX_DIA_RUNS[] =") == 1
         assert materialise(got, Op.SPMV, card) == got  # declared now: not defined twice
 
 
 def test_names_in_comments_count_for_nothing_and_a_text_without_names_is_unchanged() -> None:
     card = matrix_card(generate("banded", 4003, seed=1, bands=9))
-    text = named_dia(card)
-    assert named_facts(extract(text, Op.SPMV).body) == ["MATRIX_DIA_RUNS"]
-    plain = get_template("spmv", "dia_window_spec").render(POINT, card)
-    commented = plain.replace("// first, last", "// MATRIX_ROW_LEN is not used here; first, last")
-    assert named_facts(extract(commented, Op.SPMV).body) == []
+    assert named_facts(extract(named_dia(card), Op.SPMV).body) == ["MATRIX_DIA_RUNS"]
+    plain = get_template("spmv", "dia_window").render(POINT, card)
+    commented = plain.replace("\n\n", "\n\n// MATRIX_ROW_LEN and MATRIX_DIA_RUNS are not used here\n", 1)
+    assert commented != plain and named_facts(extract(commented, Op.SPMV).body) == []
     assert materialise(commented, Op.SPMV, card) == commented
 
 

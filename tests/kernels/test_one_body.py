@@ -1,6 +1,7 @@
 """Kernels name their parameters once: every library strategy and every template is one body shared
 by all its variants, which differ only in their FORMAT and PARAMS lines (and, for a specialised
-template, in the block of facts at the top of the code)."""
+template that spells its facts, in the block of facts at the top of the code; one that names them,
+``MATRIX_DIA_RUNS`` and the like, is one text for every matrix and the harness writes the facts)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections import defaultdict
 
 import pytest
 
+from sparserl.harness.matrix_facts import materialise
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import all_variants
 from sparserl.kernels.templates import templates
@@ -16,9 +18,14 @@ from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 
 
+SPELT, NAMED = "// Specialised to this matrix", "// Specialised to the matrix"
+"""How the facts block of a template that spells its facts begins, and of one that names them."""
+
+
 def _parts(text: str) -> list[str]:
     """Header, [facts,] body: the blank-line separated parts a rendering is made of."""
-    return text.split("\n\n", 2) if "// Specialised to this matrix" in text.split("\n\n", 2)[1] else text.split("\n\n", 1)
+    second = text.split("\n\n", 2)[1]
+    return text.split("\n\n", 2) if second.startswith((SPELT, NAMED)) else text.split("\n\n", 1)
 
 
 def test_every_library_strategy_is_one_body_and_one_set_of_launch_lines() -> None:
@@ -51,19 +58,31 @@ def cards() -> dict:
 
 
 def test_every_template_is_one_body_over_its_points_and_matrices(cards) -> None:
-    """Kills: a template whose code changes with a parameter or a matrix outside its facts block."""
+    """Kills: a template whose code changes with a parameter or a matrix outside its facts block, and a template
+    that names its facts whose text still changes with the matrix (or whose facts, as the harness writes them,
+    do not)."""
+    named = set()
     for t in templates():
         k = 8 if t.op is Op.SPMM else None
-        bodies, facts = set(), set()
+        bodies, facts, judged = set(), set(), set()
         for card in cards.values():
             for p in t.seeds(card, k)[:4]:
-                parts = _parts(t.render(p, card))
+                text = t.render(p, card)
+                parts = _parts(text)
                 bodies.add(parts[-1])
                 if t.specialised:
-                    assert len(parts) == 3 and parts[1].startswith("// Specialised to this matrix"), t.name
+                    assert len(parts) == 3 and parts[1].startswith((SPELT, NAMED)), t.name
                     facts.add(parts[1])
+                    mark = SPELT if parts[1].startswith(SPELT) else NAMED
+                    judged.add(materialise(text, t.op, card).split(mark)[0][len(text.split(mark)[0]):])  # definitions
+                    if parts[1].startswith(NAMED):
+                        named.add(t.name)
         assert len(bodies) == 1, (t.op.value, t.name, len(bodies))
-        assert not t.specialised or len(facts) > 1, t.name  # the facts do change with the matrix
+        if t.name in named:  # one text; the definitions the harness writes above it change with the matrix
+            assert len({f.split("\n")[-1] for f in facts}) == 1 and len(judged) > 1, t.name
+        else:
+            assert not t.specialised or len(facts) > 1, t.name  # the facts do change with the matrix
+    assert named == {"dia_window_spec", "bsr_stream_spec", "csr_lanes_spec"}
 
 
 def test_facts_blocks_hold_only_constants_and_initialised_constant_tables(cards) -> None:

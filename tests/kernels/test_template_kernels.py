@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sparserl.harness.compile import CompileOptions, available_backend, compile_many
+from sparserl.harness.matrix_facts import materialise
 from sparserl.harness.static_check import static_check
 from sparserl.kernels.contract import Op, split_completion
 from sparserl.kernels.templates import get_template
@@ -54,7 +55,8 @@ def rendered():
 
 @pytest.fixture(scope="module")
 def compiled(rendered):
-    codes = [split_completion(text, Op.SPMV)[1] for *_, text in rendered]
+    codes = [split_completion(materialise(text, Op.SPMV, lambda: matrix_card(A)), Op.SPMV)[1]
+             for _, A, _, _, text in rendered]
     return compile_many(codes, OPTIONS)
 
 
@@ -124,33 +126,37 @@ def test_specialised_checks_say_why_they_do_not_apply() -> None:
     assert "at most long_len" in gen.check({"rpw": 32, "items": 8, "long_len": 1024, "seg": 4096, "block": 256})
 
 
-def test_specialised_dia_and_bsr_bake_their_facts_and_not_the_shape() -> None:
-    """dia_window_spec bakes the offsets and bsr_stream_spec the blocks per block row, and both read
-    m and n at run time: the same structure at another size renders the same text (nothing for a
-    policy to copy digit by digit), another structure does not. Kills a facts block that names the
-    rows or columns again (``constexpr int M = ...``), and one that drops the offsets or K."""
+def test_specialised_dia_and_bsr_name_their_facts_and_read_the_shape() -> None:
+    """dia_window_spec names the offsets and bsr_stream_spec the blocks per block row (the harness defines
+    them: sparserl.harness.matrix_facts), and both read m and n at run time: every matrix renders the same text
+    (nothing for a policy to copy digit by digit), and the source the harness judges differs with the
+    structure only. Kills a facts block spelt again, one that names the rows or columns
+    (``constexpr int M = ...``), and a materialised source that drops the offsets or K."""
+    judged = lambda t, p, card: materialise(t.render(p, card), Op.SPMV, card)  # noqa: E731
     dia = get_template("spmv", "dia_window_spec")
     p = {"block": 256, "v": 2}
     a, b = (matrix_card(generate("banded", rows, seed=1, bands=9)) for rows in (4003, 1_000_001))
     assert a.dia_offsets == b.dia_offsets and a.rows != b.rows
-    assert dia.render(p, a) == dia.render(p, b)
+    assert judged(dia, p, a) == judged(dia, p, b)
     five = matrix_card(generate("banded", 4003, seed=1, bands=5))
-    assert five.dia_offsets != a.dia_offsets and dia.render(p, five) != dia.render(p, a)
-    assert "4003" not in dia.render(p, a)
+    assert five.dia_offsets != a.dia_offsets and judged(dia, p, five) != judged(dia, p, a)
+    assert dia.render(p, five) == dia.render(p, a)
+    assert "4003" not in judged(dia, p, a)
     bsr = get_template("spmv", "bsr_stream_spec")
     q = {"R": 4, "C": 4, "g": 8, "block": 256}
     cut, even = (matrix_card(generate("block", 4000, cols=cols, seed=1, block=4, blocks_per_row=3))
                  for cols in (3001, 3000))
     assert cut.block_row_len == even.block_row_len == 3 and cut.cols != even.cols
-    assert bsr.render(q, cut) == bsr.render(q, even)
+    assert judged(bsr, q, cut) == judged(bsr, q, even)
     four = matrix_card(generate("block", 4000, cols=3000, seed=1, block=4, blocks_per_row=4))
-    assert bsr.render(q, four) != bsr.render(q, even)
+    assert judged(bsr, q, four) != judged(bsr, q, even) and bsr.render(q, four) == bsr.render(q, even)
 
 
 def test_dia_window_spec_facts_are_the_cards_offsets_as_listed() -> None:
-    """The one fact block of dia_window_spec is the offsets item by item as the prompt's card lists them
-    (a run ``a..b`` as ``a, b``, a single offset twice): nothing counted or grouped by whoever writes it.
-    Kills a facts block that names the diagonals' count or clusters again, or expands the runs."""
+    """The one fact of dia_window_spec, defined by the harness, is the offsets item by item as the prompt's
+    card lists them (a run ``a..b`` as ``a, b``, a single offset twice), and the text declares nothing above
+    its body. Kills a definition that names the diagonals' count or clusters, or expands the runs, and a
+    render that spells the facts again."""
     from sparserl.eval.library_match import template_body
 
     dia = get_template("spmv", "dia_window_spec")
@@ -159,9 +165,11 @@ def test_dia_window_spec_facts_are_the_cards_offsets_as_listed() -> None:
         listed = card.prompt().split("diagonal offsets: ")[1].split("\n")[0].split()
         pairs = [item.split("..") if ".." in item else [item, item] for item in listed]
         text = dia.render({"block": 256, "v": 2}, card)
-        block = text.split("#define")[0].split("LAUNCH:")[1].split("\n", 1)[1]  # the facts, above the body
-        code = [line for line in block.splitlines() if line.strip() and not line.startswith("//")]
-        assert code == ["__device__ constexpr int RUNS[] = {" + ", ".join(a for p in pairs for a in p) + "};"], code
+        for source, want in ((text, []), (materialise(text, Op.SPMV, card), [
+                "__device__ constexpr int MATRIX_DIA_RUNS[] = {" + ", ".join(a for p in pairs for a in p) + "};"])):
+            block = source.split("#define")[0].split("LAUNCH:")[1].split("\n", 1)[1]  # above the body
+            code = [line for line in block.splitlines() if line.strip() and not line.startswith("//")]
+            assert code == want, code
         assert template_body(text, Op.SPMV) == "dia_window_spec"  # still known as the template's body, facts aside
 
 
@@ -189,7 +197,7 @@ def test_dia_window_spec_compiler_lays_out_the_offsets_and_clusters_as_the_pytho
         checks = [f"DIAGS == {len(offsets)}", f"CLUSTERS == {len(groups)}"]
         checks += [f"OFFSETS.v[{d}] == {o}" for d, o in enumerate(offsets)]
         checks += [f"CLUSTER_END.v[{c}] == {e}" for c, e in enumerate(ends)]
-        code = split_completion(dia.render({"block": 256, "v": 1}, card), Op.SPMV)[1]
+        code = split_completion(materialise(dia.render({"block": 256, "v": 1}, card), Op.SPMV, card), Op.SPMV)[1]
         sources.append(code + "\n" + "".join(f'static_assert({c}, "{c}");\n' for c in checks))
     backends = [b for b in ("nvrtc", "nvcc") if available_backend(CompileOptions(arch="sm_90", backend=b)) == b]
     for backend in backends:  # each compiler on its own (auto would fall back to nvcc when NVRTC refuses)
@@ -210,7 +218,8 @@ def test_dia_window_spec_on_the_widest_card_compiles_without_spills() -> None:
     assert card.dia_offsets is not None and len(card.dia_offsets) == 64
     t = get_template("spmv", "dia_window_spec")
     points = t.seeds(card)
-    results = compile_many([split_completion(t.render(p, card), Op.SPMV)[1] for p in points], OPTIONS)
+    results = compile_many([split_completion(materialise(t.render(p, card), Op.SPMV, card), Op.SPMV)[1]
+                            for p in points], OPTIONS)
     for p, r in zip(points, results):
         assert r.ok, r.log[-600:]
         res = r.resources_of("spmv_kernel")
@@ -230,7 +239,7 @@ def test_csr_lanes_spec_compiles_for_rows_shorter_than_four() -> None:
         assert card.row_len_min == card.row_len_max == L
         points = [p for p in t.seeds(card) if t.check(p, card) is None]
         assert points, L
-        texts += [split_completion(t.render(p, card), Op.SPMV)[1] for p in points]
+        texts += [split_completion(materialise(t.render(p, card), Op.SPMV, card), Op.SPMV)[1] for p in points]
     failed = [r.log[-300:] for r in compile_many(texts, OPTIONS) if not r.ok]
     assert not failed, failed[:1]
     empty = dataclasses.replace(card, row_len_min=0, row_len_max=0, row_len_mean=0.0)

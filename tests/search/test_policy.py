@@ -152,8 +152,8 @@ def test_the_header_grammar_reaches_the_policy_from_generate_and_search() -> Non
 
 
 def test_fill_facts_writes_the_cards_facts_into_proposals_and_says_which() -> None:
-    """With ``fill_facts``, a proposal that is ``dia_window_spec`` for another grid's offsets comes back with this
-    matrix's (the template at the proposal's own numbers for this card), and ``last_filled`` marks it; a proposal
+    """With ``fill_facts``, a proposal that is ``csr_split_spec`` for another skewed draw's long rows comes back with
+    this matrix's (the template at the proposal's own numbers for this card), and ``last_filled`` marks it; a proposal
     with this card's facts already and one that is no template's are returned as written, and so is everything
     without ``fill_facts``. Refinements are filled too. Mutations killed: the flag ignored (always or never
     filling), ``last_filled`` marking every text or the wrong one, the flag dropped between the job and the
@@ -164,10 +164,11 @@ def test_fill_facts_writes_the_cards_facts_into_proposals_and_says_which() -> No
     from sparserl.search.loop import FILLED_NOTE, _fill_notes
     from sparserl.search.run import SearchJob, open_proposer
 
-    spec = get_template("spmv", "dia_window_spec")
-    ctx = MatrixContext(generate("stencil2d", 6400, seed=1), "m", Op.SPMV)
-    other = matrix_card(generate("stencil2d", 4900, seed=1))
-    wrong, right = (spec.render({"block": 128, "v": 2}, c) for c in (other, ctx.card))
+    spec = get_template("spmv", "csr_split_spec")
+    ctx = MatrixContext(generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002), "m", Op.SPMV)
+    other = matrix_card(generate("skewed", 6000, seed=2, long_len=2000, long_fraction=0.002))
+    point = {"tpr": 1, "unroll": 4, "long_len": 256, "block": 128}
+    wrong, right = (spec.render(point, c) for c in (other, ctx.card))
     assert wrong != right
 
     class Ev:

@@ -467,8 +467,8 @@ def render_lanes(tpr: int, unroll: int, block: int, uniform_len: int | None = No
     launch = ["grid=ceil_div(m, BLOCK / TPR), block=BLOCK"]
     if uniform_len is None:
         return completion(_header({"TPR": tpr, "UNROLL": unroll, "BLOCK": block}, launch), _LANES)
-    facts = (f"// Specialised to this matrix: every row has exactly {uniform_len} entries.\n"
-             f"constexpr int L = {uniform_len};  // entries per row")
+    facts = ("// Specialised to the matrix: every row has the same number of entries.\n"
+             "constexpr int L = MATRIX_ROW_LEN;  // entries per row, defined by the harness from the matrix")
     return completion(_header({"TPR": tpr, "BLOCK": block}, launch), facts, _LANES_SPEC)
 
 

@@ -10,7 +10,8 @@ xor-shuffles at the end.
 
 * ``bsr_stream``: block rows from ``block_row_ptr``; ``x`` loads guarded at the right edge.
 * ``bsr_stream_spec``: every block row holds the same number ``K`` of blocks (the card's
-  ``block_row_len``), so block row ``I`` is blocks ``I*K .. I*K+K-1``: ``block_row_ptr`` is not
+  ``block_row_len``; the code names it ``MATRIX_BLOCK_ROW_LEN``, defined by the harness from the matrix:
+  :mod:`sparserl.harness.matrix_facts`), so block row ``I`` is blocks ``I*K .. I*K+K-1``: ``block_row_ptr`` is not
   read, and the loop over the run has a fixed trip count and is unrolled (all loads in flight).
   The shape is read at run time: when ``n`` is a multiple of ``C`` (a test the whole grid takes
   the same way) no ``x`` load is guarded. Wins on block matrices.
@@ -170,8 +171,8 @@ def _render(p: Params, card: MatrixCard | None, K: int | None) -> str:
     if K is None:
         return completion(head, _GENERIC)
     assert card is not None
-    facts = (f"// Specialised to this matrix: every block row holds {K} blocks of {p['R']}x{p['C']}.\n"
-             f"constexpr int K = {K};  // blocks per block row")
+    facts = (f"// Specialised to the matrix: every block row holds the same number of {p['R']}x{p['C']} blocks.\n"
+             "constexpr int K = MATRIX_BLOCK_ROW_LEN;  // blocks per block row, defined by the harness")
     return completion(head, facts, _SPEC)
 
 

@@ -8,9 +8,10 @@ streaming stores, so the L2 keeps ``x``.
   with a 16-byte load when the diagonal's offset is a multiple of 4, else four single loads.
 * ``dia_window_spec``: the diagonal offsets are compile-time constants and the loop over diagonals
   is unrolled; the shape is read at run time, so one body serves every size with the same offsets.
-  Its one fact is the offsets as the card lists them (``RUNS``: first and last of each run); the
-  compiler expands them and works out their count and clusters, so a policy writing the kernel
-  copies numbers and computes none. Nearby offsets are grouped into clusters; each cluster loads the aligned
+  Its one fact is the offsets as the card lists them (first and last of each run), which the code names
+  ``MATRIX_DIA_RUNS`` and the harness defines from the matrix it judges on
+  (:mod:`sparserl.harness.matrix_facts`): the kernel is one text for every matrix, a policy writing it copies
+  no number, and the compiler expands the runs and works out their count and clusters. Nearby offsets are grouped into clusters; each cluster loads the aligned
   window of ``x`` that all its diagonals need (for a 9-band matrix, three 16-byte loads serve all
   nine diagonals of four rows), whatever the offsets' alignment. ``val`` of diagonal ``d`` is read
   with 16-, 8- or 4-byte loads as ``d*m`` mod 4 allows (a test every thread takes the same way).
@@ -24,7 +25,7 @@ from __future__ import annotations
 from sparserl.kernels.contract import Op, render_params_line, signature
 from sparserl.kernels.library.common import completion, fill
 from sparserl.kernels.templates.base import Param, Params, Template
-from sparserl.matrices.card import MatrixCard, offset_runs
+from sparserl.matrices.card import MatrixCard
 
 CLUSTER_GAP = 8
 """Offsets at most this far apart share a window of x (when the window stays small)."""
@@ -122,13 +123,15 @@ def _render_generic(p: Params, card: MatrixCard | None) -> str:
 _SPEC = fill(
     """
 #define FLOOR4(v) (((v) >= 0 ? (v) / 4 : -((3 - (v)) / 4)) * 4)  // the multiple of 4 at or below v
-// Worked out by the compiler from RUNS: the offsets one by one (OFFSETS.v), and the clusters of diagonals
-// that share a window of x: runs at most ${GAP} apart whose aligned window takes at most ${MAX_WINDOW} 16-byte loads
+// Worked out by the compiler from MATRIX_DIA_RUNS: the offsets one by one (OFFSETS.v), and the clusters of
+// diagonals that share a window of x: runs at most ${GAP} apart whose aligned window takes at most ${MAX_WINDOW}
+// 16-byte loads
 // (cluster c: diagonals CLUSTER_END.v[c - 1] .. CLUSTER_END.v[c] - 1).
 __device__ constexpr int count_diagonals()
 {
     int n = 0;
-    for (int i = 0; i + 1 < int(sizeof(RUNS) / sizeof(RUNS[0])); i += 2) n += RUNS[i + 1] - RUNS[i] + 1;
+    for (int i = 0; i + 1 < int(sizeof(MATRIX_DIA_RUNS) / sizeof(MATRIX_DIA_RUNS[0])); i += 2)
+        n += MATRIX_DIA_RUNS[i + 1] - MATRIX_DIA_RUNS[i] + 1;
     return n;
 }
 constexpr int DIAGS = count_diagonals();
@@ -137,8 +140,8 @@ __device__ constexpr Offsets offsets_of()
 {
     Offsets o{};
     int d = 0;
-    for (int i = 0; i + 1 < int(sizeof(RUNS) / sizeof(RUNS[0])); i += 2)
-        for (int off = RUNS[i]; off <= RUNS[i + 1]; ++off) o.v[d++] = off;
+    for (int i = 0; i + 1 < int(sizeof(MATRIX_DIA_RUNS) / sizeof(MATRIX_DIA_RUNS[0])); i += 2)
+        for (int off = MATRIX_DIA_RUNS[i]; off <= MATRIX_DIA_RUNS[i + 1]; ++off) o.v[d++] = off;
     return o;
 }
 __device__ constexpr Offsets OFFSETS = offsets_of();
@@ -237,16 +240,10 @@ ${SIG}
 of :func:`clusters`), unrolls them and folds every offset into the loads' addresses."""
 
 
-def _spec_facts(card: MatrixCard) -> str:
-    """The one fact the body needs: the diagonal offsets, item by item as the card's prompt lists them
-    (a run ``a..b`` as ``a, b``, a single offset ``o`` as ``o, o``), so a policy copies them rather than
-    counting or grouping; everything derived from them is the compiler's work."""
-    runs = ", ".join(f"{a}, {b}" for a, b in offset_runs(card.dia_offsets))
-    return "\n".join([
-        "// Specialised to this matrix: its diagonal offsets (column - row) as the card lists them, ascending:",
-        "// first, last of each run (a single offset twice).",
-        f"__device__ constexpr int RUNS[] = {{{runs}}};",
-    ])
+SPEC_FACTS = ("// Specialised to the matrix: MATRIX_DIA_RUNS, its diagonal offsets (column - row) as the card lists\n"
+              "// them, first and last of each run, is defined by the harness from the matrix.")
+"""The comment that stands where dia_window_spec once spelt the offsets: the one fact the body needs, named
+(:mod:`sparserl.harness.matrix_facts`); everything derived from it is the compiler's work."""
 
 
 def _spec_check(p: Params, card: MatrixCard | None, k: int | None) -> str | None:
@@ -265,7 +262,7 @@ def _spec_unseen(p: Params, card: MatrixCard | None, k: int | None) -> str | Non
 
 def _render_spec(p: Params, card: MatrixCard | None) -> str:
     assert card is not None and card.dia_offsets is not None
-    return completion(_header(p), _spec_facts(card), _SPEC)
+    return completion(_header(p), SPEC_FACTS, _SPEC)
 
 
 def _seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
