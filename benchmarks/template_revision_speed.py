@@ -24,7 +24,8 @@ from the PATH or from Triton's NVIDIA backend; ``same_sass`` is None without it)
 Matrices (``--rows``, 1M by default; sizes off a multiple of 4 on purpose): diagonal, banded with 5
 and 9 bands, stencil2d, stencil3d_7 and stencil3d_27 for ``dia_window_spec``, and two of 20,003 rows
 with 64 diagonals (the most a card lists), 37 apart (each its own cluster of ``x``) and contiguous;
-4x4 and 8x8 blocks (the 8x8 one with a cut last block column) for ``bsr_stream_spec``.
+4x4 and 8x8 blocks (the 8x8 one with a cut last block column) for ``bsr_stream_spec``; rows of 16 and of 7
+entries (one length for every row) for ``csr_lanes_spec``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from params_equivalence import cuobjdump_path, sass_of  # noqa: E402
 from sparserl.harness.compile import CompileOptions, compile_many  # noqa: E402
 from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
 from sparserl.improve.table import geomean_of  # noqa: E402
+from sparserl.harness.matrix_facts import materialise  # noqa: E402
 from sparserl.kernels.contract import Op, split_completion  # noqa: E402
 from sparserl.kernels.templates import Template, get_template  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402
@@ -81,7 +83,9 @@ def matrix_set(rows: int) -> list[tuple[str, str, Callable[[], sp.csr_array]]]:
             ("wide64_apart37", "dia_window_spec", lambda: _diagonals([i * 37 - 1000 for i in range(64)])),
             ("wide64_contiguous", "dia_window_spec", lambda: _diagonals(list(range(-32, 32)))),
             ("block4", "bsr_stream_spec", gen("block", rows, block=4, blocks_per_row=4)),
-            ("block8_cut", "bsr_stream_spec", gen("block", rows, rows - 3, block=8, blocks_per_row=3))]
+            ("block8_cut", "bsr_stream_spec", gen("block", rows, rows - 3, block=8, blocks_per_row=3)),
+            ("rows16", "csr_lanes_spec", gen("random", rows, nnz_per_row=16)),
+            ("rows7", "csr_lanes_spec", gen("random", rows + 1, nnz_per_row=7))]
 
 
 def _module_source(template: Template, before: str) -> tuple[str, str]:
@@ -143,7 +147,7 @@ def compile_times(args: argparse.Namespace) -> dict:
             row = {"matrix": name, "template": tname, "point": str(p)}
             sass = {}
             for form, t in forms.items():
-                code = split_completion(t.render(p, card), Op.SPMV)[1]
+                code = split_completion(materialise(t.render(p, card), Op.SPMV, card), Op.SPMV)[1]  # facts it names
                 with tempfile.TemporaryDirectory() as cache:
                     t0 = time.perf_counter()
                     r = compile_many([code], options, cache_dir=cache, jobs=1)[0]
