@@ -63,8 +63,8 @@ SLOW_FIRST_LAUNCH_WRONG = csr(f"if (row >= m) return; {DOT} {LONG_SPIN} y[row] =
 
 NOT_A_CONTENDER = csr(f"if (row >= m) return; {DOT} {LONG_SPIN.replace('400000000', '60000000')} y[row] = sum;")
 """Correct, about 0.12 s a launch (60-180 ms): past the 50 ms below which no first launch predicts
-anything, and thousands of times cuSPARSE's time on the GPU suite's matrix, yet under a 2 s verify
-floor for its 8 remaining launches. An ordinary job verifies it and stops it early, ``slow``; a
+anything, and thousands of times cuSPARSE's time on the GPU suite's matrix, yet under the GPU test's
+6 s verify floor for its 8 remaining launches. An ordinary job verifies it and stops it early, ``slow``; a
 contender job (the oracle's: ``Evaluator.evaluate_many(..., contenders=True)``) stops after its
 first launch, ``timeout``."""
 
