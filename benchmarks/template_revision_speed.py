@@ -50,8 +50,8 @@ from params_equivalence import cuobjdump_path, sass_of  # noqa: E402
 
 from sparserl.harness.compile import CompileOptions, compile_many  # noqa: E402
 from sparserl.harness.evaluator import Evaluator, HarnessConfig  # noqa: E402
-from sparserl.improve.table import geomean_of  # noqa: E402
 from sparserl.harness.matrix_facts import materialise  # noqa: E402
+from sparserl.improve.table import geomean_of  # noqa: E402
 from sparserl.kernels.contract import Op, split_completion  # noqa: E402
 from sparserl.kernels.templates import Template, get_template  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402

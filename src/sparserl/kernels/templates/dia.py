@@ -10,10 +10,11 @@ streaming stores, so the L2 keeps ``x``.
   is unrolled; the shape is read at run time, so one body serves every size with the same offsets.
   Its one fact is the offsets as the card lists them (first and last of each run), which the code names
   ``MATRIX_DIA_RUNS`` and the harness defines from the matrix it judges on
-  (:mod:`sparserl.harness.matrix_facts`): the kernel is one text for every matrix, a policy writing it copies
-  no number, and the compiler expands the runs and works out their count and clusters. Nearby offsets are grouped into clusters; each cluster loads the aligned
-  window of ``x`` that all its diagonals need (for a 9-band matrix, three 16-byte loads serve all
-  nine diagonals of four rows), whatever the offsets' alignment. ``val`` of diagonal ``d`` is read
+  (:mod:`sparserl.harness.matrix_facts`): the kernel is one text for every matrix, a policy writing it
+  copies no number, and the compiler expands the runs and works out their count and clusters. Nearby
+  offsets are grouped into clusters; each cluster loads the aligned window of ``x`` that all its
+  diagonals need (for a 9-band matrix, three 16-byte loads serve all nine diagonals of four rows),
+  whatever the offsets' alignment. ``val`` of diagonal ``d`` is read
   with 16-, 8- or 4-byte loads as ``d*m`` mod 4 allows (a test every thread takes the same way).
   Rows whose every window lies inside ``x`` take this path with no bounds tests; the few edge rows
   take a guarded path. Wins on banded and stencil matrices, whose off-by-one diagonals defeat the
@@ -125,8 +126,7 @@ _SPEC = fill(
 #define FLOOR4(v) (((v) >= 0 ? (v) / 4 : -((3 - (v)) / 4)) * 4)  // the multiple of 4 at or below v
 // Worked out by the compiler from MATRIX_DIA_RUNS: the offsets one by one (OFFSETS.v), and the clusters of
 // diagonals that share a window of x: runs at most ${GAP} apart whose aligned window takes at most ${MAX_WINDOW}
-// 16-byte loads
-// (cluster c: diagonals CLUSTER_END.v[c - 1] .. CLUSTER_END.v[c] - 1).
+// 16-byte loads (cluster c: diagonals CLUSTER_END.v[c - 1] .. CLUSTER_END.v[c] - 1).
 __device__ constexpr int count_diagonals()
 {
     int n = 0;
