@@ -226,6 +226,23 @@ def test_dia_window_spec_on_the_widest_card_compiles_without_spills() -> None:
         assert not (res.spill_store_bytes or res.stack_bytes) and res.registers < 128, (p, res)
 
 
+def test_bsr_stream_refuses_to_compile_a_group_its_blocks_do_not_divide() -> None:
+    """Numbers out of step (``G=8`` for 8x8 blocks: 4*G is no multiple of R*C, so a lane's values would drift
+    across the blocks' positions) are a compile error that says why, in both BSR stream templates, where such a
+    kernel once compiled and wrote wrong sums (5 samples of the full preset on ``block``). Kills the assertion left
+    out or weakened (``G=8`` compiles), and one that also refuses a valid group (``G=16``)."""
+    card = matrix_card(generate("block", 4000, seed=1, block=8, blocks_per_row=4))
+    texts = []
+    for name in ("bsr_stream", "bsr_stream_spec"):
+        text = materialise(get_template("spmv", name).render({"R": 8, "C": 8, "g": 16, "block": 256}, card),
+                           Op.SPMV, card)
+        assert "PARAMS: G=16, BLOCK=256" in text
+        texts += [split_completion(t, Op.SPMV)[1] for t in (text, text.replace("G=16", "G=8"))]
+    results = compile_many(texts, OPTIONS)
+    assert [r.ok for r in results] == [True, False, True, False], [r.log[-300:] for r in results]
+    assert all("4*G must be a multiple of R*C" in r.log for r in results[1::2])
+
+
 def test_csr_lanes_spec_compiles_for_rows_shorter_than_four() -> None:
     """Rows of 1, 2 or 3 entries (a diagonal matrix, say) take the single-entry path; the 16-byte path
     the compiler still sees must not declare arrays of size zero. Kills ``KC = (L / 4 + TPR - 1) / TPR``

@@ -2,8 +2,8 @@
 
 The values of one block row are one contiguous run of ``nblocks * R * C`` floats (blocks are
 stored one after another, each row-major). ``g`` lanes stream that run with 16-byte loads:
-lane ``l`` reads floats ``4*l, 4*l + 4*g, ...``. Since ``4*g`` is a multiple of ``R*C``, a lane
-always lands on the same position inside a block: the same block row ``r`` and the same four
+lane ``l`` reads floats ``4*l, 4*l + 4*g, ...``. Since ``4*g`` is a multiple of ``R*C`` (the body's
+``static_assert``: other numbers are a compile error that says so, not wrong sums), a lane always lands on the same position inside a block: the same block row ``r`` and the same four
 columns (``C >= 4``; two rows of two columns when ``C == 2``), so it keeps one or two sums and
 reads ``x`` with one 16-byte (or 8-byte) load per block. Lanes of the same rows are summed with
 xor-shuffles at the end.
@@ -56,6 +56,8 @@ def _spec_check(p: Params, card: MatrixCard | None, k: int | None) -> str | None
 
 
 _ADD_X = """
+static_assert(4 * G % (R * C) == 0, "4*G must be a multiple of R*C: each lane stays on one position of the blocks");
+
 // Adds a (four values of one block row at columns col .. col+3 when C >= 4; two rows of two columns
 // when C == 2) times x into the lane's sums; a guarded call checks the right edge of x.
 static __device__ __forceinline__ void add_x(float& sum0, float& sum1, float4 a, const float* __restrict__ x,
