@@ -32,7 +32,7 @@ from sparserl.devices import visible_gpus
 from sparserl.errors import ContractError, SparseRLError
 from sparserl.harness.compile import CompileOptions, compile_source, default_cache_dir
 from sparserl.harness.extract import ExtractError, extract
-from sparserl.harness.matrix_facts import with_facts
+from sparserl.harness.matrix_facts import extract_with_facts
 from sparserl.harness.pool import PhaseLimits, WorkerPool
 from sparserl.harness.result import HARNESS_VERSION, ErrorKind, EvalProfile, EvalResult, KernelTiming
 from sparserl.harness.speed import SpeedConfig, slow_threshold_us
@@ -238,13 +238,11 @@ class Evaluator:
         if isinstance(ex, ExtractError):
             return None, fail(ErrorKind(ex.kind), ex.message)
         try:  # the matrix's facts the code names: their definitions written from its card
-            named = with_facts(ex, lambda: timed("card", self._card, matrix))
+            ex = extract_with_facts(ex, op, lambda: timed("card", self._card, matrix))
         except ContractError as exc:
             return None, fail(ErrorKind.CONTRACT, str(exc), format=ex.header.format)
-        if named is not None:
-            ex = extract(named, op)
-            if isinstance(ex, ExtractError):  # the definitions took the text over the length limit
-                return None, fail(ErrorKind(ex.kind), ex.message)
+        if isinstance(ex, ExtractError):  # the definitions took the text over the length limit
+            return None, fail(ErrorKind(ex.kind), ex.message)
         viol = timed("static_check", static_check, ex.code, ex.header, op)
         if viol is not None:
             return None, fail(ErrorKind(viol.kind), viol.message, format=ex.header.format)

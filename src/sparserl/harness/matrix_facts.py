@@ -27,7 +27,7 @@ import re
 from typing import Callable
 
 from sparserl.errors import ContractError
-from sparserl.harness.extract import Extracted, extract
+from sparserl.harness.extract import Extracted, ExtractError, extract
 from sparserl.harness.source import SourceError, splice, strip_comments
 from sparserl.kernels.contract import MATRIX_FACT_NAMES, Header
 from sparserl.matrices.card import MatrixCard, offset_runs
@@ -104,6 +104,14 @@ def with_facts(ex: Extracted, card: Card) -> str | None:
         raise ContractError(f"{', '.join(names)}: a matrix's facts need the matrix (none given)")
     head = ex.text[:len(ex.text) - len(ex.body)]
     return head + definitions(names, card, ex.header) + ex.body
+
+
+def extract_with_facts(ex: Extracted, op, card: Card) -> Extracted | ExtractError:
+    """``ex`` as the harness judges it: extracted again with :func:`with_facts`'s definitions written in, or ``ex``
+    itself when its code names no fact; an :class:`ExtractError` when the definitions take the text over the length
+    limit. Raises :class:`ContractError` as :func:`with_facts` does."""
+    named = with_facts(ex, card)
+    return ex if named is None else extract(named, op)
 
 
 def materialise(text: str, op, card: Card) -> str:

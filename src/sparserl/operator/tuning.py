@@ -191,18 +191,16 @@ def build_kernel(text: str, op: Op, options, cache_dir=None, A=None) -> tuple[He
     :mod:`sparserl.harness.matrix_facts`): (header, cubin path), or why it cannot be used."""
     from sparserl.harness.compile import compile_source
     from sparserl.harness.extract import Extracted, extract
-    from sparserl.harness.matrix_facts import with_facts
+    from sparserl.harness.matrix_facts import extract_with_facts
     from sparserl.harness.static_check import static_check
     from sparserl.matrices.card import matrix_card
 
     ex = extract(text, op)
     if isinstance(ex, Extracted):
-        try:
-            named = with_facts(ex, (lambda: matrix_card(A)) if A is not None else None)
+        try:  # the matrix's facts the code names: their definitions written in
+            ex = extract_with_facts(ex, op, (lambda: matrix_card(A)) if A is not None else None)
         except ContractError as exc:
             return str(exc)
-        if named is not None:
-            ex = extract(named, op)  # the definitions written in
     if not isinstance(ex, Extracted):
         return ex.message
     bad = static_check(ex.code, ex.header, op)
