@@ -58,9 +58,9 @@ GUIDED_MODEL = 1.03
 IMPROVE_GAIN = 1.10
 """The improved policy's best of N at 1M rows over its SFT start's."""
 IMPROVE_MIN_CORRECT = 0.90
+"""Every kept round's validation correct share."""
 CLEAR_MARGIN = 0.02
 """The lead over the oracle that the table's second ahead share asks for (reported, judged against nothing)."""
-"""Every kept round's validation correct share."""
 START, IMPROVED = "base_sft", "improved"
 """The script's names for the SFT model and the improved one (``-c NAME=PATH``)."""
 ORACLE = "library oracle"
