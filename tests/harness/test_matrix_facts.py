@@ -8,6 +8,9 @@ nothing changed, and the evaluator judging the text as written instead of the ma
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 
 from sparserl.errors import ContractError
@@ -129,3 +132,130 @@ def test_a_named_kernel_is_correct_on_each_matrix_it_is_judged_on(tmp_path) -> N
         assert res.error_kind is ErrorKind.CONTRACT, res.message
     finally:
         ev.close()
+
+
+SPLIT = {"tpr": 4, "unroll": 4, "long_len": 256, "block": 128}
+"""A point of ``csr_split_spec`` its check accepts for the skewed matrix below."""
+
+
+def skewed():
+    return generate("skewed", 6000, seed=1)
+
+
+def named_split(card) -> str:
+    """``csr_split_spec`` for ``card`` with its long rows named: the table and its count from the harness, the LAUNCH
+    line reading the count (one text for every matrix with long rows)."""
+    text = get_template("spmv", "csr_split_spec").render(SPLIT, card)
+    text = re.sub(r"grid=\d+ \+ ", "grid=MATRIX_LONG_ROW_COUNT + ", text)
+    text = re.sub(r"// Specialised to this matrix: .*\n", "// Specialised to the matrix: a block per long row.\n", text)
+    text = re.sub(r"constexpr int LONG_ROWS = \d+;", "constexpr int LONG_ROWS = MATRIX_LONG_ROW_COUNT;", text)
+    text = re.sub(r"__constant__ int c_long_row\[\d+\] = \{[^}]*\};\n", "", text)
+    named = text.replace("c_long_row", "MATRIX_LONG_ROWS")
+    assert re.search(r"\d{3}", named.split("extern")[0].split("LAUNCH")[1]) is None, "a number of the card is left"
+    return named
+
+
+def varied():
+    """3000 rows of 4 entries but four long rows whose lengths fall as their index rises (the card lists them
+    longest first, the table is ascending)."""
+    import scipy.sparse as sp
+
+    rng, n, long = np.random.default_rng(0), 3000, {10: 300, 50: 900, 300: 500, 2000: 700}
+    rows = [r for r in range(n) for _ in range(long.get(r, 4))]
+    cols = [c for r in range(n) for c in rng.choice(n, long.get(r, 4), replace=False)]
+    return sp.csr_matrix((rng.standard_normal(len(rows)).astype(np.float32), (rows, cols)), shape=(n, n))
+
+
+def rows_longer(A, length: int) -> list[int]:
+    """The rows of ``A`` with more than ``length`` entries, from the matrix itself (not its card)."""
+    return [int(r) for r in np.flatnonzero(np.diff(A.indptr) > length)]
+
+
+def count_only(long_len: int) -> str:
+    """A kernel whose LAUNCH reads the count of rows longer than ``long_len`` and whose code names no fact."""
+    return (f"FORMAT: CSR\nPARAMS: LONG_LEN={long_len}\nLAUNCH: grid=MATRIX_LONG_ROW_COUNT + 1, block=32\n"
+            "__global__ void spmv_kernel() {}\n")
+
+
+def test_long_rows_are_the_rows_longer_than_the_kernels_long_len_and_the_launch_reads_their_count() -> None:
+    """Kills: the table or count from another threshold (``>=`` for ``>``, the card's listing floor), rows not in
+    ascending order, the LAUNCH line left as written (or its value not the count), and one matrix's table for
+    another's."""
+    from sparserl.kernels.contract import evaluate_launches
+
+    mats = [skewed(), generate("skewed", 6100, seed=2), varied()]
+    cards = [matrix_card(A) for A in mats]
+    assert named_split(cards[0]) == named_split(cards[1]) == named_split(cards[2])
+    for A, card in zip(mats, cards):
+        rows = rows_longer(A, SPLIT["long_len"])
+        assert 2 <= len(rows) < 60 and np.diff(A.indptr).max() > SPLIT["long_len"]
+        got = materialise(named_split(card), Op.SPMV, card)
+        assert f"__constant__ int MATRIX_LONG_ROWS[{len(rows)}] = {{{', '.join(map(str, rows))}}};" in got
+        assert f"constexpr int MATRIX_LONG_ROW_COUNT = {len(rows)};" in got
+        ex = extract(got, Op.SPMV)
+        assert f"grid={len(rows)} + ceil_div(m, BLOCK / TPR)" in ex.text
+        launch = evaluate_launches(ex.header, Op.SPMV, {"m": A.shape[0], "n": A.shape[1], "nnz": A.nnz, "num_sms": 132})
+        assert launch[0].grid[0] == len(rows) + -(-A.shape[0] // (SPLIT["block"] // SPLIT["tpr"]))
+        assert materialise(got, Op.SPMV, card) == got  # declared and written in now: not again
+        edge = int(np.diff(A.indptr)[rows].min())  # a long row's own length: that row is not longer than it
+        at_edge = materialise(count_only(edge), Op.SPMV, card)
+        assert f"grid={len(rows_longer(A, edge))} + 1," in at_edge
+        assert len(rows_longer(A, edge)) < len(rows_longer(A, edge - 1))
+    assert rows_longer(mats[0], 256) != rows_longer(mats[1], 256)
+
+
+def test_a_launch_that_reads_a_fact_is_read_but_launched_only_with_its_value() -> None:
+    """Kills: LAUNCH refusing a fact name at parse (the named kernel never reaches the harness) and an unmaterialised
+    launch evaluated without the value (a name unknown, or taken as 0)."""
+    from sparserl.kernels.contract import evaluate_launches
+
+    ex = extract(named_split(matrix_card(skewed())), Op.SPMV)
+    with pytest.raises(ContractError, match="MATRIX_LONG_ROW_COUNT, a matrix's fact") as exc:
+        evaluate_launches(ex.header, Op.SPMV, {"m": 6000, "n": 6000, "nnz": 90000, "num_sms": 132})
+    assert "\n" not in str(exc.value)
+    table = extract("FORMAT: CSR\nLAUNCH: grid=MATRIX_DIA_RUNS, block=32\n__global__ void spmv_kernel() {}\n", Op.SPMV)
+    assert table.kind == "contract_error" and "uses MATRIX_DIA_RUNS" in table.message  # a table is no LAUNCH value
+
+
+def test_long_rows_need_the_kernels_long_len_and_rows_the_card_lists() -> None:
+    card = matrix_card(skewed())
+    text = named_split(card)
+    with pytest.raises(ContractError, match="give LONG_LEN in PARAMS"):
+        materialise(text.replace("LONG_LEN=256, ", ""), Op.SPMV, card)
+    longest = card.row_len_max
+    over = text.replace("LONG_LEN=256", f"LONG_LEN={longest}")
+    with pytest.raises(ContractError, match="no row of this matrix is longer than LONG_LEN") as exc:
+        materialise(over, Op.SPMV, card)
+    assert "\n" not in str(exc.value)
+    assert "grid=0 + 1," in materialise(count_only(longest), Op.SPMV, card)  # a count may be 0: no table is written
+    low = card.long_rows_min - 2
+    with pytest.raises(ContractError, match=f"not every row longer than LONG_LEN={low}"):
+        materialise(text.replace("LONG_LEN=256", f"LONG_LEN={low}"), Op.SPMV, card)
+
+
+def test_a_table_the_code_declares_is_its_own() -> None:
+    card = matrix_card(skewed())
+    own = ("FORMAT: CSR\nPARAMS: LONG_LEN=256\nLAUNCH: grid=1, block=32\n"
+           "__constant__ int MATRIX_LONG_ROWS[2] = {1, 2};\n"
+           "__global__ void spmv_kernel(int* y) { y[0] = MATRIX_LONG_ROWS[0]; }\n")
+    assert named_facts(extract(own, Op.SPMV).body) == [] and materialise(own, Op.SPMV, card) == own
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_the_named_long_rows_compile_to_the_spelt_kernels_code(tmp_path) -> None:
+    """nvcc: the named form of csr_split_spec, materialised, builds as the spelt form does (same registers, spills
+    and shared memory; the SASS compared where cuobjdump is found). Kills a definition the compiler cannot fold
+    (a table in global memory, a count that is not a compile-time constant)."""
+    from sparserl.harness.compile import CompileOptions, compile_source
+    from sparserl.kernels.contract import split_completion
+
+    card = matrix_card(skewed())
+    built = {}
+    for form, text in (("spelt", get_template("spmv", "csr_split_spec").render(SPLIT, card)),
+                       ("named", materialise(named_split(card), Op.SPMV, card))):
+        r = compile_source(split_completion(text, Op.SPMV)[1], CompileOptions(backend="nvcc", arch="sm_90"),
+                           tmp_path / form)
+        assert r.ok, r.log
+        built[form] = r
+    res = {form: r.resources_of("spmv_kernel") for form, r in built.items()}
+    assert res["named"] == res["spelt"] and res["named"] is not None

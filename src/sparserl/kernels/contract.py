@@ -411,8 +411,14 @@ RESERVED_NAMES: frozenset[str] = frozenset(_CPP_KEYWORDS + _VECTOR_TYPES + _CUDA
 a few library names kernels call (names starting with an underscore are reserved in C++ too)."""
 
 
-MATRIX_FACT_NAMES = ("MATRIX_DIA_RUNS", "MATRIX_ROW_LEN", "MATRIX_BLOCK_ROW_LEN")
+MATRIX_FACT_NAMES = ("MATRIX_DIA_RUNS", "MATRIX_ROW_LEN", "MATRIX_BLOCK_ROW_LEN", "MATRIX_LONG_ROWS",
+                     "MATRIX_LONG_ROW_COUNT")
 """The facts of its matrix a kernel may name and the harness defines (:mod:`sparserl.harness.matrix_facts`)."""
+
+LAUNCH_FACT_NAMES = ("MATRIX_ROW_LEN", "MATRIX_BLOCK_ROW_LEN", "MATRIX_LONG_ROW_COUNT")
+"""The facts (single integers) a LAUNCH expression may read too: the harness writes their values into the LAUNCH
+line from the matrix it verifies on, as it writes their definitions into the code; a header that reads one is
+launched only so materialised (evaluated as written, the name is unknown: a contract error)."""
 
 
 @lru_cache(maxsize=1)
@@ -640,7 +646,8 @@ def parse_header(lines: list[str], op: Op) -> Header:
     """Parse header lines (``FORMAT:`` first, an optional ``PARAMS:`` line, then ``LAUNCH:`` lines)
     and check their names.
 
-    Every name a LAUNCH expression reads must be one of :func:`launch_variables` or a PARAMS name.
+    Every name a LAUNCH expression reads must be one of :func:`launch_variables`, a PARAMS name or one of
+    :data:`LAUNCH_FACT_NAMES` (whose values the harness writes in before it launches).
     """
     if not lines:
         raise ContractError("completion has no FORMAT: line")
@@ -663,7 +670,7 @@ def parse_header(lines: list[str], op: Op) -> Header:
         raise ContractError("completion has no LAUNCH: line")
     if len(launches) > MAX_LAUNCHES:
         raise ContractError(f"at most {MAX_LAUNCHES} LAUNCH lines are allowed, got {len(launches)}")
-    allowed = set(launch_variables(fmt, op)) | set(constants)
+    allowed = set(launch_variables(fmt, op)) | set(constants) | set(LAUNCH_FACT_NAMES)
     for l in launches:
         exprs = list(l.grid) + list(l.block) + ([l.smem] if l.smem is not None else [])
         for e in exprs:
@@ -705,6 +712,12 @@ def evaluate_launches(header: Header, op: Op, env: Mapping[str, int]) -> list[La
     env = {**env, **header.constants}
     out = []
     for l in header.launches:
+        facts = {n for e in (*l.grid, *l.block, *([l.smem] if l.smem is not None else [])) for n in e.names
+                 if n in LAUNCH_FACT_NAMES and n not in env}
+        if facts:
+            raise ContractError(f"LAUNCH reads {', '.join(sorted(facts))}, a matrix's fact: the harness writes its "
+                                "value in from the matrix it verifies on (sparserl.harness.matrix_facts), and this "
+                                "launch was not given one")
         grid = [e.evaluate(env) for e in l.grid] + [1] * (3 - len(l.grid))
         block = [e.evaluate(env) for e in l.block] + [1] * (3 - len(l.block))
         smem = l.smem.evaluate(env) if l.smem is not None else 0

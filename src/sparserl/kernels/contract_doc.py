@@ -54,19 +54,25 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
   code with the `constexpr` lines in front.
 * Facts a kernel bakes in about its matrix (diagonal offsets, row bins, long-row lists) go in one
   block at the top of the code: `constexpr` values, and `__constant__` tables initialised there
-  (a `__constant__` without an initialiser is refused: nothing else fills it). Three facts may be
+  (a `__constant__` without an initialiser is refused: nothing else fills it). Five facts may be
   named instead of spelt: where the code uses `MATRIX_DIA_RUNS` (`__device__ constexpr int[]`: the
   diagonal offsets, column - row, ascending, first and last of each run of consecutive ones, a single
-  offset twice), `MATRIX_ROW_LEN` (`constexpr int`: the length of every row, when all rows have one)
-  or `MATRIX_BLOCK_ROW_LEN` (`constexpr int`: the blocks in every block row, under `FORMAT: BSR` at
-  the matrix's block shape), the harness writes its definition before the code from the matrix it
-  verifies on, so one text serves every matrix; a name the matrix has no value for is a
-  `contract_error`. A name the code declares itself (`constexpr int NAME`, `#define NAME`) is left to it.
+  offset twice), `MATRIX_ROW_LEN` (`constexpr int`: the length of every row, when all rows have one),
+  `MATRIX_BLOCK_ROW_LEN` (`constexpr int`: the blocks in every block row, under `FORMAT: BSR` at
+  the matrix's block shape), `MATRIX_LONG_ROWS` (`__constant__ int[]`: the rows longer than the
+  kernel's `LONG_LEN`, a PARAMS name, ascending; at least one) or `MATRIX_LONG_ROW_COUNT`
+  (`constexpr int`: how many rows are longer than `LONG_LEN`), the harness writes its definition
+  before the code from the matrix it verifies on, so one text serves every matrix; a name the matrix
+  has no value for is a `contract_error`. A name the code declares itself (`constexpr int NAME`,
+  `__constant__ int NAME`, `#define NAME`) is left to it. The three single integers may also be read
+  by a LAUNCH expression (`grid=MATRIX_LONG_ROW_COUNT + ceil_div(m, 64)`): the harness writes their
+  values into the LAUNCH line in the same step.
 * `LAUNCH:` gives the grid and block (one expression, or `(x, y)` / `(x, y, z)`), optional dynamic
   shared memory in bytes and the kernel's name (default `spmv_kernel` / `spmm_kernel`). A launch
   whose grid has a 0 dimension is skipped (e.g. an empty COO part of HYB). Blocks have at most 1024
   threads; dynamic shared memory at most 227 KiB.
-* Expressions are integers over the names listed per format below, with `+ - * / %`
+* Expressions are integers over the names listed per format below, the PARAMS names and the
+  three integer facts above, with `+ - * / %`
   (C semantics: `/` truncates toward zero), `ceil_div(a, b)`, `min(...)`, `max(...)` and parentheses.
   They are parsed with an allow-list, never evaluated as Python. `num_sms` is the GPU's
   multiprocessor count.
