@@ -25,7 +25,11 @@ Matrices (``--rows``, 1M by default; sizes off a multiple of 4 on purpose): diag
 and 9 bands, stencil2d, stencil3d_7 and stencil3d_27 for ``dia_window_spec``, and two of 20,003 rows
 with 64 diagonals (the most a card lists), 37 apart (each its own cluster of ``x``) and contiguous;
 4x4 and 8x8 blocks (the 8x8 one with a cut last block column) for ``bsr_stream_spec``; rows of 16 and of 7
-entries (one length for every row) for ``csr_lanes_spec``.
+entries (one length for every row) for ``csr_lanes_spec``; skewed and power-law rows for ``csr_split_spec``.
+
+The earlier form renders with the library modules its template module imports from as they were at ``--before``
+too (``csr_irregular`` holds the CUDA of the CSR templates): a template whose body lives there is compared with
+its own past, not with itself.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import re
 import subprocess
 import sys
 import tempfile
@@ -85,39 +90,70 @@ def matrix_set(rows: int) -> list[tuple[str, str, Callable[[], sp.csr_array]]]:
             ("block4", "bsr_stream_spec", gen("block", rows, block=4, blocks_per_row=4)),
             ("block8_cut", "bsr_stream_spec", gen("block", rows, rows - 3, block=8, blocks_per_row=3)),
             ("rows16", "csr_lanes_spec", gen("random", rows, nnz_per_row=16)),
-            ("rows7", "csr_lanes_spec", gen("random", rows + 1, nnz_per_row=7))]
+            ("rows7", "csr_lanes_spec", gen("random", rows + 1, nnz_per_row=7)),
+            ("skewed", "csr_split_spec", gen("skewed", rows)),
+            ("powerlaw", "csr_split_spec", gen("powerlaw", rows + 1))]
 
 
-def _module_source(template: Template, before: str) -> tuple[str, str]:
-    """(file name, source) of the module that defines ``template``, as it was at ``before``."""
-    path = Path(inspect.getsourcefile(template.renderer)).resolve()
+def _source_at(path: Path, before: str, required: bool = True) -> str | None:
+    """The source of the file at ``path`` (in this checkout) as it was at ``before``: a git revision, or a folder
+    holding module files by name (a file the folder lacks: None, or an error when ``required``)."""
     folder = Path(before)
     if folder.is_dir():
-        return path.name, (folder / path.name).read_text()
-    rel = path.relative_to(REPO).as_posix()
+        if (folder / path.name).exists():
+            return (folder / path.name).read_text()
+        if required:
+            raise SystemExit(f"error: no {path.name} in {folder}")
+        return None
+    rel = path.resolve().relative_to(REPO).as_posix()
     shown = subprocess.run(["git", "show", f"{before}:{rel}"], cwd=REPO, capture_output=True, text=True)
     if shown.returncode != 0:
         raise SystemExit(f"error: cannot read {rel} at {before}: {shown.stderr.strip()}")
-    return path.name, shown.stdout
+    return shown.stdout
 
 
-def template_before(name: str, before: str) -> Template:
-    """The template called ``name`` as its module defined it at ``before``."""
-    now = get_template(Op.SPMV, name)
-    file_name, source = _module_source(now, before)
+def _load(name: str, source: str, file_name: str):
+    """A module made from ``source`` (registered as ``name`` while it runs: dataclasses look their module up)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / file_name
         path.write_text(source)
-        spec = importlib.util.spec_from_file_location(f"before_{path.stem}", path)
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+        sys.modules[name] = module
         spec.loader.exec_module(module)
+    return module
+
+
+_LIBRARY_IMPORT = re.compile(r"^from sparserl\.kernels\.library\.(\w+) import", re.M)
+
+
+def template_before(name: str, before: str) -> Template:
+    """The template called ``name`` as its module defined it at ``before``, rendering with the library modules it
+    imports from (``sparserl.kernels.library.*``, where the CUDA of some templates lives) as they were then too:
+    those are put in place of today's while the module loads, then today's are restored. In a folder, a library
+    module the folder lacks stays today's."""
+    now = get_template(Op.SPMV, name)
+    path = Path(inspect.getsourcefile(now.renderer)).resolve()
+    source = _source_at(path, before)
+    libraries = sorted(set(_LIBRARY_IMPORT.findall(source)), key=lambda lib: lib != "common")  # common first
+    saved = {}
+    try:
+        for lib in libraries:
+            full = f"sparserl.kernels.library.{lib}"
+            lib_path = Path(importlib.import_module(full).__file__)
+            old = _source_at(lib_path, before, required=False)
+            if old is not None:
+                saved[full] = sys.modules[full]
+                sys.modules[full] = _load(full, old, lib_path.name)
+        module = _load(f"before_{path.stem}", source, path.name)
+    finally:
+        sys.modules.update(saved)
     for attr in dir(module):
         if attr.endswith("_templates") and callable(getattr(module, attr)):
             for t in getattr(module, attr)():
                 if t.name == name and t.op == now.op:
                     return t
-    raise SystemExit(f"error: no template {name} in {file_name} at {before}")
+    raise SystemExit(f"error: no template {name} in {path.name} at {before}")
 
 
 def _cases(args: argparse.Namespace):

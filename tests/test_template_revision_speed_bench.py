@@ -37,6 +37,29 @@ def test_the_earlier_form_comes_from_before_not_from_now(tmp_path) -> None:
         bench.template_before("dia_window_spec", str(_empty_module(tmp_path / "empty")))
 
 
+def test_the_earlier_form_renders_with_the_library_as_it_was_then(tmp_path) -> None:
+    """csr_lanes_spec's CUDA lives in the library module its template module imports from: the earlier form renders
+    with that module as it was at ``--before`` (here altered in a folder), and today's is back afterwards. Kills
+    loading only the template's module (a template whose body lives in the library compared with itself) and
+    leaving the earlier library in place."""
+    import sys
+
+    from sparserl.kernels.library import csr_irregular
+
+    bench = load_benchmark("template_revision_speed")
+    t = get_template(Op.SPMV, "csr_lanes_spec")
+    module = Path(inspect.getsourcefile(t.renderer))
+    (tmp_path / module.name).write_text(module.read_text())
+    library = Path(csr_irregular.__file__)
+    (tmp_path / library.name).write_text(library.read_text().replace("// Specialised to the matrix: every row",
+                                                                       "// Before: every row"))
+    card = matrix_card(generate("random", 3001, seed=1, nnz_per_row=16))
+    p = next(q for q in t.seeds(card) if t.check(q, card) is None)
+    old = bench.template_before("csr_lanes_spec", str(tmp_path))
+    assert "// Before: every row" in old.render(p, card)
+    assert "// Before:" not in t.render(p, card) and sys.modules[csr_irregular.__name__] is csr_irregular
+
+
 def _empty_module(folder: Path) -> Path:
     folder.mkdir()
     (folder / "dia.py").write_text("def dia_templates():\n    return []\n")
