@@ -1,13 +1,14 @@
 """Does the policy copy a specialised kernel's facts from the matrix card, and how many distinct facts did its
 teacher show it?
 
-A specialised template that spells its facts (``csr_split_spec``, ``csr_adaptive_spec``) is one body shared by every
-matrix plus a block of facts at its top read off the matrix card (the long rows). A policy that writes the body but
-not the card's facts writes a wrong kernel. The templates that name their facts instead (``dia_window_spec``,
-``bsr_stream_spec``, ``csr_lanes_spec``: ``MATRIX_DIA_RUNS`` and the like, defined by the harness from the card)
-have no block to copy; runs made before they did are read with the code of their commit. This reads one held-out
-set of a policy run (``OUT/eval-SET``: ``eval.json``, ``completions.jsonl``) and its SFT set
-(``OUT/sft-data/train.jsonl``) and reports, per specialised template and matrix:
+A specialised template that spells its facts (``csr_adaptive_spec``) is one body shared by every matrix plus a
+block of facts at its top read off the matrix card (SHORT_MAX and the long rows). A policy that writes the body but
+not the card's facts writes a wrong kernel. The templates that name their facts instead (``csr_split_spec``,
+``dia_window_spec``, ``bsr_stream_spec``, ``csr_lanes_spec``: ``MATRIX_LONG_ROWS``, ``MATRIX_DIA_RUNS`` and the
+like, defined by the harness from the card) have no block to copy; runs made before they did are read with the
+code of their commit. This reads one held-out set of a policy run (``OUT/eval-SET``: ``eval.json``,
+``completions.jsonl``) and its SFT set (``OUT/sft-data/train.jsonl``) and reports, per specialised template and
+matrix:
 
 * the samples whose body is the template's (facts aside), how many of them have the card's facts
   (:func:`sparserl.eval.library_match.facts_as_card`) and how many are correct, each way;

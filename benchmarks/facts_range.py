@@ -1,14 +1,17 @@
 """How many distinct facts blocks can a teacher built on these matrices show its policy?
 
-A specialised template that spells its facts (``csr_split_spec``, ``csr_adaptive_spec``: the long rows) bakes them,
-read off the matrix card, into one block at its top; those that name them (``MATRIX_DIA_RUNS`` and the like) have
-none, one text for every matrix. A policy learns to copy them from the card only if its teacher's rows show
-different blocks for different cards; where every matrix of a family has the same block, writing it from memory
-is as good as reading it. This reads folders of generated matrices (``sparserl data build --matrices-only``) and,
-per folder, family and specialised template, renders the template at its first seed point for each matrix's card
-(as the search's first candidate of that template; the block read as ``evaluate`` reads a sample's,
-:func:`sparserl.eval.library_match.baked_facts`) and counts the distinct blocks: an upper bound on what a
-teacher from those matrices can show, since it teaches a template only where the search found it fastest.
+A specialised template that spells its facts (``csr_adaptive_spec``: SHORT_MAX and the long rows) bakes them,
+read off the matrix card, into one block at its top; those that name them (``csr_split_spec``, ``dia_window_spec``,
+``csr_lanes_spec``, ``bsr_stream_spec``: ``MATRIX_LONG_ROWS``, ``MATRIX_DIA_RUNS`` and the like, defined by the
+harness from the card) have none to vary, one text for every matrix, and are left out (results recorded before
+they did were made with the code of their commit). A policy learns to copy the facts from the card only if its teacher's
+rows show different blocks for different cards; where every matrix of a family has the same block, writing it
+from memory is as good as reading it. This reads folders of generated matrices (``sparserl data build
+--matrices-only``) and, per folder, family and template that spells its facts, renders the template at its first
+seed point that its check accepts for each matrix's card (as the search's first candidate of that template; the
+block read as ``evaluate`` reads a sample's, :func:`sparserl.eval.library_match.baked_facts`) and counts the
+distinct blocks: an upper bound on what a teacher from those matrices can show, since it teaches a template only
+where the search found it fastest.
 
     sparserl data build --out DEFAULT --families banded,random --per-family 8 --min-rows 100000 \\
         --max-rows 2000000 --size-draw stratified --seed 1 --matrices-only --val-fraction 0 --test-fraction 0
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from sparserl.errors import SparseRLError
 from sparserl.eval.library_match import baked_facts
+from sparserl.harness.matrix_facts import named_facts
 from sparserl.kernels.contract import Op
 from sparserl.kernels.templates import templates
 from sparserl.matrices.card import matrix_card
@@ -37,12 +41,13 @@ from sparserl.progress import progress
 
 
 def facts_blocks(card, op: Op) -> dict[str, str]:
-    """Each specialised template's block of facts for ``card`` at its first seed point (templates without a valid
-    seed point for the card are left out)."""
+    """Each specialised template's block of facts for ``card`` at its first seed point that its check accepts for
+    the card (templates without one are left out), for the templates that spell their facts: one whose kernel
+    names a fact (:func:`~sparserl.harness.matrix_facts.named_facts`: one text for every matrix) is left out."""
     out = {}
     for t in templates(op):
-        points = t.seed_points(card, None) if t.specialised and t.seed_points is not None else []
-        if points and t.check(points[0], card, None) is None:
+        points = t.seeds(card, None) if t.specialised else []
+        if points and not named_facts(t.render(points[0], card)):
             block = baked_facts(t, points[0], card)
             if block is not None:
                 out[t.name] = block

@@ -1,12 +1,12 @@
 """How many of a held-out set's failed samples are a specialised kernel with wrong facts, and are they correct
 with the card's facts filled in?
 
-A specialised template that spells its facts (``csr_split_spec``, ``csr_adaptive_spec``) is one body shared by every
-matrix plus a block of facts read off the matrix card. A policy that writes the body at a valid point but miscopies
-the facts (a training matrix's long rows, a garbled number) writes a wrong kernel, although everything it chose is
-right. The templates that name their facts instead (``dia_window_spec``, ``bsr_stream_spec``, ``csr_lanes_spec``:
-``MATRIX_DIA_RUNS`` and the like, defined by the harness from the card) have no block to get wrong; runs made
-before they did are read with the code of their commit.
+A specialised template that spells its facts (``csr_adaptive_spec``) is one body shared by every matrix plus a
+block of facts read off the matrix card. A policy that writes the body at a valid point but miscopies the facts (a
+training matrix's long rows, a garbled number) writes a wrong kernel, although everything it chose is right. The
+templates that name their facts instead (``csr_split_spec``, ``dia_window_spec``, ``bsr_stream_spec``,
+``csr_lanes_spec``: ``MATRIX_LONG_ROWS``, ``MATRIX_DIA_RUNS`` and the like, defined by the harness from the card)
+have no block to get wrong; runs made before they did are read with the code of their commit.
 :func:`sparserl.eval.library_match.fill_facts` writes the card's facts into such a sample and changes nothing
 else. This reads one held-out set of a policy run (``OUT/eval-SET``: ``eval.json``, ``completions.jsonl``),
 makes its matrices again to read their cards, and reports which samples the fill changes and their verdicts

@@ -82,8 +82,8 @@
 # blocks from 15 to 53 (dia_window_spec 3 -> 19) in 38 rows, 5 minutes on 2 cores (teacher-params-drawn,
 # siblings-summary.json). Trained on (SIBLINGS=4, 63 rows, 402 s on the GPU host), the policy still wrote only
 # blocks the teacher's own rows had, 0.774 correct against 0.832 (results of 2026-12-06, siblings): the default
-# stays 0. The DIA, BSR and lane templates now name their facts (the harness defines them from the card), so
-# siblings apply only to csr_split_spec and csr_adaptive_spec.
+# stays 0. The DIA, BSR, lane and split templates now name their facts (the harness defines them from the card), so
+# siblings apply only to csr_adaptive_spec.
 # SFT_SNAPSHOTS="N ..." keeps the policy after N of the SFT's steps too (sft --snapshot) and evaluates it beside
 # the final one as sft_stepN, on the same held-out matrices in the same run: does a shorter SFT (its loss reached
 # 0.002-0.005 by step 200 on the small preset: the teacher's rows learnt by heart) generalise better? The learning rate

@@ -27,22 +27,22 @@ def _run(tmp_path: Path) -> Path:
     cfg = asdict(EvalConfig(matrices="families", family_rows=ROWS, out=str(run / "eval-families")))
     cfg["distinct_from"] = ["/elsewhere/data"]  # the device's paths: not read again
     (run / "eval-families" / "eval.json").write_text(json.dumps({"config": cfg, "op": "spmv"}))
-    spec = get_template("spmv", "csr_split_spec")
-    point = {"tpr": 1, "unroll": 4, "long_len": 256, "block": 128}
+    spec = get_template("spmv", "csr_adaptive_spec")  # the template that spells its facts (its long-row table)
+    point = {"rpw": 32, "items": 8, "long_len": 1024, "seg": 1024, "block": 256}  # a table of the 6 long rows
     here = matrix_card(dict(family_set(ROWS))["skewed"])
     taught = matrix_card(generate("skewed", ROWS, seed=1))  # another draw the teacher searched
     powerlaw = matrix_card(generate("powerlaw", ROWS, seed=1))
-    samples = [("base", spec.render(point, here), "none"),                   # copied from the card
-               ("base", spec.render({**point, "block": 256}, taught), "incorrect"),  # a training matrix's rows
-               ("base", spec.render({**point, "tpr": 2}, powerlaw), "incorrect"),
+    samples = [("base", spec.render(point, here), "none"),                    # copied from the card
+               ("base", spec.render({**point, "block": 128}, taught), "incorrect"),  # a training matrix's rows
+               ("base", spec.render({**point, "rpw": 64}, powerlaw), "incorrect"),   # no long row: LONG_ROWS = 0
                ("other", spec.render(point, taught), "incorrect")]
     (run / "eval-families" / "completions.jsonl").write_text("".join(
         json.dumps({"system": s, "matrix": f"skewed_{ROWS}", "verdict": v, "completion": c}) + "\n"
         for s, c, v in samples))
     rows = [{"family": "best_known", "matrix": f"teacher/skewed_000_{ROWS}.npz", "shape": [ROWS, ROWS],
-             "code": spec.render({**point, "block": 256}, taught)},
+             "code": spec.render({**point, "block": 128}, taught)},
             {"family": "best_known", "matrix": "teacher/powerlaw_001_9000.npz", "shape": [9000, 9000],
-             "code": spec.render({**point, "tpr": 2}, powerlaw)},
+             "code": spec.render({**point, "rpw": 64}, powerlaw)},
             {"family": "skewed", "matrix": f"data/skewed_000_{ROWS}.npz", "shape": [ROWS, ROWS],
              "code": spec.render(point, here)},
             {"family": "skewed", "matrix": "data/x.npz", "shape": [ROWS, ROWS],
@@ -56,18 +56,19 @@ def test_samples_facts_against_the_card_and_the_teacher(tmp_path: Path, capsys) 
     run = _run(tmp_path)
     assert bench.main([str(run), "--system", "base", "--out", str(tmp_path / "f.json")]) == 0
     got = json.loads((tmp_path / "f.json").read_text())
-    assert got["samples"] == {"csr_split_spec": {f"skewed_{ROWS}": {
+    assert got["samples"] == {"csr_adaptive_spec": {f"skewed_{ROWS}": {
         "samples": 3, "correct": 1, "facts_as_card": 1, "facts_as_card_correct": 1, "facts_as_card_taught": 1,
         "other_facts": 2, "other_facts_correct": 0, "other_facts_from_teacher": 2}}}
-    assert got["teacher"] == {"csr_split_spec": {"rows": 3, "distinct_facts": 3, "families": {
+    assert got["teacher"] == {"csr_adaptive_spec": {"rows": 3, "distinct_facts": 3, "families": {
         "skewed": {"rows": 2, "distinct_facts": 2}, "powerlaw": {"rows": 1, "distinct_facts": 1}}}}
-    assert "csr_split_spec: 3 samples, 1 correct" in capsys.readouterr().out
+    assert "csr_adaptive_spec: 3 samples, 1 correct" in capsys.readouterr().out
 
 
 def test_every_system_by_default_and_bad_input(tmp_path: Path, capsys) -> None:
     run = _run(tmp_path)
     assert bench.main([str(run), "--out", str(tmp_path / "f.json")]) == 0
-    assert json.loads((tmp_path / "f.json").read_text())["samples"]["csr_split_spec"][f"skewed_{ROWS}"]["samples"] == 4
+    got = json.loads((tmp_path / "f.json").read_text())
+    assert got["samples"]["csr_adaptive_spec"][f"skewed_{ROWS}"]["samples"] == 4
     assert bench.main([str(run), "--system", "nobody"]) == 2
     assert "no samples of nobody" in capsys.readouterr().err
     assert bench.main([str(run), "--set", "test"]) == 2

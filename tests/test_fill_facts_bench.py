@@ -24,7 +24,8 @@ ROWS = 6000  # the set's skewed matrix has 6 long rows
 
 
 def _point(**kw) -> dict:
-    return {"tpr": 1, "unroll": 4, "long_len": 256, "block": 128, **kw}
+    """A point of csr_adaptive_spec (the template that spells its facts) with a table of the 6 long rows."""
+    return {"rpw": 32, "items": 8, "long_len": 1024, "seg": 1024, "block": 256, **kw}
 
 
 def _run(tmp_path: Path, **config) -> Path:
@@ -32,13 +33,14 @@ def _run(tmp_path: Path, **config) -> Path:
     (run / "eval-families").mkdir(parents=True)
     cfg = asdict(EvalConfig(matrices="families", family_rows=ROWS, out=str(run / "eval-families"), **config))
     (run / "eval-families" / "eval.json").write_text(json.dumps({"config": cfg, "op": "spmv"}))
-    spec = get_template("spmv", "csr_split_spec")
+    spec = get_template("spmv", "csr_adaptive_spec")
     here = matrix_card(dict(family_set(ROWS))["skewed"])
     other = matrix_card(generate("skewed", ROWS, seed=1))  # another draw's 6 long rows
-    garbled = spec.render(_point(unroll=2), other)
-    garbled = re.sub(r"c_long_row\[6\] = \{[^}]*\}", "c_long_row[6] = {- c, 0}", garbled)  # as a policy garbles it
+    garbled, n = re.subn(r"c_long_row\[6\] = \{[^}]*\}", "c_long_row[6] = {- c, 0}",  # as a policy garbles it
+                         spec.render(_point(rpw=64), other))
+    assert n == 1  # the table of long rows is there to garble
     samples = [("base", spec.render(_point(), here), "none"),                   # the card's facts: kept
-               ("base", spec.render(_point(block=256), other), "incorrect"),   # filled
+               ("base", spec.render(_point(block=128), other), "incorrect"),   # filled
                ("base", garbled, "compile_error"),                              # filled
                ("base", "FORMAT: CSR\nnot a kernel", "contract_error"),        # nothing to fill
                ("other", spec.render(_point(), other), "incorrect")]
@@ -53,17 +55,17 @@ def test_the_samples_the_fill_changes_are_counted_with_their_verdicts(tmp_path: 
     assert bench.main([str(run), "--system", "base", "--out", str(tmp_path / "f.json")]) == 0
     got = json.loads((tmp_path / "f.json").read_text())
     assert (got["samples"], got["correct_before"], got["filled"]) == (4, 1, 2)
-    assert got["filled_by_template"] == {"csr_split_spec": 2}
+    assert got["filled_by_template"] == {"csr_adaptive_spec": 2}
     assert got["filled_verdicts_before"] == {"incorrect": 1, "compile_error": 1}
     assert "correct_after" not in got  # nothing judged: no figure after the fill
-    assert "the fill changes 2 (csr_split_spec 2)" in capsys.readouterr().out
+    assert "the fill changes 2 (csr_adaptive_spec 2)" in capsys.readouterr().out
 
 
 def test_the_share_after_counts_the_filled_kernels_new_verdicts() -> None:
     """``tally`` with judged verdicts: a filled sample that passes adds one, one that still fails adds none, and
     the samples not filled keep theirs."""
     samples = [{"verdict": "none"}, {"verdict": "incorrect"}, {"verdict": "compile_error"}, {"verdict": "slow"}]
-    filled = [(1, "csr_split_spec", "a"), (2, "csr_split_spec", "b")]
+    filled = [(1, "csr_adaptive_spec", "a"), (2, "csr_adaptive_spec", "b")]
     got = bench.tally(samples, filled, {1: "none", 2: "incorrect"})
     assert (got["correct_before"], got["correct_after"]) == (2, 3)
     assert got["correct_share_after"] == 0.75

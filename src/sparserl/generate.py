@@ -77,8 +77,8 @@ class GenerateConfig:
     block of facts (:func:`sparserl.eval.library_match.fill_facts`); such a kernel is judged like any other
     and reported as the model's with the card's facts. On by default: the policy writes a specialised body
     right and its facts from memory (the results of 2026-12-06, policy-full-preset-t0.7: 28 of the families'
-    36 failures); measurements of the policy as itself turn it off. Only the templates that spell their facts
-    (the long-row ones) have a block to fill: the others name theirs (:mod:`sparserl.harness.matrix_facts`)."""
+    36 failures); measurements of the policy as itself turn it off. Only the template that spells its facts
+    (``csr_adaptive_spec``) has a block to fill: the others name theirs (:mod:`sparserl.harness.matrix_facts`)."""
     max_new_tokens: int | None = None
     """Longest completion, in tokens (None: the longest library kernel in the policy's tokens plus a margin,
     :mod:`sparserl.model.budget`)."""

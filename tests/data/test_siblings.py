@@ -19,10 +19,15 @@ from tests.conftest import one_line_error
 
 pytest.importorskip("torch")  # the rows' sampled coordinates
 
-POINT = {"tpr": 1, "unroll": 4, "long_len": 256, "block": 256}
-"""A point of ``csr_split_spec`` (a template that spells its matrix's long rows) for the skewed rows below."""
+TEMPLATE = "csr_adaptive_spec"
+"""The one template that spells its matrix's facts (its long rows in a constant table, SHORT_MAX, LONG_ROWS): the
+others name theirs (``MATRIX_LONG_ROWS`` and the like, written in by the harness), one text for every matrix."""
+POINT = {"rpw": 32, "items": 8, "long_len": 1024, "seg": 4096, "block": 256}
+"""A point of ``csr_adaptive_spec`` for the skewed rows below: their long rows (4096 entries) are longer than
+long_len, so the kernel bakes in a table of them (one piece of SEG each); a matrix with no row longer than long_len
+is refused at it (seg is then unused: only its first value is a distinct point)."""
 ROWS = 6000  # a skewed matrix of 6000 rows has 6 long rows (its default long_fraction 0.001)
-SPREAD = 0.07  # sizes within 7% keep those 6: the template's LAUNCH line (6 + ...) stays its row's
+SPREAD = 0.07  # sizes within 7% keep those 6: the long-row kernel's LAUNCH line (grid=6) stays its row's
 
 
 def _row(family: str, rows: int, code: str, name: str | None = None) -> SFTRow:
@@ -33,7 +38,7 @@ def _row(family: str, rows: int, code: str, name: str | None = None) -> SFTRow:
 
 
 def _spec(rows: int = ROWS, seed: int = 3) -> str:
-    return get_template("spmv", "csr_split_spec").render(POINT, matrix_card(generate("skewed", rows, seed=seed)))
+    return get_template("spmv", TEMPLATE).render(POINT, matrix_card(generate("skewed", rows, seed=seed)))
 
 
 def _cfg(**kw):
@@ -44,12 +49,12 @@ def _cfg(**kw):
 
 def test_siblings_are_the_rows_template_at_its_numbers_for_new_matrices_with_new_facts(tmp_path: Path,
                                                                                         monkeypatch) -> None:
-    """A skewed row's ``csr_split_spec`` gets 3 siblings: each is the template at the row's own point rendered
+    """A skewed row's ``csr_adaptive_spec`` gets 3 siblings: each is the template at the row's own point rendered
     for the sibling's card (read back from the saved matrix), of a size within the spread, with a facts block no row
-    taught; a random matrix's row with that kernel gets none (no random matrix has a row longer than 256: the check
-    refuses every draw), nor does a library kernel's row or a real matrix's. Mutations killed: the sibling's own
-    card not used (the row's kernel copied), the spread not applied (sizes from half to twice the row's), fruitless
-    families drawn on (no ``gave_up``, or their matrices still made)."""
+    taught; a random matrix's row with that kernel gets none (no random matrix has a row longer than long_len 1024:
+    the check refuses every draw), nor does a library kernel's row or a real matrix's. Mutations killed: the
+    sibling's own card not used (the row's kernel copied), the spread not applied (sizes from half to twice the
+    row's), fruitless families drawn on (no ``gave_up``, or their matrices still made)."""
     import sparserl.data.siblings as siblings
     from sparserl.data.siblings import FRUITLESS, sibling_rows
 
@@ -61,11 +66,11 @@ def test_siblings_are_the_rows_template_at_its_numbers_for_new_matrices_with_new
     library = _row("skewed", 8000, variants("spmv", "CSR")[0].render())
     real = _row("skewed", ROWS, _spec(seed=5), name="lp_ship04l")
     made, counts = sibling_rows([skewed, scattered, library, real], _cfg(per_row=3, seed=1), tmp_path)
-    assert len(made) == 3 and counts.made == {"csr_split_spec": 3}
-    assert counts.specialised_rows == 3 and counts.not_generated == 1 and counts.refused["csr_split_spec"] > 0
-    assert counts.gave_up == {"csr_split_spec": 1}, "the random row stops after FRUITLESS draws that made nothing"
+    assert len(made) == 3 and counts.made == {TEMPLATE: 3}
+    assert counts.specialised_rows == 3 and counts.not_generated == 1 and counts.refused[TEMPLATE] > 0
+    assert counts.gave_up == {TEMPLATE: 1}, "the random row stops after FRUITLESS draws that made nothing"
     assert made_of.count("random") == FRUITLESS, "no more of its matrices made after that"
-    spec = get_template("spmv", "csr_split_spec")
+    spec = get_template("spmv", TEMPLATE)
     facts = {specialised_facts(r.code, "spmv")[1] for r in (skewed, scattered, real)}
     for s in made:
         A = load_matrix(s.matrix)
@@ -76,7 +81,7 @@ def test_siblings_are_the_rows_template_at_its_numbers_for_new_matrices_with_new
         f = specialised_facts(s.code, "spmv")[1]
         assert f not in facts, "a facts block no row taught"
         facts.add(f)
-    assert counts.distinct_facts == {"csr_split_spec": 6}  # the three rows' blocks and three new ones
+    assert counts.distinct_facts == {TEMPLATE: 6}  # the three rows' blocks and three new ones
 
 
 def test_siblings_never_repeat_a_held_out_structure(tmp_path: Path) -> None:
@@ -106,7 +111,7 @@ def test_the_siblings_command_writes_rows_a_summary_and_refuses_bad_input(cli, t
     assert r.rc == 0, r.err
     assert len(read_rows(out / "siblings.jsonl")) == 2 and "2 sibling rows" in r.out
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["made"] == {"csr_split_spec": 2} and summary["config"]["per_row"] == 2
+    assert summary["made"] == {TEMPLATE: 2} and summary["config"]["per_row"] == 2
     one_line_error(cli("data", "siblings", teacher, "--out", out), "--force")
     again = cli("data", "siblings", teacher, "--out", out, "--per-row", 1, "--seed", 2, "--force", "--spread", SPREAD,
                 "--default-params")
@@ -132,7 +137,7 @@ def test_no_sibling_repeats_a_block_another_row_taught(tmp_path: Path) -> None:
     first, _ = sibling_rows([row], _cfg(per_row=2, seed=1), tmp_path / "a")
     taught = [SFTRow(**{**r.__dict__, "name": f"real{i}", "family": "best_known"}) for i, r in enumerate(first)]
     made, counts = sibling_rows([row] + taught, _cfg(per_row=2, seed=1), tmp_path / "b")
-    assert counts.facts_taught["csr_split_spec"] == 2 and counts.not_generated == 2 and len(made) == 2
+    assert counts.facts_taught[TEMPLATE] == 2 and counts.not_generated == 2 and len(made) == 2
     assert not {s.code for s in made} & {s.code for s in first}
 
 
@@ -164,5 +169,5 @@ def test_no_sibling_teaches_a_held_out_matrixs_facts(tmp_path: Path) -> None:
     first, _ = sibling_rows([row], _cfg(per_row=2, seed=1), tmp_path / "a")
     held = [matrix_card(load_matrix(s.matrix)) for s in first]
     made, counts = sibling_rows([row], _cfg(per_row=2, seed=1), tmp_path / "b", held_out_cards=held)
-    assert counts.held_out_facts["csr_split_spec"] == 2 and len(made) == 2
+    assert counts.held_out_facts[TEMPLATE] == 2 and len(made) == 2
     assert not {s.code for s in made} & {s.code for s in first}

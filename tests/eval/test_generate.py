@@ -191,7 +191,7 @@ def test_no_trained_model_on_a_gpu_returns_the_best_verified_library_kernel(mtx:
 
 
 def test_fill_facts_hands_back_the_sample_with_the_cards_facts_and_says_so(tmp_path: Path) -> None:
-    """A sample that is ``csr_split_spec`` for another skewed draw's long rows, asked for this one (as many long
+    """A sample that is ``csr_adaptive_spec`` for another skewed draw's long rows, asked for this one (as many long
     rows, other ones): with ``--fill-facts`` the kernel handed back is the template at the sample's numbers for this
     card, labelled as the model's with the card's facts, and a note counts the samples so written; without it, the
     sample as written. Mutations killed: the flag not reaching the proposer, every sample labelled filled (the
@@ -204,7 +204,8 @@ def test_fill_facts_hands_back_the_sample_with_the_cards_facts_and_says_so(tmp_p
     skewed = [generate("skewed", 6000, seed=s, long_len=2000, long_fraction=0.002) for s in (1, 2)]
     mtx = tmp_path / "skewed.mtx"
     save_matrix(skewed[0], mtx)
-    spec, point = get_template("spmv", "csr_split_spec"), {"tpr": 1, "unroll": 4, "long_len": 256, "block": 128}
+    spec = get_template("spmv", "csr_adaptive_spec")  # it spells its facts: the long rows in a constant table
+    point = {"rpw": 32, "items": 8, "long_len": 256, "seg": 4096, "block": 128}
     sample = spec.render(point, matrix_card(skewed[1]))
     for flag in (True, False):
         out = tmp_path / str(flag)

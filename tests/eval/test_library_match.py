@@ -99,11 +99,17 @@ def test_table_counts_samples_and_correct_ones_per_class() -> None:
     assert shares(None) == {} and shares({"library": {"samples": 0, "correct": 0}}) == {}
 
 
+ADAPTIVE = {"rpw": 32, "items": 8, "long_len": 256, "seg": 4096, "block": 256}
+"""A point of ``csr_adaptive_spec`` (the template that spells its matrix's facts: SHORT_MAX, LONG_ROWS, LONG_PIECES
+and the tables of long rows) its check accepts for the skewed cards of these tests: their rows longer than 256 in a
+table, one piece each (grid=12 for 12 long rows)."""
+
+
 def test_a_template_body_is_told_apart_whatever_its_facts_say() -> None:
-    """A specialised template's render is ``new`` (no library body) and its template's body, also with
-    its facts changed (another long-row table) or with an empty facts block; a change in the code
-    after the facts is no template's body; the table counts them per template and the markdown says
-    so. Kills a classifier that compares the facts too (a copied body with a wrong table would count
+    """A specialised template's render (``csr_adaptive_spec``, which spells its facts) is ``new`` (no library body)
+    and its template's body, also with its facts changed (another long-row table) or with an empty facts block; a
+    change in the code after the facts is no template's body; the table counts them per template and the markdown
+    says so. Kills a classifier that compares the facts too (a copied body with a wrong table would count
     as the policy's own code), one that ignores the code after them, and the count left out of the table."""
     from sparserl.eval.library_match import template_body
     from sparserl.kernels.templates import get_template
@@ -111,25 +117,21 @@ def test_a_template_body_is_told_apart_whatever_its_facts_say() -> None:
     from sparserl.matrices.card import matrix_card
 
     card = matrix_card(generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002))
-    text = get_template("spmv", "csr_split_spec").render({"tpr": 4, "unroll": 4, "long_len": 1024, "block": 256}, card)
-    assert library_match(text, "spmv") is LibraryMatch.NEW and template_body(text, "spmv") == "csr_split_spec"
+    text = get_template("spmv", "csr_adaptive_spec").render(ADAPTIVE, card)
+    assert library_match(text, "spmv") is LibraryMatch.NEW and template_body(text, "spmv") == "csr_adaptive_spec"
     table_start = text.index("__constant__ int c_long_row[12] = {") + len("__constant__ int c_long_row[12] = {")
     other_facts = text[:table_start] + "\n    7, " + text[table_start:]
-    assert template_body(other_facts, "spmv") == "csr_split_spec"
-    altered = text.replace("if (lane == 0 && mine) y[row] = sum;", "if (mine) y[row] = sum;")
+    assert template_body(other_facts, "spmv") == "csr_adaptive_spec"
+    altered = text.replace("if (!HAS_LONG || b - a <= LONG_LEN) {", "if (b - a <= LONG_LEN) {")
     assert altered != text and template_body(altered, "spmv") is None
     assert template_body(get_variant(VECTOR).render(), "spmv") is None  # a library body is no template's here
     t = library_match_table([("a", text, False, "incorrect"), ("a", other_facts, True, "none"),
                              ("a", altered, False, "incorrect")], "spmv")
     assert t["a"]["new"]["samples"] == 3
-    assert t["a"]["new"]["template_bodies"] == {"csr_split_spec": {"samples": 2, "correct": 1, "facts_compared": 0,
-                                                                   "facts_as_card": 0, "facts_as_card_correct": 0}}
-    assert ("New bodies that are a search template's body, its facts aside (a): csr_split_spec 2 (1 correct); "
+    assert t["a"]["new"]["template_bodies"] == {"csr_adaptive_spec": {"samples": 2, "correct": 1, "facts_compared": 0,
+                                                                      "facts_as_card": 0, "facts_as_card_correct": 0}}
+    assert ("New bodies that are a search template's body, its facts aside (a): csr_adaptive_spec 2 (1 correct); "
             "the other 1 are no template's body exactly (code of the policy's own, or a body altered).") in markdown(t)
-
-
-SPLIT = {"tpr": 1, "unroll": 4, "long_len": 256, "block": 256}
-"""A point of ``csr_split_spec`` its check accepts for the skewed cards of these tests."""
 
 
 def _generic(card):
@@ -141,34 +143,37 @@ def _generic(card):
 
 
 def test_a_specialised_samples_facts_are_compared_with_its_own_card() -> None:
-    """A ``csr_split_spec`` kernel rendered for one skewed matrix has that card's long rows, not another draw's
-    (the samples of a policy that writes a training matrix's rows); numbers the template has no point for, a
-    generic template's body and no card compare nothing; the table counts the comparisons per template and the
-    markdown says how many facts were the card's. Kills a comparison that always says yes (the other draw), the
-    sample's numbers ignored (rendered at a seed point instead: BLOCK=100 would compare), and the comparisons left
-    out of the table."""
+    """A ``csr_adaptive_spec`` kernel rendered for one skewed matrix has that card's long rows, not another draw's
+    (the samples of a policy that writes a training matrix's rows); numbers the template has no point for, a card
+    the template's check refuses at the sample's numbers, a generic template's body and no card compare nothing;
+    the table counts the comparisons per template and the markdown says how many facts were the card's. Kills a
+    comparison that always says yes (the other draw), the sample's numbers ignored (rendered at a seed point
+    instead: BLOCK=100 would compare), the template's check skipped (the random card would compare), and the
+    comparisons left out of the table."""
     from sparserl.eval.library_match import facts_as_card, specialised_facts
     from sparserl.kernels.templates import get_template
     from sparserl.matrices import generate
     from sparserl.matrices.card import matrix_card
 
     here, there = (matrix_card(generate("skewed", 6000, seed=s, long_len=2000, long_fraction=0.002)) for s in (1, 2))
-    spec = get_template("spmv", "csr_split_spec")
-    text = spec.render(SPLIT, here)
+    spec = get_template("spmv", "csr_adaptive_spec")
+    text = spec.render(ADAPTIVE, here)
     assert facts_as_card(text, "spmv", here) is True
     assert facts_as_card(text, "spmv", there) is False  # the long rows of one draw on another
-    assert facts_as_card(spec.render({**SPLIT, "block": 128}, there), "spmv", there) is True
+    assert facts_as_card(spec.render({**ADAPTIVE, "block": 128}, there), "spmv", there) is True
     assert facts_as_card(text.replace("BLOCK=256", "BLOCK=100"), "spmv", here) is None  # no point of the template
+    scattered = matrix_card(generate("random", 3001, seed=1, nnz_per_row=16))  # no row longer than 256: seg unused
+    assert spec.check(ADAPTIVE, scattered, None) is not None and facts_as_card(text, "spmv", scattered) is None
     assert facts_as_card(text, "spmv", None) is None
     generic = _generic(here)
     assert facts_as_card(generic, "spmv", here) is None and specialised_facts(generic, "spmv") is None
     name, facts = specialised_facts(text, "spmv")
-    assert name == "csr_split_spec" and "208, 864, 1494" in facts and "ceil_div" not in facts
+    assert name == "csr_adaptive_spec" and "208, 864, 1494" in facts and "ceil_div" not in facts
     t = library_match_table([("a", text, True, "none", "", here), ("a", text, False, "incorrect", "", there),
                              ("a", text, True, "none", "", None)], "spmv")
-    assert t["a"]["new"]["template_bodies"] == {"csr_split_spec": {"samples": 3, "correct": 2, "facts_compared": 2,
-                                                                   "facts_as_card": 1, "facts_as_card_correct": 1}}
-    assert ("csr_split_spec 3 (2 correct; facts as the card's in 1 of 2, 1 of them correct)") in "\n".join(markdown(t))
+    assert t["a"]["new"]["template_bodies"] == {"csr_adaptive_spec": {"samples": 3, "correct": 2, "facts_compared": 2,
+                                                                      "facts_as_card": 1, "facts_as_card_correct": 1}}
+    assert "csr_adaptive_spec 3 (2 correct; facts as the card's in 1 of 2, 1 of them correct)" in "\n".join(markdown(t))
 
 
 def test_failures_are_counted_by_verdict_per_class() -> None:
@@ -240,23 +245,24 @@ def test_rescore_adds_the_table_from_saved_completions(tmp_path: Path) -> None:
 
 
 def test_fill_facts_writes_the_cards_facts_into_a_specialised_kernel_and_nothing_else() -> None:
-    """A ``csr_split_spec`` kernel written with one skewed draw's long rows, judged on another draw with as many,
+    """A ``csr_adaptive_spec`` kernel written with one skewed draw's long rows, judged on another draw with as many,
     gets the other draw's rows: exactly the template at the sample's own numbers for that card. Nothing is filled
     where the facts are the card's already, where there is no card, where the body is a generic template's, where
-    the numbers are no point of the template, where the template's check refuses the card, or where the header
-    differs from the template's at that point (a LAUNCH line of the policy's own, or a card with another count of
-    long rows: its grid is another). Kills: the template's check skipped (a random matrix's card filled in), the
-    header left unchecked (the LAUNCH sample filled), the sample's numbers ignored (a seed point's kernel returned:
-    block 256 for a block-128 sample), a fill that returns the facts unchanged, and a sample filled although its
-    facts were the card's."""
+    the numbers are no point of the template, where the template's check refuses the card (a random matrix: seg
+    unused; a skewed one with more long rows than a table holds: the long-row kernel would search, and seg is over
+    long_len), or where the header differs from the template's at that point (a LAUNCH line of the policy's own, or
+    a card with another count of long rows: its grid is another). Kills: the template's check skipped (the
+    template rendered at numbers it cannot search with), the header left unchecked (the LAUNCH sample filled), the
+    sample's numbers ignored (a seed point's kernel returned: block 256 for a block-128 sample), a fill that
+    returns the facts unchanged, and a sample filled although its facts were the card's."""
     from sparserl.eval.library_match import facts_as_card, fill_facts
     from sparserl.kernels.templates import get_template
     from sparserl.matrices import generate
     from sparserl.matrices.card import matrix_card
 
     here, there = (matrix_card(generate("skewed", 6000, seed=s, long_len=2000, long_fraction=0.002)) for s in (1, 2))
-    spec = get_template("spmv", "csr_split_spec")
-    point = {**SPLIT, "block": 128}
+    spec = get_template("spmv", "csr_adaptive_spec")
+    point = {**ADAPTIVE, "block": 128}
     text = spec.render(point, here)
     filled = fill_facts(text, "spmv", there)
     assert filled == spec.render(point, there)
@@ -266,7 +272,9 @@ def test_fill_facts_writes_the_cards_facts_into_a_specialised_kernel_and_nothing
     assert fill_facts(text, "spmv", None) is None
     assert fill_facts(text.replace("BLOCK=128", "BLOCK=100"), "spmv", there) is None  # no point of the template
     scattered = matrix_card(generate("random", 3001, seed=1, nnz_per_row=16))  # no row longer than 256
-    assert fill_facts(text, "spmv", scattered) is None  # the template's check refuses this card
+    assert spec.check(point, scattered, None) is not None and fill_facts(text, "spmv", scattered) is None
+    crowded = matrix_card(generate("skewed", 2100, seed=1, long_len=300, long_fraction=0.98))  # over 2048 long rows
+    assert spec.check(point, crowded, None) is not None and fill_facts(text, "spmv", crowded) is None
     more = matrix_card(generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.004))
     assert spec.check(point, more, None) is None and fill_facts(text, "spmv", more) is None  # another grid line
     launch = next(line for line in text.splitlines() if line.startswith("LAUNCH:"))

@@ -1,14 +1,18 @@
-"""A matrix's facts named in a kernel (``MATRIX_DIA_RUNS``, ``MATRIX_ROW_LEN``, ``MATRIX_BLOCK_ROW_LEN``): the
-harness writes their definitions from the card of the matrix it verifies on (CPU: text and nvcc). Mutations
-killed: a definition written from another card (or not at all), a name in a comment taken for a use, a name the
-code declares itself (``constexpr int`` or ``#define``) defined again (a materialised text materialised twice), a
-text the definitions take over the length limit failing inside the harness, a name without a value for this
-matrix let through (or refused with more than one line), a block count for another block shape, a text that names
-nothing changed, and the evaluator judging the text as written instead of the materialised one."""
+"""A matrix's facts named in a kernel (``MATRIX_DIA_RUNS``, ``MATRIX_ROW_LEN``, ``MATRIX_BLOCK_ROW_LEN``,
+``MATRIX_LONG_ROWS``, ``MATRIX_LONG_ROW_COUNT``): the harness writes their definitions from the card of the matrix
+it verifies on, and the values of those a LAUNCH line reads into it (CPU: text and nvcc). Mutations killed: a
+definition written from another card (or not at all), a name in a comment taken for a use, a name the code
+declares itself (``constexpr int``, ``__constant__ int`` or ``#define``) defined again (a materialised text
+materialised twice), a text the definitions take over the length limit failing inside the harness, a name without
+a value for this matrix let through (or refused with more than one line), a block count for another block shape,
+long rows of another threshold or out of order, a LAUNCH line left as written, a table the compiler cannot fold,
+a text that names nothing changed, and the evaluator judging the text as written instead of the materialised
+one."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,7 +125,9 @@ def test_the_operator_builds_a_named_kernel_for_its_matrix_only(tmp_path) -> Non
 @pytest.mark.gpu
 def test_a_named_kernel_is_correct_on_each_matrix_it_is_judged_on(tmp_path) -> None:
     """GPU: one text of dia_window_spec, its offsets named, verified correct on two matrices with other offsets
-    (the definition written from each one's card), and refused on a matrix without listed diagonals."""
+    (the definition written from each one's card), and refused on a matrix without listed diagonals; the same for
+    one text of csr_split_spec, its long rows named (their count read by the LAUNCH line too), on two matrices with
+    other long rows, refused on a matrix with none."""
     ev = Evaluator(HarnessConfig(cache_dir=str(tmp_path), memo=0))
     try:
         text = named_dia(matrix_card(generate("banded", 4003, seed=1, bands=9)))
@@ -130,6 +136,12 @@ def test_a_named_kernel_is_correct_on_each_matrix_it_is_judged_on(tmp_path) -> N
             assert res.error_kind is ErrorKind.NONE and res.correct, (family, res.message)
         res = ev.evaluate(text, ev.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random"), "spmv")
         assert res.error_kind is ErrorKind.CONTRACT, res.message
+        split = named_split(matrix_card(skewed()))  # its long rows named, in the code and the LAUNCH line
+        for name, A in (("skewed", generate("skewed", 30_000, seed=2)), ("varied", varied())):
+            res = ev.evaluate(split, ev.register(A, name), "spmv")
+            assert res.error_kind is ErrorKind.NONE and res.correct, (name, res.message)
+        res = ev.evaluate(split, ev.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random"), "spmv")
+        assert res.error_kind is ErrorKind.CONTRACT and "MATRIX_LONG_ROWS" in res.message, res.message
     finally:
         ev.close()
 
@@ -143,16 +155,23 @@ def skewed():
 
 
 def named_split(card) -> str:
-    """``csr_split_spec`` for ``card`` with its long rows named: the table and its count from the harness, the LAUNCH
-    line reading the count (one text for every matrix with long rows)."""
+    """``csr_split_spec`` at :data:`SPLIT` as the template renders it for ``card``: its long rows named (the table and
+    its count from the harness, the LAUNCH line reading the count), one text for every matrix with long rows."""
     text = get_template("spmv", "csr_split_spec").render(SPLIT, card)
-    text = re.sub(r"grid=\d+ \+ ", "grid=MATRIX_LONG_ROW_COUNT + ", text)
-    text = re.sub(r"// Specialised to this matrix: .*\n", "// Specialised to the matrix: a block per long row.\n", text)
-    text = re.sub(r"constexpr int LONG_ROWS = \d+;", "constexpr int LONG_ROWS = MATRIX_LONG_ROW_COUNT;", text)
-    text = re.sub(r"__constant__ int c_long_row\[\d+\] = \{[^}]*\};\n", "", text)
-    named = text.replace("c_long_row", "MATRIX_LONG_ROWS")
-    assert re.search(r"\d{3}", named.split("extern")[0].split("LAUNCH")[1]) is None, "a number of the card is left"
-    return named
+    assert re.search(r"\d{3}", text.split("extern")[0].split("LAUNCH")[1]) is None, "a number of the card is left"
+    return text
+
+
+def spelt_split(card) -> str:
+    """The same kernel with the count and the table spelt, as the template wrote it before it named them."""
+    text = materialise(named_split(card), Op.SPMV, card)
+    rows = re.search(r"__constant__ int MATRIX_LONG_ROWS\[\d+\] = \{([^}]*)\};\n", text)
+    count = len(rows[1].split(","))
+    text = text.replace(rows[0], "").replace(f"constexpr int MATRIX_LONG_ROW_COUNT = {count};\n", "")
+    text = text.replace("constexpr int LONG_ROWS = MATRIX_LONG_ROW_COUNT;",
+                        f"constexpr int LONG_ROWS = {count};\n__constant__ int c_long_row[{count}] = {{{rows[1]}}};")
+    assert "MATRIX_LONG_ROW_COUNT" not in text
+    return text.replace("MATRIX_LONG_ROWS", "c_long_row")
 
 
 def varied():
@@ -243,19 +262,20 @@ def test_a_table_the_code_declares_is_its_own() -> None:
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 def test_the_named_long_rows_compile_to_the_spelt_kernels_code(tmp_path) -> None:
-    """nvcc: the named form of csr_split_spec, materialised, builds as the spelt form does (same registers, spills
-    and shared memory; the SASS compared where cuobjdump is found). Kills a definition the compiler cannot fold
-    (a table in global memory, a count that is not a compile-time constant)."""
+    """nvcc: csr_split_spec with its long rows named, materialised, builds as the same kernel with them spelt (same
+    registers, spills and shared memory; the same SASS where cuobjdump is found). Kills a definition the compiler
+    cannot fold (a table in global memory, a count that is not a compile-time constant)."""
     from sparserl.harness.compile import CompileOptions, compile_source
     from sparserl.kernels.contract import split_completion
+    from tests.conftest import load_benchmark
 
-    card = matrix_card(skewed())
+    sass_of = load_benchmark("params_equivalence").sass_of
+    card = matrix_card(varied())
     built = {}
-    for form, text in (("spelt", get_template("spmv", "csr_split_spec").render(SPLIT, card)),
-                       ("named", materialise(named_split(card), Op.SPMV, card))):
+    for form, text in (("spelt", spelt_split(card)), ("named", materialise(named_split(card), Op.SPMV, card))):
         r = compile_source(split_completion(text, Op.SPMV)[1], CompileOptions(backend="nvcc", arch="sm_90"),
                            tmp_path / form)
         assert r.ok, r.log
-        built[form] = r
-    res = {form: r.resources_of("spmv_kernel") for form, r in built.items()}
-    assert res["named"] == res["spelt"] and res["named"] is not None
+        built[form] = (r.resources_of("spmv_kernel"), sass_of(Path(r.cubin_path).read_bytes(), ("spmv_kernel",)))
+    assert built["named"][0] == built["spelt"][0] and built["named"][0] is not None
+    assert built["named"][1] == built["spelt"][1]  # None == None without cuobjdump

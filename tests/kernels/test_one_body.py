@@ -82,7 +82,7 @@ def test_every_template_is_one_body_over_its_points_and_matrices(cards) -> None:
             assert len({f.split("\n")[-1] for f in facts}) == 1 and len(judged) > 1, t.name
         else:
             assert not t.specialised or len(facts) > 1, t.name  # the facts do change with the matrix
-    assert named == {"dia_window_spec", "bsr_stream_spec", "csr_lanes_spec"}
+    assert named == {"dia_window_spec", "bsr_stream_spec", "csr_lanes_spec", "csr_split_spec"}
 
 
 def test_facts_blocks_hold_only_constants_and_initialised_constant_tables(cards) -> None:

@@ -278,22 +278,27 @@ def test_specialised_csr_adaptive_bakes_the_long_rows_it_knows() -> None:
     assert "constexpr int LONG_ROWS = 0;" in none and "constexpr int LONG_ROWS = 12;" in text
 
 
-def test_csr_split_bakes_every_long_row_and_launches_a_block_for_each() -> None:
-    """12 rows of 2000 on a skewed matrix: long_len 1024 bakes exactly those rows (sorted) and
-    launches 12 blocks before the other rows' blocks; the checks refuse a matrix with no row past
-    long_len, rows too long for one block, and a card that does not list every long row. Kills a
-    table built with >= (or from the listed rows of another threshold), a grid without the long
-    rows' blocks, and a point accepted where its table is incomplete."""
+def test_csr_split_names_every_long_row_and_launches_a_block_for_each() -> None:
+    """12 rows of 2000 on a skewed matrix: the template names its long rows (one text), and the harness writes
+    exactly those rows for long_len 1024 (sorted) and launches 12 blocks before the other rows' blocks; the checks
+    refuse a matrix with no row past long_len, rows too long for one block, and a card that does not list every
+    long row. Kills a table built with >= (or from the listed rows of another threshold), a grid without the long
+    rows' blocks, a number of the matrix left in the template's text, and a point accepted where its table is
+    incomplete."""
     A = generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002)
     card = matrix_card(A)
     t = get_template("spmv", "csr_split_spec")
     p = {"tpr": 4, "unroll": 4, "long_len": 1024, "block": 256}
     assert t.check(p, card) is None
     text = t.render(p, card)
+    other = matrix_card(generate("skewed", 7000, seed=2, long_len=3000, long_fraction=0.003))
+    assert t.check(p, other) is None and t.render(p, other) == text  # one text: nothing of either matrix in it
+    assert "LAUNCH: grid=MATRIX_LONG_ROW_COUNT + ceil_div(m, BLOCK / TPR), block=BLOCK" in text
+    got = materialise(text, Op.SPMV, card)
     long_rows = sorted(int(r) for r in np.flatnonzero(np.diff(A.indptr) > 1024))
-    assert len(long_rows) == 12 and f"__constant__ int c_long_row[12] = {{\n    {', '.join(map(str, long_rows))}" in text
-    assert "LAUNCH: grid=12 + ceil_div(m, BLOCK / TPR), block=BLOCK" in text and text.count("LAUNCH:") == 1
-    assert "constexpr int LONG_ROWS = 12;" in text and "atomic" not in split_completion(text, Op.SPMV)[1]
+    assert len(long_rows) == 12 and f"__constant__ int MATRIX_LONG_ROWS[12] = {{{', '.join(map(str, long_rows))}}};" in got
+    assert "LAUNCH: grid=12 + ceil_div(m, BLOCK / TPR), block=BLOCK" in got and got.count("LAUNCH:") == 1
+    assert "constexpr int MATRIX_LONG_ROW_COUNT = 12;" in got and "atomic" not in split_completion(got, Op.SPMV)[1]
     assert "that is csr_lanes" in t.check(dict(p, long_len=4096), card)  # no row over 4096
     assert "csr_adaptive splits" in t.check(dict(p, block=128), matrix_card(
         generate("skewed", 20000, seed=1, long_len=9000, long_fraction=0.001)))  # 9000 > 64 x 128

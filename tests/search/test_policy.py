@@ -152,7 +152,7 @@ def test_the_header_grammar_reaches_the_policy_from_generate_and_search() -> Non
 
 
 def test_fill_facts_writes_the_cards_facts_into_proposals_and_says_which() -> None:
-    """With ``fill_facts``, a proposal that is ``csr_split_spec`` for another skewed draw's long rows comes back with
+    """With ``fill_facts``, a proposal that is ``csr_adaptive_spec`` for another skewed draw's long rows comes back with
     this matrix's (the template at the proposal's own numbers for this card), and ``last_filled`` marks it; a proposal
     with this card's facts already and one that is no template's are returned as written, and so is everything
     without ``fill_facts``. Refinements are filled too. Mutations killed: the flag ignored (always or never
@@ -164,10 +164,10 @@ def test_fill_facts_writes_the_cards_facts_into_proposals_and_says_which() -> No
     from sparserl.search.loop import FILLED_NOTE, _fill_notes
     from sparserl.search.run import SearchJob, open_proposer
 
-    spec = get_template("spmv", "csr_split_spec")
+    spec = get_template("spmv", "csr_adaptive_spec")  # it spells its facts: the long rows in a constant table
     ctx = MatrixContext(generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002), "m", Op.SPMV)
     other = matrix_card(generate("skewed", 6000, seed=2, long_len=2000, long_fraction=0.002))
-    point = {"tpr": 1, "unroll": 4, "long_len": 256, "block": 128}
+    point = {"rpw": 32, "items": 8, "long_len": 256, "seg": 4096, "block": 128}
     wrong, right = (spec.render(point, c) for c in (other, ctx.card))
     assert wrong != right
 

@@ -25,7 +25,7 @@ from sparserl.errors import SparseRLError
 HEADER_GRAMMAR_HELP = ("sample each kernel's header (FORMAT, PARAMS, LAUNCH lines) within the contract's grammar; "
                        "the code as before but in printable ASCII and whitespace, with no run of more than 20 digits")
 """``--header-grammar``'s help, in every command that samples a policy."""
-FILL_FACTS_HELP = ("write the matrix card's facts (the long rows, where a template spells them) into a sample that "
+FILL_FACTS_HELP = ("write the matrix card's facts (the row lengths and long rows csr_adaptive_spec spells) into a sample that "
                    "is a specialised template's kernel wrong only in that block; the harness judges it like any other, and the "
                    "report marks it (--no-fill-facts: the samples as the policy wrote them)")
 """``--fill-facts``'s help, in ``generate`` and ``search``."""

@@ -5,11 +5,12 @@ Why: a specialised template bakes the matrix's facts into the kernel (DIA offset
 The teacher keeps such a kernel only where a search found it fastest, so its rows hold few distinct facts blocks
 (3-8 per template in the small preset's teacher, even with each matrix's parameters drawn), and the policy learns
 them by heart: at 1M rows it wrote only blocks it had been taught, never the card's where the card's were new
-(results of 2026-12-05 and 2026-12-06, spec-facts-copy and teacher-params-drawn). Since then the DIA, BSR and
-lane templates name their facts (``MATRIX_DIA_RUNS`` and the like, defined by the harness from the card): one text
-for every matrix, nothing for a sibling to vary. Siblings remain for the templates that spell their long rows
-(``csr_split_spec``, ``csr_adaptive_spec``), on draws with as many long rows as their row's (the count is in the
-kernel's LAUNCH line, which a sibling keeps).
+(results of 2026-12-05 and 2026-12-06, spec-facts-copy and teacher-params-drawn). Since then the DIA, BSR, lane
+and split templates name their facts (``MATRIX_DIA_RUNS``, ``MATRIX_LONG_ROWS`` and the like, defined by the harness
+from the card): one text for every matrix, nothing for a sibling to vary. Siblings remain for the one template that
+still spells its facts (``csr_adaptive_spec``: its long rows in constant tables, SHORT_MAX, LONG_ROWS), on draws
+whose long rows make as many pieces as its row's (their count is the long-row kernel's grid in its LAUNCH line,
+which a sibling keeps).
 
 What: for each teacher row whose kernel is a specialised template's
 (:func:`~sparserl.eval.library_match.specialised_facts`), up to ``per_row`` new matrices of the row's family (its

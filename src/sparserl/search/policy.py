@@ -13,9 +13,10 @@ refinements are samples conditioned on a longer prompt until ``sparserl improve`
 the kernels its refinements found.
 
 With ``fill_facts``, a proposal that is a specialised template's kernel right in all but its block of
-facts (the long rows, in the templates that spell them) gets the matrix card's facts in that block
-(:func:`sparserl.eval.library_match.fill_facts`); the harness judges it like any other. It is for
-``generate`` and the search's proposals, never for what a policy is scored or trained on as its own.
+facts (the row lengths and long rows of ``csr_adaptive_spec``, the template that spells them) gets the
+matrix card's facts in that block (:func:`sparserl.eval.library_match.fill_facts`); the harness judges it
+like any other. It is for ``generate`` and the search's proposals, never for what a policy is scored or
+trained on as its own.
 """
 
 from __future__ import annotations

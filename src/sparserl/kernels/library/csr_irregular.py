@@ -477,10 +477,10 @@ _SPLIT_SPEC = fill(
 ${SIG}
 {
     if (blockIdx.x < LONG_ROWS) {
-        // Block b sums row c_long_row[b] alone: its BLOCK threads share the entries, UNROLL loads in
-        // flight each, then a block-wide sum and one store (no other thread writes this row).
+        // Block b sums row MATRIX_LONG_ROWS[b] alone: its BLOCK threads share the entries, UNROLL loads
+        // in flight each, then a block-wide sum and one store (no other thread writes this row).
         __shared__ float s_part[BLOCK / 32];
-        const int r = c_long_row[blockIdx.x];
+        const int r = MATRIX_LONG_ROWS[blockIdx.x];
         const int end = __ldg(row_ptr + r + 1);
         float sum = 0.f;
 ${LONG_LOOP}
@@ -516,19 +516,19 @@ ${REDUCE}
 """, SIG=_SIG, FULL=FULL_MASK, REDUCE=group_sum("sum", "TPR", FULL_MASK),
     LONG_LOOP=_strided_sum("__ldg(row_ptr + r) + (int)threadIdx.x", "BLOCK", 2),
     SHORT_LOOP=_strided_sum("begin + lane", "TPR", 3))
-"""The specialised csr_split: the long rows' table in the facts block above it."""
+"""The specialised csr_split: the long rows named (``MATRIX_LONG_ROWS``, ``MATRIX_LONG_ROW_COUNT``), so one text
+for every matrix; the harness writes the table and its count from the matrix it verifies on."""
 
 
-def render_split(tpr: int, unroll: int, long_len: int, block: int, long_rows: tuple[int, ...]) -> str:
-    """The csr_split completion for the rows ``long_rows`` (every row longer than ``long_len``, at
-    least one): a block for each of them, then the other rows with ``tpr`` lanes each, in one launch."""
-    assert tpr in (1, 2, 4, 8, 16, 32) and block % 32 == 0 and block % tpr == 0 and long_rows
-    rows = sorted(long_rows)
+def render_split(tpr: int, unroll: int, long_len: int, block: int) -> str:
+    """The csr_split completion: a block for each row longer than ``long_len`` (the matrix's ``MATRIX_LONG_ROWS``,
+    at least one), then the other rows with ``tpr`` lanes each, in one launch."""
+    assert tpr in (1, 2, 4, 8, 16, 32) and block % 32 == 0 and block % tpr == 0
     head = _header({"TPR": tpr, "UNROLL": unroll, "LONG_LEN": long_len, "BLOCK": block},
-                   [f"grid={len(rows)} + ceil_div(m, BLOCK / TPR), block=BLOCK"])
-    facts = "\n".join([f"// Specialised to this matrix: {len(rows)} rows longer than {long_len}, a block for each.",
-                       f"constexpr int LONG_ROWS = {len(rows)};  // blocks 0 .. LONG_ROWS - 1 take c_long_row's rows",
-                       _table("c_long_row", rows)])
+                   ["grid=MATRIX_LONG_ROW_COUNT + ceil_div(m, BLOCK / TPR), block=BLOCK"])
+    facts = "\n".join(["// Specialised to the matrix: a block for each row longer than LONG_LEN.",
+                       "constexpr int LONG_ROWS = MATRIX_LONG_ROW_COUNT;  // rows in MATRIX_LONG_ROWS, defined by "
+                       "the harness from the matrix"])
     return completion(head, facts, _SPLIT_SPEC)
 
 

@@ -15,8 +15,9 @@ that bakes the matrix card's row-length facts into the code:
   no ``row_ptr`` reads, fixed trip counts, 16-byte chunks when ``L`` is a multiple of 4.
 * ``csr_split_spec`` (no generic form: finding the long rows at run time would cost a search or a
   second launch, which is what it saves): a block for each row longer than ``long_len`` (the rows
-  the card lists, a constant table), ``tpr`` lanes for every other row, one launch; no atomics,
-  so y is not zeroed. For small skewed graphs.
+  the card lists, named ``MATRIX_LONG_ROWS`` and counted ``MATRIX_LONG_ROW_COUNT`` in the code and the
+  LAUNCH line: the harness writes them from the matrix, so the kernel is one text at each point),
+  ``tpr`` lanes for every other row, one launch; no atomics, so y is not zeroed. For small skewed graphs.
 """
 
 from __future__ import annotations
@@ -288,10 +289,8 @@ def _split_seeds(card: MatrixCard | None, k: int | None) -> list[Params]:
 
 def _split_templates() -> list[Template]:
     def spec(p: Params, card: MatrixCard | None) -> str:
-        assert card is not None
-        rows = split_rows(p, card)
-        assert rows, "render a checked point"
-        return render_split(p["tpr"], p["unroll"], p["long_len"], p["block"], rows)
+        assert card is not None and split_rows(p, card), "render a checked point"
+        return render_split(p["tpr"], p["unroll"], p["long_len"], p["block"])
 
     return [Template(name="csr_split_spec", op=Op.SPMV, format="CSR", space=SPLIT_SPACE, renderer=spec,
                      checker=_split_check, seed_points=_split_seeds, specialised=True, unseen=_split_unseen,
