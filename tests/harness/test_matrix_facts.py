@@ -5,7 +5,8 @@ definition written from another card (or not at all), a name in a comment taken 
 declares itself (``constexpr int``, ``__constant__ int`` or ``#define``) defined again (a materialised text
 materialised twice), a text the definitions take over the length limit failing inside the harness, a name without
 a value for this matrix let through (or refused with more than one line), a block count for another block shape,
-long rows of another threshold or out of order, a LAUNCH line left as written, a table the compiler cannot fold,
+long rows of another threshold or out of order, a LAUNCH line left as written (or a text judged otherwise than it
+reads once its values are written in), a table the compiler cannot fold,
 a text that names nothing changed, and the evaluator judging the text as written instead of the materialised
 one."""
 
@@ -234,6 +235,27 @@ def test_a_launch_that_reads_a_fact_is_read_but_launched_only_with_its_value() -
     assert "\n" not in str(exc.value)
     table = extract("FORMAT: CSR\nLAUNCH: grid=MATRIX_DIA_RUNS, block=32\n__global__ void spmv_kernel() {}\n", Op.SPMV)
     assert table.kind == "contract_error" and "uses MATRIX_DIA_RUNS" in table.message  # a table is no LAUNCH value
+
+
+def test_a_text_is_judged_as_what_it_is_when_a_launch_value_is_written_in() -> None:
+    """A fence keeps a LAUNCH line at the top of the code apart from the header; with only the LAUNCH line's fact
+    written in (no definitions between), the text would read that code line as a second LAUNCH line. Kills judging
+    the written-out text regardless (two launches for a kernel that has one, the line gone from the code), and a
+    LAUNCH value written where extract sees no line break (a form feed)."""
+    from sparserl.harness.matrix_facts import extract_with_facts
+
+    card = matrix_card(skewed())
+    text = ("FORMAT: CSR\nPARAMS: LONG_LEN=256\nLAUNCH: grid=MATRIX_LONG_ROW_COUNT + ceil_div(m, 128), block=128\n"
+            "```cuda\nLAUNCH: grid=1, block=1, kernel=spmv_kernel\n__global__ void spmv_kernel() {}\n```\n")
+    ex = extract(text, Op.SPMV)
+    assert len(ex.header.launches) == 1 and ex.body.startswith("LAUNCH:")
+    with pytest.raises(ContractError, match="begins with a header line") as exc:
+        extract_with_facts(ex, Op.SPMV, card)
+    assert "\n" not in str(exc.value)
+    fed = extract(text.replace("grid=MATRIX", "grid=1 +\x0cMATRIX").replace("```cuda\nLAUNCH: grid=1, block=1, "
+                                                                        "kernel=spmv_kernel\n", "```cuda\n"), Op.SPMV)
+    got = extract_with_facts(fed, Op.SPMV, card)
+    assert len(got.header.launches) == 1 and "MATRIX_LONG_ROW_COUNT" not in got.text, got.text[:200]
 
 
 def test_long_rows_need_the_kernels_long_len_and_rows_the_card_lists() -> None:

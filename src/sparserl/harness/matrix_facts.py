@@ -146,12 +146,12 @@ def launch_facts(header: Header) -> list[str]:
 def _launch_values(head: str, values: dict[str, int]) -> str:
     """``head`` (the header lines as written) with each name of ``values`` in its LAUNCH lines written as its value."""
     name = re.compile(r"\b(" + "|".join(values) + r")\b")
-    lines = head.splitlines(keepends=True)
+    lines = head.split("\n")  # as extract splits lines (not at form feeds or other breaks str.splitlines knows)
     for i, line in enumerate(lines):
         got = header_line(line.strip())
         if got is not None and got[0] == "LAUNCH":
             lines[i] = name.sub(lambda m: str(values[m.group(1)]), line)
-    return "".join(lines)
+    return "\n".join(lines)
 
 
 def with_facts(ex: Extracted, card: Card) -> str | None:
@@ -174,9 +174,19 @@ def with_facts(ex: Extracted, card: Card) -> str | None:
 def extract_with_facts(ex: Extracted, op, card: Card) -> Extracted | ExtractError:
     """``ex`` as the harness judges it: extracted again with :func:`with_facts`'s definitions written in, or ``ex``
     itself when its code names no fact; an :class:`ExtractError` when the definitions take the text over the length
-    limit. Raises :class:`ContractError` as :func:`with_facts` does."""
+    limit. Raises :class:`ContractError` as :func:`with_facts` does, and when the text written out reads otherwise
+    than ``ex`` (code whose first lines are header lines, which a fence or the text between kept apart: the
+    completion must be judged as what it is)."""
     named = with_facts(ex, card)
-    return ex if named is None else extract(named, op)
+    if named is None:
+        return ex
+    got = extract(named, op)
+    if isinstance(got, Extracted) and (len(got.header.launches) != len(ex.header.launches)
+                                       or not got.body.endswith(ex.body)):
+        raise ContractError("the code after the header begins with a header line (FORMAT:, PARAMS: or LAUNCH:), "
+                            "which would read as the header's once the matrix's facts are written in: start the "
+                            "code with code")
+    return got
 
 
 def materialise(text: str, op, card: Card) -> str:
