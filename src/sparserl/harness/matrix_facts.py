@@ -115,9 +115,10 @@ _DECLARED = re.compile(r"(?:\bconstexpr\s+int\s+|\b__constant__\s+int\s+|#\s*def
 
 def named_facts(code: str) -> list[str]:
     """The facts ``code`` names (as identifiers outside comments) and does not declare itself (``constexpr int
-    NAME``, ``__constant__ int NAME`` or ``#define NAME``: a materialised text, or a kernel that spells a fact its own way), in :data:`FACTS`'
-    order; [] when none (or when the code cannot be read, which the static check then reports). A name inside a
-    string literal counts as named (a definition the kernel does not use, or a contract error: never a pass)."""
+    NAME``, ``__constant__ int NAME`` or ``#define NAME``: a materialised text, or a kernel that spells a fact its
+    own way), in :data:`FACTS`' order; [] when none (or when the code cannot be read, which the static check then
+    reports). A name inside a string literal counts as named (a definition the kernel does not use, or a contract
+    error: never a pass)."""
     try:
         code = strip_comments(splice(code))
     except SourceError:
