@@ -61,8 +61,8 @@ LONG = "x" * 80
      "expected a 'LAUNCH: ...' line, got " + repr(f"// {LONG}"[:60])),
     (lambda: parse_header(["FORMAT: CSR"], Op.SPMV), "completion has no LAUNCH: line"),
     (lambda: parse_header(["FORMAT: ELL", "PARAMS: B=2", "LAUNCH: grid=ceil_div(Q, P), block=B"], Op.SPMV),
-     "LAUNCH expression 'ceil_div(Q, P)' uses P, Q; for spmv ELL the names are: B, MATRIX_BLOCK_ROW_LEN, "
-     "MATRIX_LONG_ROW_COUNT, MATRIX_ROW_LEN, m, n, nnz, num_sms, width"),
+     "LAUNCH expression 'ceil_div(Q, P)' uses P, Q; for spmv ELL the names are: B, m, n, nnz, num_sms, width, "
+     "and the matrix's facts MATRIX_ROW_LEN, MATRIX_BLOCK_ROW_LEN, MATRIX_LONG_ROW_COUNT"),
 ])
 def test_messages_in_full(make, message: str) -> None:
     """What a refinement prompt shows the policy and what a user reads, word for word. Kills: a message

@@ -60,6 +60,8 @@ def test_evaluates_like_c(text: str, value: int) -> None:
         "m +",
         "x" * 300,
         "+".join(["m"] * 80),
+        "\uff4d * 2",  # a fullwidth m, which Python's parser would read as m
+        "MATRIX_ROW_LEN + \uff2dATRIX_ROW_LEN",
     ],
 )
 def test_refuses_everything_else(text: str) -> None:

@@ -676,9 +676,11 @@ def parse_header(lines: list[str], op: Op) -> Header:
         for e in exprs:
             bad = e.names - allowed
             if bad:
+                own = sorted(allowed - set(LAUNCH_FACT_NAMES))
                 raise ContractError(
                     f"LAUNCH expression {e.text!r} uses {', '.join(sorted(bad))}; "
-                    f"for {op.value} {fmt} the names are: {', '.join(sorted(allowed))}"
+                    f"for {op.value} {fmt} the names are: {', '.join(own)}, and the matrix's facts "
+                    f"{', '.join(LAUNCH_FACT_NAMES)}"
                 )
     return Header(fmt, params, tuple(launches), constants)
 

@@ -74,7 +74,7 @@ LAUNCH: grid=EXPR, block=EXPR[, smem=EXPR][, kernel=IDENT]
 * Expressions are integers over the names listed per format below, the PARAMS names and the
   three integer facts above, with `+ - * / %`
   (C semantics: `/` truncates toward zero), `ceil_div(a, b)`, `min(...)`, `max(...)` and parentheses.
-  They are parsed with an allow-list, never evaluated as Python. `num_sms` is the GPU's
+  They are parsed with an allow-list (ASCII only), never evaluated as Python. `num_sms` is the GPU's
   multiprocessor count.
 * The code is device code only: `extern "C" __global__` kernels and `__device__` helpers; no host
   code. Every launched kernel takes the same argument list (below). Values are `float` (fp32),

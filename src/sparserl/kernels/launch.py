@@ -15,8 +15,8 @@ Allowed:
 * parentheses.
 
 Anything else (floats, strings, attributes, subscripts, ``**``, comparisons,
-other calls) is a :class:`~sparserl.errors.ContractError` that names the offending
-piece. Evaluation errors (unknown name, division by zero, a value beyond 64 bits)
+other calls, a character that is not ASCII) is a :class:`~sparserl.errors.ContractError`
+that names the offending piece. Evaluation errors (unknown name, division by zero, a value beyond 64 bits)
 are :class:`ContractError` too.
 """
 
@@ -95,6 +95,8 @@ def parse_expr(text: str) -> Expr:
         raise ContractError("empty LAUNCH expression")
     if len(text) > MAX_EXPR_CHARS:
         raise ContractError(f"LAUNCH expression longer than {MAX_EXPR_CHARS} characters")
+    if not text.isascii():  # Python folds look-alike letters into names (NFKC): the name read is not the one written
+        raise ContractError(f"LAUNCH expression {text!r} has a character that is not ASCII")
     try:
         with _PARSE_LOCK:
             tree = ast.parse(text, mode="eval").body
