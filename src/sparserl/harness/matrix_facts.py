@@ -138,9 +138,7 @@ Card = MatrixCard | Callable[[], MatrixCard | None] | None
 
 def launch_facts(header: Header) -> list[str]:
     """The facts the header's LAUNCH expressions read, in :data:`VALUES`' order."""
-    seen = {name for launch in header.launches
-            for e in (*launch.grid, *launch.block, *([launch.smem] if launch.smem is not None else []))
-            for name in e.names}
+    seen = frozenset().union(*(launch.names for launch in header.launches))
     return [name for name in VALUES if name in seen]
 
 

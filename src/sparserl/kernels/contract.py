@@ -495,6 +495,16 @@ class LaunchSpec:
     smem: Expr | None = None
     kernel: str | None = None  # None: the op's default name
 
+    @property
+    def expressions(self) -> tuple[Expr, ...]:
+        """Every expression of the line: grid, block, then smem when given."""
+        return (*self.grid, *self.block, *((self.smem,) if self.smem is not None else ()))
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every variable name the line's expressions read."""
+        return frozenset(n for e in self.expressions for n in e.names)
+
     def render(self) -> str:
         parts = [f"grid={_dims(self.grid)}", f"block={_dims(self.block)}"]
         if self.smem is not None:
@@ -672,8 +682,7 @@ def parse_header(lines: list[str], op: Op) -> Header:
         raise ContractError(f"at most {MAX_LAUNCHES} LAUNCH lines are allowed, got {len(launches)}")
     allowed = set(launch_variables(fmt, op)) | set(constants) | set(LAUNCH_FACT_NAMES)
     for l in launches:
-        exprs = list(l.grid) + list(l.block) + ([l.smem] if l.smem is not None else [])
-        for e in exprs:
+        for e in l.expressions:
             bad = e.names - allowed
             if bad:
                 own = sorted(allowed - set(LAUNCH_FACT_NAMES))
@@ -714,8 +723,7 @@ def evaluate_launches(header: Header, op: Op, env: Mapping[str, int]) -> list[La
     env = {**env, **header.constants}
     out = []
     for l in header.launches:
-        facts = {n for e in (*l.grid, *l.block, *([l.smem] if l.smem is not None else [])) for n in e.names
-                 if n in LAUNCH_FACT_NAMES and n not in env}
+        facts = (l.names & set(LAUNCH_FACT_NAMES)) - set(env)
         if facts:
             raise ContractError(f"LAUNCH reads {', '.join(sorted(facts))}, a matrix's fact: the harness writes its "
                                 "value in from the matrix it verifies on (sparserl.harness.matrix_facts), and this "
