@@ -3,17 +3,18 @@
 The values of one block row are one contiguous run of ``nblocks * R * C`` floats (blocks are
 stored one after another, each row-major). ``g`` lanes stream that run with 16-byte loads:
 lane ``l`` reads floats ``4*l, 4*l + 4*g, ...``. Since ``4*g`` is a multiple of ``R*C`` (the body's
-``static_assert``: other numbers are a compile error that says so, not wrong sums), a lane always lands on the same position inside a block: the same block row ``r`` and the same four
-columns (``C >= 4``; two rows of two columns when ``C == 2``), so it keeps one or two sums and
-reads ``x`` with one 16-byte (or 8-byte) load per block. Lanes of the same rows are summed with
+``static_assert``: other numbers are a compile error that says so, not wrong sums), a lane always
+lands on the same position inside a block: the same block row ``r`` and the same four columns
+(``C >= 4``; two rows of two columns when ``C == 2``), so it keeps one or two sums and reads ``x``
+with one 16-byte (or 8-byte) load per block. Lanes of the same rows are summed with
 xor-shuffles at the end.
 
 * ``bsr_stream``: block rows from ``block_row_ptr``; ``x`` loads guarded at the right edge.
 * ``bsr_stream_spec``: every block row holds the same number ``K`` of blocks (the card's
-  ``block_row_len``; the code names it ``MATRIX_BLOCK_ROW_LEN``, defined by the harness from the matrix:
-  :mod:`sparserl.harness.matrix_facts`), so block row ``I`` is blocks ``I*K .. I*K+K-1``: ``block_row_ptr`` is not
-  read, and the loop over the run has a fixed trip count and is unrolled (all loads in flight).
-  The shape is read at run time: when ``n`` is a multiple of ``C`` (a test the whole grid takes
+  ``block_row_len``; the code names it ``MATRIX_BLOCK_ROW_LEN``, defined by the harness from the
+  matrix: :mod:`sparserl.harness.matrix_facts`), so block row ``I`` is blocks ``I*K .. I*K+K-1``:
+  ``block_row_ptr`` is not read, and the loop over the run has a fixed trip count and is unrolled
+  (all loads in flight). The shape is read at run time: when ``n`` is a multiple of ``C`` (a test the whole grid takes
   the same way) no ``x`` load is guarded. Wins on block matrices.
 """
 
