@@ -107,6 +107,14 @@ def test_the_evaluator_compiles_the_materialised_kernel_and_refuses_a_missing_fa
         assert len(padded) < MAX_COMPLETION_CHARS
         res = ev.evaluate(padded, ev.register(A, "stencil"), "spmv")
         assert res.error_kind is ErrorKind.EXTRACT, res.message  # the length limit, not an internal error
+        S = skewed()
+        split = named_split(matrix_card(S))  # the long rows named in the code and read by the LAUNCH line
+        res = ev.evaluate(split, ev.register(S, "skewed"), "spmv")
+        assert res.error_kind is ErrorKind.NO_GPU and res.compiled, res.message
+        fenced = ("FORMAT: CSR\nPARAMS: LONG_LEN=256\nLAUNCH: grid=MATRIX_LONG_ROW_COUNT + ceil_div(m, 128), "
+                  "block=128\n```cuda\nLAUNCH: grid=1, block=1\n__global__ void spmv_kernel() {}\n```\n")
+        res = ev.evaluate(fenced, ev.register(S, "skewed"), "spmv")  # judged as written, not as written out
+        assert res.error_kind is ErrorKind.CONTRACT and "begins with a header line" in res.message, res.message
     finally:
         ev.close()
 
