@@ -281,3 +281,54 @@ def test_fill_facts_writes_the_cards_facts_into_a_specialised_kernel_and_nothing
     own = text.replace(launch, launch.replace("block=BLOCK", "block=128"))
     assert own != text and fill_facts(own, "spmv", there) is None  # a header the template does not write
     assert fill_facts(_generic(here), "spmv", there) is None
+
+
+def test_template_point_is_the_point_whose_kernel_the_text_is() -> None:
+    """A template's kernel as a policy writes it (chatter, a fence, comments) is that template's point; the same
+    body with other numbers of the space is that other point; other code, another LAUNCH line, a number outside
+    the space, a point the check refuses for the card (rendered all the same), or another card's facts spelt in
+    (``csr_adaptive_spec``) are no point; a kernel that names its facts (``csr_split_spec``) is its point on each
+    card it applies to. Kills: a match by header alone (the altered code), by body alone (the other LAUNCH line),
+    the check skipped (a HYB width wider than the stencil's rows), the facts block left out of the comparison (the
+    other draw's table)."""
+    from sparserl.eval.library_match import template_point
+    from sparserl.kernels.templates import get_template, templates
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+
+    here, there = (matrix_card(generate("skewed", 6000, seed=s, long_len=2000, long_fraction=0.002)) for s in (1, 2))
+    every = templates("spmv")
+    vector = get_template("spmv", "csr_vector")
+    text = vector.render({"tpr": 8, "block": 256}, here)
+    head, body = text.split("\n\n", 1)
+    written = "Here it is:\n```cuda\n" + head + "\n\n// eight lanes a row\n" + body.replace(";\n", ";  // step\n", 2) + "```\n"
+    t, point = template_point(written, "spmv", every, here)
+    assert t is vector and point == {"tpr": 8, "block": 256}
+    assert template_point(text.replace("TPR=8", "TPR=4"), "spmv", every, here)[1] == {"tpr": 4, "block": 256}
+    assert "(TPR - 1)" in body
+    assert template_point(head + "\n\n" + body.replace("(TPR - 1)", "(TPR - 2)", 1), "spmv", every, here) is None
+    launch = head.split("\n")[-1]
+    assert launch.startswith("LAUNCH:") and "BLOCK / TPR" in launch
+    assert template_point(head.replace("BLOCK / TPR", "BLOCK") + "\n\n" + body, "spmv", every, here) is None
+    assert template_point(text.replace("TPR=8", "TPR=3"), "spmv", every, here) is None
+    spec = get_template("spmv", "csr_adaptive_spec")
+    own = spec.render(ADAPTIVE, here)
+    assert template_point(own, "spmv", every, here) == (spec, ADAPTIVE)
+    assert spec.check(ADAPTIVE, there, None) is None and spec.render(ADAPTIVE, there) != own
+    assert template_point(own, "spmv", every, there) is None  # one draw's long rows on another
+    scattered = matrix_card(generate("random", 3001, seed=1, nnz_per_row=16))
+    assert spec.check(ADAPTIVE, scattered, None) is not None and template_point(own, "spmv", every, scattered) is None
+    split = get_template("spmv", "csr_split_spec")
+    sp = next(p for p in split.seeds(here, None) if split.check(p, there, None) is None)
+    named = split.render(sp, here)
+    assert named == split.render(sp, there) and "MATRIX_LONG_ROWS" in named
+    assert template_point(named, "spmv", every, here) == (split, sp) == template_point(named, "spmv", every, there)
+    hyb = get_template("spmv", "hyb_vec")  # its text does not depend on the card; its check does
+    wide = {"width": 32, "block": 128, "batches": 4}
+    blocks, stencil = (matrix_card(generate("block", 4000, seed=1, block=8, blocks_per_row=4)),
+                       matrix_card(generate("stencil2d", 4900, seed=1)))
+    assert hyb.check(wide, blocks, None) is None and hyb.check(wide, stencil, None) is not None
+    assert hyb.render(wide, stencil) == hyb.render(wide, blocks)
+    assert template_point(hyb.render(wide, blocks), "spmv", every, blocks) == (hyb, wide)
+    assert template_point(hyb.render(wide, blocks), "spmv", every, stencil) is None
+    assert template_point("", "spmv", every, here) is None

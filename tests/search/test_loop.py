@@ -21,7 +21,7 @@ from sparserl.kernels.templates import get_template, templates
 from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 from sparserl.search.loop import SearchConfig, StoreSink, run_search
-from sparserl.search.space import CandidateSpace, Provenance, normalised
+from sparserl.search.space import CandidateSpace, Provenance, normalised, text_proposal
 from sparserl.search.store import BestStore
 from tests.search.doubles import FakeTimingDouble, WrongButTimed, by_text
 
@@ -202,8 +202,8 @@ class FakeProposer:
 def test_policy_samples_and_refinements(block) -> None:
     A, card = block
     csr = variants("spmv", "CSR")
-    sampled = csr[0].render() + "// sampled\n"  # new texts, as a policy would write them
-    better = csr[1].render() + "// refined\n"
+    sampled = csr[0].render() + "__device__ int sampled_here;\n"  # new texts (no template point), as a policy writes
+    better = csr[1].render() + "__device__ int refined_here;\n"
     times = {sampled: 30.0, better: 8.0}
     ev = FakeTimingDouble(by_text(times, 50.0))
     prop = FakeProposer(["Here is a kernel:\n" + sampled], [better] + [csr[2].render()] * 20)
@@ -219,6 +219,59 @@ def test_policy_samples_and_refinements(block) -> None:
     assert res.best.proposal.parent == sample.proposal.id
     # the rest of its refinements repeat a seed: no budget spent on them, and the policy is asked no more
     assert len(prop.refine_calls) <= 1 + 3 and res.evaluated == 24
+
+
+def one_step_from(card, opt: dict[str, int]) -> dict[str, int]:
+    """A bsr_group point one step from ``opt`` that no seed is."""
+    t = get_template("spmv", "bsr_group")
+    seeds = t.seeds(card, None)
+    return next(q for q in t.neighbours(opt, card, None) if q not in seeds)
+
+
+def as_written(text: str) -> str:
+    """A template's kernel as a policy may write it: chatter, a fence, comments in the code."""
+    return "Here is a kernel:\n```cuda\n" + text.replace("\n\n", "\n\n// one block per group\n", 1) + "```\n"
+
+
+def test_the_search_moves_from_a_policy_kernel_that_is_a_template_point(block) -> None:
+    """The policy writes a template point's kernel (comments and chatter around it) one step from the optimum,
+    which no seed is near: the search takes that point's neighbours and finds the optimum as a mutation of the
+    policy's kernel, which is judged as written (its own text and id). Mutation killed: ``from_text`` not saying
+    which point the text is (``text_proposal`` alone): free text has no neighbours, the search never gets there
+    (one parent, no switches or random points here)."""
+    A, card = block
+    opt = far_from_seeds(card)
+    times, _ = bsr_times(card, opt)
+    near = get_template("spmv", "bsr_group").render(one_step_from(card, opt), card)
+    written = as_written(near)
+    times[text_proposal(written, Op.SPMV, Provenance.POLICY_SAMPLE).text] = times[near]  # what the harness gets
+    ev = FakeTimingDouble(by_text(times))
+    cfg = SearchConfig(budget=20, templates=("bsr_group",), seed_share=0.1, beam=1, switch=0.0, explore=0.0,
+                       policy_share=0.1, policy_batch=1, parallel=1)
+    res = run_search(A, "block", "spmv", None, cfg, ev, card=card, proposer=FakeProposer([written], []),
+                     progress=False)
+    (sample,) = [e.proposal for e in res.entries if e.proposal.provenance is Provenance.POLICY_SAMPLE]
+    assert sample.id.startswith("text/") and "one block per group" in sample.text, "judged as written"
+    assert sample.template == "bsr_group" and sample.param_dict == one_step_from(card, opt)
+    assert res.best.time_us("cold") == 10.0 and res.best.proposal.param_dict == opt
+    assert res.best.proposal.provenance is Provenance.MUTATION and res.best.proposal.parent == sample.id
+
+
+def test_a_policy_kernel_of_a_point_already_tried_spends_no_budget(block) -> None:
+    """The policy writes, comments aside, the kernel of the first seed: it is that point, already evaluated, so
+    it is not evaluated again (the same kernel, the same verdict). Mutation killed: ``claim`` ignoring the
+    point's id (the policy's text then spends a candidate on a kernel already judged)."""
+    A, card = block
+    t = get_template("spmv", "bsr_group")
+    first = t.render(t.seeds(card, None)[0], card)
+    ev = FakeTimingDouble(lambda text: 20.0)
+    cfg = SearchConfig(budget=6, templates=("bsr_group",), policy_share=0.5, policy_batch=1, parallel=1)
+    res = run_search(A, "block", "spmv", None, cfg, ev, card=card, proposer=FakeProposer([as_written(first)], []),
+                     progress=False)
+    assert normalised(ev.submitted[0]) == normalised(first)
+    assert not any("one block per group" in x for x in ev.submitted)
+    assert all(e.proposal.provenance is not Provenance.POLICY_SAMPLE for e in res.entries)
+    assert res.evaluated == 6
 
 
 def test_prior_samples_spend_no_budget(block) -> None:
@@ -342,7 +395,7 @@ def test_a_stored_kernel_the_template_no_longer_renders_is_free_text(block) -> N
     A, card = block
     point = get_template("spmv", "csr_vector").candidate({"tpr": 8, "block": 128})
     current = get_template("spmv", "csr_vector").render({"tpr": 8, "block": 128}, card)
-    older = current + "// an older rendering\n"
+    older = current + "__device__ int an_older_rendering;\n"  # other code: no longer the point's kernel
     ev = FakeTimingDouble(lambda text: 20.0)
     res = run_search(A, "block", "spmv", None, SearchConfig(budget=30, seed_share=1.0), ev, card=card,
                      known=[(point.id, older)], progress=False)
@@ -368,7 +421,7 @@ def test_filled_proposals_are_noted_in_the_trace_and_the_candidates_source(block
 
     A, card = block
     csr = variants("spmv", "CSR")
-    filled, plain = csr[0].render() + "// filled\n", csr[1].render() + "// plain\n"
+    filled, plain = csr[0].render() + "__device__ int f;  // filled\n", csr[1].render() + "__device__ int p;  // plain\n"
 
     class FillingProposer(FakeProposer):
         def sample(self, n: int) -> list[str]:
@@ -381,8 +434,8 @@ def test_filled_proposals_are_noted_in_the_trace_and_the_candidates_source(block
             return []
 
     ev = FakeTimingDouble(lambda text: 20.0)
-    prior = [(csr[2].render() + "// before\n", timed_result("spmv", None, "block", 12.0), True),
-             (csr[3].render() + "// before, as written\n", timed_result("spmv", None, "block", 13.0))]
+    prior = [(csr[2].render() + "__device__ int b;  // before\n", timed_result("spmv", None, "block", 12.0), True),
+             (csr[3].render() + "__device__ int w;  // before, as written\n", timed_result("spmv", None, "block", 13.0))]
     cfg = SearchConfig(budget=16, policy_share=0.5, policy_batch=2, parallel=1)  # the prior count in the quota
     res = run_search(A, "block", "spmv", None, cfg, ev, card=card, proposer=FillingProposer([], []), prior=prior,
                      progress=False)

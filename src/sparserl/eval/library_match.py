@@ -169,6 +169,35 @@ def _point(template: Template, header: Header) -> dict[str, int] | None:
     return point
 
 
+def template_point(text: str, op: Op | str, tmpls: Iterable[Template], card: MatrixCard | None,
+                   k: int | None = None) -> tuple[Template, dict[str, int]] | None:
+    """(template, point) of the first of ``tmpls`` whose kernel for ``card`` ``text`` is: the template's
+    format is the text's, the text's header names a point of its space (PARAMS and FORMAT numbers, matched
+    by name whatever the case) that its check accepts for ``card`` and ``k``, and the template rendered at
+    that point reads as ``text`` reads (the header rendered; the code without comments, whitespace collapsed,
+    a specialised template's block of facts included, so a kernel with other facts is no point). None when
+    no template's is. What a search needs to move from a policy's kernel as from its own points; it says
+    which point the text is, it does not replace the text (the harness judges what was written). Pure."""
+    op = Op(op)
+    parts = _parts(text, op)
+    if parts is None:
+        return None
+    head = parts[0].render()
+    for t in tmpls:
+        if t.op is not op or t.format != parts[0].format:
+            continue
+        point = _point(t, parts[0])
+        if point is None or t.check(point, card, k) is not None:
+            continue
+        try:
+            rendered = _parts(t.render(point, card), op)
+        except Exception:  # a template that cannot render a point it accepts: not this one (the search logs it)
+            continue
+        if rendered is not None and rendered[1] == parts[1] and rendered[0].render() == head:
+            return t, point
+    return None
+
+
 def _specialised(name: str | None, op: Op) -> Template | None:
     """The template ``name`` (a :func:`_template_of` answer) when it is a specialised one, else None."""
     t = get_template(op, name) if name is not None else None

@@ -15,7 +15,9 @@ Read top to bottom, :func:`run_search` is:
    times (without one: the templates' own order and a random order of the moves);
 3. with a policy, a share of the budget goes to it, spread over the run: samples first, then
    refinements (the best kernel so far and its measured time shown to the policy; before any
-   kernel is correct, the policy's latest kernel and its error);
+   kernel is correct, the policy's latest kernel and its error); a policy kernel that is a template
+   point's (:meth:`CandidateSpace.from_text`) is a parent like the search's own points, and that
+   point counts as tried;
 4. every candidate goes through the harness (``Evaluator.submit``; several in flight, compiles
    cached), no candidate id or text twice; a candidate is a win only when correct
    (``EvalResult.correct``: verified, early-stopped ``slow`` ones included), ranked by its median
@@ -33,6 +35,7 @@ result is ``no_gpu``: nothing is timed, nothing ranked by speed, and nothing ent
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -58,7 +61,6 @@ from sparserl.search.space import (
     format_key,
     normalised,
     text_id,
-    text_proposal,
 )
 
 log = logging.getLogger(__name__)
@@ -431,7 +433,7 @@ class _SearchRun:
         (text, result, filled) where ``filled`` says the card's facts were written into it (``--fill-facts``)."""
         for text, res, *filled in prior:
             note = "drawn before the search" + (f", {FILLED_NOTE}" if filled and filled[0] else "")
-            prop = text_proposal(text, self.op, Provenance.POLICY_SAMPLE, note=note)
+            prop = self.state.space.from_text(text, Provenance.POLICY_SAMPLE, note=note)
             if self.state.claim(prop):
                 self.record(prop, len(self.entries), res, counted=False)
                 self.state.prior_samples += 1
@@ -545,11 +547,13 @@ class _Search:
     # -- bookkeeping -------------------------------------------------------------------------
 
     def claim(self, p: Proposal) -> bool:
-        """True (and remembered) when neither ``p``'s id nor its text was proposed before."""
+        """True (and remembered) when neither ``p``'s id (nor, for free text that is a template point's
+        kernel, that point's id) nor its text was proposed before."""
         key = normalised(p.text)
-        if p.id in self.seen_ids or key in self.seen_texts:
+        ids = {p.id} | ({p.point_id} if p.point_id else set())
+        if ids & self.seen_ids or key in self.seen_texts:
             return False
-        self.seen_ids.add(p.id)
+        self.seen_ids |= ids
         self.seen_texts.add(key)
         return True
 
@@ -558,7 +562,8 @@ class _Search:
             note = "the store's best for this matrix"
             p = self.space.from_id(cid, Provenance.KNOWN, note=note)
             if p is None or normalised(p.text) != normalised(text):  # free text, or the template changed since
-                p = Proposal(text_id(text), text, Provenance.KNOWN, note=f"{note} (stored as {cid})")
+                p = dataclasses.replace(self.space.from_text(text, Provenance.KNOWN, note=f"{note} (stored as {cid})"),
+                                        id=text_id(text), text=text)
             self.first.append(p)
         if selector_point is not None:
             name, params, note = selector_point
@@ -729,20 +734,19 @@ class _Search:
                 return p
         samples, _ = self._quota()
         n = self.cfg.policy_batch
-        op = self.space.op
         refining = self.policy_samples_done >= samples
         if not refining:
             n = min(n, samples - self.policy_samples_done)
             texts = self.proposer.sample(n)
             self.policy_samples_done += n
-            props = [text_proposal(t, op, Provenance.POLICY_SAMPLE, note=note)
+            props = [self.space.from_text(t, Provenance.POLICY_SAMPLE, note=note)
                      for t, note in zip(texts, _fill_notes(self.proposer, len(texts)), strict=True)]
         else:
             target = self.ranked[0][1] if self.ranked else self.policy_last
             if target is None:
                 return None  # nothing measured yet to refine: later
             texts = self.proposer.refine(target.proposal.text, target.result, n)
-            props = [text_proposal(t, op, Provenance.POLICY_REFINE, parent=target.proposal.id, note=note)
+            props = [self.space.from_text(t, Provenance.POLICY_REFINE, parent=target.proposal.id, note=note)
                      for t, note in zip(texts, _fill_notes(self.proposer, len(texts)), strict=True)]
         self.policy_queue.extend(props)
         while self.policy_queue:

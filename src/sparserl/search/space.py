@@ -17,11 +17,14 @@ A point whose storage format the matrix is known to refuse (past the converters'
 is never proposed: it would spend budget on a certain ``format_refused``. Who knows is the
 caller's ``accepts(format, params)``: the search learns refusals from the harness's verdicts on
 a GPU, and converts on the host in compile-only runs (see :mod:`.loop`). Free text (the
-policy's kernels) becomes a proposal through :func:`text_proposal`, named by a hash of its text.
+policy's kernels) becomes a proposal through :func:`text_proposal`, named by a hash of its text;
+:meth:`~CandidateSpace.from_text` also says which template point it is, when it is one, so that a search
+moves from a policy's kernel (its neighbours and switches) as it moves from its own points.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -74,6 +77,9 @@ class Proposal:
     params: tuple[tuple[str, int], ...] | None = None
     note: str = ""
     """What the move was ('selector', 'tpr 8->16', 'from csr_vector' ...)."""
+    point_id: str | None = None
+    """For free text that is a template point's kernel (:meth:`CandidateSpace.from_text`): that point's
+    candidate id, under which a search knows it as already tried."""
 
     @property
     def param_dict(self) -> dict[str, int]:
@@ -190,6 +196,25 @@ class CandidateSpace:
             return None
         cand = t.candidate(params)
         return Proposal(cand.id, text, provenance, parent, t.name, cand.params, note)
+
+    def from_text(self, text: str, provenance: Provenance, parent: str | None = None, note: str = "") -> Proposal:
+        """:func:`text_proposal` for free text (a policy's kernel, a stored one), carrying the template and
+        parameters of the point of this space whose kernel it is, when it is one
+        (:func:`sparserl.eval.library_match.template_point`: the same header, the same code but for comments
+        and spacing, a specialised template's facts those it bakes in for this card). The text and its id
+        stay the text's own: the harness judges what was written; the point only lets a search take its
+        neighbours and switches, and know the point as tried (:attr:`Proposal.point_id`)."""
+        from sparserl.eval.library_match import template_point
+
+        p = text_proposal(text, self.op, provenance, parent, note)
+        found = template_point(p.text, self.op, self.templates, self.card, self.k)
+        if found is None:
+            return p
+        t, params = found
+        cand = t.candidate(params)
+        said = f"the point {cand.id}"
+        return dataclasses.replace(p, template=t.name, params=cand.params, point_id=cand.id,
+                                   note=f"{note}; {said}" if note else said)
 
     def from_id(self, cid: str, provenance: Provenance, note: str = "") -> Proposal | None:
         """The proposal for a candidate id (``op/template/format params/tunables[/spec]``) of this
