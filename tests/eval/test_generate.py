@@ -61,6 +61,29 @@ def test_compile_only_writes_an_unverified_kernel(mtx: Path, tmp_path: Path) -> 
     assert "NOT verified" in (out / "report.md").read_text()
 
 
+def test_the_search_after_sampling_reads_a_sample_as_the_template_point_it_is(mtx: Path, tmp_path: Path) -> None:
+    """Through the real harness (compile-only): a sample that is a template point's kernel with a comment of the
+    policy's own enters the search after sampling as that point (its template and parameters in the trace, so the
+    search can move from it) and is judged as written. Mutation killed: the samples drawn before the search entered
+    as free text (``enter_prior`` with ``text_proposal``: no template in the trace)."""
+    from sparserl.kernels.templates import get_template
+    from sparserl.matrices import load_matrix
+    from sparserl.matrices.card import matrix_card
+
+    card = matrix_card(load_matrix(mtx))
+    rows = get_template("spmv", "dia_rows")
+    point = {"block": 128, "rpt": 2}
+    head, body = rows.render(point, card).split("\n\n", 1)
+    sample = head + "\n\n// two rows a thread\n" + body
+    out = tmp_path / "g"
+    generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, search=2, out=str(out), compile_only=True,
+                                   store=str(tmp_path / "store.sqlite")), policy=FixedSampler([sample]))
+    lines = [json.loads(x) for x in (out / "search_trace.jsonl").read_text().splitlines()]
+    (drawn,) = [x for x in lines if x["provenance"] == "policy-sample"]
+    assert drawn["template"] == "dia_rows" and drawn["params"] == point and drawn["id"].startswith("text/")
+    assert "two rows a thread" in drawn["text"] and drawn["verdict"] == "no_gpu"
+
+
 def test_nothing_usable_without_the_library_is_a_clear_error(mtx: Path, tmp_path: Path) -> None:
     with pytest.raises(SparseRLError, match="no compiling kernel"):
         generate_kernel(GenerateConfig(matrix=str(mtx), samples=2, out=str(tmp_path / "x"), compile_only=True,
