@@ -7,7 +7,11 @@ another's finds), all with the same seed:
 1. ``search``: ``sparserl search --budget B`` without a model (templates, mutations, the cost model's order);
 2. ``generate``: ``sparserl generate --samples N --search M`` with the model (its samples, then M more
    candidates in which the policy proposes too);
-3. ``search+model``: ``sparserl search --budget B --model`` (the policy proposes a share of the budget).
+3. ``search+model``: ``sparserl search --budget B --model`` (the policy proposes a share of the budget);
+4. with ``--text-arm``, ``search+model-text``: the same with the policy's kernels read as free text
+   (``SearchConfig.policy_points`` off, the search before it read them as the template points they are), so
+   what reading them as points gives is measured side by side (``points_over_text``: its best time over
+   ``search+model``'s).
 
 Recorded per arm: the best kernel's time and speedup over cuSPARSE, where it came from, the candidates its
 search evaluated and why it stopped (a search cut by ``--seconds`` before its budget is flagged in the
@@ -24,6 +28,7 @@ Without a GPU (or with ``--compile-only``) every arm compiles only: nothing is t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -58,6 +63,7 @@ def ratio(slow: dict | None, fast: dict | None) -> float | None:
 
 
 ARMS = ("search", "generate", "search+model")
+TEXT_ARM = "search+model-text"
 
 
 def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
@@ -76,8 +82,8 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
     try:
         ctx = warm_context(MatrixContext.load(path, args.op, args.k), [policy.config] if policy is not None else [])
     except SparseRLError as exc:  # a matrix that does not load: every arm records why, the next matrix goes on
-        row["errors"] = {arm: str(exc) for arm in ARMS}
-        row["generate_over_search"] = row["model_over_search"] = None
+        row["errors"] = {arm: str(exc) for arm in evs}
+        row["generate_over_search"] = row["model_over_search"] = row["points_over_text"] = None
         return row
     row["prepare_seconds"] = time.perf_counter() - t
     common = dict(matrix=path, op=args.op, k=args.k, compile_only=args.compile_only, max_new_tokens=args.max_new_tokens,
@@ -94,8 +100,12 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
         "search+model": lambda d: search_matrix(SearchJob(search=plain, model=args.model, store=str(d / "store.sqlite"),
                                                           temperature=args.temperature, out=str(d), **common),
                                                 evaluator=evs["search+model"], policy=policy, context=ctx)[0],
+        TEXT_ARM: lambda d: search_matrix(SearchJob(search=dataclasses.replace(plain, policy_points=False),
+                                                    model=args.model, store=str(d / "store.sqlite"),
+                                                    temperature=args.temperature, out=str(d), **common),
+                                          evaluator=evs[TEXT_ARM], policy=policy, context=ctx)[0],
     }
-    for arm in ARMS:
+    for arm in evs:
         run = runs[arm]
         folder = scratch / arm.replace("+", "_")
         folder.mkdir(parents=True, exist_ok=True)
@@ -111,6 +121,7 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
     a = row["arms"]
     row["generate_over_search"] = ratio(a.get("search"), a.get("generate"))
     row["model_over_search"] = ratio(a.get("search"), a.get("search+model"))
+    row["points_over_text"] = ratio(a.get(TEXT_ARM), a.get("search+model")) if TEXT_ARM in evs else None
     return row
 
 
@@ -119,9 +130,11 @@ def summarise(rows: list[dict]) -> dict:
 
     gen = [r["generate_over_search"] for r in rows if r["generate_over_search"] is not None]
     mod = [r["model_over_search"] for r in rows if r["model_over_search"] is not None]  # time ratios: positive
+    pts = [r["points_over_text"] for r in rows if r.get("points_over_text") is not None]
     return {"matrices": len(rows), "compared_generate": len(gen), "compared_model": len(mod),
             "generate_over_search": geomean(gen) if gen else None, "generate_over_search_min": min(gen, default=None),
             "model_over_search": geomean(mod) if mod else None, "model_over_search_min": min(mod, default=None),
+            "compared_points": len(pts), "points_over_text": geomean(pts) if pts else None,
             "targets": {"generate_over_search": TARGET_GENERATE, "model_over_search": TARGET_MODEL}}
 
 
@@ -146,6 +159,11 @@ def table(rows: list[dict], summary: dict) -> str:
     lines.append(f"\ngeomean over {summary['compared_generate']} / {summary['compared_model']} matrices: generate / "
                  f"search {_fmt(summary['generate_over_search'])} (target {TARGET_GENERATE:.2f}), search+model / "
                  f"search {_fmt(summary['model_over_search'])} (target {TARGET_MODEL:.2f})")
+    if summary.get("compared_points"):
+        texts = ", ".join(f"{r['matrix']} {cell(r['arms'].get(TEXT_ARM))}x ({_fmt(r.get('points_over_text'))})"
+                          for r in rows)
+        lines.append(f"the policy's kernels read as free text ({TEXT_ARM}): {texts}; search+model over it, geomean "
+                     f"over {summary['compared_points']}: {_fmt(summary['points_over_text'])}")
     return "\n".join(lines)
 
 
@@ -167,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", help="the model's device: auto, cpu or cuda[:N]")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile-only", action="store_true", help="compile only (the default without a GPU)")
+    ap.add_argument("--text-arm", action="store_true",
+                    help=f"also {TEXT_ARM}: the model's search with its kernels read as free text (no moves from them)")
     ap.add_argument("--out", required=True, help="JSON file (written after every matrix)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -186,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no model at {args.model}: give a policy checkpoint or an HF model folder", file=sys.stderr)
         return 2
     evs = {arm: Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=(args.regime,),
-                                        reward_regime=args.regime)) for arm in ARMS}
+                                        reward_regime=args.regime)) for arm in ARMS + ((TEXT_ARM,) if args.text_arm else ())}
     args.compile_only = args.compile_only or not evs["search"].has_gpu
     out, rows = Path(args.out), []
     try:

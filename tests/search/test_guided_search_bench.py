@@ -4,7 +4,8 @@ without a model, generate with the model and a search after its samples, the sea
 on the tests' tiny model and writes its JSON. Mutations killed: a ratio inverted (a slower guided arm
 reported as faster), an untimed arm counted in a geometric mean, an arm left out of the run, a search
 cut by its time cap shown as if it had run its budget, a missing model or matrix that is not a one-line
-error, an arm that takes the commands' default of writing the card's facts into the policy's samples."""
+error, an arm that takes the commands' default of writing the card's facts into the policy's samples, the text arm
+searching with the policy's kernels read as points (or another arm without)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,22 @@ def test_ratios_are_the_search_time_over_the_guided_time() -> None:
     assert s["matrices"] == 3 and s["compared_generate"] == 2 and s["compared_model"] == 1
     assert s["generate_over_search"] == pytest.approx((1.2 * 0.8) ** 0.5) and s["generate_over_search_min"] == 0.8
     assert s["model_over_search"] == pytest.approx(1.1)
+
+
+def test_the_text_arm_is_compared_with_the_model_search_and_said_in_the_table() -> None:
+    """``points_over_text`` is the text arm's time over search+model's (above 1: reading the policy's kernels as
+    points was faster); only rows that have it count; the table says it. Kills: the ratio inverted, rows without
+    the arm counted, the line left out."""
+    arms = {"search": {"us": 10.0, "speedup": 2.0}, "search+model": {"us": 8.0, "speedup": 2.5},
+            bench.TEXT_ARM: {"us": 9.0, "speedup": 2.2}}
+    row = {"matrix": "m", "arms": arms, "generate_over_search": None, "model_over_search": 1.25,
+           "points_over_text": bench.ratio(arms[bench.TEXT_ARM], arms["search+model"])}
+    assert row["points_over_text"] == pytest.approx(9.0 / 8.0)
+    rows = [row, {"matrix": "n", "arms": {}, "generate_over_search": None, "model_over_search": None}]
+    s = bench.summarise(rows)
+    assert s["compared_points"] == 1 and s["points_over_text"] == pytest.approx(1.125)
+    assert "search+model over it, geomean over 1: 1.125" in bench.table(rows, s)
+    assert "free text" not in bench.table(rows[1:], bench.summarise(rows[1:]))
 
 
 def test_a_search_cut_before_its_budget_is_flagged_in_the_table() -> None:
@@ -68,20 +85,24 @@ def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir, monkeypatch) -> N
     import sparserl.generate as gen
     import sparserl.search.run as search_run
 
+    points = []  # each search arm's policy_points: the text arm's off, every other arm's on
     for module, name in ((gen, "generate_kernel"), (search_run, "search_matrix")):
         monkeypatch.setattr(module, name, lambda cfg, *a, _f=getattr(module, name), **kw: fills.append(cfg.fill_facts)
+                            or points.append((cfg.model is not None, cfg.search.policy_points)
+                                             if hasattr(cfg, "search") and not isinstance(cfg.search, int) else None)
                             or _f(cfg, *a, **kw))
     rc = bench.main([str(m), "--model", str(tiny_model_dir), "--budget", "2", "--samples", "1", "--search", "1",
-                     "--max-new-tokens", "32", "--device", "cpu", "--compile-only", "--out", str(out)])
+                     "--max-new-tokens", "32", "--device", "cpu", "--compile-only", "--text-arm", "--out", str(out)])
     assert rc == 0
     d = json.loads(out.read_text())
     row = d["rows"][0]
     assert d["compile_only"] and row["matrix"] == "banded_400"
-    assert set(row["arms"]) == {"search", "generate", "search+model"} and not row["errors"]
+    assert set(row["arms"]) == {"search", "generate", "search+model", bench.TEXT_ARM} and not row["errors"]
+    assert [p for p in points if p is not None] == [(False, True), (True, True), (True, False)]
     assert all(a["us"] is None for a in row["arms"].values())  # compile-only: nothing timed, no ratio made
     assert row["arms"]["search"]["searched"] >= 1 and row["arms"]["generate"]["searched"] >= 1
     assert row["generate_over_search"] is None and d["summary"]["compared_generate"] == 0
-    assert loads == [str(m)] and row["prepare_seconds"] >= 0 and fills == [False, False, False]
+    assert loads == [str(m)] and row["prepare_seconds"] >= 0 and fills == [False, False, False, False]
     from sparserl.model.config import POLICY_TEMPERATURE
 
     assert d["config"]["temperature"] == POLICY_TEMPERATURE  # the model arms sample at the policy's temperature

@@ -4,6 +4,7 @@ proposals and refinements, and loses no verified result when interrupted or kill
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -255,6 +256,11 @@ def test_the_search_moves_from_a_policy_kernel_that_is_a_template_point(block) -
     assert sample.template == "bsr_group" and sample.param_dict == one_step_from(card, opt)
     assert res.best.time_us("cold") == 10.0 and res.best.proposal.param_dict == opt
     assert res.best.proposal.provenance is Provenance.MUTATION and res.best.proposal.parent == sample.id
+    # policy_points off (the benchmark's text arm): the same kernel is free text, and nothing moves from it
+    res = run_search(A, "block", "spmv", None, dataclasses.replace(cfg, policy_points=False), FakeTimingDouble(
+        by_text(times)), card=card, proposer=FakeProposer([written], []), progress=False)
+    (sample,) = [e.proposal for e in res.entries if e.proposal.provenance is Provenance.POLICY_SAMPLE]
+    assert sample.template is None and not any(e.proposal.parent == sample.id for e in res.entries)
 
 
 def test_a_policy_kernel_of_a_point_already_tried_spends_no_budget(block) -> None:

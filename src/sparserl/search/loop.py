@@ -44,6 +44,7 @@ import uuid
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -61,6 +62,7 @@ from sparserl.search.space import (
     format_key,
     normalised,
     text_id,
+    text_proposal,
 )
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,9 @@ class SearchConfig:
     take half of it (less the samples already drawn before the search), refinements the rest."""
     policy_batch: int = 4
     """Completions asked of the policy at a time."""
+    policy_points: bool = True
+    """Read a policy kernel that is a template point's kernel as that point (:meth:`CandidateSpace.from_text`), so
+    the search moves from it; False: as free text, which has no neighbours (to measure what reading it gives)."""
     parallel: int = 0
     """Candidates in flight at once (0: four per GPU, at least four)."""
     seed: int = 0
@@ -433,7 +438,7 @@ class _SearchRun:
         (text, result, filled) where ``filled`` says the card's facts were written into it (``--fill-facts``)."""
         for text, res, *filled in prior:
             note = "drawn before the search" + (f", {FILLED_NOTE}" if filled and filled[0] else "")
-            prop = self.state.space.from_text(text, Provenance.POLICY_SAMPLE, note=note)
+            prop = self.state.read(text, Provenance.POLICY_SAMPLE, note=note)
             if self.state.claim(prop):
                 self.record(prop, len(self.entries), res, counted=False)
                 self.state.prior_samples += 1
@@ -516,6 +521,8 @@ class _Search:
     def __init__(self, cfg: SearchConfig, space: CandidateSpace, proposer: Proposer | None, refused: set[tuple],
                  ranker: Ranker):
         self.cfg, self.space, self.proposer, self.ranker = cfg, space, proposer, ranker
+        self.read = space.from_text if cfg.policy_points else partial(text_proposal_of, space.op)
+        """Free text (a policy's kernel, a stored one) -> its proposal (see ``SearchConfig.policy_points``)."""
         self.refused = refused
         """(format, params) keys the harness refused for this matrix (learned from verdicts)."""
         self.rng = space.rng
@@ -562,7 +569,7 @@ class _Search:
             note = "the store's best for this matrix"
             p = self.space.from_id(cid, Provenance.KNOWN, note=note)
             if p is None or normalised(p.text) != normalised(text):  # free text, or the template changed since
-                p = dataclasses.replace(self.space.from_text(text, Provenance.KNOWN, note=f"{note} (stored as {cid})"),
+                p = dataclasses.replace(self.read(text, Provenance.KNOWN, note=f"{note} (stored as {cid})"),
                                         id=text_id(text), text=text)
             self.first.append(p)
         if selector_point is not None:
@@ -739,14 +746,14 @@ class _Search:
             n = min(n, samples - self.policy_samples_done)
             texts = self.proposer.sample(n)
             self.policy_samples_done += n
-            props = [self.space.from_text(t, Provenance.POLICY_SAMPLE, note=note)
+            props = [self.read(t, Provenance.POLICY_SAMPLE, note=note)
                      for t, note in zip(texts, _fill_notes(self.proposer, len(texts)), strict=True)]
         else:
             target = self.ranked[0][1] if self.ranked else self.policy_last
             if target is None:
                 return None  # nothing measured yet to refine: later
             texts = self.proposer.refine(target.proposal.text, target.result, n)
-            props = [self.space.from_text(t, Provenance.POLICY_REFINE, parent=target.proposal.id, note=note)
+            props = [self.read(t, Provenance.POLICY_REFINE, parent=target.proposal.id, note=note)
                      for t, note in zip(texts, _fill_notes(self.proposer, len(texts)), strict=True)]
         self.policy_queue.extend(props)
         while self.policy_queue:
@@ -760,6 +767,11 @@ class _Search:
                 log.info("the policy's refinements held nothing new %d times in a row: asking it no more",
                          self.MAX_DRY)
         return None
+
+
+def text_proposal_of(op: Op, text: str, provenance: Provenance, parent: str | None = None, note: str = "") -> Proposal:
+    """:func:`text_proposal` with the op first: free text read as free text (``SearchConfig.policy_points`` off)."""
+    return text_proposal(text, op, provenance, parent, note)
 
 
 def search_summary(result: SearchResult) -> dict[str, Any]:
