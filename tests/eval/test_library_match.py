@@ -332,3 +332,33 @@ def test_template_point_is_the_point_whose_kernel_the_text_is() -> None:
     assert template_point(hyb.render(wide, blocks), "spmv", every, blocks) == (hyb, wide)
     assert template_point(hyb.render(wide, blocks), "spmv", every, stencil) is None
     assert template_point("", "spmv", every, here) is None
+
+
+def test_template_point_reads_code_line_by_line_as_the_compiler_does() -> None:
+    """Two texts whose code is the same words but not the same lines to the compiler are not the same point: a
+    ``#pragma unroll`` joined onto the loop it names (the pragma then swallows the loop), and a comment ending in a
+    backslash (which comments out the next line). A line continued by a backslash is the line joined. For SpMM the
+    check sees ``k``: a ``vec`` that does not divide it is no point. Kills: the code compared with its line breaks
+    collapsed, continued lines read as two, ``k`` not passed to the check."""
+    from sparserl.eval.library_match import template_point
+    from sparserl.kernels.templates import get_template, templates
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+
+    card = matrix_card(generate("skewed", 6000, seed=1, long_len=2000, long_fraction=0.002))
+    every = templates("spmv")
+    text = get_template("spmv", "csr_vector").render({"tpr": 8, "block": 256}, card)
+    assert "    #pragma unroll\n    for (int off" in text
+    joined = text.replace("    #pragma unroll\n    for (int off", "    #pragma unroll for (int off", 1)
+    assert template_point(joined, "spmv", every, card) is None
+    line = "        for (int j = start + lane; j < end; j += TPR)"
+    assert line in text
+    swallowed = text.replace(line, "        // lanes stride over the row \\\n" + line, 1)
+    assert template_point(swallowed, "spmv", every, card) is None
+    continued = text.replace(line, "        for (int j = start + lane; \\\n j < end; j += TPR)", 1)
+    assert template_point(continued, "spmv", every, card)[1] == {"tpr": 8, "block": 256}
+    rows = get_template("spmm", "csr_rows")
+    point = {"g": 4, "vec": 4, "block": 128}
+    spmm = rows.render(point, card)
+    assert template_point(spmm, "spmm", templates("spmm"), card, 32) == (rows, point)
+    assert template_point(spmm, "spmm", templates("spmm"), card, 30) is None  # vec=4 does not divide k=30

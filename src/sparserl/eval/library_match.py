@@ -169,31 +169,40 @@ def _point(template: Template, header: Header) -> dict[str, int] | None:
     return point
 
 
+def _code_lines(code: str) -> tuple[str, ...]:
+    """Code as its first compilation phases read it, to tell two texts apart: continued lines joined, comments
+    dropped, each line's whitespace collapsed, blank lines dropped. Line breaks are kept: they end a
+    preprocessor line (``#pragma unroll`` applies to the next statement, not to one written on its line)."""
+    code = without_comments(code.replace("\\\r\n", "").replace("\\\n", ""))
+    return tuple(" ".join(line.split()) for line in code.split("\n") if line.strip())
+
+
 def template_point(text: str, op: Op | str, tmpls: Iterable[Template], card: MatrixCard | None,
                    k: int | None = None) -> tuple[Template, dict[str, int]] | None:
     """(template, point) of the first of ``tmpls`` whose kernel for ``card`` ``text`` is: the template's
     format is the text's, the text's header names a point of its space (PARAMS and FORMAT numbers, matched
     by name whatever the case) that its check accepts for ``card`` and ``k``, and the template rendered at
-    that point reads as ``text`` reads (the header rendered; the code without comments, whitespace collapsed,
-    a specialised template's block of facts included, so a kernel with other facts is no point). None when
-    no template's is. What a search needs to move from a policy's kernel as from its own points; it says
-    which point the text is, it does not replace the text (the harness judges what was written). Pure."""
+    that point reads as ``text`` reads (the header rendered; the code line by line without comments, its
+    whitespace collapsed, continued lines joined, a specialised template's block of facts included, so a
+    kernel with other facts is no point). None when no template's is. What a search needs to move from a
+    policy's kernel as from its own points; it says which point the text is, it does not replace the text
+    (the harness judges what was written). Pure."""
     op = Op(op)
-    parts = _parts(text, op)
-    if parts is None:
+    got = extract(text, op)
+    if not isinstance(got, Extracted):
         return None
-    head = parts[0].render()
+    head, code = got.header.render(), _code_lines(got.body)
     for t in tmpls:
-        if t.op is not op or t.format != parts[0].format:
+        if t.op is not op or t.format != got.header.format:
             continue
-        point = _point(t, parts[0])
+        point = _point(t, got.header)
         if point is None or t.check(point, card, k) is not None:
             continue
         try:
-            rendered = _parts(t.render(point, card), op)
+            rendered = extract(t.render(point, card), op)
         except Exception:  # a template that cannot render a point it accepts: not this one (the search logs it)
             continue
-        if rendered is not None and rendered[1] == parts[1] and rendered[0].render() == head:
+        if isinstance(rendered, Extracted) and rendered.header.render() == head and _code_lines(rendered.body) == code:
             return t, point
     return None
 
