@@ -280,6 +280,32 @@ def test_a_policy_kernel_of_a_point_already_tried_spends_no_budget(block) -> Non
     assert res.evaluated == 6
 
 
+def test_every_way_a_kernel_enters_as_text_is_read_as_its_point_and_the_point_is_not_tried_again(block) -> None:
+    """A stored kernel kept as text (the store's best under a text id), a policy sample and a policy refinement,
+    each a seed point's kernel with a comment, enter as those points (judged as written); when the seeds reach those
+    points later, they are not evaluated again. Mutations killed: the stored text or the refinements read as free
+    text, and ``claim`` checking a point's id without remembering it (the seed then evaluated a second time)."""
+    A, card = block
+    t = get_template("spmv", "bsr_group")
+    seeds = [p for p in (CandidateSpace(card, Op.SPMV, None, [t]).point(t, q, Provenance.SEED)
+                         for q in t.seeds(card, None)) if p is not None]
+    assert len(seeds) >= 4
+    stored, sampled, refined = (as_written(p.text) for p in seeds[-3:])
+    ev = FakeTimingDouble(lambda text: 20.0)
+    cfg = SearchConfig(budget=len(seeds) + 4, templates=("bsr_group",), seed_share=1.0, policy_share=0.25,
+                       policy_batch=1, parallel=1)
+    res = run_search(A, "block", "spmv", None, cfg, ev, card=card, known=[("text/0123456789abcdef", stored)],
+                     proposer=FakeProposer([sampled], [refined]), progress=False)
+    by = {p: [e.proposal for e in res.entries if e.proposal.provenance is p]
+          for p in (Provenance.KNOWN, Provenance.POLICY_SAMPLE, Provenance.POLICY_REFINE)}
+    assert [p.point_id for p in by[Provenance.KNOWN]] == [seeds[-3].id]
+    assert [p.point_id for p in by[Provenance.POLICY_SAMPLE]] == [seeds[-2].id]
+    assert [p.point_id for p in by[Provenance.POLICY_REFINE]] == [seeds[-1].id]
+    ids = [e.proposal.id for e in res.entries]
+    assert not {s.id for s in seeds[-3:]} & set(ids), "a point read from text is not tried again"
+    assert {s.id for s in seeds[:-3]} <= set(ids), "every other seed was"
+
+
 def test_prior_samples_spend_no_budget(block) -> None:
     from tests.search.doubles import timed_result
 
@@ -419,15 +445,17 @@ def test_a_stored_kernel_the_template_no_longer_renders_is_free_text(block) -> N
 def test_filled_proposals_are_noted_in_the_trace_and_the_candidates_source(block) -> None:
     """A proposal the proposer wrote the card's facts into (its ``last_filled``), and a sample drawn before the
     search with its filled flag, carry ``FILLED_NOTE`` in the trace, and the request's candidate of a filled
-    proposal says so in its source; an unfilled one does not. Mutations killed: the proposer's flags not read, the
-    prior's flag dropped, the note left out of ``search_candidates``."""
+    proposal says so in its source; an unfilled one does not. The proposals are template points' kernels, read as
+    their points, and keep the proposer's notes. Mutations killed: the proposer's flags not read, the prior's flag
+    dropped, the note left out of ``search_candidates``, a point written into the note of a text read as one (the
+    source then loses its label)."""
     from sparserl.search.loop import FILLED_NOTE
     from sparserl.search.run import search_candidates
     from tests.search.doubles import timed_result
 
     A, card = block
     csr = variants("spmv", "CSR")
-    filled, plain = csr[0].render() + "__device__ int f;  // filled\n", csr[1].render() + "__device__ int p;  // plain\n"
+    filled, plain = csr[0].render() + "// filled\n", csr[1].render() + "// plain\n"  # template points, as written
 
     class FillingProposer(FakeProposer):
         def sample(self, n: int) -> list[str]:
@@ -440,14 +468,16 @@ def test_filled_proposals_are_noted_in_the_trace_and_the_candidates_source(block
             return []
 
     ev = FakeTimingDouble(lambda text: 20.0)
-    prior = [(csr[2].render() + "__device__ int b;  // before\n", timed_result("spmv", None, "block", 12.0), True),
-             (csr[3].render() + "__device__ int w;  // before, as written\n", timed_result("spmv", None, "block", 13.0))]
+    prior = [(csr[2].render() + "// before\n", timed_result("spmv", None, "block", 12.0), True),
+             (csr[3].render() + "// before, as written\n", timed_result("spmv", None, "block", 13.0))]
     cfg = SearchConfig(budget=16, policy_share=0.5, policy_batch=2, parallel=1)  # the prior count in the quota
     res = run_search(A, "block", "spmv", None, cfg, ev, card=card, proposer=FillingProposer([], []), prior=prior,
                      progress=False)
     notes = {normalised(e.proposal.text).split("// ")[-1]: e.proposal.note for e in res.entries
              if e.proposal.provenance is Provenance.POLICY_SAMPLE}
     assert notes["filled"] == FILLED_NOTE and notes["plain"] == "", notes
+    assert all(e.proposal.point_id for e in res.entries if e.proposal.provenance is Provenance.POLICY_SAMPLE), \
+        "template points: read as points, their notes as the proposer's"
     assert notes["before"] == f"drawn before the search, {FILLED_NOTE}"
     assert notes["before, as written"] == "drawn before the search"
     sources = {normalised(c.text).split("// ")[-1]: c.detail for c in search_candidates(res)}

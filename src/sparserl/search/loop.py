@@ -155,7 +155,8 @@ class TraceEntry:
         base = r.baseline.get(regime)
         return {
             "index": self.index, "order": self.order, "id": p.id, "provenance": p.provenance.value, "parent": p.parent,
-            "template": p.template, "params": p.param_dict if p.params is not None else None, "note": p.note,
+            "template": p.template, "params": p.param_dict if p.params is not None else None, "point_id": p.point_id,
+            "note": p.note,
             "verdict": "correct" if r.ok else r.error_kind.value, "message": r.message, "format": r.format,
             "stopped_early": r.error_kind is ErrorKind.SLOW,  # correct, timed only until it was clearly slow
             "time_us": self.time_us(regime), "cusparse_us": base.median_us if base else None,

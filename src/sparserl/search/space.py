@@ -212,9 +212,7 @@ class CandidateSpace:
             return p
         t, params = found
         cand = t.candidate(params)
-        said = f"the point {cand.id}"
-        return dataclasses.replace(p, template=t.name, params=cand.params, point_id=cand.id,
-                                   note=f"{note}; {said}" if note else said)
+        return dataclasses.replace(p, template=t.name, params=cand.params, point_id=cand.id)
 
     def from_id(self, cid: str, provenance: Provenance, note: str = "") -> Proposal | None:
         """The proposal for a candidate id (``op/template/format params/tunables[/spec]``) of this
