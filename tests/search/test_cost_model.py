@@ -785,3 +785,31 @@ def test_fold_models_are_written_for_one_target_and_map_each_real_matrix_to_a_fi
         assert model.real_part.meta["trained_on"]["matrices"] == len(train_mats) + 3  # the other fold's 3
         others = {n for n, g in by.items() if g == f}
         assert name in others and len(others) == 3  # this fold's matrices: scored by it, not fitted on
+
+
+def test_a_free_text_kernel_read_as_a_point_counts_as_that_point(tmp_path) -> None:
+    """A policy's kernel stored under its text's id, which the search read as a template point (its template
+    recorded), is that point's measurement too; one not read so (no template), or whose text is not the point's
+    kernel, counts only as free text (which the model does not train on). Mutations killed: such kernels left out
+    of the points (the search's dedup then hides the point's time from the model), every text with a template
+    name counted as a point without reading it."""
+    A = generate("random", 3000, seed=5)
+    card, feats = card_and_features(A)
+    space = CandidateSpace(card, Op.SPMV, None, select_templates(Op.SPMV, ("csr_vector",)))
+    first, second, third = list(space.seeds())[:3]
+    head, body = first.text.split("\n\n", 1)
+    rows = [(head + "\n\n// the policy's\n" + body, "csr_vector", 11.0),       # read as the point: counts as it
+            (second.text + "// kept as text\n", None, 12.0),                     # not read so: free text only
+            (third.text.replace("(TPR - 1)", "(TPR - 2)") + "\n", "csr_vector", 13.0)]  # not the point's code
+    with BestStore(tmp_path / "s.db") as st:
+        st.add_matrix(card, "random_3000", features=feats)
+        for i, (text, template, t) in enumerate(rows):
+            st.record(VerifiedKernel(
+                fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", gpu="H200", regime="cold", text=text,
+                time_us=t, cusparse_us=CUSPARSE_US, speedup=CUSPARSE_US / t, roofline=None, format="CSR",
+                template=template, candidate_id=f"text/{i:016d}", provenance="policy-sample", parent_id=None,
+                model="m", run_id="r", harness_version=harness_version()))
+        (m,) = store_measurements(st)
+    assert m.times == {"text/0000000000000000": 11.0, first.id: 11.0, "text/0000000000000001": 12.0,
+                       "text/0000000000000002": 13.0}
+    assert [(cid, t) for cid, _, _, t in m.points()] == [(first.id, 11.0)]

@@ -209,9 +209,27 @@ def load_measurements(path: str | os.PathLike[str]) -> list[MatrixMeasurements]:
     return out
 
 
+def _point_of_text(store, r, card: MatrixCard) -> str | None:
+    """The candidate id of the point of template ``r.template`` whose kernel result ``r``'s text is on ``card``
+    (:func:`sparserl.eval.library_match.template_point`), or None (no such point, a template this version
+    does not know)."""
+    from sparserl.eval.library_match import template_point
+    from sparserl.kernels.templates import get_template
+
+    try:
+        t = get_template(r.op, r.template)
+    except (SparseRLError, ValueError):
+        return None
+    found = template_point(store.kernel_text(r.kernel_sha), r.op, [t], card, r.k if r.op == "spmm" else None)
+    return found[0].candidate(found[1]).id if found is not None else None
+
+
 def store_measurements(store, regime: str = "cold") -> list[MatrixMeasurements]:
     """The store's verified results in ``regime``, one entry per (matrix, op, k, arch, harness
-    version); a candidate measured several times keeps its median, cuSPARSE its median too."""
+    version); a candidate measured several times keeps its median, cuSPARSE its median too. A free-text
+    kernel that the search read as a template point's (a policy's, stored under its text's id with the
+    template's name) counts under that point's id too, found again from its text and the matrix's card:
+    it is that point's kernel, and its time that point's measurement."""
     groups: dict[tuple, list] = {}
     for r in store.results(regime=regime):
         if r.candidate_id:
@@ -222,13 +240,17 @@ def store_measurements(store, regime: str = "cold") -> list[MatrixMeasurements]:
         if m is None:
             continue
         times: dict[str, list[float]] = {}
+        card = MatrixCard.from_dict(m.card)
         for r in rs:
             times.setdefault(r.candidate_id, []).append(r.time_us)
+            point = _point_of_text(store, r, card) if r.candidate_id.startswith("text/") and r.template else None
+            if point is not None:
+                times.setdefault(point, []).append(r.time_us)
         from sparserl.matrices.generators import FAMILIES
 
         family = next((f for f in FAMILIES if m.name == f or m.name.startswith(f + "_")), "store")
         out.append(MatrixMeasurements(
-            name=m.name, family=family, op=op, k=k, arch=arch, regime=regime, card=MatrixCard.from_dict(m.card),
+            name=m.name, family=family, op=op, k=k, arch=arch, regime=regime, card=card,
             features=MatrixFeatures.from_dict(m.features) if m.features else None,
             cusparse_us=float(np.median([r.cusparse_us for r in rs])),
             times={c: float(np.median(v)) for c, v in times.items()}, source=str(store.path)))

@@ -281,6 +281,8 @@ class ResultRow:
     """The machine that measured it (None: written before stores kept it)."""
     roofline: float | None = None
     """Its fraction of the memory roofline, where the harness computed one."""
+    template: str | None = None
+    """The template whose point the kernel is (for free text, the one the search read it as), if any."""
 
 
 @dataclass(frozen=True)
@@ -544,14 +546,15 @@ class BestStore:
                 harness_version: str | None = None) -> list[ResultRow]:
         """Every verified result matching the filters (``fingerprint``: the fingerprint or a prefix), fastest first."""
         where, args = _filters("r", fingerprint, op, k, arch, regime, harness_version)
-        sql = ("SELECT r.*, kn.candidate_id, kn.format FROM results r JOIN kernels kn ON kn.kernel_sha = r.kernel_sha"
+        sql = ("SELECT r.*, kn.candidate_id, kn.format, kn.template FROM results r "
+               "JOIN kernels kn ON kn.kernel_sha = r.kernel_sha"
                + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.time_us, r.id")
         return [ResultRow(id=r["id"], fingerprint=r["fingerprint"], op=r["op"], k=_unk(r["k"]), arch=r["arch"],
                           regime=r["regime"], harness_version=r["harness_version"], time_us=r["time_us"],
                           cusparse_us=r["cusparse_us"], speedup=r["speedup"], candidate_id=r["candidate_id"],
                           format=r["format"], provenance=r["provenance"], run_id=r["run_id"],
                           created_at=r["created_at"], kernel_sha=r["kernel_sha"], parent_id=r["parent_id"],
-                          host=r["host"], roofline=r["roofline"])
+                          host=r["host"], roofline=r["roofline"], template=r["template"])
                 for r in self._rows("reading results", sql, args)]
 
     def kernel_text(self, sha: str) -> str:
