@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 
 
+CORRECT = ("none", "slow")
+"""Verdicts of a correct sample: verified, timed in full or stopped early as slow (a correct kernel)."""
+
+
 def count(completions: list[dict], points_of) -> dict:
     """Per matrix and in total: samples, correct ones, samples that are a template point and correct ones among
     them, and samples per template (``None``: no point). ``points_of(matrix, text)`` says the template's name or
@@ -28,7 +32,7 @@ def count(completions: list[dict], points_of) -> dict:
         m = per.setdefault(r["matrix"], {"samples": 0, "correct": 0, "points": 0, "points_correct": 0,
                                          "templates": collections.Counter()})
         name = points_of(r["matrix"], r["completion"])
-        ok = r.get("verdict") == "none"
+        ok = r.get("verdict") in CORRECT
         m["samples"] += 1
         m["correct"] += ok
         m["points"] += name is not None

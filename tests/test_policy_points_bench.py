@@ -1,6 +1,6 @@
 """benchmarks/policy_points.py: a policy's samples on the families that are a search template's point (CPU).
 Mutations killed: every sample taken for a point (free text, another draw's long-row table), the verdict ignored
-(an incorrect point counted correct), another system's samples let through, and a file of several systems or a
+(an incorrect point counted correct) or a slow one (correct, stopped early) counted wrong, another system's samples let through, and a file of several systems or a
 matrix the families set has not passing silently."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def _completions(tmp_path: Path) -> Path:
                ("base", spec.render(point, here), "incorrect"),                    # a point, judged wrong
                ("base", spec.render(point, other), "incorrect"),                   # another draw's rows: no point
                ("base", head + "\n\n" + body.replace("(TPR - 1)", "(TPR - 2)", 1), "incorrect"),  # its own code
+               ("base", spec.render(point, here), "slow"),                         # a point, correct (slow)
                ("other", vector, "none")]
     path = tmp_path / "completions.jsonl"
     path.write_text("".join(json.dumps({"system": s, "matrix": f"skewed_{ROWS}", "verdict": v, "completion": c}) + "\n"
@@ -41,8 +42,8 @@ def test_counts_the_samples_that_are_template_points(tmp_path: Path) -> None:
     out = tmp_path / "points.json"
     assert bench.main([str(path), "--family-rows", str(ROWS), "--system", "base", "--out", str(out)]) == 0
     got = json.loads(out.read_text())
-    assert got["total"] == {"samples": 4, "correct": 1, "points": 2, "points_correct": 1}
-    assert got["matrices"][f"skewed_{ROWS}"]["templates"] == {"csr_vector": 1, "csr_adaptive_spec": 1, "None": 2}
+    assert got["total"] == {"samples": 5, "correct": 2, "points": 3, "points_correct": 2}
+    assert got["matrices"][f"skewed_{ROWS}"]["templates"] == {"csr_vector": 1, "csr_adaptive_spec": 2, "None": 2}
     assert got["system"] == "base" and got["completions"] == "completions.jsonl"
 
 
