@@ -4,7 +4,7 @@ A search moves from a template point (its neighbours, its switches) and, since t
 kernel as the point it is (:meth:`sparserl.search.space.CandidateSpace.from_text`), from a policy kernel that
 is one. This counts, in the held-out families' samples of a policy (the ``completions.jsonl`` that
 ``benchmarks/heldout_eval.py`` writes for the set ``families``), the samples that are a point on their
-matrix, the correct ones among them, and the templates they are points of. The families' matrices are made
+matrix, the correct ones among them, how many distinct points they are, and the templates they are points of. The families' matrices are made
 again as the evaluation made them (``family_set``, seed 0 unless told).
 
     python benchmarks/policy_points.py OUT/eval-families/completions.jsonl --family-rows 1000000 --out points.json
@@ -25,21 +25,27 @@ CORRECT = ("none", "slow")
 
 def count(completions: list[dict], points_of) -> dict:
     """Per matrix and in total: samples, correct ones, samples that are a template point and correct ones among
-    them, and samples per template (``None``: no point). ``points_of(matrix, text)`` says the template's name or
-    None. Pure given ``points_of``."""
+    them, distinct points among them (what a search evaluates of the samples: a point once), and samples per
+    template (``None``: no point). ``points_of(matrix, text)`` says (template name, point id), or (None, None).
+    Pure given ``points_of``."""
     per: dict[str, dict] = {}
     for r in completions:
         m = per.setdefault(r["matrix"], {"samples": 0, "correct": 0, "points": 0, "points_correct": 0,
-                                         "templates": collections.Counter()})
-        name = points_of(r["matrix"], r["completion"])
+                                         "distinct": set(), "templates": collections.Counter()})
+        name, point = points_of(r["matrix"], r["completion"])
         ok = r.get("verdict") in CORRECT
         m["samples"] += 1
         m["correct"] += ok
         m["points"] += name is not None
         m["points_correct"] += ok and name is not None
+        if point is not None:
+            m["distinct"].add(point)
         m["templates"][str(name)] += 1
-    total = {k: sum(m[k] for m in per.values()) for k in ("samples", "correct", "points", "points_correct")}
-    return {"matrices": {k: {**v, "templates": dict(v["templates"])} for k, v in per.items()}, "total": total}
+    out = {k: {**{n: x for n, x in v.items() if n != "distinct"}, "distinct_points": len(v["distinct"]),
+               "templates": dict(v["templates"])} for k, v in per.items()}
+    total = {k: sum(m[k] for m in out.values()) for k in ("samples", "correct", "points", "points_correct",
+                                                          "distinct_points")}
+    return {"matrices": out, "total": total}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,13 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: no family matrix of {args.family_rows} rows is named {', '.join(missing)}", file=sys.stderr)
         return 2
-    got = count(rows, lambda m, text: spaces[m].from_text(text, Provenance.POLICY_SAMPLE).template)
+    def points_of(matrix: str, text: str) -> tuple[str | None, str | None]:
+        p = spaces[matrix].from_text(text, Provenance.POLICY_SAMPLE)
+        return p.template, p.point_id
+
+    got = count(rows, points_of)
     for name, m in got["matrices"].items():
         print(f"{name:<24} {m['samples']:>3} samples, {m['correct']:>3} correct, {m['points']:>3} template points "
-              f"({m['points_correct']} correct): " + ", ".join(f"{k} {v}" for k, v in sorted(m["templates"].items())))
+              f"({m['points_correct']} correct, {m['distinct_points']} distinct): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(m["templates"].items())))
     t = got["total"]
     print(f"total: {t['samples']} samples, {t['correct']} correct, {t['points']} template points "
-          f"({t['points_correct']} correct)")
+          f"({t['points_correct']} correct), {t['distinct_points']} distinct points over {len(got['matrices'])} matrices")
     if args.out:
         args.out.write_text(json.dumps({"completions": args.completions.name, "system": rows[0].get("system"),
                                         "family_rows": args.family_rows, "seed": args.seed, **got}, indent=1) + "\n")

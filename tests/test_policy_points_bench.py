@@ -1,6 +1,7 @@
 """benchmarks/policy_points.py: a policy's samples on the families that are a search template's point (CPU).
 Mutations killed: every sample taken for a point (free text, another draw's long-row table), the verdict ignored
-(an incorrect point counted correct) or a slow one (correct, stopped early) counted wrong, another system's samples let through, and a file of several systems or a
+(an incorrect point counted correct) or a slow one (correct, stopped early) counted wrong, a point written twice
+counted as two distinct ones, another system's samples let through, and a file of several systems or a
 matrix the families set has not passing silently."""
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def test_counts_the_samples_that_are_template_points(tmp_path: Path) -> None:
     out = tmp_path / "points.json"
     assert bench.main([str(path), "--family-rows", str(ROWS), "--system", "base", "--out", str(out)]) == 0
     got = json.loads(out.read_text())
-    assert got["total"] == {"samples": 5, "correct": 2, "points": 3, "points_correct": 2}
+    assert got["total"] == {"samples": 5, "correct": 2, "points": 3, "points_correct": 2, "distinct_points": 2}
     assert got["matrices"][f"skewed_{ROWS}"]["templates"] == {"csr_vector": 1, "csr_adaptive_spec": 2, "None": 2}
     assert got["system"] == "base" and got["completions"] == "completions.jsonl"
 
