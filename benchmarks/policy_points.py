@@ -29,9 +29,10 @@ def count(completions: list[dict], points_of) -> dict:
     template (``None``: no point). ``points_of(matrix, text)`` says (template name, point id), or (None, None).
     Pure given ``points_of``."""
     per: dict[str, dict] = {}
+    distinct: dict[str, set[str]] = collections.defaultdict(set)
     for r in completions:
         m = per.setdefault(r["matrix"], {"samples": 0, "correct": 0, "points": 0, "points_correct": 0,
-                                         "distinct": set(), "templates": collections.Counter()})
+                                         "templates": collections.Counter()})
         name, point = points_of(r["matrix"], r["completion"])
         ok = r.get("verdict") in CORRECT
         m["samples"] += 1
@@ -39,10 +40,9 @@ def count(completions: list[dict], points_of) -> dict:
         m["points"] += name is not None
         m["points_correct"] += ok and name is not None
         if point is not None:
-            m["distinct"].add(point)
+            distinct[r["matrix"]].add(point)
         m["templates"][str(name)] += 1
-    out = {k: {**{n: x for n, x in v.items() if n != "distinct"}, "distinct_points": len(v["distinct"]),
-               "templates": dict(v["templates"])} for k, v in per.items()}
+    out = {k: {**v, "templates": dict(v["templates"]), "distinct_points": len(distinct[k])} for k, v in per.items()}
     total = {k: sum(m[k] for m in out.values()) for k in ("samples", "correct", "points", "points_correct",
                                                           "distinct_points")}
     return {"matrices": out, "total": total}
