@@ -11,7 +11,11 @@ another's finds), all with the same seed:
 4. with ``--text-arm``, ``search+model-text``: the same with the policy's kernels read as free text
    (``SearchConfig.policy_points`` off, the search before it read them as the template points they are), so
    what reading them as points gives is measured side by side (``points_over_text``: its best time over
-   ``search+model``'s).
+   ``search+model``'s);
+5. with ``--headroom-budget N``, ``search@N``: the search without a model at N candidates (N above the budget), so
+   what any guidance could find past a search of the budget is measured in the same run (``headroom``: the
+   search's best time over this arm's; 1.00 when a longer search finds nothing faster: a guided search of the same
+   budget can then only match the search, and its 1.03 would have to come from timing noise).
 
 Recorded per arm: the best kernel's time and speedup over cuSPARSE, where it came from, the candidates its
 search evaluated and why it stopped (a search cut by ``--seconds`` before its budget is flagged in the
@@ -66,6 +70,11 @@ ARMS = ("search", "generate", "search+model")
 TEXT_ARM = "search+model-text"
 
 
+def headroom_arm(budget: int) -> str:
+    """The name of the longer search's arm: ``search@N``."""
+    return f"search@{budget}"
+
+
 def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
     """The three arms on one matrix, each through its own evaluator (``evs[arm]``) into ``scratch``; an arm
     that ends in an error records it and the others go on."""
@@ -83,7 +92,7 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
         ctx = warm_context(MatrixContext.load(path, args.op, args.k), [policy.config] if policy is not None else [])
     except SparseRLError as exc:  # a matrix that does not load: every arm records why, the next matrix goes on
         row["errors"] = {arm: str(exc) for arm in evs}
-        row["generate_over_search"] = row["model_over_search"] = row["points_over_text"] = None
+        row["generate_over_search"] = row["model_over_search"] = row["points_over_text"] = row["headroom"] = None
         return row
     row["prepare_seconds"] = time.perf_counter() - t
     common = dict(matrix=path, op=args.op, k=args.k, compile_only=args.compile_only, max_new_tokens=args.max_new_tokens,
@@ -105,9 +114,15 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
                                                     temperature=args.temperature, out=str(d), **common),
                                           evaluator=evs[TEXT_ARM], policy=policy, context=ctx)[0],
     }
+    long_arm = headroom_arm(args.headroom_budget) if args.headroom_budget else None
+    if long_arm is not None:
+        longer = dataclasses.replace(plain, budget=args.headroom_budget,
+                                     seconds=args.seconds * args.headroom_budget / args.budget)
+        runs[long_arm] = lambda d: search_matrix(SearchJob(search=longer, store=str(d / "store.sqlite"), out=str(d),
+                                                           **common), evaluator=evs[long_arm], context=ctx)[0]
     for arm in evs:
         run = runs[arm]
-        folder = scratch / arm.replace("+", "_")
+        folder = scratch / arm.replace("+", "_").replace("@", "_")
         folder.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
         try:
@@ -122,6 +137,7 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
     row["generate_over_search"] = ratio(a.get("search"), a.get("generate"))
     row["model_over_search"] = ratio(a.get("search"), a.get("search+model"))
     row["points_over_text"] = ratio(a.get(TEXT_ARM), a.get("search+model")) if TEXT_ARM in evs else None
+    row["headroom"] = ratio(a.get("search"), a.get(long_arm)) if long_arm is not None else None
     return row
 
 
@@ -131,10 +147,13 @@ def summarise(rows: list[dict]) -> dict:
     gen = [r["generate_over_search"] for r in rows if r["generate_over_search"] is not None]
     mod = [r["model_over_search"] for r in rows if r["model_over_search"] is not None]  # time ratios: positive
     pts = [r["points_over_text"] for r in rows if r.get("points_over_text") is not None]
+    room = [r["headroom"] for r in rows if r.get("headroom") is not None]
     return {"matrices": len(rows), "compared_generate": len(gen), "compared_model": len(mod),
             "generate_over_search": geomean(gen) if gen else None, "generate_over_search_min": min(gen, default=None),
             "model_over_search": geomean(mod) if mod else None, "model_over_search_min": min(mod, default=None),
             "compared_points": len(pts), "points_over_text": geomean(pts) if pts else None,
+            "compared_headroom": len(room), "headroom": geomean(room) if room else None,
+            "headroom_max": max(room, default=None),
             "targets": {"generate_over_search": TARGET_GENERATE, "model_over_search": TARGET_MODEL}}
 
 
@@ -164,6 +183,11 @@ def table(rows: list[dict], summary: dict) -> str:
                           for r in rows)
         lines.append(f"the policy's kernels read as free text ({TEXT_ARM}): {texts}; search+model over it, geomean "
                      f"over {summary['compared_points']}: {_fmt(summary['points_over_text'])}")
+    if summary.get("compared_headroom"):
+        room = ", ".join(f"{r['matrix']} {_fmt(r.get('headroom'))}" for r in rows)
+        lines.append(f"headroom (the search's best time over a longer search's without a model): {room}; geomean over "
+                     f"{summary['compared_headroom']}: {_fmt(summary['headroom'])}, at most "
+                     f"{_fmt(summary['headroom_max'])}")
     return "\n".join(lines)
 
 
@@ -187,8 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-only", action="store_true", help="compile only (the default without a GPU)")
     ap.add_argument("--text-arm", action="store_true",
                     help=f"also {TEXT_ARM}: the model's search with its kernels read as free text (no moves from them)")
+    ap.add_argument("--headroom-budget", type=int, default=0, metavar="N",
+                    help="also search@N: the search without a model at N candidates (N above --budget), so the "
+                         "table shows what a longer search finds past the budget (headroom; default 0: none)")
     ap.add_argument("--out", required=True, help="JSON file (written after every matrix)")
     args = ap.parse_args(argv)
+    if args.headroom_budget and args.headroom_budget <= args.budget:
+        ap.error(f"--headroom-budget is above --budget ({args.budget}), got {args.headroom_budget}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     from sparserl.errors import SparseRLError
@@ -206,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no model at {args.model}: give a policy checkpoint or an HF model folder", file=sys.stderr)
         return 2
     evs = {arm: Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=(args.regime,),
-                                        reward_regime=args.regime)) for arm in ARMS + ((TEXT_ARM,) if args.text_arm else ())}
+                                        reward_regime=args.regime))
+           for arm in ARMS + ((TEXT_ARM,) if args.text_arm else ())
+           + ((headroom_arm(args.headroom_budget),) if args.headroom_budget else ())}
     args.compile_only = args.compile_only or not evs["search"].has_gpu
     out, rows = Path(args.out), []
     try:

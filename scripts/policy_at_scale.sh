@@ -98,7 +98,9 @@
 # samples N kernels per held-out matrix (small 8, full 16: the targets are best of 16). GUIDED_MATRICES=N runs the guided search on N test matrices (small 2, full 4; about 30 s
 # each on the small preset). GUIDED_TEXT_ARM=1 adds to it the model's search with the policy's kernels read as
 # free text (guided_search.py --text-arm: what reading them as template points gives, side by side; a fourth arm's
-# time). IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
+# time). GUIDED_HEADROOM=N adds the search without a model at N candidates (guided_search.py --headroom-budget:
+# what a longer search finds past the budget, the room any guidance has at that budget; not a change of the preset).
+# IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
 # round was not kept on the small preset at 10k-1M rows, results of 2026-12-04). OUT/settings.json names what any
 # invocation changed of its preset; a run that changed something is not the preset's sitting, and
 # benchmarks/policy_targets.py says so.
@@ -212,6 +214,11 @@ case "${GUIDED_TEXT_ARM:-0}" in
   0) ;;
   1) text_arm=(--text-arm) ;;  # not a change of the preset: an arm of its own beside the three (guided.json says so)
   *) echo "error: GUIDED_TEXT_ARM is 1 (the text arm beside the guided search's three) or 0 (got '$GUIDED_TEXT_ARM')" >&2; exit 2 ;;
+esac
+headroom=()  # GUIDED_HEADROOM=N: the search without a model at N candidates too (guided_search.py --headroom-budget)
+case "${GUIDED_HEADROOM:-0}" in
+  0) ;;
+  *) headroom=(--headroom-budget "$(count GUIDED_HEADROOM "$GUIDED_HEADROOM" 1 "0 for none")") ;;
 esac
 sft+=(--steps "$sft_steps")
 snapshots=(); snapshot_args=()  # SFT_SNAPSHOTS="N ...": the policy after N steps too, evaluated as sft_stepN
@@ -547,7 +554,7 @@ stage "$evals_stage" held_out  # another list of sets is a stage of its own (fin
 guided_search() {  # the model guiding the search, against the search without it, on held-out test matrices
   matrices_of test "$guided_n" generated
   "${PYTHON:-python}" "$(dirname "$0")/../benchmarks/guided_search.py" "${files[@]}" --model "$final" \
-    "${guided[@]}" ${text_arm[@]+"${text_arm[@]}"} --temperature "$temperature" "${device[@]}" "${compile[@]}" "${gen[@]}" \
+    "${guided[@]}" ${text_arm[@]+"${text_arm[@]}"} ${headroom[@]+"${headroom[@]}"} --temperature "$temperature" "${device[@]}" "${compile[@]}" "${gen[@]}" \
     --out "$out/guided.json"
 }
 stage guided guided_search

@@ -5,7 +5,8 @@ on the tests' tiny model and writes its JSON. Mutations killed: a ratio inverted
 reported as faster), an untimed arm counted in a geometric mean, an arm left out of the run, a search
 cut by its time cap shown as if it had run its budget, a missing model or matrix that is not a one-line
 error, an arm that takes the commands' default of writing the card's facts into the policy's samples, the text arm
-searching with the policy's kernels read as points (or another arm without)."""
+searching with the policy's kernels read as points (or another arm without), the headroom arm run at the
+search's budget or with the model, its ratio inverted, or a headroom budget at or below the search's accepted."""
 
 from __future__ import annotations
 
@@ -46,6 +47,24 @@ def test_the_text_arm_is_compared_with_the_model_search_and_said_in_the_table() 
     assert s["compared_points"] == 1 and s["points_over_text"] == pytest.approx(1.125)
     assert "search+model over it, geomean over 1: 1.125" in bench.table(rows, s)
     assert "free text" not in bench.table(rows[1:], bench.summarise(rows[1:]))
+
+
+def test_headroom_is_the_search_time_over_the_longer_search_time_and_said_in_the_table(capsys) -> None:
+    """``headroom`` is the search's time over ``search@N``'s (above 1: the longer search found a faster kernel);
+    only rows that have it count; the table says it; a headroom budget not above the search's is refused. Kills:
+    the ratio inverted, rows without the arm counted, the line left out, a shorter "longer" search accepted."""
+    rows = [{"matrix": "m", "arms": {}, "generate_over_search": None, "model_over_search": None, "headroom": 1.04},
+            {"matrix": "n", "arms": {}, "generate_over_search": None, "model_over_search": None, "headroom": 1.0},
+            {"matrix": "o", "arms": {}, "generate_over_search": None, "model_over_search": None, "headroom": None}]
+    assert bench.ratio({"us": 10.4}, {"us": 10.0}) == pytest.approx(1.04)  # the longer search faster: above 1
+    s = bench.summarise(rows)
+    assert s["compared_headroom"] == 2 and s["headroom"] == pytest.approx(1.04 ** 0.5) and s["headroom_max"] == 1.04
+    assert "geomean over 2: 1.020, at most 1.040" in bench.table(rows, s)
+    assert "headroom" not in bench.table(rows[2:], bench.summarise(rows[2:]))
+    assert bench.headroom_arm(256) == "search@256"
+    with pytest.raises(SystemExit):
+        bench.main(["m.npz", "--model", "x", "--budget", "64", "--headroom-budget", "64", "--out", "g.json"])
+    assert "--headroom-budget is above --budget (64), got 64" in capsys.readouterr().err
 
 
 def test_a_search_cut_before_its_budget_is_flagged_in_the_table() -> None:
@@ -92,17 +111,20 @@ def test_compile_only_runs_every_arm(tmp_path, tiny_model_dir, monkeypatch) -> N
                                              if hasattr(cfg, "search") and not isinstance(cfg.search, int) else None)
                             or _f(cfg, *a, **kw))
     rc = bench.main([str(m), "--model", str(tiny_model_dir), "--budget", "2", "--samples", "1", "--search", "1",
-                     "--max-new-tokens", "32", "--device", "cpu", "--compile-only", "--text-arm", "--out", str(out)])
+                     "--max-new-tokens", "32", "--device", "cpu", "--compile-only", "--text-arm",
+                     "--headroom-budget", "3", "--out", str(out)])
     assert rc == 0
     d = json.loads(out.read_text())
     row = d["rows"][0]
     assert d["compile_only"] and row["matrix"] == "banded_400"
-    assert set(row["arms"]) == {"search", "generate", "search+model", bench.TEXT_ARM} and not row["errors"]
-    assert [p for p in points if p is not None] == [(False, True), (True, True), (True, False)]
+    assert set(row["arms"]) == {"search", "generate", "search+model", bench.TEXT_ARM, "search@3"} and not row["errors"]
+    assert [p for p in points if p is not None] == [(False, True), (True, True), (True, False), (False, True)]
+    assert row["arms"]["search@3"]["searched"] == 3 and row["arms"]["search"]["searched"] == 2  # its own budget
     assert all(a["us"] is None for a in row["arms"].values())  # compile-only: nothing timed, no ratio made
     assert row["arms"]["search"]["searched"] >= 1 and row["arms"]["generate"]["searched"] >= 1
     assert row["generate_over_search"] is None and d["summary"]["compared_generate"] == 0
-    assert loads == [str(m)] and row["prepare_seconds"] >= 0 and fills == [False, False, False, False]
+    assert loads == [str(m)] and row["prepare_seconds"] >= 0 and fills == [False] * 5
+    assert row["headroom"] is None and d["summary"]["compared_headroom"] == 0
     from sparserl.model.config import POLICY_TEMPERATURE
 
     assert d["config"]["temperature"] == POLICY_TEMPERATURE  # the model arms sample at the policy's temperature
