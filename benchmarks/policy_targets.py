@@ -185,9 +185,14 @@ def read_run(out: Path, preset: str, system: str | None = None) -> dict:
             ("model-guided search: generate --search 16 at least as fast as search --budget 64",
              "generate_over_search", GUIDED_GENERATE),
             (f"model-guided search: {GUIDED_MODEL:.2f}x at equal budget 64", "model_over_search", GUIDED_MODEL)):
-        value = g["summary"][key] if g is not None else None
+        # the arms' kernels timed again side by side where the run did (guided_search.py --retime): that ratio
+        # carries no selection among timings, so it is the one the target reads; the first timing's beside it
+        first = g["summary"][key] if g is not None else None
+        again = g["summary"].get(f"{key}_retimed") if g is not None else None
+        value = again if again is not None else first
         measured = g is not None and not g.get("compile_only") and value is not None
-        result["targets"].append({"target": target, "value": value, "met": value >= least if measured else None})
+        result["targets"].append({"target": target, "value": value, "met": value >= least if measured else None,
+                                  "first_timing": first, "retimed": again is not None})
     result["targets"].append(improve_target(out, families))
     return result
 

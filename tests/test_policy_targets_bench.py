@@ -151,6 +151,26 @@ def test_the_guided_search_targets_read_the_geomeans_and_never_a_compile_only_ru
     assert all(t["met"] is None for t in targets if t["target"].startswith("model-guided"))
 
 
+def test_the_guided_targets_read_the_retimed_ratio_where_the_run_made_one(tmp_path) -> None:
+    """The arms' kernels timed again side by side carry no selection among timings: the target reads that ratio,
+    the first timing's beside it. Kills: the first timing read where a retimed ratio exists (1.04 met against 1.01
+    retimed), the retimed one read where the run made none."""
+    out = tmp_path / "run"
+    out.mkdir()
+    summary = {"generate_over_search": 0.99, "model_over_search": 1.04, "generate_over_search_retimed": 1.005,
+               "model_over_search_retimed": 1.01}
+    (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
+    rows = {t["target"]: t for t in bench.read_run(out, "small")["targets"]}
+    model = rows["model-guided search: 1.03x at equal budget 64"]
+    assert model["met"] is False and model["value"] == 1.01 and model["first_timing"] == 1.04 and model["retimed"]
+    gen = rows["model-guided search: generate --search 16 at least as fast as search --budget 64"]
+    assert gen["met"] is True and gen["value"] == 1.005
+    summary["model_over_search_retimed"] = None  # no second look on any matrix: the first timing is read
+    (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
+    model = {t["target"]: t for t in bench.read_run(out, "small")["targets"]}["model-guided search: 1.03x at equal budget 64"]
+    assert model["met"] is True and model["value"] == 1.04 and not model["retimed"]
+
+
 def _two(start: dict, improved: dict | None, oracle: dict) -> dict:
     """An evaluation of the SFT model and (when given) the improved one, side by side."""
     ev = _eval(start, oracle)
