@@ -16,6 +16,11 @@ cuSPARSE):
    them; the median of fresh passes is not, so ``ratio_retimed`` says whether the search's lead
    survives a second look.
 
+4. with ``--headroom-budget N``, a second search of N candidates (N above ``--budget``) in a fresh store of its own,
+   its pick retimed beside the two others: ``headroom`` is the search's time over the longer search's (first
+   timing, and ``headroom_retimed`` from the fresh passes' medians), what more candidates find past the budget:
+   the room a guide of the search (a model proposing, a better candidate order) has at that budget.
+
 Recorded per matrix: cuSPARSE's time, the oracle (and the oracle over library variants alone),
 the search's best with its provenance, the ratio search/oracle (t_oracle / t_search: above 1 the
 search found a kernel faster than every enumerated one) and the same ratio from the fresh passes'
@@ -35,6 +40,7 @@ keep the default (a fresh store per run) to measure the search itself.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -133,11 +139,12 @@ def retime(ev, ref, op: Op, k: int | None, texts: dict[str, str], passes: int, r
     return out
 
 
-def retimed_ratio(times: dict[str, list[float | None]]) -> float | None:
-    """t_oracle / t_search from the medians of :func:`retime`'s passes; None if a pass failed."""
-    if not times["oracle"] or any(t is None for ts in times.values() for t in ts):
+def retimed_ratio(times: dict[str, list[float | None]], slow: str = "oracle", fast: str = "search") -> float | None:
+    """t_slow / t_fast (default t_oracle / t_search) from the medians of :func:`retime`'s passes; None if a pass of
+    either failed."""
+    if not times[slow] or any(t is None for t in times[slow] + times[fast]):
         return None
-    return statistics.median(times["oracle"]) / statistics.median(times["search"])
+    return statistics.median(times[slow]) / statistics.median(times[fast])
 
 
 def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
@@ -189,15 +196,37 @@ def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
         "gpu": next((r.gpu for r in results if r.gpu), None), "arch": next((r.arch for r in results if r.arch), None),
     }
     row["ratio"] = (row["oracle_us"] / row["search_us"]) if row["oracle_us"] and row["search_us"] else None
+    long = None
+    if args.headroom_budget:  # the longer search: a fresh store, the same harness (its memo answers repeats)
+        t_long = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="search_bench_long_") as d:
+            with open_store(Path(d) / "store.sqlite") as long_store:
+                long = search_array(ctx, dataclasses.replace(cfg, budget=args.headroom_budget,
+                                                             seconds=cfg.seconds and cfg.seconds * args.headroom_budget
+                                                             / args.budget),
+                                    ev, long_store, run_config={"benchmark": "search_bench",
+                                                                "budget": args.headroom_budget}).best
+        row |= {"long_budget": args.headroom_budget, "long_us": long.time_us(regime) if long else None,
+                "long_provenance": long.proposal.provenance.value if long else None,
+                "long_wall_seconds": time.perf_counter() - t_long}
+        row["headroom"] = row["search_us"] / row["long_us"] if row["search_us"] and row["long_us"] else None
+        row["headroom_retimed"] = None
     row["ratio_retimed"], row["retimed_us"] = None, None
     t_retime = time.perf_counter()
     if row["ratio"] is not None and args.retime:
         picks = {"oracle": next(t for i, t, _ in texts if i == orc[0]), "search": b.proposal.text}
-        if picks["oracle"].split() == picks["search"].split():
+        if long is not None and row.get("headroom") is not None:
+            if long.proposal.text.split() == b.proposal.text.split():
+                row["headroom_retimed"] = 1.0  # the same kernel: nothing to time against itself
+            else:
+                picks["long"] = long.proposal.text
+        if picks["oracle"].split() == picks["search"].split() and "long" not in picks:
             row["ratio_retimed"] = 1.0  # one kernel: nothing to time against itself
         else:
             row["retimed_us"] = retime(ev, ref, op, k, picks, args.retime, regime)
             row["ratio_retimed"] = retimed_ratio(row["retimed_us"])
+            if "long" in picks:
+                row["headroom_retimed"] = retimed_ratio(row["retimed_us"], "search", "long")
     row["retime_seconds"] = time.perf_counter() - t_retime
     row["total_seconds"] = time.perf_counter() - t0  # search, oracle and the second look
     return row
@@ -219,6 +248,13 @@ def summarise(rows: list[dict]) -> dict:
             "search_wins_by_2pct_retimed": sum(r["ratio_retimed"] >= 1.02 for r in again),
             "max_search_wall_seconds": max((r["search_wall_seconds"] for r in rs), default=None),
         }
+        room = [r for r in rs if r.get("headroom") is not None]
+        if room:  # --headroom-budget: what the longer search found past the budget
+            room_again = [r["headroom_retimed"] for r in room if r.get("headroom_retimed") is not None]
+            out[s] |= {"headroom_compared": len(room), "geomean_headroom": geomean_of([r["headroom"] for r in room]),
+                       "headroom_retimed": len(room_again), "geomean_headroom_retimed": geomean_of(room_again),
+                       "max_headroom_retimed": max(room_again, default=None),
+                       "headroom_by_2pct_retimed": sum(h >= 1.02 for h in room_again)}
     return out
 
 
@@ -243,6 +279,11 @@ def print_table(rows: list[dict], summary: dict) -> None:
               f"search/oracle geomean {fmt(d['geomean_search_over_oracle'], '.3f')}; search wins on "
               f"{d['search_wins']} ({d['search_wins_by_2pct']} by >= 2%); slowest search "
               f"{fmt(d['max_search_wall_seconds'], '.0f', ' s')}")
+        if d.get("headroom_compared"):
+            print(f"{s}, a search of {rows[0].get('long_budget')} beside it ({d['headroom_compared']} matrices): the "
+                  f"search's time over its, geomean {fmt(d['geomean_headroom'], '.3f')}, retimed "
+                  f"{fmt(d['geomean_headroom_retimed'], '.3f')} (at most {fmt(d['max_headroom_retimed'], '.3f')}; "
+                  f"{d['headroom_by_2pct_retimed']} matrices by >= 2%)")
         if d["retimed"]:
             print(f"{s}, the two picks timed again ({d['retimed']} matrices): search/oracle geomean "
                   f"{fmt(d['geomean_search_over_oracle_retimed'], '.3f')}; search wins on "
@@ -265,6 +306,9 @@ def main() -> int:
     ap.add_argument("--retime", type=int, default=3,
                     help="time the search's and the oracle's picks again this many times each, fresh, side by "
                          "side, where they differ (0: not)")
+    ap.add_argument("--headroom-budget", type=int, default=0, metavar="N",
+                    help="also a search of N candidates (above --budget) in a fresh store, its pick retimed beside "
+                         "the others: what a longer search finds past the budget (default 0: none)")
     ap.add_argument("--store", type=Path, default=None, help="best-known store to use and update (default: fresh)")
     ap.add_argument("--trace-dir", type=Path, default=None, help="write each search's trace here")
     ap.add_argument("--out", type=Path, default=Path("search_bench.json"))
@@ -285,6 +329,8 @@ def main() -> int:
         raise SystemExit("--budget must be at least 1")
     if args.retime < 0:
         raise SystemExit("--retime must be 0 or more")
+    if args.headroom_budget and args.headroom_budget <= args.budget:
+        raise SystemExit(f"--headroom-budget must be above --budget ({args.budget}), got {args.headroom_budget}")
     args.by_matrix = load_by_matrix(args.cost_model_by_matrix) if args.cost_model_by_matrix else {}
     op = Op(args.op)
     k = args.k if op is Op.SPMM else None
