@@ -103,7 +103,7 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path, monkeypatch) -> None:
     ev = FakeTimingDouble(lambda t: 50.0 if normalised(t) in lib else 40.0)
     args = type("Args", (), {"regime": "cold", "budget": 30, "seconds": None, "seed": 0, "trace_dir": None,
                          "cost_model": "default", "by_matrix": {"rand": "none"}, "seed_share": 0.5, "beam": 3,
-                         "retime": 3})()
+                         "retime": 3, "headroom_budget": 0})()
     asked = []  # the cost model each search was given: this matrix's own (--cost-model-by-matrix) over --cost-model
     real_config = search_bench.SearchConfig
     monkeypatch.setattr(search_bench, "SearchConfig", lambda **kw: asked.append(kw["cost_model"]) or real_config(**kw))
@@ -127,6 +127,46 @@ def test_benchmark_oracle_and_ratio(tmp_path: Path, monkeypatch) -> None:
     assert s["geomean_search_over_oracle"] == pytest.approx((1.25 * 0.9) ** (1 / 3))
     assert s["retimed"] == 2 and s["search_wins_retimed"] == 1 and s["search_wins_by_2pct_retimed"] == 1
     assert s["geomean_search_over_oracle_retimed"] == pytest.approx((1.25 * 0.95) ** 0.5)
+
+
+def test_benchmark_headroom_is_a_longer_search_in_a_store_of_its_own(tmp_path: Path) -> None:
+    """``--headroom-budget``: a second, longer search from a fresh store (never from the first search's finds),
+    its pick retimed beside the others, ``headroom`` the search's time over it; the summary counts it per set.
+    Mutations killed: the longer search given the first one's store (it would start from its best), the ratio
+    inverted, its pick left out of the second look, rows without it counted."""
+    import hashlib
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import search_bench
+    finally:
+        sys.path.pop(0)
+    from sparserl.kernels.contract import Op
+    from sparserl.search.store import open_store
+
+    A = generate("random", 3000, seed=4, nnz_per_row=8)
+
+    def time_of(t: str) -> float:  # each text its own time in [30, 50): more candidates find a faster one
+        return 30.0 + int(hashlib.sha256(normalised(t).encode()).hexdigest()[:6], 16) % 2000 / 100
+
+    ev = FakeTimingDouble(time_of)
+    args = type("Args", (), {"regime": "cold", "budget": 8, "seconds": None, "seed": 0, "trace_dir": None,
+                             "cost_model": "none", "by_matrix": {}, "seed_share": 0.5, "beam": 3,
+                             "retime": 3, "headroom_budget": 48})()
+    with open_store(tmp_path / "s.db") as st:
+        row = search_bench.bench_one(ev, st, A, "rand", Op.SPMV, None, args)
+        assert st.counts()["runs"] == 1  # the longer search ran in a store of its own
+    assert row["long_budget"] == 48 and row["long_us"] < row["search_us"]
+    assert row["headroom"] == pytest.approx(row["search_us"] / row["long_us"]) and row["headroom"] > 1
+    assert set(row["retimed_us"]) == {"oracle", "search", "long"} and ev.fresh[-9:] == [True] * 9
+    assert row["headroom_retimed"] == pytest.approx(row["search_us"] / row["long_us"])  # fixed times: the same
+    rows = [row | {"set": "families"}, dict(row, headroom=1.0, headroom_retimed=1.0, set="families"),
+            dict(row, headroom=None, headroom_retimed=None, set="families")]
+    s = search_bench.summarise(rows)["families"]
+    assert s["headroom_compared"] == 2 and s["headroom_retimed"] == 2
+    assert s["geomean_headroom_retimed"] == pytest.approx(row["headroom"] ** 0.5)
+    assert s["headroom_by_2pct_retimed"] == int(row["headroom"] >= 1.02)
+    assert "headroom_compared" not in search_bench.summarise([dict(rows[2])])["families"]
 
 
 def test_benchmark_retimes_the_picks_by_their_medians() -> None:
