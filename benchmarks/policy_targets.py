@@ -240,6 +240,16 @@ def table(result: dict) -> str:
                   for kind, n in fig.get("new_failures", {}).items()]
         if failed:
             lines.append(f"{name}: new bodies not correct: " + "; ".join(failed))
+    g = result.get("guided") or {}
+    for t in result["targets"]:
+        if t["target"].startswith("model-guided") and t.get("retimed"):
+            lines.append(f"guided: {t['target'].split(': ', 1)[1]}: {_cell(t['value'])} with the arms' kernels timed "
+                         f"again side by side, {_cell(t['first_timing'])} on their first timing")
+    if g.get("compared_headroom"):
+        again = g.get("headroom_retimed")
+        lines.append(f"guided: a longer search without a model over the search of the budget (the room any guide has), "
+                     f"{g['compared_headroom']} matrices: {_cell(g['headroom'])} first timing"
+                     + (f", {_cell(again)} retimed" if again is not None else ""))
     return "\n".join(lines)
 
 

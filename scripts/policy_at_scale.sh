@@ -32,8 +32,8 @@
 #          searches, with pre-training 4 min, 8 further matrices per family searched for the teacher
 #          (TEACHER_PER_FAMILY) drawn stratified over 100k-2M rows (TEACHER_ROWS, TEACHER_SIZES), SFT 400
 #          steps, 16 samples (the targets are best of 16), held-out headers sampled within the contract's
-#          grammar (HEADER_GRAMMAR), the guided search on 4 test matrices, and the SuiteSparse split
-#          (SUITESPARSE=DIR; a full run without it is noted as changed, its table has no real set). The
+#          grammar (HEADER_GRAMMAR), the guided search on 4 test matrices with a search of 192 beside it
+#          (GUIDED_HEADROOM), and the SuiteSparse split (SUITESPARSE=DIR; a full run without it is noted as changed, its table has no real set). The
 #          target is 40 minutes; with the teacher then drawn over 10k-1M rows it took 20.0 (1202 s of stages
 #          on one H200, results of 2026-12-05, policy-full-preset); the larger teacher's search took 290 s
 #          on an H100 against 134 on that H200 (teacher-sizes-stratified: 1093 s to the end of SFT). With it, on
@@ -99,7 +99,8 @@
 # each on the small preset). GUIDED_TEXT_ARM=1 adds to it the model's search with the policy's kernels read as
 # free text (guided_search.py --text-arm: what reading them as template points gives, side by side; a fourth arm's
 # time). GUIDED_HEADROOM=N adds the search without a model at N candidates (guided_search.py --headroom-budget:
-# what a longer search finds past the budget, the room any guidance has at that budget; not a change of the preset).
+# what a longer search finds past the budget, the room any guidance has at that budget; full 192, small and smoke 0;
+# like the text arm, an arm beside the three, not a change of what they measure).
 # IMPROVE=0 leaves the improve stage out: the SFT model is the final policy (its
 # round was not kept on the small preset at 10k-1M rows, results of 2026-12-04). OUT/settings.json names what any
 # invocation changed of its preset; a run that changed something is not the preset's sitting, and
@@ -142,7 +143,7 @@ out=${1:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]}
 pack=${2:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]  (PACK: a corpus pack, or - for the default corpus)}
 preset=${3:-full}
 families=diagonal,banded,stencil2d,stencil3d_7,stencil3d_27,block,random,powerlaw,skewed,empty_rows,rectangular,dense_lines,rmat,lp,kronecker,cartesian,arrow
-device=(); compile=(); gen=(); eval_sets=(test families); improve=(); evalgen=()
+device=(); compile=(); gen=(); eval_sets=(test families); improve=(); evalgen=(); headroom_n=0
 teacher_rows=""; teacher_draw_default=random  # the teacher's further matrices: the data's sizes, drawn at random
 grammar=0; real_wanted=0  # the preset's HEADER_GRAMMAR, and whether its table has the SuiteSparse set
 case $preset in
@@ -160,7 +161,7 @@ case $preset in
          evalgen=(--gen-batch 128); grammar=1; real_wanted=1
          teacher_rows="100000 2000000"; teacher_draw_default=stratified
          improve=(--rounds 1 --matrices-per-round 4 --search-budget 16 --search-seconds 20 --val-matrices 4)
-         guided_n=4; guided=(--budget 64 --samples 16 --search 16) ;;
+         guided_n=4; guided=(--budget 64 --samples 16 --search 16); headroom_n=192 ;;
   smoke) families=stencil2d,powerlaw,lp
          pretrain=(--preset default --steps 2 --seq-len 64 --batch-size 2)
          per_family=3; sizes=(--min-rows 300 --max-rows 600); extra=0
@@ -216,9 +217,10 @@ case "${GUIDED_TEXT_ARM:-0}" in
   *) echo "error: GUIDED_TEXT_ARM is 1 (the text arm beside the guided search's three) or 0 (got '$GUIDED_TEXT_ARM')" >&2; exit 2 ;;
 esac
 headroom=()  # GUIDED_HEADROOM=N: the search without a model at N candidates too (guided_search.py --headroom-budget)
-case "${GUIDED_HEADROOM:-0}" in
+headroom_n=${GUIDED_HEADROOM:-$headroom_n}
+case "$headroom_n" in
   0) ;;
-  *) headroom=(--headroom-budget "$(count GUIDED_HEADROOM "$GUIDED_HEADROOM" 1 "0 for none")") ;;
+  *) headroom=(--headroom-budget "$(count GUIDED_HEADROOM "$headroom_n" 1 "0 for none")") ;;
 esac
 sft+=(--steps "$sft_steps")
 snapshots=(); snapshot_args=()  # SFT_SNAPSHOTS="N ...": the policy after N steps too, evaluated as sft_stepN

@@ -16,7 +16,7 @@ invocation's changes overwriting another's, a run carried without its matrices t
 (or makes other ones, or makes them again when they are there), PRETRAIN_STEPS ignored, SIBLINGS ignored or its
 rows left out of the SFT set, SFT_SNAPSHOTS ignored or a snapshot left out of the held-out evaluation,
 SECOND_TEMPERATURE ignored or its temperature not handed to the evaluation, GUIDED_TEXT_ARM ignored or a bad
-value that goes on."""
+value that goes on, GUIDED_HEADROOM ignored or a bad value that goes on."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     first = run(out, "-", "smoke", env={"BASE_MODEL": str(tiny_model_dir), "TEMPERATURES": "1.0,0.5",
                                         "TEACHER_PER_FAMILY": "1", "SFT_STEPS": "3",
                                         "SAMPLES": "2", "GUIDED_MATRICES": "2", "IMPROVE": "0", "GUIDED_TEXT_ARM": "1",
-                                        "SUITESPARSE": str(real), "TEACHER_ROWS": "700 900",
+                                        "GUIDED_HEADROOM": "3", "SUITESPARSE": str(real), "TEACHER_ROWS": "700 900",
                                         "TEACHER_SIZES": "stratified"})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the default length limit reaches the library teacher (the store's export and improve do not run compile-only)
@@ -120,8 +120,8 @@ def test_the_smoke_preset_runs_every_stage_and_resumes(tmp_path, tiny_model_dir)
     guided = json.loads((out / "guided.json").read_text())  # the guided search ran on a held-out test matrix
     assert guided["compile_only"] and {Path(r["path"]).name.split(".")[0] for r in guided["rows"]} <= test - reals
     assert set(guided["rows"][0]["arms"]) | set(guided["rows"][0]["errors"]) == {"search", "generate", "search+model",
-                                                                                "search+model-text"}  # GUIDED_TEXT_ARM
-    assert guided["config"]["text_arm"] is True
+                                                                                "search+model-text", "search@3"}
+    assert guided["config"]["text_arm"] is True and guided["config"]["headroom_budget"] == 3  # the two extra arms
     assert len(guided["rows"]) == 2  # GUIDED_MATRICES, not the preset's 1
     targets = json.loads((out / "targets.json").read_text())  # the targets' table, read off the run
     assert targets["preset"] == "smoke" and {"test", "real"} <= set(targets["sets"])
@@ -211,6 +211,9 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     arm = run(tmp_path / "l", "-", "smoke", env={"GUIDED_TEXT_ARM": "yes"})
     assert arm.returncode == 2 and arm.stderr.startswith("error: GUIDED_TEXT_ARM is 1")
     assert arm.stderr.count("\n") == 1 and not (tmp_path / "l" / "stages").exists()
+    room = run(tmp_path / "m", "-", "smoke", env={"GUIDED_HEADROOM": "lots"})
+    assert room.returncode == 2 and room.stderr.startswith("error: GUIDED_HEADROOM is a whole number of at least 1")
+    assert room.stderr.count("\n") == 1 and not (tmp_path / "m" / "stages").exists()
     improve = run(tmp_path / "h", "-", "smoke", env={"IMPROVE": "no"})
     assert improve.returncode == 2 and improve.stderr.startswith("error: IMPROVE is 1")
     assert improve.stderr.count("\n") == 1 and not (tmp_path / "h" / "stages").exists()

@@ -169,6 +169,11 @@ def test_the_guided_targets_read_the_retimed_ratio_where_the_run_made_one(tmp_pa
     (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
     model = {t["target"]: t for t in bench.read_run(out, "small")["targets"]}["model-guided search: 1.03x at equal budget 64"]
     assert model["met"] is True and model["value"] == 1.04 and not model["retimed"]
+    summary |= {"model_over_search_retimed": 1.01, "compared_headroom": 2, "headroom": 1.012, "headroom_retimed": 1.004}
+    (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
+    text = bench.table(bench.read_run(out, "small"))
+    assert "1.03x at equal budget 64: 1.010 with the arms' kernels timed again side by side, 1.040 on their first" in text
+    assert "(the room any guide has), 2 matrices: 1.012 first timing, 1.004 retimed" in text
 
 
 def _two(start: dict, improved: dict | None, oracle: dict) -> dict:
