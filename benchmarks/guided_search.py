@@ -20,9 +20,9 @@ another's finds), all with the same seed:
 Then each arm's best kernel is timed again (``--retime N``, default 3): N passes, fresh (never answered from a
 memo), one kernel at a time, every other pass in the reverse order, all in one harness, and each ratio is made
 again from the passes' medians (``*_retimed``). A best of 64 timings is the luckiest of them, and on the 5 us
-kernels of these matrices the search's own best moved by 11% between runs of the same code: the first-timing
-ratios sit inside that noise, the retimed ones do not carry the selection among timings. The targets read the
-retimed ratio where there is one.
+kernels of these matrices the search's own best moved by 11% between runs (other code and GPUs:
+``benchmarks/guided_spread.py``): the first-timing ratios sit inside that spread, the retimed ones do not carry the
+selection among timings. The targets read the retimed ratio where every compared matrix has one.
 
 Recorded per arm: the best kernel's time and speedup over cuSPARSE, where it came from, the candidates its
 search evaluated and why it stopped (a search cut by ``--seconds`` before its budget is flagged in the
@@ -211,7 +211,17 @@ def summarise(rows: list[dict]) -> dict:
         out[f"compared_{key}_retimed"] = len(again)
         out[f"{key}_retimed"] = geomean(again) if again else None
         out[f"{key}_retimed_min"] = min(again, default=None)
+        out[f"{key}_retimed_max"] = max(again, default=None)
     return out
+
+
+def _again(summary: dict, key: str, most: bool = False) -> str:
+    """The retimed figure of ``key`` for a table line ('' when no matrix has one)."""
+    if not summary.get(f"compared_{key}_retimed"):
+        return ""
+    top = f", at most {_fmt(summary[f'{key}_retimed_max'])}" if most else ""
+    return (f"; timed again side by side ({summary[f'compared_{key}_retimed']} matrices): "
+            f"{_fmt(summary[f'{key}_retimed'])}{top}")
 
 
 def _fmt(x, suffix: str = "") -> str:
@@ -245,12 +255,13 @@ def table(rows: list[dict], summary: dict) -> str:
         texts = ", ".join(f"{r['matrix']} {cell(r['arms'].get(TEXT_ARM))}x ({_fmt(r.get('points_over_text'))})"
                           for r in rows)
         lines.append(f"the policy's kernels read as free text ({TEXT_ARM}): {texts}; search+model over it, geomean "
-                     f"over {summary['compared_points']}: {_fmt(summary['points_over_text'])}")
+                     f"over {summary['compared_points']}: {_fmt(summary['points_over_text'])}"
+                     + _again(summary, "points_over_text"))
     if summary.get("compared_headroom"):
         room = ", ".join(f"{r['matrix']} {_fmt(r.get('headroom'))}" for r in rows)
         lines.append(f"headroom (the search's best time over a longer search's without a model): {room}; geomean over "
                      f"{summary['compared_headroom']}: {_fmt(summary['headroom'])}, at most "
-                     f"{_fmt(summary['headroom_max'])}")
+                     f"{_fmt(summary['headroom_max'])}" + _again(summary, "headroom", most=True))
     return "\n".join(lines)
 
 

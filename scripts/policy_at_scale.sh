@@ -220,7 +220,7 @@ headroom=()  # GUIDED_HEADROOM=N: the search without a model at N candidates too
 headroom_n=${GUIDED_HEADROOM:-$headroom_n}
 case "$headroom_n" in
   0) ;;
-  *) headroom=(--headroom-budget "$(count GUIDED_HEADROOM "$headroom_n" 1 "0 for none")") ;;
+  *) headroom=(--headroom-budget "$(count GUIDED_HEADROOM "$headroom_n" $((guided[1] + 1)) "0 for none")") ;;  # above the budget
 esac
 sft+=(--steps "$sft_steps")
 snapshots=(); snapshot_args=()  # SFT_SNAPSHOTS="N ...": the policy after N steps too, evaluated as sft_stepN

@@ -212,8 +212,11 @@ def test_a_bad_preset_or_a_missing_pack_is_one_line(tmp_path) -> None:
     assert arm.returncode == 2 and arm.stderr.startswith("error: GUIDED_TEXT_ARM is 1")
     assert arm.stderr.count("\n") == 1 and not (tmp_path / "l" / "stages").exists()
     room = run(tmp_path / "m", "-", "smoke", env={"GUIDED_HEADROOM": "lots"})
-    assert room.returncode == 2 and room.stderr.startswith("error: GUIDED_HEADROOM is a whole number of at least 1")
+    assert room.returncode == 2 and room.stderr.startswith("error: GUIDED_HEADROOM is a whole number of at least 3")
     assert room.stderr.count("\n") == 1 and not (tmp_path / "m" / "stages").exists()
+    short = run(tmp_path / "n", "-", "smoke", env={"GUIDED_HEADROOM": "2"})  # the smoke preset's guided budget is 2
+    assert short.returncode == 2 and short.stderr.startswith("error: GUIDED_HEADROOM is a whole number of at least 3")
+    assert not (tmp_path / "n" / "stages").exists()
     improve = run(tmp_path / "h", "-", "smoke", env={"IMPROVE": "no"})
     assert improve.returncode == 2 and improve.stderr.startswith("error: IMPROVE is 1")
     assert improve.stderr.count("\n") == 1 and not (tmp_path / "h" / "stages").exists()

@@ -154,17 +154,23 @@ def test_the_guided_search_targets_read_the_geomeans_and_never_a_compile_only_ru
 def test_the_guided_targets_read_the_retimed_ratio_where_the_run_made_one(tmp_path) -> None:
     """The arms' kernels timed again side by side carry no selection among timings: the target reads that ratio,
     the first timing's beside it. Kills: the first timing read where a retimed ratio exists (1.04 met against 1.01
-    retimed), the retimed one read where the run made none."""
+    retimed), the retimed one read where the run made none or made it on fewer matrices than the first timing's."""
     out = tmp_path / "run"
     out.mkdir()
     summary = {"generate_over_search": 0.99, "model_over_search": 1.04, "generate_over_search_retimed": 1.005,
-               "model_over_search_retimed": 1.01}
+               "model_over_search_retimed": 1.01, "compared_generate": 2, "compared_model": 2,
+               "compared_generate_over_search_retimed": 2, "compared_model_over_search_retimed": 2}
     (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
     rows = {t["target"]: t for t in bench.read_run(out, "small")["targets"]}
     model = rows["model-guided search: 1.03x at equal budget 64"]
     assert model["met"] is False and model["value"] == 1.01 and model["first_timing"] == 1.04 and model["retimed"]
     gen = rows["model-guided search: generate --search 16 at least as fast as search --budget 64"]
     assert gen["met"] is True and gen["value"] == 1.005
+    summary["compared_model_over_search_retimed"] = 1  # a second look failed on one of the two matrices
+    (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
+    model = {t["target"]: t for t in bench.read_run(out, "small")["targets"]}["model-guided search: 1.03x at equal budget 64"]
+    assert model["value"] == 1.04 and not model["retimed"]  # a geomean over fewer matrices is not read
+    summary["compared_model_over_search_retimed"] = 2
     summary["model_over_search_retimed"] = None  # no second look on any matrix: the first timing is read
     (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
     model = {t["target"]: t for t in bench.read_run(out, "small")["targets"]}["model-guided search: 1.03x at equal budget 64"]

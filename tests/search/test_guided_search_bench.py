@@ -104,6 +104,56 @@ def test_the_second_look_times_each_kernel_fresh_in_alternating_order_and_shares
     assert "geomean - / 1.158" in bench.table(rows, s)
 
 
+def test_a_matrix_with_timed_arms_gets_its_ratios_both_ways(tmp_path, monkeypatch) -> None:
+    """``run_matrix`` with every arm timed (the reports and the harness are doubles): the first-timing ratios point
+    the right way, the second look times the arms' kernels fresh and its ratios come from the passes' medians, two
+    arms with one kernel read 1.0 retimed, and no kernel text is left in the row. Kills: a ratio inverted in
+    ``ratios`` (headroom, model over search), the retimed ratios taken from the first timing or stored under
+    other keys, the second look skipped, the kernels left in the JSON."""
+    import argparse
+    from types import SimpleNamespace
+
+    import sparserl.generate as gen
+    import sparserl.search.run as search_run
+    from sparserl.matrices import generate, save_matrix
+
+    m = tmp_path / "banded_300.npz"
+    save_matrix(generate("banded", 300, seed=0), m)
+    first = {"search": 10.0, "generate": 9.0, "search+model": 8.0, bench.TEXT_ARM: 9.6, "search@8": 9.5}
+    kernel = {"search": "K1", "generate": "K2", "search+model": "K3", bench.TEXT_ARM: "K3  ", "search@8": "K4"}
+    again = {"K1": [10.0, 10.2, 9.9], "K2": [9.9, 10.0, 10.1], "K3": [9.0, 9.2, 9.1], "K4": [10.0, 10.0, 10.0]}
+
+    def report(arm):
+        timing = SimpleNamespace(median_us=first[arm])
+        best = SimpleNamespace(timings={"cold": timing}, speedup=2.0)
+        return SimpleNamespace(best=best, verified=True, kernel=kernel[arm], source=arm, verdict="correct",
+                               search={"evaluated": 4, "stopped": "budget"})
+
+    def which(job) -> str:
+        if job.search.budget == 8:
+            return "search@8"
+        if job.model is None:
+            return "search"
+        return "search+model" if job.search.policy_points else bench.TEXT_ARM
+
+    monkeypatch.setattr(search_run, "search_matrix", lambda job, **kw: (report(which(job)), None))
+    monkeypatch.setattr(gen, "generate_kernel", lambda cfg, **kw: report("generate"))
+    ev = _Ev({k: list(v) for k, v in again.items()})
+    ev.register = lambda A, name: None
+    evs = {arm: ev for arm in first}
+    args = argparse.Namespace(op="spmv", k=None, compile_only=False, max_new_tokens=None, budget=4, seconds=10.0,
+                              regime="cold", seed=0, model="M", samples=1, search=1, temperature=0.7,
+                              headroom_budget=8, retime=3)
+    row = bench.run_matrix(str(m), evs, None, args, tmp_path / "scratch")
+    assert row["model_over_search"] == pytest.approx(10.0 / 8.0) and row["generate_over_search"] == pytest.approx(10 / 9)
+    assert row["headroom"] == pytest.approx(10.0 / 9.5) and row["points_over_text"] == pytest.approx(9.6 / 8.0)
+    assert row["model_over_search_retimed"] == pytest.approx(10.0 / 9.1)  # medians: 10.0 over 9.1
+    assert row["generate_over_search_retimed"] == pytest.approx(1.0) and row["headroom_retimed"] == pytest.approx(1.0)
+    assert row["points_over_text_retimed"] == 1.0  # one kernel in both arms: timed once a pass, the same times
+    assert all(c[1] for c in ev.calls) and len(ev.calls) == 4 * 3  # four distinct kernels, three fresh passes each
+    assert all("kernel" not in a and len(a["retimed"]) == 3 for a in row["arms"].values())
+
+
 def test_a_search_cut_before_its_budget_is_flagged_in_the_table() -> None:
     """Kills: a comparison whose search arms ran unequal budgets shown as if they were equal."""
     arms = {"search": {"speedup": 2.0, "stopped": "seconds", "searched": 40},

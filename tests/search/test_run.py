@@ -163,10 +163,31 @@ def test_benchmark_headroom_is_a_longer_search_in_a_store_of_its_own(tmp_path: P
     rows = [row | {"set": "families"}, dict(row, headroom=1.0, headroom_retimed=1.0, set="families"),
             dict(row, headroom=None, headroom_retimed=None, set="families")]
     s = search_bench.summarise(rows)["families"]
-    assert s["headroom_compared"] == 2 and s["headroom_retimed"] == 2
+    assert s["headroom_compared"] == 2 and s["headroom_compared_retimed"] == 2
     assert s["geomean_headroom_retimed"] == pytest.approx(row["headroom"] ** 0.5)
     assert s["headroom_by_2pct_retimed"] == int(row["headroom"] >= 1.02)
     assert "headroom_compared" not in search_bench.summarise([dict(rows[2])])["families"]
+    no_oracle = search_bench.summarise([dict(rows[1], ratio=None, ratio_retimed=None)])["families"]
+    assert no_oracle["compared"] == 0 and no_oracle["headroom_compared"] == 1  # the room needs no oracle
+
+
+def test_benchmark_second_look_never_times_a_kernel_against_itself() -> None:
+    """Mutations killed: the oracle's kernel timed against itself when it is the search's and the longer search's
+    pick differs (ratio_retimed then noise about 1), the longer search's pick timed against the search's own
+    kernel, the oracle required for the headroom's second look."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import search_bench
+    finally:
+        sys.path.pop(0)
+    look = search_bench.second_look
+    assert list(look("O k", "S k", "L k")[0].items()) == [("oracle", "O k"), ("search", "S k"), ("long", "L k")]
+    assert look("S  k", "S k", "L k") == ({"search": "S k", "long": "L k"}, {"ratio_retimed": 1.0})
+    assert look("O k", "S k", "S\nk") == ({"search": "S k", "oracle": "O k"}, {"headroom_retimed": 1.0})
+    assert look("S k", "S k", "S k") == ({}, {"ratio_retimed": 1.0, "headroom_retimed": 1.0})
+    assert look(None, "S k", "L k") == ({"search": "S k", "long": "L k"}, {})  # no verified oracle
+    assert look("O k", "S k", None) == ({"search": "S k", "oracle": "O k"}, {})  # no longer search
+    assert look("O k", None, "L k") == ({}, {})  # no search pick: nothing to compare
 
 
 def test_benchmark_retimes_the_picks_by_their_medians() -> None:
