@@ -42,7 +42,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import statistics
 import sys
 import tempfile
 import time
@@ -67,31 +66,6 @@ def arm_figures(rep, regime: str, seconds: float) -> dict:
             "searched": search.get("evaluated"), "stopped": search.get("stopped"), "kernel": rep.kernel}
 
 
-def retime(ev, ref, op: str, k: int | None, texts: dict[str, str], passes: int, regime: str
-           ) -> dict[str, list[float | None]]:
-    """Each arm's kernel evaluated ``passes`` more times, fresh (never answered from the harness's memo), one
-    evaluation at a time, every other pass in the reverse order: its times in us (None where an evaluation was
-    not a verified, timed kernel), by arm. Arms with the same kernel (its text up to white space) share one
-    evaluation a pass: one kernel is not timed against itself."""
-    same: dict[str, str] = {}  # arm -> the first arm with its kernel
-    for arm, text in texts.items():
-        same[arm] = next((a for a in same if same[a] == a and texts[a].split() == text.split()), arm)
-    own = [a for a in texts if same[a] == a]
-    got: dict[str, list[float | None]] = {a: [] for a in own}
-    for p in range(passes):
-        for a in own if p % 2 == 0 else own[::-1]:
-            r = ev.submit(texts[a], ref, op, k, fresh=True).result()
-            got[a].append(r.timings[regime].median_us if r.ok and regime in r.timings else None)
-    return {arm: list(got[same[arm]]) for arm in texts}
-
-
-def retimed_us(times: list[float | None] | None) -> float | None:
-    """The median of an arm's second-look times; None when it has none or one of them failed."""
-    if not times or any(t is None for t in times):
-        return None
-    return statistics.median(times)
-
-
 def ratio(slow: dict | None, fast: dict | None) -> float | None:
     """``slow``'s time over ``fast``'s (above 1: ``fast`` is faster); None unless both were timed."""
     if not slow or not fast or not slow.get("us") or not fast.get("us"):
@@ -112,6 +86,7 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
     """The three arms on one matrix, each through its own evaluator (``evs[arm]``) into ``scratch``; an arm
     that ends in an error records it and the others go on."""
     from sparserl.errors import SparseRLError
+    from sparserl.eval.retime import median_us, retime_distinct
     from sparserl.generate import GenerateConfig, generate_kernel
     from sparserl.request.context import MatrixContext
     from sparserl.request.warm import warm_context
@@ -171,10 +146,10 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
     timed = {arm: f["kernel"] for arm, f in a.items() if f.get("us")}
     if args.retime and len(timed) > 1:
         ev = evs["search"]
-        times = retime(ev, ev.register(ctx.A, name), args.op, args.k, timed, args.retime, args.regime)
+        times = retime_distinct(ev, ev.register(ctx.A, name), args.op, args.k, timed, args.retime, args.regime)
         for arm, ts in times.items():
             a[arm]["retimed"] = ts
-        again = {arm: {"us": retimed_us(times.get(arm))} for arm in a}
+        again = {arm: {"us": median_us(times.get(arm))} for arm in a}
         row.update({f"{key}_retimed": v for key, v in ratios(again, TEXT_ARM in evs, long_arm).items()})
     for f in a.values():
         f.pop("kernel", None)

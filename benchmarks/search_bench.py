@@ -43,12 +43,12 @@ import argparse
 import dataclasses
 import json
 import logging
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from sparserl.eval.retime import median_us, retime
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.improve.table import geomean_of
 from sparserl.kernels.contract import Op
@@ -125,20 +125,6 @@ def load_by_matrix(path: Path) -> dict[str, str]:
     return out
 
 
-def retime(ev, ref, op: Op, k: int | None, texts: dict[str, str], passes: int, regime: str
-           ) -> dict[str, list[float | None]]:
-    """Each named kernel evaluated ``passes`` more times, fresh (never answered from the harness's
-    memo), one evaluation at a time, every other pass in the reverse order: its times in us (None
-    where an evaluation was not a verified, timed kernel), by name."""
-    names = list(texts)
-    out: dict[str, list[float | None]] = {n: [] for n in names}
-    for p in range(passes):
-        for n in names if p % 2 == 0 else names[::-1]:
-            r = ev.submit(texts[n], ref, op, k, fresh=True).result()
-            out[n].append(r.timings[regime].median_us if r.ok and regime in r.timings else None)
-    return out
-
-
 def second_look(oracle: str | None, search: str | None, long: str | None) -> tuple[dict[str, str], dict[str, float]]:
     """The picks to time again side by side (``oracle`` and ``long`` only where they are not the search's own kernel,
     up to white space: one kernel is never timed against itself) and the retimed ratios that are 1.0 for that reason
@@ -161,9 +147,8 @@ def second_look(oracle: str | None, search: str | None, long: str | None) -> tup
 def retimed_ratio(times: dict[str, list[float | None]], slow: str = "oracle", fast: str = "search") -> float | None:
     """t_slow / t_fast (default t_oracle / t_search) from the medians of :func:`retime`'s passes; None if a pass of
     either failed."""
-    if not times[slow] or any(t is None for t in times[slow] + times[fast]):
-        return None
-    return statistics.median(times[slow]) / statistics.median(times[fast])
+    t_slow, t_fast = median_us(times[slow]), median_us(times[fast])
+    return t_slow / t_fast if t_slow is not None and t_fast is not None else None
 
 
 def bench_one(ev, store, A, name: str, op: Op, k: int | None, args) -> dict:
