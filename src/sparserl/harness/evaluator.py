@@ -101,6 +101,11 @@ class HarnessConfig:
     threads, while the worker is busy with other candidates, and hand the worker the result
     (:mod:`sparserl.harness.preconvert`); False: the worker converts."""
 
+    memory_reserve: float = 0.3
+    """The share of the GPU's memory a worker keeps free: before it makes a conversion it does not have,
+    it lets go of other matrices and then this matrix's least recently used conversions until that
+    much is free (:mod:`sparserl.harness.memory`). Verdicts and timings do not depend on it."""
+
     def __post_init__(self) -> None:
         if not self.regimes or any(r not in ("cold", "warm") for r in self.regimes):
             raise SparseRLError(f"regimes must be a non-empty subset of ('cold', 'warm'), got {self.regimes}")
@@ -110,6 +115,8 @@ class HarnessConfig:
             raise SparseRLError("need at least 3 timing trials per regime")
         if self.memo < 0:
             raise SparseRLError("memo must be >= 0")
+        if not 0.0 <= self.memory_reserve < 1.0:
+            raise SparseRLError(f"memory_reserve must be in [0, 1), got {self.memory_reserve}")
 
     @property
     def root(self) -> Path:

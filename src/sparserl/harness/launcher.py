@@ -42,7 +42,9 @@ class MatrixOnDevice:
     def get(self, fmt: str, params: dict[str, int]) -> DeviceMatrix | str:
         """The uploaded conversion, or the converter's refusal message."""
         key = (fmt, tuple(sorted(params.items())))
-        if key not in self._cache:
+        if key in self._cache:
+            self._cache[key] = self._cache.pop(key)  # most recently used last (memory.shed_plan's order)
+        else:
             try:
                 with profile.step("convert"):
                     fd = convert(self.A, fmt, params, self.limits)
@@ -80,7 +82,9 @@ class TwinConversions:
     def get(self, which: str, fmt: str, params: dict[str, int]) -> DeviceMatrix | str:
         """One version's uploaded conversion, or the converter's refusal message."""
         key = (fmt, tuple(sorted(params.items())))
-        if key not in self._cache:
+        if key in self._cache:
+            self._cache[key] = self._cache.pop(key)  # most recently used last (memory.shed_plan's order)
+        else:
             try:
                 self._cache[key] = self._convert(fmt, params)
             except FormatError as exc:

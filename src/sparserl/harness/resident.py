@@ -13,19 +13,29 @@ A :class:`ResidentMatrix` holds, for one matrix ``A``:
 * their fp64 references (:class:`~sparserl.harness.reference.Fp64Reference`), fingerprinted the
   same way.
 
-:class:`MatrixCache` keeps the most recently used few per worker. Matrices travel from the parent
+:class:`MatrixCache` keeps the most recently used few per worker, and before a conversion it does
+not have it makes room on the GPU (:meth:`MatrixCache.make_room`, :mod:`sparserl.harness.memory`):
+other matrices and then this one's least recently used conversions are let go while less than the
+reserve is free. Matrices travel from the parent
 as files (:func:`~sparserl.harness.matrix_files.save_matrix_file`), named by a hash of their content.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
 
 from sparserl.harness.matrix_files import load_matrix_file
+from sparserl.harness.memory import ShedPlan, reserve_bytes, shed_plan
+
+log = logging.getLogger(__name__)
+
+GiB = float(1 << 30)
 
 MAX_MATRICES = 4
 """Matrices a worker keeps (least recently used evicted)."""
@@ -168,6 +178,72 @@ class ResidentMatrix:
         lo, hi = spans[-1]
         return out, tuple(host[lo:hi]) != self._ref_sums
 
+    # -- memory: what a conversion holds, and letting one go (sparserl.harness.memory) ----------
+
+    def _conversion_caches(self) -> list[dict]:
+        if self.twins is not None:
+            return [self.twins._cache]
+        return [self.on_device[w]._cache for w in ("A", "A_alt")]
+
+    def has_conversion(self, key: tuple) -> bool:
+        """Whether the (format, sorted parameters) conversion is here (or was refused: no memory)."""
+        return all(key in c for c in self._conversion_caches())
+
+    def _uploaded(self) -> dict[tuple, list]:
+        """The device matrices of each uploaded conversion (both versions), by cache key, least
+        recently used first."""
+        out: dict[tuple, list] = {}
+        for cache in self._conversion_caches():
+            for key, got in cache.items():
+                if not isinstance(got, str):
+                    out.setdefault(key, []).extend(got if isinstance(got, tuple) else (got,))
+        return out
+
+    @staticmethod
+    def _data_key(dev) -> tuple:
+        """The key pristine copies go by: the conversion's resolved (format, parameters), which is
+        :attr:`~sparserl.harness.launcher.BoundKernel.conversion_key` (a header may leave defaults out)."""
+        return dev.data.format, tuple(sorted(dev.data.params.items()))
+
+    def conversion_sizes(self) -> list[tuple[tuple, int]]:
+        """(key, device bytes) of every uploaded conversion, both versions and their pristine copies,
+        least recently used first; refusals hold no memory and are left out."""
+        sizes: list[tuple[tuple, int]] = []
+        counted: set[tuple] = set()
+        for key, devs in self._uploaded().items():
+            size = sum(int(a.nbytes) for d in devs for a in d.arrays.values())
+            for which in ("A", "A_alt"):
+                pkey = (which, self._data_key(devs[0]))
+                if pkey in self.pristine and pkey not in counted:
+                    counted.add(pkey)
+                    size += sum(int(a.nbytes) for a in self.pristine[pkey].values())
+            sizes.append((key, size))
+        return sizes
+
+    def device_bytes(self) -> int:
+        """The matrix's device memory as far as it is known: conversions, pristine copies, references."""
+        refs = sum(int(a.nbytes) for r in self.references.values() for a in r.device_arrays())
+        return refs + sum(size for _, size in self.conversion_sizes())
+
+    def drop_conversion(self, key: tuple) -> None:
+        """Let one conversion go, both versions and their pristine copies (unless another cached key
+        resolves to the same conversion); the next candidate that asks for it gets a fresh conversion,
+        pristine copy and fingerprint. A refusal is kept (it holds no memory)."""
+        uploaded = self._uploaded()
+        devs = uploaded.pop(key, [])
+        for cache in self._conversion_caches():
+            if not isinstance(cache.get(key), str):
+                cache.pop(key, None)
+        if not devs:
+            return
+        data_key = self._data_key(devs[0])
+        if any(self._data_key(d[0]) == data_key for d in uploaded.values()):
+            return
+        for which in ("A", "A_alt"):
+            self.pristine.pop((which, data_key), None)
+            self._pristine_sums.pop((which, data_key), None)
+            self._pristine_fp.pop((which, data_key), None)
+
     def damage(self, key: tuple, arrays: dict) -> list[str]:
         """What differs from the upload: arrays unlike their pristine copies, pristine copies unlike
         their fingerprints, references unlike theirs (empty when all is intact)."""
@@ -203,3 +279,29 @@ class MatrixCache:
 
     def drop(self, key: str) -> None:
         self._items.pop(key, None)
+
+    def make_room(self, current: str, conversion: tuple, reserve_fraction: float,
+                  mem_info: Callable[[], tuple[int, int]], free_blocks: Callable[[], None]) -> ShedPlan:
+        """Before matrix ``current`` makes ``conversion``: when the device's free memory (``mem_info``:
+        free and total bytes) is under the reserve, drop other matrices and then ``current``'s other
+        conversions, least recently used first (:func:`~sparserl.harness.memory.shed_plan`), and hand
+        the freed blocks back (``free_blocks``). Nothing happens when the conversion is already here."""
+        st = self._items.get(current)
+        if st is None or st.has_conversion(conversion):
+            return ShedPlan()
+        free, total = mem_info()
+        if free >= reserve_bytes(total, reserve_fraction):
+            return ShedPlan()
+        others = [(k, m.device_bytes()) for k, m in self._items.items() if k != current]
+        convs = [(k, size) for k, size in st.conversion_sizes() if k != conversion]
+        plan = shed_plan(free, total, reserve_fraction, others, convs)
+        for k in plan.matrices:
+            self.drop(k)
+        for k in plan.conversions:
+            st.drop_conversion(k)
+        if not plan.empty:
+            free_blocks()
+            log.info("GPU memory: %.1f of %.1f GiB free, under the reserve of %.0f%%: dropped %d other matrices "
+                     "and %d conversions (about %.1f GiB)", free / GiB, total / GiB, 100 * reserve_fraction,
+                     len(plan.matrices), len(plan.conversions), plan.freed_bytes / GiB)
+        return plan

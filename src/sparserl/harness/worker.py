@@ -48,6 +48,9 @@ from sparserl.harness.speed import (SpeedConfig, VerifyLimit, contender_limit, s
 
 log = logging.getLogger(__name__)
 
+EVERYTHING = 1.0 - 1e-9
+"""A reserve no matrix meets: :meth:`MatrixCache.make_room` lets every other matrix and conversion go."""
+
 
 class Channel:
     """The worker's side of the pipe: job phases and the GPU lease."""
@@ -95,6 +98,7 @@ class Worker:
         self.channel = Channel(conn)
         self.gpu = GpuProbe(self.cache, scrub_shared=settings.get("scrub_shared", True))
         self.matrices = MatrixCache(batched=self.speed.batched, sms=self.gpu.sms)
+        self.memory_reserve = float(settings.get("memory_reserve", 0.3))
         self.baselines = BaselineCache(self.cache / "baselines", self.gpu.name, batched=self.speed.batched,
                                        ahead=self.speed.runs_ahead, scrub_shared=self.gpu.scrub_shared)
         if self.speed.batched:
@@ -113,6 +117,9 @@ class Worker:
 
     def baseline(self, ref: dict, op, k: int | None, regime: str) -> dict:
         st = self.matrices.get(ref)
+        cp = self.gpu.cp  # cuSPARSE's copy of the matrix needs room like a conversion
+        self.matrices.make_room(ref["key"], ("cuSPARSE",), self.memory_reserve, cp.cuda.runtime.memGetInfo,
+                                cp.get_default_memory_pool().free_all_blocks)
         with profile.step("baseline"):
             return self.baselines.get(ref["key"], st.A, op, k, self.timing_config(regime), self.gpu.flush,
                                       self.channel.lease_gpu)
@@ -201,6 +208,30 @@ class Worker:
                 st.keep_pristine((which, bound.conversion_key), bound.dev.arrays)  # before anything can launch
         return bound
 
+    def _bind_both(self, job: dict, header, st, key: str, conversion: tuple):
+        """The completion bound to "A" and "A_alt" (or the refusal and None), room made on the GPU
+        first (:meth:`MatrixCache.make_room`); out of memory all the same, every other matrix and
+        conversion is let go and the binding tried once more."""
+        cp = self.gpu.cp
+        for attempt in (0, 1):
+            reserve = EVERYTHING if attempt else self.memory_reserve  # the retry lets all else go
+            self.matrices.make_room(key, conversion, reserve,
+                                    cp.cuda.runtime.memGetInfo, cp.get_default_memory_pool().free_all_blocks)
+            try:
+                bound = self._bind(job, header, st, "A")
+                if isinstance(bound, str):
+                    return bound, None
+                alt = self._bind(job, header, st, "A_alt")
+            except cp.cuda.memory.OutOfMemoryError:
+                if attempt:
+                    raise
+                log.warning("out of GPU memory binding %s %s; letting every other matrix and conversion go",
+                            header.format, dict(header.params))
+                st.drop_conversion(conversion)  # a half-made conversion is not kept
+                continue
+            return bound, alt
+        raise AssertionError("unreachable")
+
     def _resident(self, job: dict, out: dict):
         """The job's matrix and the completion bound to both its versions ("A" and "A_alt"), the
         matrix rebuilt from its file if an earlier job damaged what this one will use."""
@@ -209,14 +240,14 @@ class Worker:
         ref = job["matrix"]
         with profile.step("bind"):
             header, _ = split_completion(job["header"] + "\n", Op(job["op"]))
+        conversion = (header.format, tuple(sorted(header.params.items())))
         for attempt in (0, 1):
             st = self.matrices.get(ref)
             if job.get("pattern") and st.twins is not None:  # the caller converted the pattern already
-                st.twins.files[(header.format, tuple(sorted(header.params.items())))] = job["pattern"]
-            bound = self._bind(job, header, st, "A")
+                st.twins.files[conversion] = job["pattern"]
+            bound, alt = self._bind_both(job, header, st, ref["key"], conversion)
             if isinstance(bound, str):
                 return st, bound, None
-            alt = self._bind(job, header, st, "A_alt")
             if isinstance(alt, str):  # same pattern, so the same conversion: never expected
                 raise RuntimeError(f"the fresh-valued twin was refused: {alt}")
             with profile.step("damage_check"):

@@ -1,0 +1,158 @@
+"""A worker's GPU memory (harness/memory.py, resident.py): what it lets go of before a new conversion.
+
+On the CPU: the pure plan (:func:`shed_plan`), a matrix's conversions counted and dropped with numpy
+arrays standing in for device arrays (the same ``nbytes`` and ``dict`` bookkeeping), least recently
+used order kept by the conversion caches, and :meth:`MatrixCache.make_room` applying a plan. What the
+GPU gives back is tested on the device (``test_memory_gpu.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparserl.formats import convert
+from sparserl.harness.device import DeviceMatrix
+from sparserl.harness.launcher import MatrixOnDevice
+from sparserl.harness.memory import ShedPlan, reserve_bytes, shed_plan
+from sparserl.harness.resident import MatrixCache, ResidentMatrix
+from sparserl.matrices import generate
+
+GB = 1 << 30
+
+
+def test_nothing_is_dropped_while_the_reserve_is_free() -> None:
+    """Kills: shedding on every new conversion (a search would convert everything again and again)."""
+    plan = shed_plan(30 * GB, 100 * GB, 0.3, [("m1", 10 * GB)], [("c1", 5 * GB)])
+    assert plan.empty and plan.freed_bytes == 0
+
+
+def test_other_matrices_go_first_then_conversions_least_recently_used_first() -> None:
+    """10 GB short of the reserve: the least recently used other matrix (6 GB) and then the next
+    (6 GB) cover it; no conversion of the matrix in use is touched. 17 GB short: both matrices and
+    then conversions in order, stopping once covered (at 18 GB). Kills: conversions dropped before matrices, the
+    most recently used dropped first, a plan that does not stop when the shortfall is covered."""
+    mats = [("old", 6 * GB), ("newer", 6 * GB)]
+    convs = [("c_old", 3 * GB), ("c_mid", 3 * GB), ("c_new", 3 * GB)]
+    plan = shed_plan(20 * GB, 100 * GB, 0.3, mats, convs)
+    assert plan == ShedPlan(["old", "newer"], [], 12 * GB)
+    plan = shed_plan(13 * GB, 100 * GB, 0.3, mats, convs)
+    assert plan == ShedPlan(["old", "newer"], ["c_old", "c_mid"], 18 * GB)
+    plan = shed_plan(0, 100 * GB, 0.3, mats, convs)  # not enough to drop: all of it
+    assert plan.matrices == ["old", "newer"] and plan.conversions == ["c_old", "c_mid", "c_new"]
+
+
+def test_reserve_fraction_is_checked() -> None:
+    assert reserve_bytes(100, 0.25) == 25
+    for bad in (-0.1, 1.0, 1.5):
+        with pytest.raises(ValueError, match="reserve_fraction"):
+            reserve_bytes(100, bad)
+
+
+A100 = generate("random", 100, seed=0, nnz_per_row=3)
+
+
+def _dev(fmt: str, params: dict) -> DeviceMatrix:
+    """A real conversion, its host arrays standing in for device ones."""
+    fd = convert(A100, fmt, params)
+    return DeviceMatrix(fd, {n: a.copy() for n, a in fd.arrays.items()})
+
+
+def _bytes(dev: DeviceMatrix) -> int:
+    return sum(a.nbytes for a in dev.arrays.values())
+
+
+def _resident(conversions: dict) -> ResidentMatrix:
+    """A ResidentMatrix on the unbatched path with host arrays in place of device ones."""
+    st = ResidentMatrix.__new__(ResidentMatrix)
+    st.twins = None
+    st.on_device = {w: MatrixOnDevice(A100) for w in ("A", "A_alt")}
+    st.references = {}
+    st.pristine, st._pristine_sums, st._pristine_fp = {}, {}, {}
+    for key, got in conversions.items():
+        for w in ("A", "A_alt"):
+            st.on_device[w]._cache[key] = got if isinstance(got, str) else got(w)
+            if not isinstance(got, str):
+                dev = st.on_device[w]._cache[key]
+                pkey = (w, (dev.data.format, tuple(sorted(dev.data.params.items()))))
+                st.pristine[pkey] = {n: a.copy() for n, a in dev.arrays.items()}
+                st._pristine_sums[pkey] = (0,)
+                st._pristine_fp[pkey] = object()
+    return st
+
+
+def test_a_conversion_counts_both_versions_and_their_pristine_copies_and_drops_them_all() -> None:
+    """ELL counted four times (two versions, two pristine copies); a refusal holds nothing and
+    stays. Dropping it frees the caches and the pristine copies, sums and fingerprints of both
+    versions. Kills: one version counted or dropped, pristine copies kept (the memory would stay
+    held), a refusal forgotten (the converter would run again for nothing)."""
+    ell = ("ELL", ())
+    st = _resident({("DIA", ()): "DIA would store too much",
+                    ell: lambda w: _dev("ELL", {})})
+    assert st.conversion_sizes() == [(ell, 4 * _bytes(_dev("ELL", {})))]
+    assert st.has_conversion(ell) and st.has_conversion(("DIA", ()))
+    st.drop_conversion(ell)
+    assert not st.has_conversion(ell) and st.conversion_sizes() == []
+    assert st.pristine == {} and st._pristine_sums == {} and st._pristine_fp == {}
+    st.drop_conversion(("DIA", ()))
+    assert st.has_conversion(("DIA", ()))
+
+
+def test_a_pristine_copy_shared_by_two_header_spellings_stays_until_both_go() -> None:
+    """A header that leaves a default out and one that spells it resolve to one conversion: one
+    pristine copy (keyed by the resolved parameters). Dropping one spelling keeps the copy the other
+    is checked against. Kills: the copy dropped with the first (the next job's damage check would
+    find no pristine copy for its conversion)."""
+    short, spelled = ("SELL", ()), ("SELL", (("C", 32),))
+    st = _resident({short: lambda w: _dev("SELL", {}), spelled: lambda w: _dev("SELL", {"C": 32})})
+    assert len(st.pristine) == 2  # one per version, shared by both spellings
+    size = _bytes(_dev("SELL", {}))
+    assert sum(s for _, s in st.conversion_sizes()) == 4 * size + 2 * size
+    st.drop_conversion(short)
+    assert ("A", ("SELL", (("C", 32), ("sigma", 1)))) in st.pristine
+    st.drop_conversion(spelled)
+    assert st.pristine == {}
+
+
+def test_the_conversion_cache_keeps_least_recently_used_first() -> None:
+    """A hit moves the conversion last, so make_room lets go of the one unused longest. Kills: the
+    insertion order kept (a conversion every candidate uses would be dropped first)."""
+    mod = MatrixOnDevice(A100)
+    for fmt in ("ELL", "SELL", "HYB"):
+        mod._cache[(fmt, ())] = _dev(fmt, {})
+    mod.get("ELL", {})
+    assert list(mod._cache) == [("SELL", ()), ("HYB", ()), ("ELL", ())]
+
+
+class _Fake:
+    """A resident matrix as make_room sees it."""
+
+    def __init__(self, sizes: dict[tuple, int]):
+        self.sizes = dict(sizes)
+
+    def has_conversion(self, key):
+        return key in self.sizes
+
+    def conversion_sizes(self):
+        return list(self.sizes.items())
+
+    def device_bytes(self):
+        return sum(self.sizes.values())
+
+    def drop_conversion(self, key):
+        self.sizes.pop(key, None)
+
+
+def test_make_room_applies_the_plan_and_hands_blocks_back_once() -> None:
+    """Under the reserve: the other matrix goes, then the current one's least recently used
+    conversion, never the one about to be made; the pool's blocks are freed once. Over the reserve,
+    or for a conversion already there: nothing. Kills: the current matrix dropped, blocks not freed
+    (CuPy's pool would keep the memory), a check of free memory skipped."""
+    cache = MatrixCache()
+    cache._items["other"] = _Fake({("ELL", ()): 5 * GB})
+    cache._items["cur"] = cur = _Fake({("SELL", ()): 4 * GB, ("HYB", ()): 4 * GB})
+    freed = []
+    plan = cache.make_room("cur", ("CSR", ()), 0.3, lambda: (21 * GB, 100 * GB), lambda: freed.append(1))
+    assert plan.matrices == ["other"] and plan.conversions == [("SELL", ())]
+    assert list(cache._items) == ["cur"] and list(cur.sizes) == [("HYB", ())] and freed == [1]
+    assert cache.make_room("cur", ("HYB", ()), 0.3, lambda: (0, 100 * GB), lambda: freed.append(1)).empty
+    assert cache.make_room("cur", ("CSR", ()), 0.3, lambda: (31 * GB, 100 * GB), lambda: freed.append(1)).empty
+    assert freed == [1] and list(cur.sizes) == [("HYB", ())]
