@@ -6,8 +6,10 @@ inputs with their fp64 references, and x and y. :func:`device_footprint_bytes` a
 of that any evaluation needs (CSR, one conversion at least as large as CSR's values and
 indices, its pristine copy, the vectors); it is a lower bound, so a refusal is certain and a
 matrix that passes may still run out of memory in a format that pads heavily (the worker then
-reports the failure for that candidate). Free memory comes from ``nvidia-smi`` (no CUDA context
-is created in this process); without it the check is skipped.
+reports the failure for that candidate). The GPU's memory comes from ``nvidia-smi`` (no CUDA
+context is created in this process); without it the check is skipped. It refuses against the whole
+memory, not what is free at the moment: the harness's own workers hold caches they give back when a
+matrix needs room (:mod:`sparserl.harness.memory`), so free memory alone refused matrices that fit.
 """
 
 from __future__ import annotations
@@ -53,13 +55,13 @@ def _visible_filter(rows: list[tuple[str, str, int]]) -> list[tuple[str, str, in
     return out
 
 
-def free_gpu_bytes() -> list[int] | None:
-    """Free memory of each GPU this process can see, in bytes (None when nvidia-smi cannot tell)."""
+def gpu_memory() -> list[tuple[int, int]] | None:
+    """(free, total) memory of each GPU this process can see, in bytes (None when nvidia-smi cannot tell)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        proc = subprocess.run([exe, "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"],
+        proc = subprocess.run([exe, "--query-gpu=index,uuid,memory.free,memory.total", "--format=csv,noheader,nounits"],
                               capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.debug("nvidia-smi failed: %s", exc)
@@ -69,22 +71,32 @@ def free_gpu_bytes() -> list[int] | None:
     rows = []
     for line in proc.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and parts[2].isdigit():
-            rows.append((parts[0], parts[1], int(parts[2]) << 20))
-    return [r[2] for r in _visible_filter(rows)] or None
+        if len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit():
+            rows.append((parts[0], parts[1], int(parts[2]) << 20, int(parts[3]) << 20))
+    return [(r[2], r[3]) for r in _visible_filter(rows)] or None
 
 
 def check_fits(name: str, rows: int, cols: int, nnz: int, k: int | None = None,
-               free: list[int] | None = None) -> None:
+               memory: list[tuple[int, int]] | None = None) -> None:
     """Raise a one-line :class:`SparseRLError` when the matrix cannot fit on the GPUs the harness
-    uses. ``free``: free bytes per GPU (default: asked of nvidia-smi; unknown: no check)."""
-    free = free if free is not None else free_gpu_bytes()
-    if not free:
-        log.debug("free GPU memory unknown: the size check is skipped")
+    uses: its footprint above a GPU's whole memory. ``memory``: (free, total) bytes per GPU
+    (default: asked of nvidia-smi; unknown: no check). Above what is free only now, a warning: the
+    harness's own workers count as using what their caches hold, and they let it go when a matrix
+    needs room (:mod:`sparserl.harness.memory`); another process's memory they cannot."""
+    memory = memory if memory is not None else gpu_memory()
+    if not memory:
+        log.debug("GPU memory unknown: the size check is skipped")
         return
     need = device_footprint_bytes(rows, cols, nnz, k)
-    if need > min(free):
+    what = (f"{name} ({rows} x {cols}, {nnz} nonzeros{f', k = {k}' if k else ''})")
+    total = min(t for _, t in memory)
+    if need > total:
         raise SparseRLError(
-            f"{name} ({rows} x {cols}, {nnz} nonzeros{f', k = {k}' if k else ''}) is too large for the GPU: it needs "
-            f"at least {need / GiB:.1f} GiB there (matrix, a converted copy and its pristine copy, cuSPARSE's copy, "
-            f"verification vectors) and {min(free) / GiB:.1f} GiB is free")
+            f"{what} is too large for the GPU: it needs at least {need / GiB:.1f} GiB there (matrix, a converted "
+            f"copy and its pristine copy, cuSPARSE's copy, verification vectors) and the GPU has "
+            f"{total / GiB:.1f} GiB")
+    free = min(f for f, _ in memory)
+    if need > free:
+        log.warning("%s needs at least %.1f GiB on the GPU and %.1f GiB is free now; the harness lets its cached "
+                    "matrices and conversions go to make room, but memory held by other processes it cannot",
+                    what, need / GiB, free / GiB)
