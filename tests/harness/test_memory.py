@@ -141,10 +141,10 @@ class _Fake:
         self.sizes.pop(key, None)
 
 
-def test_make_room_applies_the_plan_and_hands_blocks_back_once() -> None:
+def test_make_room_applies_the_plan_and_hands_blocks_back() -> None:
     """Under the reserve: the other matrix goes, then the current one's least recently used
-    conversion, never the one about to be made; the pool's blocks are freed once. Over the reserve,
-    or for a conversion already there: nothing. Kills: the current matrix dropped, blocks not freed
+    conversion, never the one about to be made; the pool's blocks are freed before the plan and after
+    the drop. Over the reserve, or for a conversion already there: nothing. Kills: the current matrix dropped, blocks not freed
     (CuPy's pool would keep the memory), a check of free memory skipped."""
     cache = MatrixCache()
     cache._items["other"] = _Fake({("ELL", ()): 5 * GB})
@@ -152,7 +152,39 @@ def test_make_room_applies_the_plan_and_hands_blocks_back_once() -> None:
     freed = []
     plan = cache.make_room("cur", ("CSR", ()), 0.3, lambda: (21 * GB, 100 * GB), lambda: freed.append(1))
     assert plan.matrices == ["other"] and plan.conversions == [("SELL", ())]
-    assert list(cache._items) == ["cur"] and list(cur.sizes) == [("HYB", ())] and freed == [1]
+    assert list(cache._items) == ["cur"] and list(cur.sizes) == [("HYB", ())] and freed == [1, 1]
     assert cache.make_room("cur", ("HYB", ()), 0.3, lambda: (0, 100 * GB), lambda: freed.append(1)).empty
     assert cache.make_room("cur", ("CSR", ()), 0.3, lambda: (31 * GB, 100 * GB), lambda: freed.append(1)).empty
-    assert freed == [1] and list(cur.sizes) == [("HYB", ())]
+    assert freed == [1, 1] and list(cur.sizes) == [("HYB", ())]
+
+
+def test_make_room_asks_again_after_the_pool_hands_its_idle_blocks_back() -> None:
+    """The pool's idle blocks (earlier jobs' buffers) are not free to the device: the first reading is
+    under the reserve, the one after ``free_blocks`` over it, so nothing is dropped. Kills: a plan
+    made from the first reading (matrices and conversions dropped while the memory was there)."""
+    cache = MatrixCache()
+    cache._items["other"] = _Fake({("ELL", ()): 5 * GB})
+    cache._items["cur"] = _Fake({("SELL", ()): 4 * GB})
+    readings = iter([(10 * GB, 100 * GB), (40 * GB, 100 * GB)])
+    freed = []
+    plan = cache.make_room("cur", ("CSR", ()), 0.3, lambda: next(readings), lambda: freed.append(1))
+    assert plan.empty and freed == [1] and list(cache._items) == ["other", "cur"]
+
+
+def test_twin_conversions_count_both_versions_and_keep_least_recently_used_first() -> None:
+    """The batched path keeps a (matrix, twin) pair per conversion: both are counted, and a hit moves
+    the pair last. Kills: one of the pair counted, the twins' cache left in insertion order."""
+    from sparserl.harness.launcher import TwinConversions
+
+    st = ResidentMatrix.__new__(ResidentMatrix)
+    st.twins = TwinConversions(A100, A100, {})
+    st.references, st.pristine, st._pristine_sums, st._pristine_fp = {}, {}, {}, {}
+    for fmt in ("ELL", "HYB"):
+        st.twins._cache[(fmt, ())] = (_dev(fmt, {}), _dev(fmt, {}))
+    st.twins._cache[("DIA", ())] = "DIA would store too much"
+    assert st.conversion_sizes() == [(("ELL", ()), 2 * _bytes(_dev("ELL", {}))),
+                                     (("HYB", ()), 2 * _bytes(_dev("HYB", {})))]
+    st.twins.get("A", "ELL", {})
+    assert [k for k, _ in st.conversion_sizes()] == [("HYB", ()), ("ELL", ())]
+    st.drop_conversion(("ELL", ()))
+    assert not st.has_conversion(("ELL", ())) and st.has_conversion(("DIA", ()))

@@ -285,10 +285,15 @@ class MatrixCache:
         """Before matrix ``current`` makes ``conversion``: when the device's free memory (``mem_info``:
         free and total bytes) is under the reserve, drop other matrices and then ``current``'s other
         conversions, least recently used first (:func:`~sparserl.harness.memory.shed_plan`), and hand
-        the freed blocks back (``free_blocks``). Nothing happens when the conversion is already here."""
+        the freed blocks back (``free_blocks``; called first too, since the pool's idle blocks are not
+        free to the device). Nothing happens when the conversion is already here."""
         st = self._items.get(current)
         if st is None or st.has_conversion(conversion):
             return ShedPlan()
+        free, total = mem_info()
+        if free >= reserve_bytes(total, reserve_fraction):
+            return ShedPlan()
+        free_blocks()  # blocks the pool keeps but nothing uses (earlier jobs' buffers) come back first
         free, total = mem_info()
         if free >= reserve_bytes(total, reserve_fraction):
             return ShedPlan()

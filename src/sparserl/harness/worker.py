@@ -116,10 +116,7 @@ class Worker:
                             warm_target_ms=s["warm_target_ms"])
 
     def baseline(self, ref: dict, op, k: int | None, regime: str) -> dict:
-        st = self.matrices.get(ref)
-        cp = self.gpu.cp  # cuSPARSE's copy of the matrix needs room like a conversion
-        self.matrices.make_room(ref["key"], ("cuSPARSE",), self.memory_reserve, cp.cuda.runtime.memGetInfo,
-                                cp.get_default_memory_pool().free_all_blocks)
+        st = self.matrices.get(ref)  # no room made here: a job binds its conversion before its baseline
         with profile.step("baseline"):
             return self.baselines.get(ref["key"], st.A, op, k, self.timing_config(regime), self.gpu.flush,
                                       self.channel.lease_gpu)
@@ -217,6 +214,7 @@ class Worker:
             reserve = EVERYTHING if attempt else self.memory_reserve  # the retry lets all else go
             self.matrices.make_room(key, conversion, reserve,
                                     cp.cuda.runtime.memGetInfo, cp.get_default_memory_pool().free_all_blocks)
+            bound = alt = None
             try:
                 bound = self._bind(job, header, st, "A")
                 if isinstance(bound, str):
@@ -227,7 +225,10 @@ class Worker:
                     raise
                 log.warning("out of GPU memory binding %s %s; letting every other matrix and conversion go",
                             header.format, dict(header.params))
-                st.drop_conversion(conversion)  # a half-made conversion is not kept
+                bound = alt = None  # nothing of the half-made conversion is held here,
+                st.drop_conversion(conversion)  # nor in the caches
+                if job.get("pattern") and st.twins is not None:  # the caller's conversion, for the retry
+                    st.twins.files[conversion] = job["pattern"]
                 continue
             return bound, alt
         raise AssertionError("unreachable")

@@ -3,8 +3,9 @@
 A GPU worker keeps, per matrix (see ``sparserl.harness.worker``): cuSPARSE's CSR copy, each
 converted format with a pristine copy to restore it after every launch, the verification
 inputs with their fp64 references, and x and y. :func:`device_footprint_bytes` adds up the part
-of that any evaluation needs (CSR, one conversion at least as large as CSR's values and
-indices, its pristine copy, the vectors); it is a lower bound, so a refusal is certain and a
+of that any evaluation needs (cuSPARSE's CSR; one conversion at least as large as CSR's values and
+indices for the matrix and for its fresh-valued twin, each with a pristine copy; both fp64
+references; the vectors); it is a lower bound, so a refusal is certain and a
 matrix that passes may still run out of memory in a format that pads heavily (the worker then
 reports the failure for that candidate). The GPU's memory comes from ``nvidia-smi`` (no CUDA
 context is created in this process); without it the check is skipped. It refuses against the whole
@@ -33,7 +34,9 @@ def device_footprint_bytes(rows: int, cols: int, nnz: int, k: int | None = None,
     verify = verify or VerifyConfig()
     kk = k or 1
     csr = 4 * (rows + 1) + 8 * nnz  # row pointers; column indices and fp32 values
-    matrices = 3 * csr  # cuSPARSE's CSR, one conversion (>= CSR's values and indices), its pristine copy
+    # cuSPARSE's CSR; one conversion (>= CSR's values and indices) of the matrix and of its fresh-valued
+    # twin, each with its pristine copy; the fp64 references of both (row pointers, indices, fp64 values)
+    matrices = 5 * csr + 2 * (4 * (rows + 1) + 12 * nnz)
     inputs = verify.random_inputs + (3 if verify.adversarial else 0)
     vectors = 4 * kk * (cols + rows) * 2  # x and y, and the poisoned output copy
     verification = inputs * kk * (4 * cols + 8 * rows)  # each input and its fp64 reference
@@ -92,8 +95,9 @@ def check_fits(name: str, rows: int, cols: int, nnz: int, k: int | None = None,
     total = min(t for _, t in memory)
     if need > total:
         raise SparseRLError(
-            f"{what} is too large for the GPU: it needs at least {need / GiB:.1f} GiB there (matrix, a converted "
-            f"copy and its pristine copy, cuSPARSE's copy, verification vectors) and the GPU has "
+            f"{what} is too large for the GPU: it needs at least {need / GiB:.1f} GiB there (the matrix and its "
+            f"fresh-valued twin converted, with pristine copies and fp64 references; cuSPARSE's copy; verification "
+            f"vectors) and the GPU has "
             f"{total / GiB:.1f} GiB")
     free = min(f for f, _ in memory)
     if need > free:
