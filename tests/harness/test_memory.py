@@ -188,3 +188,63 @@ def test_twin_conversions_count_both_versions_and_keep_least_recently_used_first
     assert [k for k, _ in st.conversion_sizes()] == [("HYB", ()), ("ELL", ())]
     st.drop_conversion(("ELL", ()))
     assert not st.has_conversion(("ELL", ())) and st.has_conversion(("DIA", ()))
+
+
+class _OOM(MemoryError):
+    """Stands in for cupy.cuda.memory.OutOfMemoryError."""
+
+
+def _fake_cp():
+    from types import SimpleNamespace
+
+    pool = SimpleNamespace(free_all_blocks=lambda: None)
+    return SimpleNamespace(cuda=SimpleNamespace(runtime=SimpleNamespace(memGetInfo=lambda: (0, 100 * GB)),
+                                                memory=SimpleNamespace(OutOfMemoryError=_OOM)),
+                           get_default_memory_pool=lambda: pool)
+
+
+def _binding_worker(fail_times: int):
+    """A Worker whose binding runs out of memory on the twin ``fail_times`` times (CuPy doubled)."""
+    from types import SimpleNamespace
+
+    from sparserl.harness import worker as W
+
+    w = W.Worker.__new__(W.Worker)
+    w.gpu = SimpleNamespace(cp=_fake_cp())
+    w.memory_reserve = 0.3
+    rooms, dropped = [], []
+    w.matrices = SimpleNamespace(make_room=lambda key, conv, reserve, mem_info, free: rooms.append(reserve))
+    st = SimpleNamespace(twins=SimpleNamespace(files={}), drop_conversion=dropped.append)
+    left = [fail_times]
+
+    def bind(job, header, st_, which):
+        if which == "A_alt" and left[0]:
+            left[0] -= 1
+            raise _OOM("out of memory")
+        return ("bound", which)  # not a str: a str is a refusal
+
+    w._bind = bind
+    return w, st, rooms, dropped
+
+
+def test_out_of_memory_while_binding_lets_everything_go_and_binds_once_more() -> None:
+    """The twin's conversion runs out of memory once: the half-made conversion is dropped, the
+    caller's pattern folder put back for the retry, room made with the reserve nothing meets (every
+    other matrix and conversion let go), and the second binding returned. Twice: the error is raised
+    (the candidate is not retried forever). Kills: no retry, a retry that keeps the normal reserve,
+    the pattern lost (the retry would convert on the host again), the half-made conversion kept."""
+    from types import SimpleNamespace
+
+    from sparserl.harness import worker as W
+
+    w, st, rooms, dropped = _binding_worker(1)
+    header = SimpleNamespace(format="ELL", params={})
+    job = {"pattern": "/patterns/ell"}
+    got = w._bind_both(job, header, st, "m", ("ELL", ()))
+    assert got == (("bound", "A"), ("bound", "A_alt"))
+    assert rooms == [0.3, W.EVERYTHING] and dropped == [("ELL", ())]
+    assert st.twins.files == {("ELL", ()): "/patterns/ell"}
+    w, st, rooms, dropped = _binding_worker(2)
+    with pytest.raises(_OOM):
+        w._bind_both(job, header, st, "m", ("ELL", ()))
+    assert rooms == [0.3, W.EVERYTHING]
