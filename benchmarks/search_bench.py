@@ -27,7 +27,8 @@ search found a kernel faster than every enumerated one) and the same ratio from 
 medians, the candidates evaluated and the wall time. Printed: a table and, per set, geometric means
 and the number of matrices where the search beats the oracle (at all, and by 2% or more), from the
 search's own timings and from the fresh passes. Written: JSON, after every matrix, so an
-interrupted run keeps what it measured and ``--resume`` continues it.
+interrupted run keeps what it measured and ``--resume`` continues it. A matrix that cannot run (larger
+than the GPU) is skipped with its reason (``skipped`` in the JSON) and the others go on.
 
     python benchmarks/search_bench.py --rows 200000 --families powerlaw,skewed --budget 16   # quick
     python benchmarks/search_bench.py --out search_bench.json                                # 11 families, 1M rows
@@ -48,6 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sparserl.errors import SparseRLError
 from sparserl.eval.retime import median_us, retime
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.improve.table import geomean_of
@@ -354,6 +356,7 @@ def main() -> int:
     store = open_store(args.store or Path(tmp.name) / "store.sqlite")
     config = {k2: (str(v) if isinstance(v, Path) else v) for k2, v in vars(args).items()}
     t_all = time.perf_counter()
+    skipped: dict[str, str] = {}
     try:
         with Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=(args.regime,),
                                      reward_regime=args.regime)) as ev:
@@ -370,21 +373,28 @@ def main() -> int:
                 t = time.perf_counter()
                 A = make()
                 log.info("%s: %d x %d, %d nonzeros (made in %.1f s)", name, *A.shape, A.nnz, time.perf_counter() - t)
-                row = bench_one(ev, store, A, name, op, k, args) | {"set": set_name, "family": fam}
+                try:
+                    row = bench_one(ev, store, A, name, op, k, args) | {"set": set_name, "family": fam}
+                except SparseRLError as exc:  # e.g. larger than the GPU: the others still run
+                    log.error("%s: skipped: %s", name, exc)
+                    skipped[name] = str(exc)
+                    continue
                 rows.append(row)
                 log.info("%s: oracle %s, search %s (%s), search/oracle %s, search %.0f s", name,
                          fmt(row["oracle_speedup"], ".2f", "x"), fmt(row["search_speedup"], ".2f", "x"),
                          row["search_provenance"], fmt(row["ratio"], ".3f"), row["search_wall_seconds"])
                 summary = summarise(rows)
-                args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows},
-                                               indent=1, default=str))
+                args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows,
+                                                "skipped": skipped}, indent=1, default=str))
     finally:
         store.close()
         tmp.cleanup()
     summary = summarise(rows)
-    args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows,
+    args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows, "skipped": skipped,
                                     "seconds": time.perf_counter() - t_all}, indent=1, default=str))
     print_table(rows, summary)
+    for name, why in skipped.items():
+        print(f"skipped {name}: {why}")
     print(f"\nwrote {args.out}")
     return 0
 

@@ -253,3 +253,35 @@ def test_benchmark_refuses_a_map_that_leaves_a_real_matrix_out(tmp_path: Path, m
     with pytest.raises(SystemExit, match="names no model for 1 of the matrices \\(bb\\)"):
         search_bench.main()
     assert not (tmp_path / "o.json").exists()
+
+
+def test_benchmark_goes_on_past_a_matrix_that_cannot_run(tmp_path: Path, monkeypatch) -> None:
+    """A matrix that cannot run (here: every one, as if larger than the GPU) is skipped with its reason in
+    the JSON, and the run goes on to the next and ends normally. Mutation killed: one matrix's error
+    ending the whole benchmark (a bench of eleven 1M-row matrices died on the seventh)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import search_bench
+    finally:
+        sys.path.pop(0)
+    from sparserl.errors import SparseRLError
+
+    real = tmp_path / "ss"
+    real.mkdir()
+    for name in ("aa", "bb"):
+        save_matrix(generate("random", 200, seed=1), real / f"{name}.mtx")
+    tried = []
+
+    def too_large(ev, store, A, name, *rest):
+        tried.append(name)
+        raise SparseRLError(f"{name} is too large for the GPU")
+
+    monkeypatch.setattr(search_bench, "bench_one", too_large)
+    out = tmp_path / "o.json"
+    monkeypatch.setattr(sys, "argv", ["search_bench.py", "--no-families", "--suitesparse", str(real), "--compile-only",
+                                      "--out", str(out)])
+    assert search_bench.main() == 0
+    assert tried == ["aa", "bb"]
+    got = json.loads(out.read_text())
+    assert got["skipped"] == {"aa": "aa is too large for the GPU", "bb": "bb is too large for the GPU"}
+    assert got["matrices"] == []
