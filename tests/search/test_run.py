@@ -233,9 +233,8 @@ def test_benchmark_models_by_matrix_resolve_against_their_file(tmp_path: Path) -
         assert "\n" not in str(exc.value)
 
 
-def test_benchmark_refuses_a_map_that_leaves_a_real_matrix_out(tmp_path: Path, monkeypatch) -> None:
-    """With --cost-model-by-matrix, a SuiteSparse matrix the map does not name stops the run before
-    any search (it would get the packaged model, fitted on it). Mutation killed: the quiet fallback."""
+def _bench_and_two_real_matrices(tmp_path: Path):
+    """benchmarks/search_bench.py as a module, and a folder of two small real-matrix files (aa, bb)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         import search_bench
@@ -245,6 +244,13 @@ def test_benchmark_refuses_a_map_that_leaves_a_real_matrix_out(tmp_path: Path, m
     real.mkdir()
     for name in ("aa", "bb"):
         save_matrix(generate("random", 200, seed=1), real / f"{name}.mtx")
+    return search_bench, real
+
+
+def test_benchmark_refuses_a_map_that_leaves_a_real_matrix_out(tmp_path: Path, monkeypatch) -> None:
+    """With --cost-model-by-matrix, a SuiteSparse matrix the map does not name stops the run before
+    any search (it would get the packaged model, fitted on it). Mutation killed: the quiet fallback."""
+    search_bench, real = _bench_and_two_real_matrices(tmp_path)
     (tmp_path / "m.json.gz").write_bytes(b"x")
     (tmp_path / "by.json").write_text('{"aa": "m.json.gz"}')
     argv = ["search_bench.py", "--no-families", "--suitesparse", str(real), "--compile-only",
@@ -259,17 +265,9 @@ def test_benchmark_goes_on_past_a_matrix_that_cannot_run(tmp_path: Path, monkeyp
     """A matrix that cannot run (here: every one, as if larger than the GPU) is skipped with its reason in
     the JSON, and the run goes on to the next and ends normally. Mutation killed: one matrix's error
     ending the whole benchmark (a bench of eleven 1M-row matrices died on the seventh)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import search_bench
-    finally:
-        sys.path.pop(0)
     from sparserl.errors import SparseRLError
 
-    real = tmp_path / "ss"
-    real.mkdir()
-    for name in ("aa", "bb"):
-        save_matrix(generate("random", 200, seed=1), real / f"{name}.mtx")
+    search_bench, real = _bench_and_two_real_matrices(tmp_path)
     tried = []
 
     def too_large(ev, store, A, name, *rest):
