@@ -299,7 +299,7 @@ def main() -> int:
     ap.add_argument("--families", default="", help="comma-separated families (default: the 11 large ones)")
     ap.add_argument("--no-families", action="store_true", help="no generated matrices (e.g. SuiteSparse only)")
     ap.add_argument("--suitesparse", type=Path, help="folder of real matrices (.mtx/.mtx.gz/.npz)")
-    ap.add_argument("--limit", type=int, default=0, help="at most this many SuiteSparse matrices (0: all)")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many SuiteSparse matrices, the first by file name (0: all)")
     ap.add_argument("--only", default="", help="comma-separated matrix names to run (others skipped)")
     ap.add_argument("--budget", type=int, default=64, help="candidates per search")
     ap.add_argument("--seconds", type=float, default=None, help="time limit per search")
