@@ -180,6 +180,10 @@ def test_the_guided_targets_read_the_retimed_ratio_where_the_run_made_one(tmp_pa
     text = bench.table(bench.read_run(out, "small"))
     assert "1.03x at equal budget 64: 1.010 with the arms' kernels timed again side by side, 1.040 on their first" in text
     assert "(the room any guide has), 2 matrices: 1.012 first timing, 1.004 retimed" in text
+    assert "that room is under the 1.03 the equal-budget target asks" in text
+    summary |= {"headroom": 1.01, "headroom_retimed": 1.05}  # the retimed room is read, not the first timing's
+    (out / "guided.json").write_text(json.dumps({"compile_only": False, "summary": summary}))
+    assert "that room is under" not in bench.table(bench.read_run(out, "small"))
 
 
 def _two(start: dict, improved: dict | None, oracle: dict) -> dict:
