@@ -248,3 +248,15 @@ def test_out_of_memory_while_binding_lets_everything_go_and_binds_once_more() ->
     with pytest.raises(_OOM):
         w._bind_both(job, header, st, "m", ("ELL", ()))
     assert rooms == [0.3, W.EVERYTHING]
+
+
+def test_a_reserve_outside_zero_to_one_is_refused_in_one_line() -> None:
+    """Bad input: a memory_reserve of 1 or more (nothing could ever be kept) or below 0."""
+    from sparserl.errors import SparseRLError
+    from sparserl.harness.evaluator import HarnessConfig
+
+    assert HarnessConfig(memory_reserve=0.0).memory_reserve == 0.0
+    for bad in (-0.5, 1.0, 2.0):
+        with pytest.raises(SparseRLError, match="memory_reserve must be in") as exc:
+            HarnessConfig(memory_reserve=bad)
+        assert "\n" not in str(exc.value)
