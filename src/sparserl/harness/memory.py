@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+GiB = float(1 << 30)
+
 
 @dataclass(frozen=True)
 class ShedPlan:

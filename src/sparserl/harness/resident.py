@@ -31,11 +31,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparserl.harness.matrix_files import load_matrix_file
-from sparserl.harness.memory import ShedPlan, reserve_bytes, shed_plan
+from sparserl.harness.memory import GiB, ShedPlan, reserve_bytes, shed_plan
 
 log = logging.getLogger(__name__)
-
-GiB = float(1 << 30)
 
 MAX_MATRICES = 4
 """Matrices a worker keeps (least recently used evicted)."""

@@ -21,11 +21,10 @@ import shutil
 import subprocess
 
 from sparserl.errors import SparseRLError
+from sparserl.harness.memory import GiB
 from sparserl.harness.verify import VerifyConfig
 
 log = logging.getLogger(__name__)
-
-GiB = float(1 << 30)
 
 
 def device_footprint_bytes(rows: int, cols: int, nnz: int, k: int | None = None,
@@ -91,14 +90,13 @@ def check_fits(name: str, rows: int, cols: int, nnz: int, k: int | None = None,
         log.debug("GPU memory unknown: the size check is skipped")
         return
     need = device_footprint_bytes(rows, cols, nnz, k)
-    what = (f"{name} ({rows} x {cols}, {nnz} nonzeros{f', k = {k}' if k else ''})")
+    what = f"{name} ({rows} x {cols}, {nnz} nonzeros{f', k = {k}' if k else ''})"
     total = min(t for _, t in memory)
     if need > total:
         raise SparseRLError(
             f"{what} is too large for the GPU: it needs at least {need / GiB:.1f} GiB there (the matrix and its "
             f"fresh-valued twin converted, with pristine copies and fp64 references; cuSPARSE's copy; verification "
-            f"vectors) and the GPU has "
-            f"{total / GiB:.1f} GiB")
+            f"vectors) and the GPU has {total / GiB:.1f} GiB")
     free = min(f for f, _ in memory)
     if need > free:
         log.warning("%s needs at least %.1f GiB on the GPU and %.1f GiB is free now; the harness lets its cached "
