@@ -214,7 +214,6 @@ class Worker:
             reserve = EVERYTHING if attempt else self.memory_reserve  # the retry lets all else go
             self.matrices.make_room(key, conversion, reserve,
                                     cp.cuda.runtime.memGetInfo, cp.get_default_memory_pool().free_all_blocks)
-            bound = alt = None
             try:
                 bound = self._bind(job, header, st, "A")
                 if isinstance(bound, str):
