@@ -357,6 +357,13 @@ def main() -> int:
     config = {k2: (str(v) if isinstance(v, Path) else v) for k2, v in vars(args).items()}
     t_all = time.perf_counter()
     skipped: dict[str, str] = {}
+
+    def write(**extra) -> dict:  # after every matrix, and once more at the end with the run's seconds
+        summary = summarise(rows)
+        args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows, "skipped": skipped}
+                                       | extra, indent=1, default=str))
+        return summary
+
     try:
         with Evaluator(HarnessConfig(compile_only=args.compile_only, regimes=(args.regime,),
                                      reward_regime=args.regime)) as ev:
@@ -383,15 +390,11 @@ def main() -> int:
                 log.info("%s: oracle %s, search %s (%s), search/oracle %s, search %.0f s", name,
                          fmt(row["oracle_speedup"], ".2f", "x"), fmt(row["search_speedup"], ".2f", "x"),
                          row["search_provenance"], fmt(row["ratio"], ".3f"), row["search_wall_seconds"])
-                summary = summarise(rows)
-                args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows,
-                                                "skipped": skipped}, indent=1, default=str))
+                write()
     finally:
         store.close()
         tmp.cleanup()
-    summary = summarise(rows)
-    args.out.write_text(json.dumps({"config": config, "summary": summary, "matrices": rows, "skipped": skipped,
-                                    "seconds": time.perf_counter() - t_all}, indent=1, default=str))
+    summary = write(seconds=time.perf_counter() - t_all)
     print_table(rows, summary)
     for name, why in skipped.items():
         print(f"skipped {name}: {why}")
