@@ -189,6 +189,34 @@ def test_batched_timing_agrees_stops_early_and_adapts() -> None:
     cp.cuda.runtime.deviceSynchronize()
 
 
+def test_batched_timing_judges_a_kernel_on_the_x_it_was_given() -> None:
+    """A kernel that zeroes most of x when it recognises a timed run and answers for what it left
+    (``zeroes_x_when_timed``) is rejected cold and warm; the honest kernel passes both, on the same
+    buffers. Kills a check that reads the x left in the buffer instead of writing it again from the
+    run's seed (cold passed the cheat; warm's kept repetition caught it), and a rewrite from the wrong
+    seed or repetition (the honest kernel would fail)."""
+    from sparserl.harness.batched import BoardIO, time_cold, time_warm
+    from sparserl.harness.buffers import IOBuffers
+    from sparserl.harness.timing import FlushBuffer, TimingConfig
+    from tests.harness.adversarial import ADVERSARIAL, GOOD
+
+    A = generate("random", 20_000, seed=3, nnz_per_row=12)
+    st = _resident(A)
+    flush = FlushBuffer()
+    for text, wrong in ((GOOD, False), (ADVERSARIAL["zeroes_x_when_timed"][0], True)):
+        bound, _ = _bind(st, text, "A")
+        bio = BoardIO(IOBuffers(*A.shape), st.checks["A"])
+        run = bound.runner(bio.io.x, bio.io.y)
+        cold = time_cold(run, TimingConfig(regime="cold", trials=5), flush, bio, floor=5, ci=0.0, batch=5, ahead=2)
+        warm = time_warm(run, TimingConfig(regime="warm", trials=3, warm_target_ms=0.2), bio)
+        for regime, res in (("cold", cold), ("warm", warm)):
+            if wrong:
+                assert res.timing is None and res.failure.startswith(f"timed run ({regime}"), (regime, res.failure)
+                assert "output differs from the reference" in res.failure
+            else:
+                assert res.failure is None and res.timing.median_us > 0, (regime, res.failure)
+
+
 def test_cusparse_timed_both_ways_agrees() -> None:
     from sparserl.harness.baseline import time_cusparse
     from sparserl.harness.timing import TimingConfig

@@ -102,7 +102,8 @@ def test_io_buffers_guards_and_refresh() -> None:
 def test_timed_runs_are_prepared_and_checked() -> None:
     """time_run with a CheckedIO: an honest kernel passes every check; one that skips rows already
     holding a number would have passed before (one y reused) and still computes now; one that
-    leaves y alone on timed runs is rejected, saying which run."""
+    leaves y alone on timed runs, or zeroes most of x and answers for what it left, is rejected,
+    saying which run (cold, the second kills a check that reads the x left in the buffer)."""
     import cupy as cp
 
     from sparserl.harness.buffers import CheckedIO, IOBuffers
@@ -127,10 +128,10 @@ def test_timed_runs_are_prepared_and_checked() -> None:
             checked = CheckedIO(io, ref)
             t = time_run(bound(text).runner(io.x, io.y), cfg, io=checked)
             assert t.median_us > 0 and checked.checked >= (5 if regime == "cold" else 10)
-        io = IOBuffers(*A.shape)
-        with pytest.raises(TimedRunRejected, match=f"timed run \\({regime}"):
-            time_run(bound(ADVERSARIAL["skips_on_timed_input_grid"][0]).runner(io.x, io.y), cfg,
-                     io=CheckedIO(io, ref))
+        for cheat in ("skips_on_timed_input_grid", "zeroes_x_when_timed"):
+            io = IOBuffers(*A.shape)
+            with pytest.raises(TimedRunRejected, match=f"timed run \\({regime}"):
+                time_run(bound(ADVERSARIAL[cheat][0]).runner(io.x, io.y), cfg, io=CheckedIO(io, ref))
 
 
 @pytest.mark.parametrize("batched", [False, True])

@@ -350,7 +350,7 @@ def test_checked_io_seed_and_what_a_check_leaves() -> None:
         HostKernel(A).run(checked.io.x, checked.io.y)
         checked.mark(rep)
     last = checked.io.y.copy()
-    assert checked.check("warm") is None and checked.checked == 2
+    assert checked.check("warm", 2) is None and checked.checked == 2
     assert np.array_equal(checked.io.y, last)
     baseline = CheckedIO(IOBuffers(M, N, xp=np))
     baseline.choose_snapshot(3)
@@ -358,7 +358,7 @@ def test_checked_io_seed_and_what_a_check_leaves() -> None:
     for rep in range(3):
         baseline.prepare(rep)
         baseline.mark(rep)
-    assert baseline.check("warm") is None
+    assert baseline.check("warm", 2) is None
 
 
 def test_buffers_start_poisoned_between_guards() -> None:
@@ -396,7 +396,7 @@ def timed_samples(checked: CheckedIO, kernel: HostKernel, regime: str, samples: 
             checked.prepare(rep)
             kernel.run(io.x, io.y)
             checked.mark(rep)
-        if (msg := checked.check(f"{regime}, sample {s + 1}")) is not None:
+        if (msg := checked.check(f"{regime}, sample {s + 1}", reps - 1)) is not None:
             return msg
     return None
 
@@ -443,6 +443,37 @@ def test_a_kernel_that_writes_a_guard_when_timed_is_rejected() -> None:
     assert msg == "timed run (cold, sample 1) wrote past the end of y"
 
 
+@pytest.mark.parametrize("regime", ["cold", "warm"])
+def test_a_kernel_that_zeroes_x_when_timed_is_judged_on_the_x_it_was_given(regime: str) -> None:
+    """It recognises a timed run's input, zeroes x past its first 8 values (which it reads to
+    recognise the next one) and answers for the zeroed x: right for what it left in the buffer,
+    a fraction of the work on a real matrix. The check writes x again from the run's seed and
+    compares with the reference for it, so the answer is wrong. An honest kernel still passes
+    after the check's rewrite of x, and a kernel that scribbles on x but answers for the x it was
+    given passes too (it gains nothing: x is written again before every run).
+
+    Mutation killed: the check comparing with the x left in the buffer (no rewrite from the
+    seed): cold passed the cheat; warm caught it through the kept repetition, but rejected the
+    scribbler's right answer."""
+    A = matrix()
+    assert not any(looks_timed(x) for _, x in make_inputs((N,), VerifyConfig()))
+
+    def zero_x(self, x, y) -> None:
+        if looks_timed(x):
+            x.reshape(-1)[8:] = 0.0
+        self.honest(x, y)
+
+    def scribble(self, x, y) -> None:
+        self.honest(x, y)
+        x.reshape(-1)[8:] = 0.0
+
+    msg = timed_samples(CheckedIO(IOBuffers(M, N, xp=np), Fp64Reference(A)), HostKernel(A, zero_x), regime)
+    assert msg is not None and msg.startswith(f"timed run ({regime}, sample 1"), msg
+    assert "output differs from the reference" in msg
+    for body in (None, scribble):
+        assert timed_samples(CheckedIO(IOBuffers(M, N, xp=np), Fp64Reference(A)), HostKernel(A, body), regime) is None
+
+
 def test_the_kept_repetition_catches_work_skipped_inside_a_warm_sample() -> None:
     """A kernel that computes only on every 5th launch (it guesses the last repetition of each warm
     sample of 5) and repeats its previous answer otherwise: the last repetition's output is right,
@@ -472,7 +503,7 @@ def test_cusparse_runs_are_prepared_but_not_checked() -> None:
     checked.new_seed()
     checked.prepare(0)
     assert np.isnan(io.y).all() and io.x.tolist() == host_refresh(int(checked.seed[0]), 0, N).tolist()
-    assert checked.check("cold") is None and checked.checked == 0 and checked.snapshot is None
+    assert checked.check("cold", 0) is None and checked.checked == 0 and checked.snapshot is None
 
 
 @pytest.mark.gpu

@@ -223,15 +223,18 @@ class BoardIO:
         if rep == self.snapshot_rep:
             self.snapshot[...] = self.io.y
 
-    def enqueue_check(self, board: gpucheck.Board, row: int, snapshot_row: int | None = None) -> None:
+    def enqueue_check(self, board: gpucheck.Board, row: int, seed, rep: int, snapshot_row: int | None = None) -> None:
         """Enqueue the checks of the output the last run left (and of the kept repetition), each into a
-        board row reset after the run (so nothing the kernel wrote there beforehand counts)."""
+        board row reset after the run (so nothing the kernel wrote there beforehand counts). The last
+        run was repetition ``rep`` of ``seed`` (a one-element device array): its x is written again from
+        them before the comparison, so a kernel that rewrote x is judged on the x it was given."""
         if self.check is None:
             return
         board.enqueue_reset(row)
         if snapshot_row is not None:
             board.enqueue_reset(snapshot_row)
         gpucheck.enqueue_guards(self.io, board.row(row, gpucheck.GUARDS))
+        self.io.refresh(seed, rep, poison=False)
         self.check.enqueue(self.io.x, self.io.y, board.row(row))
         if snapshot_row is not None and self.snapshot_rep is not None:
             self.io.refresh(self.seed, self.snapshot_rep, poison=False)
@@ -293,12 +296,13 @@ def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer,
             with stream:
                 seeds = io.seeds(end - done)
                 for t in range(done, end):
-                    io.io.refresh(seeds[t - done:t - done + 1], 0)
+                    seed = seeds[t - done:t - done + 1]
+                    io.io.refresh(seed, 0)
                     flush.flush(stream)
                     events[t][0].record(stream)
                     one.launch(stream)
                     events[t][1].record(stream)
-                    io.enqueue_check(board, t)
+                    io.enqueue_check(board, t, seed, 0)
                     if (t + 1 - done) % ahead == 0 or t + 1 == end:
                         _sync(stream)
             profile.count("cold_runs", end - done)
@@ -362,7 +366,7 @@ def time_warm(run: Callable[[], None], config: TimingConfig, io: BoardIO, ahead:
                 graph.launch(stream)
                 events[t][1].record(stream)
                 if check:
-                    io.enqueue_check(board, 2 * t, 2 * t + 1)
+                    io.enqueue_check(board, 2 * t, io.seed, reps - 1, 2 * t + 1)
                 if (t + 1) % ahead == 0 or t + 1 == config.trials:
                     _sync(stream)
         return [cp.cuda.get_elapsed_time(a, b) * 1e3 for a, b in events]

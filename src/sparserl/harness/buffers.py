@@ -10,9 +10,11 @@ pass).
 :class:`CheckedIO` makes a timed launch a checked one (see :func:`sparserl.harness.timing.time_run`):
 before every timed run ``x`` gets fresh pseudo-random values (from a seed the kernel cannot know,
 drawn from the OS for each sample) and ``y`` is poisoned with NaN, exactly like a verification
-launch; afterwards the output is compared with the fp64 reference for that ``x``. So a kernel that
-computes only when its output looks unwritten, or that caches an answer for a repeated input,
-produces wrong timed outputs and is judged ``incorrect``.
+launch; afterwards ``x`` is written again from the same seed (so a kernel that rewrote ``x`` while
+timed is judged on the input it was given, not on what it left there) and the output is compared
+with the fp64 reference for that ``x``. So a kernel that computes only when its output looks
+unwritten, that caches an answer for a repeated input, or that zeroes ``x`` when timed and answers
+for the zeroed input, produces wrong timed outputs and is judged ``incorrect``.
 
 Both classes work on the GPU (CuPy, the worker) or on the host (``xp=numpy``: the same layout,
 poison, guards and checks, with :func:`host_refresh` computing the fresh inputs the CUDA kernel
@@ -159,12 +161,15 @@ class CheckedIO:
         if rep == self.snapshot_rep:
             self.snapshot[...] = self.io.y
 
-    def check(self, what: str) -> str | None:
-        """Judge the output left by the last sample (and the kept one): a message, or None."""
+    def check(self, what: str, rep: int) -> str | None:
+        """Judge the output left by the last sample, whose last run was repetition ``rep`` (and the kept
+        one): a message, or None. Each output is compared with the reference for the x its run was
+        given, written again from the seed: the x left in the buffer is whatever the kernel left."""
         if self.reference is None:
             return None
         if (g := self.io.guard_problem()) is not None:
             return f"timed run ({what}) {g}"
+        self.io.refresh(self.seed, rep, poison=False)
         res = self.reference.compare(self.io.x, self.io.y)
         self.checked += 1
         if not res.ok:

@@ -242,8 +242,9 @@ class _Clock:
                 self.io.new_seed()
         return self.elapsed_us(graph)
 
-    def reject_wrong(self, what: str) -> None:
-        if self.io is not None and (msg := self.io.check(what)) is not None:
+    def reject_wrong(self, what: str, rep: int) -> None:
+        """Raise when the last sample's output (its last run was repetition ``rep``) is wrong."""
+        if self.io is not None and (msg := self.io.check(what, rep)) is not None:
             raise TimedRunRejected(msg)
 
 
@@ -268,7 +269,7 @@ def _time_cold(run: Callable[[], None], config: TimingConfig, clock: _Clock, flu
             samples.append(clock.elapsed_us(one))
             profile.count("cold_runs")
         with profile.step("time_check"):
-            clock.reject_wrong(f"cold, run {trial + 1} of {config.trials}")
+            clock.reject_wrong(f"cold, run {trial + 1} of {config.trials}", 0)
     return _summary("cold", np.asarray(samples), 1)
 
 
@@ -289,7 +290,7 @@ def _time_warm(run: Callable[[], None], config: TimingConfig, clock: _Clock,
     totals = []
     for trial in range(config.trials):
         totals.append(clock.sample(many))
-        clock.reject_wrong(f"warm, sample {trial + 1} of {config.trials}, {reps} runs each")
+        clock.reject_wrong(f"warm, sample {trial + 1} of {config.trials}, {reps} runs each", reps - 1)
     prep_us = 0.0
     if io is not None or scrub is not None:
         prep = capture(_reps(run, io, reps, False, scrub), stream)

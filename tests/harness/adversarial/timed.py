@@ -6,7 +6,7 @@ buffer layout) and its output is checked, so:
 * a kernel that cannot tell the two apart computes every time: it is correct and gains nothing
   (expected ``none``; the GPU test also checks that its time is that of the honest kernel);
 * a kernel that can tell them apart (by the inputs' values) and skips work when timed leaves
-  NaN in y: ``incorrect``, with a message naming the timed run.
+  NaN in y, or answers for an x it rewrote: ``incorrect``, with a message naming the timed run.
 """
 
 from __future__ import annotations
@@ -58,6 +58,13 @@ CASES: dict[str, tuple[str, str]] = {
     # ... or half of the work
     "half_work_on_timed_inputs": (csr(f"if (row >= m) return; {LOOKS_TIMED} if (timed && (row & 1)) return; "
                                       f"{DOT} y[row] = sum;"), "incorrect"),
+    # zeroes x past the 8 values it recognises a timed run by, and answers for the zeroed x: right for
+    # what it left in the buffer, a fraction of the work (the check writes x again from the run's seed)
+    "zeroes_x_when_timed": (csr(f"if (row >= m) return; {LOOKS_TIMED} if (timed) {{ float* xw = (float*)x; "
+                                "for (int j = 8 + row; j < n; j += m) xw[j] = 0.f; float s = 0.f; "
+                                "for (int j = row_ptr[row]; j < row_ptr[row + 1] && col_idx[j] < 8; ++j) "
+                                f"s += val[j] * x[col_idx[j]]; y[row] = s; return; }} {DOT} y[row] = sum;"),
+                            "incorrect"),
     # honest work, plus a write into the poisoned guard after y only when timed
     "writes_guard_when_timed": (csr(f"{HONEST} {LOOKS_TIMED} if (row == 0 && timed) y[m] = 0.f;"), "incorrect"),
 }
