@@ -443,14 +443,16 @@ def test_a_kernel_that_writes_a_guard_when_timed_is_rejected() -> None:
     assert msg == "timed run (cold, sample 1) wrote past the end of y"
 
 
+@pytest.mark.parametrize("k", [None, 3])
 @pytest.mark.parametrize("regime", ["cold", "warm"])
-def test_a_kernel_that_zeroes_x_when_timed_is_judged_on_the_x_it_was_given(regime: str) -> None:
+def test_a_kernel_that_zeroes_x_when_timed_is_judged_on_the_x_it_was_given(regime: str, k: int | None) -> None:
     """It recognises a timed run's input, zeroes x past its first 8 values (which it reads to
     recognise the next one) and answers for the zeroed x: right for what it left in the buffer,
     a fraction of the work on a real matrix. The check writes x again from the run's seed and
     compares with the reference for it, so the answer is wrong. An honest kernel still passes
     after the check's rewrite of x, and a kernel that scribbles on x but answers for the x it was
-    given passes too (it gains nothing: x is written again before every run).
+    given passes too (it gains nothing: x is written again before every run). SpMV and SpMM (k = 3:
+    x is n x k, written again whole).
 
     Mutation killed: the check comparing with the x left in the buffer (no rewrite from the
     seed): cold passed the cheat; warm caught it through the kept repetition, but rejected the
@@ -467,11 +469,12 @@ def test_a_kernel_that_zeroes_x_when_timed_is_judged_on_the_x_it_was_given(regim
         self.honest(x, y)
         x.reshape(-1)[8:] = 0.0
 
-    msg = timed_samples(CheckedIO(IOBuffers(M, N, xp=np), Fp64Reference(A)), HostKernel(A, zero_x), regime)
+    msg = timed_samples(CheckedIO(IOBuffers(M, N, k, xp=np), Fp64Reference(A)), HostKernel(A, zero_x), regime)
     assert msg is not None and msg.startswith(f"timed run ({regime}, sample 1"), msg
     assert "output differs from the reference" in msg
     for body in (None, scribble):
-        assert timed_samples(CheckedIO(IOBuffers(M, N, xp=np), Fp64Reference(A)), HostKernel(A, body), regime) is None
+        checked = CheckedIO(IOBuffers(M, N, k, xp=np), Fp64Reference(A))
+        assert timed_samples(checked, HostKernel(A, body), regime) is None
 
 
 def test_the_kept_repetition_catches_work_skipped_inside_a_warm_sample() -> None:
