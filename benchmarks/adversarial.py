@@ -8,6 +8,7 @@ per case (class, name, expected, seen, message) and writes JSON and Markdown.
 
     python benchmarks/adversarial.py --out results/adversarial.json                 # GPU machine
     python benchmarks/adversarial.py --path both --out results/adversarial.json     # batched and sequential
+    python benchmarks/adversarial.py --regimes cold --out results/adversarial_cold.json   # the reward's regime alone
     python benchmarks/adversarial.py --compile-only --out results/adversarial_cpu.json
 
 ``--path``: the harness's evaluation path (``batched``, the default; ``sequential``, the earlier one,
@@ -47,13 +48,20 @@ def main() -> int:
     ap.add_argument("--compile-only", action="store_true", help="no GPU: static and compile-time verdicts only")
     ap.add_argument("--path", choices=("batched", "sequential", "both"), default="batched",
                     help="the harness's evaluation path (both: one after the other)")
+    ap.add_argument("--regimes", default="cold,warm",
+                    help="L2 regimes to time (comma-separated; cold, the reward's, first). 'cold' alone is what every "
+                         "learning loop times: a timed cheat that only warm catches shows there as an unexpected verdict")
     args = ap.parse_args()
+    regimes = tuple(r.strip() for r in args.regimes.split(",") if r.strip())
+    if not regimes or any(r not in ("cold", "warm") for r in regimes):
+        ap.error(f"--regimes takes cold, warm or both, got {args.regimes!r}")
 
     rows = []
     gpu = None
     for path in ("batched", "sequential") if args.path == "both" else (args.path,):
         speed = SpeedConfig() if path == "batched" else SpeedConfig.classic()
-        cfg = HarnessConfig(compile_only=args.compile_only, memo=0, limits=PhaseLimits(verify=3.0), speed=speed)
+        cfg = HarnessConfig(compile_only=args.compile_only, memo=0, limits=PhaseLimits(verify=3.0), speed=speed,
+                            regimes=regimes, reward_regime="cold" if "cold" in regimes else regimes[0])
         with Evaluator(cfg) as ev:  # one path's worker at a time on the GPU
             mat = ev.register(generate("random", 20_000, seed=3, nnz_per_row=12), "random20k")
             A = generate("random", 20_000, seed=4, nnz_per_row=12)
@@ -84,7 +92,8 @@ def main() -> int:
     bad = [f"{r['path']}/{r['case']}" for r in rows if not r["ok"]]
     print(f"\n{len(rows)} cases, {len(rows) - len(bad)} with the expected verdict" + (f"; unexpected: {bad}" if bad else ""))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"gpu": gpu, "compile_only": args.compile_only, "rows": rows}, indent=1))
+    args.out.write_text(json.dumps({"gpu": gpu, "compile_only": args.compile_only, "regimes": list(regimes),
+                                    "rows": rows}, indent=1))
     md = ["| path | class | case | expected | seen | message |", "| --- | --- | --- | --- | --- | --- |"]
     md += [f"| {r['path']} | {r['class']} | {r['case']} | {r['expected']} | {r['seen']} | "
            f"{r['message'][:140].replace('|', '/')} |" for r in rows]
