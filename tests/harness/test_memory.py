@@ -260,3 +260,63 @@ def test_a_reserve_outside_zero_to_one_is_refused_in_one_line() -> None:
         with pytest.raises(SparseRLError, match="memory_reserve must be in") as exc:
             HarnessConfig(memory_reserve=bad)
         assert "\n" not in str(exc.value)
+
+
+def _loading_cache(monkeypatch, fails: tuple[int, ...] = (), capacity: int = 2):
+    """A MatrixCache whose loads build a stand-in matrix, the loads numbered in ``fails`` (from 0)
+    running out of memory; it records how many matrices were held at each load and at each hand-back, and whether
+    a hand-back ran while an exception was being handled (whose traceback would still hold the
+    half-built matrix's arrays)."""
+    import sys
+
+    from sparserl.harness import resident as R
+
+    seen = {"held_at_load": [], "hand_backs": [], "in_except": []}
+    cache = None
+
+    class Loaded:
+        def __init__(self, A, **options):
+            seen["held_at_load"].append(len(cache._items))
+            if len(seen["held_at_load"]) - 1 in fails:
+                raise _OOM("out of memory")
+            self.A = A
+
+    def hand_back():
+        seen["hand_backs"].append(len(cache._items))
+        seen["in_except"].append(sys.exc_info()[0] is not None)
+
+    monkeypatch.setattr(R, "ResidentMatrix", Loaded)
+    monkeypatch.setattr(R, "load_matrix_file", lambda path: f"matrix from {path}")
+    cache = MatrixCache(capacity=capacity, free_blocks=hand_back, out_of_memory=_OOM)
+    return cache, seen
+
+
+def test_a_full_cache_lets_its_least_recently_used_matrix_go_before_loading(monkeypatch) -> None:
+    """At capacity, the least recently used matrix goes (and the pool's blocks are handed back)
+    before the new one is built, so never more than ``capacity`` are held; a hit loads nothing and
+    becomes the most recently used. Kills: eviction after the load (capacity + 1 held while the new
+    one is built, the way it was), the hit not moved last (the wrong matrix evicted)."""
+    cache, seen = _loading_cache(monkeypatch)
+    cache.get({"key": "a", "path": "a.npz"})
+    cache.get({"key": "b", "path": "b.npz"})
+    assert cache.get({"key": "a", "path": "a.npz"}).A == "matrix from a.npz"
+    cache.get({"key": "c", "path": "c.npz"})
+    assert seen["held_at_load"] == [0, 1, 1] and seen["hand_backs"] == [1]
+    assert list(cache._items) == ["a", "c"]
+
+
+def test_out_of_memory_while_loading_lets_the_other_matrices_go_and_loads_once_more(monkeypatch) -> None:
+    """The load runs out of memory once: every other matrix goes, the pool's blocks are handed back
+    outside the exception's handling, and the second load is kept. Twice: raised, nothing half-made
+    kept. Kills: no retry (the job lost as an internal error), a retry that keeps the other matrices,
+    blocks handed back while the traceback still holds the failed load's arrays."""
+    cache, seen = _loading_cache(monkeypatch, fails=(2,), capacity=4)
+    cache.get({"key": "a", "path": "a.npz"})
+    cache.get({"key": "b", "path": "b.npz"})
+    got = cache.get({"key": "c", "path": "c.npz"})
+    assert got.A == "matrix from c.npz" and list(cache._items) == ["c"]
+    assert seen["held_at_load"] == [0, 1, 2, 0] and seen["hand_backs"] == [0] and seen["in_except"] == [False]
+    cache, seen = _loading_cache(monkeypatch, fails=(0, 1), capacity=4)
+    with pytest.raises(_OOM):
+        cache.get({"key": "d", "path": "d.npz"})
+    assert "d" not in cache._items and seen["held_at_load"] == [0, 0]

@@ -16,7 +16,8 @@ A :class:`ResidentMatrix` holds, for one matrix ``A``:
 :class:`MatrixCache` keeps the most recently used few per worker, and before a conversion it does
 not have it makes room on the GPU (:meth:`MatrixCache.make_room`, :mod:`sparserl.harness.memory`):
 other matrices and then this one's least recently used conversions are let go while less than the
-reserve is free. Matrices travel from the parent
+reserve is free; out of memory while loading a new matrix, it lets the others go and loads it once
+more. Matrices travel from the parent
 as files (:func:`~sparserl.harness.matrix_files.save_matrix_file`), named by a hash of their content.
 """
 
@@ -251,29 +252,59 @@ class ResidentMatrix:
 
 class MatrixCache:
     """The worker's resident matrices, least recently used evicted past ``capacity``; ``options`` are
-    passed to every :class:`ResidentMatrix` (``batched``, ``sms``)."""
+    passed to every :class:`ResidentMatrix` (``batched``, ``sms``). ``free_blocks`` hands the memory
+    pool's idle blocks back to the device and ``out_of_memory`` is the error a failed allocation
+    raises (CuPy's, unless given)."""
 
-    def __init__(self, capacity: int = MAX_MATRICES, **options):
+    def __init__(self, capacity: int = MAX_MATRICES, free_blocks: Callable[[], None] | None = None,
+                 out_of_memory: type[BaseException] | None = None, **options):
         self.capacity = capacity
         self.options = options
+        self._free_blocks = free_blocks
+        self._out_of_memory = out_of_memory
         self._items: OrderedDict[str, ResidentMatrix] = OrderedDict()
 
     def get(self, ref: dict) -> ResidentMatrix:
         """The matrix of a job's ``{"key", "path"}`` reference, loaded from its file when not resident."""
-        from sparserl.harness import profile
-
         st = self._items.get(ref["key"])
         if st is None:
-            with profile.step("matrix_load"):
-                st = ResidentMatrix(load_matrix_file(ref["path"]), **self.options)
+            st = self._load(ref)
             self._items[ref["key"]] = st
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-                import cupy as cp
-
-                cp.get_default_memory_pool().free_all_blocks()
         self._items.move_to_end(ref["key"])
         return st
+
+    def _load(self, ref: dict) -> ResidentMatrix:
+        """A matrix not resident, loaded with room made first: at ``capacity`` the least recently used
+        goes before the load (so at most ``capacity`` are ever held); out of GPU memory while loading,
+        every other matrix is let go, the pool's idle blocks handed back, and the load tried once
+        more (a second failure is raised: the job's matrix does not fit beside nothing)."""
+        from sparserl.harness import profile
+
+        while len(self._items) >= self.capacity:
+            self._items.popitem(last=False)
+            self._hand_back()
+        oom = self._out_of_memory or _cupy_out_of_memory()
+        for attempt in (0, 1):
+            try:
+                with profile.step("matrix_load"):
+                    return ResidentMatrix(load_matrix_file(ref["path"]), **self.options)
+            except oom:
+                if attempt:
+                    raise
+            # outside the except block: its traceback holds the half-built matrix's arrays
+            log.warning("out of GPU memory loading matrix %s; letting the %d other resident matrices go",
+                        ref.get("name", ref["key"]), len(self._items))
+            self._items.clear()
+            self._hand_back()
+        raise AssertionError("unreachable")
+
+    def _hand_back(self) -> None:
+        if self._free_blocks is not None:
+            self._free_blocks()
+            return
+        import cupy as cp
+
+        cp.get_default_memory_pool().free_all_blocks()
 
     def drop(self, key: str) -> None:
         self._items.pop(key, None)
@@ -308,3 +339,9 @@ class MatrixCache:
                      "and %d conversions (about %.1f GiB)", free / GiB, total / GiB, 100 * reserve_fraction,
                      len(plan.matrices), len(plan.conversions), plan.freed_bytes / GiB)
         return plan
+
+
+def _cupy_out_of_memory() -> type[BaseException]:
+    import cupy as cp
+
+    return cp.cuda.memory.OutOfMemoryError
