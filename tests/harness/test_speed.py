@@ -478,3 +478,37 @@ def test_equal_limits_leave_the_ordinary_one_binding() -> None:
     out = lim.explain(VerifyOutcome(ErrorKind.TIMEOUT, "verification past 0.5 s", 0.0))
     assert out.message == ("verification past 0.5 s: 100 x the best known time a launch, in a job that asks only "
                            "whether the kernel could be the fastest (not a contender)")
+
+
+def test_a_fresh_submission_is_stopped_early_only_against_the_callers_best(tmp_path, monkeypatch) -> None:
+    """A second look (``fresh``, ``sparserl.eval.retime``) times every pick in full: the best noted
+    for the matrix is not passed to its job, the caller's ``best_us`` is; an ordinary submission
+    gets the noted best. Kills: a fresh job given the noted best (a pick more than ``early_stop``
+    times slower than the other would be retimed from a few runs, not its full count)."""
+    from sparserl.harness.compile import find_nvcc
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.kernels.contract import Op
+    from sparserl.kernels.library import variants
+    from sparserl.matrices import generate
+
+    if find_nvcc() is None:
+        pytest.skip("needs nvcc (the evaluator compiles)")
+    ev = Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path)))
+    try:
+        ref = ev.register(generate("random", 300, seed=0), "r")
+        text = variants("spmv", "CSR")[0].render()
+        ev.note_best(ref, Op.SPMV, None, 5.0)
+        given = []
+        real = ev._submit
+
+        def record(text, matrix, op, k, best_us=None, contender=False):
+            given.append(best_us)
+            return real(text, matrix, op, k, best_us, contender)
+
+        monkeypatch.setattr(ev, "_submit", record)
+        ev.submit(text, ref, fresh=True).result()
+        ev.submit(text, ref, best_us=8.0, fresh=True).result()
+        ev.submit(text + "\n// ordinary", ref).result()
+        assert given == [None, 8.0, 5.0]
+    finally:
+        ev.close()
