@@ -149,6 +149,10 @@ class JobHandlerDouble:
             raise CudaErrorDouble("an illegal memory access was encountered")
         if job.get("raise") == "python":
             raise KeyError("no such matrix")
+        if job.get("raise") == "contract":
+            from sparserl.errors import ContractError
+
+            raise ContractError("LAUNCH expression 'ceil_div(m,' cannot be parsed")
         raise AssertionError(f"unexpected job {job}")
 
     def baseline_job(self, job: dict) -> dict:
@@ -208,3 +212,18 @@ def test_a_poisoned_context_ends_the_process(raised: str) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+
+
+def test_a_contract_error_in_the_worker_is_the_candidates() -> None:
+    """A ContractError raised while the worker serves a job (it reads the job's header again) is the
+    candidate's contract_error, not an internal_error that every learning loop leaves out of its
+    update; the loop goes on. Kills: the ContractError clause removed (the catch-all answers
+    internal_error)."""
+    parent, child = mp.Pipe()
+    for job in (("eval", {"raise": "contract"}), ("eval", {"speedup": 2.0}), ("stop", None)):
+        parent.send(job)
+    W._serve(child, JobHandlerDouble(), cupy_double(usable=True))
+    got = [parent.recv() for _ in range(2)]
+    assert got[0] == ("done", {"error_kind": "contract_error",
+                               "message": "LAUNCH expression 'ceil_div(m,' cannot be parsed"})
+    assert got[1][1]["speedup"] == 2.0

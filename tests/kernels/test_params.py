@@ -66,6 +66,9 @@ def test_markdown_decoration_and_negative_values() -> None:
     ("BLOCK=+256", "not a decimal integer"),
     ("BLOCK=1_000", "not a decimal integer"),
     ("BLOCK=2147483648", "does not fit"),
+    ("BLOCK=-2147483649", "does not fit"),
+    ("BLOCK=" + "1" * 5000, "does not fit"),  # past int()'s 4300 digits: a ValueError, once an internal_error
+    ("BLOCK=-" + "9" * 12, "does not fit"),
     ("BLOCK=256, BLOCK=128", "twice"),
     (", ".join(f"P{i}={i}" for i in range(MAX_PARAMS + 1)), "at most 8"),
     ("nnz=4", "contract variable"),

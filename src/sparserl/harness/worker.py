@@ -40,6 +40,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from sparserl.errors import ContractError
 from sparserl.harness import profile
 from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.harness.resident import MatrixCache
@@ -520,6 +521,9 @@ def _serve(conn, worker: Worker, cp) -> None:
                 continue
             conn.send(("fatal", {"error_kind": "crashed", "message": str(exc)[:300]}))
             os._exit(3)  # the CUDA context is poisoned: start over
+        except ContractError as exc:  # the job's header, read again here: the candidate's, never the machine's
+            conn.send(("done", {"error_kind": "contract_error", "message": str(exc)[:300]}))
+            continue
         except Exception as exc:
             if not _context_usable(cp):
                 conn.send(("fatal", {"error_kind": "crashed", "message": str(exc)[:300]}))

@@ -368,8 +368,10 @@ def launch_variables(fmt: str, op: Op) -> tuple[str, ...]:
 # Header grammar
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HEADER_LINE = re.compile(r"^\s*(?:[*#>`-]+\s*)?\**\s*(FORMAT|PARAMS|LAUNCH)\s*\**\s*:\s*\**\s*(.*)$",
+_HEADER_LINE = re.compile(r"^\s*+(?:[*#>`-]++\s*+)?+\**+\s*+(FORMAT|PARAMS|LAUNCH)\s*+\**+\s*+:\s*+\**+\s*+(.*)$",
                           re.IGNORECASE)
+"""Possessive throughout: a long run of decoration or white space that is not a header line is
+refused in one pass (with plain quantifiers it backtracked, quadratic in the run's length)."""
 
 
 def header_line(line: str) -> tuple[str, str] | None:
@@ -455,8 +457,8 @@ def parse_params_line(text: str) -> dict[str, int]:
         name, value = m.groups()
         if not _INTEGER.fullmatch(value):
             raise ContractError(f"PARAMS {name}={value!r} is not a decimal integer")
-        if not PARAM_MIN <= int(value) <= PARAM_MAX:
-            raise ContractError(f"PARAMS {name}={value} does not fit a C int")
+        if len(value) > 11 or not PARAM_MIN <= int(value) <= PARAM_MAX:  # the length first: int() refuses 4300 digits
+            raise ContractError(f"PARAMS {name}={value[:20]}{'...' if len(value) > 20 else ''} does not fit a C int")
         if name in out:
             raise ContractError(f"PARAMS names {name} twice")
         if name.startswith("_"):
@@ -661,6 +663,10 @@ def parse_header(lines: list[str], op: Op) -> Header:
     """
     if not lines:
         raise ContractError("completion has no FORMAT: line")
+    for line in lines:
+        if (bad := next((ch for ch in line if not (ch.isprintable() or ch == "\t")), None)) is not None:
+            raise ContractError(f"header line {line.strip()[:40]!r} holds the control or separator character "
+                                f"{bad!r}: header lines are printable text")
     first = header_line(lines[0])
     if first is None or first[0] != "FORMAT":
         raise ContractError(f"first header line must be 'FORMAT: ...', got {lines[0].strip()[:60]!r}")
