@@ -72,3 +72,18 @@ def test_expansion_is_bounded() -> None:
            "#define D C C C C C C C C\n#define E D D D D D D D D\n#define F E E E E E E E E\nint v = F F F F;"
     with pytest.raises(SourceError, match="more than"):
         preprocess(code)
+
+
+def test_expansion_that_produces_nothing_is_bounded_too() -> None:
+    """Macros each calling the one before twice, all expanding to nothing: no token is ever produced,
+    so the token cap never trips, and the work doubles a level (at 40 levels, 1242 characters, the
+    static check ran for days in the compile thread, with no limit). The work is counted instead.
+    22 levels (4 million expansions) are refused; without the count they finish in seconds with no
+    error, so the test fails rather than hangs. Kills: the step count removed, or counted per call
+    rather than over the whole expansion (each call's loop is short)."""
+    for n, call in ((22, "E{i}"), (22, "E{i}(a)")):
+        head = "#define E0" + ("(a)" if "(a)" in call else "")
+        lines = [head] + [f"#define {call.format(i=i)} {call.format(i=i - 1)} {call.format(i=i - 1)}"
+                          for i in range(1, n + 1)]
+        with pytest.raises(SourceError, match="steps"):
+            preprocess("\n".join(lines + [call.format(i=n).replace("(a)", "(x)"), ""]))

@@ -21,8 +21,10 @@ text, so a rule cannot be dodged with the preprocessor:
   be assembled from pieces. The expansion here (object- and function-like macros, rescanned,
   a macro never re-expanded inside itself) is then only needed to see the code's structure
   (``#define D __device__`` before a function, ``#define BEGIN {``);
-* macros may expand inside one another at most :data:`MAX_MACRO_DEPTH` levels deep and to at most
-  :data:`MAX_EXPANDED_TOKENS` tokens;
+* macros may expand inside one another at most :data:`MAX_MACRO_DEPTH` levels deep, to at most
+  :data:`MAX_EXPANDED_TOKENS` tokens, and in at most :data:`MAX_EXPANSION_STEPS` steps (macros that
+  expand to nothing, each calling the one before twice, produce no tokens but double the work a
+  level);
 * ``_Pragma``, ``__has_include`` and raw string literals are refused: each reaches files or
   directives through a string.
 
@@ -50,6 +52,9 @@ _FORBIDDEN_IDENTS = {
     "__TIMESTAMP__": "__TIMESTAMP__ is not allowed (a kernel must not depend on when it was built)",
 }
 MAX_EXPANDED_TOKENS = 200_000
+MAX_EXPANSION_STEPS = 1_000_000
+"""Tokens the expansion may look at, over all macros and their arguments (about a second; five times
+:data:`MAX_EXPANDED_TOKENS`; the library's kernels take a few thousand)."""
 MAX_MACRO_DEPTH = 200
 """How deep macros may expand inside one another (a chain ``#define A1 A0``, ``#define A2 A1`` ...,
 or calls nested in arguments); deeper is refused. The library nests at most a few levels."""
@@ -265,12 +270,18 @@ def _args(tokens: list[Token], i: int) -> tuple[list[list[Token]], int] | None:
 
 
 def _expand(tokens: list[Token], macros: dict[str, _Macro], hidden: frozenset[str] = frozenset(),
-            depth: int = 0) -> list[Token]:
+            depth: int = 0, steps: list[int] | None = None) -> list[Token]:
+    """``tokens`` with their macros expanded; ``steps`` (one count shared by the whole expansion)
+    bounds the work however little it produces."""
     if depth > MAX_MACRO_DEPTH:
         raise SourceError(f"macros expand inside one another more than {MAX_MACRO_DEPTH} levels deep")
+    steps = [0] if steps is None else steps
     out: list[Token] = []
     i = 0
     while i < len(tokens):
+        steps[0] += 1
+        if steps[0] > MAX_EXPANSION_STEPS:
+            raise SourceError(f"macro expansion takes more than {MAX_EXPANSION_STEPS} steps")
         t = tokens[i]
         mac = macros.get(t.text) if t.kind == "ident" and t.text not in hidden else None
         if mac is None:
@@ -278,11 +289,11 @@ def _expand(tokens: list[Token], macros: dict[str, _Macro], hidden: frozenset[st
             i += 1
             continue
         if mac.params is None:
-            out += _expand(mac.body, macros, hidden | {t.text}, depth + 1)
+            out += _expand(mac.body, macros, hidden | {t.text}, depth + 1, steps)
             i += 1
         elif i + 1 < len(tokens) and tokens[i + 1].text == "(" and (call := _args(tokens, i + 1)) is not None:
             args, after = call
-            args = [_expand(a, macros, hidden, depth + 1) for a in args]
+            args = [_expand(a, macros, hidden, depth + 1, steps) for a in args]
             names = mac.params + (["__VA_ARGS__"] if mac.variadic else [])
             if mac.variadic and len(args) >= len(mac.params):  # none for the dots: __VA_ARGS__ is empty
                 va: list[Token] = []
@@ -291,7 +302,7 @@ def _expand(tokens: list[Token], macros: dict[str, _Macro], hidden: frozenset[st
                 args = args[:len(mac.params)] + [va]
             bound = dict(zip(names, args))
             body = [tok for b in mac.body for tok in (bound.get(b.text, [b]) if b.kind == "ident" else [b])]
-            out += _expand(body, macros, hidden | {t.text}, depth + 1)
+            out += _expand(body, macros, hidden | {t.text}, depth + 1, steps)
             i = after
         else:
             out.append(t)
