@@ -21,7 +21,7 @@ import pytest
 from sparserl.errors import ContractError
 from sparserl.harness.compile import find_nvcc
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
-from sparserl.harness.extract import extract
+from sparserl.harness.extract import ExtractError, extract
 from sparserl.harness.matrix_facts import materialise, named_facts
 from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
@@ -248,8 +248,8 @@ def test_a_launch_that_reads_a_fact_is_read_but_launched_only_with_its_value() -
 def test_a_text_is_judged_as_what_it_is_when_a_launch_value_is_written_in() -> None:
     """A fence keeps a LAUNCH line at the top of the code apart from the header; with only the LAUNCH line's fact
     written in (no definitions between), the text would read that code line as a second LAUNCH line. Kills judging
-    the written-out text regardless (two launches for a kernel that has one, the line gone from the code), and a
-    LAUNCH value written where extract sees no line break (a form feed)."""
+    the written-out text regardless (two launches for a kernel that has one, the line gone from the code); a
+    LAUNCH line holding a form feed (where extract saw no line break and the worker one) is refused first."""
     from sparserl.harness.matrix_facts import extract_with_facts
 
     card = matrix_card(skewed())
@@ -262,8 +262,7 @@ def test_a_text_is_judged_as_what_it_is_when_a_launch_value_is_written_in() -> N
     assert "\n" not in str(exc.value)
     fed = extract(text.replace("grid=MATRIX", "grid=1 +\x0cMATRIX").replace("```cuda\nLAUNCH: grid=1, block=1, "
                                                                         "kernel=spmv_kernel\n", "```cuda\n"), Op.SPMV)
-    got = extract_with_facts(fed, Op.SPMV, card)
-    assert len(got.header.launches) == 1 and "MATRIX_LONG_ROW_COUNT" not in got.text, got.text[:200]
+    assert isinstance(fed, ExtractError) and fed.kind == "contract_error"  # refused before any value is written in
 
 
 def test_long_rows_need_the_kernels_long_len_and_rows_the_card_lists() -> None:

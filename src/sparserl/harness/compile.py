@@ -34,13 +34,14 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -53,9 +54,6 @@ log = logging.getLogger(__name__)
 
 LOG_TAIL_CHARS = 4000
 BACKENDS = ("auto", "nvrtc", "nvcc")
-MAX_STUCK_NVRTC = 2
-"""Under 'auto', use nvcc (whose compiles can be killed) while this many NVRTC compiles that ran
-past their limit are still running in the background."""
 _CACHE_FORMAT = 2  # bump when the cached metadata changes meaning (2: PTX verdict, filtered log)
 SOURCE_NAME = "kernel.cu"
 """The name the candidate's text is compiled under (both backends); log lines about it are kept."""
@@ -70,7 +68,12 @@ class CompileOptions:
     flags: tuple[str, ...] = ("-O3", "--std=c++17")
     """Extra nvcc flags (part of the cache key)."""
     timeout_s: float = 60.0
-    """Wall-clock limit of one nvcc run, in seconds."""
+    """Wall-clock limit of one build, in seconds."""
+    confirm_timeout_s: float | None = 120.0
+    """A build past ``timeout_s`` is built again, one such build at a time per process, with this
+    limit: past it too, the source is refused as a ``compile_error`` (cached; a source that takes
+    minutes to build is the source's doing: it inlines itself twice a level, say). None: a time-out
+    is returned as ``timeout``, not cached (a loaded machine's)."""
     nvcc: str | None = None
     """Path of nvcc; default: $CUDA_HOME/bin/nvcc, then nvcc on the PATH."""
     backend: str = "auto"
@@ -83,6 +86,8 @@ class CompileOptions:
             raise ValueError(f"arch must look like sm_90, got {self.arch!r}")
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
+        if self.confirm_timeout_s is not None and not self.confirm_timeout_s >= self.timeout_s:
+            raise ValueError("confirm_timeout_s must be at least timeout_s (or None)")
 
 
 @dataclass(frozen=True)
@@ -306,8 +311,7 @@ def available_backend(options: CompileOptions) -> str | None:
     from sparserl.harness import nvrtc
 
     if options.backend in ("auto", "nvrtc") and nvrtc.load_nvrtc() is not None:
-        if options.backend == "nvrtc" or nvrtc.stuck() < MAX_STUCK_NVRTC or find_nvcc(options.nvcc) is None:
-            return "nvrtc"
+        return "nvrtc"
     if options.backend in ("auto", "nvcc") and find_nvcc(options.nvcc) is not None:
         return "nvcc"
     return None
@@ -320,8 +324,10 @@ def compile_source(
 ) -> CompileResult:
     """Build ``source`` (device code) into a cubin, using and filling the disk cache.
 
-    Failed builds are cached too (same source, same error), except timeouts. Under 'auto', a
-    source NVRTC rejects is built with nvcc as well (when there is one) and nvcc's result returned.
+    Failed builds are cached too (same source, same error), except timeouts. A build past its limit
+    is built again alone with ``options.confirm_timeout_s``; past that too it is the source's
+    ``compile_error`` (cached). Under 'auto', a source NVRTC rejects is built with nvcc as well (when
+    there is one) and nvcc's result returned.
     """
     options = options or CompileOptions()
     t0 = time.perf_counter()
@@ -332,14 +338,29 @@ def compile_source(
                              f"{want} not found: install the CUDA toolkit (or the nvidia-cuda-nvrtc wheel), "
                              "or set CUDA_HOME / SPARSERL_NVRTC")
     result = _cached_build(backend, source, options, cache_dir, t0)
+    if result.error_kind == "timeout" and options.confirm_timeout_s is not None:
+        log.info("a build ran past its %g s limit; building it again alone with %g s", options.timeout_s,
+                 options.confirm_timeout_s)
+        longer = replace(options, timeout_s=options.confirm_timeout_s)
+        with _CONFIRM_LOCK:
+            result = _cached_build(backend, source, longer, cache_dir, t0, first_limit_s=options.timeout_s)
     if (backend == "nvrtc" and options.backend == "auto" and result.error_kind in ("compile_error", "compiler_failure")
-            and find_nvcc(options.nvcc) is not None):
+            and TOO_SLOW not in result.log and find_nvcc(options.nvcc) is not None):  # a bomb is not built thrice
         log.debug("NVRTC rejected a source; building it with nvcc too: %s", result.log[-300:])
         result = _cached_build("nvcc", source, options, cache_dir, t0)
     return result
 
 
-def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir, t0: float) -> CompileResult:
+TOO_SLOW = "ran past its limit twice"
+"""In the log of a build refused because it ran past both limits."""
+_CONFIRM_LOCK = threading.Lock()
+"""One confirming build (:attr:`CompileOptions.confirm_timeout_s`) at a time in a process."""
+
+
+def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir, t0: float,
+                  first_limit_s: float | None = None) -> CompileResult:
+    """Build (or find in the cache) ``source`` with ``backend``. ``first_limit_s``: this is the
+    confirming build of one that ran past that limit; a time-out now is the source's."""
     if backend == "nvrtc":
         from sparserl.harness.nvrtc import load_nvrtc, nvrtc_options
 
@@ -378,6 +399,10 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
         if (hit := lookup()) is not None:  # another process built it while we waited
             return hit
         ok, blob, text, error_kind, ptx = build()
+        if error_kind == "timeout" and first_limit_s is not None:
+            error_kind = "compile_error"
+            text = (f"{'NVRTC' if backend == 'nvrtc' else 'nvcc'} {TOO_SLOW} ({first_limit_s:g} s, "
+                    f"then {options.timeout_s:g} s building alone): a source this slow to build is refused\n")
         text = candidate_log(text)
         if error_kind in ("timeout", "compiler_failure"):  # not the source's fault: not cached
             secs = time.perf_counter() - t0
@@ -430,13 +455,20 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
         src.write_text(source)
         cmd = [nvcc, "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.flags, "--keep", "--keep-dir", tmp,
                "-o", str(out), SOURCE_NAME]
+        # TMPDIR too: nvcc's front end leaves an empty kernel-*.lgenfe.bc in the temp folder when a build fails.
+        # A session of its own: past the limit the whole group goes (nvcc starts cicc and ptxas through a
+        # shell; killing nvcc alone left them running, gigabytes and a core each).
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,
+                                env=os.environ | {"TMPDIR": tmp}, start_new_session=True)
         try:
-            # TMPDIR too: nvcc's front end leaves an empty kernel-*.lgenfe.bc in the temp folder when a build fails
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=tmp,
-                                  env=os.environ | {"TMPDIR": tmp})
+            stdout, stderr = proc.communicate(timeout=options.timeout_s)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
             return False, None, f"nvcc ran past its {options.timeout_s:g} s limit", "timeout", ""
-        text = (proc.stdout + proc.stderr).replace(tmp + "/", "")
+        except BaseException:  # interrupted: leave nothing running
+            _kill_group(proc)
+            raise
+        text = (stdout + stderr).replace(tmp + "/", "")
         ok = proc.returncode == 0 and out.exists()
         if not ok:  # the source's error, or nvcc's own failure (a bad flag, memory, a step killed)?
             kind, why = build_failure_kind(text, proc.returncode)
@@ -446,6 +478,15 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
         ptx = Path(tmp) / "kernel.ptx"
         return (ok, out.read_bytes() if ok else None, text, None if ok else "compile_error",
                 ptx.read_text(errors="replace") if ptx.exists() else "")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End ``proc``'s process group (it leads a session of its own) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.communicate()
 
 
 def compile_many(

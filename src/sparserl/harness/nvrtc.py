@@ -11,22 +11,29 @@ on), the CUDA toolkit's ``lib64``, then the loader's search path. NVRTC loads it
 ``libnvrtc-builtins`` by name at the first compile, so that library is loaded first from the
 same folder, and a candidate must compile a trivial kernel before it is used.
 
-A compile runs in a helper thread (ctypes releases the GIL, so compiles on several threads run
-in parallel), and one that runs past its limit is reported as a timeout and left to finish in
-the background, since a running NVRTC call cannot be stopped; :func:`stuck` counts those, and
-the compile service sends work to nvcc while too many are still running. Only NVRTC's
+A compile runs in a process of its own (:mod:`sparserl.harness.nvrtc_child`, one kept per
+compile thread, so compiles on several threads run in parallel): a running NVRTC call cannot be
+stopped, so one that runs past its limit is stopped by ending its process, reported as a timeout,
+and the next compile starts a new process. (In a thread, a source that inlines itself twice a
+level kept a core and gigabytes of memory after its time-out, for as long as it pleased.) Only NVRTC's
 "compilation failed" and "invalid option" are compile errors (cacheable: the same source fails
 again); any other failure is ``failure`` and is never cached.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import glob
 import logging
 import os
+import select
+import signal
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,13 +43,8 @@ log = logging.getLogger(__name__)
 
 _COMPILE_ERRORS = (5, 6)  # NVRTC_ERROR_INVALID_OPTION, NVRTC_ERROR_COMPILATION
 _PROBE = 'extern "C" __global__ void probe(float* y) { y[threadIdx.x] = 1.f; }'
-_stuck = 0
-_stuck_lock = threading.Lock()
-
-
-def stuck() -> int:
-    """Compiles that ran past their limit and are still running in the background."""
-    return _stuck
+CHILD_START_S = 60.0
+"""How long a new compile process may take to load the library and compile its probe."""
 
 
 @dataclass(frozen=True)
@@ -135,34 +137,127 @@ class Nvrtc:
             self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
     def compile(self, source: str, options: list[str], timeout_s: float) -> NvrtcOutput:
-        """Compile ``source`` with NVRTC ``options``; a timeout leaves the call running in the background."""
-        global _stuck
-        box: list = []
-        state = {"abandoned": False}
-        lock = threading.Lock()
+        """Compile ``source`` with NVRTC ``options`` in this thread's compile process; past
+        ``timeout_s`` the process is ended (a timeout). Never raises."""
+        try:
+            child = _thread_child(self.path)
+        except (OSError, RuntimeError, EOFError) as exc:
+            return NvrtcOutput("failure", None, f"NVRTC's compile process did not start: {exc}")
+        try:
+            got = child.request((source, options), timeout_s)
+        except (OSError, EOFError, ValueError) as exc:  # it died: killed, out of memory, a crash in NVRTC
+            _drop_thread_child()
+            return NvrtcOutput("failure", None, f"NVRTC's compile process ended: {exc or type(exc).__name__}")
+        if got is None:
+            _drop_thread_child()
+            return NvrtcOutput("timeout", None, f"NVRTC ran past its {timeout_s:g} s limit (its process was ended)")
+        status, cubin, text, ptx = got
+        return NvrtcOutput(status, cubin, text, ptx)
 
-        def run() -> None:
-            global _stuck
+
+class _Child:
+    """One compile process (:mod:`sparserl.harness.nvrtc_child`) and its pipes."""
+
+    def __init__(self, path: str):
+        import sparserl
+
+        root = str(Path(sparserl.__file__).resolve().parent.parent)  # where this sparserl is imported from
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        self.proc = subprocess.Popen([sys.executable, "-m", "sparserl.harness.nvrtc_child", path],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        _children.add(self)
+        try:
+            ready = self._read(CHILD_START_S)
+        except (OSError, EOFError, ValueError) as exc:
+            self.end()
+            raise RuntimeError(f"it ended before it was ready ({exc or type(exc).__name__})") from None
+        if ready is None or ready[0] != "ready":
+            self.end()
+            raise RuntimeError(f"it was not ready within {CHILD_START_S:g} s")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def request(self, message, timeout_s: float):
+        """Send ``message``; its answer, or None when none came within ``timeout_s``."""
+        from sparserl.harness.nvrtc_child import write_message
+
+        write_message(self.proc.stdin, message)
+        return self._read(timeout_s)
+
+    def _read(self, timeout_s: float):
+        import pickle
+        import struct
+
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        buf = b""
+        need = 8
+        size = None
+        while len(buf) < need:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, need - len(buf))
+            if not chunk:
+                raise EOFError(f"the process ended (exit status {self.proc.poll()})")
+            buf += chunk
+            if size is None and len(buf) >= 8:
+                (size,) = struct.unpack("<Q", buf[:8])
+                need = 8 + size
+        return pickle.loads(buf[8:need])
+
+    def end(self) -> None:
+        """End the process (and anything it started) and reap it."""
+        _children.discard(self)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
             try:
-                box.append(self._compile(source, options))
-            except Exception as exc:  # noqa: BLE001 - reported as a failed compile, never raised
-                box.append(NvrtcOutput("failure", None, f"NVRTC failed: {exc}"))
-            finally:
-                with lock:
-                    if state["abandoned"]:
-                        with _stuck_lock:
-                            _stuck -= 1
+                stream.close()
+            except OSError:
+                pass
+        self.proc.wait()
 
-        t = threading.Thread(target=run, name="nvrtc", daemon=True)
-        t.start()
-        t.join(timeout_s)
-        with lock:
-            if box:
-                return box[0]
-            state["abandoned"] = True
-            with _stuck_lock:
-                _stuck += 1
-        return NvrtcOutput("timeout", None, f"NVRTC ran past its {timeout_s:g} s limit")
+
+_children: set[_Child] = set()
+_local = threading.local()
+
+
+def _thread_child(path: str) -> _Child:
+    child = getattr(_local, "child", None)
+    if child is None or child.proc.poll() is not None:
+        if child is not None:
+            child.end()
+        _local.child = child = _Child(path)
+    return child
+
+
+def _drop_thread_child() -> None:
+    child = getattr(_local, "child", None)
+    _local.child = None
+    if child is not None:
+        child.end()
+
+
+def thread_compile_process() -> int | None:
+    """The process id of the calling thread's compile process, None before its first compile."""
+    child = getattr(_local, "child", None)
+    return child.pid if child is not None and child.proc.poll() is None else None
+
+
+def compile_processes() -> list[int]:
+    """The process ids of the compile processes running now (one per thread that compiled)."""
+    return [c.pid for c in list(_children) if c.proc.poll() is None]
+
+
+@atexit.register
+def _end_children() -> None:
+    for child in list(_children):
+        child.end()
 
 
 @lru_cache(maxsize=1)
