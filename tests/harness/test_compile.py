@@ -408,3 +408,146 @@ def test_build_failure_kind_reads_what_compilers_print() -> None:
     assert build_failure_kind("Segmentation fault\n", 139)[1] == "a step was killed by signal 11"
     own = 'kernel.cu:1:2: error: #error "out of memory"\n    1 | #error "out of memory"\n      |  ^~~~~\n'
     assert build_failure_kind(own, 1) == ("compile_error", None)
+
+
+def test_a_build_that_used_its_limit_computing_is_the_sources_at_once(tmp_path: Path, monkeypatch) -> None:
+    """A build stopped at its limit after using most of it in CPU time was not slowed by the machine:
+    no second build, a cached ``compile_error`` that says so; one starved of CPU is built again.
+    The CPU reading is doubled here (the real one is tested below). Kills: the rule removed (the
+    source built again: "twice" in the log), the reading ignored for NVRTC or nvcc."""
+    from sparserl.harness import compile as C
+
+    for backend, module, reading in (("nvcc", C, "group_cpu_seconds"), ("nvrtc", nvrtc, "process_cpu_seconds")):
+        if (backend == "nvrtc" and nvrtc.load_nvrtc() is None) or (backend == "nvcc" and find_nvcc() is None):
+            continue
+        seen = iter([0.0, 1e9] if backend == "nvrtc" else [1e9])  # NVRTC's: before its request and at the limit
+        monkeypatch.setattr(module, reading, lambda pid: next(seen))
+        r = compile_source(GOOD + f"// busy {backend}\n", CompileOptions(backend=backend, timeout_s=1e-4,
+                                                                         confirm_timeout_s=2e-4), cache_dir=tmp_path)
+        assert r.error_kind == "compile_error" and "not slowed by the machine" in r.log and "twice" not in r.log, r.log
+        monkeypatch.setattr(module, reading, lambda pid: 0.0)
+        r = compile_source(GOOD + f"// starved {backend}\n", CompileOptions(backend=backend, timeout_s=1e-4),
+                           cache_dir=tmp_path)
+        assert r.ok  # built again with the longer limit
+
+
+def test_the_cpu_a_process_group_used_is_read_whole() -> None:
+    """:func:`group_cpu_seconds` counts every process of the group (a sleeping leader and its busy
+    child: the child's time) and nothing of other groups. Kills: the leader alone counted, the
+    fields misread (the name in parentheses may hold spaces)."""
+    import signal
+    import time
+
+    from sparserl.harness.processes import group_cpu_seconds
+
+    spin = "import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'])\ntime.sleep(60)\n"
+    p = subprocess.Popen([sys.executable, "-c", spin], start_new_session=True)
+    try:
+        time.sleep(1.5)
+        used = group_cpu_seconds(p.pid)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert used is not None and used > 0.5, used  # the busy child's; the leader only sleeps
+    assert group_cpu_seconds(os.getpgrp()) is not None and group_cpu_seconds(2**22 + 12345) == 0.0
+
+
+@needs_nvcc
+@needs_nvrtc
+def test_what_nvrtc_rejects_and_nvcc_times_out_on_is_built_again_too(tmp_path: Path, monkeypatch) -> None:
+    """Under 'auto' a source NVRTC rejects is built with nvcc as well; that build's time-out is
+    confirmed like any other (a source can steer itself there: ``#error`` under ``__CUDACC_RTC__``;
+    NVRTC's rejection is doubled here so that only nvcc meets the tiny limits). Kills: the nvcc build
+    without the second look (its time-out an infrastructure failure)."""
+    lib = nvrtc.load_nvrtc()
+    monkeypatch.setattr(lib, "compile", lambda *a: nvrtc.NvrtcOutput("compile_error", None,
+                                                                    "kernel.cu(2): error: #error directive: not here"))
+    r = compile_source(GOOD + "// slow nvcc\n", CompileOptions(timeout_s=1e-4), cache_dir=tmp_path)
+    assert r.ok and r.backend == "nvcc"
+    r = compile_source(GOOD + "// bomb nvcc\n", CompileOptions(timeout_s=1e-4, confirm_timeout_s=2e-4),
+                       cache_dir=tmp_path)
+    assert r.error_kind == "compile_error" and r.backend == "nvcc" and "twice" in r.log
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_with_a_thousand_files_open(tmp_path: Path) -> None:
+    """A process holding 1024 or more descriptors (a trainer with many files and sockets): the pipe of
+    its compile process is then numbered past what ``select.select`` takes. Kills: select.select back
+    (every NVRTC compile a compiler_failure)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"this process may open only {soft} files")
+    nvrtc._drop_thread_child()  # a new process, so its pipes take the high numbers
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        r = compile_source(GOOD + "// many files\n", NVRTC, cache_dir=tmp_path)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert r.ok, r.log
+
+
+@needs_nvrtc
+def test_an_interrupted_compile_never_answers_the_next_one(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C between a request and its answer left the answer in the pipe, and the next compile on the
+    thread read it: another source's kernel, cached under the new source's key. The process is ended
+    instead. Kills: the process kept after an interruption (the next PTX names the first kernel)."""
+    first = GOOD.replace("spmv_kernel", "first_kernel") + "// interrupted\n"
+    second = GOOD.replace("spmv_kernel", "second_kernel") + "// next\n"
+    assert compile_source(GOOD + "// start\n", NVRTC, cache_dir=tmp_path).ok
+    real = nvrtc._Child._read
+    calls = []
+
+    def interrupted(self, timeout_s):
+        if not calls:
+            calls.append(1)
+            import time
+
+            time.sleep(1.0)  # the answer arrives meanwhile
+            raise KeyboardInterrupt
+        return real(self, timeout_s)
+
+    monkeypatch.setattr(nvrtc._Child, "_read", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compile_source(first, NVRTC, cache_dir=tmp_path)
+    monkeypatch.setattr(nvrtc._Child, "_read", real)
+    r = compile_source(second, NVRTC, cache_dir=tmp_path)
+    assert r.ok and r.resources_of("second_kernel") is not None and r.resources_of("first_kernel") is None
+
+
+@needs_nvrtc
+def test_the_process_of_a_thread_that_ended_is_reaped(tmp_path: Path) -> None:
+    """The death signal of a compile process follows the thread that started it: when that thread
+    ends the process ends, and the next compile reaps it (no zombie, no open pipes piling up).
+    Kills: ended processes never reaped."""
+    import threading
+    import time
+
+    pids = []
+
+    def one(i: int) -> None:
+        assert compile_source(GOOD + f"// thread {i}\n", NVRTC, cache_dir=tmp_path).ok
+        pids.append(nvrtc.thread_compile_process())
+
+    for i in range(3):
+        t = threading.Thread(target=one, args=(i,))
+        t.start()
+        t.join()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert compile_source(GOOD + "// after the threads\n", NVRTC, cache_dir=tmp_path).ok
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # reaped: not even a zombie
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from sparserl.harness.processes import group_cpu_seconds
 from sparserl.harness.ptx_check import RULES_VERSION as PTX_RULES_VERSION
 from sparserl.harness.ptx_check import check_ptx
 
@@ -337,30 +338,45 @@ def compile_source(
         return CompileResult(False, "", None, 0.0, False, "no_compiler",
                              f"{want} not found: install the CUDA toolkit (or the nvidia-cuda-nvrtc wheel), "
                              "or set CUDA_HOME / SPARSERL_NVRTC")
-    result = _cached_build(backend, source, options, cache_dir, t0)
-    if result.error_kind == "timeout" and options.confirm_timeout_s is not None:
-        log.info("a build ran past its %g s limit; building it again alone with %g s", options.timeout_s,
-                 options.confirm_timeout_s)
-        longer = replace(options, timeout_s=options.confirm_timeout_s)
-        with _CONFIRM_LOCK:
-            result = _cached_build(backend, source, longer, cache_dir, t0, first_limit_s=options.timeout_s)
+    result = _build(backend, source, options, cache_dir, t0)
     if (backend == "nvrtc" and options.backend == "auto" and result.error_kind in ("compile_error", "compiler_failure")
-            and TOO_SLOW not in result.log and find_nvcc(options.nvcc) is not None):  # a bomb is not built thrice
+            and TOO_SLOW not in result.log and find_nvcc(options.nvcc) is not None):  # a bomb is not built twice
         log.debug("NVRTC rejected a source; building it with nvcc too: %s", result.log[-300:])
-        result = _cached_build("nvcc", source, options, cache_dir, t0)
+        result = _build("nvcc", source, options, cache_dir, t0)
     return result
 
 
-TOO_SLOW = "ran past its limit twice"
-"""In the log of a build refused because it ran past both limits."""
-_CONFIRM_LOCK = threading.Lock()
-"""One confirming build (:attr:`CompileOptions.confirm_timeout_s`) at a time in a process."""
+TOO_SLOW = "a source this slow to build is refused"
+"""In the log of a build refused for its time (:func:`_build`)."""
+BUSY_SHARE = 0.8
+"""A build stopped at its limit after using this share of it in CPU time was not slowed by the
+machine's load: the source's, refused without a second build."""
+BUSY_MIN_S = 1.0
+"""...and at least this many CPU seconds (a clock tick is 10 ms: a tiny limit is no reading)."""
+_CONFIRMS = threading.BoundedSemaphore(max(1, (os.cpu_count() or 1) // 4))
+"""Confirming builds (:attr:`CompileOptions.confirm_timeout_s`) running at once in a process."""
+
+
+def _build(backend: str, source: str, options: CompileOptions, cache_dir, t0: float) -> CompileResult:
+    """:func:`_cached_build`, and a build past its limit that was starved of CPU built again with
+    ``options.confirm_timeout_s`` (a few such at a time): past that too, the source's."""
+    result = _cached_build(backend, source, options, cache_dir, t0)
+    if result.error_kind == "timeout" and options.confirm_timeout_s is not None:
+        log.info("a build ran past its %g s limit; building it again with %g s", options.timeout_s,
+                 options.confirm_timeout_s)
+        longer = replace(options, timeout_s=options.confirm_timeout_s)
+        with _CONFIRMS:
+            result = _cached_build(backend, source, longer, cache_dir, t0, first_limit_s=options.timeout_s)
+    return result
 
 
 def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir, t0: float,
                   first_limit_s: float | None = None) -> CompileResult:
-    """Build (or find in the cache) ``source`` with ``backend``. ``first_limit_s``: this is the
-    confirming build of one that ran past that limit; a time-out now is the source's."""
+    """Build (or find in the cache) ``source`` with ``backend``. A time-out is the source's (a
+    cached ``compile_error``) when this is the confirming build of one past ``first_limit_s``, or
+    when it used :data:`BUSY_SHARE` of its limit in CPU time (:data:`BUSY_MIN_S` at least; with
+    ``options.confirm_timeout_s`` set);
+    otherwise it is returned as ``timeout``, not cached."""
     if backend == "nvrtc":
         from sparserl.harness.nvrtc import load_nvrtc, nvrtc_options
 
@@ -398,11 +414,17 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
     with FileLock(str(folder / f"{key}.lock"), timeout=max(600.0, 10 * options.timeout_s)):
         if (hit := lookup()) is not None:  # another process built it while we waited
             return hit
-        ok, blob, text, error_kind, ptx = build()
+        ok, blob, text, error_kind, ptx, cpu_s = build()
+        name = "NVRTC" if backend == "nvrtc" else "nvcc"
         if error_kind == "timeout" and first_limit_s is not None:
             error_kind = "compile_error"
-            text = (f"{'NVRTC' if backend == 'nvrtc' else 'nvcc'} {TOO_SLOW} ({first_limit_s:g} s, "
-                    f"then {options.timeout_s:g} s building alone): a source this slow to build is refused\n")
+            text = (f"{name} ran past its limit twice ({first_limit_s:g} s, then {options.timeout_s:g} s): "
+                    f"{TOO_SLOW}\n")
+        elif (error_kind == "timeout" and options.confirm_timeout_s is not None and cpu_s is not None
+              and cpu_s >= max(BUSY_MIN_S, BUSY_SHARE * options.timeout_s)):
+            error_kind = "compile_error"
+            text = (f"{name} ran past its {options.timeout_s:g} s limit using {cpu_s:.0f} s of CPU time (not slowed "
+                    f"by the machine): {TOO_SLOW}\n")
         text = candidate_log(text)
         if error_kind in ("timeout", "compiler_failure"):  # not the source's fault: not cached
             secs = time.perf_counter() - t0
@@ -431,8 +453,8 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
     return CompileResult(**{**result.__dict__, "cached": False})
 
 
-Build = tuple[bool, bytes | None, str, str | None, str]
-"""(ok, cubin, log, error kind, PTX) of one backend run."""
+Build = tuple[bool, bytes | None, str, str | None, str, float | None]
+"""(ok, cubin, log, error kind, PTX, CPU seconds used when stopped at the limit) of one backend run."""
 
 
 def _run_nvrtc(lib, source: str, opts: list[str], timeout_s: float) -> Build:
@@ -445,7 +467,7 @@ def _run_nvrtc(lib, source: str, opts: list[str], timeout_s: float) -> Build:
         kind, why = build_failure_kind(out.log)
         if why is not None:
             log_text += f"\nNVRTC failed on its own: {why}; not a compile error of the source\n"
-    return out.status == "ok", out.cubin, log_text, kind, out.ptx
+    return out.status == "ok", out.cubin, log_text, kind, out.ptx, out.cpu_s
 
 
 def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
@@ -463,8 +485,9 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
         try:
             stdout, stderr = proc.communicate(timeout=options.timeout_s)
         except subprocess.TimeoutExpired:
+            cpu_s = group_cpu_seconds(proc.pid)  # before the group goes: nvcc, cicc, ptxas
             _kill_group(proc)
-            return False, None, f"nvcc ran past its {options.timeout_s:g} s limit", "timeout", ""
+            return False, None, f"nvcc ran past its {options.timeout_s:g} s limit", "timeout", "", cpu_s
         except BaseException:  # interrupted: leave nothing running
             _kill_group(proc)
             raise
@@ -474,10 +497,10 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
             kind, why = build_failure_kind(text, proc.returncode)
             if why is not None:
                 return False, None, text + f"\nnvcc failed on its own: {why}; not a compile error of the source\n", \
-                    kind, ""
+                    kind, "", None
         ptx = Path(tmp) / "kernel.ptx"
         return (ok, out.read_bytes() if ok else None, text, None if ok else "compile_error",
-                ptx.read_text(errors="replace") if ptx.exists() else "")
+                ptx.read_text(errors="replace") if ptx.exists() else "", None)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from sparserl.harness.processes import process_cpu_seconds
+
 log = logging.getLogger(__name__)
 
 
@@ -56,6 +58,8 @@ class NvrtcOutput:
     log: str
     ptx: str = ""
     """The PTX NVRTC produced on the way to the cubin (what :mod:`.ptx_check` inspects)."""
+    cpu_s: float | None = None
+    """For a timeout: the CPU seconds its process had used when it was ended."""
 
 
 def _wheel_dirs() -> list[str]:
@@ -143,14 +147,21 @@ class Nvrtc:
             child = _thread_child(self.path)
         except (OSError, RuntimeError, EOFError) as exc:
             return NvrtcOutput("failure", None, f"NVRTC's compile process did not start: {exc}")
+        before = process_cpu_seconds(child.pid)  # the process lives on between compiles: this one's share
         try:
             got = child.request((source, options), timeout_s)
         except (OSError, EOFError, ValueError) as exc:  # it died: killed, out of memory, a crash in NVRTC
             _drop_thread_child()
             return NvrtcOutput("failure", None, f"NVRTC's compile process ended: {exc or type(exc).__name__}")
-        if got is None:
+        except BaseException:  # interrupted between request and answer: the answer must not reach the next request
             _drop_thread_child()
-            return NvrtcOutput("timeout", None, f"NVRTC ran past its {timeout_s:g} s limit (its process was ended)")
+            raise
+        if got is None:
+            after = process_cpu_seconds(child.pid)
+            cpu_s = after - before if after is not None and before is not None else None
+            _drop_thread_child()
+            return NvrtcOutput("timeout", None, f"NVRTC ran past its {timeout_s:g} s limit (its process was ended)",
+                               cpu_s=cpu_s)
         status, cubin, text, ptx = got
         return NvrtcOutput(status, cubin, text, ptx)
 
@@ -191,13 +202,15 @@ class _Child:
         import struct
 
         fd = self.proc.stdout.fileno()
+        poller = select.poll()  # not select.select: it refuses descriptors past 1023
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         deadline = time.monotonic() + timeout_s
-        buf = b""
+        buf = bytearray()  # grown in place: a large answer is read in linear time
         need = 8
         size = None
         while len(buf) < need:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
                 return None
             chunk = os.read(fd, need - len(buf))
             if not chunk:
@@ -206,7 +219,7 @@ class _Child:
             if size is None and len(buf) >= 8:
                 (size,) = struct.unpack("<Q", buf[:8])
                 need = 8 + size
-        return pickle.loads(buf[8:need])
+        return pickle.loads(bytes(buf[8:need]))
 
     def end(self) -> None:
         """End the process (and anything it started) and reap it."""
@@ -228,6 +241,9 @@ _local = threading.local()
 
 
 def _thread_child(path: str) -> _Child:
+    for other in list(_children):  # processes whose thread ended (the death signal follows the thread): reaped
+        if other.proc.poll() is not None:
+            other.end()
     child = getattr(_local, "child", None)
     if child is None or child.proc.poll() is not None:
         if child is not None:

@@ -247,10 +247,14 @@ def _parse_define(arg: str) -> tuple[str, _Macro]:
     return name, _Macro(params, body, variadic)
 
 
-def _args(tokens: list[Token], i: int) -> tuple[list[list[Token]], int] | None:
-    """Arguments of a function-like macro call whose '(' is at ``tokens[i]``; (args, index after ')')."""
+def _args(tokens: list[Token], i: int, steps: list[int]) -> tuple[list[list[Token]], int] | None:
+    """Arguments of a function-like macro call whose '(' is at ``tokens[i]``; (args, index after ')').
+    Each token looked at counts in ``steps`` (an unclosed call scans to the end of the code)."""
     depth, args, cur = 0, [], []
     for j in range(i, len(tokens)):
+        steps[0] += 1
+        if steps[0] > MAX_EXPANSION_STEPS:
+            raise SourceError(f"macro expansion takes more than {MAX_EXPANSION_STEPS} steps")
         t = tokens[j].text
         if t == "(":
             depth += 1
@@ -291,7 +295,7 @@ def _expand(tokens: list[Token], macros: dict[str, _Macro], hidden: frozenset[st
         if mac.params is None:
             out += _expand(mac.body, macros, hidden | {t.text}, depth + 1, steps)
             i += 1
-        elif i + 1 < len(tokens) and tokens[i + 1].text == "(" and (call := _args(tokens, i + 1)) is not None:
+        elif i + 1 < len(tokens) and tokens[i + 1].text == "(" and (call := _args(tokens, i + 1, steps)) is not None:
             args, after = call
             args = [_expand(a, macros, hidden, depth + 1, steps) for a in args]
             names = mac.params + (["__VA_ARGS__"] if mac.variadic else [])

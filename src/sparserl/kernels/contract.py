@@ -27,6 +27,7 @@ Values are ``float`` (fp32), indices ``int`` (int32).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -374,6 +375,11 @@ _HEADER_LINE = re.compile(r"^\s*+(?:[*#>`-]++\s*+)?+\**+\s*+(FORMAT|PARAMS|LAUNC
 refused in one pass (with plain quantifiers it backtracked, quadratic in the run's length)."""
 
 
+_LINE_BREAKS = frozenset("\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+"""Where ``str.splitlines`` breaks a line besides a newline: the worker reads a header again with it,
+so a header line holding one would be read there as two."""
+
+
 def header_line(line: str) -> tuple[str, str] | None:
     """``("FORMAT", "PARAMS" or "LAUNCH", body)`` for a header line, or None for any other line.
 
@@ -664,9 +670,10 @@ def parse_header(lines: list[str], op: Op) -> Header:
     if not lines:
         raise ContractError("completion has no FORMAT: line")
     for line in lines:
-        if (bad := next((ch for ch in line if not (ch.isprintable() or ch == "\t")), None)) is not None:
-            raise ContractError(f"header line {line.strip()[:40]!r} holds the control or separator character "
-                                f"{bad!r}: header lines are printable text")
+        if (bad := next((ch for ch in line if ch in _LINE_BREAKS or (ch != "\t" and unicodedata.category(ch) == "Cc")),
+                        None)) is not None:
+            raise ContractError(f"header line {line.strip()[:40]!r} holds the control character {bad!r}: "
+                                "header lines are text on one line")
     first = header_line(lines[0])
     if first is None or first[0] != "FORMAT":
         raise ContractError(f"first header line must be 'FORMAT: ...', got {lines[0].strip()[:60]!r}")
