@@ -240,16 +240,11 @@ def test_an_ordinary_submission_never_shares_a_contender_jobs_unknown_or_timed_o
     assert valid(future(False, None), False) and valid(future(False, None), True)
 
 
-def test_submit_tags_its_future_and_keeps_an_ordinary_job_off_a_pending_contender(tmp_path, monkeypatch) -> None:
-    """Through submit(): the evaluator's own futures say whether they are a contender's, and an
-    ordinary submission made while a contender job of the same kernel is pending gets a job of its
-    own (a contender submission may share any). Mutations killed: the future left untagged (every
-    later ordinary submission would share a pending contender job), and the memo ignoring the tag."""
-    from concurrent.futures import Future
-
+@pytest.fixture
+def compile_only(tmp_path):
+    """A compile-only Evaluator, a registered 300-row matrix and a library CSR kernel's text."""
     from sparserl.harness.compile import find_nvcc
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
-    from sparserl.kernels.contract import Op
     from sparserl.kernels.library import variants
     from sparserl.matrices import generate
 
@@ -257,25 +252,36 @@ def test_submit_tags_its_future_and_keeps_an_ordinary_job_off_a_pending_contende
         pytest.skip("needs nvcc (the evaluator compiles)")
     ev = Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path)))
     try:
-        ref = ev.register(generate("random", 300, seed=0), "r")
-        text = variants("spmv", "CSR")[0].render()
-        mine, theirs = ev._submit(text, ref, Op.SPMV, None, None, True), ev._submit(text, ref, Op.SPMV, None, None)
-        assert mine.contender is True and theirs.contender is False
-        mine.result(), theirs.result()
-
-        def pending(text, matrix, op, k, best_us=None, contender=False):  # a GPU job still running
-            f = Future()
-            f.contender = contender
-            return f
-
-        monkeypatch.setattr(ev, "_submit", pending)
-        other = text + "\n// another kernel"
-        a = ev.submit(other, ref, contender=True)
-        b = ev.submit(other, ref)
-        assert b is not a and ev.submit(other, ref) is b  # its own job, then shared with the next ordinary one
-        assert ev.submit(other, ref, contender=True) is b  # a contender may take an ordinary job's result
+        yield ev, ev.register(generate("random", 300, seed=0), "r"), variants("spmv", "CSR")[0].render()
     finally:
         ev.close()
+
+
+def test_submit_tags_its_future_and_keeps_an_ordinary_job_off_a_pending_contender(compile_only, monkeypatch) -> None:
+    """Through submit(): the evaluator's own futures say whether they are a contender's, and an
+    ordinary submission made while a contender job of the same kernel is pending gets a job of its
+    own (a contender submission may share any). Mutations killed: the future left untagged (every
+    later ordinary submission would share a pending contender job), and the memo ignoring the tag."""
+    from concurrent.futures import Future
+
+    from sparserl.kernels.contract import Op
+
+    ev, ref, text = compile_only
+    mine, theirs = ev._submit(text, ref, Op.SPMV, None, None, True), ev._submit(text, ref, Op.SPMV, None, None)
+    assert mine.contender is True and theirs.contender is False
+    mine.result(), theirs.result()
+
+    def pending(text, matrix, op, k, best_us=None, contender=False):  # a GPU job still running
+        f = Future()
+        f.contender = contender
+        return f
+
+    monkeypatch.setattr(ev, "_submit", pending)
+    other = text + "\n// another kernel"
+    a = ev.submit(other, ref, contender=True)
+    b = ev.submit(other, ref)
+    assert b is not a and ev.submit(other, ref) is b  # its own job, then shared with the next ordinary one
+    assert ev.submit(other, ref, contender=True) is b  # a contender may take an ordinary job's result
 
 
 def test_scaled_limits_and_the_pool_cap() -> None:
@@ -480,35 +486,24 @@ def test_equal_limits_leave_the_ordinary_one_binding() -> None:
                            "whether the kernel could be the fastest (not a contender)")
 
 
-def test_a_fresh_submission_is_stopped_early_only_against_the_callers_best(tmp_path, monkeypatch) -> None:
+def test_a_fresh_submission_is_stopped_early_only_against_the_callers_best(compile_only, monkeypatch) -> None:
     """A second look (``fresh``, ``sparserl.eval.retime``) times every pick in full: the best noted
     for the matrix is not passed to its job, the caller's ``best_us`` is; an ordinary submission
     gets the noted best. Kills: a fresh job given the noted best (a pick more than ``early_stop``
     times slower than the other would be retimed from a few runs, not its full count)."""
-    from sparserl.harness.compile import find_nvcc
-    from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.kernels.contract import Op
-    from sparserl.kernels.library import variants
-    from sparserl.matrices import generate
 
-    if find_nvcc() is None:
-        pytest.skip("needs nvcc (the evaluator compiles)")
-    ev = Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path)))
-    try:
-        ref = ev.register(generate("random", 300, seed=0), "r")
-        text = variants("spmv", "CSR")[0].render()
-        ev.note_best(ref, Op.SPMV, None, 5.0)
-        given = []
-        real = ev._submit
+    ev, ref, text = compile_only
+    ev.note_best(ref, Op.SPMV, None, 5.0)
+    given = []
+    real = ev._submit
 
-        def record(text, matrix, op, k, best_us=None, contender=False):
-            given.append(best_us)
-            return real(text, matrix, op, k, best_us, contender)
+    def record(text, matrix, op, k, best_us=None, contender=False):
+        given.append(best_us)
+        return real(text, matrix, op, k, best_us, contender)
 
-        monkeypatch.setattr(ev, "_submit", record)
-        ev.submit(text, ref, fresh=True).result()
-        ev.submit(text, ref, best_us=8.0, fresh=True).result()
-        ev.submit(text + "\n// ordinary", ref).result()
-        assert given == [None, 8.0, 5.0]
-    finally:
-        ev.close()
+    monkeypatch.setattr(ev, "_submit", record)
+    ev.submit(text, ref, fresh=True).result()
+    ev.submit(text, ref, best_us=8.0, fresh=True).result()
+    ev.submit(text + "\n// ordinary", ref).result()
+    assert given == [None, 8.0, 5.0]
