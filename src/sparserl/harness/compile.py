@@ -71,10 +71,11 @@ class CompileOptions:
     timeout_s: float = 60.0
     """Wall-clock limit of one build, in seconds."""
     confirm_timeout_s: float | None = 120.0
-    """A build past ``timeout_s`` is built again, one such build at a time per process, with this
-    limit: past it too, the source is refused as a ``compile_error`` (cached; a source that takes
-    minutes to build is the source's doing: it inlines itself twice a level, say). None: a time-out
-    is returned as ``timeout``, not cached (a loaded machine's)."""
+    """A build past ``timeout_s`` that the machine starved of CPU is built again with this limit (a
+    quarter of the cores' worth at a time per process): past it too, the source is refused as a
+    ``compile_error`` (cached; a source that takes minutes to build is the source's doing: it
+    inlines itself twice a level, say). One that used most of ``timeout_s`` computing is refused at
+    once (:data:`BUSY_SHARE`). None: a time-out is returned as ``timeout``, not cached."""
     nvcc: str | None = None
     """Path of nvcc; default: $CUDA_HOME/bin/nvcc, then nvcc on the PATH."""
     backend: str = "auto"
@@ -325,9 +326,9 @@ def compile_source(
 ) -> CompileResult:
     """Build ``source`` (device code) into a cubin, using and filling the disk cache.
 
-    Failed builds are cached too (same source, same error), except timeouts. A build past its limit
-    is built again alone with ``options.confirm_timeout_s``; past that too it is the source's
-    ``compile_error`` (cached). Under 'auto', a source NVRTC rejects is built with nvcc as well (when
+    Failed builds are cached too (same source, same error), except timeouts that could be the
+    machine's: a build past its limit is the source's ``compile_error`` (cached) when it used the limit
+    computing, or when built again with ``options.confirm_timeout_s`` it runs past that too. Under 'auto', a source NVRTC rejects is built with nvcc as well (when
     there is one) and nvcc's result returned.
     """
     options = options or CompileOptions()

@@ -142,7 +142,7 @@ class Nvrtc:
 
     def compile(self, source: str, options: list[str], timeout_s: float) -> NvrtcOutput:
         """Compile ``source`` with NVRTC ``options`` in this thread's compile process; past
-        ``timeout_s`` the process is ended (a timeout). Never raises."""
+        ``timeout_s`` the process is ended (a timeout). Raises nothing but an interruption."""
         try:
             child = _thread_child(self.path)
         except (OSError, RuntimeError, EOFError) as exc:
