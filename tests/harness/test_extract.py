@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sparserl.harness.extract import Extracted, ExtractError, extract
 from sparserl.kernels.contract import Op
 
@@ -70,18 +72,23 @@ def test_a_header_the_worker_would_read_differently_is_refused_here() -> None:
 
 def test_a_parser_error_on_the_candidates_header_is_its_contract_error(monkeypatch) -> None:
     """Any ValueError, OverflowError or RecursionError the header parser raises on a completion is
-    the candidate's (``contract_error``), not an internal error left out of the update. Kills: the
-    catch removed (the error escapes into the evaluator's catch-all, internal_error)."""
-    from sparserl.harness import extract as E
+    the candidate's (``contract_error``), not an internal error left out of the update, here and in
+    the worker's reading (``split_completion``). Kills: the translation in ``parse_header`` removed
+    (the error escapes into the evaluator's or the worker's catch-all, internal_error)."""
+    from sparserl.errors import ContractError
+    from sparserl.kernels import contract as K
 
+    text = f"FORMAT: CSR\nLAUNCH: grid=m, block=32\n{KERNEL}\n"
     for exc in (ValueError("Exceeds the limit (4300 digits) for integer string conversion"), OverflowError("big"),
                 RecursionError("deep")):
-        def boom(lines, op, exc=exc):
+        def boom(line, exc=exc):
             raise exc
 
-        monkeypatch.setattr(E, "parse_header", boom)
-        e = extract(f"FORMAT: CSR\nLAUNCH: grid=m, block=32\n{KERNEL}\n", Op.SPMV)
+        monkeypatch.setattr(K, "parse_launch_line", boom)
+        e = extract(text, Op.SPMV)
         assert isinstance(e, ExtractError) and e.kind == "contract_error" and type(exc).__name__ in e.message
+        with pytest.raises(ContractError, match=type(exc).__name__):
+            K.split_completion(text, Op.SPMV)
 
 
 def test_a_long_run_of_decoration_is_read_in_one_pass() -> None:

@@ -665,8 +665,19 @@ def parse_header(lines: list[str], op: Op) -> Header:
     and check their names.
 
     Every name a LAUNCH expression reads must be one of :func:`launch_variables`, a PARAMS name or one of
-    :data:`LAUNCH_FACT_NAMES` (whose values the harness writes in before it launches).
+    :data:`LAUNCH_FACT_NAMES` (whose values the harness writes in before it launches). Whatever the
+    parsing raises on the text (a ValueError, OverflowError or RecursionError too) is a
+    :class:`ContractError`: the text's fault, never the machine's.
     """
+    try:
+        return _parse_header(lines, op)
+    except ContractError:
+        raise
+    except (ValueError, OverflowError, RecursionError) as exc:
+        raise ContractError(f"the header could not be read ({type(exc).__name__}: {exc})"[:300]) from None
+
+
+def _parse_header(lines: list[str], op: Op) -> Header:
     if not lines:
         raise ContractError("completion has no FORMAT: line")
     for line in lines:
