@@ -198,15 +198,17 @@ class _Child:
         return self._read(timeout_s)
 
     def _read(self, timeout_s: float):
+        """The next message (:mod:`~sparserl.harness.nvrtc_child`'s framing), or None past ``timeout_s``."""
         import pickle
-        import struct
+
+        from sparserl.harness.nvrtc_child import LENGTH
 
         fd = self.proc.stdout.fileno()
         poller = select.poll()  # not select.select: it refuses descriptors past 1023
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         deadline = time.monotonic() + timeout_s
         buf = bytearray()  # grown in place: a large answer is read in linear time
-        need = 8
+        need = LENGTH.size
         size = None
         while len(buf) < need:
             left = deadline - time.monotonic()
@@ -216,10 +218,10 @@ class _Child:
             if not chunk:
                 raise EOFError(f"the process ended (exit status {self.proc.poll()})")
             buf += chunk
-            if size is None and len(buf) >= 8:
-                (size,) = struct.unpack("<Q", buf[:8])
-                need = 8 + size
-        return pickle.loads(bytes(buf[8:need]))
+            if size is None and len(buf) >= LENGTH.size:
+                (size,) = LENGTH.unpack(buf[:LENGTH.size])
+                need = LENGTH.size + size
+        return pickle.loads(bytes(buf[LENGTH.size:need]))
 
     def end(self) -> None:
         """End the process (and anything it started) and reap it."""

@@ -20,15 +20,16 @@ import pickle
 import struct
 import sys
 
-_LEN = struct.Struct("<Q")
+LENGTH = struct.Struct("<Q")
+"""The length that precedes every message."""
 
 
 def read_message(stream):
     """The next message on a binary ``stream``, or None at its end."""
-    head = stream.read(_LEN.size)
-    if len(head) < _LEN.size:
+    head = stream.read(LENGTH.size)
+    if len(head) < LENGTH.size:
         return None
-    (size,) = _LEN.unpack(head)
+    (size,) = LENGTH.unpack(head)
     data = stream.read(size)
     if len(data) < size:
         return None
@@ -37,7 +38,7 @@ def read_message(stream):
 
 def write_message(stream, obj) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_LEN.pack(len(data)) + data)
+    stream.write(LENGTH.pack(len(data)) + data)
     stream.flush()
 
 

@@ -247,14 +247,19 @@ def _parse_define(arg: str) -> tuple[str, _Macro]:
     return name, _Macro(params, body, variadic)
 
 
+def _step(steps: list[int]) -> None:
+    """Count one token looked at by the expansion; past :data:`MAX_EXPANSION_STEPS`, refuse."""
+    steps[0] += 1
+    if steps[0] > MAX_EXPANSION_STEPS:
+        raise SourceError(f"macro expansion takes more than {MAX_EXPANSION_STEPS} steps")
+
+
 def _args(tokens: list[Token], i: int, steps: list[int]) -> tuple[list[list[Token]], int] | None:
     """Arguments of a function-like macro call whose '(' is at ``tokens[i]``; (args, index after ')').
     Each token looked at counts in ``steps`` (an unclosed call scans to the end of the code)."""
     depth, args, cur = 0, [], []
     for j in range(i, len(tokens)):
-        steps[0] += 1
-        if steps[0] > MAX_EXPANSION_STEPS:
-            raise SourceError(f"macro expansion takes more than {MAX_EXPANSION_STEPS} steps")
+        _step(steps)
         t = tokens[j].text
         if t == "(":
             depth += 1
@@ -283,9 +288,7 @@ def _expand(tokens: list[Token], macros: dict[str, _Macro], hidden: frozenset[st
     out: list[Token] = []
     i = 0
     while i < len(tokens):
-        steps[0] += 1
-        if steps[0] > MAX_EXPANSION_STEPS:
-            raise SourceError(f"macro expansion takes more than {MAX_EXPANSION_STEPS} steps")
+        _step(steps)
         t = tokens[i]
         mac = macros.get(t.text) if t.kind == "ident" and t.text not in hidden else None
         if mac is None:
