@@ -60,6 +60,12 @@ CASES: dict[str, tuple[str, str]] = {
     "params_launch_uses_an_unnamed_name": (params(HONEST).replace("ceil_div(m, BLOCK)", "ceil_div(m, BLOK)"),
                                            "contract_error"),
     "params_matrix_fact_name": (bad_line("PARAMS: BLOCK=256, TABLE=4, MATRIX_ROW_LEN=9"), "contract_error"),
+    # headers that once reached an internal_error (left out of every update): a value int() refuses to
+    # read, and a line break only the worker's reading of the header saw
+    "params_value_past_int_reading": (bad_line("PARAMS: BLOCK=256, TABLE=" + "4" * 5000), "contract_error"),
+    "params_carriage_return_between_items": (bad_line("PARAMS: BLOCK=256,\rTABLE=4"), "contract_error"),
+    "launch_form_feed_in_an_expression": (params(HONEST).replace("ceil_div(m, BLOCK)", "ceil_div(m,\x0cBLOCK)"),
+                                          "contract_error"),
     # a matrix's fact the matrix has no value for: the harness would have to invent it
     "facts_diagonals_of_a_scattered_matrix": (params(f"{HONEST} if (row == 0) y[0] += MATRIX_DIA_RUNS[0] * 0.f;"),
                                               "contract_error"),

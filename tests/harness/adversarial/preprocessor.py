@@ -9,6 +9,12 @@ def with_prefix(prefix: str) -> str:
     return GOOD.replace(HEAD, HEAD + prefix + "\n")
 
 
+DOUBLING = "\n".join(["#define E0"] + [f"#define E{i} E{i - 1} E{i - 1}" for i in range(1, 41)] + ["E40"])
+"""Macros that each call the one before twice and expand to nothing: no token, 2^40 expansions."""
+UNCLOSED = "#define F(x) x\n" + "F(" * 20_000
+"""Calls of a function-like macro that never close: each scans to the end of the code."""
+
+
 CASES: dict[str, tuple[str, str]] = {
     # a clock and asm built by token pasting, a file named by a macro
     "clock_by_token_pasting": (csr(f"{HONEST} if (CAT(clo, ck64)() == 0) y[row] = 0.f;",
@@ -36,6 +42,9 @@ CASES: dict[str, tuple[str, str]] = {
     # lexing as the compiler does: 1'//' is the number 1 and a character literal, so a reader that took the
     # apostrophe for a digit separator saw a comment and missed the rest of the line (the compiled code's
     # check still refused the printf; the _Pragma, a source-only rule, went through)
+    # work without output: the expansion counts what it looks at (once a static check of days)
+    "macros_doubling_to_nothing": (csr(HONEST, before=DOUBLING), "static_check"),
+    "unclosed_macro_calls": (csr(HONEST, before=UNCLOSED), "static_check"),
     "digit_separator_hides_a_call": (csr(f'int h = F(1\'//\'); printf("%d", row); {HONEST}',
                                          before="#define F(a) 0"), "static_check"),
     "digit_separator_hides_a_pragma": (csr(f'int h = F(1\'//\'); _Pragma("GCC dependency \\"/etc/passwd\\"") '
