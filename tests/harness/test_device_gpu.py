@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sparserl.formats import convert
-from sparserl.harness.compile import compile_source
+from sparserl.harness.compile import CompileOptions, compile_source
 from sparserl.harness.device import DeviceMatrix, LoadedKernels, kernel_args, launch_all, prepare_output
 from sparserl.harness.reference import Fp64Reference
 from sparserl.kernels.contract import FORMAT_NAMES, Op, evaluate_launches, split_completion
@@ -219,3 +219,16 @@ def test_the_host_double_of_the_check_kernel_agrees_with_it(k) -> None:
         assert (a.ok, a.bad_rows, a.nonfinite, a.first_bad_row) == (b.ok, b.bad_rows, b.nonfinite, b.first_bad_row)
         assert b.max_scaled_error == pytest.approx(a.max_scaled_error, rel=1e-6, abs=1e-9)
     assert not double.compare(x, bad).ok
+
+
+def test_every_nvrtc_build_reports_its_kernels_resources(tmp_path) -> None:
+    """Where a driver is installed, NVRTC 13 reuses the driver's compile cache (a source compiled
+    before, in any process, or one that differs only in its comments) and returns the cubin with an
+    empty log: the register and static shared-memory limits would read nothing (measured on an H100).
+    Each build here is new to the package's cache and not to the driver's. Kills: NVRTC's process
+    run without ``CUDA_CACHE_DISABLE`` (the second build a ``compiler_failure``: no report)."""
+    v = variants(Op.SPMV, "CSR")[0]
+    _, code = split_completion(v.render(), Op.SPMV)
+    for i in range(2):
+        r = compile_source(code + f"// build {i}\n", CompileOptions(backend="nvrtc"), cache_dir=tmp_path / str(i))
+        assert r.ok and r.resources and all(x.registers > 0 for x in r.resources), (r.error_kind, r.log)

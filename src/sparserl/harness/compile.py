@@ -76,6 +76,14 @@ class CompileOptions:
     ``compile_error`` (cached; a source that takes minutes to build is the source's doing: it
     inlines itself twice a level, say). One that used most of ``timeout_s`` computing is refused at
     once (:data:`BUSY_SHARE`). None: a time-out is returned as ``timeout``, not cached."""
+    memory_limit_mb: int | None = 2048
+    """Memory a build may allocate, in MiB (``RLIMIT_DATA`` of NVRTC's compile process during a
+    compile, and of nvcc and every step it starts; the process's own hard limit where that is lower,
+    :func:`memory_limit_applied`); the library's kernels need under 100. A build that runs out of it
+    is built once more: out of it again, while a trivial kernel builds under the same limit, the
+    source is refused as a ``compile_error`` (cached; it lists or inlines itself into gigabytes, say).
+    Without a limit, such a source grows until the machine's OOM killer ends a process, perhaps the
+    trainer. None: no limit (running out of memory is then the machine's ``compiler_failure``)."""
     nvcc: str | None = None
     """Path of nvcc; default: $CUDA_HOME/bin/nvcc, then nvcc on the PATH."""
     backend: str = "auto"
@@ -90,6 +98,8 @@ class CompileOptions:
             raise ValueError("timeout_s must be positive")
         if self.confirm_timeout_s is not None and not self.confirm_timeout_s >= self.timeout_s:
             raise ValueError("confirm_timeout_s must be at least timeout_s (or None)")
+        if self.memory_limit_mb is not None and not self.memory_limit_mb > 0:
+            raise ValueError("memory_limit_mb must be positive (or None)")
 
 
 @dataclass(frozen=True)
@@ -228,6 +238,13 @@ def candidate_log(text: str, name: str = SOURCE_NAME) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+_OUT_OF_MEMORY = re.compile(
+    r"^(?:\S[^\n]*?:\s*catastrophic error: out of memory\s*$|LLVM ERROR: out of memory|ptxas fatal\s*: Memory allocation "
+    r"failure|NVRTC failed: MemoryError\b|(?:\S[^\n]*?: )?virtual memory exhausted)", re.MULTILINE)
+"""The lines a compiler step (or NVRTC's compile process) that ran out of memory prints: the front
+end's catastrophic error (located in whatever file it was reading), LLVM's, ptxas's and the host
+compiler's own lines. Never a quoted source line (indented), nor ``#error`` text (a diagnostic of
+another kind): an honest comment saying "out of memory" must not read as running out of it."""
 _MACHINE_FAULT = re.compile(
     r"out of memory|cannot allocate memory|memory exhausted|memory allocation failure|allocation failure occurred"
     r"|died due to signal|core dumped|error while loading shared libraries|^segmentation fault|^killed\s*$"
@@ -256,16 +273,21 @@ def _foreign_lines(text: str, name: str = SOURCE_NAME) -> str:
     return "\n".join(out)
 
 
-def build_failure_kind(text: str, returncode: int | None = None) -> tuple[str, str | None]:
+def build_failure_kind(text: str, returncode: int | None = None,
+                       memory_limited: bool = False) -> tuple[str, str | None]:
     """Whether a failed build is the source's fault: ``("compile_error", None)``, or
-    ``("compiler_failure", why)`` when the compiler failed on its own, which is never cached.
+    ``("compiler_failure", why)`` when the compiler failed on its own, which is never cached, or
+    ``("memory", why)`` when it ran out of memory under a limit (:attr:`CompileOptions.memory_limit_mb`).
 
     Fails closed: a compiler killed by a signal (``returncode`` < 0, or 129-192 from a step the
     driver ran through a shell), one that could not run a step (126, 127), one that printed a
     machine fault (memory exhausted, a step that died, ``nvcc fatal``) outside the candidate's own
     diagnostics, and one that failed without any diagnostic blaming the source are compiler
     failures. The candidate's own lines are not read for faults, so its ``#error`` text cannot
-    turn its compile error into a machine's."""
+    turn its compile error into a machine's. Under a memory limit, a step's own report of running
+    out of it (:data:`_OUT_OF_MEMORY`) is read first: a step that died of it prints so."""
+    if memory_limited and (m := _OUT_OF_MEMORY.search(text)):
+        return "memory", f"it reported '{m.group(0).strip()}'"
     if returncode is not None and returncode < 0:
         return "compiler_failure", f"killed by signal {-returncode}"
     if returncode is not None and 128 < returncode <= 192:
@@ -341,7 +363,8 @@ def compile_source(
                              "or set CUDA_HOME / SPARSERL_NVRTC")
     result = _build(backend, source, options, cache_dir, t0)
     if (backend == "nvrtc" and options.backend == "auto" and result.error_kind in ("compile_error", "compiler_failure")
-            and TOO_SLOW not in result.log and find_nvcc(options.nvcc) is not None):  # a bomb is not built twice
+            and TOO_SLOW not in result.log and TOO_LARGE not in result.log
+            and find_nvcc(options.nvcc) is not None):  # a bomb is not built twice
         log.debug("NVRTC rejected a source; building it with nvcc too: %s", result.log[-300:])
         result = _build("nvcc", source, options, cache_dir, t0)
     return result
@@ -349,6 +372,8 @@ def compile_source(
 
 TOO_SLOW = "a source this slow to build is refused"
 """In the log of a build refused for its time (:func:`_build`)."""
+TOO_LARGE = "a source this large to build is refused"
+"""In the log of a build refused for its memory (:func:`_build`)."""
 BUSY_SHARE = 0.8
 """A build stopped at its limit after using this share of it in CPU time was not slowed by the
 machine's load: the source's, refused without a second build."""
@@ -356,28 +381,77 @@ BUSY_MIN_S = 1.0
 """...and at least this many CPU seconds (a clock tick is 10 ms: a tiny limit is no reading)."""
 _CONFIRMS = threading.BoundedSemaphore(max(1, (os.cpu_count() or 1) // 4))
 """Confirming builds (:attr:`CompileOptions.confirm_timeout_s`) running at once in a process."""
+_CONFIRMED = ("timeout", "memory")
+"""How a build can fail that is the source's when it happens again in the confirming build."""
 
 
 def _build(backend: str, source: str, options: CompileOptions, cache_dir, t0: float) -> CompileResult:
-    """:func:`_cached_build`, and a build past its limit that was starved of CPU built again with
-    ``options.confirm_timeout_s`` (a few such at a time): past that too, the source's."""
+    """:func:`_cached_build`, and a build past its limit that was starved of CPU, or one that ran
+    out of memory under its limit, built again (with ``options.confirm_timeout_s``; a few such at a
+    time): past the limit or out of memory again, the source's."""
     result = _cached_build(backend, source, options, cache_dir, t0)
-    if result.error_kind == "timeout" and options.confirm_timeout_s is not None:
-        log.info("a build ran past its %g s limit; building it again with %g s", options.timeout_s,
-                 options.confirm_timeout_s)
-        longer = replace(options, timeout_s=options.confirm_timeout_s)
+    if result.error_kind == "memory" or (result.error_kind == "timeout" and options.confirm_timeout_s is not None):
+        first = (result.error_kind, options)
+        log.info("a build %s; building it again", _failed_how(*first))
+        again = options if options.confirm_timeout_s is None else replace(options, timeout_s=options.confirm_timeout_s)
         with _CONFIRMS:
-            result = _cached_build(backend, source, longer, cache_dir, t0, first_limit_s=options.timeout_s)
+            result = _cached_build(backend, source, again, cache_dir, t0, first=first)
     return result
 
 
+def memory_limit_applied(options: CompileOptions) -> int | None:
+    """The memory limit a build gets, in MiB: ``options.memory_limit_mb``, or this process's hard
+    ``RLIMIT_DATA`` where that is lower (a build's processes cannot raise it); None: none."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    hard_mb = None if hard == resource.RLIM_INFINITY else hard >> 20
+    limits = [m for m in (options.memory_limit_mb, hard_mb) if m is not None]
+    return min(limits) if options.memory_limit_mb is not None and limits else None
+
+
+def _failed_how(kind: str, options: CompileOptions) -> str:
+    """How a build failed that :func:`_build` builds again, in words."""
+    if kind == "memory":
+        return f"ran out of memory within its {memory_limit_applied(options)} MiB limit"
+    return f"ran past its {options.timeout_s:g} s limit"
+
+
+def _refusal(name: str, first: tuple[str, CompileOptions], kind: str, options: CompileOptions) -> str:
+    """The log of a source refused because its confirming build failed as ``kind`` too."""
+    again = "and again when built again" if kind == first[0] and options.timeout_s == first[1].timeout_s else (
+        f"then {_failed_how(kind, options)} when built again")
+    return f"{name} {_failed_how(*first)}, {again}: {TOO_SLOW if kind == 'timeout' else TOO_LARGE}\n"
+
+
+def _refused_within(kind: str, first: CompileOptions, confirm_s: float | None) -> dict:
+    """What a refusal for ``kind`` (timeout or memory) was given: read by :func:`_given_more`."""
+    return {"kind": kind, "timeout_s": first.timeout_s, "confirm_timeout_s": confirm_s,
+            "memory_limit_mb": memory_limit_applied(first)}
+
+
+def _given_more(limits: dict | None, options: CompileOptions) -> bool:
+    """Whether ``options`` would give a source refused under ``limits`` (:func:`_refused_within`)
+    more of what it ran out of: more memory for a memory refusal; for a time-out, a longer first
+    limit, or a longer confirming one where the refusal was confirmed."""
+    if not limits:
+        return False
+    if limits.get("kind") == "memory":
+        now, was = memory_limit_applied(options), limits.get("memory_limit_mb")
+        return was is not None and (now is None or now > was)
+    confirmed = limits.get("confirm_timeout_s")
+    longest = options.confirm_timeout_s if options.confirm_timeout_s is not None else options.timeout_s
+    return options.timeout_s > limits["timeout_s"] or (confirmed is not None and longest > confirmed)
+
+
 def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir, t0: float,
-                  first_limit_s: float | None = None) -> CompileResult:
-    """Build (or find in the cache) ``source`` with ``backend``. A time-out is the source's (a
-    cached ``compile_error``) when this is the confirming build of one past ``first_limit_s``, or
-    when it used :data:`BUSY_SHARE` of its limit in CPU time (:data:`BUSY_MIN_S` at least; with
-    ``options.confirm_timeout_s`` set);
-    otherwise it is returned as ``timeout``, not cached."""
+                  first: tuple[str, CompileOptions] | None = None) -> CompileResult:
+    """Build (or find in the cache) ``source`` with ``backend``. A time-out or running out of
+    memory is the source's (a cached ``compile_error``) when this is the confirming build of one
+    that failed so (``first``: how, and under what options), out of memory only while a trivial kernel
+    builds under the same limit; a time-out is the source's too when it used :data:`BUSY_SHARE` of
+    its limit in CPU time (:data:`BUSY_MIN_S` at least; with ``options.confirm_timeout_s`` set);
+    otherwise they are returned as ``timeout`` and ``memory``, not cached."""
     if backend == "nvrtc":
         from sparserl.harness.nvrtc import load_nvrtc, nvrtc_options
 
@@ -386,7 +460,7 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
         version = "\0".join([lib.version, *opts])  # the options (include folders) are part of the build too
 
         def build():
-            return _run_nvrtc(lib, source, opts, options.timeout_s)
+            return _run_nvrtc(lib, source, opts, options)
     else:
         nvcc = find_nvcc(options.nvcc)
         version = nvcc_version(nvcc)
@@ -408,6 +482,8 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
             return None
         if meta.get("ok") and not cubin.exists():
             return None
+        if _given_more(meta.get("refused_within"), options):
+            return None  # refused under smaller limits than these give: built again under these
         return _result_from_meta(meta, cubin, time.perf_counter() - t0)
 
     if (hit := lookup()) is not None:
@@ -417,17 +493,27 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
             return hit
         ok, blob, text, error_kind, ptx, cpu_s = build()
         name = "NVRTC" if backend == "nvrtc" else "nvcc"
-        if error_kind == "timeout" and first_limit_s is not None:
+        refused_within = None
+        if error_kind == "memory" and first is not None and not _probe_builds(backend, options):
+            error_kind = "compiler_failure"  # the machine's limit, not the source's: a trivial kernel fails too
+            text = (f"{name} {_failed_how(*first)}, then {_failed_how('memory', options)} when built again, and so "
+                    "did a trivial kernel: the machine is out of memory, not the source's compile error\n")
+        elif error_kind in _CONFIRMED and first is not None:
+            refused_within = _refused_within(error_kind, first[1], options.timeout_s)
+            text = _refusal(name, first, error_kind, options)
             error_kind = "compile_error"
-            text = (f"{name} ran past its limit twice ({first_limit_s:g} s, then {options.timeout_s:g} s): "
-                    f"{TOO_SLOW}\n")
         elif (error_kind == "timeout" and options.confirm_timeout_s is not None and cpu_s is not None
               and cpu_s >= max(BUSY_MIN_S, BUSY_SHARE * options.timeout_s)):
+            refused_within = _refused_within("timeout", options, None)
             error_kind = "compile_error"
             text = (f"{name} ran past its {options.timeout_s:g} s limit using {cpu_s:.0f} s of CPU time (not slowed "
                     f"by the machine): {TOO_SLOW}\n")
+        elif ok and (missing := _unreported_entries(ptx, text)):
+            ok, error_kind = False, "compiler_failure"  # never cached: the resource limits would read nothing
+            text += (f"\n{name} built the code without its ptxas report for {', '.join(missing)}: the resource "
+                     "limits cannot be read\n")
         text = candidate_log(text)
-        if error_kind in ("timeout", "compiler_failure"):  # not the source's fault: not cached
+        if error_kind in ("timeout", "memory", "compiler_failure"):  # not the source's fault (yet): not cached
             secs = time.perf_counter() - t0
             return CompileResult(False, key, None, secs, False, error_kind, text, (), secs, backend)
         report = check_ptx(ptx) if ok else None
@@ -442,6 +528,7 @@ def _cached_build(backend: str, source: str, options: CompileOptions, cache_dir,
             "backend": backend,
             "ptx_violation": (report.violation if ptx else "the compiler produced no PTX to inspect") if ok else None,
             "uses_atomics": bool(report and report.uses_atomics),
+            "refused_within": refused_within,
         }
         if ok:
             tmp_cubin = cubin.with_suffix(f".cubin.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -458,11 +545,43 @@ Build = tuple[bool, bytes | None, str, str | None, str, float | None]
 """(ok, cubin, log, error kind, PTX, CPU seconds used when stopped at the limit) of one backend run."""
 
 
-def _run_nvrtc(lib, source: str, opts: list[str], timeout_s: float) -> Build:
-    out = lib.compile(source, opts, timeout_s)
+_TRIVIAL = 'extern "C" __global__ void trivial(float* y) { y[threadIdx.x] = 1.f; }\n'
+
+
+def _probe_builds(backend: str, options: CompileOptions) -> bool:
+    """Whether a trivial kernel builds under ``options`` on ``backend`` (uncached): a source that ran
+    out of memory twice is the source's only when it does (a limit the machine set, a ``ulimit`` lower
+    than :attr:`CompileOptions.memory_limit_mb`, fails every source alike)."""
+    if backend == "nvrtc":
+        from sparserl.harness.nvrtc import load_nvrtc, nvrtc_options
+
+        done = _run_nvrtc(load_nvrtc(), _TRIVIAL, nvrtc_options(options.arch, options.flags, find_cuda_include()),
+                          options)
+    else:
+        done = _run_nvcc(find_nvcc(options.nvcc), _TRIVIAL, options)
+    return done[0]
+
+
+_ENTRY_PTX = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)*\.entry\s+([A-Za-z_$][\w$]*)", re.MULTILINE)
+
+
+def _unreported_entries(ptx: str, log_text: str) -> list[str]:
+    """The kernels ``ptx`` defines that the build's ``ptxas -v`` report in ``log_text`` leaves out
+    (a cubin NVRTC took from the driver's cache comes with no report)."""
+    reported = {r.name for r in parse_ptxas(log_text)}
+    return [e for e in dict.fromkeys(_ENTRY_PTX.findall(ptx)) if e not in reported]
+
+
+def _run_nvrtc(lib, source: str, opts: list[str], options: CompileOptions) -> Build:
+    out = lib.compile(source, opts, options.timeout_s, options.memory_limit_mb)
     kind = {"ok": None, "compile_error": "compile_error", "timeout": "timeout"}.get(out.status, "compiler_failure")
     log_text = out.log
-    if kind == "compile_error" and out.log.lstrip().startswith("nvrtc: error:"):  # an option (arch) it rejects
+    limited = options.memory_limit_mb is not None
+    if kind in ("compile_error", "compiler_failure") and limited and _OUT_OF_MEMORY.search(out.log + "\n" + out.printed):
+        # ptxas's "Memory allocation failure" and LLVM's "out of memory" (which ends the process) are printed
+        kind = "memory"
+        log_text += f"\nNVRTC {_failed_how('memory', options)}\n"
+    elif kind == "compile_error" and out.log.lstrip().startswith("nvrtc: error:"):  # an option (arch) it rejects
         kind = "compiler_failure"
     elif kind == "compile_error":
         kind, why = build_failure_kind(out.log)
@@ -478,6 +597,8 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
         src.write_text(source)
         cmd = [nvcc, "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.flags, "--keep", "--keep-dir", tmp,
                "-o", str(out), SOURCE_NAME]
+        if (limit := memory_limit_applied(options)) is not None:  # nvcc and every step it starts (inherited)
+            cmd = ["/bin/sh", "-c", 'ulimit -c 0 && ulimit -d "$0" && exec "$@"', str(limit * 1024), *cmd]
         # TMPDIR too: nvcc's front end leaves an empty kernel-*.lgenfe.bc in the temp folder when a build fails.
         # A session of its own: past the limit the whole group goes (nvcc starts cicc and ptxas through a
         # shell; killing nvcc alone left them running, gigabytes and a core each).
@@ -495,7 +616,9 @@ def _run_nvcc(nvcc: str, source: str, options: CompileOptions) -> Build:
         text = (stdout + stderr).replace(tmp + "/", "")
         ok = proc.returncode == 0 and out.exists()
         if not ok:  # the source's error, or nvcc's own failure (a bad flag, memory, a step killed)?
-            kind, why = build_failure_kind(text, proc.returncode)
+            kind, why = build_failure_kind(text, proc.returncode, options.memory_limit_mb is not None)
+            if kind == "memory":
+                return False, None, text + f"\nnvcc {_failed_how('memory', options)}\n", kind, "", None
             if why is not None:
                 return False, None, text + f"\nnvcc failed on its own: {why}; not a compile error of the source\n", \
                     kind, "", None

@@ -14,7 +14,12 @@ same folder, and a candidate must compile a trivial kernel before it is used.
 A compile runs in a process of its own (:mod:`sparserl.harness.nvrtc_child`, one kept per
 compile thread, so compiles on several threads run in parallel): a running NVRTC call cannot be
 stopped, so one that runs past its limit is stopped by ending its process, reported as a timeout,
-and the next compile starts a new process. (In a thread, a source that inlines itself twice a
+and the next compile starts a new process. That process runs with ``CUDA_CACHE_DISABLE=1``: where a
+driver is installed (the GPU machine), NVRTC 13 otherwise reuses the driver's cache of earlier
+compiles, even across processes and for a source that differs only in its comments, and such a
+compile returns its cubin with an empty log, without the ``ptxas -v`` report that the resource
+limits read (measured on an H100: the registers and static shared memory of every such kernel read
+as none). Compiles are cached by this package instead (:mod:`sparserl.harness.compile`). (In a thread, a source that inlines itself twice a
 level kept a core and gigabytes of memory after its time-out, for as long as it pleased.) Only NVRTC's
 "compilation failed" and "invalid option" are compile errors (cacheable: the same source fails
 again); any other failure is ``failure`` and is never cached.
@@ -27,11 +32,13 @@ import ctypes
 import ctypes.util
 import glob
 import logging
+import math
 import os
 import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -45,6 +52,7 @@ log = logging.getLogger(__name__)
 
 _COMPILE_ERRORS = (5, 6)  # NVRTC_ERROR_INVALID_OPTION, NVRTC_ERROR_COMPILATION
 _PROBE = 'extern "C" __global__ void probe(float* y) { y[threadIdx.x] = 1.f; }'
+PRINTED_CHARS = 2000
 CHILD_START_S = 60.0
 """How long a new compile process may take to load the library and compile its probe."""
 
@@ -60,6 +68,10 @@ class NvrtcOutput:
     """The PTX NVRTC produced on the way to the cubin (what :mod:`.ptx_check` inspects)."""
     cpu_s: float | None = None
     """For a timeout: the CPU seconds its process had used when it was ended."""
+    printed: str = ""
+    """What the compile process wrote to its standard error during this compile (ptxas's and LLVM's
+    own failures, "Memory allocation failure", "LLVM ERROR: out of memory", land there, not in the
+    program's log); its last :data:`PRINTED_CHARS` characters."""
 
 
 def _wheel_dirs() -> list[str]:
@@ -140,30 +152,37 @@ class Nvrtc:
         finally:
             self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
-    def compile(self, source: str, options: list[str], timeout_s: float) -> NvrtcOutput:
-        """Compile ``source`` with NVRTC ``options`` in this thread's compile process; past
-        ``timeout_s`` the process is ended (a timeout). Raises nothing but an interruption."""
+    def compile(self, source: str, options: list[str], timeout_s: float,
+                memory_limit_mb: int | None = None) -> NvrtcOutput:
+        """Compile ``source`` with NVRTC ``options`` in this thread's compile process, allowed
+        ``memory_limit_mb`` of data (None: no limit); past ``timeout_s`` the process is ended (a
+        timeout). What the process printed meanwhile is in ``printed``. Raises nothing but an
+        interruption."""
+        limit = None if memory_limit_mb is None else memory_limit_mb << 20
         try:
-            child = _thread_child(self.path)
+            child = _thread_child(self.path, math.inf if limit is None else limit)
         except (OSError, RuntimeError, EOFError) as exc:
             return NvrtcOutput("failure", None, f"NVRTC's compile process did not start: {exc}")
         before = process_cpu_seconds(child.pid)  # the process lives on between compiles: this one's share
         try:
-            got = child.request((source, options), timeout_s)
+            got = child.request((source, options, limit), timeout_s)
         except (OSError, EOFError, ValueError) as exc:  # it died: killed, out of memory, a crash in NVRTC
+            printed = child.printed()
             _drop_thread_child()
-            return NvrtcOutput("failure", None, f"NVRTC's compile process ended: {exc or type(exc).__name__}")
+            return NvrtcOutput("failure", None, f"NVRTC's compile process ended: {exc or type(exc).__name__}",
+                               printed=printed)
         except BaseException:  # interrupted between request and answer: the answer must not reach the next request
             _drop_thread_child()
             raise
+        printed = child.printed()
         if got is None:
             after = process_cpu_seconds(child.pid)
             cpu_s = after - before if after is not None and before is not None else None
             _drop_thread_child()
             return NvrtcOutput("timeout", None, f"NVRTC ran past its {timeout_s:g} s limit (its process was ended)",
-                               cpu_s=cpu_s)
+                               cpu_s=cpu_s, printed=printed)
         status, cubin, text, ptx = got
-        return NvrtcOutput(status, cubin, text, ptx)
+        return NvrtcOutput(status, cubin, text, ptx, printed=printed)
 
 
 class _Child:
@@ -173,10 +192,24 @@ class _Child:
         import sparserl
 
         root = str(Path(sparserl.__file__).resolve().parent.parent)  # where this sparserl is imported from
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        self.proc = subprocess.Popen([sys.executable, "-m", "sparserl.harness.nvrtc_child", path],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+                   CUDA_CACHE_DISABLE="1")  # see the module's docstring: NVRTC's use of the driver's cache
+        fd, name = tempfile.mkstemp(prefix="sparserl-nvrtc-", suffix=".err")
+        os.close(fd)
+        self.err = os.open(name, os.O_RDWR | os.O_APPEND)  # appended to, read and emptied between compiles
+        os.unlink(name)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "sparserl.harness.nvrtc_child", path],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, env=env,
+                                         start_new_session=True)
+        except BaseException:
+            os.close(self.err)
+            raise
         _children.add(self)
+        self.widest = 0.0
+        """The largest data limit (bytes) it has compiled under."""
+        self.owner = threading.current_thread()
+        """The thread it compiles for: only that thread reads its pipes, or ends it while that thread lives."""
         try:
             ready = self._read(CHILD_START_S)
         except (OSError, EOFError, ValueError) as exc:
@@ -236,21 +269,40 @@ class _Child:
             except OSError:
                 pass
         self.proc.wait()
+        err, self.err = self.err, -1  # closed once: the number may soon name another file
+        if err >= 0:
+            os.close(err)
+
+    def printed(self) -> str:
+        """What the process wrote to its standard error since the last call (its tail), and empty it."""
+        try:
+            size = os.fstat(self.err).st_size
+            data = os.pread(self.err, PRINTED_CHARS, max(0, size - PRINTED_CHARS))
+            os.ftruncate(self.err, 0)
+        except OSError:
+            return ""
+        return data.decode(errors="replace")
 
 
 _children: set[_Child] = set()
 _local = threading.local()
 
 
-def _thread_child(path: str) -> _Child:
-    for other in list(_children):  # processes whose thread ended (the death signal follows the thread): reaped
-        if other.proc.poll() is not None:
+def _thread_child(path: str, limit: float) -> _Child:
+    """The calling thread's compile process, for a compile allowed ``limit`` bytes of data: a new
+    one when it has ended, or when it ever compiled under a larger limit. Memory the process freed
+    stays mapped to it, and a compile may use that whatever its limit (the limit only stops new
+    mappings): in the test suite, a process holding 218 MB of data from earlier compiles built at
+    80 MiB a source that needs about 150."""
+    for other in list(_children):  # the processes of threads that ended: ended and reaped (never a living thread's:
+        if not other.owner.is_alive():  # it may be reading its pipes); the death signal may not have come yet
             other.end()
     child = getattr(_local, "child", None)
-    if child is None or child.proc.poll() is not None:
+    if child is None or child.proc.poll() is not None or child.widest > limit:
         if child is not None:
             child.end()
         _local.child = child = _Child(path)
+    child.widest = max(child.widest, limit)
     return child
 
 

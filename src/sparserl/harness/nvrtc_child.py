@@ -8,7 +8,11 @@ its limit is stopped by ending the process, and the next compile starts a new on
 Protocol, on the process's standard input and a copy of its original standard output: every
 message is a pickle preceded by its length (8 bytes, little-endian). The process answers
 ``("ready", version)`` once the library has compiled its probe, then one ``(status, cubin, log,
-ptx)`` per ``(source, options)`` request, and ends at the end of its input or when its parent dies.
+ptx)`` per ``(source, options, data_limit)`` request, and ends at the end of its input or when its
+parent dies. ``data_limit`` (bytes, or None) caps the memory the compile may allocate
+(``RLIMIT_DATA``, lifted again before the answer is written): NVRTC then reports running out of
+memory, or its process ends printing so, instead of growing until the machine's OOM killer picks a
+process, perhaps the trainer's.
 
     python -m sparserl.harness.nvrtc_child PATH_OF_LIBNVRTC
 """
@@ -17,8 +21,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import resource
 import struct
 import sys
+from contextlib import contextmanager
 
 LENGTH = struct.Struct("<Q")
 """The length that precedes every message."""
@@ -52,9 +58,24 @@ def _die_with_parent() -> None:
         pass
 
 
+@contextmanager
+def _data_limit(limit: int | None):
+    """``RLIMIT_DATA``'s soft limit at ``limit`` bytes for the block (None: as it was)."""
+    if limit is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def main(argv: list[str]) -> int:
     parent = os.getppid()
     _die_with_parent()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a compile that runs out of its memory aborts: no core file
     if os.getppid() != parent:  # the parent ended before the request above
         return 1
     out = os.fdopen(os.dup(1), "wb")
@@ -65,11 +86,12 @@ def main(argv: list[str]) -> int:
     write_message(out, ("ready", lib.version))
     inp = sys.stdin.buffer
     while (request := read_message(inp)) is not None:
-        source, options = request
+        source, options, data_limit = request
         try:
-            res = lib._compile(source, options)
+            with _data_limit(data_limit):
+                res = lib._compile(source, options)
         except Exception as exc:  # noqa: BLE001 - reported as a failed compile, never raised
-            res = NvrtcOutput("failure", None, f"NVRTC failed: {exc}")
+            res = NvrtcOutput("failure", None, f"NVRTC failed: {exc!r}")
         write_message(out, (res.status, res.cubin, res.log, res.ptx))
     return 0
 
