@@ -240,10 +240,11 @@ def candidate_log(text: str, name: str = SOURCE_NAME) -> str:
 
 _OUT_OF_MEMORY = re.compile(
     r"^(?:\S[^\n]*?:\s*catastrophic error: out of memory\s*$|LLVM ERROR: out of memory|ptxas fatal\s*: Memory allocation "
-    r"failure|NVRTC failed: MemoryError\b|(?:\S[^\n]*?: )?virtual memory exhausted)", re.MULTILINE)
+    r"failure|NVRTC failed: MemoryError\b|(?:\S[^\n]*?: )?virtual memory exhausted|Loop in catastrophic error "
+    r"processing\.)", re.MULTILINE)
 """The lines a compiler step (or NVRTC's compile process) that ran out of memory prints: the front
-end's catastrophic error (located in whatever file it was reading), LLVM's, ptxas's and the host
-compiler's own lines. Never a quoted source line (indented), nor ``#error`` text (a diagnostic of
+end's catastrophic error (located in whatever file it was reading; when reporting it ran out too, it
+says only "Loop in catastrophic error processing."), LLVM's, ptxas's and the host compiler's own lines. Never a quoted source line (indented), nor ``#error`` text (a diagnostic of
 another kind): an honest comment saying "out of memory" must not read as running out of it."""
 _MACHINE_FAULT = re.compile(
     r"out of memory|cannot allocate memory|memory exhausted|memory allocation failure|allocation failure occurred"
@@ -419,8 +420,8 @@ def _failed_how(kind: str, options: CompileOptions) -> str:
 
 def _refusal(name: str, first: tuple[str, CompileOptions], kind: str, options: CompileOptions) -> str:
     """The log of a source refused because its confirming build failed as ``kind`` too."""
-    again = "and again when built again" if kind == first[0] and options.timeout_s == first[1].timeout_s else (
-        f"then {_failed_how(kind, options)} when built again")
+    second = _failed_how(kind, options)
+    again = "and again when built again" if second == _failed_how(*first) else f"then {second} when built again"
     return f"{name} {_failed_how(*first)}, {again}: {TOO_SLOW if kind == 'timeout' else TOO_LARGE}\n"
 
 
