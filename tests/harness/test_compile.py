@@ -291,6 +291,63 @@ def test_a_thread_never_ends_another_living_threads_process(tmp_path: Path) -> N
     assert child not in nvrtc._children and child.err == -1  # its thread ended: reaped
 
 
+@pytest.mark.parametrize("backend", ["nvcc", "nvrtc"])
+@pytest.mark.parametrize("limit_mb", [2048, None])
+def test_a_source_that_writes_out_of_memory_is_its_own_compile_error(tmp_path: Path, backend: str,
+                                                                     limit_mb: int | None) -> None:
+    """``#error`` with the words of a compiler out of memory, ``x:1:`` before them so that gcc's
+    ``kernel.cu:1:2: error:`` line could pass for a located catastrophic error: the source's compile
+    error at the first build, with or without a limit. Kills: the file part of the pattern allowed a
+    colon (with no limit, a ``compiler_failure`` the source chose; with one, three builds and a false
+    TOO_LARGE)."""
+    if (backend == "nvrtc" and nvrtc.load_nvrtc() is None) or (backend == "nvcc" and find_nvcc() is None):
+        pytest.skip(f"{backend} not found")
+    source = "#error x:1: catastrophic error: out of memory\n" + GOOD
+    r = compile_source(source, CompileOptions(backend=backend, memory_limit_mb=limit_mb), cache_dir=tmp_path)
+    assert r.error_kind == "compile_error" and TOO_LARGE not in r.log and "built again" not in r.log, r.log
+
+
+@needs_nvrtc
+def test_the_trivial_kernel_builds_in_a_new_process(tmp_path: Path) -> None:
+    """The trivial kernel that tells a source out of memory from a machine out of it builds in a new
+    compile process: the failed build's freed memory stays mapped to the old one, where the kernel
+    would build whatever the machine has left. Kills: the probe run in the process that failed."""
+    from sparserl.harness.compile import _probe_builds
+
+    assert compile_source(GOOD + "// before\n", NVRTC, cache_dir=tmp_path).ok
+    before = nvrtc.thread_compile_process()
+    assert _probe_builds("nvrtc", NVRTC)
+    assert nvrtc.thread_compile_process() not in (None, before)
+
+
+@needs_nvrtc
+def test_the_process_of_a_thread_threading_did_not_start_is_reaped(tmp_path: Path) -> None:
+    """A thread not started by :mod:`threading` (a C library's, Ray's) reads as alive for ever: its
+    compile process is reaped once the process has ended (its death signal follows the thread).
+    Kills: only threads that read as ended reaped (a zombie and three descriptors per such thread)."""
+    import _thread
+    import time
+
+    done, held = _thread.allocate_lock(), {}
+    done.acquire()
+
+    def foreign() -> None:
+        try:
+            assert compile_source(GOOD + "// foreign\n", NVRTC, cache_dir=tmp_path).ok
+            held["child"] = nvrtc._local.child
+        finally:
+            done.release()
+
+    _thread.start_new_thread(foreign, ())
+    assert done.acquire(timeout=60)
+    child = held["child"]
+    deadline = time.monotonic() + 10
+    while child.proc.poll() is None and time.monotonic() < deadline:  # the thread's end sends the death signal
+        time.sleep(0.02)
+    assert compile_source(GOOD + "// after the foreign thread\n", NVRTC, cache_dir=tmp_path).ok
+    assert child not in nvrtc._children and child.err == -1
+
+
 @needs_nvrtc
 def test_what_the_compile_process_prints_is_read_once(tmp_path: Path) -> None:
     """The NVRTC process's standard error is read per compile: a compile's ``printed`` holds what was
@@ -624,7 +681,16 @@ def test_build_failure_kind_reads_what_compilers_print() -> None:
               '  #include <stdint.h> // without it the table would run out of memory\n'
               '                      ^\n\n1 catastrophic error detected in the compilation of "kernel.cu".\n')
     assert build_failure_kind(quoted, 1, memory_limited=True) == ("compile_error", None)
+    forged = ['kernel.cu(1): error: #error directive: x: catastrophic error: out of memory\n',
+              'kernel.cu:1:2: error: #error x:1: catastrophic error: out of memory\n    1 | #error x:1: catastrophic\n',
+              'kernel.cu(2): error: static assertion failed with "a: catastrophic error: out of memory"\n',
+              'kernel.cu:1:2: error: #error : virtual memory exhausted\n']
+    for text in forged:  # the candidate's own text, limit or none: its compile error (kills a looser pattern)
+        assert build_failure_kind(text, 1, memory_limited=True) == ("compile_error", None), text
+        assert build_failure_kind(text, 1) == ("compile_error", None), text
+    assert build_failure_kind("kernel.cu(7): catastrophic error: out of memory\n", 1)[0] == "compiler_failure"
     for text in ("LLVM ERROR: out of memory\n", "ptxas fatal   : Memory allocation failure\n",
+                 "cc1plus: virtual memory exhausted: Cannot allocate memory\n",
                  "kernel.cu(7): catastrophic error: out of memory\n",
                  "<command-line>(1): catastrophic error: out of memory\n",
                  'Loop in catastrophic error processing.\n2 catastrophic errors detected in the compilation of "kernel.cu".\n'):

@@ -239,13 +239,17 @@ def candidate_log(text: str, name: str = SOURCE_NAME) -> str:
 
 
 _OUT_OF_MEMORY = re.compile(
-    r"^(?:\S[^\n]*?:\s*catastrophic error: out of memory\s*$|LLVM ERROR: out of memory|ptxas fatal\s*: Memory allocation "
-    r"failure|NVRTC failed: MemoryError\b|(?:\S[^\n]*?: )?virtual memory exhausted|Loop in catastrophic error "
-    r"processing\.)", re.MULTILINE)
+    r"^(?:[^\s(:]+(?:\(\d+\)|:\d+(?::\d+)?):\s*catastrophic error: out of memory\s*$|LLVM ERROR: out of memory"
+    r"|ptxas fatal\s*: Memory allocation failure|NVRTC failed: MemoryError\b|(?:[\w.+-]+: )?virtual memory exhausted"
+    r"|Loop in catastrophic error processing\.)", re.MULTILINE)
 """The lines a compiler step (or NVRTC's compile process) that ran out of memory prints: the front
-end's catastrophic error (located in whatever file it was reading; when reporting it ran out too, it
-says only "Loop in catastrophic error processing."), LLVM's, ptxas's and the host compiler's own lines. Never a quoted source line (indented), nor ``#error`` text (a diagnostic of
-another kind): an honest comment saying "out of memory" must not read as running out of it."""
+end's catastrophic error located in whatever file it was reading (when reporting it ran out too, it
+says only "Loop in catastrophic error processing."), LLVM's, ptxas's and the host compiler's own
+lines. Never a quoted source line (indented), nor the candidate's ``#error`` or ``static_assert``
+text (a diagnostic of another kind; the file part holds no colon, so ``#error x:1: catastrophic
+error: out of memory`` in gcc's ``kernel.cu:1:2: error:`` form cannot pass for one): an honest
+comment saying "out of memory" does not read as running out of it, and a candidate cannot write its
+way to a machine's failure."""
 _MACHINE_FAULT = re.compile(
     r"out of memory|cannot allocate memory|memory exhausted|memory allocation failure|allocation failure occurred"
     r"|died due to signal|core dumped|error while loading shared libraries|^segmentation fault|^killed\s*$"
@@ -285,10 +289,10 @@ def build_failure_kind(text: str, returncode: int | None = None,
     machine fault (memory exhausted, a step that died, ``nvcc fatal``) outside the candidate's own
     diagnostics, and one that failed without any diagnostic blaming the source are compiler
     failures. The candidate's own lines are not read for faults, so its ``#error`` text cannot
-    turn its compile error into a machine's. Under a memory limit, a step's own report of running
-    out of it (:data:`_OUT_OF_MEMORY`) is read first: a step that died of it prints so."""
-    if memory_limited and (m := _OUT_OF_MEMORY.search(text)):
-        return "memory", f"it reported '{m.group(0).strip()}'"
+    turn its compile error into a machine's. A step's own report of running out of memory
+    (:data:`_OUT_OF_MEMORY`) is read first: under a limit it is ``memory``, with none the machine's."""
+    if m := _OUT_OF_MEMORY.search(text):  # with no limit, the machine's memory ran out
+        return ("memory" if memory_limited else "compiler_failure"), f"it reported '{m.group(0).strip()}'"
     if returncode is not None and returncode < 0:
         return "compiler_failure", f"killed by signal {-returncode}"
     if returncode is not None and 128 < returncode <= 192:
@@ -554,8 +558,9 @@ def _probe_builds(backend: str, options: CompileOptions) -> bool:
     out of memory twice is the source's only when it does (a limit the machine set, a ``ulimit`` lower
     than :attr:`CompileOptions.memory_limit_mb`, fails every source alike)."""
     if backend == "nvrtc":
-        from sparserl.harness.nvrtc import load_nvrtc, nvrtc_options
+        from sparserl.harness.nvrtc import end_thread_process, load_nvrtc, nvrtc_options
 
+        end_thread_process()  # a new process: the failed build's freed memory would let the kernel build regardless
         done = _run_nvrtc(load_nvrtc(), _TRIVIAL, nvrtc_options(options.arch, options.flags, find_cuda_include()),
                           options)
     else:

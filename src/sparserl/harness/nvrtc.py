@@ -205,11 +205,11 @@ class _Child:
         except BaseException:
             os.close(self.err)
             raise
-        _children.add(self)
         self.widest = 0.0
         """The largest data limit (bytes) it has compiled under."""
         self.owner = threading.current_thread()
         """The thread it compiles for: only that thread reads its pipes, or ends it while that thread lives."""
+        _children.add(self)  # after its fields: other threads read them
         try:
             ready = self._read(CHILD_START_S)
         except (OSError, EOFError, ValueError) as exc:
@@ -295,7 +295,7 @@ def _thread_child(path: str, limit: float) -> _Child:
     mappings): in the test suite, a process holding 218 MB of data from earlier compiles built at
     80 MiB a source that needs about 150."""
     for other in list(_children):  # the processes of threads that ended: ended and reaped (never a living thread's:
-        if not other.owner.is_alive():  # it may be reading its pipes); the death signal may not have come yet
+        if _reapable(other):  # it may be reading its pipes); the death signal may not have come yet
             other.end()
     child = getattr(_local, "child", None)
     if child is None or child.proc.poll() is not None or child.widest > limit:
@@ -304,6 +304,19 @@ def _thread_child(path: str, limit: float) -> _Child:
         _local.child = child = _Child(path)
     child.widest = max(child.widest, limit)
     return child
+
+
+def _reapable(child: _Child) -> bool:
+    """Whether another thread may end ``child``: its thread has ended, or (a thread not started by
+    :mod:`threading`, which reads as alive for ever) its process has ended."""
+    if isinstance(child.owner, getattr(threading, "_DummyThread", ())):
+        return child.proc.poll() is not None
+    return not child.owner.is_alive()
+
+
+def end_thread_process() -> None:
+    """End the calling thread's compile process: its next compile starts a new one."""
+    _drop_thread_child()
 
 
 def _drop_thread_child() -> None:
