@@ -768,7 +768,7 @@ def test_nvrtc_compiles_with_a_thousand_files_open(tmp_path: Path) -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 1200:
         pytest.skip(f"this process may open only {soft} files")
-    nvrtc._drop_thread_child()  # a new process, so its pipes take the high numbers
+    nvrtc.end_thread_process()  # a new process, so its pipes take the high numbers
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
         r = compile_source(GOOD + "// many files\n", NVRTC, cache_dir=tmp_path)

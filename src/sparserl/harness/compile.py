@@ -353,10 +353,12 @@ def compile_source(
 ) -> CompileResult:
     """Build ``source`` (device code) into a cubin, using and filling the disk cache.
 
-    Failed builds are cached too (same source, same error), except timeouts that could be the
-    machine's: a build past its limit is the source's ``compile_error`` (cached) when it used the limit
-    computing, or when built again with ``options.confirm_timeout_s`` it runs past that too. Under 'auto', a source NVRTC rejects is built with nvcc as well (when
-    there is one) and nvcc's result returned.
+    Failed builds are cached too (same source, same error), except time-outs and running out of
+    memory that could be the machine's: a build past its limit is the source's ``compile_error``
+    (cached) when it used the limit computing, or when built again (:func:`_build`) it runs past
+    ``options.confirm_timeout_s`` too; one out of its memory limit is when it runs out again while a
+    trivial kernel builds. Under 'auto', a source NVRTC rejects is built with nvcc as well (when there
+    is one) and nvcc's result returned.
     """
     options = options or CompileOptions()
     t0 = time.perf_counter()
@@ -583,8 +585,8 @@ def _run_nvrtc(lib, source: str, opts: list[str], options: CompileOptions) -> Bu
     kind = {"ok": None, "compile_error": "compile_error", "timeout": "timeout"}.get(out.status, "compiler_failure")
     log_text = out.log
     limited = options.memory_limit_mb is not None
-    if kind in ("compile_error", "compiler_failure") and limited and _OUT_OF_MEMORY.search(out.log + "\n" + out.printed):
-        # ptxas's "Memory allocation failure" and LLVM's "out of memory" (which ends the process) are printed
+    # ptxas's "Memory allocation failure" and LLVM's "out of memory" (which ends the process) are printed, not logged
+    if kind in ("compile_error", "compiler_failure") and limited and _OUT_OF_MEMORY.search(f"{out.log}\n{out.printed}"):
         kind = "memory"
         log_text += f"\nNVRTC {_failed_how('memory', options)}\n"
     elif kind == "compile_error" and out.log.lstrip().startswith("nvrtc: error:"):  # an option (arch) it rejects

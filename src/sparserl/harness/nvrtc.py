@@ -19,8 +19,9 @@ driver is installed (the GPU machine), NVRTC 13 otherwise reuses the driver's ca
 compiles, even across processes and for a source that differs only in its comments, and such a
 compile returns its cubin with an empty log, without the ``ptxas -v`` report that the resource
 limits read (measured on an H100: the registers and static shared memory of every such kernel read
-as none). Compiles are cached by this package instead (:mod:`sparserl.harness.compile`). (In a thread, a source that inlines itself twice a
-level kept a core and gigabytes of memory after its time-out, for as long as it pleased.) Only NVRTC's
+as none). Compiles are cached by this package instead (:mod:`sparserl.harness.compile`). (In a
+thread, a source that inlines itself twice a level kept a core and gigabytes of memory after its
+time-out, for as long as it pleased.) Only NVRTC's
 "compilation failed" and "invalid option" are compile errors (cacheable: the same source fails
 again); any other failure is ``failure`` and is never cached.
 """
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 _COMPILE_ERRORS = (5, 6)  # NVRTC_ERROR_INVALID_OPTION, NVRTC_ERROR_COMPILATION
 _PROBE = 'extern "C" __global__ void probe(float* y) { y[threadIdx.x] = 1.f; }'
 PRINTED_CHARS = 2000
+"""How much of what a compile process printed during one compile is kept (its end)."""
 CHILD_START_S = 60.0
 """How long a new compile process may take to load the library and compile its probe."""
 
@@ -168,17 +170,17 @@ class Nvrtc:
             got = child.request((source, options, limit), timeout_s)
         except (OSError, EOFError, ValueError) as exc:  # it died: killed, out of memory, a crash in NVRTC
             printed = child.printed()
-            _drop_thread_child()
+            end_thread_process()
             return NvrtcOutput("failure", None, f"NVRTC's compile process ended: {exc or type(exc).__name__}",
                                printed=printed)
         except BaseException:  # interrupted between request and answer: the answer must not reach the next request
-            _drop_thread_child()
+            end_thread_process()
             raise
         printed = child.printed()
         if got is None:
             after = process_cpu_seconds(child.pid)
             cpu_s = after - before if after is not None and before is not None else None
-            _drop_thread_child()
+            end_thread_process()
             return NvrtcOutput("timeout", None, f"NVRTC ran past its {timeout_s:g} s limit (its process was ended)",
                                cpu_s=cpu_s, printed=printed)
         status, cubin, text, ptx = got
@@ -316,10 +318,6 @@ def _reapable(child: _Child) -> bool:
 
 def end_thread_process() -> None:
     """End the calling thread's compile process: its next compile starts a new one."""
-    _drop_thread_child()
-
-
-def _drop_thread_child() -> None:
     child = getattr(_local, "child", None)
     _local.child = None
     if child is not None:
