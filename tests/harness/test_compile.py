@@ -183,6 +183,29 @@ def test_running_out_of_memory_once_is_the_machines(tmp_path: Path, monkeypatch)
     assert r.ok and len(calls) == 2
 
 
+@needs_nvrtc
+def test_ptxas_out_of_memory_with_no_limit_is_the_machines(tmp_path: Path, monkeypatch) -> None:
+    """With no memory limit, ptxas inside NVRTC that runs out prints "Memory allocation failure" only to the
+    compile process's output, and its log says only that assembly aborted (a ``ptxas fatal`` line, which reads
+    as the source's): the build is the machine's ``compiler_failure``, not cached, as the option documents.
+    The output is the one NVRTC gives for ``INLINED_BOMB`` at 80 MiB. Kills: the process's output read only
+    under a limit (a cached ``compile_error``)."""
+    lib = nvrtc.load_nvrtc()
+    calls = []
+
+    def ptxas_out_of_memory(*args):
+        calls.append(args)
+        return nvrtc.NvrtcOutput("compile_error", None, "ptxas fatal   : Ptx assembly aborted due to errors\n",
+                                 printed="ptxas fatal   : Memory allocation failure\n")
+
+    monkeypatch.setattr(lib, "compile", ptxas_out_of_memory)
+    opts = CompileOptions(backend="nvrtc", memory_limit_mb=None)
+    for _ in range(2):
+        r = compile_source(GOOD + "// no limit\n", opts, cache_dir=tmp_path)
+        assert r.error_kind == "compiler_failure" and not r.cached and "with no memory limit" in r.log, r.log
+    assert len(calls) == 2
+
+
 def test_a_refusal_stands_until_options_give_more_of_what_it_ran_out_of() -> None:
     """A cached refusal is built again only under options that give more of what it ran out of: more
     memory for a memory refusal, a longer first limit or (confirmed ones) a longer confirming limit

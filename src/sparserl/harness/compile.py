@@ -586,9 +586,14 @@ def _run_nvrtc(lib, source: str, opts: list[str], options: CompileOptions) -> Bu
     log_text = out.log
     limited = options.memory_limit_mb is not None
     # ptxas's "Memory allocation failure" and LLVM's "out of memory" (which ends the process) are printed, not logged
-    if kind in ("compile_error", "compiler_failure") and limited and _OUT_OF_MEMORY.search(f"{out.log}\n{out.printed}"):
+    oom = kind in ("compile_error", "compiler_failure") and _OUT_OF_MEMORY.search(f"{out.log}\n{out.printed}")
+    if oom and limited:
         kind = "memory"
         log_text += f"\nNVRTC {_failed_how('memory', options)}\n"
+    elif oom:  # with no limit of ours, the machine's memory ran out (ptxas's log then says only "aborted")
+        kind = "compiler_failure"
+        log_text += (f"\nNVRTC failed on its own: it reported '{oom.group(0).strip()}' with no memory limit; "
+                     "not a compile error of the source\n")
     elif kind == "compile_error" and out.log.lstrip().startswith("nvrtc: error:"):  # an option (arch) it rejects
         kind = "compiler_failure"
     elif kind == "compile_error":
