@@ -232,3 +232,33 @@ def test_every_nvrtc_build_reports_its_kernels_resources(tmp_path) -> None:
     for i in range(2):
         r = compile_source(code + f"// build {i}\n", CompileOptions(backend="nvrtc"), cache_dir=tmp_path / str(i))
         assert r.ok and r.resources and all(x.registers > 0 for x in r.resources), (r.error_kind, r.log)
+
+
+def test_the_limits_read_the_loaded_cubin_where_the_report_is_missing(tmp_path, monkeypatch) -> None:
+    """The shared-memory limit and the register count read the driver's view of the loaded cubin
+    (``cuFuncGetAttribute``) besides the compiler's ``ptxas -v`` report, so a report that is missing or
+    misread lets nothing past them. Here every compile result comes without its report: a kernel with
+    40000 bytes of static shared memory and 70000 of dynamic (under the hardware's 227 KB, over the
+    100 KiB limit) is still ``resource_limit``, and an honest kernel still has its registers counted.
+    Kills: the worker's read of the loaded kernel's resources removed (the first kernel runs and is
+    correct; the second has no register count)."""
+    import dataclasses
+
+    import sparserl.harness.evaluator as evaluator
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.harness.result import ErrorKind
+    from sparserl.matrices import generate
+    from tests.harness.adversarial.base import DOT, GOOD, csr
+
+    real = evaluator.compile_source
+    monkeypatch.setattr(evaluator, "compile_source",
+                        lambda *a, **kw: dataclasses.replace(real(*a, **kw), resources=()))
+    big = csr(f"__shared__ float s[10000]; s[threadIdx.x] = 0.f; extern __shared__ float d[]; d[threadIdx.x] = 0.f; "
+              f"__syncthreads(); if (row >= m) return; {DOT} y[row] = sum + s[threadIdx.x] + d[threadIdx.x];",
+              head="FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 256), block=256, smem=70000\n")
+    with Evaluator(HarnessConfig(memo=0, cold_trials=5, warm_trials=3, cache_dir=str(tmp_path))) as ev:
+        mat = ev.register(generate("random", 5000, seed=1, nnz_per_row=8), "random5k")
+        r = ev.evaluate(big, mat, "spmv")
+        assert r.error_kind is ErrorKind.RESOURCE and r.smem_bytes == 110000, (r.error_kind, r.message)
+        ok = ev.evaluate(GOOD, mat, "spmv")
+        assert ok.correct and ok.registers and ok.registers > 0, (ok.error_kind, ok.message, ok.registers)

@@ -128,3 +128,20 @@ def test_config_validation() -> None:
         HarnessConfig(regimes=("warm",), reward_regime="cold")
     with pytest.raises(SparseRLError, match="regimes"):
         HarnessConfig(regimes=("hot",))
+
+
+@pytest.mark.parametrize("reported, loaded, count, over", [(50, 40, 50, False), (None, 40, 40, False),
+                                                           (50, 80, 80, True), (None, None, None, False)])
+def test_the_register_count_takes_the_larger_of_the_report_and_the_loaded_cubin(mat, reported, loaded, count,
+                                                                                over) -> None:
+    """A worker's payload carries the driver's register count of the loaded cubin; the result keeps the larger
+    of it and the compiler's report, and a count past ``max_registers`` from either flags the kernel. Kills: the
+    loaded count ignored (rows 2-3), or taking the loaded count over a larger report (row 1)."""
+    import time
+    from types import SimpleNamespace
+
+    host = SimpleNamespace(config=HarnessConfig(max_registers=64))
+    payload = {"error_kind": "none"} | ({} if loaded is None else {"loaded_registers": loaded})
+    extra = {"format": "CSR", "registers": reported, "spill_bytes": 0, "over_resource_limit": False, "front": {}}
+    r = Evaluator._finish(host, payload, extra, mat, Op.SPMV, None, time.perf_counter())
+    assert (r.registers, r.over_resource_limit) == (count, over)

@@ -66,6 +66,21 @@ class DeviceMatrix:
         return cls(data, {name: cp.asarray(arr) for name, arr in data.arrays.items()})
 
 
+# CUfunction_attribute values of the driver API (fixed by it, whatever CuPy names them)
+_ATTR_SHARED_SIZE_BYTES, _ATTR_LOCAL_SIZE_BYTES, _ATTR_NUM_REGS = 1, 3, 4
+
+
+@dataclass(frozen=True)
+class LoadedResources:
+    """A loaded kernel's resources as the driver reads them from the cubin (``cuFuncGetAttribute``), not
+    from the compiler's log: what the register and shared-memory limits hold the kernel to even where the
+    ``ptxas -v`` report is missing or misread."""
+
+    registers: int
+    static_smem: int
+    local_bytes: int
+
+
 class LoadedKernels:
     """A cubin's kernels, looked up by name."""
 
@@ -73,12 +88,25 @@ class LoadedKernels:
         cp = cupy_module()
         self.module = cp.RawModule(path=cubin_path)
         self._fns: dict[str, Any] = {}
+        self._resources: dict[str, LoadedResources] = {}
 
     def get(self, name: str):
         fn = self._fns.get(name)
         if fn is None:
             fn = self._fns[name] = self.module.get_function(name)
         return fn
+
+    def resources(self, name: str) -> LoadedResources:
+        """The driver's view of kernel ``name``'s registers, static shared memory and local memory."""
+        res = self._resources.get(name)
+        if res is None:
+            attr = cupy_module().cuda.driver.funcGetAttribute
+            fn = self.get(name)
+            ptr = getattr(fn, "kernel", fn).ptr  # a RawKernel holds the driver's function as .kernel
+            res = self._resources[name] = LoadedResources(
+                int(attr(_ATTR_NUM_REGS, ptr)), int(attr(_ATTR_SHARED_SIZE_BYTES, ptr)),
+                int(attr(_ATTR_LOCAL_SIZE_BYTES, ptr)))
+        return res
 
 
 @lru_cache(maxsize=512)

@@ -349,6 +349,11 @@ class Evaluator:
                                              "regime", "speedup", "roofline", "conversion_seconds",
                                              "break_even_calls", "smem_bytes", "gpu", "arch",
                                              "checked_timed_outputs", "host") if k2 in payload}
+        loaded = payload.get("loaded_registers")
+        if loaded is not None:  # the driver's count of the loaded cubin, beside the compiler's report
+            extra = extra | {"registers": max(loaded, extra.get("registers") or 0)}
+            if loaded > self.config.max_registers:
+                extra["over_resource_limit"] = True
         over = extra.get("over_resource_limit", False) or payload.get("over_resource_limit", False)
         return EvalResult(
             op=op.value, k=k, matrix=matrix.name, error_kind=kind, compiled=True,

@@ -294,8 +294,14 @@ class Worker:
             return out | {"error_kind": kind.value, "message": bound}
         fd = bound.dev.data
         out.update(format=fd.format, conversion_seconds=fd.convert_seconds)
-        smem = max((job.get("static_smem", {}).get(c.kernel, 0) + c.smem for c in bound.launches), default=0)
+        # The limits read both the compiler's report (sent with the job) and the driver's view of the loaded
+        # cubin, so a report that is missing or misread lets nothing past them.
+        static = job.get("static_smem", {})
+        loaded = {c.kernel: bound.kernels.resources(c.kernel) for c in bound.launches if not c.empty}
+        smem = max((max(static.get(c.kernel, 0), loaded[c.kernel].static_smem) + c.smem
+                    for c in bound.launches if not c.empty), default=0)
         out["smem_bytes"] = smem
+        out["loaded_registers"] = max((r.registers for r in loaded.values()), default=None)
         if smem > self.settings["max_smem_bytes"]:
             return out | {"error_kind": ErrorKind.RESOURCE.value, "over_resource_limit": True,
                           "message": f"{smem} bytes of shared memory per block is over the limit "
