@@ -9,10 +9,15 @@ correct samples faster than that best are written to the store (the fastest of t
 new best), so the next batch must beat them. A matrix with nothing in the store yet is scored
 against cuSPARSE (clipped_log's speed term), and its correct samples start its entry.
 
+The bar is never above the sample's own cuSPARSE time (a kernel slower than cuSPARSE earns no
+more than clipped_log gives it, whatever the store holds), and a best from another GPU of the same
+architecture is scaled to the sample's GPU by the two cuSPARSE times (:meth:`BestKnown.best_us`).
+
 ``reward/new_best_known`` counts new best-known kernels: the store entries (matrix structure, op,
 k, architecture, regime) whose bar the batch raised, once each however many of its samples beat
-the bar, where the bar is the store's best before the batch, or cuSPARSE for an entry the batch
-started (a first correct kernel slower than cuSPARSE starts the entry but beats nothing).
+the bar, where the bar is as above: the store's best before the batch, or cuSPARSE where that is
+faster or nothing is known (a first correct kernel slower than cuSPARSE starts the entry but beats
+nothing).
 
 Timing noise: the store keeps the fastest measurement ever seen, so the bar only ever drops;
 a sample as fast as the best scores slightly below 0 on average. Seed the store with
@@ -57,13 +62,25 @@ class BestKnown:
         return self._cards[key]
 
     def best_us(self, item, r: EvalResult) -> float | None:
-        """The store's best time (us) under ``r``'s key, or None (nothing known, or ``r`` not timed)."""
+        """The bar (us) for ``r``: the store's best time under ``r``'s key, never above ``r``'s own
+        cuSPARSE time, or None (nothing known, or ``r`` not timed).
+
+        A best measured on another GPU of the same architecture (an H200's for an H100's sample) is
+        brought to ``r``'s GPU by the two cuSPARSE times (its speedup over cuSPARSE is what carries
+        over). The cap keeps a store whose best is slower than cuSPARSE (a first correct kernel that
+        was stopped early as slow, say) from paying a sample for beating it while it is slower than
+        cuSPARSE."""
         if not r.ok or kernel_us(r) is None:
             return None
         fp = self.card(item).fingerprint  # a whole fingerprint: the store's prefix match is exact here
         rows = self.store.best(fingerprint=fp, op=item.op.value, k=item.k, arch=r.arch or "unknown",
                                regime=r.regime, harness_version=str(r.harness_version))
-        return min((row.time_us for row in rows), default=None)
+        base = r.baseline.get(r.regime)
+        t_base = base.median_us if base is not None and base.median_us > 0 else None
+        bars = [row.time_us * t_base / row.cusparse_us
+                if t_base is not None and row.gpu != r.gpu and row.cusparse_us > 0 else row.time_us for row in rows]
+        best = min(bars, default=None)
+        return best if best is None or t_base is None else min(best, t_base)
 
     def bests(self, items: list, results: list[EvalResult]) -> list[float | None]:
         """:meth:`best_us` of each (item, result), all read before anything of the batch is written
