@@ -127,6 +127,8 @@ def timed(kind: ErrorKind = ErrorKind.NONE, **kw) -> EvalResult:
      ["verdict: INCORRECT: input 'normal0': 3 rows out of tolerance", "worker log"]),
     (timed(ErrorKind.TIMEOUT, message="did not finish the verify phase", timings={}, speedup=None), 1,
      ["verdict: TIMEOUT: did not finish the verify phase"]),
+    (timed(ErrorKind.SLOW, correct=True, speedup=0.25, break_even_calls=None), 0,  # correct: it passed every check
+     ["verdict: CORRECT, SLOW (timing stopped early: hopeless against cuSPARSE)"]),
 ])
 def test_what_a_run_kernel_prints(cli, mtx: Path, tmp_path: Path, monkeypatch, result, rc: int, lines) -> None:
     """The GPU path's report on a CPU: verdict, format line, per-regime times with cuSPARSE's and
