@@ -5,7 +5,8 @@ Real compile tasks hand real jobs to the actors, as on a GPU cluster; only what 
 with a job is the stand-in's. Mutations these tests kill: the best time known not sent with the
 job (the farm's searches then never stop a hopeless candidate early: ``best_us=None`` comes back),
 ``note_best`` missing from the farm's evaluator (the search's early stop silently off), the best
-time read only at submit (a job that waited for a slot misses a best found meanwhile), a memo that
+time read only at submit (a job that waited for a slot misses a best found meanwhile), a ``fresh`` job
+given the best noted (a retimed pick stopped early after a few runs), a memo that
 answers with a ``slow`` verdict the best time known now would not give, a job whose actor died
 coming back as ``internal_error`` instead of being run again, and the rerun not counted.
 """
@@ -61,12 +62,15 @@ def test_gpu_actors_run_the_jobs_with_the_best_time_known(gpu_cluster, tmp_path:
         ev.note_best(ref, "spmv", None, 30.0)  # a slower note keeps the best
         noted = ev.evaluate_many([(t, ref, "spmv", None) for t in _texts()])
         given = ev.evaluate(_texts()[0], ref, "spmv", best_us=7.0)
+        fresh = [ev.submit(_texts()[0], ref, "spmv", fresh=True).result(),
+                 ev.submit(_texts()[0], ref, "spmv", best_us=20.0, fresh=True).result()]
         stats = ev.worker_stats()
+    assert [r.message for r in fresh] == ["best_us=None", "best_us=20.0"], "a fresh job: the caller's best only"
     assert [r.error_kind for r in first + noted + [given]] == [ErrorKind.NONE] * 7
     assert [r.message for r in first] == ["best_us=None"] * 3
     assert [r.message for r in noted] == ["best_us=12.5"] * 3
     assert given.message == "best_us=7.0"  # the lower of the caller's and the noted
-    assert sum(s["jobs"] for s in stats) == 7 and ev.reruns == 0
+    assert sum(s["jobs"] for s in stats) == 9 and ev.reruns == 0
 
 
 def test_a_job_waiting_for_its_gpu_takes_the_best_time_noted_meanwhile(gpu_cluster, tmp_path: Path) -> None:

@@ -443,19 +443,21 @@ class RayEvaluator:
         return contextlib.nullcontext()
 
     def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None,
-                contender: bool = False) -> Future:
+                contender: bool = False, fresh: bool = False) -> Future:
         """A compile task, then a GPU actor (:meth:`Evaluator.submit <sparserl.harness.evaluator.Evaluator.submit>`
         calls it). The best time known is read again when the job leaves for its GPU: a best found
-        while it waited for a slot stops it early too."""
+        while it waited for a slot stops it early too, unless the job is ``fresh`` (stopped early only
+        against the caller's ``best_us``)."""
         t0 = time.perf_counter()
         out: Future = Future()
         out.contender = contender  # read by _still_valid
         ref = self._compile.remote(self.config, text, matrix, [self._blobs[matrix.key]], op.value, k, self._gpu_mode)
-        ref.future().add_done_callback(lambda f: self._after_compile(f, out, matrix, op, k, t0, best_us, contender))
+        ref.future().add_done_callback(lambda f: self._after_compile(f, out, matrix, op, k, t0, best_us, contender,
+                                                                        fresh))
         return out
 
     def _after_compile(self, f: Future, out: Future, matrix: MatrixRef, op: Op, k: int | None, t0: float,
-                       best_us: float | None = None, contender: bool = False) -> None:
+                       best_us: float | None = None, contender: bool = False, fresh: bool = False) -> None:
         try:
             tag, *rest = f.result()
         except Exception as exc:  # the task failed past its retries, or the harness raised: not the kernel's
@@ -476,12 +478,12 @@ class RayEvaluator:
         front = extra.get("front", {})
         extra = dict(extra, front=dict(front, farm_compile_hop=max(0.0, ready - t0 - sum(front.values()))))
         try:
-            self._gpu_exec.submit(self._run_on_gpu, job, extra, cubin, matrix, op, k, t0, out, ready)
+            self._gpu_exec.submit(self._run_on_gpu, job, extra, cubin, matrix, op, k, t0, out, ready, fresh)
         except RuntimeError as exc:  # closed meanwhile
             out.set_result(EvalResult.failure(op.value, k, matrix.name, ErrorKind.INTERNAL, str(exc), compiled=True))
 
     def _run_on_gpu(self, job: dict, extra: dict, cubin: bytes, matrix: MatrixRef, op: Op, k: int | None,
-                    t0: float, out: Future, t_ready: float) -> None:
+                    t0: float, out: Future, t_ready: float, fresh: bool = False) -> None:
         """Run a compiled job on a GPU actor (``t_ready``: when the compile task's result came back,
         for the profile's ``farm_slot_wait``, which includes the wait for a driver thread)."""
         ray = ray_module()
@@ -491,7 +493,8 @@ class RayEvaluator:
             if slot is None:
                 break
             a, gen = slot
-            known = [v for v in (job.get("best_us"), self.best_known(matrix, op, k)) if v is not None and v > 0]
+            noted = None if fresh else self.best_known(matrix, op, k)
+            known = [v for v in (job.get("best_us"), noted) if v is not None and v > 0]
             job["best_us"] = min(known) if known else None
             t = time.perf_counter()
             try:

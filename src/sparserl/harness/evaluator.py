@@ -415,7 +415,9 @@ class Evaluator:
         noted = None if fresh else self.best_known(matrix, op, k)
         known = [t for t in (best_us, noted) if t is not None and t > 0]
         best = min(known) if known else None
-        if not self.config.memo or fresh:
+        if fresh:
+            return self._submit(text, matrix, op, k, best, contender, fresh=True)
+        if not self.config.memo:
             return self._submit(text, matrix, op, k, best, contender)
         key = self._memo_key(text, matrix, op, k)
         with self._memo_lock:
@@ -467,7 +469,7 @@ class Evaluator:
                 HARNESS_VERSION)
 
     def _submit(self, text: str, matrix: MatrixRef, op: Op, k: int | None, best_us: float | None = None,
-                contender: bool = False) -> Future:
+                contender: bool = False, fresh: bool = False) -> Future:
         t0 = time.perf_counter()
         front = self._compile_pool.submit(self._front, text, matrix, op, k, t0)
         out: Future = Future()
