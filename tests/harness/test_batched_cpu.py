@@ -39,8 +39,8 @@ def target() -> GpuTarget:
     return GpuTarget(bound=SimpleNamespace(dev=dev), check=None, pristine={}, sms=1)
 
 
-def judge(r: np.ndarray, idx: int = 1, where: str = "", atomics: bool = False):
-    return verifier()._judge(idx, (target(), "uniform1", None, where), r, 0.25, atomics)
+def judge(r: np.ndarray, idx: int = 1, where: str = "", atomics: bool = False, hint: str = ""):
+    return verifier()._judge(idx, (target(), "uniform1", None, where, hint), r, 0.25, atomics)
 
 
 def test_verdict_replay_follows_the_sequential_order() -> None:
@@ -66,7 +66,8 @@ def test_verdict_replay_follows_the_sequential_order() -> None:
     out, _ = judge(everything)
     assert out.kind is ErrorKind.INPUT_MODIFIED and out.message.endswith("wrote past the end of x")
     everything[gpucheck.GUARDS + 3] = 0
-    out, worst = judge(everything, where="with the same pattern and fresh values, ")
+    out, worst = judge(everything, where="with the same pattern and fresh values, ",
+                       hint=" (the kernel must read every value from val)")
     assert out.kind is ErrorKind.INCORRECT and worst == 7.5
     assert out.message == ("with the same pattern and fresh values, input 'uniform1': 4 rows out of tolerance "
                            "(1 entries never written or not finite), first bad row 2, max error 7.5x the tolerance "
@@ -402,3 +403,20 @@ def test_the_slow_first_launch_kernels_pass_the_parent_checks_and_compile(tmp_pa
         for text in (SLOW_FIRST_LAUNCH, SLOW_FIRST_LAUNCH_WRONG):
             res = ev.evaluate(text, mat, "spmv")
             assert res.error_kind is ErrorKind.NO_GPU and res.compiled, res.message
+
+
+def test_both_paths_verify_the_same_launches_with_the_same_labels() -> None:
+    """The batched verifier's launches are the sequential one's (one function makes both lists): every
+    input, the first again on a y that held the last input's output, the first two on the fresh-valued
+    twin; only the re-run's y is filled from another launch. Kills: the re-run's y left NaN (no source), or
+    filled from a launch of another target."""
+    from sparserl.harness.verify import STALE_Y, stale_source, verification_runs
+
+    inputs = verifier().base.inputs
+    runs = verification_runs(inputs, "A", "A_alt", VerifyConfig())
+    assert [(t, n) for t, n, *_ in runs] == [("A", n) for n, _ in inputs] + [("A", "normal0"), ("A_alt", "normal0"),
+                                                                            ("A_alt", "uniform1")]
+    assert [stale_source(i, len(inputs)) for i in range(len(runs))] == [None] * 6 + [5] + [None] * 2
+    assert runs[6][3] == STALE_Y and "write all of y" in runs[6][4]
+    one = verification_runs(inputs[:1], "A", None, VerifyConfig())
+    assert len(one) == 2 and stale_source(1, 1) is None and one[1][3] == "", "one input: nothing else to fill y from"

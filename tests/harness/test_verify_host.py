@@ -18,7 +18,7 @@ from sparserl.harness.buffers import GUARD, NAN_BITS, CheckedIO, IOBuffers, host
 from sparserl.harness.reference import Fp64Reference
 from sparserl.harness.resident import revalued
 from sparserl.harness.result import ErrorKind
-from sparserl.harness.verify import Target, Verifier, VerifyConfig, make_inputs
+from sparserl.harness.verify import STALE_Y, Target, Verifier, VerifyConfig, make_inputs
 
 M, N = 120, 90
 
@@ -193,6 +193,14 @@ def wrong_on_its_sixth_launch(self, x, y) -> None:  # the rerun of the first inp
     y[...] = self.product(x) * (2.0 if self.calls == 6 else 1.0)
 
 
+def skips_rows_holding_a_number(self, x, y) -> None:  # right on a poisoned y, stale on a user's
+    np.copyto(y, self.product(x), where=np.isnan(y))
+
+
+def adds_to_a_number_in_y(self, x, y) -> None:  # "zeroes" only the poison, then accumulates
+    y[...] = np.where(np.isnan(y), np.float32(0), y) + self.product(x)
+
+
 def scribbles_on_two_arrays(self, x, y) -> None:
     self.honest(x, y)
     self.arrays["col_idx"][0] = 0
@@ -214,7 +222,9 @@ def scribbles_on_two_arrays(self, x, y) -> None:
     (first_answer_forever, ErrorKind.INCORRECT, "input 'uniform1': ", "over"),
     (clamps_x, ErrorKind.INCORRECT, "input 'large_signed': ", "over"),
     (bias, ErrorKind.INCORRECT, "input 'zeros': ", "over"),
-    (wrong_on_its_sixth_launch, ErrorKind.INCORRECT, "input 'normal0': ", "over"),
+    (wrong_on_its_sixth_launch, ErrorKind.INCORRECT, f"{STALE_Y}input 'normal0': ", "over"),
+    (skips_rows_holding_a_number, ErrorKind.INCORRECT, f"{STALE_Y}input 'normal0': ", "over"),
+    (adds_to_a_number_in_y, ErrorKind.INCORRECT, f"{STALE_Y}input 'normal0': ", "over"),
 ])
 def test_cheats_get_their_verdict_on_the_input_that_shows_them(body, kind, says: str, worst: str) -> None:
     """Each kernel fails with its kind, on the input named (the earlier inputs pass it), with the
@@ -225,7 +235,8 @@ def test_cheats_get_their_verdict_on_the_input_that_shows_them(body, kind, says:
     Mutations killed: the NaN poison of y skipped (unwritten_last_row passes), guard_problem not
     called or a guard left unchecked, the x comparison or the tamper check dropped, a guard write
     into x classed as incorrect, the large-signed, zeros or rerun input dropped, the arrays' names
-    joined without their separator, the outcome's error dropped or taken from the wrong branch."""
+    joined without their separator, the outcome's error dropped or taken from the wrong branch, the
+    re-run's y left NaN (the two kernels that read y pass: a user's y holds the last call's output)."""
     out, _, _ = verify(body)
     assert out.kind is kind and out.message.startswith(says), out.message
     assert "read every value from val" not in out.message
@@ -411,7 +422,8 @@ def looks_timed(x) -> bool:
 def test_timed_runs_of_an_honest_kernel_pass_and_are_all_checked(regime: str) -> None:
     """Cold: every sample's output is checked (4); warm: the last repetition and the kept one (8).
     A kernel that skips rows whose y already holds a number computes every time (y is poisoned
-    before every run) and passes too.
+    before every run) and passes the timed runs too: verification's re-run, on a y holding another
+    input's output, is what refuses it (``skips_rows_holding_a_number``).
 
     Mutations killed: the poison skipped in prepare (skips_written leaves the previous x's answer),
     the snapshot's x not regenerated for its own repetition."""

@@ -2,7 +2,7 @@
 followed by its checks as GPU kernels (:mod:`~sparserl.harness.gpucheck`), one wait per batch.
 
 **Verification** (:class:`BatchedVerifier`) runs exactly the sequential path's launches
-(:class:`~sparserl.harness.verify.Verifier`: every input on ``A``, the first again, the first
+(:class:`~sparserl.harness.verify.Verifier`: every input on ``A``, the first again on a y holding the previous output, the first
 ``revalued_inputs`` on ``A_alt``), each on freshly allocated guarded buffers, and after each launch
 the same checks in the same order: x unchanged, the matrix arrays against their pristine copies
 (restored), the guards, the fp64 comparison; the re-run's output against the first. The first launch
@@ -41,7 +41,7 @@ from sparserl.harness.buffers import IOBuffers
 from sparserl.harness.result import ErrorKind
 from sparserl.harness.speed import VerifyLimit, look, look_points, predicted_overrun
 from sparserl.harness.timing import FlushBuffer, SharedMemoryScrub, Timing, TimingConfig, _reps, _summary, capture
-from sparserl.harness.verify import VerifyOutcome
+from sparserl.harness.verify import VerifyOutcome, stale_source, verification_runs
 
 
 @dataclass
@@ -113,10 +113,7 @@ class BatchedVerifier:
         if len(main.arrays) > gpucheck.MAX_ARRAYS:
             raise ValueError(f"a format with {len(main.arrays)} arrays needs a wider board")
         inputs = self.base.inputs
-        runs = [(main, name, x, "") for name, x in inputs + [inputs[0]]]
-        if alt is not None:
-            runs += [(alt, name, x, "with the same pattern and fresh values, ")
-                     for name, x in inputs[:self.cfg.revalued_inputs]]
+        runs = verification_runs(inputs, main, alt, self.cfg)
         board = gpucheck.Board(len(runs))
         keep: list[IOBuffers] = []  # every buffer held to the end: no pointer is ever reused
         first_y = None
@@ -128,7 +125,7 @@ class BatchedVerifier:
                                      f"remaining launches would run past the verify limit of {limit_s:.3g} s", worst)
             with profile.step("verify_inputs"):  # enqueued ahead of the launches on the same stream
                 ios = []
-                for target, _, x, _ in runs[lo:hi]:
+                for target, _, x, _, _ in runs[lo:hi]:
                     io = IOBuffers(self.m, self.n, self.k)
                     io.load_x(x)
                     ios.append(io)
@@ -137,8 +134,10 @@ class BatchedVerifier:
             with profile.step("verify_first" if lo == 0 else "verify_batch"):  # the first launch alone, then the rest
                 t0 = time.perf_counter()
                 for idx in range(lo, hi):
-                    target, _, x, _ = runs[idx]
+                    target, _, x, _, _ = runs[idx]
                     io = ios[idx - lo]
+                    if (src := stale_source(idx, len(inputs))) is not None:  # behind launch src on the stream
+                        io.y[...] = keep[src].y
                     target.bound.run(io.x, io.y)
                     profile.count("verify_launches")
                     board.enqueue_reset(idx)  # nothing the kernel wrote into its row beforehand counts
@@ -166,7 +165,7 @@ class BatchedVerifier:
 
     def _judge(self, idx: int, run, row: np.ndarray, worst: float, uses_atomics: bool):
         """The sequential path's verdict on launch ``idx`` from its counters: (outcome or None, worst)."""
-        target, name, _, where = run
+        target, name, _, where, hint = run
         label = f"{where}input '{name}'"
         if row[gpucheck.X_CHANGED]:
             return VerifyOutcome(ErrorKind.INPUT_MODIFIED, f"{label}: the kernel wrote to x", worst), worst
@@ -179,7 +178,6 @@ class BatchedVerifier:
         res = gpucheck.comparison(row)
         worst = max(worst, res.max_scaled_error)
         if not res.ok:
-            hint = " (the kernel must read every value from val)" if where else ""
             return VerifyOutcome(ErrorKind.INCORRECT, f"{label}: {res.describe()}{hint}", worst), worst
         if idx == len(self.base.inputs) and not uses_atomics and row[gpucheck.RERUN]:
             return VerifyOutcome(ErrorKind.NONDETERMINISTIC,

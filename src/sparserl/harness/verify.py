@@ -13,9 +13,11 @@ global state, sees new pointers and new values every time), laid out as every la
   (:mod:`sparserl.harness.reference`), on the GPU;
 * afterwards, x and every matrix array must be bit-for-bit unchanged (a modified
   matrix is restored from a pristine copy before the next job);
-* the first input is run again, always: a kernel whose compiled code has no atomics must
-  reproduce its output bit for bit; one with atomics must pass the tolerance again (rounding
-  order may differ);
+* the first input is run again, always, with y holding the previous input's output instead of
+  NaN (a user's y holds whatever the last call left): a kernel must write all of y whatever it
+  held, so one that skips rows already holding a number, or adds to them, is ``incorrect``; and a
+  kernel whose compiled code has no atomics must reproduce its output bit for bit; one with atomics
+  must pass the tolerance again (rounding order may differ);
 * then the kernel runs on the same sparsity pattern with fresh random values
   (``A_alt``, :mod:`sparserl.harness.resident`) on the first ``revalued_inputs`` inputs: a kernel
   may bake the structure into its code, never the values.
@@ -92,6 +94,29 @@ def make_inputs(shape: tuple[int, ...], cfg: VerifyConfig) -> list[tuple[str, np
     return out
 
 
+STALE_Y = "run again on a y holding the previous input's output, "
+"""How a message names the re-run of the first input (its y not NaN but another input's answer)."""
+
+
+def verification_runs(inputs: list, main, alt, cfg: VerifyConfig) -> list[tuple]:
+    """The launches of a verification in order, each (target, input name, x, where, hint): every
+    input on ``main``, the first again (on a y holding the previous output), the first
+    ``revalued_inputs`` on ``alt``. ``where`` prefixes a failure's message, ``hint`` ends it."""
+    runs = [(main, name, x, "", "") for name, x in inputs]
+    runs.append((main, inputs[0][0], inputs[0][1], STALE_Y if stale_source(len(inputs), len(inputs)) is not None
+                 else "", " (the kernel must write all of y, whatever y held)"))
+    if alt is not None:
+        runs += [(alt, name, x, "with the same pattern and fresh values, ", " (the kernel must read every value from val)")
+                 for name, x in inputs[:cfg.revalued_inputs]]
+    return runs
+
+
+def stale_source(idx: int, n_inputs: int) -> int | None:
+    """The launch whose output fills y before launch ``idx`` (the re-run of the first input gets the
+    last input's), or None: y is NaN (every other launch; the re-run too when there is one input)."""
+    return idx - 1 if idx == n_inputs and n_inputs > 1 else None
+
+
 class Verifier:
     """Runs a kernel on the verification inputs and judges every output (module docstring)."""
 
@@ -119,14 +144,13 @@ class Verifier:
         keep: list[IOBuffers] = []  # hold every buffer until the end so no pointer is ever reused
         worst = 0.0
         first_y = None
-        runs = [(main, name, x, "") for name, x in self.inputs + [self.inputs[0]]]
-        if alt is not None:
-            runs += [(alt, name, x, "with the same pattern and fresh values, ")
-                     for name, x in self.inputs[:self.cfg.revalued_inputs]]
-        for idx, (target, name, x, where) in enumerate(runs):
+        runs = verification_runs(self.inputs, main, alt, self.cfg)
+        for idx, (target, name, x, where, hint) in enumerate(runs):
             with profile.step("verify_inputs"):
                 io = IOBuffers(self.m, self.n, self.k, xp=self.xp)
                 keep.append(io)
+                if (src := stale_source(idx, len(self.inputs))) is not None:
+                    io.y[...] = keep[src].y
             bad, y = self._launch(target, io, x, phase)
             if bad is not None:
                 return VerifyOutcome(bad[0], f"{where}input '{name}': {bad[1]}", worst if bad[2] is None else bad[2])
@@ -134,7 +158,6 @@ class Verifier:
                 res = target.reference.compare(io.x, y)
             worst = max(worst, res.max_scaled_error)
             if not res.ok:
-                hint = " (the kernel must read every value from val)" if where else ""
                 return VerifyOutcome(ErrorKind.INCORRECT, f"{where}input '{name}': {res.describe()}{hint}", worst)
             if idx == 0:
                 with profile.step("verify_determinism"):
