@@ -305,3 +305,30 @@ def test_gcn_gradients_through_the_tuned_transpose_equal_torch_sparse(loop_evalu
     assert op.transpose().shape == (A.shape[1], A.shape[0])
     G = cp.asarray(rng.standard_normal((A.shape[0], K)).astype(np.float32))
     judged(A.T.tocsr(), G, op.transpose() @ G)
+
+
+def test_backward_refuses_values_changed_since_and_takes_a_gradient_off_16_bytes() -> None:
+    """Autograd: a product's backward after ``update_values`` is one error (its gradient would use the new
+    values, as PyTorch refuses a tensor changed in place); two SpMV products concatenated, with m odd, hand
+    backward a gradient view 4 bytes off a 16-byte boundary, which is copied, and x's gradient is A^T g.
+    CG: a b holding Inf is one error, not "converged" at once, and a b whose norm float32 cannot hold is
+    solved. Kills: the version check removed (backward runs), the misaligned gradient passed on (the
+    alignment check refuses it), the norm taken in float32 (a b of 1e20s: refused as Inf)."""
+    import cupy as cp
+    import torch
+
+    A = poisson3d(19)  # 6859 rows: odd
+    op = operator(A, "CSR")
+    x1 = torch.randn(A.shape[1], device="cuda", requires_grad=True)
+    x2 = torch.randn(A.shape[1], device="cuda", requires_grad=True)
+    (torch.cat([op.matvec(x1), op.matvec(x2)]) ** 2).sum().backward()
+    g2 = 2 * (A.astype(np.float64) @ x2.detach().cpu().numpy().astype(np.float64))
+    judged(A.T.tocsr(), g2.astype(np.float32), x2.grad.cpu().numpy())
+    y = op.matvec(x1)
+    op.update_values(cp.asarray(A.data * 2))
+    with pytest.raises(RuntimeError, match="values were updated"):
+        y.sum().backward()
+    res = op.cg(cp.full(A.shape[0], 1e20, dtype=cp.float32), maxiter=50)
+    assert res.iterations > 0, "a large finite b is solved, not taken as converged"
+    with pytest.raises(SparseRLError, match="NaN or Inf"):
+        op.cg(cp.where(cp.arange(A.shape[0]) == 3, cp.float32(np.inf), cp.float32(1)))

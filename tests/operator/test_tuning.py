@@ -30,14 +30,14 @@ ARCH = "sm_90"
 
 
 def record(store_path, A, text: str, *, op="spmv", k=None, arch=ARCH, time_us=5.0, cusparse_us=7.5,
-           regime="warm", cid="fixture") -> str:
+           regime="warm", cid="fixture", version: str | None = None) -> str:
     """Write one verified result as the search's store sink does; returns the fingerprint."""
     card = matrix_card(A)
     with BestStore(store_path) as st:
         st.add_matrix(card, "fixture")
         st.record(VerifiedKernel(card.fingerprint, op, k, arch, "NVIDIA H200", regime, text, time_us, cusparse_us,
                                  cusparse_us / time_us, None, "CSR", None, cid, "seed", None, None, "run-fixture",
-                                 harness_version()))
+                                 version or harness_version()))
     return card.fingerprint
 
 
@@ -118,6 +118,21 @@ def test_the_best_row_prefers_this_regime_then_the_fastest(tmp_path, banded) -> 
         assert best_known(st, fp, Op.SPMV, None, ARCH, "warm").candidate_id == "warm-fast"
         assert best_known(st, fp, Op.SPMV, None, ARCH, "cold").candidate_id == "cold-fast"
         assert best_known(st, fp[:-1] + ("0" if fp[-1] != "0" else "1"), Op.SPMV, None, ARCH, "warm") is None
+
+
+def test_a_row_of_another_harness_version_is_not_taken_as_verified(tmp_path, banded) -> None:
+    """A faster row verified by another harness version (one that checked less) is never the operator's kernel;
+    the search seeds from it and verifies it again. Kills: rows of every version taken, this one preferred."""
+    from sparserl.operator.tuning import best_known
+
+    vs = variants("spmv", "CSR")
+    record(tmp_path / "s.db", banded, vs[0].render(), time_us=2.0, regime="cold", cid="older", version="1")
+    fp = matrix_card(banded).fingerprint
+    with BestStore(tmp_path / "s.db") as st:
+        assert best_known(st, fp, Op.SPMV, None, ARCH, "cold") is None
+    record(tmp_path / "s.db", banded, vs[1].render(), time_us=6.0, regime="warm", cid="this")
+    with BestStore(tmp_path / "s.db") as st:
+        assert best_known(st, fp, Op.SPMV, None, ARCH, "cold").candidate_id == "this"
 
 
 @pytest.mark.parametrize("op,k,msg", [("spmx", None, "op must be"), ("spmm", None, "needs k"),

@@ -13,6 +13,7 @@ Everything here needs a GPU and CuPy (imported when a backend is built).
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import scipy.sparse as sp
@@ -191,6 +192,7 @@ class LibraryBackend(_Backend):
         self.buffer = cp.empty(max(int(size), 1), dtype=cp.uint8)
         self._kept: dict[tuple[int, int], tuple[int, int]] = {}
         self._owned: list[tuple[int, int]] = []  # the runners' descriptors, destroyed at close
+        self._lock = threading.RLock()  # one handle: its stream is set and the call made as one step
 
     def _descriptors(self, x_ptr: int, y_ptr: int) -> tuple[int, int]:
         cs, m, n = self._cs, *self.shape
@@ -212,7 +214,8 @@ class LibraryBackend(_Backend):
         """``y = A x`` on raw device addresses and a raw stream (cuSPARSE's default algorithm, beta 0: y
         is written whatever it held), on descriptors made once per (x, y) address pair and kept in a
         bounded cache."""
-        self._enqueue(*self._descriptors_of(x_ptr, y_ptr), stream_ptr)
+        with self._lock:  # the descriptors cannot be evicted by another thread before the call
+            self._enqueue(*self._descriptors_of(x_ptr, y_ptr), stream_ptr)
 
     def runner(self, x, y):
         """A function that enqueues ``y = A x`` on the current stream, for as long as the backend is
@@ -230,19 +233,24 @@ class LibraryBackend(_Backend):
         from sparserl.harness.baseline import _libcusparse
 
         lib, handle, opn = _libcusparse(), self.handle, self._opn
-        status = lib.cusparseSetStream(handle, stream_ptr)
-        if status == 0 and self.op is Op.SPMV:
-            status = lib.cusparseSpMV(handle, opn, self.alpha.ctypes.data, self.mat, dx, self.beta.ctypes.data, dy,
-                                      self._f32, 0, self.buffer.data.ptr)
-        elif status == 0:
-            status = lib.cusparseSpMM(handle, opn, opn, self.alpha.ctypes.data, self.mat, dx, self.beta.ctypes.data,
-                                      dy, self._f32, 0, self.buffer.data.ptr)
+        with self._lock:  # another thread's call between the two would run on this thread's stream
+            status = lib.cusparseSetStream(handle, stream_ptr)
+            if status == 0 and self.op is Op.SPMV:
+                status = lib.cusparseSpMV(handle, opn, self.alpha.ctypes.data, self.mat, dx, self.beta.ctypes.data,
+                                          dy, self._f32, 0, self.buffer.data.ptr)
+            elif status == 0:
+                status = lib.cusparseSpMM(handle, opn, opn, self.alpha.ctypes.data, self.mat, dx,
+                                          self.beta.ctypes.data, dy, self._f32, 0, self.buffer.data.ptr)
         if status != 0:
             raise RuntimeError(f"cuSPARSE {'SpMV' if self.op is Op.SPMV else 'SpMM'} failed with status {status}")
 
     def _descriptors_of(self, x_ptr: int, y_ptr: int) -> tuple[int, int]:
         """Dense descriptors for these two addresses, made once and kept (a few hundred, oldest dropped):
         a descriptor holds only an address and a shape, and the shapes are the operator's."""
+        with self._lock:
+            return self._descriptors_locked(x_ptr, y_ptr)
+
+    def _descriptors_locked(self, x_ptr: int, y_ptr: int) -> tuple[int, int]:
         key = (x_ptr, y_ptr)
         found = self._kept.pop(key, None)
         if found is None:

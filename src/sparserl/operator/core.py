@@ -86,6 +86,8 @@ class SparseOperator:
         self._transpose: SparseOperator | None = None
         self._transpose_order = None  # device gather: A^T's CSR order -> A's
         self._transpose_values = None
+        self.values_version = 0
+        """How many times the values were replaced (autograd's backward checks it did not change)."""
 
     @classmethod
     def tuned(cls, A: sp.csr_array, op: Op, k: int | None, cfg, arch: str, t0: float | None = None) -> "SparseOperator":
@@ -228,7 +230,10 @@ class SparseOperator:
         uploaded once), or a SciPy (or CuPy) sparse matrix whose structure is checked against the
         tuned one by fingerprint, on the host. Written into the kernel's format on the GPU, in
         PyTorch's current stream for a tensor; the transpose follows. A bad input changes nothing.
-        (Do not write to ``op.A`` in place: the operator keeps it as its structure.)"""
+        (Do not write to ``op.A`` in place: the operator keeps it as its structure.) A vector's order
+        cannot be checked: a SciPy matrix's ``.data`` is in CSR order only when its indices are sorted
+        and it has no duplicates (``M @ M.T`` leaves them unsorted); pass such a matrix itself.
+        Autograd: a product whose backward has not run yet refuses it afterwards."""
         cp = self._cp
         if (type(values) is cp.ndarray and values.dtype == self.dtype and values.shape == (self.nnz,)
                 and values.flags.c_contiguous and values.data.device_id == self.device
@@ -273,6 +278,7 @@ class SparseOperator:
 
     def _set_values(self, v) -> None:
         self.backend.set_values(v)
+        self.values_version += 1
         T = self._transpose
         if T is not None:
             direct = T.backend.value_array() if T._transpose is None else None

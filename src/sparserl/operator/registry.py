@@ -20,9 +20,14 @@ def register(operator) -> int:
     return handle
 
 
+def find(handle: int):
+    """The operator registered under ``handle``, or None (freed, or a number a traced graph made up)."""
+    return _OPERATORS.get(int(handle))
+
+
 def lookup(handle: int):
     """The operator registered under ``handle``."""
-    op = _OPERATORS.get(int(handle))
+    op = find(handle)
     if op is None:
         raise SparseRLError(f"no live sparse operator number {handle}: the operator this call was traced with "
                             "has been freed (keep a reference to it, e.g. as an attribute of the model)")

@@ -23,6 +23,7 @@ agree with cupyx's to within rounding.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -203,10 +204,11 @@ def solve_cg(op, b, x0=None, *, rtol: float = 1e-5, atol: float | None = None, m
         x0 = None if x0 is None else _vector(cp, x0, n, "x0")
         work = _workspace(op, cp, check_every, graph)
         caller = _caller_stream(cp, b_in, x0_in)
-        work.stream.wait_event(caller.record())  # b and x0 as the caller's work left them
-        with work.stream:
-            res = work.solve(b, x0, rtol, atol, maxiter)
-        caller.wait_event(work.stream.record())  # the caller's next work sees x as the solve left it
+        with work.lock:  # one solve at a time on a workspace: its vectors and scalars are shared
+            work.stream.wait_event(caller.record())  # b and x0 as the caller's work left them
+            with work.stream:
+                res = work.solve(b, x0, rtol, atol, maxiter)
+            caller.wait_event(work.stream.record())  # the caller's next work sees x as the solve left it
         if type(b_in).__module__.startswith("torch"):  # a tensor in, a tensor out (a view of the result)
             import torch
 
@@ -216,12 +218,16 @@ def solve_cg(op, b, x0=None, *, rtol: float = 1e-5, atol: float | None = None, m
         return res
 
 
+_WORKSPACES = threading.Lock()
+
+
 def _workspace(op, cp, check_every: int, graph: bool) -> "_Workspace":
-    cache = op.__dict__.setdefault("_cg_workspaces", {})
-    key = (check_every, graph)
-    if key not in cache:
-        cache[key] = _Workspace(op.backend, op.shape[0], cp, check_every, graph)
-    return cache[key]
+    with _WORKSPACES:
+        cache = op.__dict__.setdefault("_cg_workspaces", {})
+        key = (check_every, graph)
+        if key not in cache:
+            cache[key] = _Workspace(op.backend, op.shape[0], cp, check_every, graph)
+        return cache[key]
 
 
 class _Workspace:
@@ -229,6 +235,7 @@ class _Workspace:
 
     def __init__(self, backend, n: int, cp, check_every: int, graph: bool):
         self.cp, self.backend = cp, backend  # the backend, not the operator: no cycle keeps it alive
+        self.lock = threading.Lock()
         self.n64 = np.int64(n)
         self.stream = cp.cuda.Stream(non_blocking=True)
         mod = _module(cp)
@@ -256,7 +263,9 @@ class _Workspace:
     def solve(self, b, x0, rtol: float, atol: float | None, maxiter: int) -> CGResult:
         """One solve on the current stream (the workspace's); the host waits for it at the end."""
         cp, x, r, p, q, s, flags = self.cp, self.x, self.r, self.p, self.q, self.s, self.flags
-        bnorm = float(cp.linalg.norm(b))
+        bnorm = float(cp.linalg.norm(b.astype(cp.float64)))  # in float64: a float32 norm of a large b is inf
+        if not np.isfinite(bnorm) or (x0 is not None and not bool(cp.isfinite(x0).all())):
+            raise SparseRLError(f"cg: {'b' if not np.isfinite(bnorm) else 'x0'} holds NaN or Inf values")
         tol = rtol * bnorm if atol is None else max(float(atol), rtol * bnorm)
         if bnorm == 0.0:
             return CGResult(cp.zeros_like(b), 0, 0, 0.0, tol, 0, False)

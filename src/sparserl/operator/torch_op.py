@@ -41,11 +41,21 @@ def _setup_context(ctx, inputs, output) -> None:
     x, handle, _ = inputs
     ctx.handle = handle
     ctx.n = x.shape[0]
+    op = registry.find(handle)  # none while a fake or traced graph is recorded
+    ctx.values_version = op.values_version if op is not None else None
 
 
 def _backward(ctx, grad: torch.Tensor):
-    transpose = registry.lookup(ctx.handle).transpose()
-    return torch.ops.sparserl.matmul(grad.contiguous(), transpose.handle, ctx.n), None, None
+    op = registry.lookup(ctx.handle)
+    if ctx.values_version is not None and op.values_version != ctx.values_version:  # as for a tensor changed in place
+        raise RuntimeError("the operator's values were updated (update_values) after this product was computed: "
+                           "its gradient would use the new values; run backward before updating them, or keep "
+                           "one operator per set of values")
+    transpose = op.transpose()
+    grad = grad.contiguous()
+    if grad.data_ptr() % 16:  # a view at an offset (a slice of a concatenation): kernels need 16-byte alignment
+        grad = grad.clone()
+    return torch.ops.sparserl.matmul(grad, transpose.handle, ctx.n), None, None
 
 
 matmul.register_autograd(_backward, setup_context=_setup_context)

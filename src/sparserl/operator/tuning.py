@@ -174,16 +174,18 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
 
 
 def best_known(store, fingerprint: str, op: Op, k: int | None, arch: str, regime: str):
-    """The store's best row for this structure, op, k and architecture: this harness version and
-    ``regime`` preferred, then the fastest; None when the store has none."""
+    """The store's best row for this structure, op, k and architecture, verified by this harness version:
+    ``regime`` preferred, then the fastest; None when the store has none. A row of another version is not
+    taken as verified (that harness checked less, or otherwise): the search then takes it as a seed and
+    verifies it again."""
     from sparserl.search.store import harness_version
 
-    rows = store.best(fingerprint=fingerprint, op=op.value, k=k, arch=arch)
+    hv = harness_version()
+    rows = store.best(fingerprint=fingerprint, op=op.value, k=k, arch=arch, harness_version=hv)
     rows = [r for r in rows if r.fingerprint == fingerprint]  # the filter also matches prefixes
     if not rows:
         return None
-    hv = harness_version()
-    return min(rows, key=lambda r: (r.harness_version != hv, r.regime != regime, r.time_us))
+    return min(rows, key=lambda r: (r.regime != regime, r.time_us))
 
 
 def build_kernel(text: str, op: Op, options, cache_dir=None, A=None) -> tuple[Header, str] | str:
