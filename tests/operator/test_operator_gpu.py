@@ -328,7 +328,7 @@ def test_backward_refuses_values_changed_since_and_takes_a_gradient_off_16_bytes
     op.update_values(cp.asarray(A.data * 2))
     with pytest.raises(RuntimeError, match="values were updated"):
         y.sum().backward()
-    res = op.cg(cp.full(A.shape[0], 1e20, dtype=cp.float32), maxiter=50)
-    assert res.iterations > 0, "a large finite b is solved, not taken as converged"
+    x, _ = op.cg(cp.full(A.shape[0], 1e20, dtype=cp.float32), maxiter=50)  # solved, not refused as Inf
+    assert bool(cp.isfinite(x).all()) and float(cp.abs(x).max()) > 0
     with pytest.raises(SparseRLError, match="NaN or Inf"):
         op.cg(cp.where(cp.arange(A.shape[0]) == 3, cp.float32(np.inf), cp.float32(1)))

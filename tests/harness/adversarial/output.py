@@ -10,12 +10,11 @@ own timed runs. ``zero_y`` on a format that has no such option, or out of range,
 What y holds before a launch: the harness fills it with NaN, but a user's y holds whatever the last call
 left there. A kernel that computes only the rows still NaN, or treats only NaN as "not yet zeroed", is
 right on every poisoned y and wrong on a user's; the re-run of the first input gets a y holding the previous
-input's output, and such a kernel is ``incorrect`` there.
+input's output, and such a kernel is ``incorrect`` there (``skips_rows_already_written`` in :mod:`.timed`
+is the CSR case).
 """
 
 from __future__ import annotations
-
-from tests.harness.adversarial.base import DOT, csr
 
 COO_SIG = ('extern "C" __global__ void {name}(int m, int n, int nnz, const int* __restrict__ row_idx, '
            "const int* __restrict__ col_idx, const float* __restrict__ val, const float* __restrict__ x, "
@@ -43,9 +42,6 @@ CASES: dict[str, tuple[str, str]] = {
     # declares zero_y=0, zeroes y itself in a first launch, then accumulates: honest, pays its own zeroing
     "coo_unzeroed_zeroes_first": (coo("COO zero_y=0", ("zero_y_rows", "m", ZERO), ("spmv_kernel", "nnz", ATOMIC)),
                                   "none"),
-    # computes only the rows y does not hold a number in: right on the poison, a user gets the last call's answer
-    "skips_rows_y_already_holds": (csr(f"if (row >= m) return; if (y[row] == y[row]) return; {DOT} y[row] = sum;"),
-                                   "incorrect"),
     # zero_y=0 that zeroes only the poison, then accumulates onto whatever number y held
     "coo_unzeroed_zeroes_only_the_poison": (coo("COO zero_y=0", ("zero_nan_rows", "m",
                                                                  ZERO.replace("if (i < m)", "if (i < m && y[i] != y[i])")),

@@ -42,9 +42,10 @@ def looks_timed(x: np.ndarray) -> bool:
 
 
 CASES: dict[str, tuple[str, str]] = {
-    # skip rows whose y already holds a number (what passes when timed runs reuse one y)
+    # skip rows whose y already holds a number (what passes when timed runs reuse one y): it computes on every
+    # poisoned y, and verification's re-run, on a y holding another input's output, shows a user's stale answer
     "skips_rows_already_written": (csr(f"if (row >= m) return; if (y[row] == y[row]) return; {DOT} y[row] = sum;"),
-                                   "none"),
+                                   "incorrect"),
     # looks at the guard before y, which held whatever the allocator left there before guards existed
     "reads_guard_before_y": (csr(f"if (row >= m) return; if (y[-1] == y[-1]) return; {DOT} y[row] = sum;"), "none"),
     # looks past the end of x, where a verification launch's buffers used to sit back to back
