@@ -120,6 +120,25 @@ def test_a_remembered_slow_verdict_answers_only_while_it_is_still_slow(gpu_clust
     assert hits == 1 and jobs == 2
 
 
+def test_a_job_still_running_is_shared_only_where_its_verdict_holds(gpu_cluster, tmp_path: Path) -> None:
+    """A job sent with a low best time (10 us) comes back ``slow`` (400 us; cuSPARSE 200 us); a second
+    submission of the same kernel while it runs, with no best (3x cuSPARSE: 600 us would not stop it), gets
+    the kernel evaluated again instead of the first job's 5-run verdict; a third, with a best that still
+    stops it (50 us), shares the running job. Kills: a running job shared with every later submission (one
+    job for all three)."""
+    from sparserl.farm.ray_evaluator import RayEvaluator
+
+    target = functools.partial(fake_worker_main, slow_us=(400.0, 200.0), job_seconds=1.0)
+    with RayEvaluator(HarnessConfig(cache_dir=str(tmp_path / "driver"), memo=16), gpu_cluster.address, gpus=1,
+                      worker_target=target) as ev:
+        ref = ev.register(generate("banded", 2000, seed=0, bands=5), "banded")
+        text = _texts()[0]
+        futures = [ev.submit(text, ref, "spmv", best_us=b) for b in (10.0, None, 50.0)]
+        kinds = [f.result().error_kind for f in futures]
+        jobs = ev.worker_stats()[0]["jobs"]
+    assert kinds == [ErrorKind.SLOW] * 3 and jobs == 2
+
+
 def test_a_gpu_actor_killed_mid_job_reruns_it_elsewhere(gpu_cluster, tmp_path: Path) -> None:
     from sparserl.farm.ray_evaluator import RayEvaluator
 

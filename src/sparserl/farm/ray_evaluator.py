@@ -328,6 +328,7 @@ class RayEvaluator:
     note_best = Evaluator.note_best  # and so is the early stop of hopeless candidates (``slow``)
     best_known = Evaluator.best_known
     _still_valid = Evaluator._still_valid
+    _follow = Evaluator._follow
     submit = Evaluator.submit  # checks, the memo and the best time known, then this class's _submit
     evaluate = Evaluator.evaluate
     evaluate_many = Evaluator.evaluate_many
