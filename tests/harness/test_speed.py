@@ -271,16 +271,23 @@ def test_submit_tags_its_future_and_keeps_an_ordinary_job_off_a_pending_contende
     assert mine.contender is True and theirs.contender is False
     mine.result(), theirs.result()
 
-    def pending(text, matrix, op, k, best_us=None, contender=False):  # a GPU job still running
+    jobs = []
+
+    def pending(text, matrix, op, k, best_us=None, contender=False, fresh=False):  # a GPU job still running
         f = Future()
         f.contender = contender
+        jobs.append(f)
         return f
 
     monkeypatch.setattr(ev, "_submit", pending)
     other = text + "\n// another kernel"
     a = ev.submit(other, ref, contender=True)
     b = ev.submit(other, ref)
-    assert b is not a and ev.submit(other, ref) is b  # its own job, then shared with the next ordinary one
+    assert b is not a and jobs == [a, b]  # its own job
+    c = ev.submit(other, ref)  # shared with the next ordinary one, while it runs
+    assert len(jobs) == 2 and not c.done()
+    b.set_result(EvalResult.failure("spmv", None, "m", ErrorKind.INCORRECT, "wrong"))
+    assert c.result() is b.result()
     assert ev.submit(other, ref, contender=True) is b  # a contender may take an ordinary job's result
 
 
@@ -498,9 +505,9 @@ def test_a_fresh_submission_is_stopped_early_only_against_the_callers_best(compi
     given = []
     real = ev._submit
 
-    def record(text, matrix, op, k, best_us=None, contender=False):
+    def record(text, matrix, op, k, best_us=None, contender=False, fresh=False):
         given.append(best_us)
-        return real(text, matrix, op, k, best_us, contender)
+        return real(text, matrix, op, k, best_us, contender, fresh)
 
     monkeypatch.setattr(ev, "_submit", record)
     ev.submit(text, ref, fresh=True).result()
