@@ -407,7 +407,7 @@ def test_the_slow_first_launch_kernels_pass_the_parent_checks_and_compile(tmp_pa
 
 def test_both_paths_verify_the_same_launches_with_the_same_labels() -> None:
     """The batched verifier's launches are the sequential one's (one function makes both lists): every
-    input, the first again on a y that held the last input's output, the first two on the fresh-valued
+    input, the first again on a y that held the second (random) input's output, the first two on the fresh-valued
     twin; only the re-run's y is filled from another launch. Kills: the re-run's y left NaN (no source), or
     filled from a launch of another target."""
     from sparserl.harness.verify import STALE_Y, stale_source, verification_runs
@@ -416,7 +416,7 @@ def test_both_paths_verify_the_same_launches_with_the_same_labels() -> None:
     runs = verification_runs(inputs, "A", "A_alt", VerifyConfig())
     assert [(t, n) for t, n, *_ in runs] == [("A", n) for n, _ in inputs] + [("A", "normal0"), ("A_alt", "normal0"),
                                                                             ("A_alt", "uniform1")]
-    assert [stale_source(i, len(inputs)) for i in range(len(runs))] == [None] * 6 + [5] + [None] * 2
+    assert [stale_source(i, len(inputs)) for i in range(len(runs))] == [None] * 6 + [1] + [None] * 2
     assert runs[6][3] == STALE_Y and "write all of y" in runs[6][4]
     one = verification_runs(inputs[:1], "A", None, VerifyConfig())
     assert len(one) == 2 and stale_source(1, 1) is None and one[1][3] == "", "one input: nothing else to fill y from"

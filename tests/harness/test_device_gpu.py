@@ -101,9 +101,10 @@ def test_io_buffers_guards_and_refresh() -> None:
 
 def test_timed_runs_are_prepared_and_checked() -> None:
     """time_run with a CheckedIO: an honest kernel passes every check; one that skips rows already
-    holding a number would have passed before (one y reused) and still computes now; one that
-    leaves y alone on timed runs, or zeroes most of x and answers for what it left, is rejected,
-    saying which run (cold, the second kills a check that reads the x left in the buffer)."""
+    holding a number computes on every poisoned y (warm) and is rejected cold at the run whose y keeps
+    the previous run's output (a user's y); one that leaves y alone on timed runs, or zeroes most of x
+    and answers for what it left, is rejected, saying which run (cold, the second kills a check that
+    reads the x left in the buffer). Kills: the cold stale-y run left out (the skipping kernel passes)."""
     import cupy as cp
 
     from sparserl.harness.buffers import CheckedIO, IOBuffers
@@ -123,11 +124,16 @@ def test_timed_runs_are_prepared_and_checked() -> None:
 
     for regime in ("cold", "warm"):
         cfg = TimingConfig(regime=regime, trials=5, warm_target_ms=0.2)
-        for text in (GOOD, ADVERSARIAL["skips_rows_already_written"][0]):
+        skips = ADVERSARIAL["skips_rows_already_written"][0]
+        for text in (GOOD, skips) if regime == "warm" else (GOOD,):
             io = IOBuffers(*A.shape)
             checked = CheckedIO(io, ref)
             t = time_run(bound(text).runner(io.x, io.y), cfg, io=checked)
             assert t.median_us > 0 and checked.checked >= (5 if regime == "cold" else 10)
+        if regime == "cold":
+            io = IOBuffers(*A.shape)
+            with pytest.raises(TimedRunRejected, match="its y holding the previous run's output"):
+                time_run(bound(skips).runner(io.x, io.y), cfg, io=CheckedIO(io, ref))
         for cheat in ("skips_on_timed_input_grid", "zeroes_x_when_timed"):
             io = IOBuffers(*A.shape)
             with pytest.raises(TimedRunRejected, match=f"timed run \\({regime}"):

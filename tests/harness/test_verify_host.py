@@ -534,3 +534,16 @@ def test_the_host_refresh_is_what_the_gpu_writes() -> None:
         cp.cuda.runtime.deviceSynchronize()
         assert np.array_equal(cp.asnumpy(io.x), host_refresh(0x1234_5678_9ABC_DEF1, offset, 1000))
         assert bool((io.y.view(cp.uint32) == NAN_BITS).all()) and io.guard_problem() is None
+
+
+def test_the_stale_y_run_is_among_the_first_runs_and_unpredictable() -> None:
+    """The cold run before which y keeps the previous run's output is one of runs 2 to 5 (0-based 1-4: every
+    timed evaluation makes them, the early stop included), each of them drawn, never the first (no earlier
+    output); none with one run. Kills: a fixed choice (one value only), the first run chosen, a run past the
+    early stop's five (a slow kernel would never meet it)."""
+    from sparserl.harness.buffers import STALE_WITHIN, stale_y_run
+
+    seen = {stale_y_run(41) for _ in range(400)}
+    assert seen == set(range(1, STALE_WITHIN)) and STALE_WITHIN == 5
+    assert {stale_y_run(2) for _ in range(20)} == {1} and stale_y_run(1) is None
+    assert {stale_y_run(3) for _ in range(100)} == {1, 2}

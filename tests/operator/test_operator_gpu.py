@@ -309,7 +309,7 @@ def test_gcn_gradients_through_the_tuned_transpose_equal_torch_sparse(loop_evalu
 
 def test_backward_refuses_values_changed_since_and_takes_a_gradient_off_16_bytes() -> None:
     """Autograd: a product's backward after ``update_values`` is one error (its gradient would use the new
-    values, as PyTorch refuses a tensor changed in place); two SpMV products concatenated, with m odd, hand
+    values, as PyTorch refuses a tensor changed in place), a product of the transpose too; two SpMV products concatenated, with m odd, hand
     backward a gradient view 4 bytes off a 16-byte boundary, which is copied, and x's gradient is A^T g.
     CG: a b holding Inf is one error, not "converged" at once, and a b whose norm float32 cannot hold is
     solved. Kills: the version check removed (backward runs), the misaligned gradient passed on (the
@@ -328,6 +328,11 @@ def test_backward_refuses_values_changed_since_and_takes_a_gradient_off_16_bytes
     op.update_values(cp.asarray(A.data * 2))
     with pytest.raises(RuntimeError, match="values were updated"):
         y.sum().backward()
+    xt = torch.randn(A.shape[0], device="cuda", requires_grad=True)
+    yt = op.transpose().matvec(xt)  # the transpose's values follow A's: its product refuses too
+    op.update_values(cp.asarray(A.data * 3))
+    with pytest.raises(RuntimeError, match="values were updated"):
+        yt.sum().backward()
     x, _ = op.cg(cp.full(A.shape[0], 1e20, dtype=cp.float32), maxiter=50)  # solved, not refused as Inf
     assert bool(cp.isfinite(x).all()) and float(cp.abs(x).max()) > 0
     with pytest.raises(SparseRLError, match="NaN or Inf"):

@@ -233,20 +233,24 @@ def test_one_run_per_matrix_and_it_is_finished_at_close(bk: BestKnown) -> None:
 def test_the_bar_is_never_above_cusparse(bk: BestKnown) -> None:
     """A first correct kernel four times slower than cuSPARSE (stopped early as slow, say) starts the entry;
     a later one twice slower than cuSPARSE, though faster than it, earns what clipped_log gives it and raises
-    nothing. Kills: the store's best read as the bar uncapped (+1.0 for a kernel slower than cuSPARSE, and a new
-    best-known counted)."""
+    nothing, and is written all the same (faster than the store's own best). Kills: the store's best read as the
+    bar uncapped (+1.0 for a kernel slower than cuSPARSE, and a new best-known counted), the capped bar used to
+    decide what is written (the store kept at 160 us)."""
     a = Item("a", generate("banded", 3000, seed=0))
     score(bk, [a], ["K160"], [timed(4 * CUSPARSE_US)])
     later = [timed(2 * CUSPARSE_US)]
     before = bk.bests([a], later)
     assert before == [CUSPARSE_US] and reward(later[0], REL, before[0]) == pytest.approx(-1.0)
     assert bk.record([a], ["K80"], later, before) == set()
+    (row,) = bk.store.best(fingerprint=bk.card(a).fingerprint)
+    assert row.time_us == 2 * CUSPARSE_US, "the store still improves on its own best, though nothing was raised"
 
 
 def test_a_best_from_another_gpu_is_scaled_by_cusparse(bk: BestKnown) -> None:
     """Another GPU of the same architecture (an H200's best for an H100's sample) carries its speedup over
-    cuSPARSE, not its time: a best at 4x cuSPARSE on the H200 is a bar at 4x the H100's own cuSPARSE time. Kills:
-    the other GPU's time taken as it is (a 2x kernel on the slower card scored against the faster card's 10 us)."""
+    cuSPARSE, not its time: a best at 4x cuSPARSE on the H200 is a bar at 4x the H100's own cuSPARSE time, also
+    in a batch where an H200 sample comes first. Kills: the other GPU's time taken as it is (a 2x kernel on the
+    slower card scored against the faster card's 10 us), the bar cached per entry across a batch's GPUs."""
     a = Item("a", generate("banded", 3000, seed=0))
     score(bk, [a], ["K10"], [timed(10.0)])  # on the "H200", cuSPARSE at 40 us: speedup 4
     h100_base = 60.0
@@ -256,3 +260,4 @@ def test_a_best_from_another_gpu_is_scaled_by_cusparse(bk: BestKnown) -> None:
                                 "speedup": h100_base / 30.0})
     assert bk.bests([a], [slower_card]) == [pytest.approx(h100_base / 4)]
     assert bk.bests([a], [timed(30.0)]) == [10.0], "the same GPU: the time itself"
+    assert bk.bests([a, a], [timed(30.0), slower_card]) == [10.0, pytest.approx(h100_base / 4)], "one batch"

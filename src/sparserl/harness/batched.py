@@ -2,8 +2,9 @@
 followed by its checks as GPU kernels (:mod:`~sparserl.harness.gpucheck`), one wait per batch.
 
 **Verification** (:class:`BatchedVerifier`) runs exactly the sequential path's launches
-(:class:`~sparserl.harness.verify.Verifier`: every input on ``A``, the first again on a y holding the previous output, the first
-``revalued_inputs`` on ``A_alt``), each on freshly allocated guarded buffers, and after each launch
+(:class:`~sparserl.harness.verify.Verifier`: every input on ``A``, the first again on a y holding
+another input's output, the first ``revalued_inputs`` on ``A_alt``), each on freshly allocated
+guarded buffers, and after each launch
 the same checks in the same order: x unchanged, the matrix arrays against their pristine copies
 (restored), the guards, the fp64 comparison; the re-run's output against the first. The first launch
 runs alone and is judged before anything else is enqueued (most broken kernels stop there, as
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sparserl.harness import gpucheck, profile
-from sparserl.harness.buffers import IOBuffers
+from sparserl.harness.buffers import STALE_Y_NOTE, IOBuffers, stale_y_run
 from sparserl.harness.result import ErrorKind
 from sparserl.harness.speed import VerifyLimit, look, look_points, predicted_overrun
 from sparserl.harness.timing import FlushBuffer, SharedMemoryScrub, Timing, TimingConfig, _reps, _summary, capture
@@ -289,13 +290,14 @@ def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer,
     of = f"up to {ceiling}" if ci > 0 else str(ceiling)
     samples: list[float] = []
     done = 0
+    stale = stale_y_run(ceiling)
     for end in look_points(early_runs, slow_above_us is not None, floor, ci, batch, ceiling):
         with profile.step("time_runs"):
             with stream:
                 seeds = io.seeds(end - done)
                 for t in range(done, end):
                     seed = seeds[t - done:t - done + 1]
-                    io.io.refresh(seed, 0)
+                    io.io.refresh(seed, 0, poison=t != stale)
                     flush.flush(stream)
                     events[t][0].record(stream)
                     one.launch(stream)
@@ -310,7 +312,8 @@ def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer,
             for t in range(done, end):
                 samples.append(cp.cuda.get_elapsed_time(*events[t]) * 1e3)
                 if counts is not None:
-                    messages.append(io.verdict(counts[t], f"cold, run {t + 1} of {of}"))
+                    messages.append(io.verdict(counts[t], f"cold, run {t + 1} of {of}"
+                                               + (STALE_Y_NOTE if t == stale else "")))
                     if messages[-1] is not None:
                         break
         done = end

@@ -128,6 +128,24 @@ class IOBuffers:
         return None
 
 
+STALE_WITHIN = 5
+"""The cold run whose y is left holding the previous run's output is one of the first this many (the
+early stop's runs: every evaluation that is timed makes them)."""
+
+
+def stale_y_run(runs: int) -> int | None:
+    """The cold run (0-based), chosen from the OS unpredictably among runs 2 to :data:`STALE_WITHIN`, before
+    which y is not poisoned but keeps the previous run's output, as a user's y keeps the last call's; None
+    when there is no earlier run. Its x is fresh as every run's, so a kernel cannot tell it from a user's
+    call: one whose output depends on what y held is wrong there."""
+    upto = min(runs, STALE_WITHIN)
+    return 1 + secrets.randbelow(upto - 1) if upto >= 2 else None
+
+
+STALE_Y_NOTE = ", its y holding the previous run's output"
+"""Added to the name of the stale-y run in a timed run's failure message."""
+
+
 class CheckedIO:
     """Fresh x and a poisoned y before each timed run; the output checked after it (module docstring)."""
 
@@ -148,9 +166,10 @@ class CheckedIO:
         """A seed from the OS for the next sample (host to device, before the sample is enqueued)."""
         self.seed[...] = secrets.randbits(63)
 
-    def prepare(self, rep: int) -> None:
-        """Enqueue: x for repetition ``rep`` of this sample, y poisoned."""
-        self.io.refresh(self.seed, rep)
+    def prepare(self, rep: int, poison: bool = True) -> None:
+        """Enqueue: x for repetition ``rep`` of this sample, y poisoned (unless not ``poison``: the stale-y
+        run, :func:`stale_y_run`)."""
+        self.io.refresh(self.seed, rep, poison=poison)
 
     def choose_snapshot(self, reps: int) -> None:
         """Pick, unpredictably, the repetition whose output a warm sample also keeps and checks."""

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sparserl.harness import profile
+from sparserl.harness.buffers import STALE_Y_NOTE, stale_y_run
 from sparserl.harness.device import cupy_module
 
 REGIMES = ("cold", "warm")
@@ -259,17 +260,19 @@ def _time_cold(run: Callable[[], None], config: TimingConfig, clock: _Clock, flu
         if io is not None:
             io.snapshot_rep = None  # one run per sample: its output is the one checked
     samples = []
+    stale = stale_y_run(config.trials)
     for trial in range(config.trials):
         with profile.step("time_runs"):
             with stream:
                 if io is not None:
                     io.new_seed()
-                    io.prepare(0)
+                    io.prepare(0, poison=trial != stale)
                 flush.flush(stream)
             samples.append(clock.elapsed_us(one))
             profile.count("cold_runs")
         with profile.step("time_check"):
-            clock.reject_wrong(f"cold, run {trial + 1} of {config.trials}", 0)
+            clock.reject_wrong(f"cold, run {trial + 1} of {config.trials}" + (STALE_Y_NOTE if trial == stale else ""),
+                               0)
     return _summary("cold", np.asarray(samples), 1)
 
 

@@ -286,6 +286,7 @@ class SparseOperator:
                 # the transpose keeps its values as one array in its CSR order: gather straight into it (not
                 # when the new values are that very array: a gather in place would read what it overwrites)
                 self._cp.take(v, self._transpose_order, out=direct)
+                T.values_version += 1  # its values changed too (a product of it awaiting backward refuses)
             else:
                 self._cp.take(v, self._transpose_order, out=self._transpose_values)
                 T._set_values(self._transpose_values)

@@ -41,7 +41,8 @@ def _setup_context(ctx, inputs, output) -> None:
     x, handle, _ = inputs
     ctx.handle = handle
     ctx.n = x.shape[0]
-    op = registry.find(handle)  # none while a fake or traced graph is recorded
+    op = registry.find(handle)  # none for a handle no live operator has (a graph traced with a made-up one);
+    # under torch.compile the backward is traced at once, so the check runs then, not at each training step
     ctx.values_version = op.values_version if op is not None else None
 
 

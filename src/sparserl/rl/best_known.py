@@ -72,9 +72,17 @@ class BestKnown:
         cuSPARSE."""
         if not r.ok or kernel_us(r) is None:
             return None
+        return self._bar(self._rows(item, r), r)
+
+    def _rows(self, item, r: EvalResult) -> list:
+        """The store's best rows under ``r``'s key (:meth:`key`)."""
         fp = self.card(item).fingerprint  # a whole fingerprint: the store's prefix match is exact here
-        rows = self.store.best(fingerprint=fp, op=item.op.value, k=item.k, arch=r.arch or "unknown",
+        return self.store.best(fingerprint=fp, op=item.op.value, k=item.k, arch=r.arch or "unknown",
                                regime=r.regime, harness_version=str(r.harness_version))
+
+    @staticmethod
+    def _bar(rows: list, r: EvalResult) -> float | None:
+        """:meth:`best_us` from the rows read: each scaled to ``r``'s GPU, the least, capped by cuSPARSE."""
         base = r.baseline.get(r.regime)
         t_base = base.median_us if base is not None and base.median_us > 0 else None
         bars = [row.time_us * t_base / row.cusparse_us
@@ -84,14 +92,18 @@ class BestKnown:
 
     def bests(self, items: list, results: list[EvalResult]) -> list[float | None]:
         """:meth:`best_us` of each (item, result), all read before anything of the batch is written
-        (one store query per matrix and key: a batch holds each matrix's samples in a row)."""
-        seen: dict[tuple, float | None] = {}
+        (one store query per matrix and key: a batch holds each matrix's samples in a row; the bar is
+        then made for each result, whose GPU and cuSPARSE time are its own)."""
+        rows: dict[tuple, list] = {}
         out = []
         for it, r in zip(items, results):
-            key = (id(it.A), it.op, it.k, r.arch, r.regime, r.harness_version, r.ok and kernel_us(r) is not None)
-            if key not in seen:
-                seen[key] = self.best_us(it, r)
-            out.append(seen[key])
+            if not r.ok or kernel_us(r) is None:
+                out.append(None)
+                continue
+            key = (id(it.A), it.op, it.k, r.arch, r.regime, r.harness_version)
+            if key not in rows:
+                rows[key] = self._rows(it, r)
+            out.append(self._bar(rows[key], r))
         return out
 
     def key(self, item, r: EvalResult) -> tuple:
@@ -101,16 +113,24 @@ class BestKnown:
 
     def record(self, items: list, texts: list[str], results: list[EvalResult],
                before: list[float | None]) -> set[tuple]:
-        """Write the correct samples faster than ``before`` (their best known when scored) to the
-        store; returns the entries (:meth:`key`) whose bar the batch raised: a new best faster
-        than ``before``, or than cuSPARSE where nothing was known (see the module docstring)."""
+        """Write the correct samples faster than the store's own best before the batch to the store
+        (whatever the bar they were scored against: a store whose best is slower than cuSPARSE still
+        improves); returns the entries (:meth:`key`) whose bar the batch raised: a new best faster than
+        ``before`` (their bar when scored), or than cuSPARSE where nothing was known (module docstring)."""
         from sparserl.search.loop import StoreSink, TraceEntry
         from sparserl.search.space import Provenance, text_proposal
 
         raised: set[tuple] = set()
+        stored: dict[tuple, float | None] = {}  # the store's own best time per entry before the batch
+        for it, r in zip(items, results):
+            if r.ok and kernel_us(r) is not None and (key := self.key(it, r)) not in stored:
+                stored[key] = min((row.time_us for row in self._rows(it, r)), default=None)
         for it, text, r, b in zip(items, texts, results, before):
             t = kernel_us(r) if r.ok else None
-            if t is None or (b is not None and t >= b) or r.regime not in r.baseline:
+            if t is None or r.regime not in r.baseline:
+                continue
+            own = stored[self.key(it, r)]
+            if own is not None and t >= own:  # the store keeps what beats its own best, capped bar or not
                 continue
             card = self.card(it)
             sink = self._sinks.get(card.fingerprint)
@@ -121,7 +141,7 @@ class BestKnown:
                     self.store, card, it.name, None, coords_later(it.A), {"rl": self.run_id}, model=self.model)
             entry = TraceEntry(0, text_proposal(text, it.op, Provenance.POLICY_SAMPLE, note="RL rollout"), r, 0.0)
             became_best = sink.write(f"{self.run_id}-{card.fingerprint[:8]}", it.op, it.k, r.regime, entry)
-            if became_best and (b is not None or t < r.baseline[r.regime].median_us):
+            if became_best and t < (b if b is not None else r.baseline[r.regime].median_us):
                 raised.add(self.key(it, r))
         if raised:
             log.info("RL found %d new best-known kernels (written to %s)", len(raised),

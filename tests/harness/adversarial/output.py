@@ -9,7 +9,7 @@ own timed runs. ``zero_y`` on a format that has no such option, or out of range,
 
 What y holds before a launch: the harness fills it with NaN, but a user's y holds whatever the last call
 left there. A kernel that computes only the rows still NaN, or treats only NaN as "not yet zeroed", is
-right on every poisoned y and wrong on a user's; the re-run of the first input gets a y holding the previous
+right on every poisoned y and wrong on a user's; the re-run of the first input gets a y holding another
 input's output, and such a kernel is ``incorrect`` there (``skips_rows_already_written`` in :mod:`.timed`
 is the CSR case).
 """

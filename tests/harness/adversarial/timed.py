@@ -41,11 +41,24 @@ def looks_timed(x: np.ndarray) -> bool:
     return bool(head.size == 8 and np.all((head != 0) & (head >= -1) & (head < 1) & (t == np.floor(t))))
 
 
+def stale_y_unless_verifying(n: int = TEST_N) -> str:
+    """Skips the rows y already holds a number in, unless x[0] is the first verification input's first value
+    (its re-run of that input on a stale y): it passes verification and would give a user the last call's
+    answer; the cold run whose y keeps the previous run's output, with a fresh x, is what catches it."""
+    from sparserl.harness.verify import VerifyConfig, make_inputs
+
+    first = np.float32(make_inputs((n,), VerifyConfig())[0][1][0])
+    return csr(f"if (row >= m) return; if (y[row] == y[row] && x[0] != {first!r}f) return; {DOT} y[row] = sum;"
+               .replace("np.float32(", "").replace(")f", "f"))
+
+
 CASES: dict[str, tuple[str, str]] = {
     # skip rows whose y already holds a number (what passes when timed runs reuse one y): it computes on every
     # poisoned y, and verification's re-run, on a y holding another input's output, shows a user's stale answer
     "skips_rows_already_written": (csr(f"if (row >= m) return; if (y[row] == y[row]) return; {DOT} y[row] = sum;"),
                                    "incorrect"),
+    # the same, but computes on verification's re-run (recognised by its public x): caught by the cold stale-y run
+    "stale_y_unless_verifying": (stale_y_unless_verifying(), "incorrect"),
     # looks at the guard before y, which held whatever the allocator left there before guards existed
     "reads_guard_before_y": (csr(f"if (row >= m) return; if (y[-1] == y[-1]) return; {DOT} y[row] = sum;"), "none"),
     # looks past the end of x, where a verification launch's buffers used to sit back to back
