@@ -314,6 +314,9 @@ class SparseOperator:
                 self._transpose_values = cp.empty(self.nnz, dtype=cp.float32)
                 cp.take(self.values(), self._transpose_order, out=self._transpose_values)  # values as they are now
                 T._set_values(self._transpose_values)
+                # made once, perhaps inside a backward whose products run on PyTorch's stream, not CuPy's
+                # current one: the gathered values are in place before anything uses them
+                cp.cuda.get_current_stream().synchronize()
             self._transpose = T
             log.debug("transpose of %s made", self.config.name)
         return self._transpose
