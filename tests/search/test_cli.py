@@ -227,3 +227,29 @@ def test_export_is_sft_data_the_trainer_reads(filled_store, tmp_path: Path, caps
     gone = dataclasses.replace(rows[0], matrix=None)  # the file is gone: the prompt comes from the coordinates
     s2 = SFTDataset([gone], EncodingConfig(max_nnz=16)).sample(gone)
     assert s2.matrix.shape == (card.rows, card.cols) and s2.nnz == card.nnz
+
+
+def test_outputs_that_would_destroy_an_input_or_that_the_machine_refuses_are_one_line(filled_store, tmp_path: Path,
+                                                                                       capsys) -> None:
+    """``best export`` or ``best cost-model`` onto the store they read is refused and the store is left whole (it
+    was overwritten with JSONL, rc 0); an output path the machine refuses (a folder where a file goes, a file where
+    a folder goes) is one ``error:`` line and leaves no partial file (it was a traceback); ``--op`` is checked by
+    list and show too (a typo listed nothing, rc 0)."""
+    path, _ = filled_store
+    before = path.read_bytes()
+    one_line_error(*run_cli(["best", "export", str(path), "--store", str(path)], capsys)[:3:2], "the store", "destroy")
+    one_line_error(*run_cli(["best", "cost-model", "--store", str(path), "--out", str(path)], capsys)[:3:2],
+                   "the store")
+    assert path.read_bytes() == before
+    out = tmp_path / "out"
+    out.mkdir()
+    folder = out / "taken.jsonl"
+    folder.mkdir()
+    one_line_error(*run_cli(["best", "export", str(folder), "--store", str(path)], capsys)[:3:2], "taken.jsonl")
+    assert [p.name for p in out.iterdir()] == ["taken.jsonl"], "no partial file left beside it"
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    one_line_error(*run_cli(["matrix", "gen", "random", "--rows", "10", "-o", str(a_file / "a.mtx")], capsys)[:3:2],
+                   "file.txt")
+    one_line_error(*run_cli(["best", "list", "--store", str(path), "--op", "SPMV"], capsys)[:3:2], "--op")
+    one_line_error(*run_cli(["best", "show", "banded", "--store", str(path), "--op", "SpMV"], capsys)[:3:2], "--op")

@@ -37,6 +37,22 @@ def _open(store: str | None, must_exist: bool = True):
     return open_store(path)
 
 
+def _check_op(op: str | None) -> None:
+    if op is not None and op not in ("spmv", "spmm"):
+        raise SparseRLError(f"--op must be spmv or spmm, got {op!r}")
+
+
+def _not_an_input(out: Path, store: str | None, data: list[Path] = (), reads_store: bool = True) -> None:
+    """Refuse an output file that is the store read (or a data file read): writing it would destroy it."""
+    stores = []
+    if reads_store and (store is None or not is_url(store)):
+        stores.append(Path(store) if store is not None else default_store_path())
+    for f, what in [*((f, "the store") for f in stores), *((f, "a data file") for f in data)]:
+        if out.resolve() == f.resolve():
+            raise SparseRLError(f"{out} is {what} this command reads: writing it would destroy it; "
+                                "give another output file")
+
+
 @app.command("list")
 def best_list(
     store: str = typer.Option(None, help=_STORE_HELP),
@@ -46,6 +62,7 @@ def best_list(
     as_json: bool = typer.Option(False, "--json", help="print JSON lines instead of a table"),
 ) -> None:
     """The best verified kernel of every matrix, op, k, GPU architecture, regime and harness version."""
+    _check_op(op)
     with _open(store) as st:
         rows = [r for r in st.best(op=op, arch=arch)
                 if matrix is None or r.name == matrix or r.fingerprint.startswith(matrix)]
@@ -79,6 +96,7 @@ def best_show(
     results: bool = typer.Option(False, "--results", help="also list every verified kernel of the matrix"),
 ) -> None:
     """One best kernel: its facts and its text."""
+    _check_op(op)
     with _open(store) as st:
         rows = [r for r in st.best(op=op, k=k, arch=arch) if r.name == key or r.fingerprint.startswith(key)]
         if not rows:
@@ -132,6 +150,7 @@ def best_export(
                                   "next fastest within it takes a longer one's place) [default: no limit]"),
 ) -> None:
     """SFT pairs (matrix, verified kernel) from the store, in the SFT data's JSONL format."""
+    _not_an_input(out, store)
     flt = ExportFilter(op=op, arch=arch, regime=regime, harness_version=harness_version, min_speedup=min_speedup,
                        per_matrix=per_matrix, within=within, seen_only=seen_only, max_chars=max_chars)
     with _open(store) as st:
@@ -173,8 +192,9 @@ def best_cost_model(
 
     if regime not in ("cold", "warm"):
         raise SparseRLError(f"--regime must be cold or warm, got {regime!r}")
-    if op is not None and op not in ("spmv", "spmm"):
-        raise SparseRLError(f"--op must be spmv or spmm, got {op!r}")
+    _check_op(op)
+    if out is not None:
+        _not_an_input(out, store, data, reads_store=store is not None or not data)
     measurements, sources = [], []
     if store is not None or not data:
         with _open(store) as st:

@@ -183,7 +183,17 @@ def _run(argv: list[str] | None) -> None:
         if isinstance(exc, _click_errors()):
             typer.echo(f"error: {_usage_message(exc)}", err=True)
             sys.exit(exc.exit_code)
+        if isinstance(exc, OSError):  # a path the machine refuses (not a folder, no permission, disk full)
+            typer.echo(f"error: {_os_message(exc)}", err=True)
+            sys.exit(2)
         raise
+
+
+def _os_message(exc: OSError) -> str:
+    """An operating-system error as one line: the path(s) it names and the system's words."""
+    what = exc.strerror or " ".join(str(exc).split())
+    paths = [p for p in (exc.filename, exc.filename2) if p is not None]
+    return f"{': '.join(str(p) for p in paths)}: {what}" if paths else what
 
 
 def _usage_message(exc) -> str:

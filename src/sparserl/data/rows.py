@@ -14,6 +14,7 @@ SFT, RL, ``evaluate`` and ``improve`` all go through them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -203,11 +204,15 @@ def write_rows(path: str | Path, rows: Iterable[SFTRow]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with tmp.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row.to_dict()) + "\n")
-            n += 1
-    tmp.replace(path)
+    try:
+        with tmp.open("w") as f:
+            for row in rows:
+                f.write(json.dumps(row.to_dict()) + "\n")
+                n += 1
+        tmp.replace(path)
+    finally:  # a failed write (the path a folder, say) leaves no partial file beside it
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return n
 
 

@@ -23,6 +23,7 @@ names the file and, where known, the line.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import logging
@@ -552,7 +553,8 @@ def save_matrix(A: object, path: str | os.PathLike[str], *, compress: bool = Tru
     except OSError as exc:
         raise MatrixError(f"{p}: cannot write file ({exc.strerror or _one_line(exc)})") from None
     finally:  # every way out (an error, Ctrl-C, a signal turned into an exception) removes the partial file
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a folder that is not one: nothing was made
+            tmp.unlink(missing_ok=True)
     log.debug("saved %s: %d x %d, %d nonzeros", p, C.shape[0], C.shape[1], C.nnz)
 
 
