@@ -106,6 +106,9 @@ def test_bad_input_is_a_one_line_error(mtx: Path, tmp_path: Path, capsys) -> Non
     one_line_error(*run_cli(["search", str(mtx), "--store", str(newer)], capsys)[:3:2], "newer SparseRL")
     one_line_error(*run_cli(["best", "list", "--store", str(newer)], capsys)[:3:2], "newer SparseRL")
     one_line_error(*run_cli(["best", "list", "--store", str(tmp_path / "none.db")], capsys)[:3:2], "no best-known store")
+    missing = str(tmp_path / "no-model.json.gz")  # a mistyped model file: it only warned, and searched without it
+    one_line_error(*run_cli(["search", str(mtx), "--cost-model", missing, *store], capsys)[:3:2], "--cost-model",
+                   "no such file")
 
 
 def test_too_large_for_the_gpu_is_refused() -> None:

@@ -38,9 +38,11 @@ def farm_cmd(
     best kernel against cuSPARSE is written. Ctrl-C stops cleanly; --resume continues."""
     from sparserl.farm.run import FarmConfig, run_farm
     from sparserl.search.loop import SearchConfig
+    from sparserl.search.ranker import check_cost_model_option
 
     if op == "spmv" and k is not None:
         raise SparseRLError("--k is the column count of X for --op spmm; leave it out for spmv")
+    check_cost_model_option(cost_model)
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
                         regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     cfg = FarmConfig(matrices=tuple(map(str, matrices)), out=str(out), op=op, k=k, search=scfg, store=store or None,

@@ -75,7 +75,9 @@ def improve_cmd(
     on them and validates; the round's checkpoint becomes OUT/best only when validation improves.
     Figures per round in OUT/rounds.md, rounds.json, metrics.jsonl and TensorBoard (OUT/tb)."""
     from sparserl.improve.loop import improve  # torch
+    from sparserl.search.ranker import check_cost_model_option
 
+    check_cost_model_option(search_cost_model, "--search-cost-model")
     check_output(out, "improve", force, resume)
     cfg = ImproveConfig(data=str(data), model=str(model), out=str(out), rounds=rounds,
                         store=str(store) if store else None, op=op, k=k, matrices_per_round=matrices_per_round,

@@ -9,6 +9,7 @@ import typer
 
 from sparserl.cli.common import FILL_FACTS_HELP, HEADER_GRAMMAR_HELP, defaults, names
 from sparserl.search.loop import SearchConfig
+from sparserl.search.ranker import check_cost_model_option
 from sparserl.search.run import SearchJob, search_matrix, store_line
 
 D, J = defaults(SearchConfig), defaults(SearchJob)
@@ -48,6 +49,7 @@ def search_cmd(
 
     Every candidate is verified and timed by the harness; the best kernel, its report and the
     trace are written, and the best-known store is updated."""
+    check_cost_model_option(cost_model)
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=names(templates),
                         regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     job = SearchJob(matrix=str(matrix), op=op, k=k, search=scfg, model=str(model) if model else None,

@@ -157,6 +157,16 @@ def load_model(spec: str, op: Op | str = Op.SPMV):
     return _load(str(path.resolve()), path.stat().st_mtime_ns), path
 
 
+def check_cost_model_option(spec: str | None, flag: str = "--cost-model") -> None:
+    """A command's cost-model option, checked before any work: a file it names must exist (a model that cannot
+    be used, from another version say, is a logged line later and the selector's order, as documented)."""
+    if spec not in (None, "default", "none") and not Path(spec).is_file():
+        from sparserl.errors import SparseRLError
+
+        raise SparseRLError(f"{flag} {spec}: no such file (give a model file from 'sparserl best cost-model', "
+                            "'default' or 'none')")
+
+
 def make_ranker(spec: str | None, card: MatrixCard, features: MatrixFeatures | None, op: Op | str,
                 k: int | None) -> Ranker:
     """The ranker a search's ``cost_model`` setting asks for (``none``: the null ranker); the
