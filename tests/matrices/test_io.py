@@ -95,6 +95,16 @@ MALFORMED: dict[str, tuple[str, list[str]]] = {
         ["line 3"],
     ),
     "comment_in_data": (BANNER + "3 3 2\n1 1 1.0\n% note\n3 2 2.0\n", ["line 4", "comment"]),
+    # malformed numbers of the alphabet's bytes: scipy reads the longest valid prefix ("1-2" as 1)
+    "sign_inside_value": (BANNER + "3 3 2\n1 1 1.0\n3 2 1-2\n", ["line 4", "'1-2'"]),
+    "exponent_without_digits": (BANNER + "3 3 1\n1 1 1e\n", ["line 3", "'1e'"]),
+    "two_dots": (BANNER + "3 3 1\n1 1 1.2.3\n", ["line 3", "'1.2.3'"]),
+    "second_exponent": (BANNER + "3 3 1\n1 1 1e5e5\n", ["line 3", "'1e5e5'"]),
+    "sign_inside_index": (BANNER + "3 3 1\n1-1 1 1.0\n", ["line 3", "'1-1'"]),
+    "sign_inside_integer": ("%%MatrixMarket matrix coordinate integer general\n3 3 1\n1 1 5-3\n",
+                            ["line 3", "'5-3'", "integer"]),
+    "symmetric_entry_and_its_mirror": ("%%MatrixMarket matrix coordinate real symmetric\n3 3 3\n2 1 1.0\n"
+                                       "3 3 1.0\n1 2 1.0\n", ["lines 3 and 5", "(2, 1)", "twice"]),
     "skew_with_diagonal": (
         "%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 1\n2 2 1.0\n",
         ["line 3", "diagonal"],

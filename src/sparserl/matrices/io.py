@@ -386,8 +386,20 @@ def _alphabet(field: str) -> np.ndarray:
     return ok
 
 
+_MALFORMED_NUMBER = re.compile(
+    rb"[0-9.+\-][+\-]"  # a sign inside a token ("1-2", "2.5-3", "+-1"), not after an exponent's e
+    rb"|[+\-](?![0-9.])"  # a sign with no number after it ("-", "1e+")
+    rb"|(?<![0-9.])[eE]"  # an exponent with no mantissa ("e5", "-e5")
+    rb"|[eE](?![0-9+\-])"  # an exponent with no digits ("1e", "1e.5")
+    rb"|[eE][+\-]?[0-9]*[.eE]"  # a dot or a second exponent after an exponent ("1e5.2", "1e5e5")
+    rb"|\.[0-9]*\."  # two dots ("1..2", "1.2.3")
+    rb"|(?<![0-9])\.(?![0-9])")  # a dot with no digit beside it (".", "-.")
+"""A malformed number in the data section, whose bytes all belong to the alphabet: the parser reads its
+longest valid prefix and drops the rest ("1-2" read as 1), so it is found here first."""
+
+
 def _check_body(p: Path, raw: bytes, h: _MMHeader) -> None:
-    """Vectorised checks scipy does not make: number alphabet and exact token count."""
+    """Vectorised checks scipy does not make: number alphabet, well-formed numbers and exact token count."""
     body = np.frombuffer(raw, dtype=np.uint8)[h.body_offset :]
     ok = _alphabet(h.field)
     is_space = np.zeros(256, dtype=bool)
@@ -402,6 +414,8 @@ def _check_body(p: Path, raw: bytes, h: _MMHeader) -> None:
         space = is_space[chunk]
         tokens += int(np.count_nonzero(space[:-1] & ~space[1:])) + int(prev_space and not space[0])
         prev_space = bool(space[-1])
+    if (bad := _MALFORMED_NUMBER.search(raw, h.body_offset)) is not None:
+        _raise_bad_token(p, raw, bad.start(), h.field)
     per_entry = (2 if h.field == "pattern" else 3) if h.format == "coordinate" else 1
     expected = h.entries * per_entry
     if tokens != expected:
@@ -504,6 +518,8 @@ def _check_parsed_values(p: Path, raw: bytes, h: _MMHeader, A: sp.sparray | np.n
             k = int(np.argmax(bad))
             lineno = _data_lines(raw, h)[k][0]
             raise MatrixError(f"{p}: line {lineno}: value is out of float32 range (max {_F32_MAX:.4g})")
+    if h.symmetry in ("symmetric", "skew-symmetric"):
+        _check_one_triangle(p, raw, h, A)
     if h.symmetry == "skew-symmetric":
         row, col = A.coords
         diag = (row[:stored] == col[:stored]) & (data[:stored] != 0)
@@ -511,6 +527,26 @@ def _check_parsed_values(p: Path, raw: bytes, h: _MMHeader, A: sp.sparray | np.n
             k = int(np.argmax(diag))
             lineno = _data_lines(raw, h)[k][0]
             raise MatrixError(f"{p}: line {lineno}: skew-symmetric matrix has a nonzero diagonal entry")
+
+
+def _check_one_triangle(p: Path, raw: bytes, h: _MMHeader, A: sp.sparray) -> None:
+    """A symmetric file stores each off-diagonal pair once; one that stores an entry and its mirror
+    both would have each added twice when mirrored (2.0 where 1.0 was meant): refused, with the line."""
+    row, col = (np.asarray(x[: h.entries], dtype=np.int64) for x in A.coords)
+    off = row != col
+    if not off.any():
+        return
+    key = np.minimum(row, col) * max(h.rows, h.cols) + np.maximum(row, col)
+    upper = off & (row < col)
+    both = np.intersect1d(key[upper], key[off & ~upper])
+    if both.size:
+        pair = np.flatnonzero(off & (key == both[0]))
+        k = int(pair[0])
+        m = int(next(i for i in pair if upper[i] != upper[k]))
+        lines = _data_lines(raw, h)
+        raise MatrixError(f"{p}: lines {lines[k][0]} and {lines[m][0]}: a {h.symmetry} file stores one triangle, "
+                          f"but entry ({row[k] + 1}, {col[k] + 1}) and its mirror ({col[k] + 1}, {row[k] + 1}) are "
+                          "both stored: mirrored, each would be added twice")
 
 
 # --------------------------------------------------------------------------------------------
