@@ -498,3 +498,24 @@ def test_a_folders_matrix_files_are_those_load_matrix_reads(tmp_path: Path) -> N
     got = matrices_in(tmp_path)
     assert [f.name for f in got] == ["C.MTX", "a.mtx.gz", "b.mtx", "d.npz"]
     assert all(load_matrix(f).shape == (3, 3) for f in got)
+
+
+def test_a_matrix_past_the_machines_memory_is_refused_before_it_is_built(tmp_path: Path, monkeypatch) -> None:
+    """A size line declaring billions of rows (one entry) grew until the OOM killer ended ``matrix info``: the
+    loader and the features refuse in one line when their estimate is past the memory available. Kills: either
+    check left out (here with 1000 bytes available, a 2000-row matrix passes it)."""
+    import sparserl.matrices.generators as gen
+    from sparserl.matrices.features import compute_features
+
+    path = tmp_path / "m.mtx"
+    path.write_text(BANNER + "2000 2000 1\n1 1 1.0\n")
+    A = load_matrix(path)
+    monkeypatch.setattr(gen, "available_memory", lambda: 1000)
+    with pytest.raises(MatrixError) as info:
+        load_matrix(tmp_path / "m.mtx")
+    assert_one_line_error(info.value, str(path), "MiB of memory", "available")
+    with pytest.raises(MatrixError) as info:
+        compute_features(A)
+    assert_one_line_error(info.value, "the features of a 2000 x 2000 matrix", "MiB of memory")
+    monkeypatch.setattr(gen, "available_memory", lambda: None)  # unknown: nothing refused
+    assert compute_features(A).nnz == 1

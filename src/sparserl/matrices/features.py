@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from sparserl.matrices.io import canonicalize
+from sparserl.matrices.io import canonicalize, refuse_past_memory
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,10 @@ def row_length_bucket(lengths: np.ndarray) -> np.ndarray:
     return np.minimum(e, HIST_BUCKETS - 1).astype(np.int64)
 
 
+_FEATURE_BYTES_PER_ROW, _FEATURE_BYTES_PER_COL, _FEATURE_BYTES_PER_NNZ = 40, 16, 80
+"""Peak memory of :func:`compute_features`, bounded from above (a 1e8-row matrix with one entry took 3.5 GB)."""
+
+
 def compute_features(A: object) -> MatrixFeatures:
     """Compute :class:`MatrixFeatures` of ``A`` (any input :func:`canonicalize` accepts).
 
@@ -108,6 +112,8 @@ def compute_features(A: object) -> MatrixFeatures:
     C = canonicalize(A)
     m, n = C.shape
     nnz = int(C.nnz)
+    refuse_past_memory(f"the features of a {m} x {n} matrix with {nnz} nonzeros",
+                       _FEATURE_BYTES_PER_ROW * m + _FEATURE_BYTES_PER_COL * n + _FEATURE_BYTES_PER_NNZ * nnz)
     lengths = np.diff(C.indptr).astype(np.int64)
     row_of = np.repeat(np.arange(m, dtype=np.int32), lengths)  # row index of each stored entry
     col_of = C.indices  # int32

@@ -478,9 +478,27 @@ def _raise_token_count(p: Path, raw: bytes, h: _MMHeader, per_entry: int, tokens
 _SCIPY_LINE = re.compile(r"^Line (\d+): (.*)$")
 
 
+def refuse_past_memory(what: str, need: int) -> None:
+    """A one-line :class:`MatrixError` when ``need`` bytes are more than this machine has available (a size
+    line that declares billions of rows would otherwise grow until the OOM killer ends the process)."""
+    from sparserl.matrices.generators import available_memory
+
+    have = available_memory()
+    if have is not None and need > have:
+        raise MatrixError(f"{what} would need about {_size(need)} of memory, and this machine has "
+                          f"{_size(have)} available")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def _load_matrix_market(p: Path, gz: bool) -> sp.sparray | sp.spmatrix | np.ndarray:
     raw = _read_bytes(p, gz)
     h = _parse_header(p, raw)
+    per_entry = 8 if h.format == "array" else 48  # parsed coordinates and values, then CSR
+    refuse_past_memory(f"{p}: a {h.rows} x {h.cols} matrix of {h.entries} stored entries",
+                       8 * (h.rows + 1) + per_entry * h.entries)
     _check_body(p, raw, h)
     try:
         A = scipy.io.mmread(io.BytesIO(raw), spmatrix=False)
