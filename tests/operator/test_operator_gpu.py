@@ -309,11 +309,12 @@ def test_gcn_gradients_through_the_tuned_transpose_equal_torch_sparse(loop_evalu
 
 def test_backward_refuses_values_changed_since_and_takes_a_gradient_off_16_bytes() -> None:
     """Autograd: a product's backward after ``update_values`` is one error (its gradient would use the new
-    values, as PyTorch refuses a tensor changed in place), a product of the transpose too; two SpMV products concatenated, with m odd, hand
-    backward a gradient view 4 bytes off a 16-byte boundary, which is copied, and x's gradient is A^T g.
-    CG: a b holding Inf is one error, not "converged" at once, and a b whose norm float32 cannot hold is
-    solved. Kills: the version check removed (backward runs), the misaligned gradient passed on (the
-    alignment check refuses it), the norm taken in float32 (a b of 1e20s: refused as Inf)."""
+    values, as PyTorch refuses a tensor changed in place), a product of the transpose too; two SpMV
+    products concatenated, with m odd, hand backward a gradient view 4 bytes off a 16-byte boundary,
+    which is copied, and x's gradient is A^T g. CG: a b holding Inf is one error, not "converged" at
+    once, and a b whose norm float32 cannot hold is solved. Kills: the version check removed (backward
+    runs), the misaligned gradient passed on (the alignment check refuses it), the norm taken in
+    float32 (a b of 1e20s: refused as Inf)."""
     import cupy as cp
     import torch
 

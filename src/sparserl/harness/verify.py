@@ -107,8 +107,8 @@ def verification_runs(inputs: list, main, alt, cfg: VerifyConfig) -> list[tuple]
     runs.append((main, inputs[0][0], inputs[0][1], STALE_Y if stale else "",
                  " (the kernel must write all of y, whatever y held)" if stale else ""))
     if alt is not None:
-        runs += [(alt, name, x, "with the same pattern and fresh values, ", " (the kernel must read every value from val)")
-                 for name, x in inputs[:cfg.revalued_inputs]]
+        runs += [(alt, name, x, "with the same pattern and fresh values, ",
+                  " (the kernel must read every value from val)") for name, x in inputs[:cfg.revalued_inputs]]
     return runs
 
 

@@ -13,7 +13,8 @@ and the pool keeps serving afterwards). All are SpMV, on CSR except the output p
 * :mod:`.guards` - writes just outside x and y;
 * :mod:`.early` - the batched path's shortcuts: early stopping, conversions shared between kernels;
 * :mod:`.params` - bad PARAMS lines, and writable state beside the constant tables of a facts block;
-* :mod:`.output` - COO's ``zero_y=0`` (y not zeroed) with a kernel that accumulates anyway; kernels that read what y held.
+* :mod:`.output` - COO's ``zero_y=0`` (y not zeroed) with a kernel that accumulates anyway; kernels
+  that read what y held.
 
 A verdict of ``none`` means the kernel is correct and timed honestly (it gains nothing).
 """
