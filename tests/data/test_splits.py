@@ -165,3 +165,14 @@ def test_drawn_parameters_vary_the_facts_and_are_kept_beside_each_matrix(tmp_pat
     assert {e.name for e in again} & {e.name for e in drawn}  # a file of the drawn build is there under its name
     assert diagonals(again) == [9] * 6
     assert not any(Path(e.path.replace(".npz", ".params.json")).exists() for e in again)
+
+
+def test_bad_split_fractions_name_the_flags() -> None:
+    """The message names the command's flags and the values given (it named the config's fields)."""
+    import pytest
+
+    from sparserl.data.sft_build import SFTDataConfig
+    from sparserl.errors import SparseRLError
+
+    with pytest.raises(SparseRLError, match=r"--val-fraction and --test-fraction .* \(got 1.5 and 0.1\)"):
+        SFTDataConfig(val_fraction=1.5, test_fraction=0.1)

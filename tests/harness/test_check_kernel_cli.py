@@ -190,3 +190,13 @@ def test_baseline_on_a_gpu_times_cusparse_cold_and_warm(cli, mtx: Path, extra: t
                                                       line).groups())
         assert 0 < p10 <= med <= p90, line
         assert " best " in line and "per algorithm (us): " in line
+
+
+def test_the_kernel_and_matrix_arguments_say_what_is_wrong(cli, mtx: Path, tmp_path: Path) -> None:
+    """A folder given as the kernel is not "no such file"; no matrix at all is not "give the matrix once"."""
+    one_line_error(cli("check-kernel", tmp_path, "-m", mtx), str(tmp_path), "not a regular file")
+    one_line_error(cli("check-kernel", tmp_path / "none.cu", "-m", mtx), "none.cu", "no such file")
+    k = tmp_path / "k.cu"
+    k.write_text(variants("spmv", "CSR")[0].render())
+    one_line_error(cli("check-kernel", k), "no matrix given")
+    one_line_error(cli("check-kernel", k, mtx, "-m", mtx), "given twice")

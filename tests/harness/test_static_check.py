@@ -91,3 +91,17 @@ def test_timed_run_detectors_see_no_verification_input() -> None:
     rng = np.random.default_rng(0)
     grid = (rng.integers(0, 1 << 24, size=(100, 8)) * np.float32(2.0 ** -23) - np.float32(1)).astype(np.float32)
     assert sum(looks_timed(g) for g in grid) >= 99  # what the timed runs' refresh kernel produces
+
+
+def test_an_spmv_kernel_checked_as_spmm_is_told_so() -> None:
+    """The default kernel name follows --op: an SpMV completion checked as SpMM names spmm_kernel, which its code
+    does not define; the message says which op the code looks written for."""
+    from sparserl.harness.extract import extract
+    from sparserl.harness.static_check import static_check
+    from sparserl.kernels.contract import Op
+    from sparserl.kernels.library import variants
+
+    ex = extract(variants("spmv", "CSR")[0].render(), Op.SPMM)
+    bad = static_check(ex.code, ex.header, Op.SPMM)
+    assert bad is not None and bad.kind == "contract_error" and "an spmv kernel checked as spmm?" in bad.message
+    assert "checked as" not in static_check(ex.code.replace("spmv_kernel", "other"), ex.header, Op.SPMV).message

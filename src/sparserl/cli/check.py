@@ -42,7 +42,7 @@ def _fmt_us(t) -> str:
 def check_kernel(
     kernel: Path = typer.Argument(..., help="completion file: FORMAT/LAUNCH header + CUDA"),
     matrix: Path = typer.Argument(None, help=".mtx, .mtx.gz or .npz", show_default=False),
-    matrix_option: Path = typer.Option(None, "--matrix", "-m", hidden=True,
+    matrix_option: Path = typer.Option(None, "--matrix", "-m",
                                        help="the matrix, as an option (the positional MATRIX is the same)"),
     op: str = typer.Option("spmv", help="spmv or spmm"),
     k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
@@ -54,14 +54,18 @@ def check_kernel(
 ) -> None:
     """Check a kernel on a matrix: extract, static checks, compile, then (on a GPU) verify and time it
     against cuSPARSE."""
-    if (matrix is None) == (matrix_option is None):
-        raise SparseRLError("give the matrix once: sparserl check-kernel KERNEL MATRIX")
+    if matrix is None and matrix_option is None:
+        raise SparseRLError("no matrix given: sparserl check-kernel KERNEL MATRIX")
+    if matrix is not None and matrix_option is not None:
+        raise SparseRLError("the matrix is given twice (as MATRIX and --matrix): give it once")
     matrix = matrix or matrix_option
     o, kk = _op(op, k)
     if regime not in ("cold", "warm"):
         raise SparseRLError("--regime must be cold or warm")
-    if not kernel.is_file():
+    if not kernel.exists():
         raise SparseRLError(f"{kernel}: no such file")
+    if not kernel.is_file():
+        raise SparseRLError(f"{kernel}: not a regular file (a kernel file is CUDA source text)")
     text = read_kernel(kernel)
     A = load_matrix(matrix)
     compile_only, note = compile_only_or_fallback(compile_only)

@@ -116,7 +116,8 @@ class SFTDataConfig:
             raise SparseRLError("ops must be a non-empty subset of spmv, spmm")
         if not (0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1
                 and self.val_fraction + self.test_fraction < 1):
-            raise SparseRLError("val_fraction + test_fraction must be below 1")
+            raise SparseRLError(f"--val-fraction and --test-fraction must each lie in [0, 1) and sum to below 1 "
+                                f"(got {self.val_fraction:g} and {self.test_fraction:g})")
         if self.size_draw not in SIZE_DRAWS:
             raise SparseRLError(f"--size-draw is {' or '.join(SIZE_DRAWS)} (got {self.size_draw!r})")
         if self.real_split not in ("test", "mixed"):

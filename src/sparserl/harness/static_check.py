@@ -340,7 +340,11 @@ def signature_problem(kernels: dict[str, tuple[bool, list[str]]], header: Header
     expected = [p.base for p in kernel_params(header.format, op)]
     for name in dict.fromkeys(header.kernel_names(op)):
         if name not in kernels:
-            return f"kernel '{name}' named by LAUNCH is not defined as a __global__ function"
+            other = "spmv_kernel" if op is Op.SPMM else "spmm_kernel"
+            hint = (f" (a LAUNCH line without kernel= launches {op.value}_kernel; the code defines {other}: an "
+                    f"{other[:4]} kernel checked as {op.value}?)" if name == f"{op.value}_kernel" and other in kernels
+                    else "")
+            return f"kernel '{name}' named by LAUNCH is not defined as a __global__ function{hint}"
         c_linkage, params = kernels[name]
         if not c_linkage:
             return f"kernel '{name}' must be declared extern \"C\""
