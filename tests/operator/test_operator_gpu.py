@@ -334,6 +334,8 @@ def test_backward_refuses_values_changed_since_and_takes_a_gradient_off_16_bytes
     op.update_values(cp.asarray(A.data * 3))
     with pytest.raises(RuntimeError, match="values were updated"):
         yt.sum().backward()
+    with pytest.raises(SparseRLError, match="transpose of another"):  # its values follow op's: op's are updated
+        op.transpose().update_values(cp.asarray(A.T.tocsr().data))
     x, _ = op.cg(cp.full(A.shape[0], 1e20, dtype=cp.float32), maxiter=50)  # solved, not refused as Inf
     assert bool(cp.isfinite(x).all()) and float(cp.abs(x).max()) > 0
     with pytest.raises(SparseRLError, match="NaN or Inf"):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 
 import numpy as np
 import scipy.sparse as sp
@@ -88,6 +89,7 @@ class SparseOperator:
         self._transpose_values = None
         self.values_version = 0
         """How many times the values were replaced (autograd's backward checks it did not change)."""
+        self._transpose_of = None  # a weak reference to the operator whose transpose this is
 
     @classmethod
     def tuned(cls, A: sp.csr_array, op: Op, k: int | None, cfg, arch: str, t0: float | None = None) -> "SparseOperator":
@@ -234,6 +236,9 @@ class SparseOperator:
         cannot be checked: a SciPy matrix's ``.data`` is in CSR order only when its indices are sorted
         and it has no duplicates (``M @ M.T`` leaves them unsorted); pass such a matrix itself.
         Autograd: a product whose backward has not run yet refuses it afterwards."""
+        if self._transpose_of is not None and self._transpose_of() is not None:
+            raise SparseRLError("this operator is the transpose of another, whose values it follows: update that "
+                                "operator's values (op.update_values), and its transpose follows them")
         cp = self._cp
         if (type(values) is cp.ndarray and values.dtype == self.dtype and values.shape == (self.nnz,)
                 and values.flags.c_contiguous and values.data.device_id == self.device
@@ -317,6 +322,7 @@ class SparseOperator:
                 # made once, perhaps inside a backward whose products run on PyTorch's stream, not CuPy's
                 # current one: the gathered values are in place before anything uses them
                 cp.cuda.get_current_stream().synchronize()
+            T._transpose_of = weakref.ref(self)
             self._transpose = T
             log.debug("transpose of %s made", self.config.name)
         return self._transpose
