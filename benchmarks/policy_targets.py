@@ -11,14 +11,19 @@ What the run measured, beside the bar each target sets:
   run was given ``SUITESPARSE``): the checkpoint's correct share (at least 95%),
   new bodies' correct share (at least 50%: a body the library does not have under any PARAMS), the
   best of N over the library oracle's geometric mean (at least 1.00 on the families at 1M rows, 0.98
-  elsewhere), and the share of matrices where the best sample beats the oracle (at least 25%). Beside that
-  share, not a target: the share ahead by more than :data:`CLEAR_MARGIN` (a best of N timed 16 times can lead the
-  oracle's one timing of the same variant by a little: 2.86x against 2.81x on a 5.6 us kernel).
+  elsewhere), and the share of matrices where the best sample beats the oracle by more than
+  :data:`CLEAR_MARGIN` (at least 25%): a best of N timed once each can lead the oracle's one timing of the same
+  variant by a little (2.86x against 2.81x on a 5.6 us kernel), so a lead within the timing noise is not counted.
+  Beside it, not a target, the share ahead by any amount. The best of N and the oracle are each the fastest of
+  single timings, not timed again side by side (``evaluate`` does not), so a best-of-N ratio within a few tenths
+  of a percent of its bar is inside the noise: the table says so.
 
 * the model guiding the search (``guided.json``, from ``benchmarks/guided_search.py``): generate with the
   model and a search of 16 after its samples against a search of 64 without it (at least 1.00), and a search
   of 64 with the model against one without it (at least 1.03), as geometric means of the search's time over
-  the guided one's.
+  the guided one's: the arms' picks timed again side by side where the run did (``--retime``), else the first
+  timings (from separate searches: the table names which); a matrix where an arm found no correct kernel
+  leaves the target unmeasured, never out of the mean.
 
 * ``improve`` (``improve/rounds.json``): the final policy's best of N on the families at 1M rows over its SFT
   start's, both in the same ``eval-families`` run (at least 1.10), with every kept round at 90% correct or more.
@@ -60,7 +65,7 @@ IMPROVE_GAIN = 1.10
 IMPROVE_MIN_CORRECT = 0.90
 """Every kept round's validation correct share."""
 CLEAR_MARGIN = 0.02
-"""The lead over the oracle that the table's second ahead share asks for (reported, judged against nothing)."""
+"""The lead over the oracle a matrix must show to count as ahead of it (the ahead target's share)."""
 START, IMPROVED = "base_sft", "improved"
 """The script's names for the SFT model and the improved one (``-c NAME=PATH``)."""
 ORACLE = "library oracle"
@@ -81,10 +86,10 @@ def eval_figures(ev: dict, checkpoint: str | None = None) -> dict:
     ours, oracle = ev["per_matrix"][name], ev["per_matrix"].get(ORACLE)
     ratios, ahead, clear = [], 0, 0
     for matrix, row in ours.items() if oracle else ():  # no oracle (compile-only, or not asked): no ratio
-        ref = oracle[matrix]["best_speedup"]
+        ref = oracle.get(matrix, {}).get("best_speedup") or 0.0  # no verified library kernel: cuSPARSE is the bar
         best = row["best_speedup"] if row.get("correct") else None
         mine = max(best or 0.0, 1.0)  # no correct sample, or none faster than cuSPARSE: the user keeps cuSPARSE
-        ratios.append(mine / max(ref, 1.0))
+        ratios.append(mine / max(ref, 1.0))  # the oracle too: where cuSPARSE beats every library kernel, the bar
         ahead += mine > max(ref, 1.0)  # strictly ahead: a tie with the oracle is not ahead
         clear += mine > max(ref, 1.0) * (1 + CLEAR_MARGIN)
     match = ev.get("library_match", {}).get(name, {})
@@ -173,8 +178,8 @@ def read_run(out: Path, preset: str, system: str | None = None) -> dict:
                 (f"{name}: correct share at least {MIN_CORRECT:.0%}", fig["correct_share"], MIN_CORRECT),
                 (f"{name}: new bodies at least {MIN_NEW_CORRECT:.0%} correct", fig["new_correct_share"], MIN_NEW_CORRECT),
                 (f"{name}: best of N at least {bar:.2f} of the oracle", fig["best_over_oracle"], bar),
-                (f"{name}: ahead of the oracle on at least {MIN_AHEAD_SHARE:.0%} of matrices",
-                 fig["ahead_of_oracle_share"], MIN_AHEAD_SHARE)):
+                (f"{name}: ahead of the oracle (by more than {CLEAR_MARGIN:.0%}) on at least {MIN_AHEAD_SHARE:.0%} "
+                 "of matrices", fig["ahead_clearly_share"], MIN_AHEAD_SHARE)):
             met = value >= least if (fig["measured"] and value is not None) else None  # compile-only: nothing ran
             result["targets"].append({"target": target, "value": value, "met": met})
     guided = out / "guided.json"
@@ -189,12 +194,16 @@ def read_run(out: Path, preset: str, system: str | None = None) -> dict:
         # carries no selection among timings, so it is the one the target reads; the first timing's beside it
         first = g["summary"][key] if g is not None else None
         again = g["summary"].get(f"{key}_retimed") if g is not None else None
-        if again is not None and g["summary"].get(f"compared_{key}_retimed") != g["summary"].get(COMPARED[key]):
-            again = None  # a second look failed on a matrix: a geomean over fewer matrices is not the same figure
-        value = again if again is not None else first
-        measured = g is not None and not g.get("compile_only") and value is not None
+        whole = g is not None and g["summary"].get(COMPARED[key]) == g["summary"].get("matrices")
+        asked_again = g is not None and (g.get("config", {}).get("retime") not in (None, 0, False)
+                                         or again is not None)
+        if asked_again and g["summary"].get(f"compared_{key}_retimed") != g["summary"].get(COMPARED[key]):
+            whole = False  # a second look failed on a matrix: neither figure is the whole set's, side by side
+        value = again if asked_again else first
+        measured = g is not None and not g.get("compile_only") and value is not None and whole
         result["targets"].append({"target": target, "value": value, "met": value >= least if measured else None,
-                                  "first_timing": first, "retimed": again is not None})
+                                  "first_timing": first, "retimed": asked_again and again is not None,
+                                  "every_matrix": whole})
     result["targets"].append(improve_target(out, families))
     return result
 
@@ -251,6 +260,15 @@ def table(result: dict) -> str:
         if t["target"].startswith("model-guided") and t.get("retimed"):
             lines.append(f"guided: {t['target'].split(': ', 1)[1]}: {_cell(t['value'])} with the arms' kernels timed "
                          f"again side by side, {_cell(t['first_timing'])} on their first timing")
+        elif t["target"].startswith("model-guided") and t["value"] is not None:
+            lines.append(f"guided: {t['target'].split(': ', 1)[1]}: {_cell(t['value'])} on the arms' first timings "
+                         "(separate searches, not timed again side by side: inside their spread)"
+                         + ("" if t.get("every_matrix", True) else "; an arm found no correct kernel on a matrix: "
+                            "not measured"))
+    for name, fig in result.get("sets", {}).items():
+        if fig.get("best_over_oracle") is not None:
+            lines.append(f"{name}: best of N over the oracle {_cell(fig['best_over_oracle'])}: each the fastest of "
+                         "single timings, not timed again side by side")
     if g.get("compared_headroom"):
         again = g.get("headroom_retimed")
         lines.append(f"guided: a longer search without a model over the search of the budget (the room any guide has), "
