@@ -157,7 +157,7 @@ def test_reference_after_resume_is_the_starting_policy(lora: bool, tiny_tokenize
     from sparserl.kernels.contract import Op
     from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, make_sample
     from sparserl.rl.rollout import token_logprobs
-    from sparserl.rl.update import Reference
+    from sparserl.rl.update import Reference, adapter_weights
 
     enc = EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2)
     pcfg = PolicyConfig(encoding=enc, lora=LoraSpec(r=4, alpha=8) if lora else None)
@@ -168,7 +168,7 @@ def test_reference_after_resume_is_the_starting_policy(lora: bool, tiny_tokenize
     mask = response_mask(ids, tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id)
     expected = Reference(start)(samples, ids, mask)
     start_encoder = copy.deepcopy(start.encoder.state_dict())
-    moved = copy.deepcopy(start)  # stands for the policy restored from a later checkpoint
+    moved = copy.deepcopy(start).eval()  # stands for the policy restored from a later checkpoint (no dropout)
     with torch.no_grad():
         for p in moved.parameters():
             if p.requires_grad:
@@ -176,8 +176,45 @@ def test_reference_after_resume_is_the_starting_policy(lora: bool, tiny_tokenize
     with torch.no_grad():
         live = token_logprobs(moved.response_forward(samples, ids, mask)[0], ids)
     assert not torch.allclose(live, expected, atol=1e-3)
-    ref = Reference(moved, encoder_state=start_encoder) if lora else Reference(moved, frozen=start)
+    ref = (Reference(moved, encoder_state=start_encoder, adapter_state=adapter_weights(start)) if lora
+           else Reference(moved, frozen=start))
     assert torch.allclose(ref(samples, ids, mask), expected, atol=1e-5)
+    with torch.no_grad():  # the live policy is as it was after the reference pass (its adapters put back)
+        assert torch.equal(token_logprobs(moved.response_forward(samples, ids, mask)[0], ids), live)
+
+
+def test_a_lora_run_from_trained_adapters_has_them_as_its_reference(tiny_tokenizer, tiny_hf_config) -> None:
+    """RL from a LoRA checkpoint SFT trained (its adapters not zero): at step 0 the reference is the policy
+    itself (KL 0), not the pre-SFT base that turning the adapters off gives, and the reference pass leaves
+    the live adapters bit for bit as they were. Kills: the reference taken with the adapters off (a mean gap of
+    about 0.06 nats from step 0), the live adapters not put back after the pass."""
+    from sparserl.encoding import EncodingConfig
+    from sparserl.kernels.contract import Op
+    from sparserl.model.policy import LoraSpec, Policy, PolicyConfig, make_sample
+    from sparserl.rl.rollout import token_logprobs
+    from sparserl.rl.update import Reference, adapter_weights
+
+    pcfg = PolicyConfig(encoding=EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2), lora=LoraSpec(r=4, alpha=8))
+    policy = Policy.from_config(tiny_hf_config, tiny_tokenizer, pcfg, seed=0)
+    torch.manual_seed(1)
+    with torch.no_grad():  # what SFT leaves: adapters that change the model
+        for n, p in policy.lm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    samples = [make_sample(generate("banded", 200, seed=0), pcfg, Op.SPMV)] * 2
+    ids = policy.generate_ids(samples, max_new_tokens=8, temperature=1.0, seed=1)
+    mask = response_mask(ids, tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id)
+    before = adapter_weights(policy)
+    policy.eval()  # no adapter dropout: the reference pass runs in eval mode too
+    with torch.no_grad():
+        live = token_logprobs(policy.response_forward(samples, ids, mask)[0], ids)
+        with policy.lm.disable_adapter():
+            base = token_logprobs(policy.response_forward(samples, ids, mask)[0], ids)
+    assert float(((live - base).abs() * mask).max()) > 1e-3, "the adapters must change the model for this test"
+    ref = Reference(policy)(samples, ids, mask)
+    assert torch.allclose(ref * mask, live * mask, atol=1e-5)
+    after = adapter_weights(policy)
+    assert all(torch.equal(before[n], after[n]) for n in before)
 
 
 def test_refuses_without_gpu_unless_compile_only(tiny_model_dir: Path, mats: Path, tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ One loop, read top to bottom (:func:`train_rl`): set the run up (:func:`setup`),
 old/reference log-probs and values), turn scores into advantages and run a few epochs of
 clipped updates over minibatches (:mod:`sparserl.rl.update`), log, evaluate held out, save.
 
-Memory: with LoRA the reference is the same backbone with the adapters switched off and
-the critic is a value head on the policy's hidden states, so one frozen backbone serves
+Memory: with LoRA the reference is the same backbone with the starting adapters swapped in (a
+LoRA-sized copy of them) and the critic is a value head on the policy's hidden states, so one frozen backbone serves
 actor, reference and critic; without LoRA (the small default model) the reference is a
 frozen copy. Checkpoints every ``save_every`` steps; ``resume`` continues after a kill.
 """
@@ -48,6 +48,7 @@ from sparserl.rl.update import (
     Optim,
     Reference,
     ValueHead,
+    adapter_weights,
     advantages,
     autocast,
     build_optimizer,
@@ -215,7 +216,11 @@ def _reference(run: Run, st: dict, state_path: Path) -> Reference:
     frozen = None
     if run.policy.config.lora is None:  # the KL keeps pointing at the starting policy, reloaded from cfg.model
         frozen = _starting_policy(run.cfg, run.device)
-    return Reference(run.policy, frozen=frozen, encoder_state=st.get("ref_encoder"))
+    adapters = st.get("ref_adapters")
+    if run.policy.config.lora is not None and adapters is None:  # an older run: the starting adapters reloaded
+        log.warning("%s has no reference adapters (older run): they are read from the starting policy", state_path)
+        adapters = adapter_weights(_starting_policy(run.cfg, run.device))
+    return Reference(run.policy, frozen=frozen, encoder_state=st.get("ref_encoder"), adapter_state=adapters)
 
 
 def setup(cfg: RLConfig, evaluator=None) -> Run:
@@ -272,7 +277,7 @@ def save(run: Run) -> None:
     run.policy.save(run.out / "checkpoint")
     save_train_state(run.out / "state.pt", run.optim.opt, run.step, run.rng, asdict(run.cfg),
                      kl_coef=run.kl_ctl.value, value_head=run.value_head.state_dict() if run.value_head else None,
-                     ref_encoder=run.reference.encoder.state_dict())
+                     ref_encoder=run.reference.encoder.state_dict(), ref_adapters=run.reference.adapters)
 
 
 def _signal_warning(run: Run, metrics: dict) -> None:

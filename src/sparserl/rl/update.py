@@ -3,8 +3,8 @@
 * :class:`ValueHead` / :class:`ActorCritic`: the critic is a linear value on the policy's last
   hidden states, *detached*: the value loss trains the head only, never the policy (a badly
   fitted critic cannot drag the policy's gradient).
-* :class:`Reference`: log-probs under the policy the run started from (adapters off with LoRA,
-  else a frozen copy).
+* :class:`Reference`: log-probs under the policy the run started from (its starting adapters
+  swapped in with LoRA, else a frozen copy).
 * :func:`build_optimizer`: one AdamW, two groups (policy at ``lr``, critic at ``vf_lr``), each with
   its own gradient-norm clip, and a linear warm-up (:func:`set_lr`).
 * :func:`advantages`: rollout batch -> per-token advantages (and returns for the critic).
@@ -58,15 +58,24 @@ class ActorCritic(torch.nn.Module):
         return logits, (self.value_head(hidden) if self.value_head is not None else None)
 
 
-class Reference:
-    """Log-probs under the reference policy (the policy the run started from): adapters off
-    (LoRA) or a frozen copy.
+def adapter_weights(policy: Policy) -> dict[str, torch.Tensor]:
+    """The LoRA adapters' weights of ``policy``, by parameter name (copies)."""
+    return {n: p.detach().clone() for n, p in policy.lm.named_parameters() if "lora_" in n}
 
+
+class Reference:
+    """Log-probs under the reference policy (the policy the run started from): the starting
+    adapters swapped in (LoRA) or a frozen copy.
+
+    With LoRA the run may start from adapters SFT trained, so turning them off would give the
+    pre-SFT base, not the starting policy: the starting adapters' weights are kept (a LoRA-sized
+    copy) and put in place, bit for bit, for each reference pass, the live ones back after it.
     At a resume the live policy has moved on, so the starting point comes back separately:
     ``frozen`` is the starting policy reloaded (full fine-tuning), ``encoder_state`` the
-    starting matrix encoder (LoRA; the backbone with adapters off has not changed)."""
+    starting matrix encoder and ``adapter_state`` the starting adapters (LoRA)."""
 
-    def __init__(self, policy: Policy, frozen: Policy | None = None, encoder_state: dict | None = None):
+    def __init__(self, policy: Policy, frozen: Policy | None = None, encoder_state: dict | None = None,
+                 adapter_state: dict | None = None):
         self.policy = policy
         self.lora = policy.config.lora is not None
         source = frozen if frozen is not None else policy
@@ -76,6 +85,13 @@ class Reference:
         self.copy = None if self.lora else (frozen if frozen is not None else copy.deepcopy(policy))
         if self.copy is not None:
             self.copy.requires_grad_(False).eval()
+        self.adapters = None
+        if self.lora:
+            live = adapter_weights(policy)
+            given = adapter_state if adapter_state is not None else live
+            if set(given) != set(live):
+                raise ValueError("the saved starting adapters do not match the policy's adapters")
+            self.adapters = {n: t.to(live[n].device, live[n].dtype) for n, t in given.items()}
 
     @torch.no_grad()
     def __call__(self, samples, ids, mask, temperature: float = 1.0) -> torch.Tensor:
@@ -84,12 +100,18 @@ class Reference:
             logits, _ = self.copy.response_forward(samples, ids, mask)
             return token_logprobs(logits, ids, temperature=temperature)
         live = self.policy.encoder
+        params = {n: p for n, p in self.policy.lm.named_parameters() if n in self.adapters}
+        kept = {n: p.detach().clone() for n, p in params.items()}
         self.policy.encoder = self.encoder
         try:
-            with self.policy.lm.disable_adapter(), train_mode(self.policy, False):
+            for n, p in params.items():
+                p.copy_(self.adapters[n])
+            with train_mode(self.policy, False):
                 logits, _ = self.policy.response_forward(samples, ids, mask)
         finally:
             self.policy.encoder = live
+            for n, p in params.items():
+                p.copy_(kept[n])
         return token_logprobs(logits, ids, temperature=temperature)
 
 
