@@ -211,3 +211,27 @@ def test_set_up_makes_every_training_matrix_before_the_first_step(data_dir: Path
     monkeypatch.setattr(dataset, "load_matrix", boom)
     monkeypatch.setattr(dataset.MatrixInput, "from_matrix", boom)
     assert all(run.train.sample(r) is not None for r in run.train.rows)
+
+
+def test_one_file_is_split_by_matrix_or_by_its_rows_own_split(tmp_path) -> None:
+    """A single JSONL file's validation rows are whole matrices: every row of a matrix on one side (four rows a
+    matrix here: targets, ops); rows that name their split keep it. Kills: the file split by row (validation
+    matrices also trained on), the rows' own split ignored."""
+    from sparserl.data.rows import SFTRow, write_rows
+    from sparserl.train.dataset import _matrix_key, load_splits
+
+    rows = [SFTRow(rows=[0, i % 7], cols=[1, i], shape=(8 + i, 8 + i), code=f"FORMAT: CSR\n// {i} {t}",
+                   name=None if i % 2 else f"m{i}")
+            for i in range(10) for t in range(4)]
+    f = tmp_path / "one.jsonl"
+    write_rows(f, rows)
+    train, val = load_splits(str(f), seed=0)
+    assert val and len(train) + len(val) == 40
+    assert not {_matrix_key(r) for r in train} & {_matrix_key(r) for r in val}
+    assert len(val) % 4 == 0
+    named = [SFTRow(rows=[0], cols=[0], shape=(4, 4), code="FORMAT: CSR\n// a", name="a", split="train"),
+             SFTRow(rows=[0], cols=[0], shape=(4, 4), code="FORMAT: CSR\n// b", name="b", split="val"),
+             SFTRow(rows=[0], cols=[0], shape=(4, 4), code="FORMAT: CSR\n// c", name="c", split="test")]
+    write_rows(f, named)
+    train, val = load_splits(str(f), seed=0)
+    assert [r.name for r in train] == ["a"] and [r.name for r in val] == ["b"]

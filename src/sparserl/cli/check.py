@@ -42,8 +42,8 @@ def _fmt_us(t) -> str:
 def check_kernel(
     kernel: Path = typer.Argument(..., help="completion file: FORMAT/LAUNCH header + CUDA"),
     matrix: Path = typer.Argument(None, help=".mtx, .mtx.gz or .npz", show_default=False),
-    matrix_option: Path = typer.Option(None, "--matrix", "-m",
-                                       help="the matrix, as an option (the positional MATRIX is the same)"),
+    matrix_option: Path = typer.Option(None, "--matrix", "-m", help="the matrix, as an option (the positional "
+                                                                     "MATRIX is the same) [default: none]"),
     op: str = typer.Option("spmv", help="spmv or spmm"),
     k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
                                      "[default: none]"),

@@ -127,14 +127,30 @@ class SFTDataset:
 
 def load_splits(data: str, seed: int) -> tuple[list[SFTRow], list[SFTRow]]:
     """(train rows, validation rows) of a data folder (train.jsonl, val.jsonl when it has rows), or of
-    one JSONL file (a seeded tenth held out for validation)."""
+    one JSONL file: its rows' own ``split`` where they name validation rows (test rows left out), else a
+    seeded tenth of its *matrices* held out, every row of a matrix on one side (a matrix has several
+    rows: targets, SpMV and SpMM; split by row, validation would score matrices trained on)."""
     p = Path(data)
     if p.is_dir():
         v = p / "val.jsonl"
         return read_nonempty(p / "train.jsonl"), read_rows(v) if v.exists() else []
     rows = read_nonempty(p)
-    if len(rows) < 2:
+    if any(r.split == "val" for r in rows):
+        return [r for r in rows if r.split in (None, "train")], [r for r in rows if r.split == "val"]
+    keys = [_matrix_key(r) for r in rows]
+    distinct = sorted(set(keys))
+    if len(distinct) < 2:
         return rows, []
-    idx = np.random.default_rng(seed).permutation(len(rows))
-    n_val = max(1, len(rows) // 10)
-    return [rows[i] for i in idx[n_val:]], [rows[i] for i in idx[:n_val]]
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    held = {distinct[i] for i in order[:max(1, len(distinct) // 10)]}
+    return [r for r, k in zip(rows, keys) if k not in held], [r for r, k in zip(rows, keys) if k in held]
+
+
+def _matrix_key(row: SFTRow) -> str:
+    """Which matrix a row is of: its file or name where it has one, else a digest of its shape and coordinates."""
+    if row.matrix or row.name:
+        return f"{row.matrix or ''}|{row.name or ''}"
+    h = hashlib.sha256(repr(tuple(row.shape)).encode())
+    h.update(np.asarray(row.rows, dtype=np.int64).tobytes())
+    h.update(np.asarray(row.cols, dtype=np.int64).tobytes())
+    return h.hexdigest()
