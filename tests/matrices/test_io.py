@@ -519,3 +519,24 @@ def test_a_matrix_past_the_machines_memory_is_refused_before_it_is_built(tmp_pat
     assert_one_line_error(info.value, "the features of a 2000 x 2000 matrix", "MiB of memory")
     monkeypatch.setattr(gen, "available_memory", lambda: None)  # unknown: nothing refused
     assert compute_features(A).nnz == 1
+
+
+def test_an_unreadable_npz_says_it_cannot_be_read(tmp_path: Path, monkeypatch) -> None:
+    """A .npz the process may not read was "not a .npz file (not a zip archive)": zipfile's check swallows the
+    error. (The tests may run as root, so reading is refused here by a stand-in for ``open``.)"""
+    import builtins
+
+    import sparserl.matrices.io as mio
+
+    path = tmp_path / "locked.npz"
+    sp.save_npz(path, sp.csr_array(np.eye(3, dtype=np.float32)))
+
+    def refuse(file, *args, **kwargs):
+        if Path(file) == path:
+            raise PermissionError(13, "Permission denied", str(file))
+        return builtins.open(file, *args, **kwargs)
+
+    monkeypatch.setattr(mio, "open", refuse, raising=False)
+    with pytest.raises(MatrixError) as info:
+        load_matrix(path)
+    assert_one_line_error(info.value, "locked.npz", "cannot read file", "Permission denied")

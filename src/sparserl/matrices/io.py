@@ -248,6 +248,11 @@ def load_matrix(path: str | os.PathLike[str]) -> sp.csr_array:
 def _load_npz(p: Path) -> sp.sparray | sp.spmatrix:
     import zipfile
 
+    try:  # is_zipfile swallows a file it cannot open ("not a zip archive" for a file without read permission)
+        with open(p, "rb"):
+            pass
+    except OSError as exc:
+        raise MatrixError(f"{p}: cannot read file ({exc.strerror or _one_line(exc)})") from None
     if not zipfile.is_zipfile(p):  # numpy would guess a pickle and suggest allow_pickle: never
         raise MatrixError(f"{p}: not a .npz file (not a zip archive); write one with scipy.sparse.save_npz "
                           "or 'sparserl matrix gen'")
