@@ -100,7 +100,7 @@ class BestKnown:
             if not r.ok or kernel_us(r) is None:
                 out.append(None)
                 continue
-            key = (id(it.A), it.op, it.k, r.arch, r.regime, r.harness_version)
+            key = self.key(it, r)
             if key not in rows:
                 rows[key] = self._rows(it, r)
             out.append(self._bar(rows[key], r))

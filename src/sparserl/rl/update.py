@@ -86,12 +86,13 @@ class Reference:
         if self.copy is not None:
             self.copy.requires_grad_(False).eval()
         self.adapters = None
+        self._live: dict[str, torch.nn.Parameter] = {}  # the adapters' parameters, swapped for each pass
         if self.lora:
-            live = adapter_weights(policy)
-            given = adapter_state if adapter_state is not None else live
-            if set(given) != set(live):
+            self._live = {n: p for n, p in policy.lm.named_parameters() if "lora_" in n}
+            given = adapter_state if adapter_state is not None else adapter_weights(policy)
+            if set(given) != set(self._live):
                 raise ValueError("the saved starting adapters do not match the policy's adapters")
-            self.adapters = {n: t.to(live[n].device, live[n].dtype) for n, t in given.items()}
+            self.adapters = {n: t.to(self._live[n].device, self._live[n].dtype) for n, t in given.items()}
 
     @torch.no_grad()
     def __call__(self, samples, ids, mask, temperature: float = 1.0) -> torch.Tensor:
@@ -99,18 +100,17 @@ class Reference:
         if self.copy is not None:
             logits, _ = self.copy.response_forward(samples, ids, mask)
             return token_logprobs(logits, ids, temperature=temperature)
-        live = self.policy.encoder
-        params = {n: p for n, p in self.policy.lm.named_parameters() if n in self.adapters}
-        kept = {n: p.detach().clone() for n, p in params.items()}
+        encoder = self.policy.encoder
+        kept = {n: p.detach().clone() for n, p in self._live.items()}
         self.policy.encoder = self.encoder
         try:
-            for n, p in params.items():
+            for n, p in self._live.items():
                 p.copy_(self.adapters[n])
             with train_mode(self.policy, False):
                 logits, _ = self.policy.response_forward(samples, ids, mask)
         finally:
-            self.policy.encoder = live
-            for n, p in params.items():
+            self.policy.encoder = encoder
+            for n, p in self._live.items():
                 p.copy_(kept[n])
         return token_logprobs(logits, ids, temperature=temperature)
 
