@@ -364,3 +364,37 @@ def test_a_store_of_a_symbol_s_address_and_a_bare_address_initialiser_are_refuse
     assert "initialised with an address" in check_ptx(
         ptx("", ".global .align 4 .u32 a;\n.global .align 8 .u64 q[2] = {a, 0};")).violation
     assert check_ptx(ptx("", ".global .align 4 .u32 n[2] = {0x10, 0f3F800000};")).violation is None
+
+
+def test_an_address_laundered_through_a_lookup_is_followed() -> None:
+    """Each byte of a symbol's address indexes an identity table (here in shared memory); the loads give the
+    bytes back and the pointer put together from them writes the symbol. A table read at the symbol plus an index
+    (the honest shape) stays data. Kills: every load's result taken as data whatever its address was computed
+    from (the rule before), a narrowing ``cvt`` or a ``shr`` counted as address arithmetic, the rule applied to
+    loads at symbol-plus-index addresses (every DIA offsets table would be refused)."""
+    decl = ".global .align 4 .b8 box[16];"
+    laundered = ("\tmov.u64 \t%rd3, box;\n\tshr.u64 \t%rd4, %rd3, 8;\n\tand.b64 \t%rd5, %rd4, 255;\n"
+                 "\tcvt.u32.u64 \t%r1, %rd5;\n\tmov.u32 \t%r2, ident;\n\tadd.s32 \t%r3, %r2, %r1;\n"
+                 "\tld.shared.u8 \t%r4, [%r3];\n\tcvt.u64.u32 \t%rd6, %r4;\n\tshl.b64 \t%rd7, %rd6, 8;\n"
+                 "\tatom.global.add.u32 \t%r5, [%rd7], 1;")
+    shared = ".shared .align 1 .b8 ident[256];"
+    assert "module-scope data" in check_ptx(ptx(laundered, decl + "\n" + shared)).violation
+    narrowed = ("\tmov.u64 \t%rd3, box;\n\tcvt.u32.u64 \t%r1, %rd3;\n\tld.shared.u8 \t%r4, [%r1];\n"
+                "\tcvt.u64.u32 \t%rd6, %r4;\n\tst.global.u32 \t[%rd6], %r5;")  # the low 32 bits as a shared address
+    assert "module-scope data" in check_ptx(ptx(narrowed, decl + "\n" + shared)).violation
+    table = ("\tmov.u64 \t%rd3, box;\n\tmul.wide.u32 \t%rd4, %r1, 4;\n\tadd.s64 \t%rd5, %rd3, %rd4;\n"
+             "\tld.global.u32 \t%r2, [%rd5];\n\tmul.wide.s32 \t%rd6, %r2, 4;\n\tadd.s64 \t%rd7, %rd2, %rd6;\n"
+             "\tst.global.u32 \t[%rd7], %r3;")  # y[box[i]] = ...: an index read from the table
+    assert check_ptx(ptx(table, decl)).violation is None
+    widened = table.replace("mul.wide.u32 \t%rd4, %r1, 4;", "cvt.u64.u32 \t%rd8, %r1;\n\tshl.b64 \t%rd4, %rd8, 2;")
+    assert check_ptx(ptx(widened, decl)).violation is None
+
+
+def test_module_data_declared_inside_a_function_is_refused() -> None:
+    """Inline PTX may declare ``.global`` data in a block of a function (ptxas places it with the module's); the
+    symbol list read only module scope, so writes to it went unseen. Kills: the declaration scan left out."""
+    inner = "\t{\n\t.global .align 8 .b8 hidden[64];\n\tmov.u64 \t%rd3, hidden;\n\tst.global.u32 \t[%rd3], %r1;\n\t}"
+    r = check_ptx(ptx(inner))
+    assert r.violation == "compiled code declares .global data inside a function (inline PTX): not allowed"
+    assert check_ptx(ptx("\t{\n\t.shared .align 4 .b8 s[64];\n\tst.shared.u32 \t[s], %r1;\n\t}")).violation is None
+    assert check_ptx(ptx("\tld.global.u32 \t%r1, [%rd2];\n\tst.global.u32 \t[%rd2], %r1;")).violation is None

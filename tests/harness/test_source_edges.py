@@ -198,3 +198,13 @@ def test_scope_nesting_is_bounded_with_a_message() -> None:
                    "struct S { " * (MAX_SCOPE_DEPTH + 1) + "}" * (MAX_SCOPE_DEPTH + 1) + ";"):
         v = check(before)
         assert v is not None and v.message == f"namespaces and classes nest more than {MAX_SCOPE_DEPTH} levels deep"
+
+
+def test_a_lone_carriage_return_is_refused() -> None:
+    """nvcc's preprocessor ends a line at a lone CR (NVRTC reads a space): '//\\r asm(...)' is a comment to a reader
+    that reads on and code to nvcc. Kills: the refusal left out (the asm after it is never seen)."""
+    with pytest.raises(SourceError, match="carriage return not followed by a line feed"):
+        preprocess('int a; //\r asm("trap;");\nint b;')
+    with pytest.raises(SourceError, match="carriage return"):
+        preprocess("int a;\r#define X 1\nint b;")
+    assert words("int a;\r\nint b;\r\n") == ["int", "a", ";", "int", "b", ";"]  # CRLF line ends stay fine

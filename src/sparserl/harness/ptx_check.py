@@ -40,10 +40,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 4
+RULES_VERSION = 5
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
-3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function."""
+3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function.
+5: a load at an address computed from an address's bits gives it back (a table lookup launders it); module data
+declared inside a function refused."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -66,6 +68,9 @@ _IDENT = re.compile(r"(?<![%\w$.])[A-Za-z_$][\w$]*")
 """An identifier that is not a register (%rd1) or a modifier (.b8)."""
 _DECL = re.compile(r"^\s*(?:\.(?:visible|weak|extern)\s+)*\.(global|const)\s+(.*)$")
 _EXTERN_FUNC = re.compile(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)", re.MULTILINE)
+_INNER_DECL = re.compile(r"(?:^|[;{}])\s*(?:\.(?:visible|weak|extern)\s+)*\.(global|const)\s")
+"""A .global or .const declaration inside a function body: data that outlives the launch, unseen by the module's
+symbol list."""
 _EXTERN_DATA = re.compile(r"^\s*\.extern\s+\.(global|const)\b", re.MULTILINE)
 
 
@@ -188,6 +193,24 @@ def _mentions(text: str, tainted: set[str], syms: dict[str, str]) -> str | None:
     return None
 
 
+_LOAD_OPS = ("ld", "ldu", "atom", "call", "tex", "tld4", "suld", "ldmatrix")
+"""Instructions whose result is read from memory (or returned by a call): data, not the address they read at."""
+_ADDRESS_OPS = ("mov", "cvta", "add", "sub", "mad", "selp")
+"""What the compiler computes a table's element address with: the symbol's address only ever an addend."""
+
+
+def _address_arithmetic(op: str) -> bool:
+    """Whether ``op`` keeps an address an address (base plus an offset), not its bits taken apart: moves,
+    additions and widening conversions (a narrowing ``cvt`` keeps only the low bits)."""
+    base = op.split(".")[0]
+    if base == "cvt":
+        widths = [int(w) for w in re.findall(r"\.[usb](\d+)\b", op)]
+        return len(widths) == 2 and widths[0] >= widths[1]
+    if base == "mad":
+        return ".hi" not in op  # the high half of a product is its bits
+    return base in _ADDRESS_OPS
+
+
 def _state_writes(body: str, syms: dict[str, str]) -> str | None:
     """A message if an address derived from module data is written through or escapes.
 
@@ -201,6 +224,7 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
     ins = _instructions(body)
     label_at = {lab: i for i, (labs, *_) in enumerate(ins) for lab in labs}
     tainted: set[str] = set()
+    bits: set[str] = set()  # tainted by more than address arithmetic: the address's own bits as a number
     ruled: set[int] = set()  # instructions that run or not by a tainted predicate
     changed = True
     while changed:  # to a fixpoint: loops carry addresses back to earlier instructions
@@ -222,10 +246,20 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
             if op.startswith(_NO_DEST_OPS) or not ops:
                 continue
             dests = _REG.findall(ops[0])
-            derived = ruled_here or (base not in ("ld", "ldu", "atom", "call", "tex", "tld4", "suld", "ldmatrix")
-                                     and any(_mentions(o, tainted, syms) for o in ops[1:]))
-            if derived and not set(dests) <= tainted:  # a load's result is data, unless control chose it
+            loads = base in _LOAD_OPS
+            derived = ruled_here or (not loads and any(_mentions(o, tainted, syms) for o in ops[1:]))
+            # a load's result is data (a table read at an address derived from the table), unless control chose
+            # it or its address was computed from the address's bits: an identity table indexed by each byte of
+            # it gives the address back, laundered through memory
+            as_number = ruled_here or any(r in bits for o in ops[1:] for r in _REG.findall(o)) or (
+                derived and not _address_arithmetic(op))
+            if loads and as_number:
+                derived = True
+            if derived and not set(dests) <= tainted:
                 tainted |= set(dests)
+                changed = True
+            if as_number and derived and not set(dests) <= bits:
+                bits |= set(dests)
                 changed = True
     for i, (_, guard, op, ops) in enumerate(ins):
         base = op.split(".")[0]
@@ -266,8 +300,13 @@ def check_ptx(ptx: str) -> PtxReport:
     syms, problem = _data_symbols(lines)
     if problem:
         return PtxReport(f"{problem}: not allowed", atomics)
+    bodies = _functions(text)
+    for body in bodies:  # the compilers put module data at module scope; inline PTX can declare it in a block
+        if m := _INNER_DECL.search(body):
+            return PtxReport(f"compiled code declares .{m.group(1)} data inside a function (inline PTX): not allowed",
+                             atomics)
     if syms:
-        for body in _functions(text):
+        for body in bodies:
             if (msg := _state_writes(body, syms)) is not None:
                 return PtxReport(f"compiled code {msg}", atomics)
     return PtxReport(None, atomics)

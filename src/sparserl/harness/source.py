@@ -330,6 +330,10 @@ def preprocess(code: str) -> Source:
 
     Raises :class:`SourceError` with a one-line message on the first rule broken.
     """
+    if "\r" in code.replace("\r\n", ""):  # before comments are taken out: they end at a line end
+        # nvcc's preprocessor ends a line at a lone CR and NVRTC reads it as a space, where this reader would
+        # read on: '//\r asm(...)' a comment here and code to nvcc, ';\r#define' a directive only there
+        raise SourceError("a carriage return not followed by a line feed is not allowed (line ends: LF or CRLF)")
     text = strip_comments(splice(code))
     if any(ord(ch) > 126 or (ord(ch) < 32 and ch not in "\n\t\f\v\r") for ch in text):
         raise SourceError("non-ASCII or control characters outside comments are not allowed")

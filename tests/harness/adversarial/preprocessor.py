@@ -58,4 +58,10 @@ CASES: dict[str, tuple[str, str]] = {
     "macro_chain_deeper_than_the_checker": (csr(f"int deep = A1199; {HONEST}", before="#define A0 1\n" + "".join(
         f"#define A{i} A{i - 1}\n" for i in range(1, 1200))), "static_check"),
     "namespaces_deeper_than_the_checker": (csr(HONEST, before="namespace a { " * 1000 + "}" * 1000), "static_check"),
+    # a lone carriage return: nvcc's preprocessor ends the line there, NVRTC reads a space, and a reader that read
+    # on took the rest for the comment it began or a plain line: asm after '//\r' and a '\r#define' that pastes
+    # 'asm' went to nvcc (which builds what NVRTC refuses, under 'auto') past every source-only rule
+    "asm_after_a_comment_ended_by_a_lone_cr": (csr(f'//\r    asm volatile("trap;");\n{HONEST}'), "static_check"),
+    "directive_after_a_lone_cr": (csr(f'int pad = 0;\r#define CAT(a, b) a##b\n    if (row == pad) CAT(as, m) '
+                                      f'volatile("trap;"); {HONEST}'), "static_check"),
 }

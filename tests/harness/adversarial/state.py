@@ -119,6 +119,16 @@ CASES: dict[str, tuple[str, str]] = {
                                            f"__syncwarp(); }} }} if (row == 0) ((unsigned int*)b)[0] += 1u; {HONEST}",
                                            before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"),
                                        "static_check"),
+    # the same address rebuilt through memory: each of its bytes indexes an identity table in shared memory, whose
+    # loads the check took for plain data; a counter kept across launches through the rebuilt pointer
+    "address_laundered_through_a_table": (csr("__shared__ unsigned char ident[256]; ident[threadIdx.x] = "
+                                              "(unsigned char)threadIdx.x; __syncthreads();\n"
+                                              "unsigned long long a = (unsigned long long)box, b = 0;\n#pragma unroll\n"
+                                              "for (int i = 0; i < 8; ++i) b |= (unsigned long long)ident[(a >> (8 * i)) "
+                                              f"& 255ull] << (8 * i);\nif (row == 0) atomicAdd((unsigned int*)b, 1u); "
+                                              f"{HONEST}",
+                                              before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"),
+                                          "static_check"),
     # shared memory is not cleared between launches: each block keeps its slice of the matrix there, tagged with
     # the arrays' address, and a later launch that finds its tag reads the slice from there instead of DRAM (a
     # cache the L2 flush does not reach). Statically legal; correct on every run; the flush's scrub of shared
