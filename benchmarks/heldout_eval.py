@@ -66,14 +66,14 @@ def set_config(name: str, args, out: Path, temperature: float, folder: str):
                       header_grammar=args.header_grammar,
                       max_new_tokens=args.max_new_tokens,
                       gen_batch=args.gen_batch, out=str(out / folder), compile_only=args.compile_only, plots=False,
-                      seed=args.seed)
+                      seed=args.seed, retime=0 if args.compile_only else getattr(args, "retime", 0))
 
 
 REAL_MATRICES = {"test": "none", "real": "only", "val": "all"}
 """Which of a split's matrices each set takes (:attr:`EvalConfig.real_matrices`): ``test`` and ``real`` are
 disjoint, so each figure is of one kind of matrix."""
 RESUME_KEYS = ("matrices", "split", "real_matrices", "family_rows", "limit", "checkpoints", "baselines", "op", "k",
-               "samples", "temperature", "system_temperatures", "header_grammar", "max_new_tokens", "seed")
+               "samples", "temperature", "system_temperatures", "header_grammar", "max_new_tokens", "seed", "retime")
 """What an evaluation written before must have been made with to be kept under ``--resume``."""
 ADDED_LATER = {"header_grammar": False, "real_matrices": "all", "system_temperatures": []}
 """Keys an eval.json written before they existed lacks, and what it was made with."""
@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=None, help="longest completion (default: the policy's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile-only", action="store_true", help="compile rates only (the default without a GPU)")
+    ap.add_argument("--retime", type=int, default=0,
+                    help="passes of a second look: each matrix's best kernels timed again side by side (0: none)")
     ap.add_argument("--resume", action="store_true", help="skip a set whose eval.json is already written")
     ap.add_argument("--distinct-from", action="append", default=[],
                     help="a folder of the training matrices (a data folder, the teacher's matrices): the families "
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 if compile_only and not cfg.compile_only:
                     from dataclasses import replace
 
-                    cfg = replace(cfg, compile_only=True)
+                    cfg = replace(cfg, compile_only=True, retime=0)  # nothing is timed: no second look
                 try:
                     res = evaluate(cfg, evaluator=ev, policies=policies)
                 except Exception as exc:  # the other sets still run: one failure does not lose their GPU time

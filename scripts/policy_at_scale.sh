@@ -108,7 +108,9 @@
 # EVAL_SETS=S1,S2 evaluates only those of the preset's held-out sets (test, families, and real with SUITESPARSE),
 # in that order: a sitting short of device time measures the set it is after first (noted as a change). Another
 # list than the preset's is a stage of its own (evals-S1-S2): run again without it, the preset's evals stage
-# evaluates the rest, the finished sets kept (heldout_eval.py --resume).
+# evaluates the rest, the finished sets kept (heldout_eval.py --resume). Every held-out set ends with a second
+# look (evaluate --retime 3): each matrix's picks, the oracle's and each policy's best sample, timed again side
+# by side, so the targets read a best of N over the oracle without either's luck of the draw.
 # SUITESPARSE=DIR adds a folder of real matrices (.mtx/.mtx.gz/.npz; the SuiteSparse ones) to the data set, split
 # like a family's (`data build --real-dir DIR --real-split mixed`: a quarter each to validation and test): the
 # teacher searches its train split beside the generated one, and the held-out table gains the
@@ -143,7 +145,7 @@ out=${1:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]}
 pack=${2:?usage: scripts/policy_at_scale.sh OUT PACK [small|full|smoke]  (PACK: a corpus pack, or - for the default corpus)}
 preset=${3:-full}
 families=diagonal,banded,stencil2d,stencil3d_7,stencil3d_27,block,random,powerlaw,skewed,empty_rows,rectangular,dense_lines,rmat,lp,kronecker,cartesian,arrow
-device=(); compile=(); gen=(); eval_sets=(test families); improve=(); evalgen=(); headroom_n=0
+device=(); compile=(); gen=(); eval_sets=(test families); improve=(); evalgen=(--retime 3); headroom_n=0
 teacher_rows=""; teacher_draw_default=random  # the teacher's further matrices: the data's sizes, drawn at random
 grammar=0; real_wanted=0  # the preset's HEADER_GRAMMAR, and whether its table has the SuiteSparse set
 case $preset in
@@ -151,14 +153,14 @@ case $preset in
          per_family=4; sizes=(--min-rows 10000 --max-rows 1000000); extra=0
          data=(--variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
          search=(--budget 16 --seconds 10); sft_steps=200; sft=(--batch-size 16 --eval-samples 0); samples=8
-         evalgen=(--gen-batch 128)
+         evalgen=(--gen-batch 128 --retime 3)
          improve=(--rounds 1 --matrices-per-round 4 --search-budget 16 --search-seconds 20 --val-matrices 4)
          guided_n=2; guided=(--budget 64 --samples 16 --search 16) ;;
   full)  pretrain=(--preset base --minutes 4 --steps 1000000 --eval-every 1000000 --seq-len 2048 --batch-size 16)
          per_family=4; sizes=(--min-rows 10000 --max-rows 1000000); extra=8
          data=(--variants-per-matrix 16 --val-fraction 0.25 --test-fraction 0.25)
          search=(--budget 16 --seconds 10); sft_steps=400; sft=(--batch-size 16 --eval-samples 0); samples=16
-         evalgen=(--gen-batch 128); grammar=1; real_wanted=1
+         evalgen=(--gen-batch 128 --retime 3); grammar=1; real_wanted=1
          teacher_rows="100000 2000000"; teacher_draw_default=stratified
          improve=(--rounds 1 --matrices-per-round 4 --search-budget 16 --search-seconds 20 --val-matrices 4)
          guided_n=4; guided=(--budget 64 --samples 16 --search 16); headroom_n=192 ;;

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.eval.compare import EvalConfig, evaluate, summarize  # noqa: E402
 from sparserl.eval.report import markdown  # noqa: E402
 from sparserl.harness.compile import find_nvcc  # noqa: E402
@@ -323,3 +324,63 @@ def test_a_failed_cusparse_baseline_is_run_once_more_then_named() -> None:
     assert cusparse_times(first, "ref", "spmv", None, "m") is times and first.calls == 1
     with pytest.raises(SparseRLError, match=r"random_1000000 failed twice \(timeout: did not finish the prepare"):
         cusparse_times(Harness([failed, failed]), "ref", "spmv", None, "random_1000000")
+
+
+def test_the_second_look_retimes_each_systems_best_side_by_side() -> None:
+    """``evaluate --retime``: each matrix's best kernels timed again (fresh, one evaluation of a text shared by
+    two systems), the medians turned into speedups against the harness's cuSPARSE time, a best that fails a pass
+    counted as the user keeping cuSPARSE, and the summary and page carrying both timings. Kills: the retimed
+    speedup taken from the first timing (``best_us``), the median replaced by the minimum, a failed pass read as a
+    time, cuSPARSE given a retimed figure, a system's kernel timed twice in one pass."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from sparserl.eval.compare import second_look
+
+    times = {"ORACLE": [10.0, 12.0, 11.0], "POLICY": [9.0, 9.5, 30.0], "SELECTOR": [20.0, None, 20.0]}
+    calls = []
+
+    class Ev:
+        config = SimpleNamespace(reward_regime="cold")
+
+        def submit(self, text, ref, op, k, fresh=False):
+            calls.append((text.split()[0], fresh))
+            t = times[text.split()[0]].pop(0)
+            f = Future()
+            f.set_result(SimpleNamespace(ok=t is not None, timings={"cold": SimpleNamespace(median_us=t)}))
+            return f
+
+    ctx = SimpleNamespace(name="m", op="spmv", k=None, ref=lambda ev: "ref")
+    rec = lambda s, us: {"family": "f", "n": 1, "compiled": 1, "correct": int(s is not None),  # noqa: E731
+                         "best_speedup": s, "best_us": us, "best_format": None, "roofline": None, "kinds": {}}
+    # cuSPARSE took 22 us in the harness: 2.0x at 11 us (the oracle's first timing), 2.2x at 10 us
+    systems = {"cuSPARSE": {"m": rec(1.0, 22.0)}, "library oracle": {"m": rec(2.0, 11.0)},
+               "ours": {"m": rec(2.2, 10.0)}, "twin": {"m": rec(2.2, 10.0)},
+               "rule-based selector": {"m": rec(1.1, 20.0)}, "none": {"m": rec(None, None)}}
+    best = {"library oracle": {"m": "ORACLE k"}, "ours": {"m": "POLICY k"}, "twin": {"m": "POLICY   k"},
+            "rule-based selector": {"m": "SELECTOR k"}}
+    second_look(EvalConfig(retime=3), Ev(), [(ctx, "f")], systems, best)
+    assert sorted(calls) == sorted([("ORACLE", True), ("POLICY", True), ("SELECTOR", True)] * 3)
+    assert systems["library oracle"]["m"]["retimed_us"] == 11.0 and systems["ours"]["m"]["retimed_us"] == 9.5
+    assert systems["ours"]["m"]["retimed_speedup"] == pytest.approx(22.0 / 9.5)
+    assert systems["twin"]["m"]["retimed_speedup"] == systems["ours"]["m"]["retimed_speedup"]
+    assert systems["library oracle"]["m"]["retimed_speedup"] == pytest.approx(2.0)
+    assert systems["rule-based selector"]["m"]["retimed_speedup"] is None  # one pass failed
+    assert systems["none"]["m"]["retimed_speedup"] is None and "retimed_speedup" not in systems["cuSPARSE"]["m"]
+    sel = summarize(systems["rule-based selector"], 1)
+    assert sel["geomean_speedup_retimed"] == 1.0 and sel["retime_failed"] == 1 and sel["geomean_speedup"] == 1.1
+    assert summarize(systems["none"], 1)["retime_failed"] == 0
+    assert "geomean_speedup_retimed" not in summarize(systems["cuSPARSE"], 1)
+    page = markdown({"summary": {name: summarize(r, 1) for name, r in systems.items()}, "config": {
+        "samples": 1, "retime": 3}, "op": "spmv", "k": None, "paper": {"source": "p", "gpu": "V100",
+        "compile_rate": 0.5, "pass_at_1": 0.1, "geomean_speedup": 1.4}, "compile_only": False})
+    assert "## Second look: each matrix's best kernels timed again side by side (3 passes)" in page
+    assert f"| ours | 2.20x | {22 / 9.5:.2f}x | {22 / 9.5 / 2.0:.3f} | 0 |" in page
+    assert "| rule-based selector | 1.10x | 1.00x | 0.500 | 1 |" in page
+
+
+def test_retime_needs_a_timed_run() -> None:
+    with pytest.raises(SparseRLError, match="--retime times the kernels again on a GPU"):
+        EvalConfig(retime=3, compile_only=True)
+    with pytest.raises(SparseRLError, match="--retime"):
+        EvalConfig(retime=-1)

@@ -151,3 +151,73 @@ def test_the_learning_check_fails_when_the_learning_rate_is_forced_to_zero(taugh
     assert 0.0 < metrics[0]["reward/correct_rate"] < 1.0  # the same signal reached the update
     rise, moved = learning(taught, tmp_path / "ppo_lr0")
     assert moved == 0.0 and abs(rise) < 1e-3 and not learned(rise, moved), (rise, moved)
+
+
+def test_a_lora_run_on_the_gpu_keeps_the_trained_adapters_as_its_reference(tiny_model_dir, tiny_tokenizer,
+                                                                          loop_evaluator, tmp_path) -> None:
+    """RL under LoRA from adapters SFT trained, on the GPU with the real harness: at step 1 the KL to the
+    reference is 0 (the reference is the starting policy, not the base with its adapters off), the
+    starting adapters are saved bit for bit beside the moved ones, and after a resume the reference
+    rebuilt from them gives the starting policy's log-probs on the GPU.
+
+    Mutations this kills: the reference taken with the adapters off (``disable_adapter``: the step-1 KL
+    is the live-versus-base gap, checked here to be far above the bound); the saved reference adapters
+    taken from the live policy at save time (not equal to the starting ones once the update moved them)."""
+    from sparserl.encoding import EncodingConfig
+    from sparserl.model.policy import LoraSpec, PolicyConfig
+    from sparserl.rl.rollout import response_mask, token_logprobs
+    from sparserl.rl.update import Reference, adapter_weights
+
+    pcfg = PolicyConfig(encoding=EncodingConfig(max_nnz=16, d_pe=8, summary_tokens=2),
+                        lora=LoraSpec(r=4, alpha=8, dropout=0.0))
+    start = Policy.from_pretrained(tiny_model_dir, pcfg)
+    torch.manual_seed(1)
+    with torch.no_grad():  # what SFT leaves: adapters that change the model
+        for n, p in start.lm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    start.save(tmp_path / "start")
+    mats = tmp_path / "matrices"
+    mats.mkdir()
+    for fam, seed, n in MATRICES:
+        save_matrix(generate(fam, n, seed=seed), mats / f"{fam}_{seed}.npz")
+
+    def cfg(steps: int, resume: bool) -> RLConfig:
+        return RLConfig(algo="grpo", model=str(tmp_path / "start"), matrices=str(mats), out=str(tmp_path / "rl"),
+                        steps=steps, matrices_per_step=2, samples_per_matrix=2, minibatch=4, epochs=1,
+                        max_new_tokens=16, lr=1e-2, warmup_steps=0, large_per_family=0, device="cuda",
+                        eval_every=100, save_every=1, seed=0, resume=resume, skip_no_signal_kl=None)
+
+    train_rl(cfg(2, False), evaluator=loop_evaluator)
+    metrics = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
+    first = next(m for m in metrics if m.get("step") == 1 and "charts/kl_to_ref" in m)
+
+    # the gap that a reference with the adapters off would show, on the same GPU
+    start = Policy.load(tmp_path / "start", device="cuda").eval()
+    samples = [make_sample(load_matrix(p), start.config, Op.SPMV) for p in sorted(mats.iterdir())]
+    ids = start.generate_ids(samples, max_new_tokens=16, temperature=1.0, seed=3)
+    mask = response_mask(ids, tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id)
+    with torch.no_grad():
+        live = token_logprobs(start.response_forward(samples, ids, mask)[0], ids)
+        with start.lm.disable_adapter():
+            base = token_logprobs(start.response_forward(samples, ids, mask)[0], ids)
+    off_gap = float(((live - base).abs() * mask).sum() / mask.float().sum())
+    assert off_gap > 0.05, f"the adapters must change the model for this test ({off_gap})"
+    assert abs(first["charts/kl_to_ref"]) < 1e-4 < off_gap / 100, (first["charts/kl_to_ref"], off_gap)
+
+    state = torch.load(tmp_path / "rl" / "state.pt", map_location="cpu", weights_only=False)
+    started = {n: t.cpu() for n, t in adapter_weights(start).items()}
+    moved = Policy.load(tmp_path / "rl" / "checkpoint", device="cuda").eval()
+    now = {n: t.cpu() for n, t in adapter_weights(moved).items()}
+    assert set(state["ref_adapters"]) == set(started) == set(now)
+    assert all(torch.equal(state["ref_adapters"][n].cpu(), started[n]) for n in started)
+    assert any(not torch.equal(now[n], started[n]) for n in started), "two steps at lr 1e-2 must move the adapters"
+
+    train_rl(cfg(3, True), evaluator=loop_evaluator)
+    steps = [json.loads(line).get("step") for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert steps.count(3) >= 1 and max(s for s in steps if s is not None) == 3
+    state = torch.load(tmp_path / "rl" / "state.pt", map_location="cpu", weights_only=False)
+    assert all(torch.equal(state["ref_adapters"][n].cpu(), started[n]) for n in started)
+    resumed = Policy.load(tmp_path / "rl" / "checkpoint", device="cuda").eval()
+    ref = Reference(resumed, encoder_state=state["ref_encoder"], adapter_state=state["ref_adapters"])
+    assert torch.allclose(ref(samples, ids, mask) * mask, live * mask, atol=1e-4)

@@ -39,6 +39,9 @@ def evaluate_cmd(
                                             "(0: all)"),
     gen_batch: int = typer.Option(D.gen_batch, help="completions generated together"),
     out: Path = typer.Option(Path(D.out), help="output folder (eval.md, eval.json, plots)"),
+    retime: int = typer.Option(D.retime, help="passes of a second look: each system's best kernel per matrix timed "
+                               "again side by side with the others', fresh (0: none; 3 is enough to read "
+                               "ratios between systems within the timing noise)"),
     compile_only: bool = typer.Option(False, "--compile-only", help="compile rates only; the default without a GPU"),
     no_plots: bool = typer.Option(False, "--no-plots", help="write no plots"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier evaluation in OUT"),
@@ -53,7 +56,7 @@ def evaluate_cmd(
                      k=k, samples=samples, temperature=temperature, system_temperatures=tuple(system_temperature),
                      header_grammar=header_grammar,
                      max_new_tokens=max_new_tokens, family_rows=family_rows, limit=limit, gen_batch=gen_batch, out=str(out),
-                     plots=not no_plots, distinct_from=tuple(map(str, distinct_from or ())))
+                     plots=not no_plots, distinct_from=tuple(map(str, distinct_from or ())), retime=retime)
     res = evaluate(dataclasses.replace(cfg, compile_only=fallback(compile_only)))
     typer.echo((out / "eval.md").read_text())
     typer.echo(f"wrote {out}/eval.json, eval.md" + (", plots" if res.get("plots") else ""))

@@ -111,6 +111,12 @@ class EvalConfig:
     distinct_from: tuple[str, ...] = ()
     """Folders of the matrices a policy was trained on (a data folder, the teacher's matrices): the set is
     refused when one of its matrices has the structure of one of theirs (it would not be held out)."""
+    retime: int = 0
+    """Passes of a second look (0: none): on each matrix, every system's best kernel (the oracle's pick, the
+    selector's, each policy's best sample) timed again side by side, fresh, one evaluation at a time and every
+    other pass in the reverse order (:func:`sparserl.eval.retime.retime_distinct`). A best of N and the oracle's
+    pick are each the fastest of single timings; their medians over these passes carry no such selection, so
+    ratios between systems (``geomean_speedup_retimed``) are read off them."""
 
     def __post_init__(self) -> None:
         bad = set(self.baselines) - set(BASELINES)
@@ -137,6 +143,10 @@ class EvalConfig:
                 self.max_new_tokens)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
         require(self.limit >= 0, "--limit", ">= 0 (0: every matrix)", self.limit)
+        require(self.retime >= 0, "--retime", ">= 0 (0: no second look)", self.retime)
+        if self.retime and self.compile_only:
+            raise SparseRLError("--retime times the kernels again on a GPU, and this run is compile-only "
+                                "(--compile-only, or no GPU visible)")
         require_folders("--distinct-from", self.distinct_from, "a data folder or a folder of matrices")
 
 
@@ -212,12 +222,20 @@ def matrix_set(cfg: EvalConfig, files: list[tuple[str, str]] | None = None) -> l
     return out
 
 
+def _best(results) -> int | None:
+    """The index of the fastest correct, timed result (None: none is)."""
+    good = [i for i, r in enumerate(results) if r.correct and r.speedup]
+    return max(good, key=lambda i: results[i].speedup) if good else None
+
+
 def _record(results, family: str) -> dict:
     """Summary of one system's evaluations on one matrix."""
-    good = [r for r in results if r.correct and r.speedup]
-    best = max(good, key=lambda r: r.speedup) if good else None
+    i = _best(results)
+    best = results[i] if i is not None else None
+    timing = best.timings.get(best.regime) if best is not None else None  # the regime its speedup is in
     return {"family": family, "n": len(results), "compiled": sum(r.compiled for r in results),
             "correct": sum(r.correct for r in results), "best_speedup": best.speedup if best else None,
+            "best_us": timing.median_us if timing is not None else None,
             "best_format": best.format if best else None, "roofline": best.roofline if best else None,
             "kinds": dict(Counter(r.error_kind.value for r in results)),
             "sample_speedups": [r.speedup if r.correct and r.speedup else None for r in results]}
@@ -250,6 +268,10 @@ def summarize(per_matrix: dict[str, dict], samples: int, timed: bool = True) -> 
            "formats": dict(Counter(r["best_format"] for r in recs if r["best_format"]))}
     for p in FAST_PS:
         out[f"fast_{p}"] = fast_p(best, p)
+    if recs and all("retimed_speedup" in r for r in recs):  # the evaluation's second look (EvalConfig.retime)
+        again = [r["retimed_speedup"] for r in recs]
+        out["geomean_speedup_retimed"] = geomean([kept_speedup(s) for s in again])
+        out["retime_failed"] = sum(r["best_speedup"] is not None and s is None for r, s in zip(recs, again))
     fams: dict[str, list] = defaultdict(list)
     for r in recs:
         fams[r["family"]].append(r["best_speedup"])
@@ -279,9 +301,10 @@ def cusparse_times(ev, ref, op, k, name: str) -> dict:
                         "without it")
 
 
-def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, dict]:
-    """The baselines' records on one matrix: cuSPARSE, the library oracle, the rule-based selector."""
-    out = {}
+def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> tuple[dict[str, dict], dict[str, str]]:
+    """The baselines' records on one matrix (cuSPARSE, the library oracle, the rule-based selector) and the
+    text of each one's best kernel (cuSPARSE has none)."""
+    out, texts = {}, {}
     ref, op, k = ctx.ref(ev), ctx.op, ctx.k
     if "cusparse" in cfg.baselines:
         b = cusparse_times(ev, ref, op, k, ctx.name)["baselines"]["cold"]
@@ -289,15 +312,20 @@ def _baselines(cfg: EvalConfig, ev, ctx: MatrixContext, fam: str) -> dict[str, d
                            "best_format": "CSR (cuSPARSE)", "roofline": b["roofline"], "kinds": {"none": 1},
                            "sample_speedups": [1.0]}
     if "oracle" in cfg.baselines:
-        rec = _record(ev.evaluate_many([(v.render(), ref, op, k) for v in variants(op, None, k)], contenders=True),
-                      fam)  # only its fastest verified kernel counts: hopeless ones stop after one launch
+        library = [v.render() for v in variants(op, None, k)]
+        rs = ev.evaluate_many([(t, ref, op, k) for t in library], contenders=True)
+        rec = _record(rs, fam)  # only its fastest verified kernel counts: hopeless ones stop after one launch
+        if (i := _best(rs)) is not None:
+            texts["library oracle"] = library[i]
         rec["n"], rec["compiled"], rec["correct"] = 1, 1, int(rec["best_speedup"] is not None)
         rec["sample_speedups"] = [rec["best_speedup"]]  # the oracle is one pick: its best
         out["library oracle"] = rec
     if "selector" in cfg.baselines:
-        v = select_variant(ctx.features, op, k)
-        out["rule-based selector"] = _record([ev.evaluate(v.render(), ref, op, k)], fam)
-    return out
+        text = select_variant(ctx.features, op, k).render()
+        out["rule-based selector"] = rec = _record([ev.evaluate(text, ref, op, k)], fam)
+        if rec["best_speedup"] is not None:
+            texts["rule-based selector"] = text
+    return out, texts
 
 
 def temperature_of(cfg: EvalConfig, name: str) -> float:
@@ -325,11 +353,11 @@ def open_policies(checkpoints, given: dict | None = None) -> dict[str, Policy]:
 
 def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple[MatrixContext, str]],
                 completions: Path, phases: dict[str, float]
-                ) -> tuple[dict[str, dict], list[tuple[str, str, bool, str, str, MatrixCard]]]:
+                ) -> tuple[dict[str, dict], list[tuple[str, str, bool, str, str, MatrixCard]], dict[str, str]]:
     """One policy's samples on every matrix (generated in full batches across matrices, then judged
-    by the harness): its per-matrix records and (system, completion, correct, verdict, message, the
-    matrix's card) of every sample; each sample is appended to ``completions``, and the seconds of
-    generating and judging are added to ``phases``."""
+    by the harness): its per-matrix records, (system, completion, correct, verdict, message, the
+    matrix's card) of every sample, and its best sample's text by matrix; each sample is appended to
+    ``completions``, and the seconds of generating and judging are added to ``phases``."""
     jobs = [ctx for ctx, _ in todo for _ in range(cfg.samples)]
     texts: list[str] = []
     t0 = time.perf_counter()
@@ -342,7 +370,12 @@ def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple
     t1 = time.perf_counter()
     rs = ev.evaluate_many([(t, ctx.ref(ev), ctx.op, ctx.k) for t, ctx in zip(texts, jobs)])
     phases[f"{name}: generate"], phases[f"{name}: judge"] = t1 - t0, time.perf_counter() - t1
-    records = {ctx.name: _record(rs[n * cfg.samples:(n + 1) * cfg.samples], fam) for n, (ctx, fam) in enumerate(todo)}
+    records, best = {}, {}
+    for n, (ctx, fam) in enumerate(todo):
+        mine = rs[n * cfg.samples:(n + 1) * cfg.samples]
+        records[ctx.name] = _record(mine, fam)
+        if (i := _best(mine)) is not None:
+            best[ctx.name] = texts[n * cfg.samples + i]
     with completions.open("a") as f:  # every sample, for reading the failures
         for t, ctx, r in zip(texts, jobs, rs):
             f.write(json.dumps({"system": name, "matrix": ctx.name, "verdict": r.error_kind.value,
@@ -350,7 +383,32 @@ def _run_policy(cfg: EvalConfig, ev, name: str, policy: Policy, todo: list[tuple
                                 "speedup": r.speedup, "completion": t}) + "\n")
     log.info("evaluated %s on %d matrices", name, len(todo))
     return records, [(name, t, r.correct, r.error_kind.value, r.message or "", ctx.card)
-                     for t, ctx, r in zip(texts, jobs, rs)]
+                     for t, ctx, r in zip(texts, jobs, rs)], best
+
+
+def second_look(cfg: EvalConfig, ev, todo: list[tuple[MatrixContext, str]], systems: dict[str, dict[str, dict]],
+                best: dict[str, dict[str, str]]) -> None:
+    """Each matrix's best kernels (``best``: system -> matrix -> text) timed again side by side,
+    ``cfg.retime`` passes (:func:`sparserl.eval.retime.retime_distinct`); every system's record gets
+    ``retimed_us`` (the passes' median; None where the system has no best or one pass failed) and
+    ``retimed_speedup`` (cuSPARSE's time in the harness, from its first timing, over that median)."""
+    from sparserl.eval.retime import median_us, retime_distinct
+
+    for n, (ctx, _) in enumerate(todo, 1):
+        texts = {name: picks[ctx.name] for name, picks in best.items() if ctx.name in picks}
+        times = (retime_distinct(ev, ctx.ref(ev), ctx.op, ctx.k, texts, cfg.retime, ev.config.reward_regime)
+                 if texts else {})
+        for name, recs in systems.items():
+            rec = recs.get(ctx.name)
+            if rec is None or name == "cuSPARSE":
+                continue
+            again = median_us(times.get(name))
+            cusparse_us = rec["best_speedup"] * rec["best_us"] if rec.get("best_us") else None
+            rec["retimed_us"] = again
+            rec["retimed_speedup"] = cusparse_us / again if again and cusparse_us else None
+            if name in texts and again is None:
+                log.warning("%s's best kernel on %s failed its second look: %s", name, ctx.name, times.get(name))
+        log.info("second look: %d of %d matrices (%s)", n, len(todo), ctx.name)
 
 
 def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> dict:
@@ -370,6 +428,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold",)))
     systems: dict[str, dict[str, dict]] = defaultdict(dict)
     drawn: list[tuple] = []  # (policy, completion, correct, verdict, message, card) of every sample
+    best: dict[str, dict[str, str]] = defaultdict(dict)  # system -> matrix -> its best kernel's text
     try:
         if not cfg.compile_only and not ev.has_gpu:
             raise SparseRLError("no GPU visible: evaluation needs the harness on a GPU (or --compile-only)")
@@ -380,13 +439,21 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
         t1 = time.perf_counter()
         for ctx, fam in todo:
             if not cfg.compile_only:  # the baselines are timings: nothing to compare without a GPU
-                for name, rec in _baselines(cfg, ev, ctx, fam).items():
+                records, texts = _baselines(cfg, ev, ctx, fam)
+                for name, rec in records.items():
                     systems[name][ctx.name] = rec
+                for name, text in texts.items():
+                    best[name][ctx.name] = text
                 log.info("baselines done for %s", ctx.name)
         phases["baselines"] = time.perf_counter() - t1
         for name, policy in policies.items():
-            systems[name], samples = _run_policy(cfg, ev, name, policy, todo, out / "completions.jsonl", phases)
+            systems[name], samples, best[name] = _run_policy(cfg, ev, name, policy, todo,
+                                                             out / "completions.jsonl", phases)
             drawn += samples
+        if cfg.retime and not cfg.compile_only:
+            t1 = time.perf_counter()
+            second_look(cfg, ev, todo, systems, best)
+            phases["second look"] = time.perf_counter() - t1
     finally:
         if evaluator is None:
             ev.close()

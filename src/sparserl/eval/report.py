@@ -47,6 +47,7 @@ def markdown(result: dict) -> str:
               "speedup@1 is what one sampled kernel gives (geomean over each matrix's samples, a sample that is "
               "not correct or slower than cuSPARSE counting as 1.0, so a wrong sample never ranks above a correct "
               "one).", ""]
+    lines += _second_look_markdown(result)
     own = system_temperatures(result["config"].get("system_temperatures") or ())
     if own:
         lines += [f"Sampled at temperature {result['config']['temperature']:g}, but " + ", ".join(
@@ -66,6 +67,28 @@ def markdown(result: dict) -> str:
         lines += ["", f"Seconds, {result['seconds']:.0f} in all: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in result["phase_seconds"].items()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _second_look_markdown(result: dict) -> list[str]:
+    """The second look's table (``evaluate --retime``): each system's geomean speedup on its first timings and
+    on the passes timed again side by side, and the latter over the library oracle's."""
+    s = result["summary"]
+    again = {name: m for name, m in s.items() if m.get("geomean_speedup_retimed") is not None}
+    if not again:
+        return []
+    oracle = again.get("library oracle", {}).get("geomean_speedup_retimed")
+    lines = [f"## Second look: each matrix's best kernels timed again side by side "
+             f"({result['config']['retime']} passes)", "",
+             "| system | geomean speedup, first timings | retimed | retimed over the oracle | failed again |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, m in again.items():
+        ratio = m["geomean_speedup_retimed"] / oracle if oracle else None
+        lines.append(f"| {name} | {_fmt(m['geomean_speedup'])}x | {_fmt(m['geomean_speedup_retimed'])}x | "
+                     f"{'-' if ratio is None else f'{ratio:.3f}'} | {m['retime_failed']} |")
+    lines += ["", "A best of N and the oracle's pick are each the fastest of single timings; the medians of these "
+              "passes, fresh and in alternating order, carry no such selection. A best kernel that failed a pass "
+              "counts as 1.0 (the user keeps cuSPARSE); cuSPARSE's time is its first.", ""]
+    return lines
 
 
 def _compile_only_markdown(result: dict) -> list[str]:
