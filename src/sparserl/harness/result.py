@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-HARNESS_VERSION = 4  # 4: verification's re-run on a y holding another output; static shared memory from the cubin
+HARNESS_VERSION = 5  # 5: a lone CR refused; an address laundered through a table lookup followed
 """Bumped whenever a verdict or a time could change for the same kernel: part of every remembered
 verdict's key (the evaluator's memo), of the cuSPARSE baseline cache and of the best-known store.
 2: timed runs prepared and checked like verification runs, fresh values, guards on both sides,
@@ -19,7 +19,11 @@ compiled-code checks. 3: the cold flush also overwrites shared memory, and so do
 repetition's preparation (for cuSPARSE's runs too); the
 source check lexes numbers as the compiler does and bounds macro and scope nesting; the compiled-code
 check follows module addresses through control (jump tables and indirect calls included) and refuses L2
-eviction policies (evict-last loads would keep the matrix in L2 through the flush)."""
+eviction policies (evict-last loads would keep the matrix in L2 through the flush). 4: verification's re-run on a
+y holding another output, one cold timed run on the last run's output; static shared memory and registers read
+from the loaded cubin. 5: a carriage return outside a CRLF refused (nvcc ends a line there); the compiled-code
+check follows an address rebuilt by loads at addresses computed from its bits, and refuses module data declared
+inside a function."""
 
 
 class ErrorKind(str, Enum):
