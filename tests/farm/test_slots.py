@@ -86,3 +86,15 @@ def test_a_job_with_no_gpu_actor_left_fails_in_one_result() -> None:
     r = out.result(timeout=10)
     assert r.error_kind is ErrorKind.INTERNAL and "no GPU actor" in r.message
     assert r.profile.seconds == {"compile": 0.25}
+
+
+def test_a_cluster_of_several_gpu_models_keeps_the_largest_group() -> None:
+    """A search ranks candidates by time and stops hopeless ones against its best time, so its actors must share
+    a GPU model: the largest group is kept (a tie goes to the name first in order), with a warning naming them all.
+    Kills: every actor kept on a mixed cluster, the smaller group kept, a warning on a cluster of one model."""
+    from sparserl.farm.ray_evaluator import one_gpu_model
+
+    assert one_gpu_model(["H200", "H200"]) == ({0, 1}, None)
+    keep, note = one_gpu_model(["H100", "H200", "H200", "H100", "H200"])
+    assert keep == {1, 2, 4} and "several models (H100 x2, H200 x3)" in note and "the 3 H200 actors only" in note
+    assert one_gpu_model(["H200", "H100"])[0] == {1} and one_gpu_model([None, "A100", None])[0] == {0, 2}

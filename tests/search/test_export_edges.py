@@ -43,9 +43,9 @@ assert taught_length(PAD) > LONGEST
 
 def put(st: BestStore, card, cid: str, t: float, *, parent: str | None = None, cusparse_us: float = 20.0,
         op: str = "spmv", k: int | None = None, arch: str = "sm_90", regime: str = "cold", hv: str = HV,
-        text: str | None = None, provenance: str = "mutation") -> None:
+        text: str | None = None, provenance: str = "mutation", gpu: str = "H200") -> None:
     text = TEXT[cid] if text is None else text
-    st.record(VerifiedKernel(card.fingerprint, op, k, arch, "H200", regime, text, t, cusparse_us, cusparse_us / t,
+    st.record(VerifiedKernel(card.fingerprint, op, k, arch, gpu, regime, text, t, cusparse_us, cusparse_us / t,
                              None, "CSR", cid.split("/")[1] if "/" in cid else None, cid, provenance, parent, None,
                              "run-1", hv))
 
@@ -250,3 +250,17 @@ def test_the_filter_s_edges_are_valid() -> None:
     for kw in ({"per_matrix": 1}, {"within": 0.0}, {"min_speedup": 0.0}, {"max_chars": 1}, {"op": "spmm"},
                {"op": "spmv"}, {"op": None}):
         ExportFilter(**kw)
+
+
+def test_within_compares_two_gpu_models_by_speedup(store) -> None:
+    """An H200's 10 us (2.0x its cuSPARSE) and an H100's 12 and 12.5 us (3.0x and 2.88x its): ``within`` counts from
+    the best speedup when one matrix was timed on two models, from the best time on one. Kills: raw times
+    compared across models (only the H200's kernel, the shortest time, would be taught)."""
+    st, (a, b) = store
+    put(st, a, CSR[0], 10.0, cusparse_us=20.0)
+    put(st, a, CSR[1], 12.0, cusparse_us=36.0, gpu="H100")
+    put(st, a, CSR[2], 12.5, cusparse_us=36.0, gpu="H100")
+    put(st, b, CSR[3], 10.0)
+    put(st, b, CSR[4], 10.4)
+    rows, _ = export_rows(st, ExportFilter(per_matrix=5, within=0.05))
+    assert sorted(r.times.kernel_us for r in rows) == [10.0, 10.4, 12.0, 12.5]

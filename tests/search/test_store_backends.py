@@ -249,3 +249,22 @@ def test_harness_versions_on_one_store_are_kept_apart(spec: str, card: MatrixCar
         assert not st.record(verified(card, 95.0, "d"))
         by = {r.harness_version: r.time_us for r in st.best()}
         assert by == {"7": 40.0, harness_version(): 90.0}
+
+
+def test_two_gpu_models_of_one_architecture_are_compared_by_speedup(spec: str, card: MatrixCard) -> None:
+    """An H200's 10 us (2.0x its cuSPARSE's 20 us) and an H100's 12 us (3.0x its 36 us) are not one scale: the
+    best is the larger speedup across GPU models, the shorter time on one model. Kills: raw times compared
+    across models (the H100's kernel never becomes the best), speedups compared on one model (a faster kernel
+    on the H200 beside a slower cuSPARSE run would lose to its own 2.0x)."""
+    h200 = dict(arch="sm_90", gpu="NVIDIA H200")
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        assert st.record(verified(card, 10.0, "a", cusparse_us=20.0, speedup=2.0, **h200)) is True
+        assert st.record(verified(card, 12.0, "b", cusparse_us=36.0, speedup=3.0, arch="sm_90",
+                                  gpu="NVIDIA H100")) is True
+        assert st.best()[0].gpu == "NVIDIA H100" and st.best()[0].speedup == 3.0
+        assert st.record(verified(card, 11.9, "c", cusparse_us=30.0, speedup=30.0 / 11.9, arch="sm_90",
+                                  gpu="NVIDIA H100")) is True  # same model: the shorter time, whatever its ratio
+        assert st.record(verified(card, 9.0, "d", cusparse_us=20.0, speedup=20.0 / 9.0, **h200)) is False
+        assert st.record(verified(card, 6.0, "e", cusparse_us=20.0, speedup=20.0 / 6.0, **h200)) is True
+        assert [(r.gpu, r.time_us) for r in st.best()] == [("NVIDIA H200", 6.0)]

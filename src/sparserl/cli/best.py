@@ -21,7 +21,8 @@ def _console() -> Console:
     return c if c.is_terminal else Console(width=250)
 
 
-app = typer.Typer(help="The best-known store: the fastest verified kernel per matrix structure, op, k and GPU.",
+app = typer.Typer(help="The best-known store: the fastest verified kernel per matrix structure, op, k and GPU "
+                       "architecture (on two GPU models of one architecture, the larger speedup over cuSPARSE).",
                   no_args_is_help=True)
 
 _STORE_HELP = ("best-known store: a file (SQLite) or postgresql://user@host/dbname [default: best_known.sqlite "
@@ -76,11 +77,11 @@ def best_list(
             typer.echo(json.dumps({k: v for k, v in r.__dict__.items() if k != "text"}))
         return
     t = Table(title=f"best known kernels ({len(rows)})")
-    for col in ("matrix", "fingerprint", "op", "k", "arch", "regime", "harness", "speedup", "kernel us",
+    for col in ("matrix", "fingerprint", "op", "k", "arch", "gpu", "regime", "harness", "speedup", "kernel us",
                 "cuSPARSE us", "kernel", "provenance", "updated"):
         t.add_column(col, justify="right" if col in ("speedup", "kernel us", "cuSPARSE us", "k") else "left")
     for r in rows:
-        t.add_row(r.name, r.fingerprint[:12], r.op, str(r.k or "-"), r.arch, r.regime, r.harness_version,
+        t.add_row(r.name, r.fingerprint[:12], r.op, str(r.k or "-"), r.arch, r.gpu or "-", r.regime, r.harness_version,
                   f"{r.speedup:.2f}x", f"{r.time_us:.2f}", f"{r.cusparse_us:.2f}", r.candidate_id or "-",
                   r.provenance, r.updated_at)
     _console().print(t)

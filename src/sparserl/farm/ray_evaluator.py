@@ -152,6 +152,22 @@ def node_facts() -> dict:
             "nvcc": shutil.which("nvcc") is not None, "pid": os.getpid()}
 
 
+def one_gpu_model(models: list[str | None]) -> tuple[set[int], str | None]:
+    """The actors to keep (indices into ``models``, each actor's GPU model) and a warning, when the cluster's
+    GPUs are of several models: a search ranks its candidates by time and stops hopeless ones against its best
+    time, so its candidates must run on one model. The largest group is kept (ties: the name first in order)."""
+    groups: dict[str | None, list[int]] = {}
+    for i, m in enumerate(models):
+        groups.setdefault(m, []).append(i)
+    if len(groups) <= 1:
+        return set(range(len(models))), None
+    chosen = min(groups, key=lambda m: (-len(groups[m]), str(m)))
+    counts = ", ".join(f"{m or 'unknown'} x{len(v)}" for m, v in sorted(groups.items(), key=lambda kv: str(kv[0])))
+    return set(groups[chosen]), (f"the Ray cluster's GPUs are of several models ({counts}): times of two models are "
+                                 f"not one scale, so the farm uses the {len(groups[chosen])} {chosen or 'unknown'} "
+                                 "actors only (start it on GPUs of one model to use them all)")
+
+
 def compile_task(config: HarnessConfig, text: str, mref: MatrixRef, blob_box: list, op: str, k: int | None,
                  gpu_mode: bool) -> tuple:
     """A compile task (see the module docstring): ``("done", EvalResult, host)`` when the candidate's
@@ -411,15 +427,22 @@ class RayEvaluator:
                 log.warning("a GPU actor did not start: %s", _first_line(exc))
                 ray.kill(handles[i])
                 continue
-            a = _Actor(handles[i], f"{info['host']}/gpu{','.join(info['gpu_ids']) or '?'}", info)
-            self.actors.append(a)
-            self._slots.free(a)
+            self.actors.append(_Actor(handles[i], f"{info['host']}/gpu{','.join(info['gpu_ids']) or '?'}", info))
         for ref, i in pending.items():
             if ref not in ready:
                 ray.kill(handles[i])
         if not self.actors:
             raise SparseRLError(f"none of the {n} GPU actors of the Ray cluster at {self.address} started "
                                 f"within {self.config.limits.startup:g} s")
+        keep, note = one_gpu_model([a.info.get("gpu") for a in self.actors])
+        if note:
+            log.warning("%s", note)
+            for i, a in enumerate(self.actors):
+                if i not in keep:
+                    ray.kill(a.handle)
+            self.actors = [a for i, a in enumerate(self.actors) if i in keep]
+        for a in self.actors:
+            self._slots.free(a)
         for a in self.actors:
             log.info("GPU actor %s: %s (%s), launch latency %.2f ms", a.name, a.info.get("gpu"), a.info.get("arch"),
                      a.info.get("sync_latency_ms") or 0.0)

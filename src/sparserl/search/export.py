@@ -262,15 +262,23 @@ def export_rows(store: BestStore, flt: ExportFilter = ExportFilter()) -> tuple[l
     too_long: set[str] = set()  # kernels the length limit left out
     unseen: set[tuple] = set()  # (fingerprint, k, kernel) left out as unseen
     unjudged: set[tuple] = set()  # the part of those the filter could not read
-    for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version):
-        if flt.fingerprints is not None and r.fingerprint not in flt.fingerprints:
-            continue
-        key = (r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version)
+    rows = [r for r in store.results(op=flt.op, arch=flt.arch, regime=flt.regime, harness_version=flt.harness_version)
+            if flt.fingerprints is None or r.fingerprint in flt.fingerprints]
+    key_of = lambda r: (r.fingerprint, r.op, r.k, r.arch, r.regime, r.harness_version)  # noqa: E731
+    models: dict[tuple, set] = {}
+    for r in rows:
+        models.setdefault(key_of(r), set()).add(r.gpu)
+    # times of one GPU model compare as times; across two models of an architecture, relative to the cuSPARSE
+    # time measured beside each (an H200's 10 us is not an H100's)
+    cost = lambda r: r.time_us if len(models[key_of(r)]) == 1 else 1.0 / r.speedup  # noqa: E731
+    rows.sort(key=lambda r: (cost(r), r.id))
+    for r in rows:
+        key = key_of(r)
         if lengths.too_long(r.kernel_sha):  # before the best known is read: within counts from the fastest taught
             too_long.add(r.kernel_sha)
             continue
-        best = fastest.setdefault(key, r.time_us)  # results come fastest first: the first is the best known
-        if r.speedup < flt.min_speedup or (flt.within is not None and r.time_us > best * (1 + flt.within)):
+        best = fastest.setdefault(key, cost(r))  # fastest first: the first is the best known
+        if r.speedup < flt.min_speedup or (flt.within is not None and cost(r) > best * (1 + flt.within)):
             continue
         group = picked.setdefault(key, [])
         if len(group) >= flt.per_matrix or any(g.kernel_sha == r.kernel_sha for g in group):

@@ -31,7 +31,9 @@ Tables (``SCHEMA_VERSION`` 3; version 1 is created first and migrated, see :data
   harness version, GPU and the host it ran on, provenance (how the search proposed it, its
   parent, the model), run, and its ``uid``.
 * ``best``: per (fingerprint, op, k, arch, regime, harness_version), the fastest result. A new
-  result replaces it only when strictly faster; times under another harness version or regime
+  result replaces it only when strictly faster: in time on the same GPU model, in speedup over
+  cuSPARSE timed beside it on another GPU of the architecture (an H200's 10 us and an H100's 12 us
+  are not one scale); times under another harness version or regime
   are never compared (they are other keys: two farms of different harness versions on one store
   keep apart). ``k`` is 0 for SpMV (a key column is never NULL).
 * ``runs``: one row per search: when, what, its configuration, how it ended.
@@ -283,6 +285,8 @@ class ResultRow:
     """Its fraction of the memory roofline, where the harness computed one."""
     template: str | None = None
     """The template whose point the kernel is (for free text, the one the search read it as), if any."""
+    gpu: str | None = None
+    """The GPU model that measured it (times of two models of one architecture are not one scale)."""
 
 
 @dataclass(frozen=True)
@@ -483,8 +487,9 @@ class BestStore:
 
     def record(self, v: VerifiedKernel) -> bool:
         """Write one verified result; returns True when it became the best for its key (strictly
-        faster than the best under the same harness version and regime, or the first). A result
-        whose ``uid`` is in the store already is not written again (False)."""
+        faster than the best under the same harness version and regime, or the first; against a best
+        from another GPU model of the architecture, by speedup over cuSPARSE). A result whose ``uid``
+        is in the store already is not written again (False)."""
         sha = kernel_sha(v.text)
         key = (v.fingerprint, v.op, _k(v.k), v.arch, v.regime, v.harness_version)
 
@@ -510,8 +515,10 @@ class BestStore:
                     "ON CONFLICT (fingerprint, op, k, arch, regime, harness_version) DO UPDATE SET "
                     "result_id = excluded.result_id, kernel_sha = excluded.kernel_sha, time_us = excluded.time_us, "
                     "cusparse_us = excluded.cusparse_us, speedup = excluded.speedup, "
-                    "updated_at = excluded.updated_at WHERE excluded.time_us < best.time_us RETURNING result_id",
-                    (*key, row["id"], sha, v.time_us, v.cusparse_us, v.speedup, _now())).fetchone()
+                    "updated_at = excluded.updated_at WHERE CASE WHEN COALESCE((SELECT gpu FROM results WHERE "
+                    "results.id = best.result_id), '') = ? THEN excluded.time_us < best.time_us "
+                    "ELSE excluded.speedup > best.speedup END RETURNING result_id",
+                    (*key, row["id"], sha, v.time_us, v.cusparse_us, v.speedup, _now(), v.gpu or "")).fetchone()
                 return won is not None
         return self._run("recording a verified kernel", write)
 
@@ -554,7 +561,7 @@ class BestStore:
                           cusparse_us=r["cusparse_us"], speedup=r["speedup"], candidate_id=r["candidate_id"],
                           format=r["format"], provenance=r["provenance"], run_id=r["run_id"],
                           created_at=r["created_at"], kernel_sha=r["kernel_sha"], parent_id=r["parent_id"],
-                          host=r["host"], roofline=r["roofline"], template=r["template"])
+                          host=r["host"], roofline=r["roofline"], template=r["template"], gpu=r["gpu"])
                 for r in self._rows("reading results", sql, args)]
 
     def kernel_text(self, sha: str) -> str:
