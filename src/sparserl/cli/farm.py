@@ -27,7 +27,9 @@ def farm_cmd(
     parallel: int = typer.Option(0, help="candidates in flight per matrix (0: four on GPUs, else the CPUs)"),
     gpus: int = typer.Option(None, help="use at most this many GPUs [default: all]"),
     compile_only: bool = typer.Option(False, "--compile-only", help="compile only, even with GPUs"),
-    resume: bool = typer.Option(False, "--resume", help="continue the farm in --out (finished matrices skipped)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the farm in --out: finished matrices are "
+                                "skipped; failed ones are searched again, and so are those finished compile-only "
+                                "where a GPU can time"),
     seed: int = typer.Option(0, help="seed of the searches' random choices"),
     cost_model: str = typer.Option("default", help="the order candidates are tried in: 'default' (your model from "
                                    "'sparserl best cost-model' if you built one, else the packaged one), 'none' "

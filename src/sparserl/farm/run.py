@@ -10,12 +10,18 @@
 4. ``at_once`` searches run in threads over the matrices still to do, each with its own store
    connection, each verified kernel journalled (``verified.jsonl``) before the store gets it;
    a matrix that cannot be read is skipped and listed; each finished matrix is appended to
-   ``matrices.jsonl`` (what ``--resume`` skips) and gets ``generate``'s report in ``<name>/``;
+   ``matrices.jsonl`` (what ``--resume`` skips, by resolved path; a matrix finished compile-only is
+   searched again where the evaluator can time) and gets ``generate``'s report in ``<name>/``; a
+   search that raises (a full disk, a cluster gone) fails its matrix only, recorded in one line: the
+   others go on, the command ends with one error, and ``--resume`` searches it again;
 5. Ctrl-C (or SIGTERM) stops submitting: the candidates in flight finish and are kept, the
    summary is written, and ``--resume`` goes on from there; a store that stops answering does
    the same (one line), its unwritten kernels safe in the journal;
-6. ``summary.md`` and ``summary.json``: every matrix's best kernel against cuSPARSE, what was
-   skipped or failed, the GPUs' throughput and health.
+6. ``summary.md`` and ``summary.json`` (whatever happened): every matrix's best kernel against
+   cuSPARSE, what was skipped or failed, the GPUs' throughput and health.
+
+The journal and ``matrices.jsonl`` are appended to: a line cut by a kill stays alone on its line,
+and ``--resume`` skips it and any line that is not a record this version reads (one warning each).
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TextIO, TypeVar
 
+from sparserl import interrupts
 from sparserl.errors import SparseRLError
 from sparserl.matrices.io import matrices_in
 from sparserl.search.loop import SearchConfig
@@ -37,6 +44,11 @@ log = logging.getLogger(__name__)
 
 STATE = "matrices.jsonl"
 JOURNAL = "verified.jsonl"
+FINISHED = ("done", "no kernel", "unreadable", "too large")
+"""The statuses of a finished matrix (what ``--resume`` skips; a failed or interrupted one is searched again)."""
+SEARCHED = ("done", "no kernel")
+"""The finished statuses of a matrix that was searched (compile-only or timed)."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,21 @@ class MatrixOutcome:
     failures: dict[str, int] = field(default_factory=dict)
     """Candidates that failed for a reason of the machine (internal_error, crashed, timeout), by kind."""
 
+    @classmethod
+    def from_row(cls, d: dict) -> "MatrixOutcome":
+        """A line of ``matrices.jsonl`` (fields of another version left out), checked: TypeError or
+        AttributeError where it is not one."""
+        o = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        count, number, text = (int, type(None)), (int, float, type(None)), (str, type(None))
+        if not (all(isinstance(x, str) for x in (o.name, o.path, o.status, o.message))
+                and isinstance(o.evaluated, int) and isinstance(o.seconds, (int, float))
+                and all(isinstance(x, count) for x in (o.rows, o.cols, o.nnz))
+                and all(isinstance(x, number) for x in (o.time_us, o.cusparse_us, o.speedup))
+                and all(isinstance(x, text) for x in (o.best_id, o.best_format))
+                and isinstance(o.timed, bool) and isinstance(o.failures, dict)):
+            raise TypeError("not a matrix's row")
+        return o
+
 
 def collect(paths: tuple[str, ...]) -> list[tuple[str, Path]]:
     """(unique name, path) of every matrix file named or in a folder named, in order."""
@@ -134,7 +161,7 @@ class Journal:
     def __init__(self, path: Path):
         self.path = path
         self.lock = threading.Lock()
-        self.fh = path.open("a")
+        self.fh = append_lines(path)
 
     def matrix(self, card, name: str, source: str) -> None:
         self._line({"matrix": {"card": card.to_dict(), "name": name, "path": source}})
@@ -151,23 +178,62 @@ class Journal:
         self.fh.close()
 
 
+def append_lines(path: Path) -> TextIO:
+    """``path`` opened to append JSON lines, the first on a line of its own: after a last line cut by a
+    kill, a newline first (else the next record would run on from the cut one, and be lost with it)."""
+    cut = False
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as f:
+            f.seek(-1, 2)
+            cut = f.read(1) != b"\n"
+    fh = path.open("a")
+    if cut:
+        fh.write("\n")
+        fh.flush()
+    return fh
+
+
+def read_lines(path: Path, parse: Callable[[Any], T]) -> list[T]:
+    """``parse`` of each JSON line of ``path`` (none where it does not exist); a line that is not JSON (cut
+    by a kill) or that ``parse`` refuses (ValueError, TypeError, KeyError, AttributeError: not a record
+    this version reads) is skipped, and the skipped lines are counted in one warning."""
+    if not path.exists():
+        return []
+    out, skipped = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if line.strip():
+            try:
+                out.append(parse(json.loads(line)))
+            except (ValueError, TypeError, KeyError, AttributeError):
+                skipped += 1
+    if skipped:
+        log.warning("%s: %d lines skipped (cut by a kill, or not a record this version reads)", path, skipped)
+    return out
+
+
 def replay(journal: Path, store_spec: str | None) -> int:
     """Write the journal's verified kernels the store lacks (by uid); how many were written."""
     from sparserl.matrices.card import MatrixCard
     from sparserl.search.store import VerifiedKernel, open_store
 
-    if not journal.exists():
-        return 0
+    fields = set(VerifiedKernel.__dataclass_fields__)
+
+    def parse(d: dict) -> VerifiedKernel | tuple[MatrixCard, str, str]:
+        if "kernel" in d:
+            if set(d["kernel"]) != fields:  # another version's record: its uid may be missing
+                raise KeyError("not a verified kernel's fields")
+            return VerifiedKernel(**d["kernel"])
+        m = d["matrix"]
+        if not (isinstance(m["name"], str) and isinstance(m["path"], str)):
+            raise TypeError("not a matrix's name and path")
+        return MatrixCard.from_dict(m["card"]), m["name"], m["path"]
+
     matrices, kernels = {}, []
-    for line in journal.read_text().splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:  # a line cut by a kill
-            continue
-        if "matrix" in d:
-            matrices[d["matrix"]["card"]["fingerprint"]] = d["matrix"]
-        elif "kernel" in d:
-            kernels.append(VerifiedKernel(**d["kernel"]))
+    for r in read_lines(journal, parse):
+        if isinstance(r, VerifiedKernel):
+            kernels.append(r)
+        else:
+            matrices[r[0].fingerprint] = r
     if not kernels:
         return 0
     with open_store(store_spec) as st:
@@ -176,7 +242,7 @@ def replay(journal: Path, store_spec: str | None) -> int:
         for fp in {v.fingerprint for v in todo}:
             m = matrices.get(fp)
             if m is not None:
-                st.add_matrix(MatrixCard.from_dict(m["card"]), m["name"], m["path"])
+                st.add_matrix(*m)
         for v in todo:
             st.record(v)
     if todo:
@@ -184,16 +250,25 @@ def replay(journal: Path, store_spec: str | None) -> int:
     return len(todo)
 
 
-def _done_before(state: Path) -> dict[str, dict]:
-    out = {}
-    if state.exists():
-        for line in state.read_text().splitlines():
-            try:
-                d = json.loads(line)
-            except ValueError:
-                continue
-            if d.get("status") in ("done", "no kernel", "unreadable", "too large"):
-                out[d["path"]] = d
+def matrix_key(path: str | Path) -> str:
+    """A matrix's key in ``matrices.jsonl``: its resolved path (``mats/a.mtx`` typed in the matrices'
+    parent folder and its absolute path are one matrix; a row's path is kept as it was typed)."""
+    return str(Path(path).resolve())
+
+
+def _done_before(state: Path, timed: bool) -> dict[str, MatrixOutcome]:
+    """The matrices ``state`` records as finished, by :func:`matrix_key`. Where the evaluator can time
+    (``timed``), a matrix searched compile-only (its row not timed) is not finished: it is searched again."""
+    out, untimed = {}, set()
+    for o in read_lines(state, MatrixOutcome.from_row):
+        if o.status not in FINISHED:
+            continue
+        if timed and o.status in SEARCHED and not o.timed:
+            untimed.add(matrix_key(o.path))
+        else:
+            out[matrix_key(o.path)] = o
+    if untimed - set(out):
+        log.info("resume: %d matrices finished compile-only are searched again, timed", len(untimed - set(out)))
     return out
 
 
@@ -261,7 +336,7 @@ class Farm:
         self.health_problems: dict[str, list[str]] = {}
         self.t0 = time.monotonic()
         self.journal = Journal(self.out / JOURNAL)
-        self.state = (self.out / STATE).open("a")
+        self.state = append_lines(self.out / STATE)
 
     # -- one matrix ---------------------------------------------------------------------------
 
@@ -395,20 +470,23 @@ class Farm:
 
 
 def run_farm(cfg: FarmConfig, evaluator=None) -> dict:
-    """Run the farm (see the module docstring); returns the summary (also written to ``out``).
-    ``evaluator``: an open evaluator to use (default: :func:`open_farm_evaluator`'s, closed at the end)."""
-    items, before, todo = _prepare(cfg)
+    """Run the farm (see the module docstring); returns the summary (also written to ``out``, whatever
+    happens). ``evaluator``: an open evaluator to use (default: :func:`open_farm_evaluator`'s, closed at
+    the end). Raises SparseRLError when the store stopped answering or a matrix's search failed (the
+    others are searched and recorded), KeyboardInterrupt when interrupted."""
+    items = _prepare(cfg)
     out = Path(cfg.out)
     own = evaluator is None
     ev = evaluator or open_farm_evaluator(cfg)
     try:
+        before, todo = _to_do(cfg, items, ev.has_gpu)
         at_once, run_cfg = _width(cfg, ev)
         farm = Farm(run_cfg, ev)
         try:
             interrupted = _drive(farm, ev, todo, len(items), at_once)
         finally:
             farm.close()
-        summary = _summarise(farm, ev, items, before, todo)
+            summary = _summarise(farm, ev, items, before, todo)
     finally:
         if own:
             ev.close()
@@ -417,12 +495,16 @@ def run_farm(cfg: FarmConfig, evaluator=None) -> dict:
                             f"{out / JOURNAL}, continue with --resume when the store answers")
     if interrupted:
         raise KeyboardInterrupt
+    failed = [o for o in farm.outcomes.values() if o.status == "failed"]
+    if failed:
+        raise SparseRLError(f"{len(failed)} of {len(todo)} matrices failed ({failed[0].name}: {failed[0].message}); "
+                            f"the others are recorded in {out / 'summary.md'}; --resume searches them again")
     return summary
 
 
-def _prepare(cfg: FarmConfig) -> tuple[list[tuple[str, Path]], dict[str, dict], list[tuple[str, Path]]]:
-    """(the collection's matrices, those finished before by path, those to do), after the checks that
-    fail before any work (templates, output folder, store); resuming first replays the journal."""
+def _prepare(cfg: FarmConfig) -> list[tuple[str, Path]]:
+    """The collection's matrices, after the checks that fail before any work (templates, output
+    folder, store); resuming first replays the journal."""
     from sparserl.search.space import select_templates
     from sparserl.search.store import open_store
 
@@ -435,11 +517,18 @@ def _prepare(cfg: FarmConfig) -> tuple[list[tuple[str, Path]], dict[str, dict], 
     open_store(cfg.store).close()  # a store that cannot be opened fails here, before any work
     if cfg.resume:
         replay(out / JOURNAL, cfg.store)
-    before = _done_before(out / STATE) if cfg.resume else {}
-    todo = [(n, p) for n, p in items if str(p) not in before]
+    return items
+
+
+def _to_do(cfg: FarmConfig, items: list[tuple[str, Path]],
+           timed: bool) -> tuple[dict[str, MatrixOutcome], list[tuple[str, Path]]]:
+    """(the matrices finished before, by :func:`matrix_key`; those to do): ``timed``, whether the
+    evaluator can time (see :func:`_done_before`)."""
+    before = _done_before(Path(cfg.out) / STATE, timed) if cfg.resume else {}
+    todo = [(n, p) for n, p in items if matrix_key(p) not in before]
     if before:
         log.info("resume: %d of %d matrices done before; %d to go", len(items) - len(todo), len(items), len(todo))
-    return items, before, todo
+    return before, todo
 
 
 def _width(cfg: FarmConfig, ev) -> tuple[int, FarmConfig]:
@@ -456,8 +545,8 @@ def _width(cfg: FarmConfig, ev) -> tuple[int, FarmConfig]:
 
 def _drive(farm: Farm, ev, todo: list[tuple[str, Path]], n_items: int, at_once: int) -> bool:
     """The searches of ``todo``, ``at_once`` at a time, with the display and the GPUs' health once a
-    minute; the first Ctrl-C stops submitting (the searches in flight finish), a second one is raised.
-    Returns whether it was interrupted."""
+    minute; the first Ctrl-C stops submitting (the searches in flight finish), a second one is raised
+    (and so is any error of the farm's own, nothing more started). Returns whether it was interrupted."""
     from sparserl.farm.display import FarmDisplay
     from sparserl.farm.health import HealthWatch
 
@@ -467,31 +556,53 @@ def _drive(farm: Farm, ev, todo: list[tuple[str, Path]], n_items: int, at_once: 
         futures = {pool.submit(farm.search_one, n, p): (n, p) for n, p in todo}
         pending = set(futures)
         watch, last_health = HealthWatch(), 0.0
-        while pending:
-            try:
-                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                for f in done:
-                    if not f.cancelled():
-                        farm.finished(f.result())
-                if ev.has_gpu and time.monotonic() - last_health > 60:
-                    farm.check_health(watch)
-                    last_health = time.monotonic()
-                display.refresh()
-            except KeyboardInterrupt:
-                if interrupted:
-                    raise
-                interrupted = True
-                farm.stop.set()
-                log.warning("stopping: the candidates in flight finish and are kept (Ctrl-C again to "
-                            "stop at once); continue later with --resume")
-            if farm.stop.is_set():
-                for f in pending:
-                    f.cancel()
-                pending = {f for f in pending if not f.cancelled()}
+        try:
+            while pending:
+                try:
+                    done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        if not f.cancelled():
+                            farm.finished(_outcome(f, *futures[f]))
+                    if not interrupted:
+                        interrupts.check()  # one swallowed where it landed stops the farm too
+                    if ev.has_gpu and time.monotonic() - last_health > 60:
+                        farm.check_health(watch)
+                        last_health = time.monotonic()
+                    display.refresh()
+                except KeyboardInterrupt:
+                    if interrupted:
+                        raise
+                    interrupted = True
+                    farm.stop.set()
+                    log.warning("stopping: the candidates in flight finish and are kept (Ctrl-C again to "
+                                "stop at once); continue later with --resume")
+                if farm.stop.is_set():
+                    for f in pending:
+                        f.cancel()
+                    pending = {f for f in pending if not f.cancelled()}
+        except BaseException:  # leaving: the matrices not started stay so (the pool would search them all)
+            farm.stop.set()
+            for f in pending:
+                f.cancel()
+            raise
     return interrupted
 
 
-def _summarise(farm: Farm, ev, items: list[tuple[str, Path]], before: dict[str, dict],
+def _outcome(f: Future, name: str, path: Path) -> MatrixOutcome:
+    """A finished search's outcome; one that raised (a full disk, a cluster gone) is its matrix failed,
+    in one line (after an interrupt, interrupted: the error is the interrupt's). An interrupt is raised."""
+    try:
+        return f.result()
+    except Exception as exc:
+        msg = f"{type(exc).__name__}: {next(iter(str(exc).splitlines()), '')}"[:300]
+        if interrupts.seen():
+            return MatrixOutcome(name, str(path), "interrupted", msg)
+        log.warning("%s: the search failed (--resume searches it again): %s", name, msg)
+        log.debug("%s: the search's error", name, exc_info=exc)
+        return MatrixOutcome(name, str(path), "failed", msg)
+
+
+def _summarise(farm: Farm, ev, items: list[tuple[str, Path]], before: dict[str, MatrixOutcome],
                todo: list[tuple[str, Path]]) -> dict:
     """Every matrix's outcome (done before, this run's, never started) in the collection's order,
     written as the summary; returns it."""
@@ -499,8 +610,7 @@ def _summarise(farm: Farm, ev, items: list[tuple[str, Path]], before: dict[str, 
 
     for n, p in todo:  # the matrices never started
         farm.outcomes.setdefault(str(p), MatrixOutcome(n, str(p), "interrupted", "not started"))
-    outcomes = [MatrixOutcome(**{k: v for k, v in d.items() if k in MatrixOutcome.__dataclass_fields__})
-                for d in before.values()] + list(farm.outcomes.values())
-    order = {str(p): i for i, (_, p) in enumerate(items)}
-    outcomes.sort(key=lambda o: order.get(o.path, len(order)))
+    outcomes = list(before.values()) + list(farm.outcomes.values())
+    order = {matrix_key(p): i for i, (_, p) in enumerate(items)}
+    outcomes.sort(key=lambda o: order.get(matrix_key(o.path), len(order)))
     return write_summary(farm.out, farm.cfg, outcomes, farm.snapshot(), ev.has_gpu)

@@ -1,0 +1,232 @@
+"""The farm when a search raises, and ``--resume`` over what an earlier run left, on the CPU with the
+search's GPU-path double (tests/search/doubles.py).
+
+Mutations these tests kill: a search's exception left to propagate (no matrix recorded, no summary,
+a traceback), an interrupt recorded as a failed matrix (or a swallowed one ignored), a failed matrix
+counted as done by --resume, compile-only rows counted as done where a GPU can time them (or never
+counted as done), resume matching the path as typed instead of the resolved one, a journal line
+that is JSON but not a record crashing --resume, and appends running on from a line cut by a kill.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from pathlib import Path
+
+import pytest
+
+from sparserl import interrupts
+from sparserl.farm import run as farm_run
+from sparserl.farm.run import JOURNAL, STATE, FarmConfig, run_farm
+from sparserl.harness.result import ErrorKind
+from sparserl.search.loop import SearchConfig
+from tests.conftest import one_line_error
+from tests.search.doubles import FakeTimingDouble
+
+
+def _time_of(text: str) -> float:
+    return 20.0 + (zlib.crc32(text.encode()) % 1000) / 10.0
+
+
+class _RaisesOn(FakeTimingDouble):
+    """The double, whose ``register`` of the matrix named ``name`` calls ``raise_`` (the search's
+    first touch of the evaluator: a full disk writing the matrix, a cluster gone ...)."""
+
+    def __init__(self, name: str, raise_, **kw):
+        super().__init__(_time_of, **kw)
+        self.name, self.raise_ = name, raise_
+
+    def register(self, A, name: str = "matrix"):
+        if name == self.name:
+            self.raise_()
+        return super().register(A, name)
+
+
+class _CompileOnly(FakeTimingDouble):
+    """No GPU: every candidate compiles and nothing is timed (what the real evaluator answers)."""
+
+    has_gpu = False
+
+    def __init__(self):
+        super().__init__(lambda text: ErrorKind.NO_GPU)
+
+
+def _no_space() -> None:
+    raise OSError(28, "No space left on device")
+
+
+def _actor_died() -> None:
+    raise RuntimeError("the actor died unexpectedly before finishing this task\n\tclass_name: GpuWorker")
+
+
+def _state(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / STATE).read_text().splitlines()]
+
+
+def _mats(d: Path, *names: str) -> tuple[str, ...]:
+    return tuple(str(d / f"{n}.mtx") for n in names)
+
+
+@pytest.mark.parametrize("raise_, said", [(_no_space, "No space left on device"), (_actor_died, "the actor died")])
+def test_a_search_that_raises_fails_its_matrix_only(cli, farm_matrices: Path, tmp_path: Path, monkeypatch,
+                                                    raise_, said: str) -> None:
+    """A full disk (or a Ray error) in one matrix's search: that matrix is recorded as failed (one line), the others
+    are searched and recorded, the summary is written, the command ends with one ``error:`` line,
+    and --resume searches the failed matrix again (only it). Kills the exception left to propagate
+    from the finished future (nothing recorded, no summary, a traceback), a failure recorded as done
+    or as interrupted (not recorded: the summary would not list it as failed), and --resume counting
+    a failed matrix as done."""
+    out, store = tmp_path / "farm", tmp_path / "s.db"
+    argv = ("farm", *_mats(farm_matrices, "banded", "random", "powerlaw"), "--budget", "4", "--at-once", "1",
+            "--store", store, "--out", out)
+    ev = _RaisesOn("random", raise_)
+    monkeypatch.setattr(farm_run, "open_farm_evaluator", lambda cfg: ev)
+    line = one_line_error(cli(*argv), "1 of 3 matrices failed", "random", said, "--resume")
+    assert "summary.md" in line
+    assert {d["name"]: d["status"] for d in _state(out)} == {"banded": "done", "random": "failed", "powerlaw": "done"}
+    rows = {r["name"]: r for r in json.loads((out / "summary.json").read_text())["matrices"]}
+    assert [rows[n]["status"] for n in ("banded", "random", "powerlaw")] == ["done", "failed", "done"]
+    assert "\n" not in rows["random"]["message"] and said in rows["random"]["message"]
+    assert len(ev.submitted) == 8  # the other two matrices' candidates
+    again = FakeTimingDouble(_time_of)
+    monkeypatch.setattr(farm_run, "open_farm_evaluator", lambda cfg: again)
+    res = cli(*argv, "--resume")
+    assert res.rc == 0, res.err[-2000:]
+    assert len(again.submitted) == 4  # the failed matrix only
+    s = json.loads((out / "summary.json").read_text())
+    assert [r["status"] for r in s["matrices"]] == ["done", "done", "done"]
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupt_turned_into_an_error() -> None:
+    interrupts._seen.set()  # Ctrl-C arrived, and became another error where it landed
+    raise RuntimeError("initialization failed")
+
+
+@pytest.mark.parametrize("raise_", [_interrupt, _interrupt_turned_into_an_error])
+def test_an_interrupt_in_a_search_stops_the_farm(farm_matrices: Path, tmp_path: Path, raise_) -> None:
+    """An interrupt that reaches a search (as itself, or seen by :mod:`sparserl.interrupts` and turned
+    into another error) stops the farm as Ctrl-C does: KeyboardInterrupt, what finished before is
+    kept, the summary written, the matrix not recorded as failed. Kills catching BaseException (the
+    interrupt recorded as a failure, the farm going on) and an error after an interrupt recorded as
+    a failure (--resume would list a matrix that only met the Ctrl-C as failed) or not stopping the farm."""
+    out = tmp_path / "farm"
+    cfg = FarmConfig(matrices=_mats(farm_matrices, "banded", "random"), out=str(out), store=str(tmp_path / "s.db"),
+                     search=SearchConfig(budget=4), at_once=1, progress=False)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_farm(cfg, evaluator=_RaisesOn("random", raise_))
+    finally:
+        interrupts._seen.clear()
+    assert [(d["name"], d["status"]) for d in _state(out)] == [("banded", "done")]
+    rows = {r["name"]: r["status"] for r in json.loads((out / "summary.json").read_text())["matrices"]}
+    assert rows == {"banded": "done", "random": "interrupted"}
+
+
+def test_an_error_of_the_farm_itself_starts_nothing_more(farm_matrices: Path, tmp_path: Path,
+                                                         monkeypatch) -> None:
+    """matrices.jsonl that cannot be written (a full disk): the error is raised, the summary is
+    written all the same, and the matrices still queued are not searched. Kills the summary written
+    only after a clean drive, and the queued matrices left in the pool (its exit searches every one of
+    them, recording none)."""
+    out = tmp_path / "farm"
+    cfg = FarmConfig(matrices=_mats(farm_matrices, "banded", "random", "powerlaw"), out=str(out),
+                     store=str(tmp_path / "s.db"), search=SearchConfig(budget=4), at_once=1, progress=False)
+
+    def full_disk(self, o) -> None:
+        raise OSError(28, "No space left on device", str(out / STATE))
+
+    monkeypatch.setattr(farm_run.Farm, "finished", full_disk)
+    ev = FakeTimingDouble(_time_of, delay=0.2)  # each of a matrix's candidates takes a while
+    with pytest.raises(OSError, match="No space left"):
+        run_farm(cfg, evaluator=ev)
+    assert len(ev.submitted) < 12  # powerlaw, queued behind random, never started
+    rows = json.loads((out / "summary.json").read_text())["matrices"]
+    assert [r["name"] for r in rows] == ["banded", "random", "powerlaw"]
+
+
+def test_resume_times_what_was_finished_compile_only(farm_matrices: Path, tmp_path: Path) -> None:
+    """Matrices finished compile-only are searched again by a resume that can time, and only then.
+    Kills rows with ``timed: false`` counted as done whatever the evaluator (never timed, and the
+    summary says timed) and counted as not done without a GPU too (a compile-only farm searched
+    again on every resume)."""
+    out = tmp_path / "farm"
+    cfg = FarmConfig(matrices=_mats(farm_matrices, "banded", "random"), out=str(out), store=str(tmp_path / "s.db"),
+                     search=SearchConfig(budget=4), at_once=1, progress=False)
+    first = run_farm(cfg, evaluator=_CompileOnly())
+    assert [(r["status"], r["timed"]) for r in first["matrices"]] == [("done", False)] * 2
+    resumed = FarmConfig(**{**cfg.__dict__, "resume": True})
+    again = _CompileOnly()
+    run_farm(resumed, evaluator=again)
+    assert again.submitted == []  # no GPU: compile-only rows are done
+    gpu = FakeTimingDouble(_time_of)
+    s = run_farm(resumed, evaluator=gpu)
+    assert len(gpu.submitted) == 8 and s["timed"] is True
+    assert [(r["status"], r["timed"]) for r in s["matrices"]] == [("done", True)] * 2
+    assert all(r["speedup"] for r in s["matrices"])
+    last = FakeTimingDouble(_time_of)
+    s = run_farm(resumed, evaluator=last)
+    assert last.submitted == [] and len(s["matrices"]) == 2
+
+
+def test_resume_knows_a_matrix_by_its_resolved_path(farm_matrices: Path, tmp_path: Path, monkeypatch) -> None:
+    """A farm started on a relative folder and resumed on the same folder's absolute path searches
+    nothing again and lists each matrix once. Kills matching the path string as typed."""
+    monkeypatch.chdir(farm_matrices.parent)
+    out = tmp_path / "farm"
+    cfg = FarmConfig(matrices=(farm_matrices.name,), out=str(out), store=str(tmp_path / "s.db"),
+                     search=SearchConfig(budget=4), progress=False)
+    run_farm(cfg, evaluator=FakeTimingDouble(_time_of))
+    ev = FakeTimingDouble(_time_of)
+    s = run_farm(FarmConfig(**{**cfg.__dict__, "matrices": (str(farm_matrices.resolve()),), "resume": True}),
+                 evaluator=ev)
+    assert ev.submitted == []
+    assert sorted(r["name"] for r in s["matrices"]) == ["banded", "broken", "powerlaw", "random"]
+    assert s["farm"]["candidates"] == 0
+
+
+def test_resume_skips_lines_that_are_not_records(farm_matrices: Path, tmp_path: Path, caplog) -> None:
+    """Journal and state lines that are JSON but not records this version reads (a kernel with time 0,
+    a field missing or one too many, a card without its fields, a row without a path, a list), and a
+    last line cut by a kill: --resume skips them with one warning per file that counts them, writes
+    the journal's good kernels, and the lines it appends start on a fresh line. Kills the lines read
+    unchecked (a traceback from ``VerifiedKernel(**...)`` or the summary) and an append that runs on
+    from the cut line (the first line written after it unreadable too)."""
+    out, store = tmp_path / "farm", tmp_path / "s.db"
+    cfg = FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(out), store=str(store),
+                     search=SearchConfig(budget=4), progress=False)
+    run_farm(cfg, evaluator=FakeTimingDouble(_time_of))
+    lines = (out / JOURNAL).read_text().splitlines()
+    kernel = next(json.loads(x)["kernel"] for x in lines if '"kernel"' in x)
+    matrix = next(json.loads(x)["matrix"] for x in lines if '"matrix"' in x)
+    bad = [{"kernel": {**kernel, "time_us": 0, "uid": "a"}}, {"kernel": {**kernel, "uid": "b", "new_field": 1}},
+           {"kernel": {k: v for k, v in kernel.items() if k != "uid"}}, {"matrix": {**matrix, "card": {}}},
+           [1, 2], "kernel"]
+    with (out / JOURNAL).open("a") as fh:
+        fh.write("".join(json.dumps(b) + "\n" for b in bad) + '{"kernel": {"fingerprint": "ab')  # cut by a kill
+    row = _state(out)[0]
+    with (out / STATE).open("a") as fh:
+        fh.write(json.dumps({k: v for k, v in row.items() if k != "path"}) + "\n"
+                 + json.dumps({**row, "evaluated": "many"}) + '\n{"name": "ra')
+    fresh = tmp_path / "fresh.db"  # a store that lacks the journal's kernels: resume writes the good ones
+    with caplog.at_level(logging.WARNING, logger="sparserl.farm.run"):
+        s = run_farm(FarmConfig(**{**cfg.__dict__, "matrices": _mats(farm_matrices, "banded", "random"),
+                                   "store": str(fresh), "resume": True}), evaluator=FakeTimingDouble(_time_of))
+    said = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(said) == 2 and "7 lines" in said[0] and JOURNAL in said[0], said
+    assert "3 lines" in said[1] and STATE in said[1], said
+    assert [(r["name"], r["status"]) for r in s["matrices"]] == [("banded", "done"), ("random", "done")]
+    from sparserl.search.store import BestStore
+
+    with BestStore(fresh) as st:  # banded's four kernels from the journal, random's four searched now
+        assert len(st.results()) == 8
+    for f, cut in ((JOURNAL, '{"kernel": {"fingerprint": "ab'), (STATE, '{"name": "ra')):
+        text = (out / f).read_text().splitlines()
+        after = text[text.index(cut) + 1:]
+        assert after and all(isinstance(json.loads(x), dict) for x in after)  # each a line of its own
+    assert json.loads((out / STATE).read_text().splitlines()[-1])["name"] == "random"
