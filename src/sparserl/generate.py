@@ -40,7 +40,7 @@ from sparserl.model.config import POLICY_TEMPERATURE
 from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import library_texts
-from sparserl.request.report import KernelReport
+from sparserl.request.report import KernelReport, prepare_out
 from sparserl.search.loop import SearchConfig, SearchResult, search_summary
 from sparserl.search.run import SearchJob, open_proposer, search_after_sampling, search_candidates
 
@@ -221,6 +221,7 @@ def generate_kernel(cfg: GenerateConfig, evaluator: Evaluator | None = None,
     t0 = time.perf_counter()
     ctx = MatrixContext.reuse_or_load(context, cfg.matrix, cfg.op, cfg.k)
     out = Path(cfg.out or f"runs/generate/{ctx.name}")
+    prepare_out(out)
     ev = evaluator or Evaluator(HarnessConfig(compile_only=cfg.compile_only, regimes=("cold", "warm"),
                                               reward_regime=cfg.regime))
     try:

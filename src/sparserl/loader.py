@@ -8,17 +8,27 @@
 buffers; ``__call__`` allocates y and runs the harness's own launch path
 (:class:`~sparserl.harness.launcher.BoundKernel`: the contract's output policy, then the LAUNCH
 lines). The kernel is compiled for the GPU at hand (NVRTC or nvcc, cached).
+
+A kernel is verified on one matrix structure (new values on it are fine: kernels read ``val``), and
+a kernel specialised to it (DIA offsets, row bins, long-row lists written into its text) computes
+wrong sums on another, without an error. So ``plan`` refuses a matrix of another structure than the
+one launch.json names (``other_structure=True`` runs it anyway, unverified). Loading says so in a
+warning when the folder's kernel was never run on a GPU (compile-only), was edited since it was
+written, or was verified on another GPU architecture.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from pathlib import Path
-
 
 from sparserl.errors import SparseRLError
 from sparserl.harness.extract import Extracted, extract
 from sparserl.kernels.contract import Op
+
+log = logging.getLogger(__name__)
 
 
 class SparseKernel:
@@ -39,20 +49,26 @@ class SparseKernel:
         if not isinstance(ex, Extracted):
             raise SparseRLError(f"{folder}/kernel.cu: {ex.message}")
         self.header = ex.header
-        built = compile_source(ex.code, CompileOptions(arch=device_arch()))
+        arch = device_arch()
+        for warning in _provenance_warnings(folder, self.info, (folder / "kernel.cu").read_text(), arch):
+            log.warning("%s", warning)
+        built = compile_source(ex.code, CompileOptions(arch=arch))
         if not built.ok:
             raise SparseRLError(f"{folder}/kernel.cu does not compile here: {built.log[-300:]}")
         self.cubin_path = built.cubin_path
         self.sms = num_sms()
         self.bound = None
 
-    def plan(self, A) -> "SparseKernel":
-        """Convert ``A`` (scipy sparse) to the kernel's format and upload it (once per matrix)."""
+    def plan(self, A, other_structure: bool = False) -> "SparseKernel":
+        """Convert ``A`` (scipy sparse) to the kernel's format and upload it (once per matrix). ``A`` must have
+        the structure the kernel was verified on (its values may differ); ``other_structure=True`` runs it on
+        another, unverified (a kernel specialised to its matrix then computes wrong sums, without an error)."""
         from sparserl.harness.launcher import BoundKernel, MatrixOnDevice
         from sparserl.matrices import canonicalize
 
-        bound = BoundKernel.bind(self.header, self.op, self.cubin_path, MatrixOnDevice(canonicalize(A)), self.k,
-                                 self.sms)
+        A = canonicalize(A)
+        check_structure(self.info, A, other_structure)
+        bound = BoundKernel.bind(self.header, self.op, self.cubin_path, MatrixOnDevice(A), self.k, self.sms)
         if isinstance(bound, str):
             raise SparseRLError(f"this kernel cannot run on that matrix: {bound}")
         self.bound = bound
@@ -87,6 +103,51 @@ class SparseKernel:
 
             return torch.as_tensor(y, device=f"cuda:{y.device.id}")
         return y
+
+
+def check_structure(info: dict, A, other_structure: bool = False) -> None:
+    """Refuse ``A`` when its structure is not the one launch.json ``info`` names (unless ``other_structure``);
+    a folder written before launch.json named it is not checked (a warning)."""
+    from sparserl.matrices.card import structure_fingerprint
+
+    want = info.get("fingerprint")
+    if want is None:
+        log.warning("this kernel's launch.json does not name the matrix it was verified on (written by an earlier "
+                    "SparseRL): the matrix planned is not checked")
+        return
+    got = structure_fingerprint(A)
+    if got != want and not other_structure:
+        shape = " x ".join(map(str, info.get("shape", ()))) or "?"
+        raise SparseRLError(f"this kernel was verified on another matrix structure ({shape}, {info.get('nnz', '?')} "
+                            f"nonzeros, fingerprint {want[:12]}; this one is {A.shape[0]} x {A.shape[1]}, {A.nnz} "
+                            f"nonzeros, {got[:12]}): a kernel specialised to its matrix computes wrong sums on another "
+                            "without an error. Run sparserl generate on this matrix, or plan(A, other_structure=True) "
+                            "to run it unverified")
+    if got != want:
+        log.warning("running a kernel verified on another matrix structure (%s) unverified", want[:12])
+
+
+def _provenance_warnings(folder: Path, info: dict, text: str, arch: str) -> list[str]:
+    """What a user should know before trusting a folder's kernel: never run on a GPU, edited since it was
+    written, verified on another GPU architecture (read from launch.json and report.json; nothing for what they
+    do not record)."""
+    out = []
+    sha = info.get("kernel_sha256")
+    if sha is not None and hashlib.sha256(text.encode()).hexdigest() != sha:
+        out.append(f"{folder}/kernel.cu was changed since it was verified (its launch.json names another text): "
+                   f"check it again with sparserl check-kernel")
+    try:
+        report = json.loads((folder / "report.json").read_text())
+    except (OSError, ValueError):
+        return out
+    if report.get("verified") is False:
+        out.append(f"{folder}/kernel.cu was never run on a GPU (written compile-only): check it with sparserl "
+                   "check-kernel before using it")
+    verified_on = (report.get("best") or {}).get("arch")
+    if report.get("verified") and verified_on and verified_on != arch:
+        out.append(f"{folder}/kernel.cu was verified and timed on {verified_on}, and this GPU is {arch}: its "
+                   "verdict and speedup are not this GPU's (check it with sparserl check-kernel)")
+    return out
 
 
 def load_kernel(folder: str | Path) -> SparseKernel:

@@ -195,6 +195,16 @@ def test_verified_best_kernel_and_load_kernel(mtx: Path, tmp_path: Path) -> None
     np.testing.assert_allclose(yt.cpu().numpy(), ref, rtol=1e-4, atol=1e-4)
     with pytest.raises(SparseRLError, match="shape"):
         kern(cp.zeros(3, dtype=cp.float32))
+    # new values on the same structure: planned; another structure: refused, unless asked for
+    B = A.copy()
+    B.data = np.random.default_rng(1).standard_normal(B.nnz).astype(B.dtype)
+    kern.plan(B)
+    np.testing.assert_allclose(cp.asnumpy(kern(cp.asarray(x))), B.astype(np.float64) @ x.astype(np.float64),
+                               rtol=1e-4, atol=1e-4)
+    other = generate("banded", 5000, seed=0, bands=3)
+    with pytest.raises(SparseRLError, match="verified on another matrix structure"):
+        kern.plan(other)
+    kern.plan(other, other_structure=True)
 
 
 @pytest.mark.gpu
@@ -274,3 +284,78 @@ def test_a_kernel_naming_its_matrixs_facts_is_saved_with_their_definitions(mtx: 
     saved = (tmp_path / "g" / "kernel.cu").read_text()
     assert rep.source == "written by the model" and rep.best.compiled
     assert "__device__ constexpr int MATRIX_DIA_RUNS[] = {-2, 2};" in saved, saved[:400]
+
+
+def test_a_folder_names_its_matrix_and_text_and_the_loader_checks_both(mtx: Path, tmp_path: Path, caplog) -> None:
+    """launch.json and report.json name the structure the kernel was verified on and launch.json the text's hash;
+    the loader's checks (CPU parts): another structure is refused, new values on this one are not; an edited
+    kernel, a compile-only folder and another GPU architecture are each a warning. Kills: the fingerprint or the
+    hash left out of launch.json, the structure check left out or comparing values too, the warnings' tests."""
+    import hashlib
+    import logging
+
+    from sparserl.loader import _provenance_warnings, check_structure
+    from sparserl.matrices import load_matrix
+    from sparserl.matrices.card import structure_fingerprint
+
+    dia = variants("spmv", "DIA")[0].render()
+    generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(tmp_path / "g"), compile_only=True),
+                    policy=FixedSampler([dia]))
+    out = tmp_path / "g"
+    info = json.loads((out / "launch.json").read_text())
+    A = load_matrix(mtx)
+    assert info["fingerprint"] == structure_fingerprint(A) == json.loads((out / "report.json").read_text())["fingerprint"]
+    text = (out / "kernel.cu").read_text()
+    assert info["kernel_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    B = A.copy()
+    B.data = B.data * 2
+    check_structure(info, B)  # the same structure, new values
+    with pytest.raises(SparseRLError, match=r"verified on another matrix structure \(5000 x 5000"):
+        check_structure(info, generate("banded", 5000, seed=0, bands=3))
+    with caplog.at_level(logging.WARNING, logger="sparserl.loader"):
+        check_structure(info, generate("banded", 5000, seed=0, bands=3), other_structure=True)
+        check_structure({}, A)
+    assert "unverified" in caplog.text and "does not name the matrix" in caplog.text
+    warned = _provenance_warnings(out, info, text, "sm_90")
+    assert len(warned) == 1 and "never run on a GPU" in warned[0]
+    assert "was changed since it was verified" in _provenance_warnings(out, info, text + "\n// mine", "sm_90")[0]
+    report = json.loads((out / "report.json").read_text())
+    report["verified"], report["best"]["arch"] = True, "sm_90"
+    (out / "report.json").write_text(json.dumps(report))
+    assert _provenance_warnings(out, info, text, "sm_90") == []
+    assert "verified and timed on sm_90, and this GPU is sm_80" in _provenance_warnings(out, info, text, "sm_80")[0]
+
+
+def test_an_interrupted_write_leaves_the_folder_as_it_was(mtx: Path, tmp_path: Path, monkeypatch) -> None:
+    """The report's files are made first and each put in place whole: an interrupt while launch.json is made
+    (the host conversion) leaves the earlier kernel and its launch.json together, and no partial file. Kills:
+    kernel.cu written before launch.json is made (another matrix's kernel beside the earlier launch.json)."""
+    import sparserl.request.report as report
+
+    csr = get_variant("spmv/csr_scalar/-/block=128").render()
+    out = tmp_path / "g"
+    generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(out), compile_only=True),
+                    policy=FixedSampler([csr]))
+    before = {f.name: f.read_text() for f in out.iterdir()}
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "launch_info", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(out), compile_only=True),
+                        policy=FixedSampler([variants("spmv", "DIA")[0].render()]))
+    assert {f.name: f.read_text() for f in out.iterdir()} == before
+
+
+def test_an_output_folder_that_cannot_be_written_fails_before_the_work(mtx: Path, tmp_path: Path) -> None:
+    """--out naming a file fails at once, before a sample is drawn. Kills: the folder first made at the end."""
+    (tmp_path / "file").write_text("")
+
+    class Never(FixedSampler):
+        def generate(self, samples, **kw):
+            raise AssertionError("sampled before the output folder was checked")
+
+    with pytest.raises(OSError):
+        generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(tmp_path / "file"), compile_only=True),
+                        policy=Never([]))

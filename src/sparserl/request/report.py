@@ -9,7 +9,9 @@ against cuSPARSE, roofline fraction, conversion cost, runners-up).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,8 @@ class KernelReport:
     """The search's summary (:func:`~sparserl.search.loop.search_summary`), when one ran."""
     out: str | None = None
     """The folder it was written to (:meth:`write`)."""
+    fingerprint: str | None = None
+    """The matrix's structure fingerprint (set by :meth:`write`): what the kernel was verified on."""
 
     @classmethod
     def of(cls, ctx: MatrixContext, best: Candidate, pool: CandidatePool, counts: list[EvalResult], counted: str,
@@ -113,7 +117,8 @@ class KernelReport:
 
     def to_dict(self) -> dict[str, Any]:
         """report.json."""
-        d = {"matrix": self.matrix, "path": self.path, "shape": list(self.shape), "nnz": self.nnz, "op": self.op,
+        d = {"matrix": self.matrix, "path": self.path, "shape": list(self.shape), "nnz": self.nnz,
+             **({"fingerprint": self.fingerprint} if self.fingerprint else {}), "op": self.op,
              "k": self.k, "verdict": self.verdict, "source": self.source, "verified": self.verified,
              "best": self.best.to_dict(), "samples": asdict(self.counts) | {"counted": self.counted},
              "runners_up": [asdict(r) for r in self.runners_up], "notes": list(self.notes), "config": self.config,
@@ -155,23 +160,53 @@ class KernelReport:
         return "\n".join(lines) + "\n"
 
     def write(self, out: Path, ctx: MatrixContext, extra_md: str = "") -> None:
-        """kernel.cu, launch.json, report.json and report.md (``extra_md`` appended) in ``out``."""
-        out.mkdir(parents=True, exist_ok=True)
-        self.out = str(out)
+        """kernel.cu, launch.json, report.json and report.md (``extra_md`` appended) in ``out``. Every file is
+        made first (the host conversion launch.json needs takes seconds on a large matrix), then each is put in
+        place whole (written beside, renamed over): an interrupted write leaves the folder's earlier files, never
+        one matrix's kernel beside another's launch.json."""
         self.kernel = materialise(self.kernel, ctx.op, lambda: ctx.card)  # the matrix's facts it names, written in
-        (out / "kernel.cu").write_text(self.kernel)
-        (out / "launch.json").write_text(json.dumps(launch_info(self.kernel, ctx), indent=1))
-        (out / "report.json").write_text(json.dumps(self.to_dict(), indent=1, default=str))
-        (out / "report.md").write_text(self.markdown() + extra_md)
+        self.fingerprint = ctx.card.fingerprint
+        launch = launch_info(self.kernel, ctx)
+        self.out = str(out)
+        files = {"kernel.cu": self.kernel, "launch.json": json.dumps(launch, indent=1),
+                 "report.json": json.dumps(self.to_dict(), indent=1, default=str),
+                 "report.md": self.markdown() + extra_md}
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = {name: out / f".{name}.{os.getpid()}.tmp" for name in files}
+        try:
+            for name, text in files.items():
+                tmp[name].write_text(text)
+            for name in ("launch.json", "report.json", "report.md", "kernel.cu"):  # kernel.cu, the loader's key, last
+                os.replace(tmp[name], out / name)
+        finally:
+            for t in tmp.values():
+                t.unlink(missing_ok=True)
+
+
+def prepare_out(out: Path) -> None:
+    """Make ``out`` and check a file can be written there, before the work whose results go there (a folder that
+    is a file, or one without permission, fails at once instead of after every sample was drawn and timed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    probe = out / f".probe.{os.getpid()}.tmp"
+    probe.write_text("")
+    probe.unlink()
+
+
+def kernel_sha256(text: str) -> str:
+    """The SHA-256 of a handed-over kernel's text (launch.json records it: the loader tells an edited kernel)."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def launch_info(text: str, ctx: MatrixContext) -> dict[str, Any]:
-    """launch.json: how to launch kernel ``text`` on the request's matrix."""
+    """launch.json: how to launch kernel ``text`` on the request's matrix, and which matrix structure and which
+    text were verified (the loader checks both)."""
     ex = extract(text, ctx.op)
     assert isinstance(ex, Extracted)  # the kernel handed back was extracted by the harness
     fd = convert(ctx.A, ex.header.format, ex.header.params)
     cfgs = evaluate_launches(ex.header, ctx.op, fd.launch_env(ctx.op, ctx.k, NUM_SMS))
     return {
+        "fingerprint": ctx.card.fingerprint, "shape": list(ctx.shape), "nnz": ctx.nnz,
+        "kernel_sha256": kernel_sha256(text),
         "op": ctx.op.value, "k": ctx.k, "format": fd.format, "format_params": fd.params,
         "launch_lines": [ln.render() for ln in ex.header.launches],
         "kernel_args": [f"{p.ctype} {p.name}" for p in kernel_params(fd.format, ctx.op)],
