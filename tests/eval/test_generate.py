@@ -359,3 +359,23 @@ def test_an_output_folder_that_cannot_be_written_fails_before_the_work(mtx: Path
     with pytest.raises(OSError):
         generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(tmp_path / "file"), compile_only=True),
                         policy=Never([]))
+
+
+def test_replacing_another_matrix_s_kernel_says_so(tmp_path: Path, caplog) -> None:
+    """Two matrices whose files share a name share the default folder: the second run's report replaces the
+    first's, with a warning naming both structures; a run again on the same matrix says nothing. Kills: the
+    warning left out, or given for the same matrix."""
+    import logging
+
+    for sub, bands in (("a", 5), ("b", 3)):
+        (tmp_path / sub).mkdir()
+        save_matrix(generate("banded", 3000, seed=0, bands=bands), tmp_path / sub / "A.mtx")
+    csr = get_variant("spmv/csr_scalar/-/block=128").render()
+    cfg = lambda sub: GenerateConfig(matrix=str(tmp_path / sub / "A.mtx"), samples=1,  # noqa: E731
+                                     out=str(tmp_path / "out"), compile_only=True)
+    with caplog.at_level(logging.WARNING, logger="sparserl.request.report"):
+        generate_kernel(cfg("a"), policy=FixedSampler([csr]))
+        generate_kernel(cfg("a"), policy=FixedSampler([csr]))
+        assert "held the kernel of another matrix" not in caplog.text
+        generate_kernel(cfg("b"), policy=FixedSampler([csr]))
+    assert "held the kernel of another matrix" in caplog.text

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import evaluate_launches, kernel_params
 from sparserl.request.candidates import Candidate, CandidatePool, Origin, RunnerUp
 from sparserl.request.context import MatrixContext
+
+log = logging.getLogger(__name__)
 
 NUM_SMS = 132
 """The SM count the launch geometry in launch.json is evaluated with (H100/H200)."""
@@ -172,6 +175,7 @@ class KernelReport:
                  "report.json": json.dumps(self.to_dict(), indent=1, default=str),
                  "report.md": self.markdown() + extra_md}
         out.mkdir(parents=True, exist_ok=True)
+        _warn_if_another_matrix(out, launch)
         tmp = {name: out / f".{name}.{os.getpid()}.tmp" for name in files}
         try:
             for name, text in files.items():
@@ -181,6 +185,18 @@ class KernelReport:
         finally:
             for t in tmp.values():
                 t.unlink(missing_ok=True)
+
+
+def _warn_if_another_matrix(out: Path, launch: dict) -> None:
+    """A warning when ``out`` holds the kernel of another matrix structure, about to be replaced (two matrices
+    whose files share a name share the default folder)."""
+    try:
+        before = json.loads((out / "launch.json").read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return
+    if before and before != launch["fingerprint"]:
+        log.warning("%s held the kernel of another matrix (structure %s); it is replaced by this one's (%s)", out,
+                    before[:12], launch["fingerprint"][:12])
 
 
 def prepare_out(out: Path) -> None:
