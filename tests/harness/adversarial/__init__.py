@@ -40,7 +40,8 @@ HEADER_CASES = {"no_header", "bad_launch_expression", "zero_y_on_csr", "zero_y_o
 """Cases refused at the header: extraction or the contract, before any code is looked at."""
 COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_memory",
                        "writes_device_const_by_address", "calls_outside_the_module",
-                       "address_rebuilt_under_branches", "mutable_member_of_a_const_instance"} | params.COMPILED_CODE_CASES
+                       "address_rebuilt_under_branches", "address_laundered_through_a_table",
+                       "mutable_member_of_a_const_instance"} | params.COMPILED_CODE_CASES
 """Static-check cases only the compiled code shows (the source is legal C++)."""
 RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit", "nondeterministic", "none",
                  "slow"}
