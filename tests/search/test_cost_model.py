@@ -813,3 +813,76 @@ def test_a_free_text_kernel_read_as_a_point_counts_as_that_point(tmp_path) -> No
     assert m.times == {"text/0000000000000000": 11.0, first.id: 11.0, "text/0000000000000001": 12.0,
                        "text/0000000000000002": 13.0}
     assert [(cid, t) for cid, _, _, t in m.points()] == [(first.id, 11.0)]
+
+
+# ---------------------------------------------------------------------------------------------
+# measurements files that are not measurements; GPU architectures; a fit that replaces the packaged model
+
+
+def _jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _row(train_mats, i: int = 0, **change) -> dict:
+    name, _, card, feats, points = train_mats[i]
+    return measured(name, card, feats, points).to_json() | change
+
+
+def _with_candidates(row: dict, change) -> dict:
+    cands = [dict(c) for c in row["candidates"]]
+    change(cands)
+    return row | {"candidates": cands}
+
+
+@pytest.mark.parametrize("bad", [
+    lambda r: [1, 2],
+    lambda r: "a string",
+    lambda r: r | {"cusparse_us": 0},
+    lambda r: r | {"cusparse_us": -3.0},
+    lambda r: r | {"cusparse_us": "12"},
+    lambda r: _with_candidates(r, lambda c: c[3].update(time_us=0)),
+    lambda r: _with_candidates(r, lambda c: c[3].update(time_us=1e-9)),
+    lambda r: _with_candidates(r, lambda c: c[3].update(time_us=float("nan"))),
+    lambda r: _with_candidates(r, lambda c: c[3].update(time_us=float("inf"))),
+    lambda r: _with_candidates(r, lambda c: c[3].pop("time_us")),
+    lambda r: _with_candidates(r, lambda c: c.append(dict(c[3], time_us=c[3]["time_us"] / 2))),
+    lambda r: _with_candidates(r, lambda c: c.append({"id": c[3]["id"], "ok": False, "verdict": "incorrect"})),
+    lambda r: _with_candidates(r, lambda c: c.append([c[3]["id"], 1.0])),
+], ids=["list", "string", "cusparse-zero", "cusparse-negative", "cusparse-text", "time-zero", "time-1e-9",
+        "time-nan", "time-inf", "ok-without-time", "id-twice", "id-twice-as-failed", "candidate-list"])
+def test_a_malformed_measurements_file_is_one_line_naming_its_file_and_line(train_mats, tmp_path, capsys,
+                                                                            bad) -> None:
+    """Each bad record on line 2 of a file: a one-line CostModelError naming the file and line 2, and
+    ``best cost-model`` (``--target ratio`` too, which divides by cuSPARSE's time) one ``error:`` line
+    and no model. Mutations killed: a line that is not an object read with ``.get`` (an AttributeError
+    traceback), cuSPARSE's or a candidate's time of 0, a negative, NaN, infinite or absurdly short one
+    accepted (a ZeroDivisionError under ``--target ratio``, or a fit on nonsense), a verified candidate
+    without its time dropped silently, a repeated candidate id overwriting the earlier time, the
+    line number left out of the message."""
+    from tests.search.test_cli import run_cli
+
+    good = _row(train_mats)
+    path = _jsonl(tmp_path / "bad.jsonl", [good, bad(_row(train_mats, 1))])
+    with pytest.raises(CostModelError) as exc:
+        load_measurements(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: line 2: ") and "\n" not in msg and "Error" not in msg, msg
+    assert len(load_measurements(_jsonl(tmp_path / "good.jsonl", [good]))) == 1  # the good line alone reads
+    for target in ("blend", "ratio"):
+        out = tmp_path / f"m_{target}.json.gz"
+        code, _, err = run_cli(["best", "cost-model", "--data", str(path), "--target", target, "--out", str(out),
+                                "--min-measurements", "1"], capsys)
+        assert code == 2 and err.startswith(f"error: {path}: line 2: ") and err.count("\n") == 1, err
+        assert not out.exists()
+
+
+def test_a_record_without_a_cusparse_time_is_still_skipped_and_free_text_kept(train_mats, tmp_path) -> None:
+    """What the loader read before stays readable: a compile-only record (cuSPARSE's time null) is
+    skipped, a failed candidate needs no time, free-text ids count as candidates. Mutation killed: a
+    validation that refuses the compile-only records benchmarks/cost_model_data.py writes."""
+    row = _with_candidates(_row(train_mats), lambda c: c.extend([{"id": "text/0", "ok": True, "time_us": 9.0},
+                                                                 {"id": "text/1", "ok": False}]))
+    [m] = load_measurements(_jsonl(tmp_path / "m.jsonl", [row, _row(train_mats, 1, cusparse_us=None)]))
+    assert m.times["text/0"] == 9.0 and m.failed["text/1"] == "failed"
+

@@ -17,7 +17,9 @@ How: gradient-boosted trees (LightGBM, the ``search`` extra), fitted on the veri
 the best-known store (:func:`store_measurements`) and of benchmark files
 (:func:`load_measurements`, written by ``benchmarks/cost_model_data.py``). Matrices of the
 held-out generator families (:data:`~sparserl.matrices.generators.HELD_OUT_FAMILIES`) are always
-left out. Each matrix weighs the same in the fit, however many of its candidates were measured.
+left out. Each matrix weighs the same in the fit, however many of its candidates were measured. A
+measurements file whose lines are not measurements (not an object, a time that is not one, a
+candidate listed twice) is a one-line :class:`CostModelError` naming the file and line.
 
 Real matrices (SuiteSparse's, a store's: :data:`REAL_FAMILIES`) and generated ones pull a fit
 different ways: added to the generated matrices, the 80 SuiteSparse ones lifted top-5 recall on
@@ -87,6 +89,11 @@ MIN_MEASUREMENTS = 200
 """Verified measurements a training set needs at least."""
 MIN_MATRICES = 4
 """Matrices a training set needs at least (a model of fewer has seen too few structures)."""
+
+MIN_TIME_US = 0.1
+"""The shortest time a measurements file may record, in us: no kernel runs on a GPU in less (a launch
+alone takes about a microsecond; the shortest of the benchmark files is 4 us). A shorter one is not a
+measurement."""
 
 NNZ_MARGIN = 4.0
 """A model applies to matrices of at most this factor fewer or more nonzeros than it was trained
@@ -177,17 +184,33 @@ class MatrixMeasurements:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], source: str = "") -> MatrixMeasurements:
+        """One matrix's record; a time that is not a measurement (not a number, or below
+        :data:`MIN_TIME_US`), a verified candidate without its time, or a candidate listed twice is a
+        one-line :class:`CostModelError`."""
+        cusparse_us = _time_us(d["cusparse_us"], "cusparse_us")
         times, failed = {}, {}
         for c in d["candidates"]:
-            if c.get("ok") and c.get("time_us") is not None and c["time_us"] > 0:
-                times[c["id"]] = float(c["time_us"])
-            elif not c.get("ok"):
+            if not isinstance(c, dict):
+                raise CostModelError(f"a candidate that is not a JSON object: {str(c)[:60]}")
+            if c["id"] in times or c["id"] in failed:
+                raise CostModelError(f"candidate {c['id']} is listed twice (which time is its?)")
+            if c.get("ok"):
+                times[c["id"]] = _time_us(c.get("time_us"), f"time_us of {c['id']}")
+            else:
                 failed[c["id"]] = str(c.get("verdict") or c.get("error_kind") or "failed")
         return cls(name=d["matrix"], family=d.get("family") or "unknown", op=d.get("op", "spmv"), k=d.get("k"),
                    arch=d.get("arch"), regime=d.get("regime", "cold"), card=MatrixCard.from_dict(d["card"]),
                    features=MatrixFeatures.from_dict(d["features"]) if d.get("features") else None,
-                   cusparse_us=float(d["cusparse_us"]), times=times, failed=failed,
+                   cusparse_us=cusparse_us, times=times, failed=failed,
                    source=d.get("source") or source)
+
+
+def _time_us(v: Any, what: str) -> float:
+    """``v`` as a measured time in us, or a one-line :class:`CostModelError` saying why it is not one."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < MIN_TIME_US:
+        raise CostModelError(f"{what} is {v!r}, not a measured time (a number of microseconds, at least "
+                             f"{MIN_TIME_US:g})")
+    return float(v)
 
 
 def load_measurements(path: str | os.PathLike[str]) -> list[MatrixMeasurements]:
@@ -202,9 +225,13 @@ def load_measurements(path: str | os.PathLike[str]) -> list[MatrixMeasurements]:
         with opener(p, "rt") as fh:
             for i, line in enumerate(fh, 1):
                 d = json.loads(line) if line.strip() else None
+                if d is not None and not isinstance(d, dict):
+                    raise CostModelError(f"a {type(d).__name__}, not a JSON object (one matrix's measurements)")
                 if d is not None and d.get("cusparse_us") is not None:  # None: nothing verified (compile-only)
                     out.append(MatrixMeasurements.from_json(d, source=str(p)))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except CostModelError as exc:
+        raise CostModelError(f"{p}: line {i}: {exc}") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CostModelError(f"{p}: not a measurements file (line {i}: {type(exc).__name__} {exc})") from None
     return out
 
