@@ -24,6 +24,17 @@ def visible_gpus() -> list[int]:
         return []
 
 
+def gpus_arch(devices: list[int]) -> str | None:
+    """The architecture (``sm_XY``) of the CUDA GPUs ``devices``; None without them, or when they differ."""
+    try:
+        import cupy
+
+        archs = {f"sm_{cupy.cuda.Device(d).compute_capability}" for d in devices}
+    except Exception:
+        return None
+    return archs.pop() if len(archs) == 1 else None
+
+
 NO_GPU_NOTE = ("no CUDA GPU visible: running compile-only (kernels are compiled and checked, not run, so "
                "nothing is verified or timed)")
 """What every command says when it falls back to compile-only (see :func:`compile_only_or_fallback`)."""

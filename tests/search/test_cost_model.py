@@ -886,3 +886,91 @@ def test_a_record_without_a_cusparse_time_is_still_skipped_and_free_text_kept(tr
     [m] = load_measurements(_jsonl(tmp_path / "m.jsonl", [row, _row(train_mats, 1, cusparse_us=None)]))
     assert m.times["text/0"] == 9.0 and m.failed["text/1"] == "failed"
 
+
+def test_a_model_of_another_architecture_falls_back_with_one_warning(model, test_mats, tmp_path, caplog) -> None:
+    """A model fitted on sm_90 times, asked to order a search on sm_80: one warning line naming both, and
+    the selector's order exactly; on sm_90, or where no architecture is known (no GPU), the model. Through
+    search_array, the evaluator's architecture decides. Mutations killed: no architecture check (the sm_90
+    model orders any GPU's search, as before), search_array not passing the evaluator's architecture, a
+    compile-only search (no architecture) refused its model, the fallback logged below a warning."""
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.run import search_array
+
+    path = model.save(tmp_path / "sm90.json.gz")
+    assert model.meta["archs"] == model.archs == ["sm_90"]
+    name, A, card, feats, _ = test_mats[0]
+    with caplog.at_level(logging.INFO, logger="sparserl.search.ranker"):
+        r = make_ranker(str(path), card, feats, "spmv", None, "sm_80")
+    assert type(r) is Ranker
+    warnings = [x.getMessage() for x in caplog.records if x.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0] and "selector's order" in warnings[0], warnings
+    assert "sm_90" in warnings[0] and "sm_80" in warnings[0]
+    assert _search_ids(A, card, r) == _search_ids(A, card, None)
+    for arch in ("sm_90", None):
+        assert isinstance(make_ranker(str(path), card, feats, "spmv", None, arch), ModelRanker)
+
+    class NoGpu(FakeTimingDouble):
+        has_gpu = False
+
+    picks = {}
+    for ev in (FakeTimingDouble(lambda t: 10.0, arch="sm_90"), FakeTimingDouble(lambda t: 10.0, arch="sm_80"),
+               NoGpu(lambda t: 10.0, arch="sm_80")):
+        res = search_array(MatrixContext(A, name, Op.SPMV), SearchConfig(budget=12, parallel=1, cost_model=str(path)),
+                           ev, None, progress=False)
+        picks[(ev.arch, ev.has_gpu)] = sum(e.proposal.provenance is Provenance.MODEL for e in res.entries)
+    assert picks == {("sm_90", True): 4, ("sm_80", True): 0, ("sm_80", False): 4}
+    assert Evaluator(HarnessConfig(compile_only=True)).arch is None  # compile-only: no architecture
+
+
+def test_your_own_model_of_another_architecture_gives_way_to_the_packaged_one(model, test_mats, tmp_path,
+                                                                               monkeypatch, caplog) -> None:
+    """``default`` with a user's own model fitted on sm_80: an sm_80 search uses it, an sm_90 search the
+    packaged model (fitted on sm_90), a GPU the packaged one was not fitted on either keeps the selector's
+    order with one warning. Mutation killed: a user's model of one GPU shadowing the packaged model on
+    every other (a fit on one machine would take the model away from the others)."""
+    from sparserl.search.cost_model import user_model_path
+
+    monkeypatch.setenv("SPARSERL_CACHE_DIR", str(tmp_path / "cache"))
+    user_model_path().parent.mkdir(parents=True)
+    _rewrite(model.save(tmp_path / "m.json.gz"), user_model_path(), lambda b: b.update(archs=["sm_80"]))
+    _, _, card, feats, _ = test_mats[0]
+    packaged = CostModel.load(PACKAGED_MODEL)
+    r = make_ranker("default", card, feats, "spmv", None, "sm_80")
+    assert isinstance(r, ModelRanker) and r.model.archs == ["sm_80"]
+    r = make_ranker("default", card, feats, "spmv", None, "sm_90")
+    assert isinstance(r, ModelRanker) and r.model.meta == packaged.meta
+    with caplog.at_level(logging.WARNING, logger="sparserl.search.ranker"):
+        assert type(make_ranker("default", card, feats, "spmv", None, "sm_100")) is Ranker
+    assert len(caplog.records) == 1 and "sm_80" in caplog.text and "sm_100" in caplog.text
+
+
+def test_measurements_of_two_architectures_are_not_pooled(train_mats, tmp_path, monkeypatch, capsys) -> None:
+    """The same matrices timed on sm_90 and sm_80: ``train`` and ``best cost-model`` refuse them together
+    with one line naming both; ``--arch`` fits on that architecture's times alone and records it; an
+    architecture the data lacks is one line. Mutations killed: measurements of several architectures
+    pooled into one fit (each matrix twice with conflicting labels), --arch ignored, the refusal dropped
+    when --arch is not given."""
+    from tests.search.test_cli import run_cli
+
+    monkeypatch.setenv("SPARSERL_CACHE_DIR", str(tmp_path / "cache"))
+    rows = [_row(train_mats, i) for i in range(len(train_mats))]
+    a = _jsonl(tmp_path / "a.jsonl", rows)
+    b = _jsonl(tmp_path / "b.jsonl", [r | {"arch": "sm_80"} for r in rows])
+    both = load_measurements(a) + load_measurements(b)
+    with pytest.raises(CostModelError, match=r"2 GPU architectures \(sm_80, sm_90\)") as exc:
+        train(both, TrainConfig(trees=3))
+    assert "\n" not in str(exc.value)
+    out = tmp_path / "m.json.gz"
+    base = ["best", "cost-model", "--data", str(a), "--data", str(b), "--trees", "3", "--out", str(out)]
+    code, _, err = run_cli(base, capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "sm_80, sm_90" in err, err
+    assert "--arch" in err and not out.exists()
+    code, _, err = run_cli(base + ["--arch", "sm_75"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "no measurements of sm_75" in err, err
+    code, printed, err = run_cli(base + ["--arch", "sm_80"], capsys)
+    assert code == 0, err
+    m = CostModel.load(out)
+    assert m.archs == ["sm_80"] and m.meta["trained_on"]["matrices"] == len(rows)
+    assert m.meta["trained_on"]["measurements"] == sum(len(x.points()) for x in load_measurements(b))
+

@@ -172,6 +172,8 @@ def best_cost_model(
     op: str = typer.Option(None, help="fit the model of this operator only: spmv or spmm [default: one model for "
                                       "each operator the data has]"),
     regime: str = typer.Option("cold", help="train on the times of this regime: cold or warm"),
+    arch: str = typer.Option(None, help="train on the times of this GPU architecture only (e.g. sm_90); searches "
+                                        "on other GPUs do not use the model [default: the data's one architecture]"),
     trees: int = typer.Option(200, help="boosting rounds"),
     target: str = typer.Option("blend", help="what the model learns: blend (a ranking fit and a regression of "
                                              "log time over the matrix's fastest, summed: the best top-5 when "
@@ -180,12 +182,13 @@ def best_cost_model(
     min_measurements: int = typer.Option(200, help="refuse to train on fewer verified measurements"),
 ) -> None:
     """Fit the cost models that order a search's candidates, on the store's verified times (and
-    benchmark measurements): one model per operator (SpMV, SpMM), each on its own measurements;
-    matrices of the held-out generator families are left out."""
+    benchmark measurements) of one GPU architecture: one model per operator (SpMV, SpMM), each on its
+    own measurements; matrices of the held-out generator families are left out."""
     from sparserl.search.cost_model import (
         CostModelError,
         TrainConfig,
         load_measurements,
+        select_arch,
         store_measurements,
         train,
         user_model_path,
@@ -205,6 +208,7 @@ def best_cost_model(
         measurements += [m for m in load_measurements(f) if m.regime == regime]
         sources.append(str(f))
     where = " and ".join(sources)
+    measurements = select_arch(measurements, arch, where)
     ops = [op] if op is not None else sorted({m.op for m in measurements}) or ["spmv"]
     if out is not None and len(ops) > 1:
         raise SparseRLError(f"the data has measurements of {' and '.join(ops)}: a model file holds one operator; "

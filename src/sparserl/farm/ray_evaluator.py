@@ -453,6 +453,12 @@ class RayEvaluator:
     def has_gpu(self) -> bool:
         return self._gpu_mode and any(a.alive for a in self.actors)
 
+    @property
+    def arch(self) -> str | None:
+        """The architecture of the cluster's GPUs (sm_XY); None without them, or when they differ."""
+        archs = {a.info.get("arch") for a in self.actors if a.alive} if self.has_gpu else set()
+        return archs.pop() if len(archs) == 1 else None
+
     def register(self, A, name: str = "matrix") -> MatrixRef:
         from sparserl.harness.matrix_files import save_matrix_file
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
-from sparserl.devices import visible_gpus
+from sparserl.devices import gpus_arch, visible_gpus
 from sparserl.errors import ContractError, SparseRLError
 from sparserl.harness.compile import CompileOptions, compile_source, default_cache_dir
 from sparserl.harness.extract import ExtractError, extract
@@ -190,6 +190,7 @@ class Evaluator:
         self._cards_lock = threading.Lock()
         self.memo_hits = 0
         """Submissions answered from the memo (see ``HarnessConfig.memo``)."""
+        self._arch: str | None = None
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -200,6 +201,14 @@ class Evaluator:
         if self._devices is None:
             self._devices = visible_gpus()
         return bool(self._devices)
+
+    @property
+    def arch(self) -> str | None:
+        """The architecture of the GPUs kernels are timed on (sm_XY); None without a GPU (compile-only)
+        or when its GPUs are of different architectures."""
+        if self._arch is None and self.has_gpu:
+            self._arch = gpus_arch(self._devices)
+        return self._arch if self.has_gpu else None
 
     @property
     def pool(self) -> WorkerPool:

@@ -29,6 +29,11 @@ class KernelEvaluator(Protocol):
         """Whether kernels run (False: compile-only, every result ``no_gpu``)."""
         ...
 
+    @property
+    def arch(self) -> str | None:
+        """The GPU architecture kernels are timed on (sm_XY); None when nothing is timed or it is not one."""
+        ...
+
     def register(self, A: sp.csr_array, name: str = "matrix") -> MatrixRef:
         """Make ``A`` available to whatever runs the kernels; the handle evaluations name it by."""
         ...

@@ -18,6 +18,8 @@ the best-known store (:func:`store_measurements`) and of benchmark files
 (:func:`load_measurements`, written by ``benchmarks/cost_model_data.py``). Matrices of the
 held-out generator families (:data:`~sparserl.matrices.generators.HELD_OUT_FAMILIES`) are always
 left out. Each matrix weighs the same in the fit, however many of its candidates were measured. A
+model is fitted on the times of one GPU architecture (:func:`select_arch`; it has no feature to tell
+two GPUs' times apart) and records it; a search on another GPU keeps the selector's order. A
 measurements file whose lines are not measurements (not an object, a time that is not one, a
 candidate listed twice) is a one-line :class:`CostModelError` naming the file and line.
 
@@ -284,6 +286,27 @@ def store_measurements(store, regime: str = "cold") -> list[MatrixMeasurements]:
     return out
 
 
+def archs_of(data: Iterable[MatrixMeasurements]) -> list[str]:
+    """The GPU architectures ``data`` was measured on, sorted (a measurement of unknown architecture: none)."""
+    return sorted({m.arch for m in data if m.arch and m.arch != "unknown"})
+
+
+def select_arch(data: Sequence[MatrixMeasurements], arch: str | None = None,
+                where: str = "the training data") -> list[MatrixMeasurements]:
+    """The measurements of ``arch`` (those of unknown architecture too); ``arch`` None: all of them,
+    which must then be of one architecture. Times of one matrix on two GPUs disagree, and the model has no
+    feature to tell them apart: several architectures, or none of ``arch``, is a one-line :class:`CostModelError`."""
+    archs = archs_of(data)
+    if arch is None:
+        if len(archs) > 1:
+            raise CostModelError(f"{where}: measurements of {len(archs)} GPU architectures ({', '.join(archs)}); "
+                                 "a cost model is fitted on one: choose it with --arch")
+        return list(data)
+    if archs and arch not in archs:
+        raise CostModelError(f"{where}: no measurements of {arch} (only of {', '.join(archs)})")
+    return [m for m in data if m.arch in (arch, None, "unknown")]
+
+
 def trainable(data: Iterable[MatrixMeasurements]) -> tuple[list[MatrixMeasurements], int]:
     """The matrices a model may be fitted on (held-out families left out), and how many were left out."""
     from sparserl.matrices.generators import is_held_out
@@ -409,9 +432,10 @@ def check_enough(data: Sequence[MatrixMeasurements], cfg: TrainConfig, where: st
 
 def train(data: Sequence[MatrixMeasurements], cfg: TrainConfig = TrainConfig(), where: str = "the training data",
           sources: Sequence[str] = ()) -> CostModel:
-    """Fit a cost model on ``data`` (held-out families left out; too little data is a one-line error)."""
+    """Fit a cost model on ``data`` (held-out families left out; too little data, or data of several GPU
+    architectures (:func:`select_arch`), is a one-line error)."""
     lgb = _lightgbm()
-    data, dropped = trainable(data)
+    data, dropped = trainable(select_arch(data, where=where))
     check_enough(data, cfg, where)
     real = [m for m in data if m.family in REAL_FAMILIES]
     generated = [m for m in data if m.family not in REAL_FAMILIES]
@@ -441,7 +465,7 @@ def _train_one(lgb, data: Sequence[MatrixMeasurements], dropped: int, cfg: Train
     else:
         booster, X, groups = _fit(lgb, data, vocab, cfg, cfg.target)
         gap = None
-    archs = sorted({m.arch for m in data if m.arch})
+    archs = archs_of(data)
     meta = {"format": MODEL_FORMAT, "format_version": FORMAT_VERSION, "layout": cf.FEATURE_LAYOUT,
             "feature_names": list(cf.feature_names()), "vocab": vocab, "target": cfg.target,
             "ops": sorted({m.op for m in data}), "archs": archs, "regimes": sorted({m.regime for m in data}),
@@ -564,6 +588,19 @@ class CostModel:
                        points: Sequence[tuple[str, Mapping[str, int]]]) -> np.ndarray:
         part = self.part_for(card)
         return part.predict(cf.rows(card, features, op, k, points, part.meta["vocab"]))
+
+    @property
+    def archs(self) -> list[str]:
+        """The GPU architectures the model (and its real part) was fitted on; empty when unknown."""
+        part = self.real_part.archs if self.real_part is not None else []
+        return sorted(set(self.meta.get("archs") or []) | set(part))
+
+    def other_arch(self, arch: str | None) -> str | None:
+        """Why the model does not apply on a GPU of ``arch`` (it was fitted on another architecture's
+        times), or None when it does, or either is unknown."""
+        if arch is None or arch == "unknown" or not self.archs or arch in self.archs:
+            return None
+        return f"the cost model was fitted on {', '.join(self.archs)} measurements, this GPU is {arch}"
 
     def outside(self, card: MatrixCard) -> str | None:
         """Why the model does not apply to this matrix (its size lies more than

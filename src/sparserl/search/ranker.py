@@ -15,8 +15,8 @@ The base class is the null ranker: no picks, every list kept as given, so a sear
 proposes exactly what it proposed before there was a cost model. :class:`ModelRanker` asks a
 :class:`~.cost_model.CostModel`. :func:`make_ranker` turns a search's ``cost_model`` setting
 into one, falling back to the null ranker with one logged line when the model cannot be used
-(missing lightgbm, a file of another version or feature layout, an op it was not trained on),
-and quietly (an info line) for a matrix far outside the sizes the model was trained on.
+(missing lightgbm, a file of another version or feature layout, an op or a GPU architecture it was
+not trained on), and quietly (an info line) for a matrix far outside the sizes the model was trained on.
 """
 
 from __future__ import annotations
@@ -168,10 +168,13 @@ def check_cost_model_option(spec: str | None, flag: str = "--cost-model") -> Non
 
 
 def make_ranker(spec: str | None, card: MatrixCard, features: MatrixFeatures | None, op: Op | str,
-                k: int | None) -> Ranker:
+                k: int | None, arch: str | None = None) -> Ranker:
     """The ranker a search's ``cost_model`` setting asks for (``none``: the null ranker); the
-    null ranker, with one logged line, when the model cannot be used."""
-    from sparserl.search.cost_model import CostModelError
+    null ranker, with one logged line, when the model cannot be used. ``arch``: the GPU architecture
+    the search times on (sm_XY), whose times a model must have been fitted on (None: unknown, as
+    without a GPU; any model then); under ``default``, a user's own model of another architecture
+    gives way to the packaged one where that was fitted on this one."""
+    from sparserl.search.cost_model import CostModelError, packaged_model_path
 
     if spec is None or spec == "none":
         return Ranker()
@@ -184,6 +187,18 @@ def make_ranker(spec: str | None, card: MatrixCard, features: MatrixFeatures | N
     if op.value not in model.meta.get("ops", ()):
         log.warning("%s: the cost model was trained on %s only, not %s; the search keeps the selector's order",
                     path, ", ".join(model.meta.get("ops", ())) or "nothing", op.value)
+        return Ranker()
+    why = model.other_arch(arch)
+    if why is not None and spec == "default" and path != packaged_model_path(op):
+        try:  # the user's own model is of another GPU: the packaged one, where it was fitted on this one's times
+            packaged, packaged_path = load_model(str(packaged_model_path(op)), op)
+        except CostModelError:
+            packaged = None
+        if packaged is not None and op.value in packaged.meta.get("ops", ()) and packaged.other_arch(arch) is None:
+            log.info("%s: %s; the packaged cost model instead", path, why)
+            model, path, why = packaged, packaged_path, None
+    if why is not None:
+        log.warning("%s: %s; the search keeps the selector's order", path, why)
         return Ranker()
     why = model.outside(card)
     if why is not None:

@@ -155,8 +155,8 @@ def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | N
     """Search the request's matrix with an open evaluator and store: what ``search``, ``generate
     --search``, ``improve``, the farm and the benchmark share. ``proposer``: the policy's (None:
     templates only); ``prior``: the model's samples, already evaluated. ``journal``, ``stop``: see
-    :class:`~.loop.StoreSink` and :func:`~.loop.run_search`. ``ranker``: the candidates' order
-    (None: what ``cfg.cost_model`` names, see :func:`~.ranker.make_ranker`).
+    :class:`~.loop.StoreSink` and :func:`~.loop.run_search`. ``ranker``: the candidates' order (None:
+    what ``cfg.cost_model`` names, for the evaluator's GPU architecture, see :func:`~.ranker.make_ranker`).
 
     ``accepts``: the host check of formats; default none on a GPU (converting a large matrix on the
     host for every format costs as much as the worker's own conversion, minutes at 10^7 nonzeros:
@@ -165,7 +165,7 @@ def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | N
     card, features = ctx.card, ctx.features
     log.info("%s: %d x %d, %d nonzeros; card in %.1f s", ctx.name, *ctx.shape, ctx.nnz, time.perf_counter() - t)
     if ranker is None:
-        ranker = make_ranker(cfg.cost_model, card, features, ctx.op, ctx.k)
+        ranker = make_ranker(cfg.cost_model, card, features, ctx.op, ctx.k, ev.arch if ev.has_gpu else None)
     known_row, known = _known(store, card.fingerprint, ctx.op, ctx.k, cfg.regime) if store is not None else (None, [])
     if known_row is not None:
         log.info("the store knows %s for this matrix: %s", ctx.name, known_row.candidate_id or known_row.kernel_sha[:12])
