@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("lightgbm")
 
+from sparserl.errors import SparseRLError  # noqa: E402
 from sparserl.kernels.contract import Op  # noqa: E402
 from sparserl.matrices import generate  # noqa: E402
 from sparserl.matrices.card import card_and_features  # noqa: E402
@@ -974,3 +975,41 @@ def test_measurements_of_two_architectures_are_not_pooled(train_mats, tmp_path, 
     assert m.archs == ["sm_80"] and m.meta["trained_on"]["matrices"] == len(rows)
     assert m.meta["trained_on"]["measurements"] == sum(len(x.points()) for x in load_measurements(b))
 
+
+def test_a_fit_that_replaces_the_packaged_model_says_so_and_compares_their_sizes(train_mats, tmp_path,
+                                                                                 monkeypatch, capsys) -> None:
+    """``best cost-model`` writing where searches look says that searches now use it instead of the
+    packaged model, with both sizes (measurements, matrices, families); written elsewhere (--out), it
+    says nothing of the kind; --min-measurements below 1 is one line. The sizes are those of each
+    model's largest part (the packaged real part holds every matrix). Mutations killed: the packaged
+    model replaced silently, the sizes of the generated part alone, --min-measurements 0 accepted."""
+    from sparserl.search.cost_model import user_model_path
+    from tests.search.test_cli import run_cli
+
+    monkeypatch.setenv("SPARSERL_CACHE_DIR", str(tmp_path / "cache"))
+    packaged = CostModel.load(PACKAGED_MODEL)
+    real = packaged.real_part.meta["trained_on"]
+    assert packaged.size() == (real["measurements"], real["matrices"], sorted(real["families"]))
+    assert real["measurements"] > packaged.meta["trained_on"]["measurements"]
+    few = _jsonl(tmp_path / "few.jsonl", [_row(train_mats, i) for i in range(4)])
+    n = sum(len(m.points()) for m in load_measurements(few))
+    code, out, err = run_cli(["best", "cost-model", "--data", str(few), "--trees", "3", "--min-measurements", "1"],
+                             capsys)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if "searches now use this model" in x)
+    assert line.startswith("spmv searches now use this model") and "instead of the packaged one" in line
+    assert f"({n} measurements on 4 matrices of 1 families, sm_90)" in line, line
+    assert f"({real['measurements']} measurements on {real['matrices']} matrices of {len(real['families'])} " \
+           f"families, sm_90)" in line, line
+    assert line.endswith(f"delete {user_model_path()} to use the packaged one again"), line
+    assert CostModel.load(user_model_path()).size()[0] == n
+    code, out, err = run_cli(["best", "cost-model", "--data", str(few), "--trees", "3", "--min-measurements", "1",
+                              "--out", str(tmp_path / "elsewhere.json.gz")], capsys)
+    assert code == 0 and "searches now use" not in out and (tmp_path / "elsewhere.json.gz").exists()
+    for bad in ("0", "-5"):
+        code, out, err = run_cli(["best", "cost-model", "--data", str(few), "--min-measurements", bad,
+                                  "--out", str(tmp_path / "no.json.gz")], capsys)
+        assert code == 2 and err.startswith("error: --min-measurements") and err.count("\n") == 1, err
+        assert not (tmp_path / "no.json.gz").exists()
+    with pytest.raises(SparseRLError, match="min_measurements"):
+        TrainConfig(min_measurements=0)

@@ -196,6 +196,8 @@ def best_cost_model(
 
     if regime not in ("cold", "warm"):
         raise SparseRLError(f"--regime must be cold or warm, got {regime!r}")
+    if min_measurements < 1:
+        raise SparseRLError(f"--min-measurements must be at least 1, got {min_measurements}")
     _check_op(op)
     if out is not None:
         _not_an_input(out, store, data, reads_store=store is not None or not data)
@@ -231,5 +233,27 @@ def best_cost_model(
                                                if model.real_part is not None else ()))
         typer.echo(f"wrote {path}: {model.describe()}; families {', '.join(fams)}"
                    + (f"; {t['held_out_left_out']} held-out matrices left out" if t["held_out_left_out"] else ""))
+        if path.resolve() == user_model_path(o).resolve():
+            typer.echo(_instead_of_packaged(model, o, path))
     if len(errors) == len(ops):
         raise errors[0]
+
+
+def _instead_of_packaged(model, op: str, path: Path) -> str:
+    """The line that says ``op``'s searches now use ``model`` instead of the packaged one, and how their
+    sizes compare (a fit on a few measurements replaces one on thousands, for every later search)."""
+    from sparserl.search.cost_model import CostModel, CostModelError, packaged_model_path
+
+    def size(m) -> str:
+        n, mats, fams = m.size()
+        return f"{n} measurements on {mats} matrices of {len(fams)} families, {', '.join(m.archs) or 'GPU unknown'}"
+
+    try:
+        packaged = CostModel.load(packaged_model_path(op))
+    except CostModelError:  # none packaged for this operator (or one this version cannot read)
+        return f"{op} searches now use this model ({size(model)}); no packaged model to compare it with"
+    if model.archs and packaged.archs and not set(model.archs) & set(packaged.archs):
+        return (f"{op} searches on {', '.join(model.archs)} now use this model ({size(model)}); on "
+                f"{', '.join(packaged.archs)} the packaged one ({size(packaged)}) still orders them")
+    return (f"{op} searches now use this model ({size(model)}) instead of the packaged one ({size(packaged)}); "
+            f"delete {path} to use the packaged one again")

@@ -365,6 +365,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise SparseRLError(f"target must be one of {TARGETS}, got {self.target!r}")
+        if self.min_measurements < 1 or self.min_matrices < 1:
+            raise SparseRLError("need min_measurements >= 1 and min_matrices >= 1")
         if self.trees < 1 or self.leaves < 2 or not self.learning_rate > 0 or self.min_child_samples < 1:
             raise SparseRLError("need trees >= 1, leaves >= 2, learning_rate > 0 and min_child_samples >= 1")
         if not 0.0 < self.feature_fraction <= 1.0:
@@ -601,6 +603,13 @@ class CostModel:
         if arch is None or arch == "unknown" or not self.archs or arch in self.archs:
             return None
         return f"the cost model was fitted on {', '.join(self.archs)} measurements, this GPU is {arch}"
+
+    def size(self) -> tuple[int, int, list[str]]:
+        """(measurements, matrices, families) it was fitted on, its real part counted (which holds them all)."""
+        parts = [self] + ([self.real_part] if self.real_part is not None else [])
+        t = [p.meta.get("trained_on", {}) for p in parts]
+        return (max(x.get("measurements", 0) for x in t), max(x.get("matrices", 0) for x in t),
+                sorted({f for x in t for f in x.get("families", ())}))
 
     def outside(self, card: MatrixCard) -> str | None:
         """Why the model does not apply to this matrix (its size lies more than
