@@ -289,3 +289,90 @@ def test_cli_build_and_its_error_line(tmp_path, archives, cli) -> None:
     assert ok.rc == 0, ok.err
     assert "demo-kernels" in ok.out and "other-ops" in ok.out and "wrote" in ok.out
     one_line_error(cli(*base, "--out", tmp_path / "d", "--archives", tmp_path), "holds no package archives")
+
+
+def _sdist(folder: Path, name: str, files: dict[str, bytes], version: str = "1.0") -> Path:
+    """A source tarball of package ``name`` holding ``files`` (paths under its top folder)."""
+    top = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{top}.tar.gz"
+    files = {"PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nLicense: MIT\n".encode(), **files}
+    with tarfile.open(path, "w:gz") as t:
+        for member, data in files.items():
+            info = tarfile.TarInfo(f"{top}/{member}")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return path
+
+
+SEGMENT = b"""// SPDX-License-Identifier: BSD-3-Clause
+// Copyright (c) 2023 a kernel author
+#include "atomics.cuh"
+__global__ void segment_sum(const float* src, const long* ptr, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { float s = 0; for (long j = ptr[i]; j < ptr[i + 1]; ++j) s += src[j]; out[i] = s; }
+}
+"""
+
+
+def test_heldout_near_copies_of_training_files_are_not_held_out(tmp_path) -> None:
+    """A held-out package's copies of a training file with CRLF line ends or an extra trailing newline are
+    duplicates (one text), and one with another copyright year is dropped as a near-copy (6 of its 7 lines are
+    in the training file); a new kernel stays held out, and a second build writes nothing again. Kills: the
+    de-duplication key a hash of the bytes (the CRLF and trailing-newline copies held out), no near-copy check
+    or a threshold not applied (the year copy held out), a near-copy moved into training or its text stored."""
+    folder = tmp_path / "archives"
+    folder.mkdir()
+    _sdist(folder, "scatter-ops", {"csrc/segment.cu": SEGMENT})
+    new = KERNEL.replace(b"scale", b"axpy_new").replace(b"a * x[i]", b"a * x[i] + y[i]")
+    _sdist(folder, "torch-sparse", {"csrc/segment_crlf.cu": SEGMENT.replace(b"\n", b"\r\n"),
+                                    "csrc/segment_ws.cu": SEGMENT.replace(b"{\n", b"{  \n") + b"\n\n",
+                                    "csrc/segment_year.cu": SEGMENT.replace(b"2023", b"2024"),
+                                    "csrc/axpy.cu": new})
+    out = tmp_path / "c"
+    s = build(cfg(out, folder, heldout_packages=("torch-sparse",)))
+    rows = read_manifest(out)
+    assert {(r.package, r.path, r.split) for r in rows} == {("scatter-ops", "csrc/segment.cu", "train"),
+                                                            ("torch-sparse", "csrc/axpy.cu", "heldout")}
+    ts = s["packages"]["torch-sparse"]
+    assert (ts["duplicates"], ts["near_duplicates"], ts["kept"]) == (2, 1, 1)
+    assert ts["heldout_bytes"] == len(new) and ts["near_duplicate_bytes"] == len(SEGMENT.replace(b"2023", b"2024"))
+    assert s["near_duplicates"] == 1 and s["near_copies"] == [
+        {"package": "torch-sparse", "path": "csrc/segment_year.cu", "similarity": round(6 / 7, 3),
+         "train_package": "scatter-ops", "train_path": "csrc/segment.cu"}]
+    assert s["corpus_version"] == 2 and s["heldout_bytes"] == len(new)
+    assert sorted(p.name for p in (out / "files").glob("*/*.txt")) == sorted(f"{r.sha256}.txt" for r in rows)
+    again = build(cfg(out, folder, heldout_packages=("torch-sparse",)))
+    assert again["files_written"] == again["files_pruned"] == 0
+    # a stricter threshold keeps the year copy held out
+    loose = build(cfg(tmp_path / "d", folder, heldout_packages=("torch-sparse",), near_duplicate=0.9))
+    assert loose["near_duplicates"] == 0 and loose["packages"]["torch-sparse"]["kept"] == 2
+
+
+def test_near_copies_similarity_is_the_share_of_lines_seen_in_one_training_file() -> None:
+    """Kills: a similarity summed over several training files, a Jaccard index instead of the held-out
+    file's share, indentation or blank lines counted, no match reported as a match."""
+    from sparserl.corpus.near import near_copies
+
+    held = ["a\nb\nc\nd\n", "  a\n\n\tb\r\n", "x\ny\n", ""]
+    train = ["a\nb\nq\n", "c\nd\n", "a\nb\nc\nd\ne\nf\ng\nh\n"]
+    got = [(m.similarity, m.train) for m in near_copies(held, train)]
+    assert got == [(1.0, 2), (1.0, 0), (0.0, -1), (0.0, -1)]
+    assert [(m.similarity, m.train) for m in near_copies(held[:1], train[:2])] == [(0.5, 0)]
+
+
+def test_the_local_sources_give_no_heldout_share(tmp_path, archives) -> None:
+    """The toolkit's headers and the library's renders are what the model is trained on (the library and the
+    templates are near-copies of one another): none of their files is held out by share, while the packages'
+    shares stay. Kills: the held-out fraction applied to every source."""
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "cuda_runtime.h").write_text("#pragma once\n#define CUDART_VERSION 13000\n")
+    for i in range(30):
+        (include / f"h{i}.h").write_text(f"#pragma once\n__device__ inline int f{i}(int x) {{ return x * {i}; }}\n")
+    s = build(cfg(tmp_path / "c", archives, toolkit=True, cuda_include=str(include), library=True,
+                  heldout_fraction=0.49))
+    rows = read_manifest(tmp_path / "c")
+    local = [r for r in rows if r.package in ("cuda-toolkit", "sparserl-library")]
+    assert len(local) > 60 and {r.split for r in local} == {"train"}
+    assert s["packages"]["cuda-toolkit"]["heldout_bytes"] == s["packages"]["sparserl-library"]["heldout_bytes"] == 0
+    assert {r.split for r in rows if r.package in ("demo-kernels", "other-ops")} == {"train", "heldout"}

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from sparserl.corpus.manifest import ManifestRow, file_path, write_manifest  # noqa: E402
+from sparserl.corpus.manifest import CORPUS_VERSION, SUMMARY, ManifestRow, file_path, write_manifest  # noqa: E402
 from sparserl.corpus.pack import PackConfig, open_pack, pack  # noqa: E402
 from sparserl.errors import SparseRLError  # noqa: E402
 
@@ -29,7 +29,7 @@ def kernel_text(rng: random.Random, i: int) -> str:
 
 def make_corpus(folder: Path, files: int = 120, seed: int = 0) -> list[ManifestRow]:
     """A corpus folder written directly: package 'alpha' (train, a few held out by share), 'beta'
-    held out whole, two library files and one template render."""
+    held out whole, two library files and one template render; a summary of the current rules."""
     rng = random.Random(seed)
     rows = []
     for i in range(files):
@@ -43,6 +43,7 @@ def make_corpus(folder: Path, files: int = 120, seed: int = 0) -> list[ManifestR
     rows.append(_row(folder, "sparserl-templates", "templates/csr_split_spec/0.cu",
                      "FORMAT: DIA\nLAUNCH: grid=ceil_div(m, 8), block=256\n// a specialised render\n", "train"))
     write_manifest(folder, rows)
+    (folder / SUMMARY).write_text(json.dumps({"corpus_version": CORPUS_VERSION, "heldout_packages": ["beta"]}))
     return rows
 
 
@@ -146,3 +147,22 @@ def test_damaged_or_empty_packs_are_refused(tmp_path) -> None:
     (tmp_path / "e" / "manifest.jsonl").write_text("")
     with pytest.raises(SparseRLError, match="lists no files"):
         pack(pcfg(tmp_path / "e", tmp_path / "r"))
+
+
+def test_a_corpus_built_under_other_rules_is_not_packed(tmp_path) -> None:
+    """A corpus whose summary records no rules version (built before near-copies were kept out of the held-out
+    split) or none at all is refused in one line; the packages held out whole are the summary's. Kills: the
+    version not checked, the whole packages guessed from the splits (a package whose every file a share held
+    out counted as held out whole)."""
+    make_corpus(tmp_path / "c", files=40)
+    summary = tmp_path / "c" / "summary.json"
+    summary.write_text(json.dumps({"heldout_packages": ["beta"]}))
+    with pytest.raises(SparseRLError, match="built under corpus rules 1, not 2") as e:
+        pack(pcfg(tmp_path / "c", tmp_path / "p"))
+    assert "\n" not in str(e.value) and not (tmp_path / "p" / "pack.json").exists()
+    summary.unlink()
+    with pytest.raises(SparseRLError, match="no readable summary.json"):
+        pack(pcfg(tmp_path / "c", tmp_path / "p"))
+    summary.write_text(json.dumps({"corpus_version": 2, "heldout_packages": []}))
+    info = pack(pcfg(tmp_path / "c", tmp_path / "p"))
+    assert info["heldout_whole"] == [] and set(info["heldout"]) == {"alpha", "beta"} and info["corpus_version"] == 2

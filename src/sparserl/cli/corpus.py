@@ -23,7 +23,10 @@ def build_cmd(
                                           "[default: the built-in list: see 'sparserl corpus sources']"),
     heldout: str = typer.Option(None, help="comma-separated packages held out whole [default: "
                                            "torch-sparse,mamba-ssm,gsplat]"),
-    heldout_fraction: float = typer.Option(0.01, help="share of every other package's files held out"),
+    heldout_fraction: float = typer.Option(0.01, help="share of every other fetched package's files held out (the "
+                                                      "toolkit, library and templates give none)"),
+    near_duplicate: float = typer.Option(0.8, help="drop a held-out file with at least this share of its lines in "
+                                                   "one training file (a near-copy)"),
     toolkit: bool = typer.Option(True, "--toolkit/--no-toolkit", help="add the CUDA toolkit's headers"),
     library: bool = typer.Option(True, "--library/--no-library", help="add the project's kernel library"),
     templates: bool = typer.Option(True, "--templates/--no-templates",
@@ -40,7 +43,8 @@ def build_cmd(
     specs = tuple(parse_requirement(p) for p in packages.split(",") if p.strip()) or DEFAULT_PACKAGES
     held = tuple(filter(None, (h.strip() for h in heldout.split(",")))) if heldout is not None else DEFAULT_HELDOUT
     cfg = BuildConfig(out=str(out), cache=str(cache) if cache else None, archives=str(archives) if archives else None,
-                      packages=specs, heldout_packages=held, heldout_fraction=heldout_fraction, toolkit=toolkit,
+                      packages=specs, heldout_packages=held, heldout_fraction=heldout_fraction,
+                      near_duplicate=near_duplicate, toolkit=toolkit,
                       library=library, templates=templates, rules=FileRules(max_bytes=max_file_kb << 10), index_url=index_url)
     summary = build(cfg)
     typer.echo(_table(summary))
@@ -51,14 +55,16 @@ def build_cmd(
 def _table(summary: dict) -> str:
     mb = 1e6
     lines = [f"{'package':24} {'version':12} {'kept':>6} {'unique MB':>9} {'heldout MB':>10} {'dup MB':>7} "
-             f"{'dropped MB':>10} {'excluded MB':>11}  licence"]
+             f"{'near MB':>7} {'dropped MB':>10} {'excluded MB':>11}  licence"]
     for name, t in summary["packages"].items():
         dropped = sum(d["bytes"] for d in t["dropped"].values())
         lines.append(f"{name:24} {t['version'][:12]:12} {t['kept']:>6} {t['kept_bytes'] / mb:>9.2f} "
-                     f"{t['heldout_bytes'] / mb:>10.2f} {t['duplicate_bytes'] / mb:>7.2f} {dropped / mb:>10.2f} "
+                     f"{t['heldout_bytes'] / mb:>10.2f} {t['duplicate_bytes'] / mb:>7.2f} "
+                     f"{t['near_duplicate_bytes'] / mb:>7.2f} {dropped / mb:>10.2f} "
                      f"{t['excluded_bytes'] / mb:>11.2f}  {t['licence'][:40]}")
     lines.append(f"{'total':24} {'':12} {summary['files']:>6} {summary['unique_bytes'] / mb:>9.2f} "
-                 f"{summary['heldout_bytes'] / mb:>10.2f} {summary['duplicate_bytes'] / mb:>7.2f}")
+                 f"{summary['heldout_bytes'] / mb:>10.2f} {summary['duplicate_bytes'] / mb:>7.2f} "
+                 f"{summary['near_duplicate_bytes'] / mb:>7.2f}")
     return "\n".join(lines)
 
 

@@ -9,13 +9,17 @@ Sources, in the order they are read (the first to bring a text owns it):
 3. the project's own kernel library, rendered, and its search templates rendered at their seed points
    on small generated matrices of every trainable family (``sparserl-templates``: the specialised
    kernels the search's winners are made of, with their tables, which the library alone never shows);
-4. the held-out packages, last, so a text they share with a training package stays in training
-   and the held-out split holds only text the model never saw.
+4. the held-out packages, last, so a text they share with a training package stays in training.
 
 Every file goes through :func:`sparserl.corpus.filters.drop_reason`, then de-duplication by the
-SHA-256 of its bytes. The split is by package: the held-out packages whole, plus
-``heldout_fraction`` of every other package's files (chosen by hash, so the same file lands in the
-same split on every build), which gives each package a held-out perplexity of its own.
+SHA-256 of its text with line ends made LF and trailing white space taken off (:func:`content_key`).
+The split is by package: the held-out packages whole, plus ``heldout_fraction`` of every other
+fetched package's files (chosen by hash, so the same file lands in the same split on every build),
+which gives each package a held-out perplexity of its own. The local sources (toolkit, library,
+templates) give no share: they are what the model is trained to write, and the library and the
+templates are near-copies of one another. Last, a held-out file whose lines are mostly (``near_duplicate``,
+0.8) found in one training file is dropped (:mod:`sparserl.corpus.near`), so the held-out split holds
+no text the model saw in training, all but a few lines.
 
 A build can be run again at any time: archives already in the cache are not fetched again, texts
 already in ``files/`` are not written again, and the manifest is replaced only when the build
@@ -38,7 +42,18 @@ from sparserl.corpus.archives import ArchiveInfo, members, read_info
 from sparserl.corpus.fetch import fetch
 from sparserl.corpus.filters import FileRules, drop_reason, has_extension, licence_of
 from sparserl.corpus.lock import folder_lock
-from sparserl.corpus.manifest import FILES, LIBRARY, SUMMARY, TEMPLATES, ManifestRow, file_path, write_manifest
+from sparserl.corpus.manifest import (
+    CORPUS_VERSION,
+    FILES,
+    LIBRARY,
+    SUMMARY,
+    TEMPLATES,
+    ManifestRow,
+    file_path,
+    read_text,
+    write_manifest,
+)
+from sparserl.corpus.near import near_copies
 from sparserl.corpus.sources import (
     ARCHIVE_SUFFIXES,
     DEFAULT_HELDOUT,
@@ -80,7 +95,9 @@ class BuildConfig:
     heldout_packages: tuple[str, ...] = DEFAULT_HELDOUT
     """Packages held out whole."""
     heldout_fraction: float = 0.01
-    """Share of every other package's files held out (chosen by hash)."""
+    """Share of every other fetched package's files held out (chosen by hash); the local sources give none."""
+    near_duplicate: float = 0.8
+    """A held-out file with at least this share of its lines in one training file is dropped (a near-copy)."""
     toolkit: bool = True
     """Add the CUDA toolkit's headers."""
     cuda_include: str | None = None
@@ -97,6 +114,8 @@ class BuildConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.heldout_fraction < 0.5:
             raise SparseRLError(f"heldout_fraction must be in [0, 0.5), got {self.heldout_fraction}")
+        if not 0 < self.near_duplicate <= 1:
+            raise SparseRLError(f"near_duplicate must be in (0, 1], got {self.near_duplicate}")
 
 
 @dataclass
@@ -116,8 +135,12 @@ class PackageTally:
     train_bytes: int = 0
     heldout_bytes: int = 0
     duplicates: int = 0
-    """Files whose text an earlier file (this package's or another's) already brought."""
+    """Files whose text an earlier file (this package's or another's) already brought (line ends and trailing
+    white space aside)."""
     duplicate_bytes: int = 0
+    near_duplicates: int = 0
+    """Held-out files dropped as near-copies of a training file (:data:`BuildConfig.near_duplicate`)."""
+    near_duplicate_bytes: int = 0
     dropped: dict = field(default_factory=dict)
     """reason -> {'files': n, 'bytes': b}."""
     excluded: int = 0
@@ -142,6 +165,17 @@ class Source:
 
 def _heldout_by_hash(sha: str, fraction: float) -> bool:
     return int(sha[:8], 16) / 0x100000000 < fraction
+
+
+_LINE_END = re.compile(rb"\r\n?")
+_TRAILING = re.compile(rb"[ \t\f\v]+$", re.MULTILINE)
+
+
+def content_key(data: bytes) -> str:
+    """The de-duplication key of a file: the SHA-256 of its text with CRLF and CR line ends made LF, white space
+    at the end of each line and blank lines at the end of the file taken off."""
+    text = _TRAILING.sub(b"", _LINE_END.sub(b"\n", data)).rstrip(b"\n")
+    return hashlib.sha256(text + b"\n").hexdigest()
 
 
 def _archive_sources(folder: Path) -> list[Source]:
@@ -244,9 +278,24 @@ class _Writer:
     def __init__(self, cfg: BuildConfig, out: Path):
         self.cfg, self.out = cfg, out
         self.seen: dict[str, str] = {}
+        """:func:`content_key` -> the package that brought the text."""
         self.rows: list[ManifestRow] = []
+        self.near: list[dict] = []
+        """The held-out files dropped as near-copies, with their closest training file."""
+        self.held_texts: dict[str, bytes] = {}
+        """The held-out files' bytes by SHA-256 (stored after :meth:`drop_near_copies`)."""
         self.tally: dict[str, PackageTally] = {}
         self.written = 0
+
+    def store(self, sha: str, data: bytes) -> None:
+        """Write a text into ``files/`` unless it is there already."""
+        dest = file_path(self.out, sha)
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_suffix(".tmp")
+            tmp.write_bytes(data)
+            tmp.replace(dest)
+            self.written += 1
 
     def share(self, spec: PackageSpec, archive: Path) -> Iterator[tuple[str, bytes]]:
         """The members of ``archive`` in ``spec``'s share; those outside it (bundled copies, other
@@ -262,7 +311,10 @@ class _Writer:
                 t.excluded_bytes += m.size
 
     def add(self, package: str, version: str, licence: str, items: Iterator[tuple[str, bytes]],
-            extensionless: bool, cuda_only: bool, heldout: bool, origin: str, archive: str) -> PackageTally:
+            extensionless: bool, cuda_only: bool, heldout: bool, origin: str, archive: str,
+            share: bool = True) -> PackageTally:
+        """Read one source's files; ``heldout``: all of them held out, else ``share``: the hash-chosen
+        ``heldout_fraction`` of them."""
         t = self.tally.setdefault(package, PackageTally())
         t.version, t.licence, t.origin, t.archive = version, licence, origin, archive
         for path, data in items:
@@ -272,20 +324,18 @@ class _Writer:
             if reason is not None:
                 t.drop(reason, len(data))
                 continue
-            sha = hashlib.sha256(data).hexdigest()
-            if sha in self.seen:
+            key = content_key(data)
+            if key in self.seen:
                 t.duplicates += 1
                 t.duplicate_bytes += len(data)
                 continue
-            self.seen[sha] = package
-            split = "heldout" if heldout or _heldout_by_hash(sha, self.cfg.heldout_fraction) else "train"
-            dest = file_path(self.out, sha)
-            if not dest.exists():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_suffix(".tmp")
-                tmp.write_bytes(data)
-                tmp.replace(dest)
-                self.written += 1
+            self.seen[key] = package
+            sha = hashlib.sha256(data).hexdigest()
+            split = "heldout" if heldout or (share and _heldout_by_hash(sha, self.cfg.heldout_fraction)) else "train"
+            if split == "train":
+                self.store(sha, data)
+            else:  # stored once the near-copy check has kept it
+                self.held_texts[sha] = data
             self.rows.append(ManifestRow(package, version, licence_of(text, self.cfg.rules.head_chars) or licence,
                                          path, sha, len(data), split))
             t.kept += 1
@@ -295,6 +345,44 @@ class _Writer:
             else:
                 t.heldout_bytes += len(data)
         return t
+
+    def drop_near_copies(self, bar) -> None:
+        """Drop each held-out file with at least ``near_duplicate`` of its lines in one training file (its text
+        was seen in training, all but a few lines), tallied as ``near_duplicates``; store the others."""
+        held = [r for r in self.rows if r.split == "heldout"]
+        train = [r for r in self.rows if r.split == "train"]
+        if not held or not train:
+            for r in held:
+                self.store(r.sha256, self.held_texts[r.sha256])
+            return
+        t0 = time.perf_counter()
+        task = bar.add_task("near-duplicates", total=len(train))
+
+        def texts() -> Iterator[str]:
+            for r in train:
+                yield read_text(self.out, r)
+                bar.advance(task)
+
+        matches = near_copies([self.held_texts[r.sha256].decode() for r in held], texts())
+        dropped = set()
+        for r, m in zip(held, matches):
+            if m.similarity < self.cfg.near_duplicate:
+                self.store(r.sha256, self.held_texts[r.sha256])
+                continue
+            dropped.add(id(r))
+            t = self.tally[r.package]
+            t.near_duplicates += 1
+            t.near_duplicate_bytes += r.bytes
+            t.kept -= 1
+            t.kept_bytes -= r.bytes
+            t.heldout_bytes -= r.bytes
+            near = train[m.train]
+            self.near.append({"package": r.package, "path": r.path, "similarity": round(m.similarity, 3),
+                              "train_package": near.package, "train_path": near.path})
+        self.rows = [r for r in self.rows if id(r) not in dropped]
+        log.info("near-duplicates: %d of %d held-out files have %.0f%% or more of their lines in one training file: "
+                 "dropped (%.1f s over %d training files)", len(dropped), len(held), 100 * self.cfg.near_duplicate,
+                 time.perf_counter() - t0, len(train))
 
 
 def build(cfg: BuildConfig) -> dict:
@@ -354,10 +442,11 @@ def _build(cfg: BuildConfig) -> dict:
         for name, version, licence, items, where in local:
             bar.update(task, description=f"corpus {name}")
             w.add(name, version, licence, items, extensionless=True, cuda_only=name != TOOLKIT,
-                  heldout=name in held, origin="local", archive=where)
+                  heldout=name in held, origin="local", archive=where, share=False)
             bar.advance(task)
         for s in held_sources:
             read(s)
+        w.drop_near_copies(bar)
     from_packages = sum(w.tally[s.spec.name].kept for s in sources if s.spec.name in w.tally)
     if sources and from_packages == 0:
         where = cfg.archives or "the fetched archives"
@@ -402,11 +491,14 @@ def _summary(cfg: BuildConfig, w: _Writer, seconds: float, pruned: int) -> dict:
     train = sum(r.bytes for r in w.rows if r.split == "train")
     held = sum(r.bytes for r in w.rows if r.split == "heldout")
     return {
+        "corpus_version": CORPUS_VERSION,
         "files": len(w.rows), "unique_bytes": train + held, "train_bytes": train, "heldout_bytes": held,
         "heldout_packages": sorted({r.package for r in w.rows if r.split == "heldout"
                                     and r.package in {normalise(n) for n in cfg.heldout_packages}}),
         "heldout_fraction": cfg.heldout_fraction, "bytes_seen": sum(t.bytes_seen for t in w.tally.values()),
         "duplicate_bytes": sum(t.duplicate_bytes for t in w.tally.values()),
+        "near_duplicate": cfg.near_duplicate, "near_duplicates": len(w.near),
+        "near_duplicate_bytes": sum(t.near_duplicate_bytes for t in w.tally.values()), "near_copies": w.near,
         "excluded_bytes": sum(t.excluded_bytes for t in w.tally.values()),
         "files_written": w.written, "files_pruned": pruned, "seconds": round(seconds, 1),
         "rules": asdict(cfg.rules), "packages": packages,

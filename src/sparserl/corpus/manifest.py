@@ -1,8 +1,9 @@
 """The corpus manifest: one row per file kept, where it came from and which split it is in.
 
 A built corpus folder holds ``manifest.jsonl`` (these rows), ``summary.json`` (per package:
-files seen, kept, dropped by reason, bytes) and ``files/`` (each file's text once, named by its
-SHA-256, so the same text brought by two packages is stored and trained on once).
+files seen, kept, dropped by reason, bytes; the rules the corpus was built under,
+:data:`CORPUS_VERSION`) and ``files/`` (each file's text once, named by its SHA-256; texts that differ
+only in line ends and trailing white space are one text, stored and trained on once).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ TEMPLATES = "sparserl-templates"
 winners are made of, which the library alone never shows)."""
 OWN = (LIBRARY, TEMPLATES)
 """The packages of the project's own kernels."""
+CORPUS_VERSION = 2
+"""The rules a corpus is built under, recorded in ``summary.json`` (``corpus_version``; none: 1). 2: texts equal
+but for line ends and trailing white space are duplicates; a held-out file with a near-copy in the train split is
+dropped; the local sources (toolkit, library, templates) give no held-out share. A corpus built under other rules
+is packed only after it is built again."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,8 @@ class ManifestRow:
     path: str
     """Path inside the package's archive (or include folder)."""
     sha256: str
-    """Hash of the file's bytes: its name under ``files/`` and the de-duplication key."""
+    """Hash of the file's bytes: its name under ``files/`` (the de-duplication key is the hash of its text with
+    line ends and trailing white space normalised, :func:`sparserl.corpus.build.content_key`)."""
     bytes: int
     """Size in bytes."""
     split: str
@@ -86,6 +93,23 @@ def read_manifest(corpus: Path) -> list[ManifestRow]:
         raise SparseRLError(f"{path} lists no files: the corpus holds nothing usable; build it again "
                             "with packages or archives that ship CUDA source")
     return rows
+
+
+def read_summary(corpus: Path) -> dict:
+    """``summary.json`` of a corpus built under the current rules (:data:`CORPUS_VERSION`); one built under
+    others, or without a readable summary, is a SparseRLError."""
+    path = Path(corpus) / SUMMARY
+    try:
+        summary = json.loads(path.read_text())
+        version = summary.get("corpus_version", 1)
+    except (OSError, ValueError, AttributeError):
+        raise SparseRLError(f"{corpus}: no readable {SUMMARY}: build the corpus again (texts already stored are "
+                            "kept)") from None
+    if version != CORPUS_VERSION:
+        raise SparseRLError(f"{corpus} was built under corpus rules {version}, not {CORPUS_VERSION} (its held-out "
+                            "split may hold near-copies of training files): build it again (texts already stored "
+                            "are kept)")
+    return summary
 
 
 def read_text(corpus: Path, row: ManifestRow) -> str:

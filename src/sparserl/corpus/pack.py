@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from sparserl.corpus.lock import check_free, folder_lock
-from sparserl.corpus.manifest import OWN, ManifestRow, read_manifest, read_text
+from sparserl.corpus.manifest import CORPUS_VERSION, OWN, ManifestRow, read_manifest, read_summary, read_text
 from sparserl.errors import SparseRLError
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,7 @@ def _pack(cfg: PackConfig) -> dict:
     t0 = time.perf_counter()
     corpus, out = Path(cfg.corpus), Path(cfg.out)
     rows = read_manifest(corpus)
+    summary = read_summary(corpus)  # refuses a corpus built under other rules
     train_rows = sorted((r for r in rows if r.split == "train"), key=lambda r: r.sha256)
     held_rows: dict[str, list[ManifestRow]] = {}
     for r in sorted((r for r in rows if r.split == "heldout"), key=lambda r: r.sha256):
@@ -197,7 +198,8 @@ def _pack(cfg: PackConfig) -> dict:
         "train_sha256": hashlib.sha256(kept.tobytes()).hexdigest(),
         "train_files": len(train_rows), "train_chars": chars, "chars_per_token": round(chars / max(train.size, 1), 3),
         "heldout_tokens": {k: v["tokens"] for k, v in held_info.items()}, "heldout": held_info,
-        "heldout_whole": sorted(set(held_rows) - {r.package for r in train_rows}),
+        "heldout_whole": sorted(set(summary.get("heldout_packages", ())) & set(held_rows)),
+        "corpus_version": CORPUS_VERSION,
         "library_repeats": cfg.library_repeats, "config": asdict(cfg),
         "corpus_files": len(rows), "seconds": round(time.perf_counter() - t0, 1),
     }
