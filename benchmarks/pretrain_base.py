@@ -2,7 +2,7 @@
 wall-clock minutes on the same packed corpus, and write one JSON summary beside their runs:
 tokens/s, MFU (6 N tokens/s over the GPU's dense bf16 peak, 989 TFLOP/s on an H100/H200), steps and
 tokens trained, and held-out perplexity per held-out package (same tokenizer, so the two models'
-perplexities compare directly).
+perplexities compare directly): the packages held out whole, then the other packages' held-out shares.
 
 Each model's run goes to OUT/<model>/ (a normal ``sparserl pretrain`` folder); the summary
 OUT/pretrain_summary.json collects every run found under OUT, so the two models can be run by two
@@ -24,7 +24,8 @@ from sparserl.errors import SparseRLError
 
 SUMMARY_KEYS = ("preset", "params", "steps", "tokens_trained", "seq_len", "batch_size", "tokens_per_s", "mfu",
                 "peak_tflops", "device", "train_seconds", "wall_seconds", "stopped", "minutes", "losses/train",
-                "eval/heldout_ppl", "heldout_ppl_by_package", "heldout_whole_packages", "train_tokens")
+                "eval/heldout_ppl", "eval/heldout_share_ppl", "heldout_ppl_by_package", "heldout_share_ppl_by_package",
+                "heldout_whole_packages", "train_tokens")
 
 
 def run_model(name: str, args) -> dict:
@@ -43,9 +44,11 @@ def summarise(out: Path) -> dict:
         r = json.loads(res.read_text())
         runs[res.parent.name] = {k: r.get(k) for k in SUMMARY_KEYS}
     whole = set().union(*(set(r["heldout_whole_packages"] or ()) for r in runs.values())) if runs else set()
-    packages = sorted({p for r in runs.values() for p in (r["heldout_ppl_by_package"] or {})},
-                      key=lambda p: (p not in whole, p))  # the packages held out whole first
-    table = {p: {m: (r["heldout_ppl_by_package"] or {}).get(p) for m, r in runs.items()} for p in packages}
+    by_run = {m: {**(r["heldout_share_ppl_by_package"] or {}), **(r["heldout_ppl_by_package"] or {})}
+              for m, r in runs.items()}
+    packages = sorted({p for ppl in by_run.values() for p in ppl},
+                      key=lambda p: (p not in whole, p))  # the packages held out whole first, then the shares
+    table = {p: {m: ppl.get(p) for m, ppl in by_run.items()} for p in packages}
     return {"runs": runs, "heldout_ppl": table,
             "mfu_definition": "6 * N * tokens/s / peak; N = parameters (tied embedding once); peak = dense bf16 "
                               "(H100/H200: 989 TFLOP/s)"}
@@ -57,10 +60,10 @@ def print_table(summary: dict) -> None:
     print(f"{'':24}" + "".join(f"{n:>14}" for n in names))
     for key, fmt in (("params", "{:>14,.0f}"), ("tokens_per_s", "{:>14,.0f}"), ("mfu", "{:>14.3f}"),
                      ("steps", "{:>14}"), ("tokens_trained", "{:>14,}"), ("losses/train", "{:>14.3f}"),
-                     ("eval/heldout_ppl", "{:>14.2f}")):
-        print(f"{key:24}" + "".join(fmt.format(runs[n][key]) if runs[n][key] is not None else f"{'-':>14}"
+                     ("eval/heldout_ppl", "{:>14.2f}"), ("eval/heldout_share_ppl", "{:>14.2f}")):
+        print(f"{key:24}" + "".join(fmt.format(runs[n][key]) if runs[n].get(key) is not None else f"{'-':>14}"
                                     for n in names))
-    print("held-out perplexity by package" + (" (* held out whole)" if names else ""))
+    print("held-out perplexity by package" + (" (* held out whole; the others: their held-out shares)" if names else ""))
     whole = set().union(*(set(r["heldout_whole_packages"] or ()) for r in runs.values())) if runs else set()
     for pkg, row in summary["heldout_ppl"].items():
         label = pkg + (" *" if pkg in whole else "")

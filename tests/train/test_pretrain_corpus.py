@@ -27,12 +27,16 @@ def cfg(out, corpus, **kw) -> PretrainConfig:
 
 
 def test_pretrain_on_a_built_corpus_reports_each_heldout_package(tmp_path) -> None:
+    """Each held-out package's perplexity; the headline over the packages held out whole only, the shares of
+    packages trained on apart. Kills: the headline pooled over the shares too (a share of near-copies of
+    training files made it look low), the shares listed among the packages held out whole."""
     make_corpus(tmp_path / "c")
     r = pretrain(cfg(tmp_path / "run", tmp_path / "c", steps=4, eval_every=2, save_every=2))
     assert r["steps"] == 4 and r["heldout_whole_packages"] == ["beta"]
-    ppl = r["heldout_ppl_by_package"]
-    assert set(ppl) == {"alpha", "beta"} and all(1 < v < 400 for v in ppl.values())
-    assert min(ppl.values()) <= r["eval/heldout_ppl"] <= max(ppl.values())
+    ppl, share = r["heldout_ppl_by_package"], r["heldout_share_ppl_by_package"]
+    assert set(ppl) == {"beta"} and set(share) == {"alpha"} and all(1 < v < 400 for v in (*ppl.values(), *share.values()))
+    assert r["eval/heldout_ppl"] == ppl["beta"] == r["eval/heldout_ppl/beta"]
+    assert r["eval/heldout_share_ppl"] == share["alpha"] == r["eval/heldout_share_ppl/alpha"]
     assert r["mfu"] is None and r["peak_tflops"] is None and r["tokens_per_s"] > 0  # no peak known for a CPU
     rows = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in rows if "eval/heldout_ppl/beta" in m] == [2, 4]
@@ -54,7 +58,7 @@ def test_minutes_budget_ends_with_a_checkpoint_and_decayed_lr(tmp_path) -> None:
             save_every=10_000)
     r = pretrain(c)
     assert r["stopped"] == "minutes" and 2 <= r["steps"] < 100_000
-    assert set(r["heldout_ppl_by_package"]) == {"alpha", "beta"}
+    assert set(r["heldout_ppl_by_package"]) == {"beta"} and set(r["heldout_share_ppl_by_package"]) == {"alpha"}
     st = torch.load(tmp_path / "run" / "state.pt", weights_only=False)
     assert st["step"] == r["steps"] and st["elapsed_s"] >= 9.0
     assert r["charts/lr"] < 0.9 * c.lr  # decayed over the budget, not over 100000 steps
@@ -65,9 +69,16 @@ def test_minutes_budget_ends_with_a_checkpoint_and_decayed_lr(tmp_path) -> None:
 
 
 def test_bad_corpus_folders(tmp_path) -> None:
+    """Kills: a corpus with no package held out whole trained on, its headline perplexity over shares of
+    packages the model trains on."""
     (tmp_path / "empty").mkdir()
     with pytest.raises(SparseRLError, match="neither a built corpus"):
         pretrain(cfg(tmp_path / "run", tmp_path / "empty"))
+    make_corpus(tmp_path / "c", files=40)
+    (tmp_path / "c" / "summary.json").write_text(json.dumps({"corpus_version": 2, "heldout_packages": []}))
+    with pytest.raises(SparseRLError, match="no package is held out whole") as e:
+        pretrain(cfg(tmp_path / "run", tmp_path / "c"))
+    assert "\n" not in str(e.value)
     with pytest.raises(SparseRLError, match="no such folder"):
         cfg(tmp_path / "run", tmp_path / "missing")
     with pytest.raises(SparseRLError, match="unknown model preset"):

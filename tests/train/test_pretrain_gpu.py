@@ -25,7 +25,7 @@ def test_base_preset_trains_on_the_gpu_with_mfu(tmp_path) -> None:
                          heldout_tokens=8192, device="cuda")
     r = pretrain(cfg)
     assert r["steps"] == 12 and 150e6 <= r["params"] <= 300e6
-    assert set(r["heldout_ppl_by_package"]) == {"alpha", "beta"}
+    assert set(r["heldout_ppl_by_package"]) == {"beta"} and set(r["heldout_share_ppl_by_package"]) == {"alpha"}
     assert all(math.isfinite(v) and v > 1 for v in r["heldout_ppl_by_package"].values())
     peak = peak_tflops(torch.cuda.get_device_name())
     if peak is not None:  # a GPU of known peak: MFU is reported and plausible

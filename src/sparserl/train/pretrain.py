@@ -8,7 +8,8 @@ tokenizer. Held-out perplexity is measured on files the model never saw.
 The corpus is either the one found on this machine (:mod:`sparserl.data.corpus`: the toolkit's
 headers and the kernel library) or, with ``--corpus DIR``, a corpus built from the package index
 (``sparserl corpus build``) or its tokenised pack (``sparserl corpus pack``); then held-out
-perplexity is reported per held-out package. ``--minutes`` ends training after that much wall
+perplexity is reported per held-out package, the headline (``eval/heldout_ppl``) over the packages
+held out whole and the other packages' held-out shares apart (``eval/heldout_share_ppl``). ``--minutes`` ends training after that much wall
 time (the learning rate decays over the budget), with a checkpoint and a last evaluation.
 Throughput is reported as tokens/s and MFU (:mod:`sparserl.train.throughput`).
 
@@ -229,11 +230,11 @@ def _data(cfg: PretrainConfig, out: Path, resuming: bool):
                                     "corpus folder instead of its pack, so it is tokenised with the model's")
             model = (AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32, attn_implementation="sdpa")
                      if cfg.model else _new_model(cfg, tok))
-        if not pk.heldout:
-            raise SparseRLError(f"--corpus {cfg.corpus_dir}: no held-out files: build the corpus with held-out "
-                                "packages or a held-out fraction")
-        whole = list(pk.info.get("heldout_whole", ()))  # packages held out whole first, then the held-out shares
-        held = dict(sorted(pk.heldout.items(), key=lambda kv: (kv[0] not in whole, kv[0])))
+        whole = [p for p in pk.info.get("heldout_whole", ()) if p in pk.heldout]
+        if not whole:
+            raise SparseRLError(f"--corpus {cfg.corpus_dir}: no package is held out whole, so no perplexity on code "
+                                "the model never saw: build the corpus with held-out packages (--heldout NAME)")
+        held = dict(sorted(pk.heldout.items(), key=lambda kv: (kv[0] not in whole, kv[0])))  # whole ones first
         return tok, model, pk.train, held, {"corpus": str(pk.folder), "heldout_whole_packages": whole}
     corpus = build_corpus(cfg.corpus)
     if not resuming:
@@ -246,17 +247,26 @@ def _data(cfg: PretrainConfig, out: Path, resuming: bool):
     return tok, model, train_ids, {"heldout": held_ids}, {"corpus": "toolkit headers and kernel library"}
 
 
-def _evaluate(model, held: dict[str, np.ndarray], cfg: PretrainConfig, device) -> dict[str, float]:
-    """Held-out perplexity per stream, and over all of them (``eval/heldout_ppl``)."""
-    out, total, count = {}, 0.0, 0
+def _evaluate(model, held: dict[str, np.ndarray], cfg: PretrainConfig, device,
+              whole: list[str] | None = None) -> dict[str, float]:
+    """Held-out perplexity per stream, and pooled: ``eval/heldout_ppl`` (and ``eval/heldout_ppl/<package>``) over
+    the packages held out whole (``whole``; None: every stream is), ``eval/heldout_share_ppl`` (and
+    ``eval/heldout_share_ppl/<package>``) over the other packages' held-out shares, code of packages the model
+    trains on."""
+    out: dict[str, float] = {}
+    pooled = {"eval/heldout_ppl": [0.0, 0], "eval/heldout_share_ppl": [0.0, 0]}
     for name, stream in held.items():
         if stream.size < 2:
             continue
         nats, n = heldout_loss(model, stream, cfg.seq_len, cfg.heldout_tokens, device, cfg.bf16)
-        total, count = total + nats, count + n
+        key = "eval/heldout_ppl" if whole is None or name in whole else "eval/heldout_share_ppl"
+        pooled[key][0] += nats
+        pooled[key][1] += n
         if len(held) > 1 or name != "heldout":
-            out[f"eval/heldout_ppl/{name}"] = math.exp(nats / n)
-    out["eval/heldout_ppl"] = math.exp(total / count)
+            out[f"{key}/{name}"] = math.exp(nats / n)
+    for key, (nats, n) in pooled.items():
+        if n:
+            out[key] = math.exp(nats / n)
     return out
 
 
@@ -348,7 +358,7 @@ class _Run:
     def evaluate(self) -> None:
         log.info("step %d: held-out perplexity on %d stream(s), at most %d tokens each", self.step, len(self.held),
                  self.cfg.heldout_tokens)
-        ev = _evaluate(self.model, self.held, self.cfg, self.device)
+        ev = _evaluate(self.model, self.held, self.cfg, self.device, self.corpus_info.get("heldout_whole_packages"))
         self.last.update(ev)
         self.logger.log(self.step, ev)
 
@@ -448,4 +458,6 @@ def _result(run: _Run, stopped: str) -> dict:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
             "heldout_ppl_by_package": {k.split("/", 2)[2]: v for k, v in last.items()
                                        if k.startswith("eval/heldout_ppl/")},
+            "heldout_share_ppl_by_package": {k.split("/", 2)[2]: v for k, v in last.items()
+                                             if k.startswith("eval/heldout_share_ppl/")},
             "train_tokens": int(run.train_ids.size), **run.corpus_info, "model_dir": str(run.out / "model"), **last}
