@@ -47,6 +47,39 @@ def test_pretrain_on_a_built_corpus_reports_each_heldout_package(tmp_path) -> No
     assert r2["steps"] == 6 and pack_json.stat().st_mtime_ns == before
 
 
+def test_a_run_folders_pack_is_made_again_for_another_corpus_or_settings(tmp_path) -> None:
+    """A run into a folder holding an earlier run's pack (``pretrain --force``) packs again when the corpus or the
+    pack's settings differ, and a resumed run refuses a pack that differs in one line. Kills: OUT/pack reused
+    whatever corpus, vocabulary, seed or tokenizer it was made from; the manifest's hash or the settings not
+    recorded or not compared."""
+    import hashlib
+
+    c1, c2, run = tmp_path / "c1", tmp_path / "c2", tmp_path / "run"
+    make_corpus(c1, files=40)
+    make_corpus(c2, files=40, seed=1)
+    small = dict(steps=2, eval_every=2, save_every=2)
+    pack_json = run / "pack" / "pack.json"
+
+    def made() -> tuple[str, int, int]:
+        info = json.loads(pack_json.read_text())
+        return info["manifest_sha256"], info["settings"]["vocab_size"], info["settings"]["seed"]
+
+    def sha(corpus) -> str:
+        return hashlib.sha256((corpus / "manifest.jsonl").read_bytes()).hexdigest()
+
+    pretrain(cfg(run, c1, **small))
+    assert made() == (sha(c1), 400, 0)
+    r = pretrain(cfg(run, c1, vocab_size=500, **small))
+    assert made() == (sha(c1), 500, 0)
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(run / "model").vocab_size == json.loads(pack_json.read_text())["vocab_size"]
+    pretrain(cfg(run, c2, vocab_size=500, seed=3, **small))
+    assert made() == (sha(c2), 500, 3) and r["corpus"] == str(run / "pack")
+    with pytest.raises(SparseRLError, match=r"was packed with other settings \(vocab_size 500, not 400; seed 3, not 0\)"):
+        pretrain(cfg(run, c2, resume=True, steps=4, eval_every=2, save_every=2))
+
+
 def test_minutes_budget_ends_with_a_checkpoint_and_decayed_lr(tmp_path) -> None:
     """On a pack given directly. Kills: a budget that is ignored (runs all 100000 steps), a stop
     without a last save and evaluation, a learning rate that decays over the steps instead."""

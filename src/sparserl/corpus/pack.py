@@ -9,8 +9,9 @@ held-out package's files, and writes:
 * ``train.tokens.xz``: the train token stream, raw little-endian uint16 (uint32 past 65,536
   tokens), xz-compressed;
 * ``heldout/<package>.tokens.xz``: one stream per held-out package, at most ``heldout_tokens``;
-* ``pack.json``: counts, dtype, the SHA-256 of every raw stream, and where the train stream was
-  cut when the whole of it did not fit in ``max_mib``.
+* ``pack.json``: counts, dtype, the SHA-256 of every raw stream, where the train stream was
+  cut when the whole of it did not fit in ``max_mib``, and what it was made from: the SHA-256 of the
+  corpus's manifest and the settings (:func:`pack_differs` tells whether a pack is the one asked for).
 
 :func:`open_pack` decompresses the streams once into raw files in a scratch folder (``pretrain``
 uses its output folder; without one, beside them) and maps them with ``numpy.memmap``; a second
@@ -30,7 +31,15 @@ from pathlib import Path
 import numpy as np
 
 from sparserl.corpus.lock import check_free, folder_lock
-from sparserl.corpus.manifest import CORPUS_VERSION, OWN, ManifestRow, read_manifest, read_summary, read_text
+from sparserl.corpus.manifest import (
+    CORPUS_VERSION,
+    MANIFEST,
+    OWN,
+    ManifestRow,
+    read_manifest,
+    read_summary,
+    read_text,
+)
 from sparserl.errors import SparseRLError
 
 log = logging.getLogger(__name__)
@@ -127,6 +136,33 @@ def _sample_for_tokenizer(texts: list[str], mb: float, rng: np.random.Generator)
     return out
 
 
+def manifest_sha256(corpus: str | Path) -> str:
+    """SHA-256 of a built corpus's manifest (every file's hash and split: what a pack is made from)."""
+    try:
+        return hashlib.sha256((Path(corpus) / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _settings(cfg: PackConfig) -> dict:
+    """What a pack is made with, its folders aside."""
+    return {k: v for k, v in asdict(cfg).items() if k not in ("corpus", "out")}
+
+
+def pack_differs(folder: str | Path, cfg: PackConfig) -> str | None:
+    """None when ``folder`` holds ``cfg``'s pack of its corpus as the corpus is now; else why not, in words
+    (no pack there, another corpus, other settings)."""
+    try:
+        info = json.loads((Path(folder) / PACK_JSON).read_text())
+        made = info.get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        return "not packed yet"
+    if not isinstance(made, dict) or info.get("manifest_sha256") != manifest_sha256(cfg.corpus):
+        return "from another corpus (or another build of it)"
+    changed = [f"{k} {made.get(k)!r}, not {v!r}" for k, v in _settings(cfg).items() if made.get(k) != v]
+    return f"with other settings ({'; '.join(changed)})" if changed else None
+
+
 def pack(cfg: PackConfig) -> dict:
     """Tokenise the corpus and write the pack; returns pack.json's content. One pack at a time writes a
     folder, and none reads a corpus that a build is writing."""
@@ -140,6 +176,7 @@ def _pack(cfg: PackConfig) -> dict:
 
     t0 = time.perf_counter()
     corpus, out = Path(cfg.corpus), Path(cfg.out)
+    manifest = manifest_sha256(corpus)
     rows = read_manifest(corpus)
     summary = read_summary(corpus)  # refuses a corpus built under other rules
     train_rows = sorted((r for r in rows if r.split == "train"), key=lambda r: r.sha256)
@@ -199,7 +236,7 @@ def _pack(cfg: PackConfig) -> dict:
         "train_files": len(train_rows), "train_chars": chars, "chars_per_token": round(chars / max(train.size, 1), 3),
         "heldout_tokens": {k: v["tokens"] for k, v in held_info.items()}, "heldout": held_info,
         "heldout_whole": sorted(set(summary.get("heldout_packages", ())) & set(held_rows)),
-        "corpus_version": CORPUS_VERSION,
+        "corpus_version": CORPUS_VERSION, "manifest_sha256": manifest, "settings": _settings(cfg),
         "library_repeats": cfg.library_repeats, "config": asdict(cfg),
         "corpus_files": len(rows), "seconds": round(time.perf_counter() - t0, 1),
     }

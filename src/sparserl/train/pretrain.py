@@ -192,11 +192,12 @@ def _hours(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else f"{s // 60} min {s % 60:02d} s"
 
 
-def _open_corpus(cfg: PretrainConfig, out: Path):
-    """The pack of ``cfg.corpus_dir``: opened as it is, or made from a built corpus into ``out/pack``
-    (once; with ``cfg.model`` it is tokenised by that model's tokenizer)."""
+def _open_corpus(cfg: PretrainConfig, out: Path, resuming: bool = False):
+    """The pack of ``cfg.corpus_dir``: opened as it is, or made from a built corpus into ``out/pack`` (with
+    ``cfg.model`` tokenised by that model's tokenizer). A pack already there is used when it was made from this
+    corpus, as it is now, with these settings; else it is made again, or, for a run resumed, refused."""
     from sparserl.corpus.manifest import MANIFEST
-    from sparserl.corpus.pack import PackConfig, is_pack, open_pack, pack
+    from sparserl.corpus.pack import PackConfig, is_pack, open_pack, pack, pack_differs
 
     folder = Path(cfg.corpus_dir)
     if is_pack(folder):
@@ -204,9 +205,16 @@ def _open_corpus(cfg: PretrainConfig, out: Path):
     if not (folder / MANIFEST).exists():
         raise SparseRLError(f"--corpus {folder}: neither a built corpus (manifest.jsonl) nor a pack (pack.json): "
                             "build one with 'sparserl corpus build --out DIR'")
-    if not is_pack(out / "pack"):
-        pack(PackConfig(corpus=str(folder), out=str(out / "pack"), vocab_size=cfg.vocab_size, max_mib=0,
-                        seed=cfg.seed, tokenizer=cfg.model))
+    want = PackConfig(corpus=str(folder), out=str(out / "pack"), vocab_size=cfg.vocab_size, max_mib=0, seed=cfg.seed,
+                      tokenizer=cfg.model)
+    why = pack_differs(out / "pack", want)
+    if why is not None:
+        if is_pack(out / "pack"):
+            if resuming:
+                raise SparseRLError(f"{out / 'pack'} was packed {why}: resume with the corpus and settings the run "
+                                    "began with, or start again with --force")
+            log.info("%s was packed %s: packing again", out / "pack", why)
+        pack(want)
     return open_pack(out / "pack", scratch=out / "tokens")
 
 
@@ -222,7 +230,7 @@ def _data(cfg: PretrainConfig, out: Path, resuming: bool):
         tok = load_tokenizer(out / "model")
         model = AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32, attn_implementation="sdpa")
     if cfg.corpus_dir:
-        pk = _open_corpus(cfg, out)
+        pk = _open_corpus(cfg, out, resuming)
         if not resuming:
             tok = load_tokenizer(cfg.model) if cfg.model else load_tokenizer(pk.tokenizer_dir)
             if cfg.model and not _same_vocab(tok, load_tokenizer(pk.tokenizer_dir)):
