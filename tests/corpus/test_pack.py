@@ -166,3 +166,38 @@ def test_a_corpus_built_under_other_rules_is_not_packed(tmp_path) -> None:
     summary.write_text(json.dumps({"corpus_version": 2, "heldout_packages": []}))
     info = pack(pcfg(tmp_path / "c", tmp_path / "p"))
     assert info["heldout_whole"] == [] and set(info["heldout"]) == {"alpha", "beta"} and info["corpus_version"] == 2
+
+
+def test_a_repack_never_serves_the_earlier_packs_streams_or_pack_json(tmp_path, monkeypatch) -> None:
+    """Packed again with another vocabulary into the same folder and opened with the same scratch folder, the
+    held-out streams (cut to one length, so of one size under both tokenizers) are the new pack's; a re-pack cut
+    short leaves no pack.json (so no earlier pack.json beside the new tokenizer). Kills: a raw stream reused on
+    its size alone, pack.json kept while the tokenizer and streams are replaced, or written before them."""
+    import sparserl.corpus.pack as pack_module
+    from sparserl.corpus.pack import is_pack
+
+    make_corpus(tmp_path / "c", files=60)
+    out, scratch = tmp_path / "p", tmp_path / "scratch"
+    shas = []
+    for vocab in (300, 400):  # 300 and 382 tokens (all this corpus has)
+        info = pack(pcfg(tmp_path / "c", out, vocab_size=vocab, heldout_tokens=60))
+        pk = open_pack(out, scratch=scratch)
+        assert info["heldout_tokens"] == {"alpha": 60, "beta": 60}
+        shas.append(info["heldout"]["beta"]["sha256"])
+        for name, stream in pk.heldout.items():
+            assert hashlib.sha256(stream.tobytes()).hexdigest() == info["heldout"][name]["sha256"], (vocab, name)
+        assert hashlib.sha256(pk.train.tobytes()).hexdigest() == info["train_sha256"]
+    assert shas[0] != shas[1] and not (out / "pack.json.tmp").exists()
+    write = pack_module._write
+
+    def interrupted(path, data):
+        if path.name == "train.tokens.xz":
+            raise KeyboardInterrupt  # Ctrl-C while the train stream is written
+        write(path, data)
+
+    monkeypatch.setattr(pack_module, "_write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pack(pcfg(tmp_path / "c", out, vocab_size=300))
+    assert not is_pack(out)
+    with pytest.raises(SparseRLError, match=r"not a complete pack \(pack.json missing\)"):
+        open_pack(out, scratch=scratch)

@@ -13,9 +13,12 @@ held-out package's files, and writes:
   cut when the whole of it did not fit in ``max_mib``, and what it was made from: the SHA-256 of the
   corpus's manifest and the settings (:func:`pack_differs` tells whether a pack is the one asked for).
 
+``pack.json`` is removed before anything else of an earlier pack is touched and written last, so a
+folder whose packing was cut short is no pack (never one ``pack.json`` beside another pack's tokenizer).
+
 :func:`open_pack` decompresses the streams once into raw files in a scratch folder (``pretrain``
 uses its output folder; without one, beside them) and maps them with ``numpy.memmap``; a second
-open maps the raw files directly.
+open maps the raw files directly when their SHA-256 is the one ``pack.json`` records.
 """
 
 from __future__ import annotations
@@ -205,6 +208,7 @@ def _pack(cfg: PackConfig) -> dict:
     chars = sum(map(len, docs))
 
     out.mkdir(parents=True, exist_ok=True)
+    (out / PACK_JSON).unlink(missing_ok=True)  # no pack until this one is whole: pack.json is written last
     (out / "heldout").mkdir(exist_ok=True)
     for old in (out / "heldout").glob("*"):
         old.unlink()
@@ -240,12 +244,17 @@ def _pack(cfg: PackConfig) -> dict:
         "library_repeats": cfg.library_repeats, "config": asdict(cfg),
         "corpus_files": len(rows), "seconds": round(time.perf_counter() - t0, 1),
     }
-    (out / PACK_JSON).write_text(json.dumps(info, indent=1))
+    (out / (PACK_JSON + ".tmp")).write_text(json.dumps(info, indent=1))
     info["pack_mib"] = round(_folder_bytes(out) / (1 << 20), 2)  # pack.json included (its size barely changes)
-    (out / PACK_JSON).write_text(json.dumps(info, indent=1))
+    _write(out / PACK_JSON, json.dumps(info, indent=1).encode())
     log.info("packed %d train tokens (of %d) and %d held-out streams into %s: %.1f MiB", kept.size, train.size,
              len(held), out, info["pack_mib"])
     return info
+
+
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _raw(xz_path: Path, scratch: Path | None, dtype: np.dtype, tokens: int, sha: str) -> np.ndarray:
@@ -253,8 +262,8 @@ def _raw(xz_path: Path, scratch: Path | None, dtype: np.dtype, tokens: int, sha:
     keeps the pack itself small enough to carry, else beside it)."""
     name = xz_path.name.removesuffix(".xz")
     places = ([Path(scratch) / xz_path.parent.name / name] if scratch else []) + [xz_path.with_name(name)]
-    for p in places:
-        if p.exists() and p.stat().st_size == tokens * dtype.itemsize:
+    for p in places:  # a raw file of another pack may have the same size (held-out streams are cut to one length)
+        if p.exists() and p.stat().st_size == tokens * dtype.itemsize and _file_sha256(p) == sha:
             return np.memmap(p, dtype=dtype, mode="r", shape=(tokens,)) if tokens else np.zeros(0, dtype)
     try:
         data = lzma.decompress(xz_path.read_bytes())
