@@ -376,3 +376,36 @@ def test_the_local_sources_give_no_heldout_share(tmp_path, archives) -> None:
     assert len(local) > 60 and {r.split for r in local} == {"train"}
     assert s["packages"]["cuda-toolkit"]["heldout_bytes"] == s["packages"]["sparserl-library"]["heldout_bytes"] == 0
     assert {r.split for r in rows if r.package in ("demo-kernels", "other-ops")} == {"train", "heldout"}
+
+
+def test_a_member_over_the_size_limit_is_never_decompressed(tmp_path, monkeypatch) -> None:
+    """A zip bomb's member (5 MB of spaces in a few KB) over the size limit is counted too_large without
+    being read, and every read of a member (its METADATA and LICENSE included) is capped. Kills: the member
+    read whole before its size is checked, an unbounded read of METADATA or LICENSE."""
+    folder = tmp_path / "bomb"
+    folder.mkdir()
+    with zipfile.ZipFile(folder / "bomb_ops-1.0-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("bomb_ops-1.0.dist-info/METADATA", "Metadata-Version: 2.4\nName: bomb-ops\nVersion: 1.0\n"
+                   "License-Expression: MIT\n\n" + "a long description\n" * 200_000)
+        z.writestr("bomb_ops-1.0.dist-info/licenses/LICENSE", "Permission is hereby granted, free of charge\n")
+        z.writestr("bomb_ops/ok.cu", KERNEL)
+        z.writestr("bomb_ops/huge.cu", b" " * (5 << 20))
+    reads: list[tuple[str, int | None]] = []
+    real = zipfile.ZipExtFile.read
+
+    def read(self, n=-1):
+        reads.append((self.name, n))
+        return real(self, n)
+
+    monkeypatch.setattr(zipfile.ZipExtFile, "read", read)
+    s = build(cfg(tmp_path / "c", folder))
+    bomb = s["packages"]["bomb-ops"]
+    assert bomb["dropped"] == {"too_large": {"files": 1, "bytes": 5 << 20}} and bomb["kept"] == 1
+    assert bomb["licence"] == "MIT" and bomb["version"] == "1.0"
+    assert "bomb_ops/huge.cu" not in {name for name, _ in reads}
+    assert reads and all(n is not None and 0 < n <= (1 << 20) + 1 for _, n in reads), reads
+    from sparserl.corpus.archives import members
+
+    for m in members(folder / "bomb_ops-1.0-py3-none-any.whl"):
+        if m.name == "bomb_ops/huge.cu":
+            assert m.size == 5 << 20 and len(m.read(1000)) == 1001

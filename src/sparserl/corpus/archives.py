@@ -1,4 +1,5 @@
-"""Reading package archives (wheels and zips, source tarballs) without unpacking them to disk."""
+"""Reading package archives (wheels and zips, source tarballs) without unpacking them to disk. A member is
+read only up to a limit (a zip bomb's member is never decompressed whole)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparserl.errors import SparseRLError
+
+META_LIMIT = 1 << 20
+"""Most bytes of a METADATA or PKG-INFO file read (its headers come first)."""
+LICENCE_LIMIT = 100_000
+"""Most bytes of a LICENSE file read (a larger one is not read)."""
 
 
 @dataclass(frozen=True)
@@ -40,13 +46,19 @@ def _strip_top(names: list[str]) -> Callable[[str], str]:
 
 @dataclass(frozen=True)
 class Member:
-    """One regular file of an archive; ``read()`` decompresses it."""
+    """One regular file of an archive; ``read(limit)`` decompresses at most ``limit + 1`` bytes of it (more
+    than ``limit`` returned: the member is larger than the limit)."""
 
     name: str
     """Path inside the archive (an sdist's top folder removed)."""
     size: int
-    """Uncompressed size in bytes."""
-    read: Callable[[], bytes]
+    """Uncompressed size in bytes (as the archive declares it)."""
+    read: Callable[[int], bytes]
+
+
+def _capped(f, limit: int) -> bytes:
+    with f:
+        return f.read(limit + 1)
 
 
 def members(path: Path) -> Iterator[Member]:
@@ -58,13 +70,15 @@ def members(path: Path) -> Iterator[Member]:
                 infos = [i for i in z.infolist() if not i.is_dir()]
                 strip = _strip_top([i.filename for i in infos]) if not path.name.endswith(".whl") else (lambda n: n)
                 for info in infos:
-                    yield Member(strip(info.filename), info.file_size, lambda info=info: z.read(info))
+                    yield Member(strip(info.filename), info.file_size,
+                                 lambda limit, info=info: _capped(z.open(info), limit))
         else:
             with tarfile.open(path, "r:*") as t:
                 infos = [m for m in t.getmembers() if m.isfile()]
                 strip = _strip_top([m.name for m in infos])
                 for info in infos:
-                    yield Member(strip(info.name), info.size, lambda info=info: t.extractfile(info).read())
+                    yield Member(strip(info.name), info.size,
+                                 lambda limit, info=info: _capped(t.extractfile(info), limit))
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise SparseRLError(f"{path}: not a readable archive ({type(exc).__name__}: {exc}); remove it "
                             "and fetch it again") from None
@@ -75,9 +89,9 @@ def read_info(path: Path, fallback_name: str, fallback_version: str) -> ArchiveI
     meta, licence_text = None, None
     for m in members(path):
         if meta is None and (m.name.endswith(".dist-info/METADATA") or m.name == "PKG-INFO"):
-            meta = m.read()
-        elif licence_text is None and _LICENCE_FILE.fullmatch(m.name) and m.size < 100_000:
-            licence_text = m.read().decode("utf-8", errors="replace")
+            meta = m.read(META_LIMIT)[:META_LIMIT]
+        elif licence_text is None and _LICENCE_FILE.fullmatch(m.name) and m.size < LICENCE_LIMIT:
+            licence_text = m.read(LICENCE_LIMIT)[:LICENCE_LIMIT].decode("utf-8", errors="replace")
     if meta is None:
         return ArchiveInfo(fallback_name, fallback_version, "unknown")
     msg = email.parser.BytesHeaderParser().parsebytes(meta)

@@ -299,13 +299,21 @@ class _Writer:
 
     def share(self, spec: PackageSpec, archive: Path) -> Iterator[tuple[str, bytes]]:
         """The members of ``archive`` in ``spec``'s share; those outside it (bundled copies, other
-        folders) are tallied as ``excluded`` without being read."""
+        folders) are tallied as ``excluded`` without being read, those over the size limit as
+        ``too_large`` without being read (or, where the archive understated a size, past the limit)."""
         t = self.tally.setdefault(spec.name, PackageTally())
+        limit = self.cfg.rules.max_bytes
         for m in members(archive):
             if not has_extension(m.name, spec.extensionless):
                 continue
             if spec.takes(m.name):
-                yield m.name, m.read()
+                data = m.read(limit) if m.size <= limit else None
+                if data is None or len(data) > limit:
+                    t.files_seen += 1
+                    t.bytes_seen += max(m.size, len(data or b""))
+                    t.drop("too_large", max(m.size, len(data or b"")))
+                    continue
+                yield m.name, data
             else:
                 t.excluded += 1
                 t.excluded_bytes += m.size
