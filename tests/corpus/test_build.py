@@ -409,3 +409,25 @@ def test_a_member_over_the_size_limit_is_never_decompressed(tmp_path, monkeypatc
     for m in members(folder / "bomb_ops-1.0-py3-none-any.whl"):
         if m.name == "bomb_ops/huge.cu":
             assert m.size == 5 << 20 and len(m.read(1000)) == 1001
+
+
+def test_a_damaged_member_of_a_valid_archive_is_one_error_line(tmp_path, cli) -> None:
+    """One compressed byte flipped inside a wheel whose directory is intact: one 'error:' line naming the
+    archive and the member, and the corpus left as it was. Kills: the zlib error (or a bad CRC) escaping as a
+    traceback, a message naming neither the archive nor the member."""
+    folder = tmp_path / "crc"
+    folder.mkdir()
+    path = folder / "crc_ops-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("crc_ops-1.0.dist-info/METADATA", "Metadata-Version: 2.4\nName: crc-ops\nVersion: 1.0\n")
+        z.writestr("crc_ops/k.cu", KERNEL * 3)
+    data = bytearray(path.read_bytes())
+    at = data.find(b"crc_ops/k.cu") + len("crc_ops/k.cu") + 40  # inside the member's deflate stream
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(SparseRLError, match=r"crc_ops-1.0-py3-none-any.whl: member crc_ops/k.cu is damaged") as e:
+        build(cfg(tmp_path / "c", folder))
+    assert "\n" not in str(e.value) and not (tmp_path / "c" / "manifest.jsonl").exists()
+    res = cli("corpus", "build", "--no-toolkit", "--no-library", "--no-templates", "--heldout", "",
+              "--out", tmp_path / "d", "--archives", folder)
+    one_line_error(res, "member crc_ops/k.cu is damaged")

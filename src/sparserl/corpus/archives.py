@@ -4,6 +4,7 @@ read only up to a limit (a zip bomb's member is never decompressed whole)."""
 from __future__ import annotations
 
 import email.parser
+import lzma
 import re
 import tarfile
 import zipfile
@@ -56,14 +57,27 @@ class Member:
     read: Callable[[int], bytes]
 
 
-def _capped(f, limit: int) -> bytes:
-    with f:
-        return f.read(limit + 1)
+_DAMAGED = (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, NotImplementedError)
+
+
+def _reader(path: Path, name: str, open_member: Callable) -> Callable[[int], bytes]:
+    """``read(limit)`` of one member: a damaged member (a flipped byte: a bad CRC, an invalid deflate
+    stream) is a SparseRLError naming the archive and the member."""
+    def read(limit: int) -> bytes:
+        try:
+            with open_member() as f:
+                return f.read(limit + 1)
+        except _DAMAGED as exc:
+            cls = type(exc)
+            kind = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"  # zlib.error
+            raise SparseRLError(f"{path}: member {name} is damaged ({kind}: {exc}); remove the archive and fetch it "
+                                "again") from None
+    return read
 
 
 def members(path: Path) -> Iterator[Member]:
     """The regular files of ``path`` in archive order; an sdist's top folder is removed from the
-    paths. A damaged archive is a SparseRLError."""
+    paths. A damaged archive is a SparseRLError, and so is a damaged member when it is read."""
     try:
         if _is_zip(path):
             with zipfile.ZipFile(path) as z:
@@ -71,15 +85,15 @@ def members(path: Path) -> Iterator[Member]:
                 strip = _strip_top([i.filename for i in infos]) if not path.name.endswith(".whl") else (lambda n: n)
                 for info in infos:
                     yield Member(strip(info.filename), info.file_size,
-                                 lambda limit, info=info: _capped(z.open(info), limit))
+                                 _reader(path, info.filename, lambda info=info: z.open(info)))
         else:
             with tarfile.open(path, "r:*") as t:
                 infos = [m for m in t.getmembers() if m.isfile()]
                 strip = _strip_top([m.name for m in infos])
                 for info in infos:
                     yield Member(strip(info.name), info.size,
-                                 lambda limit, info=info: _capped(t.extractfile(info), limit))
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+                                 _reader(path, info.name, lambda info=info: t.extractfile(info)))
+    except _DAMAGED as exc:
         raise SparseRLError(f"{path}: not a readable archive ({type(exc).__name__}: {exc}); remove it "
                             "and fetch it again") from None
 
