@@ -431,3 +431,30 @@ def test_a_damaged_member_of_a_valid_archive_is_one_error_line(tmp_path, cli) ->
     res = cli("corpus", "build", "--no-toolkit", "--no-library", "--no-templates", "--heldout", "",
               "--out", tmp_path / "d", "--archives", folder)
     one_line_error(res, "member crc_ops/k.cu is damaged")
+
+
+def test_one_archive_per_package(tmp_path) -> None:
+    """Two versions of a package in --archives: the recipe's pinned version is read alone (the other is not
+    tallied under its name); with no recipe, one error line names both files; a package named twice in
+    --packages is refused too. Kills: both versions read (one version's text trained on, the next one's near-copy
+    beside it, both tallied under one name), the first file found taken silently."""
+    two = tmp_path / "two"
+    two.mkdir()
+    for v in ("1.0", "1.1"):
+        _sdist(two, "scatter-ops", {"csrc/k.cu": SEGMENT.replace(b"2023", v.encode())}, version=v)
+    with pytest.raises(SparseRLError, match=r"holds 2 archives of scatter-ops \(scatter_ops-1.0.tar.gz, "
+                                            r"scatter_ops-1.1.tar.gz\) and no recipe pins its version") as e:
+        build(cfg(tmp_path / "c", two))
+    assert "\n" not in str(e.value)
+    pinned = tmp_path / "pinned"
+    pinned.mkdir()
+    for v in ("0.6.17", "0.6.18"):
+        _sdist(pinned, "torch-sparse", {"csrc/spmm.cu": KERNEL.replace(b"scale", f"spmm_{v[-2:]}".encode()),
+                                        f"csrc/only_{v[-2:]}.cu": KERNEL.replace(b"scale", b"x" + v[-2:].encode())},
+               version=v)
+    s = build(cfg(tmp_path / "d", pinned))
+    rows = read_manifest(tmp_path / "d")
+    assert {(r.path, r.version) for r in rows} == {("csrc/spmm.cu", "0.6.18"), ("csrc/only_18.cu", "0.6.18")}
+    assert s["packages"]["torch-sparse"]["files_seen"] == 2 and s["packages"]["torch-sparse"]["version"] == "0.6.18"
+    with pytest.raises(SparseRLError, match="torch-sparse named more than once"):
+        cfg(tmp_path / "e", pinned, packages=(parse_requirement("torch-sparse"), parse_requirement("torch_sparse==1")))

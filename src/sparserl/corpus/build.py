@@ -89,7 +89,8 @@ class BuildConfig:
     cache: str | None = None
     """Folder the archives are downloaded into; default: :func:`default_cache`."""
     archives: str | None = None
-    """Read this folder of archives (.whl, .tar.gz, .zip) instead of fetching: no index needed."""
+    """Read this folder of archives (.whl, .tar.gz, .zip) instead of fetching: no index needed. One archive per
+    package is read: where it holds several, the recipe's pinned version (else a SparseRLError)."""
     packages: tuple[PackageSpec, ...] = DEFAULT_PACKAGES
     """Packages to fetch (ignored with ``archives``)."""
     heldout_packages: tuple[str, ...] = DEFAULT_HELDOUT
@@ -116,6 +117,10 @@ class BuildConfig:
             raise SparseRLError(f"heldout_fraction must be in [0, 0.5), got {self.heldout_fraction}")
         if not 0 < self.near_duplicate <= 1:
             raise SparseRLError(f"near_duplicate must be in (0, 1], got {self.near_duplicate}")
+        names = [normalise(p.name) for p in self.packages]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise SparseRLError(f"packages: {', '.join(twice)} named more than once: one version of a package "
+                                "(two would put one version's text in training and the next one's beside it)")
 
 
 @dataclass
@@ -185,13 +190,33 @@ def _archive_sources(folder: Path) -> list[Source]:
     if not found:
         raise SparseRLError(f"--archives {folder} holds no package archives (.whl, .tar.gz, .zip): download "
                             "them there with 'pip download --no-deps -d FOLDER NAME'")
-    out = []
+    by_name: dict[str, list[Source]] = {}
     for p in found:
         nv = archive_name_version(p.name) or (normalise(p.name.split(".")[0]), "")
         info = read_info(p, *nv)
         spec = spec_for(info.name, info.version)
-        out.append(Source(spec, p, info, "archives"))
-    return out
+        by_name.setdefault(spec.name, []).append(Source(spec, p, info, "archives"))
+    return [_one_version(folder, name, group) for name, group in by_name.items()]
+
+
+def _one_version(folder: Path, name: str, group: list[Source]) -> Source:
+    """The one archive of package ``name`` to read: the only one, else the recipe's pinned version (in the
+    recipe's kind of archive where both are there); two versions of a package would put one version's text in
+    training and its near-copy in the next version beside it, and tally both under one name."""
+    if len(group) == 1:
+        return group[0]
+    recipe = spec_for(name)
+    picks = [s for s in group if recipe.version and s.info.version == recipe.version]
+    if len(picks) > 1:
+        picks = [s for s in picks if s.archive.name.endswith(".whl") == (recipe.archive == "wheel")] or picks
+    files = ", ".join(s.archive.name for s in group)
+    if len(picks) != 1:
+        pinned = f"its recipe pins {recipe.version}" if recipe.version else "no recipe pins its version"
+        raise SparseRLError(f"--archives {folder} holds {len(group)} archives of {name} ({files}) and {pinned}: "
+                            "leave one there")
+    log.info("--archives: %d archives of %s (%s): reading %s, the recipe's version", len(group), name, files,
+             picks[0].archive.name)
+    return picks[0]
 
 
 def _fetched_sources(cfg: BuildConfig, cache: Path) -> list[Source]:
