@@ -458,3 +458,23 @@ def test_one_archive_per_package(tmp_path) -> None:
     assert s["packages"]["torch-sparse"]["files_seen"] == 2 and s["packages"]["torch-sparse"]["version"] == "0.6.18"
     with pytest.raises(SparseRLError, match="torch-sparse named more than once"):
         cfg(tmp_path / "e", pinned, packages=(parse_requirement("torch-sparse"), parse_requirement("torch_sparse==1")))
+
+
+def test_a_heldout_name_matching_no_package_is_one_error_line(tmp_path, archives, cli) -> None:
+    """--heldout with a typo (or a package not in the build) is refused in one line naming it, before any fetch;
+    with no --heldout, the default held-out packages the build lacks are not asked for. Kills: the name ignored
+    (the package meant to be held out trained on, unnoticed)."""
+    with pytest.raises(SparseRLError, match=r"--heldout other-opps: no such package in this build \(its packages: "
+                                            r"demo-kernels, other-ops\)"):
+        build(cfg(tmp_path / "c", archives, heldout_packages=("other-ops", "other_opps")))
+    with pytest.raises(SparseRLError, match="--heldout torch-sprase: no such package"):  # before the fetch fails
+        build(BuildConfig(out=str(tmp_path / "c"), cache=str(tmp_path / "cache"), packages=(parse_requirement("torch-sparse"),),
+                          heldout_packages=("torch-sprase",), toolkit=False, library=False, templates=False,
+                          index_url=UNREACHABLE))
+    assert not (tmp_path / "c" / "manifest.jsonl").exists()
+    s = build(cfg(tmp_path / "c", archives, heldout_packages=None))  # the defaults: none in this build
+    assert s["heldout_packages"] == [] and s["heldout_bytes"] == 0
+    s = build(cfg(tmp_path / "c", archives, heldout_packages=("Other_Ops",)))
+    assert s["heldout_packages"] == ["other-ops"]
+    one_line_error(cli("corpus", "build", "--no-toolkit", "--no-library", "--no-templates", "--heldout", "demo-kernel",
+                       "--out", tmp_path / "d", "--archives", archives), "--heldout demo-kernel: no such package")

@@ -21,8 +21,9 @@ def build_cmd(
                                              "of fetching: no index needed [default: fetch]"),
     packages: str = typer.Option("", help="comma-separated NAME or NAME==VERSION (optionally :wheel or :sdist) "
                                           "[default: the built-in list: see 'sparserl corpus sources']"),
-    heldout: str = typer.Option(None, help="comma-separated packages held out whole [default: "
-                                           "torch-sparse,mamba-ssm,gsplat]"),
+    heldout: str = typer.Option(None, help="comma-separated packages held out whole, each one of the build's "
+                                           "packages [default: those of torch-sparse,mamba-ssm,gsplat in the "
+                                           "build]"),
     heldout_fraction: float = typer.Option(0.01, help="share of every other fetched package's files held out (the "
                                                       "toolkit, library and templates give none)"),
     near_duplicate: float = typer.Option(0.8, help="drop a held-out file with at least this share of its lines in "
@@ -38,10 +39,10 @@ def build_cmd(
     """Fetch packages that ship CUDA C++ (or read downloaded archives), filter, de-duplicate, split."""
     from sparserl.corpus.build import BuildConfig, build
     from sparserl.corpus.filters import FileRules
-    from sparserl.corpus.sources import DEFAULT_HELDOUT, DEFAULT_PACKAGES, parse_requirement
+    from sparserl.corpus.sources import DEFAULT_PACKAGES, parse_requirement
 
     specs = tuple(parse_requirement(p) for p in packages.split(",") if p.strip()) or DEFAULT_PACKAGES
-    held = tuple(filter(None, (h.strip() for h in heldout.split(",")))) if heldout is not None else DEFAULT_HELDOUT
+    held = tuple(filter(None, (h.strip() for h in heldout.split(",")))) if heldout is not None else None
     cfg = BuildConfig(out=str(out), cache=str(cache) if cache else None, archives=str(archives) if archives else None,
                       packages=specs, heldout_packages=held, heldout_fraction=heldout_fraction,
                       near_duplicate=near_duplicate, toolkit=toolkit,

@@ -93,8 +93,9 @@ class BuildConfig:
     package is read: where it holds several, the recipe's pinned version (else a SparseRLError)."""
     packages: tuple[PackageSpec, ...] = DEFAULT_PACKAGES
     """Packages to fetch (ignored with ``archives``)."""
-    heldout_packages: tuple[str, ...] = DEFAULT_HELDOUT
-    """Packages held out whole."""
+    heldout_packages: tuple[str, ...] | None = None
+    """Packages held out whole, each one of the build's packages (else a SparseRLError); None: those of
+    :data:`DEFAULT_HELDOUT` that are in the build."""
     heldout_fraction: float = 0.01
     """Share of every other fetched package's files held out (chosen by hash); the local sources give none."""
     near_duplicate: float = 0.8
@@ -430,13 +431,15 @@ def _build(cfg: BuildConfig) -> dict:
 
     t0 = time.perf_counter()
     out = Path(cfg.out)
+    local_names = {n for n, on in ((TOOLKIT, cfg.toolkit), (LIBRARY, cfg.library), (TEMPLATES, cfg.templates)) if on}
     if cfg.archives:
         sources = _archive_sources(Path(cfg.archives))
+        held = _heldout_names(cfg, {s.spec.name for s in sources} | local_names)
     else:
+        held = _heldout_names(cfg, {normalise(p.name) for p in cfg.packages} | local_names)  # before fetching
         cache = Path(cfg.cache) if cfg.cache else default_cache()
         with folder_lock(cache, "corpus fetch"):
             sources = _fetched_sources(cfg, cache)
-    held = {normalise(n) for n in cfg.heldout_packages}
     sources.sort(key=lambda s: s.spec.name in held)  # stable: training packages first, held-out ones last
     (out / FILES).mkdir(parents=True, exist_ok=True)
     w = _Writer(cfg, out)
@@ -491,11 +494,23 @@ def _build(cfg: BuildConfig) -> dict:
         raise SparseRLError("every file landed in the held-out split: hold out fewer packages")
     write_manifest(out, w.rows)
     pruned = _prune(out, {r.sha256 for r in w.rows})
-    summary = _summary(cfg, w, time.perf_counter() - t0, pruned)
+    summary = _summary(cfg, w, time.perf_counter() - t0, pruned, held)
     tmp = out / (SUMMARY + ".tmp")
     tmp.write_text(json.dumps(summary, indent=1))
     tmp.replace(out / SUMMARY)
     return summary
+
+
+def _heldout_names(cfg: BuildConfig, names: set[str]) -> set[str]:
+    """The packages held out whole: ``cfg.heldout_packages``, each one of the build's ``names`` (a name matching
+    none, a typo, would leave that package in training unnoticed), or the default ones the build has."""
+    if cfg.heldout_packages is None:
+        return {n for n in DEFAULT_HELDOUT if n in names}
+    held = {normalise(n) for n in cfg.heldout_packages}
+    if missing := sorted(held - names):
+        raise SparseRLError(f"--heldout {', '.join(missing)}: no such package in this build (its packages: "
+                            f"{', '.join(sorted(names))})")
+    return held
 
 
 def _reasons(tally: dict[str, PackageTally]) -> str:
@@ -519,15 +534,14 @@ def _prune(out: Path, keep: set[str]) -> int:
     return n
 
 
-def _summary(cfg: BuildConfig, w: _Writer, seconds: float, pruned: int) -> dict:
+def _summary(cfg: BuildConfig, w: _Writer, seconds: float, pruned: int, held_names: set[str]) -> dict:
     packages = {name: asdict(t) for name, t in w.tally.items()}
     train = sum(r.bytes for r in w.rows if r.split == "train")
     held = sum(r.bytes for r in w.rows if r.split == "heldout")
     return {
         "corpus_version": CORPUS_VERSION,
         "files": len(w.rows), "unique_bytes": train + held, "train_bytes": train, "heldout_bytes": held,
-        "heldout_packages": sorted({r.package for r in w.rows if r.split == "heldout"
-                                    and r.package in {normalise(n) for n in cfg.heldout_packages}}),
+        "heldout_packages": sorted({r.package for r in w.rows if r.split == "heldout" and r.package in held_names}),
         "heldout_fraction": cfg.heldout_fraction, "bytes_seen": sum(t.bytes_seen for t in w.tally.values()),
         "duplicate_bytes": sum(t.duplicate_bytes for t in w.tally.values()),
         "near_duplicate": cfg.near_duplicate, "near_duplicates": len(w.near),
