@@ -201,3 +201,28 @@ def test_a_repack_never_serves_the_earlier_packs_streams_or_pack_json(tmp_path, 
     assert not is_pack(out)
     with pytest.raises(SparseRLError, match=r"not a complete pack \(pack.json missing\)"):
         open_pack(out, scratch=scratch)
+
+
+def test_special_token_strings_in_corpus_files_are_plain_text(tmp_path) -> None:
+    """A train file and a held-out file that spell '<|endofkernel|>' and '<|pad|>' in a comment: their streams
+    hold EOS only where a document ends, and the text decodes back with the strings in it. Kills: corpus text
+    encoded with its special-token strings read as the special tokens (a document cut in two mid-file, a pad
+    token trained on)."""
+    from sparserl.model.tokenizer import load_tokenizer
+
+    rows = make_corpus(tmp_path / "c", files=40)
+    literal = "// a kernel ends at <|endofkernel|>; pads are <|pad|>\n__global__ void k() {}\n"
+    rows += [_row(tmp_path / "c", "alpha", "special.cu", literal, "train"),
+             _row(tmp_path / "c", "beta", "special.cu", literal.replace("k()", "h()"), "heldout")]
+    write_manifest(tmp_path / "c", rows)
+    info = pack(pcfg(tmp_path / "c", tmp_path / "p"))
+    pk = open_pack(tmp_path / "p")
+    tok = load_tokenizer(pk.tokenizer_dir)
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    train = pk.train.tolist()
+    assert train.count(eos) == info["train_files"] + 2 * (2 + 1) and pad not in train
+    beta = pk.heldout["beta"].tolist()
+    assert beta.count(eos) == sum(r.package == "beta" for r in rows) and pad not in beta
+    ends = [i for i, t in enumerate(train) if t == eos]
+    docs = [tok.decode(train[a + 1: b]) for a, b in zip([-1, *ends], ends)]
+    assert literal in docs

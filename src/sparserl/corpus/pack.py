@@ -100,14 +100,16 @@ def _dtype(vocab: int) -> np.dtype:
 
 
 def _encode(tok, texts: list[str], eos: int, dtype: np.dtype, desc: str, chunk: int = 256) -> np.ndarray:
-    """Texts tokenised and joined, each followed by EOS."""
+    """Texts tokenised as plain text (a special token's string in a file is its characters) and joined, each
+    followed by EOS."""
+    from sparserl.model.tokenizer import encode_plain
     from sparserl.progress import progress
 
     parts: list[np.ndarray] = []
     with progress() as bar:
         task = bar.add_task(desc, total=len(texts))
         for i in range(0, len(texts), chunk):
-            batch = tok(texts[i: i + chunk], add_special_tokens=False)["input_ids"]
+            batch = encode_plain(tok, texts[i: i + chunk])
             for ids in batch:
                 parts.append(np.asarray(ids + [eos], dtype=dtype))
             bar.advance(task, len(batch))

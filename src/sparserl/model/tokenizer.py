@@ -39,6 +39,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency:
                                    clean_up_tokenization_spaces=False)
 
 
+def encode_plain(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of ``texts`` read as plain text, no BOS or EOS added: a special token's string inside a text (a
+    corpus file that spells ``<|endofkernel|>``) is encoded as its characters, never as the special token."""
+    return tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
 def save_tokenizer(tokenizer, folder: str | Path) -> None:
     tokenizer.save_pretrained(str(folder))
 

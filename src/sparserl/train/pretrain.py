@@ -37,7 +37,7 @@ from sparserl.data.corpus import CorpusConfig, build_corpus
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.model.config import hf_config
-from sparserl.model.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from sparserl.model.tokenizer import encode_plain, load_tokenizer, save_tokenizer, train_tokenizer
 from sparserl.progress import progress
 from sparserl.runtime.metrics import MetricLogger
 from sparserl.runtime.optim import cosine_lr, load_train_state, save_train_state
@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 
 
 def token_stream(texts: list[str], tokenizer, eos_id: int) -> np.ndarray:
-    """All texts tokenized and joined with EOS, as one int32 array."""
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    """All texts tokenized as plain text (a special token's string in a file is its characters) and joined with
+    EOS, as one int32 array."""
+    ids = encode_plain(tokenizer, texts)
     out = np.fromiter((t for seq in ids for t in (*seq, eos_id)), dtype=np.int32)
     return out
 
