@@ -17,7 +17,8 @@ import time
 
 def _function(rng: random.Random, words: list[str]) -> str:
     name, a, b, c = rng.sample(words, 4)
-    return (f"template <int {a.upper()}>\n__global__ void {name}(const float* __restrict__ {a}, float* {b}, int {c}) {{\n"
+    return (f"template <int {a.upper()}>\n"
+            f"__global__ void {name}(const float* __restrict__ {a}, float* {b}, int {c}) {{\n"
             f"  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < {c}) {{\n"
             f"    float s = {rng.random():.5f}f;\n"
             f"    for (int j = 0; j < {rng.randint(1, 64)}; ++j) s += {a}[i * {rng.randint(2, 99)} + j];\n"
@@ -37,7 +38,8 @@ def synthetic(train: int, heldout: int, planted: int, mean_bytes: int, seed: int
     """(training texts, held-out texts); the first ``planted`` held-out texts are near-copies of training
     texts 0, 1, ... (another year, CRLF line ends)."""
     rng = random.Random(seed)
-    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 12))) for _ in range(20000)]
+    letters = "abcdefghijklmnopqrstuvwxyz_"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 12))) for _ in range(20000)]
     tr = [_file(rng, words, mean_bytes) for _ in range(train)]
     held = [tr[i].replace("2024", "2025").replace("\n", "\r\n") for i in range(planted)]
     held += [_file(rng, words, mean_bytes) for _ in range(heldout - planted)]

@@ -63,7 +63,7 @@ def print_table(summary: dict) -> None:
                      ("eval/heldout_ppl", "{:>14.2f}"), ("eval/heldout_share_ppl", "{:>14.2f}")):
         print(f"{key:24}" + "".join(fmt.format(runs[n][key]) if runs[n].get(key) is not None else f"{'-':>14}"
                                     for n in names))
-    print("held-out perplexity by package" + (" (* held out whole; the others: their held-out shares)" if names else ""))
+    print("held-out perplexity by package" + (" (* held out whole; the others: their shares)" if names else ""))
     whole = set().union(*(set(r["heldout_whole_packages"] or ()) for r in runs.values())) if runs else set()
     for pkg, row in summary["heldout_ppl"].items():
         label = pkg + (" *" if pkg in whole else "")

@@ -362,7 +362,7 @@ def test_near_copies_similarity_is_the_share_of_lines_seen_in_one_training_file(
 
 def test_the_local_sources_give_no_heldout_share(tmp_path, archives) -> None:
     """The toolkit's headers and the library's renders are what the model is trained on (the library and the
-    templates are near-copies of one another): none of their files is held out by share, while the packages'
+    templates' files are near-copies of their siblings): none of their files is held out by share, while the packages'
     shares stay. Kills: the held-out fraction applied to every source."""
     include = tmp_path / "include"
     include.mkdir()
@@ -468,9 +468,9 @@ def test_a_heldout_name_matching_no_package_is_one_error_line(tmp_path, archives
                                             r"demo-kernels, other-ops\)"):
         build(cfg(tmp_path / "c", archives, heldout_packages=("other-ops", "other_opps")))
     with pytest.raises(SparseRLError, match="--heldout torch-sprase: no such package"):  # before the fetch fails
-        build(BuildConfig(out=str(tmp_path / "c"), cache=str(tmp_path / "cache"), packages=(parse_requirement("torch-sparse"),),
-                          heldout_packages=("torch-sprase",), toolkit=False, library=False, templates=False,
-                          index_url=UNREACHABLE))
+        build(BuildConfig(out=str(tmp_path / "c"), cache=str(tmp_path / "cache"),
+                          packages=(parse_requirement("torch-sparse"),), heldout_packages=("torch-sprase",),
+                          toolkit=False, library=False, templates=False, index_url=UNREACHABLE))
     assert not (tmp_path / "c" / "manifest.jsonl").exists()
     s = build(cfg(tmp_path / "c", archives, heldout_packages=None))  # the defaults: none in this build
     assert s["heldout_packages"] == [] and s["heldout_bytes"] == 0

@@ -34,7 +34,8 @@ def test_pretrain_on_a_built_corpus_reports_each_heldout_package(tmp_path) -> No
     r = pretrain(cfg(tmp_path / "run", tmp_path / "c", steps=4, eval_every=2, save_every=2))
     assert r["steps"] == 4 and r["heldout_whole_packages"] == ["beta"]
     ppl, share = r["heldout_ppl_by_package"], r["heldout_share_ppl_by_package"]
-    assert set(ppl) == {"beta"} and set(share) == {"alpha"} and all(1 < v < 400 for v in (*ppl.values(), *share.values()))
+    assert set(ppl) == {"beta"} and set(share) == {"alpha"}
+    assert all(1 < v < 400 for v in (*ppl.values(), *share.values()))
     assert r["eval/heldout_ppl"] == ppl["beta"] == r["eval/heldout_ppl/beta"]
     assert r["eval/heldout_share_ppl"] == share["alpha"] == r["eval/heldout_share_ppl/alpha"]
     assert r["mfu"] is None and r["peak_tflops"] is None and r["tokens_per_s"] > 0  # no peak known for a CPU
@@ -76,7 +77,8 @@ def test_a_run_folders_pack_is_made_again_for_another_corpus_or_settings(tmp_pat
     assert AutoConfig.from_pretrained(run / "model").vocab_size == json.loads(pack_json.read_text())["vocab_size"]
     pretrain(cfg(run, c2, vocab_size=500, seed=3, **small))
     assert made() == (sha(c2), 500, 3) and r["corpus"] == str(run / "pack")
-    with pytest.raises(SparseRLError, match=r"was packed with other settings \(vocab_size 500, not 400; seed 3, not 0\)"):
+    with pytest.raises(SparseRLError,
+                       match=r"was packed with other settings \(vocab_size 500, not 400; seed 3, not 0\)"):
         pretrain(cfg(run, c2, resume=True, steps=4, eval_every=2, save_every=2))
 
 

@@ -17,9 +17,9 @@ The split is by package: the held-out packages whole, plus ``heldout_fraction`` 
 fetched package's files (chosen by hash, so the same file lands in the same split on every build),
 which gives each package a held-out perplexity of its own. The local sources (toolkit, library,
 templates) give no share: they are what the model is trained to write, and the library and the
-templates are near-copies of one another. Last, a held-out file whose lines are mostly (``near_duplicate``,
-0.8) found in one training file is dropped (:mod:`sparserl.corpus.near`), so the held-out split holds
-no text the model saw in training, all but a few lines.
+templates' files are near-copies of their siblings. Last, a held-out file whose lines are mostly
+(``near_duplicate``, 0.8) found in one training file is dropped (:mod:`sparserl.corpus.near`), so
+the held-out split holds no text the model saw in training, all but a few lines.
 
 A build can be run again at any time: archives already in the cache are not fetched again, texts
 already in ``files/`` are not written again, and the manifest is replaced only when the build

@@ -9,8 +9,9 @@ The corpus is either the one found on this machine (:mod:`sparserl.data.corpus`:
 headers and the kernel library) or, with ``--corpus DIR``, a corpus built from the package index
 (``sparserl corpus build``) or its tokenised pack (``sparserl corpus pack``); then held-out
 perplexity is reported per held-out package, the headline (``eval/heldout_ppl``) over the packages
-held out whole and the other packages' held-out shares apart (``eval/heldout_share_ppl``). ``--minutes`` ends training after that much wall
-time (the learning rate decays over the budget), with a checkpoint and a last evaluation.
+held out whole and the other packages' held-out shares apart (``eval/heldout_share_ppl``).
+``--minutes`` ends training after that much wall time (the learning rate decays over the budget),
+with a checkpoint and a last evaluation.
 Throughput is reported as tokens/s and MFU (:mod:`sparserl.train.throughput`).
 
 Output folder: ``model/`` (HF ``save_pretrained`` of model and tokenizer, loadable by
