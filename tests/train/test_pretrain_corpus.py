@@ -105,7 +105,8 @@ def test_minutes_budget_ends_with_a_checkpoint_and_decayed_lr(tmp_path) -> None:
 
 def test_bad_corpus_folders(tmp_path) -> None:
     """Kills: a corpus with no package held out whole trained on, its headline perplexity over shares of
-    packages the model trains on."""
+    packages the model trains on; a pack of a corpus built under the earlier rules (no corpus_version) trained
+    on."""
     (tmp_path / "empty").mkdir()
     with pytest.raises(SparseRLError, match="neither a built corpus"):
         pretrain(cfg(tmp_path / "run", tmp_path / "empty"))
@@ -114,6 +115,15 @@ def test_bad_corpus_folders(tmp_path) -> None:
     with pytest.raises(SparseRLError, match="no package is held out whole") as e:
         pretrain(cfg(tmp_path / "run", tmp_path / "c"))
     assert "\n" not in str(e.value)
+    from sparserl.corpus.pack import PackConfig, pack
+
+    make_corpus(tmp_path / "c2", files=40)
+    pack(PackConfig(corpus=str(tmp_path / "c2"), out=str(tmp_path / "p"), vocab_size=400, max_mib=0))
+    info = json.loads((tmp_path / "p" / "pack.json").read_text())
+    del info["corpus_version"]
+    (tmp_path / "p" / "pack.json").write_text(json.dumps(info))
+    with pytest.raises(SparseRLError, match="packed from a corpus built under corpus rules 1, not 2"):
+        pretrain(cfg(tmp_path / "run2", tmp_path / "p"))
     with pytest.raises(SparseRLError, match="no such folder"):
         cfg(tmp_path / "run", tmp_path / "missing")
     with pytest.raises(SparseRLError, match="unknown model preset"):

@@ -197,13 +197,19 @@ def _hours(seconds: float) -> str:
 def _open_corpus(cfg: PretrainConfig, out: Path, resuming: bool = False):
     """The pack of ``cfg.corpus_dir``: opened as it is, or made from a built corpus into ``out/pack`` (with
     ``cfg.model`` tokenised by that model's tokenizer). A pack already there is used when it was made from this
-    corpus, as it is now, with these settings; else it is made again, or, for a run resumed, refused."""
-    from sparserl.corpus.manifest import MANIFEST
+    corpus, as it is now, with these settings; else it is made again, or, for a run resumed, refused. A pack of a
+    corpus built under other rules (:data:`~sparserl.corpus.manifest.CORPUS_VERSION`) is refused."""
+    from sparserl.corpus.manifest import CORPUS_VERSION, MANIFEST
     from sparserl.corpus.pack import PackConfig, is_pack, open_pack, pack, pack_differs
 
     folder = Path(cfg.corpus_dir)
     if is_pack(folder):
-        return open_pack(folder, scratch=out / "tokens")
+        pk = open_pack(folder, scratch=out / "tokens")
+        if (version := pk.info.get("corpus_version", 1)) != CORPUS_VERSION:
+            raise SparseRLError(f"--corpus {folder} was packed from a corpus built under corpus rules {version}, not "
+                                f"{CORPUS_VERSION} (its held-out split may hold near-copies of training files): build "
+                                "the corpus again and pack it")
+        return pk
     if not (folder / MANIFEST).exists():
         raise SparseRLError(f"--corpus {folder}: neither a built corpus (manifest.jsonl) nor a pack (pack.json): "
                             "build one with 'sparserl corpus build --out DIR'")
