@@ -186,7 +186,8 @@ def test_a_lora_run_on_the_gpu_keeps_the_trained_adapters_as_its_reference(tiny_
         return RLConfig(algo="grpo", model=str(tmp_path / "start"), matrices=str(mats), out=str(tmp_path / "rl"),
                         steps=steps, matrices_per_step=2, samples_per_matrix=2, minibatch=4, epochs=1,
                         max_new_tokens=16, lr=1e-2, warmup_steps=0, large_per_family=0, device="cuda",
-                        eval_every=100, save_every=1, seed=0, resume=resume, skip_no_signal_kl=None)
+                        eval_every=100, save_every=1, seed=0, resume=resume, skip_no_signal_kl=None,
+                        entropy_coef=0.05)  # random adapters earn equal rewards: the entropy term moves them
 
     train_rl(cfg(2, False), evaluator=loop_evaluator)
     metrics = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
@@ -211,7 +212,7 @@ def test_a_lora_run_on_the_gpu_keeps_the_trained_adapters_as_its_reference(tiny_
     now = {n: t.cpu() for n, t in adapter_weights(moved).items()}
     assert set(state["ref_adapters"]) == set(started) == set(now)
     assert all(torch.equal(state["ref_adapters"][n].cpu(), started[n]) for n in started)
-    assert any(not torch.equal(now[n], started[n]) for n in started), "two steps at lr 1e-2 must move the adapters"
+    assert any(not torch.equal(now[n], started[n]) for n in started), "two steps must move the adapters"
 
     train_rl(cfg(3, True), evaluator=loop_evaluator)
     steps = [json.loads(line).get("step") for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
