@@ -91,6 +91,7 @@ def test_a_worker_node_killed_mid_farm_loses_nothing(ray_cluster, farm_matrices:
     killed_after = sum(ev.compiles.values())
     t.join(600)
     assert not t.is_alive()
+    assert ev._blobs == {}, "each matrix's bytes leave the object store when its search ends"
     ev.close()
     assert killed_after < 3 * budget  # the node died while the farm still had work
     rows = out["summary"]["matrices"]

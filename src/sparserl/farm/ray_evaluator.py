@@ -463,9 +463,24 @@ class RayEvaluator:
         from sparserl.harness.matrix_files import save_matrix_file
 
         key, path = save_matrix_file(A, self.config.root / "matrices")
-        if key not in self._blobs:
-            self._blobs[key] = ray_module().put(Path(path).read_bytes())
-        return MatrixRef(key, str(path), name, (int(A.shape[0]), int(A.shape[1])), int(A.nnz))
+        ref = MatrixRef(key, str(path), name, (int(A.shape[0]), int(A.shape[1])), int(A.nnz))
+        self._blob(ref)
+        return ref
+
+    def _blob(self, ref: MatrixRef):
+        """The matrix's bytes in Ray's object store (put again from its file if :meth:`release` let them go while
+        another search of the same matrix still runs)."""
+        with self._stats_lock:
+            if ref.key not in self._blobs:
+                self._blobs[ref.key] = ray_module().put(Path(ref.path).read_bytes())
+            return self._blobs[ref.key]
+
+    def release(self, key: str) -> None:
+        """A search of the matrix with content key ``key`` (:func:`~sparserl.harness.matrix_files.matrix_key`)
+        ended (a farm's): its bytes leave Ray's object store (the tasks still running hold their own reference; a
+        later job puts them again), so a long farm does not pin every matrix it searched."""
+        with self._stats_lock:
+            self._blobs.pop(key, None)
 
     def gpu_lease(self, device):
         """The cluster's GPUs are Ray's, not this process's: nothing to hold here (give the trainer's GPU
@@ -481,7 +496,7 @@ class RayEvaluator:
         t0 = time.perf_counter()
         out: Future = Future()
         out.contender = contender  # read by _still_valid
-        ref = self._compile.remote(self.config, text, matrix, [self._blobs[matrix.key]], op.value, k, self._gpu_mode)
+        ref = self._compile.remote(self.config, text, matrix, [self._blob(matrix)], op.value, k, self._gpu_mode)
         ref.future().add_done_callback(lambda f: self._after_compile(f, out, matrix, op, k, t0, best_us, contender,
                                                                         fresh))
         return out
@@ -528,7 +543,7 @@ class RayEvaluator:
             job["best_us"] = min(known) if known else None
             t = time.perf_counter()
             try:
-                payload = ray.get(a.handle.run.remote("eval", job, cubin, [self._blobs[matrix.key]]))
+                payload = ray.get(a.handle.run.remote("eval", job, cubin, [self._blob(matrix)]))
             except Exception as exc:  # the actor (its process, its node) died under the job: run it elsewhere
                 why = f"GPU actor {a.name} died: {_first_line(exc)}"
                 log.warning("%s; running the candidate again on another GPU (attempt %d of %d)", why, attempt + 1,

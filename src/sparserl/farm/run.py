@@ -368,6 +368,7 @@ class Farm:
                 return o
         with self.lock:
             self.running.add(name)
+        ctx = None
         try:
             ctx = MatrixContext(A, name, op, k, str(path))
             with open_store(cfg.store) as store:
@@ -413,6 +414,11 @@ class Farm:
         finally:
             with self.lock:
                 self.running.discard(name)
+            release = getattr(self.ev, "release", None)  # the Ray evaluator lets the matrix's bytes go
+            if release is not None and ctx is not None:
+                from sparserl.harness.matrix_files import matrix_key
+
+                release(matrix_key(ctx.A))
 
     def _folder(self, name: str) -> Path:
         p = self.out / name
