@@ -268,3 +268,20 @@ def test_two_gpu_models_of_one_architecture_are_compared_by_speedup(spec: str, c
         assert st.record(verified(card, 9.0, "d", cusparse_us=20.0, speedup=20.0 / 9.0, **h200)) is False
         assert st.record(verified(card, 6.0, "e", cusparse_us=20.0, speedup=20.0 / 6.0, **h200)) is True
         assert [(r.gpu, r.time_us) for r in st.best()] == [("NVIDIA H200", 6.0)]
+
+
+def test_the_search_quotes_the_best_known_of_its_own_architecture(tmp_path: Path, card: MatrixCard) -> None:
+    """The search's report says what the best known was: the row of the GPU architecture it times on comes first
+    (another architecture's shorter time is another machine's), then this harness version and regime; every row
+    still seeds. Kills: the architecture left out of the order (an sm_100 time quoted on an sm_90 search)."""
+    from sparserl.kernels.contract import Op
+    from sparserl.search.run import _known
+
+    with BestStore(tmp_path / "s.db") as st:
+        st.add_matrix(card, "banded")
+        st.record(verified(card, 10.0, "a", arch="sm_90", cusparse_us=20.0, speedup=2.0))
+        st.record(verified(card, 5.0, "b", arch="sm_100", cusparse_us=6.0, speedup=1.2))
+        row, seeds = _known(st, card.fingerprint, Op.SPMV, None, "cold", "sm_90")
+        assert row.arch == "sm_90" and row.speedup == 2.0 and len(seeds) == 2
+        assert _known(st, card.fingerprint, Op.SPMV, None, "cold", "sm_100")[0].arch == "sm_100"
+        assert _known(st, card.fingerprint, Op.SPMV, None, "cold")[0].time_us == 5.0  # no GPU: the fastest
