@@ -398,3 +398,40 @@ def test_module_data_declared_inside_a_function_is_refused() -> None:
     assert r.violation == "compiled code declares .global data inside a function (inline PTX): not allowed"
     assert check_ptx(ptx("\t{\n\t.shared .align 4 .b8 s[64];\n\tst.shared.u32 \t[s], %r1;\n\t}")).violation is None
     assert check_ptx(ptx("\tld.global.u32 \t%r1, [%rd2];\n\tst.global.u32 \t[%rd2], %r1;")).violation is None
+
+
+@pytest.mark.parametrize("pieces", [
+    # a vector move takes the address apart: each 32-bit half as a shared address
+    "\tmov.u64 \t%rd3, box;\n\tmov.b64 \t{%r1, %r2}, %rd3;\n\tld.shared.u8 \t%r4, [%r1];",
+    # cuda_fp16's __low2half in inline PTX: registers declared without a '%' in a block
+    "\tmov.u64 \t%rd3, box;\n\tcvt.u32.u64 \t%r1, %rd3;\n\t{.reg .f16 low,high;\n mov.b32 {low,high}, %r1;\n"
+    " mov.b16 %rs1, low;}\n\tcvt.u32.u16 \t%r2, %rs1;\n\tld.shared.u8 \t%r4, [%r2];",
+    # the carry out of the address plus itself: a bit of it, through the carry flag (no register)
+    "\tmov.u64 \t%rd3, box;\n\tadd.cc.s64 \t%rd4, %rd3, %rd3;\n\taddc.cc.s64 \t%rd5, %rd9, 0;\n"
+    "\tcvt.u32.u64 \t%r2, %rd5;\n\tld.shared.u8 \t%r4, [%r2];",
+    # a conversion from 8 bits keeps only the low byte of the register it is given
+    "\tmov.u32 \t%r1, box;\n\tcvt.u32.u8 \t%r2, %r1;\n\tld.shared.u8 \t%r4, [%r2];",
+])
+def test_the_pieces_of_an_address_are_its_bits(pieces: str) -> None:
+    """Each way the address's pieces reach a table index without a shift or a mask (found by a review of the
+    laundering rule: each passed both compilers' checks from plain C++), then the looked-up byte written back into
+    a pointer that writes the symbol. Kills: a vector move counted as address arithmetic, registers without a '%'
+    not followed, the carry flag not followed, a conversion from under 32 bits counted as widening."""
+    decl = ".global .align 4 .b8 box[16];\n.shared .align 1 .b8 ident[256];"
+    tail = "\n\tcvt.u64.u32 \t%rd6, %r4;\n\tatom.global.add.u32 \t%r5, [%rd6], 1;"
+    r = check_ptx(ptx(pieces + tail, decl))
+    assert r.violation is not None and "module-scope data" in r.violation, (pieces, r.violation)
+
+
+def test_a_pointer_scan_that_reads_a_second_table_at_its_position_is_the_rules_price() -> None:
+    """The honest shape a review found refused since the laundering rule (rules version 5): a scan by pointer over a
+    table (its exit compares pointers, so the loop is ruled by the address), then a second table read at the
+    pointer's offset and stored to y. Its loop's defines count as the address's bits, so the read is tainted and
+    the store refused; the same scan by index passes. Documented in docs/harness.md as the price; this test
+    pins it, so a change that lets it through is a deliberate one."""
+    decl = ".const .align 4 .b8 edges[32];\n.const .align 4 .b8 scale[36];"
+    scan = ("\tmov.u64 \t%rd3, edges;\n\tadd.s64 \t%rd4, %rd3, 32;\n$L__BB0_1:\n\tsetp.ge.u64 \t%p1, %rd3, %rd4;\n"
+            "\t@%p1 bra \t$L__BB0_2;\n\tadd.s64 \t%rd3, %rd3, 4;\n\tbra.uni \t$L__BB0_1;\n$L__BB0_2:\n"
+            "\tmov.u64 \t%rd5, edges;\n\tsub.s64 \t%rd6, %rd3, %rd5;\n\tmov.u64 \t%rd7, scale;\n"
+            "\tadd.s64 \t%rd8, %rd7, %rd6;\n\tld.const.f32 \t%f1, [%rd8];\n\tst.global.f32 \t[%rd2], %f1;")
+    assert "module-scope data" in check_ptx(ptx(scan, decl)).violation

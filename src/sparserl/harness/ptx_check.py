@@ -40,12 +40,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 5
+RULES_VERSION = 6
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
 3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function.
 5: a load at an address computed from an address's bits gives it back (a table lookup launders it); module data
-declared inside a function refused."""
+declared inside a function refused. 6: a vector move ({%r1, %r2}), a conversion narrower than 32 bits and the carry
+flag (add.cc, addc) take an address's bits; registers inline PTX declares without a '%' are followed."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -123,7 +124,7 @@ def _instructions(body: str) -> list[tuple[list[str], str | None, str, list[str]
                 labels.append(m.group(1))
             s = s[m.end():]
         if s and not s.startswith("."):
-            guard = re.match(r"^@!?(%\w+)\s+", s)
+            guard = re.match(r"^@!?(%?[A-Za-z_$][\w$]*)\s+", s)
             out.append((labels, guard.group(1) if guard else None, *_split(s)))
             labels = []
     return out
@@ -131,7 +132,7 @@ def _instructions(body: str) -> list[tuple[list[str], str | None, str, list[str]
 
 def _split(stmt: str) -> tuple[str, list[str]]:
     """(opcode with modifiers, operands) of one instruction; a guard predicate is dropped."""
-    stmt = re.sub(r"^@!?%\w+\s+", "", stmt)
+    stmt = re.sub(r"^@!?%?[A-Za-z_$][\w$]*\s+", "", stmt)
     parts = stmt.split(None, 1)
     op = parts[0]
     ops, depth, cur = [], 0, []
@@ -183,14 +184,44 @@ def readable(symbol: str) -> str:
     return names[-1] if names else symbol
 
 
-def _mentions(text: str, tainted: set[str], syms: dict[str, str]) -> str | None:
-    for tok in _REG.findall(text):
+def _mentions(text: str, tainted: set[str], syms: dict[str, str], plain: frozenset[str] = frozenset()
+              ) -> str | None:
+    for tok in _regs(text, plain):
         if tok in tainted:
             return tok
     for tok in _IDENT.findall(text):
         if tok in syms:
             return tok
     return None
+
+
+def _regs(text: str, plain: frozenset[str] = frozenset()) -> list[str]:
+    """The registers ``text`` names: ``%``-names, and the names in ``plain`` (registers inline PTX declares
+    without a ``%``, ``.reg .f16 low, high;`` in a block, as cuda_fp16's ``__low2half`` does)."""
+    found = _REG.findall(text)
+    if plain:
+        found += [t for t in _IDENT.findall(text) if t in plain]
+    return found
+
+
+_PLAIN_REG_DECL = re.compile(r"\.reg\s+(?:\.\w+\s+)+([^;]+);")
+
+
+def _plain_registers(body: str) -> frozenset[str]:
+    """The names a function body declares as registers without a ``%`` (``.reg .b32 low, high;``)."""
+    names = set()
+    for decl in _PLAIN_REG_DECL.findall(body):
+        for name in decl.split(","):
+            name = re.sub(r"<\d+>", "", name).strip()
+            if name and not name.startswith("%") and re.fullmatch(r"[A-Za-z_$][\w$]*", name):
+                names.add(name)
+    return frozenset(names)
+
+
+_CARRY = "%__carry"
+"""The carry flag as a register: ``add.cc`` and its kin write it, ``addc``/``subc``/``madc`` read it (a carry out of
+an address plus itself is a bit of the address)."""
+_CARRY_READERS = ("addc", "subc", "madc")
 
 
 _LOAD_OPS = ("ld", "ldu", "atom", "call", "tex", "tld4", "suld", "ldmatrix")
@@ -205,9 +236,11 @@ def _address_arithmetic(op: str) -> bool:
     base = op.split(".")[0]
     if base == "cvt":
         widths = [int(w) for w in re.findall(r"\.[usb](\d+)\b", op)]
-        return len(widths) == 2 and widths[0] >= widths[1]
+        return len(widths) == 2 and widths[0] >= widths[1] >= 32
     if base == "mad":
-        return ".hi" not in op  # the high half of a product is its bits
+        return ".hi" not in op and ".cc" not in op  # the high half of a product is its bits
+    if base in ("add", "sub") and ".cc" in op:
+        return False  # its carry out is a bit
     return base in _ADDRESS_OPS
 
 
@@ -222,6 +255,7 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
     the whole function. A store under such control is an escape (a flag in memory per bit would
     rebuild it)."""
     ins = _instructions(body)
+    plain = _plain_registers(body)
     label_at = {lab: i for i, (labs, *_) in enumerate(ins) for lab in labs}
     tainted: set[str] = set()
     bits: set[str] = set()  # tainted by more than address arithmetic: the address's own bits as a number
@@ -234,7 +268,7 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
             ruled_here = i in ruled or guard in tainted
             # an indirect branch or call whose index or target comes from the address: where it goes is not
             # followed, so the whole function counts as chosen by the address
-            chosen = base in ("brx", "call") and any(r in tainted for o in ops for r in _REG.findall(o))
+            chosen = base in ("brx", "call") and any(r in tainted for o in ops for r in _regs(o, plain))
             if (base in ("bra", "brx") and ruled_here) or chosen:
                 target = label_at.get(ops[0].strip()) if base == "bra" and ops else None
                 region = (range(len(ins)) if target is None else
@@ -245,14 +279,16 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
                 continue
             if op.startswith(_NO_DEST_OPS) or not ops:
                 continue
-            dests = _REG.findall(ops[0])
+            dests = _regs(ops[0], plain) + ([_CARRY] if ".cc" in op else [])
+            sources = ops[1:] + ([_CARRY] if base in _CARRY_READERS else [])
             loads = base in _LOAD_OPS
-            derived = ruled_here or (not loads and any(_mentions(o, tainted, syms) for o in ops[1:]))
+            derived = ruled_here or (not loads and any(_mentions(o, tainted, syms, plain) for o in sources))
             # a load's result is data (a table read at an address derived from the table), unless control chose
             # it or its address was computed from the address's bits: an identity table indexed by each byte of
-            # it gives the address back, laundered through memory
-            as_number = ruled_here or any(r in bits for o in ops[1:] for r in _REG.findall(o)) or (
-                derived and not _address_arithmetic(op))
+            # it gives the address back, laundered through memory. A vector move ({%r1, %r2}) takes an address
+            # apart (or puts pieces together): its pieces are bits
+            as_number = ruled_here or any(r in bits for o in sources for r in _regs(o, plain)) or (
+                derived and (not _address_arithmetic(op) or any("{" in o for o in ops)))
             if loads and as_number:
                 derived = True
             if derived and not set(dests) <= tainted:
@@ -265,11 +301,11 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
         base = op.split(".")[0]
         addrs = [o for o in ops if o.startswith("[")]
         if base in _WRITE_OPS or op.startswith(_WRITE_OPS):
-            if addrs and (hit := _mentions(addrs[0], tainted, syms)) is not None:
+            if addrs and (hit := _mentions(addrs[0], tainted, syms, plain)) is not None:
                 what = readable(hit) if hit in syms else "module data"
                 return f"writes to module-scope data ('{what}'): state would survive a launch"
             values = [o for o in ops[1:] if not o.startswith("[")]
-            if any(_mentions(v, tainted, syms) for v in values):
+            if any(_mentions(v, tainted, syms, plain) for v in values):
                 if op.startswith("st.param"):
                     return "passes the address of module-scope data to a call (its writes could not be followed)"
                 return "stores the address of module-scope data to memory (its writes could not be followed)"

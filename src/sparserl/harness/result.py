@@ -22,8 +22,9 @@ check follows module addresses through control (jump tables and indirect calls i
 eviction policies (evict-last loads would keep the matrix in L2 through the flush). 4: verification's re-run on a
 y holding another output, one cold timed run on the last run's output; static shared memory and registers read
 from the loaded cubin. 5: a carriage return outside a CRLF refused (nvcc ends a line there); the compiled-code
-check follows an address rebuilt by loads at addresses computed from its bits, and refuses module data declared
-inside a function."""
+check follows an address rebuilt by loads at addresses computed from its bits (its pieces taken by shifts, masks,
+narrowing conversions, vector moves or the carry flag; registers inline PTX names without a '%' followed), and
+refuses module data declared inside a function."""
 
 
 class ErrorKind(str, Enum):
