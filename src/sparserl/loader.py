@@ -12,9 +12,10 @@ lines). The kernel is compiled for the GPU at hand (NVRTC or nvcc, cached).
 A kernel is verified on one matrix structure (new values on it are fine: kernels read ``val``), and
 a kernel specialised to it (DIA offsets, row bins, long-row lists written into its text) computes
 wrong sums on another, without an error. So ``plan`` refuses a matrix of another structure than the
-one launch.json names (``other_structure=True`` runs it anyway, unverified). Loading says so in a
-warning when the folder's kernel was never run on a GPU (compile-only), was edited since it was
-written, or was verified on another GPU architecture.
+one launch.json names (``other_structure=True`` runs it anyway, unverified), and loading refuses a
+kernel.cu that is not the text launch.json was written for (``edited=True`` loads it, unverified).
+Loading warns when the folder's kernel was never run on a GPU (compile-only) or was verified on
+another GPU architecture.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 class SparseKernel:
     """A verified kernel from ``sparserl generate``, ready to run on new vectors."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, edited: bool = False):
         from sparserl.harness.compile import CompileOptions, compile_source
         from sparserl.harness.device import device_arch, num_sms
 
@@ -49,6 +50,7 @@ class SparseKernel:
         if not isinstance(ex, Extracted):
             raise SparseRLError(f"{folder}/kernel.cu: {ex.message}")
         self.header = ex.header
+        check_text(folder, self.info, (folder / "kernel.cu").read_text(), edited)
         arch = device_arch()
         for warning in _provenance_warnings(folder, self.info, (folder / "kernel.cu").read_text(), arch):
             log.warning("%s", warning)
@@ -127,15 +129,26 @@ def check_structure(info: dict, A, other_structure: bool = False) -> None:
         log.warning("running a kernel verified on another matrix structure (%s) unverified", want[:12])
 
 
+def check_text(folder: Path, info: dict, text: str, edited: bool = False) -> None:
+    """Refuse a kernel.cu that is not the text launch.json was written for (an edit, or a write of two runs
+    interrupted between its files: launch.json's matrix and launches would not be this kernel's), unless
+    ``edited``: then a warning, and the kernel is unverified."""
+    sha = info.get("kernel_sha256")
+    if sha is None or hashlib.sha256(text.encode()).hexdigest() == sha:
+        return
+    what = (f"{folder}/kernel.cu is not the kernel its launch.json was written for (edited since, or a write "
+            "interrupted between the folder's files)")
+    if not edited:
+        raise SparseRLError(f"{what}: run sparserl generate again, or check the kernel with sparserl check-kernel "
+                            "and load it with load_kernel(folder, edited=True)")
+    log.warning("%s: loaded as asked, unverified", what)
+
+
 def _provenance_warnings(folder: Path, info: dict, text: str, arch: str) -> list[str]:
     """What a user should know before trusting a folder's kernel: never run on a GPU, edited since it was
     written, verified on another GPU architecture (read from launch.json and report.json; nothing for what they
     do not record)."""
     out = []
-    sha = info.get("kernel_sha256")
-    if sha is not None and hashlib.sha256(text.encode()).hexdigest() != sha:
-        out.append(f"{folder}/kernel.cu was changed since it was verified (its launch.json names another text): "
-                   f"check it again with sparserl check-kernel")
     try:
         report = json.loads((folder / "report.json").read_text())
     except (OSError, ValueError):
@@ -150,9 +163,10 @@ def _provenance_warnings(folder: Path, info: dict, text: str, arch: str) -> list
     return out
 
 
-def load_kernel(folder: str | Path) -> SparseKernel:
-    """Load a kernel written by ``sparserl generate`` (needs a GPU and CuPy)."""
-    return SparseKernel(folder)
+def load_kernel(folder: str | Path, edited: bool = False) -> SparseKernel:
+    """Load a kernel written by ``sparserl generate`` (needs a GPU and CuPy). A kernel.cu changed since it was
+    written is refused unless ``edited`` (then it is unverified)."""
+    return SparseKernel(folder, edited)
 
 
 __all__ = ["SparseKernel", "load_kernel"]

@@ -290,11 +290,12 @@ def test_a_folder_names_its_matrix_and_text_and_the_loader_checks_both(mtx: Path
     """launch.json and report.json name the structure the kernel was verified on and launch.json the text's hash;
     the loader's checks (CPU parts): another structure is refused, new values on this one are not; an edited
     kernel, a compile-only folder and another GPU architecture are each a warning. Kills: the fingerprint or the
-    hash left out of launch.json, the structure check left out or comparing values too, the warnings' tests."""
+    hash left out of launch.json, the structure check left out or comparing values too, an edited kernel loaded
+    without being asked to (a write interrupted between the folder's files leaves one), the warnings' tests."""
     import hashlib
     import logging
 
-    from sparserl.loader import _provenance_warnings, check_structure
+    from sparserl.loader import _provenance_warnings, check_structure, check_text
     from sparserl.matrices import load_matrix
     from sparserl.matrices.card import structure_fingerprint
 
@@ -318,7 +319,12 @@ def test_a_folder_names_its_matrix_and_text_and_the_loader_checks_both(mtx: Path
     assert "unverified" in caplog.text and "does not name the matrix" in caplog.text
     warned = _provenance_warnings(out, info, text, "sm_90")
     assert len(warned) == 1 and "never run on a GPU" in warned[0]
-    assert "was changed since it was verified" in _provenance_warnings(out, info, text + "\n// mine", "sm_90")[0]
+    check_text(out, info, text)
+    with pytest.raises(SparseRLError, match="not the kernel its launch.json was written for"):
+        check_text(out, info, text + "\n// mine")
+    with caplog.at_level(logging.WARNING, logger="sparserl.loader"):
+        check_text(out, info, text + "\n// mine", edited=True)
+    assert "loaded as asked, unverified" in caplog.text
     report = json.loads((out / "report.json").read_text())
     report["verified"], report["best"]["arch"] = True, "sm_90"
     (out / "report.json").write_text(json.dumps(report))
@@ -346,6 +352,27 @@ def test_an_interrupted_write_leaves_the_folder_as_it_was(mtx: Path, tmp_path: P
         generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(out), compile_only=True),
                         policy=FixedSampler([variants("spmv", "DIA")[0].render()]))
     assert {f.name: f.read_text() for f in out.iterdir()} == before
+    # interrupted between two renames: the new launch.json beside the earlier kernel.cu, which the loader refuses
+    monkeypatch.undo()
+    import os
+
+    from sparserl.loader import check_text
+
+    real, calls = os.replace, []
+
+    def replace_once(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(a, b)
+
+    monkeypatch.setattr(report.os, "replace", replace_once)
+    with pytest.raises(KeyboardInterrupt):
+        generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(out), compile_only=True),
+                        policy=FixedSampler([variants("spmv", "DIA")[0].render()]))
+    assert (out / "kernel.cu").read_text() == before["kernel.cu"] and not list(out.glob(".*.tmp"))
+    with pytest.raises(SparseRLError, match="not the kernel its launch.json was written for"):
+        check_text(out, json.loads((out / "launch.json").read_text()), (out / "kernel.cu").read_text())
 
 
 def test_an_output_folder_that_cannot_be_written_fails_before_the_work(mtx: Path, tmp_path: Path) -> None:

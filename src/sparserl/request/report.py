@@ -165,8 +165,9 @@ class KernelReport:
     def write(self, out: Path, ctx: MatrixContext, extra_md: str = "") -> None:
         """kernel.cu, launch.json, report.json and report.md (``extra_md`` appended) in ``out``. Every file is
         made first (the host conversion launch.json needs takes seconds on a large matrix), then each is put in
-        place whole (written beside, renamed over): an interrupted write leaves the folder's earlier files, never
-        one matrix's kernel beside another's launch.json."""
+        place whole (written beside, renamed over), kernel.cu last: an interrupted write leaves the earlier files,
+        or at worst, between two renames, a launch.json whose kernel hash the earlier kernel.cu does not match,
+        which the loader refuses."""
         self.kernel = materialise(self.kernel, ctx.op, lambda: ctx.card)  # the matrix's facts it names, written in
         self.fingerprint = ctx.card.fingerprint
         launch = launch_info(self.kernel, ctx)
