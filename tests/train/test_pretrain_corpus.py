@@ -124,6 +124,8 @@ def test_bad_corpus_folders(tmp_path) -> None:
     (tmp_path / "p" / "pack.json").write_text(json.dumps(info))
     with pytest.raises(SparseRLError, match="packed from a corpus built under corpus rules 1, not 2"):
         pretrain(cfg(tmp_path / "run2", tmp_path / "p"))
+    assert not (tmp_path / "run2" / "tokens").exists() or not any((tmp_path / "run2" / "tokens").iterdir()), \
+        "an old pack is refused before its streams are decompressed"
     with pytest.raises(SparseRLError, match="no such folder"):
         cfg(tmp_path / "run", tmp_path / "missing")
     with pytest.raises(SparseRLError, match="unknown model preset"):

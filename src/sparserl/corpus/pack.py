@@ -162,6 +162,8 @@ def pack_differs(folder: str | Path, cfg: PackConfig) -> str | None:
         made = info.get("settings", {})
     except (OSError, ValueError, AttributeError):
         return "not packed yet"
+    if "manifest_sha256" not in info:
+        return "by an earlier SparseRL (its pack.json names no corpus)"
     if not isinstance(made, dict) or info.get("manifest_sha256") != manifest_sha256(cfg.corpus):
         return "from another corpus (or another build of it)"
     changed = [f"{k} {made.get(k)!r}, not {v!r}" for k, v in _settings(cfg).items() if made.get(k) != v]

@@ -204,12 +204,15 @@ def _open_corpus(cfg: PretrainConfig, out: Path, resuming: bool = False):
 
     folder = Path(cfg.corpus_dir)
     if is_pack(folder):
-        pk = open_pack(folder, scratch=out / "tokens")
-        if (version := pk.info.get("corpus_version", 1)) != CORPUS_VERSION:
+        try:  # read before the streams are decompressed: an old pack is refused at once
+            version = json.loads((folder / "pack.json").read_text()).get("corpus_version", 1)
+        except (OSError, ValueError, AttributeError):
+            version = None
+        if version != CORPUS_VERSION:
             raise SparseRLError(f"--corpus {folder} was packed from a corpus built under corpus rules {version}, not "
                                 f"{CORPUS_VERSION} (its held-out split may hold near-copies of training files): build "
                                 "the corpus again and pack it")
-        return pk
+        return open_pack(folder, scratch=out / "tokens")
     if not (folder / MANIFEST).exists():
         raise SparseRLError(f"--corpus {folder}: neither a built corpus (manifest.jsonl) nor a pack (pack.json): "
                             "build one with 'sparserl corpus build --out DIR'")
