@@ -31,6 +31,10 @@ from sparserl.kernels.contract import Op
 
 log = logging.getLogger(__name__)
 
+X_ALIGN = 256
+"""Bytes an x (or X) is aligned to when the kernel runs: the harness verifies and times kernels on an x at a pool
+allocation's start plus 1024 bytes, so a kernel may load it as float4; a view off that alignment is copied."""
+
 
 class SparseKernel:
     """A verified kernel from ``sparserl generate``, ready to run on new vectors."""
@@ -98,6 +102,8 @@ class SparseKernel:
         if tuple(xc.shape) != want:
             raise SparseRLError(f"x has shape {tuple(xc.shape)}, the planned matrix needs {want}")
         xc = cp.ascontiguousarray(xc)
+        if xc.data.ptr % X_ALIGN:  # the harness verified it on an x at least this aligned (vector loads of x)
+            xc = xc.copy()
         y = cp.empty((m,) if self.op is Op.SPMV else (m, self.k), dtype=cp.float32)
         self.bound.run(xc, y)
         if is_torch:

@@ -195,6 +195,9 @@ def test_verified_best_kernel_and_load_kernel(mtx: Path, tmp_path: Path) -> None
     np.testing.assert_allclose(yt.cpu().numpy(), ref, rtol=1e-4, atol=1e-4)
     with pytest.raises(SparseRLError, match="shape"):
         kern(cp.zeros(3, dtype=cp.float32))
+    shifted = cp.asarray(np.r_[np.float32(0), x])[1:]  # a view 4 bytes off its allocation: copied to an aligned x
+    assert shifted.data.ptr % 256 == 4
+    np.testing.assert_allclose(cp.asnumpy(kern(shifted)), ref, rtol=1e-4, atol=1e-4)
     # new values on the same structure: planned; another structure: refused, unless asked for
     B = A.copy()
     B.data = np.random.default_rng(1).standard_normal(B.nnz).astype(B.dtype)

@@ -65,7 +65,7 @@ class GpuTarget:
         """Count (and restore) every matrix array's words that differ from the pristine copy, one
         counter per array from ``row``."""
         for i, (name, a) in enumerate(self.arrays.items()):
-            gpucheck.enqueue_diff(a, self.pristine[name], row[i:], restore=True, sms=self.sms)
+            gpucheck.enqueue_diff(a, self.pristine[name], row[i:], restore=True, sms=self.sms, bitwise=True)
 
     def modified(self, counters: np.ndarray) -> list[str]:
         """Names of the arrays whose counters (from :data:`gpucheck.ARRAYS`) are non-zero."""
@@ -207,12 +207,9 @@ class BoardIO:
         self.checked = 0
         """Outputs compared with the reference so far."""
 
-    def seeds(self, count: int):
-        """``count`` seeds from the OS on the device (one copy), one per run of a batch."""
-        return self.cp.asarray(np.array([secrets.randbits(63) for _ in range(count)], dtype=np.uint64))
-
     def new_seed(self) -> None:
-        """A seed from the OS for the next warm sample, written on the current stream."""
+        """A seed from the OS for the next cold run or warm sample, written on the current stream (a fill behind
+        what is queued: the GPU never holds a later run's seed)."""
         self.seed[...] = secrets.randbits(63)
 
     def prepare(self, rep: int) -> None:
@@ -294,9 +291,11 @@ def time_cold(run: Callable[[], None], config: TimingConfig, flush: FlushBuffer,
     for end in look_points(early_runs, slow_above_us is not None, floor, ci, batch, ceiling):
         with profile.step("time_runs"):
             with stream:
-                seeds = io.seeds(end - done)
                 for t in range(done, end):
-                    seed = seeds[t - done:t - done + 1]
+                    # each run's seed written on the stream just before it (behind the last run's check): no run
+                    # finds a later run's seed on the GPU (it could work out that run's x and answer ahead)
+                    io.new_seed()
+                    seed = io.seed
                     io.io.refresh(seed, 0, poison=t != stale)
                     flush.flush(stream)
                     events[t][0].record(stream)

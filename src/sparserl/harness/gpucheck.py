@@ -9,8 +9,9 @@ unchanged:
 
 * x against the input it was loaded from, as floats (``cp.array_equal``'s meaning: -0 equals +0,
   NaN equals nothing); the re-run's y against the first run's, the same way;
-* each matrix array against its pristine copy (floats as floats, integers bit for bit), and every
-  differing word restored, as the sequential path restores the array;
+* each matrix array against its pristine copy, bit for bit (a -0 written over a +0 padding value is a change: its
+  sign bit would carry state from launch to launch), and every differing word restored, as the sequential path
+  restores the array;
 * the four guards against the NaN bit pattern, word by word;
 * the output against the fp64 product under the tolerance of :mod:`sparserl.harness.reference`.
 
@@ -397,9 +398,11 @@ def enqueue_guards(io, out) -> None:
                                                             np.int32(GUARD), out))
 
 
-def enqueue_diff(cur, want, out, restore: bool, sms: int) -> None:
+def enqueue_diff(cur, want, out, restore: bool, sms: int, bitwise: bool = False) -> None:
     """Count the entries of ``cur`` that differ from ``want`` (same shape and dtype, 4-byte words):
-    float arrays as floats, integer arrays bit for bit; write ``want`` back over them if ``restore``."""
+    float arrays as floats unless ``bitwise`` (a matrix array: -0 written over +0 is a change, a sign bit that
+    would carry state from launch to launch), integer arrays bit for bit; write ``want`` back over them if
+    ``restore``."""
     import cupy as cp
 
     if cur.dtype.itemsize != 4 or cur.shape != want.shape or cur.dtype != want.dtype:
@@ -410,7 +413,7 @@ def enqueue_diff(cur, want, out, restore: bool, sms: int) -> None:
     n = int(cur.size)
     if n == 0:
         return
-    fn = "diff_f32" if cur.dtype == cp.float32 else "diff_u32"
+    fn = "diff_f32" if cur.dtype == cp.float32 and not bitwise else "diff_u32"
     _kernels().get_function(fn)((_grid(n, BLOCK, sms),), (BLOCK,), (cur, want, np.int64(n), np.int32(restore), out))
 
 

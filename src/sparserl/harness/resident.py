@@ -129,10 +129,10 @@ class ResidentMatrix:
 
             counts = cp.zeros(len(arrays), dtype=cp.uint64)
             for i, (n, a) in enumerate(arrays.items()):
-                enqueue_diff(a, pristine[n], counts[i:], restore=restore, sms=self.sms)
+                enqueue_diff(a, pristine[n], counts[i:], restore=restore, sms=self.sms, bitwise=True)
             host = cp.asnumpy(counts)
             return [n for i, n in enumerate(arrays) if host[i]]
-        bad = [n for n, a in arrays.items() if not bool(cp.array_equal(a, pristine[n]))]
+        bad = [n for n, a in arrays.items() if not _same_bits(a, pristine[n])]
         if restore:
             for n in bad:
                 arrays[n][...] = pristine[n]
@@ -339,6 +339,14 @@ class MatrixCache:
                      "and %d conversions (about %.1f GiB)", free / GiB, total / GiB, 100 * reserve_fraction,
                      len(plan.matrices), len(plan.conversions), plan.freed_bytes / GiB)
         return plan
+
+
+def _same_bits(a, b) -> bool:
+    """Whether two device arrays of one dtype hold the same bytes (a -0 written over a +0 differs: ``array_equal``
+    would take them for equal, and the sign bit could carry state from launch to launch)."""
+    import cupy as cp
+
+    return a.shape == b.shape and bool(cp.array_equal(a.view(cp.uint8), b.view(cp.uint8)))
 
 
 def _cupy_out_of_memory() -> type[BaseException]:
