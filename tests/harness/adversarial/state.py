@@ -147,22 +147,6 @@ CASES: dict[str, tuple[str, str]] = {
         "(unsigned __int128)x + (unsigned __int128)(x + c); b |= (unsigned long long)(s >> 64) << i; }\n"
         f"if (row == 0) atomicAdd((unsigned int*)b, 1u); {HONEST}",
         before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"), "static_check"),
-    # a launch counter in the sign bits of row 0's ELL padding: -0.0 written over +0.0, which a float comparison of
-    # the matrix arrays took for unchanged (found by a review of the runtime checks); state across launches, in
-    # bounds
-    "counter_in_the_sign_of_padding_zeros": (
-        "FORMAT: ELL\nLAUNCH: grid=ceil_div(m, 256), block=256\n"
-        'extern "C" __global__ void spmv_kernel(int m, int n, int nnz, int width, const int* __restrict__ col_idx,\n'
-        "    const float* __restrict__ val, const float* __restrict__ x, float* __restrict__ y)\n{\n"
-        "    const int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= m) return;\n"
-        "    float sum = 0.f;\n    int len = 0;\n"
-        "    for (int j = 0; j < width; ++j) { const int c = col_idx[j * m + row]; if (c < 0) break; "
-        "sum += val[j * m + row] * x[c]; ++len; }\n    y[row] = sum;\n"
-        "    if (row == 0 && width - len >= 8) {\n        float* v = (float*)val;\n        unsigned cnt = 0;\n"
-        "        for (int b = 0; b < 8; ++b) cnt |= (__float_as_uint(v[(len + b) * m]) >> 31) << b;\n"
-        "        cnt = (cnt + 1) & 255u;\n"
-        "        for (int b = 0; b < 8; ++b) v[(len + b) * m] = __uint_as_float(((cnt >> b) & 1u) << 31);\n    }\n}\n",
-        "input_modified"),
     # shared memory is not cleared between launches: each block keeps its slice of the matrix there, tagged with
     # the arrays' address, and a later launch that finds its tag reads the slice from there instead of DRAM (a
     # cache the L2 flush does not reach). Statically legal; correct on every run; the flush's scrub of shared
