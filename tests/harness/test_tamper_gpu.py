@@ -23,7 +23,7 @@ def test_a_negative_zero_over_a_padding_zero_is_a_change_and_is_restored() -> No
     want = cp.zeros(4096, dtype=cp.float32)
     want[::3] = 1.5
     cur = want.copy()
-    cur[7] = -0.0  # a padding zero's sign bit
+    cur.view(cp.uint32)[7] = 0x80000000  # -0.0 over a padding zero: its sign bit
     assert bool(cur[7] == want[7]), "as floats the two are equal: the case needs a bit comparison"
     assert not _same_bits(cur, want) and _same_bits(want.copy(), want)
     counts = cp.zeros(2, dtype=cp.uint64)
