@@ -20,7 +20,6 @@ another GPU architecture.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -50,13 +49,14 @@ class SparseKernel:
         self.info = json.loads((folder / "launch.json").read_text())
         self.op = Op(self.info["op"])
         self.k = self.info.get("k")
-        ex = extract((folder / "kernel.cu").read_text(), self.op)
+        text = (folder / "kernel.cu").read_text()
+        ex = extract(text, self.op)
         if not isinstance(ex, Extracted):
             raise SparseRLError(f"{folder}/kernel.cu: {ex.message}")
         self.header = ex.header
-        check_text(folder, self.info, (folder / "kernel.cu").read_text(), edited)
+        check_text(folder, self.info, text, edited)
         arch = device_arch()
-        for warning in _provenance_warnings(folder, self.info, (folder / "kernel.cu").read_text(), arch):
+        for warning in _provenance_warnings(folder, arch):
             log.warning("%s", warning)
         built = compile_source(ex.code, CompileOptions(arch=arch))
         if not built.ok:
@@ -139,8 +139,10 @@ def check_text(folder: Path, info: dict, text: str, edited: bool = False) -> Non
     """Refuse a kernel.cu that is not the text launch.json was written for (an edit, or a write of two runs
     interrupted between its files: launch.json's matrix and launches would not be this kernel's), unless
     ``edited``: then a warning, and the kernel is unverified."""
+    from sparserl.search.store import kernel_sha
+
     sha = info.get("kernel_sha256")
-    if sha is None or hashlib.sha256(text.encode()).hexdigest() == sha:
+    if sha is None or kernel_sha(text) == sha:
         return
     what = (f"{folder}/kernel.cu is not the kernel its launch.json was written for (edited since, or a write "
             "interrupted between the folder's files)")
@@ -150,10 +152,9 @@ def check_text(folder: Path, info: dict, text: str, edited: bool = False) -> Non
     log.warning("%s: loaded as asked, unverified", what)
 
 
-def _provenance_warnings(folder: Path, info: dict, text: str, arch: str) -> list[str]:
-    """What a user should know before trusting a folder's kernel: never run on a GPU, edited since it was
-    written, verified on another GPU architecture (read from launch.json and report.json; nothing for what they
-    do not record)."""
+def _provenance_warnings(folder: Path, arch: str) -> list[str]:
+    """What a user should know before trusting a folder's kernel, from its report.json (nothing for what it does
+    not record): never run on a GPU, verified on another GPU architecture than ``arch``."""
     out = []
     try:
         report = json.loads((folder / "report.json").read_text())

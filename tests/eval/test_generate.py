@@ -320,7 +320,7 @@ def test_a_folder_names_its_matrix_and_text_and_the_loader_checks_both(mtx: Path
         check_structure(info, generate("banded", 5000, seed=0, bands=3), other_structure=True)
         check_structure({}, A)
     assert "unverified" in caplog.text and "does not name the matrix" in caplog.text
-    warned = _provenance_warnings(out, info, text, "sm_90")
+    warned = _provenance_warnings(out, "sm_90")
     assert len(warned) == 1 and "never run on a GPU" in warned[0]
     check_text(out, info, text)
     with pytest.raises(SparseRLError, match="not the kernel its launch.json was written for"):
@@ -331,8 +331,8 @@ def test_a_folder_names_its_matrix_and_text_and_the_loader_checks_both(mtx: Path
     report = json.loads((out / "report.json").read_text())
     report["verified"], report["best"]["arch"] = True, "sm_90"
     (out / "report.json").write_text(json.dumps(report))
-    assert _provenance_warnings(out, info, text, "sm_90") == []
-    assert "verified and timed on sm_90, and this GPU is sm_80" in _provenance_warnings(out, info, text, "sm_80")[0]
+    assert _provenance_warnings(out, "sm_90") == []
+    assert "verified and timed on sm_90, and this GPU is sm_80" in _provenance_warnings(out, "sm_80")[0]
 
 
 def test_an_interrupted_write_leaves_the_folder_as_it_was(mtx: Path, tmp_path: Path, monkeypatch) -> None:

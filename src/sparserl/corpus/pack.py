@@ -144,7 +144,7 @@ def _sample_for_tokenizer(texts: list[str], mb: float, rng: np.random.Generator)
 def manifest_sha256(corpus: str | Path) -> str:
     """SHA-256 of a built corpus's manifest (every file's hash and split: what a pack is made from)."""
     try:
-        return hashlib.sha256((Path(corpus) / MANIFEST).read_bytes()).hexdigest()
+        return _file_sha256(Path(corpus) / MANIFEST)
     except OSError:
         return ""
 
@@ -157,11 +157,10 @@ def _settings(cfg: PackConfig) -> dict:
 def pack_differs(folder: str | Path, cfg: PackConfig) -> str | None:
     """None when ``folder`` holds ``cfg``'s pack of its corpus as the corpus is now; else why not, in words
     (no pack there, another corpus, other settings)."""
-    try:
-        info = json.loads((Path(folder) / PACK_JSON).read_text())
-        made = info.get("settings", {})
-    except (OSError, ValueError, AttributeError):
+    info = pack_info(folder)
+    if info is None:
         return "not packed yet"
+    made = info.get("settings", {})
     if "manifest_sha256" not in info:
         return "by an earlier SparseRL (its pack.json names no corpus)"
     if not isinstance(made, dict) or info.get("manifest_sha256") != manifest_sha256(cfg.corpus):
@@ -285,6 +284,15 @@ def _raw(xz_path: Path, scratch: Path | None, dtype: np.dtype, tokens: int, sha:
         except OSError:
             continue
     return np.frombuffer(data, dtype=dtype)
+
+
+def pack_info(folder: str | Path) -> dict | None:
+    """A pack's pack.json, read without opening its streams; None when there is none or it cannot be read."""
+    try:
+        info = json.loads((Path(folder) / PACK_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def is_pack(folder: str | Path) -> bool:

@@ -450,7 +450,7 @@ def evaluate(cfg: EvalConfig, evaluator=None, policies: dict | None = None) -> d
             systems[name], samples, best[name] = _run_policy(cfg, ev, name, policy, todo,
                                                              out / "completions.jsonl", phases)
             drawn += samples
-        if cfg.retime and not cfg.compile_only:
+        if cfg.retime:  # never with compile_only (EvalConfig refuses the two together)
             t1 = time.perf_counter()
             second_look(cfg, ev, todo, systems, best)
             phases["second look"] = time.perf_counter() - t1

@@ -443,7 +443,6 @@ class RayEvaluator:
             self.actors = [a for i, a in enumerate(self.actors) if i in keep]
         for a in self.actors:
             self._slots.free(a)
-        for a in self.actors:
             log.info("GPU actor %s: %s (%s), launch latency %.2f ms", a.name, a.info.get("gpu"), a.info.get("arch"),
                      a.info.get("sync_latency_ms") or 0.0)
 

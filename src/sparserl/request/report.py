@@ -9,7 +9,6 @@ against cuSPARSE, roofline fraction, conversion cost, runners-up).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import evaluate_launches, kernel_params
 from sparserl.request.candidates import Candidate, CandidatePool, Origin, RunnerUp
 from sparserl.request.context import MatrixContext
+from sparserl.search.store import kernel_sha
 
 log = logging.getLogger(__name__)
 
@@ -209,11 +209,6 @@ def prepare_out(out: Path) -> None:
     probe.unlink()
 
 
-def kernel_sha256(text: str) -> str:
-    """The SHA-256 of a handed-over kernel's text (launch.json records it: the loader tells an edited kernel)."""
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def launch_info(text: str, ctx: MatrixContext) -> dict[str, Any]:
     """launch.json: how to launch kernel ``text`` on the request's matrix, and which matrix structure and which
     text were verified (the loader checks both)."""
@@ -223,7 +218,7 @@ def launch_info(text: str, ctx: MatrixContext) -> dict[str, Any]:
     cfgs = evaluate_launches(ex.header, ctx.op, fd.launch_env(ctx.op, ctx.k, NUM_SMS))
     return {
         "fingerprint": ctx.card.fingerprint, "shape": list(ctx.shape), "nnz": ctx.nnz,
-        "kernel_sha256": kernel_sha256(text),
+        "kernel_sha256": kernel_sha(text),  # the store's key for a kernel text: the loader tells an edited one
         "op": ctx.op.value, "k": ctx.k, "format": fd.format, "format_params": fd.params,
         "launch_lines": [ln.render() for ln in ex.header.launches],
         "kernel_args": [f"{p.ctype} {p.name}" for p in kernel_params(fd.format, ctx.op)],

@@ -167,10 +167,11 @@ def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | N
     t = time.perf_counter()
     card, features = ctx.card, ctx.features
     log.info("%s: %d x %d, %d nonzeros; card in %.1f s", ctx.name, *ctx.shape, ctx.nnz, time.perf_counter() - t)
+    arch = ev.arch if ev.has_gpu else None  # the architecture the search times on (None: nothing is timed)
     if ranker is None:
-        ranker = make_ranker(cfg.cost_model, card, features, ctx.op, ctx.k, ev.arch if ev.has_gpu else None)
-    known_row, known = (_known(store, card.fingerprint, ctx.op, ctx.k, cfg.regime, ev.arch if ev.has_gpu else None)
-                        if store is not None else (None, []))
+        ranker = make_ranker(cfg.cost_model, card, features, ctx.op, ctx.k, arch)
+    known_row, known = _known(store, card.fingerprint, ctx.op, ctx.k, cfg.regime, arch) if store is not None else (
+        None, [])
     if known_row is not None:
         log.info("the store knows %s for this matrix: %s", ctx.name, known_row.candidate_id or known_row.kernel_sha[:12])
     sink = None

@@ -200,14 +200,12 @@ def _open_corpus(cfg: PretrainConfig, out: Path, resuming: bool = False):
     corpus, as it is now, with these settings; else it is made again, or, for a run resumed, refused. A pack of a
     corpus built under other rules (:data:`~sparserl.corpus.manifest.CORPUS_VERSION`) is refused."""
     from sparserl.corpus.manifest import CORPUS_VERSION, MANIFEST
-    from sparserl.corpus.pack import PackConfig, is_pack, open_pack, pack, pack_differs
+    from sparserl.corpus.pack import PackConfig, is_pack, open_pack, pack, pack_differs, pack_info
 
     folder = Path(cfg.corpus_dir)
     if is_pack(folder):
-        try:  # read before the streams are decompressed: an old pack is refused at once
-            version = json.loads((folder / "pack.json").read_text()).get("corpus_version", 1)
-        except (OSError, ValueError, AttributeError):
-            version = None
+        info = pack_info(folder)  # read before the streams are decompressed: an old pack is refused at once
+        version = info.get("corpus_version", 1) if info is not None else CORPUS_VERSION  # unreadable: open_pack says
         if version != CORPUS_VERSION:
             raise SparseRLError(f"--corpus {folder} was packed from a corpus built under corpus rules {version}, not "
                                 f"{CORPUS_VERSION} (its held-out split may hold near-copies of training files): build "
