@@ -36,9 +36,11 @@ from sparserl.matrices import generate  # noqa: E402
 from tests.harness.adversarial import (  # noqa: E402
     CLASSES,
     GOOD,
+    LONG_ROW_CASES,
     RUNTIME_KINDS,
     SEQUENTIAL_VERDICTS,
     VALUE_CASES,
+    long_row_matrix,
 )
 
 
@@ -67,11 +69,13 @@ def main() -> int:
             A = generate("random", 20_000, seed=4, nnz_per_row=12)
             A.data[:] = 1.0
             unit = ev.register(A, "random20k_unit")
+            long_rows = ev.register(long_row_matrix(), "long_row_1M")
             good = ev.evaluate(GOOD, mat, "spmv")
             for cls, cases in CLASSES.items():
                 for name, (text, expected) in cases.items():
                     t0 = time.perf_counter()
-                    res = ev.evaluate(text, unit if name in VALUE_CASES else mat, "spmv")
+                    res = ev.evaluate(text, unit if name in VALUE_CASES else long_rows if name in LONG_ROW_CASES
+                                      else mat, "spmv")
                     if path == "sequential":
                         expected = SEQUENTIAL_VERDICTS.get(name, expected)
                     want = "no_gpu" if args.compile_only and expected in RUNTIME_KINDS else expected

@@ -1,7 +1,7 @@
 """Harness throughput, compile throughput and timing stability on the GPU machine.
 
 1. Evaluations per second: every SpMV library variant (compiles cached) evaluated in
-   full (extract, checks, verify on 6 inputs, cold and warm timing) on a ~1M-nonzero
+   full (extract, checks, verify on 7 inputs, cold and warm timing) on a ~1M-nonzero
    matrix through the worker pool, after one warm-up evaluation (matrix upload,
    cuSPARSE baseline, copy bandwidth).
 2. Cold compile throughput: N distinct sources (library variants with a unique comment)

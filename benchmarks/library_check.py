@@ -4,8 +4,8 @@ For each matrix (a few per generator family, awkward shapes included, plus real 
 matrices if a folder is given) and each variant, it compiles the kernel (NVRTC or nvcc, cached;
 the compiled code must pass the PTX checks), converts the matrix to the variant's format and
 runs the worker's own verification in this process (sparserl.harness.verify.Verifier on a
-sparserl.harness.resident.ResidentMatrix): six inputs with NaN-poisoned outputs and guards on both
-sides of x and y, inputs and matrix unchanged, the determinism re-run, and two inputs on the same
+sparserl.harness.resident.ResidentMatrix): seven inputs with NaN-poisoned outputs and guards on both
+sides of x and y, inputs and matrix unchanged, the determinism re-run, and three inputs on the same
 pattern with fresh random values, all against the fp64 reference under the documented
 tolerance. No timing. Conversions a format refuses (e.g. DIA on a random matrix) are counted as
 "refused", not as failures.

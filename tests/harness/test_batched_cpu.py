@@ -30,7 +30,8 @@ def row(**set_) -> np.ndarray:
 
 
 def verifier() -> BatchedVerifier:
-    inputs = [(n, None) for n in ("normal0", "uniform1", "normal2", "large_signed", "zeros", "alternating")]
+    inputs = [(n, None) for n in ("normal0", "uniform1", "normal2", "large_signed", "zeros", "alternating",
+                                  "non_negative")]
     return BatchedVerifier(SimpleNamespace(m=10, n=10, k=None, cfg=VerifyConfig(), inputs=inputs))
 
 
@@ -77,11 +78,12 @@ def test_verdict_replay_follows_the_sequential_order() -> None:
 def test_determinism_is_judged_on_the_rerun_only_and_not_with_atomics() -> None:
     ok = row(rerun=3, worst=np.float64(0.5).view(np.uint64))
     assert judge(ok, idx=2)[0] is None  # not the re-run: the counter is not read
-    out, worst = judge(ok, idx=6)  # the re-run of the first input comes after the six inputs
+    out, worst = judge(ok, idx=7)  # the re-run of the first input comes after the seven inputs
     assert out.kind is ErrorKind.NONDETERMINISTIC and worst == 0.5
-    assert judge(ok, idx=6, atomics=True)[0] is None
+    assert judge(ok, idx=7, atomics=True)[0] is None
+    assert judge(ok, idx=6)[0] is None  # the last input, not the re-run
     clean = row(worst=np.float64(0.9).view(np.uint64))
-    assert judge(clean, idx=6) == (None, 0.9)
+    assert judge(clean, idx=7) == (None, 0.9)
 
 
 def test_board_row_decoding() -> None:
@@ -363,13 +365,13 @@ def _verify_on_host(monkeypatch, launch_s: list[float], wrong: set[int], limit):
 
 
 def test_a_slow_first_launch_stops_verification_with_a_timeout(monkeypatch) -> None:
-    """First launch 0.4 s, 8 launches left, limit 2 s (0.4 x 8 = 3.2 > 1.25 x 2): ``timeout`` after that
+    """First launch 0.4 s, 10 launches left, limit 2 s (0.4 x 10 = 4 > 1.25 x 2): ``timeout`` after that
     launch, the others never enqueued nor announced, the limit asked for the 8, the profile counting
     it. Kills a prediction that still runs the remaining batch, that asks the limit for the wrong
     number of launches, or that reads the time of the whole verification instead of the first launch."""
-    out, launched, phases, asked, counts = _verify_on_host(monkeypatch, [0.4] * 9, set(), 2.0)
-    assert out.kind is ErrorKind.TIMEOUT and launched == 1 and asked == [8]
-    assert out.message == ("the first launch took 0.40 s: the 8 remaining launches would run past the verify "
+    out, launched, phases, asked, counts = _verify_on_host(monkeypatch, [0.4] * 11, set(), 2.0)
+    assert out.kind is ErrorKind.TIMEOUT and launched == 1 and asked == [10]
+    assert out.message == ("the first launch took 0.40 s: the 10 remaining launches would run past the verify "
                            "limit of 2 s")
     assert phases == [("verify", 1), ("check",)]
     assert counts["verify_predicted_timeouts"] == 1 and counts["verify_launches"] == 1
@@ -380,12 +382,12 @@ def test_no_prediction_without_a_limit_a_fast_first_launch_or_a_right_answer(mon
     first launch under the prediction's share runs every launch; a slow first launch that is wrong is
     ``incorrect``, never ``timeout``. Kills a None limit read as 0, a prediction made before the first
     launch is judged (a kernel slow and wrong would be reported slow to fail, not wrong)."""
-    out, launched, phases, _, counts = _verify_on_host(monkeypatch, [0.4] * 9, set(), None)
-    assert out.kind is ErrorKind.NONE and launched == 9 and ("verify", 8) in phases
+    out, launched, phases, _, counts = _verify_on_host(monkeypatch, [0.4] * 11, set(), None)
+    assert out.kind is ErrorKind.NONE and launched == 11 and ("verify", 10) in phases
     assert "verify_predicted_timeouts" not in counts
-    out, launched, *_ = _verify_on_host(monkeypatch, [0.3] + [5.0] * 8, set(), 2.0)  # 0.3 x 8 = 2.4 <= 2.5
-    assert out.kind is ErrorKind.NONE and launched == 9
-    out, launched, *_ = _verify_on_host(monkeypatch, [0.4] * 9, {0}, 2.0)
+    out, launched, *_ = _verify_on_host(monkeypatch, [0.24] + [5.0] * 10, set(), 2.0)  # 0.24 x 10 = 2.4 <= 2.5
+    assert out.kind is ErrorKind.NONE and launched == 11
+    out, launched, *_ = _verify_on_host(monkeypatch, [0.4] * 11, {0}, 2.0)
     assert out.kind is ErrorKind.INCORRECT and launched == 1 and out.message.startswith("input 'normal0'")
 
 
@@ -407,16 +409,20 @@ def test_the_slow_first_launch_kernels_pass_the_parent_checks_and_compile(tmp_pa
 
 def test_both_paths_verify_the_same_launches_with_the_same_labels() -> None:
     """The batched verifier's launches are the sequential one's (one function makes both lists): every
-    input, the first again on a y that held the second (random) input's output, the first two on the fresh-valued
-    twin; only the re-run's y is filled from another launch. Kills: the re-run's y left NaN (no source), or
-    filled from a launch of another target."""
+    input, the first again on a y that held the second (random) input's output, the first two and the
+    non-negative one on the fresh-valued twin; only the re-run's y is filled from another launch. Kills: the
+    re-run's y left NaN (no source), or filled from a launch of another target; the non-negative input not run
+    on the twin (or with the values hint)."""
     from sparserl.harness.verify import STALE_Y, stale_source, verification_runs
 
     inputs = verifier().base.inputs
     runs = verification_runs(inputs, "A", "A_alt", VerifyConfig())
     assert [(t, n) for t, n, *_ in runs] == [("A", n) for n, _ in inputs] + [("A", "normal0"), ("A_alt", "normal0"),
-                                                                            ("A_alt", "uniform1")]
-    assert [stale_source(i, len(inputs)) for i in range(len(runs))] == [None] * 6 + [1] + [None] * 2
-    assert runs[6][3] == STALE_Y and "write all of y" in runs[6][4]
+                                                                            ("A_alt", "uniform1"),
+                                                                            ("A_alt", "non_negative")]
+    assert [stale_source(i, len(inputs)) for i in range(len(runs))] == [None] * 7 + [1] + [None] * 3
+    assert runs[7][3] == STALE_Y and "write all of y" in runs[7][4]
+    assert "add every term" in runs[10][4] and "read every value" in runs[9][4]
+    assert [n for _, n, *_ in verification_runs(inputs, "A", "A_alt", VerifyConfig(revalued_inputs=0))][-1] == "normal0"
     one = verification_runs(inputs[:1], "A", None, VerifyConfig())
     assert len(one) == 2 and stale_source(1, 1) is None and one[1][3] == "", "one input: nothing else to fill y from"

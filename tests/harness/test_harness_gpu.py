@@ -17,7 +17,15 @@ from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import FORMAT_NAMES
 from sparserl.kernels.library import variants
 from sparserl.matrices import generate
-from tests.harness.adversarial import ADVERSARIAL, FAR_WRITE, GOOD, OWN_SPEED, VALUE_CASES
+from tests.harness.adversarial import (
+    ADVERSARIAL,
+    FAR_WRITE,
+    GOOD,
+    LONG_ROW_CASES,
+    OWN_SPEED,
+    VALUE_CASES,
+    long_row_matrix,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -45,6 +53,12 @@ def unit(ev):
 
 
 @pytest.fixture(scope="module")
+def long_rows(ev):
+    """Row 0 with an entry in each of 10^6 columns, 12 entries in each other row (normal values)."""
+    return ev.register(long_row_matrix(), "long_row_1M")
+
+
+@pytest.fixture(scope="module")
 def good(ev, mat):
     res = ev.evaluate(GOOD, mat, "spmv")
     assert res.ok, res.message
@@ -62,9 +76,9 @@ def test_good_kernel(good) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
-def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, unit, good, name: str) -> None:
+def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, unit, long_rows, good, name: str) -> None:
     text, kind = ADVERSARIAL[name]
-    res = ev.evaluate(text, unit if name in VALUE_CASES else mat, "spmv")
+    res = ev.evaluate(text, unit if name in VALUE_CASES else long_rows if name in LONG_ROW_CASES else mat, "spmv")
     assert res.error_kind.value == kind, (name, res.error_kind, res.message)
     if kind == "none":
         assert res.correct and res.speedup is not None, (name, res.message)
@@ -86,8 +100,21 @@ def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, unit, 
         assert res.message.endswith("during timed runs"), (name, res.message)
     if name in VALUE_CASES or name == "writes_twin_matrix_only":
         assert "fresh values" in res.message, (name, res.message)
+    if name in LONG_ROW_CASES:  # signed inputs pass it; the twin's rows of one sign with x >= 0 do not
+        assert res.message.startswith("with the same pattern and fresh values, input 'non_negative'"), res.message
     after = ev.evaluate(GOOD, mat, "spmv")
     assert after.ok, (name, after.error_kind, after.message)
+
+
+def test_the_honest_warp_kernel_passes_on_the_long_row(ev, long_rows) -> None:
+    """The kernel ``leaves_out_the_tail_of_long_rows`` is made from, computing every term: correct and
+    timed on the matrix with a row of 10^6 entries (so that case fails for the terms it leaves out, not
+    for the matrix or the summation order). Every timed output checked."""
+    from tests.harness.adversarial.tolerance import HONEST_WARP
+
+    res = ev.evaluate(HONEST_WARP, long_rows, "spmv")
+    assert res.ok and res.correct and res.speedup is not None, res.message
+    assert res.max_scaled_error is not None and res.max_scaled_error < 0.5, res.max_scaled_error
 
 
 def test_crash_and_hang_restart_the_worker(ev, mat) -> None:
@@ -103,7 +130,7 @@ def test_crash_and_hang_restart_the_worker(ev, mat) -> None:
 
 def test_a_slow_first_launch_times_out_without_a_restart(ev, mat) -> None:
     """An honest kernel whose every launch takes most of a second, on a matrix whose verify limit is
-    the floor: ``timeout`` after its first launch (the 8 others would overrun), with no kill and no
+    the floor: ``timeout`` after its first launch (the 10 others would overrun), with no kill and no
     restart, in well under the limit; the same kernel writing 2x the product is ``incorrect``. The
     job has the GPU whole (no trainer here), so the prediction compares with the granted floor
     (0.5 s) while the kill deadline keeps 2 s (``test_crash_and_hang_restart_the_worker``).
@@ -115,7 +142,7 @@ def test_a_slow_first_launch_times_out_without_a_restart(ev, mat) -> None:
     before = ev.pool.restarts
     first = ev.evaluate(SLOW_FIRST_LAUNCH, mat, "spmv")  # compiles it too
     assert first.error_kind is ErrorKind.TIMEOUT and first.message.startswith("the first launch took "), first.message
-    assert "8 remaining launches would run past the verify limit of 0.5 s" in first.message, first.message
+    assert "10 remaining launches would run past the verify limit of 0.5 s" in first.message, first.message
     assert first.profile.counts["verify_predicted_timeouts"] == 1 and first.profile.counts["verify_launches"] == 1
     t0 = time.perf_counter()
     again = ev.evaluate(SLOW_FIRST_LAUNCH, mat, "spmv")  # compiled: the evaluation alone (not remembered)
@@ -132,7 +159,7 @@ def test_contender_jobs_stop_only_kernels_that_cannot_be_the_fastest(tmp_path) -
     ``timeout`` saying why, where an ordinary job verifies it and stops it early as ``slow``; a
     fast kernel gets its ordinary verdict. Verify floors of 6 s (the prediction's and the kill
     deadline's) keep the ordinary limits out of the way, even with another process on the GPU (the
-    kernel's 9 launches take about 1.1 s alone; beside a pre-training run they passed 2 s and the
+    kernel's 11 launches take about 1.3 s alone; beside a pre-training run they passed 2 s and the
     ordinary job was killed, ``timeout``). Mutations killed: the flag never reaching the worker (``slow`` both times) and the
     contender limit applied to ordinary jobs (``timeout`` both times). The memo's side is a CPU test
     (tests/harness/test_speed.py)."""
@@ -169,7 +196,7 @@ def test_a_contender_floor_below_50_ms_stops_a_shorter_hopeless_kernel(tmp_path)
                                           contenders=True)
             assert fast.error_kind is ErrorKind.NONE, fast.message
             assert short.error_kind is expected, (floor_s, short.message)
-            assert short.profile.counts["verify_launches"] == (1 if expected is ErrorKind.TIMEOUT else 9)
+            assert short.profile.counts["verify_launches"] == (1 if expected is ErrorKind.TIMEOUT else 11)
             ordinary = e.evaluate(SHORT_NOT_A_CONTENDER, m, "spmv")
             assert ordinary.error_kind is ErrorKind.SLOW and ordinary.correct, ordinary.message
 
@@ -184,7 +211,7 @@ def test_early_stop_against_the_best_known_and_the_profile(ev, mat, good) -> Non
     assert 0.67 < res.timings["cold"].median_us / good.timings["cold"].median_us < 1.5
     assert "over 3x the best known time" in res.message
     p = good.profile
-    assert p is not None and p.counts["verify_launches"] == 9 and p.counts["cold_runs"] >= 7
+    assert p is not None and p.counts["verify_launches"] == 11 and p.counts["cold_runs"] >= 7
     for step in ("compile", "verify_batch", "time_runs", "time_check"):
         assert step in p.seconds, (step, p.seconds)
     assert res.profile.counts["cold_runs"] == 5  # the slow one stopped there

@@ -18,7 +18,8 @@ from sparserl.harness.buffers import GUARD, NAN_BITS, CheckedIO, IOBuffers, host
 from sparserl.harness.reference import Fp64Reference
 from sparserl.harness.resident import revalued
 from sparserl.harness.result import ErrorKind
-from sparserl.harness.verify import STALE_Y, Target, Verifier, VerifyConfig, make_inputs
+from sparserl.harness.verify import NON_NEGATIVE, STALE_Y, Target, Verifier, VerifyConfig, make_inputs
+from tests.harness.adversarial.tolerance import long_row_matrix
 
 M, N = 120, 90
 
@@ -83,11 +84,14 @@ def verify(body=None, alt_body=None, k=None, cfg=VerifyConfig(), atomics=False, 
 
 def test_the_inputs_are_the_documented_set() -> None:
     """Random normal and uniform inputs, then large signed magnitudes (|x| in [1e3, 1e4], both signs),
-    all zeros, alternating +1/-1; the same for the same seed, different for another seed.
+    all zeros, alternating +1/-1, and a non-negative one (|normal|); the same for the same seed,
+    different for another seed.
 
-    Mutations killed: an adversarial input dropped or made harmless (e.g. large values all positive)."""
+    Mutations killed: an adversarial input dropped or made harmless (e.g. large values all positive);
+    the non-negative input dropped or given negative entries."""
     got = make_inputs((1000,), VerifyConfig())
-    assert [n for n, _ in got] == ["normal0", "uniform1", "normal2", "large_signed", "zeros", "alternating"]
+    assert [n for n, _ in got] == ["normal0", "uniform1", "normal2", "large_signed", "zeros", "alternating",
+                                   NON_NEGATIVE]
     d = dict(got)
     assert all(x.dtype == np.float32 and x.shape == (1000,) for x in d.values())
     assert np.abs(d["uniform1"]).max() <= 1 and d["uniform1"].min() < -0.9 and d["uniform1"].max() > 0.9
@@ -96,11 +100,13 @@ def test_the_inputs_are_the_documented_set() -> None:
     assert big.min() >= 1e3 and big.max() <= 1e4 and 300 < (d["large_signed"] < 0).sum() < 700
     assert np.unique(big).size > 900  # magnitudes drawn per entry, not one for all
     assert not d["zeros"].any() and d["alternating"].tolist() == [1.0, -1.0] * 500
+    assert d[NON_NEGATIVE].min() >= 0 and 0.5 < np.std(d[NON_NEGATIVE]) < 1.5 and np.unique(d[NON_NEGATIVE]).size > 900
     again = make_inputs((1000,), VerifyConfig())
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, again))
     other = dict(make_inputs((1000,), VerifyConfig(seed=1)))
     assert not np.array_equal(other["normal0"], d["normal0"])
-    assert [n for n, _ in make_inputs((4, 3), VerifyConfig(random_inputs=1, adversarial=False))] == ["normal0"]
+    assert [n for n, _ in make_inputs((4, 3), VerifyConfig(random_inputs=1, adversarial=False))] == ["normal0",
+                                                                                                  NON_NEGATIVE]
     assert make_inputs((4, 3), VerifyConfig())[5][1].tolist() == [[1.0] * 3, [-1.0] * 3] * 2  # SpMM: by rows
     for bad in ({"random_inputs": 0}, {"revalued_inputs": -1}):
         with pytest.raises(ValueError) as e:
@@ -112,7 +118,7 @@ def test_the_inputs_are_the_documented_set() -> None:
 
 
 def test_an_honest_kernel_passes_with_every_launch_on_fresh_buffers() -> None:
-    """Six inputs, the first run again, two inputs on the fresh-valued twin: 8 launches, each on x and
+    """Seven inputs, the first run again, three inputs on the fresh-valued twin: 11 launches, each on x and
     y buffers no earlier launch used, each between a "verify" and a "check" phase.
 
     Mutations killed: one IOBuffers reused for every launch (a kernel could cache by pointer), the
@@ -120,16 +126,16 @@ def test_an_honest_kernel_passes_with_every_launch_on_fresh_buffers() -> None:
     phases: list[str] = []
     out, main, alt = verify(phases=phases)
     assert out.kind is ErrorKind.NONE and out.message == "" and 0 < out.max_scaled_error < 1
-    assert (main.calls, alt.calls) == (7, 2)
+    assert (main.calls, alt.calls) == (8, 3)
     ptrs = main.pointers + alt.pointers
-    assert len({p for p, _ in ptrs}) == 9 and len({q for _, q in ptrs}) == 9
-    assert phases == ["verify", "check"] * 9
+    assert len({p for p, _ in ptrs}) == 11 and len({q for _, q in ptrs}) == 11
+    assert phases == ["verify", "check"] * 11
 
 
 def test_the_profile_names_each_verification_step_and_counts_the_launches() -> None:
     """Under a job's profile the sequential verifier's time lands in the steps harness/profile.py
     documents (fresh buffers and inputs, launches, tamper checks, fp64 comparisons, the rerun's
-    determinism check) and the 9 launches are counted.
+    determinism check) and the 11 launches are counted.
 
     Mutations killed: any step or count name changed or made None (harness/profile.py's table
     documents them; harness_speed.py reports the time per step name)."""
@@ -143,7 +149,7 @@ def test_the_profile_names_each_verification_step_and_counts_the_launches() -> N
     assert out.kind is ErrorKind.NONE
     assert set(prof["seconds"]) - {"other"} == {"verify_inputs", "verify_launch", "verify_tamper", "verify_compare",
                                                  "verify_determinism"}
-    assert prof["counts"] == {"verify_launches": 9}
+    assert prof["counts"] == {"verify_launches": 11}
 
 
 def unwritten_last_row(self, x, y) -> None:
@@ -189,8 +195,8 @@ def bias(self, x, y) -> None:  # a constant left in every row: only an all-zero 
     y[...] = self.product(x) + np.float32(1e-20)
 
 
-def wrong_on_its_sixth_launch(self, x, y) -> None:  # the rerun of the first input
-    y[...] = self.product(x) * (2.0 if self.calls == 6 else 1.0)
+def wrong_on_its_eighth_launch(self, x, y) -> None:  # the rerun of the first input
+    y[...] = self.product(x) * (2.0 if self.calls == 7 else 1.0)
 
 
 def skips_rows_holding_a_number(self, x, y) -> None:  # right on a poisoned y, stale on a user's
@@ -222,7 +228,7 @@ def scribbles_on_two_arrays(self, x, y) -> None:
     (first_answer_forever, ErrorKind.INCORRECT, "input 'uniform1': ", "over"),
     (clamps_x, ErrorKind.INCORRECT, "input 'large_signed': ", "over"),
     (bias, ErrorKind.INCORRECT, "input 'zeros': ", "over"),
-    (wrong_on_its_sixth_launch, ErrorKind.INCORRECT, f"{STALE_Y}input 'normal0': ", "over"),
+    (wrong_on_its_eighth_launch, ErrorKind.INCORRECT, f"{STALE_Y}input 'normal0': ", "over"),
     (skips_rows_holding_a_number, ErrorKind.INCORRECT, f"{STALE_Y}input 'normal0': ", "over"),
     (adds_to_a_number_in_y, ErrorKind.INCORRECT, f"{STALE_Y}input 'normal0': ", "over"),
 ])
@@ -274,6 +280,63 @@ def test_values_baked_into_the_code_fail_on_the_fresh_valued_twin() -> None:
     assert out.kind is ErrorKind.NONE and alt.calls == 0
 
 
+def test_the_fresh_values_have_one_sign_to_a_row() -> None:
+    """``revalued``: ``A``'s pattern, no zero value, magnitudes spread, every row's values of one
+    sign and both signs among the rows, another seed other values.
+
+    Mutations killed: a sign drawn per entry (the tolerance then loose again on every timed run);
+    all rows given one sign (a kernel could then hard-code it); zeros among the values."""
+    A = sp.random_array((2000, 300), density=0.05, format="csr", random_state=3, dtype=np.float32)
+    B = revalued(A, 11)
+    assert np.array_equal(B.indptr, A.indptr) and np.array_equal(B.indices, A.indices) and B.dtype == np.float32
+    assert (B.data != 0).all() and np.unique(np.abs(B.data)).size > 0.9 * B.nnz
+    lo = np.minimum.reduceat(np.sign(B.data), A.indptr[:-1][np.diff(A.indptr) > 0])
+    hi = np.maximum.reduceat(np.sign(B.data), A.indptr[:-1][np.diff(A.indptr) > 0])
+    assert np.array_equal(lo, hi) and 0.4 < (lo < 0).mean() < 0.6
+    assert not np.array_equal(revalued(A, 12).data, B.data)
+
+
+def leaves_out_the_tail(self, x, y) -> None:
+    """A kernel that skips the last 10% of every row longer than 100 000 entries (the adversarial
+    suite's ``leaves_out_the_tail_of_long_rows``, on the host)."""
+    a = self.arrays
+    val = a["val"].copy()
+    for i in range(self.shape[0]):
+        lo, hi = int(a["row_ptr"][i]), int(a["row_ptr"][i + 1])
+        if hi - lo > 100_000:
+            val[hi - (hi - lo) // 10:hi] = 0
+    y[...] = self.product(x, val=val)
+
+
+def test_a_kernel_that_leaves_out_the_tail_of_a_long_row_fails() -> None:
+    """Leaving out the last 10% of a row of 10^6 entries: with terms of random sign the error grows
+    like the square root of the terms left out and the bound like L^1.5, so every signed input passes
+    it (shown here on a twin whose signs are drawn per entry, and on every input on ``A``); on
+    ``A_alt`` (one sign to a row) with the non-negative input nothing cancels and it fails, and so
+    does every timed run (x non-negative).
+
+    Mutations killed: the non-negative input not run on the twin; the twin's signs drawn per entry;
+    timed x drawn with both signs."""
+    A = long_row_matrix(rows=8, per_row=3)
+    n = A.shape[1]
+    A_alt = revalued(A, seed=5)
+    main, alt = HostKernel(A, leaves_out_the_tail), HostKernel(A_alt, leaves_out_the_tail)
+    out = Verifier(8, n, None, VerifyConfig(), xp=np).run(target(A, main), target(A_alt, alt), False)
+    assert out.kind is ErrorKind.INCORRECT and main.calls == 8 and alt.calls == 3
+    assert out.message.startswith(f"with the same pattern and fresh values, input '{NON_NEGATIVE}': ")
+    assert out.message.endswith("(every row's terms have one sign here, so none cancel: the kernel must add every term)")
+    per_entry = A_alt.copy()
+    per_entry.data = np.abs(per_entry.data) * np.where(np.random.default_rng(1).random(A.nnz) < 0.5, -1, 1).astype(np.float32)
+    mixed = HostKernel(per_entry, leaves_out_the_tail)
+    assert Verifier(8, n, None, VerifyConfig(), xp=np).run(target(A, HostKernel(A, leaves_out_the_tail)),
+                                                           target(per_entry, mixed), False).kind is ErrorKind.NONE
+    checked = CheckedIO(IOBuffers(8, n, xp=np), Fp64Reference(A_alt))
+    msg = timed_samples(checked, HostKernel(A_alt, leaves_out_the_tail), "cold", samples=1)
+    assert msg is not None and msg.startswith("timed run (cold, sample 1): output differs from the reference")
+    honest = CheckedIO(IOBuffers(8, n, xp=np), Fp64Reference(A_alt))
+    assert timed_samples(honest, HostKernel(A_alt), "cold", samples=2) is None
+
+
 def test_a_kernel_without_atomics_must_repeat_itself_bit_for_bit() -> None:
     """The first launch rounds one way, later ones 2 ulps higher (another summation order would do
     the same): both within the tolerance, not bitwise equal. Without atomics in its compiled code
@@ -313,16 +376,18 @@ def splitmix_x(seed: int, offset: int, i: int) -> float:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
     z ^= z >> 31
-    return (z >> 40) / 8388608.0 - 1.0
+    return (z >> 41) / 8388608.0
 
 
 def test_host_refresh_is_the_cuda_generator() -> None:
-    """Values from a Python-integer splitmix64, element by element: on the 2^-23 grid in [-1, 1), and
-    another offset (repetition) gives other values."""
+    """Values from a Python-integer splitmix64, element by element: on the 2^-23 grid in [0, 1)
+    (non-negative: timed runs use ``A_alt``, one sign to a row, so no timed row cancels), spread over
+    it, and another offset (repetition) gives other values."""
     seed = 0x7FFF_FFFF_FFFF_FFF1
     got = host_refresh(seed, 3, 500)
     assert got.tolist() == [splitmix_x(seed, 3, i) for i in range(500)]
-    assert got.min() >= -1 and got.max() < 1 and np.all(got * 2 ** 23 == np.floor(got * 2 ** 23))
+    assert got.min() >= 0 and got.max() < 1 and np.all(got * 2 ** 23 == np.floor(got * 2 ** 23))
+    assert got.min() < 0.01 and got.max() > 0.99
     assert not np.array_equal(got, host_refresh(seed, 4, 500))
     assert got.dtype == np.float32  # what the kernel's x is, so loading it changes no value
 
@@ -436,7 +501,7 @@ def test_timed_runs_of_an_honest_kernel_pass_and_are_all_checked(regime: str) ->
 
 @pytest.mark.parametrize("regime", ["cold", "warm"])
 def test_a_kernel_that_skips_work_when_timed_is_rejected(regime: str) -> None:
-    """It recognises the timed runs' inputs (on the 2^-23 grid in [-1, 1), which no verification
+    """It recognises the timed runs' inputs (on the 2^-23 grid in [0, 1), which no verification
     input is) and leaves y alone: the output check finds the poison.
 
     Mutation killed: the timed output not compared with the reference."""

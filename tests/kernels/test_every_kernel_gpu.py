@@ -13,7 +13,7 @@ rows, uniform or long rows baked in). SpMM runs with k = 8.
   what the GPU part will run is known to render, compile and convert.
 * GPU part: every planned job through ONE Evaluator (parallel compiles, a single worker per GPU,
   cold regime, the fewest timing trials the config allows: only the verdict matters here); each
-  must come back correct (the harness's full verification: six inputs, NaN poison, guards, the
+  must come back correct (the harness's full verification: seven inputs, NaN poison, guards, the
   fresh-valued twin, the determinism re-run, checked timed runs). The table of which kernel ran on
   which matrix is printed and written as JSON to ``$SPARSERL_GPU_REPORT`` (a folder) when set.
 

@@ -3,7 +3,7 @@ followed by its checks as GPU kernels (:mod:`~sparserl.harness.gpucheck`), one w
 
 **Verification** (:class:`BatchedVerifier`) runs exactly the sequential path's launches
 (:class:`~sparserl.harness.verify.Verifier`: every input on ``A``, the first again on a y holding
-another input's output, the first ``revalued_inputs`` on ``A_alt``), each on freshly allocated
+another input's output, the first ``revalued_inputs`` and the non-negative one on ``A_alt``), each on freshly allocated
 guarded buffers, and after each launch
 the same checks in the same order: x unchanged, the matrix arrays against their pristine copies
 (restored), the guards, the fp64 comparison; the re-run's output against the first. The first launch

@@ -8,9 +8,12 @@ found by :meth:`IOBuffers.guard_problem`, which compares bit patterns (so a diff
 pass).
 
 :class:`CheckedIO` makes a timed launch a checked one (see :func:`sparserl.harness.timing.time_run`):
-before every timed run ``x`` gets fresh pseudo-random values (from a seed the kernel cannot know,
-drawn from the OS for each sample) and ``y`` is poisoned with NaN, exactly like a verification
-launch; afterwards ``x`` is written again from the same seed (so a kernel that rewrote ``x`` while
+before every timed run ``x`` gets fresh pseudo-random values in [0, 1) (from a seed the kernel cannot
+know, drawn from the OS for each sample) and ``y`` is poisoned with NaN, exactly like a verification
+launch. Non-negative because timed runs use ``A_alt``, whose rows each have values of one sign
+(:func:`sparserl.harness.resident.revalued`): no row's terms cancel, so the tolerance, which scales
+with ``|A| |x|``, is tight against ``|A x|`` itself and a kernel that leaves out part of a long row is
+caught however long the row; afterwards ``x`` is written again from the same seed (so a kernel that rewrote ``x`` while
 timed is judged on the input it was given, not on what it left there) and the output is compared
 with the fp64 reference for that ``x``. So a kernel that computes only when its output looks
 unwritten, that caches an answer for a repeated input, or that zeroes ``x`` when timed and answers
@@ -38,7 +41,7 @@ _REFRESH = r"""
 extern "C" __global__ void refresh_io(float* __restrict__ x, long long nx, float* __restrict__ y, long long ny,
                                       const unsigned long long* __restrict__ seed, unsigned int offset)
 {
-    // x[i] = uniform in [-1, 1) from splitmix64(seed + offset, i); y[i] = NaN (the poison)
+    // x[i] = uniform in [0, 1) from splitmix64(seed + offset, i); y[i] = NaN (the poison)
     const unsigned long long s = (seed[0] + offset) * 0x9E3779B97F4A7C15ull;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < nx + ny;
          i += (long long)gridDim.x * blockDim.x) {
@@ -47,7 +50,7 @@ extern "C" __global__ void refresh_io(float* __restrict__ x, long long nx, float
             z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
             z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
             z ^= z >> 31;
-            x[i] = (float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
+            x[i] = (float)(z >> 41) * (1.0f / 8388608.0f);
         } else {
             y[i - nx] = __int_as_float(0x7fc00000);
         }
@@ -61,14 +64,14 @@ _M64 = (1 << 64) - 1
 
 def host_refresh(seed: int, offset: int, count: int) -> np.ndarray:
     """The ``count`` x values :data:`_REFRESH` writes for ``(seed, offset)``, computed on the host:
-    splitmix64 of ``(seed + offset) * golden + i * step``, its top 24 bits scaled to [-1, 1)."""
+    splitmix64 of ``(seed + offset) * golden + i * step``, its top 23 bits scaled to [0, 1)."""
     s = np.uint64(((seed + offset) * _GOLDEN) & _M64)
     with np.errstate(over="ignore"):
         z = s + np.arange(count, dtype=np.uint64) * np.uint64(_STEP)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
         z ^= z >> np.uint64(31)
-    return (z >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 8388608.0) - np.float32(1.0)
+    return (z >> np.uint64(41)).astype(np.float32) * np.float32(1.0 / 8388608.0)
 
 
 def _refresh_kernel():

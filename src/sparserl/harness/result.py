@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-HARNESS_VERSION = 5  # 5: a lone CR refused; an address laundered through a table lookup followed
+HARNESS_VERSION = 6  # 6: A_alt's rows each of one sign, timed x non-negative, a non-negative input
 """Bumped whenever a verdict or a time could change for the same kernel: part of every remembered
 verdict's key (the evaluator's memo), of the cuSPARSE baseline cache and of the best-known store.
 2: timed runs prepared and checked like verification runs, fresh values, guards on both sides,
@@ -24,7 +24,9 @@ y holding another output, one cold timed run on the last run's output; static sh
 from the loaded cubin. 5: a carriage return outside a CRLF refused (nvcc ends a line there); the compiled-code
 check follows an address rebuilt by loads at addresses computed from its bits (its pieces taken by shifts, masks,
 narrowing conversions, vector moves or the carry flag; registers inline PTX names without a '%' followed), and
-refuses module data declared inside a function."""
+refuses module data declared inside a function. 6: ``A_alt``'s values have one sign per row and timed runs'
+x is non-negative (no cancellation in any timed row, so a kernel that leaves out the tail of a long row is
+caught), and a non-negative input is verified on ``A`` and on ``A_alt``."""
 
 
 class ErrorKind(str, Enum):

@@ -323,8 +323,8 @@ def predicted_overrun(first_s: float, remaining: int, limit_s: float | None, min
     that would have gone on into a ``timeout`` verdict, which is a failure scored as a wrong kernel
     and never remembered. So no kernel gains a reward by it. A kernel slower on its first launch
     than on the others loses a verification it might have finished within the limit, but such a
-    kernel takes at least ``limit / (PREDICT_MARGIN * remaining)`` on one launch (0.2 s at the
-    2 s floor and 8 remaining launches, 50 ms at the granted 0.5 s floor; over 1000x cuSPARSE's time
+    kernel takes at least ``limit / (PREDICT_MARGIN * remaining)`` on one launch (0.16 s at the
+    2 s floor and 10 remaining launches, 50 ms at the granted 0.5 s floor; over 1000x cuSPARSE's time
     when scaled), far past the early-stop factor, so the most it could have earned is the slowest
     correct rung. A kernel wrong
     on a later input that would have been reported ``incorrect`` may now be ``timeout``: both score

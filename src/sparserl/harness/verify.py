@@ -1,7 +1,7 @@
 """Verification of a bound kernel on the GPU (runs inside a worker process).
 
-For each input in a fixed, seeded set (several random inputs and adversarial ones:
-large signed magnitudes, all zeros, alternating signs), the kernel is launched on
+For each input in a fixed, seeded set (several random inputs, adversarial ones: large signed
+magnitudes, all zeros, alternating signs; and a non-negative one), the kernel is launched on
 *freshly allocated* x and y buffers (a kernel that caches its answer by pointer, or in
 global state, sees new pointers and new values every time), laid out as every launch is
 (:class:`~sparserl.harness.buffers.IOBuffers`: NaN guards on both sides of x and of y):
@@ -20,7 +20,9 @@ global state, sees new pointers and new values every time), laid out as every la
   must pass the tolerance again (rounding order may differ);
 * then the kernel runs on the same sparsity pattern with fresh random values
   (``A_alt``, :mod:`sparserl.harness.resident`) on the first ``revalued_inputs`` inputs: a kernel
-  may bake the structure into its code, never the values.
+  may bake the structure into its code, never the values; and on the non-negative input, with
+  which no row of ``A_alt`` (one sign to a row) cancels, so a kernel that leaves out terms of a
+  long row fails, as it does in every timed run.
 
 The verifier runs on the GPU (CuPy, in a worker) or, with ``xp=numpy``, on the host: the same
 rules on the same buffers, for tests with host kernels standing in for CUDA ones.
@@ -91,8 +93,13 @@ def make_inputs(shape: tuple[int, ...], cfg: VerifyConfig) -> list[tuple[str, np
         alt = np.ones(shape, np.float32)
         alt[1::2] = -1
         out.append(("alternating", alt))
+    out.append((NON_NEGATIVE, np.abs(rng.standard_normal(shape)).astype(np.float32)))
     return out
 
+
+NON_NEGATIVE = "non_negative"
+"""The input of |normal| values, verified on ``A`` and on ``A_alt``, whose rows each have one sign: with
+it no row of ``A_alt`` cancels, so the tolerance is tight however long the row."""
 
 STALE_Y = "run again on a y holding another input's output, "
 """How a message names the re-run of the first input (its y not NaN but another input's answer)."""
@@ -101,14 +108,17 @@ STALE_Y = "run again on a y holding another input's output, "
 def verification_runs(inputs: list, main, alt, cfg: VerifyConfig) -> list[tuple]:
     """The launches of a verification in order, each (target, input name, x, where, hint): every
     input on ``main``, the first again (on a y holding another input's output), the first
-    ``revalued_inputs`` on ``alt``. ``where`` prefixes a failure's message, ``hint`` ends it."""
+    ``revalued_inputs`` and the non-negative one on ``alt``. ``where`` prefixes a failure's message,
+    ``hint`` ends it."""
     runs = [(main, name, x, "", "") for name, x in inputs]
     stale = stale_source(len(inputs), len(inputs)) is not None
     runs.append((main, inputs[0][0], inputs[0][1], STALE_Y if stale else "",
                  " (the kernel must write all of y, whatever y held)" if stale else ""))
-    if alt is not None:
+    if alt is not None and cfg.revalued_inputs > 0:
+        chosen = inputs[:cfg.revalued_inputs] + [(n, x) for n, x in inputs[cfg.revalued_inputs:] if n == NON_NEGATIVE]
         runs += [(alt, name, x, "with the same pattern and fresh values, ",
-                  " (the kernel must read every value from val)") for name, x in inputs[:cfg.revalued_inputs]]
+                  " (every row's terms have one sign here, so none cancel: the kernel must add every term)"
+                  if name == NON_NEGATIVE else " (the kernel must read every value from val)") for name, x in chosen]
     return runs
 
 

@@ -14,25 +14,41 @@ and the pool keeps serving afterwards). All are SpMV, on CSR except the output p
 * :mod:`.early` - the batched path's shortcuts: early stopping, conversions shared between kernels;
 * :mod:`.params` - bad PARAMS lines, and writable state beside the constant tables of a facts block;
 * :mod:`.output` - COO's ``zero_y=0`` (y not zeroed) with a kernel that accumulates anyway; kernels
-  that read what y held.
+  that read what y held;
+* :mod:`.tolerance` - errors hidden in the tolerance (run on a matrix with a row of 10^6 entries).
 
 A verdict of ``none`` means the kernel is correct and timed honestly (it gains nothing).
 """
 
 from __future__ import annotations
 
-from tests.harness.adversarial import classic, early, guards, host, output, params, preprocessor, state, timed, values
+from tests.harness.adversarial import (
+    classic,
+    early,
+    guards,
+    host,
+    output,
+    params,
+    preprocessor,
+    state,
+    timed,
+    tolerance,
+    values,
+)
 from tests.harness.adversarial.base import DOT, GOOD, HEAD, HONEST, SIG, csr
 
 CLASSES = {"classic": classic.CASES, "timed": timed.CASES, "state": state.CASES,
            "preprocessor": preprocessor.CASES, "host": host.CASES, "values": values.CASES, "guards": guards.CASES,
-           "early": early.CASES, "params": params.CASES, "output": output.CASES}
+           "early": early.CASES, "params": params.CASES, "output": output.CASES, "tolerance": tolerance.CASES}
 ADVERSARIAL: dict[str, tuple[str, str]] = {}
 for _cases in CLASSES.values():
     assert not set(_cases) & set(ADVERSARIAL), "duplicate case names"
     ADVERSARIAL.update(_cases)
 VALUE_CASES = set(values.CASES)
 """Cases that must run on a unit-valued matrix to show their cheat."""
+LONG_ROW_CASES = set(tolerance.CASES)
+"""Cases that must run on :func:`.tolerance.long_row_matrix` (a row of 10^6 entries) to show their cheat."""
+long_row_matrix = tolerance.long_row_matrix
 FAR_WRITE = classic.FAR_WRITE
 MATRIX_FACT_CASES = params.MATRIX_FACT_CASES
 """Cases refused for the matrix they are judged on (a fact of it the code names, without a value)."""
@@ -53,5 +69,5 @@ SEQUENTIAL_VERDICTS = early.SEQUENTIAL
 """Cases whose verdict differs on the sequential path (``SpeedConfig.classic()``), which never stops early."""
 
 __all__ = ["ADVERSARIAL", "CLASSES", "COMPILED_CODE_CASES", "DOT", "FAR_WRITE", "GOOD", "HEAD", "HEADER_CASES",
-           "HONEST", "MATRIX_FACT_CASES", "OWN_SPEED", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG",
-           "VALUE_CASES", "csr"]
+           "HONEST", "LONG_ROW_CASES", "MATRIX_FACT_CASES", "OWN_SPEED", "RUNTIME_KINDS", "SEQUENTIAL_VERDICTS", "SIG",
+           "VALUE_CASES", "csr", "long_row_matrix"]

@@ -54,8 +54,8 @@ LONG_SPIN = ("float spin = sum; for (int i = 0; i < 400000000; ++i) spin = fmaf(
              "if (spin == 12345.678f) sum = spin;")
 """:data:`SPIN` 8000 times longer: some 1.6e9 dependent cycles per thread, about 0.8 s per launch at
 2 GHz (0.4-1.2 s allowing for the FMA latency and the clock). On a matrix whose verify limit is the
-2 s floor, the first launch finishes within it and the 8 remaining launches would not (over
-1.25 x 2 s once a launch takes more than 0.31 s)."""
+2 s floor, the first launch finishes within it and the 10 remaining launches would not (over
+1.25 x 2 s once a launch takes more than 0.25 s)."""
 SLOW_FIRST_LAUNCH = csr(f"if (row >= m) return; {DOT} {LONG_SPIN} y[row] = sum;")
 """Correct, and every launch takes most of a second: ``timeout`` after its first launch."""
 SLOW_FIRST_LAUNCH_WRONG = csr(f"if (row >= m) return; {DOT} {LONG_SPIN} y[row] = 2.f * sum;")
@@ -64,7 +64,7 @@ SLOW_FIRST_LAUNCH_WRONG = csr(f"if (row >= m) return; {DOT} {LONG_SPIN} y[row] =
 NOT_A_CONTENDER = csr(f"if (row >= m) return; {DOT} {LONG_SPIN.replace('400000000', '60000000')} y[row] = sum;")
 """Correct, about 0.12 s a launch (60-180 ms): past the 50 ms below which no first launch predicts
 anything, and thousands of times cuSPARSE's time on the GPU suite's matrix, yet under the GPU test's
-6 s verify floor for its 8 remaining launches. An ordinary job verifies it and stops it early, ``slow``; a
+6 s verify floor for its 10 remaining launches. An ordinary job verifies it and stops it early, ``slow``; a
 contender job (the oracle's: ``Evaluator.evaluate_many(..., contenders=True)``) stops after its
 first launch, ``timeout``."""
 

@@ -31,7 +31,7 @@ def known_inputs_kernel(n: int = TEST_N) -> str:
 LOOKS_TIMED = ("bool timed = n >= 8; for (int i = 0; i < 8 && i < n; ++i) { const float t = x[i] * 8388608.f; "
                "timed = timed && x[i] != 0.f && x[i] >= -1.f && x[i] < 1.f && t == floorf(t); }")
 """C statements setting ``timed``: the first 8 x values are nonzero, in [-1, 1) and on the 2^-23 grid
-of the timed runs' fresh inputs (what :func:`looks_timed` computes on the host)."""
+of the timed runs' fresh inputs, which lie in [0, 1) (what :func:`looks_timed` computes on the host)."""
 
 
 def looks_timed(x: np.ndarray) -> bool:
