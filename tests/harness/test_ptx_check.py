@@ -435,3 +435,58 @@ def test_a_pointer_scan_that_reads_a_second_table_at_its_position_is_the_rules_p
             "\tmov.u64 \t%rd5, edges;\n\tsub.s64 \t%rd6, %rd3, %rd5;\n\tmov.u64 \t%rd7, scale;\n"
             "\tadd.s64 \t%rd8, %rd7, %rd6;\n\tld.const.f32 \t%f1, [%rd8];\n\tst.global.f32 \t[%rd2], %f1;")
     assert "module-scope data" in check_ptx(ptx(scan, decl)).violation
+
+
+_REDUCED = ("compiled code computes in reduced precision ({}): not allowed (the operator is fp32; half, bfloat16, "
+            "TF32, FP8 and quantised integer products are refused)")
+
+
+@pytest.mark.parametrize("instruction, shown", [
+    ("cvt.rn.f16.f32 \t%rs1, %f1;", "cvt.rn.f16.f32"),
+    ("cvt.f32.f16 \t%f1, %rs1;", "cvt.f32.f16"),
+    ("@%p1 fma.rn.f16x2 \t%r1, %r2, %r3, %r4;", "fma.rn.f16x2"),
+    ("cvt.rn.bf16.f32 \t%rs1, %f1;", "cvt.rn.bf16.f32"),
+    ("cvt.rna.tf32.f32 \t%r1, %f1;", "cvt.rna.tf32.f32"),
+    ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \t{%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, "
+     "{%f1,%f2,%f3,%f4};", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+    ("wmma.load.a.sync.aligned.row.m16n16k16.global.f16 \t{%r1,%r2}, [%rd2];",
+     "wmma.load.a.sync.aligned.row.m16n16k16.global.f16"),
+    ("cvt.rn.satfinite.e4m3x2.f32 \t%rs1, %f1, %f2;", "cvt.rn.satfinite.e4m3x2.f32"),
+    ("dp4a.s32.s32 \t%r1, %r2, %r3, %r4;", "dp4a.s32.s32"),
+    ("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 \t{%r1,%r2}, {%r3}, {%r4}, {%r5,%r6};",
+     "mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32"),
+    ("$L__x: { add.rn.f16 \t%rs1, %rs2, %rs3; }", "add.rn.f16"),
+])
+def test_reduced_precision_arithmetic_is_refused(instruction: str, shown: str) -> None:
+    """Half, bfloat16, TF32 and FP8 instructions, and quantised integer products, wherever they stand (guarded,
+    after a label, in a block). Mutations killed: the rule dropped, a type left out of it (f16x2, tf32, e4m3x2),
+    dp4a or integer mma left out."""
+    assert check_ptx(ptx(f"\t{instruction}")).violation == _REDUCED.format(shown)
+
+
+@pytest.mark.parametrize("instruction", [
+    "fma.rn.f32 \t%f1, %f2, %f3, %f1;",
+    "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 \t{%fd1,%fd2}, {%fd3}, {%fd4}, {%fd1,%fd2};",  # fp64: exact
+    "ld.global.u8 \t%rs1, [%rd2];",  # byte loads (a compressed index) and 16-bit moves are not arithmetic
+    "ld.global.b16 \t%rs1, [%rd2];",
+    "cvt.u32.u8 \t%r1, %rs1;",
+    "mov.b16 \t%rs1, %rs2;",
+    "mul.lo.s32 \t%r1, %r2, %r3;",
+])
+def test_fp32_fp64_and_narrow_integer_data_pass(instruction: str) -> None:
+    assert check_ptx(ptx(f"\t{instruction}")).violation is None
+
+
+@pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
+def test_half_precision_products_are_refused_from_the_compiled_code(tmp_path, backend: str) -> None:
+    """The adversarial ``half_precision_products`` (cuda_fp16.h is an allowed header) compiles, and its PTX is
+    refused whichever compiler built it; the honest kernel beside it is not."""
+    if (backend == "nvrtc" and load_nvrtc() is None) or (backend == "nvcc" and find_nvcc() is None):
+        pytest.skip(f"no {backend}")
+    for name in ("half_precision_products", "products_in_bfloat16"):
+        _, code = split_completion(ADVERSARIAL[name][0], Op.SPMV)
+        res = compile_source(code, CompileOptions(backend=backend), tmp_path)
+        assert res.ok, res.log[-300:]
+        assert res.ptx_violation is not None and "reduced precision" in res.ptx_violation, res.ptx_violation
+    _, code = split_completion(GOOD, Op.SPMV)
+    assert compile_source(code, CompileOptions(backend=backend), tmp_path).ptx_violation is None

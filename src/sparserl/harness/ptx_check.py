@@ -14,6 +14,13 @@ It refuses:
   normal priority are evicted around it, so the matrix would survive the cold timing's flush (which
   reads a clean buffer at normal priority) and the next launch, this kernel's or another's, would
   time warm;
+* **reduced-precision arithmetic**: any instruction typed half, bfloat16, TF32 or FP8 (``cvt.rn.f16.f32``,
+  ``fma.rn.f16x2``, ``mma ... .tf32``, ``cvt.rna.tf32.f32`` ...), and the quantised integer products
+  (``dp4a``, ``dp2a``, and ``mma``/``wmma``/``wgmma`` on 8-, 4- or 1-bit integers). The operator is
+  fp32, and the tolerance cannot refuse rounded products on long rows: their errors have random signs,
+  so they grow like the square root of the row's length while the bound grows like its length to the
+  power 1.5 (half-precision products pass rows of 4096 entries); tensor cores would make such an SpMM
+  faster and less accurate than an fp32 one;
 * **calls that leave the module**: any ``.extern .func`` (``vprintf``, ``malloc``, ``free``,
   ``__assertfail`` ...) and any ``.extern`` data;
 * **state that survives a launch**: a write to module-scope data. Every ``.global`` and ``.const``
@@ -40,13 +47,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 6
+RULES_VERSION = 7
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
 3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function.
 5: a load at an address computed from an address's bits gives it back (a table lookup launders it); module data
 declared inside a function refused. 6: a vector move ({%r1, %r2}), a conversion narrower than 32 bits and the carry
-flag (add.cc, addc) take an address's bits; registers inline PTX declares without a '%' are followed."""
+flag (add.cc, addc) take an address's bits; registers inline PTX declares without a '%' are followed.
+7: reduced-precision arithmetic (half, bfloat16, TF32, FP8; quantised integer products) refused."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -73,6 +81,10 @@ _INNER_DECL = re.compile(r"(?:^|[;{}])\s*(?:\.(?:visible|weak|extern)\s+)*\.(glo
 """A .global or .const declaration inside a function body: data that outlives the launch, unseen by the module's
 symbol list."""
 _EXTERN_DATA = re.compile(r"^\s*\.extern\s+\.(global|const)\b", re.MULTILINE)
+_REDUCED_FLOAT = re.compile(r"\.(?:f16|bf16|tf32|e4m3|e5m2|e2m1|e2m3|e3m2|ue8m0|ue4m3)(?:x2|x4)?(?=\.|$)")
+"""A type modifier of a floating-point type narrower than fp32 (half, bfloat16, TF32, FP8, FP6, FP4)."""
+_NARROW_INT = re.compile(r"\.(?:s8|u8|s4|u4|b1)(?=\.|$)")
+"""An 8-, 4- or 1-bit integer type modifier: quantised operands when a matrix product takes them."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +327,13 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
     return None
 
 
+def _reduced_precision(op: str) -> bool:
+    """Whether an instruction (its opcode with modifiers) computes in a precision below fp32."""
+    base = op.split(".", 1)[0]
+    return bool(_REDUCED_FLOAT.search(op)) or base in ("dp4a", "dp2a") or (
+        base in ("mma", "wmma", "wgmma") and bool(_NARROW_INT.search(op)))
+
+
 def check_ptx(ptx: str) -> PtxReport:
     """Inspect compiled PTX (see the module docstring)."""
     text = _strip(ptx)
@@ -341,6 +360,11 @@ def check_ptx(ptx: str) -> PtxReport:
         if m := _INNER_DECL.search(body):
             return PtxReport(f"compiled code declares .{m.group(1)} data inside a function (inline PTX): not allowed",
                              atomics)
+    for body in bodies:
+        for _, _, op, _ in _instructions(body):
+            if _reduced_precision(op):
+                return PtxReport(f"compiled code computes in reduced precision ({op}): not allowed (the operator is "
+                                 "fp32; half, bfloat16, TF32, FP8 and quantised integer products are refused)", atomics)
     if syms:
         for body in bodies:
             if (msg := _state_writes(body, syms)) is not None:

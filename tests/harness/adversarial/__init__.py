@@ -46,7 +46,7 @@ for _cases in CLASSES.values():
     ADVERSARIAL.update(_cases)
 VALUE_CASES = set(values.CASES)
 """Cases that must run on a unit-valued matrix to show their cheat."""
-LONG_ROW_CASES = set(tolerance.CASES)
+LONG_ROW_CASES = set(tolerance.LONG_ROW_CASES)
 """Cases that must run on :func:`.tolerance.long_row_matrix` (a row of 10^6 entries) to show their cheat."""
 long_row_matrix = tolerance.long_row_matrix
 FAR_WRITE = classic.FAR_WRITE
@@ -58,7 +58,7 @@ COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_me
                        "writes_device_const_by_address", "calls_outside_the_module",
                        "address_rebuilt_under_branches", "address_laundered_through_a_table",
                        "address_taken_apart_by_half_moves", "address_bits_through_the_carry_flag",
-                       "mutable_member_of_a_const_instance"} | params.COMPILED_CODE_CASES
+                       "mutable_member_of_a_const_instance"} | params.COMPILED_CODE_CASES | tolerance.COMPILED_CODE
 """Static-check cases only the compiled code shows (the source is legal C++)."""
 RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit", "nondeterministic", "none",
                  "slow"}
