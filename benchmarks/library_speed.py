@@ -1,7 +1,7 @@
 """The library oracle against cuSPARSE: every variant verified, then timed side by side.
 
 For each matrix, every applicable library variant goes through the full harness
-(verification on six inputs with NaN-poisoned outputs, then timing in the cold regime,
+(verification on seven inputs with NaN-poisoned outputs, then timing in the cold regime,
 L2 flushed before each run, and the warm regime), in the same worker process and with
 the same timing function as cuSPARSE (every CSR algorithm, fastest kept). The oracle
 is the fastest verified variant. Reported per matrix: cuSPARSE time, the

@@ -366,7 +366,7 @@ def _verify_on_host(monkeypatch, launch_s: list[float], wrong: set[int], limit):
 
 def test_a_slow_first_launch_stops_verification_with_a_timeout(monkeypatch) -> None:
     """First launch 0.4 s, 10 launches left, limit 2 s (0.4 x 10 = 4 > 1.25 x 2): ``timeout`` after that
-    launch, the others never enqueued nor announced, the limit asked for the 8, the profile counting
+    launch, the others never enqueued nor announced, the limit asked for the 10, the profile counting
     it. Kills a prediction that still runs the remaining batch, that asks the limit for the wrong
     number of launches, or that reads the time of the whole verification instead of the first launch."""
     out, launched, phases, asked, counts = _verify_on_host(monkeypatch, [0.4] * 11, set(), 2.0)
@@ -422,7 +422,7 @@ def test_both_paths_verify_the_same_launches_with_the_same_labels() -> None:
                                                                             ("A_alt", "non_negative")]
     assert [stale_source(i, len(inputs)) for i in range(len(runs))] == [None] * 7 + [1] + [None] * 3
     assert runs[7][3] == STALE_Y and "write all of y" in runs[7][4]
-    assert "add every term" in runs[10][4] and "read every value" in runs[9][4]
+    assert "add every term" in runs[10][4] and "one fp32 accumulator" in runs[10][4] and "read every value" in runs[9][4]
     assert [n for _, n, *_ in verification_runs(inputs, "A", "A_alt", VerifyConfig(revalued_inputs=0))][-1] == "normal0"
     one = verification_runs(inputs[:1], "A", None, VerifyConfig())
     assert len(one) == 2 and stale_source(1, 1) is None and one[1][3] == "", "one input: nothing else to fill y from"

@@ -311,7 +311,7 @@ def rows_and_inputs():
 @pytest.mark.parametrize("order", ["sequential", "reverse", "pairwise", "warp"])
 def test_correct_fp32_kernels_pass_on_every_verification_input(path: str, rows_and_inputs, order: str) -> None:
     """A correct fp32 kernel passes in any summation order, on every verification input (normal,
-    uniform, large signed, zeros, alternating), rows of 0 to 10^5 entries included, with a margin:
+    uniform, large signed, zeros, alternating, non-negative), rows of 0 to 10^5 entries included, with a margin:
     its worst row uses less than half the tolerance."""
     A, inputs = rows_and_inputs
     ref = judge(path, A)

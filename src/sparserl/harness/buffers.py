@@ -13,7 +13,7 @@ know, drawn from the OS for each sample) and ``y`` is poisoned with NaN, exactly
 launch. Non-negative because timed runs use ``A_alt``, whose rows each have values of one sign
 (:func:`sparserl.harness.resident.revalued`): no row's terms cancel, so the tolerance, which scales
 with ``|A| |x|``, is tight against ``|A x|`` itself and a kernel that leaves out part of a long row is
-caught however long the row; afterwards ``x`` is written again from the same seed (so a kernel that rewrote ``x`` while
+caught; afterwards ``x`` is written again from the same seed (so a kernel that rewrote ``x`` while
 timed is judged on the input it was given, not on what it left there) and the output is compared
 with the fp64 reference for that ``x``. So a kernel that computes only when its output looks
 unwritten, that caches an answer for a repeated input, or that zeroes ``x`` when timed and answers

@@ -50,7 +50,8 @@ class VerifyConfig:
     adversarial: bool = True
     """Also: large signed magnitudes (|x| ~ 1e4), all zeros, alternating +1/-1."""
     revalued_inputs: int = 2
-    """Inputs also run on the same pattern with fresh random values (0 turns that off)."""
+    """Inputs also run on the same pattern with fresh random values, the non-negative one besides them (0 turns
+    all of that off)."""
     seed: int = 1234
     """Inputs are seeded per matrix so every kernel sees the same ones."""
 
@@ -99,7 +100,7 @@ def make_inputs(shape: tuple[int, ...], cfg: VerifyConfig) -> list[tuple[str, np
 
 NON_NEGATIVE = "non_negative"
 """The input of |normal| values, verified on ``A`` and on ``A_alt``, whose rows each have one sign: with
-it no row of ``A_alt`` cancels, so the tolerance is tight however long the row."""
+it no row of ``A_alt`` cancels, so the tolerance (relative to ``|A| |x|``) holds ``|A x|`` itself."""
 
 STALE_Y = "run again on a y holding another input's output, "
 """How a message names the re-run of the first input (its y not NaN but another input's answer)."""
@@ -117,7 +118,8 @@ def verification_runs(inputs: list, main, alt, cfg: VerifyConfig) -> list[tuple]
     if alt is not None and cfg.revalued_inputs > 0:
         chosen = inputs[:cfg.revalued_inputs] + [(n, x) for n, x in inputs[cfg.revalued_inputs:] if n == NON_NEGATIVE]
         runs += [(alt, name, x, "with the same pattern and fresh values, ",
-                  " (every row's terms have one sign here, so none cancel: the kernel must add every term)"
+                  " (every row's terms have one sign here, so none cancel: the kernel must add every term, and one fp32 "
+                  "accumulator drifts on a row of a million entries or more)"
                   if name == NON_NEGATIVE else " (the kernel must read every value from val)") for name, x in chosen]
     return runs
 

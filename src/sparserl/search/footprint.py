@@ -36,7 +36,7 @@ def device_footprint_bytes(rows: int, cols: int, nnz: int, k: int | None = None,
     # cuSPARSE's CSR; one conversion (>= CSR's values and indices) of the matrix and of its fresh-valued
     # twin, each with its pristine copy; the fp64 references of both (row pointers, indices, fp64 values)
     matrices = 5 * csr + 2 * (4 * (rows + 1) + 12 * nnz)
-    inputs = verify.random_inputs + (3 if verify.adversarial else 0)
+    inputs = verify.random_inputs + (3 if verify.adversarial else 0) + 1  # and the non-negative one
     vectors = 4 * kk * (cols + rows) * 2  # x and y, and the poisoned output copy
     verification = inputs * kk * (4 * cols + 8 * rows)  # each input and its fp64 reference
     return matrices + vectors + verification
