@@ -100,8 +100,10 @@ def test_adversarial_kernel_gets_its_kind_and_pool_keeps_serving(ev, mat, unit, 
         assert res.message.endswith("during timed runs"), (name, res.message)
     if name in VALUE_CASES or name == "writes_twin_matrix_only":
         assert "fresh values" in res.message, (name, res.message)
-    if name in LONG_ROW_CASES:  # signed inputs pass it; the twin's rows of one sign with x >= 0 do not
+    if name == "leaves_out_the_tail_of_long_rows":  # signed inputs pass it; the twin's rows of one sign do not
         assert res.message.startswith("with the same pattern and fresh values, input 'non_negative'"), res.message
+    if name == "mean_of_x_on_long_rows_when_timed":  # honest when verified; a timed run's statistical answer
+        assert res.message.startswith("timed run (cold"), res.message
     after = ev.evaluate(GOOD, mat, "spmv")
     assert after.ok, (name, after.error_kind, after.message)
 
