@@ -12,6 +12,7 @@ tolerance. No timing. Conversions a format refuses (e.g. DIA on a random matrix)
 
     python benchmarks/library_check.py --out results/library_check.json \
         [--suitesparse DIR] [--ops spmv,spmm] [--k 8,32,5] [--strategies csr_adaptive,csr_lanes]
+    python benchmarks/library_check.py --ops spmv --families arrow,dense_lines,lp,circuit --family-rows 1000000
 
 Prints a table per (op, format, strategy) and exits non-zero if any variant fails.
 """
@@ -110,6 +111,9 @@ def main() -> int:
     ap.add_argument("--k", default="8,32,5", help="SpMM column counts (5 exercises k %% 4 != 0)")
     ap.add_argument("--strategies", default=None, help="only these strategies, comma-separated [default: all]")
     ap.add_argument("--seed", type=int, default=0, help="seed of the fresh values (the harness draws them from the OS)")
+    ap.add_argument("--families", default="", help="generator families to run instead of the built-in matrices, "
+                    "comma-separated (e.g. arrow,dense_lines,lp,circuit: the longest rows)")
+    ap.add_argument("--family-rows", type=int, default=1_000_000, help="rows of each --families matrix")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -134,7 +138,11 @@ def main() -> int:
     log.info("compiled %d variants in %.1f s (%d failed, %d refused by the compiled-code checks)", len(compiled),
              time.perf_counter() - t0, sum(not c.ok for c in compiled), sum(bool(c.ok and c.ptx_violation) for c in compiled))
 
-    matrices = build_matrices(args.suitesparse, args.suitesparse_limit)
+    if args.families:
+        matrices = [(f"{fam}_{args.family_rows}", generate(fam, args.family_rows, seed=1))
+                    for fam in args.families.split(",")]
+    else:
+        matrices = build_matrices(args.suitesparse, args.suitesparse_limit)
     records = []
     for mname, A in matrices:
         st = ResidentMatrix(A, seed=args.seed)
