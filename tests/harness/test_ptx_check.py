@@ -456,11 +456,16 @@ _REDUCED = ("compiled code computes in reduced precision ({}): not allowed (the 
     ("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 \t{%r1,%r2}, {%r3}, {%r4}, {%r5,%r6};",
      "mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32"),
     ("$L__x: { add.rn.f16 \t%rs1, %rs2, %rs3; }", "add.rn.f16"),
+    ("tcgen05.mma.cta_group::1.kind::f16 \t[%r1], %rd3, %rd4, %r2, %p1;", "tcgen05.mma.cta_group::1.kind::f16"),
+    ("tcgen05.mma.cta_group::1.kind::i8 \t[%r1], %rd3, %rd4, %r2, %p1;", "tcgen05.mma.cta_group::1.kind::i8"),
+    ("mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.e3m2.e2m1.f32 \t{%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, "
+     "{%r5,%r6}, {%f1,%f2,%f3,%f4};", "mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.e3m2.e2m1.f32"),
 ])
 def test_reduced_precision_arithmetic_is_refused(instruction: str, shown: str) -> None:
     """Half, bfloat16, TF32 and FP8 instructions, and quantised integer products, wherever they stand (guarded,
-    after a label, in a block). Mutations killed: the rule dropped, a type left out of it (f16x2, tf32, e4m3x2),
-    dp4a or integer mma left out."""
+    after a label, in a block), a type written after ``::`` (tcgen05's ``kind::f16``). Mutations killed: the rule
+    dropped, a type left out of it (f16x2, tf32, e4m3x2), dp4a or integer mma left out, ``::`` not read as a
+    separator."""
     assert check_ptx(ptx(f"\t{instruction}")).violation == _REDUCED.format(shown)
 
 
@@ -472,6 +477,7 @@ def test_reduced_precision_arithmetic_is_refused(instruction: str, shown: str) -
     "cvt.u32.u8 \t%r1, %rs1;",
     "mov.b16 \t%rs1, %rs2;",
     "mul.lo.s32 \t%r1, %r2, %r3;",
+    "cvt.u16.u8 \t%rs1, %rs2;",
 ])
 def test_fp32_fp64_and_narrow_integer_data_pass(instruction: str) -> None:
     assert check_ptx(ptx(f"\t{instruction}")).violation is None

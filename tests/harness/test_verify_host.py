@@ -325,7 +325,7 @@ def test_a_kernel_that_leaves_out_the_tail_of_a_long_row_fails() -> None:
     assert out.kind is ErrorKind.INCORRECT and main.calls == 8 and alt.calls == 3
     assert out.message.startswith(f"with the same pattern and fresh values, input '{NON_NEGATIVE}': ")
     assert out.message.endswith("(every row's terms have one sign here, so none cancel: the kernel must add every term, "
-                                "and one fp32 accumulator drifts on a row of a million entries or more)")
+                                "and one fp32 accumulator drifts on a row of 1.5 million entries or more)")
     per_entry = A_alt.copy()
     per_entry.data = np.abs(per_entry.data) * np.where(np.random.default_rng(1).random(A.nnz) < 0.5, -1, 1).astype(np.float32)
     mixed = HostKernel(per_entry, leaves_out_the_tail)

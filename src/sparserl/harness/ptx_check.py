@@ -18,9 +18,10 @@ It refuses:
   ``fma.rn.f16x2``, ``mma ... .tf32``, ``cvt.rna.tf32.f32`` ...), and the quantised integer products
   (``dp4a``, ``dp2a``, and ``mma``/``wmma``/``wgmma`` on 8-, 4- or 1-bit integers). The operator is
   fp32, and the tolerance cannot refuse rounded products on long rows: their errors have random signs,
-  so they grow like the square root of the row's length while the bound grows like its length to the
-  power 1.5 (half-precision products pass rows of 4096 entries); tensor cores would make such an SpMM
-  faster and less accurate than an fp32 one;
+  so they grow like the square root of the row's length while the bound grows like its length times
+  |A| |x|'s typical term (half-precision products pass rows of 4096 entries); tensor cores would make
+  such an SpMM faster and less accurate than an fp32 one. A type written after ``::`` (``tcgen05.mma
+  ...kind::f16``) counts too;
 * **calls that leave the module**: any ``.extern .func`` (``vprintf``, ``malloc``, ``free``,
   ``__assertfail`` ...) and any ``.extern`` data;
 * **state that survives a launch**: a write to module-scope data. Every ``.global`` and ``.const``
@@ -81,9 +82,10 @@ _INNER_DECL = re.compile(r"(?:^|[;{}])\s*(?:\.(?:visible|weak|extern)\s+)*\.(glo
 """A .global or .const declaration inside a function body: data that outlives the launch, unseen by the module's
 symbol list."""
 _EXTERN_DATA = re.compile(r"^\s*\.extern\s+\.(global|const)\b", re.MULTILINE)
-_REDUCED_FLOAT = re.compile(r"\.(?:f16|bf16|tf32|e4m3|e5m2|e2m1|e2m3|e3m2|ue8m0|ue4m3)(?:x2|x4)?(?=\.|$)")
+_REDUCED_FLOAT = re.compile(r"(?:\.|::)(?:f16|bf16|tf32|e4m3|e5m2|e2m1|e2m3|e3m2|ue8m0|ue4m3|f8f6f4|mxf8f6f4|mxf4|mxf4nvf4)"
+                            r"(?:x2|x4)?(?=\.|$)")
 """A type modifier of a floating-point type narrower than fp32 (half, bfloat16, TF32, FP8, FP6, FP4)."""
-_NARROW_INT = re.compile(r"\.(?:s8|u8|s4|u4|b1)(?=\.|$)")
+_NARROW_INT = re.compile(r"(?:\.|::)(?:s8|u8|s4|u4|b1|i8)(?=\.|$)")
 """An 8-, 4- or 1-bit integer type modifier: quantised operands when a matrix product takes them."""
 
 
@@ -331,7 +333,7 @@ def _reduced_precision(op: str) -> bool:
     """Whether an instruction (its opcode with modifiers) computes in a precision below fp32."""
     base = op.split(".", 1)[0]
     return bool(_REDUCED_FLOAT.search(op)) or base in ("dp4a", "dp2a") or (
-        base in ("mma", "wmma", "wgmma") and bool(_NARROW_INT.search(op)))
+        base in ("mma", "wmma", "wgmma", "tcgen05") and bool(_NARROW_INT.search(op)))
 
 
 def check_ptx(ptx: str) -> PtxReport:

@@ -8,7 +8,8 @@ the fp64 product by rounding only. We accept::
 
 ``(|A| |x|)_i`` scales the bound by the magnitudes actually summed (a cancelling row
 gets no looser bound than its terms justify), and ``sqrt(L)`` is the typical growth
-of summation error in any order (atomics included). For a row of 4096 terms the
+of rounding errors of random sign, in any order (atomics included); a long row of one sign
+summed in one accumulator drifts faster (below). For a row of 4096 terms the
 bound is 1.2e-4 relative to ``|A||x|``: dropping one average term of such a row (2.4e-4)
 fails. ``atol`` (1e-30) only keeps all-zero rows well defined. NaN or Inf never passes.
 SpMM applies the same bound per column of X.
@@ -17,11 +18,16 @@ The growth stops at 65536 entries (4.9e-4 relative): beyond it a statistical ans
 a bound that kept growing. A kernel that recognised a timed run could answer a row of 1.5e6
 entries with the mean of x times the sum of its values, never reading x, within 0.71 of the
 uncapped bound over 200 timed runs (a review's host experiment), and one that replaced 40% of a
-row of 10^6 by that mean within 0.74; capped, both are about 3 times over. The price: one fp32
-accumulator (a thread a row) summing a row of one sign drifts low, systematically: measured on the
-host with ``A_alt``'s values and timed x, 0.41 of the capped bound at 10^6 entries and 1.6 at
-2 x 10^6, so such a kernel fails on rows past about 1.3 x 10^6 entries; a warp's 32 strided partial
-sums and a tree use 0.04 of it at 10^7 entries and 0.4 at 3 x 10^7, 256 partial sums 0.01.
+row of 10^6 by that mean within 0.74. Capped, the worst of 200 runs is about 3 times over and each
+timed run catches the whole-row answer about half the time (its error's median is 0.97 of the
+capped bound at 10^6 entries): a kernel timed in full (21 to 41 checked runs) escapes with a
+probability under 1e-6, one stopped early as ``slow`` (5 runs) with about 4%. The price: one fp32
+accumulator (a thread a row, or an atomic per entry) summing a row of one sign drifts low,
+systematically: measured on the host with ``A_alt``'s values, 0.42 of the capped bound on average
+at 10^6 entries with timed x and 0.54 with the non-negative input (0.62 at worst), 0.95 at
+1.5 x 10^6 and 1.9 at 2 x 10^6, so such a kernel fails on rows past about 1.5 x 10^6 entries (on
+such a matrix every SpMM library strategy but COO and HYB does); a warp's 32 strided partial sums
+and a tree use 0.04 of it at 10^7 entries and 0.4 at 3 x 10^7, 256 partial sums 0.01.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-HARNESS_VERSION = 6  # 6: A_alt's rows each of one sign, timed x non-negative, a non-negative input
+HARNESS_VERSION = 7  # 7: the tolerance capped at rows of 65536; reduced precision refused
 """Bumped whenever a verdict or a time could change for the same kernel: part of every remembered
 verdict's key (the evaluator's memo), of the cuSPARSE baseline cache and of the best-known store.
 2: timed runs prepared and checked like verification runs, fresh values, guards on both sides,
@@ -26,7 +26,8 @@ check follows an address rebuilt by loads at addresses computed from its bits (i
 narrowing conversions, vector moves or the carry flag; registers inline PTX names without a '%' followed), and
 refuses module data declared inside a function. 6: ``A_alt``'s values have one sign per row and timed runs'
 x is non-negative (no cancellation in any timed row, so a kernel that leaves out the tail of a long row is
-caught), and a non-negative input is verified on ``A`` and on ``A_alt``."""
+caught), and a non-negative input is verified on ``A`` and on ``A_alt``. 7: the tolerance stops growing at rows of
+65536 entries, and reduced-precision arithmetic is refused from the compiled code."""
 
 
 class ErrorKind(str, Enum):

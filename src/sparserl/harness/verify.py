@@ -119,7 +119,7 @@ def verification_runs(inputs: list, main, alt, cfg: VerifyConfig) -> list[tuple]
         chosen = inputs[:cfg.revalued_inputs] + [(n, x) for n, x in inputs[cfg.revalued_inputs:] if n == NON_NEGATIVE]
         runs += [(alt, name, x, "with the same pattern and fresh values, ",
                   " (every row's terms have one sign here, so none cancel: the kernel must add every term, and one fp32 "
-                  "accumulator drifts on a row of a million entries or more)"
+                  "accumulator drifts on a row of 1.5 million entries or more)"
                   if name == NON_NEGATIVE else " (the kernel must read every value from val)") for name, x in chosen]
     return runs
 

@@ -95,7 +95,7 @@ the compiled PTX is checked again (clocks, SM and warp ids, traps, calls out of 
 to module-scope data, and arithmetic or conversions in half, bfloat16, TF32 or FP8 and quantised
 integer products: the operator is fp32, so the fp16 and bf16 headers are of no use to a kernel), the
 output must be within a tolerance of the fp64 product that stops growing at rows of 65536 entries (a
-row of more than about 1.3 million entries summed by one fp32 accumulator drifts past it: split long
+row of more than about 1.5 million entries summed by one fp32 accumulator drifts past it: split long
 rows across threads), the kernel is verified on the matrix and on the same pattern with fresh
 random values, with guards on both sides of x and y, and every timed run starts from fresh x and
 a NaN-poisoned y and has its output checked. Allowed headers: {{HEADERS}}.

@@ -2,8 +2,8 @@
 (:func:`long_row_matrix`).
 
 * Leaving out the last 1% of a long row: where a row's products have random signs, an error that has the
-  sign of its terms grows like the square root of the terms left out while the bound grows like the row's
-  length to the power 1.5, so it passes every signed input. ``A_alt`` has one sign to a row and the timed runs'
+  sign of its terms grows like the square root of the terms left out while the bound grows with the row's
+  length, so it passes every signed input. ``A_alt`` has one sign to a row and the timed runs'
   x is non-negative, so nothing cancels there and it fails.
 * Answering a long row with the mean of x times the sum of its values when timed (never gathering x): its
   error is statistical, about 7e-4 of the row's sum at 10^6 entries, within a bound that grew with the row
