@@ -120,3 +120,32 @@ def test_the_textbook_score_is_still_centred_on_the_batch() -> None:
     adv, _ = advantages(cfg, batch)
     m = batch.mask.bool()
     assert abs(float(adv[m].mean())) < 1e-9 and float(adv[m].max()) > 0
+
+
+def _scored(scores: list[float]):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(scores=torch.tensor(scores), valid_mask=torch.ones(len(scores), dtype=torch.bool))
+
+
+def test_grpo_normalises_each_matrix_s_group_on_its_own() -> None:
+    """GRPO's 'mean_std' (the default config's baseline) through ``group_scores``: an easy matrix's [3, 2] and a
+    hard one's [-2, -3] give the same advantages, so "this matrix is hard" never reads as "this kernel is bad".
+    Mutation killed: one whitening over the whole batch instead of per group (a review found it survived)."""
+    from sparserl.rl.update import group_scores
+
+    a = group_scores(RLConfig(algo="grpo", samples_per_matrix=2, device="cpu"), _scored([3.0, 2.0, -2.0, -3.0]))
+    assert a[0] > 0 > a[1] and a[2] > 0 > a[3]
+    assert torch.allclose(a[:2], a[2:])
+
+
+def test_grpo_keeps_its_std_floor_for_a_group_that_differs_by_jitter() -> None:
+    """Two samples 0.01 apart in log2 speed (timing jitter) stay under 0.1 in advantage: the group's std is
+    floored at ``adv_std_floor`` (0.1). Mutation killed: the floor not passed to ``core.grpo_advantages``
+    (the jitter then becomes advantages of +-0.7)."""
+    from sparserl.rl.update import group_scores
+
+    cfg = RLConfig(algo="grpo", samples_per_matrix=2, device="cpu")
+    assert cfg.adv_std_floor == FLOOR
+    a = group_scores(cfg, _scored([1.0, 1.01, 0.0, 0.0]))
+    assert float(a.abs().max()) < 0.1 and float(a[1]) > 0
