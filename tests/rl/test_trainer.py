@@ -299,3 +299,14 @@ def test_worth_a_step() -> None:
     assert worth(cfg, batch([1.0, 1.0], 0.01))  # drifted: the KL loss has work to do
     assert worth(dataclasses.replace(cfg, entropy_coef=0.01), batch([1.0, 1.0], 0.0))
     assert worth(dataclasses.replace(cfg, skip_no_signal_kl=None), batch([1.0, 1.0], 0.0))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_reference_is_read_at_the_sampling_temperature(lora: bool, tiny_tokenizer, tiny_hf_config) -> None:
+    """At the start the policy is its reference, so at any sampling temperature (0.7 here) the annotated old and
+    reference log-probs agree and the KL starts at 0. Mutation killed: the reference's log-probs taken at
+    temperature 1 while sampling at another (a review found it survived; harmless only at T = 1)."""
+    policy = tiny_policy(tiny_tokenizer, tiny_hf_config, lora=lora, dropout=0.0)
+    batch = rollout(policy, None, tiny_samples(policy), torch.zeros(4), temperature=0.7, max_new_tokens=8)
+    assert batch.mask.sum() > 0
+    assert torch.allclose(batch.old_logp, batch.ref_logp, atol=1e-5), (batch.old_logp - batch.ref_logp).abs().max()
