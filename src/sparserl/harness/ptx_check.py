@@ -258,8 +258,9 @@ def _address_arithmetic(op: str) -> bool:
     return base in _ADDRESS_OPS
 
 
-def _state_writes(body: str, syms: dict[str, str]) -> str | None:
-    """A message if an address derived from module data is written through or escapes.
+def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
+    """A message if an address derived from module data is written through or escapes (``ins``: the body's
+    :func:`_instructions`).
 
     An address is followed through every register computed from it, and through control: whatever a
     branch on a predicate computed from it decides (the instructions it skips or repeats, up to its
@@ -268,7 +269,6 @@ def _state_writes(body: str, syms: dict[str, str]) -> str | None:
     indirect branch (``brx.idx``, a jump table) or call whose index or target is derived from it rules
     the whole function. A store under such control is an escape (a flag in memory per bit would
     rebuild it)."""
-    ins = _instructions(body)
     plain = _plain_registers(body)
     label_at = {lab: i for i, (labs, *_) in enumerate(ins) for lab in labs}
     tainted: set[str] = set()
@@ -362,13 +362,14 @@ def check_ptx(ptx: str) -> PtxReport:
         if m := _INNER_DECL.search(body):
             return PtxReport(f"compiled code declares .{m.group(1)} data inside a function (inline PTX): not allowed",
                              atomics)
-    for body in bodies:
-        for _, _, op, _ in _instructions(body):
+    parsed = [(body, _instructions(body)) for body in bodies]
+    for _, ins in parsed:
+        for _, _, op, _ in ins:
             if _reduced_precision(op):
                 return PtxReport(f"compiled code computes in reduced precision ({op}): not allowed (the operator is "
                                  "fp32; half, bfloat16, TF32, FP8 and quantised integer products are refused)", atomics)
     if syms:
-        for body in bodies:
-            if (msg := _state_writes(body, syms)) is not None:
+        for body, ins in parsed:
+            if (msg := _state_writes(body, ins, syms)) is not None:
                 return PtxReport(f"compiled code {msg}", atomics)
     return PtxReport(None, atomics)

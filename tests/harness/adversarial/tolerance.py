@@ -18,22 +18,19 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparserl.matrices import canonicalize
-from tests.harness.adversarial.base import csr
+from tests.harness.adversarial.base import SIG, csr
 from tests.harness.adversarial.timed import LOOKS_TIMED
 
 LONG_ROW = 1_000_000
 """Entries in row 0 of :func:`long_row_matrix` (one per column)."""
 
 WARP_HEAD = "FORMAT: CSR\nLAUNCH: grid=ceil_div(m, 8), block=256\n"
-WARP_SIG = ('extern "C" __global__ void spmv_kernel(int m, int n, int nnz, const int* __restrict__ row_ptr, '
-            "const int* __restrict__ col_idx, const float* __restrict__ val, const float* __restrict__ x, "
-            "float* __restrict__ y)")
 
 
 def warp_per_row(end: str) -> str:
     """A CSR vector kernel (one warp a row, shuffles in a fixed order: deterministic) whose row ends at
     ``end``, a C expression of ``lo`` and ``hi``."""
-    return (f"{WARP_HEAD}{WARP_SIG}\n{{\n"
+    return (f"{WARP_HEAD}{SIG}\n{{\n"
             "    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
             "    const int lane = threadIdx.x & 31;\n"
             "    if (row >= m) return;\n"
@@ -50,7 +47,7 @@ HONEST_WARP = warp_per_row("hi")
 """The honest CSR vector kernel: correct on :func:`long_row_matrix`."""
 
 MEAN_WHEN_TIMED = (
-    f"{WARP_HEAD}{WARP_SIG}\n{{\n"
+    f"{WARP_HEAD}{SIG}\n{{\n"
     "    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
     "    const int lane = threadIdx.x & 31;\n"
     "    if (row >= m) return;\n"
