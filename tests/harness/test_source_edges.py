@@ -208,3 +208,36 @@ def test_a_lone_carriage_return_is_refused() -> None:
     with pytest.raises(SourceError, match="carriage return"):
         preprocess("int a;\r#define X 1\nint b;")
     assert words("int a;\r\nint b;\r\n") == ["int", "a", ";", "int", "b", ";"]  # CRLF line ends stay fine
+
+
+UNICODE_DIGITS = ("\uff11", "\u00b2", "\u0663", "\u2460", "\U0001d7d9", "\u0e53")
+"""Characters ``str.isdigit`` takes for digits and the number pattern does not (full-width 1, superscript
+2, Arabic-Indic 3, circled 1, mathematical double-struck 1, Thai 3): a model writes the first."""
+
+
+@pytest.mark.parametrize("digit", UNICODE_DIGITS)
+def test_a_unicode_digit_is_refused_as_non_ascii_not_a_crash(digit: str, tmp_path) -> None:
+    """A lexer that started a number at any ``isdigit`` character crashed on these (the pattern matched
+    nothing): the harness answered ``internal_error``, which is left out of rewards, and the library match
+    and the facts fill that read every RL sample and search proposal raised, ending the run. Killed
+    mutation: the digit test back to ``str.isdigit`` in either loop."""
+    from sparserl.eval.library_match import LibraryMatch, fill_facts, library_match
+    from sparserl.harness.evaluator import Evaluator, HarnessConfig
+    from sparserl.harness.matrix_facts import named_facts
+    from sparserl.matrices import generate
+    from sparserl.matrices.card import matrix_card
+
+    for code in (f"int a = {digit};", f"float f = .{digit};", f"int a = 1{digit};"):
+        refused(code, "non-ASCII or control characters outside comments are not allowed")
+    assert strip_comments(f"a = {digit}; // c") == f"a = {digit};  "
+    assert [t.text for t in tokenize_line(f"a = .{digit} + {digit}")] == ["a", "=", ".", digit, "+", digit]
+    text = csr(HONEST.replace("y[row] = sum;", f"y[row] = sum * {digit};  // one row a thread"))
+    assert digit in text
+    code = split_completion(text, Op.SPMV)[1]
+    assert named_facts(code) == []
+    assert library_match(text, Op.SPMV) is LibraryMatch.NEW
+    A = generate("banded", 300, seed=1)
+    assert fill_facts(text, Op.SPMV, matrix_card(A)) is None
+    with Evaluator(HarnessConfig(compile_only=True, cache_dir=str(tmp_path))) as ev:
+        r = ev.evaluate(text, ev.register(A, "banded"), Op.SPMV)
+    assert r.error_kind.value == "static_check" and "non-ASCII" in r.message, (r.error_kind, r.message)

@@ -96,6 +96,9 @@ _PUNCT2 = ("::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||
 _DIGRAPHS = ("<%", "%>", "%:", ":>")
 _ID_START = re.compile(r"[A-Za-z_]")
 _ID = re.compile(r"[A-Za-z_0-9]*")
+_DIGITS = frozenset("0123456789")
+"""A number starts with one of these, as :data:`_NUMBER` reads it (``str.isdigit`` is also true of ``１``,
+``²`` or ``٣``, where the pattern matches nothing; such a character is non-ASCII, refused as such)."""
 _NUMBER = re.compile(r"\.?[0-9](?:[eEpP][+-]|'[A-Za-z0-9_]|[A-Za-z0-9_.])*")
 """A preprocessing number (C++ [lex.ppnumber]): an apostrophe belongs to it only as a digit separator,
 followed by a digit or a letter (``1'000``); in ``1'//'`` the number is ``1`` and a character literal
@@ -131,7 +134,7 @@ def tokenize_line(line: str) -> list[Token]:
                 continue
             out.append(Token("ident", word))
             i = j
-        elif c.isdigit() or (c == "." and i + 1 < n and line[i + 1].isdigit()):
+        elif c in _DIGITS or (c == "." and i + 1 < n and line[i + 1] in _DIGITS):
             m = _NUMBER.match(line, i)
             out.append(Token("number", m.group(0)))
             i = m.end()
@@ -178,7 +181,7 @@ def strip_comments(text: str) -> str:
             j = _ID.match(text, i + 1).end()
             out.append(text[i:j])
             i = j
-        elif c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
+        elif c in _DIGITS or (c == "." and i + 1 < n and text[i + 1] in _DIGITS):
             j = _NUMBER.match(text, i).end()  # a whole preprocessing number, its digit separators in it
             out.append(text[i:j])
             i = j
