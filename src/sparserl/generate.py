@@ -41,6 +41,7 @@ from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import library_texts
 from sparserl.request.report import KernelReport, prepare_out
+from sparserl.request.second_look import PASSES, SecondLook, look_again
 from sparserl.search.loop import SearchConfig, SearchResult, search_summary
 from sparserl.search.run import SearchJob, open_proposer, search_after_sampling, search_candidates
 
@@ -99,6 +100,10 @@ class GenerateConfig:
     see sparserl.search) and return the overall best; 0: no search."""
     store: str | None = None
     """Best-known store the search reads and updates (default: under the harness cache root)."""
+    retime: int = PASSES
+    """Passes of a second look before the kernel is handed back: the fastest distinct correct candidates
+    evaluated again, fresh, this many times each, the lowest median chosen and reported
+    (:mod:`sparserl.request.second_look`); 0: the fastest first timing, as measured."""
 
     def __post_init__(self) -> None:
         check_op(self.op, self.k)
@@ -109,6 +114,7 @@ class GenerateConfig:
         require(self.regime in ("cold", "warm"), "--regime", "cold or warm", self.regime)
         require(self.search >= 0, "--search-budget", ">= 0 candidates", self.search)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
+        require(self.retime >= 0, "--retime", ">= 0 (0: no second look)", self.retime)
 
     def search_job(self, model: str) -> SearchJob:
         """The search ``search`` asks for after the samples, with this run's ``model`` and sampling."""
@@ -133,6 +139,8 @@ class Choice:
     """The search after the samples (None: none asked for)."""
     notes: tuple[str, ...]
     """What the user should know about how the kernel was found."""
+    look: SecondLook | None = None
+    """The second look that chose ``best`` among the fastest (None: none, compile-only or ``retime`` 0)."""
 
 
 def has_model(path: str) -> bool:
@@ -210,7 +218,8 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
     best = pool.best()
     if best is None:
         raise SparseRLError(f"no {'correct' if pool.timed else 'compiling'} kernel for {ctx.name}: {pool.kinds()}")
-    return Choice(best, pool, tuple(samples), searched, tuple(notes))
+    best, look = look_again(pool, ev, best, cfg.regime, cfg.retime)
+    return Choice(best, pool, tuple(samples), searched, tuple(notes), look)
 
 
 def generate_kernel(cfg: GenerateConfig, evaluator: Evaluator | None = None,
@@ -239,6 +248,7 @@ def generate_kernel(cfg: GenerateConfig, evaluator: Evaluator | None = None,
                      + (f" --op spmm --k {ctx.k}" if ctx.k else ""))
     rep = KernelReport.of(ctx, choice.best, choice.pool, [c.result for c in choice.samples], "samples drawn",
                           asdict(cfg), time.perf_counter() - t0, used_model=bool(choice.samples), notes=notes,
-                          search=search_summary(choice.search) if choice.search is not None else None)
+                          search=search_summary(choice.search) if choice.search is not None else None,
+                          second_look=choice.look)
     rep.write(out, ctx)
     return rep

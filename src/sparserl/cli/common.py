@@ -29,6 +29,10 @@ FILL_FACTS_HELP = ("write the matrix card's facts (the row lengths and long rows
                    "is a specialised template's kernel wrong only in that block; the harness judges it like any other, and the "
                    "report marks it (--no-fill-facts: the samples as the policy wrote them)")
 """``--fill-facts``'s help, in ``generate`` and ``search``."""
+RETIME_HELP = ("a second look before the kernel is handed back: the fastest distinct correct candidates (up to 3, "
+               "within 5% of the fastest) evaluated again on fresh inputs this many times each; the lowest median is "
+               "handed back and reported, one that fails is dropped (0: the fastest first timing, as measured)")
+"""``--retime``'s help, in ``generate`` and ``search``."""
 
 
 def defaults(config: type) -> SimpleNamespace:

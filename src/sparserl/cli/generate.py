@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from sparserl.cli.common import FILL_FACTS_HELP, HEADER_GRAMMAR_HELP, defaults, fallback
+from sparserl.cli.common import FILL_FACTS_HELP, HEADER_GRAMMAR_HELP, RETIME_HELP, defaults, fallback
 from sparserl.generate import GenerateConfig, generate_kernel
 
 D = defaults(GenerateConfig)
@@ -39,6 +39,7 @@ def generate_cmd(
                                     "the best of all (0: no search)"),
     store: str = typer.Option(None, help="best-known store for the search: a file or postgresql:// URL "
                                          "[default: under the harness cache root]"),
+    retime: int = typer.Option(D.retime, help=RETIME_HELP),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
     cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model) if model else None, samples=samples,
@@ -46,7 +47,7 @@ def generate_cmd(
                          max_new_tokens=max_new_tokens,
                          out=str(out) if out else None,
                          library_fallback=not no_library_fallback, device=device, seed=seed,
-                         compile_only=compile_only, search=search, store=store or None)
+                         compile_only=compile_only, search=search, store=store or None, retime=retime)
     rep = generate_kernel(dataclasses.replace(cfg, compile_only=fallback(compile_only)))
     typer.echo(f"{rep.verdict} [{rep.source}]")
     for line in rep.notes:

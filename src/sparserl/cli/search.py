@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from sparserl.cli.common import FILL_FACTS_HELP, HEADER_GRAMMAR_HELP, defaults, names
+from sparserl.cli.common import FILL_FACTS_HELP, HEADER_GRAMMAR_HELP, RETIME_HELP, defaults, names
 from sparserl.search.loop import SearchConfig
 from sparserl.search.ranker import check_cost_model_option
 from sparserl.search.run import SearchJob, search_matrix, store_line
@@ -44,6 +44,7 @@ def search_cmd(
     cost_model: str = typer.Option(D.cost_model, help="the order candidates are tried in: 'default' (your model "
                                    "from 'sparserl best cost-model' if you built one, else the packaged one), 'none' "
                                    "(the selector's and templates' order) or a model file"),
+    retime: int = typer.Option(J.retime, help=RETIME_HELP),
 ) -> None:
     """Search the kernel space for one matrix: library seeds, mutations, policy proposals.
 
@@ -56,7 +57,7 @@ def search_cmd(
                     temperature=temperature, header_grammar=header_grammar, fill_facts=fill_facts,
                     max_new_tokens=max_new_tokens,
                     device=device, store=store or None,
-                    out=str(out) if out else None, compile_only=compile_only)
+                    out=str(out) if out else None, compile_only=compile_only, retime=retime)
     rep, res = search_matrix(job)
     typer.echo(f"{res.evaluated} candidates in {res.seconds:.1f} s (stopped: {res.stopped})")
     typer.echo(f"{rep.verdict} [{rep.source}]")

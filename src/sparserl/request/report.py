@@ -23,6 +23,7 @@ from sparserl.harness.result import EvalResult
 from sparserl.kernels.contract import evaluate_launches, kernel_params
 from sparserl.request.candidates import Candidate, CandidatePool, Origin, RunnerUp
 from sparserl.request.context import MatrixContext
+from sparserl.request.second_look import SecondLook
 from sparserl.search.store import kernel_sha
 
 log = logging.getLogger(__name__)
@@ -31,11 +32,12 @@ NUM_SMS = 132
 """The SM count the launch geometry in launch.json is evaluated with (H100/H200)."""
 
 
-def verdict(best: Candidate, verified: bool) -> str:
-    """One line on the kernel handed back: how fast it is, or that it is not verified."""
+def verdict(best: Candidate, verified: bool, look: SecondLook | None = None) -> str:
+    """One line on the kernel handed back: how fast it is (by the second look's median when there was
+    one), or that it is not verified."""
     if not verified:
         return "compiled, NOT verified (no GPU): do not use it before checking it on a GPU"
-    sp = best.result.speedup
+    sp = look.speedup if look is not None else best.result.speedup
     if sp is not None and sp > 1.0:
         return f"correct, {sp:.2f}x faster than cuSPARSE"
     return f"correct, but not faster than cuSPARSE ({sp or 0:.2f}x); returned the best correct kernel anyway"
@@ -105,15 +107,19 @@ class KernelReport:
     """The search's summary (:func:`~sparserl.search.loop.search_summary`), when one ran."""
     out: str | None = None
     """The folder it was written to (:meth:`write`)."""
+    second_look: SecondLook | None = None
+    """The kernel's times when it was evaluated again before it was handed back
+    (:mod:`sparserl.request.second_look`); the verdict's speedup is theirs."""
     fingerprint: str | None = None
     """The matrix's structure fingerprint (set by :meth:`write`): what the kernel was verified on."""
 
     @classmethod
     def of(cls, ctx: MatrixContext, best: Candidate, pool: CandidatePool, counts: list[EvalResult], counted: str,
-           config: dict[str, Any], seconds: float, used_model: bool | None = None, **kw) -> KernelReport:
+           config: dict[str, Any], seconds: float, used_model: bool | None = None,
+           second_look: SecondLook | None = None, **kw) -> KernelReport:
         """The report of ``best``, chosen from ``pool`` for ``ctx``; ``counts``: the results counted."""
         return cls(matrix=ctx.name, path=ctx.path, shape=ctx.shape, nnz=ctx.nnz, op=ctx.op.value, k=ctx.k,
-                   kernel=best.text, verdict=verdict(best, pool.timed),
+                   kernel=best.text, verdict=verdict(best, pool.timed, second_look), second_look=second_look,
                    source=source_label(best, bool(used_model), pool.timed), verified=pool.timed, best=best.result,
                    counts=Counts.of(counts), counted=counted, runners_up=pool.runners_up(best), config=config,
                    seconds=seconds, model_used=used_model, **kw)
@@ -130,6 +136,8 @@ class KernelReport:
             d["model_used"] = self.model_used
         if self.search is not None:
             d["search"] = self.search
+        if self.second_look is not None:
+            d["second_look"] = self.second_look.to_dict()
         if self.out is not None:
             d["out"] = self.out
         return d
@@ -146,8 +154,11 @@ class KernelReport:
         if b.speedup is not None:
             t, base = b.timings.get(b.regime), b.baseline.get(b.regime)
             lines += [f"- time ({b.regime} L2): kernel {t.median_us if t else 0:.2f} us, cuSPARSE "
-                      f"{base.median_us if base else 0:.2f} us ({b.baseline_alg}): **{b.speedup:.2f}x**",
-                      f"- roofline fraction: {b.roofline or 0:.2f}",
+                      f"{base.median_us if base else 0:.2f} us ({b.baseline_alg}): **{b.speedup:.2f}x**"
+                      + (" (first timing)" if self.second_look is not None else "")]
+            if self.second_look is not None:
+                lines.append(f"- {self.second_look.line()}")
+            lines += [f"- roofline fraction: {b.roofline or 0:.2f}",
                       f"- format {b.format}: conversion {b.conversion_seconds * 1e3:.1f} ms on the host; "
                       + (f"pays off after {b.break_even_calls:.0f} calls" if b.break_even_calls is not None
                          else "not faster than cuSPARSE, so it never pays off")]

@@ -32,6 +32,7 @@ from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
 from sparserl.request.report import KernelReport
+from sparserl.request.second_look import PASSES, look_again
 from sparserl.search.footprint import check_fits
 from sparserl.search.loop import (
     FILLED_NOTE,
@@ -84,10 +85,14 @@ class SearchJob:
     """Output folder (default runs/search/<matrix name>)."""
     compile_only: bool = False
     """Compile only, even with a GPU (without one, the search is compile-only anyway)."""
+    retime: int = PASSES
+    """Passes of a second look before the kernel is handed back (:mod:`sparserl.request.second_look`): the
+    fastest distinct candidates evaluated again, fresh; 0: the fastest first timing, as measured."""
 
     def __post_init__(self) -> None:
         check_op(self.op, self.k)
         require(self.temperature > 0, "--temperature", "> 0", self.temperature)
+        require(self.retime >= 0, "--retime", ">= 0 (0: no second look)", self.retime)
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
 
@@ -217,17 +222,20 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
             out.mkdir(parents=True, exist_ok=True)
             res = search_array(ctx, job.search, ev, store, run_config=asdict(job), proposer=proposer,
                                model=str(job.model) if job.model else None, trace=out / "trace.jsonl")
+            return write_report(ctx, res, out, asdict(job), evaluator=ev, retime=job.retime), res
         finally:
             if evaluator is None:
                 ev.close()
     finally:
         store.close()
-    return write_report(ctx, res, out, asdict(job)), res
 
 
-def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict) -> KernelReport:
+def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict, evaluator=None,
+                 retime: int = 0) -> KernelReport:
     """The search's kernel and its report (``config``: the run's settings, recorded), written to
-    ``out`` (the trace is there already); raises SparseRLError when no candidate is usable."""
+    ``out`` (the trace is there already); raises SparseRLError when no candidate is usable. With an
+    ``evaluator`` and ``retime`` passes, the kernel is chosen by a second look
+    (:mod:`sparserl.request.second_look`)."""
     pool = CandidatePool(ctx, timed=res.timed)
     pool.add(search_candidates(res))
     best = pool.best()
@@ -235,8 +243,9 @@ def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict)
         what = "correct" if res.timed else "compiling"
         raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "
                             f"({pool.kinds()}); the trace is in {out / 'trace.jsonl'}")
+    best, look = look_again(pool, evaluator, best, res.regime, retime) if evaluator is not None else (best, None)
     rep = KernelReport.of(ctx, best, pool, [c.result for c in pool.candidates], "candidates evaluated", config,
-                          res.seconds, search=search_summary(res))
+                          res.seconds, search=search_summary(res), second_look=look)
     rep.write(out, ctx, search_markdown(res))
     return rep
 

@@ -1,0 +1,183 @@
+"""The second look before a kernel is handed back (``sparserl.request.second_look``), on the CPU.
+
+The evaluations are :class:`tests.search.doubles.FakeTimingDouble`'s (it runs nothing; each kernel's time
+is what the test says, evaluation by evaluation), so what is tested here is the choice: which candidates
+are looked at again, which one is handed back, and what the report says about it. The real path (the
+harness's fresh evaluations on a GPU) runs in ``tests/request/test_second_look_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sparserl.errors import SparseRLError
+from sparserl.kernels.contract import Op
+from sparserl.kernels.library import get_variant
+from sparserl.matrices import generate
+from sparserl.request.candidates import CandidatePool, Origin
+from sparserl.request.context import MatrixContext
+from sparserl.request.report import KernelReport, verdict
+from sparserl.request.second_look import second_look
+from sparserl.search.space import normalised
+from tests.search.doubles import CUSPARSE_US, FakeTimingDouble
+
+KERNELS = [get_variant(v).render() for v in ("spmv/csr_vector/-/tpr=4,block=256", "spmv/csr_vector/-/tpr=8,block=256",
+                                               "spmv/csr_vector/-/tpr=16,block=256", "spmv/csr_vector/-/tpr=32,block=256",
+                                               "spmv/csr_scalar/-/block=256")]
+
+
+class Sequence:
+    """``time_of``: each kernel's times evaluation by evaluation (the last one repeats); None: incorrect."""
+
+    def __init__(self, times: dict[str, list[float | None]]):
+        self.times = {normalised(t): list(v) for t, v in times.items()}
+
+    def __call__(self, text: str):
+        seq = self.times[normalised(text)]
+        return seq.pop(0) if len(seq) > 1 else seq[0]
+
+
+def same(a: str, b: str) -> bool:
+    """The same kernel, up to layout (the pool keeps the text as the harness extracted it)."""
+    return normalised(a) == normalised(b)
+
+
+def pool_of(times: dict[str, list[float | None]]):
+    """A pool whose candidates were evaluated once (their first times) through a double that answers the
+    later evaluations from the rest of each list."""
+    ev = FakeTimingDouble(Sequence(times))
+    ctx = MatrixContext(generate("banded", 300, seed=1), "banded_300", Op.SPMV)
+    pool = CandidatePool(ctx, timed=True)
+    pool.evaluate(ev, [(t, Origin.MODEL) for t in times])
+    return pool, ev
+
+
+def test_the_fastest_by_a_second_look_is_handed_back_and_reported():
+    # the first timings favour KERNELS[0] (10.0 against 10.2); evaluated again, KERNELS[1] is faster
+    pool, ev = pool_of({KERNELS[0]: [10.0, 11.0, 11.2, 10.9], KERNELS[1]: [10.2, 10.4, 10.3, 10.5],
+                        KERNELS[2]: [20.0]})
+    assert same(pool.best().text, KERNELS[0])
+    pick, look = second_look(pool, ev, "cold", passes=3)
+    assert same(pick.text, KERNELS[1])  # killed by: keeping the first timings' best
+    assert look.changed and look.looked_at == 2 and look.failed == 0  # KERNELS[2] is past the 5% bar
+    assert look.times_us == [10.4, 10.3, 10.5] and look.median_us == 10.4
+    assert look.first_us == 10.2
+    assert look.speedup == pytest.approx(CUSPARSE_US / 10.4)  # killed by: reporting the first timing's speedup
+    assert ev.fresh[-6:] == [True] * 6 and ev.fresh[:3] == [False] * 3  # never answered from the memo
+    # every other pass in the reverse order
+    assert [normalised(t) for t in ev.submitted[3:]] == [normalised(k) for k in
+                                                          (KERNELS[0], KERNELS[1], KERNELS[1], KERNELS[0],
+                                                           KERNELS[0], KERNELS[1])]
+
+
+def test_a_kernel_that_fails_its_second_look_is_never_handed_back():
+    pool, ev = pool_of({KERNELS[0]: [9.0, 9.0, None, 9.0], KERNELS[1]: [9.3, 9.4, 9.4, 9.4]})
+    pick, look = second_look(pool, ev, "cold", passes=3)
+    assert same(pick.text, KERNELS[1])  # killed by: a median over the passes that succeeded
+    assert look.failed == 1 and look.changed
+
+
+def test_when_every_rival_fails_the_next_fastest_are_looked_at():
+    pool, ev = pool_of({KERNELS[0]: [9.0, None], KERNELS[1]: [9.1, None], KERNELS[2]: [15.0, 15.5],
+                        KERNELS[3]: [30.0]})
+    pick, look = second_look(pool, ev, "cold", passes=2)
+    assert same(pick.text, KERNELS[2]) and look.failed == 2 and look.looked_at == 3
+    assert look.median_us == 15.5
+
+
+def test_every_kernel_failing_its_second_look_is_an_error():
+    pool, ev = pool_of({KERNELS[0]: [9.0, None], KERNELS[1]: [9.1, None]})
+    with pytest.raises(SparseRLError, match="failed when evaluated again"):
+        second_look(pool, ev, "cold", passes=1)
+
+
+def test_the_rivals_are_the_distinct_kernels_within_the_bar_at_most_top():
+    spaced = KERNELS[0].replace("\n", "\n\n")  # the same kernel, laid out otherwise: looked at once
+    pool, ev = pool_of({KERNELS[0]: [10.0], spaced: [10.0], KERNELS[1]: [10.1], KERNELS[2]: [10.2],
+                        KERNELS[3]: [10.3], KERNELS[4]: [10.6]})
+    pick, look = second_look(pool, ev, "cold", passes=1, top=3, within=0.05)
+    assert look.looked_at == 3  # 10.0, 10.1, 10.2 (10.3 is within the bar but past top; 10.6 past the bar)
+    looked = {normalised(t) for t in ev.submitted[6:]}
+    assert looked == {normalised(k) for k in KERNELS[:3]}
+    pick, look = second_look(pool, ev, "cold", passes=1, top=5, within=0.05)
+    assert look.looked_at == 4  # 10.6 > 10.0 * 1.05: killed by a bar that lets every candidate in
+
+
+def test_nothing_is_looked_at_without_passes_or_compile_only():
+    pool, ev = pool_of({KERNELS[0]: [10.0]})
+    n = len(ev.submitted)
+    assert second_look(pool, ev, "cold", passes=0) is None
+    pool.timed = False
+    assert second_look(pool, ev, "cold", passes=3) is None
+    assert len(ev.submitted) == n
+
+
+def test_the_report_and_verdict_read_the_second_look():
+    pool, ev = pool_of({KERNELS[0]: [10.0, 12.5]})
+    pick, look = second_look(pool, ev, "cold", passes=3)
+    assert verdict(pick, True, look) == f"correct, {CUSPARSE_US / 12.5:.2f}x faster than cuSPARSE"
+    rep = KernelReport.of(pool.ctx, pick, pool, [c.result for c in pool.candidates], "samples drawn", {}, 1.0,
+                          second_look=look)
+    md = rep.markdown()
+    assert "(first timing)" in md and "second look: median 12.50 us over 3 fresh evaluations" in md
+    assert rep.to_dict()["second_look"]["median_us"] == 12.5
+    assert "second_look" not in KernelReport.of(pool.ctx, pick, pool, [], "samples drawn", {}, 1.0).to_dict()
+
+
+class Sampler:
+    """Stands in for the policy's sampling only: returns the given completions in turn."""
+
+    def __init__(self, texts: list[str]):
+        from sparserl.encoding import EncodingConfig
+
+        self.texts = texts
+        self.config = type("C", (), {"encoding": EncodingConfig(max_nnz=16)})()
+
+    def generate(self, samples, **kw):
+        return [self.texts[i % len(self.texts)] for i in range(len(samples))]
+
+
+def test_generate_hands_back_the_second_looks_choice(tmp_path):
+    pytest.importorskip("torch")
+    from sparserl.generate import GenerateConfig, generate_kernel
+    from sparserl.matrices import save_matrix
+
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    ev = FakeTimingDouble(Sequence({KERNELS[0]: [10.0, 11.0], KERNELS[1]: [10.2, 10.4]}))
+    rep = generate_kernel(GenerateConfig(matrix=str(tmp_path / "a.mtx"), samples=2, out=str(tmp_path / "g")),
+                          evaluator=ev, policy=Sampler(KERNELS[:2]))
+    assert same(rep.kernel, KERNELS[1]) and rep.second_look.changed  # killed by: generate not taking the look's pick
+    assert rep.second_look.median_us == 10.4 and "second look" in (tmp_path / "g" / "report.md").read_text()
+    rep = generate_kernel(GenerateConfig(matrix=str(tmp_path / "a.mtx"), samples=2, out=str(tmp_path / "h"), retime=0),
+                          evaluator=FakeTimingDouble(Sequence({KERNELS[0]: [10.0, 11.0], KERNELS[1]: [10.2, 10.4]})),
+                          policy=Sampler(KERNELS[:2]))
+    assert same(rep.kernel, KERNELS[0]) and rep.second_look is None
+
+
+def test_a_search_report_is_chosen_by_a_second_look(tmp_path):
+    from sparserl.search.run import SearchJob, search_matrix
+    from sparserl.matrices import save_matrix
+    from sparserl.search.loop import SearchConfig
+
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    # every candidate 20 us, two of them faster at first and the first of those slower when evaluated again
+    firsts = {}
+
+    def time_of(text: str):
+        key = normalised(text)
+        n = firsts.setdefault(key, len(firsts))
+        seen = time_of.count.get(key, 0)
+        time_of.count[key] = seen + 1
+        if n == 0:
+            return 10.0 if seen == 0 else 12.0
+        if n == 1:
+            return 10.3 if seen == 0 else 10.5
+        return 20.0
+    time_of.count = {}
+    ev = FakeTimingDouble(time_of)
+    job = SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=6, seed=0, cost_model="none"),
+                    store=str(tmp_path / "best.sqlite"), out=str(tmp_path / "s"))
+    rep, res = search_matrix(job, evaluator=ev)
+    look = rep.second_look
+    assert look is not None and look.changed and look.median_us == 10.5 and look.looked_at == 2
+    assert firsts[normalised(rep.kernel)] == 1  # killed by: the search's report keeping its first timings' best
