@@ -124,33 +124,21 @@ def test_the_report_and_verdict_read_the_second_look():
     assert "second_look" not in KernelReport.of(pool.ctx, pick, pool, [], "samples drawn", {}, 1.0).to_dict()
 
 
-class Sampler:
-    """Stands in for the policy's sampling only: returns the given completions in turn."""
-
-    def __init__(self, texts: list[str]):
-        from sparserl.encoding import EncodingConfig
-
-        self.texts = texts
-        self.config = type("C", (), {"encoding": EncodingConfig(max_nnz=16)})()
-
-    def generate(self, samples, **kw):
-        return [self.texts[i % len(self.texts)] for i in range(len(samples))]
-
-
 def test_generate_hands_back_the_second_looks_choice(tmp_path):
     pytest.importorskip("torch")
     from sparserl.generate import GenerateConfig, generate_kernel
     from sparserl.matrices import save_matrix
+    from tests.eval.test_generate import FixedSampler
 
     save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
     ev = FakeTimingDouble(Sequence({KERNELS[0]: [10.0, 11.0], KERNELS[1]: [10.2, 10.4]}))
     rep = generate_kernel(GenerateConfig(matrix=str(tmp_path / "a.mtx"), samples=2, out=str(tmp_path / "g")),
-                          evaluator=ev, policy=Sampler(KERNELS[:2]))
+                          evaluator=ev, policy=FixedSampler(KERNELS[:2]))
     assert same(rep.kernel, KERNELS[1]) and rep.second_look.changed  # killed by: generate not taking the look's pick
     assert rep.second_look.median_us == 10.4 and "second look" in (tmp_path / "g" / "report.md").read_text()
     rep = generate_kernel(GenerateConfig(matrix=str(tmp_path / "a.mtx"), samples=2, out=str(tmp_path / "h"), retime=0),
                           evaluator=FakeTimingDouble(Sequence({KERNELS[0]: [10.0, 11.0], KERNELS[1]: [10.2, 10.4]})),
-                          policy=Sampler(KERNELS[:2]))
+                          policy=FixedSampler(KERNELS[:2]))
     assert same(rep.kernel, KERNELS[0]) and rep.second_look is None
 
 
