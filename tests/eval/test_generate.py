@@ -144,19 +144,28 @@ def test_bad_values_are_refused(mtx: Path, bad: dict, needle: str) -> None:
         GenerateConfig(matrix=str(mtx), **bad)
 
 
-def test_generate_command_on_a_cpu_without_a_model(cli, mtx: Path, tmp_path: Path) -> None:
+def test_generate_command_on_a_cpu_without_a_model(cli, mtx: Path, tmp_path: Path, monkeypatch) -> None:
     """The README's `sparserl generate A.mtx` on a fresh CPU machine: a note that it falls back
-    to compile-only, a note that no model was used, a labelled kernel, exit status 0."""
+    to compile-only, a note that no model was used, a labelled kernel, exit status 0. A --model given
+    that holds no model is an error (it was the library's kernel in silence, with a note to pass --model)."""
     from sparserl.devices import NO_GPU_NOTE, visible_gpus
     from tests.conftest import one_line_error
 
     if visible_gpus():
         pytest.skip("a GPU is visible: no fallback to see")
-    res = cli("generate", mtx, "--model", tmp_path / "none", "--out", tmp_path / "g")
+    monkeypatch.chdir(tmp_path)  # a fresh folder: no runs/ with a trained policy in it
+    res = cli("generate", mtx, "--out", tmp_path / "g")
     assert res.rc == 0, res.err
     assert f"note: {NO_GPU_NOTE}" in res.err and "no model was used" in res.out and "NOT verified" in res.out
     assert (tmp_path / "g" / "kernel.cu").exists()
     one_line_error(cli("generate", mtx, "--temperature", "0"), "temperature must be > 0")
+    one_line_error(cli("generate", mtx, "--model", tmp_path / "none"), "--model", "no such folder", "leave --model out")
+    (tmp_path / "run" / "checkpoint").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoint" / "policy.json").write_text("{}")
+    one_line_error(cli("generate", mtx, "--model", tmp_path / "run"), "no model there",
+                   f"did you mean {tmp_path / 'run' / 'checkpoint'}?")
+    one_line_error(cli("generate", mtx, "--device", "tpu"), "--device must be auto, cpu or cuda[:N]")
+    one_line_error(cli("generate", mtx, "--op", "spmm", "--k", str(2**31)), "--k must be at most 2147483647")
     one_line_error(cli("generate", mtx, "--k", "4"), "leave --k out")
 
 

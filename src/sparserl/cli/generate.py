@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 
 from sparserl.cli.common import FILL_FACTS_HELP, HEADER_GRAMMAR_HELP, RETIME_HELP, defaults, fallback
-from sparserl.generate import GenerateConfig, generate_kernel
+from sparserl.errors import SparseRLError
+from sparserl.generate import GenerateConfig, generate_kernel, has_model
 
 D = defaults(GenerateConfig)
 
@@ -42,6 +43,8 @@ def generate_cmd(
     retime: int = typer.Option(D.retime, help=RETIME_HELP),
 ) -> None:
     """The main job: sample kernels for a matrix, verify and time them, write the best one and a report."""
+    if model is not None:
+        check_model_given(model)
     cfg = GenerateConfig(matrix=str(matrix), op=op, k=k, model=str(model) if model else None, samples=samples,
                          temperature=temperature, header_grammar=header_grammar, fill_facts=fill_facts,
                          max_new_tokens=max_new_tokens,
@@ -53,3 +56,17 @@ def generate_cmd(
     for line in rep.notes:
         typer.echo(f"note: {line}")
     typer.echo(f"wrote {rep.out}/kernel.cu, launch.json, report.md, report.json in {rep.seconds:.1f} s")
+
+
+def check_model_given(model: Path) -> None:
+    """A ``--model`` given that holds no model is an error, not the library's kernel in silence (that is what
+    leaving ``--model`` out asks for)."""
+    if has_model(str(model)):
+        return
+    inside = [p.parent for p in (model / "checkpoint" / "policy.json", model / "best" / "policy.json") if p.exists()]
+    hint = (f": did you mean {inside[0]}?" if inside else
+            ": give a policy checkpoint (a folder with policy.json) or a Hugging Face model folder (config.json), "
+            "or leave --model out for the best library kernel")
+    where = "no such folder" if not model.exists() else "no model there"
+    raise SparseRLError(f"--model {model}: {where}{hint}")
+

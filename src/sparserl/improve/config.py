@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparserl.checks import check_op, require
+from sparserl.checks import check_device, check_op, require
 from sparserl.errors import SparseRLError
 
 
@@ -102,6 +102,7 @@ class ImproveConfig:
         if self.rounds < 0:
             raise SparseRLError(f"--rounds must be >= 0, got {self.rounds}")
         check_op(self.op, self.k)
+        check_device(self.device)
         if self.test_samples < 0:
             raise SparseRLError(f"--test-samples must be >= 0 (0: no held-out evaluation), got {self.test_samples}")
         for name in ("matrices_per_round", "search_budget", "per_matrix", "sft_steps", "sft_batch_size",

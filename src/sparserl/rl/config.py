@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from sparserl.checks import require
+from sparserl.checks import check_device, check_setting_types, require
 from sparserl.errors import SparseRLError
 from sparserl.rewards import RewardConfig
 
@@ -195,6 +195,7 @@ class RLConfig:
         self._check_kl()
 
     def _check_basics(self) -> None:
+        check_device(self.device)
         if self.algo not in ("ppo", "grpo"):
             raise SparseRLError(f"algo must be ppo or grpo, got {self.algo!r}")
         if self.algo == "grpo" and self.samples_per_matrix < 2:
@@ -261,21 +262,41 @@ def load_config_file(path: str | Path, **overrides) -> RLConfig:
     p = Path(path)
     if not p.exists():
         raise SparseRLError(f"{p}: no such config file")
-    if p.suffix == ".toml":
-        import tomllib
-
-        raw = tomllib.loads(p.read_text())
-    elif p.suffix in (".yaml", ".yml"):
-        import yaml
-
-        raw = yaml.safe_load(p.read_text()) or {}
-    else:
+    if p.suffix not in (".toml", ".yaml", ".yml"):
         raise SparseRLError(f"{p}: config files are .toml or .yaml")
+    if not p.is_file():
+        raise SparseRLError(f"{p}: not a file")
+    try:
+        if p.suffix == ".toml":
+            import tomllib
+
+            raw = tomllib.loads(p.read_text())
+        else:
+            import yaml
+
+            raw = yaml.safe_load(p.read_text()) or {}
+    except UnicodeDecodeError as e:
+        raise SparseRLError(f"{p}: not a text file ({e.reason})") from None
+    except ValueError as e:  # tomllib.TOMLDecodeError
+        raise SparseRLError(f"{p}: not valid TOML: {e}") from None
+    except Exception as e:  # yaml.YAMLError, whose module may be absent until here
+        if type(e).__module__.split(".")[0] != "yaml":
+            raise
+        raise SparseRLError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(raw, dict):
+        raise SparseRLError(f"{p}: a config file holds settings by name (key = value), got a {type(raw).__name__}")
     known = {f.name for f in fields(RLConfig)}
     bad = set(raw) - known
     if bad:
         raise SparseRLError(f"{p}: unknown settings {sorted(bad)}")
+    check_setting_types(raw, RLConfig, str(p))
     if "reward" in raw:
+        if not isinstance(raw["reward"], dict):
+            raise SparseRLError(f"{p}: reward must be a table of settings, got {raw['reward']!r}")
+        unknown = set(raw["reward"]) - {f.name for f in fields(RewardConfig)}
+        if unknown:
+            raise SparseRLError(f"{p}: unknown reward settings {sorted(unknown)}")
+        check_setting_types(raw["reward"], RewardConfig, f"{p} [reward]")
         raw["reward"] = RewardConfig(**raw["reward"])
     if "ops" in raw:
         raw["ops"] = tuple(raw["ops"])

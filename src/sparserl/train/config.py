@@ -8,10 +8,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparserl.checks import require
+from sparserl.checks import check_device, require
 from sparserl.data.corpus import CorpusConfig
 from sparserl.errors import SparseRLError
 from sparserl.model.config import POLICY_TEMPERATURE, TinyModelConfig, preset_shape
+
+
+def check_language_model(model: str) -> None:
+    """``pretrain --model``: a local Hugging Face causal LM folder (config.json and a tokenizer), said in one
+    line before any work when it is not (a policy checkpoint: its ``lm/`` folder is one)."""
+    m = Path(model)
+    if (m / "policy.json").exists():
+        raise SparseRLError(f"--model {m}: a policy checkpoint; pre-training continues a language model: give its "
+                            f"lm/ folder ({m / 'lm'})")
+    if not m.is_dir():
+        raise SparseRLError(f"--model {m}: no such folder (give a local Hugging Face model folder; without --model "
+                            "the default model is trained from scratch)")
+    if not (m / "config.json").exists():
+        raise SparseRLError(f"--model {m}: not a Hugging Face model folder (no config.json)")
+    if not any((m / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")):
+        raise SparseRLError(f"--model {m}: no tokenizer in the folder (tokenizer.json or tokenizer_config.json)")
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,15 @@ class PretrainConfig:
         require(self.lr > 0, "--lr", "> 0", self.lr)
         require(self.vocab_size >= 256, "--vocab-size", ">= 256", self.vocab_size)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
+        require(self.warmup_steps >= 0, "--warmup-steps", ">= 0", self.warmup_steps)
+        require(self.eval_every >= 1, "--eval-every", ">= 1 (steps between evaluations)", self.eval_every)
+        require(self.save_every >= 1, "--save-every", ">= 1 (steps between checkpoints)", self.save_every)
+        require(self.heldout_tokens >= 1, "--heldout-tokens", ">= 1", self.heldout_tokens)
+        require(self.weight_decay >= 0, "--weight-decay", ">= 0", self.weight_decay)
+        require(self.grad_clip > 0, "--grad-clip", "> 0", self.grad_clip)
+        check_device(self.device)
+        if self.model is not None:
+            check_language_model(self.model)
         if self.preset is not None:
             preset_shape(self.preset)
         if self.minutes is not None and self.minutes <= 0:
@@ -167,6 +192,8 @@ class SFTConfig:
         require(self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every)
         require(self.eval_samples >= 0, "--eval-samples", ">= 0", self.eval_samples)
         require(self.save_every >= 1, "--save-every", ">= 1", self.save_every)
+        require(self.warmup_steps >= 0, "--warmup-steps", ">= 0", self.warmup_steps)
+        check_device(self.device)
         for n in self.snapshots:
             require(1 <= n < self.steps, "--snapshot", f"between 1 and --steps - 1 ({self.steps - 1})", n)
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
