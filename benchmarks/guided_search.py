@@ -104,7 +104,8 @@ def run_matrix(path: str, evs: dict, policy, args, scratch: Path) -> dict:
         return row
     row["prepare_seconds"] = time.perf_counter() - t
     common = dict(matrix=path, op=args.op, k=args.k, compile_only=args.compile_only, max_new_tokens=args.max_new_tokens,
-                  fill_facts=False)  # the policy as itself, as in the earlier runs
+                  fill_facts=False,  # the policy as itself, as in the earlier runs
+                  retime=0)  # each arm's pick is its first timings' fastest; this script times the picks again itself
     plain = SearchConfig(budget=args.budget, seconds=args.seconds, regime=args.regime, seed=args.seed)
     runs = {
         "search": lambda d: search_matrix(SearchJob(search=plain, store=str(d / "store.sqlite"), out=str(d), **common),

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparserl.checks import check_op, require
+from sparserl.checks import check_device, check_op, require
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
@@ -41,7 +41,7 @@ from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import library_texts
 from sparserl.request.report import KernelReport, prepare_out
-from sparserl.request.second_look import PASSES, SecondLook, look_again
+from sparserl.request.second_look import PASSES, SecondLook, SecondLookFailed, dropped_note, look_again
 from sparserl.search.loop import SearchConfig, SearchResult, search_summary
 from sparserl.search.run import SearchJob, open_proposer, search_after_sampling, search_candidates
 
@@ -115,6 +115,7 @@ class GenerateConfig:
         require(self.search >= 0, "--search-budget", ">= 0 candidates", self.search)
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
         require(self.retime >= 0, "--retime", ">= 0 (0: no second look)", self.retime)
+        check_device(self.device)
 
     def search_job(self, model: str) -> SearchJob:
         """The search ``search`` asks for after the samples, with this run's ``model`` and sampling."""
@@ -213,12 +214,27 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
     if cfg.search:  # more candidates from a search (the samples enter it as evaluated)
         searched = search_after_sampling(ctx, job, ev, proposer, samples, out, asdict(cfg))
         pool.add(search_candidates(searched))
-    if pool.best() is None and cfg.library_fallback:
-        _library_fallback(ctx, ev, pool)
-    best = pool.best()
-    if best is None:
-        raise SparseRLError(f"no {'correct' if pool.timed else 'compiling'} kernel for {ctx.name}: {pool.kinds()}")
-    best, look = look_again(pool, ev, best, cfg.regime, cfg.retime)
+    library_tried = False
+    while True:
+        if pool.best() is None and cfg.library_fallback and not library_tried:
+            _library_fallback(ctx, ev, pool)
+            library_tried = True
+        best = pool.best()
+        if best is None:
+            dropped = f", {len(pool.dropped)} dropped by a second look" if pool.dropped else ""
+            raise SparseRLError(f"no {'correct' if pool.timed else 'compiling'} kernel for {ctx.name}: "
+                                f"{pool.kinds()}{dropped}")
+        try:
+            best, look = look_again(pool, ev, best, cfg.regime, cfg.retime)
+            break
+        except SecondLookFailed as exc:  # every kernel looked at was dropped: the library's, if not tried yet
+            if library_tried or not cfg.library_fallback:
+                raise
+            notes.append(f"{exc}; the library's kernels were evaluated next")
+            for c in pool.usable():  # what is left unlooked among the samples is no likelier to hold
+                pool.drop(c, "not looked at again: the kernels before it were all dropped")
+    if pool.dropped:
+        notes.append(dropped_note(pool))
     return Choice(best, pool, tuple(samples), searched, tuple(notes), look)
 
 

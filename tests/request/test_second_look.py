@@ -3,7 +3,8 @@
 The evaluations are :class:`tests.search.doubles.FakeTimingDouble`'s (it runs nothing; each kernel's time
 is what the test says, evaluation by evaluation), so what is tested here is the choice: which candidates
 are looked at again, which one is handed back, and what the report says about it. The real path (the
-harness's fresh evaluations on a GPU) runs in ``tests/request/test_second_look_gpu.py``.
+harness's fresh evaluations on a GPU) runs in ``tests/eval/test_generate.py``
+(``test_no_trained_model_on_a_gpu_returns_the_best_verified_library_kernel``).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import pytest
 
 from sparserl.errors import SparseRLError
+from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import get_variant
 from sparserl.matrices import generate
 from sparserl.request.candidates import CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.report import KernelReport, verdict
-from sparserl.request.second_look import second_look
+from sparserl.request.second_look import MOST, SecondLookFailed, second_look
 from sparserl.search.space import normalised
 from tests.search.doubles import CUSPARSE_US, FakeTimingDouble
 
@@ -27,13 +29,15 @@ KERNELS = [get_variant(v).render() for v in ("spmv/csr_vector/-/tpr=4,block=256"
 
 
 class Sequence:
-    """``time_of``: each kernel's times evaluation by evaluation (the last one repeats); None: incorrect."""
+    """``time_of``: each kernel's times evaluation by evaluation (the last one repeats); None: incorrect, an
+    ErrorKind: that failure; a kernel not listed: ``default``."""
 
-    def __init__(self, times: dict[str, list[float | None]]):
+    def __init__(self, times: dict[str, list], default: float | None = None):
         self.times = {normalised(t): list(v) for t, v in times.items()}
+        self.default = default
 
     def __call__(self, text: str):
-        seq = self.times[normalised(text)]
+        seq = self.times.get(normalised(text), [self.default])
         return seq.pop(0) if len(seq) > 1 else seq[0]
 
 
@@ -59,7 +63,7 @@ def test_the_fastest_by_a_second_look_is_handed_back_and_reported():
     assert same(pool.best().text, KERNELS[0])
     pick, look = second_look(pool, ev, "cold", passes=3)
     assert same(pick.text, KERNELS[1])  # killed by: keeping the first timings' best
-    assert look.changed and look.looked_at == 2 and look.failed == 0  # KERNELS[2] is past the 5% bar
+    assert look.changed and look.looked_at == 2 and look.dropped == 0  # KERNELS[2] is past the 5% bar
     assert look.times_us == [10.4, 10.3, 10.5] and look.median_us == 10.4
     assert look.first_us == 10.2
     assert look.speedup == pytest.approx(CUSPARSE_US / 10.4)  # killed by: reporting the first timing's speedup
@@ -74,21 +78,57 @@ def test_a_kernel_that_fails_its_second_look_is_never_handed_back():
     pool, ev = pool_of({KERNELS[0]: [9.0, 9.0, None, 9.0], KERNELS[1]: [9.3, 9.4, 9.4, 9.4]})
     pick, look = second_look(pool, ev, "cold", passes=3)
     assert same(pick.text, KERNELS[1])  # killed by: a median over the passes that succeeded
-    assert look.failed == 1 and look.changed
+    assert look.dropped == 1 and look.changed
+    assert "incorrect when evaluated again" in pool.dropped[normalised(KERNELS[0])]
+    assert [r.verdict for r in pool.runners_up(pick)][0].startswith("correct once, then dropped: incorrect")
+    assert all(not same(c.text, KERNELS[0]) for c in pool.usable())  # never handed back later either
 
 
 def test_when_every_rival_fails_the_next_fastest_are_looked_at():
     pool, ev = pool_of({KERNELS[0]: [9.0, None], KERNELS[1]: [9.1, None], KERNELS[2]: [15.0, 15.5],
                         KERNELS[3]: [30.0]})
     pick, look = second_look(pool, ev, "cold", passes=2)
-    assert same(pick.text, KERNELS[2]) and look.failed == 2 and look.looked_at == 3
+    assert same(pick.text, KERNELS[2]) and look.dropped == 2 and look.looked_at == 3
     assert look.median_us == 15.5
 
 
 def test_every_kernel_failing_its_second_look_is_an_error():
     pool, ev = pool_of({KERNELS[0]: [9.0, None], KERNELS[1]: [9.1, None]})
-    with pytest.raises(SparseRLError, match="failed when evaluated again"):
+    with pytest.raises(SecondLookFailed, match="every verified kernel looked at again for banded_300 was dropped"):
         second_look(pool, ev, "cold", passes=1)
+    assert len(pool.dropped) == 2 and pool.best() is None
+
+
+def test_a_pass_failing_for_the_machine_is_left_out_and_one_never_confirmed_is_dropped():
+    pool, ev = pool_of({KERNELS[0]: [10.0, 10.5, ErrorKind.INTERNAL, 10.7],
+                        KERNELS[1]: [10.1, ErrorKind.INTERNAL]})
+    pick, look = second_look(pool, ev, "cold", passes=3)
+    assert same(pick.text, KERNELS[0]) and look.times_us == [10.5, 10.7] and look.median_us == pytest.approx(10.6)
+    assert not look.changed and look.dropped == 1  # killed by: changed always true
+    assert pool.dropped[normalised(KERNELS[1])].startswith("not confirmed: every evaluation again failed for the "
+                                                           "machine's reasons (internal_error)")
+
+
+def test_the_look_gives_up_after_most_kernels():
+    texts = [get_variant(v).render() for v in ("spmv/csr_vector/-/tpr=2,block=128", "spmv/csr_vector/-/tpr=4,block=128",
+                                               "spmv/csr_vector/-/tpr=8,block=128", "spmv/csr_vector/-/tpr=16,block=128",
+                                               "spmv/csr_vector/-/tpr=32,block=128", "spmv/csr_scalar/-/block=128")]
+    pool, ev = pool_of({t: [10.0 + i / 100, None] for i, t in enumerate(KERNELS + texts)})
+    assert len(KERNELS + texts) > MOST
+    with pytest.raises(SecondLookFailed):
+        second_look(pool, ev, "cold", passes=1)
+    assert len(pool.dropped) == MOST  # killed by: walking every candidate of a 64-candidate search
+
+
+def test_the_defaults_look_at_three_within_five_percent_three_times():
+    pool, ev = pool_of({KERNELS[0]: [10.0], KERNELS[1]: [10.1], KERNELS[2]: [10.2], KERNELS[3]: [10.3],
+                        KERNELS[4]: [20.0]})
+    n = len(ev.submitted)
+    pick, look = second_look(pool, ev, "cold")
+    assert look.looked_at == 3 and look.passes == 3  # killed by: TOP raised
+    assert len(ev.submitted) - n == 9 and len(look.times_us) == 3  # killed by: PASSES lowered
+    pool, ev = pool_of({KERNELS[0]: [10.0], KERNELS[1]: [10.6]})
+    assert second_look(pool, ev, "cold")[1].looked_at == 1  # 6% slower: killed by WITHIN widened
 
 
 def test_the_rivals_are_the_distinct_kernels_within_the_bar_at_most_top():
@@ -120,6 +160,7 @@ def test_the_report_and_verdict_read_the_second_look():
                           second_look=look)
     md = rep.markdown()
     assert "(first timing)" in md and "second look: median 12.50 us over 3 fresh evaluations" in md
+    assert f"roofline fraction: {0.5 * 10.0 / 12.5:.2f}" in md  # the look's, not the first timing's 0.50
     assert rep.to_dict()["second_look"]["median_us"] == 12.5
     assert "second_look" not in KernelReport.of(pool.ctx, pick, pool, [], "samples drawn", {}, 1.0).to_dict()
 
@@ -169,3 +210,78 @@ def test_a_search_report_is_chosen_by_a_second_look(tmp_path):
     look = rep.second_look
     assert look is not None and look.changed and look.median_us == 10.5 and look.looked_at == 2
     assert firsts[normalised(rep.kernel)] == 1  # killed by: the search's report keeping its first timings' best
+
+
+def test_the_report_reads_break_even_from_the_second_look():
+    """A kernel 1.01x slower than cuSPARSE at first (101 us against 100) and 1.01x faster in the second look:
+    the verdict, the roofline and the break-even all say the look's figure (the break-even line said 'never
+    pays off' beside a verdict of 'faster')."""
+    pool, ev = pool_of({KERNELS[0]: [101.0, 99.0]})
+    pick, look = second_look(pool, ev, "cold", passes=1)
+    rep = KernelReport.of(pool.ctx, pick, pool, [c.result for c in pool.candidates], "samples drawn", {}, 1.0,
+                          second_look=look)
+    md = rep.markdown()
+    assert "1.01x faster than cuSPARSE" in rep.verdict and "never pays off" not in md and "pays off after" in md
+
+
+def test_generate_falls_back_to_the_library_when_every_sample_is_dropped(tmp_path):
+    pytest.importorskip("torch")
+    from sparserl.generate import GenerateConfig, generate_kernel
+    from sparserl.matrices import save_matrix
+    from tests.eval.test_generate import FixedSampler
+
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    ev = FakeTimingDouble(Sequence({KERNELS[0]: [10.0, None]}, default=50.0))  # the library: 50 us, steady
+    rep = generate_kernel(GenerateConfig(matrix=str(tmp_path / "a.mtx"), samples=2, out=str(tmp_path / "g")),
+                          evaluator=ev, policy=FixedSampler(KERNELS[:1]))
+    assert rep.source.startswith("library kernel") and rep.second_look.median_us == 50.0
+    assert any("the library's kernels were evaluated next" in n for n in rep.notes)
+    assert any("dropped by the second look" in n for n in rep.notes)
+    ev = FakeTimingDouble(Sequence({KERNELS[0]: [10.0, None]}, default=50.0))
+    with pytest.raises(SecondLookFailed):
+        generate_kernel(GenerateConfig(matrix=str(tmp_path / "a.mtx"), samples=2, out=str(tmp_path / "h"),
+                                       library_fallback=False), evaluator=ev, policy=FixedSampler(KERNELS[:1]))
+
+
+class ClosingDouble(FakeTimingDouble):
+    """A double that refuses work once closed, as the real evaluator does."""
+
+    closed = False
+
+    def submit(self, *a, **kw):
+        assert not self.closed, "submitted to a closed evaluator"
+        return super().submit(*a, **kw)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_look_runs_before_the_evaluator_a_request_made_is_closed(tmp_path, monkeypatch):
+    """generate and search close the evaluator they made themselves; the second look must come first (killed
+    by: the close moved before the look in either)."""
+    pytest.importorskip("torch")
+    import sparserl.generate
+    import sparserl.search.run
+    from sparserl.generate import GenerateConfig, generate_kernel
+    from sparserl.matrices import save_matrix
+    from sparserl.search.loop import SearchConfig
+    from sparserl.search.run import SearchJob, search_matrix
+
+    made: list[ClosingDouble] = []
+
+    def evaluator(config):
+        made.append(ClosingDouble(lambda text: 10.0 + len(text) % 7))
+        return made[-1]
+
+    for module in (sparserl.generate, sparserl.search.run):
+        monkeypatch.setattr(module, "Evaluator", evaluator)
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    rep = generate_kernel(GenerateConfig(matrix=str(tmp_path / "a.mtx"), model=str(tmp_path / "none"),
+                                         out=str(tmp_path / "g")))
+    assert rep.second_look is not None and made[-1].closed
+    rep, _ = search_matrix(SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=4, cost_model="none"),
+                                     store=str(tmp_path / "s.sqlite"), out=str(tmp_path / "s")))
+    assert rep.second_look is not None and made[-1].closed
+    rep, _ = search_matrix(SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=4, cost_model="none"),
+                                     store=str(tmp_path / "s.sqlite"), out=str(tmp_path / "t"), retime=0))
+    assert rep.second_look is None  # killed by: the search's report ignoring --retime

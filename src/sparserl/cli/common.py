@@ -31,7 +31,8 @@ FILL_FACTS_HELP = ("write the matrix card's facts (the row lengths and long rows
 """``--fill-facts``'s help, in ``generate`` and ``search``."""
 RETIME_HELP = ("a second look before the kernel is handed back: the fastest distinct correct candidates (up to 3, "
                "within 5% of the fastest) evaluated again on fresh inputs this many times each; the lowest median is "
-               "handed back and reported, one that fails is dropped (0: the fastest first timing, as measured)")
+               "handed back and reported; one that fails is dropped and, when all do, the next fastest are tried "
+               "(generate: then the library's kernels) (0: the fastest first timing, as measured)")
 """``--retime``'s help, in ``generate`` and ``search``."""
 
 

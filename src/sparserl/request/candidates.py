@@ -76,8 +76,10 @@ class RunnerUp:
     speedup: float | None
 
     @classmethod
-    def of(cls, c: Candidate) -> RunnerUp:
-        return cls(c.source, c.result.format, c.verdict, c.result.error_kind.value, c.result.speedup)
+    def of(cls, c: Candidate, dropped: str | None = None) -> RunnerUp:
+        """``dropped``: why a second look dropped it (its verdict then says so)."""
+        verdict = c.verdict if dropped is None else f"{c.verdict} once, then dropped: {dropped}"
+        return cls(c.source, c.result.format, verdict, c.result.error_kind.value, c.result.speedup)
 
 
 def normalised(text: str) -> str:
@@ -92,6 +94,12 @@ class CandidatePool:
     def __init__(self, ctx: MatrixContext, timed: bool):
         self.ctx, self.timed = ctx, timed
         self.candidates: list[Candidate] = []
+        self.dropped: dict[str, str] = {}
+        """Kernels (their normalised text) a second look dropped, and why: never handed back."""
+
+    def drop(self, candidate: Candidate, why: str) -> None:
+        """Never hand ``candidate``'s kernel back (:mod:`sparserl.request.second_look`)."""
+        self.dropped[normalised(candidate.text)] = why
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -118,7 +126,8 @@ class CandidatePool:
         cands = self.candidates if candidates is None else candidates
         if not self.timed:
             return [c for c in cands if c.result.error_kind is ErrorKind.NO_GPU and self.ctx.converts(c.text)]
-        return sorted((c for c in cands if c.result.ok and c.result.speedup is not None),
+        return sorted((c for c in cands if c.result.ok and c.result.speedup is not None
+                       and normalised(c.text) not in self.dropped),
                       key=lambda c: c.result.speedup, reverse=True)
 
     def best(self) -> Candidate | None:
@@ -134,7 +143,7 @@ class CandidatePool:
             norm = normalised(c.text)
             if norm not in seen:
                 seen.add(norm)
-                out.append(RunnerUp.of(c))
+                out.append(RunnerUp.of(c, self.dropped.get(norm)))
                 if len(out) == n:
                     break
         return out

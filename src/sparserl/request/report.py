@@ -156,11 +156,14 @@ class KernelReport:
             lines += [f"- time ({b.regime} L2): kernel {t.median_us if t else 0:.2f} us, cuSPARSE "
                       f"{base.median_us if base else 0:.2f} us ({b.baseline_alg}): **{b.speedup:.2f}x**"
                       + (" (first timing)" if self.second_look is not None else "")]
-            if self.second_look is not None:
-                lines.append(f"- {self.second_look.line()}")
-            lines += [f"- roofline fraction: {b.roofline or 0:.2f}",
+            look = self.second_look
+            roofline, break_even = (b.roofline, b.break_even_calls) if look is None else (look.roofline,
+                                                                                          look.break_even_calls)
+            if look is not None:
+                lines.append(f"- {look.line()}")
+            lines += [f"- roofline fraction: {roofline or 0:.2f}",
                       f"- format {b.format}: conversion {b.conversion_seconds * 1e3:.1f} ms on the host; "
-                      + (f"pays off after {b.break_even_calls:.0f} calls" if b.break_even_calls is not None
+                      + (f"pays off after {break_even:.0f} calls" if break_even is not None
                          else "not faster than cuSPARSE, so it never pays off")]
         if self.runners_up:
             timed = self.verified  # compile-only: nothing was timed, so no speedup column

@@ -1,4 +1,4 @@
-"""A second look before a kernel is handed back: the fastest candidates timed again, fresh.
+"""A second look before a kernel is handed back: the fastest candidates evaluated again, fresh.
 
 The fastest of a request's candidates is the luckiest of many timings: 16 samples, or a search's 64
 candidates, many of them near-identical, each timed once. Its time is biased low (by about 0.4% on the
@@ -6,27 +6,44 @@ search's picks measured on 2026-12-05, more where many kernels tie), and it may 
 passed once and fails on other values. So before ``generate`` or ``search`` hands a kernel back, the
 fastest distinct correct candidates (at most ``top``, those within ``within`` of the fastest) are
 evaluated again ``passes`` times each, fresh (new inputs, every check, never answered from the
-harness's memo), one at a time and every other pass in the reverse order
-(:func:`sparserl.eval.retime.retime`). A candidate that fails any of those evaluations is dropped (when
-all of them fail, the next fastest are looked at, and so on); among the rest, the one with the lowest
-median is handed back, and the report's time and speedup are that median's (:class:`SecondLook`), the
-first timing beside it.
+harness's memo), one at a time and every other pass in the reverse order.
+
+* A candidate that fails one of those evaluations by its own doing (wrong, crashed, hung: anything but
+  :func:`sparserl.rewards.infrastructure_failure`) is dropped from the pool (:meth:`CandidatePool.drop`),
+  and so is one whose every evaluation failed for the machine's reasons (unconfirmed). A pass that
+  failed for the machine's reasons is left out of the median.
+* Among the rest, the lowest median is handed back; the report's time, speedup, roofline fraction and
+  break-even are that median's (:class:`SecondLook`), the first timing beside them.
+* When every candidate of a look is dropped, the next fastest are looked at, up to ``most`` kernels in
+  all; then :class:`SecondLookFailed` (``generate`` tries the library's kernels next, when it may).
+
+What the second look does not change: the best-known store and the search's trace and summary keep
+the first evaluations (a kernel dropped as wrong stays in the store; the report says so).
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import asdict, dataclass
 
 from sparserl.errors import SparseRLError
-from sparserl.eval.retime import median_us, retime
+from sparserl.harness.result import EvalResult
 from sparserl.request.candidates import Candidate, CandidatePool, normalised
+from sparserl.rewards import infrastructure_failure
 
 PASSES = 3
-"""Evaluations of each candidate in the second look (the evaluation's ``--retime`` default too)."""
+"""Evaluations of each candidate in the second look."""
 TOP = 3
-"""Distinct candidates looked at again, at most (more only to replace ones that failed)."""
+"""Distinct candidates looked at again, at most (more only to replace ones that were dropped)."""
 WITHIN = 0.05
 """Candidates whose first timing is within this fraction of the fastest one's are looked at again."""
+MOST = 3 * TOP
+"""Distinct candidates looked at in all before the look gives up (a GPU in trouble fails every one)."""
+
+
+class SecondLookFailed(SparseRLError):
+    """Every candidate a second look evaluated again was dropped."""
 
 
 @dataclass(frozen=True)
@@ -36,30 +53,37 @@ class SecondLook:
     passes: int
     regime: str
     times_us: list[float]
-    """The chosen kernel's times in the second look (us)."""
+    """The chosen kernel's times in the second look (us; a pass that failed for the machine's reasons left out)."""
     median_us: float
     first_us: float
     """Its time in the first look (its evaluation among the request's candidates)."""
     speedup: float | None
     """cuSPARSE's time (measured once for the matrix, as for every candidate) / ``median_us``."""
     first_speedup: float | None
+    roofline: float | None
+    """The roofline fraction at ``median_us`` (the first evaluation's, scaled by the two times)."""
+    break_even_calls: float | None
+    """Calls after which the conversion pays for itself at ``median_us`` (None: never)."""
     looked_at: int
     """Distinct candidates evaluated again."""
-    failed: int
-    """Of those, how many failed an evaluation of the second look (dropped)."""
+    dropped: int
+    """Of those, how many were dropped (failed a pass, or no pass confirmed them)."""
     changed: bool
     """Whether the kernel handed back is another than the fastest by the first timings."""
+    seconds: float
+    """Wall time of the second look."""
 
     def line(self) -> str:
         """One line for the report."""
         sp = f", {self.speedup:.2f}x cuSPARSE" if self.speedup else ""
         first = f" (first timing {self.first_us:.2f} us{f', {self.first_speedup:.2f}x' if self.first_speedup else ''})"
-        rivals = (f"the fastest of {self.looked_at} distinct kernels timed again" if self.looked_at > 1
-                  else "timed again")
-        extra = "; ".join(x for x in (f"{self.failed} failed and were dropped" if self.failed else "",
-                                      "not the fastest by the first timings" if self.changed else "") if x)
-        return (f"second look: median {self.median_us:.2f} us over {self.passes} fresh evaluations{sp}{first}, "
-                f"{rivals}" + (f"; {extra}" if extra else ""))
+        rivals = (f"the fastest of {self.looked_at} distinct kernels evaluated again" if self.looked_at > 1
+                  else "evaluated again")
+        extra = "; ".join(x for x in (
+            f"{self.dropped} {'was' if self.dropped == 1 else 'were'} dropped (see the runners-up)" if self.dropped
+            else "", "not the fastest by the first timings" if self.changed else "") if x)
+        return (f"second look: median {self.median_us:.2f} us over {len(self.times_us)} fresh evaluations{sp}{first}, "
+                f"{rivals}" + (f"; {extra}" if extra else "") + f"; {self.seconds:.1f} s")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,12 +104,35 @@ def _first_us(c: Candidate, regime: str) -> float | None:
     return t.median_us if t is not None else None
 
 
+def evaluate_again(evaluator, ref, op, k, texts: list[str], passes: int) -> list[list[EvalResult]]:
+    """Each text evaluated ``passes`` more times through ``evaluator``, fresh, one evaluation at a time, every
+    other pass in the reverse order: the results, text by text."""
+    out: list[list[EvalResult]] = [[] for _ in texts]
+    order = list(range(len(texts)))
+    for p in range(passes):
+        for i in order if p % 2 == 0 else order[::-1]:
+            out[i].append(evaluator.submit(texts[i], ref, op, k, fresh=True).result())
+    return out
+
+
+def _judge(results: list[EvalResult], regime: str) -> tuple[list[float], str | None]:
+    """A candidate's times in its second look, and why it is dropped (None: kept)."""
+    own = [r for r in results if not r.ok and not infrastructure_failure(r)]
+    if own:
+        r = own[0]
+        return [], f"{r.error_kind.value} when evaluated again ({' '.join(r.message.split())[:160]})"
+    times = [r.timings[regime].median_us for r in results if r.ok and regime in r.timings]
+    if not times:
+        kinds = sorted({r.error_kind.value for r in results})
+        return [], f"not confirmed: every evaluation again failed for the machine's reasons ({', '.join(kinds)})"
+    return times, None
+
+
 def second_look(pool: CandidatePool, evaluator, regime: str, passes: int = PASSES, top: int = TOP,
-                within: float = WITHIN) -> tuple[Candidate, SecondLook] | None:
-    """The kernel to hand back after a second look (see the module docstring) and what it measured;
-    None when there is nothing to look at (compile-only, no verified candidate, ``passes`` 0). Raises
-    SparseRLError when every verified candidate failed its second look: the request has no kernel it can
-    vouch for."""
+                within: float = WITHIN, most: int = MOST) -> tuple[Candidate, SecondLook] | None:
+    """The kernel to hand back after a second look (see the module docstring) and what it measured; None
+    when there is nothing to look at (compile-only, no verified candidate, ``passes`` 0). Raises
+    :class:`SecondLookFailed` when every candidate looked at was dropped (they stay dropped in ``pool``)."""
     if passes < 1 or not pool.timed:
         return None
     ranked = [c for c in _distinct(pool.usable()) if _first_us(c, regime) is not None]  # fastest first
@@ -93,32 +140,44 @@ def second_look(pool: CandidatePool, evaluator, regime: str, passes: int = PASSE
         return None
     ctx = pool.ctx
     ref = ctx.ref(evaluator)
+    t0 = time.perf_counter()
 
     def rivals(start: int) -> list[Candidate]:  # the fastest from ``start`` on, and those within the bar of it
-        bar = ranked[start].result.speedup / (1.0 + within) if start < len(ranked) else 0.0
-        return [c for c in ranked[start:start + top] if c.result.speedup >= bar]
+        if start >= min(len(ranked), most):
+            return []
+        bar = ranked[start].result.speedup / (1.0 + within)
+        return [c for c in ranked[start:min(start + top, most)] if c.result.speedup >= bar]
 
     batch = rivals(0)
-    looked = failed = 0
+    looked = dropped = 0
     while batch:
-        times = retime(evaluator, ref, ctx.op, ctx.k, {str(i): c.text for i, c in enumerate(batch)}, passes, regime)
-        kept = [(median_us(times[str(i)]), i, c) for i, c in enumerate(batch)]
-        kept = [t for t in kept if t[0] is not None]
+        results = evaluate_again(evaluator, ref, ctx.op, ctx.k, [c.text for c in batch], passes)
+        kept = []
+        for i, (c, rs) in enumerate(zip(batch, results)):
+            times, why = _judge(rs, regime)
+            if why is None:
+                kept.append((statistics.median(times), i, c, times))
+            else:
+                pool.drop(c, why)
+                dropped += 1
         looked += len(batch)
-        failed += len(batch) - len(kept)
         if kept:
-            med, i, pick = min(kept, key=lambda t: (t[0], t[1]))
+            med, _, pick, times = min(kept, key=lambda t: (t[0], t[1]))
             base = pick.result.baseline.get(regime)
+            first = _first_us(pick, regime)
+            r = pick.result
             return pick, SecondLook(
-                passes=passes, regime=regime, times_us=[float(t) for t in times[str(i)]], median_us=float(med),
-                first_us=float(_first_us(pick, regime)),
-                speedup=base.median_us / med if base is not None and med > 0 else None,
-                first_speedup=pick.result.speedup, looked_at=looked, failed=failed,
-                changed=normalised(pick.text) != normalised(ranked[0].text))
-        batch = rivals(looked)  # every one failed: the next fastest take their place
-    raise SparseRLError(f"every verified kernel for {ctx.name} failed when evaluated again on fresh inputs "
-                        f"({looked} kernels, --retime {passes}): none can be handed back as correct; a kernel "
-                        "whose output is not deterministic fails so, and so does a GPU in trouble")
+                passes=passes, regime=regime, times_us=[float(t) for t in times], median_us=float(med),
+                first_us=float(first), speedup=base.median_us / med if base is not None and med > 0 else None,
+                first_speedup=r.speedup, roofline=r.roofline * first / med if r.roofline and med > 0 else None,
+                break_even_calls=(r.conversion_seconds / ((base.median_us - med) * 1e-6)
+                                  if base is not None and med < base.median_us else None),
+                looked_at=looked, dropped=dropped, changed=normalised(pick.text) != normalised(ranked[0].text),
+                seconds=time.perf_counter() - t0)
+        batch = rivals(looked)  # every one was dropped: the next fastest take their place
+    raise SecondLookFailed(f"every verified kernel looked at again for {ctx.name} was dropped ({looked} kernels, "
+                           f"--retime {passes}): "
+                           + "; ".join(sorted(set(pool.dropped.values())))[:400])
 
 
 def look_again(pool: CandidatePool, evaluator, best: Candidate, regime: str, passes: int
@@ -126,3 +185,10 @@ def look_again(pool: CandidatePool, evaluator, best: Candidate, regime: str, pas
     """``best`` (the pool's fastest by its first timing) or the kernel a second look chooses instead, and the
     second look (None where there was nothing to look at)."""
     return second_look(pool, evaluator, regime, passes) or (best, None)
+
+
+def dropped_note(pool: CandidatePool) -> str:
+    """The report's note on the kernels a second look dropped."""
+    n = len(pool.dropped)
+    return (f"{n} kernel{'s' if n != 1 else ''} verified once {'were' if n != 1 else 'was'} dropped by the second "
+            "look (the runners-up say why); a search's best-known store and trace keep their first evaluation")

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparserl.checks import check_op, require
+from sparserl.checks import check_device, check_op, require
 from sparserl.devices import pick_device
 from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
@@ -32,7 +32,7 @@ from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
 from sparserl.request.report import KernelReport
-from sparserl.request.second_look import PASSES, look_again
+from sparserl.request.second_look import PASSES, dropped_note, look_again
 from sparserl.search.footprint import check_fits
 from sparserl.search.loop import (
     FILLED_NOTE,
@@ -93,6 +93,7 @@ class SearchJob:
         check_op(self.op, self.k)
         require(self.temperature > 0, "--temperature", "> 0", self.temperature)
         require(self.retime >= 0, "--retime", ">= 0 (0: no second look)", self.retime)
+        check_device(self.device)
         require(self.max_new_tokens is None or self.max_new_tokens >= 1, "--max-new-tokens", ">= 1",
                 self.max_new_tokens)
 
@@ -245,7 +246,8 @@ def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict,
                             f"({pool.kinds()}); the trace is in {out / 'trace.jsonl'}")
     best, look = look_again(pool, evaluator, best, res.regime, retime) if evaluator is not None else (best, None)
     rep = KernelReport.of(ctx, best, pool, [c.result for c in pool.candidates], "candidates evaluated", config,
-                          res.seconds, search=search_summary(res), second_look=look)
+                          res.seconds + (look.seconds if look is not None else 0.0), search=search_summary(res),
+                          second_look=look, notes=[dropped_note(pool)] if pool.dropped else [])
     rep.write(out, ctx, search_markdown(res))
     return rep
 
