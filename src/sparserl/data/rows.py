@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,8 +185,23 @@ def read_rows(path: str | Path) -> list[SFTRow]:
             d = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SparseRLError(f"{path}:{i}: not JSON ({exc.msg})") from None
-        rows.append(SFTRow.from_dict(d, f"{path}:{i}"))
+        row = SFTRow.from_dict(d, f"{path}:{i}")
+        found = matrix_beside(row.matrix, path.parent)
+        rows.append(row if found == row.matrix else replace(row, matrix=found))
     return rows
+
+
+def matrix_beside(matrix: str | None, folder: Path) -> str | None:
+    """A row's matrix file as it can be opened from here. ``data build`` writes the paths as it was given
+    them (relative to the folder it ran in), so a data folder read from elsewhere finds its matrices by
+    their place in it: ``folder/PATH``, then ``folder/matrices/NAME``. The path as written when none
+    of these exists (the row's coordinates stand in, or the reader says the file is missing)."""
+    if not matrix or Path(matrix).is_absolute() or Path(matrix).exists():
+        return matrix
+    for candidate in (folder / matrix, folder / "matrices" / Path(matrix).name):
+        if candidate.exists():
+            return str(candidate)
+    return matrix
 
 
 def read_nonempty(path: str | Path) -> list[SFTRow]:
