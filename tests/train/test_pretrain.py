@@ -95,3 +95,31 @@ def test_a_run_bounded_by_minutes_shows_progress_toward_where_it_will_stop() -> 
     assert expected_steps(1_000_000, 0, 0, 0.0, 180.0) == 1_000_000
     assert expected_steps(1_000_000, 650, 650, 181.0, -1.0) == 650
     assert expected_steps(1_000_000, 300, 100, 30.0, 60.0) == 500  # a resumed run: the rate of this process
+
+
+def test_an_interrupted_run_keeps_its_steps_and_resumes_from_them(tmp_path, monkeypatch, caplog) -> None:
+    """Ctrl-C between checkpoints saved nothing (the README's CPU run checkpoints every 500 steps, so its first
+    34 steps were lost and --resume started again at step 1 without a word). Killed mutation: the save on
+    an interrupt removed (state.pt absent, the resumed run starts at 0)."""
+    import sparserl.train.pretrain as pt
+
+    real = pt._train_step
+    calls = {"n": 0}
+
+    def interrupting(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(pt, "_train_step", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(cfg(tmp_path / "i", steps=12, save_every=100, eval_every=100))
+    assert torch.load(tmp_path / "i" / "state.pt", weights_only=False)["step"] == 7
+    monkeypatch.setattr(pt, "_train_step", real)
+    r = pretrain(cfg(tmp_path / "i", steps=12, save_every=100, eval_every=100, resume=True))
+    steps = [json.loads(l)["step"] for l in (tmp_path / "i" / "metrics.jsonl").read_text().splitlines()]
+    assert r["steps"] == 12 and 7 in steps  # the resumed run's first record is at step 7 (none there before)
+    with caplog.at_level("WARNING"):
+        pretrain(cfg(tmp_path / "fresh", steps=2, save_every=100, eval_every=100, resume=True))
+    assert "nothing to resume" in caplog.text

@@ -308,7 +308,14 @@ def expected_steps(steps: int, step: int, steps_done: int, seconds_spent: float,
 def pretrain(cfg: PretrainConfig) -> dict:
     """Run stage 1; returns the final metrics (tokens/s, MFU, held-out perplexity, paths)."""
     run = _setup(cfg)
-    stopped = _loop(run)
+    try:
+        stopped = _loop(run)
+    except KeyboardInterrupt:  # the steps done are kept: --resume goes on from here
+        if run.step > run.first_step and run.step % cfg.save_every:
+            log.warning("interrupted at step %d: saving the model and the training state (--resume continues "
+                        "from step %d)", run.step, run.step)
+            run.save()
+        raise
     if run.step % cfg.eval_every and run.step != cfg.steps:  # stopped by the budget between evaluations
         run.evaluate()
     if run.step % cfg.save_every and run.step != cfg.steps:
@@ -387,6 +394,8 @@ def _setup(cfg: PretrainConfig) -> _Run:
     device = pick_device(cfg.device)
     state_path = out / "state.pt"
     resuming = cfg.resume and state_path.exists() and (out / "model").exists()
+    if cfg.resume and not resuming:
+        log.warning("--resume: nothing to resume in %s (no state.pt and model/ there): starting from step 0", out)
     tok, model, train_ids, held, corpus_info = _data(cfg, out, resuming)
     model.to(device)
 
