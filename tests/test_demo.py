@@ -128,3 +128,15 @@ def test_rl_line_when_every_step_was_skipped(tmp_path: Path) -> None:
     (rl / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     line = _rl_line(policy_change(before, after, rl))
     assert line.startswith("RL stage: did NOT change the policy") and "all 2 of its steps were skipped" in line
+
+
+def test_a_real_matrix_that_does_not_load_is_refused_before_the_stages(tmp_path: Path) -> None:
+    """A corrupt ``--real-matrix`` was read only by the last stage, after every other stage had run."""
+    from sparserl.demo import DemoConfig
+    from sparserl.errors import SparseRLError
+
+    bad = tmp_path / "trunc.mtx.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00not gzip")
+    with pytest.raises(SparseRLError, match="--real-matrix: .*trunc.mtx.gz"):
+        DemoConfig(real_matrix=str(bad), out=str(tmp_path / "demo"))
+    assert not (tmp_path / "demo").exists()

@@ -27,11 +27,11 @@ from sparserl import interrupts
 from sparserl.checks import require
 from sparserl.data.corpus import CorpusConfig
 from sparserl.data.sft_build import SFTDataConfig, build_sft_data
-from sparserl.errors import SparseRLError
+from sparserl.errors import MatrixError, SparseRLError
 from sparserl.eval.compare import EvalConfig, evaluate
 from sparserl.generate import GenerateConfig, generate_kernel
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
-from sparserl.matrices import generate, save_matrix
+from sparserl.matrices import generate, load_matrix, save_matrix
 from sparserl.model.config import TinyModelConfig
 from sparserl.rl.config import RLConfig
 from sparserl.train.config import PretrainConfig, SFTConfig
@@ -62,8 +62,11 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, "--seed", ">= 0", self.seed)
-        if self.real_matrix is not None and not Path(self.real_matrix).is_file():
-            raise SparseRLError(f"--real-matrix {self.real_matrix}: no such file")
+        if self.real_matrix is not None:  # read now: a file that does not load fails before the stages, not after
+            try:
+                load_matrix(self.real_matrix)
+            except MatrixError as exc:
+                raise SparseRLError(f"--real-matrix: {exc}") from None
 
 
 def _identity(cfg: DemoConfig) -> dict:

@@ -176,3 +176,16 @@ def test_bad_split_fractions_name_the_flags() -> None:
 
     with pytest.raises(SparseRLError, match=r"--val-fraction and --test-fraction .* \(got 1.5 and 0.1\)"):
         SFTDataConfig(val_fraction=1.5, test_fraction=0.1)
+
+
+def test_an_empty_real_dir_is_refused_before_anything_is_generated(tmp_path: Path) -> None:
+    """``data build --real-dir EMPTY`` generated every family's matrices (736 MB at the defaults) before it said the
+    folder held none, and left them behind."""
+    import pytest
+
+    from sparserl.errors import SparseRLError
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SparseRLError, match="--real-dir .*empty: no .mtx/.mtx.gz/.npz files in it"):
+        SFTDataConfig(out=str(tmp_path / "d"), real_dir=str(tmp_path / "empty"))
+    assert not (tmp_path / "d").exists()

@@ -168,7 +168,11 @@ def test_missing_file_directory_and_unknown_extension(tmp_path: Path) -> None:
     (tmp_path / "dir.mtx").mkdir()
     with pytest.raises(MatrixError) as info:
         load_matrix(tmp_path / "dir.mtx")
-    assert_one_line_error(info.value, "dir.mtx", "not a regular file")
+    assert_one_line_error(info.value, "dir.mtx", "a folder, not a matrix file")
+    (tmp_path / "plain").mkdir()  # a folder without a matrix suffix: not "unknown extension"
+    with pytest.raises(MatrixError) as info:
+        load_matrix(tmp_path / "plain")
+    assert_one_line_error(info.value, "plain", "a folder, not a matrix file")
     other = tmp_path / "matrix.csv"
     other.write_text("1,2\n")
     with pytest.raises(MatrixError) as info:
@@ -540,3 +544,17 @@ def test_an_unreadable_npz_says_it_cannot_be_read(tmp_path: Path, monkeypatch) -
     with pytest.raises(MatrixError) as info:
         load_matrix(path)
     assert_one_line_error(info.value, "locked.npz", "cannot read file", "Permission denied")
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("1 x 1.0", "'x' is not an integer column index"),
+    ("q 1 1.0", "'q' is not an integer row index"),
+    ("1 1 z", "'z' is not a real number (field is real)"),
+])
+def test_a_bad_token_is_named_by_its_place(tmp_path: Path, entry: str, message: str) -> None:
+    """A bad index was reported as a bad value ('x' is not a real number) wherever it stood."""
+    p = tmp_path / "m.mtx"
+    p.write_text(f"%%MatrixMarket matrix coordinate real general\n2 2 2\n{entry}\n2 2 3.0\n")
+    with pytest.raises(MatrixError) as info:
+        load_matrix(p)
+    assert_one_line_error(info.value, "line 3", message)

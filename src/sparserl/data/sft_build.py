@@ -124,6 +124,8 @@ class SFTDataConfig:
             raise SparseRLError(f"--real-split is test or mixed (got {self.real_split!r})")
         if self.real_dir:
             require_folders("--real-dir", (self.real_dir,), "a folder of .mtx/.mtx.gz/.npz files")
+            if not matrices_in(self.real_dir):  # said before any matrix is generated
+                raise SparseRLError(f"--real-dir {self.real_dir}: no .mtx/.mtx.gz/.npz files in it")
         if self.variants_per_matrix is not None:
             require(self.variants_per_matrix >= 1, "--variants-per-matrix", ">= 1 (or left out for all)",
                     self.variants_per_matrix)

@@ -227,6 +227,8 @@ def load_matrix(path: str | os.PathLike[str]) -> sp.csr_array:
     """
     p = Path(path)
     suffix = _suffix(p)
+    if p.is_dir():
+        raise MatrixError(f"{p}: a folder, not a matrix file (.mtx, .mtx.gz or .npz)")
     if suffix is None:
         raise MatrixError(f"{p}: unknown matrix file extension; expected .mtx, .mtx.gz or .npz")
     if not p.exists():
@@ -415,12 +417,12 @@ def _check_body(p: Path, raw: bytes, h: _MMHeader) -> None:
         chunk = body[start : start + _CHUNK]
         good = ok[chunk]
         if not good.all():
-            _raise_bad_token(p, raw, h.body_offset + start + int(np.argmin(good)), h.field)
+            _raise_bad_token(p, raw, h.body_offset + start + int(np.argmin(good)), h.field, h.format)
         space = is_space[chunk]
         tokens += int(np.count_nonzero(space[:-1] & ~space[1:])) + int(prev_space and not space[0])
         prev_space = bool(space[-1])
     if (bad := _MALFORMED_NUMBER.search(raw, h.body_offset)) is not None:
-        _raise_bad_token(p, raw, bad.start(), h.field)
+        _raise_bad_token(p, raw, bad.start(), h.field, h.format)
     per_entry = (2 if h.field == "pattern" else 3) if h.format == "coordinate" else 1
     expected = h.entries * per_entry
     if tokens != expected:
@@ -435,7 +437,7 @@ def _line_bounds(raw: bytes, pos: int) -> tuple[int, str]:
     return raw.count(b"\n", 0, pos) + 1, raw[start:end].decode("latin-1").strip()
 
 
-def _raise_bad_token(p: Path, raw: bytes, pos: int, field: str) -> None:
+def _raise_bad_token(p: Path, raw: bytes, pos: int, field: str, fmt: str = "coordinate") -> None:
     lineno, text = _line_bounds(raw, pos)
     # the whitespace-delimited token holding the bad byte
     s = pos
@@ -450,6 +452,9 @@ def _raise_bad_token(p: Path, raw: bytes, pos: int, field: str) -> None:
         raise MatrixError(f"{p}: line {lineno}: non-finite value {token!r}; only finite values are supported")
     if text.startswith("%"):
         raise MatrixError(f"{p}: line {lineno}: comment line inside the data section")
+    before = len(raw[raw.rfind(b"\n", 0, pos) + 1 : s].split())  # tokens before it on its line
+    if fmt == "coordinate" and before < 2:
+        raise MatrixError(f"{p}: line {lineno}: {token!r} is not an integer {('row', 'column')[before]} index")
     kind = {"real": "a real number", "integer": "an integer", "pattern": "an integer index"}[field]
     raise MatrixError(f"{p}: line {lineno}: {token!r} is not {kind} (field is {field})")
 
