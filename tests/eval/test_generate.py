@@ -409,9 +409,10 @@ def test_an_output_folder_that_cannot_be_written_fails_before_the_work(mtx: Path
         def generate(self, samples, **kw):
             raise AssertionError("sampled before the output folder was checked")
 
-    with pytest.raises(OSError):
-        generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(tmp_path / "file"), compile_only=True),
-                        policy=Never([]))
+    for out in (tmp_path / "file", tmp_path / "file" / "sub"):  # a file, or a folder under one: said in words
+        with pytest.raises(SparseRLError, match=f"--out {out}: {tmp_path / 'file'} is a file, not a folder"):
+            generate_kernel(GenerateConfig(matrix=str(mtx), samples=1, out=str(out), compile_only=True),
+                            policy=Never([]))
 
 
 def test_replacing_another_matrix_s_kernel_says_so(tmp_path: Path, caplog) -> None:

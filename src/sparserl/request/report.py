@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparserl.errors import SparseRLError
 from sparserl.formats import convert
 from sparserl.harness.extract import Extracted, extract
 from sparserl.harness.matrix_facts import materialise
@@ -217,6 +218,12 @@ def _warn_if_another_matrix(out: Path, launch: dict) -> None:
 def prepare_out(out: Path) -> None:
     """Make ``out`` and check a file can be written there, before the work whose results go there (a folder that
     is a file, or one without permission, fails at once instead of after every sample was drawn and timed)."""
+    for up in (out, *out.parents):  # the first that exists must be a folder
+        if up.exists():
+            if not up.is_dir():
+                raise SparseRLError(f"--out {out}: {up} is a file, not a folder (give a folder for kernel.cu, "
+                                    "launch.json and the reports)")
+            break
     out.mkdir(parents=True, exist_ok=True)
     probe = out / f".probe.{os.getpid()}.tmp"
     probe.write_text("")

@@ -31,7 +31,7 @@ from sparserl.model.config import POLICY_TEMPERATURE
 from sparserl.request.candidates import Candidate, CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
-from sparserl.request.report import KernelReport
+from sparserl.request.report import KernelReport, prepare_out
 from sparserl.request.second_look import PASSES, dropped_note, look_again
 from sparserl.search.footprint import check_fits
 from sparserl.search.loop import (
@@ -210,6 +210,7 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
     try:
         ctx = MatrixContext.reuse_or_load(context, job.matrix, job.op, job.k)
         out = Path(job.out or f"runs/search/{ctx.name}")
+        prepare_out(out)  # a folder that is a file, or cannot be written, fails before the search
         regime = job.search.regime
         ev = evaluator or Evaluator(HarnessConfig(compile_only=job.compile_only, regimes=(regime,),
                                                   reward_regime=regime))
