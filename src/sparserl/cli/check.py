@@ -53,7 +53,7 @@ def check_kernel(
     as_json: bool = typer.Option(False, "--json", help="print the EvalResult as JSON"),
 ) -> None:
     """Check a kernel on a matrix: extract, static checks, compile, then (on a GPU) verify and time it
-    against cuSPARSE."""
+    against cuSPARSE. Exit status 0 when the kernel passes, 1 when it does not (the verdict says why)."""
     if matrix is None and matrix_option is None:
         raise SparseRLError("no matrix given: sparserl check-kernel KERNEL MATRIX")
     if matrix is not None and matrix_option is not None:
@@ -107,7 +107,7 @@ def baseline(
     k: int = typer.Option(None, help="SpMM: columns of X (required with --op spmm, refused with spmv) "
                                      "[default: none]"),
 ) -> None:
-    """Time cuSPARSE (every CSR algorithm, best kept) on a matrix, cold and warm L2."""
+    """Time cuSPARSE (every CSR algorithm, best kept) on a matrix, cold and warm L2 (needs a GPU)."""
     o, kk = _op(op, k)
     A = load_matrix(matrix)
     with Evaluator() as ev:

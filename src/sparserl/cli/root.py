@@ -50,7 +50,8 @@ app = typer.Typer(
         "iteration: search, fine-tune on the kernels found, keep what validates better), 'generate' (the main "
         "job: a verified kernel for your matrix), 'search' (a budgeted search of the kernel space for one "
         "matrix), 'best' (the best-known kernels: list, show, export as SFT pairs), 'evaluate' (systems side "
-        "by side), 'rescore' (recompute a saved evaluation) and 'demo' (all of it, small)."
+        "by side), 'rescore' (recompute a saved evaluation), 'corpus' (the CUDA pre-training corpus: build, pack), "
+        "'farm' (searches of many matrices over Ray) and 'demo' (all of it, small)."
     ),
     no_args_is_help=True,
     add_completion=False,

@@ -55,7 +55,7 @@ class ManifestRow:
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
 
 
 def file_path(corpus: Path, sha256: str) -> Path:

@@ -107,7 +107,7 @@ class SFTDataConfig:
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
-            raise SparseRLError(f"target must be one of {TARGETS}, got {self.target!r}")
+            raise SparseRLError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
         bad = set(self.families) - set(family_names(include_application=True))
         if bad:  # the default set is the classic families; application families only when named
             raise SparseRLError(f"unknown families {sorted(bad)}; families are "
@@ -365,7 +365,7 @@ def pick_targets(times: list[float] | None, n_good: int, target: str, n: int,
     if target == "fastest":
         return order[:n]
     if target != "near_fastest":
-        raise SparseRLError(f"target must be one of {TARGETS}, got {target!r}")
+        raise SparseRLError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
     best = times[order[0]]
     near = [i for i in order if times[i] <= best * ratio]
     near = [near[i] for i in rng.permutation(len(near))]

@@ -91,7 +91,7 @@ class CompileOptions:
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not re.fullmatch(r"sm_\d+[a-z]?", self.arch):
             raise ValueError(f"arch must look like sm_90, got {self.arch!r}")
         if self.timeout_s <= 0:

@@ -72,7 +72,7 @@ class TimingConfig:
 
     def __post_init__(self) -> None:
         if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {REGIMES}, got {self.regime!r}")
+            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
         if self.trials < 3 or self.warmup < 0:
             raise ValueError("need trials >= 3 and warmup >= 0")
 

@@ -68,7 +68,7 @@ def pick_engine(lm, device: torch.device, engine: str | None = None) -> str:
     where it cannot work (no CUDA for ``graph``; a model this module cannot drive: ``hf``)."""
     engine = engine or os.environ.get("SPARSERL_DECODE", "auto")
     if engine not in ENGINES:
-        raise SparseRLError(f"decode engine must be one of {ENGINES}, got {engine!r}")
+        raise SparseRLError(f"decode engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "hf":
         return engine
     name = _model_name(lm)

@@ -225,7 +225,7 @@ class RLConfig:
             raise SparseRLError(f"turns must be >= 1 and turn_discount in [0, 1], got {self.turns}, "
                                 f"{self.turn_discount}")
         if self.grpo_baseline not in GRPO_BASELINES:
-            raise SparseRLError(f"grpo_baseline must be one of {GRPO_BASELINES}, got {self.grpo_baseline!r}")
+            raise SparseRLError(f"grpo_baseline must be one of {', '.join(GRPO_BASELINES)}, got {self.grpo_baseline!r}")
         if self.algo == "ppo" and not self.critic and self.score_baseline != "group":
             raise SparseRLError("PPO without a critic needs score_baseline = 'group' (the leave-one-out baseline)")
         if not 1 <= self.best_of_k <= self.samples_per_matrix:
@@ -239,7 +239,7 @@ class RLConfig:
 
     def _check_kl(self) -> None:
         if self.kl_loss not in KL_LOSSES:
-            raise SparseRLError(f"kl_loss must be one of {KL_LOSSES}, got {self.kl_loss!r}")
+            raise SparseRLError(f"kl_loss must be one of {', '.join(KL_LOSSES)}, got {self.kl_loss!r}")
         if min(self.kl_loss_coef, self.kl_coef, self.entropy_coef, self.kl_cov_coef) < 0:
             raise SparseRLError("kl_loss_coef, kl_coef, entropy_coef and kl_cov_coef must be >= 0")
         if self.algo == "grpo" and self.kl_coef > 0:

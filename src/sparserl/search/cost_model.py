@@ -364,7 +364,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
-            raise SparseRLError(f"target must be one of {TARGETS}, got {self.target!r}")
+            raise SparseRLError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
         if self.min_measurements < 1 or self.min_matrices < 1:
             raise SparseRLError("need min_measurements >= 1 and min_matrices >= 1")
         if self.trees < 1 or self.leaves < 2 or not self.learning_rate > 0 or self.min_child_samples < 1:
