@@ -43,7 +43,9 @@ from sparserl.request.library import library_texts
 from sparserl.request.report import KernelReport, prepare_out
 from sparserl.request.second_look import PASSES, SecondLook, SecondLookFailed, dropped_note, look_again
 from sparserl.search.loop import SearchConfig, SearchResult, search_summary
-from sparserl.search.run import SearchJob, open_proposer, search_after_sampling, search_candidates
+from sparserl.search.run import (SearchJob, open_proposer, retract_found_wrong, search_after_sampling,
+                                 search_candidates)
+from sparserl.search.store import open_store
 
 if TYPE_CHECKING:
     from sparserl.model.policy import Policy
@@ -235,6 +237,12 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
                 pool.drop(c, "not looked at again: the kernels before it were all dropped")
     if pool.dropped:
         notes.append(dropped_note(pool))
+    if pool.found_wrong and cfg.search:  # the search after the samples wrote to a store: they leave it
+        store = open_store(job.store)
+        try:
+            retract_found_wrong(store, ctx, pool, cfg.regime)
+        finally:
+            store.close()
     return Choice(best, pool, tuple(samples), searched, tuple(notes), look)
 
 

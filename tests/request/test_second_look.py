@@ -285,3 +285,40 @@ def test_the_look_runs_before_the_evaluator_a_request_made_is_closed(tmp_path, m
     rep, _ = search_matrix(SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=4, cost_model="none"),
                                      store=str(tmp_path / "s.sqlite"), out=str(tmp_path / "t"), retime=0))
     assert rep.second_look is None  # killed by: the search's report ignoring --retime
+
+
+def test_a_kernel_found_wrong_leaves_the_store_the_search_wrote(tmp_path):
+    """The search stores every verified candidate by its first evaluation; one the second look finds wrong on fresh
+    inputs is retracted, and the store's best is the next (killed by: the retraction not called, which left the
+    wrong kernel the store's best for `tune` and the next search)."""
+    from sparserl.matrices import save_matrix
+    from sparserl.matrices.card import matrix_card
+    from sparserl.search.loop import SearchConfig
+    from sparserl.search.run import SearchJob, search_matrix
+    from sparserl.search.store import BestStore
+
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    order: dict[str, int] = {}
+    seen: dict[str, int] = {}
+
+    def time_of(text: str):
+        key = normalised(text)
+        rank = order.setdefault(key, len(order))
+        seen[key] = seen.get(key, 0) + 1
+        if rank == 0:  # the fastest at first, wrong when evaluated again
+            return 5.0 if seen[key] == 1 else None
+        return 20.0 + rank
+
+    ev = FakeTimingDouble(time_of)
+    job = SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=5, seed=0, cost_model="none"),
+                    store=str(tmp_path / "best.sqlite"), out=str(tmp_path / "s"))
+    rep, res = search_matrix(job, evaluator=ev)
+    wrong = next(k for k, r in order.items() if r == 0)
+    assert normalised(rep.kernel) != wrong and rep.second_look.dropped == 1
+    assert any("left the best-known store" in n for n in rep.notes)
+    with BestStore(tmp_path / "best.sqlite") as st:
+        rows = st.best(fingerprint=matrix_card(generate("banded", 300, seed=1)).fingerprint)
+        texts = {normalised(t) for t in (r.text for r in rows)}
+        results = st.results(fingerprint=rows[0].fingerprint)
+    assert wrong not in texts and rows[0].time_us == 21.0
+    assert len(results) == res.store_writes - 1

@@ -25,7 +25,7 @@ import pytest
 from sparserl.errors import SparseRLError
 from sparserl.matrices import generate
 from sparserl.matrices.card import MatrixCard, matrix_card
-from sparserl.search.store import MIGRATIONS, SCHEMA_V1, SCHEMA_VERSION, BestStore, harness_version
+from sparserl.search.store import MIGRATIONS, SCHEMA_V1, SCHEMA_VERSION, BestStore, harness_version, kernel_sha
 from sparserl.search.store_backends import SQLiteBackend, StoreUnavailable
 from tests.conftest import one_line_error
 from tests.search.test_store import KERNEL, verified
@@ -286,3 +286,27 @@ def test_the_search_quotes_the_best_known_of_its_own_architecture(tmp_path: Path
         assert row.arch == "sm_90" and row.speedup == 2.0 and len(seeds) == 2
         assert _known(st, card.fingerprint, Op.SPMV, None, "cold", "sm_100")[0].arch == "sm_100"
         assert _known(st, card.fingerprint, Op.SPMV, None, "cold")[0].time_us == 5.0  # no GPU: the fastest
+
+
+def test_a_kernel_found_wrong_later_is_retracted_and_the_best_chosen_again(spec: str, card: MatrixCard) -> None:
+    """``retract``: a kernel a second look found wrong leaves the store; the key's best is chosen again among the
+    results left (killed by: the results removed but the best row left pointing at them, or the best not chosen
+    again)."""
+    with BestStore(spec) as st:
+        _fill(st, card)
+        key = dict(fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", regime="cold",
+                   harness_version=harness_version())
+        assert st.retract(**key, text=KERNEL.format("d")) == 1  # the best (40 us)
+        best = st.best(**key)
+        assert [(b.time_us, b.text) for b in best] == [(50.0, KERNEL.format("a"))]  # 'a' before 'c': the first
+        assert kernel_sha(KERNEL.format("d")) not in {r.kernel_sha for r in st.results(**key)}
+        n = len(st.results(**key))
+        assert st.retract(**key, text=KERNEL.format("b")) == 1 and len(st.results(**key)) == n - 1
+        assert [b.time_us for b in st.best(**key)] == [50.0]  # not the best: left as it was
+        assert st.retract(**key, text=KERNEL.format("zzz")) == 0
+        assert st.retract(**(key | {"harness_version": "older"}), text=KERNEL.format("a")) == 0  # another key
+        st.retract(**key, text=KERNEL.format("a"))
+        assert [b.text for b in st.best(**key)] == [KERNEL.format("c")]
+        st.retract(**key, text=KERNEL.format("c"))
+        assert st.best(**key) == [] and st.results(**key) == []
+        assert len(st.best()) == 4  # the other keys' bests are untouched (older version, warm, spmm, the other matrix)

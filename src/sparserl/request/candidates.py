@@ -96,10 +96,15 @@ class CandidatePool:
         self.candidates: list[Candidate] = []
         self.dropped: dict[str, str] = {}
         """Kernels (their normalised text) a second look dropped, and why: never handed back."""
+        self.found_wrong: list[Candidate] = []
+        """The dropped candidates that failed an evaluation by their own doing (not the machine's)."""
 
-    def drop(self, candidate: Candidate, why: str) -> None:
-        """Never hand ``candidate``'s kernel back (:mod:`sparserl.request.second_look`)."""
+    def drop(self, candidate: Candidate, why: str, wrong: bool = False) -> None:
+        """Never hand ``candidate``'s kernel back (:mod:`sparserl.request.second_look`); ``wrong``: it failed an
+        evaluation by its own doing."""
         self.dropped[normalised(candidate.text)] = why
+        if wrong:
+            self.found_wrong.append(candidate)
 
     def __len__(self) -> int:
         return len(self.candidates)

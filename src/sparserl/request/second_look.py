@@ -17,8 +17,8 @@ harness's memo), one at a time and every other pass in the reverse order.
 * When every candidate of a look is dropped, the next fastest are looked at, up to ``most`` kernels in
   all; then :class:`SecondLookFailed` (``generate`` tries the library's kernels next, when it may).
 
-What the second look does not change: the best-known store and the search's trace and summary keep
-the first evaluations (a kernel dropped as wrong stays in the store; the report says so).
+A kernel dropped as wrong on fresh inputs is retracted from the best-known store the request wrote to
+(:func:`sparserl.search.run.retract_found_wrong`); the search's trace and summary keep the first evaluations.
 """
 
 from __future__ import annotations
@@ -115,17 +115,18 @@ def evaluate_again(evaluator, ref, op, k, texts: list[str], passes: int) -> list
     return out
 
 
-def _judge(results: list[EvalResult], regime: str) -> tuple[list[float], str | None]:
-    """A candidate's times in its second look, and why it is dropped (None: kept)."""
+def _judge(results: list[EvalResult], regime: str) -> tuple[list[float], str | None, bool]:
+    """A candidate's times in its second look, why it is dropped (None: kept), and whether it failed by its own
+    doing (wrong, crashed, hung)."""
     own = [r for r in results if not r.ok and not infrastructure_failure(r)]
     if own:
         r = own[0]
-        return [], f"{r.error_kind.value} when evaluated again ({' '.join(r.message.split())[:160]})"
+        return [], f"{r.error_kind.value} when evaluated again ({' '.join(r.message.split())[:160]})", True
     times = [r.timings[regime].median_us for r in results if r.ok and regime in r.timings]
     if not times:
         kinds = sorted({r.error_kind.value for r in results})
-        return [], f"not confirmed: every evaluation again failed for the machine's reasons ({', '.join(kinds)})"
-    return times, None
+        return [], f"not confirmed: every evaluation again failed for the machine's reasons ({', '.join(kinds)})", False
+    return times, None, False
 
 
 def second_look(pool: CandidatePool, evaluator, regime: str, passes: int = PASSES, top: int = TOP,
@@ -154,11 +155,11 @@ def second_look(pool: CandidatePool, evaluator, regime: str, passes: int = PASSE
         results = evaluate_again(evaluator, ref, ctx.op, ctx.k, [c.text for c in batch], passes)
         kept = []
         for i, (c, rs) in enumerate(zip(batch, results)):
-            times, why = _judge(rs, regime)
+            times, why, wrong = _judge(rs, regime)
             if why is None:
                 kept.append((statistics.median(times), i, c, times))
             else:
-                pool.drop(c, why)
+                pool.drop(c, why, wrong)
                 dropped += 1
         looked += len(batch)
         if kept:
@@ -190,5 +191,7 @@ def look_again(pool: CandidatePool, evaluator, best: Candidate, regime: str, pas
 def dropped_note(pool: CandidatePool) -> str:
     """The report's note on the kernels a second look dropped."""
     n = len(pool.dropped)
+    wrong = len(pool.found_wrong)
     return (f"{n} kernel{'s' if n != 1 else ''} verified once {'were' if n != 1 else 'was'} dropped by the second "
-            "look (the runners-up say why); a search's best-known store and trace keep their first evaluation")
+            f"look (the runners-up say why); {wrong} of them failed by their own doing and left the best-known "
+            "store, if a search had put them there (the search's trace keeps its first evaluations)")

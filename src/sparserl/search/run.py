@@ -224,7 +224,7 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
             out.mkdir(parents=True, exist_ok=True)
             res = search_array(ctx, job.search, ev, store, run_config=asdict(job), proposer=proposer,
                                model=str(job.model) if job.model else None, trace=out / "trace.jsonl")
-            return write_report(ctx, res, out, asdict(job), evaluator=ev, retime=job.retime), res
+            return write_report(ctx, res, out, asdict(job), evaluator=ev, retime=job.retime, store=store), res
         finally:
             if evaluator is None:
                 ev.close()
@@ -232,8 +232,23 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
         store.close()
 
 
+def retract_found_wrong(store, ctx: MatrixContext, pool: CandidatePool, regime: str) -> int:
+    """Take the kernels a second look found wrong on fresh inputs out of ``store`` (their results under the
+    matrix, op, k, architecture, regime and harness version they were verified with); returns how many results
+    went. A kernel the store never held (a sample a search did not record) goes nowhere."""
+    n = 0
+    for c in pool.found_wrong:
+        r = c.result
+        n += store.retract(ctx.card.fingerprint, ctx.op.value, ctx.k, r.arch or "unknown", regime,
+                           str(r.harness_version), c.text)
+    if n:
+        log.warning("%d result(s) of kernels found wrong when evaluated again were taken out of the best-known store",
+                    n)
+    return n
+
+
 def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict, evaluator=None,
-                 retime: int = 0) -> KernelReport:
+                 retime: int = 0, store=None) -> KernelReport:
     """The search's kernel and its report (``config``: the run's settings, recorded), written to
     ``out`` (the trace is there already); raises SparseRLError when no candidate is usable. With an
     ``evaluator`` and ``retime`` passes, the kernel is chosen by a second look
@@ -245,7 +260,11 @@ def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict,
         what = "correct" if res.timed else "compiling"
         raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "
                             f"({pool.kinds()}); the trace is in {out / 'trace.jsonl'}")
-    best, look = look_again(pool, evaluator, best, res.regime, retime) if evaluator is not None else (best, None)
+    try:
+        best, look = look_again(pool, evaluator, best, res.regime, retime) if evaluator is not None else (best, None)
+    finally:  # found wrong is found wrong, whether or not a kernel is handed back
+        if store is not None and pool.found_wrong:
+            retract_found_wrong(store, ctx, pool, res.regime)
     rep = KernelReport.of(ctx, best, pool, [c.result for c in pool.candidates], "candidates evaluated", config,
                           res.seconds + (look.seconds if look is not None else 0.0), search=search_summary(res),
                           second_look=look, notes=[dropped_note(pool)] if pool.dropped else [])

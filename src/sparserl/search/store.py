@@ -522,6 +522,40 @@ class BestStore:
                 return won is not None
         return self._run("recording a verified kernel", write)
 
+    def retract(self, fingerprint: str, op: str, k: int | None, arch: str, regime: str, harness_version: str,
+                text: str) -> int:
+        """Remove kernel ``text``'s verified results under one key, because a later evaluation found it wrong
+        (the second look before a kernel is handed back, :mod:`sparserl.request.second_look`); when it was the
+        key's best, the best is chosen again among the results left, by speedup over cuSPARSE (they may come
+        from several GPU models of the architecture), or the key has none. Returns how many results went."""
+        sha = kernel_sha(text)
+        key = (fingerprint, op, _k(k), arch, regime, harness_version)
+        where = "fingerprint = ? AND op = ? AND k = ? AND arch = ? AND regime = ? AND harness_version = ?"
+
+        def write() -> int:
+            with self.transaction():
+                db = self.db
+                n = db.execute(f"SELECT COUNT(*) AS n FROM results WHERE {where} AND kernel_sha = ?",
+                               (*key, sha)).fetchone()["n"]
+                if not n:
+                    return 0
+                was_best = db.execute(f"SELECT result_id FROM best WHERE {where} AND kernel_sha = ?",
+                                      (*key, sha)).fetchone() is not None
+                if was_best:
+                    db.execute(f"DELETE FROM best WHERE {where}", key)
+                db.execute(f"DELETE FROM results WHERE {where} AND kernel_sha = ?", (*key, sha))
+                if was_best:
+                    r = db.execute(f"SELECT id, kernel_sha, time_us, cusparse_us, speedup FROM results WHERE {where} "
+                                   "ORDER BY speedup DESC, id LIMIT 1", key).fetchone()
+                    if r is not None:
+                        db.execute("INSERT INTO best (fingerprint, op, k, arch, regime, harness_version, result_id, "
+                                   "kernel_sha, time_us, cusparse_us, speedup, updated_at) "
+                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   (*key, r["id"], r["kernel_sha"], r["time_us"], r["cusparse_us"], r["speedup"],
+                                    _now()))
+                return int(n)
+        return self._run("retracting a kernel", write)
+
     # -- reads -------------------------------------------------------------------------------
 
     def _rows(self, what: str, sql: str, args=()) -> list:
