@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from sparserl.errors import SparseRLError
 from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import get_variant
