@@ -180,3 +180,58 @@ def test_values_are_excluded_from_the_key() -> None:
     A = generate("powerlaw", 500, seed=1)
     B = sp.csr_array((np.ones_like(A.data), A.indices, A.indptr), shape=A.shape)
     assert matrix_card(A).fingerprint == matrix_card(B).fingerprint
+
+
+class _RegimeDouble:
+    """What ``_search_for`` reads of an evaluator's config: the regimes it times."""
+
+    regimes = ("cold",)
+    root = None
+
+
+@needs_compiler
+def test_the_kernel_or_cusparse_decision_reads_a_second_look(tmp_path, banded) -> None:
+    """A search whose fastest first timing is 1.02x cuSPARSE but 0.97x when evaluated again: with the second
+    look (the default) cuSPARSE runs it; without it (``retime=0``) the luckier first timing won. A kernel the
+    look finds wrong leaves the store. Killed mutations: tune's search not looked at again; the found-wrong
+    retraction dropped (the store would hand the wrong kernel to the next tune)."""
+    from tests.search.doubles import FakeTimingDouble
+    from sparserl.search.space import normalised
+
+    seen: dict[str, int] = {}
+    order: dict[str, int] = {}
+
+    seen_texts: set[str] = set()
+
+    def time_of(text: str):
+        seen_texts.add(text)
+        key = normalised(text)
+        rank = order.setdefault(key, len(order))
+        seen[key] = seen.get(key, 0) + 1
+        if rank == 0:
+            return 98.0 if seen[key] == 1 else 103.0  # cuSPARSE is 100 us in the double
+        if rank == 1:
+            return 99.0 if seen[key] == 1 else None  # wrong when evaluated again
+        return 300.0
+
+    def double():
+        ev = FakeTimingDouble(time_of)
+        ev.config = _RegimeDouble()
+        return ev
+
+    cfg = dict(budget=4, regime="cold", store=str(tmp_path / "s.sqlite"))
+    choice = choose_kernel(banded, Op.SPMV, None, TuneConfig(**cfg, evaluator=double()), ARCH,
+                           cache_dir=tmp_path / "c")
+    assert choice.action == LIBRARY and choice.speedup == pytest.approx(100.0 / 103.0), choice
+    from sparserl.search.store import kernel_sha
+
+    wrong = next(k for k, r in order.items() if r == 1)
+    with BestStore(tmp_path / "s.sqlite") as st:
+        kept = {r.kernel_sha for r in st.results()}
+    assert len(kept) >= 2 and not any(kernel_sha(t) in kept for t in seen_texts if normalised(t) == wrong)
+    seen.clear()
+    order.clear()
+    choice = choose_kernel(banded, Op.SPMV, None, TuneConfig(**(cfg | {"store": str(tmp_path / "t.sqlite")}),
+                                                            evaluator=double(), retime=0), ARCH,
+                           cache_dir=tmp_path / "c")
+    assert choice.action == SEARCH and choice.speedup == pytest.approx(100.0 / 98.0)
