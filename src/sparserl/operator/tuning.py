@@ -54,10 +54,6 @@ class TuneConfig:
     ``backward=True``."""
     name: str = "matrix"
     """How logs, the store and the search's trace name the matrix."""
-    retime: int = 3
-    """Passes of a second look at the search's fastest candidates before one is used
-    (:mod:`sparserl.request.second_look`): the kernel-or-cuSPARSE decision reads their median, not the luckiest
-    first timing; 0: the first timings."""
     progress: bool = False
     """Show the search's progress bar."""
 
@@ -68,8 +64,6 @@ class TuneConfig:
             raise SparseRLError(f"regime must be warm or cold, got {self.regime!r}")
         if self.seconds is not None and not self.seconds > 0:
             raise SparseRLError(f"seconds must be positive, got {self.seconds}")
-        if self.retime < 0:
-            raise SparseRLError(f"retime must be >= 0 (0: no second look), got {self.retime}")
 
 
 @dataclass(frozen=True)
@@ -148,17 +142,14 @@ class SearchOutcome:
 
 def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, evaluator=None,
                 regime: str = "warm", seconds: float | None = None, name: str = "matrix",
-                progress: bool = False, retime: int = 0) -> SearchOutcome:
+                progress: bool = False) -> SearchOutcome:
     """Search ``A``'s kernel space within ``budget`` candidates, writing verified results to ``store``
-    (an open BestStore); the one call into the search, for tune. With ``retime`` passes, the kernel is
-    chosen by a second look (:mod:`sparserl.request.second_look`), and one it finds wrong leaves the store."""
+    (an open BestStore); the one call into the search, for tune."""
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.request.context import MatrixContext
     from sparserl.search.footprint import check_fits
     from sparserl.search.loop import SearchConfig
-    from sparserl.request.candidates import CandidatePool
-    from sparserl.request.second_look import SecondLookFailed, second_look
-    from sparserl.search.run import retract_found_wrong, search_array, search_candidates
+    from sparserl.search.run import search_array
 
     cfg = SearchConfig(budget=budget, seconds=seconds, regime=regime)
     if evaluator is not None and regime not in evaluator.config.regimes:
@@ -168,29 +159,11 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     try:
         if ev.has_gpu:
             check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
-        ctx = MatrixContext(A, name, op, k)
-        res = search_array(ctx, cfg, ev, store, run_config={"tune": {"budget": budget, "regime": regime}},
-                           progress=progress)
-        looked = None
-        if res.best is not None and res.timed and retime:
-            pool = CandidatePool(ctx, timed=True)
-            pool.add(search_candidates(res))
-            try:
-                looked = second_look(pool, ev, regime, retime)
-            except SecondLookFailed as exc:
-                log.warning("%s: no kernel is used", exc)
-                return SearchOutcome(res.evaluated, res.seconds, res.timed)
-            finally:
-                if pool.found_wrong:
-                    retract_found_wrong(store, ctx, pool, regime)
+        res = search_array(MatrixContext(A, name, op, k), cfg, ev, store,
+                           run_config={"tune": {"budget": budget, "regime": regime}}, progress=progress)
     finally:
         if evaluator is None:
             ev.close()
-    if looked is not None:
-        pick, look = looked
-        pick_id = next(e.proposal.id for e in res.entries if e.proposal.text == pick.text)
-        return SearchOutcome(res.evaluated, res.seconds + look.seconds, res.timed, pick.text, pick_id,
-                             look.speedup, look.median_us, pick.result.baseline[regime].median_us)
     best = res.best
     if best is None:
         return SearchOutcome(res.evaluated, res.seconds, res.timed)
@@ -289,7 +262,7 @@ def choose_kernel(A: sp.csr_array, op: Op, k: int | None, cfg: TuneConfig, arch:
                                     why=f"{common['kernel']}: {speed}", **common)
             log.warning("the store's kernel for %s cannot be used here (%s); searching instead", cfg.name, built)
         out = _search_for(A, op, k, cfg.budget, store, evaluator=cfg.evaluator, regime=cfg.regime,
-                          seconds=cfg.seconds, name=cfg.name, progress=cfg.progress, retime=cfg.retime)
+                          seconds=cfg.seconds, name=cfg.name, progress=cfg.progress)
     common = dict(fingerprint=fp, searched=out.evaluated, search_seconds=out.seconds, kernel=out.kernel,
                   speedup=out.speedup, time_us=out.time_us, cusparse_us=out.cusparse_us, regime=cfg.regime)
     if out.text is None:
