@@ -190,6 +190,30 @@ def _library_fallback(ctx: MatrixContext, ev: Evaluator, pool: CandidatePool) ->
     pool.evaluate(ev, texts)
 
 
+def _look(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, pool: CandidatePool, notes: list[str]
+          ) -> tuple[Candidate, SecondLook | None]:
+    """The kernel to hand back and its second look: the pool's fastest, else the library's (when nothing is
+    usable, or every kernel looked at again was dropped); raises SparseRLError when there is none."""
+    library_tried = False
+    while True:
+        if pool.best() is None and cfg.library_fallback and not library_tried:
+            _library_fallback(ctx, ev, pool)
+            library_tried = True
+        best = pool.best()
+        if best is None:
+            dropped = f", {len(pool.dropped)} dropped by a second look" if pool.dropped else ""
+            raise SparseRLError(f"no {'correct' if pool.timed else 'compiling'} kernel for {ctx.name}: "
+                                f"{pool.kinds()}{dropped}")
+        try:
+            return look_again(pool, ev, best, cfg.regime, cfg.retime)
+        except SecondLookFailed as exc:  # every kernel looked at was dropped: the library's, if not tried yet
+            if library_tried or not cfg.library_fallback:
+                raise
+            notes.append(f"{exc}; the library's kernels were evaluated next")
+            for c in pool.usable():  # what is left unlooked among the samples is no likelier to hold
+                pool.drop(c, "not looked at again: the kernels before it were all dropped")
+
+
 def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Policy | None, out: Path) -> Choice:
     """Samples, then (if asked) a search, then (if nothing is usable) the library; the best of all."""
     model, found = find_model(cfg.model) if policy is None else (cfg.model or DEFAULT_MODEL, None)
@@ -216,33 +240,17 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
     if cfg.search:  # more candidates from a search (the samples enter it as evaluated)
         searched = search_after_sampling(ctx, job, ev, proposer, samples, out, asdict(cfg))
         pool.add(search_candidates(searched))
-    library_tried = False
-    while True:
-        if pool.best() is None and cfg.library_fallback and not library_tried:
-            _library_fallback(ctx, ev, pool)
-            library_tried = True
-        best = pool.best()
-        if best is None:
-            dropped = f", {len(pool.dropped)} dropped by a second look" if pool.dropped else ""
-            raise SparseRLError(f"no {'correct' if pool.timed else 'compiling'} kernel for {ctx.name}: "
-                                f"{pool.kinds()}{dropped}")
-        try:
-            best, look = look_again(pool, ev, best, cfg.regime, cfg.retime)
-            break
-        except SecondLookFailed as exc:  # every kernel looked at was dropped: the library's, if not tried yet
-            if library_tried or not cfg.library_fallback:
-                raise
-            notes.append(f"{exc}; the library's kernels were evaluated next")
-            for c in pool.usable():  # what is left unlooked among the samples is no likelier to hold
-                pool.drop(c, "not looked at again: the kernels before it were all dropped")
+    try:
+        best, look = _look(cfg, ctx, ev, pool, notes)
+    finally:  # found wrong is found wrong, whether or not a kernel is handed back
+        if pool.found_wrong and cfg.search:  # the search after the samples wrote to a store: they leave it
+            store = open_store(job.store)
+            try:
+                retract_found_wrong(store, ctx, pool, cfg.regime)
+            finally:
+                store.close()
     if pool.dropped:
         notes.append(dropped_note(pool))
-    if pool.found_wrong and cfg.search:  # the search after the samples wrote to a store: they leave it
-        store = open_store(job.store)
-        try:
-            retract_found_wrong(store, ctx, pool, cfg.regime)
-        finally:
-            store.close()
     return Choice(best, pool, tuple(samples), searched, tuple(notes), look)
 
 

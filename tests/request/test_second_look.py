@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from sparserl.errors import SparseRLError
 from sparserl.harness.result import ErrorKind
 from sparserl.kernels.contract import Op
 from sparserl.kernels.library import get_variant
@@ -79,6 +80,7 @@ def test_a_kernel_that_fails_its_second_look_is_never_handed_back():
     assert same(pick.text, KERNELS[1])  # killed by: a median over the passes that succeeded
     assert look.dropped == 1 and look.changed
     assert "incorrect when evaluated again" in pool.dropped[normalised(KERNELS[0])]
+    assert [normalised(c.text) for c in pool.found_wrong] == [normalised(KERNELS[0])]
     assert [r.verdict for r in pool.runners_up(pick)][0].startswith("correct once, then dropped: incorrect")
     assert all(not same(c.text, KERNELS[0]) for c in pool.usable())  # never handed back later either
 
@@ -106,6 +108,7 @@ def test_a_pass_failing_for_the_machine_is_left_out_and_one_never_confirmed_is_d
     assert not look.changed and look.dropped == 1  # killed by: changed always true
     assert pool.dropped[normalised(KERNELS[1])].startswith("not confirmed: every evaluation again failed for the "
                                                            "machine's reasons (internal_error)")
+    assert pool.found_wrong == []  # the machine's failure: not the kernel's, so it does not leave the store
 
 
 def test_the_look_gives_up_after_most_kernels():
@@ -321,3 +324,26 @@ def test_a_kernel_found_wrong_leaves_the_store_the_search_wrote(tmp_path):
         results = st.results(fingerprint=rows[0].fingerprint)
     assert wrong not in texts and rows[0].time_us == 21.0
     assert len(results) == res.store_writes - 1
+
+
+def test_generate_takes_a_sample_found_wrong_out_of_the_store_its_search_wrote(tmp_path):
+    """generate --search: the samples enter the search, which stores them; one the second look finds wrong leaves
+    the store, also when generate then fails (killed by: the retraction skipped, or skipped on the error path)."""
+    pytest.importorskip("torch")
+    from sparserl.generate import GenerateConfig, generate_kernel
+    from sparserl.matrices import save_matrix
+    from sparserl.search.store import BestStore, kernel_sha
+    from tests.eval.test_generate import FixedSampler
+
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    for fallback in (True, False):
+        store = tmp_path / f"best_{fallback}.sqlite"
+        ev = FakeTimingDouble(Sequence({KERNELS[0]: [5.0, None]}, default=None))  # everything else wrong at once
+        cfg = GenerateConfig(matrix=str(tmp_path / "a.mtx"), samples=1, search=2, store=str(store),
+                             out=str(tmp_path / f"g{fallback}"), library_fallback=fallback)
+        with pytest.raises(SparseRLError):
+            generate_kernel(cfg, evaluator=ev, policy=FixedSampler(KERNELS[:1]))
+        with BestStore(store) as st:
+            shas = {r.kernel_sha for r in st.results()}
+        texts = [t for t in ev.submitted if same(t, KERNELS[0])]
+        assert texts and not any(kernel_sha(t) in shas for t in texts), fallback

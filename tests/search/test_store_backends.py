@@ -310,3 +310,50 @@ def test_a_kernel_found_wrong_later_is_retracted_and_the_best_chosen_again(spec:
         st.retract(**key, text=KERNEL.format("c"))
         assert st.best(**key) == [] and st.results(**key) == []
         assert len(st.best()) == 4  # the other keys' bests are untouched (older version, warm, spmm, the other matrix)
+
+
+def test_retract_chooses_again_by_record_s_rule_and_keeps_other_keys(spec: str, card: MatrixCard) -> None:
+    """After a retraction the best is the fastest where one GPU model measured every result (not the largest
+    speedup: cuSPARSE's time differs run to run), the largest speedup across models; the same text under another
+    key stays; retracting a kernel that is not the best leaves the best row as it was. Killed mutations: the best
+    chosen again by speedup alone; results deleted under every key; the best re-chosen when it was not touched."""
+    key = dict(fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", regime="cold",
+               harness_version=harness_version())
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        st.record(verified(card, 50.0, "a", cusparse_us=100.0, speedup=2.0))   # one H200 run
+        st.record(verified(card, 45.0, "b", cusparse_us=85.0, speedup=85.0 / 45.0))  # faster, a lower speedup
+        st.record(verified(card, 40.0, "w"))                                  # found wrong later
+        st.record(verified(card, 40.0, "w", regime="warm"))                   # the same text, another key
+        assert [b.text for b in st.best(**key)] == [KERNEL.format("w")]
+        assert st.retract(**key, text=KERNEL.format("w")) == 1
+        assert [b.text for b in st.best(**key)] == [KERNEL.format("b")]  # by time: one GPU model
+        assert [b.text for b in st.best(**(key | {"regime": "warm"}))] == [KERNEL.format("w")]
+        before = st.best(**key)[0]
+        assert st.retract(**key, text=KERNEL.format("a")) == 1
+        after = st.best(**key)[0]
+        assert (after.text, after.time_us, after.updated_at) == (before.text, before.time_us, before.updated_at)
+    other = dict(key, fingerprint="e" * 32)
+    with BestStore(spec) as st:
+        st.add_matrix(replace(card, fingerprint="e" * 32), "other")
+        st.record(verified(card, 30.0, "x", fingerprint="e" * 32))
+        st.record(verified(card, 50.0, "y", fingerprint="e" * 32, gpu="H100", cusparse_us=100.0, speedup=2.0))
+        st.record(verified(card, 45.0, "z", fingerprint="e" * 32, gpu="H200", cusparse_us=85.0, speedup=85.0 / 45.0))
+        st.retract(**other, text=KERNEL.format("x"))
+        assert [b.text for b in st.best(**other)] == [KERNEL.format("y")]  # two GPU models: by speedup
+
+
+def test_retracting_a_kernel_that_is_not_the_best_leaves_the_best_row(spec: str, card: MatrixCard) -> None:
+    """The best that record's pairwise rule left (here s, though p has the largest speedup) is not chosen again
+    when a kernel that is not the best is retracted (killed by: re-choosing whenever a kernel leaves)."""
+    fp = "d" * 32
+    key = dict(fingerprint=fp, op="spmv", k=None, arch="sm_90", regime="cold", harness_version=harness_version())
+    with BestStore(spec) as st:
+        st.add_matrix(replace(card, fingerprint=fp), "pairwise")
+        st.record(verified(card, 50.0, "p", fingerprint=fp, gpu="H200", cusparse_us=100.0, speedup=2.0))
+        st.record(verified(card, 45.0, "q", fingerprint=fp, gpu="H200", cusparse_us=67.5, speedup=1.5))
+        st.record(verified(card, 60.0, "s", fingerprint=fp, gpu="H100", cusparse_us=114.0, speedup=1.9))
+        st.record(verified(card, 70.0, "r", fingerprint=fp, gpu="H200", cusparse_us=100.0, speedup=100 / 70))
+        assert [b.text for b in st.best(**key)] == [KERNEL.format("s")]
+        assert st.retract(**key, text=KERNEL.format("r")) == 1
+        assert [b.text for b in st.best(**key)] == [KERNEL.format("s")]

@@ -526,8 +526,13 @@ class BestStore:
                 text: str) -> int:
         """Remove kernel ``text``'s verified results under one key, because a later evaluation found it wrong
         (the second look before a kernel is handed back, :mod:`sparserl.request.second_look`); when it was the
-        key's best, the best is chosen again among the results left, by speedup over cuSPARSE (they may come
-        from several GPU models of the architecture), or the key has none. Returns how many results went."""
+        key's best, the best is chosen again among the results left: the fastest where they all come from one
+        GPU model, else the largest speedup over cuSPARSE (``record``'s rule, applied to all of them), or the
+        key has none. Returns how many results went. Results of the same text under other keys stay.
+
+        Safe beside other writers: the best row goes first, results that another writer has made the best
+        since are kept (its row points at them), and the best is put back only where none has been written
+        meanwhile."""
         sha = kernel_sha(text)
         key = (fingerprint, op, _k(k), arch, regime, harness_version)
         where = "fingerprint = ? AND op = ? AND k = ? AND arch = ? AND regime = ? AND harness_version = ?"
@@ -535,25 +540,25 @@ class BestStore:
         def write() -> int:
             with self.transaction():
                 db = self.db
-                n = db.execute(f"SELECT COUNT(*) AS n FROM results WHERE {where} AND kernel_sha = ?",
-                               (*key, sha)).fetchone()["n"]
-                if not n:
-                    return 0
-                was_best = db.execute(f"SELECT result_id FROM best WHERE {where} AND kernel_sha = ?",
-                                      (*key, sha)).fetchone() is not None
+                was_best = db.execute(f"DELETE FROM best WHERE {where} AND kernel_sha = ? RETURNING result_id",
+                                      (*key, sha)).fetchall()
+                gone = db.execute(f"DELETE FROM results WHERE {where} AND kernel_sha = ? AND id NOT IN "
+                                  f"(SELECT result_id FROM best WHERE {where}) RETURNING id",
+                                  (*key, sha, *key)).fetchall()
                 if was_best:
-                    db.execute(f"DELETE FROM best WHERE {where}", key)
-                db.execute(f"DELETE FROM results WHERE {where} AND kernel_sha = ?", (*key, sha))
-                if was_best:
-                    r = db.execute(f"SELECT id, kernel_sha, time_us, cusparse_us, speedup FROM results WHERE {where} "
-                                   "ORDER BY speedup DESC, id LIMIT 1", key).fetchone()
-                    if r is not None:
+                    rows = db.execute(f"SELECT id, kernel_sha, time_us, cusparse_us, speedup, gpu FROM results "
+                                      f"WHERE {where} ORDER BY id", key).fetchall()
+                    if rows:
+                        one_gpu = len({r["gpu"] or "" for r in rows}) == 1
+                        r = (min(rows, key=lambda r: r["time_us"]) if one_gpu
+                             else max(rows, key=lambda r: r["speedup"]))
                         db.execute("INSERT INTO best (fingerprint, op, k, arch, regime, harness_version, result_id, "
                                    "kernel_sha, time_us, cusparse_us, speedup, updated_at) "
-                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                                   "ON CONFLICT (fingerprint, op, k, arch, regime, harness_version) DO NOTHING",
                                    (*key, r["id"], r["kernel_sha"], r["time_us"], r["cusparse_us"], r["speedup"],
                                     _now()))
-                return int(n)
+                return len(gone)
         return self._run("retracting a kernel", write)
 
     # -- reads -------------------------------------------------------------------------------
