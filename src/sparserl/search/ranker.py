@@ -158,13 +158,29 @@ def load_model(spec: str, op: Op | str = Op.SPMV):
 
 
 def check_cost_model_option(spec: str | None, flag: str = "--cost-model") -> None:
-    """A command's cost-model option, checked before any work: a file it names must exist (a model that cannot
-    be used, from another version say, is a logged line later and the selector's order, as documented)."""
-    if spec not in (None, "default", "none") and not Path(spec).is_file():
-        from sparserl.errors import SparseRLError
+    """A command's cost-model option, checked before any work: a file it names must exist and be a cost model
+    file (a model that cannot be used here, from another version or feature layout say, is a logged line later
+    and the selector's order, as documented; a file that is no cost model at all, a matrix given by mistake,
+    is refused)."""
+    if spec in (None, "default", "none"):
+        return
+    import gzip
+    import json
 
-        raise SparseRLError(f"{flag} {spec}: no such file (give a model file from 'sparserl best cost-model', "
-                            "'default' or 'none')")
+    from sparserl.errors import SparseRLError
+    from sparserl.search.cost_model import MODEL_FORMAT
+
+    hint = "give a model file from 'sparserl best cost-model', 'default' or 'none'"
+    p = Path(spec)
+    if not p.is_file():
+        raise SparseRLError(f"{flag} {spec}: no such file ({hint})")
+    try:
+        raw = p.read_bytes()
+        blob = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except (OSError, ValueError, EOFError):
+        blob = None
+    if not isinstance(blob, dict) or blob.get("format") != MODEL_FORMAT:
+        raise SparseRLError(f"{flag} {spec}: not a cost model file ({hint})")
 
 
 def make_ranker(spec: str | None, card: MatrixCard, features: MatrixFeatures | None, op: Op | str,
