@@ -14,18 +14,26 @@ import statistics
 from sparserl.kernels.contract import Op
 
 
+def evaluate_again(ev, ref, op: Op | str, k: int | None, texts: list[str], passes: int) -> list[list]:
+    """Each text evaluated ``passes`` more times through ``ev`` (an ``Evaluator``), fresh (never answered from
+    its memo), one evaluation at a time, every other pass in the reverse order: the ``EvalResult``\ s, text by
+    text."""
+    out: list[list] = [[] for _ in texts]
+    order = list(range(len(texts)))
+    for p in range(passes):
+        for i in order if p % 2 == 0 else order[::-1]:
+            out[i].append(ev.submit(texts[i], ref, op, k, fresh=True).result())
+    return out
+
+
 def retime(ev, ref, op: Op | str, k: int | None, texts: dict[str, str], passes: int, regime: str
            ) -> dict[str, list[float | None]]:
-    """Each named kernel evaluated ``passes`` more times through ``ev`` (an ``Evaluator``), fresh, one
-    evaluation at a time, every other pass in the reverse order: its times in us (None where an evaluation
-    was not a verified, timed kernel), by name."""
+    """Each named kernel evaluated again as :func:`evaluate_again` does: its times in us (None where an
+    evaluation was not a verified, timed kernel), by name."""
     names = list(texts)
-    out: dict[str, list[float | None]] = {n: [] for n in names}
-    for p in range(passes):
-        for n in names if p % 2 == 0 else names[::-1]:
-            r = ev.submit(texts[n], ref, op, k, fresh=True).result()
-            out[n].append(r.timings[regime].median_us if r.ok and regime in r.timings else None)
-    return out
+    results = evaluate_again(ev, ref, op, k, [texts[n] for n in names], passes)
+    return {n: [r.timings[regime].median_us if r.ok and regime in r.timings else None for r in rs]
+            for n, rs in zip(names, results)}
 
 
 def retime_distinct(ev, ref, op: Op | str, k: int | None, texts: dict[str, str], passes: int, regime: str

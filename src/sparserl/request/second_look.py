@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from sparserl.errors import SparseRLError
+from sparserl.eval.retime import evaluate_again
 from sparserl.harness.result import EvalResult
 from sparserl.request.candidates import Candidate, CandidatePool, normalised
 from sparserl.rewards import infrastructure_failure
@@ -102,17 +103,6 @@ def _distinct(cands: list[Candidate]) -> list[Candidate]:
 def _first_us(c: Candidate, regime: str) -> float | None:
     t = c.result.timings.get(regime)
     return t.median_us if t is not None else None
-
-
-def evaluate_again(evaluator, ref, op, k, texts: list[str], passes: int) -> list[list[EvalResult]]:
-    """Each text evaluated ``passes`` more times through ``evaluator``, fresh, one evaluation at a time, every
-    other pass in the reverse order: the results, text by text."""
-    out: list[list[EvalResult]] = [[] for _ in texts]
-    order = list(range(len(texts)))
-    for p in range(passes):
-        for i in order if p % 2 == 0 else order[::-1]:
-            out[i].append(evaluator.submit(texts[i], ref, op, k, fresh=True).result())
-    return out
 
 
 def _judge(results: list[EvalResult], regime: str) -> tuple[list[float], str | None, bool]:
