@@ -119,6 +119,27 @@ class CostModelError(SparseRLError):
     """A cost model that cannot be used or trained (one line: what is wrong and what to do)."""
 
 
+def _check_model_blob(blob: Any, p: Path) -> None:
+    """Refuse what is no cost model at all (its version and layout are the loader's to judge)."""
+    if not isinstance(blob, dict) or blob.get("format") != MODEL_FORMAT or "booster" not in blob:
+        raise CostModelError(f"{p}: not a cost model file")
+
+
+def read_model_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A cost model file's JSON (gzipped or not); a missing file, or one that is no cost model at all, is a
+    one-line :class:`CostModelError` (another version or feature layout is :meth:`CostModel.load`'s to refuse)."""
+    p = Path(path)
+    if not p.is_file():
+        raise CostModelError(f"no cost model file at {p}")
+    try:
+        raw = p.read_bytes()
+        blob = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except (OSError, ValueError, EOFError) as exc:
+        raise CostModelError(f"{p}: not a cost model file ({type(exc).__name__})") from None
+    _check_model_blob(blob, p)
+    return blob
+
+
 def user_model_path(op: Op | str = Op.SPMV) -> Path:
     """``<harness cache root>/cost_model.json.gz`` for SpMV, ``cost_model_spmm.json.gz`` for SpMM
     ($SPARSERL_CACHE_DIR or ~/.cache/sparserl)."""
@@ -658,20 +679,12 @@ class CostModel:
         """Read a model file; another format version or feature layout, or no lightgbm, is a
         one-line :class:`CostModelError`."""
         p = Path(path)
-        if not p.is_file():
-            raise CostModelError(f"no cost model file at {p}")
-        try:
-            raw = p.read_bytes()
-            blob = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-        except (OSError, ValueError, EOFError) as exc:
-            raise CostModelError(f"{p}: not a cost model file ({type(exc).__name__})") from None
-        return cls._from_blob(blob, p)
+        return cls._from_blob(read_model_file(p), p)
 
     @classmethod
     def _from_blob(cls, blob: Any, p: Path) -> CostModel:
         """A model from a file's JSON (``p`` names the file in errors); a real part is read the same way."""
-        if not isinstance(blob, dict) or blob.get("format") != MODEL_FORMAT or "booster" not in blob:
-            raise CostModelError(f"{p}: not a cost model file")
+        _check_model_blob(blob, p)
         if blob.get("format_version") not in READS_VERSIONS:
             raise CostModelError(f"{p}: a cost model of another version (file format {blob.get('format_version')}, "
                                  f"this one reads {', '.join(map(str, READS_VERSIONS))}): rebuild it with "

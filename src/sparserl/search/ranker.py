@@ -164,23 +164,16 @@ def check_cost_model_option(spec: str | None, flag: str = "--cost-model") -> Non
     is refused)."""
     if spec in (None, "default", "none"):
         return
-    import gzip
-    import json
-
     from sparserl.errors import SparseRLError
-    from sparserl.search.cost_model import MODEL_FORMAT
+    from sparserl.search.cost_model import CostModelError, read_model_file
 
     hint = "give a model file from 'sparserl best cost-model', 'default' or 'none'"
-    p = Path(spec)
-    if not p.is_file():
+    if not Path(spec).is_file():
         raise SparseRLError(f"{flag} {spec}: no such file ({hint})")
     try:
-        raw = p.read_bytes()
-        blob = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    except (OSError, ValueError, EOFError):
-        blob = None
-    if not isinstance(blob, dict) or blob.get("format") != MODEL_FORMAT:
-        raise SparseRLError(f"{flag} {spec}: not a cost model file ({hint})")
+        read_model_file(spec)
+    except CostModelError:
+        raise SparseRLError(f"{flag} {spec}: not a cost model file ({hint})") from None
 
 
 def make_ranker(spec: str | None, card: MatrixCard, features: MatrixFeatures | None, op: Op | str,
