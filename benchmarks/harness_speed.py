@@ -63,7 +63,10 @@ QUICK_KERNELS = ("spmv/csr_scalar/-/block=256", "spmv/csr_vector/-/tpr=4,block=2
                  "spmv/sell_lanes/C=32,sigma=512/block=256", "spmv/dia_stream/-/block=256,v=1",
                  "spmv/bsr_group/R=2,C=2/g=16,block=256")
 """One or two kernels per format (refusals included: they cost a conversion attempt)."""
-PATHS = {"sequential": SpeedConfig.classic(), "batched": SpeedConfig()}
+PATHS = {"sequential": SpeedConfig.classic(), "batched": SpeedConfig(), "unstaged": SpeedConfig(staging_bytes=0)}
+"""The evaluation paths ``--paths`` chooses from: ``unstaged`` is the batched path with every upload
+through CuPy's pinned pool (no staging buffer, ``sparserl.harness.staging``), for timing the buffer
+against what it replaced in one run."""
 FRONT = ("extract", "static_check", "compile", "plan", "preconvert", "queue")
 """Profile steps outside the worker's time on a candidate (the parent's, or waiting for the worker)."""
 CONVERSION = ("convert", "upload", "load_conversion")
@@ -377,19 +380,26 @@ def main() -> int:
                                                    "measure their own baselines)")
     ap.add_argument("--repeats", type=int, default=2, help="passes over the kernels per path and matrix (the "
                                                           "later ones measure each path's repeat spread)")
+    ap.add_argument("--paths", default="sequential,batched",
+                    help=f"comma-separated evaluation paths, batched among them (of {', '.join(PATHS)}); the "
+                         "agreement tables need sequential and batched")
     ap.add_argument("--modes", type=int, default=2, help="matrices (the first family, the first SuiteSparse file) "
                                                         "on which the timing loops are compared in this process; "
                                                         "0: none")
     args = ap.parse_args()
     if args.repeats < 1 or args.modes < 0:
         raise SystemExit("error: --repeats must be at least 1 and --modes at least 0")
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    if "batched" not in paths or any(p not in PATHS for p in paths) or len(set(paths)) != len(paths):
+        raise SystemExit(f"error: --paths must name batched and others of {', '.join(PATHS)}, each once; "
+                         f"got {args.paths!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     kernels = kernel_set(args)
     tmp = tempfile.TemporaryDirectory(prefix="harness_speed_")
     cache = args.cache or tmp.name
     regimes = ("cold", "warm") if args.warm else ("cold",)
     t0 = time.perf_counter()
-    evs = {p: Evaluator(HarnessConfig(memo=0, regimes=regimes, cache_dir=cache, speed=s)) for p, s in PATHS.items()}
+    evs = {p: Evaluator(HarnessConfig(memo=0, regimes=regimes, cache_dir=cache, speed=PATHS[p])) for p in paths}
     compiled = compile_many([split_completion(t, Op.SPMV)[1] for _, t in kernels], evs["batched"].config.compile,
                             cache_dir=evs["batched"].config.root / "cubin")  # both paths then find them cached
     log.info("compiled %d kernels (%d ok) in %.1f s", len(kernels), sum(c.ok for c in compiled),
@@ -408,7 +418,7 @@ def main() -> int:
             log.info("%s: %d x %d, %d nonzeros", name, A.shape[0], A.shape[1], A.nnz)
             if set_ not in kept:
                 kept[set_] = (name, A)
-            order = list(PATHS) if i % 2 == 0 else list(reversed(PATHS))  # neither path always goes first
+            order = paths[i % len(paths):] + paths[:i % len(paths)]  # no path always goes first
             for rep in range(args.repeats):
                 for path in order if rep % 2 == 0 else list(reversed(order)):
                     ev = evs[path]

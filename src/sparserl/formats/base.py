@@ -8,6 +8,7 @@ drifts from the documented layout fails loudly in tests.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,6 +96,15 @@ class FormatData:
     def nbytes(self) -> int:
         """Bytes of all arrays (what the device holds for A)."""
         return int(sum(a.nbytes for a in self.arrays.values()))
+
+    def metadata_only(self) -> FormatData:
+        """A copy whose arrays are read-only stand-ins of the same dtype and length, all zeros and
+        holding no memory: for a conversion whose arrays live on the device only (uploaded from a
+        staging buffer that is reused, :mod:`sparserl.harness.staging`). Sizes, shape, ``nbytes``
+        and ``stored_slots`` answer as before; the stand-ins' values are not the matrix's."""
+        out = copy.copy(self)
+        out.arrays = {name: np.broadcast_to(np.zeros(1, a.dtype), a.shape) for name, a in self.arrays.items()}
+        return out
 
     @property
     def stored_slots(self) -> int:

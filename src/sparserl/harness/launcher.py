@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from sparserl.errors import ContractError, FormatError
 from sparserl.formats import ConversionLimits, FormatData, convert
 from sparserl.harness import profile
+from sparserl.harness.staging import staging
 from sparserl.harness.device import DeviceMatrix, LoadedKernels, kernel_args, launch_all, load_kernels, prepare_output
 from sparserl.kernels.contract import Header, LaunchConfig, Op, evaluate_launches
 
@@ -99,10 +100,12 @@ class TwinConversions:
 
         A = self.A
         fd: FormatData | str | None = None
+        dev: dict | None = None
         if (folder := self.files.pop((fmt, tuple(sorted(params.items()))), None)) is not None:
-            with profile.step("load_conversion"):
+            with profile.step("load_conversion"):  # read into the staging buffer and copied from it
                 try:
-                    fd = preconvert.load(Path(folder))
+                    got = staging().load(Path(folder))
+                    fd, dev = (got, None) if isinstance(got, str) else got
                 except (OSError, ValueError) as exc:
                     log.info("the caller's conversion in %s could not be read (%s); converting here", folder, exc)
         if fd is None:
@@ -114,8 +117,11 @@ class TwinConversions:
         if isinstance(fd, str):
             raise FormatError(fd)
         with profile.step("upload"):
-            dev = {name: cp.asarray(arr.view(np.int32) if arr.dtype == np.float32 else arr)
-                   for name, arr in fd.arrays.items()}
+            if dev is None:
+                dev = staging().upload(fd.arrays)
+                fd = fd.metadata_only()  # the arrays' one copy is on the device now
+            # positions are compared and gathered as int32 words
+            dev = {name: d.view(cp.int32) if d.dtype == np.float32 else d for name, d in dev.items()}
             wheres = [dev[name] for name, arr in fd.arrays.items() if arr.dtype == np.float32]
             if gpucheck.placed_once(wheres, A.nnz, self.sms):
                 out = []

@@ -17,6 +17,7 @@ least recently used are removed first), and go when it closes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -81,19 +82,69 @@ def save(conversion: FormatData | str, folder: Path) -> int:
     return nbytes
 
 
-def load(folder: Path) -> FormatData | str:
+ALIGN = 256
+"""Byte alignment of each array in a buffer :func:`load` reads into (what a device copy likes)."""
+
+
+def _npy_layout(f) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape of the ``.npy`` file open at ``f``, left at its first data byte; ValueError
+    for what :func:`save` never writes (another version's header, Fortran order, objects)."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise ValueError(f"unexpected .npy version {version}")
+    if fortran and len(shape) > 1 or dtype.hasobject or not dtype.isnative:
+        raise ValueError(f"unexpected .npy layout: {dtype}, Fortran order {fortran}")
+    return dtype, tuple(int(d) for d in shape)
+
+
+def load(folder: Path, buffer_for=None) -> FormatData | str:
     """What :func:`save` wrote: the conversion, or the refusal message. Raises OSError or ValueError
-    when the folder is missing or damaged."""
+    when the folder is missing or damaged.
+
+    ``buffer_for(nbytes)``, when given, returns a byte buffer (a 1-D uint8 array, e.g. page-locked
+    staging memory) of at least ``nbytes``, or None: the arrays are then read straight into it, one
+    after another at :data:`ALIGN`-byte offsets, and the conversion's arrays are views of it (valid
+    for as long as the buffer's owner keeps it); with None, or no ``buffer_for``, each array gets
+    memory of its own, as ``np.load`` gives."""
     meta = json.loads((folder / "meta.json").read_text())
     if "refused" in meta:
         return str(meta["refused"])
-    arrays = {name: np.load(folder / f"{i}.npy", allow_pickle=False) for i, name in enumerate(meta["arrays"])}
+    names = list(meta["arrays"])
+    with contextlib.ExitStack() as files:
+        layouts = []
+        for i in range(len(names)):
+            f = files.enter_context(open(folder / f"{i}.npy", "rb"))
+            dtype, shape = _npy_layout(f)
+            layouts.append((f, dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
+        offsets = np.cumsum([0] + [-(-nb // ALIGN) * ALIGN for *_, nb in layouts]).tolist()
+        buffer = buffer_for(offsets[-1]) if buffer_for is not None else None
+        arrays = {}
+        for name, (f, dtype, shape, nbytes), at in zip(names, layouts, offsets):
+            raw = buffer[at:at + nbytes] if buffer is not None else np.empty(nbytes, np.uint8)
+            if _read_into(f, raw) != nbytes:
+                raise ValueError(f"damaged conversion in {folder}: {name} is shorter than its header says")
+            arrays[name] = raw.view(dtype).reshape(shape)
     try:
         return FormatData(format=meta["format"], params=dict(meta["params"]), shape=tuple(meta["shape"]),
                           nnz=int(meta["nnz"]), sizes=dict(meta["sizes"]), arrays=arrays,
                           convert_seconds=float(meta["convert_seconds"]))
     except (AssertionError, KeyError, TypeError) as exc:  # not the contract's layout
         raise ValueError(f"damaged conversion in {folder}: {exc}") from None
+
+
+def _read_into(f, raw: np.ndarray) -> int:
+    """Read from ``f`` into the byte array ``raw`` until it is full or the file ends; bytes read."""
+    view, got = memoryview(raw), 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
 
 
 def _remove_orphans(root: Path) -> None:

@@ -22,10 +22,12 @@ Step names (``EvalProfile.seconds``, in the order an evaluation meets them):
 ``queue``              waiting for a free worker (parent)
 ``ipc``                the job's round trip to the worker, less the worker's own time (parent)
 ``matrix_load``        loading a matrix a worker did not hold: file, fresh-valued twin, references
-``load_conversion``    the caller's conversion loaded from its folder (first use of a format)
+``load_conversion``    the caller's conversion read from its folder into the staging buffer and copied to
+                       the device from it (first use of a format; :mod:`sparserl.harness.staging`)
 ``convert``            host conversion into the completion's format (first use of a format, when the
                        caller did not make it)
-``upload``             the conversion's upload, pristine copies and their fingerprints
+``upload``             the conversion's upload (when the worker converted it), the check that it names
+                       every nonzero once, the values gathered in, pristine copies and their fingerprints
 ``bind``               reading the header, planning the launches and loading the cubin
 ``damage_check``       the matrix's state against its pristine copies and fingerprints (one wait)
 ``baseline``           cuSPARSE timed (first use of a matrix, op, k and regime only)

@@ -76,6 +76,11 @@ class SpeedConfig:
     at 1M rows takes about 7 ms of the harness's own work (docs/harness.md), 70 times less; a kernel
     whose first launch shows it hopeless then stops after that launch instead of running on."""
 
+    staging_bytes: int = 2 << 30
+    """Page-locked host buffer a worker keeps for uploading conversions, at most this many bytes
+    (:mod:`sparserl.harness.staging`); 0: every upload through CuPy's pinned pool, as
+    ``cupy.asarray`` does (a page-locked block per new size, kept)."""
+
     contender_scale: float = 100.0
     """In a job that asks only whether a kernel could be the fastest (``contender``: the library
     oracle, which reports its fastest verified variant and nothing else), verification also stops
@@ -94,6 +99,8 @@ class SpeedConfig:
     --contender-min``)."""
 
     def __post_init__(self) -> None:
+        if self.staging_bytes < 0:
+            raise SparseRLError(f"staging_bytes must be at least 0 (0: no staging buffer), got {self.staging_bytes}")
         if self.contender_scale != 0.0 and self.contender_scale <= self.early_stop:
             raise SparseRLError(f"contender_scale must be 0 (off) or above early_stop ({self.early_stop:g}), got "
                                 f"{self.contender_scale:g}: a kernel it stops must be one early stopping would too")

@@ -46,6 +46,7 @@ from sparserl.harness.matrix_files import save_matrix_file
 from sparserl.harness.resident import MatrixCache
 from sparserl.harness.speed import (SpeedConfig, VerifyLimit, contender_limit, scaled_limit, slow_threshold_us,
                                     timed_verdict)
+from sparserl.harness.staging import staging
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class Worker:
 
         self.settings = settings
         self.speed = SpeedConfig(**settings.get("speed", asdict(SpeedConfig.classic())))
+        staging().cap_bytes = self.speed.staging_bytes
         self.cache = Path(settings["cache_dir"])
         self.channel = Channel(conn)
         self.gpu = GpuProbe(self.cache, scrub_shared=settings.get("scrub_shared", True))
