@@ -226,7 +226,7 @@ def test_a_schema_1_store_is_migrated_and_keeps_every_result(tmp_path: Path, car
     con.close()
     feats = compute_features(generate("banded", 2000, seed=3, bands=5))
     with BestStore(p) as st:
-        assert st._schema_version() == SCHEMA_VERSION == 3
+        assert st._schema_version() == SCHEMA_VERSION == 4
         m = st.matrix(card.fingerprint)
         assert m is not None and m.features is None and MatrixCard.from_dict(m.card) == card and m.source_path == "/data/b.mtx"
         [r] = st.results(card.fingerprint)

@@ -16,6 +16,8 @@ import json
 import multiprocessing as mp
 import re
 import sqlite3
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -291,7 +293,8 @@ def test_the_search_quotes_the_best_known_of_its_own_architecture(tmp_path: Path
 def test_a_kernel_found_wrong_later_is_retracted_and_the_best_chosen_again(spec: str, card: MatrixCard) -> None:
     """``retract``: a kernel a second look found wrong leaves the store; the key's best is chosen again among the
     results left (killed by: the results removed but the best row left pointing at them, or the best not chosen
-    again)."""
+    again); found wrong under another key of the matrix, its results under this one go too (killed by: only the
+    retraction's own key cleaned)."""
     with BestStore(spec) as st:
         _fill(st, card)
         key = dict(fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", regime="cold",
@@ -304,19 +307,21 @@ def test_a_kernel_found_wrong_later_is_retracted_and_the_best_chosen_again(spec:
         assert st.retract(**key, text=KERNEL.format("b")) == 1 and len(st.results(**key)) == n - 1
         assert [b.time_us for b in st.best(**key)] == [50.0]  # not the best: left as it was
         assert st.retract(**key, text=KERNEL.format("zzz")) == 0
-        assert st.retract(**(key | {"harness_version": "older"}), text=KERNEL.format("a")) == 0  # another key
-        st.retract(**key, text=KERNEL.format("a"))
+        assert st.retract(**(key | {"harness_version": "older"}), text=KERNEL.format("a")) == 1  # another key's
         assert [b.text for b in st.best(**key)] == [KERNEL.format("c")]
+        assert st.retract(**key, text=KERNEL.format("a")) == 0  # gone already
         st.retract(**key, text=KERNEL.format("c"))
         assert st.best(**key) == [] and st.results(**key) == []
         assert len(st.best()) == 4  # the other keys' bests are untouched (older version, warm, spmm, the other matrix)
 
 
-def test_retract_chooses_again_by_record_s_rule_and_keeps_other_keys(spec: str, card: MatrixCard) -> None:
+def test_retract_chooses_again_by_record_s_rule_in_every_key(spec: str, card: MatrixCard) -> None:
     """After a retraction the best is the fastest where one GPU model measured every result (not the largest
     speedup: cuSPARSE's time differs run to run), the largest speedup across models; the same text under another
-    key stays; retracting a kernel that is not the best leaves the best row as it was. Killed mutations: the best
-    chosen again by speedup alone; results deleted under every key; the best re-chosen when it was not touched."""
+    key of the matrix goes too, and that key's best is chosen again; retracting a kernel that is not the best
+    leaves the best row as it was. Killed mutations: the best chosen again by speedup alone; only the
+    retraction's own key cleaned; the best chosen again in the retraction's own key only; the best re-chosen when
+    it was not touched."""
     key = dict(fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", regime="cold",
                harness_version=harness_version())
     with BestStore(spec) as st:
@@ -325,10 +330,11 @@ def test_retract_chooses_again_by_record_s_rule_and_keeps_other_keys(spec: str, 
         st.record(verified(card, 45.0, "b", cusparse_us=85.0, speedup=85.0 / 45.0))  # faster, a lower speedup
         st.record(verified(card, 40.0, "w"))                                  # found wrong later
         st.record(verified(card, 40.0, "w", regime="warm"))                   # the same text, another key
+        st.record(verified(card, 55.0, "v", regime="warm"))
         assert [b.text for b in st.best(**key)] == [KERNEL.format("w")]
-        assert st.retract(**key, text=KERNEL.format("w")) == 1
+        assert st.retract(**key, text=KERNEL.format("w")) == 2
         assert [b.text for b in st.best(**key)] == [KERNEL.format("b")]  # by time: one GPU model
-        assert [b.text for b in st.best(**(key | {"regime": "warm"}))] == [KERNEL.format("w")]
+        assert [b.text for b in st.best(**(key | {"regime": "warm"}))] == [KERNEL.format("v")]
         before = st.best(**key)[0]
         assert st.retract(**key, text=KERNEL.format("a")) == 1
         after = st.best(**key)[0]
@@ -357,3 +363,215 @@ def test_retracting_a_kernel_that_is_not_the_best_leaves_the_best_row(spec: str,
         assert [b.text for b in st.best(**key)] == [KERNEL.format("s")]
         assert st.retract(**key, text=KERNEL.format("r")) == 1
         assert [b.text for b in st.best(**key)] == [KERNEL.format("s")]
+
+
+# -- kernels found wrong ---------------------------------------------------------------------
+
+W = KERNEL.format("w")
+
+
+def _key(fingerprint: str, **kw) -> dict:
+    return dict(fingerprint=fingerprint, op="spmv", k=None, arch="sm_90", regime="cold",
+                harness_version=harness_version()) | kw
+
+
+def _texts(st: BestStore, **key) -> list[str]:
+    return [b.text for b in st.best(**key)]
+
+
+def _plant_found_wrong(st: BestStore, fingerprint: str, text: str, op: str = "spmv", k: int = 0) -> None:
+    """A found-wrong row written by hand beside results of the kernel that are still there (a retraction leaves
+    none; this stands for a row that outlived one, whatever the cause)."""
+    with st.transaction():
+        st.db.execute("INSERT INTO found_wrong (fingerprint, op, k, kernel_sha, arch, regime, harness_version, reason, "
+                      "found_at) VALUES (?, ?, ?, ?, 'sm_90', 'cold', ?, 'by hand', 'then')",
+                      (fingerprint, op, k, kernel_sha(text), harness_version()))
+
+
+def test_a_kernel_found_wrong_leaves_every_key_of_its_matrix_and_nothing_else(spec: str, card: MatrixCard) -> None:
+    """Found wrong under one key, the kernel's results on that matrix go under every architecture, regime and
+    harness version, each key it was the best of gets the best of what is left, and the finding is recorded with
+    its key and reason; the same text under another op of the fingerprint, or on another matrix, stays. Killed
+    mutations: only the retraction's own key cleaned (returns 1); the best chosen again in its own key only (the
+    warm and older keys left without a best); the matrix taken as the fingerprint alone (the SpMM row goes); no
+    found-wrong row written."""
+    other = replace(card, fingerprint="c" * 32)
+    key = _key(card.fingerprint)
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        st.add_matrix(other, "other")
+        for kw in ({}, {"regime": "warm"}, {"arch": "sm_100"}, {"harness_version": "older"}, {"op": "spmm", "k": 8},
+                   {"fingerprint": other.fingerprint}):
+            assert st.record(verified(card, 40.0, "w", **kw)) is True
+        st.record(verified(card, 50.0, "a"))
+        st.record(verified(card, 60.0, "b", regime="warm"))
+        st.record(verified(card, 45.0, "c", harness_version="older"))
+        assert st.retract(**key, text=W, reason="incorrect when evaluated again\n(max error 0.3)") == 4
+        assert _texts(st, **key) == [KERNEL.format("a")]
+        assert _texts(st, **(key | {"regime": "warm"})) == [KERNEL.format("b")]
+        assert _texts(st, **(key | {"harness_version": "older"})) == [KERNEL.format("c")]
+        assert _texts(st, **(key | {"arch": "sm_100"})) == []
+        assert _texts(st, **(key | {"op": "spmm", "k": 8})) == [W]  # another op: another matrix's kernel
+        assert _texts(st, **(key | {"fingerprint": other.fingerprint})) == [W]
+        assert kernel_sha(W) not in {r.kernel_sha for r in st.results(card.fingerprint, op="spmv")}
+        assert st.found_wrong(card.fingerprint, "spmv", None) == {kernel_sha(W)}
+        assert st.found_wrong(card.fingerprint, "spmm", 8) == st.found_wrong(other.fingerprint, "spmv", None) == set()
+        row = st.db.execute("SELECT * FROM found_wrong").fetchall()
+        assert len(row) == 1 and st.counts()["found_wrong"] == 1
+        assert ({c: row[0][c] for c in ("fingerprint", "op", "k", "arch", "regime", "harness_version", "reason")} ==
+                {"fingerprint": card.fingerprint, "op": "spmv", "k": 0, "arch": "sm_90", "regime": "cold",
+                 "harness_version": harness_version(), "reason": "incorrect when evaluated again (max error 0.3)"})
+        assert row[0]["found_at"][:2] == "20"
+        assert st.kernel_text(kernel_sha(W)) == W  # the text stays: other matrices hold it
+
+
+def test_a_kernel_found_wrong_is_not_recorded_again_on_its_matrix(spec: str, card: MatrixCard, caplog) -> None:
+    """A racy kernel a later search times correct again is not recorded again on the matrix it was found wrong on
+    (``record`` returns False and says so once at INFO), under any key; it is on another matrix, and under
+    another op; a kernel the store never held is remembered all the same; a second finding keeps the first.
+    Killed mutations: record ignoring the found-wrong table; said at every refusal; the refusal keyed on the
+    fingerprint alone (the SpMM result refused)."""
+    import logging
+
+    key = _key(card.fingerprint)
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        st.add_matrix(replace(card, fingerprint="c" * 32), "other")
+        st.record(verified(card, 40.0, "w"))
+        st.record(verified(card, 50.0, "a"))
+        assert st.retract(**key, text=W, reason="first") == 1
+        with caplog.at_level(logging.INFO, logger="sparserl.search.store"):
+            assert st.record(verified(card, 35.0, "w")) is False  # a new uid: a later search timed it correct
+            assert st.record(verified(card, 35.0, "w", regime="warm", arch="sm_100")) is False
+        said = [r for r in caplog.records if "found wrong" in r.getMessage()]
+        assert len(said) == 1 and said[0].levelno == logging.INFO and kernel_sha(W)[:12] in said[0].getMessage()
+        assert kernel_sha(W) not in {r.kernel_sha for r in st.results(card.fingerprint)}
+        assert _texts(st, **key) == [KERNEL.format("a")] and len(st.best()) == 1
+        assert st.record(verified(card, 35.0, "w", fingerprint="c" * 32)) is True  # another matrix
+        assert st.record(verified(card, 35.0, "w", op="spmm", k=8)) is True  # another op of the structure
+        assert st.retract(**key, text=KERNEL.format("z")) == 0  # never held
+        assert st.record(verified(card, 10.0, "z")) is False
+        assert st.retract(**(key | {"regime": "warm"}), text=W, reason="second") == 0
+        reasons = st.db.execute("SELECT kernel_sha, reason FROM found_wrong").fetchall()
+        assert {r["kernel_sha"]: r["reason"] for r in reasons} == {kernel_sha(W): "first",
+                                                                    kernel_sha(KERNEL.format("z")): "found wrong when "
+                                                                    "evaluated again"}
+
+
+def _paused_at(st: BestStore, prefix: str) -> tuple[threading.Event, threading.Event]:
+    """Make ``st``'s first statement that starts with ``prefix`` wait, its transaction open: (reached, go)."""
+    reached, go = threading.Event(), threading.Event()
+    execute = st.db.execute
+
+    def paused(sql: str, args=()):
+        if sql.startswith(prefix) and not reached.is_set():
+            reached.set()
+            assert go.wait(60)
+        return execute(sql, args)
+
+    st.db.execute = paused
+    return reached, go
+
+
+def _in_thread(fn, out: list) -> threading.Thread:
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    return t
+
+
+def test_a_recording_in_flight_does_not_bring_a_retracted_kernel_back(spec: str, card: MatrixCard) -> None:
+    """Two writers at once. A search records a racy kernel again while another retracts it: the retraction waits
+    for the recording and removes its result too. A retraction in flight when a recording comes: the recording
+    waits, then sees the kernel found wrong. Killed mutations (PostgreSQL; SQLite's write lock serialises both
+    anyway): the matrix's lock not taken (either side), the found-wrong check made before the lock."""
+    key = _key(card.fingerprint)
+    with BestStore(spec) as a, BestStore(spec) as b:
+        a.add_matrix(card, "banded")
+        a.record(verified(card, 40.0, "w"))
+        reached, go = _paused_at(b, "INSERT INTO best")  # b's result is in, its transaction open
+        recorded, retracted = [], []
+        t = _in_thread(lambda: b.record(verified(card, 35.0, "w")), recorded)
+        assert reached.wait(60)
+        r = _in_thread(lambda: a.retract(**key, text=W), retracted)
+        time.sleep(0.5)
+        assert r.is_alive(), "the retraction did not wait for the recording in flight"
+        go.set()
+        t.join(60)
+        r.join(60)
+        assert recorded == [True] and retracted == [2]
+        assert a.best() == [] and a.results() == []
+    with BestStore(spec) as a, BestStore(spec) as b:
+        a.record(verified(card, 40.0, "v"))
+        a.record(verified(card, 50.0, "x"))
+        reached, go = _paused_at(a, "SELECT id, kernel_sha")  # a's results are gone, the best to choose again
+        recorded, retracted = [], []
+        r = _in_thread(lambda: a.retract(**key, text=KERNEL.format("v")), retracted)
+        assert reached.wait(60)
+        t = _in_thread(lambda: b.record(verified(card, 30.0, "v")), recorded)
+        time.sleep(0.5)
+        go.set()
+        r.join(60)
+        t.join(60)
+        assert retracted == [1] and recorded == [False]
+        assert _texts(a, **key) == [KERNEL.format("x")] and [x.time_us for x in a.results()] == [50.0]
+
+
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
+def test_a_store_of_every_earlier_version_is_migrated_to_remember_kernels_found_wrong(
+        spec: str, card: MatrixCard, version: int) -> None:
+    """A store as version N wrote it (N = 1 .. the one before this) opens at this version, its rows kept, and
+    retracts and refuses as a new one (killed by: the found-wrong table made for a new store only, a migration
+    step skipped)."""
+    from sparserl.search.store_backends import open_backend
+
+    db = open_backend(spec)
+    with db.transaction():
+        for stmt in filter(str.strip, SCHEMA_V1.format(**db.types).split(";")):
+            db.execute(stmt)
+        for v in range(2, version + 1):
+            for stmt in MIGRATIONS[v]:
+                db.execute(stmt)
+        db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+        db.execute("INSERT INTO matrices (fingerprint, name, rows, cols, nnz, card_json, added_at) "
+                   "VALUES (?, 'old', 1, 1, 1, ?, 'then')", (card.fingerprint, json.dumps(card.to_dict())))
+        db.execute("INSERT INTO kernels (kernel_sha, text) VALUES (?, ?)", (kernel_sha(W), W))
+        rid = db.execute("INSERT INTO results (fingerprint, op, k, arch, gpu, regime, harness_version, kernel_sha, "
+                         "time_us, cusparse_us, speedup, provenance, run_id, created_at) VALUES (?, 'spmv', 0, "
+                         "'sm_90', 'H200', 'cold', ?, ?, 40.0, 80.0, 2.0, 'seed', 'r1', 'then') RETURNING id",
+                         (card.fingerprint, harness_version(), kernel_sha(W))).fetchone()
+        db.execute("INSERT INTO best VALUES (?, 'spmv', 0, 'sm_90', 'cold', ?, ?, ?, 40.0, 80.0, 2.0, 'then')",
+                   (card.fingerprint, harness_version(), rid[0] if db.name == "sqlite" else rid["id"], kernel_sha(W)))
+    db.close()
+    with BestStore(spec) as st:
+        assert st._schema_version() == SCHEMA_VERSION and st.counts()["found_wrong"] == 0
+        assert _texts(st) == [W] and st.best()[0].name == "old"
+        assert st.retract(**_key(card.fingerprint), text=W) == 1 and st.best() == []
+        assert st.record(verified(card, 40.0, "w")) is False
+        assert st.found_wrong(card.fingerprint, "spmv", None) == {kernel_sha(W)}
+
+
+def test_a_database_with_a_found_wrong_table_of_its_own_is_refused(postgres_server) -> None:
+    """A PostgreSQL database without a store's schema_version that holds a table named like the store's found-wrong
+    table is not taken over (killed by: found_wrong left out of the store's tables)."""
+    import psycopg
+
+    url = postgres_server.new_database()
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("CREATE TABLE found_wrong (x INTEGER)")
+    with pytest.raises(SparseRLError, match=r"not a SparseRL best-known store \(tables \['found_wrong'\]\)"):
+        BestStore(url)
+
+
+def test_a_result_left_of_a_kernel_found_wrong_never_becomes_a_best_again(spec: str, card: MatrixCard) -> None:
+    """Where a result of a kernel found wrong on the matrix is still there (written by hand here: a retraction
+    leaves none), the best chosen again after a retraction is never it, though it is the fastest (killed by: the
+    best chosen again among every result left)."""
+    key = _key(card.fingerprint)
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        st.record(verified(card, 40.0, "w"))
+        st.record(verified(card, 45.0, "s"))  # found wrong, its result left
+        st.record(verified(card, 50.0, "a"))
+        _plant_found_wrong(st, card.fingerprint, KERNEL.format("s"))
+        assert st.retract(**key, text=W) == 1
+        assert _texts(st, **key) == [KERNEL.format("a")]

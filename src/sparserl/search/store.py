@@ -18,7 +18,15 @@ besides taken before anything is read, ``BEGIN IMMEDIATE``). Each verified resul
 ``uid`` (unique), so writing it again (a retry after a lost connection, a farm's journal replayed
 on ``--resume``) changes nothing.
 
-Tables (``SCHEMA_VERSION`` 3; version 1 is created first and migrated, see :data:`MIGRATIONS`):
+A kernel found wrong later (the second look before a kernel is handed back evaluates it again, on fresh
+inputs: :mod:`sparserl.request.second_look`) is retracted (:meth:`BestStore.retract`): its results on that
+matrix go under every key, the best is chosen again where it was the best, and it is remembered as found wrong
+there, so that a later search that times it correct once more (a racy kernel) does not record it again and
+nothing offers it for that matrix again (the search's seeds, ``tune``'s lookup). On PostgreSQL a retraction
+holds its matrix alone while a recording for the matrix shares it (an advisory lock): a result recorded
+meanwhile is either seen and removed, or refused.
+
+Tables (``SCHEMA_VERSION`` 4; version 1 is created first and migrated, see :data:`MIGRATIONS`):
 
 * ``schema_version(version)``: one row. A store written by a newer SparseRL is refused in one line.
 * ``matrices``: one row per structure fingerprint: name, shape, nnz, the matrix card (JSON),
@@ -37,6 +45,11 @@ Tables (``SCHEMA_VERSION`` 3; version 1 is created first and migrated, see :data
   are never compared (they are other keys: two farms of different harness versions on one store
   keep apart). ``k`` is 0 for SpMV (a key column is never NULL).
 * ``runs``: one row per search: when, what, its configuration, how it ended.
+* ``found_wrong``: per (fingerprint, op, k, kernel), that the kernel was found wrong on the matrix after it was
+  verified: when it was first found wrong, under which architecture, regime and harness version it had been
+  verified, and why (the failed evaluation's verdict). Its results on the matrix are gone and no result of it
+  is recorded there again. No key refers to another table: a kernel the store never held, on a matrix it
+  never recorded, is remembered as well (the text stays in ``kernels`` where the store held it).
 """
 
 from __future__ import annotations
@@ -63,7 +76,7 @@ from sparserl.search.store_backends import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the tables below; a store with a larger version was written by a newer SparseRL."""
 
 COORDS = 1024
@@ -181,14 +194,21 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE results ADD COLUMN uid TEXT",
         "CREATE UNIQUE INDEX IF NOT EXISTS results_by_uid ON results (uid)"),
     3: ("ALTER TABLE matrices ADD COLUMN features_json TEXT",),
+    4: ("CREATE TABLE IF NOT EXISTS found_wrong (fingerprint TEXT NOT NULL, op TEXT NOT NULL, k INTEGER NOT NULL, "
+        "kernel_sha TEXT NOT NULL, arch TEXT NOT NULL, regime TEXT NOT NULL, "
+        "harness_version TEXT NOT NULL, reason TEXT NOT NULL, found_at TEXT NOT NULL, "
+        "PRIMARY KEY (fingerprint, op, k, kernel_sha))",),
 }
 """Statements that take a store from version N-1 to N, run in order in one transaction under the
 migration lock. 2: the host a result was measured on (farms span machines), and a unique id per
 verified result so writing it twice (a retry, a replayed journal) records it once. 3: the
 matrix's structure features (nullable: rows recorded earlier keep NULL until a search records the
-matrix again), which the cost model learns from."""
+matrix again), which the cost model learns from. 4: the kernels found wrong on a matrix after they were
+verified (``found_wrong``), which ``retract`` writes and ``record`` refuses to record again."""
 
-_TABLES = ("schema_version", "matrices", "kernels", "runs", "results", "best")
+_TABLES = ("schema_version", "matrices", "kernels", "runs", "results", "best", "found_wrong")
+"""The store's tables: a database without ``schema_version`` that holds one of them is no new store (refused
+rather than taken over), and ``counts`` counts their rows."""
 
 
 @dataclass(frozen=True)
@@ -313,6 +333,15 @@ def _unk(k: int) -> int | None:
     return k or None
 
 
+_MATRIX = "fingerprint = ? AND op = ? AND k = ?"
+"""SQL condition: one matrix (fingerprint, op, k) of a table's rows."""
+
+
+def _matrix_lock(fingerprint: str, op: str, k: int) -> str:
+    """The key of a matrix's lock (:meth:`~.store_backends.PostgresBackend.key_lock`)."""
+    return f"{fingerprint}/{op}/{k}"
+
+
 def _filters(table: str, fingerprint: str | None, op: str | None, k: int | None, arch: str | None,
              regime: str | None, harness_version: str | None) -> tuple[list[str], list]:
     """SQL conditions and their arguments for the filters given, on ``table``'s columns
@@ -343,6 +372,8 @@ class BestStore:
 
     def __init__(self, spec: str | os.PathLike[str]):
         self.db = open_backend(spec)
+        self._refused: set[tuple] = set()
+        """Kernels found wrong whose results ``record`` refused, by (fingerprint, op, k, sha): said once each."""
         self.path = self.db.where
         """Where the store is, as messages name it (a file path, or the URL without its password)."""
         try:
@@ -489,13 +520,20 @@ class BestStore:
         """Write one verified result; returns True when it became the best for its key (strictly
         faster than the best under the same harness version and regime, or the first; against a best
         from another GPU model of the architecture, by speedup over cuSPARSE). A result whose ``uid``
-        is in the store already is not written again (False)."""
+        is in the store already is not written again (False), nor is one of a kernel found wrong on its
+        matrix (:meth:`retract`; False, and said once at INFO): the check and the write are one transaction,
+        which on PostgreSQL shares the matrix's lock with other recordings and waits for a retraction."""
         sha = kernel_sha(v.text)
-        key = (v.fingerprint, v.op, _k(v.k), v.arch, v.regime, v.harness_version)
+        matrix = (v.fingerprint, v.op, _k(v.k))
+        key = (*matrix, v.arch, v.regime, v.harness_version)
 
-        def write() -> bool:
+        def write() -> bool | None:
             with self.transaction():
                 db = self.db
+                db.key_lock(_matrix_lock(*matrix), shared=True)
+                if db.execute(f"SELECT 1 FROM found_wrong WHERE {_MATRIX} AND kernel_sha = ?",
+                              (*matrix, sha)).fetchone() is not None:
+                    return None
                 db.execute("INSERT INTO kernels (kernel_sha, text, format, template, candidate_id) "
                            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kernel_sha) DO NOTHING",
                            (sha, v.text, v.format, v.template, v.candidate_id))
@@ -520,34 +558,54 @@ class BestStore:
                     "ELSE excluded.speedup > best.speedup END RETURNING result_id",
                     (*key, row["id"], sha, v.time_us, v.cusparse_us, v.speedup, _now(), v.gpu or "")).fetchone()
                 return won is not None
-        return self._run("recording a verified kernel", write)
+        won = self._run("recording a verified kernel", write)
+        if won is None:
+            if (*matrix, sha) not in self._refused:
+                self._refused.add((*matrix, sha))
+                log.info("%s: kernel %s (%s) was found wrong on matrix %s %s before: its results there are not "
+                         "recorded", self.path, sha[:12], v.candidate_id, v.fingerprint[:12],
+                         f"{v.op} k={v.k}" if v.k else v.op)
+            return False
+        return won
 
     def retract(self, fingerprint: str, op: str, k: int | None, arch: str, regime: str, harness_version: str,
-                text: str) -> int:
-        """Remove kernel ``text``'s verified results under one key, because a later evaluation found it wrong
-        (the second look before a kernel is handed back, :mod:`sparserl.request.second_look`); when it was the
-        key's best, the best is chosen again among the results left: the fastest where they all come from one
-        GPU model, else the largest speedup over cuSPARSE (``record``'s rule, applied to all of them), or the
-        key has none. Returns how many results went. Results of the same text under other keys stay.
+                text: str, reason: str = "found wrong when evaluated again") -> int:
+        """Kernel ``text``, verified on a matrix (``fingerprint``, ``op``, ``k``) under ``arch``, ``regime`` and
+        ``harness_version``, was found wrong there by a later evaluation (the second look before a kernel is
+        handed back, :mod:`sparserl.request.second_look`): remember that (``found_wrong``: when, that key, and
+        ``reason``, the first finding kept), and remove its verified results on the matrix under every
+        architecture, regime and harness version. In each key it was the best of, the best is chosen again among
+        the results left: the fastest where they all come from one GPU model, else the largest speedup over
+        cuSPARSE (``record``'s rule, applied to all of them), or the key has none. Returns how many results
+        went. Its results on other matrices stay; :meth:`record` refuses its results on this matrix from now on.
 
-        Safe beside other writers: the best row goes first, results that another writer has made the best
-        since are kept (its row points at them), and the best is put back only where none has been written
-        meanwhile."""
+        Safe beside other writers: one transaction, which on PostgreSQL holds the matrix alone (a recording for
+        it waits, or is waited for and its result seen here); besides, the best rows go first, results that
+        another writer has made the best since are kept (its row points at them), and a best is put back only
+        where none has been written meanwhile."""
         sha = kernel_sha(text)
-        key = (fingerprint, op, _k(k), arch, regime, harness_version)
-        where = "fingerprint = ? AND op = ? AND k = ? AND arch = ? AND regime = ? AND harness_version = ?"
+        matrix = (fingerprint, op, _k(k))
+        in_key = f"{_MATRIX} AND arch = ? AND regime = ? AND harness_version = ?"
 
         def write() -> int:
             with self.transaction():
                 db = self.db
-                was_best = db.execute(f"DELETE FROM best WHERE {where} AND kernel_sha = ? RETURNING result_id",
-                                      (*key, sha)).fetchall()
-                gone = db.execute(f"DELETE FROM results WHERE {where} AND kernel_sha = ? AND id NOT IN "
-                                  f"(SELECT result_id FROM best WHERE {where}) RETURNING id",
-                                  (*key, sha, *key)).fetchall()
-                if was_best:
+                db.key_lock(_matrix_lock(*matrix))
+                db.execute("INSERT INTO found_wrong (fingerprint, op, k, kernel_sha, arch, regime, harness_version, "
+                           "reason, found_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                           "ON CONFLICT (fingerprint, op, k, kernel_sha) DO NOTHING",
+                           (*matrix, sha, arch, regime, harness_version, " ".join(reason.split())[:300], _now()))
+                was_best = db.execute(f"DELETE FROM best WHERE {_MATRIX} AND kernel_sha = ? "
+                                      f"RETURNING arch, regime, harness_version", (*matrix, sha)).fetchall()
+                gone = db.execute(f"DELETE FROM results WHERE {_MATRIX} AND kernel_sha = ? AND id NOT IN "
+                                  f"(SELECT result_id FROM best WHERE {_MATRIX}) RETURNING id",
+                                  (*matrix, sha, *matrix)).fetchall()
+                for b in was_best:
+                    key = (*matrix, b["arch"], b["regime"], b["harness_version"])
                     rows = db.execute(f"SELECT id, kernel_sha, time_us, cusparse_us, speedup, gpu FROM results "
-                                      f"WHERE {where} ORDER BY id", key).fetchall()
+                                      f"WHERE {in_key} AND kernel_sha NOT IN "
+                                      f"(SELECT kernel_sha FROM found_wrong WHERE {_MATRIX}) ORDER BY id",
+                                      (*key, *matrix)).fetchall()
                     if rows:
                         one_gpu = len({r["gpu"] or "" for r in rows}) == 1
                         r = (min(rows, key=lambda r: r["time_us"]) if one_gpu
@@ -618,6 +676,13 @@ class BestStore:
         return MatrixRow(r["fingerprint"], r["name"], r["rows"], r["cols"], r["nnz"], json.loads(r["card_json"]),
                          (coords[0], coords[1]) if coords else None, r["source_path"],
                          json.loads(r["features_json"]) if r["features_json"] else None)
+
+    def found_wrong(self, fingerprint: str, op: str, k: int | None) -> set[str]:
+        """The kernels (:func:`kernel_sha` of their text) found wrong on this matrix (:meth:`retract`): none of them
+        is offered for it again, nor recorded for it."""
+        rows = self._rows("reading kernels found wrong", f"SELECT kernel_sha FROM found_wrong WHERE {_MATRIX}",
+                          (fingerprint, op, _k(k)))
+        return {r["kernel_sha"] for r in rows}
 
     def has_uids(self, uids: list[str]) -> set[str]:
         """Which of ``uids`` are recorded results."""

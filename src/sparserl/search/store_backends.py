@@ -5,8 +5,10 @@ CONFLICT ... DO UPDATE ... WHERE``, ``RETURNING``); a backend supplies what diff
 
 * connecting, and what a failure to connect says (one line, the password never shown);
 * the column types of the schema (``{id}``, ``{bigint}``, ``{real}`` in the DDL);
-* a write transaction whose lock is taken at once (SQLite ``BEGIN IMMEDIATE``), and the lock
-  that serialises schema changes (SQLite: the same; PostgreSQL: an advisory lock);
+* a write transaction whose lock is taken at once (SQLite ``BEGIN IMMEDIATE``), the lock
+  that serialises schema changes (SQLite: the same; PostgreSQL: an advisory lock), and a lock on
+  one matrix that a retraction holds alone and a recording shares (SQLite: the write transaction's
+  own lock already; PostgreSQL: an advisory lock of the transaction);
 * which of its exceptions mean "the database is gone" (worth one reconnect) and which
   mean anything else went wrong.
 
@@ -21,6 +23,7 @@ statement. It is imported only when a ``postgresql://`` store is opened (the ``f
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -43,6 +46,7 @@ URL_SCHEMES = ("postgresql", "postgres")
 """Store URL schemes understood (anything else with ``://`` is refused)."""
 
 MIGRATION_LOCK = 0x5350_5253  # "SPRS": the advisory lock key that serialises schema changes on PostgreSQL
+KEY_LOCKS = 0x5350_4b59  # "SPKY": the first of the two keys of a matrix's advisory lock on PostgreSQL (its own key space)
 
 
 class StoreError(SparseRLError):
@@ -104,6 +108,9 @@ class SQLiteBackend:
     def migration_lock(self):
         """The transaction schema changes run in (``BEGIN IMMEDIATE`` holds the file's write lock)."""
         return self.transaction()
+
+    def key_lock(self, key: str, shared: bool = False) -> None:
+        """Nothing to take: the write transaction (``BEGIN IMMEDIATE``) already holds the file alone."""
 
     def tables(self) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -198,6 +205,14 @@ class PostgresBackend:
         with self.conn.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             yield self.conn
+
+    def key_lock(self, key: str, shared: bool = False) -> None:
+        """Lock ``key`` (a matrix's) until the transaction ends: alone, or ``shared`` with others that share it.
+        Taken first in a transaction (nothing else locked yet, so no two writers wait on each other); keys
+        are hashed to 32 bits, and two that collide only wait for each other."""
+        h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big", signed=True)
+        fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        self.conn.execute(f"SELECT {fn}(%s, %s)", (KEY_LOCKS, h))
 
     def tables(self) -> set[str]:
         rows = self.conn.execute("SELECT table_name FROM information_schema.tables "
