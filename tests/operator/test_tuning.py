@@ -23,7 +23,7 @@ from sparserl.kernels.library import variants
 from sparserl.matrices import generate
 from sparserl.matrices.card import matrix_card
 from sparserl.operator.tuning import LIBRARY, SEARCH, STORE, TuneConfig, check_request, choose_kernel
-from sparserl.search.store import BestStore, VerifiedKernel, harness_version
+from sparserl.search.store import BestStore, VerifiedKernel, harness_version, kernel_sha
 from tests.conftest import NEEDS_NVCC
 
 ARCH = "sm_90"
@@ -180,3 +180,28 @@ def test_values_are_excluded_from_the_key() -> None:
     A = generate("powerlaw", 500, seed=1)
     B = sp.csr_array((np.ones_like(A.data), A.indices, A.indptr), shape=A.shape)
     assert matrix_card(A).fingerprint == matrix_card(B).fingerprint
+
+
+def test_a_kernel_found_wrong_is_never_tune_s_kernel(tmp_path, banded) -> None:
+    """A kernel found wrong in one regime is not handed back from another regime's row: the retraction takes its
+    rows in every regime (killed by: retract cleaning only its own key), and the lookup leaves out a kernel found
+    wrong whose best row is still there (written by hand here: nothing is taken from the store then, and the
+    search runs; killed by: the lookup not filtered)."""
+    from sparserl.operator.tuning import best_known
+
+    vs = variants("spmv", "CSR")
+    record(tmp_path / "s.db", banded, vs[0].render(), time_us=4.0, regime="cold", cid="racy")
+    record(tmp_path / "s.db", banded, vs[0].render(), time_us=4.0, regime="warm", cid="racy")
+    record(tmp_path / "s.db", banded, vs[1].render(), time_us=6.0, regime="cold", cid="slow")
+    record(tmp_path / "s.db", banded, vs[2].render(), time_us=5.0, regime="cold", cid="left")
+    fp = matrix_card(banded).fingerprint
+    with BestStore(tmp_path / "s.db") as st:
+        assert best_known(st, fp, Op.SPMV, None, ARCH, "warm").candidate_id == "racy"
+        assert st.retract(fp, "spmv", None, ARCH, "cold", harness_version(), vs[0].render()) == 2
+        row = best_known(st, fp, Op.SPMV, None, ARCH, "warm")
+        assert (row.candidate_id, row.regime) == ("left", "cold")  # no warm row is left: the cold one
+        with st.transaction():  # found wrong by hand, its rows left
+            st.db.execute("INSERT INTO found_wrong (fingerprint, op, k, kernel_sha, arch, regime, harness_version, "
+                          "reason, found_at) VALUES (?, 'spmv', 0, ?, ?, 'cold', ?, 'by hand', 'then')",
+                          (fp, kernel_sha(vs[2].render()), ARCH, harness_version()))
+        assert best_known(st, fp, Op.SPMV, None, ARCH, "warm") is None

@@ -575,3 +575,28 @@ def test_a_result_left_of_a_kernel_found_wrong_never_becomes_a_best_again(spec: 
         _plant_found_wrong(st, card.fingerprint, KERNEL.format("s"))
         assert st.retract(**key, text=W) == 1
         assert _texts(st, **key) == [KERNEL.format("a")]
+
+
+def test_the_search_is_never_seeded_with_a_kernel_found_wrong_on_its_matrix(tmp_path: Path, card: MatrixCard) -> None:
+    """The search's seeds and the best known it quotes leave out a kernel found wrong on the matrix, under every
+    architecture (written by hand here: its best rows outlived the finding; it is the fastest, and of the search's
+    own architecture and regime); on another matrix the same text still seeds. Killed mutations: the seeds not
+    filtered; filtered on the quoted row only."""
+    from sparserl.kernels.contract import Op
+    from sparserl.search.run import _known
+
+    other = replace(card, fingerprint="c" * 32)
+    with BestStore(tmp_path / "s.db") as st:
+        st.add_matrix(card, "banded")
+        st.add_matrix(other, "other")
+        st.record(verified(card, 10.0, "w", arch="sm_90"))
+        st.record(verified(card, 12.0, "w", arch="sm_100"))
+        st.record(verified(card, 20.0, "a", arch="sm_90", regime="warm"))
+        st.record(verified(card, 10.0, "w", fingerprint=other.fingerprint))
+        _plant_found_wrong(st, card.fingerprint, W)
+        row, seeds = _known(st, card.fingerprint, Op.SPMV, None, "cold", "sm_90")
+        assert row.text == KERNEL.format("a") and [t for _, t in seeds] == [KERNEL.format("a")]
+        assert _known(st, card.fingerprint, Op.SPMV, None, "cold", "sm_100") == (row, seeds)
+        assert [t for _, t in _known(st, other.fingerprint, Op.SPMV, None, "cold", "sm_90")[1]] == [W]
+        st.retract(**_key(card.fingerprint, regime="warm"), text=KERNEL.format("a"))
+        assert _known(st, card.fingerprint, Op.SPMV, None, "cold", "sm_90") == (None, [])

@@ -142,8 +142,10 @@ def _known(store: BestStore, fingerprint: str, op: Op, k: int | None, regime: st
            arch: str | None = None) -> tuple[Any, list]:
     """The store's best row for this matrix (this GPU architecture, harness version and regime preferred: the
     report quotes its speedup as the best known) and the (id, text) seeds it gives: its best kernel on every
-    architecture, those first, fastest first."""
-    rows = store.best(fingerprint=fingerprint, op=op.value, k=k)
+    architecture, those first, fastest first. A kernel found wrong on this matrix (:meth:`BestStore.retract`) is
+    neither, under any key."""
+    wrong = store.found_wrong(fingerprint, op.value, k)
+    rows = [r for r in store.best(fingerprint=fingerprint, op=op.value, k=k) if r.kernel_sha not in wrong]
     if not rows:
         return None, []
     hv = harness_version()
