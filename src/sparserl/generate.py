@@ -43,8 +43,8 @@ from sparserl.request.library import library_texts
 from sparserl.request.report import KernelReport, prepare_out
 from sparserl.request.second_look import PASSES, SecondLook, SecondLookFailed, dropped_note, look_again
 from sparserl.search.loop import SearchConfig, SearchResult, search_summary
-from sparserl.search.run import (SearchJob, open_proposer, retract_found_wrong, search_after_sampling,
-                                 search_candidates)
+from sparserl.search.run import (SearchJob, open_proposer, retract_found_wrong, retracting_found_wrong,
+                                 search_after_sampling, search_candidates)
 from sparserl.search.store import open_store
 
 if TYPE_CHECKING:
@@ -240,15 +240,13 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
     if cfg.search:  # more candidates from a search (the samples enter it as evaluated)
         searched = search_after_sampling(ctx, job, ev, proposer, samples, out, asdict(cfg))
         pool.add(search_candidates(searched))
-    try:
+
+    def retract() -> int:  # the search after the samples wrote to a store: the kernels found wrong leave it
+        with open_store(job.store) as store:
+            return retract_found_wrong(store, ctx, pool, cfg.regime)
+
+    with retracting_found_wrong(pool, retract if cfg.search else None):
         best, look = _look(cfg, ctx, ev, pool, notes)
-    finally:  # found wrong is found wrong, whether or not a kernel is handed back
-        if pool.found_wrong and cfg.search:  # the search after the samples wrote to a store: they leave it
-            store = open_store(job.store)
-            try:
-                retract_found_wrong(store, ctx, pool, cfg.regime)
-            finally:
-                store.close()
     if pool.dropped:
         notes.append(dropped_note(pool))
     return Choice(best, pool, tuple(samples), searched, tuple(notes), look)

@@ -289,10 +289,17 @@ def test_the_look_runs_before_the_evaluator_a_request_made_is_closed(tmp_path, m
     assert rep.second_look is None  # killed by: the search's report ignoring --retime
 
 
+def _stored_text(tmp_path, sha: str) -> str:
+    from sparserl.search.store import BestStore
+
+    with BestStore(tmp_path / "best.sqlite") as st:
+        return st.kernel_text(sha)
+
+
 def test_a_kernel_found_wrong_leaves_the_store_the_search_wrote(tmp_path):
     """The search stores every verified candidate by its first evaluation; one the second look finds wrong on fresh
     inputs is retracted, and the store's best is the next (killed by: the retraction not called, which left the
-    wrong kernel the store's best for `tune` and the next search)."""
+    wrong kernel the store's best for `tune` and the next search); the store remembers it found wrong, and why."""
     from sparserl.matrices import save_matrix
     from sparserl.matrices.card import matrix_card
     from sparserl.search.loop import SearchConfig
@@ -322,8 +329,12 @@ def test_a_kernel_found_wrong_leaves_the_store_the_search_wrote(tmp_path):
         rows = st.best(fingerprint=matrix_card(generate("banded", 300, seed=1)).fingerprint)
         texts = {normalised(t) for t in (r.text for r in rows)}
         results = st.results(fingerprint=rows[0].fingerprint)
+        found = st.db.execute("SELECT kernel_sha, reason FROM found_wrong").fetchall()
     assert wrong not in texts and rows[0].time_us == 21.0
     assert len(results) == res.store_writes - 1
+    # remembered as found wrong, with the second look's verdict (killed by: the reason not passed on)
+    assert [(normalised(_stored_text(tmp_path, f["kernel_sha"])), f["reason"]) for f in found] == \
+        [(wrong, "incorrect when evaluated again (incorrect (double))")]
 
 
 def test_generate_takes_a_sample_found_wrong_out_of_the_store_its_search_wrote(tmp_path):
@@ -347,3 +358,83 @@ def test_generate_takes_a_sample_found_wrong_out_of_the_store_its_search_wrote(t
             shas = {r.kernel_sha for r in st.results()}
         texts = [t for t in ev.submitted if same(t, KERNELS[0])]
         assert texts and not any(kernel_sha(t) in shas for t in texts), fallback
+
+
+def _wrong_when_evaluated_again(text: str, seen: dict) -> float | None:
+    """Every kernel correct at first (20 us and up, by first appearance), wrong every time after."""
+    key = normalised(text)
+    seen[key] = seen.get(key, 0) + 1
+    return 20.0 + len(seen) if seen[key] == 1 else None
+
+
+def _failing_retraction(monkeypatch):
+    from sparserl.search.store import BestStore
+    from sparserl.search.store_backends import StoreError
+
+    calls = []
+
+    def retract(self, *args, **kw):
+        calls.append(args)
+        raise StoreError(f"best-known store {self.path}: retracting a kernel: disk I/O error")
+
+    monkeypatch.setattr(BestStore, "retract", retract)
+    return calls
+
+
+def test_a_store_failing_to_retract_does_not_hide_why_the_look_failed(tmp_path, monkeypatch, caplog):
+    """The search's second look drops every kernel (SecondLookFailed) and the retraction after it fails too: the
+    look's error is the one raised and the store's is logged; after a look that handed a kernel back, the store's
+    failure is the search's error (killed by: the retraction in a bare ``finally``, whose error replaced the look's;
+    the store's error swallowed after a look that returned)."""
+    import logging
+
+    from sparserl.matrices import save_matrix
+    from sparserl.search.loop import SearchConfig
+    from sparserl.search.run import SearchJob, search_matrix
+    from sparserl.search.store_backends import StoreError
+
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    calls = _failing_retraction(monkeypatch)
+    seen: dict = {}
+    job = SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=4, seed=0, cost_model="none"),
+                    store=str(tmp_path / "best.sqlite"), out=str(tmp_path / "s"))
+    with caplog.at_level(logging.ERROR, logger="sparserl.search.run"):
+        with pytest.raises(SecondLookFailed):
+            search_matrix(job, evaluator=FakeTimingDouble(lambda t: _wrong_when_evaluated_again(t, seen)))
+    assert calls and any("disk I/O error" in r.getMessage() and "may stay in the best-known store" in r.getMessage()
+                         for r in caplog.records)
+    order: dict[str, int] = {}
+    count: dict[str, int] = {}
+
+    def one_wrong(text: str):  # the fastest at first is wrong when evaluated again; the rest hold
+        key = normalised(text)
+        n = order.setdefault(key, len(order))
+        count[key] = count.get(key, 0) + 1
+        return (5.0 if count[key] == 1 else None) if n == 0 else 20.0 + n
+
+    job = SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=4, seed=0, cost_model="none"),
+                    store=str(tmp_path / "best.sqlite"), out=str(tmp_path / "t"))
+    with pytest.raises(StoreError, match="disk I/O error"):
+        search_matrix(job, evaluator=FakeTimingDouble(one_wrong))
+
+
+def test_generate_keeps_why_the_look_failed_when_the_store_fails_to_retract(tmp_path, monkeypatch, caplog):
+    """generate --search: every kernel dropped (SecondLookFailed, no library fallback) and the retraction failing
+    beside it: the look's error is raised, the store's logged (killed by: the retraction in a bare ``finally``)."""
+    pytest.importorskip("torch")
+    import logging
+
+    from sparserl.generate import GenerateConfig, generate_kernel
+    from sparserl.matrices import save_matrix
+    from tests.eval.test_generate import FixedSampler
+
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    calls = _failing_retraction(monkeypatch)
+    seen: dict = {}
+    cfg = GenerateConfig(matrix=str(tmp_path / "a.mtx"), samples=1, search=2, store=str(tmp_path / "best.sqlite"),
+                         out=str(tmp_path / "g"), library_fallback=False)
+    with caplog.at_level(logging.ERROR, logger="sparserl.search.run"):
+        with pytest.raises(SecondLookFailed):
+            generate_kernel(cfg, evaluator=FakeTimingDouble(lambda t: _wrong_when_evaluated_again(t, seen)),
+                            policy=FixedSampler(KERNELS[:1]))
+    assert calls and any("disk I/O error" in r.getMessage() for r in caplog.records)

@@ -18,7 +18,11 @@ harness's memo), one at a time and every other pass in the reverse order.
   all; then :class:`SecondLookFailed` (``generate`` tries the library's kernels next, when it may).
 
 A kernel dropped as wrong on fresh inputs is retracted from the best-known store the request wrote to
-(:func:`sparserl.search.run.retract_found_wrong`); the search's trace and summary keep the first evaluations.
+(:func:`sparserl.search.run.retract_found_wrong`): its results on the matrix go under every key, and the store
+remembers it found wrong there, with this look's verdict, so that it is neither recorded for the matrix again
+nor offered for it (:meth:`sparserl.search.store.BestStore.retract`). The search's trace and summary keep the
+first evaluations. When the look fails, a store that fails to retract beside it is logged, and the look's error
+is the one raised.
 """
 
 from __future__ import annotations

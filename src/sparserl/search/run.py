@@ -14,10 +14,13 @@ already evaluated, N more candidates are searched, and generate chooses among al
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +31,7 @@ from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.templates.library import variant_point
 from sparserl.model.config import POLICY_TEMPERATURE
-from sparserl.request.candidates import Candidate, CandidatePool, Origin
+from sparserl.request.candidates import Candidate, CandidatePool, Origin, normalised
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
 from sparserl.request.report import KernelReport, prepare_out
@@ -235,18 +238,43 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
 
 
 def retract_found_wrong(store, ctx: MatrixContext, pool: CandidatePool, regime: str) -> int:
-    """Take the kernels a second look found wrong on fresh inputs out of ``store`` (their results under the
-    matrix, op, k, architecture, regime and harness version they were verified with); returns how many results
-    went. A kernel the store never held (a sample a search did not record) goes nowhere."""
+    """Take the kernels a second look found wrong on fresh inputs out of ``store`` (:meth:`BestStore.retract`: their
+    results on the matrix, op and k under every architecture, regime and harness version, and the found-wrong
+    record that keeps them out, with the architecture, regime and harness version they were verified with and the
+    second look's verdict); returns how many results went. A kernel the store never held (a sample a search did
+    not record) leaves no result, but is remembered as found wrong all the same."""
     n = 0
     for c in pool.found_wrong:
         r = c.result
         n += store.retract(ctx.card.fingerprint, ctx.op.value, ctx.k, r.arch or "unknown", regime,
-                           str(r.harness_version), c.text)
+                           str(r.harness_version), c.text,
+                           reason=pool.dropped.get(normalised(c.text), "found wrong when evaluated again"))
     if n:
         log.warning("%d result(s) of kernels found wrong when evaluated again were taken out of the best-known store",
                     n)
     return n
+
+
+@contextlib.contextmanager
+def retracting_found_wrong(pool: CandidatePool, retract: Callable[[], Any] | None):
+    """Around a second look: afterwards, when ``pool`` holds kernels found wrong, ``retract()`` (which takes them
+    out of the store the request wrote to, :func:`retract_found_wrong`; None: no store was written), whether or
+    not the look raised: found wrong is found wrong, whether or not a kernel is handed back. When the look
+    raised (every kernel dropped, an interrupt), its exception is the one that propagates, and a retraction
+    that fails beside it (a store that cannot be reached) is logged; after a look that returned, a failed
+    retraction is the request's error."""
+    try:
+        yield
+    except BaseException:
+        if retract is not None and pool.found_wrong:
+            try:
+                retract()
+            except SparseRLError as exc:
+                log.error("the kernels found wrong when evaluated again may stay in the best-known store (not "
+                          "retracted: %s)", exc)
+        raise
+    if retract is not None and pool.found_wrong:
+        retract()
 
 
 def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict, evaluator=None,
@@ -254,7 +282,8 @@ def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict,
     """The search's kernel and its report (``config``: the run's settings, recorded), written to
     ``out`` (the trace is there already); raises SparseRLError when no candidate is usable. With an
     ``evaluator`` and ``retime`` passes, the kernel is chosen by a second look
-    (:mod:`sparserl.request.second_look`)."""
+    (:mod:`sparserl.request.second_look`), and the kernels it finds wrong leave ``store``
+    (:func:`retracting_found_wrong`: when the look fails, its error is raised and the store's, if any, logged)."""
     pool = CandidatePool(ctx, timed=res.timed)
     pool.add(search_candidates(res))
     best = pool.best()
@@ -262,11 +291,9 @@ def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict,
         what = "correct" if res.timed else "compiling"
         raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "
                             f"({pool.kinds()}); the trace is in {out / 'trace.jsonl'}")
-    try:
+    with retracting_found_wrong(pool, partial(retract_found_wrong, store, ctx, pool, res.regime)
+                                if store is not None else None):
         best, look = look_again(pool, evaluator, best, res.regime, retime) if evaluator is not None else (best, None)
-    finally:  # found wrong is found wrong, whether or not a kernel is handed back
-        if store is not None and pool.found_wrong:
-            retract_found_wrong(store, ctx, pool, res.regime)
     rep = KernelReport.of(ctx, best, pool, [c.result for c in pool.candidates], "candidates evaluated", config,
                           res.seconds + (look.seconds if look is not None else 0.0), search=search_summary(res),
                           second_look=look, notes=[dropped_note(pool)] if pool.dropped else [])
