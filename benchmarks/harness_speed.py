@@ -1,10 +1,11 @@
 """The harness's evaluation speed, the sequential path and the batched one side by side in one run.
 
 For each matrix (generated families at ``--rows`` rows, SuiteSparse files from a folder), a fixed set
-of library SpMV kernels is evaluated by two evaluators, the sequential path
-(``SpeedConfig.classic()``: one launch, one synchronisation and one host-side check at a time, 41
-cold runs, fixed time limits) and the batched one (the default), one after the other so only one
-worker uses the GPU at a time. Candidates are submitted as a search does (a few in flight, the best
+of library SpMV kernels is evaluated by one evaluator per path of ``--paths`` (by default two: the
+sequential path, ``SpeedConfig.classic()``: one launch, one synchronisation and one host-side check
+at a time, 41 cold runs, fixed time limits, and the batched one, the default; ``unstaged`` is the
+batched path without the page-locked staging buffer), one after the other so only one worker uses
+the GPU at a time. Candidates are submitted as a search does (a few in flight, the best
 time so far noted with the evaluator, so the batched path stops hopeless ones early). Compiles are
 cached before either path runs; matrices, conversions and cuSPARSE baselines are each path's own.
 

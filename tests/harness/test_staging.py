@@ -112,29 +112,57 @@ def test_the_buffer_grows_only_when_a_conversion_does_not_fit_and_never_past_its
 
 
 def test_a_damaged_or_short_folder_is_an_error_not_a_partial_conversion(tmp_path) -> None:
-    """A conversion file cut short is a ValueError (the worker then converts for itself), read into
-    the buffer or not; a refusal comes back as its message. Kills a short read that leaves the
-    buffer's old bytes in an array."""
+    """A conversion file cut short, or longer than its header says, is a ValueError (the worker then
+    converts for itself), read into the buffer or not; a refusal comes back as its message. Kills a
+    short read that leaves the buffer's old bytes in an array, and a file whose header and data
+    disagree taken for a conversion."""
     A = generate("banded", 2000, seed=4)
     fd = preconvert.convert_pattern(A, "COO", {})
     preconvert.save(fd, tmp_path / "coo")
     path = tmp_path / "coo" / "1.npy"
-    path.write_bytes(path.read_bytes()[:-4])
+    whole = path.read_bytes()
     st = FakeDevice().staging()
-    with pytest.raises(ValueError, match="shorter"):
-        st.load(tmp_path / "coo")
-    with pytest.raises(ValueError, match="shorter"):
-        preconvert.load(tmp_path / "coo")
+    for damaged in (whole[:-4], whole + b"\0" * 4):
+        path.write_bytes(damaged)
+        with pytest.raises(ValueError, match="header says"):
+            st.load(tmp_path / "coo")
+        with pytest.raises(ValueError, match="header says"):
+            preconvert.load(tmp_path / "coo")
     preconvert.save("DIA would store too much", tmp_path / "refused")
     assert st.load(tmp_path / "refused") == "DIA would store too much"
+
+
+def test_copies_under_way_are_waited_for_even_when_a_later_array_fails(tmp_path) -> None:
+    """Device memory running out for the second array of a conversion raises, but only after the
+    first array's copy from the buffer has been waited for (the buffer is reused next); the same
+    folder then loads bit for bit. Kills a wait that only a successful load reaches."""
+    A = generate("banded", 3000, seed=6)
+    fd = preconvert.convert_pattern(A, "COO", {})
+    preconvert.save(fd, tmp_path / "coo")
+    dev = FakeDevice()
+    st = dev.staging()
+    calls = []
+
+    def empty_then_out_of_memory(shape, dtype):
+        calls.append(shape)
+        if len(calls) == 2:
+            raise MemoryError("out of device memory")
+        return np.empty(shape, dtype)
+
+    st._empty = empty_then_out_of_memory
+    with pytest.raises(MemoryError):
+        st.load(tmp_path / "coo")
+    assert dev.pending == [] and dev.waits == 1
+    st._empty = np.empty
+    _, arrays = st.load(tmp_path / "coo")
+    assert all(np.array_equal(_bits(arrays[n]), _bits(fd.arrays[n])) for n in fd.arrays)
 
 
 @pytest.mark.gpu
 def test_on_the_gpu_a_loaded_conversion_is_what_cupy_uploads(tmp_path) -> None:
     """GPU: through a real page-locked buffer, a saved conversion and in-memory arrays reach the
     device bit for bit as ``cupy.asarray`` puts them there, the buffer made once for both and still
-    right for a third upload after them. Kills a copy from the wrong address or size, and a wait on
-    another stream than the copies'."""
+    right for a third upload after them. Kills a copy from the wrong address or size."""
     cp = pytest.importorskip("cupy")
     try:
         cp.cuda.runtime.getDeviceCount()

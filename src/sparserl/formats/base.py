@@ -57,7 +57,9 @@ class FormatData:
     sizes: dict[str, int]
     """Integer size arguments, in the contract's order."""
     arrays: dict[str, np.ndarray]
-    """Host arrays (int32 / float32, C-contiguous), in the contract's order."""
+    """Host arrays (int32 / float32, C-contiguous), in the contract's order; in a conversion made
+    :meth:`metadata_only` (its arrays on the device alone), zero-stride stand-ins of their dtypes and
+    lengths that hold no values (``dataclasses.replace`` refuses them: make a conversion anew)."""
     convert_seconds: float = 0.0
     """Host wall time the conversion took, in seconds."""
     extra: dict[str, object] = field(default_factory=dict)

@@ -58,6 +58,8 @@ class DeviceMatrix:
     """A converted matrix resident on the GPU (upload once, launch many times)."""
 
     data: FormatData
+    """The conversion's sizes and layout; its host arrays may be stand-ins without values
+    (:meth:`FormatData.metadata_only`, the batched path's uploads): read values from ``arrays``."""
     arrays: dict[str, Any]  # cupy arrays in contract order
 
     @classmethod

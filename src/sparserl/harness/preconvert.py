@@ -88,7 +88,8 @@ ALIGN = 256
 
 def _npy_layout(f) -> tuple[np.dtype, tuple[int, ...]]:
     """The dtype and shape of the ``.npy`` file open at ``f``, left at its first data byte; ValueError
-    for what :func:`save` never writes (another version's header, Fortran order, objects)."""
+    for what :func:`save` never writes (another version's header, Fortran order, objects, a negative
+    dimension, data of another length than the header says)."""
     version = np.lib.format.read_magic(f)
     if version == (1, 0):
         shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -98,10 +99,16 @@ def _npy_layout(f) -> tuple[np.dtype, tuple[int, ...]]:
         raise ValueError(f"unexpected .npy version {version}")
     if fortran and len(shape) > 1 or dtype.hasobject or not dtype.isnative:
         raise ValueError(f"unexpected .npy layout: {dtype}, Fortran order {fortran}")
-    return dtype, tuple(int(d) for d in shape)
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"unexpected .npy shape {shape}")
+    data = os.fstat(f.fileno()).st_size - f.tell()
+    if data != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        raise ValueError(f"{data} bytes of data where the header says {shape} of {dtype}")
+    return dtype, shape
 
 
-def load(folder: Path, buffer_for=None) -> FormatData | str:
+def load(folder: Path, buffer_for=None, on_read=None) -> FormatData | str:
     """What :func:`save` wrote: the conversion, or the refusal message. Raises OSError or ValueError
     when the folder is missing or damaged.
 
@@ -109,7 +116,8 @@ def load(folder: Path, buffer_for=None) -> FormatData | str:
     staging memory) of at least ``nbytes``, or None: the arrays are then read straight into it, one
     after another at :data:`ALIGN`-byte offsets, and the conversion's arrays are views of it (valid
     for as long as the buffer's owner keeps it); with None, or no ``buffer_for``, each array gets
-    memory of its own, as ``np.load`` gives."""
+    memory of its own, as ``np.load`` gives. ``on_read(name, array)``, when given, is called with each
+    array as soon as it is read (before the next is)."""
     meta = json.loads((folder / "meta.json").read_text())
     if "refused" in meta:
         return str(meta["refused"])
@@ -128,6 +136,8 @@ def load(folder: Path, buffer_for=None) -> FormatData | str:
             if _read_into(f, raw) != nbytes:
                 raise ValueError(f"damaged conversion in {folder}: {name} is shorter than its header says")
             arrays[name] = raw.view(dtype).reshape(shape)
+            if on_read is not None:
+                on_read(name, arrays[name])
     try:
         return FormatData(format=meta["format"], params=dict(meta["params"]), shape=tuple(meta["shape"]),
                           nnz=int(meta["nnz"]), sizes=dict(meta["sizes"]), arrays=arrays,

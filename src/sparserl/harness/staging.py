@@ -8,10 +8,10 @@ nearly every first use of a format, so :class:`PinnedStaging` keeps one page-loc
 grown (by doubling, up to ``cap_bytes``) only when a conversion does not fit, and
 
 * :meth:`PinnedStaging.load` reads a caller's conversion folder (:mod:`sparserl.harness.preconvert`)
-  straight into it, so the file's bytes are copied once on the host, not three times (into a
-  NumPy array, into a pinned block, to the device), and the device copy of one array runs while
-  the next is read;
-* :meth:`PinnedStaging.upload` does the same for arrays already in memory (one host copy).
+  straight into it, so the file's bytes are copied once on the host, not twice (into a NumPy
+  array, into a pinned block) before the device copy, and each array's device copy is enqueued
+  as soon as it is read, so it runs while the next is read;
+* :meth:`PinnedStaging.upload` does the same for arrays already in memory (one host copy each).
 
 Both wait for their copies before they return: the buffer is then free for the next. The host
 conversion they return holds stand-ins for its arrays (:meth:`FormatData.metadata_only`), since its
@@ -67,7 +67,7 @@ class PinnedStaging:
 
     def _buffer_for(self, nbytes: int) -> np.ndarray | None:
         """The buffer, grown first when ``nbytes`` does not fit; None past ``cap_bytes``."""
-        if nbytes > self.cap_bytes:
+        if nbytes <= 0 or nbytes > self.cap_bytes:
             return None
         if self._buffer is None or self._buffer.size < nbytes:
             size = max(-(-nbytes // FIRST_BYTES) * FIRST_BYTES, 2 * self.nbytes)
@@ -76,8 +76,8 @@ class PinnedStaging:
             try:
                 self._buffer, self._keep = self._allocate(size)
             except Exception as exc:  # host memory short: page-locking is an optimisation, not a need
-                log.warning("could not page-lock %.2f GiB of host memory for uploads (%s); copying from pageable "
-                            "memory from now on", size / 2**30, exc)
+                log.warning("could not page-lock %.2f GiB of host memory for uploads (%s); copying as "
+                            "cupy.asarray copies from now on", size / 2**30, exc)
                 self.cap_bytes = 0
                 return None
             self.grown += 1
@@ -86,7 +86,9 @@ class PinnedStaging:
     def load(self, folder: Path) -> tuple[FormatData, dict[str, Any]] | str:
         """The conversion :func:`preconvert.save` left in ``folder`` on the device: its host side
         (stand-ins for its arrays) and its device arrays by name, or the converter's refusal message.
-        Raises OSError or ValueError as :func:`preconvert.load` does."""
+        Each array's copy is enqueued as soon as it is read, so it runs while the next is read.
+        Raises OSError or ValueError as :func:`preconvert.load` does (the copies enqueued are waited
+        for first, whatever is raised)."""
         with self._lock:
             staged: list[bool] = []
 
@@ -95,43 +97,46 @@ class PinnedStaging:
                 staged.append(got is not None)
                 return got
 
-            fd = preconvert.load(folder, buffer_for)
+            out: dict[str, Any] = {}
+            try:
+                fd = preconvert.load(folder, buffer_for, on_read=lambda name, a: self._add(out, name, a))
+            finally:
+                self._wait()
             if isinstance(fd, str):
                 return fd
-            if not staged[0]:
-                log.info("a conversion of %.1f GiB is past the staging buffer's cap; copied without it",
+            if not staged[0] and self.cap_bytes > 0 and fd.nbytes > 0:
+                log.info("a conversion of %.1f GiB is past the staging buffer's cap; copied as cupy.asarray copies",
                          fd.nbytes / 2**30)
-            return fd.metadata_only(), self._to_device(fd.arrays)
+            return fd.metadata_only(), out
 
     def upload(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-        """``arrays`` on the device, by name, each copied once into the buffer and from there."""
+        """``arrays`` on the device, by name, each copied once into the buffer and from there (its
+        device copy enqueued before the next is copied into the buffer), all waited for."""
         with self._lock:
             sizes = [-(-a.nbytes // preconvert.ALIGN) * preconvert.ALIGN for a in arrays.values()]
             buffer = self._buffer_for(sum(sizes))
-            if buffer is None:
-                return self._to_device(arrays)
-            at, views = 0, {}
-            for (name, a), size in zip(arrays.items(), sizes):
-                raw = buffer[at:at + a.nbytes]
-                raw[...] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-                views[name] = raw.view(a.dtype).reshape(a.shape)
-                at += size
-            return self._to_device(views)
+            out: dict[str, Any] = {}
+            try:
+                at = 0
+                for (name, a), size in zip(arrays.items(), sizes):
+                    if buffer is not None:
+                        raw = buffer[at:at + a.nbytes]
+                        raw[...] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+                        a = raw.view(a.dtype).reshape(a.shape)
+                    self._add(out, name, a)
+                    at += size
+            finally:
+                self._wait()
+            return out
 
-    def _to_device(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-        """Each array copied into new device memory: from the buffer, enqueued and waited for;
-        from elsewhere (past the cap), as ``cupy.asarray`` copies."""
-        out = {}
-        try:
-            for name, a in arrays.items():
-                if self._in_buffer(a):
-                    out[name] = self._empty(a.shape, a.dtype)
-                    self._copy(out[name], a)
-                else:
-                    out[name] = self._asarray(a)
-        finally:
-            self._wait()
-        return out
+    def _add(self, out: dict[str, Any], name: str, a: np.ndarray) -> None:
+        """``a`` copied into new device memory ``out[name]``: from the buffer, enqueued (the caller
+        waits); from elsewhere (past the cap), as ``cupy.asarray`` copies."""
+        if self._in_buffer(a):
+            out[name] = self._empty(a.shape, a.dtype)
+            self._copy(out[name], a)
+        else:
+            out[name] = self._asarray(a)
 
     def _in_buffer(self, a: np.ndarray) -> bool:
         if self._buffer is None or a.nbytes == 0:
