@@ -85,6 +85,17 @@ def test_no_correct_candidate_is_an_error_with_the_trace_kept(mtx: Path, tmp_pat
         assert st.counts()["results"] == 0
 
 
+def test_a_missing_matrix_file_fails_before_the_store_is_opened(tmp_path: Path) -> None:
+    """``search absent.mtx --store NEW`` says the file is missing and leaves no store behind (nor
+    migrates an old one first). Kills the check moved after ``open_store``."""
+    from sparserl.errors import MatrixError
+
+    with pytest.raises(MatrixError, match="absent.mtx: no such file"):
+        search_matrix(SearchJob(matrix=str(tmp_path / "absent.mtx"), search=SearchConfig(budget=1),
+                                store=str(tmp_path / "new.sqlite"), out=str(tmp_path / "out")))
+    assert not (tmp_path / "new.sqlite").exists() and not (tmp_path / "out").exists()
+
+
 def test_benchmark_oracle_and_ratio(tmp_path: Path, monkeypatch) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:

@@ -41,7 +41,7 @@ from sparserl.errors import MatrixError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_INT32", "canonicalize", "csr_from_sorted_parts", "load_matrix", "save_matrix"]
+__all__ = ["MAX_INT32", "canonicalize", "check_matrix_path", "csr_from_sorted_parts", "load_matrix", "save_matrix"]
 
 MAX_INT32 = 2**31 - 1
 """Largest dimension and nonzero count of a canonical matrix (int32 indices and indptr)."""
@@ -215,6 +215,22 @@ def matrices_in(folder: str | os.PathLike[str]) -> list[Path]:
     return sorted(f for f in Path(folder).iterdir() if f.is_file() and _suffix(f) is not None)
 
 
+def check_matrix_path(path: str | Path) -> Path:
+    """``path`` as a Path when it names a matrix file that exists (by its extension: .mtx, .mtx.gz,
+    .npz), else MatrixError in one line: what :func:`load_matrix` checks before it reads, for a
+    command that has other work to do first (opening a store) and should fail before it."""
+    p = Path(path)
+    if p.is_dir():
+        raise MatrixError(f"{p}: a folder, not a matrix file (.mtx, .mtx.gz or .npz)")
+    if _suffix(p) is None:
+        raise MatrixError(f"{p}: unknown matrix file extension; expected .mtx, .mtx.gz or .npz")
+    if not p.exists():
+        raise MatrixError(f"{p}: no such file")
+    if not p.is_file():
+        raise MatrixError(f"{p}: not a regular file")
+    return p
+
+
 def load_matrix(path: str | os.PathLike[str]) -> sp.csr_array:
     """Read a ``.mtx``, ``.mtx.gz`` or ``.npz`` file into a canonical ``csr_array``.
 
@@ -225,16 +241,8 @@ def load_matrix(path: str | os.PathLike[str]) -> sp.csr_array:
         MatrixError: for any unreadable or invalid file, with a one-line message naming the file
             (and the line, where the problem is tied to one).
     """
-    p = Path(path)
+    p = check_matrix_path(path)
     suffix = _suffix(p)
-    if p.is_dir():
-        raise MatrixError(f"{p}: a folder, not a matrix file (.mtx, .mtx.gz or .npz)")
-    if suffix is None:
-        raise MatrixError(f"{p}: unknown matrix file extension; expected .mtx, .mtx.gz or .npz")
-    if not p.exists():
-        raise MatrixError(f"{p}: no such file")
-    if not p.is_file():
-        raise MatrixError(f"{p}: not a regular file")
     if suffix == ".npz":
         A = _load_npz(p)
     else:

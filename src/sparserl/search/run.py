@@ -30,6 +30,7 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.kernels.contract import Op
 from sparserl.kernels.templates.library import variant_point
+from sparserl.matrices.io import check_matrix_path
 from sparserl.model.config import POLICY_TEMPERATURE
 from sparserl.request.candidates import Candidate, CandidatePool, Origin, normalised
 from sparserl.request.context import MatrixContext
@@ -211,7 +212,9 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
     ``context``: the job's matrix loaded already (its card and features kept), for a caller that
     runs several jobs on one matrix."""
     select_templates(Op(job.op), job.search.templates)  # an unknown name fails before any work
-    store = open_store(job.store)  # so does a store from a newer version
+    if context is None:
+        check_matrix_path(job.matrix)  # so does a missing matrix file, before the store is opened
+    store = open_store(job.store)  # and a store from a newer version
     try:
         ctx = MatrixContext.reuse_or_load(context, job.matrix, job.op, job.k)
         out = Path(job.out or f"runs/search/{ctx.name}")
