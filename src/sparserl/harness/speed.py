@@ -76,9 +76,10 @@ class SpeedConfig:
     at 1M rows takes about 7 ms of the harness's own work (docs/harness.md), 70 times less; a kernel
     whose first launch shows it hopeless then stops after that launch instead of running on."""
 
-    staging_bytes: int = 2 << 30
+    staging_bytes: int = 0
     """Page-locked host buffer a worker keeps for uploading conversions, at most this many bytes
-    (:mod:`sparserl.harness.staging`); 0: every upload through CuPy's pinned pool, as
+    (:mod:`sparserl.harness.staging`; ``staging.CAP_BYTES``, 2 GiB, is its intended size); 0 (the
+    default until its speed is measured on a GPU): every upload through CuPy's pinned pool, as
     ``cupy.asarray`` does (a page-locked block per new size, kept)."""
 
     contender_scale: float = 100.0

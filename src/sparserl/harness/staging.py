@@ -34,7 +34,9 @@ from sparserl.harness import preconvert
 log = logging.getLogger(__name__)
 
 CAP_BYTES = 2 << 30
-"""The largest page-locked buffer a worker keeps by default (``SpeedConfig.staging_bytes``)."""
+"""The largest page-locked buffer a worker keeps when the buffer is on (``SpeedConfig.staging_bytes``,
+0 by default until its speed is measured on a GPU; ``benchmarks/harness_speed.py --paths
+batched,staged`` times both)."""
 FIRST_BYTES = 64 << 20
 """The buffer's size when it is first made (or the first need, rounded up to a multiple of this)."""
 
