@@ -438,3 +438,39 @@ def test_generate_keeps_why_the_look_failed_when_the_store_fails_to_retract(tmp_
             generate_kernel(cfg, evaluator=FakeTimingDouble(lambda t: _wrong_when_evaluated_again(t, seen)),
                             policy=FixedSampler(KERNELS[:1]))
     assert calls and any("disk I/O error" in r.getMessage() for r in caplog.records)
+
+
+def test_every_layout_of_a_kernel_found_wrong_is_retracted_and_any_store_error_stays_beside_the_look_s():
+    """The pool takes texts that differ in whitespace only for one kernel, the store keys them by the exact text:
+    a kernel found wrong leaves the store under each layout the pool held (killed by: the found-wrong text alone
+    retracted). A retraction failing with an error the store did not wrap (its driver's OSError) beside a look
+    that raised leaves the look's error the one raised (killed by: only SparseRLError caught there)."""
+    from types import SimpleNamespace
+
+    from sparserl.search.run import retract_found_wrong, retracting_found_wrong
+
+    text = "FORMAT: CSR\nextern \"C\" __global__ void k() {}\n"
+    layout = text.replace("void k", "void  k")
+    other = "FORMAT: COO\nextern \"C\" __global__ void j() {}\n"
+    res = SimpleNamespace(arch="sm_90", harness_version="h1")
+    found = SimpleNamespace(text=text, result=res)
+    pool = SimpleNamespace(found_wrong=[found], dropped={normalised(text): "wrong: y differs"},
+                           candidates=[found, SimpleNamespace(text=layout, result=res),
+                                       SimpleNamespace(text=other, result=res)])
+    calls = []
+
+    class Store:
+        def retract(self, *key, reason):
+            calls.append((key[-1], reason))
+            return 1
+
+    ctx = SimpleNamespace(card=SimpleNamespace(fingerprint="f"), op=SimpleNamespace(value="spmv"), k=None)
+    assert retract_found_wrong(Store(), ctx, pool, "cold") == 2
+    assert sorted(t for t, _ in calls) == sorted([text, layout]) and {r for _, r in calls} == {"wrong: y differs"}
+
+    def broken():
+        raise OSError("disk full")
+
+    with pytest.raises(ValueError, match="the look"):
+        with retracting_found_wrong(pool, broken):
+            raise ValueError("the look")

@@ -294,3 +294,29 @@ def test_benchmark_goes_on_past_a_matrix_that_cannot_run(tmp_path: Path, monkeyp
     got = json.loads(out.read_text())
     assert got["skipped"] == {"aa": "aa is too large for the GPU", "bb": "bb is too large for the GPU"}
     assert got["matrices"] == []
+
+
+def test_a_kernel_found_wrong_is_never_proposed_again_for_its_matrix(tmp_path: Path) -> None:
+    """After the store retracts the search's pick as found wrong, the next search on the matrix never submits
+    that kernel, even where it would be the fastest (a racy kernel that would pass once more), nor a copy of
+    it that differs in whitespace only; another matrix has nothing to avoid. Kills ``avoid`` not passed to the
+    search, and the texts it holds compared other than whitespace aside (the store keeps exact texts)."""
+    from sparserl.kernels.contract import Op
+    from sparserl.request.candidates import normalised as pool_normalised
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.run import search_array
+    from sparserl.search.store import harness_version
+
+    ctx = MatrixContext(generate("banded", 3000, seed=0), "m", Op.SPMV, None)
+    with BestStore(tmp_path / "s.db") as st:
+        ev = FakeTimingDouble(lambda t: 5.0)
+        search_array(ctx, SearchConfig(budget=6), ev, st)
+        wrong = ev.submitted[0]
+        assert st.retract(ctx.card.fingerprint, "spmv", None, "sm_90", "cold", harness_version(),
+                          wrong.replace("\n", "\n  ", 1)) == 0  # a layout of it is remembered, the store's row stays
+        ev2 = FakeTimingDouble(lambda t: 1.0 if pool_normalised(t) == pool_normalised(wrong) else 5.0)
+        res2 = search_array(ctx, SearchConfig(budget=6), ev2, st)
+        assert all(pool_normalised(t) != pool_normalised(wrong) for t in ev2.submitted)
+        assert pool_normalised(res2.best.proposal.text) != pool_normalised(wrong)
+        other = MatrixContext(generate("random", 3000, seed=1), "other", Op.SPMV, None)
+        assert st.found_wrong_texts(other.card.fingerprint, "spmv", None) == []

@@ -600,3 +600,33 @@ def test_the_search_is_never_seeded_with_a_kernel_found_wrong_on_its_matrix(tmp_
         assert [t for _, t in _known(st, other.fingerprint, Op.SPMV, None, "cold", "sm_90")[1]] == [W]
         st.retract(**_key(card.fingerprint, regime="warm"), text=KERNEL.format("a"))
         assert _known(st, card.fingerprint, Op.SPMV, None, "cold", "sm_90") == (None, [])
+
+
+def test_transactions_see_what_a_lock_holder_committed_whatever_the_database_default(pg_url: str,
+                                                                                   card: MatrixCard) -> None:
+    """With the database's default isolation at repeatable read, a recording that waited for a retraction of
+    its kernel under another regime still sees the found-wrong row and is refused (a snapshot taken before
+    the wait would not see it, and the kernel would become the best again). Kills the read-committed pin
+    in the PostgreSQL backend's connection."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        dbname = admin.execute("SELECT current_database()").fetchone()[0]
+        admin.execute(f'ALTER DATABASE "{dbname}" SET default_transaction_isolation = \'repeatable read\'')
+    key = _key(card.fingerprint)
+    with BestStore(pg_url) as a, BestStore(pg_url) as b:
+        with b.transaction():
+            assert b.db.execute("SHOW transaction_isolation").fetchone()["transaction_isolation"] == "read committed"
+        a.add_matrix(card, "banded")
+        a.record(verified(card, 40.0, "v"))
+        reached, go = _paused_at(a, "SELECT id, kernel_sha")  # the retraction holds the matrix's lock
+        recorded, retracted = [], []
+        r = _in_thread(lambda: a.retract(**key, text=KERNEL.format("v")), retracted)
+        assert reached.wait(60)
+        t = _in_thread(lambda: b.record(replace(verified(card, 30.0, "v"), regime="warm")), recorded)
+        time.sleep(0.5)
+        go.set()
+        r.join(60)
+        t.join(60)
+        assert retracted == [1] and recorded == [False]
+        assert a.best() == [] and a.results() == []

@@ -42,6 +42,7 @@ import math
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -325,7 +326,8 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
                known: list[tuple[str, str]] = (), proposer: Proposer | None = None,
                prior: list[tuple] = (), sink: StoreSink | None = None,
                accepts=None, trace: str | Path | IO[str] | None = None, progress: bool = True,
-               run_id: str | None = None, stop=None, ranker: Ranker | None = None) -> SearchResult:
+               run_id: str | None = None, stop=None, ranker: Ranker | None = None,
+               avoid: Iterable[str] = ()) -> SearchResult:
     """Search the kernel space for matrix ``A`` (see the module docstring).
 
     ``evaluator``: a harness :class:`~sparserl.harness.evaluator.Evaluator` (or anything with its
@@ -338,13 +340,15 @@ def run_search(A, name: str, op: Op | str, k: int | None, cfg: SearchConfig, eva
     points in a format the harness refused are never proposed again either). ``trace``: a path or an open file for
     the JSON-lines trace. ``stop``: a :class:`threading.Event`; once set, nothing new is submitted
     and the search returns when the candidates in flight have finished (stopped 'stopped').
-    ``ranker``: the order of the candidates (None: the null ranker, see :mod:`.ranker`).
+    ``ranker``: the order of the candidates (None: the null ranker, see :mod:`.ranker`). ``avoid``: texts
+    never to propose (kernels found wrong on this matrix, the store's ``found_wrong_texts``), whitespace aside.
     """
     run = _SearchRun(A, name, op, k, cfg, evaluator, card=card, proposer=proposer, sink=sink, accepts=accepts,
                      trace=trace, run_id=run_id, ranker=ranker)
     status = "failed"
     try:
         run.enter_prior(prior)
+        run.state.seen_texts |= {normalised(t) for t in avoid}  # as if proposed already: never proposed
         run.state.start(known, selector_point)
         stopped = run.submit_and_wait(progress, stop)
         status = "finished"

@@ -186,6 +186,9 @@ def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | N
         None, [])
     if known_row is not None:
         log.info("the store knows %s for this matrix: %s", ctx.name, known_row.candidate_id or known_row.kernel_sha[:12])
+    avoid = store.found_wrong_texts(card.fingerprint, ctx.op.value, ctx.k) if store is not None else []
+    if avoid:
+        log.info("%d kernel(s) found wrong on %s before are not proposed again", len(avoid), ctx.name)
     sink = None
     if store is not None:
         coords = coords_later(ctx.A)
@@ -201,7 +204,7 @@ def search_array(ctx: MatrixContext, cfg: SearchConfig, ev, store: BestStore | N
     res = run_search(ctx.A, ctx.name, ctx.op, ctx.k, cfg, ev, card=card, selector_point=_selector_point(ctx),
                      known=known, proposer=proposer, sink=sink,
                      prior=[(c.text, c.result, c.origin is Origin.MODEL_FILLED) for c in prior],
-                     accepts=accepts, trace=trace, progress=progress, stop=stop, ranker=ranker)
+                     accepts=accepts, trace=trace, progress=progress, stop=stop, ranker=ranker, avoid=avoid)
     res.known_best = known_row
     return res
 
@@ -249,9 +252,12 @@ def retract_found_wrong(store, ctx: MatrixContext, pool: CandidatePool, regime: 
     n = 0
     for c in pool.found_wrong:
         r = c.result
-        n += store.retract(ctx.card.fingerprint, ctx.op.value, ctx.k, r.arch or "unknown", regime,
-                           str(r.harness_version), c.text,
-                           reason=pool.dropped.get(normalised(c.text), "found wrong when evaluated again"))
+        key = normalised(c.text)
+        reason = pool.dropped.get(key, "found wrong when evaluated again")
+        layouts = {c.text} | {o.text for o in pool.candidates if normalised(o.text) == key}  # one kernel to the pool
+        for text in sorted(layouts):
+            n += store.retract(ctx.card.fingerprint, ctx.op.value, ctx.k, r.arch or "unknown", regime,
+                               str(r.harness_version), text, reason=reason)
     if n:
         log.warning("%d result(s) of kernels found wrong when evaluated again were taken out of the best-known store",
                     n)
@@ -272,7 +278,7 @@ def retracting_found_wrong(pool: CandidatePool, retract: Callable[[], Any] | Non
         if retract is not None and pool.found_wrong:
             try:
                 retract()
-            except SparseRLError as exc:
+            except Exception as exc:  # the store's error (or an unwrapped one of its driver) beside the look's
                 log.error("the kernels found wrong when evaluated again may stay in the best-known store (not "
                           "retracted: %s)", exc)
         raise

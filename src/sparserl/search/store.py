@@ -22,9 +22,11 @@ A kernel found wrong later (the second look before a kernel is handed back evalu
 inputs: :mod:`sparserl.request.second_look`) is retracted (:meth:`BestStore.retract`): its results on that
 matrix go under every key, the best is chosen again where it was the best, and it is remembered as found wrong
 there, so that a later search that times it correct once more (a racy kernel) does not record it again and
-nothing offers it for that matrix again (the search's seeds, ``tune``'s lookup). On PostgreSQL a retraction
-holds its matrix alone while a recording for the matrix shares it (an advisory lock): a result recorded
-meanwhile is either seen and removed, or refused.
+nothing offers it for that matrix again (the search's seeds, ``tune``'s lookup; the search does not propose its
+text, whitespace aside, again: ``found_wrong_texts``). On PostgreSQL a retraction holds its matrix alone while a
+recording for the matrix shares it (an advisory lock), and every transaction runs at READ COMMITTED whatever the
+server's default (one that waited for the lock sees what its holder committed): a result recorded meanwhile is
+either seen and removed, or refused.
 
 Tables (``SCHEMA_VERSION`` 4; version 1 is created first and migrated, see :data:`MIGRATIONS`):
 
@@ -591,6 +593,8 @@ class BestStore:
             with self.transaction():
                 db = self.db
                 db.key_lock(_matrix_lock(*matrix))
+                db.execute("INSERT INTO kernels (kernel_sha, text) VALUES (?, ?) ON CONFLICT (kernel_sha) DO NOTHING",
+                           (sha, text))  # kept, so that a search can tell the text when it is proposed again
                 db.execute("INSERT INTO found_wrong (fingerprint, op, k, kernel_sha, arch, regime, harness_version, "
                            "reason, found_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                            "ON CONFLICT (fingerprint, op, k, kernel_sha) DO NOTHING",
@@ -683,6 +687,14 @@ class BestStore:
         rows = self._rows("reading kernels found wrong", f"SELECT kernel_sha FROM found_wrong WHERE {_MATRIX}",
                           (fingerprint, op, _k(k)))
         return {r["kernel_sha"] for r in rows}
+
+    def found_wrong_texts(self, fingerprint: str, op: str, k: int | None) -> list[str]:
+        """The texts of the kernels found wrong on this matrix (those :meth:`retract` wrote since it keeps
+        them; a kernel retracted by an earlier version that the store never held has no text here)."""
+        rows = self._rows("reading kernels found wrong",
+                          "SELECT k2.text FROM found_wrong f JOIN kernels k2 ON k2.kernel_sha = f.kernel_sha "
+                          "WHERE f.fingerprint = ? AND f.op = ? AND f.k = ?", (fingerprint, op, _k(k)))
+        return [r["text"] for r in rows]
 
     def has_uids(self, uids: list[str]) -> set[str]:
         """Which of ``uids`` are recorded results."""

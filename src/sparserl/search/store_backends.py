@@ -188,7 +188,11 @@ class PostgresBackend:
         from psycopg.rows import dict_row
 
         try:
-            return psycopg.connect(self.url, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = psycopg.connect(self.url, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
+            # Whatever the server's or role's default: a transaction that waited for a matrix's lock (key_lock)
+            # must see what the holder committed, which a snapshot taken at its first statement would not.
+            conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+            return conn
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot open the best-known store {self.where}: {_first_line(exc)}") from None
         except psycopg.ProgrammingError as exc:  # a URL libpq cannot parse
