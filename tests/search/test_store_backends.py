@@ -630,3 +630,19 @@ def test_transactions_see_what_a_lock_holder_committed_whatever_the_database_def
         t.join(60)
         assert retracted == [1] and recorded == [False]
         assert a.best() == [] and a.results() == []
+
+
+def test_a_row_of_a_kernel_found_wrong_left_in_the_store_is_read_by_no_one(spec: str, card: MatrixCard) -> None:
+    """A best row and a result of a kernel found wrong that a retraction did not delete (written by hand, or by
+    an earlier version's one-key retraction) are returned by neither ``best`` nor ``results``, so no reader
+    (export's teacher rows, improve, RL, the cost model) takes them. Kills the found-wrong condition missing from the readers' filters."""
+    with BestStore(spec) as st:
+        st.add_matrix(card, "banded")
+        st.record(verified(card, 40.0, "v"))
+        st.record(verified(card, 50.0, "x"))
+        with st.transaction():
+            st.db.execute("INSERT INTO found_wrong (fingerprint, op, k, kernel_sha, arch, regime, harness_version, "
+                          "reason, found_at) VALUES (?, 'spmv', 0, ?, 'sm_90', 'cold', 'h', 'by hand', 'now')",
+                          (card.fingerprint, kernel_sha(KERNEL.format("v"))))
+        assert st.best() == []  # the key's best row is v's (40 us): left out, not replaced by a reader
+        assert [r.time_us for r in st.results()] == [50.0]

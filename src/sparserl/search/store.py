@@ -347,8 +347,11 @@ def _matrix_lock(fingerprint: str, op: str, k: int) -> str:
 def _filters(table: str, fingerprint: str | None, op: str | None, k: int | None, arch: str | None,
              regime: str | None, harness_version: str | None) -> tuple[list[str], list]:
     """SQL conditions and their arguments for the filters given, on ``table``'s columns
-    (``fingerprint``: the fingerprint or a prefix of it, taken literally; ``k``: None matches any)."""
-    where: list[str] = []
+    (``fingerprint``: the fingerprint or a prefix of it, taken literally; ``k``: None matches any), and
+    always: no kernel found wrong on its matrix (``retract`` deletes such rows; this keeps out any left by
+    hand or by a retraction of an earlier version, from every reader: export, improve, RL, the cost model)."""
+    where: list[str] = [f"NOT EXISTS (SELECT 1 FROM found_wrong fw WHERE fw.fingerprint = {table}.fingerprint "
+                        f"AND fw.op = {table}.op AND fw.k = {table}.k AND fw.kernel_sha = {table}.kernel_sha)"]
     args: list = []
     for col, val in (("op", op), ("arch", arch), ("regime", regime), ("harness_version", harness_version)):
         if val is not None:
