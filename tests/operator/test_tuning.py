@@ -186,7 +186,7 @@ def test_a_kernel_found_wrong_is_never_tune_s_kernel(tmp_path, banded) -> None:
     """A kernel found wrong in one regime is not handed back from another regime's row: the retraction takes its
     rows in every regime (killed by: retract cleaning only its own key), and the lookup leaves out a kernel found
     wrong whose best row is still there (written by hand here: nothing is taken from the store then, and the
-    search runs; killed by: the lookup not filtered)."""
+    search runs; killed by: the store's ``best`` not leaving found-wrong kernels out)."""
     from sparserl.operator.tuning import best_known
 
     vs = variants("spmv", "CSR")

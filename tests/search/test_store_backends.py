@@ -414,8 +414,9 @@ def test_a_kernel_found_wrong_leaves_every_key_of_its_matrix_and_nothing_else(sp
         assert _texts(st, **(key | {"op": "spmm", "k": 8})) == [W]  # another op: another matrix's kernel
         assert _texts(st, **(key | {"fingerprint": other.fingerprint})) == [W]
         assert kernel_sha(W) not in {r.kernel_sha for r in st.results(card.fingerprint, op="spmv")}
-        assert st.found_wrong(card.fingerprint, "spmv", None) == {kernel_sha(W)}
-        assert st.found_wrong(card.fingerprint, "spmm", 8) == st.found_wrong(other.fingerprint, "spmv", None) == set()
+        assert st.found_wrong_texts(card.fingerprint, "spmv", None) == [W]
+        assert st.found_wrong_texts(card.fingerprint, "spmm", 8) == st.found_wrong_texts(other.fingerprint, "spmv",
+                                                                                          None) == []
         row = st.db.execute("SELECT * FROM found_wrong").fetchall()
         assert len(row) == 1 and st.counts()["found_wrong"] == 1
         assert ({c: row[0][c] for c in ("fingerprint", "op", "k", "arch", "regime", "harness_version", "reason")} ==
@@ -547,7 +548,7 @@ def test_a_store_of_every_earlier_version_is_migrated_to_remember_kernels_found_
         assert _texts(st) == [W] and st.best()[0].name == "old"
         assert st.retract(**_key(card.fingerprint), text=W) == 1 and st.best() == []
         assert st.record(verified(card, 40.0, "w")) is False
-        assert st.found_wrong(card.fingerprint, "spmv", None) == {kernel_sha(W)}
+        assert st.found_wrong_texts(card.fingerprint, "spmv", None) == [W]
 
 
 def test_a_database_with_a_found_wrong_table_of_its_own_is_refused(postgres_server) -> None:
@@ -580,8 +581,8 @@ def test_a_result_left_of_a_kernel_found_wrong_never_becomes_a_best_again(spec: 
 def test_the_search_is_never_seeded_with_a_kernel_found_wrong_on_its_matrix(tmp_path: Path, card: MatrixCard) -> None:
     """The search's seeds and the best known it quotes leave out a kernel found wrong on the matrix, under every
     architecture (written by hand here: its best rows outlived the finding; it is the fastest, and of the search's
-    own architecture and regime); on another matrix the same text still seeds. Killed mutations: the seeds not
-    filtered; filtered on the quoted row only."""
+    own architecture and regime); on another matrix the same text still seeds. Killed mutation: the store's
+    ``best`` not leaving found-wrong kernels out (the rows the seeds and the quoted best come from)."""
     from sparserl.kernels.contract import Op
     from sparserl.search.run import _known
 

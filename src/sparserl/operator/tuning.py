@@ -178,14 +178,12 @@ def best_known(store, fingerprint: str, op: Op, k: int | None, arch: str, regime
     ``regime`` preferred, then the fastest; None when the store has none. A row of another version is not
     taken as verified (that harness checked less, or otherwise): the search then takes it as a seed and
     verifies it again. A kernel found wrong on this matrix (:meth:`~sparserl.search.store.BestStore.retract`)
-    is never taken, from any regime's row."""
+    is never taken, from any regime's row (``best`` never returns one)."""
     from sparserl.search.store import harness_version
 
     hv = harness_version()
-    wrong = store.found_wrong(fingerprint, op.value, k)
     rows = store.best(fingerprint=fingerprint, op=op.value, k=k, arch=arch, harness_version=hv)
-    rows = [r for r in rows if r.fingerprint == fingerprint  # the filter also matches prefixes
-            and r.kernel_sha not in wrong]
+    rows = [r for r in rows if r.fingerprint == fingerprint]  # the filter also matches prefixes
     if not rows:
         return None
     return min(rows, key=lambda r: (r.regime != regime, r.time_us))

@@ -147,9 +147,8 @@ def _known(store: BestStore, fingerprint: str, op: Op, k: int | None, regime: st
     """The store's best row for this matrix (this GPU architecture, harness version and regime preferred: the
     report quotes its speedup as the best known) and the (id, text) seeds it gives: its best kernel on every
     architecture, those first, fastest first. A kernel found wrong on this matrix (:meth:`BestStore.retract`) is
-    neither, under any key."""
-    wrong = store.found_wrong(fingerprint, op.value, k)
-    rows = [r for r in store.best(fingerprint=fingerprint, op=op.value, k=k) if r.kernel_sha not in wrong]
+    neither, under any key (``best`` never returns one)."""
+    rows = store.best(fingerprint=fingerprint, op=op.value, k=k)
     if not rows:
         return None, []
     hv = harness_version()
@@ -232,7 +231,6 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
                 log.warning("no GPU: the search compiles its candidates only; nothing is timed and the store "
                             "is not updated")
             proposer = open_proposer(job, ctx, ev, policy) if job.model or policy is not None else None
-            out.mkdir(parents=True, exist_ok=True)
             res = search_array(ctx, job.search, ev, store, run_config=asdict(job), proposer=proposer,
                                model=str(job.model) if job.model else None, trace=out / "trace.jsonl")
             return write_report(ctx, res, out, asdict(job), evaluator=ev, retime=job.retime, store=store), res

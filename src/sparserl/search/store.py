@@ -684,16 +684,9 @@ class BestStore:
                          (coords[0], coords[1]) if coords else None, r["source_path"],
                          json.loads(r["features_json"]) if r["features_json"] else None)
 
-    def found_wrong(self, fingerprint: str, op: str, k: int | None) -> set[str]:
-        """The kernels (:func:`kernel_sha` of their text) found wrong on this matrix (:meth:`retract`): none of them
-        is offered for it again, nor recorded for it."""
-        rows = self._rows("reading kernels found wrong", f"SELECT kernel_sha FROM found_wrong WHERE {_MATRIX}",
-                          (fingerprint, op, _k(k)))
-        return {r["kernel_sha"] for r in rows}
-
     def found_wrong_texts(self, fingerprint: str, op: str, k: int | None) -> list[str]:
-        """The texts of the kernels found wrong on this matrix (those :meth:`retract` wrote since it keeps
-        them; a kernel retracted by an earlier version that the store never held has no text here)."""
+        """The texts of the kernels found wrong on this matrix (:meth:`retract`, which keeps each text): none of
+        them is offered or proposed for it again, nor recorded for it."""
         rows = self._rows("reading kernels found wrong",
                           "SELECT k2.text FROM found_wrong f JOIN kernels k2 ON k2.kernel_sha = f.kernel_sha "
                           "WHERE f.fingerprint = ? AND f.op = ? AND f.k = ?", (fingerprint, op, _k(k)))
