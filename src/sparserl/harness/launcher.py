@@ -25,8 +25,8 @@ import scipy.sparse as sp
 from sparserl.errors import ContractError, FormatError
 from sparserl.formats import ConversionLimits, FormatData, convert
 from sparserl.harness import profile
-from sparserl.harness.staging import staging
 from sparserl.harness.device import DeviceMatrix, LoadedKernels, kernel_args, launch_all, load_kernels, prepare_output
+from sparserl.harness.staging import staging
 from sparserl.kernels.contract import Header, LaunchConfig, Op, evaluate_launches
 
 log = logging.getLogger(__name__)

@@ -86,8 +86,13 @@ ALIGN = 256
 """Byte alignment of each array in a buffer :func:`load` reads into (what a device copy likes)."""
 
 
-def _npy_layout(f) -> tuple[np.dtype, tuple[int, ...]]:
-    """The dtype and shape of the ``.npy`` file open at ``f``, left at its first data byte; ValueError
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of :data:`ALIGN`: an array's room in a shared buffer."""
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def _npy_layout(f) -> tuple[np.dtype, tuple[int, ...], int]:
+    """The dtype, shape and data bytes of the ``.npy`` file open at ``f``, left at its first data byte; ValueError
     for what :func:`save` never writes (another version's header, Fortran order, objects, a negative
     dimension, data of another length than the header says)."""
     version = np.lib.format.read_magic(f)
@@ -102,10 +107,10 @@ def _npy_layout(f) -> tuple[np.dtype, tuple[int, ...]]:
     shape = tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise ValueError(f"unexpected .npy shape {shape}")
-    data = os.fstat(f.fileno()).st_size - f.tell()
-    if data != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if (data := os.fstat(f.fileno()).st_size - f.tell()) != nbytes:
         raise ValueError(f"{data} bytes of data where the header says {shape} of {dtype}")
-    return dtype, shape
+    return dtype, shape, nbytes
 
 
 def load(folder: Path, buffer_for=None, on_read=None) -> FormatData | str:
@@ -126,9 +131,8 @@ def load(folder: Path, buffer_for=None, on_read=None) -> FormatData | str:
         layouts = []
         for i in range(len(names)):
             f = files.enter_context(open(folder / f"{i}.npy", "rb"))
-            dtype, shape = _npy_layout(f)
-            layouts.append((f, dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
-        offsets = np.cumsum([0] + [-(-nb // ALIGN) * ALIGN for *_, nb in layouts]).tolist()
+            layouts.append((f, *_npy_layout(f)))
+        offsets = np.cumsum([0] + [aligned(nb) for *_, nb in layouts]).tolist()
         buffer = buffer_for(offsets[-1]) if buffer_for is not None else None
         arrays = {}
         for name, (f, dtype, shape, nbytes), at in zip(names, layouts, offsets):

@@ -92,21 +92,14 @@ class PinnedStaging:
         Raises OSError or ValueError as :func:`preconvert.load` does (the copies enqueued are waited
         for first, whatever is raised)."""
         with self._lock:
-            staged: list[bool] = []
-
-            def buffer_for(nbytes: int) -> np.ndarray | None:
-                got = self._buffer_for(nbytes)
-                staged.append(got is not None)
-                return got
-
             out: dict[str, Any] = {}
             try:
-                fd = preconvert.load(folder, buffer_for, on_read=lambda name, a: self._add(out, name, a))
+                fd = preconvert.load(folder, self._buffer_for, on_read=lambda name, a: self._add(out, name, a))
             finally:
                 self._wait()
             if isinstance(fd, str):
                 return fd
-            if not staged[0] and self.cap_bytes > 0 and fd.nbytes > 0:
+            if self.cap_bytes > 0 and fd.nbytes > 0 and not any(map(self._in_buffer, fd.arrays.values())):
                 log.info("a conversion of %.1f GiB is past the staging buffer's cap; copied as cupy.asarray copies",
                          fd.nbytes / 2**30)
             return fd.metadata_only(), out
@@ -115,7 +108,7 @@ class PinnedStaging:
         """``arrays`` on the device, by name, each copied once into the buffer and from there (its
         device copy enqueued before the next is copied into the buffer), all waited for."""
         with self._lock:
-            sizes = [-(-a.nbytes // preconvert.ALIGN) * preconvert.ALIGN for a in arrays.values()]
+            sizes = [preconvert.aligned(a.nbytes) for a in arrays.values()]
             buffer = self._buffer_for(sum(sizes))
             out: dict[str, Any] = {}
             try:
