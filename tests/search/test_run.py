@@ -320,3 +320,34 @@ def test_a_kernel_found_wrong_is_never_proposed_again_for_its_matrix(tmp_path: P
         assert pool_normalised(res2.best.proposal.text) != pool_normalised(wrong)
         other = MatrixContext(generate("random", 3000, seed=1), "other", Op.SPMV, None)
         assert st.found_wrong_texts(other.card.fingerprint, "spmv", None) == []
+
+
+def test_a_result_the_store_refuses_is_not_counted_as_written(tmp_path: Path) -> None:
+    """A kernel another process finds wrong on the matrix while this search times it (retracted between its
+    evaluation and its recording) is refused by the store: the search counts it as refused, not as written, and
+    its store line says so. Kills the sink counting every result it passes to the store as written (the report's
+    "N verified results written" one too high) and the refusal left out of the line."""
+    from sparserl.kernels.contract import Op
+    from sparserl.request.context import MatrixContext
+    from sparserl.search.run import search_array, store_line
+    from sparserl.search.store import harness_version, kernel_sha
+
+    ctx = MatrixContext(generate("banded", 3000, seed=0), "m", Op.SPMV, None)
+    path = tmp_path / "s.db"
+    retracted: list[str] = []
+
+    def time_of(text: str) -> float:
+        if not retracted:  # the first candidate: found wrong elsewhere while it is timed here
+            with BestStore(path) as other:
+                other.retract(ctx.card.fingerprint, "spmv", None, "sm_90", "cold", harness_version(), text)
+            retracted.append(text)
+        return 5.0
+
+    with BestStore(path) as st:
+        res = search_array(ctx, SearchConfig(budget=6), FakeTimingDouble(time_of), st)
+        stored = {r.kernel_sha for r in st.results(ctx.card.fingerprint)}
+    verified = sum(e.result.ok for e in res.entries)
+    assert verified == 6 and res.store_refused == 1 and res.store_writes == 5 == len(stored)
+    assert kernel_sha(retracted[0]) not in stored
+    line = store_line(res)
+    assert line.startswith("5 verified results written (1 refused: their kernel had been found wrong"), line

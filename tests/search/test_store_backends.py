@@ -27,7 +27,7 @@ import pytest
 from sparserl.errors import SparseRLError
 from sparserl.matrices import generate
 from sparserl.matrices.card import MatrixCard, matrix_card
-from sparserl.search.store import MIGRATIONS, SCHEMA_V1, SCHEMA_VERSION, BestStore, harness_version, kernel_sha
+from sparserl.search.store import MIGRATIONS, SCHEMA_V1, SCHEMA_VERSION, BestStore, Recorded, harness_version, kernel_sha
 from sparserl.search.store_backends import SQLiteBackend, StoreUnavailable
 from tests.conftest import one_line_error
 from tests.search.test_store import KERNEL, verified
@@ -97,9 +97,11 @@ def test_a_result_written_twice_is_recorded_once(spec: str, card: MatrixCard) ->
         assert st.record(v) is True
         assert st.record(v) is False  # the same uid: a retry or a replayed journal
         assert st.record(replace(v, time_us=10.0)) is False  # a faster time under a known uid is not a new result
+        assert st.record_outcome(v) is Recorded.SEEN  # told apart from a slower result (kills SEEN as WRITTEN)
         assert st.counts()["results"] == 1 and st.best()[0].time_us == 50.0
         assert st.has_uids([v.uid, "nope"]) == {v.uid}
         assert st.results()[0].host == v.host and v.host
+        assert st.record_outcome(verified(card, 60.0, "b")) is Recorded.WRITTEN  # slower: written, not the best
 
 
 def test_newer_schema_is_refused_in_one_line(spec: str) -> None:
@@ -452,6 +454,7 @@ def test_a_kernel_found_wrong_is_not_recorded_again_on_its_matrix(spec: str, car
         assert st.record(verified(card, 35.0, "w", op="spmm", k=8)) is True  # another op of the structure
         assert st.retract(**key, text=KERNEL.format("z")) == 0  # never held
         assert st.record(verified(card, 10.0, "z")) is False
+        assert st.record_outcome(verified(card, 10.0, "z")) is Recorded.REFUSED
         assert st.retract(**(key | {"regime": "warm"}), text=W, reason="second") == 0
         reasons = st.db.execute("SELECT kernel_sha, reason FROM found_wrong").fetchall()
         assert {r["kernel_sha"]: r["reason"] for r in reasons} == {kernel_sha(W): "first",

@@ -16,7 +16,7 @@ from sparserl.kernels.contract import Op
 
 def evaluate_again(ev, ref, op: Op | str, k: int | None, texts: list[str], passes: int) -> list[list]:
     """Each text evaluated ``passes`` more times through ``ev`` (an ``Evaluator``), fresh (never answered from
-    its memo), one evaluation at a time, every other pass in the reverse order: the ``EvalResult``\ s, text by
+    its memo), one evaluation at a time, every other pass in the reverse order: the ``EvalResult`` objects, text by
     text."""
     out: list[list] = [[] for _ in texts]
     order = list(range(len(texts)))

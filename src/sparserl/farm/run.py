@@ -243,11 +243,12 @@ def replay(journal: Path, store_spec: str | None) -> int:
             m = matrices.get(fp)
             if m is not None:
                 st.add_matrix(*m)
-        for v in todo:
-            st.record(v)
+        written = sum(st.record_outcome(v).written for v in todo)
     if todo:
-        log.info("resume: %d verified kernels from %s written to the store", len(todo), journal)
-    return len(todo)
+        log.info("resume: %d verified kernels from %s written to the store%s", written, journal,
+                 f" ({len(todo) - written} not: found wrong on their matrix, or written meanwhile)"
+                 if written < len(todo) else "")
+    return written
 
 
 def matrix_key(path: str | Path) -> str:

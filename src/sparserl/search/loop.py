@@ -192,6 +192,8 @@ class SearchResult:
     """The store's best row for this matrix before the search (a :class:`~.store.BestRow`), if any."""
     store_writes: int = 0
     """Verified results written to the store."""
+    store_refused: int = 0
+    """Verified results the store refused: their kernel had been found wrong on this matrix."""
     refused: dict[str, int] = field(default_factory=dict)
     """Points skipped because the matrix refuses their format (host check), per format."""
     render_errors: dict[str, int] = field(default_factory=dict)
@@ -232,9 +234,13 @@ class StoreSink:
         self.journal = journal
         self.started: str | None = None
         self.writes = 0
+        """Results written to the store."""
+        self.refused = 0
+        """Results the store refused: their kernel was found wrong on this matrix (by another process's
+        second look, since the search does not propose such kernels again)."""
 
     def write(self, run_id: str, op: Op, k: int | None, regime: str, entry: TraceEntry) -> bool:
-        from sparserl.search.store import VerifiedKernel
+        from sparserl.search.store import Recorded, VerifiedKernel
 
         r, p = entry.result, entry.proposal
         v = VerifiedKernel(
@@ -252,9 +258,10 @@ class StoreSink:
             self.store.add_matrix(self.card, self.name, self.source_path, coords, features=self.features)
             self.store.start_run(run_id, self.card.fingerprint, op.value, k, self.run_config)
             self.started = run_id
-        best = self.store.record(v)
-        self.writes += 1
-        return best
+        outcome = self.store.record_outcome(v)
+        self.writes += outcome.written
+        self.refused += outcome is Recorded.REFUSED
+        return outcome is Recorded.BEST
 
     def finish(self, status: str) -> None:
         if self.started is not None:
@@ -503,6 +510,7 @@ class _SearchRun:
                             regime=self.cfg.regime, entries=self.entries, best=self.best, evaluated=self.evaluated,
                             stopped=stopped, seconds=time.monotonic() - self.t0, timed=self.timed,
                             run_id=self.run_id, store_writes=self.sink.writes if self.sink is not None else 0,
+                            store_refused=self.sink.refused if self.sink is not None else 0,
                             refused=dict(self.space.refused), render_errors=dict(self.space.render_errors))
 
 
@@ -788,6 +796,7 @@ def search_summary(result: SearchResult) -> dict[str, Any]:
         "best_id": b.proposal.id if b else None, "best_provenance": b.proposal.provenance.value if b else None,
         "best_time_us": b.time_us(result.regime) if b else None, "best_speedup": b.result.speedup if b else None,
         "by_provenance": result.by_provenance(), "store_writes": result.store_writes,
+        "store_refused": result.store_refused,
         "store_improved": result.store_improved, "refused_formats": result.refused,
         "render_errors": result.render_errors,
         "known_best": asdict(result.known_best) | {"text": None} if result.known_best is not None else None,

@@ -344,10 +344,14 @@ def search_markdown(res: SearchResult) -> str:
 def store_line(res: SearchResult) -> str:
     if not res.timed:
         return "not updated: nothing was timed without a GPU (only verified kernels enter the store)"
+    refused = (f" ({res.store_refused} refused: their kernel had been found wrong on this matrix)"
+               if res.store_refused else "")
     if res.store_writes == 0:
-        return "not updated: no candidate was verified correct"
+        return ("not updated: no candidate was verified correct" if not refused
+                else f"not updated: no verified result written{refused}")
     kb = res.known_best
     was = f" (it was {kb.speedup:.2f}x)" if kb is not None else ""
     if res.store_improved:
-        return f"{res.store_writes} verified results written; this run set the best known for the matrix{was}"
-    return f"{res.store_writes} verified results written; the best known stays faster{was}"
+        return (f"{res.store_writes} verified results written{refused}; this run set the best known for the "
+                f"matrix{was}")
+    return f"{res.store_writes} verified results written{refused}; the best known stays faster{was}"

@@ -64,6 +64,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,23 @@ verified (``found_wrong``), which ``retract`` writes and ``record`` refuses to r
 _TABLES = ("schema_version", "matrices", "kernels", "runs", "results", "best", "found_wrong")
 """The store's tables: a database without ``schema_version`` that holds one of them is no new store (refused
 rather than taken over), and ``counts`` counts their rows."""
+
+
+class Recorded(str, Enum):
+    """What :meth:`BestStore.record_outcome` did with a verified result."""
+
+    BEST = "best"
+    """Written, and now the best for its key."""
+    WRITTEN = "written"
+    """Written; the best for its key stays faster."""
+    SEEN = "seen"
+    """Not written: a result with its ``uid`` is in the store already (a retry, a replayed journal)."""
+    REFUSED = "refused"
+    """Not written: the kernel was found wrong on this matrix before (:meth:`BestStore.retract`)."""
+
+    @property
+    def written(self) -> bool:
+        return self in (Recorded.BEST, Recorded.WRITTEN)
 
 
 @dataclass(frozen=True)
@@ -524,9 +542,14 @@ class BestStore:
     def record(self, v: VerifiedKernel) -> bool:
         """Write one verified result; returns True when it became the best for its key (strictly
         faster than the best under the same harness version and regime, or the first; against a best
-        from another GPU model of the architecture, by speedup over cuSPARSE). A result whose ``uid``
-        is in the store already is not written again (False), nor is one of a kernel found wrong on its
-        matrix (:meth:`retract`; False, and said once at INFO): the check and the write are one transaction,
+        from another GPU model of the architecture, by speedup over cuSPARSE). :meth:`record_outcome`
+        tells the other outcomes apart."""
+        return self.record_outcome(v) is Recorded.BEST
+
+    def record_outcome(self, v: VerifiedKernel) -> Recorded:
+        """Write one verified result and say what became of it (:class:`Recorded`). A result whose ``uid``
+        is in the store already is not written again (``SEEN``), nor is one of a kernel found wrong on its
+        matrix (:meth:`retract`; ``REFUSED``, and said once at INFO): the check and the write are one transaction,
         which on PostgreSQL shares the matrix's lock with other recordings and waits for a retraction."""
         sha = kernel_sha(v.text)
         matrix = (v.fingerprint, v.op, _k(v.k))
@@ -551,7 +574,7 @@ class BestStore:
                      v.cusparse_us, v.speedup, v.roofline, v.provenance, v.parent_id, v.model, v.run_id, _now(),
                      v.host, v.uid)).fetchone()
                 if row is None:  # recorded before (a retry, a replayed journal)
-                    return False
+                    return Recorded.SEEN
                 won = db.execute(
                     "INSERT INTO best (fingerprint, op, k, arch, regime, harness_version, result_id, kernel_sha, "
                     "time_us, cusparse_us, speedup, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -562,16 +585,16 @@ class BestStore:
                     "results.id = best.result_id), '') = ? THEN excluded.time_us < best.time_us "
                     "ELSE excluded.speedup > best.speedup END RETURNING result_id",
                     (*key, row["id"], sha, v.time_us, v.cusparse_us, v.speedup, _now(), v.gpu or "")).fetchone()
-                return won is not None
-        won = self._run("recording a verified kernel", write)
-        if won is None:
+                return Recorded.BEST if won is not None else Recorded.WRITTEN
+        outcome = self._run("recording a verified kernel", write)
+        if outcome is None:
             if (*matrix, sha) not in self._refused:
                 self._refused.add((*matrix, sha))
                 log.info("%s: kernel %s (%s) was found wrong on matrix %s %s before: its results there are not "
                          "recorded", self.path, sha[:12], v.candidate_id, v.fingerprint[:12],
                          f"{v.op} k={v.k}" if v.k else v.op)
-            return False
-        return won
+            return Recorded.REFUSED
+        return outcome
 
     def retract(self, fingerprint: str, op: str, k: int | None, arch: str, regime: str, harness_version: str,
                 text: str, reason: str = "found wrong when evaluated again") -> int:
