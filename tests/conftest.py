@@ -17,6 +17,15 @@ os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
 
 from tests.postgres import pg_url, postgres_server  # noqa: E402, F401 (fixtures: a real PostgreSQL server)
 
+# A test run leaves the user's cache (~/.cache/sparserl: the best-known store, compiles, cost models) alone and
+# reads nothing from it: every test and every command a test starts shares one fresh folder, removed at the end
+# (pytest_sessionfinish). The xdist workers inherit the controller's. A run given SPARSERL_CACHE_DIR keeps it.
+_OWN_CACHE = None
+if "SPARSERL_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    _OWN_CACHE = os.environ["SPARSERL_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparserl-test-cache-")
+
 # Triton's kernels (the split-key decode attention) run on CPU tensors in its interpreter, which must
 # be chosen before Triton is first imported; on a GPU machine they compile as in production.
 if shutil.which("nvidia-smi") is None:
@@ -113,6 +122,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a test left a file in src/ (a cache, a result, bytecode): tests write under
     pytest's tmp_path only. Skipped under mutation testing, whose copy of src/ is its own."""
+    if _OWN_CACHE is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
     before = session.config.stash.get(_SRC, None)
     if before is None or REPO.name == "mutants" or "MUTANT_UNDER_TEST" in os.environ:
         return
