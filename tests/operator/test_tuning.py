@@ -144,7 +144,7 @@ def test_bad_requests_are_one_line_errors(op, k, msg) -> None:
 
 
 @pytest.mark.parametrize("kw,msg", [({"budget": 0}, "budget"), ({"regime": "hot"}, "regime"),
-                                    ({"seconds": 0}, "seconds")])
+                                    ({"seconds": 0}, "seconds"), ({"retime": -1}, "retime")])
 def test_bad_configs_are_one_line_errors(kw, msg) -> None:
     with pytest.raises(SparseRLError, match=msg):
         TuneConfig(**kw)
@@ -205,3 +205,79 @@ def test_a_kernel_found_wrong_is_never_tune_s_kernel(tmp_path, banded) -> None:
                           "reason, found_at) VALUES (?, 'spmv', 0, ?, ?, 'cold', ?, 'by hand', 'then')",
                           (fp, kernel_sha(vs[2].render()), ARCH, harness_version()))
         assert best_known(st, fp, Op.SPMV, None, ARCH, "warm") is None
+
+
+class _TuningDouble:
+    """The search's GPU-path double (tests/search/doubles.py) with what tune asks of an evaluator: the regimes
+    it times."""
+
+    def __new__(cls, time_of):
+        from types import SimpleNamespace
+
+        from tests.search.doubles import FakeTimingDouble
+
+        ev = FakeTimingDouble(time_of)
+        ev.config = SimpleNamespace(regimes=("cold",))
+        return ev
+
+
+def _racy_landscape():
+    """Times by kernel: the first one proposed is the fastest at first and wrong on every later evaluation (a racy
+    kernel that passed once); the others 20 + their rank us at first, 1 us less when evaluated again."""
+    from sparserl.search.space import normalised
+
+    order: dict[str, int] = {}
+    seen: dict[str, int] = {}
+
+    def time_of(text: str):
+        key = normalised(text)
+        rank = order.setdefault(key, len(order))
+        seen[key] = seen.get(key, 0) + 1
+        if rank == 0:
+            return 5.0 if seen[key] == 1 else None
+        return 20.0 + rank - (seen[key] > 1)
+
+    return time_of, order
+
+
+@needs_compiler
+def test_tune_s_search_winner_is_chosen_by_a_second_look(tmp_path, banded) -> None:
+    """A kernel that was fastest once and fails when evaluated again is not tune's kernel: the second look drops
+    it, it leaves the store as found wrong, and the next fastest is handed back with the look's median on the line.
+    Killed by: tune taking the search's first timings (``retime`` not passed on, or no look), the retraction not
+    made, the first timing quoted instead of the look's median. With ``retime=0`` the first timings decide, and the racy kernel wins (the control)."""
+    from sparserl.search.space import normalised
+
+    time_of, order = _racy_landscape()
+    cfg = TuneConfig(budget=5, store=tmp_path / "s.db", regime="cold", evaluator=_TuningDouble(time_of))
+    choice = choose_kernel(banded, Op.SPMV, None, cfg, ARCH)
+    racy = next(t for t, r in order.items() if r == 0)
+    assert choice.action == SEARCH and normalised(choice.text) != racy
+    assert choice.time_us == 20.0 and choice.speedup == pytest.approx(100.0 / 20.0)  # the look's, not the first
+    assert "second look: median 20.00 us over 3 fresh evaluations" in choice.why
+    with BestStore(tmp_path / "s.db") as st:
+        assert [normalised(t) for t in st.found_wrong_texts(matrix_card(banded).fingerprint, "spmv", None)] == [racy]
+
+    time_of, order = _racy_landscape()
+    cfg0 = TuneConfig(budget=5, store=tmp_path / "t.db", regime="cold", evaluator=_TuningDouble(time_of), retime=0)
+    choice0 = choose_kernel(banded, Op.SPMV, None, cfg0, ARCH)
+    assert normalised(choice0.text) == next(t for t, r in order.items() if r == 0) and choice0.time_us == 5.0
+    assert "second look" not in choice0.why
+
+
+@needs_compiler
+def test_when_the_second_look_drops_every_kernel_the_library_runs_it(tmp_path, banded) -> None:
+    """Every kernel correct once and wrong when evaluated again: tune hands the operator to the library and says
+    why, instead of raising or using a kernel the look dropped (killed by: SecondLookFailed not caught, or the
+    first winner used)."""
+    seen: dict[str, int] = {}
+
+    def time_of(text: str):
+        seen[text] = seen.get(text, 0) + 1
+        return 5.0 if seen[text] == 1 else None
+
+    cfg = TuneConfig(budget=4, store=tmp_path / "s.db", regime="cold", evaluator=_TuningDouble(time_of))
+    choice = choose_kernel(banded, Op.SPMV, None, cfg, ARCH)
+    assert choice.action == LIBRARY and choice.text is None
+    assert choice.why.startswith("the second look dropped every kernel it evaluated again (every verified kernel")
+    assert choice.why.endswith("so the library (cuSPARSE) runs it")

@@ -6,6 +6,8 @@ Read top to bottom, :func:`choose_kernel` is:
    this op, k and GPU architecture; a hit is compiled (disk-cached) and used: no search;
 2. otherwise :func:`_search_for` runs the search (templates, seeds, mutations; every candidate
    verified and timed by the harness) within the budget, and the store keeps its verified results;
+   the fastest are evaluated again, fresh, and the lowest median wins (the second look, as ``search``
+   and ``generate`` choose; one that fails there leaves the store as found wrong);
 3. the kernel is used when its measured speedup over cuSPARSE is above ``min_speedup``; otherwise
    (or when nothing verified) the library, cuSPARSE itself, runs the operator.
 
@@ -26,6 +28,7 @@ import scipy.sparse as sp
 
 from sparserl.errors import ContractError, SparseRLError
 from sparserl.kernels.contract import Header, Op
+from sparserl.request.second_look import PASSES
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +59,17 @@ class TuneConfig:
     """How logs, the store and the search's trace name the matrix."""
     progress: bool = False
     """Show the search's progress bar."""
+    retime: int = PASSES
+    """After a search, the fastest candidates are evaluated again this many times each, fresh (new inputs,
+    every check), and the lowest median wins; a candidate that fails there leaves the store as found wrong
+    (:mod:`sparserl.request.second_look`, as ``search`` and ``generate`` do before they hand a kernel back).
+    0: the search's first timings decide, as they are."""
 
     def __post_init__(self) -> None:
         if self.budget < 1:
             raise SparseRLError(f"budget must be at least 1 candidate, got {self.budget}")
+        if self.retime < 0:
+            raise SparseRLError(f"retime must be 0 (no second look) or more passes, got {self.retime}")
         if self.regime not in ("warm", "cold"):
             raise SparseRLError(f"regime must be warm or cold, got {self.regime!r}")
         if self.seconds is not None and not self.seconds > 0:
@@ -138,18 +148,24 @@ class SearchOutcome:
     speedup: float | None = None
     time_us: float | None = None
     cusparse_us: float | None = None
+    look: str | None = None
+    """The second look's line (None: there was none)."""
+    dropped: str | None = None
+    """Why the second look dropped every kernel it looked at (None: it did not)."""
 
 
 def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, evaluator=None,
                 regime: str = "warm", seconds: float | None = None, name: str = "matrix",
-                progress: bool = False) -> SearchOutcome:
+                progress: bool = False, retime: int = PASSES) -> SearchOutcome:
     """Search ``A``'s kernel space within ``budget`` candidates, writing verified results to ``store``
-    (an open BestStore); the one call into the search, for tune."""
+    (an open BestStore), then choose the kernel by a second look of ``retime`` passes; the one call into the
+    search, for tune."""
     from sparserl.harness.evaluator import Evaluator, HarnessConfig
     from sparserl.request.context import MatrixContext
+    from sparserl.request.second_look import SecondLookFailed
     from sparserl.search.footprint import check_fits
     from sparserl.search.loop import SearchConfig
-    from sparserl.search.run import search_array
+    from sparserl.search.run import choose_after_search, search_array
 
     cfg = SearchConfig(budget=budget, seconds=seconds, regime=regime)
     if evaluator is not None and regime not in evaluator.config.regimes:
@@ -159,18 +175,29 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     try:
         if ev.has_gpu:
             check_fits(name, int(A.shape[0]), int(A.shape[1]), int(A.nnz), k)
-        res = search_array(MatrixContext(A, name, op, k), cfg, ev, store,
-                           run_config={"tune": {"budget": budget, "regime": regime}}, progress=progress)
+        ctx = MatrixContext(A, name, op, k)
+        res = search_array(ctx, cfg, ev, store, run_config={"tune": {"budget": budget, "regime": regime}},
+                           progress=progress)
+        try:
+            _, best, look = choose_after_search(ctx, res, ev, retime, store)
+        except SecondLookFailed as exc:
+            return SearchOutcome(res.evaluated, res.seconds, res.timed, dropped=str(exc))
     finally:
         if evaluator is None:
             ev.close()
-    best = res.best
-    if best is None:
-        return SearchOutcome(res.evaluated, res.seconds, res.timed)
-    t, base = best.time_us(regime), best.result.baseline.get(regime)
-    speedup = base.median_us / t if base is not None and t else best.result.speedup
-    return SearchOutcome(res.evaluated, res.seconds, res.timed, best.proposal.text, best.proposal.id,
-                         speedup, t, base.median_us if base else None)
+    seconds = res.seconds + (look.seconds if look is not None else 0.0)
+    if best is None or not res.timed:
+        return SearchOutcome(res.evaluated, seconds, res.timed)
+    r = best.result
+    base = r.baseline.get(regime)
+    if look is not None:  # the second look's median decides, and is what the line quotes
+        t, speedup = look.median_us, look.speedup
+    else:
+        t = r.timings[regime].median_us
+        speedup = base.median_us / t if base is not None and t else r.speedup
+    kernel = next(e.proposal.id for e in res.entries if e.proposal.text == best.text)
+    return SearchOutcome(res.evaluated, seconds, res.timed, best.text, kernel, speedup, t,
+                         base.median_us if base else None, look=look.line() if look is not None else None)
 
 
 def best_known(store, fingerprint: str, op: Op, k: int | None, arch: str, regime: str):
@@ -263,11 +290,13 @@ def choose_kernel(A: sp.csr_array, op: Op, k: int | None, cfg: TuneConfig, arch:
                                     why=f"{common['kernel']}: {speed}", **common)
             log.warning("the store's kernel for %s cannot be used here (%s); searching instead", cfg.name, built)
         out = _search_for(A, op, k, cfg.budget, store, evaluator=cfg.evaluator, regime=cfg.regime,
-                          seconds=cfg.seconds, name=cfg.name, progress=cfg.progress)
+                          seconds=cfg.seconds, name=cfg.name, progress=cfg.progress, retime=cfg.retime)
     common = dict(fingerprint=fp, searched=out.evaluated, search_seconds=out.seconds, kernel=out.kernel,
                   speedup=out.speedup, time_us=out.time_us, cusparse_us=out.cusparse_us, regime=cfg.regime)
     if out.text is None:
-        why = ("nothing could be verified without a GPU" if not out.timed else "none was verified correct")
+        why = ("nothing could be verified without a GPU" if not out.timed else
+               f"the second look dropped every kernel it evaluated again ({out.dropped})" if out.dropped else
+               "none was verified correct")
         return KernelChoice(LIBRARY, why=f"{why}, so the library (cuSPARSE) runs it", **common)
     speed = _speed(out.speedup, out.time_us, out.cusparse_us, cfg.regime)
     if not (out.speedup or 0.0) > cfg.min_speedup:
@@ -277,7 +306,8 @@ def choose_kernel(A: sp.csr_array, op: Op, k: int | None, cfg: TuneConfig, arch:
     if isinstance(built, str):  # the harness compiled it a moment ago: a broken cache or toolchain
         raise SparseRLError(f"the search's winner {out.kernel} cannot be built in this process: {built}")
     return KernelChoice(SEARCH, text=out.text, header=built[0], cubin_path=built[1],
-                        why=f"the winner {out.kernel} is {speed}, kept in the store", **common)
+                        why=f"the winner {out.kernel} is {speed}, kept in the store"
+                        + (f"; {out.look}" if out.look else ""), **common)
 
 
 def cache_dir_of(evaluator):

@@ -36,7 +36,7 @@ from sparserl.request.candidates import Candidate, CandidatePool, Origin, normal
 from sparserl.request.context import MatrixContext
 from sparserl.request.library import select_variant
 from sparserl.request.report import KernelReport, prepare_out
-from sparserl.request.second_look import PASSES, dropped_note, look_again
+from sparserl.request.second_look import PASSES, SecondLook, dropped_note, look_again
 from sparserl.search.footprint import check_fits
 from sparserl.search.loop import (
     FILLED_NOTE,
@@ -284,23 +284,34 @@ def retracting_found_wrong(pool: CandidatePool, retract: Callable[[], Any] | Non
         retract()
 
 
-def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict, evaluator=None,
-                 retime: int = 0, store=None) -> KernelReport:
-    """The search's kernel and its report (``config``: the run's settings, recorded), written to
-    ``out`` (the trace is there already); raises SparseRLError when no candidate is usable. With an
-    ``evaluator`` and ``retime`` passes, the kernel is chosen by a second look
+def choose_after_search(ctx: MatrixContext, res: SearchResult, evaluator=None, retime: int = 0, store=None
+                        ) -> tuple[CandidatePool, Candidate | None, SecondLook | None]:
+    """The search's candidates as a pool, the kernel to hand back (None: none usable) and the second look that
+    chose it. With an ``evaluator`` and ``retime`` passes, the kernel is chosen by a second look
     (:mod:`sparserl.request.second_look`), and the kernels it finds wrong leave ``store``
-    (:func:`retracting_found_wrong`: when the look fails, its error is raised and the store's, if any, logged)."""
+    (:func:`retracting_found_wrong`: when the look fails, its error, :class:`SecondLookFailed`, is raised and the
+    store's, if any, logged). What ``search``'s report and ``tune`` share."""
     pool = CandidatePool(ctx, timed=res.timed)
     pool.add(search_candidates(res))
     best = pool.best()
     if best is None:
-        what = "correct" if res.timed else "compiling"
-        raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "
-                            f"({pool.kinds()}); the trace is in {out / 'trace.jsonl'}")
+        return pool, None, None
     with retracting_found_wrong(pool, partial(retract_found_wrong, store, ctx, pool, res.regime)
                                 if store is not None else None):
         best, look = look_again(pool, evaluator, best, res.regime, retime) if evaluator is not None else (best, None)
+    return pool, best, look
+
+
+def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict, evaluator=None,
+                 retime: int = 0, store=None) -> KernelReport:
+    """The search's kernel and its report (``config``: the run's settings, recorded), written to
+    ``out`` (the trace is there already); raises SparseRLError when no candidate is usable. The kernel is
+    :func:`choose_after_search`'s (a second look with an ``evaluator`` and ``retime`` passes)."""
+    pool, best, look = choose_after_search(ctx, res, evaluator, retime, store)
+    if best is None:
+        what = "correct" if res.timed else "compiling"
+        raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "
+                            f"({pool.kinds()}); the trace is in {out / 'trace.jsonl'}")
     rep = KernelReport.of(ctx, best, pool, [c.result for c in pool.candidates], "candidates evaluated", config,
                           res.seconds + (look.seconds if look is not None else 0.0), search=search_summary(res),
                           second_look=look, notes=[dropped_note(pool)] if pool.dropped else [])
