@@ -281,3 +281,14 @@ def test_a_ctrl_c_while_the_command_line_loads_is_one_line(monkeypatch, capsys) 
     with pytest.raises(SystemExit) as exc:
         cli_pkg.main(["--version"])
     assert exc.value.code == 130 and capsys.readouterr().err == "error: interrupted\n"
+
+
+@pytest.mark.parametrize("stage", ["sft", "ppo", "grpo"])
+def test_a_stage_that_fails_on_its_inputs_leaves_no_empty_out_folder(cli, tmp_path: Path, stage: str) -> None:
+    """Reported: `sparserl sft --data nope --out o` and `sparserl ppo --model nope --out o` said what was wrong in
+    one line and left an empty folder o behind. Kills: the output folder made before the data and the model load."""
+    out = tmp_path / "o"
+    argv = (["sft", "--data", tmp_path / "nope"] if stage == "sft" else
+            [stage, "--matrices", tmp_path, "--model", tmp_path / "nope"])
+    one_line_error(cli(*argv, "--out", out, "--device", "cpu"), "nope")
+    assert not out.exists()

@@ -229,7 +229,6 @@ def setup(cfg: RLConfig, evaluator=None) -> Run:
     device = dist_device or pick_device(cfg.device)
     ev, own = _evaluator(cfg, info, device, evaluator)
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     ckpt, state_path = out / "checkpoint", out / "state.pt"
     resuming = cfg.resume and state_path.exists() and (ckpt / "policy.json").exists()
     policy = Policy.load(ckpt, device=str(device)).to(device) if resuming else _starting_policy(cfg, device)
@@ -244,6 +243,7 @@ def setup(cfg: RLConfig, evaluator=None) -> Run:
         _ = ev.pool  # start the GPU worker now, so its lease exists before the first rollout
     _pools(run)
     run.best_known = _best_known(cfg)
+    out.mkdir(parents=True, exist_ok=True)  # after the model and the matrices loaded: a bad one leaves no empty folder
     run.logger = MetricLogger(out, resumed_at=run.step if resuming else None) if info.is_main else NullLogger()
     return run
 

@@ -162,7 +162,6 @@ class _Run:
 def _setup(cfg: SFTConfig, evaluator) -> _Run:
     """Devices, policy (resumed if asked), optimizer, data, harness and logger."""
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     info, dist_device = dist.init(cfg.device)  # torchrun: one process per GPU (runtime/dist.py)
     device = dist_device or pick_device(cfg.device)
     train_rows, val_rows = load_splits(cfg.data, cfg.seed)
@@ -195,6 +194,7 @@ def _setup(cfg: SFTConfig, evaluator) -> _Run:
         devices=dist.harness_devices(info, device)))
     if info.is_main and not cfg.compile_only and not ev.has_gpu:
         log.warning(NO_GPU_NOTE)
+    out.mkdir(parents=True, exist_ok=True)  # after the data and the model loaded: a bad one leaves no empty folder
     logger = MetricLogger(out, resumed_at=step if resuming else None) if info.is_main else NullLogger()
     logger.log(step, {"data/train_rows": len(train_rows), "data/val_rows": len(val_rows),
                       "model/trainable_params": sum(p.numel() for p in params)})
