@@ -19,9 +19,10 @@ from tests.postgres import pg_url, postgres_server  # noqa: E402, F401 (fixtures
 
 # A test run leaves the user's cache (~/.cache/sparserl: the best-known store, compiles, cost models) alone and
 # reads nothing from it: every test and every command a test starts shares one fresh folder, removed at the end
-# (pytest_sessionfinish). The xdist workers inherit the controller's. A run given SPARSERL_CACHE_DIR keeps it.
-_OWN_CACHE = None
-if "SPARSERL_CACHE_DIR" not in os.environ:
+# (pytest_sessionfinish) by the process that made it: the xdist workers, and the processes mutation testing forks,
+# inherit it and leave it. A run given SPARSERL_CACHE_DIR (not empty) keeps it.
+_OWN_CACHE, _CACHE_OWNER = None, os.getpid()
+if not os.environ.get("SPARSERL_CACHE_DIR"):
     import tempfile
 
     _OWN_CACHE = os.environ["SPARSERL_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparserl-test-cache-")
@@ -122,7 +123,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a test left a file in src/ (a cache, a result, bytecode): tests write under
     pytest's tmp_path only. Skipped under mutation testing, whose copy of src/ is its own."""
-    if _OWN_CACHE is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+    if _OWN_CACHE is not None and os.getpid() == _CACHE_OWNER:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
     before = session.config.stash.get(_SRC, None)
     if before is None or REPO.name == "mutants" or "MUTANT_UNDER_TEST" in os.environ:

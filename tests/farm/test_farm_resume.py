@@ -230,3 +230,26 @@ def test_resume_skips_lines_that_are_not_records(farm_matrices: Path, tmp_path: 
         after = text[text.index(cut) + 1:]
         assert after and all(isinstance(json.loads(x), dict) for x in after)  # each a line of its own
     assert json.loads((out / STATE).read_text().splitlines()[-1])["name"] == "random"
+
+
+def test_replay_counts_only_the_kernels_it_wrote(farm_matrices: Path, tmp_path: Path, caplog) -> None:
+    """Replaying a journal into a store that found one of its kernels wrong on the matrix meanwhile: that kernel
+    is refused, and the count and the line say so (killed by: the count taken as every kernel replayed)."""
+    from sparserl.search.store import BestStore, VerifiedKernel
+
+    out = tmp_path / "farm"
+    run_farm(FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(out), store=str(tmp_path / "s.db"),
+                        search=SearchConfig(budget=4), progress=False), evaluator=FakeTimingDouble(_time_of))
+    kernels = [VerifiedKernel(**json.loads(x)["kernel"]) for x in (out / JOURNAL).read_text().splitlines()
+               if '"kernel"' in x]
+    assert len(kernels) == 4
+    v = kernels[0]
+    fresh = tmp_path / "fresh.db"
+    with BestStore(fresh) as st:
+        st.retract(v.fingerprint, v.op, v.k, v.arch, v.regime, v.harness_version, v.text)
+    with caplog.at_level(logging.INFO, logger="sparserl.farm.run"):
+        assert farm_run.replay(out / JOURNAL, str(fresh)) == 3
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resume:")]
+    assert said and "3 verified kernels" in said[0] and "(1 not:" in said[0], said
+    with BestStore(fresh) as st:
+        assert len(st.results()) == 3

@@ -1,9 +1,9 @@
 """Every library variant compiles with nvcc for sm_90 (no GPU needed), in parallel, cached;
 and with NVRTC where its library is installed, to the same ptxas resource report.
 
-Uses the user compile cache (``$SPARSERL_CACHE_DIR`` or ``~/.cache/sparserl``) so reruns
-are fast; a fresh machine (CI) compiles everything. The cache behaviour itself is
-tested in ``tests/harness/test_compile.py`` on a private folder.
+Uses the test run's compile cache (``$SPARSERL_CACHE_DIR``: a fresh folder per run unless it is set, see
+tests/conftest.py; set it to a lasting folder to make reruns fast). The cache behaviour itself is tested in
+``tests/harness/test_compile.py`` on a private folder.
 """
 
 from __future__ import annotations

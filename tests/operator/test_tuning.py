@@ -217,7 +217,7 @@ class _TuningDouble:
         from tests.search.doubles import FakeTimingDouble
 
         ev = FakeTimingDouble(time_of)
-        ev.config = SimpleNamespace(regimes=("cold",))
+        ev.config = SimpleNamespace(regimes=("cold",), reward_regime="cold")
         return ev
 
 
@@ -263,6 +263,19 @@ def test_tune_s_search_winner_is_chosen_by_a_second_look(tmp_path, banded) -> No
     choice0 = choose_kernel(banded, Op.SPMV, None, cfg0, ARCH)
     assert normalised(choice0.text) == next(t for t, r in order.items() if r == 0) and choice0.time_us == 5.0
     assert "second look" not in choice0.why
+
+
+def test_tune_refuses_an_evaluator_that_ranks_by_another_regime(tmp_path, banded) -> None:
+    """An evaluator timing both regimes but ranking (its reward regime) by cold, asked to tune in warm: a one-line
+    error before any search, since the candidate pool and the second look rank by the reward regime (killed by:
+    the check removed, which handed back the fastest cold kernel as warm's, 60 us warm against 16)."""
+    ev = _TuningDouble(lambda text: 5.0)
+    ev.config.regimes = ("cold", "warm")
+    cfg = TuneConfig(budget=4, store=tmp_path / "s.db", regime="warm", evaluator=ev)
+    with pytest.raises(SparseRLError) as e:
+        choose_kernel(banded, Op.SPMV, None, cfg, ARCH)
+    assert "reward_regime" in str(e.value) and "regime='cold'" in str(e.value) and "\n" not in str(e.value)
+    assert ev.submitted == []
 
 
 @needs_compiler

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,6 +172,10 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     if evaluator is not None and regime not in evaluator.config.regimes:
         raise SparseRLError(f"the evaluator times the {'/'.join(evaluator.config.regimes)} regime, not {regime}: "
                             f"tune with regime={evaluator.config.regimes[0]!r} or give an evaluator that times {regime}")
+    if evaluator is not None and evaluator.config.reward_regime != regime:  # the pool and the look rank by it
+        raise SparseRLError(f"the evaluator ranks kernels by the {evaluator.config.reward_regime} regime "
+                            f"(reward_regime), not {regime}: tune with regime={evaluator.config.reward_regime!r} or "
+                            f"give an evaluator with reward_regime={regime!r}")
     ev = evaluator or Evaluator(HarnessConfig(regimes=(regime,), reward_regime=regime))
     try:
         if ev.has_gpu:
@@ -178,10 +183,11 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
         ctx = MatrixContext(A, name, op, k)
         res = search_array(ctx, cfg, ev, store, run_config={"tune": {"budget": budget, "regime": regime}},
                            progress=progress)
+        t0 = time.perf_counter()
         try:
             _, best, look = choose_after_search(ctx, res, ev, retime, store)
         except SecondLookFailed as exc:
-            return SearchOutcome(res.evaluated, res.seconds, res.timed, dropped=str(exc))
+            return SearchOutcome(res.evaluated, res.seconds + time.perf_counter() - t0, res.timed, dropped=str(exc))
     finally:
         if evaluator is None:
             ev.close()
@@ -191,13 +197,23 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     r = best.result
     base = r.baseline.get(regime)
     if look is not None:  # the second look's median decides, and is what the line quotes
-        t, speedup = look.median_us, look.speedup
+        t = look.median_us
+        speedup = look.speedup if look.speedup is not None else (
+            r.speedup * look.first_us / t if r.speedup and t > 0 else None)
     else:
         t = r.timings[regime].median_us
         speedup = base.median_us / t if base is not None and t else r.speedup
     kernel = next(e.proposal.id for e in res.entries if e.proposal.text == best.text)
     return SearchOutcome(res.evaluated, seconds, res.timed, best.text, kernel, speedup, t,
-                         base.median_us if base else None, look=look.line() if look is not None else None)
+                         base.median_us if base else None, look=_look_line(look) if look is not None else None)
+
+
+def _look_line(look) -> str:
+    """What tune's line says of the second look (a :class:`~sparserl.request.second_look.SecondLook`)."""
+    dropped = f", {look.dropped} dropped" if look.dropped else ""
+    return (f"second look: median {look.median_us:.2f} us over {len(look.times_us)} fresh evaluations (first timing "
+            f"{look.first_us:.2f} us), {look.looked_at} distinct kernel{'s' if look.looked_at != 1 else ''} evaluated "
+            f"again{dropped}")
 
 
 def best_known(store, fingerprint: str, op: Op, k: int | None, arch: str, regime: str):
@@ -306,7 +322,7 @@ def choose_kernel(A: sp.csr_array, op: Op, k: int | None, cfg: TuneConfig, arch:
     if isinstance(built, str):  # the harness compiled it a moment ago: a broken cache or toolchain
         raise SparseRLError(f"the search's winner {out.kernel} cannot be built in this process: {built}")
     return KernelChoice(SEARCH, text=out.text, header=built[0], cubin_path=built[1],
-                        why=f"the winner {out.kernel} is {speed}, kept in the store"
+                        why=f"the winner {out.kernel} is {speed}, its results kept in the store"
                         + (f"; {out.look}" if out.look else ""), **common)
 
 

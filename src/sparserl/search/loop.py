@@ -488,10 +488,14 @@ class _SearchRun:
 
     def warn_interrupted(self) -> None:
         writes = self.sink.writes if self.sink is not None else 0
-        log.warning("search %s interrupted: %d candidates finished; %s", self.name, len(self.entries),
-                    f"the {writes} verified ones are in the store" if writes else
-                    "none was verified" + ("" if self.timed else " (nothing is run without a GPU)")
-                    + ", so the store is unchanged")
+        refused = self.sink.refused if self.sink is not None else 0
+        said = (f"{writes} verified results are in the store" if writes else
+                "the store is unchanged" if refused else
+                "none was verified" + ("" if self.timed else " (nothing is run without a GPU)")
+                + ", so the store is unchanged")
+        if refused:
+            said += f" ({refused} refused: their kernel had been found wrong on this matrix)"
+        log.warning("search %s interrupted: %d candidates finished; %s", self.name, len(self.entries), said)
 
     def close(self, status: str) -> None:
         """The run's end in the store (its failure raised only for a finished run), then the trace closed."""
