@@ -413,6 +413,8 @@ def _setup(cfg: PretrainConfig) -> _Run:
     logger = MetricLogger(out, resumed_at=step if resuming else None)
     model.train()
     train_model = torch.compile(model) if cfg.compile and device.type == "cuda" else model
+    if cfg.compile and device.type != "cuda":
+        log.warning("--compile compiles on a CUDA device only: on %s the model runs eagerly", device.type)
     params = sum(p.numel() for p in model.parameters())
     n_flop = matmul_params(model)
     peak = cfg.peak_tflops or (peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
