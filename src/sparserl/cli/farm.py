@@ -34,6 +34,9 @@ def farm_cmd(
     cost_model: str = typer.Option("default", help="the order candidates are tried in: 'default' (your model from "
                                    "'sparserl best cost-model' if you built one, else the packaged one), 'none' "
                                    "(the selector's and templates' order) or a model file"),
+    retime: int = typer.Option(3, help="before a matrix's kernel is written, its search's fastest are evaluated "
+                               "this many times again, fresh, and the lowest median is written; one found wrong "
+                               "there leaves the store (0: the first timings decide)"),
 ) -> None:
     """Tune a collection of matrices: one budgeted search per matrix, across the GPUs of this host or a
     Ray cluster; every verified kernel goes to the best-known store; a summary table of each matrix's
@@ -48,7 +51,8 @@ def farm_cmd(
     scfg = SearchConfig(budget=budget, seconds=seconds, templates=tuple(filter(None, templates.split(","))),
                         regime=regime, parallel=parallel, seed=seed, cost_model=cost_model)
     cfg = FarmConfig(matrices=tuple(map(str, matrices)), out=str(out), op=op, k=k, search=scfg, store=store or None,
-                     ray=ray or None, gpus=gpus, at_once=at_once, compile_only=compile_only, resume=resume)
+                     ray=ray or None, gpus=gpus, at_once=at_once, compile_only=compile_only, resume=resume,
+                     retime=retime)
     summary = run_farm(cfg)
     t = summary["totals"]
     rows = summary["matrices"]
