@@ -23,7 +23,7 @@ from sparserl.farm.run import JOURNAL, STATE, FarmConfig, run_farm
 from sparserl.harness.result import ErrorKind
 from sparserl.search.loop import SearchConfig
 from tests.conftest import one_line_error
-from tests.search.doubles import FakeTimingDouble
+from tests.search.doubles import FakeTimingDouble, racy_landscape
 
 
 def _time_of(text: str) -> float:
@@ -255,25 +255,6 @@ def test_replay_counts_only_the_kernels_it_wrote(farm_matrices: Path, tmp_path: 
         assert len(st.results()) == 3
 
 
-def _racy():
-    """Times by kernel: the first one proposed is the fastest at first and wrong on every later evaluation; the
-    others 20 + their rank us at first, 1 us less when evaluated again."""
-    from sparserl.search.space import normalised
-
-    order: dict[str, int] = {}
-    seen: dict[str, int] = {}
-
-    def time_of(text: str):
-        key = normalised(text)
-        rank = order.setdefault(key, len(order))
-        seen[key] = seen.get(key, 0) + 1
-        if rank == 0:
-            return 5.0 if seen[key] == 1 else None
-        return 20.0 + rank - (seen[key] > 1)
-
-    return time_of, order
-
-
 def test_the_farm_writes_the_kernel_its_second_look_chose(farm_matrices: Path, tmp_path: Path) -> None:
     """A kernel fastest once and wrong when evaluated again is not the matrix's kernel in the farm's summary or
     folder, and leaves the store as found wrong; the summary quotes the look's median (killed by: the farm's
@@ -286,7 +267,7 @@ def test_the_farm_writes_the_kernel_its_second_look_chose(farm_matrices: Path, t
 
     fp = matrix_card(load_matrix(farm_matrices / "banded.mtx")).fingerprint
     for retime in (3, 0):
-        time_of, order = _racy()
+        time_of, order = racy_landscape(faster_again=1.0)
         out, store = tmp_path / f"farm{retime}", tmp_path / f"s{retime}.db"
         s = run_farm(FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(out), store=str(store),
                                 search=SearchConfig(budget=5), progress=False, retime=retime),

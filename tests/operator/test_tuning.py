@@ -25,6 +25,7 @@ from sparserl.matrices.card import matrix_card
 from sparserl.operator.tuning import LIBRARY, SEARCH, STORE, TuneConfig, check_request, choose_kernel
 from sparserl.search.store import BestStore, VerifiedKernel, harness_version, kernel_sha
 from tests.conftest import NEEDS_NVCC
+from tests.search.doubles import racy_landscape
 
 ARCH = "sm_90"
 
@@ -221,25 +222,6 @@ class _TuningDouble:
         return ev
 
 
-def _racy_landscape():
-    """Times by kernel: the first one proposed is the fastest at first and wrong on every later evaluation (a racy
-    kernel that passed once); the others 20 + their rank us at first, 1 us less when evaluated again."""
-    from sparserl.search.space import normalised
-
-    order: dict[str, int] = {}
-    seen: dict[str, int] = {}
-
-    def time_of(text: str):
-        key = normalised(text)
-        rank = order.setdefault(key, len(order))
-        seen[key] = seen.get(key, 0) + 1
-        if rank == 0:
-            return 5.0 if seen[key] == 1 else None
-        return 20.0 + rank - (seen[key] > 1)
-
-    return time_of, order
-
-
 @needs_compiler
 def test_tune_s_search_winner_is_chosen_by_a_second_look(tmp_path, banded) -> None:
     """A kernel that was fastest once and fails when evaluated again is not tune's kernel: the second look drops
@@ -248,7 +230,7 @@ def test_tune_s_search_winner_is_chosen_by_a_second_look(tmp_path, banded) -> No
     made, the first timing quoted instead of the look's median. With ``retime=0`` the first timings decide, and the racy kernel wins (the control)."""
     from sparserl.search.space import normalised
 
-    time_of, order = _racy_landscape()
+    time_of, order = racy_landscape(faster_again=1.0)
     cfg = TuneConfig(budget=5, store=tmp_path / "s.db", regime="cold", evaluator=_TuningDouble(time_of))
     choice = choose_kernel(banded, Op.SPMV, None, cfg, ARCH)
     racy = next(t for t, r in order.items() if r == 0)
@@ -258,7 +240,7 @@ def test_tune_s_search_winner_is_chosen_by_a_second_look(tmp_path, banded) -> No
     with BestStore(tmp_path / "s.db") as st:
         assert [normalised(t) for t in st.found_wrong_texts(matrix_card(banded).fingerprint, "spmv", None)] == [racy]
 
-    time_of, order = _racy_landscape()
+    time_of, order = racy_landscape(faster_again=1.0)
     cfg0 = TuneConfig(budget=5, store=tmp_path / "t.db", regime="cold", evaluator=_TuningDouble(time_of), retime=0)
     choice0 = choose_kernel(banded, Op.SPMV, None, cfg0, ARCH)
     assert normalised(choice0.text) == next(t for t, r in order.items() if r == 0) and choice0.time_us == 5.0

@@ -21,7 +21,7 @@ from sparserl.request.context import MatrixContext
 from sparserl.request.report import KernelReport, verdict
 from sparserl.request.second_look import MOST, SecondLookFailed, second_look
 from sparserl.search.space import normalised
-from tests.search.doubles import CUSPARSE_US, FakeTimingDouble
+from tests.search.doubles import CUSPARSE_US, FakeTimingDouble, racy_landscape
 
 KERNELS = [get_variant(v).render() for v in ("spmv/csr_vector/-/tpr=4,block=256", "spmv/csr_vector/-/tpr=8,block=256",
                                                "spmv/csr_vector/-/tpr=16,block=256", "spmv/csr_vector/-/tpr=32,block=256",
@@ -307,17 +307,7 @@ def test_a_kernel_found_wrong_leaves_the_store_the_search_wrote(tmp_path):
     from sparserl.search.store import BestStore
 
     save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
-    order: dict[str, int] = {}
-    seen: dict[str, int] = {}
-
-    def time_of(text: str):
-        key = normalised(text)
-        rank = order.setdefault(key, len(order))
-        seen[key] = seen.get(key, 0) + 1
-        if rank == 0:  # the fastest at first, wrong when evaluated again
-            return 5.0 if seen[key] == 1 else None
-        return 20.0 + rank
-
+    time_of, order = racy_landscape()  # the fastest at first, wrong when evaluated again
     ev = FakeTimingDouble(time_of)
     job = SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=5, seed=0, cost_model="none"),
                     store=str(tmp_path / "best.sqlite"), out=str(tmp_path / "s"))

@@ -106,3 +106,22 @@ def by_text(times: dict[str, float | None], default: float | None = None) -> Cal
     """``time_of`` from a table keyed by text (whitespace-insensitive)."""
     table = {normalised(t): v for t, v in times.items()}
     return lambda text: table.get(normalised(text), default)
+
+
+def racy_landscape(faster_again: float = 0.0) -> tuple[Callable[[str], float | None], dict[str, int]]:
+    """``time_of`` for :class:`FakeTimingDouble`, and the kernels' ranks it fills in (normalised text -> the order
+    first seen): the first kernel proposed is the fastest at first (5 us) and wrong on every later evaluation (a
+    racy kernel that passed once); the others take 20 + their rank us at first, ``faster_again`` us less when
+    evaluated again."""
+    order: dict[str, int] = {}
+    seen: dict[str, int] = {}
+
+    def time_of(text: str) -> float | None:
+        key = normalised(text)
+        rank = order.setdefault(key, len(order))
+        seen[key] = seen.get(key, 0) + 1
+        if rank == 0:
+            return 5.0 if seen[key] == 1 else None
+        return 20.0 + rank - (faster_again if seen[key] > 1 else 0.0)
+
+    return time_of, order
