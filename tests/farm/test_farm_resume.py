@@ -20,6 +20,7 @@ import pytest
 from sparserl import interrupts
 from sparserl.farm import run as farm_run
 from sparserl.farm.run import JOURNAL, STATE, FarmConfig, run_farm
+from sparserl.errors import SparseRLError
 from sparserl.harness.result import ErrorKind
 from sparserl.search.loop import SearchConfig
 from tests.conftest import one_line_error
@@ -166,7 +167,7 @@ def test_resume_times_what_was_finished_compile_only(farm_matrices: Path, tmp_pa
     assert again.submitted == []  # no GPU: compile-only rows are done
     gpu = FakeTimingDouble(_time_of)
     s = run_farm(resumed, evaluator=gpu)
-    assert sum(not f for f in gpu.fresh) == 8 and s["timed"] is True  # (the second looks aside)
+    assert sum(not f for f in gpu.fresh) == 8 and s["timed"] is True and any(gpu.fresh)  # and the second looks
     assert [(r["status"], r["timed"]) for r in s["matrices"]] == [("done", True)] * 2
     assert all(r["speedup"] for r in s["matrices"])
     last = FakeTimingDouble(_time_of)
@@ -282,3 +283,96 @@ def test_the_farm_writes_the_kernel_its_second_look_chose(farm_matrices: Path, t
             assert row["speedup"] == pytest.approx(100.0 / 20.0) and wrong == [racy]
         else:
             assert written == racy and row["time_us"] == 5.0 and wrong == []
+
+
+def _unconfirmed():
+    """``time_of``: every kernel correct at its first evaluation; every later one an internal error (the machine's
+    doing)."""
+    seen: dict[str, int] = {}
+
+    def time_of(text: str):
+        seen[text] = seen.get(text, 0) + 1
+        return 20.0 + zlib.crc32(text.encode()) % 10 if seen[text] == 1 else ErrorKind.INTERNAL
+
+    return time_of
+
+
+def test_a_look_that_confirms_nothing_for_the_machine_s_reasons_fails_its_matrix(farm_matrices: Path,
+                                                                                tmp_path: Path) -> None:
+    """Every evaluation again fails for the machine's reasons: the matrix is failed, not finished without a kernel,
+    and --resume searches it again (killed by: a failed look always recorded as 'no kernel', which --resume skips
+    for good although the search verified kernels)."""
+    out = tmp_path / "farm"
+    cfg = FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(out), store=str(tmp_path / "s.db"),
+                     search=SearchConfig(budget=4), progress=False)
+    with pytest.raises(SparseRLError, match="1 of 1 matrices failed"):
+        run_farm(cfg, evaluator=FakeTimingDouble(_unconfirmed()))
+    assert [(d["name"], d["status"]) for d in _state(out)] == [("banded", "failed")]
+    assert "not confirmed" in _state(out)[0]["message"]
+    again = FakeTimingDouble(_time_of)
+    s = run_farm(FarmConfig(**{**cfg.__dict__, "resume": True}), evaluator=again)
+    assert [r["status"] for r in s["matrices"]] == ["done"] and any(again.fresh)
+
+
+def test_a_stop_during_the_second_look_leaves_the_matrix_interrupted(farm_matrices: Path, tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    """Ctrl-C (the farm's stop) while the fastest are evaluated again: no further evaluation starts, and the matrix
+    is interrupted, not done, so --resume searches it again (killed by: the stop not passed to the look, which ran
+    its nine evaluations and wrote the matrix as done)."""
+    farms = []
+    init = farm_run.Farm.__init__
+
+    def keep(self, *a, **kw):
+        init(self, *a, **kw)
+        farms.append(self)
+
+    monkeypatch.setattr(farm_run.Farm, "__init__", keep)
+
+    class StopAtTheLook(FakeTimingDouble):
+        def submit(self, text, ref, op, k=None, fresh=False):
+            if fresh:
+                farms[0].stop.set()
+            return super().submit(text, ref, op, k, fresh)
+
+    out = tmp_path / "farm"
+    ev = StopAtTheLook(lambda text: 20.0 + zlib.crc32(text.encode()) % 10)
+    run_farm(FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(out), store=str(tmp_path / "s.db"),
+                        search=SearchConfig(budget=4), progress=False), evaluator=ev)
+    assert sum(ev.fresh) == 1
+    rows = json.loads((out / "summary.json").read_text())["matrices"]
+    assert [(r["name"], r["status"]) for r in rows] == [("banded", "interrupted")]
+
+
+def _all_wrong_again():
+    """``time_of``: every kernel correct at its first evaluation, wrong at every later one (its own doing)."""
+    seen: dict[str, int] = {}
+
+    def time_of(text: str):
+        seen[text] = seen.get(text, 0) + 1
+        return 20.0 + zlib.crc32(text.encode()) % 10 if seen[text] == 1 else None
+
+    return time_of
+
+
+@pytest.mark.parametrize("look", ["keeps one", "drops all"])
+def test_a_store_that_cannot_retract_what_the_look_found_wrong_stops_the_farm(farm_matrices: Path, tmp_path: Path,
+                                                                               monkeypatch, look: str) -> None:
+    """The second look finds kernels wrong (and hands another back, or none) and the store cannot be reached to
+    retract them: the farm stops as for a store that stopped answering, and the matrix is not finished, so --resume
+    looks at it again (killed by: the store's error taken as 'no kernel' for the matrix, a finished row, while the
+    wrong kernel stays the store's best; where the look dropped all, the retraction's error only logged beside the
+    look's and not kept on it)."""
+    from sparserl.search.store import BestStore
+    from sparserl.search.store_backends import StoreUnavailable
+
+    def gone(self, *a, **kw):
+        raise StoreUnavailable("the best-known store stopped answering (test)")
+
+    monkeypatch.setattr(BestStore, "retract", gone)
+    time_of = racy_landscape(faster_again=1.0)[0] if look == "keeps one" else _all_wrong_again()
+    out = tmp_path / "farm"
+    with pytest.raises(SparseRLError, match="stopped answering"):
+        run_farm(FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(out), store=str(tmp_path / "s.db"),
+                            search=SearchConfig(budget=5), progress=False), evaluator=FakeTimingDouble(time_of))
+    rows = json.loads((out / "summary.json").read_text())["matrices"]
+    assert [(r["name"], r["status"]) for r in rows] == [("banded", "interrupted")]

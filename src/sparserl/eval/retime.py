@@ -11,17 +11,24 @@ from __future__ import annotations
 
 import statistics
 
+from sparserl.errors import SparseRLError
 from sparserl.kernels.contract import Op
 
 
-def evaluate_again(ev, ref, op: Op | str, k: int | None, texts: list[str], passes: int) -> list[list]:
+class EvaluationsStopped(SparseRLError):
+    """A stop was asked for between the evaluations of :func:`evaluate_again`."""
+
+
+def evaluate_again(ev, ref, op: Op | str, k: int | None, texts: list[str], passes: int, stop=None) -> list[list]:
     """Each text evaluated ``passes`` more times through ``ev`` (an ``Evaluator``), fresh (never answered from
     its memo), one evaluation at a time, every other pass in the reverse order: the ``EvalResult`` objects, text by
-    text."""
+    text. ``stop``: a ``threading.Event``; once set, no further evaluation starts (:class:`EvaluationsStopped`)."""
     out: list[list] = [[] for _ in texts]
     order = list(range(len(texts)))
     for p in range(passes):
         for i in order if p % 2 == 0 else order[::-1]:
+            if stop is not None and stop.is_set():
+                raise EvaluationsStopped("stopped while kernels were evaluated again")
             out[i].append(ev.submit(texts[i], ref, op, k, fresh=True).result())
     return out
 

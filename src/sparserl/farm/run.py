@@ -11,7 +11,9 @@
    connection, each verified kernel journalled (``verified.jsonl``) before the store gets it;
    a matrix that cannot be read is skipped and listed; each finished matrix is appended to
    ``matrices.jsonl`` (what ``--resume`` skips, by resolved path; a matrix finished compile-only is
-   searched again where the evaluator can time) and gets ``generate``'s report in ``<name>/``; a
+   searched again where the evaluator can time) and gets ``search``'s report in ``<name>/``, its kernel
+   chosen by a second look (``retime``; one that found no kernel for the machine's reasons fails its
+   matrix, and a stop during it leaves the matrix interrupted, both searched again on ``--resume``); a
    search that raises (a full disk, a cluster gone) fails its matrix only, recorded in one line: the
    others go on, the command ends with one error, and ``--resume`` searches it again;
 5. Ctrl-C (or SIGTERM) stops submitting: the candidates in flight finish and are kept, the
@@ -307,6 +309,8 @@ class _Counting:
         self.ev = ev
         self.lock = threading.Lock()
         self.done = 0
+        self.looks = 0
+        """Evaluations again (``fresh``: the second looks), not counted in ``done``."""
         self.failures: dict[str, int] = {}
         self.t0 = time.monotonic()
 
@@ -319,8 +323,12 @@ class _Counting:
 
     def submit(self, *a, **kw) -> Future:
         f = self.ev.submit(*a, **kw)
-        f.add_done_callback(self._count)
+        f.add_done_callback(self._count_look if kw.get("fresh") else self._count)
         return f
+
+    def _count_look(self, f: Future) -> None:
+        with self.lock:
+            self.looks += 1
 
     def _count(self, f: Future) -> None:
         kind = f.result().error_kind.value
@@ -398,14 +406,21 @@ class Farm:
                     return o
                 try:
                     rep = write_report(ctx, res, self._folder(name), {"farm": asdict(cfg)},
-                                       evaluator=self.ev if res.timed else None, retime=cfg.retime, store=store)
+                                       evaluator=self.ev if res.timed else None, retime=cfg.retime, store=store,
+                                       stop=self.stop)
                     o.status = "done"
                     if rep.second_look is not None:  # the kernel written (its facts written in), at the look's median
                         self._best(o, next(e for e in res.entries if e.result is rep.best),
                                    cfg.search.regime, rep.second_look)
+                        o.seconds += rep.second_look.seconds
+                except StoreError:
+                    raise
                 except SparseRLError as exc:
-                    o.status, o.message = "no kernel", str(exc)[:300]
                     o.best_id = o.best_format = o.time_us = o.cusparse_us = o.speedup = None
+                    lost = getattr(exc, "retraction_failed", None)
+                    if isinstance(lost, StoreError):  # kernels found wrong may stay in the store: not finished
+                        raise lost from exc
+                    o.status, o.message = self._not_written(exc), str(exc)[:300]
             if not res.timed and res.best is None:  # compile-only: the first compiling candidate
                 first = next((e for e in sorted(res.entries, key=lambda e: e.order)
                               if e.result.error_kind.value == "no_gpu"), None)
@@ -427,6 +442,21 @@ class Farm:
                 from sparserl.harness.matrix_files import matrix_key
 
                 release(matrix_key(ctx.A))
+
+    @staticmethod
+    def _not_written(exc: SparseRLError) -> str:
+        """A matrix's status when no kernel was written for it: 'interrupted' (stopped during the second look) and
+        'failed' (the look confirmed none for the machine's reasons, or could not retract what it found wrong)
+        are searched again by ``--resume``; 'no kernel' (none verified, or every one looked at found wrong) is
+        final."""
+        from sparserl.eval.retime import EvaluationsStopped
+        from sparserl.request.second_look import SecondLookFailed
+
+        if isinstance(exc, EvaluationsStopped):
+            return "interrupted"
+        if (isinstance(exc, SecondLookFailed) and exc.machine) or getattr(exc, "retraction_failed", None):
+            return "failed"
+        return "no kernel"
 
     @staticmethod
     def _best(o: MatrixOutcome, entry, regime: str, look=None) -> None:
@@ -467,7 +497,8 @@ class Farm:
         return {"done": sum(o.status in ("done", "no kernel") for o in outs),
                 "skipped": sum(o.status in ("unreadable", "too large") for o in outs),
                 "failed": sum(o.status == "failed" for o in outs), "running": running,
-                "candidates": self.ev.done, "rate": self.ev.done / elapsed, "machine_failures": dict(self.ev.failures),
+                "candidates": self.ev.done, "looks": self.ev.looks, "rate": self.ev.done / elapsed,
+                "machine_failures": dict(self.ev.failures),
                 "workers": [dict(w, rate=w["jobs"] / elapsed) for w in stats], "best": [(o.name, o.speedup)
                                                                                        for o in best],
                 "timed": self.ev.has_gpu, "elapsed": elapsed, "health": dict(self.health_problems),

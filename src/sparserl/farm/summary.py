@@ -33,7 +33,8 @@ def summary_markdown(rows: list, snap: dict, timed: bool) -> str:
     if skipped:
         lines += ["", "## Not tuned", ""] + [f"- {r.name} ({r.path}): {r.status}: {r.message}" for r in skipped]
     lines += ["", "## The farm", "", f"- {snap['candidates']} candidates in {snap['elapsed']:.0f} s "
-              f"({snap['rate']:.2f}/s)"]
+              f"({snap['rate']:.2f}/s)" + (f"; {snap['looks']} evaluations again in second looks"
+                                           if snap.get("looks") else "")]
     if snap["machine_failures"]:
         lines.append("- failures of the machine (re-run or left out of the results): "
                      + ", ".join(f"{k} {v}" for k, v in sorted(snap["machine_failures"].items())))

@@ -48,7 +48,12 @@ MOST = 3 * TOP
 
 
 class SecondLookFailed(SparseRLError):
-    """Every candidate a second look evaluated again was dropped."""
+    """Every candidate a second look evaluated again was dropped. ``machine``: none of them by its own doing (every
+    evaluation of each failed for the machine's reasons), so a later look may well confirm one."""
+
+    def __init__(self, message: str, machine: bool = False):
+        super().__init__(message)
+        self.machine = machine
 
 
 @dataclass(frozen=True)
@@ -124,10 +129,11 @@ def _judge(results: list[EvalResult], regime: str) -> tuple[list[float], str | N
 
 
 def second_look(pool: CandidatePool, evaluator, regime: str, passes: int = PASSES, top: int = TOP,
-                within: float = WITHIN, most: int = MOST) -> tuple[Candidate, SecondLook] | None:
+                within: float = WITHIN, most: int = MOST, stop=None) -> tuple[Candidate, SecondLook] | None:
     """The kernel to hand back after a second look (see the module docstring) and what it measured; None
     when there is nothing to look at (compile-only, no verified candidate, ``passes`` 0). Raises
-    :class:`SecondLookFailed` when every candidate looked at was dropped (they stay dropped in ``pool``)."""
+    :class:`SecondLookFailed` when every candidate looked at was dropped (they stay dropped in ``pool``), and
+    :class:`~sparserl.eval.retime.EvaluationsStopped` once ``stop`` (a ``threading.Event``) is set."""
     if passes < 1 or not pool.timed:
         return None
     ranked = [c for c in _distinct(pool.usable()) if _first_us(c, regime) is not None]  # fastest first
@@ -146,7 +152,7 @@ def second_look(pool: CandidatePool, evaluator, regime: str, passes: int = PASSE
     batch = rivals(0)
     looked = dropped = 0
     while batch:
-        results = evaluate_again(evaluator, ref, ctx.op, ctx.k, [c.text for c in batch], passes)
+        results = evaluate_again(evaluator, ref, ctx.op, ctx.k, [c.text for c in batch], passes, stop)
         kept = []
         for i, (c, rs) in enumerate(zip(batch, results)):
             times, why, wrong = _judge(rs, regime)
@@ -172,14 +178,14 @@ def second_look(pool: CandidatePool, evaluator, regime: str, passes: int = PASSE
         batch = rivals(looked)  # every one was dropped: the next fastest take their place
     raise SecondLookFailed(f"every verified kernel looked at again for {ctx.name} was dropped ({looked} kernels, "
                            f"--retime {passes}): "
-                           + "; ".join(sorted(set(pool.dropped.values())))[:400])
+                           + "; ".join(sorted(set(pool.dropped.values())))[:400], machine=not pool.found_wrong)
 
 
-def look_again(pool: CandidatePool, evaluator, best: Candidate, regime: str, passes: int
+def look_again(pool: CandidatePool, evaluator, best: Candidate, regime: str, passes: int, stop=None
                ) -> tuple[Candidate, SecondLook | None]:
     """``best`` (the pool's fastest by its first timing) or the kernel a second look chooses instead, and the
     second look (None where there was nothing to look at)."""
-    return second_look(pool, evaluator, regime, passes) or (best, None)
+    return second_look(pool, evaluator, regime, passes, stop=stop) or (best, None)
 
 
 def dropped_note(pool: CandidatePool) -> str:

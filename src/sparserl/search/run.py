@@ -268,29 +268,32 @@ def retracting_found_wrong(pool: CandidatePool, retract: Callable[[], Any] | Non
     out of the store the request wrote to, :func:`retract_found_wrong`; None: no store was written), whether or
     not the look raised: found wrong is found wrong, whether or not a kernel is handed back. When the look
     raised (every kernel dropped, an interrupt), its exception is the one that propagates, and a retraction
-    that fails beside it (a store that cannot be reached) is logged; after a look that returned, a failed
+    that fails beside it (a store that cannot be reached) is logged and kept on it as ``retraction_failed`` (a
+    caller that must not call the matrix finished then can tell); after a look that returned, a failed
     retraction is the request's error."""
     try:
         yield
-    except BaseException:
+    except BaseException as exc:
         if retract is not None and pool.found_wrong:
             try:
                 retract()
-            except Exception as exc:  # the store's error (or an unwrapped one of its driver) beside the look's
+            except Exception as err:  # the store's error (or an unwrapped one of its driver) beside the look's
                 log.error("the kernels found wrong when evaluated again may stay in the best-known store (not "
-                          "retracted: %s)", exc)
+                          "retracted: %s)", err)
+                exc.retraction_failed = err
         raise
     if retract is not None and pool.found_wrong:
         retract()
 
 
-def choose_after_search(ctx: MatrixContext, res: SearchResult, evaluator=None, retime: int = 0, store=None
-                        ) -> tuple[CandidatePool, Candidate | None, SecondLook | None]:
+def choose_after_search(ctx: MatrixContext, res: SearchResult, evaluator=None, retime: int = 0, store=None,
+                        stop=None) -> tuple[CandidatePool, Candidate | None, SecondLook | None]:
     """The search's candidates as a pool, the kernel to hand back (None: none usable) and the second look that
     chose it. With an ``evaluator`` and ``retime`` passes, the kernel is chosen by a second look
     (:mod:`sparserl.request.second_look`), and the kernels it finds wrong leave ``store``
     (:func:`retracting_found_wrong`: when the look fails, its error, :class:`SecondLookFailed`, is raised and the
-    store's, if any, logged). What ``search``'s report and ``tune`` share."""
+    store's, if any, logged; the store's error is kept on the look's as ``retraction_failed``). ``stop``: see
+    :func:`~sparserl.request.second_look.second_look`. What ``search``'s report, ``tune`` and the farm share."""
     pool = CandidatePool(ctx, timed=res.timed)
     pool.add(search_candidates(res))
     best = pool.best()
@@ -298,16 +301,17 @@ def choose_after_search(ctx: MatrixContext, res: SearchResult, evaluator=None, r
         return pool, None, None
     with retracting_found_wrong(pool, partial(retract_found_wrong, store, ctx, pool, res.regime)
                                 if store is not None else None):
-        best, look = look_again(pool, evaluator, best, res.regime, retime) if evaluator is not None else (best, None)
+        best, look = (look_again(pool, evaluator, best, res.regime, retime, stop) if evaluator is not None
+                      else (best, None))
     return pool, best, look
 
 
 def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict, evaluator=None,
-                 retime: int = 0, store=None) -> KernelReport:
+                 retime: int = 0, store=None, stop=None) -> KernelReport:
     """The search's kernel and its report (``config``: the run's settings, recorded), written to
     ``out`` (the trace is there already); raises SparseRLError when no candidate is usable. The kernel is
     :func:`choose_after_search`'s (a second look with an ``evaluator`` and ``retime`` passes)."""
-    pool, best, look = choose_after_search(ctx, res, evaluator, retime, store)
+    pool, best, look = choose_after_search(ctx, res, evaluator, retime, store, stop)
     if best is None:
         what = "correct" if res.timed else "compiling"
         raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "
