@@ -49,7 +49,7 @@ from sparserl.search.loop import (
 from sparserl.search.policy import PolicyProposer
 from sparserl.search.ranker import make_ranker
 from sparserl.search.space import select_templates
-from sparserl.search.store import COORDS, BestStore, harness_version, open_store
+from sparserl.search.store import COORDS, BestStore, harness_version, open_store, store_exists
 
 if TYPE_CHECKING:
     from sparserl.model.policy import Policy
@@ -216,7 +216,8 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
     select_templates(Op(job.op), job.search.templates)  # an unknown name fails before any work
     if context is None:
         check_matrix_path(job.matrix)  # so does a missing matrix file, before the store is opened
-    store = open_store(job.store)  # and a store from a newer version
+    # and a store from a newer version; a store that is not there yet is made only once results can come
+    store = open_store(job.store) if store_exists(job.store) else None
     try:
         ctx = MatrixContext.reuse_or_load(context, job.matrix, job.op, job.k)
         out = Path(job.out or f"runs/search/{ctx.name}")
@@ -227,6 +228,7 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
         try:
             if ev.has_gpu:
                 check_fits(ctx.name, *ctx.shape, ctx.nnz, ctx.k)
+                store = store or open_store(job.store)
             else:
                 log.warning("no GPU: the search compiles its candidates only; nothing is timed and the store "
                             "is not updated")
@@ -238,7 +240,8 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
             if evaluator is None:
                 ev.close()
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 def retract_found_wrong(store, ctx: MatrixContext, pool: CandidatePool, regime: str) -> int:

@@ -735,6 +735,14 @@ def open_store(spec: str | os.PathLike[str] | None) -> BestStore:
     return BestStore(spec if spec is not None else default_store_path())
 
 
+def store_exists(spec: str | os.PathLike[str] | None) -> bool:
+    """Whether :func:`open_store` would open a store that is there already (a ``postgresql://`` URL always counts:
+    the server says), rather than make a new file."""
+    if spec is not None and is_url(spec):
+        return True
+    return Path(spec if spec is not None else default_store_path()).exists()
+
+
 def describe(row: BestRow | Any) -> str:
     """One line: speedup, times and what the kernel is."""
     what = row.candidate_id or row.template or "free text"
