@@ -82,6 +82,7 @@ def test_the_search_after_sampling_reads_a_sample_as_the_template_point_it_is(mt
     (drawn,) = [x for x in lines if x["provenance"] == "policy-sample"]
     assert drawn["template"] == "dia_rows" and drawn["params"] == point and drawn["id"].startswith("text/")
     assert "two rows a thread" in drawn["text"] and drawn["verdict"] == "no_gpu"
+    assert not (tmp_path / "store.sqlite").exists()  # compile-only writes nothing: no store made for it
 
 
 def test_nothing_usable_without_the_library_is_a_clear_error(mtx: Path, tmp_path: Path) -> None:

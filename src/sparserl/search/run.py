@@ -330,14 +330,16 @@ def search_after_sampling(ctx: MatrixContext, job: SearchJob, ev, proposer: Poli
                           samples: list[Candidate], out: Path, config: dict[str, Any]) -> SearchResult:
     """``generate --search N``: search ``job.search.budget`` candidates after the model's ``samples``
     (which enter the search as evaluated, spending no budget). The trace goes to
-    out/search_trace.jsonl; ``config``: the run's settings, recorded in the store."""
-    store = open_store(job.store)
+    out/search_trace.jsonl; ``config``: the run's settings, recorded in the store (a store that is not there yet
+    is made only where results can come)."""
+    store = open_store(job.store) if ev.has_gpu or store_exists(job.store) else None
     try:
         out.mkdir(parents=True, exist_ok=True)
         return search_array(ctx, job.search, ev, store, run_config=config, proposer=proposer, model=str(job.model),
                             prior=samples, trace=out / "search_trace.jsonl")
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 def search_markdown(res: SearchResult) -> str:
