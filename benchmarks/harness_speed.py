@@ -65,11 +65,11 @@ QUICK_KERNELS = ("spmv/csr_scalar/-/block=256", "spmv/csr_vector/-/tpr=4,block=2
                  "spmv/sell_lanes/C=32,sigma=512/block=256", "spmv/dia_stream/-/block=256,v=1",
                  "spmv/bsr_group/R=2,C=2/g=16,block=256")
 """One or two kernels per format (refusals included: they cost a conversion attempt)."""
-PATHS = {"sequential": SpeedConfig.classic(), "batched": SpeedConfig(),
+PATHS = {"sequential": SpeedConfig.classic(), "batched": SpeedConfig(staging_bytes=0),
          "staged": SpeedConfig(staging_bytes=CAP_BYTES)}
-"""The evaluation paths ``--paths`` chooses from: ``staged`` is the batched path with its uploads
-through one page-locked staging buffer (``sparserl.harness.staging``; off by default), for timing the
-buffer against the default in one run."""
+"""The evaluation paths ``--paths`` chooses from: ``batched`` uploads through CuPy's pinned pool (the buffer off,
+the default before 2026-12-07), ``staged`` through one page-locked staging buffer (``sparserl.harness.staging``,
+the default since), for timing the two in one run."""
 FRONT = ("extract", "static_check", "compile", "plan", "preconvert", "queue")
 """Profile steps outside the worker's time on a candidate (the parent's, or waiting for the worker)."""
 CONVERSION = ("convert", "upload", "load_conversion")

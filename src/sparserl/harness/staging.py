@@ -30,13 +30,13 @@ import numpy as np
 
 from sparserl.formats import FormatData
 from sparserl.harness import preconvert
+from sparserl.harness.speed import STAGING_CAP_BYTES
 
 log = logging.getLogger(__name__)
 
-CAP_BYTES = 2 << 30
-"""The largest page-locked buffer a worker keeps when the buffer is on (``SpeedConfig.staging_bytes``,
-0 by default until its speed is measured on a GPU; ``benchmarks/harness_speed.py --paths
-batched,staged`` times both)."""
+CAP_BYTES = STAGING_CAP_BYTES
+"""The largest page-locked buffer a worker keeps by default (``SpeedConfig.staging_bytes``; 0 turns the buffer
+off; ``benchmarks/harness_speed.py --paths batched,staged`` times both)."""
 FIRST_BYTES = 64 << 20
 """The buffer's size when it is first made (or the first need, rounded up to a multiple of this)."""
 
