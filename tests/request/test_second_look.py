@@ -9,6 +9,8 @@ harness's fresh evaluations on a GPU) runs in ``tests/eval/test_generate.py``
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sparserl.errors import SparseRLError
@@ -19,7 +21,7 @@ from sparserl.matrices import generate
 from sparserl.request.candidates import CandidatePool, Origin
 from sparserl.request.context import MatrixContext
 from sparserl.request.report import KernelReport, verdict
-from sparserl.request.second_look import MOST, SecondLookFailed, second_look
+from sparserl.request.second_look import MOST, SecondLook, SecondLookFailed, second_look
 from sparserl.search.space import normalised
 from tests.search.doubles import CUSPARSE_US, FakeTimingDouble, racy_landscape
 
@@ -464,3 +466,14 @@ def test_every_layout_of_a_kernel_found_wrong_is_retracted_and_any_store_error_s
     with pytest.raises(ValueError, match="the look"):
         with retracting_found_wrong(pool, broken):
             raise ValueError("the look")
+
+
+def test_the_speedup_at_the_look_s_median() -> None:
+    """cuSPARSE's time over the median where it was timed in the regime; else the first speedup scaled by the two
+    times (killed by: the first speedup returned as it is, or None where it can be scaled)."""
+    look = SecondLook(passes=3, regime="cold", times_us=[19.0, 20.0, 21.0], median_us=20.0, first_us=25.0,
+                      speedup=5.0, first_speedup=4.0, roofline=None, break_even_calls=None, looked_at=1, dropped=0,
+                      changed=False, seconds=0.1)
+    assert look.median_speedup == 5.0
+    assert replace(look, speedup=None).median_speedup == pytest.approx(5.0)  # 4.0 x 25 / 20
+    assert replace(look, speedup=None, first_speedup=None).median_speedup is None

@@ -361,7 +361,7 @@ class Farm:
         from sparserl.matrices import load_matrix
         from sparserl.search.footprint import check_fits
         from sparserl.request.context import MatrixContext
-        from sparserl.search.run import search_array, write_report
+        from sparserl.search.run import search_array, search_entry, write_report
         from sparserl.search.store import open_store
         from sparserl.search.store_backends import StoreError
 
@@ -410,8 +410,7 @@ class Farm:
                                        stop=self.stop)
                     o.status = "done"
                     if rep.second_look is not None:  # the kernel written (its facts written in), at the look's median
-                        self._best(o, next(e for e in res.entries if e.result is rep.best),
-                                   cfg.search.regime, rep.second_look)
+                        self._best(o, search_entry(res, rep.best), cfg.search.regime, rep.second_look)
                         o.seconds += rep.second_look.seconds
                 except StoreError:
                     raise
@@ -469,9 +468,7 @@ class Farm:
         if look is None:
             o.time_us, o.speedup = entry.time_us(regime), r.speedup
         else:
-            o.time_us = look.median_us
-            o.speedup = look.speedup if look.speedup is not None else (
-                r.speedup * look.first_us / look.median_us if r.speedup and look.median_us > 0 else None)
+            o.time_us, o.speedup = look.median_us, look.median_speedup
 
     def _folder(self, name: str) -> Path:
         p = self.out / name

@@ -166,7 +166,7 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     from sparserl.request.second_look import SecondLookFailed
     from sparserl.search.footprint import check_fits
     from sparserl.search.loop import SearchConfig
-    from sparserl.search.run import choose_after_search, search_array
+    from sparserl.search.run import choose_after_search, search_array, search_entry
 
     cfg = SearchConfig(budget=budget, seconds=seconds, regime=regime)
     if evaluator is not None and regime not in evaluator.config.regimes:
@@ -197,14 +197,11 @@ def _search_for(A: sp.csr_array, op: Op, k: int | None, budget: int, store, *, e
     r = best.result
     base = r.baseline.get(regime)
     if look is not None:  # the second look's median decides, and is what the line quotes
-        t = look.median_us
-        speedup = look.speedup if look.speedup is not None else (
-            r.speedup * look.first_us / t if r.speedup and t > 0 else None)
+        t, speedup = look.median_us, look.median_speedup
     else:
         t = r.timings[regime].median_us
         speedup = base.median_us / t if base is not None and t else r.speedup
-    kernel = next(e.proposal.id for e in res.entries if e.proposal.text == best.text)
-    return SearchOutcome(res.evaluated, seconds, res.timed, best.text, kernel, speedup, t,
+    return SearchOutcome(res.evaluated, seconds, res.timed, best.text, search_entry(res, r).proposal.id, speedup, t,
                          base.median_us if base else None, look=_look_line(look) if look is not None else None)
 
 

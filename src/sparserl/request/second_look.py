@@ -83,6 +83,16 @@ class SecondLook:
     seconds: float
     """Wall time of the second look."""
 
+    @property
+    def median_speedup(self) -> float | None:
+        """The speedup at ``median_us``: ``speedup`` where cuSPARSE was timed in the regime, else the first
+        evaluation's speedup scaled by the two times (None where there is neither)."""
+        if self.speedup is not None:
+            return self.speedup
+        if not self.first_speedup or not self.median_us > 0:
+            return None
+        return self.first_speedup * self.first_us / self.median_us
+
     def line(self) -> str:
         """One line for the report."""
         sp = f", {self.speedup:.2f}x cuSPARSE" if self.speedup else ""

@@ -43,6 +43,7 @@ from sparserl.search.loop import (
     SearchConfig,
     SearchResult,
     StoreSink,
+    TraceEntry,
     run_search,
     search_summary,
 )
@@ -120,6 +121,12 @@ def search_candidates(res: SearchResult) -> list[Candidate]:
     return [Candidate(e.proposal.text, Origin.SEARCH, e.result, f"{e.proposal.provenance.value} {e.proposal.id}"
                       + (f" ({FILLED_NOTE})" if e.proposal.note == FILLED_NOTE else ""))
             for e in sorted(res.entries, key=lambda e: e.order) if e.counted]
+
+
+def search_entry(res: SearchResult, result) -> TraceEntry:
+    """The search's entry whose evaluation ``result`` is (the inverse of :func:`search_candidates`: a candidate's
+    ``result`` is its entry's own object)."""
+    return next(e for e in res.entries if e.result is result)
 
 
 def _selector_point(ctx: MatrixContext) -> tuple[str, dict, str]:
