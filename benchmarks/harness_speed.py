@@ -3,8 +3,8 @@
 For each matrix (generated families at ``--rows`` rows, SuiteSparse files from a folder), a fixed set
 of library SpMV kernels is evaluated by one evaluator per path of ``--paths`` (by default two: the
 sequential path, ``SpeedConfig.classic()``: one launch, one synchronisation and one host-side check
-at a time, 41 cold runs, fixed time limits, and the batched one, the default; ``staged`` is the
-batched path with the page-locked staging buffer), one after the other so only one worker uses
+at a time, 41 cold runs, fixed time limits, and the batched one, the default; ``unstaged`` is the
+batched path without the page-locked staging buffer), one after the other so only one worker uses
 the GPU at a time. Candidates are submitted as a search does (a few in flight, the best
 time so far noted with the evaluator, so the batched path stops hopeless ones early). Compiles are
 cached before either path runs; matrices, conversions and cuSPARSE baselines are each path's own.
@@ -45,7 +45,6 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.compile import compile_many, compile_source
 from sparserl.harness.evaluator import Evaluator, HarnessConfig
 from sparserl.harness.speed import SpeedConfig
-from sparserl.harness.staging import CAP_BYTES
 from sparserl.kernels.contract import Op, split_completion
 from sparserl.kernels.library import get_variant, variants
 from sparserl.matrices import generate, load_matrix
@@ -65,11 +64,10 @@ QUICK_KERNELS = ("spmv/csr_scalar/-/block=256", "spmv/csr_vector/-/tpr=4,block=2
                  "spmv/sell_lanes/C=32,sigma=512/block=256", "spmv/dia_stream/-/block=256,v=1",
                  "spmv/bsr_group/R=2,C=2/g=16,block=256")
 """One or two kernels per format (refusals included: they cost a conversion attempt)."""
-PATHS = {"sequential": SpeedConfig.classic(), "batched": SpeedConfig(staging_bytes=0),
-         "staged": SpeedConfig(staging_bytes=CAP_BYTES)}
-"""The evaluation paths ``--paths`` chooses from: ``batched`` uploads through CuPy's pinned pool (the buffer off,
-the default before 2026-12-07), ``staged`` through one page-locked staging buffer (``sparserl.harness.staging``,
-the default since), for timing the two in one run."""
+PATHS = {"sequential": SpeedConfig.classic(), "batched": SpeedConfig(), "unstaged": SpeedConfig(staging_bytes=0)}
+"""The evaluation paths ``--paths`` chooses from: ``batched`` is the default (its uploads through one page-locked
+staging buffer, ``sparserl.harness.staging``); ``unstaged`` is the batched path with every upload through CuPy's
+pinned pool instead, for timing the buffer against what it replaced in one run."""
 FRONT = ("extract", "static_check", "compile", "plan", "preconvert", "queue")
 """Profile steps outside the worker's time on a candidate (the parent's, or waiting for the worker)."""
 CONVERSION = ("convert", "upload", "load_conversion")

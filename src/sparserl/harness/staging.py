@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 CAP_BYTES = STAGING_CAP_BYTES
 """The largest page-locked buffer a worker keeps by default (``SpeedConfig.staging_bytes``; 0 turns the buffer
-off; ``benchmarks/harness_speed.py --paths batched,staged`` times both)."""
+off; ``benchmarks/harness_speed.py --paths unstaged,batched`` times both)."""
 FIRST_BYTES = 64 << 20
 """The buffer's size when it is first made (or the first need, rounded up to a multiple of this)."""
 
