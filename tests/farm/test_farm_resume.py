@@ -285,14 +285,14 @@ def test_the_farm_writes_the_kernel_its_second_look_chose(farm_matrices: Path, t
             assert written == racy and row["time_us"] == 5.0 and wrong == []
 
 
-def _unconfirmed():
-    """``time_of``: every kernel correct at its first evaluation; every later one an internal error (the machine's
-    doing)."""
+def _correct_once(later):
+    """``time_of``: every kernel correct at its first evaluation; every later one ``later`` (``ErrorKind.INTERNAL``:
+    the machine's doing; None: incorrect, its own)."""
     seen: dict[str, int] = {}
 
     def time_of(text: str):
         seen[text] = seen.get(text, 0) + 1
-        return 20.0 + zlib.crc32(text.encode()) % 10 if seen[text] == 1 else ErrorKind.INTERNAL
+        return 20.0 + zlib.crc32(text.encode()) % 10 if seen[text] == 1 else later
 
     return time_of
 
@@ -306,7 +306,7 @@ def test_a_look_that_confirms_nothing_for_the_machine_s_reasons_fails_its_matrix
     cfg = FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(out), store=str(tmp_path / "s.db"),
                      search=SearchConfig(budget=4), progress=False)
     with pytest.raises(SparseRLError, match="1 of 1 matrices failed"):
-        run_farm(cfg, evaluator=FakeTimingDouble(_unconfirmed()))
+        run_farm(cfg, evaluator=FakeTimingDouble(_correct_once(ErrorKind.INTERNAL)))
     assert [(d["name"], d["status"]) for d in _state(out)] == [("banded", "failed")]
     assert "not confirmed" in _state(out)[0]["message"]
     again = FakeTimingDouble(_time_of)
@@ -343,17 +343,6 @@ def test_a_stop_during_the_second_look_leaves_the_matrix_interrupted(farm_matric
     assert [(r["name"], r["status"]) for r in rows] == [("banded", "interrupted")]
 
 
-def _all_wrong_again():
-    """``time_of``: every kernel correct at its first evaluation, wrong at every later one (its own doing)."""
-    seen: dict[str, int] = {}
-
-    def time_of(text: str):
-        seen[text] = seen.get(text, 0) + 1
-        return 20.0 + zlib.crc32(text.encode()) % 10 if seen[text] == 1 else None
-
-    return time_of
-
-
 @pytest.mark.parametrize("look", ["keeps one", "drops all"])
 def test_a_store_that_cannot_retract_what_the_look_found_wrong_stops_the_farm(farm_matrices: Path, tmp_path: Path,
                                                                                monkeypatch, look: str) -> None:
@@ -369,7 +358,7 @@ def test_a_store_that_cannot_retract_what_the_look_found_wrong_stops_the_farm(fa
         raise StoreUnavailable("the best-known store stopped answering (test)")
 
     monkeypatch.setattr(BestStore, "retract", gone)
-    time_of = racy_landscape(faster_again=1.0)[0] if look == "keeps one" else _all_wrong_again()
+    time_of = racy_landscape(faster_again=1.0)[0] if look == "keeps one" else _correct_once(None)
     out = tmp_path / "farm"
     with pytest.raises(SparseRLError, match="stopped answering"):
         run_farm(FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(out), store=str(tmp_path / "s.db"),

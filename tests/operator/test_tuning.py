@@ -208,18 +208,16 @@ def test_a_kernel_found_wrong_is_never_tune_s_kernel(tmp_path, banded) -> None:
         assert best_known(st, fp, Op.SPMV, None, ARCH, "warm") is None
 
 
-class _TuningDouble:
+def _tuning_double(time_of):
     """The search's GPU-path double (tests/search/doubles.py) with what tune asks of an evaluator: the regimes
-    it times."""
+    it times and ranks by."""
+    from types import SimpleNamespace
 
-    def __new__(cls, time_of):
-        from types import SimpleNamespace
+    from tests.search.doubles import FakeTimingDouble
 
-        from tests.search.doubles import FakeTimingDouble
-
-        ev = FakeTimingDouble(time_of)
-        ev.config = SimpleNamespace(regimes=("cold",), reward_regime="cold")
-        return ev
+    ev = FakeTimingDouble(time_of)
+    ev.config = SimpleNamespace(regimes=("cold",), reward_regime="cold")
+    return ev
 
 
 @needs_compiler
@@ -231,7 +229,7 @@ def test_tune_s_search_winner_is_chosen_by_a_second_look(tmp_path, banded) -> No
     from sparserl.search.space import normalised
 
     time_of, order = racy_landscape(faster_again=1.0)
-    cfg = TuneConfig(budget=5, store=tmp_path / "s.db", regime="cold", evaluator=_TuningDouble(time_of))
+    cfg = TuneConfig(budget=5, store=tmp_path / "s.db", regime="cold", evaluator=_tuning_double(time_of))
     choice = choose_kernel(banded, Op.SPMV, None, cfg, ARCH)
     racy = next(t for t, r in order.items() if r == 0)
     assert choice.action == SEARCH and normalised(choice.text) != racy
@@ -241,7 +239,7 @@ def test_tune_s_search_winner_is_chosen_by_a_second_look(tmp_path, banded) -> No
         assert [normalised(t) for t in st.found_wrong_texts(matrix_card(banded).fingerprint, "spmv", None)] == [racy]
 
     time_of, order = racy_landscape(faster_again=1.0)
-    cfg0 = TuneConfig(budget=5, store=tmp_path / "t.db", regime="cold", evaluator=_TuningDouble(time_of), retime=0)
+    cfg0 = TuneConfig(budget=5, store=tmp_path / "t.db", regime="cold", evaluator=_tuning_double(time_of), retime=0)
     choice0 = choose_kernel(banded, Op.SPMV, None, cfg0, ARCH)
     assert normalised(choice0.text) == next(t for t, r in order.items() if r == 0) and choice0.time_us == 5.0
     assert "second look" not in choice0.why
@@ -251,7 +249,7 @@ def test_tune_refuses_an_evaluator_that_ranks_by_another_regime(tmp_path, banded
     """An evaluator timing both regimes but ranking (its reward regime) by cold, asked to tune in warm: a one-line
     error before any search, since the candidate pool and the second look rank by the reward regime (killed by:
     the check removed, which handed back the fastest cold kernel as warm's, 60 us warm against 16)."""
-    ev = _TuningDouble(lambda text: 5.0)
+    ev = _tuning_double(lambda text: 5.0)
     ev.config.regimes = ("cold", "warm")
     cfg = TuneConfig(budget=4, store=tmp_path / "s.db", regime="warm", evaluator=ev)
     with pytest.raises(SparseRLError) as e:
@@ -271,7 +269,7 @@ def test_when_the_second_look_drops_every_kernel_the_library_runs_it(tmp_path, b
         seen[text] = seen.get(text, 0) + 1
         return 5.0 if seen[text] == 1 else None
 
-    cfg = TuneConfig(budget=4, store=tmp_path / "s.db", regime="cold", evaluator=_TuningDouble(time_of))
+    cfg = TuneConfig(budget=4, store=tmp_path / "s.db", regime="cold", evaluator=_tuning_double(time_of))
     choice = choose_kernel(banded, Op.SPMV, None, cfg, ARCH)
     assert choice.action == LIBRARY and choice.text is None
     assert choice.why.startswith("the second look dropped every kernel it evaluated again (every verified kernel")
