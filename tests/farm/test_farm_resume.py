@@ -369,3 +369,35 @@ def test_a_store_that_cannot_retract_what_the_look_found_wrong_stops_the_farm(fa
     rows = json.loads((out / "summary.json").read_text())["matrices"]
     assert [(r["name"], r["status"]) for r in rows] == [("banded", "interrupted")]
 
+
+def test_the_summary_says_improved_only_for_a_best_that_outlived_the_look(farm_matrices: Path, tmp_path: Path) -> None:
+    """A second farm on one store, whose only kernel faster than the first farm's best is fastest once and wrong
+    when evaluated again: the look retracts it, the first farm's kernel is the best again, and the summary says the
+    store was not improved (killed by: ``store_improved`` taken from the search's recordings, which the racy
+    kernel's had made true). The first farm, on an empty store, did improve it (the control)."""
+    from sparserl.search.space import normalised
+    from sparserl.search.store import BestStore
+
+    store = tmp_path / "s.db"
+    first = run_farm(FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(tmp_path / "f1"), store=str(store),
+                                search=SearchConfig(budget=4), progress=False), evaluator=FakeTimingDouble(_time_of))
+    assert first["matrices"][0]["store_improved"] is True
+    with BestStore(store) as st:
+        (known,) = st.best()
+    seen: dict[str, int] = {}
+
+    def time_of(text: str):  # the first kernel other than the known best: 5 us once, then wrong
+        key = normalised(text)
+        if key != normalised(known.text) and (not seen or key in seen):
+            seen[key] = seen.get(key, 0) + 1
+            return 5.0 if seen[key] == 1 else None
+        return _time_of(text)
+
+    second = run_farm(FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(tmp_path / "f2"),
+                                 store=str(store), search=SearchConfig(budget=4), progress=False),
+                      evaluator=FakeTimingDouble(time_of))
+    row = second["matrices"][0]
+    assert row["status"] == "done" and len(seen) == 1, row
+    with BestStore(store) as st:
+        (best,) = st.best()
+    assert normalised(best.text) == normalised(known.text) and row["store_improved"] is False

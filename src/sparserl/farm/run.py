@@ -426,6 +426,7 @@ class Farm:
                     if isinstance(lost, StoreError):  # kernels found wrong may stay in the store: not finished
                         raise lost from exc
                     o.status, o.message = self._not_written(exc), str(exc)[:300]
+                o.store_improved = self._improved(store, ctx, res, cfg.search.regime)  # after the look's changes
             if not res.timed and res.best is None:  # compile-only: the first compiling candidate
                 first = next((e for e in sorted(res.entries, key=lambda e: e.order)
                               if e.result.error_kind.value == "no_gpu"), None)
@@ -447,6 +448,18 @@ class Farm:
                 from sparserl.harness.matrix_files import matrix_key
 
                 release(matrix_key(ctx.A))
+
+    @staticmethod
+    def _improved(store, ctx, res, regime: str) -> bool:
+        """Whether the store's best for the matrix is now a kernel this run found: written by it (a result or its
+        second look's verdict) and another kernel than the best it started from. Read after the look, which may
+        have retracted the kernel that made the search's new best, and put the best known before back."""
+        from sparserl.search.store import harness_version
+
+        before = res.known_best.kernel_sha if res.known_best is not None else None
+        return any(r.run_id == res.run_id and r.kernel_sha != before
+                   for r in store.best(fingerprint=ctx.card.fingerprint, op=ctx.op.value, k=ctx.k, regime=regime,
+                                       harness_version=harness_version()))
 
     @staticmethod
     def _not_written(exc: SparseRLError) -> str:
