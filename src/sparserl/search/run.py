@@ -284,8 +284,7 @@ def settle_second_look(store, ctx: MatrixContext, res: SearchResult, pool: Candi
     store; nothing is written where it recorded nothing for the matrix, or cuSPARSE was not timed in the look's
     regime. Returns the store's :class:`~sparserl.search.store.Recorded`, or None where nothing was written. A
     store that fails here is logged: the kernel is handed back all the same, and the store keeps the first
-    timings. ``journal(kernel, rivals)``, when given, is called first (a farm's journal: its resume settles it).
-    The result is the search's candidate measured again: its candidate id and parent, provenance ``second-look``."""
+    timings. ``journal(kernel, rivals)``, when given, is called first (a farm's journal: its resume settles it)."""
     from sparserl.search.store import VerifiedKernel
     from sparserl.search.store_backends import StoreError
 
@@ -301,7 +300,7 @@ def settle_second_look(store, ctx: MatrixContext, res: SearchResult, pool: Candi
         speedup=base.median_us / look.median_us, roofline=look.roofline, format=r.format,
         template=entry.proposal.template if entry is not None else None,
         candidate_id=entry.proposal.id if entry is not None else pick.source, provenance=SECOND_LOOK,
-        parent_id=entry.proposal.parent if entry is not None else None, model=None, run_id=res.run_id,
+        parent_id=entry.proposal.id if entry is not None else None, model=None, run_id=res.run_id,
         harness_version=str(r.harness_version), **({"host": r.host} if r.host else {}))
     rivals = [c.text for c in pool.candidates if normalised(c.text) in timed]
     if journal is not None:
