@@ -44,7 +44,7 @@ from sparserl.request.report import KernelReport, prepare_out
 from sparserl.request.second_look import PASSES, SecondLook, SecondLookFailed, dropped_note, look_again
 from sparserl.search.loop import SearchConfig, SearchResult, search_summary
 from sparserl.search.run import (SearchJob, open_proposer, retract_found_wrong, retracting_found_wrong,
-                                 search_after_sampling, search_candidates, settle_second_look)
+                                 search_after_sampling, search_candidates)
 from sparserl.search.store import open_store
 
 if TYPE_CHECKING:
@@ -247,9 +247,6 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
 
     with retracting_found_wrong(pool, retract if cfg.search else None):
         best, look = _look(cfg, ctx, ev, pool, notes)
-    if searched is not None and searched.store_writes and look is not None and best is not None:
-        with open_store(job.store) as store:  # the look's median outranks the first timings it compared
-            settle_second_look(store, ctx, searched, pool, best, look)
     if pool.dropped:
         notes.append(dropped_note(pool))
     return Choice(best, pool, tuple(samples), searched, tuple(notes), look)

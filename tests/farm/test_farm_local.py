@@ -163,10 +163,8 @@ def test_a_vanishing_store_loses_nothing_and_resume_writes_it(farm_matrices: Pat
 
 
 def _one_farm(url: str, mats: tuple, out: str, offset: float) -> None:
-    # retime 0: the store's concurrent recording alone (a second look's verdict quotes its own median)
     run_farm(FarmConfig(matrices=mats, out=out, store=url, search=SearchConfig(budget=10, seed=int(offset)),
-                        at_once=2, progress=False, retime=0),
-             evaluator=FakeTimingDouble(_time_of(offset), delay=0.002))
+                        at_once=2, progress=False), evaluator=FakeTimingDouble(_time_of(offset), delay=0.002))
 
 
 def test_four_farms_on_one_postgresql_store(farm_matrices: Path, tmp_path: Path, pg_url: str) -> None:
@@ -191,13 +189,11 @@ def test_four_farms_on_one_postgresql_store(farm_matrices: Path, tmp_path: Path,
 
 
 def test_the_farm_double_reaches_the_store_in_one_thread_too(farm_matrices: Path, tmp_path: Path) -> None:
-    """The journal's kernels are the store's results (SQLite, in-process): the search's eight and the second look's
-    verdict, which is the matrix's best."""
+    """The journal's kernels are the store's results (SQLite, in-process)."""
     summary = run_farm(FarmConfig(matrices=(str(farm_matrices / "banded.mtx"),), out=str(tmp_path / "f"),
                                   store=str(tmp_path / "s.db"), search=SearchConfig(budget=8), progress=False),
                        evaluator=FakeTimingDouble(_time_of(0.0)))
     (row,) = summary["matrices"]
     assert row["status"] == "done" and row["speedup"] == pytest.approx(100.0 / row["time_us"])
     with BestStore(tmp_path / "s.db") as st:
-        assert {r.id for r in st.results()} and len(st.results()) == len(_journal(tmp_path / "f")) == 8 + 1
-        assert [b.provenance for b in st.best()] == ["second-look"]
+        assert {r.id for r in st.results()} and len(st.results()) == len(_journal(tmp_path / "f")) == 8

@@ -237,12 +237,10 @@ def test_tune_searches_once_then_finds_the_winner_in_the_store(loop_evaluator, t
     again = sparserl.tune(A, budget=4, store=store, regime="cold", evaluator=loop_evaluator)
     took = time.perf_counter() - t
     assert again.report.searched == 0, again.report.line
-    # the store's best row decides now: the first tune's second look wrote its verdict there
+    # the store's best row (the search's first timing) decides now; the first tune chose by its second look
     with BestStore(store) as st:
         rows = st.best(fingerprint=first.report.fingerprint, op="spmv", regime="cold")
     assert again.report.action == ("store" if rows and rows[0].speedup > 1.0 else "library"), again.report.line
-    if first.report.action == "search" and again.report.action == "store":  # the kernel the look chose, again
-        assert (again.report.kernel, rows[0].provenance) == (first.report.kernel, "second-look"), again.report.line
     assert took < 1.0, f"a second tune of a known structure took {took:.2f} s (target: under 1 s)"
     judged(A, x, again @ x)
     # the library backend, asked for explicitly, is right too (and updates its values)

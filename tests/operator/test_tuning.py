@@ -245,34 +245,6 @@ def test_tune_s_search_winner_is_chosen_by_a_second_look(tmp_path, banded) -> No
     assert "second look" not in choice0.why
 
 
-@needs_compiler
-def test_a_second_tune_takes_the_kernel_the_first_one_s_look_chose(tmp_path, banded) -> None:
-    """The first kernel proposed is the fastest by its first timing (20 us) and slower whenever evaluated again
-    (30 us); the second is 20.5 us every time. The first tune's look hands back the second, and the store records
-    that verdict, so a second tune finds the same kernel in the store, at the look's median (killed by: the look's
-    verdict not written to the store, when the second tune took the first kernel by its lucky first timing)."""
-    from sparserl.search.space import normalised
-
-    order: dict[str, int] = {}
-    seen: dict[str, int] = {}
-
-    def time_of(text: str) -> float:
-        key = normalised(text)
-        rank = order.setdefault(key, len(order))
-        seen[key] = seen.get(key, 0) + 1
-        return {0: 20.0 if seen[key] == 1 else 30.0, 1: 20.5}.get(rank, 40.0 + rank)
-
-    cfg = TuneConfig(budget=5, store=tmp_path / "s.db", regime="cold", evaluator=_tuning_double(time_of))
-    first = choose_kernel(banded, Op.SPMV, None, cfg, ARCH)
-    steady = next(t for t, r in order.items() if r == 1)
-    assert first.action == SEARCH and normalised(first.text) == steady and first.time_us == 20.5
-    again = choose_kernel(banded, Op.SPMV, None, cfg, ARCH)
-    assert again.action == STORE and normalised(again.text) == steady and again.time_us == 20.5, again.why
-    with BestStore(tmp_path / "s.db") as st:
-        best = st.best(fingerprint=matrix_card(banded).fingerprint, op="spmv", regime="cold")
-    assert [(b.provenance, b.time_us) for b in best] == [("second-look", 20.5)]
-
-
 def test_tune_refuses_an_evaluator_that_ranks_by_another_regime(tmp_path, banded) -> None:
     """An evaluator timing both regimes but ranking (its reward regime) by cold, asked to tune in warm: a one-line
     error before any search, since the candidate pool and the second look rank by the reward regime (killed by:

@@ -367,38 +367,6 @@ def test_retracting_a_kernel_that_is_not_the_best_leaves_the_best_row(spec: str,
         assert [b.text for b in st.best(**key)] == [KERNEL.format("s")]
 
 
-def test_a_second_look_s_verdict_outranks_the_first_timings_it_compared(spec: str, card: MatrixCard) -> None:
-    """``settle``: the kernel a second look handed back, at its median, becomes the best where the best was a kernel
-    the look timed beside it (killed by: settle recording by ``record``'s rule alone, which keeps the luckier first
-    timing), but not over a faster best the look never timed (killed by: settle replacing the best whatever it
-    was); a kernel found wrong on the matrix meanwhile is refused (killed by: settle skipping the found-wrong check)."""
-    key = dict(fingerprint=card.fingerprint, op="spmv", k=None, arch="sm_90", regime="cold",
-               harness_version=harness_version())
-    with BestStore(spec) as st:
-        st.add_matrix(card, "banded")
-        st.record(verified(card, 40.0, "lucky"))  # first timings: 'lucky' 40 us, 'steady' 42 us
-        st.record(verified(card, 42.0, "steady"))
-        # the look: 'steady' at a median of 43 us, 'lucky' slower beside it
-        looked = verified(card, 43.0, "steady", provenance="second-look")
-        assert st.settle(looked, [KERNEL.format("lucky")]) is Recorded.BEST
-        best = st.best(**key)[0]
-        assert (best.text, best.time_us, best.provenance) == (KERNEL.format("steady"), 43.0, "second-look")
-        assert st.settle(looked, [KERNEL.format("lucky")]) is Recorded.SEEN  # its uid: written once
-        # a later search's first timing of another kernel, faster: record's rule as ever
-        assert st.record(verified(card, 30.0, "new")) is True
-        # a look that did not time 'new' and is slower than it leaves it the best, and writes its result
-        assert st.settle(verified(card, 41.0, "lucky", provenance="second-look"), [KERNEL.format("steady")]) \
-            is Recorded.WRITTEN
-        assert st.best(**key)[0].text == KERNEL.format("new")
-        assert any(r.time_us == 41.0 for r in st.results(**key))
-        # faster than the best by record's rule: the best, though the look did not time it
-        assert st.settle(verified(card, 29.0, "steady", provenance="second-look")) is Recorded.BEST
-        st.retract(**key, text=KERNEL.format("new"))
-        assert st.settle(verified(card, 1.0, "new", provenance="second-look")) is Recorded.REFUSED
-        assert st.best(**key)[0].time_us == 29.0
-        assert st.best(**(key | {"regime": "warm"})) == []  # other keys untouched
-
-
 # -- kernels found wrong ---------------------------------------------------------------------
 
 W = KERNEL.format("w")

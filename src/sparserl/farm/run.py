@@ -175,9 +175,8 @@ class Journal:
     def matrix(self, card, name: str, source: str) -> None:
         self._line({"matrix": {"card": card.to_dict(), "name": name, "path": source}})
 
-    def kernel(self, v, rivals: list[str] | None = None) -> None:
-        """A verified kernel; with ``rivals``, a second look's verdict (:meth:`BestStore.settle`'s arguments)."""
-        self._line({"kernel": asdict(v)} | ({"rivals": rivals} if rivals is not None else {}))
+    def kernel(self, v) -> None:
+        self._line({"kernel": asdict(v)})
 
     def _line(self, d: dict) -> None:
         with self.lock:
@@ -222,21 +221,17 @@ def read_lines(path: Path, parse: Callable[[Any], T]) -> list[T]:
 
 
 def replay(journal: Path, store_spec: str | None) -> int:
-    """Write the journal's verified kernels the store lacks (by uid), in the journal's order, a second look's
-    verdict as one (``settle``); how many were written."""
+    """Write the journal's verified kernels the store lacks (by uid); how many were written."""
     from sparserl.matrices.card import MatrixCard
     from sparserl.search.store import VerifiedKernel, open_store
 
     fields = set(VerifiedKernel.__dataclass_fields__)
 
-    def parse(d: dict) -> tuple[VerifiedKernel, list[str] | None] | tuple[MatrixCard, str, str]:
+    def parse(d: dict) -> VerifiedKernel | tuple[MatrixCard, str, str]:
         if "kernel" in d:
             if set(d["kernel"]) != fields:  # another version's record: its uid may be missing
                 raise KeyError("not a verified kernel's fields")
-            rivals = d.get("rivals")
-            if rivals is not None and not (isinstance(rivals, list) and all(isinstance(t, str) for t in rivals)):
-                raise TypeError("not a second look's rivals")
-            return VerifiedKernel(**d["kernel"]), rivals
+            return VerifiedKernel(**d["kernel"])
         m = d["matrix"]
         if not (isinstance(m["name"], str) and isinstance(m["path"], str)):
             raise TypeError("not a matrix's name and path")
@@ -244,21 +239,20 @@ def replay(journal: Path, store_spec: str | None) -> int:
 
     matrices, kernels = {}, []
     for r in read_lines(journal, parse):
-        if isinstance(r[0], VerifiedKernel):
+        if isinstance(r, VerifiedKernel):
             kernels.append(r)
         else:
             matrices[r[0].fingerprint] = r
     if not kernels:
         return 0
     with open_store(store_spec) as st:
-        known = st.has_uids([v.uid for v, _ in kernels])
-        todo = [(v, rivals) for v, rivals in kernels if v.uid not in known]
-        for fp in {v.fingerprint for v, _ in todo}:
+        known = st.has_uids([v.uid for v in kernels])
+        todo = [v for v in kernels if v.uid not in known]
+        for fp in {v.fingerprint for v in todo}:
             m = matrices.get(fp)
             if m is not None:
                 st.add_matrix(*m)
-        written = sum((st.record_outcome(v) if rivals is None else st.settle(v, rivals)).written
-                      for v, rivals in todo)
+        written = sum(st.record_outcome(v).written for v in todo)
     if todo:
         log.info("resume: %d verified kernels from %s written to the store%s", written, journal,
                  f" ({len(todo) - written} not: found wrong on their matrix, or written meanwhile)"
@@ -413,7 +407,7 @@ class Farm:
                 try:
                     rep = write_report(ctx, res, self._folder(name), {"farm": asdict(cfg)},
                                        evaluator=self.ev if res.timed else None, retime=cfg.retime, store=store,
-                                       stop=self.stop, journal=self.journal.kernel)
+                                       stop=self.stop)
                     o.status = "done"
                     if rep.second_look is not None:  # the kernel written (its facts written in), at the look's median
                         self._best(o, search_entry(res, rep.best), cfg.search.regime, rep.second_look)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from sparserl.errors import SparseRLError
 from sparserl.eval.retime import evaluate_again
@@ -82,10 +82,6 @@ class SecondLook:
     """Whether the kernel handed back is another than the fastest by the first timings."""
     seconds: float
     """Wall time of the second look."""
-    timed: tuple[str, ...] = field(default=(), repr=False)
-    """The kernels the look timed and kept, the one handed back among them (their normalised texts): what the
-    best-known store's :meth:`~sparserl.search.store.BestStore.settle` lets the look's median outrank. Not in
-    :meth:`to_dict`."""
 
     @property
     def median_speedup(self) -> float | None:
@@ -110,9 +106,7 @@ class SecondLook:
                 f"{rivals}" + (f"; {extra}" if extra else "") + f"; {self.seconds:.1f} s")
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        del d["timed"]
-        return d
+        return asdict(self)
 
 
 def _distinct(cands: list[Candidate]) -> list[Candidate]:
@@ -190,7 +184,7 @@ def second_look(pool: CandidatePool, evaluator, regime: str, passes: int = PASSE
                 break_even_calls=(r.conversion_seconds / ((base.median_us - med) * 1e-6)
                                   if base is not None and med < base.median_us else None),
                 looked_at=looked, dropped=dropped, changed=normalised(pick.text) != normalised(ranked[0].text),
-                seconds=time.perf_counter() - t0, timed=tuple(normalised(c.text) for _, _, c, _ in kept))
+                seconds=time.perf_counter() - t0)
         batch = rivals(looked)  # every one was dropped: the next fastest take their place
     raise SecondLookFailed(f"every verified kernel looked at again for {ctx.name} was dropped ({looked} kernels, "
                            f"--retime {passes}): "

@@ -272,47 +272,6 @@ def retract_found_wrong(store, ctx: MatrixContext, pool: CandidatePool, regime: 
     return n
 
 
-SECOND_LOOK = "second-look"
-"""The provenance of the result a second look writes to the store (:func:`settle_second_look`)."""
-
-
-def settle_second_look(store, ctx: MatrixContext, res: SearchResult, pool: CandidatePool, pick: Candidate,
-                       look: SecondLook, journal: Callable[..., Any] | None = None):
-    """Write a second look's verdict to ``store`` (:meth:`BestStore.settle`): the kernel handed back at the look's
-    median, the best for the matrix where the store's best was one of the kernels the look timed (so a later
-    ``tune`` or seed takes the look's choice, not the luckiest first timing). ``res``: the search that wrote the
-    store; nothing is written where it recorded nothing for the matrix, or cuSPARSE was not timed in the look's
-    regime. Returns the store's :class:`~sparserl.search.store.Recorded`, or None where nothing was written. A
-    store that fails here is logged: the kernel is handed back all the same, and the store keeps the first
-    timings. ``journal(kernel, rivals)``, when given, is called first (a farm's journal: its resume settles it)."""
-    from sparserl.search.store import VerifiedKernel
-    from sparserl.search.store_backends import StoreError
-
-    base = pick.result.baseline.get(look.regime)
-    if not look.timed or not res.store_writes or base is None:
-        return None
-    r = pick.result
-    entry = next((e for e in res.entries if e.result is r), None)  # a sample handed back has no search entry
-    timed = set(look.timed)
-    v = VerifiedKernel(
-        fingerprint=ctx.card.fingerprint, op=ctx.op.value, k=ctx.k, arch=r.arch or "unknown", gpu=r.gpu,
-        regime=look.regime, text=pick.text, time_us=look.median_us, cusparse_us=base.median_us,
-        speedup=base.median_us / look.median_us, roofline=look.roofline, format=r.format,
-        template=entry.proposal.template if entry is not None else None,
-        candidate_id=entry.proposal.id if entry is not None else pick.source, provenance=SECOND_LOOK,
-        parent_id=entry.proposal.id if entry is not None else None, model=None, run_id=res.run_id,
-        harness_version=str(r.harness_version), **({"host": r.host} if r.host else {}))
-    rivals = [c.text for c in pool.candidates if normalised(c.text) in timed]
-    if journal is not None:
-        journal(v, rivals)
-    try:
-        return store.settle(v, rivals)
-    except StoreError as exc:
-        log.warning("the second look's verdict was not written to the best-known store (it keeps the first "
-                    "timings for %s): %s", ctx.name, exc)
-        return None
-
-
 @contextlib.contextmanager
 def retracting_found_wrong(pool: CandidatePool, retract: Callable[[], Any] | None):
     """Around a second look: afterwards, when ``pool`` holds kernels found wrong, ``retract()`` (which takes them
@@ -338,13 +297,12 @@ def retracting_found_wrong(pool: CandidatePool, retract: Callable[[], Any] | Non
 
 
 def choose_after_search(ctx: MatrixContext, res: SearchResult, evaluator=None, retime: int = 0, store=None,
-                        stop=None, journal=None) -> tuple[CandidatePool, Candidate | None, SecondLook | None]:
+                        stop=None) -> tuple[CandidatePool, Candidate | None, SecondLook | None]:
     """The search's candidates as a pool, the kernel to hand back (None: none usable) and the second look that
     chose it. With an ``evaluator`` and ``retime`` passes, the kernel is chosen by a second look
     (:mod:`sparserl.request.second_look`), and the kernels it finds wrong leave ``store``
     (:func:`retracting_found_wrong`: when the look fails, its error, :class:`SecondLookFailed`, is raised and the
-    store's, if any, logged; the store's error is kept on the look's as ``retraction_failed``); its verdict is
-    written to ``store`` (:func:`settle_second_look`, ``journal`` too). ``stop``: see
+    store's, if any, logged; the store's error is kept on the look's as ``retraction_failed``). ``stop``: see
     :func:`~sparserl.request.second_look.second_look`. What ``search``'s report, ``tune`` and the farm share."""
     pool = CandidatePool(ctx, timed=res.timed)
     pool.add(search_candidates(res))
@@ -355,17 +313,15 @@ def choose_after_search(ctx: MatrixContext, res: SearchResult, evaluator=None, r
                                 if store is not None else None):
         best, look = (look_again(pool, evaluator, best, res.regime, retime, stop) if evaluator is not None
                       else (best, None))
-    if store is not None and look is not None:
-        settle_second_look(store, ctx, res, pool, best, look, journal)
     return pool, best, look
 
 
 def write_report(ctx: MatrixContext, res: SearchResult, out: Path, config: dict, evaluator=None,
-                 retime: int = 0, store=None, stop=None, journal=None) -> KernelReport:
+                 retime: int = 0, store=None, stop=None) -> KernelReport:
     """The search's kernel and its report (``config``: the run's settings, recorded), written to
     ``out`` (the trace is there already); raises SparseRLError when no candidate is usable. The kernel is
     :func:`choose_after_search`'s (a second look with an ``evaluator`` and ``retime`` passes)."""
-    pool, best, look = choose_after_search(ctx, res, evaluator, retime, store, stop, journal)
+    pool, best, look = choose_after_search(ctx, res, evaluator, retime, store, stop)
     if best is None:
         what = "correct" if res.timed else "compiling"
         raise SparseRLError(f"no {what} kernel among the {len(res.entries)} candidates for {ctx.name} "

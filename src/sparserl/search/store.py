@@ -28,10 +28,6 @@ recording for the matrix shares it (an advisory lock), and every transaction run
 server's default (one that waited for the lock sees what its holder committed): a result recorded meanwhile is
 either seen and removed, or refused.
 
-The same second look's verdict is written too (:meth:`BestStore.settle`): the kernel it handed back, at the median
-of its fresh evaluations (provenance ``second-look``), becomes the best where the best was a kernel the look timed
-beside it, whose single first timing the look's side-by-side medians outrank; a faster best it never timed stays.
-
 Tables (``SCHEMA_VERSION`` 4; version 1 is created first and migrated, see :data:`MIGRATIONS`):
 
 * ``schema_version(version)``: one row. A store written by a newer SparseRL is refused in one line.
@@ -44,8 +40,8 @@ Tables (``SCHEMA_VERSION`` 4; version 1 is created first and migrated, see :data
 * ``results``: every verified candidate's times (kernel, cuSPARSE, speedup, roofline), regime,
   harness version, GPU and the host it ran on, provenance (how the search proposed it, its
   parent, the model), run, and its ``uid``.
-* ``best``: per (fingerprint, op, k, arch, regime, harness_version), the fastest result (or a second look's
-  verdict, see above). A new result replaces it only when strictly faster: in time on the same GPU model, in speedup over
+* ``best``: per (fingerprint, op, k, arch, regime, harness_version), the fastest result. A new
+  result replaces it only when strictly faster: in time on the same GPU model, in speedup over
   cuSPARSE timed beside it on another GPU of the architecture (an H200's 10 us and an H100's 12 us
   are not one scale); times under another harness version or regime
   are never compared (they are other keys: two farms of different harness versions on one store
@@ -70,7 +66,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any
 
 from sparserl.errors import SparseRLError
@@ -560,13 +555,26 @@ class BestStore:
         matrix = (v.fingerprint, v.op, _k(v.k))
         key = (*matrix, v.arch, v.regime, v.harness_version)
 
-        def write() -> Recorded | None:
+        def write() -> bool | None:
             with self.transaction():
                 db = self.db
                 db.key_lock(_matrix_lock(*matrix), shared=True)
-                row = self._insert_result(v, sha)
-                if row is None or row is Recorded.SEEN:
-                    return row
+                if db.execute(f"SELECT 1 FROM found_wrong WHERE {_MATRIX} AND kernel_sha = ?",
+                              (*matrix, sha)).fetchone() is not None:
+                    return None
+                db.execute("INSERT INTO kernels (kernel_sha, text, format, template, candidate_id) "
+                           "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kernel_sha) DO NOTHING",
+                           (sha, v.text, v.format, v.template, v.candidate_id))
+                row = db.execute(
+                    "INSERT INTO results (fingerprint, op, k, arch, gpu, regime, harness_version, kernel_sha, "
+                    "time_us, cusparse_us, speedup, roofline, provenance, parent_id, model, run_id, created_at, host, "
+                    "uid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (uid) DO NOTHING RETURNING id",
+                    (v.fingerprint, v.op, _k(v.k), v.arch, v.gpu, v.regime, v.harness_version, sha, v.time_us,
+                     v.cusparse_us, v.speedup, v.roofline, v.provenance, v.parent_id, v.model, v.run_id, _now(),
+                     v.host, v.uid)).fetchone()
+                if row is None:  # recorded before (a retry, a replayed journal)
+                    return Recorded.SEEN
                 won = db.execute(
                     "INSERT INTO best (fingerprint, op, k, arch, regime, harness_version, result_id, kernel_sha, "
                     "time_us, cusparse_us, speedup, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -576,33 +584,9 @@ class BestStore:
                     "updated_at = excluded.updated_at WHERE CASE WHEN COALESCE((SELECT gpu FROM results WHERE "
                     "results.id = best.result_id), '') = ? THEN excluded.time_us < best.time_us "
                     "ELSE excluded.speedup > best.speedup END RETURNING result_id",
-                    (*key, row, sha, v.time_us, v.cusparse_us, v.speedup, _now(), v.gpu or "")).fetchone()
+                    (*key, row["id"], sha, v.time_us, v.cusparse_us, v.speedup, _now(), v.gpu or "")).fetchone()
                 return Recorded.BEST if won is not None else Recorded.WRITTEN
-        return self._said(self._run("recording a verified kernel", write), v, matrix, sha)
-
-    def _insert_result(self, v: VerifiedKernel, sha: str) -> int | Recorded | None:
-        """In a transaction that holds the matrix's lock: write ``v``'s kernel and result; returns the result's id,
-        ``Recorded.SEEN`` when its ``uid`` was recorded before, or None when the kernel was found wrong on the
-        matrix (nothing written)."""
-        db = self.db
-        if db.execute(f"SELECT 1 FROM found_wrong WHERE {_MATRIX} AND kernel_sha = ?",
-                      (v.fingerprint, v.op, _k(v.k), sha)).fetchone() is not None:
-            return None
-        db.execute("INSERT INTO kernels (kernel_sha, text, format, template, candidate_id) "
-                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kernel_sha) DO NOTHING",
-                   (sha, v.text, v.format, v.template, v.candidate_id))
-        row = db.execute(
-            "INSERT INTO results (fingerprint, op, k, arch, gpu, regime, harness_version, kernel_sha, "
-            "time_us, cusparse_us, speedup, roofline, provenance, parent_id, model, run_id, created_at, host, "
-            "uid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (uid) DO NOTHING RETURNING id",
-            (v.fingerprint, v.op, _k(v.k), v.arch, v.gpu, v.regime, v.harness_version, sha, v.time_us,
-             v.cusparse_us, v.speedup, v.roofline, v.provenance, v.parent_id, v.model, v.run_id, _now(),
-             v.host, v.uid)).fetchone()
-        return Recorded.SEEN if row is None else row["id"]  # None: recorded before (a retry, a replayed journal)
-
-    def _said(self, outcome: Recorded | None, v: VerifiedKernel, matrix: tuple, sha: str) -> Recorded:
-        """``outcome`` of a write, None (the kernel found wrong on the matrix) as ``REFUSED``, said once a kernel."""
+        outcome = self._run("recording a verified kernel", write)
         if outcome is None:
             if (*matrix, sha) not in self._refused:
                 self._refused.add((*matrix, sha))
@@ -611,43 +595,6 @@ class BestStore:
                          f"{v.op} k={v.k}" if v.k else v.op)
             return Recorded.REFUSED
         return outcome
-
-    def settle(self, v: VerifiedKernel, rivals: Iterable[str] = ()) -> Recorded:
-        """A second look's verdict (:mod:`sparserl.request.second_look`): ``v`` is the kernel it handed back, at
-        the median of its fresh evaluations (provenance ``second-look``), and ``rivals`` the texts of the kernels
-        it timed beside it and found slower. ``v`` is written as a result, and it becomes the best for its key
-        where the key has none, where the best is ``v``'s kernel or a rival (their side-by-side medians outrank
-        the single first timings the best was chosen by), or where it is faster by :meth:`record`'s rule. A best
-        the look did not time, and that is faster, stays. Returns ``BEST``, ``WRITTEN``, ``SEEN`` (``v``'s uid
-        recorded before) or ``REFUSED`` (its kernel found wrong on the matrix meanwhile). Holds the matrix alone,
-        as :meth:`retract` does, so no recording for it is lost between the read and the write of the best."""
-        sha = kernel_sha(v.text)
-        looked = {sha, *(kernel_sha(t) for t in rivals)}
-        matrix = (v.fingerprint, v.op, _k(v.k))
-        key = (*matrix, v.arch, v.regime, v.harness_version)
-
-        def write() -> Recorded | None:
-            with self.transaction():
-                db = self.db
-                db.key_lock(_matrix_lock(*matrix))
-                row = self._insert_result(v, sha)
-                if row is None or row is Recorded.SEEN:
-                    return row
-                best = db.execute("SELECT b.kernel_sha, b.time_us, b.speedup, COALESCE(r.gpu, '') AS gpu FROM best b "
-                                  "JOIN results r ON r.id = b.result_id WHERE b.fingerprint = ? AND b.op = ? AND "
-                                  "b.k = ? AND b.arch = ? AND b.regime = ? AND b.harness_version = ?", key).fetchone()
-                if best is not None and best["kernel_sha"] not in looked and not (
-                        v.time_us < best["time_us"] if best["gpu"] == (v.gpu or "") else v.speedup > best["speedup"]):
-                    return Recorded.WRITTEN
-                db.execute("INSERT INTO best (fingerprint, op, k, arch, regime, harness_version, result_id, kernel_sha, "
-                           "time_us, cusparse_us, speedup, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                           "ON CONFLICT (fingerprint, op, k, arch, regime, harness_version) DO UPDATE SET "
-                           "result_id = excluded.result_id, kernel_sha = excluded.kernel_sha, "
-                           "time_us = excluded.time_us, cusparse_us = excluded.cusparse_us, "
-                           "speedup = excluded.speedup, updated_at = excluded.updated_at",
-                           (*key, row, sha, v.time_us, v.cusparse_us, v.speedup, _now()))
-                return Recorded.BEST
-        return self._said(self._run("recording a second look", write), v, matrix, sha)
 
     def retract(self, fingerprint: str, op: str, k: int | None, arch: str, regime: str, harness_version: str,
                 text: str, reason: str = "found wrong when evaluated again") -> int:
