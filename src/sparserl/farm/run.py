@@ -445,13 +445,12 @@ class Farm:
 
     @staticmethod
     def _improved(store, ctx, res, regime: str) -> bool:
-        """Whether the store's best for the matrix is now a kernel this run found: written by it (a result or its
-        second look's verdict) and another kernel than the best it started from. Read after the look, which may
-        have retracted the kernel that made the search's new best, and put the best known before back."""
+        """Whether the store's best for the matrix (this regime and harness version) is a result this run wrote.
+        Read after the second look, which may have retracted the kernel that made the search's new best and put
+        the best known before back."""
         from sparserl.search.store import harness_version
 
-        before = res.known_best.kernel_sha if res.known_best is not None else None
-        return any(r.run_id == res.run_id and r.kernel_sha != before
+        return any(r.run_id == res.run_id
                    for r in store.best(fingerprint=ctx.card.fingerprint, op=ctx.op.value, k=ctx.k, regime=regime,
                                        harness_version=harness_version()))
 
