@@ -243,7 +243,7 @@ def _choose(cfg: GenerateConfig, ctx: MatrixContext, ev: Evaluator, policy: Poli
 
     def retract() -> int:  # the search after the samples wrote to a store: the kernels found wrong leave it
         with open_store(job.store) as store:
-            return retract_found_wrong(store, ctx, pool, cfg.regime)
+            return retract_found_wrong(store, ctx, pool, cfg.regime, searched)
 
     with retracting_found_wrong(pool, retract if cfg.search else None):
         best, look = _look(cfg, ctx, ev, pool, notes)

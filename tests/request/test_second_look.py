@@ -329,6 +329,41 @@ def test_a_kernel_found_wrong_leaves_the_store_the_search_wrote(tmp_path):
         [(wrong, "incorrect when evaluated again (incorrect (double))")]
 
 
+def test_a_search_whose_new_best_was_found_wrong_does_not_claim_the_store(tmp_path):
+    """A second search on a store, whose only kernel faster than the store's best is fastest once and wrong when
+    evaluated again: the look takes it out, the first search's kernel is the best again, and the report's store line
+    says the best known stays faster (killed by: ``store_improved`` kept from the search's recordings, which the
+    racy kernel's had set). The first search, on an empty store, set the best (the control)."""
+    from sparserl.matrices import save_matrix
+    from sparserl.search.loop import SearchConfig
+    from sparserl.search.run import SearchJob, search_matrix, store_line
+    from sparserl.search.store import BestStore
+
+    save_matrix(generate("banded", 300, seed=1), tmp_path / "a.mtx")
+    job = SearchJob(matrix=str(tmp_path / "a.mtx"), search=SearchConfig(budget=4, seed=0, cost_model="none"),
+                    store=str(tmp_path / "best.sqlite"), out=str(tmp_path / "s1"))
+    steady = lambda text: 20.0 + len(normalised(text)) % 7  # noqa: E731
+    _, first = search_matrix(job, evaluator=FakeTimingDouble(steady))
+    assert first.store_improved and "this run set the best known" in store_line(first)
+    with BestStore(tmp_path / "best.sqlite") as st:
+        (known,) = st.best()
+    seen: dict[str, int] = {}
+
+    def time_of(text: str):  # the first kernel other than the known best: 5 us once, then wrong
+        key = normalised(text)
+        if key != normalised(known.text) and (not seen or key in seen):
+            seen[key] = seen.get(key, 0) + 1
+            return 5.0 if seen[key] == 1 else None
+        return steady(text)
+
+    rep, res = search_matrix(replace(job, out=str(tmp_path / "s2")), evaluator=FakeTimingDouble(time_of))
+    assert len(seen) == 1 and rep.second_look.dropped == 1
+    with BestStore(tmp_path / "best.sqlite") as st:
+        (best,) = st.best()
+    assert best.kernel_sha == known.kernel_sha and not res.store_improved
+    assert "the best known stays faster" in (tmp_path / "s2" / "report.md").read_text()
+
+
 def test_generate_takes_a_sample_found_wrong_out_of_the_store_its_search_wrote(tmp_path):
     """generate --search: the samples enter the search, which stores them; one the second look finds wrong leaves
     the store, also when generate then fails (killed by: the retraction skipped, or skipped on the error path)."""

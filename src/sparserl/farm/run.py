@@ -420,7 +420,7 @@ class Farm:
                     if isinstance(lost, StoreError):  # kernels found wrong may stay in the store: not finished
                         raise lost from exc
                     o.status, o.message = self._not_written(exc), str(exc)[:300]
-                o.store_improved = self._improved(store, ctx, res, cfg.search.regime)  # after the look's changes
+                o.store_improved = res.store_improved  # read again where the look took kernels out of the store
             if not res.timed and res.best is None:  # compile-only: the first compiling candidate
                 first = next((e for e in sorted(res.entries, key=lambda e: e.order)
                               if e.result.error_kind.value == "no_gpu"), None)
@@ -442,17 +442,6 @@ class Farm:
                 from sparserl.harness.matrix_files import matrix_key
 
                 release(matrix_key(ctx.A))
-
-    @staticmethod
-    def _improved(store, ctx, res, regime: str) -> bool:
-        """Whether the store's best for the matrix (this regime and harness version) is a result this run wrote.
-        Read after the second look, which may have retracted the kernel that made the search's new best and put
-        the best known before back."""
-        from sparserl.search.store import harness_version
-
-        return any(r.run_id == res.run_id
-                   for r in store.best(fingerprint=ctx.card.fingerprint, op=ctx.op.value, k=ctx.k, regime=regime,
-                                       harness_version=harness_version()))
 
     @staticmethod
     def _not_written(exc: SparseRLError) -> str:

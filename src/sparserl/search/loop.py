@@ -198,9 +198,15 @@ class SearchResult:
     """Points skipped because the matrix refuses their format (host check), per format."""
     render_errors: dict[str, int] = field(default_factory=dict)
     """Points skipped because their template failed to render them (template bugs)."""
+    best_after_retraction: bool | None = None
+    """Whether the store's best for the matrix is still a result of this run after a second look took kernels
+    found wrong out of the store (:func:`~sparserl.search.run.retract_found_wrong`); None: nothing was taken out."""
 
     @property
     def store_improved(self) -> bool:
+        """Whether this run set the store's best for the matrix (and, after a retraction, still holds it)."""
+        if self.best_after_retraction is not None:
+            return self.best_after_retraction
         return any(e.store_best for e in self.entries)
 
     def by_provenance(self) -> dict[str, dict[str, Any]]:

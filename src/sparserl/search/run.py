@@ -251,12 +251,14 @@ def search_matrix(job: SearchJob, evaluator=None, policy: Policy | None = None,
             store.close()
 
 
-def retract_found_wrong(store, ctx: MatrixContext, pool: CandidatePool, regime: str) -> int:
+def retract_found_wrong(store, ctx: MatrixContext, pool: CandidatePool, regime: str,
+                        res: SearchResult | None = None) -> int:
     """Take the kernels a second look found wrong on fresh inputs out of ``store`` (:meth:`BestStore.retract`: their
     results on the matrix, op and k under every architecture, regime and harness version, and the found-wrong
     record that keeps them out, with the architecture, regime and harness version they were verified with and the
     second look's verdict); returns how many results went. A kernel the store never held (a sample a search did
-    not record) leaves no result, but is remembered as found wrong all the same."""
+    not record) leaves no result, but is remembered as found wrong all the same. ``res``: the search that wrote
+    the store, whose ``store_improved`` is then read again from the store (``best_after_retraction``)."""
     n = 0
     for c in pool.found_wrong:
         r = c.result
@@ -269,6 +271,10 @@ def retract_found_wrong(store, ctx: MatrixContext, pool: CandidatePool, regime: 
     if n:
         log.warning("%d result(s) of kernels found wrong when evaluated again were taken out of the best-known store",
                     n)
+    if res is not None and pool.found_wrong:
+        res.best_after_retraction = any(
+            b.run_id == res.run_id for b in store.best(fingerprint=ctx.card.fingerprint, op=ctx.op.value, k=ctx.k,
+                                                       regime=regime, harness_version=harness_version()))
     return n
 
 
@@ -309,7 +315,7 @@ def choose_after_search(ctx: MatrixContext, res: SearchResult, evaluator=None, r
     best = pool.best()
     if best is None:
         return pool, None, None
-    with retracting_found_wrong(pool, partial(retract_found_wrong, store, ctx, pool, res.regime)
+    with retracting_found_wrong(pool, partial(retract_found_wrong, store, ctx, pool, res.regime, res)
                                 if store is not None else None):
         best, look = (look_again(pool, evaluator, best, res.regime, retime, stop) if evaluator is not None
                       else (best, None))
