@@ -150,6 +150,17 @@ def test_writes_to_constant_tables_are_refused_by_both_backends(tmp_path, name: 
     assert res.ok and res.ptx_violation is not None, (name, res.log[-300:])
 
 
+@pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
+@pytest.mark.parametrize("name", ["address_rebuilt_from_barrier_counts", "address_returned_from_barrier_counts"])
+def test_an_address_rebuilt_from_barrier_counts_is_refused_by_both_backends(tmp_path, name: str, backend: str) -> None:
+    """Inlined after a first barrier and returned from a function of its own: both builds are refused."""
+    if (backend == "nvrtc" and load_nvrtc() is None) or (backend == "nvcc" and find_nvcc() is None):
+        pytest.skip(f"no {backend}")
+    _, code = split_completion(ADVERSARIAL[name][0], Op.SPMV)
+    res = compile_source(code, CompileOptions(backend=backend), tmp_path)
+    assert res.ok and res.ptx_violation is not None, (name, res.log[-300:])
+
+
 @needs_compiler
 def test_atomics_are_read_from_the_compiled_code_not_the_text(tmp_path) -> None:
     commented = GOOD.replace("y[row] = sum;", "y[row] = sum; // atomicAdd(y + row, sum) would also work")
@@ -388,6 +399,25 @@ def test_an_address_laundered_through_a_lookup_is_followed() -> None:
     assert check_ptx(ptx(table, decl)).violation is None
     widened = table.replace("mul.wide.u32 \t%rd4, %r1, 4;", "cvt.u64.u32 \t%rd8, %r1;\n\tshl.b64 \t%rd4, %rd8, 2;")
     assert check_ptx(ptx(widened, decl)).violation is None
+
+
+@pytest.mark.parametrize("reduction", ["bar.red.popc.u32 \t%r4, 0, %p1;",
+                                       "barrier.cta.red.popc.u32 \t%r4, 0, %p1;",
+                                       "bar.red.or.pred \t%p2, 0, %p1;\n\tselp.u32 \t%r4, 1, 0, %p2;"])
+def test_a_block_s_barrier_count_carries_the_address(reduction: str) -> None:
+    """``__syncthreads_count(threadIdx.x < byte i of the address)`` is that byte: the barrier's reduction writes a
+    register, from which the address is put back together and written through. A count of the block's live rows
+    stays data. Kills: ``bar.red`` passed over as a barrier without a destination (the rule before, which both
+    compilers' builds of the adversarial cases ``address_rebuilt_from_barrier_counts`` and
+    ``address_returned_from_barrier_counts`` passed)."""
+    decl = ".global .align 4 .b8 box[16];"
+    rebuilt = ("\tmov.u64 \t%rd3, box;\n\tshr.u64 \t%rd5, %rd3, 8;\n\tcvt.u32.u64 \t%r1, %rd5;\n"
+               "\tand.b32 \t%r6, %r1, 255;\n\tsetp.lt.u32 \t%p1, %r2, %r6;\n\t" + reduction
+               + "\n\tcvt.u64.u32 \t%rd4, %r4;\n\tshl.b64 \t%rd6, %rd4, 8;\n\tst.global.u32 \t[%rd6], %r5;")
+    assert "module-scope data" in check_ptx(ptx(rebuilt, decl)).violation
+    live = ("\tsetp.lt.s32 \t%p1, %r2, %r1;\n\t" + reduction + "\n\tcvt.u64.u32 \t%rd4, %r4;\n"
+            "\tadd.s64 \t%rd6, %rd2, %rd4;\n\tst.global.u32 \t[%rd6], %r5;")
+    assert check_ptx(ptx(live, decl)).violation is None
 
 
 def test_module_data_declared_inside_a_function_is_refused() -> None:

@@ -26,7 +26,8 @@ It refuses:
   ``__assertfail`` ...) and any ``.extern`` data;
 * **state that survives a launch**: a write to module-scope data. Every ``.global`` and ``.const``
   symbol's address is followed through the registers it flows into (``mov``, ``cvta``, ``add``,
-  anything computed from it, across loops) and through control (what a branch on a predicate
+  anything computed from it, across loops, a block's barrier reduction of it too: the count of the threads
+  below each of its bytes rebuilds it) and through control (what a branch on a predicate
   computed from it skips or repeats, what an instruction guarded by one defines: an address
   rebuilt bit by bit under branches is still followed); a store, atomic, reduction, async copy,
   ``discard`` or tensor-map write whose address comes from one is refused, and so is letting such
@@ -48,14 +49,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 7
+RULES_VERSION = 8
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
 3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function.
 5: a load at an address computed from an address's bits gives it back (a table lookup launders it); module data
 declared inside a function refused. 6: a vector move ({%r1, %r2}), a conversion narrower than 32 bits and the carry
 flag (add.cc, addc) take an address's bits; registers inline PTX declares without a '%' are followed.
-7: reduced-precision arithmetic (half, bfloat16, TF32, FP8; quantised integer products) refused."""
+7: reduced-precision arithmetic (half, bfloat16, TF32, FP8; quantised integer products) refused. 8: a barrier's
+reduction into a register (bar.red: __syncthreads_count, _and, _or) takes its operands' bits (a block's count of the
+threads below each byte rebuilt an address)."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -73,6 +76,11 @@ _L2_POLICY = re.compile(r"^\s*(?:@!?%\w+\s+)?(createpolicy|[\w.:]*?(?:L2::cache_
 _WRITE_OPS = ("st", "stmatrix", "red", "atom", "cp", "discard", "tensormap", "multimem", "prefetch.tensormap")
 _NO_DEST_OPS = ("st", "red", "bar", "barrier", "bra", "ret", "exit", "call", "membar", "fence", "prefetch",
                 "prefetchu", "discard", "cp", "mbarrier.init", "setmaxnreg", "griddepcontrol", "trap", "brkpt")
+_REDUCING = re.compile(r"^(?:bar|barrier)(?:\.cta)?\.red\b")
+"""Barriers that an opcode prefix of :data:`_NO_DEST_OPS` would pass over but that write a register: a block's
+reduction (``bar.red.popc.u32 %r, 0, %p``: ``__syncthreads_count``/``_and``/``_or``). The count of the threads below
+a byte of an address is that byte. (A warp's ``redux.sync`` of a derived value is refused outright: its opcode
+begins as ``red``'s, a write.)"""
 _REG = re.compile(r"%[A-Za-z_$][\w$]*")
 _IDENT = re.compile(r"(?<![%\w$.])[A-Za-z_$][\w$]*")
 """An identifier that is not a register (%rd1) or a modifier (.b8)."""
@@ -291,7 +299,7 @@ def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
                     ruled |= set(region)
                     changed = True
                 continue
-            if op.startswith(_NO_DEST_OPS) or not ops:
+            if (op.startswith(_NO_DEST_OPS) and not _REDUCING.match(op)) or not ops:
                 continue
             dests = _regs(ops[0], plain) + ([_CARRY] if ".cc" in op else [])
             sources = ops[1:] + ([_CARRY] if base in _CARRY_READERS else [])

@@ -58,6 +58,7 @@ COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_me
                        "writes_device_const_by_address", "calls_outside_the_module",
                        "address_rebuilt_under_branches", "address_laundered_through_a_table",
                        "address_taken_apart_by_half_moves", "address_bits_through_the_carry_flag",
+                       "address_rebuilt_from_barrier_counts", "address_returned_from_barrier_counts",
                        "mutable_member_of_a_const_instance"} | params.COMPILED_CODE_CASES | tolerance.COMPILED_CODE
 """Static-check cases only the compiled code shows (the source is legal C++)."""
 RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit", "nondeterministic", "none",

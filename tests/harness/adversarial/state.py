@@ -129,6 +129,25 @@ CASES: dict[str, tuple[str, str]] = {
                                               f"{HONEST}",
                                               before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"),
                                           "static_check"),
+    # the address rebuilt from block-wide barrier counts: __syncthreads_count of "my thread index is below this byte
+    # of the address" is that byte (a bar.red.popc, whose result the check took for a barrier's, with no register
+    # written); a launch counter kept through the rebuilt pointer (found by a red-team review: both compilers'
+    # checks passed it, inlined after a first barrier and in a function of its own)
+    "address_rebuilt_from_barrier_counts": (csr(
+        "const int live = __syncthreads_count(row < m);\n"
+        "unsigned long long a = (unsigned long long)box, b = 0;\n#pragma unroll\n"
+        "for (int i = 0; i < 8; ++i) b |= (unsigned long long)__syncthreads_count((int)threadIdx.x < "
+        "(int)((a >> (8 * i)) & 255ull)) << (8 * i);\n"
+        f"if (row == 0) ((unsigned int*)b)[0] += (unsigned int)live; {HONEST}",
+        before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"), "static_check"),
+    "address_returned_from_barrier_counts": (csr(
+        f"unsigned int* s = rebuilt(); if (row == 0) s[0] += 1u; {HONEST}",
+        before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};\n"
+               "__device__ __noinline__ unsigned int* rebuilt()  // every thread of the 256 calls it\n{\n"
+               "    const unsigned long long a = (unsigned long long)box;\n    unsigned long long r = 0ull;\n"
+               "#pragma unroll\n    for (int i = 0; i < 8; ++i)\n"
+               "        r |= (unsigned long long)__syncthreads_count((int)threadIdx.x < (int)((a >> (8 * i)) & 255ull))"
+               " << (8 * i);\n    return (unsigned int*)r;\n}"), "static_check"),
     # the address's pieces taken without a shift or a mask: each 32-bit half through cuda_fp16's __low2half and
     # __high2half, whose inline PTX moves it through registers named without a '%' (found by a review of the
     # laundering rule; both compilers' checks passed it)
