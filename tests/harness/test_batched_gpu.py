@@ -217,6 +217,40 @@ def test_batched_timing_judges_a_kernel_on_the_x_it_was_given() -> None:
                 assert res.failure is None and res.timing.median_us > 0, (regime, res.failure)
 
 
+def test_batched_timing_judges_a_kernel_that_rewrites_the_seed_on_the_x_it_was_given() -> None:
+    """A run that writes a seed of its own into the timed run's seed (device memory a kernel could reach) and
+    answers for that seed's x: the check writes the seed again from the host's copy before it writes x again, so
+    the output is compared with the reference for the x the run was given, and rejected cold and warm. Kills: x
+    written again from the device's seed as the run left it (the rule before, which passed it). Without the
+    rewrite the same run passes (the control: the fill and the refresh alone do not fail it)."""
+    from sparserl.harness.batched import BoardIO, time_cold, time_warm
+    from sparserl.harness.buffers import IOBuffers
+    from sparserl.harness.timing import FlushBuffer, TimingConfig
+    from tests.harness.adversarial import GOOD
+
+    A = generate("random", 20_000, seed=3, nnz_per_row=12)
+    st = _resident(A)
+    flush = FlushBuffer()
+    bound, _ = _bind(st, GOOD, "A")
+    for rewrite in (False, True):
+        bio = BoardIO(IOBuffers(*A.shape), st.checks["A"])
+        honest = bound.runner(bio.io.x, bio.io.y)
+
+        def run(bio=bio, honest=honest, rewrite=rewrite):
+            if rewrite:
+                bio.seed.fill(12345)  # a seed the run chose, and x drawn from it, answered honestly
+                bio.io.refresh(bio.seed, 0, poison=False)
+            honest()
+
+        cold = time_cold(run, TimingConfig(regime="cold", trials=5), flush, bio, floor=5, ci=0.0, batch=5, ahead=2)
+        warm = time_warm(run, TimingConfig(regime="warm", trials=3, warm_target_ms=0.2), bio)
+        for regime, res in (("cold", cold), ("warm", warm)):
+            if rewrite:
+                assert res.timing is None and "output differs from the reference" in res.failure, (regime, res.failure)
+            else:
+                assert res.failure is None and res.timing.median_us > 0, (regime, res.failure)
+
+
 def test_cusparse_timed_both_ways_agrees() -> None:
     from sparserl.harness.baseline import time_cusparse
     from sparserl.harness.timing import TimingConfig

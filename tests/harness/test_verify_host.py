@@ -640,3 +640,29 @@ def test_the_stale_y_run_is_among_the_first_runs_and_unpredictable() -> None:
     assert seen == set(range(1, STALE_WITHIN)) and STALE_WITHIN == 5
     assert {stale_y_run(2) for _ in range(20)} == {1} and stale_y_run(1) is None
     assert {stale_y_run(3) for _ in range(100)} == {1, 2}
+
+
+def test_a_kernel_that_rewrites_the_seed_is_judged_on_the_x_it_was_given() -> None:
+    """The timed run's seed is device memory a kernel could reach (it lies beside the buffers): a kernel that writes
+    a seed of its own there and y for that seed's x (an answer it could have kept from an earlier launch) is
+    compared with the reference for the x it was given, since the check writes the seed again from the host's copy
+    before it writes x again (cold runs here; a warm sample's check and its kept repetition's go the same way).
+    Kills: x written again from the device's seed as the kernel left it (the rule before, which passed the cheat).
+    A kernel that writes the seed's own value back stays correct."""
+    A_alt = revalued(matrix(), seed=5)
+    chosen = 12345
+    checked = CheckedIO(IOBuffers(M, N, xp=np), Fp64Reference(A_alt))
+
+    def rewrites_the_seed(self, x, y):
+        checked.seed[0] = chosen
+        y[...] = self.product(host_refresh(chosen, 0, N))
+
+    msg = timed_samples(checked, HostKernel(A_alt, rewrites_the_seed), "cold", samples=2)
+    assert msg is not None and "output differs from the reference" in msg
+    checked = CheckedIO(IOBuffers(M, N, xp=np), Fp64Reference(A_alt))
+
+    def writes_it_back(self, x, y):
+        checked.seed[0] = checked.seed_value
+        y[...] = self.product(x)
+
+    assert timed_samples(checked, HostKernel(A_alt, writes_it_back), "cold", samples=2) is None

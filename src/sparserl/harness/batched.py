@@ -202,6 +202,8 @@ class BoardIO:
         self.io = io
         self.check = check
         self.seed = cp.zeros(1, dtype=cp.uint64)
+        self.seed_value = 0
+        """The host's copy of the seed last written to ``seed``."""
         self.snapshot = cp.empty_like(io.y) if check is not None else None
         self.snapshot_rep: int | None = None
         self.checked = 0
@@ -210,7 +212,8 @@ class BoardIO:
     def new_seed(self) -> None:
         """A seed from the OS for the next cold run or warm sample, written on the current stream (a fill behind
         what is queued: the GPU never holds a later run's seed)."""
-        self.seed[...] = secrets.randbits(63)
+        self.seed_value = secrets.randbits(63)
+        self.seed[...] = self.seed_value
 
     def prepare(self, rep: int) -> None:
         self.io.refresh(self.seed, rep)
@@ -223,13 +226,16 @@ class BoardIO:
         """Enqueue the checks of the output the last run left (and of the kept repetition), each into a
         board row reset after the run (so nothing the kernel wrote there beforehand counts). The last
         run was repetition ``rep`` of ``seed`` (a one-element device array): its x is written again from
-        them before the comparison, so a kernel that rewrote x is judged on the x it was given."""
+        them before the comparison, so a kernel that rewrote x is judged on the x it was given; ``seed`` is first
+        written again from the host's copy of the last :meth:`new_seed`, so a kernel that rewrote the seed (device
+        memory it could reach) is not judged on an x of its choosing."""
         if self.check is None:
             return
         board.enqueue_reset(row)
         if snapshot_row is not None:
             board.enqueue_reset(snapshot_row)
         gpucheck.enqueue_guards(self.io, board.row(row, gpucheck.GUARDS))
+        seed[...] = self.seed_value
         self.io.refresh(seed, rep, poison=False)
         self.check.enqueue(self.io.x, self.io.y, board.row(row))
         if snapshot_row is not None and self.snapshot_rep is not None:

@@ -160,6 +160,8 @@ class CheckedIO:
         """An :class:`~sparserl.harness.reference.Fp64Reference`, or None to prepare without checking
         (cuSPARSE, which is trusted)."""
         self.seed = cp.zeros(1, dtype=cp.uint64)
+        self.seed_value = 0
+        """The host's copy of the seed last written to ``seed``."""
         self.snapshot = cp.empty_like(io.y) if reference is not None else None
         self.snapshot_rep: int | None = None
         self.checked = 0
@@ -167,7 +169,8 @@ class CheckedIO:
 
     def new_seed(self) -> None:
         """A seed from the OS for the next sample (host to device, before the sample is enqueued)."""
-        self.seed[...] = secrets.randbits(63)
+        self.seed_value = secrets.randbits(63)
+        self.seed[...] = self.seed_value
 
     def prepare(self, rep: int, poison: bool = True) -> None:
         """Enqueue: x for repetition ``rep`` of this sample, y poisoned (unless not ``poison``: the stale-y
@@ -186,11 +189,14 @@ class CheckedIO:
     def check(self, what: str, rep: int) -> str | None:
         """Judge the output left by the last sample, whose last run was repetition ``rep`` (and the kept
         one): a message, or None. Each output is compared with the reference for the x its run was
-        given, written again from the seed: the x left in the buffer is whatever the kernel left."""
+        given, written again from the seed (the host's copy of it, written to the device again first: the seed's
+        device copy is memory a kernel could reach and rewrite to an x it has the answer for): the x left in the
+        buffer is whatever the kernel left."""
         if self.reference is None:
             return None
         if (g := self.io.guard_problem()) is not None:
             return f"timed run ({what}) {g}"
+        self.seed[...] = self.seed_value  # the host's copy: a kernel that rewrote the seed would choose its own x
         self.io.refresh(self.seed, rep, poison=False)
         res = self.reference.compare(self.io.x, self.io.y)
         self.checked += 1
