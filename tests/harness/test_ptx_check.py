@@ -151,9 +151,12 @@ def test_writes_to_constant_tables_are_refused_by_both_backends(tmp_path, name: 
 
 
 @pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
-@pytest.mark.parametrize("name", ["address_rebuilt_from_barrier_counts", "address_returned_from_barrier_counts"])
-def test_an_address_rebuilt_from_barrier_counts_is_refused_by_both_backends(tmp_path, name: str, backend: str) -> None:
-    """Inlined after a first barrier and returned from a function of its own: both builds are refused."""
+@pytest.mark.parametrize("name", ["address_rebuilt_from_barrier_counts", "address_returned_from_barrier_counts",
+                                  "address_kept_in_an_mbarrier_s_expected_count",
+                                  "address_kept_in_an_mbarrier_arrival_s_count"])
+def test_an_address_kept_by_barriers_is_refused_by_both_backends(tmp_path, name: str, backend: str) -> None:
+    """Rebuilt from barrier counts (inlined after a first barrier, and returned from a function of its own) and kept
+    in an mbarrier's count: both compilers' builds are refused."""
     if (backend == "nvrtc" and load_nvrtc() is None) or (backend == "nvcc" and find_nvcc() is None):
         pytest.skip(f"no {backend}")
     _, code = split_completion(ADVERSARIAL[name][0], Op.SPMV)
@@ -418,6 +421,27 @@ def test_a_block_s_barrier_count_carries_the_address(reduction: str) -> None:
     live = ("\tsetp.lt.s32 \t%p1, %r2, %r1;\n\t" + reduction + "\n\tcvt.u64.u32 \t%rd4, %r4;\n"
             "\tadd.s64 \t%rd6, %rd2, %rd4;\n\tst.global.u32 \t[%rd6], %r5;")
     assert check_ptx(ptx(live, decl)).violation is None
+
+
+@pytest.mark.parametrize("count", [
+    "mbarrier.init.shared.b64 \t[%r7], %r6;\n\tmbarrier.arrive.shared.b64 \t%rd5, [%r7];",
+    "mbarrier.init.shared.b64 \t[%r7], 70000;\n\tmbarrier.arrive.noComplete.shared.b64 \t%rd6, [%r7], %r6;\n"
+    "\tmbarrier.arrive.shared.b64 \t%rd5, [%r7];"])
+def test_an_mbarrier_s_count_is_a_value_written_to_memory(count: str) -> None:
+    """Bits of an address as an mbarrier's expected count (``init``) or an arrival's count come back through
+    ``pending_count`` (or the arrivals that complete the phase): the mbarrier is shared memory, and its count a
+    value stored there, so a derived one is refused as a store of the address. An mbarrier counting the block's
+    threads stays allowed. Kills: ``mbarrier`` left out of the write instructions (the rule before, which both
+    compilers' builds of ``address_kept_in_an_mbarrier_s_expected_count`` and
+    ``address_kept_in_an_mbarrier_arrival_s_count`` passed)."""
+    decl = ".global .align 4 .b8 box[16];\n.shared .align 8 .b64 mb;"
+    head = ("\tmov.u64 \t%rd3, box;\n\tcvt.u32.u64 \t%r1, %rd3;\n\tand.b32 \t%r6, %r1, 65535;\n"
+            "\tadd.u32 \t%r6, %r6, 2;\n\tmov.u32 \t%r7, mb;\n\t")
+    tail = "\n\tmbarrier.pending_count.b64 \t%r4, %rd5;\n\tcvt.u64.u32 \t%rd4, %r4;\n\tst.global.u32 \t[%rd4], %r5;"
+    assert "address of module-scope data to memory" in check_ptx(ptx(head + count + tail, decl)).violation
+    honest = head.replace("%rd3, box", "%rd3, %rd1") + count.replace("%r6", "%r2") + tail.replace(
+        "[%rd4]", "[%rd2]")
+    assert check_ptx(ptx(honest, decl)).violation is None
 
 
 def test_module_data_declared_inside_a_function_is_refused() -> None:

@@ -30,9 +30,10 @@ It refuses:
   below each of its bytes rebuilds it) and through control (what a branch on a predicate
   computed from it skips or repeats, what an instruction guarded by one defines: an address
   rebuilt bit by bit under branches is still followed); a store, atomic, reduction, async copy,
-  ``discard`` or tensor-map write whose address comes from one is refused, and so is letting such
-  an address escape (storing it to memory, passing it to a call, storing anything under such a
-  branch), since the flow could then not be followed.
+  ``discard``, tensor-map write or ``mbarrier`` operation whose address comes from one is refused, and so is
+  letting such
+  an address escape (storing it to memory, an ``mbarrier``'s count among such stores, passing it to a call,
+  storing anything under such a branch), since the flow could then not be followed.
   Reads are fine: initialised tables (``__constant__``, ``static const``) and the constants CUDA's
   own headers declare (libcu++'s ``numeric_limits`` ...) stay allowed. An initialiser that holds
   an address is refused (a pointer to a table could be loaded back and written through).
@@ -49,7 +50,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 8
+RULES_VERSION = 9
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
 3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function.
@@ -58,7 +59,8 @@ declared inside a function refused. 6: a vector move ({%r1, %r2}), a conversion 
 flag (add.cc, addc) take an address's bits; registers inline PTX declares without a '%' are followed.
 7: reduced-precision arithmetic (half, bfloat16, TF32, FP8; quantised integer products) refused. 8: a barrier's
 reduction into a register (bar.red: __syncthreads_count, _and, _or) takes its operands' bits (a block's count of the
-threads below each byte rebuilt an address)."""
+threads below each byte rebuilt an address). 9: an mbarrier's count is a value written to memory (init's or an
+arrival's count of an address's byte came back through the arrivals that completed the phase)."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -73,7 +75,10 @@ _BANNED_SREGS = [
 _BANNED_OPS = {"trap": "traps (trap)", "brkpt": "a breakpoint (brkpt)", "pmevent": "a performance event (pmevent)"}
 _L2_POLICY = re.compile(r"^\s*(?:@!?%\w+\s+)?(createpolicy|[\w.:]*?(?:L2::cache_hint|evict_last)\b)", re.MULTILINE)
 """An instruction that creates or applies an L2 eviction policy (its opcode and modifiers, group 1)."""
-_WRITE_OPS = ("st", "stmatrix", "red", "atom", "cp", "discard", "tensormap", "multimem", "prefetch.tensormap")
+_WRITE_OPS = ("st", "stmatrix", "red", "atom", "cp", "discard", "tensormap", "multimem", "prefetch.tensormap",
+              "mbarrier")
+"""Instructions that write memory: an address derived from module data may not be theirs, nor a value they write
+(an ``mbarrier``'s count is kept in shared memory, and comes back through arrivals or ``pending_count``)."""
 _NO_DEST_OPS = ("st", "red", "bar", "barrier", "bra", "ret", "exit", "call", "membar", "fence", "prefetch",
                 "prefetchu", "discard", "cp", "mbarrier.init", "setmaxnreg", "griddepcontrol", "trap", "brkpt")
 _REDUCING = re.compile(r"^(?:bar|barrier)(?:\.cta)?\.red\b")

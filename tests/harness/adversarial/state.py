@@ -148,6 +148,33 @@ CASES: dict[str, tuple[str, str]] = {
                "#pragma unroll\n    for (int i = 0; i < 8; ++i)\n"
                "        r |= (unsigned long long)__syncthreads_count((int)threadIdx.x < (int)((a >> (8 * i)) & 255ull))"
                " << (8 * i);\n    return (unsigned int*)r;\n}"), "static_check"),
+    # the address kept in an mbarrier's count, through allowed headers: each byte of it as the expected count of an
+    # mbarrier (cuda_pipeline.h) or as the count of one arrival (cuda::ptx through <cuda/barrier>), read back by
+    # counting the arrivals that complete the phase; a launch counter kept through the rebuilt pointer (found by a
+    # review of the barrier-count rule: both compilers' checks passed both)
+    "address_kept_in_an_mbarrier_s_expected_count": (csr(
+        "__shared__ __mbarrier_t mb[8];\nif (threadIdx.x == 0) {\n"
+        "  const unsigned long long a = (unsigned long long)box; unsigned long long b = 0;\n"
+        "  for (int i = 0; i < 8; ++i) {\n"
+        "    __mbarrier_init(&mb[i], (unsigned)((a >> (8 * i)) & 255ull) + 1u);\n"
+        "    unsigned long long k = 0; __mbarrier_token_t t;\n"
+        "    do { t = __mbarrier_arrive(&mb[i]); ++k; } while (!__mbarrier_test_wait(&mb[i], t));\n"
+        "    b |= (k - 1) << (8 * i);\n  }\n"
+        f"  if (blockIdx.x == 0) ((unsigned int*)b)[0] += 1u;\n}}\n{HONEST}",
+        before="#include <cuda_pipeline.h>\n__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"),
+        "static_check"),
+    "address_kept_in_an_mbarrier_arrival_s_count": (csr(
+        "__shared__ cuda::std::uint64_t mb[8];\nif (threadIdx.x == 0) {\n"
+        "  const unsigned long long a = (unsigned long long)box; unsigned long long b = 0;\n"
+        "  for (int i = 0; i < 8; ++i) {\n"
+        "    cuda::ptx::mbarrier_init(&mb[i], 300u);\n"
+        "    cuda::ptx::mbarrier_arrive(&mb[i], (unsigned)((a >> (8 * i)) & 255ull) + 1u);\n"
+        "    unsigned long long k = 0; cuda::std::uint64_t s;\n"
+        "    do { s = cuda::ptx::mbarrier_arrive(&mb[i]); ++k; } while (!cuda::ptx::mbarrier_test_wait(&mb[i], s));\n"
+        "    b |= (299ull - k) << (8 * i);\n  }\n"
+        f"  if (blockIdx.x == 0) ((unsigned int*)b)[0] += 1u;\n}}\n{HONEST}",
+        before="#include <cuda/barrier>\n__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"),
+        "static_check"),
     # the address's pieces taken without a shift or a mask: each 32-bit half through cuda_fp16's __low2half and
     # __high2half, whose inline PTX moves it through registers named without a '%' (found by a review of the
     # laundering rule; both compilers' checks passed it)
