@@ -444,6 +444,20 @@ def test_an_mbarrier_s_count_is_a_value_written_to_memory(count: str) -> None:
     assert check_ptx(ptx(honest, decl)).violation is None
 
 
+def test_an_instruction_with_a_memory_operand_that_is_not_a_known_read_is_a_write() -> None:
+    """A surface store (``sust``, not among the write instructions by name) of an address's bits is refused as a
+    store, and so is one under a branch on the address; the same store of plain data passes, and a load is still a
+    read. Kills: only the named write instructions checked (the rule before, under which the store passed)."""
+    decl = ".global .align 4 .b8 box[16];"
+    stored = "\tmov.u64 \t%rd3, box;\n\tcvt.u32.u64 \t%r4, %rd3;\n\tsust.b.1d.b32.trap \t[%rd9, {%r1}], {%r4};"
+    assert "address of module-scope data to memory" in check_ptx(ptx(stored, decl)).violation
+    ruled = ("\tmov.u64 \t%rd3, box;\n\tcvt.u32.u64 \t%r4, %rd3;\n\tsetp.eq.s32 \t%p1, %r4, 0;\n"
+             "\t@%p1 sust.b.1d.b32.trap \t[%rd9, {%r1}], {%r5};")
+    assert "under a branch on the address" in check_ptx(ptx(ruled, decl)).violation
+    plain = "\tsust.b.1d.b32.trap \t[%rd9, {%r1}], {%r5};\n\tld.global.u32 \t%r6, [%rd2];"
+    assert check_ptx(ptx(plain, decl)).violation is None
+
+
 def test_module_data_declared_inside_a_function_is_refused() -> None:
     """Inline PTX may declare ``.global`` data in a block of a function (ptxas places it with the module's); the
     symbol list read only module scope, so writes to it went unseen. Kills: the declaration scan left out."""

@@ -30,8 +30,8 @@ It refuses:
   below each of its bytes rebuilds it) and through control (what a branch on a predicate
   computed from it skips or repeats, what an instruction guarded by one defines: an address
   rebuilt bit by bit under branches is still followed); a store, atomic, reduction, async copy,
-  ``discard``, tensor-map write or ``mbarrier`` operation whose address comes from one is refused, and so is
-  letting such
+  ``discard``, tensor-map write, ``mbarrier`` operation or any other instruction with a memory operand that is not
+  a known read, whose address comes from one, is refused, and so is letting such
   an address escape (storing it to memory, an ``mbarrier``'s count among such stores, passing it to a call,
   storing anything under such a branch), since the flow could then not be followed.
   Reads are fine: initialised tables (``__constant__``, ``static const``) and the constants CUDA's
@@ -50,7 +50,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 9
+RULES_VERSION = 10
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
 3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function.
@@ -60,7 +60,8 @@ flag (add.cc, addc) take an address's bits; registers inline PTX declares withou
 7: reduced-precision arithmetic (half, bfloat16, TF32, FP8; quantised integer products) refused. 8: a barrier's
 reduction into a register (bar.red: __syncthreads_count, _and, _or) takes its operands' bits (a block's count of the
 threads below each byte rebuilt an address). 9: an mbarrier's count is a value written to memory (init's or an
-arrival's count of an address's byte came back through the arrivals that completed the phase)."""
+arrival's count of an address's byte came back through the arrivals that completed the phase). 10: any instruction
+with a memory operand that is not a known read counts as a write (a surface store, whatever a later PTX adds)."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -79,6 +80,9 @@ _WRITE_OPS = ("st", "stmatrix", "red", "atom", "cp", "discard", "tensormap", "mu
               "mbarrier")
 """Instructions that write memory: an address derived from module data may not be theirs, nor a value they write
 (an ``mbarrier``'s count is kept in shared memory, and comes back through arrivals or ``pending_count``)."""
+_READ_OPS = ("ld", "ldu", "tex", "tld4", "suld", "ldmatrix", "prefetch", "prefetchu", "applypriority")
+"""Instructions with a memory operand that only read (or hint): any other instruction with one counts as a write,
+whatever its opcode, so an instruction this list and :data:`_WRITE_OPS` do not know is judged as a store."""
 _NO_DEST_OPS = ("st", "red", "bar", "barrier", "bra", "ret", "exit", "call", "membar", "fence", "prefetch",
                 "prefetchu", "discard", "cp", "mbarrier.init", "setmaxnreg", "griddepcontrol", "trap", "brkpt")
 _REDUCING = re.compile(r"^(?:bar|barrier)(?:\.cta)?\.red\b")
@@ -304,8 +308,8 @@ def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
                     ruled |= set(region)
                     changed = True
                 continue
-            if (op.startswith(_NO_DEST_OPS) and not _REDUCING.match(op)) or not ops:
-                continue
+            if (op.startswith(_NO_DEST_OPS) and not _REDUCING.match(op)) or not ops or ops[0].startswith("["):
+                continue  # no register written (a memory operand first: a store, whatever its opcode)
             dests = _regs(ops[0], plain) + ([_CARRY] if ".cc" in op else [])
             sources = ops[1:] + ([_CARRY] if base in _CARRY_READERS else [])
             loads = base in _LOAD_OPS
@@ -327,7 +331,7 @@ def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
     for i, (_, guard, op, ops) in enumerate(ins):
         base = op.split(".")[0]
         addrs = [o for o in ops if o.startswith("[")]
-        if base in _WRITE_OPS or op.startswith(_WRITE_OPS):
+        if base in _WRITE_OPS or op.startswith(_WRITE_OPS) or (addrs and base not in _READ_OPS):
             if addrs and (hit := _mentions(addrs[0], tainted, syms, plain)) is not None:
                 what = readable(hit) if hit in syms else "module data"
                 return f"writes to module-scope data ('{what}'): state would survive a launch"
