@@ -24,7 +24,7 @@ from sparserl.errors import SparseRLError
 from sparserl.harness.result import ErrorKind
 from sparserl.search.loop import SearchConfig
 from tests.conftest import one_line_error
-from tests.search.doubles import FakeTimingDouble, racy_landscape
+from tests.search.doubles import FakeTimingDouble, racy_beside, racy_landscape
 
 
 def _time_of(text: str) -> float:
@@ -381,14 +381,7 @@ def test_the_summary_says_improved_only_for_a_best_that_outlived_the_look(farm_m
     assert first["matrices"][0]["store_improved"] is True
     with BestStore(store) as st:
         (known,) = st.best()
-    seen: dict[str, int] = {}
-
-    def time_of(text: str):  # the first kernel other than the known best: 5 us once, then wrong
-        key = normalised(text)
-        if key != normalised(known.text) and (not seen or key in seen):
-            seen[key] = seen.get(key, 0) + 1
-            return 5.0 if seen[key] == 1 else None
-        return _time_of(text)
+    time_of, seen = racy_beside(known.text, _time_of)  # the first kernel other than the known best: racy
 
     second = run_farm(FarmConfig(matrices=_mats(farm_matrices, "banded"), out=str(tmp_path / "f2"),
                                  store=str(store), search=SearchConfig(budget=4), progress=False),

@@ -23,7 +23,7 @@ from sparserl.request.context import MatrixContext
 from sparserl.request.report import KernelReport, verdict
 from sparserl.request.second_look import MOST, SecondLook, SecondLookFailed, second_look
 from sparserl.search.space import normalised
-from tests.search.doubles import CUSPARSE_US, FakeTimingDouble, racy_landscape
+from tests.search.doubles import CUSPARSE_US, FakeTimingDouble, racy_beside, racy_landscape
 
 KERNELS = [get_variant(v).render() for v in ("spmv/csr_vector/-/tpr=4,block=256", "spmv/csr_vector/-/tpr=8,block=256",
                                                "spmv/csr_vector/-/tpr=16,block=256", "spmv/csr_vector/-/tpr=32,block=256",
@@ -347,14 +347,7 @@ def test_a_search_whose_new_best_was_found_wrong_does_not_claim_the_store(tmp_pa
     assert first.store_improved and "this run set the best known" in store_line(first)
     with BestStore(tmp_path / "best.sqlite") as st:
         (known,) = st.best()
-    seen: dict[str, int] = {}
-
-    def time_of(text: str):  # the first kernel other than the known best: 5 us once, then wrong
-        key = normalised(text)
-        if key != normalised(known.text) and (not seen or key in seen):
-            seen[key] = seen.get(key, 0) + 1
-            return 5.0 if seen[key] == 1 else None
-        return steady(text)
+    time_of, seen = racy_beside(known.text, steady)  # the first kernel other than the known best: racy
 
     rep, res = search_matrix(replace(job, out=str(tmp_path / "s2")), evaluator=FakeTimingDouble(time_of))
     assert len(seen) == 1 and rep.second_look.dropped == 1

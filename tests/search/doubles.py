@@ -125,3 +125,19 @@ def racy_landscape(faster_again: float = 0.0) -> tuple[Callable[[str], float | N
         return 20.0 + rank - (faster_again if seen[key] > 1 else 0.0)
 
     return time_of, order
+
+
+def racy_beside(known: str, steady: Callable[[str], float | None]) -> tuple[Callable[[str], float | None], dict[str, int]]:
+    """``time_of`` for a search that starts from a store whose best is ``known``: the first other kernel proposed is
+    the fastest at first (5 us) and wrong on every later evaluation (a racy kernel that passed once); every other
+    kernel takes ``steady``'s time. The dict it fills: that kernel's normalised text -> its evaluations."""
+    seen: dict[str, int] = {}
+
+    def time_of(text: str) -> float | None:
+        key = normalised(text)
+        if key != normalised(known) and (not seen or key in seen):
+            seen[key] = seen.get(key, 0) + 1
+            return 5.0 if seen[key] == 1 else None
+        return steady(text)
+
+    return time_of, seen
