@@ -153,7 +153,9 @@ def test_writes_to_constant_tables_are_refused_by_both_backends(tmp_path, name: 
 @pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
 @pytest.mark.parametrize("name", ["address_rebuilt_from_barrier_counts", "address_returned_from_barrier_counts",
                                   "address_kept_in_an_mbarrier_s_expected_count",
-                                  "address_kept_in_an_mbarrier_arrival_s_count"])
+                                  "address_kept_in_an_mbarrier_arrival_s_count", "address_bits_in_a_call_under_a_branch",
+                                  "address_bits_voted_at_another_lane_s_ballot",
+                                  "address_bytes_counted_at_another_warp_s_barrier"])
 def test_an_address_kept_by_barriers_is_refused_by_both_backends(tmp_path, name: str, backend: str) -> None:
     """Rebuilt from barrier counts (inlined after a first barrier, and returned from a function of its own) and kept
     in an mbarrier's count: both compilers' builds are refused."""
@@ -456,6 +458,39 @@ def test_an_instruction_with_a_memory_operand_that_is_not_a_known_read_is_a_writ
     assert "under a branch on the address" in check_ptx(ptx(ruled, decl)).violation
     plain = "\tsust.b.1d.b32.trap \t[%rd9, {%r1}], {%r5};\n\tld.global.u32 \t%r6, [%rd2];"
     assert check_ptx(ptx(plain, decl)).violation is None
+
+
+@pytest.mark.parametrize("collective", ["vote.sync.ballot.b32 \t%r4, %p1, -1;", "shfl.sync.idx.b32 \t%r4, %r6, 0, 31, -1;",
+                                        "match.any.sync.b32 \t%r4, %r6, -1;", "bar.red.popc.u32 \t%r4, 0, %p1;",
+                                        "activemask.b32 \t%r4;"])
+def test_a_collective_given_the_address_or_a_branch_on_it_is_refused(collective: str) -> None:
+    """Other threads receive what a collective is given at their own instruction, in another function even (a
+    ballot's lane 0 reading what lanes 1..31 voted elsewhere), where the check does not connect them: a collective
+    given the address's bits, or run under a branch on them (the active mask tells which lanes took it), is refused,
+    its result unused. The same collective on data passes. Kills: the rule removed (only the collective's own result
+    was followed, and an unused one carried nothing)."""
+    decl = ".global .align 4 .b8 box[16];"
+    bits = ("\tmov.u64 \t%rd3, box;\n\tcvt.u32.u64 \t%r1, %rd3;\n\tand.b32 \t%r6, %r1, 255;\n"
+            "\tsetp.lt.u32 \t%p1, %r2, %r6;\n")
+    if "activemask" in collective:  # under a branch on the address
+        given = bits + "\t@%p1 bra \t$L__BB0_2;\n\t" + collective + "\n$L__BB0_2:\n\tadd.s32 \t%r5, %r5, 1;"
+    else:
+        given = bits + "\t" + collective
+    assert "to other threads" in check_ptx(ptx(given, decl)).violation
+    data = "\tld.global.u32 \t%r6, [%rd2];\n\tsetp.lt.u32 \t%p1, %r2, %r6;\n\t" + collective
+    assert check_ptx(ptx(data, decl)).violation is None
+
+
+def test_a_call_under_a_branch_on_the_address_is_refused() -> None:
+    """A function called or not by a bit of the address (its stores judged in the callee, where nothing is derived:
+    a flag per bit rebuilt the address) is refused; the same call unconditioned passes. Kills: a call under such a
+    branch allowed (the rule before)."""
+    decl = ".global .align 4 .b8 box[16];\n.func mark()\n{\n\tret;\n}"
+    ruled = ("\tmov.u64 \t%rd3, box;\n\tcvt.u32.u64 \t%r1, %rd3;\n\tand.b32 \t%r6, %r1, 1;\n"
+             "\tsetp.eq.u32 \t%p1, %r6, 0;\n\t@%p1 bra \t$L__BB0_2;\n\tcall.uni \tmark, ();\n$L__BB0_2:\n"
+             "\tadd.s32 \t%r5, %r5, 1;")
+    assert "calls a function under a branch" in check_ptx(ptx(ruled, decl)).violation
+    assert check_ptx(ptx("\tcall.uni \tmark, ();", decl)).violation is None
 
 
 def test_module_data_declared_inside_a_function_is_refused() -> None:

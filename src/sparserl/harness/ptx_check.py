@@ -33,7 +33,8 @@ It refuses:
   ``discard``, tensor-map write, ``mbarrier`` operation or any other instruction with a memory operand that is not
   a known read, whose address comes from one, is refused, and so is letting such
   an address escape (storing it to memory, an ``mbarrier``'s count among such stores, passing it to a call,
-  storing anything under such a branch), since the flow could then not be followed.
+  storing anything under such a branch, handing it or such a branch to a warp's or a block's collective, calling
+  a function under such a branch), since the flow could then not be followed.
   Reads are fine: initialised tables (``__constant__``, ``static const``) and the constants CUDA's
   own headers declare (libcu++'s ``numeric_limits`` ...) stay allowed. An initialiser that holds
   an address is refused (a pointer to a table could be loaded back and written through).
@@ -50,7 +51,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 10
+RULES_VERSION = 11
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
 3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function.
@@ -61,7 +62,10 @@ flag (add.cc, addc) take an address's bits; registers inline PTX declares withou
 reduction into a register (bar.red: __syncthreads_count, _and, _or) takes its operands' bits (a block's count of the
 threads below each byte rebuilt an address). 9: an mbarrier's count is a value written to memory (init's or an
 arrival's count of an address's byte came back through the arrivals that completed the phase). 10: any instruction
-with a memory operand that is not a known read counts as a write (a surface store, whatever a later PTX adds)."""
+with a memory operand that is not a known read counts as a write (a surface store, whatever a later PTX adds).
+11: a collective (vote, shuffle, match, warp reduction, election, active mask, barrier reduction) given the address
+or run under a branch on it, and a call under such a branch, are refused (other threads, or the callee, received the
+bits at instructions the check does not connect)."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -90,6 +94,10 @@ _REDUCING = re.compile(r"^(?:bar|barrier)(?:\.cta)?\.red\b")
 reduction (``bar.red.popc.u32 %r, 0, %p``: ``__syncthreads_count``/``_and``/``_or``). The count of the threads below
 a byte of an address is that byte. (A warp's ``redux.sync`` of a derived value is refused outright: its opcode
 begins as ``red``'s, a write.)"""
+_COLLECTIVE = re.compile(r"^(?:vote|shfl|match|redux|elect|activemask)\b|^(?:bar|barrier)(?:\.cta)?\.red\b")
+"""Instructions whose result carries what other threads gave, at whatever instruction they gave it: a warp's vote,
+shuffle, match, reduction or election, a block's barrier reduction (and the warp's active mask, which tells which
+lanes a branch took)."""
 _REG = re.compile(r"%[A-Za-z_$][\w$]*")
 _IDENT = re.compile(r"(?<![%\w$.])[A-Za-z_$][\w$]*")
 """An identifier that is not a register (%rd1) or a modifier (.b8)."""
@@ -330,6 +338,15 @@ def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
                 changed = True
     for i, (_, guard, op, ops) in enumerate(ins):
         base = op.split(".")[0]
+        ruled_here = i in ruled or guard in tainted
+        # what one thread hands others through a collective reaches them at another instruction (a ballot's lane
+        # 0 at its own call site), and what a call does under the address's control is not followed into the callee
+        if _COLLECTIVE.match(op) and (ruled_here or any(_mentions(o, tainted, syms, plain) for o in ops[1:])):
+            return ("hands the address of module-scope data, or a branch on it, to other threads (a warp's or a "
+                    "block's collective: where it goes could not be followed)")
+        if base == "call" and ruled_here:
+            return ("calls a function under a branch on the address of module-scope data (what it does could not be "
+                    "followed)")
         addrs = [o for o in ops if o.startswith("[")]
         if base in _WRITE_OPS or op.startswith(_WRITE_OPS) or (addrs and base not in _READ_OPS):
             if addrs and (hit := _mentions(addrs[0], tainted, syms, plain)) is not None:

@@ -175,6 +175,19 @@ CASES: dict[str, tuple[str, str]] = {
         f"  if (blockIdx.x == 0) ((unsigned int*)b)[0] += 1u;\n}}\n{HONEST}",
         before="#include <cuda/barrier>\n__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};"),
         "static_check"),
+    # each bit of the address decides whether a no-argument __noinline__ function marks a flag in shared memory (the
+    # callee's store was judged in the callee, where nothing is derived); the flags rebuild it and a launch counter is
+    # kept through it (found by a red-team review of the PTX check: both compilers' checks passed it)
+    'address_bits_in_a_call_under_a_branch': (csr('if (threadIdx.x < 64) flags[threadIdx.x] = 0u;\n__syncthreads();\nconst unsigned long long a = (unsigned long long)box;\nif (threadIdx.x < 64 && ((a >> threadIdx.x) & 1ull)) mark();\n__syncthreads();\nif (row == 0) { unsigned long long b = 0;\n  for (int i = 0; i < 64; ++i) b |= (unsigned long long)flags[i] << i;\n  ((unsigned int*)b)[0] += 1u; }' + ' ' + HONEST,
+        before='__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};\n__shared__ unsigned int flags[64];\n__device__ __noinline__ void mark() { flags[threadIdx.x] = 1u; }'), "static_check"),
+    # lanes 1..31 vote the address's bits at a ballot of their own function, lane 0 reads the ballots at another
+    # instruction of another (taint followed only an instruction's own operands; same review, both compilers)
+    'address_bits_voted_at_another_lane_s_ballot': (csr('unsigned long long b = 0;\nif (threadIdx.x == 0) b = tally_w(); else if (threadIdx.x < 32) vote_w();\nif (row == 0) ((unsigned int*)b)[0] += 1u;' + ' ' + HONEST,
+        before='__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};\n// lanes 1..31: each votes one bit of the address per round (nothing written, nothing returned)\n__device__ __noinline__ void vote_w()\n{\n    const unsigned long long a = (unsigned long long)box;\n#pragma unroll\n    for (int k = 0; k < 3; ++k) __ballot_sync(0xffffffffu, (int)((a >> (31 * k + threadIdx.x - 1)) & 1ull));\n}\n// lane 0: the same three ballots at instructions of its own, with nothing derived from the address\n__device__ __noinline__ unsigned long long tally_w()\n{\n    unsigned long long b = 0;\n#pragma unroll\n    for (int k = 0; k < 3; ++k) b |= (unsigned long long)(__ballot_sync(0xffffffffu, 0) >> 1) << (31 * k);\n    return b;\n}'), "static_check"),
+    # warps 1..7 give the address's bytes to __syncthreads_count in one function, warp 0 reads the counts at another
+    # (same review, both compilers)
+    'address_bytes_counted_at_another_warp_s_barrier': (csr('unsigned long long b = 0;\nif (threadIdx.x < 32) b = tally(); else vote();\nif (row == 0) ((unsigned int*)b)[0] += 1u;' + ' ' + HONEST,
+        before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};\n// warps 1..7: vote with the address's bytes (nothing written, nothing returned)\n__device__ __noinline__ void vote()\n{\n    const unsigned long long a = (unsigned long long)box;\n#pragma unroll\n    for (int i = 0; i < 8; ++i) __syncthreads_count((int)threadIdx.x - 32 < (int)((a >> (8 * i)) & 255ull));\n}\n// warp 0: the same barriers, at instructions of its own, with nothing derived from the address\n__device__ __noinline__ unsigned long long tally()\n{\n    unsigned long long b = 0;\n#pragma unroll\n    for (int i = 0; i < 8; ++i) b |= (unsigned long long)__syncthreads_count(0) << (8 * i);\n    return b;\n}"), "static_check"),
     # the address's pieces taken without a shift or a mask: each 32-bit half through cuda_fp16's __low2half and
     # __high2half, whose inline PTX moves it through registers named without a '%' (found by a review of the
     # laundering rule; both compilers' checks passed it)
