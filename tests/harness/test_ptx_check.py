@@ -155,7 +155,8 @@ def test_writes_to_constant_tables_are_refused_by_both_backends(tmp_path, name: 
                                   "address_kept_in_an_mbarrier_s_expected_count",
                                   "address_kept_in_an_mbarrier_arrival_s_count", "address_bits_in_a_call_under_a_branch",
                                   "address_bits_voted_at_another_lane_s_ballot",
-                                  "address_bytes_counted_at_another_warp_s_barrier"])
+                                  "address_bytes_counted_at_another_warp_s_barrier",
+                                  "flag_set_in_a_block_out_of_line"])
 def test_an_address_kept_by_barriers_is_refused_by_both_backends(tmp_path, name: str, backend: str) -> None:
     """Rebuilt from barrier counts (inlined after a first barrier, and returned from a function of its own) and kept
     in an mbarrier's count: both compilers' builds are refused."""
@@ -491,6 +492,20 @@ def test_a_call_under_a_branch_on_the_address_is_refused() -> None:
              "\tadd.s32 \t%r5, %r5, 1;")
     assert "calls a function under a branch" in check_ptx(ptx(ruled, decl)).violation
     assert check_ptx(ptx("\tcall.uni \tmark, ();", decl)).violation is None
+
+
+def test_a_block_out_of_line_entered_from_a_ruled_jump_is_ruled() -> None:
+    """An unlikely branch on a bit of the address jumps over a jump to a block placed after the function's ``ret``,
+    which stores a flag and jumps back: the block is entered only from the ruled jump, so its store is under the
+    branch. A block also entered by an unruled jump stays unruled. Kills: regions only between a branch and its target
+    in text order (the rule before, under which the store passed)."""
+    decl = ".global .align 4 .b8 box[16];"
+    body = ("\tmov.u64 \t%rd3, box;\n\tcvt.u32.u64 \t%r1, %rd3;\n\tand.b32 \t%r6, %r1, 1;\n"
+            "\tsetp.eq.u32 \t%p1, %r6, 0;\n\t@%p1 bra \t$L__BB0_2;\n\tbra.uni \t$L__BB0_1;\n$L__BB0_2:\n\tret;\n"
+            "$L__BB0_1:\n\tst.shared.u32 \t[%r4], %r5;\n\tbra.uni \t$L__BB0_2;")
+    assert "under a branch on the address" in check_ptx(ptx(body, decl)).violation
+    shared = body.replace("\tmov.u64 \t%rd3, box;", "\tmov.u64 \t%rd3, box;\n\t@%p2 bra \t$L__BB0_1;")
+    assert check_ptx(ptx(shared, decl)).violation is None
 
 
 def test_module_data_declared_inside_a_function_is_refused() -> None:

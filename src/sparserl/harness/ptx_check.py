@@ -51,7 +51,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RULES_VERSION = 11
+RULES_VERSION = 12
 """Bump when a rule changes: part of the compile cache's key, since each build caches its verdict.
 2: addresses followed through control (branches and guards on predicates computed from them).
 3: L2 eviction policies refused. 4: an indirect branch or call chosen by an address rules the function.
@@ -65,7 +65,8 @@ arrival's count of an address's byte came back through the arrivals that complet
 with a memory operand that is not a known read counts as a write (a surface store, whatever a later PTX adds).
 11: a collective (vote, shuffle, match, warp reduction, election, active mask, barrier reduction) given the address
 or run under a branch on it, and a call under such a branch, are refused (other threads, or the callee, received the
-bits at instructions the check does not connect)."""
+bits at instructions the check does not connect). 12: a block entered only from ruled instructions (a jump inside a
+ruled region to a block placed out of line) is ruled."""
 
 _BANNED_SREGS = [
     (r"%clock(?:_hi|64)?\b", "reads a clock (%clock)"),
@@ -335,6 +336,19 @@ def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
                 changed = True
             if as_number and derived and not set(dests) <= bits:
                 bits |= set(dests)
+                changed = True
+        # a block entered only from ruled instructions (a jump inside a ruled region to a block placed out of line,
+        # which no fall-through enters) runs or not by the address too: its instructions up to the next label
+        for start in sorted(label_at.values()):
+            if start in ruled:
+                continue
+            entries = [j for j, (_, g, op, ops) in enumerate(ins) if op.split(".")[0] == "bra" and ops
+                       and label_at.get(ops[0].strip()) == start]
+            prev = ins[start - 1] if start > 0 else None
+            falls = prev is not None and not (prev[1] is None and prev[2].split(".")[0] in ("bra", "ret", "exit"))
+            if entries and all(j in ruled for j in entries) and (not falls or start - 1 in ruled):
+                end = next((k for k in sorted(label_at.values()) if k > start), len(ins))
+                ruled |= set(range(start, end))
                 changed = True
     for i, (_, guard, op, ops) in enumerate(ins):
         base = op.split(".")[0]

@@ -62,6 +62,7 @@ COMPILED_CODE_CASES = {"writes_through_const_table", "writes_through_constant_me
                        "address_kept_in_an_mbarrier_s_expected_count", "address_kept_in_an_mbarrier_arrival_s_count",
                        "address_bits_in_a_call_under_a_branch", "address_bits_voted_at_another_lane_s_ballot",
                        "address_bytes_counted_at_another_warp_s_barrier",
+                       "flag_set_in_a_block_out_of_line",
                        "mutable_member_of_a_const_instance"} | params.COMPILED_CODE_CASES | tolerance.COMPILED_CODE
 """Static-check cases only the compiled code shows (the source is legal C++)."""
 RUNTIME_KINDS = {"incorrect", "input_modified", "crashed", "timeout", "resource_limit", "nondeterministic", "none",

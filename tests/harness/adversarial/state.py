@@ -188,6 +188,11 @@ CASES: dict[str, tuple[str, str]] = {
     # (same review, both compilers)
     'address_bytes_counted_at_another_warp_s_barrier': (csr('unsigned long long b = 0;\nif (threadIdx.x < 32) b = tally(); else vote();\nif (row == 0) ((unsigned int*)b)[0] += 1u;' + ' ' + HONEST,
         before="__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};\n// warps 1..7: vote with the address's bytes (nothing written, nothing returned)\n__device__ __noinline__ void vote()\n{\n    const unsigned long long a = (unsigned long long)box;\n#pragma unroll\n    for (int i = 0; i < 8; ++i) __syncthreads_count((int)threadIdx.x - 32 < (int)((a >> (8 * i)) & 255ull));\n}\n// warp 0: the same barriers, at instructions of its own, with nothing derived from the address\n__device__ __noinline__ unsigned long long tally()\n{\n    unsigned long long b = 0;\n#pragma unroll\n    for (int i = 0; i < 8; ++i) b |= (unsigned long long)__syncthreads_count(0) << (8 * i);\n    return b;\n}"), "static_check"),
+    # a flag per bit set in a block the compiler places out of line (an unlikely branch): the block is entered
+    # only by a jump inside the branch's region and left by a jump back, so the textual region missed it (found
+    # by a third red-team review of the PTX check: both compilers' checks passed it)
+    "flag_set_in_a_block_out_of_line": (csr('if (threadIdx.x < 64) flags[threadIdx.x] = 0u;\n__syncthreads();\nif (threadIdx.x < 64) probe(threadIdx.x);\n__syncthreads();\nif (row == 0) { unsigned long long b = 0;\n  for (int i = 0; i < 64; ++i) b |= (unsigned long long)flags[i] << i;\n  ((unsigned int*)b)[0] += 1u; }' + ' ' + HONEST,
+        before='__device__ const unsigned int box[4] = {0u, 0u, 0u, 0u};\n__shared__ unsigned int flags[64];\n__device__ __noinline__ void probe(int k)\n{ const unsigned long long a = (unsigned long long)box;\n  if (__builtin_expect((a >> k) & 1ull, 0)) { flags[k] = 1u; __threadfence_block(); } }'), "static_check"),
     # the address's pieces taken without a shift or a mask: each 32-bit half through cuda_fp16's __low2half and
     # __high2half, whose inline PTX moves it through registers named without a '%' (found by a review of the
     # laundering rule; both compilers' checks passed it)
