@@ -95,7 +95,7 @@ _REDUCING = re.compile(r"^(?:bar|barrier)(?:\.cta)?\.red\b")
 reduction (``bar.red.popc.u32 %r, 0, %p``: ``__syncthreads_count``/``_and``/``_or``). The count of the threads below
 a byte of an address is that byte. (A warp's ``redux.sync`` of a derived value is refused outright: its opcode
 begins as ``red``'s, a write.)"""
-_COLLECTIVE = re.compile(r"^(?:vote|shfl|match|redux|elect|activemask)\b|^(?:bar|barrier)(?:\.cta)?\.red\b")
+_COLLECTIVE = re.compile(r"^(?:vote|shfl|match|redux|elect|activemask)\b|" + _REDUCING.pattern)
 """Instructions whose result carries what other threads gave, at whatever instruction they gave it: a warp's vote,
 shuffle, match, reduction or election, a block's barrier reduction (and the warp's active mask, which tells which
 lanes a branch took)."""
@@ -300,6 +300,19 @@ def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
     tainted: set[str] = set()
     bits: set[str] = set()  # tainted by more than address arithmetic: the address's own bits as a number
     ruled: set[int] = set()  # instructions that run or not by a tainted predicate
+    # each labelled block (its first and past-its-last instruction), the jumps to it, and whether the instruction
+    # before it falls through into it: what the rule on blocks entered only from ruled instructions reads
+    starts = sorted(set(label_at.values()))
+    jumps_to: dict[int, list[int]] = {}
+    for j, (_, _, op, ops) in enumerate(ins):
+        if op.split(".")[0] == "bra" and ops and (target := label_at.get(ops[0].strip())) is not None:
+            jumps_to.setdefault(target, []).append(j)
+    def falls_into(start: int) -> bool:  # the instruction before is not an unguarded jump, return or exit
+        _, guard, op, _ = ins[start - 1] if start > 0 else (None, None, "bra", None)
+        return not (guard is None and op.split(".")[0] in ("bra", "ret", "exit"))
+
+    blocks = [(start, end, jumps_to[start], falls_into(start))
+              for start, end in zip(starts, starts[1:] + [len(ins)]) if start in jumps_to]
     changed = True
     while changed:  # to a fixpoint: loops carry addresses back to earlier instructions
         changed = False
@@ -339,15 +352,8 @@ def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
                 changed = True
         # a block entered only from ruled instructions (a jump inside a ruled region to a block placed out of line,
         # which no fall-through enters) runs or not by the address too: its instructions up to the next label
-        for start in sorted(label_at.values()):
-            if start in ruled:
-                continue
-            entries = [j for j, (_, g, op, ops) in enumerate(ins) if op.split(".")[0] == "bra" and ops
-                       and label_at.get(ops[0].strip()) == start]
-            prev = ins[start - 1] if start > 0 else None
-            falls = prev is not None and not (prev[1] is None and prev[2].split(".")[0] in ("bra", "ret", "exit"))
-            if entries and all(j in ruled for j in entries) and (not falls or start - 1 in ruled):
-                end = next((k for k in sorted(label_at.values()) if k > start), len(ins))
+        for start, end, entries, falls in blocks:
+            if start not in ruled and all(j in ruled for j in entries) and (not falls or start - 1 in ruled):
                 ruled |= set(range(start, end))
                 changed = True
     for i, (_, guard, op, ops) in enumerate(ins):
@@ -371,7 +377,7 @@ def _state_writes(body: str, ins: list, syms: dict[str, str]) -> str | None:
                 if op.startswith("st.param"):
                     return "passes the address of module-scope data to a call (its writes could not be followed)"
                 return "stores the address of module-scope data to memory (its writes could not be followed)"
-            if i in ruled or guard in tainted:
+            if ruled_here:
                 return ("stores to memory under a branch on the address of module-scope data (its writes could "
                         "not be followed)")
     return None
